@@ -1,0 +1,148 @@
+"""The data that flows between layers: series -> verdict -> diagnosis -> report.
+
+Everything here is plain data (numbers, strings, lists, dicts): it never refers to a
+measured object, so holding a result can never keep a tensor alive, and it travels
+through JSON (reports, pytest-xdist) unchanged via ``to_dict`` / ``from_dict``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+#: The exact pattern words of the public contract (ARCHITECTURE.md section 4).
+PATTERNS = ("list-accumulation", "retained-grad-fn", "cycle", "memory-growth")
+Pattern = Literal["list-accumulation", "retained-grad-fn", "cycle", "memory-growth"]
+
+#: The usual fix for each pattern, shown in every failure text.
+FIXES: dict[str, str] = {
+    "list-accumulation": (
+        "store plain numbers, not graph-carrying tensors: append loss.item() "
+        "(or loss.detach()) instead of loss"
+    ),
+    "retained-grad-fn": (
+        "cut the graph of long-lived tensors each step: total += loss.item(), "
+        "hidden = hidden.detach() (or unchain_backward()), update running stats under no_grad()"
+    ),
+    "cycle": (
+        "break the reference cycle: hold tensors weakly in hooks and closures, remove "
+        "hooks after use, detach in saved-tensor pack hooks"
+    ),
+    "memory-growth": (
+        "memory grows while tensor and node counts stay flat: look for caches, "
+        "growing numpy buffers or allocations outside autograd"
+    ),
+}
+
+Unit = Literal["objects", "bytes"]
+
+#: Schema version of ``CheckResult.to_dict()``; bump on any incompatible change.
+SCHEMA_VERSION = 1
+
+
+@dataclass
+class Growth:
+    """One metric that the verdict judged to grow."""
+
+    metric: str
+    start: float  # value at the first measured step
+    end: float  # value at the last measured step
+    per_step: float  # robust growth per measured step (objects or bytes)
+
+
+@dataclass
+class Verdict:
+    leaked: bool
+    growths: list[Growth] = field(default_factory=list)
+    #: First classification from the series alone; diagnosis may refine it.
+    pattern: str | None = None
+    #: One line saying why (for a clean verdict: why it is clean).
+    reason: str = ""
+
+
+@dataclass
+class CreationSite:
+    """Where leaked tensors or nodes were made, in user code."""
+
+    filename: str
+    lineno: int
+    line: str  # the source line's text, stripped
+    count: int  # how many leaked objects were made there in one step
+    function: str = ""
+
+
+@dataclass
+class Diagnosis:
+    pattern: str
+    #: Shortest reference path from a root the user knows to a leaked object,
+    #: one label per link, e.g. ["fixture 'state'", "dict['losses']", "list(len=12)",
+    #: "Tensor(shape=(), grad_fn=MeanBackward0)"]. Empty when no root reaches it.
+    chain: list[str] = field(default_factory=list)
+    #: For a cycle: the objects of the cycle with edge labels, in order.
+    cycle: list[str] = field(default_factory=list)
+    sites: list[CreationSite] = field(default_factory=list)
+    #: Free-form lines worth showing (e.g. "held from C++ by a saved-tensor pack hook").
+    notes: list[str] = field(default_factory=list)
+    #: Graphviz DOT text of the retained graph, when drawn (may be empty).
+    dot: str = ""
+
+    @property
+    def fix(self) -> str:
+        return FIXES.get(self.pattern, "")
+
+
+@dataclass
+class CheckResult:
+    """Everything measured and decided for one checked step function or test."""
+
+    name: str  # pytest node id, or the step's qualified name outside pytest
+    steps: int
+    warmup: int
+    #: metric name -> one sample after each call (len == warmup + steps);
+    #: metric names are "<probe>.<metric>", e.g. "minigrad.tensors", "torch.nodes",
+    #: "gc.cyclic_garbage", "process.rss_bytes", "cuda.allocated_bytes".
+    series: dict[str, list[float]]
+    units: dict[str, str]  # metric name -> "objects" | "bytes"
+    verdict: Verdict
+    diagnosis: Diagnosis | None = None
+    duration_s: float = 0.0
+    #: Set when the step raised: "<ExcType>: message at step k" (no leak verdict then).
+    error: str | None = None
+
+    @property
+    def leaked(self) -> bool:
+        return self.verdict.leaked
+
+    @property
+    def pattern(self) -> str | None:
+        if self.diagnosis is not None:
+            return self.diagnosis.pattern
+        return self.verdict.pattern
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["schema"] = SCHEMA_VERSION
+        data["leaked"] = self.leaked
+        data["pattern"] = self.pattern
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CheckResult:
+        verdict_data = dict(data["verdict"])
+        verdict_data["growths"] = [Growth(**g) for g in verdict_data.get("growths", [])]
+        diagnosis = None
+        if data.get("diagnosis") is not None:
+            diag = dict(data["diagnosis"])
+            diag["sites"] = [CreationSite(**s) for s in diag.get("sites", [])]
+            diagnosis = Diagnosis(**diag)
+        return cls(
+            name=data["name"],
+            steps=data["steps"],
+            warmup=data["warmup"],
+            series={k: list(v) for k, v in data["series"].items()},
+            units=dict(data["units"]),
+            verdict=Verdict(**verdict_data),
+            diagnosis=diagnosis,
+            duration_s=data.get("duration_s", 0.0),
+            error=data.get("error"),
+        )
