@@ -1,0 +1,239 @@
+"""The ``graphleak`` command: a demo that tells the story, and leak checks outside pytest.
+
+::
+
+    graphleak demo [--steps N] [--torch] [--plot PATH]
+    graphleak check FILE.py::FUNCTION | MODULE:FUNCTION [--steps N] [--warmup N]
+                    [--json PATH] [--html PATH]
+    graphleak report PATH.json [--html OUT]
+
+Exit codes (``pytest_graphleak.cli.exits``): 0 clean, 1 leak, 2 bad usage, 3 the user's
+code raised (importing the target or running the step), 130 interrupted.
+
+Each command's module is imported only when that command runs, so ``--help`` is quick and
+the demo never imports torch unless asked to.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import traceback
+from collections.abc import Sequence
+
+from pytest_graphleak.cli.exits import (
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    EXIT_USER_CODE,
+    UsageError,
+    UserCodeError,
+)
+
+__all__ = ["build_parser", "main"]
+
+_EXIT_CODES = """\
+exit codes:
+  0  clean: nothing grew
+  1  leak: a leak verdict (report: the saved report contains a leak)
+  2  bad usage: missing file, no such function, a function that needs arguments,
+     a bad number, an unreadable report
+  3  your code raised: importing the target module, or the step at some call
+  130 interrupted (Ctrl-C)
+"""
+
+_MAIN_EPILOG = """\
+examples:
+  graphleak demo                       watch a leaky training loop grow, then the fix
+  graphleak check train.py::step       check a zero-argument training step
+  graphleak report graphleak.json      show a saved JSON report
+
+""" + _EXIT_CODES
+
+_DEMO_EPILOG = """\
+examples:
+  graphleak demo                       the story on minigrad (no torch needed)
+  graphleak demo --steps 60 --plot demo.svg
+  graphleak demo --torch               the same story on PyTorch
+  graphleak demo | cat                 plain lines, no live progress display
+
+Each run trains a tiny character transformer and is checked by the same
+tracker, verdict and diagnosis as `pytest --graphleak`. Exit code 0 when the
+leaky runs were caught and the fixed run was clean, 1 otherwise.
+"""
+
+_CHECK_EPILOG = """\
+examples:
+  graphleak check examples/minigrad_loss_list.py::leaky_step
+  graphleak check mypkg.train:step --steps 30 --warmup 5
+  graphleak check train.py::step --json leak.json --html leak.html
+
+The step is called warmup + steps times with no arguments; build the model,
+optimizer and data once at module level (or in a closure), as a training loop
+would. The same probes and verdict as `pytest --graphleak` decide.
+
+""" + _EXIT_CODES
+
+_REPORT_EPILOG = """\
+examples:
+  graphleak report graphleak.json                  print every result
+  graphleak report graphleak.json --html out.html  render it as one HTML file
+
+Reads a report written by `pytest --graphleak-report=PATH` or `graphleak check --json PATH`.
+
+""" + _EXIT_CODES
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    value = _int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    """argparse type: an integer >= 0."""
+    value = _int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text, 10)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got '{text}'") from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    formatter = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(
+        prog="graphleak",
+        description="Catch autograd graph leaks in training loops.",
+        epilog=_MAIN_EPILOG,
+        formatter_class=formatter,
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    demo = commands.add_parser(
+        "demo",
+        help="train a tiny transformer with a leak, then fixed, and show the verdicts",
+        description=(
+            "Train a tiny character transformer three times: keeping the losses in a "
+            "list with their graphs, with backward(retain_graph=True) and a running "
+            "loss kept as a tensor, and fixed. Print the per-step log (loss, RSS by "
+            "phase, alive and created objects) and each run's verdict with its diagnosis."
+        ),
+        epilog=_DEMO_EPILOG,
+        formatter_class=formatter,
+    )
+    demo.add_argument("--steps", type=positive_int, default=None, metavar="N",
+                      help="measured steps per run (default: 24)")
+    demo.add_argument("--warmup", type=positive_int, default=None, metavar="N",
+                      help="warmup steps per run, not judged (default: 3)")
+    demo.add_argument("--torch", action="store_true",
+                      help="run the story on PyTorch instead of minigrad (needs torch)")
+    demo.add_argument("--plot", metavar="PATH", default=None,
+                      help="write an SVG chart of alive counts and RSS per step, leaky vs fixed")
+    demo.add_argument("--every", type=positive_int, default=1, metavar="K",
+                      help="print the per-step log every K steps (default: 1)")
+    demo.set_defaults(run=_run_demo)
+
+    check = commands.add_parser(
+        "check",
+        help="check a zero-argument training step function for graph leaks",
+        description=(
+            "Run a zero-argument step function warmup + steps times with the same probes "
+            "and verdict as `pytest --graphleak`, print the report, and exit 1 on a leak."
+        ),
+        epilog=_CHECK_EPILOG,
+        formatter_class=formatter,
+    )
+    check.add_argument("target", metavar="FILE.py::FUNCTION | MODULE:FUNCTION",
+                       help="the step function to check")
+    check.add_argument("--steps", type=positive_int, default=None, metavar="N",
+                       help="measured steps (default: the plugin's default)")
+    check.add_argument("--warmup", type=non_negative_int, default=None, metavar="N",
+                       help="warmup steps, not judged (default: the plugin's default)")
+    check.add_argument("--json", metavar="PATH", default=None,
+                       help="also write the result as a JSON report")
+    check.add_argument("--html", metavar="PATH", default=None,
+                       help="also write the result as a self-contained HTML report")
+    check.add_argument("-q", "--quiet", action="store_true",
+                       help="print only the verdict line (the full report still goes to "
+                            "--json/--html)")
+    check.set_defaults(run=_run_check)
+
+    report = commands.add_parser(
+        "report",
+        help="render a saved JSON report in the terminal or as HTML",
+        description="Render a saved graphleak JSON report in the terminal, or as HTML.",
+        epilog=_REPORT_EPILOG,
+        formatter_class=formatter,
+    )
+    report.add_argument("path", metavar="PATH.json", help="the JSON report to read")
+    report.add_argument("--html", metavar="OUT", default=None,
+                        help="write a self-contained HTML file instead of printing")
+    report.set_defaults(run=_run_report)
+    return parser
+
+
+def _version() -> str:
+    try:
+        from pytest_graphleak import __version__
+
+        return str(__version__)
+    except ImportError:  # the package is importable without its public API during development
+        return "unknown"
+
+
+def _run_demo(args: argparse.Namespace) -> int:
+    from pytest_graphleak.demo import run_demo
+
+    return run_demo(args)
+
+
+def _run_check(args: argparse.Namespace) -> int:
+    from pytest_graphleak.cli.check_cmd import run_check
+
+    return run_check(args)
+
+
+def _run_report(args: argparse.Namespace) -> int:
+    from pytest_graphleak.cli.report_cmd import run_report
+
+    return run_report(args)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``graphleak`` command; return its exit code (see the module docstring)."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(None if argv is None else list(argv))
+    except SystemExit as exc:  # argparse: --help/--version (0) or a usage error (2)
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    try:
+        return int(args.run(args))
+    except UsageError as exc:
+        print(f"graphleak {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except UserCodeError as exc:
+        cause = exc.__cause__
+        if cause is not None:
+            traceback.print_exception(type(cause), cause, cause.__traceback__, file=sys.stderr)
+        print(f"graphleak {args.command}: {exc}", file=sys.stderr)
+        return EXIT_USER_CODE
+    except KeyboardInterrupt:
+        print(f"\ngraphleak {args.command}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # The reader went away (`graphleak demo | head`): stop quietly, as Unix tools do.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141

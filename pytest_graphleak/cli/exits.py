@@ -1,0 +1,22 @@
+"""Exit codes of the ``graphleak`` command and the errors that map onto them."""
+
+from __future__ import annotations
+
+#: The step ran ``warmup + steps`` times and nothing grew.
+EXIT_CLEAN = 0
+#: A leak verdict (also: a saved report that contains a leak).
+EXIT_LEAK = 1
+#: The command line is wrong: missing file, no such function, bad number, unreadable report.
+EXIT_USAGE = 2
+#: The user's code raised: importing the target module, or the step at some call.
+EXIT_USER_CODE = 3
+#: Ctrl-C, as shells report a SIGINT.
+EXIT_INTERRUPTED = 130
+
+
+class UsageError(Exception):
+    """A mistake on the command line; the message says what was wrong and where."""
+
+
+class UserCodeError(Exception):
+    """The user's code raised; ``__cause__`` carries the original exception."""

@@ -1,0 +1,115 @@
+"""Saved reports for the ``graphleak`` command: the same JSON document and HTML file as
+``pytest --graphleak-report`` / ``--graphleak-html`` (built by ``report.json_doc`` and
+``report.html``), and reading such a document back."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pytest_graphleak.cli.exits import UsageError
+from pytest_graphleak.result import CheckResult
+
+GENERATED_BY = "graphleak check"
+
+
+def require_writable_parent(path: str, option: str) -> Path:
+    """Fail before any step runs when an output file cannot be created."""
+    target = Path(path)
+    parent = target.parent if str(target.parent) else Path(".")
+    if target.is_dir():
+        raise UsageError(f"{option} {path}: is a directory, name a file")
+    if not parent.is_dir():
+        raise UsageError(f"{option} {path}: directory {parent} does not exist")
+    return target
+
+
+def document_for(result: CheckResult) -> dict[str, Any]:
+    """A one-test report document, as the plugin's session report writes them."""
+    from pytest_graphleak.report.json_doc import CheckedTest, build_document
+
+    outcome = "failed" if (result.leaked or result.error) else "passed"
+    test = CheckedTest(nodeid=result.name, outcome=outcome, checks=[result.to_dict()])
+    return build_document([test], generated_by=GENERATED_BY)
+
+
+def write_json(document: dict[str, Any], path: Path) -> None:
+    from pytest_graphleak.report.json_doc import dumps
+
+    _write(path, dumps(document), "--json")
+
+
+def write_html(document: dict[str, Any], path: Path) -> None:
+    from pytest_graphleak.report.html import render_html
+
+    _write(path, render_html(document), "--html")
+
+
+def _write(path: Path, text: str, option: str) -> None:
+    from pytest_graphleak.report.json_doc import write_text_atomic
+
+    try:
+        write_text_atomic(path, text)
+    except OSError as exc:
+        raise UsageError(f"{option} {path}: cannot write: {exc.strerror or exc}") from None
+
+
+def load_document(path: str) -> dict[str, Any]:
+    """Read a saved report; every way it can be unusable is a UsageError naming the file."""
+    file = Path(path)
+    if not file.exists():
+        raise UsageError(f"no such file: {path}")
+    if file.is_dir():
+        raise UsageError(f"{path} is a directory: name a JSON report file")
+    try:
+        document = json.loads(file.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise UsageError(f"{path} is not a JSON report (not UTF-8 text)") from None
+    except json.JSONDecodeError as exc:
+        raise UsageError(
+            f"{path} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
+        ) from None
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+    _check_shape(document, path)
+    return document
+
+
+def _check_shape(document: object, path: str) -> None:
+    from pytest_graphleak.report.json_doc import DOCUMENT_SCHEMA_VERSION
+
+    if not isinstance(document, dict) or "tests" not in document or "schema" not in document:
+        raise UsageError(
+            f"{path} is JSON but not a graphleak report (expected an object with "
+            "'schema' and 'tests', as written by --graphleak-report or graphleak check --json)"
+        )
+    if document["schema"] != DOCUMENT_SCHEMA_VERSION:
+        raise UsageError(
+            f"{path} has report schema {document['schema']!r}; this graphleak reads "
+            f"schema {DOCUMENT_SCHEMA_VERSION}"
+        )
+    tests = document["tests"]
+    if not isinstance(tests, list):
+        raise UsageError(f"{path}: 'tests' must be a list")
+    for index, test in enumerate(tests):
+        where = f"{path}: tests[{index}]"
+        if not isinstance(test, dict) or not isinstance(test.get("checks"), list):
+            raise UsageError(f"{where} must be an object with a 'checks' list")
+        for number, check in enumerate(test["checks"]):
+            try:
+                CheckResult.from_dict(check)
+            except (KeyError, TypeError, ValueError) as exc:
+                raise UsageError(
+                    f"{where}.checks[{number}] is not a check result ({type(exc).__name__}: "
+                    f"{exc})"
+                ) from None
+
+
+def results_of(document: dict[str, Any]) -> list[tuple[dict[str, Any], CheckResult]]:
+    """(test entry, one of its checks) pairs, in document order."""
+    return [
+        (test, CheckResult.from_dict(check))
+        for test in document["tests"]
+        for check in test["checks"]
+    ]

@@ -1,0 +1,56 @@
+"""Terminal text for one CheckResult: the plugin's failure text for a leak, and a short
+table of what was measured when the step is clean."""
+
+from __future__ import annotations
+
+from pytest_graphleak.report.svg import format_quantity, format_rate
+from pytest_graphleak.result import CheckResult
+
+
+def verdict_line(result: CheckResult) -> str:
+    """One line: LEAK / CLEAN / ERROR, the name, and why."""
+    if result.error:
+        return f"ERROR {result.name}: the step raised {result.error}"
+    if result.leaked:
+        grown = ", ".join(
+            f"{g.metric} {format_rate(g.per_step, result.units.get(g.metric, 'objects'))}"
+            for g in result.verdict.growths
+        )
+        return f"LEAK  {result.name}: {result.pattern} ({grown})"
+    return (
+        f"CLEAN {result.name}: nothing grew over {result.steps} steps after "
+        f"{result.warmup} warmup ({result.duration_s:.1f} s)"
+    )
+
+
+def render_result(result: CheckResult) -> str:
+    """The full terminal report of one result."""
+    if result.leaked:
+        from pytest_graphleak.report.text import render_text
+
+        return render_text(result)
+    lines = [verdict_line(result)]
+    if result.verdict.reason and not result.error:
+        lines.append(f"  {result.verdict.reason}")
+    lines.extend(metric_rows(result))
+    return "\n".join(lines)
+
+
+def metric_rows(result: CheckResult, indent: str = "  ") -> list[str]:
+    """metric  start -> end over the measured steps, and a sparkline of every call."""
+    from pytest_graphleak.report.text import sparkline
+
+    if not result.series:
+        return []
+    width = max(len(metric) for metric in result.series)
+    rows = []
+    for metric, values in sorted(result.series.items()):
+        unit = result.units.get(metric, "objects")
+        measured = values[result.warmup:] or values
+        span = (
+            f"{format_quantity(measured[0], unit)} -> {format_quantity(measured[-1], unit)}"
+            if measured
+            else "no samples"
+        )
+        rows.append(f"{indent}{metric:<{width}}  {span:<24} {sparkline(values)}")
+    return rows

@@ -1,0 +1,169 @@
+"""Turn ``FILE.py::function`` or ``module:function`` into a zero-argument step function.
+
+Every way this can go wrong is a :class:`UsageError` naming what was wrong, except an
+exception raised by the user's module while it is imported: that is the user's code
+failing, a :class:`UserCodeError` (its own exit code, traceback shown).
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import importlib.util
+import inspect
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+from pytest_graphleak.cli.exits import UsageError, UserCodeError
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str  # the spec as the user wrote it, used as the result's name
+    func: Callable[[], object]
+
+
+def resolve(spec: str) -> Target:
+    """Import the module named by ``spec`` and return its zero-argument step function."""
+    spec = spec.strip()
+    if "::" in spec:
+        file_part, attr = spec.split("::", 1)
+        attr = attr.replace("::", ".")  # FILE.py::Class::method, as pytest writes node ids
+        module = _import_file(file_part)
+        where = file_part
+    elif ":" in spec and not _looks_like_windows_path(spec):
+        module_name, attr = spec.split(":", 1)
+        module = _import_module(module_name)
+        where = f"module '{module_name}'"
+    elif spec.endswith(".py") or "/" in spec or "\\" in spec:
+        raise UsageError(f"name the step function too: '{spec}::FUNCTION'")
+    else:
+        raise UsageError(
+            f"'{spec}' does not name a step function: write FILE.py::FUNCTION or MODULE:FUNCTION"
+        )
+    if not attr or any(not part.isidentifier() for part in attr.split(".")):
+        raise UsageError(f"'{attr}' in '{spec}' is not a function name")
+    func = _lookup(module, attr, where)
+    _require_plain_zero_arg(func, spec)
+    return Target(name=spec, func=func)
+
+
+def _looks_like_windows_path(spec: str) -> bool:
+    return len(spec) > 2 and spec[1] == ":" and spec[2] in "\\/"
+
+
+def _import_file(file_part: str) -> ModuleType:
+    path = Path(file_part)
+    if not path.exists():
+        raise UsageError(f"no such file: {file_part}")
+    if path.is_dir():
+        raise UsageError(f"{file_part} is a directory: name a .py file")
+    if path.suffix != ".py":
+        raise UsageError(f"{file_part} is not a Python file (.py)")
+    path = path.resolve()
+    # Import it the way pytest's default mode does: the first directory above the file
+    # that is not a package goes on sys.path, so the module's own imports work.
+    parts = [] if path.stem == "__init__" else [path.stem]
+    base = path.parent
+    while (base / "__init__.py").exists():
+        parts.insert(0, base.name)
+        base = base.parent
+    module_name = ".".join(parts)
+    loaded = sys.modules.get(module_name)
+    if module_name and (loaded is None or _same_file(loaded, path)):
+        if str(base) not in sys.path:
+            sys.path.insert(0, str(base))
+        return _import_module(module_name, shown=file_part)
+    # The name is taken by another module (a file called json.py, say): load it under a
+    # private name instead of shadowing the real one.
+    return _import_by_path(path, f"_graphleak_target_{path.stem}", shown=file_part)
+
+
+def _same_file(module: ModuleType, path: Path) -> bool:
+    file = getattr(module, "__file__", None)
+    return file is not None and Path(file).resolve() == path
+
+
+def _import_module(module_name: str, shown: str | None = None) -> ModuleType:
+    shown = shown or f"module '{module_name}'"
+    if not module_name or any(not p.isidentifier() for p in module_name.split(".")):
+        raise UsageError(f"'{module_name}' is not a module name")
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        missing = exc.name or ""
+        if module_name == missing or module_name.startswith(missing + "."):
+            raise UsageError(f"no module named '{module_name}'") from None
+        raise UserCodeError(f"importing {shown} raised {type(exc).__name__}: {exc}") from exc
+    except Exception as exc:
+        raise UserCodeError(f"importing {shown} raised {type(exc).__name__}: {exc}") from exc
+
+
+def _import_by_path(path: Path, module_name: str, shown: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise UsageError(f"cannot import {shown}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    sys.path.insert(0, str(path.parent))
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        sys.modules.pop(module_name, None)
+        raise UserCodeError(f"importing {shown} raised {type(exc).__name__}: {exc}") from exc
+    return module
+
+
+def _lookup(module: ModuleType, attr: str, where: str) -> object:
+    obj: object = module
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            hint = _suggest(module, attr)
+            raise UsageError(f"{where} has no function '{attr}'{hint}") from None
+    return obj
+
+
+def _suggest(module: ModuleType, attr: str) -> str:
+    names = sorted(
+        name
+        for name, value in vars(module).items()
+        if inspect.isfunction(value)
+        and getattr(value, "__module__", None) == module.__name__
+        and not name.startswith("_")
+    )
+    close = difflib.get_close_matches(attr, names, n=3)
+    if close:
+        return f" (did you mean {', '.join(close)}?)"
+    if names:
+        return f" (functions defined there: {', '.join(names[:8])})"
+    return ""
+
+
+def _require_plain_zero_arg(func: object, spec: str) -> None:
+    if not callable(func):
+        raise UsageError(f"'{spec}' is a {type(func).__name__}, not a function")
+    if inspect.iscoroutinefunction(func) or inspect.isasyncgenfunction(func):
+        raise UsageError(f"'{spec}' is async: graphleak check calls a plain function")
+    if inspect.isgeneratorfunction(func):
+        raise UsageError(
+            f"'{spec}' is a generator function: calling it would not run its body"
+        )
+    try:
+        signature = inspect.signature(func)
+    except (TypeError, ValueError):
+        return  # builtins without a signature: let the call itself decide
+    required = [
+        p.name
+        for p in signature.parameters.values()
+        if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    ]
+    if required:
+        raise UsageError(
+            f"'{spec}' needs arguments ({', '.join(required)}): graphleak check calls the "
+            "step with none; wrap it in a zero-argument function or give defaults"
+        )
