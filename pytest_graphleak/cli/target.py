@@ -129,19 +129,28 @@ def _lookup(module: ModuleType, attr: str, where: str) -> object:
 
 
 def _suggest(module: ModuleType, attr: str) -> str:
-    names = sorted(
-        name
+    functions = {
+        name: value
         for name, value in vars(module).items()
         if inspect.isfunction(value)
         and getattr(value, "__module__", None) == module.__name__
         and not name.startswith("_")
-    )
-    close = difflib.get_close_matches(attr, names, n=3)
+    }
+    close = difflib.get_close_matches(attr, sorted(functions), n=3)
     if close:
         return f" (did you mean {', '.join(close)}?)"
-    if names:
-        return f" (functions defined there: {', '.join(names[:8])})"
+    steps = sorted(name for name, value in functions.items() if _is_plain_zero_arg(value))
+    if steps:
+        return f" (zero-argument functions there: {', '.join(steps[:8])})"
     return ""
+
+
+def _is_plain_zero_arg(func: object) -> bool:
+    try:
+        _require_plain_zero_arg(func, "")
+    except UsageError:
+        return False
+    return True
 
 
 def _require_plain_zero_arg(func: object, spec: str) -> None:
