@@ -389,3 +389,89 @@ def leaky_minigrad_step(every: int = 1) -> tuple[Callable[[], float], list[objec
         return loss.item()
 
     return step, kept
+
+
+# --------------------------------------------------------------------------- pytest runs
+
+#: Written into a generated test directory: records each test's call-phase duration (the
+#: test body under whatever plugin wraps it, without fixture setup) in a JSON file.
+DURATIONS_CONFTEST = '''
+import json, os
+
+_DURATIONS = {}
+_OUTCOMES = {}
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "call":
+        _DURATIONS[report.nodeid] = report.duration
+        _OUTCOMES[report.nodeid] = report.outcome
+    elif report.failed and report.nodeid not in _OUTCOMES:
+        _OUTCOMES[report.nodeid] = "error"
+
+
+def pytest_sessionfinish(session):
+    path = os.environ.get("BENCH_DURATIONS_JSON")
+    if path:
+        with open(path, "w", encoding="utf-8") as fh:
+            json.dump({"durations": _DURATIONS, "outcomes": _OUTCOMES}, fh)
+'''
+
+
+@dataclass
+class PytestRun:
+    wall_s: float
+    durations: dict[str, float]  # node id -> call-phase seconds
+    outcomes: dict[str, str]  # node id -> "passed" | "failed" | "skipped" | "error"
+    output: str
+    returncode: int
+
+
+def run_pytest(
+    python: str | Path,
+    args: Sequence[str],
+    *,
+    cwd: Path,
+    env: dict[str, str] | None = None,
+    timeout: float = 600,
+) -> PytestRun:
+    """Run pytest in a subprocess in ``cwd`` (which holds ``DURATIONS_CONFTEST`` as conftest.py).
+
+    The wall time includes interpreter start, imports and collection, as a user sees it.
+    """
+    import json
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        record = Path(tmp) / "durations.json"
+        run_env = dict(os.environ if env is None else env)
+        run_env["BENCH_DURATIONS_JSON"] = str(record)
+        run_env.setdefault("PYTHONDONTWRITEBYTECODE", "1")
+        start = time.perf_counter()
+        proc = subprocess.run(
+            [str(python), "-m", "pytest", *args],
+            cwd=cwd, env=run_env, capture_output=True, text=True, timeout=timeout,
+        )
+        wall = time.perf_counter() - start
+        data = (json.loads(record.read_text(encoding="utf-8")) if record.exists()
+                else {"durations": {}, "outcomes": {}})
+    return PytestRun(wall, data["durations"], data["outcomes"], proc.stdout + proc.stderr,
+                     proc.returncode)
+
+
+# --------------------------------------------------------------------------- catalogue
+
+
+def catalogue_modules() -> list[Path]:
+    """The example modules with a zero-argument ``leaky_step`` and ``fixed_step``.
+
+    Found by reading the source (not importing it), so a benchmark can hand the paths to
+    a subprocess without paying for their imports here.
+    """
+    found = []
+    for path in sorted((REPO_ROOT / "examples").glob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        if "def leaky_step(" in text and "def fixed_step(" in text:
+            found.append(path)
+    return found
