@@ -1,0 +1,68 @@
+"""The probe protocol: what the tracker asks of every probe.
+
+A probe measures, never decides. The tracker hands probes the *fresh* objects:
+``gc.get_objects()`` after ``gc.freeze()``, i.e. only the gc-tracked objects created
+since the last freeze, so a sample costs O(objects created since), not O(heap).
+Probes must not keep any of these objects (or anything measured) after a call returns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+OBJECTS = "objects"
+BYTES = "bytes"
+
+
+class Probe(Protocol):
+    #: "minigrad", "torch", "gc", "process" or "cuda"; metric names are "<name>.<metric>".
+    name: str
+    #: metric name -> "objects" | "bytes"
+    units: dict[str, str]
+
+    def available(self) -> bool:
+        """True when the library measured is already imported (never import it to look)."""
+        ...
+
+    def start(self, heap: Sequence[object]) -> None:
+        """Called once before the first step with every gc-tracked object (one O(heap)
+        scan per check, just before the first ``gc.freeze()``)."""
+        ...
+
+    def absorb(self, fresh: Sequence[object]) -> None:
+        """Called just before a later ``gc.freeze()``: ``fresh`` joins the frozen baseline."""
+        ...
+
+    def sample(self, fresh: Sequence[object]) -> dict[str, float]:
+        """One value per metric, called after ``gc.collect()``."""
+        ...
+
+    def stop(self) -> None:
+        """Always called (``finally``): drop every reference and restore what start touched."""
+        ...
+
+
+class BackendProbe(Probe, Protocol):
+    """A probe of an autograd library, which also feeds the cyclic-garbage probe."""
+
+    def collectable(self, fresh: Sequence[object]) -> int:
+        """Tensors and graph nodes alive now, counted the same way before and after a
+        ``gc.collect()`` so that the difference is what only the cyclic GC freed."""
+        ...
+
+
+class PassiveProbe:
+    """Base for probes that need no heap: start/absorb/stop do nothing."""
+
+    name = ""
+    units: dict[str, str] = {}  # noqa: RUF012 - overridden per subclass, never mutated
+
+    def start(self, heap: Sequence[object]) -> None:
+        return None
+
+    def absorb(self, fresh: Sequence[object]) -> None:
+        return None
+
+    def stop(self) -> None:
+        return None

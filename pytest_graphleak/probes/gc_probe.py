@@ -1,0 +1,45 @@
+"""Cyclic garbage: tensors and graph nodes that only the cyclic GC frees.
+
+The tracker runs automatic collection off during a check; after each step it asks
+this probe to count the backends' tensors/nodes, runs ``gc.collect()`` and asks again.
+The difference is what reference counting alone would never have freed. The metric is
+cumulative, so a step that makes a cycle every time grows it by a constant per step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pytest_graphleak.probes.base import OBJECTS, BackendProbe
+
+
+class GcProbe:
+    name = "gc"
+    units = {"gc.cyclic_garbage": OBJECTS}  # noqa: RUF012
+
+    def __init__(self, backends: Sequence[BackendProbe]) -> None:
+        self._backends = list(backends)
+        self._total = 0
+        self._before = 0
+
+    def available(self) -> bool:
+        return bool(self._backends)
+
+    def start(self, heap: Sequence[object]) -> None:
+        self._total = 0
+
+    def absorb(self, fresh: Sequence[object]) -> None:
+        return None
+
+    def before_collect(self, fresh: Sequence[object]) -> None:
+        self._before = self._count(fresh)
+
+    def sample(self, fresh: Sequence[object]) -> dict[str, float]:
+        self._total += max(0, self._before - self._count(fresh))
+        return {"gc.cyclic_garbage": float(self._total)}
+
+    def stop(self) -> None:
+        self._backends = []
+
+    def _count(self, fresh: Sequence[object]) -> int:
+        return sum(backend.collectable(fresh) for backend in self._backends)

@@ -1,0 +1,142 @@
+"""torch: alive tensors, autograd graph nodes and bytes of unique tensor storages.
+
+Tensors are found among the gc-tracked objects: the whole heap once at ``start`` (kept
+as a ``WeakSet`` baseline, so tensors that die later stop counting), then only the
+objects created since the last ``gc.freeze()``. Graph nodes are counted by walking
+``grad_fn.next_functions`` from every live tensor and from node objects held directly:
+node wrappers exist only while someone holds them, so scanning gc for nodes undercounts.
+Nodes are deduplicated by ``id`` during one walk (the walk holds them meanwhile, so ids
+cannot be reused) and all dropped when the walk ends.
+"""
+
+from __future__ import annotations
+
+import sys
+import weakref
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from pytest_graphleak.probes.base import BYTES, OBJECTS
+
+
+class TorchProbe:
+    name = "torch"
+    units = {  # noqa: RUF012
+        "torch.tensors": OBJECTS,
+        "torch.nodes": OBJECTS,
+        "torch.storage_bytes": BYTES,
+    }
+
+    def __init__(self) -> None:
+        self._baseline: weakref.WeakSet[Any] = weakref.WeakSet()
+        # Baseline tensors that refuse weak references: counted, assumed to stay alive.
+        self._unweakrefable = 0
+        # type -> is it a Tensor / an autograd Node; isinstance on torch's metaclasses
+        # and on the Node ABC is slow, a dict lookup per object is not.
+        self._is_tensor: dict[type, bool] = {}
+        self._is_node: dict[type, bool] = {}
+
+    def available(self) -> bool:
+        return "torch" in sys.modules
+
+    # -- classification of gc objects ------------------------------------------------
+    def _kinds(self, objects: Iterable[object]) -> tuple[list[Any], list[Any]]:
+        torch: Any = sys.modules["torch"]
+        tensor_type = torch.Tensor
+        node_type = torch.autograd.graph.Node
+        is_tensor, is_node = self._is_tensor, self._is_node
+        tensors: list[Any] = []
+        nodes: list[Any] = []
+        for obj in objects:
+            kind = type(obj)
+            flag = is_tensor.get(kind)
+            if flag is None:
+                flag = is_tensor[kind] = issubclass(kind, tensor_type)
+                is_node[kind] = not flag and issubclass(kind, node_type)
+            if flag:
+                tensors.append(obj)
+            elif is_node[kind]:
+                nodes.append(obj)
+        return tensors, nodes
+
+    # -- protocol ----------------------------------------------------------------------
+    def start(self, heap: Sequence[object]) -> None:
+        self._baseline = weakref.WeakSet()
+        self._unweakrefable = 0
+        self.absorb(heap)
+
+    def absorb(self, fresh: Sequence[object]) -> None:
+        tensors, _ = self._kinds(fresh)
+        for tensor in tensors:
+            try:
+                self._baseline.add(tensor)
+            except TypeError:
+                self._unweakrefable += 1
+
+    def collectable(self, fresh: Sequence[object]) -> int:
+        # Only fresh tensors can be cyclic garbage: frozen objects are never collected.
+        tensors, _ = self._kinds(fresh)
+        return len(tensors)
+
+    def sample(self, fresh: Sequence[object]) -> dict[str, float]:
+        tensors, held_nodes = self._kinds(fresh)
+        tensors.extend(self._baseline)
+        try:
+            return {
+                "torch.tensors": float(len(tensors) + self._unweakrefable),
+                "torch.nodes": float(count_nodes(tensors, held_nodes)),
+                "torch.storage_bytes": float(storage_bytes(tensors)),
+            }
+        finally:
+            tensors.clear()
+            held_nodes.clear()
+
+    def stop(self) -> None:
+        self._baseline = weakref.WeakSet()
+        self._is_tensor.clear()
+        self._is_node.clear()
+
+
+def count_nodes(tensors: Iterable[Any], held_nodes: Iterable[Any]) -> int:
+    """Distinct autograd nodes reachable from the tensors' grad_fn and the held nodes."""
+    seen: dict[int, Any] = {}  # holds the wrappers for the walk so ids stay unique
+    stack: list[Any] = list(held_nodes)
+    for tensor in tensors:
+        try:
+            grad_fn = tensor.grad_fn
+        except Exception:  # exotic subclasses may refuse; they simply carry no graph here
+            continue
+        if grad_fn is not None:
+            stack.append(grad_fn)
+    try:
+        while stack:
+            node = stack.pop()
+            if id(node) in seen:
+                continue
+            seen[id(node)] = node
+            for edge in getattr(node, "next_functions", ()):
+                child = edge[0]
+                if child is not None and id(child) not in seen:
+                    stack.append(child)
+        return len(seen)
+    finally:
+        seen.clear()
+        stack.clear()
+
+
+def storage_bytes(tensors: Iterable[Any]) -> int:
+    """Bytes of the distinct storages behind the tensors (views share one storage)."""
+    sizes: dict[tuple[str, int], int] = {}
+    for tensor in tensors:
+        try:
+            storage = tensor.untyped_storage()
+            pointer = storage.data_ptr()
+            nbytes = storage.nbytes()
+            device = str(storage.device)
+        except Exception:  # sparse, nested or meta tensors have no plain storage
+            continue
+        if pointer == 0:
+            continue
+        key = (device, pointer)
+        sizes[key] = max(sizes.get(key, 0), int(nbytes))
+    return sum(sizes.values())

@@ -1,0 +1,200 @@
+"""Runs a step warmup + steps times and samples every probe after each call.
+
+The tracker owns every change to the garbage collector's state and puts it back in
+``finally`` (also on KeyboardInterrupt and when a step raises):
+
+* automatic collection is off while measuring, so cyclic garbage waits for our own
+  ``gc.collect()`` after each step (that is what the cyclic-garbage probe counts);
+* debug flags are cleared (``DEBUG_SAVEALL`` would keep every collected object alive);
+* ``gc.freeze()`` before the first step and again at the end of warmup, so each sample
+  sees only the objects created since (O(new objects), not O(heap)).
+
+Limitation: ``gc.freeze()`` is process-wide and gc cannot freeze a chosen set of
+objects. If objects were frozen before the check (``gc.get_freeze_count() > 0``), the
+end of the check unfreezes and re-freezes everything alive, so the previously frozen
+objects stay frozen, together with whatever the check created that is still alive.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from pytest_graphleak.probes import GcProbe, Probe, make_probes
+
+
+@dataclass(frozen=True)
+class GcState:
+    enabled: bool
+    threshold: tuple[int, ...]
+    debug: int
+    frozen: int
+
+    @classmethod
+    def capture(cls) -> GcState:
+        return cls(gc.isenabled(), gc.get_threshold(), gc.get_debug(), gc.get_freeze_count())
+
+    def restore(self, *, we_froze: bool) -> None:
+        if we_froze:
+            gc.unfreeze()
+            if self.frozen:
+                gc.freeze()  # see the module docstring: the best gc allows
+        gc.set_debug(self.debug)
+        gc.set_threshold(*self.threshold)
+        if self.enabled:
+            gc.enable()
+        else:
+            gc.disable()
+
+
+@dataclass
+class Series:
+    """What a run measured: one sample per metric after each call."""
+
+    series: dict[str, list[float]] = field(default_factory=dict)
+    units: dict[str, str] = field(default_factory=dict)
+    calls: int = 0
+    duration_s: float = 0.0
+
+
+def annotate_step_error(exc: BaseException, call: int, warmup: int, planned: int | None) -> None:
+    """Add 'raised at step k' to the step's own exception (a note on 3.11+)."""
+    phase = "warmup step" if call <= warmup else "measured step"
+    of = f" of {planned}" if planned else ""
+    note = f"graphleak: raised at step {call}{of} ({phase}; warmup={warmup})"
+    exc.graphleak_step = call  # type: ignore[attr-defined]
+    if hasattr(exc, "add_note"):
+        exc.add_note(note)
+    else:  # Python 3.10 shows no notes, but keep them for tools that read them
+        notes = list(getattr(exc, "__notes__", []))
+        with contextlib.suppress(AttributeError):
+            exc.__notes__ = [*notes, note]  # type: ignore[attr-defined]
+
+
+class Sampler:
+    """The low-level loop body shared by ``run`` and hand-written loops (``track``).
+
+    ``begin()`` -> (``after_step()`` after each step) -> ``end()`` in ``finally``.
+    """
+
+    def __init__(self, *, warmup: int, probes: Sequence[str] | None = None) -> None:
+        if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+            raise ValueError(f"warmup must be an integer >= 0, got {warmup!r}")
+        self.warmup = warmup
+        self._probe_names = probes
+        self._probes: list[Probe] = []
+        self._state: GcState | None = None
+        self._froze = False
+        self._started = 0.0
+        self.result = Series()
+
+    @property
+    def calls(self) -> int:
+        return self.result.calls
+
+    def begin(self) -> None:
+        self._state = GcState.capture()
+        self._started = time.perf_counter()
+        try:
+            gc.disable()
+            gc.set_debug(0)
+            self._probes = make_probes(self._probe_names)
+            for probe in self._probes:
+                self.result.units.update(probe.units)
+            gc.collect()
+            heap = gc.get_objects()
+            try:
+                for probe in self._probes:
+                    probe.start(heap)
+            finally:
+                heap.clear()
+            del heap
+            gc.freeze()
+            self._froze = True
+        except BaseException:
+            self.end()
+            raise
+
+    def after_step(self) -> None:
+        """Sample every probe; at the end of warmup, move the baseline forward."""
+        self.result.calls += 1
+        values = self._sample()
+        for metric, value in values.items():
+            self.result.series.setdefault(metric, []).append(value)
+        if self.result.calls == self.warmup:
+            fresh = gc.get_objects()
+            try:
+                for probe in self._probes:
+                    probe.absorb(fresh)
+            finally:
+                fresh.clear()
+            del fresh
+            gc.freeze()
+
+    def _sample(self) -> dict[str, float]:
+        fresh = gc.get_objects()
+        try:
+            for probe in self._probes:
+                if isinstance(probe, GcProbe):
+                    probe.before_collect(fresh)
+        finally:
+            fresh.clear()  # drop our references before collecting
+        del fresh
+        gc.collect()
+        fresh = gc.get_objects()
+        values: dict[str, float] = {}
+        try:
+            for probe in self._probes:
+                values.update(probe.sample(fresh))
+        finally:
+            fresh.clear()
+        return values
+
+    def end(self) -> None:
+        """Stop every probe and restore the gc state; safe to call more than once."""
+        try:
+            for probe in self._probes:
+                # one probe failing must not leave gc frozen or disabled
+                with contextlib.suppress(Exception):
+                    probe.stop()
+            self._probes = []
+        finally:
+            if self._state is not None:
+                self._state.restore(we_froze=self._froze)
+                self._state = None
+                self._froze = False
+                self.result.duration_s = time.perf_counter() - self._started
+
+
+def run(
+    step: Callable[[], object],
+    *,
+    steps: int,
+    warmup: int,
+    probes: Sequence[str] | None = None,
+) -> Series:
+    """Call ``step`` ``warmup + steps`` times, sampling after each call.
+
+    A step that raises stops the run; its exception propagates unchanged, with a note
+    saying at which call it was raised.
+    """
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"steps must be an integer >= 1, got {steps!r}")
+    sampler = Sampler(warmup=warmup, probes=probes)
+    planned = warmup + steps
+    sampler.begin()
+    try:
+        for call in range(1, planned + 1):
+            try:
+                step()
+            except Exception as exc:
+                annotate_step_error(exc, call, warmup, planned)
+                raise
+            sampler.after_step()
+    finally:
+        sampler.end()
+    return sampler.result
+
