@@ -1,0 +1,255 @@
+"""The HTML report: one self-contained file rendered from the JSON document.
+
+No script, no network: styles inline in ``<head>``, charts as inline SVG, the
+retained graph as Graphviz's SVG (or its DOT text when ``dot`` is not on PATH).
+Every piece of text that came from a test (node ids, chains, source lines, DOT)
+is escaped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from html import escape
+from typing import Any
+
+from pytest_graphleak.report.dot import diagnosis_dot, render_svg
+from pytest_graphleak.report.svg import format_quantity, format_rate, series_chart
+from pytest_graphleak.result import FIXES
+
+#: Renders DOT text to an inline ``<svg>``; None means "show the DOT text instead".
+DotRenderer = Callable[[str], "str | None"]
+
+_STATUS_WORDS = {
+    "leaked": "LEAKED",
+    "warned": "LEAK (warning only)",
+    "error": "STEP RAISED",
+    "clean": "clean",
+}
+
+_STATUS_ORDER = {"leaked": 0, "warned": 1, "error": 2, "clean": 3}
+
+_STYLE = """
+body { font-family: system-ui, sans-serif; margin: 1.5rem; color: #1d1d24; max-width: 1100px; }
+h1 { font-size: 1.5rem; margin-bottom: .2rem; }
+h2 { font-size: 1.1rem; margin: 0; word-break: break-all; }
+h3 { font-size: 1rem; margin: 1rem 0 .4rem; }
+code, pre, .mono { font-family: ui-monospace, monospace; font-size: .85rem; }
+pre { background: #f4f4f8; padding: .6rem; overflow-x: auto; }
+.muted { color: #666; }
+.badge { display: inline-block; padding: .1rem .5rem; border-radius: .6rem; font-size: .8rem;
+         font-weight: 600; margin-right: .5rem; color: #fff; }
+.leaked { background: #c62828; } .warned { background: #c77800; }
+.error { background: #6a1b9a; } .clean { background: #2e7d32; }
+section.test { border: 1px solid #ddd; border-radius: .4rem; padding: .8rem 1rem; margin: 1rem 0; }
+table { border-collapse: collapse; margin: .4rem 0; }
+td, th { border-bottom: 1px solid #e4e4ea; padding: .2rem .6rem; text-align: left; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+tr.grew td { color: #b71c1c; font-weight: 600; }
+.charts { display: flex; flex-wrap: wrap; gap: .6rem; }
+svg.chart { background: #fff; border: 1px solid #e4e4ea; }
+svg.chart .chart-title { font: 600 12px sans-serif; fill: #1d1d24; }
+svg.chart .tick { font: 10px sans-serif; fill: #555; }
+svg.chart .axis { stroke: #999; stroke-width: 1; }
+svg.chart .warmup { fill: #e9e9f0; }
+svg.chart polyline.series { fill: none; stroke: #3b5bdb; stroke-width: 1.6; }
+svg.chart polyline.grew { stroke: #c62828; }
+svg.chart circle.series { fill: #3b5bdb; } svg.chart circle.grew { fill: #c62828; }
+ol.chain li { font-family: ui-monospace, monospace; font-size: .85rem; }
+.graph svg { max-width: 100%; height: auto; }
+"""
+
+
+def render_html(document: Mapping[str, Any], *, draw: DotRenderer | None = render_svg) -> str:
+    """The whole report page for a document from ``json_doc.build_document``.
+
+    ``draw`` turns DOT text into inline SVG (default: Graphviz when on PATH); pass
+    None to always show the DOT text.
+    """
+    tests: Sequence[Mapping[str, Any]] = document.get("tests", [])
+    summary = document.get("summary", {})
+    body = [
+        "<h1>graphleak report</h1>",
+        f'<p class="muted">{escape(str(document.get("generated_by", "")))} &middot; '
+        f"{_summary_line(summary, bool(document.get('warn_only')))}</p>",
+    ]
+    body.extend(f'<p class="note">{escape(str(note))}</p>' for note in document.get("notes", []))
+    if not tests:
+        body.append("<p>No test ran a graphleak check.</p>")
+    else:
+        # Leaks first, then by node id: the order is the same on every run and under xdist.
+        tests = sorted(tests, key=lambda t: (_STATUS_ORDER.get(t.get("status"), 9), t["nodeid"]))
+        body.append(_index(tests))
+        for number, test in enumerate(tests):
+            body.append(_test_section(test, f"t{number}", draw))
+    return (
+        "<!DOCTYPE html>\n"
+        '<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        "<title>graphleak report</title>"
+        f"<style>{_STYLE}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n"
+    )
+
+
+def _summary_line(summary: Mapping[str, Any], warn_only: bool) -> str:
+    parts = [f"{summary.get('checked', 0)} checked"]
+    parts.extend(
+        f"{summary[key]} {key}"
+        for key in ("leaked", "warned", "error", "clean")
+        if summary.get(key)
+    )
+    if warn_only:
+        parts.append("warn-only mode: leaks do not fail tests")
+    return escape(", ".join(parts))
+
+
+def _index(tests: Sequence[Mapping[str, Any]]) -> str:
+    rows = []
+    for number, test in enumerate(tests):
+        status = str(test.get("status", "clean"))
+        patterns = sorted({str(c["pattern"]) for c in test.get("checks", []) if c.get("pattern")})
+        rows.append(
+            f"<tr><td>{_badge(status)}</td>"
+            f'<td class="mono"><a href="#t{number}">{escape(str(test.get("nodeid", "")))}</a></td>'
+            f"<td>{escape(', '.join(patterns))}</td></tr>"
+        )
+    return (
+        "<table><tr><th>status</th><th>test</th><th>pattern</th></tr>" + "".join(rows) + "</table>"
+    )
+
+
+def _badge(status: str) -> str:
+    css = status if status in _STATUS_WORDS else "error"
+    return f'<span class="badge {css}">{escape(_STATUS_WORDS.get(status, status))}</span>'
+
+
+def _test_section(test: Mapping[str, Any], anchor: str, draw: DotRenderer | None) -> str:
+    status = str(test.get("status", "clean"))
+    head = (
+        f'<section class="test" id="{anchor}"><h2>{_badge(status)}'
+        f"{escape(str(test.get('nodeid', '')))}</h2>"
+        f'<p class="muted">pytest outcome: {escape(str(test.get("outcome", "")))}</p>'
+    )
+    checks = test.get("checks", [])
+    parts = [
+        _check_block(
+            check, test_name=str(test.get("nodeid", "")), several=len(checks) > 1, draw=draw
+        )
+        for check in checks
+    ]
+    body = "".join(parts)
+    if status == "clean":  # clean tests fold away; leaks stay open
+        body = f"<details><summary>series and charts</summary>{body}</details>"
+    return head + body + "</section>"
+
+
+def _check_block(
+    check: Mapping[str, Any], *, test_name: str, several: bool, draw: DotRenderer | None
+) -> str:
+    parts: list[str] = []
+    name = str(check.get("name", ""))
+    if several or (name and name != test_name):
+        parts.append(f"<h3>check <code>{escape(name)}</code></h3>")
+    verdict = check.get("verdict") or {}
+    pattern = check.get("pattern")
+    steps, warmup = check.get("steps", 0), check.get("warmup", 0)
+    line = f"{steps} measured steps after {warmup} warmup calls"
+    if check.get("leaked"):
+        line = f"<strong>{escape(str(pattern or 'leak'))}</strong> &middot; {escape(line)}"
+    else:
+        line = escape(line)
+    parts.append(f"<p>{line}</p>")
+    if verdict.get("reason"):
+        parts.append(f"<p>verdict: {escape(str(verdict['reason']))}</p>")
+    if check.get("error"):
+        parts.append(f"<p>the step raised: <code>{escape(str(check['error']))}</code></p>")
+    if check.get("leaked") and pattern in FIXES:
+        parts.append(f"<p>usual fix: {escape(FIXES[str(pattern)])}</p>")
+    parts.append(_metrics_table(check.get("metrics", {})))
+    parts.append(_charts(check))
+    diagnosis = check.get("diagnosis")
+    if diagnosis:
+        parts.append(_diagnosis_block(diagnosis, draw))
+    return "".join(parts)
+
+
+def _metrics_table(metrics: Mapping[str, Mapping[str, Any]]) -> str:
+    if not metrics:
+        return ""
+    rows = []
+    for metric in _ordered(metrics):
+        info = metrics[metric]
+        unit = str(info.get("unit", "objects"))
+        css = ' class="grew"' if info.get("grew") else ""
+        rows.append(
+            f'<tr{css}><td class="mono">{escape(metric)}</td>'
+            f'<td class="num">{escape(format_quantity(info.get("start"), unit))}</td>'
+            f'<td class="num">{escape(format_quantity(info.get("end"), unit))}</td>'
+            f'<td class="num">{escape(format_rate(info.get("per_step"), unit))}</td>'
+            f"<td>{'grew' if info.get('grew') else ''}</td></tr>"
+        )
+    return (
+        "<table><tr><th>metric</th><th>start</th><th>end</th><th>growth</th><th></th></tr>"
+        + "".join(rows)
+        + "</table>"
+    )
+
+
+def _charts(check: Mapping[str, Any]) -> str:
+    series: Mapping[str, Sequence[float]] = check.get("series", {})
+    metrics: Mapping[str, Mapping[str, Any]] = check.get("metrics", {})
+    units: Mapping[str, str] = check.get("units", {})
+    charts = [
+        series_chart(
+            series[metric],
+            warmup=int(check.get("warmup", 0)),
+            title=metric,
+            unit=units.get(metric, "objects"),
+            highlight=bool(metrics.get(metric, {}).get("grew")),
+        )
+        for metric in _ordered(metrics or dict.fromkeys(series))
+        if metric in series
+    ]
+    if not charts:
+        return ""
+    legend = '<p class="muted">shaded: warmup calls (not judged)</p>'
+    return legend + '<div class="charts">' + "".join(charts) + "</div>"
+
+
+def _ordered(metrics: Mapping[str, Any]) -> list[str]:
+    """Grown metrics first, then by name."""
+    return sorted(metrics, key=lambda m: (not (metrics[m] or {}).get("grew"), m))
+
+
+def _diagnosis_block(diagnosis: Mapping[str, Any], draw: DotRenderer | None) -> str:
+    parts = []
+    chain = diagnosis.get("chain") or []
+    if chain:
+        items = "".join(f"<li>{escape(str(link))}</li>" for link in chain)
+        parts.append(f'<h3>culprit chain (root first)</h3><ol class="chain">{items}</ol>')
+    cycle = diagnosis.get("cycle") or []
+    if cycle:
+        items = "".join(f"<li>{escape(str(link))}</li>" for link in cycle)
+        parts.append(f'<h3>reference cycle</h3><ol class="chain">{items}</ol>')
+    sites = diagnosis.get("sites") or []
+    if sites:
+        rows = "".join(
+            f'<tr><td class="mono">{escape(str(s.get("filename", "")))}:'
+            f"{escape(str(s.get('lineno', '')))}</td>"
+            f'<td class="mono">{escape(str(s.get("function", "")))}</td>'
+            f'<td class="num">{escape(str(s.get("count", "")))}</td>'
+            f"<td><code>{escape(str(s.get('line', '')))}</code></td></tr>"
+            for s in sites
+        )
+        parts.append(
+            "<h3>creation sites</h3><table><tr><th>where</th><th>function</th>"
+            f"<th>objects/step</th><th>line</th></tr>{rows}</table>"
+        )
+    notes = diagnosis.get("notes") or []
+    if notes:
+        parts.append("<ul>" + "".join(f"<li>{escape(str(n))}</li>" for n in notes) + "</ul>")
+    dot_text = diagnosis_dot(diagnosis)
+    if dot_text:
+        svg = draw(dot_text) if draw is not None else None
+        drawing = svg if svg is not None else f"<pre>{escape(dot_text)}</pre>"
+        parts.append(f'<h3>retained graph</h3><div class="graph">{drawing}</div>')
+    return "".join(parts)

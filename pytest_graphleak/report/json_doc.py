@@ -1,0 +1,157 @@
+"""The session's JSON report: one versioned document for all checked tests.
+
+The document is built only from the plain ``report.graphleak`` dicts that pytest
+(and pytest-xdist) carry from each test's call phase, so it is the same whether
+the tests ran in one process or on many workers. Its JSON Schema is
+``schema.json`` beside this module (described in the README, section "Reports").
+The HTML report is rendered from this same document.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import tempfile
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+#: Version of the document layout (``"schema"`` key); bump on incompatible changes.
+DOCUMENT_SCHEMA_VERSION = 1
+
+#: The JSON Schema of the document (installed as package data beside this module).
+SCHEMA_PATH = Path(__file__).with_name("schema.json")
+
+#: A test's status in the reports, from its checks and its pytest outcome.
+STATUSES = ("leaked", "warned", "error", "clean")
+
+
+@dataclass
+class CheckedTest:
+    """One test that ran at least one graphleak check (marker or fixture)."""
+
+    nodeid: str
+    outcome: str  # pytest's call-phase outcome: "passed" | "failed" | "skipped"
+    checks: list[dict[str, Any]] = field(default_factory=list)  # CheckResult.to_dict() each
+
+    @property
+    def status(self) -> str:
+        """``leaked``: a check leaked and the test failed; ``warned``: a check leaked
+        but the test passed (warn-only mode, or the GraphLeakError was caught);
+        ``error``: a step raised; ``clean`` otherwise."""
+        if any(check.get("leaked") for check in self.checks):
+            return "leaked" if self.outcome == "failed" else "warned"
+        if any(check.get("error") for check in self.checks):
+            return "error"
+        return "clean"
+
+
+def metric_summary(check: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per metric of one check: unit, first and last measured value, growth per step
+    and whether the verdict judged it grown.
+
+    ``per_step`` is the verdict's robust estimate for a grown metric and the plain
+    slope ``(end - start) / (steps - 1)`` over the measured calls otherwise.
+    """
+    warmup = int(check.get("warmup", 0))
+    units: Mapping[str, str] = check.get("units", {})
+    verdict = check.get("verdict") or {}
+    grown = {g["metric"]: g for g in verdict.get("growths", [])}
+    summary: dict[str, dict[str, Any]] = {}
+    for metric, series in check.get("series", {}).items():
+        measured = [float(v) for v in series[warmup:] if _finite(v)]
+        start = measured[0] if measured else None
+        end = measured[-1] if measured else None
+        if metric in grown:
+            per_step: float | None = float(grown[metric]["per_step"])
+        elif start is not None and end is not None and len(measured) > 1:
+            per_step = (end - start) / (len(measured) - 1)
+        else:
+            per_step = None
+        summary[metric] = {
+            "unit": units.get(metric, "objects"),
+            "start": start,
+            "end": end,
+            "per_step": per_step,
+            "grew": metric in grown,
+        }
+    return summary
+
+
+def build_document(
+    tests: Iterable[CheckedTest],
+    *,
+    generated_by: str,
+    warn_only: bool = False,
+    notes: Iterable[str] = (),
+) -> dict[str, Any]:
+    """The report document, tests sorted by node id (deterministic under xdist)."""
+    rows = sorted(tests, key=lambda t: t.nodeid)
+    counts = dict.fromkeys(STATUSES, 0)
+    for test in rows:
+        counts[test.status] += 1
+    return {
+        "schema": DOCUMENT_SCHEMA_VERSION,
+        "generated_by": generated_by,
+        "warn_only": warn_only,
+        "summary": {"checked": len(rows), **counts},
+        "notes": list(notes),
+        "tests": [
+            {
+                "nodeid": test.nodeid,
+                "outcome": test.outcome,
+                "status": test.status,
+                "checks": [{**check, "metrics": metric_summary(check)} for check in test.checks],
+            }
+            for test in rows
+        ],
+    }
+
+
+def dumps(document: Mapping[str, Any]) -> str:
+    """Stable JSON text: sorted keys, so equal documents give equal files. A
+    non-finite number (a probe that failed to read) becomes ``null``: strict JSON."""
+    return json.dumps(_strict(document), indent=2, sort_keys=True, allow_nan=False) + "\n"
+
+
+def load_schema() -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) that every document validates against."""
+    text = SCHEMA_PATH.read_text(encoding="utf-8")
+    schema: dict[str, Any] = json.loads(text)
+    return schema
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` so that readers see the old file or the whole new
+    one, never half: a temporary file in the same directory, then ``os.replace``.
+    Raises OSError (the temporary file removed) when the directory is missing or
+    not writable."""
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp_name, 0o644)  # mkstemp makes 0600; a report is meant to be shared
+        os.replace(tmp_name, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp_name)
+        raise
+
+
+def _strict(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, Mapping):
+        return {str(k): _strict(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_strict(v) for v in value]
+    return value
+
+
+def _finite(value: object) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value)

@@ -1,0 +1,381 @@
+"""Session-wide reports of graphleak checks: the terminal summary, the status letter,
+the JSON and HTML files, and JUnit XML properties.
+
+The core plugin registers ``GraphleakSessionReport(config)`` and calls
+``add_options(parser)``. The reporter reads only ``report.graphleak`` (a list of
+``CheckResult.to_dict()``) from call-phase reports in ``pytest_runtest_logreport``,
+which pytest-xdist replays on the controller with the same plain data, so a run
+on many workers gives the same reports as one process. Workers write nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_graphleak.report.html import render_html
+from pytest_graphleak.report.json_doc import (
+    CheckedTest,
+    build_document,
+    dumps,
+    metric_summary,
+    write_text_atomic,
+)
+from pytest_graphleak.report.svg import format_quantity, format_rate
+from pytest_graphleak.report.text import sparkline
+from pytest_graphleak.result import CheckResult
+
+_REPORT_HELP = (
+    "write a JSON report of every graphleak check to PATH (schema in the README); "
+    "relative paths: to the current directory on the command line, to the ini file's "
+    "directory in the ini file"
+)
+_HTML_HELP = (
+    "write a self-contained HTML report (charts, culprit chains, graph drawings) of every "
+    "graphleak check to PATH; relative paths as for --graphleak-report"
+)
+
+
+def add_options(parser: pytest.Parser) -> None:
+    """The report options; each CLI flag has an ini twin with the same help text."""
+    group = parser.getgroup("graphleak")
+    group.addoption(
+        "--graphleak-report",
+        dest="graphleak_report",
+        metavar="PATH",
+        default=None,
+        help=_REPORT_HELP,
+    )
+    group.addoption(
+        "--graphleak-html", dest="graphleak_html", metavar="PATH", default=None, help=_HTML_HELP
+    )
+    parser.addini("graphleak_report", help=_REPORT_HELP, type="string", default="")
+    parser.addini("graphleak_html", help=_HTML_HELP, type="string", default="")
+
+
+@dataclass
+class _Output:
+    kind: str  # "JSON" or "HTML"
+    path: Path
+    written_to: Path | None = None  # where it ended up (the fallback after a failed write)
+    error: str = ""
+
+
+class GraphleakSessionReport:
+    """The pytest plugin object that collects check results and writes the reports."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        #: On a pytest-xdist worker: results travel to the controller, which reports.
+        self.is_worker = hasattr(config, "workerinput")
+        self.tests: dict[str, CheckedTest] = {}
+        self.notes: list[str] = []
+        self._junit_pending: dict[str, list[tuple[str, str]]] = {}
+        self.outputs = [
+            _Output(kind, path)
+            for kind, name in (("JSON", "graphleak_report"), ("HTML", "graphleak_html"))
+            if (path := _configured_path(config, name)) is not None
+        ]
+        if not self.is_worker and config.pluginmanager.hasplugin("xdist"):
+            config.pluginmanager.register(_XdistHooks(self), "graphleak-session-report-xdist")
+
+    # -- collecting ---------------------------------------------------------------
+
+    @pytest.hookimpl(tryfirst=True)  # before junitxml reads the teardown's properties
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if self.is_worker:
+            return
+        if report.when == "call":
+            checks = self._checks_of(report)
+            if checks:
+                test = CheckedTest(report.nodeid, report.outcome, checks)
+                self.tests[report.nodeid] = test
+                self._junit_pending[report.nodeid] = junit_properties(test)
+        elif report.when == "teardown":
+            properties = self._junit_pending.pop(report.nodeid, None)
+            if properties:
+                report.user_properties = [*report.user_properties, *properties]
+
+    def _checks_of(self, report: pytest.TestReport) -> list[dict[str, Any]]:
+        data = getattr(report, "graphleak", None)
+        if not data:
+            return []
+        try:
+            if not isinstance(data, list):
+                raise TypeError(f"expected a list of check dicts, got {type(data).__name__}")
+            # The round trip checks the layout and gives every check the same keys.
+            return [CheckResult.from_dict(check).to_dict() for check in data]
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            self.notes.append(
+                f"ignored malformed graphleak results of {report.nodeid}: "
+                f"{type(exc).__name__}: {exc}"
+            )
+            return []
+
+    def pytest_report_teststatus(
+        self, report: pytest.TestReport, config: pytest.Config
+    ) -> tuple[str, str, tuple[str, Mapping[str, bool]]] | None:
+        """``L``/``LEAKED`` for a test failed by a leak; ``l``/``LEAK-WARNING`` for a
+        leak reported on a passing test (warn-only). The category stays pytest's, so
+        a leaked test counts as failed and the exit code is non-zero."""
+        if report.when != "call" or hasattr(report, "wasxfail"):
+            return None
+        data = getattr(report, "graphleak", None)
+        if not isinstance(data, list) or not any(
+            isinstance(check, dict) and check.get("leaked") for check in data
+        ):
+            return None
+        if report.failed:
+            return "failed", "L", ("LEAKED", {"red": True})
+        if report.passed:
+            return "passed", "l", ("LEAK-WARNING", {"yellow": True})
+        return None
+
+    # -- writing --------------------------------------------------------------------
+
+    def document(self) -> dict[str, Any]:
+        return build_document(
+            self.tests.values(),
+            generated_by=_generated_by(),
+            warn_only=_warn_only(self.config),
+            notes=sorted(self.notes),
+        )
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if self.is_worker or not self.outputs:
+            return
+        document = self.document()
+        json_text = dumps(document)
+        failed = False
+        for output in self.outputs:
+            text = json_text if output.kind == "JSON" else render_html(document)
+            failed |= not _write(output, text)
+        if failed and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+        if failed and all(o.written_to is None for o in self.outputs):
+            # Neither the file nor its fallback could be written: keep the data in the log.
+            sys.stdout.write("graphleak JSON report follows:\n" + json_text)
+
+    # -- terminal -------------------------------------------------------------------
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if self.is_worker or not (self.tests or self.outputs or self.notes):
+            return
+        tr = terminalreporter
+        tr.write_sep("=", "graphleak report")
+        verbose = (self.config.getoption("verbose", default=0) or 0) > 0
+        rows = [self.tests[nodeid] for nodeid in sorted(self.tests)]
+        width = max((len(m) for t in rows for c in t.checks for m in c["series"]), default=0)
+        for test in rows:
+            if test.status == "clean" and not verbose:
+                continue
+            for line, markup in summary_lines(test, width, _warn_only(self.config)):
+                tr.write_line(line, **markup)
+        for note in sorted(self.notes):
+            tr.write_line(f"note: {note}", yellow=True)
+        if not rows:
+            tr.write_line("no test ran a graphleak check")
+        else:
+            tr.write_line(_count_line(rows))
+        for output in self.outputs:
+            if output.error:
+                tr.write_line(f"ERROR: {output.error}", red=True, bold=True)
+            elif output.written_to is not None:
+                tr.write_line(f"{output.kind} report: {output.written_to}")
+
+
+class _XdistHooks:
+    """Hooks that exist only with pytest-xdist (registered only when it is present)."""
+
+    def __init__(self, owner: GraphleakSessionReport) -> None:
+        self.owner = owner
+
+    def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport) -> None:
+        self.owner.notes.append(
+            f"a pytest-xdist worker crashed while running {crashitem}, so it has no graphleak "
+            "result (a leak may have exhausted the worker's memory: run it alone)"
+        )
+
+
+def summary_lines(
+    test: CheckedTest, width: int, warn_only: bool
+) -> list[tuple[str, dict[str, bool]]]:
+    """The terminal rows of one checked test: a head line with status, node id,
+    pattern and culprit, then each grown metric with start -> end, growth per step
+    and a sparkline of the whole series."""
+    lines: list[tuple[str, dict[str, bool]]] = []
+    for index, check in enumerate(test.checks):
+        name = test.nodeid
+        if len(test.checks) > 1:
+            label = check["name"] if check["name"] != test.nodeid else f"check {index + 1}"
+            name = f"{test.nodeid} [{label}]"
+        status = _check_status(check, test)
+        word, markup = _STATUS_STYLE[status]
+        head = f"{word} {name}"
+        if check.get("leaked"):
+            head += f"  {check.get('pattern') or 'leak'}"
+            culprit = _culprit(check.get("diagnosis"))
+            if culprit:
+                head += f"  {culprit}"
+            if status == "warned":
+                head += "  (warn-only: not failed)" if warn_only else "  (test passed)"
+        elif check.get("error"):
+            head += f"  step raised: {check['error']}"
+        else:
+            head += f"  ({check['steps']} steps after {check['warmup']} warmup)"
+        lines.append((head, markup))
+        metrics = metric_summary(check)
+        for metric, info in metrics.items():
+            if not info["grew"]:
+                continue
+            unit = info["unit"]
+            lines.append(
+                (
+                    f"    {metric:<{width}}  {format_quantity(info['start'], unit)} -> "
+                    f"{format_quantity(info['end'], unit)}  {format_rate(info['per_step'], unit)}  "
+                    f"{sparkline(check['series'][metric])}",
+                    {},
+                )
+            )
+    return lines
+
+
+_STATUS_STYLE: dict[str, tuple[str, dict[str, bool]]] = {
+    "leaked": ("LEAKED ", {"red": True, "bold": True}),
+    "warned": ("WARNING", {"yellow": True, "bold": True}),
+    "error": ("ERROR  ", {"red": True}),
+    "clean": ("clean  ", {"green": True}),
+}
+
+
+def _check_status(check: Mapping[str, Any], test: CheckedTest) -> str:
+    if check.get("leaked"):
+        return "leaked" if test.outcome == "failed" else "warned"
+    return "error" if check.get("error") else "clean"
+
+
+def _culprit(diagnosis: Mapping[str, Any] | None) -> str:
+    """The chain's last link (the leaked object), with the root it hangs from."""
+    if not diagnosis:
+        return ""
+    chain: Sequence[str] = diagnosis.get("chain") or []
+    if chain:
+        via = f" (from {chain[0]})" if len(chain) > 1 else ""
+        return f"held: {chain[-1]}{via}"
+    cycle: Sequence[str] = diagnosis.get("cycle") or []
+    if cycle:
+        return f"cycle through {cycle[0]}"
+    return ""
+
+
+def _count_line(rows: Sequence[CheckedTest]) -> str:
+    counts: dict[str, int] = {}
+    for test in rows:
+        counts[test.status] = counts.get(test.status, 0) + 1
+    parts = [f"{counts[s]} {s}" for s in ("leaked", "warned", "error", "clean") if s in counts]
+    return f"graphleak: {len(rows)} checked: " + ", ".join(parts)
+
+
+def junit_properties(test: CheckedTest) -> list[tuple[str, str]]:
+    """JUnit XML properties of one test: status, pattern and every metric's growth per
+    step (``graphleak.<metric>.per_step``). With several checks in one test, each
+    check's names get its 1-based index: ``graphleak.2.<metric>.per_step``."""
+    properties = [("graphleak.status", test.status)]
+    several = len(test.checks) > 1
+    for index, check in enumerate(test.checks, start=1):
+        prefix = f"graphleak.{index}" if several else "graphleak"
+        if several:
+            properties.append((f"{prefix}.name", str(check["name"])))
+        properties.append((f"{prefix}.leaked", "true" if check.get("leaked") else "false"))
+        if check.get("pattern"):
+            properties.append((f"{prefix}.pattern", str(check["pattern"])))
+        for metric, info in metric_summary(check).items():
+            if info["per_step"] is not None:
+                properties.append((f"{prefix}.{metric}.per_step", f"{info['per_step']:.6g}"))
+    return properties
+
+
+def _configured_path(config: pytest.Config, name: str) -> Path | None:
+    """The report path from the CLI (relative to the invocation directory) or else the
+    ini file (relative to its directory); a path that cannot be written is a usage
+    error now, before the suite runs, not a lost report at the end."""
+    flag = "--" + name.replace("_", "-")
+    value = config.getoption(name, default=None)
+    if value:
+        where = f"{flag} on the command line"
+        path = config.invocation_params.dir / Path(str(value)).expanduser()
+    else:
+        value = str(config.getini(name) or "").strip()
+        if not value:
+            return None
+        base = config.inipath.parent if config.inipath else config.rootpath
+        where = f"{name} in {config.inipath or 'the ini file'}"
+        path = base / Path(value).expanduser()
+    path = Path(os.path.abspath(path))
+    if path.is_dir():
+        raise pytest.UsageError(f"{where}: {str(value)!r} is a directory, not a file path")
+    if not path.parent.is_dir():
+        raise pytest.UsageError(
+            f"{where}: cannot write {str(path)!r}: directory {str(path.parent)!r} does not exist"
+        )
+    if not os.access(path.parent, os.W_OK):
+        raise pytest.UsageError(
+            f"{where}: cannot write {str(path)!r}: directory {str(path.parent)!r} is not writable"
+        )
+    return path
+
+
+def _write(output: _Output, text: str) -> bool:
+    """Write atomically; on failure, save to a fallback file in the temp directory and
+    record an error naming both paths. Returns True when the wanted path was written."""
+    try:
+        write_text_atomic(output.path, text)
+    except OSError as exc:
+        reason = f"{type(exc).__name__}: {exc.strerror or exc}"
+        try:
+            fd, fallback = tempfile.mkstemp(prefix="graphleak-", suffix="-" + output.path.name)
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                handle.write(text)
+        except OSError:
+            output.error = (
+                f"could not write the graphleak {output.kind} report to {str(output.path)!r} "
+                f"({reason}), nor to a temporary file"
+            )
+            return False
+        output.written_to = Path(fallback)
+        output.error = (
+            f"could not write the graphleak {output.kind} report to {str(output.path)!r} "
+            f"({reason}); saved it to {fallback!r} instead"
+        )
+        return False
+    output.written_to = output.path
+    return True
+
+
+def _warn_only(config: pytest.Config) -> bool:
+    """Whether the core plugin runs in warn-only mode (its option, CLI or ini)."""
+    try:
+        if config.getoption("graphleak_warn_only", default=None):
+            return True
+        value = config.getini("graphleak_warn_only")
+    except (ValueError, KeyError):
+        return False
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "true", "yes", "on")
+    return bool(value)
+
+
+def _generated_by() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"pytest-graphleak {version('pytest-graphleak')}"
+    except PackageNotFoundError:
+        return "pytest-graphleak"
