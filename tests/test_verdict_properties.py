@@ -1,0 +1,183 @@
+"""Property tests of the verdict (issue 7): what any rule worth trusting must say.
+
+- a series that rises by at least one unit every ``k`` measured steps, for any ``k`` up to
+  ``steps / 3``, is a leak;
+- a series that is flat after a bounded prefix (anything during warmup and the first half
+  of the measured steps) is clean;
+- a periodic series (period up to ``steps / 4``, so the second half holds two periods:
+  gradient accumulation, a bounded queue) is clean.
+
+Whatever happens during warmup is arbitrary in every case. ``judge`` is pure, so these
+run on hand-made series without a heap.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from pytest_graphleak.verdict import judge
+
+SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+OBJECT_METRICS = ("minigrad.tensors", "minigrad.nodes", "torch.tensors", "torch.nodes")
+UNITS = {m: "objects" for m in OBJECT_METRICS}
+
+counts = st.integers(min_value=0, max_value=10**6)
+metrics = st.sampled_from(OBJECT_METRICS)
+
+
+@st.composite
+def warmup_prefix(draw: st.DrawFn) -> list[int]:
+    """Any warmup samples at all: lazy state, caches filling, first backward."""
+    return draw(st.lists(counts, min_size=0, max_size=12))
+
+
+@st.composite
+def staircase(
+    draw: st.DrawFn, max_k: int | None = None, min_steps: int = 6
+) -> tuple[list[int], int, int]:
+    """(series, warmup, k): measured samples that rise >= 1 unit every k steps.
+
+    Built from rise positions with gaps of at most ``k``; each rise is large enough that a
+    bounded periodic wobble added on top keeps ``m[i + k] >= m[i] + 1`` for every ``i``.
+    """
+    steps = draw(st.integers(min_value=min_steps, max_value=64))
+    k = draw(st.integers(min_value=1, max_value=min(steps // 3, max_k or steps)))
+    wobble_period = draw(st.integers(min_value=1, max_value=4))
+    wobble = draw(st.lists(st.integers(0, 3), min_size=wobble_period, max_size=wobble_period))
+    spread = max(wobble) - min(wobble)
+    rises = set()
+    position = draw(st.integers(min_value=1, max_value=k))
+    while position < steps:
+        rises.add(position)
+        position += draw(st.integers(min_value=1, max_value=k))
+    level = draw(counts)
+    measured = []
+    for i in range(steps):
+        if i in rises:
+            level += spread + draw(st.integers(min_value=1, max_value=5))
+        measured.append(level + wobble[i % wobble_period])
+    # the property's premise, stated once more so a generator bug cannot hide
+    assert all(measured[i + k] >= measured[i] + 1 for i in range(steps - k))
+    prefix = draw(warmup_prefix())
+    return prefix + measured, len(prefix), k
+
+
+@st.composite
+def flat_after_prefix(draw: st.DrawFn) -> tuple[list[int], int]:
+    """Arbitrary warmup and first half of the measured steps, then one constant value."""
+    steps = draw(st.integers(min_value=4, max_value=64))
+    settle = draw(st.integers(min_value=0, max_value=steps // 2))
+    head = draw(st.lists(counts, min_size=settle, max_size=settle))
+    value = draw(counts)
+    prefix = draw(warmup_prefix())
+    return prefix + head + [value] * (steps - settle), len(prefix)
+
+
+@st.composite
+def periodic(draw: st.DrawFn) -> tuple[list[int], int]:
+    """Arbitrary warmup, then one pattern repeated (period <= steps / 4), any phase."""
+    steps = draw(st.integers(min_value=8, max_value=64))
+    period = draw(st.integers(min_value=1, max_value=steps // 4))
+    base = draw(counts)
+    pattern = [
+        base + d for d in draw(st.lists(st.integers(0, 50), min_size=period, max_size=period))
+    ]
+    phase = draw(st.integers(min_value=0, max_value=period - 1))
+    prefix = draw(warmup_prefix())
+    measured = [pattern[(i + phase) % period] for i in range(steps)]
+    return prefix + measured, len(prefix)
+
+
+def verdict_of(metric: str, series: list[int], warmup: int):
+    return judge({metric: series}, UNITS, warmup=warmup)
+
+
+# ------------------------------------------------------------------ leaks
+
+
+@SETTINGS
+@given(staircase(max_k=3, min_steps=12), metrics)
+@example(([0] * 3 + list(range(10)), 3, 1), "minigrad.tensors")  # one per step
+@example(([0] + [i // 3 for i in range(30)], 1, 3), "torch.nodes")  # every third step
+def test_rising_every_three_steps_or_faster_is_a_leak(
+    case: tuple[list[int], int, int], metric: str
+) -> None:
+    """What verdict.py promises today (12 steps or more); the next test is the issue's ask."""
+    series, warmup, k = case
+    verdict = verdict_of(metric, series, warmup)
+    assert verdict.leaked, (k, series, verdict.reason)
+    assert [g.metric for g in verdict.growths] == [metric]
+    assert verdict.pattern in ("list-accumulation", "retained-grad-fn")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="bug: verdict.py compares floor windows only WINDOW_OFFSET=3 steps apart and "
+    "wants two floor rises inside the second half, so a leak of one object every k steps "
+    "with 3 < k <= steps/3 can pass (issue 7 asks for k up to steps/3)",
+)
+@SETTINGS
+@given(staircase(), metrics)
+@example(([0] * 3 + [i // 10 for i in range(30)], 3, 10), "minigrad.tensors")
+def test_rising_every_k_steps_up_to_a_third_of_the_steps_is_a_leak(
+    case: tuple[list[int], int, int], metric: str
+) -> None:
+    series, warmup, k = case
+    verdict = verdict_of(metric, series, warmup)
+    assert verdict.leaked, (k, series, verdict.reason)
+
+
+# ------------------------------------------------------------------ clean
+
+
+@SETTINGS
+@given(flat_after_prefix(), metrics)
+@example(([5, 9, 2] + [100] * 20, 3), "torch.tensors")
+@example(([0] + list(range(10)) + [10] * 10, 1), "minigrad.nodes")  # settles at mid-run
+def test_flat_after_a_bounded_prefix_is_clean(case: tuple[list[int], int], metric: str) -> None:
+    series, warmup = case
+    verdict = verdict_of(metric, series, warmup)
+    assert not verdict.leaked, (series, warmup, verdict.reason)
+    assert verdict.growths == []
+
+
+@SETTINGS
+@given(periodic(), metrics)
+@example(([0, 0] + [0, 1, 2, 3] * 5, 2), "minigrad.tensors")  # gradient accumulation, 4 steps
+def test_periodic_is_clean(case: tuple[list[int], int], metric: str) -> None:
+    series, warmup = case
+    verdict = verdict_of(metric, series, warmup)
+    assert not verdict.leaked, (series, warmup, verdict.reason)
+
+
+@SETTINGS
+@given(staircase(max_k=3, min_steps=12), st.lists(counts, min_size=3, max_size=3))
+def test_one_leaking_metric_among_clean_ones_is_named_alone(
+    leak: tuple[list[int], int, int], levels: list[int]
+) -> None:
+    """Judging several metrics together changes nothing: only the rising one is named."""
+    series_leak, warmup, _ = leak
+    n = len(series_leak)
+    series = {
+        "torch.nodes": series_leak,
+        "torch.tensors": [levels[0]] * n,
+        "minigrad.tensors": [levels[1]] * n,
+        "process.rss_bytes": [levels[2] << 20] * n,
+    }
+    verdict = judge(series, {**UNITS, "process.rss_bytes": "bytes"}, warmup=warmup)
+    assert verdict.leaked
+    assert [g.metric for g in verdict.growths] == ["torch.nodes"]
+    assert verdict.pattern == "retained-grad-fn"
+
+
+@SETTINGS
+@given(flat_after_prefix(), metrics)
+def test_the_verdict_is_pure(case: tuple[list[int], int], metric: str) -> None:
+    """Same input, same verdict, and the input is left untouched."""
+    series, warmup = case
+    before = list(series)
+    first = verdict_of(metric, series, warmup)
+    assert verdict_of(metric, series, warmup) == first
+    assert series == before
