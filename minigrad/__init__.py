@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from minigrad import autograd, counters
+from minigrad import autograd, counters, functional, nn, optim
 from minigrad.autograd import (
     AccumulateGrad,
     Function,
@@ -58,10 +58,13 @@ __all__ = [
     "counters",
     "creation_site",
     "enable_grad",
+    "functional",
     "is_grad_enabled",
     "is_recording_creation_sites",
+    "nn",
     "no_grad",
     "ones",
+    "optim",
     "randn",
     "record_creation_sites",
     "recording_creation_sites",
