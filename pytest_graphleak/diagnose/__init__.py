@@ -1,0 +1,384 @@
+"""Diagnosis of a leak verdict: the pattern, the culprit chain and the creation site.
+
+``diagnose(verdict, step=..., roots=..., exclude=...) -> Diagnosis`` runs only after a
+leak verdict. With a ``step`` it runs a few more training steps (see ``observe``) to
+find the tensors and graph nodes a step leaves behind, then
+
+- the **chain**: the shortest path of labelled references from a root the user knows
+  (fixture, ``self``, local, module global, closure cell) to a leaked object;
+- the **cycle**: for leaks held by reference cycles, the objects of the cycle with edge
+  labels, and which hook or pack hook holds it when the cycle runs through torch's C++;
+- the **sites**: file:line of user code that made the leaked tensors and nodes;
+- the **pattern** (``classify``) and a small Graphviz drawing.
+
+Without a step (a hand-written loop checked with ``track()``) it inspects the heap as it
+is. The returned ``Diagnosis`` is plain strings and numbers: nothing here keeps a
+measured object alive after ``diagnose`` returns.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import time
+from collections import Counter
+from collections.abc import Callable, Collection, Mapping
+from typing import Any
+
+from pytest_graphleak.diagnose.backends import NODE, TENSOR, Backend, TorchBackend, active_backends
+from pytest_graphleak.diagnose.classify import Facts, classify, only_memory_grew
+from pytest_graphleak.diagnose.edges import ObjectEdges
+from pytest_graphleak.diagnose.observe import RECORDED_RUNS, RUNS, Leaked, Observation, observe
+from pytest_graphleak.diagnose.render import render_chain, render_cycle, render_dot
+from pytest_graphleak.diagnose.roots import (
+    Roots,
+    closure_roots,
+    given_roots,
+    global_roots,
+    user_functions,
+    user_modules,
+)
+from pytest_graphleak.diagnose.search import Path, find_cycle, shortest_path
+from pytest_graphleak.diagnose.sites import Site, UserFrames, memory_sites, source_line
+from pytest_graphleak.result import CreationSite, Diagnosis, Verdict
+
+__all__ = ["diagnose"]
+
+_MAX_SITES = 5
+_SIZED = (list, dict, set, frozenset, tuple)
+
+
+def diagnose(
+    verdict: Verdict,
+    *,
+    step: Callable[[], object] | None,
+    roots: Mapping[str, object],
+    exclude: Collection[int] = (),
+) -> Diagnosis:
+    """Refine a leak verdict into pattern, culprit chain, cycle and creation sites."""
+    started = time.perf_counter()
+    backends = active_backends()
+    walker = ObjectEdges(backends, exclude=[*exclude, id(roots)])
+    frames = UserFrames()
+    if step is None:
+        diagnosis = _diagnose_heap(verdict, roots, walker)
+    else:
+        diagnosis = _diagnose_with_step(verdict, step, roots, walker, backends, frames)
+    diagnosis.notes.append(f"diagnosis took {time.perf_counter() - started:.2f} s")
+    return diagnosis
+
+
+# --------------------------------------------------------------------------- with a step
+def _diagnose_with_step(
+    verdict: Verdict,
+    step: Callable[[], object],
+    roots: Mapping[str, object],
+    walker: ObjectEdges,
+    backends: list[Backend],
+    frames: UserFrames,
+) -> Diagnosis:
+    notes: list[str] = []
+    obs = observe(step, backends, frames)
+    chain_path: Path | None = None
+    cycle_path: Path | None = None
+    try:
+        if obs.error:
+            notes.append(f"the step raised during diagnosis: {obs.error}")
+        torch = next((b for b in backends if isinstance(b, TorchBackend)), None)
+        is_target = _target_test(obs, torch)
+        all_roots = _all_roots(roots, step, obs)
+        chain_path = shortest_path(all_roots, is_target, walker) if _any_alive(obs) else None
+        chain = render_chain(chain_path, walker) if chain_path is not None else []
+        grew = _container_growth(chain_path, step, walker, notes) if chain_path else False
+
+        cycle: list[str] = []
+        cycle_held = False
+        if obs.cyclic:
+            cycle_path = _first_cycle(obs.cyclic, walker)
+            notes.append(
+                f"{_count(obs.cyclic)} made by one step are freed only by gc.collect(): "
+                "they are kept by a reference cycle"
+            )
+        elif obs.alive and chain_path is None:
+            cycle_path = _first_cycle(obs.alive, walker)
+            if cycle_path is not None:
+                cycle_held = True
+                notes.append(
+                    "no root reaches the leaked objects: a reference cycle that the "
+                    "collector cannot free holds them (part of it is inside torch)"
+                )
+            else:
+                held = _pack_hook_cycle(obs, torch, walker)
+                if held:
+                    cycle, note = held
+                    cycle_held = True
+                    notes.append(note)
+                else:
+                    notes.append(_referrer_note(obs))
+        if cycle_path is not None:
+            cycle = render_cycle(cycle_path, walker)
+            notes.extend(_cycle_notes(cycle, obs.cyclic != []))
+
+        nodes = _torch_leaked_nodes(obs, torch, chain_path)
+        sites = _sites(obs, nodes)
+        facts = Facts(
+            leaked_count=len(obs.leaked) + len(nodes),
+            cyclic_count=len(obs.cyclic),
+            has_chain=chain_path is not None,
+            container_grew=grew,
+            cycle_held=cycle_held,
+        )
+        pattern = classify(verdict, facts)
+        if obs.leaked or nodes:
+            notes.insert(0, _summary(obs, nodes))
+        elif not obs.error:
+            notes.insert(0, "no tensor or graph node made by the diagnostic steps stayed alive")
+        if pattern == "memory-growth" and only_memory_grew(verdict) and not obs.error:
+            sites = _memory_sites(step, frames, notes)
+        if chain_path is None and not cycle and obs.alive:
+            notes.append("no chain from a fixture, global, closure or self reaches the leak")
+        dot = render_dot(chain_path, cycle_path, walker)
+        return Diagnosis(pattern=pattern, chain=chain, cycle=cycle, sites=sites, notes=notes,
+                         dot=dot)
+    finally:
+        if chain_path is not None:
+            chain_path.clear()
+        if cycle_path is not None:
+            cycle_path.clear()
+        obs.release()
+
+
+def _any_alive(obs: Observation) -> bool:
+    return bool(obs.alive) or obs.torch_seq is not None
+
+
+def _target_test(obs: Observation, torch: TorchBackend | None) -> Callable[[object], bool]:
+    ids = {id(leaked.obj) for leaked in obs.alive}
+    lo, hi = obs.torch_seq if obs.torch_seq is not None else (0, 0)
+
+    def is_target(obj: object) -> bool:
+        if id(obj) in ids:
+            return True
+        if torch is not None and hi > lo and torch.kind(obj) == NODE:
+            seq = torch.sequence_nr(obj)
+            return seq is not None and lo <= seq < hi
+        return False
+
+    return is_target
+
+
+def _all_roots(roots: Mapping[str, object], step: Callable[[], object], obs: Observation) -> Roots:
+    functions = user_functions(step)
+    site_files = [leaked.site[0] for leaked in obs.leaked if leaked.site is not None]
+    site_files.extend(site[0] for site in obs.node_sites.values())
+    modules = user_modules(functions, set(site_files))
+    return [*given_roots(roots), *closure_roots(functions), *global_roots(modules)]
+
+
+def _container_growth(
+    path: Path, step: Callable[[], object], walker: ObjectEdges, notes: list[str]
+) -> bool:
+    """Run one more step and tell whether a container on the chain grew."""
+    sized = [(i, obj, len(obj)) for i, obj in enumerate(path.objects) if isinstance(obj, _SIZED)]
+    if not sized:
+        return False
+    try:
+        step()
+    except Exception as exc:
+        notes.append(f"the step raised during diagnosis: {type(exc).__name__}: {exc}")
+        return False
+    grew = False
+    for _, obj, before in sized:
+        after = len(obj)  # type: ignore[arg-type]
+        if after > before:
+            grew = True
+            notes.append(
+                f"{type(obj).__name__} on the chain grows by {after - before} per step "
+                f"(len {before} -> {after})"
+            )
+    return grew
+
+
+def _first_cycle(leaked: list[Leaked], walker: ObjectEdges) -> Path | None:
+    """A cycle through one of the leaked objects; tensors are tried first."""
+    ordered = sorted(leaked, key=lambda item: item.kind != TENSOR)
+    for item in ordered[:8]:
+        path = find_cycle(item.obj, walker)
+        if path is not None:
+            return path
+    return None
+
+
+def _cycle_notes(cycle: list[str], collectable: bool) -> list[str]:
+    text = " ".join(cycle)
+    notes: list[str] = []
+    if "_backward_hooks" in text or ".hooks" in text or ".pre_hooks" in text:
+        where = "a tensor hook (register_hook) whose closure refers back to its own tensor"
+        if not collectable:
+            where += "; torch holds the hook from C++, so not even gc.collect() frees it"
+        notes.append(f"the cycle runs through {where}")
+    if "run_function" in text:
+        notes.append(
+            "the cycle runs through the ctx of a reentrant torch.utils.checkpoint, which keeps "
+            "run_function (and what its closure captures) until the graph is freed"
+        )
+    return notes
+
+
+def _pack_hook_cycle(
+    obs: Observation, torch: TorchBackend | None, walker: ObjectEdges
+) -> tuple[list[str], str] | None:
+    """A tensor kept by its own grad_fn through a saved-tensor pack hook (C++ only)."""
+    if torch is None or not obs.pack_hooks:
+        return None
+    for leaked in obs.alive:
+        if leaked.kind != TENSOR or leaked.backend is not torch:
+            continue
+        grad_fn = getattr(leaked.obj, "grad_fn", None)
+        if grad_fn is None:
+            continue
+        seq = torch.sequence_nr(grad_fn)
+        hook = obs.pack_hooks.get(seq) if seq is not None else None
+        if hook is None or not hasattr(grad_fn, "_saved_result"):
+            continue
+        desc = torch.describe(leaked.obj)
+        node = torch.node_name(grad_fn)
+        where = f"pack hook {hook.name} ({hook.filename}:{hook.lineno})"
+        cycle = [
+            f"{desc}.grad_fn",
+            f"{node}._saved_result (packed by saved-tensor {where})",
+            f"{desc} (the same object: the cycle closes)",
+        ]
+        note = (
+            f"held from C++ by its own grad_fn {node}: the saved-tensor {where} returned the "
+            "tensor itself, so the saved output refers back to its grad_fn; detach it in the "
+            "pack hook"
+        )
+        return cycle, note
+    return None
+
+
+def _referrer_note(obs: Observation) -> str:
+    held = [leaked.obj for leaked in obs.alive[:20]]
+    mine = {id(held), id(obs.alive), id(obs)}
+    mine.update(id(leaked) for leaked in obs.alive)
+    try:
+        referrers = [r for r in gc.get_referrers(*held) if id(r) not in mine]
+    finally:
+        held.clear()
+    if not referrers:
+        return (
+            "the leaked objects have no Python referrer at all: they are held from C++ "
+            "(autograd hooks, saved tensors or a custom Function's ctx)"
+        )
+    kinds = ", ".join(sorted({type(r).__name__ for r in referrers})[:5])
+    return f"the leaked objects are referred to by: {kinds}"
+
+
+def _torch_leaked_nodes(
+    obs: Observation, torch: TorchBackend | None, chain_path: Path | None, limit: int = 20_000
+) -> list[int]:
+    """Sequence numbers of torch graph nodes made by the recorded runs and still alive."""
+    if torch is None or obs.torch_seq is None:
+        return []
+    lo, hi = obs.torch_seq
+    starts: list[Any] = [item.obj for item in obs.leaked if item.backend is torch]
+    if chain_path is not None:
+        starts.extend(o for o in chain_path.objects if torch.kind(o) is not None)
+    frontier: list[Any] = []
+    for obj in starts:
+        if torch.kind(obj) == TENSOR:
+            if obj.grad_fn is not None:
+                frontier.append(obj.grad_fn)
+        else:
+            frontier.append(obj)
+    starts.clear()
+    found: set[int] = set()
+    seen: set[int] = set()
+    holder: list[Any] = []  # keeps wrappers alive so ids stay unique during the walk
+    try:
+        while frontier and len(holder) < limit:
+            node = frontier.pop()
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            holder.append(node)
+            seq = torch.sequence_nr(node)
+            if seq is not None and lo <= seq < hi:
+                found.add(seq)
+            frontier.extend(torch.next_nodes(node))
+        return sorted(found)
+    finally:
+        holder.clear()
+        frontier.clear()
+
+
+def _sites(obs: Observation, node_seqs: list[int]) -> list[CreationSite]:
+    counts: Counter[Site] = Counter()
+    for leaked in obs.leaked:
+        if leaked.site is not None:
+            counts[leaked.site] += 1
+    for seq in node_seqs:
+        site = obs.node_sites.get(seq)
+        if site is not None:
+            counts[site] += 1
+    runs = max(1, min(RECORDED_RUNS, obs.runs_done))
+    sites = []
+    for (filename, lineno, function), total in counts.most_common(_MAX_SITES):
+        sites.append(
+            CreationSite(
+                filename=filename,
+                lineno=lineno,
+                line=source_line(filename, lineno),
+                count=max(1, math.ceil(total / runs)),
+                function=function,
+            )
+        )
+    return sites
+
+
+def _summary(obs: Observation, nodes: list[int]) -> str:
+    tensors = sum(1 for item in obs.leaked if item.kind == TENSOR)
+    graph_nodes = sum(1 for item in obs.leaked if item.kind == NODE) + len(nodes)
+    runs = max(1, min(RECORDED_RUNS, obs.runs_done))
+    later = RUNS - RECORDED_RUNS
+    return (
+        f"made by {runs} diagnostic steps and still alive {later}+ steps later: "
+        f"{tensors} tensors, {graph_nodes} graph nodes"
+    )
+
+
+def _count(items: list[Leaked]) -> str:
+    tensors = sum(1 for item in items if item.kind == TENSOR)
+    nodes = len(items) - tensors
+    return f"{tensors} tensors and {nodes} graph nodes"
+
+
+def _memory_sites(
+    step: Callable[[], object], frames: UserFrames, notes: list[str]
+) -> list[CreationSite]:
+    try:
+        found = memory_sites(step, frames)
+    except Exception as exc:
+        notes.append(f"the step raised while tracing memory: {type(exc).__name__}: {exc}")
+        return []
+    if found:
+        notes.append("sites: lines whose Python/numpy allocations grew over 2 steps (tracemalloc)")
+    return [
+        CreationSite(
+            filename=m.filename,
+            lineno=m.lineno,
+            line=source_line(m.filename, m.lineno),
+            count=m.count,
+            function=m.function,
+        )
+        for m in found
+    ]
+
+
+# --------------------------------------------------------------------------- no step
+def _diagnose_heap(verdict: Verdict, roots: Mapping[str, object], walker: ObjectEdges) -> Diagnosis:
+    """A hand-written loop: no step to re-run, so look at what the roots hold now."""
+    from pytest_graphleak.diagnose.heap import diagnose_heap
+
+    return diagnose_heap(verdict, roots, walker)

@@ -1,0 +1,239 @@
+"""What the diagnosis needs to know about torch and minigrad objects.
+
+Each backend answers, per object: is it a tensor or a graph node, how to describe it in
+one line, and which labelled references lead out of it (``grad_fn``, ``next_functions``,
+hooks, user attributes). A backend is active only when its library is already imported:
+the diagnosis never imports torch just to look.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+from pytest_graphleak.diagnose.edges import Edge
+
+#: Kinds of objects a backend recognises.
+TENSOR = "tensor"
+NODE = "node"
+
+
+class Backend:
+    """Base class: recognises nothing."""
+
+    name = "none"
+
+    def __init__(self) -> None:
+        self._kinds: dict[type, str | None] = {}
+
+    def kind(self, obj: object) -> str | None:
+        """``TENSOR``, ``NODE`` or None; cached per type (isinstance on ABCs is slow)."""
+        tp = type(obj)
+        try:
+            return self._kinds[tp]
+        except KeyError:
+            kind = self._kind_of_type(tp, obj)
+            self._kinds[tp] = kind
+            return kind
+
+    def _kind_of_type(self, tp: type, obj: object) -> str | None:
+        return None
+
+    def describe(self, obj: Any) -> str:
+        raise NotImplementedError
+
+    def edges(self, obj: Any) -> Iterator[tuple[Edge, object]]:
+        raise NotImplementedError
+
+    def node_name(self, node: Any) -> str:
+        return type(node).__name__
+
+    def grad_fn(self, tensor: Any) -> Any:
+        return getattr(tensor, "grad_fn", None)
+
+    def next_nodes(self, node: Any) -> list[Any]:
+        try:
+            pairs = node.next_functions
+        except Exception:  # a released or foreign node
+            return []
+        return [pair[0] for pair in pairs if pair[0] is not None]
+
+
+def _shape(t: Any) -> str:
+    try:
+        return str(tuple(int(n) for n in t.shape))
+    except Exception:
+        return "?"
+
+
+class TorchBackend(Backend):
+    name = "torch"
+
+    def __init__(self, torch: Any) -> None:
+        super().__init__()
+        self.torch = torch
+        self._tensor_type = torch.Tensor
+        self._node_abc = torch.autograd.graph.Node
+        self._module_type = torch.nn.Module
+
+    def _kind_of_type(self, tp: type, obj: object) -> str | None:
+        if issubclass(tp, self._tensor_type):
+            return TENSOR
+        if isinstance(obj, self._node_abc):
+            return NODE
+        return None
+
+    def is_module(self, obj: object) -> bool:
+        return isinstance(obj, self._module_type)
+
+    def describe(self, obj: Any) -> str:
+        kind = self.kind(obj)
+        if kind == NODE:
+            return self.node_name(obj)
+        name = "Parameter" if type(obj).__name__ == "Parameter" else "Tensor"
+        grad_fn = obj.grad_fn
+        if grad_fn is not None:
+            return f"{name}(shape={_shape(obj)}, grad_fn={self.node_name(grad_fn)})"
+        if obj.requires_grad:
+            return f"{name}(shape={_shape(obj)}, requires_grad=True)"
+        return f"{name}(shape={_shape(obj)})"
+
+    def sequence_nr(self, node: Any) -> int | None:
+        try:
+            return int(node._sequence_nr())
+        except Exception:
+            return None
+
+    def current_sequence_nr(self) -> int:
+        """The sequence number the next autograd node of this thread will get."""
+        torch = self.torch
+        with torch.enable_grad():
+            probe = torch.zeros((), requires_grad=True).mul(1)
+        return int(probe.grad_fn._sequence_nr()) + 1
+
+    def edges(self, obj: Any) -> Iterator[tuple[Edge, object]]:
+        kind = self.kind(obj)
+        if kind == TENSOR:
+            yield from self._tensor_edges(obj)
+        elif kind == NODE:
+            yield from self._node_edges(obj)
+
+    def _tensor_edges(self, t: Any) -> Iterator[tuple[Edge, object]]:
+        grad_fn = t.grad_fn
+        if grad_fn is not None:
+            yield Edge("grad_fn"), grad_fn
+        hooks = getattr(t, "_backward_hooks", None)
+        if hooks:
+            yield Edge("attr", "_backward_hooks"), hooks
+        grad = t.grad if t.is_leaf else None  # .grad of a non-leaf warns and is None
+        if grad is not None:
+            yield Edge("attr", "grad"), grad
+        try:
+            base = t._base
+        except Exception:
+            base = None
+        if base is not None:
+            yield Edge("attr", "_base"), base
+        attrs = getattr(t, "__dict__", None)
+        if attrs:
+            for key, value in list(attrs.items()):
+                yield Edge("attr", str(key)), value
+
+    def _node_edges(self, node: Any) -> Iterator[tuple[Edge, object]]:
+        try:
+            pairs = node.next_functions
+        except Exception:
+            pairs = ()
+        for i, pair in enumerate(pairs):
+            if pair[0] is not None:
+                yield Edge("next", i), pair[0]
+        variable = getattr(node, "variable", None)  # AccumulateGrad -> its leaf
+        if variable is not None:
+            yield Edge("attr", "variable"), variable
+        attrs = getattr(node, "__dict__", None)  # ctx attributes of a custom Function
+        if attrs:
+            for key, value in list(attrs.items()):
+                yield Edge("attr", str(key)), value
+
+
+class MinigradBackend(Backend):
+    name = "minigrad"
+
+    def __init__(self, mg: Any) -> None:
+        super().__init__()
+        self.mg = mg
+        self._tensor_type = mg.Tensor
+        self._node_type = mg.Node
+        self._ctx_type = mg.FunctionCtx
+
+    def _kind_of_type(self, tp: type, obj: object) -> str | None:
+        if issubclass(tp, self._tensor_type):
+            return TENSOR
+        if issubclass(tp, self._node_type):
+            return NODE
+        return None
+
+    def describe(self, obj: Any) -> str:
+        if self.kind(obj) == NODE:
+            return self.node_name(obj)
+        meta = obj._meta
+        grad_fn = meta.grad_fn if meta is not None else None
+        if grad_fn is not None:
+            return f"Tensor(shape={_shape(obj)}, grad_fn={self.node_name(grad_fn)})"
+        if meta is not None and meta.requires_grad:
+            return f"Tensor(shape={_shape(obj)}, requires_grad=True)"
+        return f"Tensor(shape={_shape(obj)})"
+
+    def creation_site(self, obj: Any) -> tuple[str, int] | None:
+        try:
+            return self.mg.creation_site(obj)
+        except Exception:
+            return None
+
+    def edges(self, obj: Any) -> Iterator[tuple[Edge, object]]:
+        kind = self.kind(obj)
+        if kind == TENSOR:
+            yield from self._tensor_edges(obj)
+        elif kind == NODE:
+            yield from self._node_edges(obj)
+
+    def _tensor_edges(self, t: Any) -> Iterator[tuple[Edge, object]]:
+        # The handle's internals (TensorImpl, AutogradMeta) are shown as the public
+        # attributes they stand for: grad_fn, grad, hooks.
+        meta = t._meta
+        if meta is not None:
+            if meta.grad_fn is not None:
+                yield Edge("grad_fn"), meta.grad_fn
+            if meta.grad is not None:
+                yield Edge("attr", "grad"), meta.grad
+            if meta.hooks:
+                yield Edge("attr", "hooks"), meta.hooks
+        attrs = t.__dict__
+        if attrs:
+            for key, value in list(attrs.items()):
+                yield Edge("attr", str(key)), value
+
+    def _node_edges(self, node: Any) -> Iterator[tuple[Edge, object]]:
+        for i, child in enumerate(node.next_nodes or ()):
+            if child is not None:
+                yield Edge("next", i), child
+        if node.pre_hooks:
+            yield Edge("attr", "pre_hooks"), node.pre_hooks
+        saved = node.saved
+        if isinstance(saved, self._ctx_type):  # a custom Function's ctx: user attributes
+            for key, value in list(vars(saved).items()):
+                if key != "saved_tensors":
+                    yield Edge("attr", f"ctx.{key}"), value
+
+
+def active_backends() -> list[Backend]:
+    """Backends whose library is already imported (never imports one to look)."""
+    found: list[Backend] = []
+    torch = sys.modules.get("torch")
+    if torch is not None and hasattr(torch, "autograd"):
+        found.append(TorchBackend(torch))
+    mg = sys.modules.get("minigrad")
+    if mg is not None and hasattr(mg, "Tensor") and hasattr(mg, "Node"):
+        found.append(MinigradBackend(mg))
+    return found

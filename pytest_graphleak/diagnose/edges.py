@@ -1,0 +1,224 @@
+"""Labelled references out of any Python object.
+
+``Edge`` says how one object refers to the next (a dict key, a list index, an attribute,
+a closure cell, ``grad_fn``, ``next_functions[i]``), so a path of references can be
+printed the way a user would write it. ``ObjectEdges`` lists the edges of an object,
+asking the active backends first for tensors and graph nodes, and refusing to walk into
+what no user chain should pass through: modules, classes of libraries, frames, code, and
+the plugin's or pytest's own objects.
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+import types
+from collections import deque
+from collections.abc import Collection, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pytest_graphleak.diagnose.backends import Backend
+
+#: Packages whose objects never appear in a chain and are never walked into.
+PRIVATE_PACKAGES = ("pytest_graphleak", "_pytest", "pytest", "pluggy", "xdist", "execnet")
+
+#: Packages whose classes are walked only through their instances, never as classes.
+_NO_WALK_TYPES = (
+    types.ModuleType,
+    types.FrameType,
+    types.CodeType,
+    types.BuiltinFunctionType,
+    types.GetSetDescriptorType,
+    types.MemberDescriptorType,
+    type,
+)
+
+_MAX_REPR = 40
+_MAX_ITEMS = 100_000  # one container's items looked at, at most
+
+
+@dataclass(frozen=True)
+class Edge:
+    """How one object refers to the next: kind and key/index/name."""
+
+    kind: str  # key | index | member | attr | closure | grad_fn | next | ref
+    key: Any = None
+
+    def text(self) -> str:
+        if self.kind == "key":
+            return f"[{short_repr(self.key)}]"
+        if self.kind in ("index", "next"):
+            prefix = ".next_functions" if self.kind == "next" else ""
+            return f"{prefix}[{self.key}]"
+        if self.kind == "attr":
+            return f".{self.key}"
+        if self.kind == "closure":
+            return f" closure '{self.key}'"
+        if self.kind == "grad_fn":
+            return ".grad_fn"
+        return ""
+
+    @property
+    def named(self) -> bool:
+        """True when the edge carries a name worth showing (a key, attribute, cell)."""
+        return self.kind in ("key", "attr", "closure")
+
+
+def short_repr(value: Any) -> str:
+    try:
+        text = repr(value) if isinstance(value, (str, int, float, bool, bytes)) else None
+    except Exception:
+        text = None
+    if text is None:
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= _MAX_REPR else text[: _MAX_REPR - 3] + "..."
+
+
+def is_private(obj: object) -> bool:
+    """Objects of the plugin, pytest or pluggy: never shown, never walked."""
+    module = getattr(type(obj), "__module__", None) or ""
+    if module.startswith(PRIVATE_PACKAGES):
+        return True
+    if isinstance(obj, (types.FunctionType, types.MethodType)):
+        fmod = getattr(obj, "__module__", None) or ""
+        return fmod.startswith(PRIVATE_PACKAGES)
+    return False
+
+
+def _user_class(obj: object) -> bool:
+    """A class defined outside the standard library and the big libraries."""
+    if not isinstance(obj, type):
+        return False
+    module = getattr(obj, "__module__", "") or ""
+    top = module.split(".", 1)[0]
+    return top not in _LIBRARY_TOPS and module != "builtins" and not module.startswith(
+        PRIVATE_PACKAGES
+    )
+
+
+_LIBRARY_TOPS = frozenset(
+    {"torch", "numpy", "minigrad", "typing", "collections", "abc", "enum", "functools"}
+)
+
+
+class ObjectEdges:
+    """Lists the labelled edges out of an object, and decides what may be walked."""
+
+    def __init__(self, backends: list[Backend], exclude: Collection[int] = ()) -> None:
+        self.backends = backends
+        self.exclude = set(exclude)
+        self._torch = next((b for b in backends if b.name == "torch"), None)
+
+    def backend_of(self, obj: object) -> tuple[Backend, str] | None:
+        for backend in self.backends:
+            kind = backend.kind(obj)
+            if kind is not None:
+                return backend, kind
+        return None
+
+    def walkable(self, obj: object) -> bool:
+        """May a chain pass through ``obj``?"""
+        if id(obj) in self.exclude:
+            return False
+        if isinstance(obj, _NO_WALK_TYPES) and not _user_class(obj):
+            return False
+        if isinstance(obj, (types.ModuleType, types.FrameType)):
+            return False
+        return not is_private(obj)
+
+    def edges(self, obj: Any) -> Iterator[tuple[Edge, object]]:
+        """Labelled references out of ``obj`` (only to objects that can hold others)."""
+        found = self.backend_of(obj)
+        if found is not None:
+            yield from found[0].edges(obj)
+            return
+        tp = type(obj)
+        if isinstance(obj, dict):
+            for i, (key, value) in enumerate(list(obj.items())):
+                if i >= _MAX_ITEMS:
+                    break
+                yield Edge("key", key), value
+                if gc.is_tracked(key):  # a tensor used as a key also holds its graph
+                    yield Edge("member"), key
+        elif isinstance(obj, (list, tuple, deque)):
+            for i, item in enumerate(list(obj)[:_MAX_ITEMS]):
+                yield Edge("index", i), item
+        elif isinstance(obj, (set, frozenset)):
+            for item in list(obj)[:_MAX_ITEMS]:
+                yield Edge("member"), item
+        elif tp is types.FunctionType:
+            yield from _function_edges(obj)
+        elif tp is types.MethodType:
+            yield Edge("attr", "__self__"), obj.__self__
+            yield Edge("attr", "__func__"), obj.__func__
+        elif tp is functools.partial:
+            yield Edge("attr", "func"), obj.func
+            for i, arg in enumerate(obj.args):
+                yield Edge("index", i), arg
+            for key, value in obj.keywords.items():
+                yield Edge("key", key), value
+        elif tp is types.CellType:
+            try:
+                yield Edge("attr", "cell_contents"), obj.cell_contents
+            except ValueError:  # empty cell
+                return
+        elif isinstance(obj, type):
+            for key, value in list(vars(obj).items()):
+                if not (key.startswith("__") and key.endswith("__")):
+                    yield Edge("attr", key), value
+        else:
+            yield from self._instance_edges(obj)
+
+    def _instance_edges(self, obj: Any) -> Iterator[tuple[Edge, object]]:
+        seen: set[int] = set()
+        torch = self._torch
+        if torch is not None and torch.is_module(obj):  # type: ignore[attr-defined]
+            # nn.Module: name parameters, buffers and submodules as plain attributes.
+            for table in ("_parameters", "_buffers", "_modules"):
+                entries = obj.__dict__.get(table) or {}
+                seen.add(id(entries))
+                for key, value in entries.items():
+                    if value is not None:
+                        yield Edge("attr", key), value
+        attrs = getattr(obj, "__dict__", None)
+        if isinstance(attrs, dict):
+            seen.add(id(attrs))
+            for key, value in list(attrs.items()):
+                if id(value) not in seen:
+                    yield Edge("attr", str(key)), value
+        for cls in type(obj).__mro__:
+            slots = cls.__dict__.get("__slots__", ())
+            if isinstance(slots, str):
+                slots = (slots,)
+            for name in slots:
+                if name in ("__dict__", "__weakref__"):
+                    continue
+                try:
+                    value = getattr(obj, name)
+                except Exception:
+                    continue
+                seen.add(id(value))
+                yield Edge("attr", name), value
+        # References held at the C level (e.g. a deque subclass, an iterator).
+        for ref in gc.get_referents(obj):
+            if id(ref) not in seen and not isinstance(ref, type):
+                yield Edge("ref"), ref
+
+
+def _function_edges(fn: types.FunctionType) -> Iterator[tuple[Edge, object]]:
+    closure = fn.__closure__ or ()
+    for name, cell in zip(fn.__code__.co_freevars, closure):
+        try:
+            yield Edge("closure", name), cell.cell_contents
+        except ValueError:  # cell not filled yet
+            continue
+    for i, default in enumerate(fn.__defaults__ or ()):
+        yield Edge("attr", f"__defaults__[{i}]"), default
+    for key, default in (fn.__kwdefaults__ or {}).items():
+        yield Edge("attr", f"__kwdefaults__[{key!r}]"), default
+    attrs = fn.__dict__
+    if attrs:  # e.g. functools.lru_cache wrappers keep state on the function
+        for key, value in list(attrs.items()):
+            yield Edge("attr", str(key)), value

@@ -1,0 +1,241 @@
+"""Run the training step a few more times and find what it leaves behind.
+
+``observe(step, backends)`` runs the step ``RUNS`` times with the cyclic GC off and
+creation-site recording on for the first ``RECORDED_RUNS``. Tensors and graph nodes made
+by a recorded run that are still alive after the last run are the leaked ones: what a
+step merely replaces (``param.grad``, activations, optimizer state) dies in the next run.
+
+Then one ``gc.collect()`` with ``DEBUG_SAVEALL`` sorts them: those the collector finds
+unreachable were kept only by reference cycles; the rest are held by live references
+(or from C++, where Python cannot see). Every gc setting and recording mode is restored
+in ``finally``; the observation keeps leaked objects only until ``release()``.
+
+Leaked objects are remembered without keeping them alive: by weak reference (torch and
+minigrad tensors, minigrad nodes) or, for torch graph nodes, by autograd sequence number
+(the counter that numbers nodes as they are made, per thread).
+"""
+
+from __future__ import annotations
+
+import gc
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pytest_graphleak.diagnose.backends import NODE, Backend, MinigradBackend, TorchBackend
+from pytest_graphleak.diagnose.sites import Site, UserFrames, make_torch_recorder
+
+#: Steps run by the diagnosis, and how many of them record creation sites.
+RUNS = 5
+RECORDED_RUNS = 3
+
+
+@dataclass
+class Leaked:
+    """One leaked object, held strongly until ``Observation.release()``."""
+
+    obj: Any
+    backend: Backend
+    kind: str  # "tensor" | "node"
+    run: int  # which diagnostic run made it (1-based)
+    site: Site | None
+
+
+@dataclass
+class Observation:
+    alive: list[Leaked] = field(default_factory=list)  # held by live references
+    cyclic: list[Leaked] = field(default_factory=list)  # found only by the cyclic GC
+    #: Range of torch autograd sequence numbers of the recorded runs: [lo, hi).
+    torch_seq: tuple[int, int] | None = None
+    node_sites: dict[int, Site] = field(default_factory=dict)
+    pack_hooks: dict[int, Any] = field(default_factory=dict)
+    runs_done: int = 0
+    error: str | None = None
+
+    def release(self) -> None:
+        self.alive.clear()
+        self.cyclic.clear()
+
+    @property
+    def leaked(self) -> list[Leaked]:
+        return [*self.cyclic, *self.alive]
+
+
+@dataclass
+class _GcState:
+    enabled: bool
+    debug: int
+    garbage_len: int
+    frozen: int
+
+    @classmethod
+    def save(cls) -> _GcState:
+        return cls(gc.isenabled(), gc.get_debug(), len(gc.garbage), gc.get_freeze_count())
+
+    def restore(self) -> None:
+        gc.set_debug(self.debug)
+        if self.enabled:
+            gc.enable()
+        else:
+            gc.disable()
+
+
+class _NewObjects:
+    """Objects created since ``start()``: after our own ``gc.freeze()`` when the user has
+    frozen nothing (O(new objects)), else by comparing ids with a heap snapshot."""
+
+    def __init__(self) -> None:
+        self.froze = False
+        self.baseline: set[int] | None = None
+
+    def start(self) -> None:
+        gc.collect()
+        if gc.get_freeze_count() == 0:
+            gc.freeze()
+            self.froze = True
+        else:  # the user froze objects: freezing more could not be undone exactly
+            self.baseline = {id(o) for o in gc.get_objects()}
+
+    def objects(self) -> list[Any]:
+        objs = gc.get_objects()
+        if self.baseline is None:
+            return objs
+        base = self.baseline
+        return [o for o in objs if id(o) not in base]
+
+    def stop(self) -> None:
+        if self.froze:
+            gc.unfreeze()
+            self.froze = False
+        self.baseline = None
+
+
+def observe(
+    step: Callable[[], object],
+    backends: list[Backend],
+    frames: UserFrames,
+    *,
+    runs: int = RUNS,
+    recorded_runs: int = RECORDED_RUNS,
+) -> Observation:
+    """Run ``step`` ``runs`` times and return what the first ``recorded_runs`` leaked."""
+    result = Observation()
+    torch_backend = next((b for b in backends if isinstance(b, TorchBackend)), None)
+    mg_backend = next((b for b in backends if isinstance(b, MinigradBackend)), None)
+    recorder = make_torch_recorder(torch_backend.torch, frames) if torch_backend else None
+    # id -> (weak reference, backend, kind, run); a weakref tells a reused id apart.
+    made: dict[int, tuple[weakref.ref[Any], Backend, str, int]] = {}
+    state = _GcState.save()
+    new_objects = _NewObjects()
+    mg_previous: bool | None = None
+    try:
+        new_objects.start()
+        gc.disable()
+        if torch_backend is not None:
+            seq_lo = torch_backend.current_sequence_nr()
+        for run in range(1, runs + 1):
+            recording = run <= recorded_runs
+            if mg_backend is not None:
+                mg_previous = mg_backend.mg.record_creation_sites(recording)
+            try:
+                if recorder is not None and recording:
+                    with recorder:
+                        step()
+                else:
+                    step()
+            except Exception as exc:  # the diagnosis reports it; the verdict stands
+                result.error = f"{type(exc).__name__}: {exc} (diagnostic step {run})"
+                break
+            finally:
+                if mg_backend is not None and mg_previous is not None:
+                    mg_backend.mg.record_creation_sites(mg_previous)
+                    mg_previous = None
+            result.runs_done = run
+            if recording:
+                _note_new(new_objects.objects(), backends, made, run)
+            if run == recorded_runs and torch_backend is not None:
+                result.torch_seq = (seq_lo, torch_backend.current_sequence_nr())
+        candidates = {oid for oid, (ref, *_) in made.items() if ref() is not None}
+        _sort_by_collector(result, candidates, made, state)
+        for oid, (ref, backend, kind, run) in made.items():
+            obj = ref()
+            if obj is not None and oid in candidates:
+                result.alive.append(Leaked(obj, backend, kind, run, None))
+        if recorder is not None:
+            result.node_sites = dict(recorder.node_sites)
+            result.pack_hooks = dict(recorder.pack_hooks)
+        for leaked in result.leaked:
+            leaked.site = _site(leaked, recorder, frames)
+        return result
+    finally:
+        made.clear()
+        if recorder is not None:
+            recorder.forget()
+        new_objects.stop()
+        state.restore()
+
+
+def _note_new(
+    objects: list[Any],
+    backends: list[Backend],
+    made: dict[int, tuple[weakref.ref[Any], Backend, str, int]],
+    run: int,
+) -> None:
+    for obj in objects:
+        for backend in backends:
+            kind = backend.kind(obj)
+            if kind is None:
+                continue
+            known = made.get(id(obj))
+            if known is not None and known[0]() is obj:
+                break
+            try:
+                made[id(obj)] = (weakref.ref(obj), backend, kind, run)
+            except TypeError:  # torch graph nodes: found later by sequence number
+                pass
+            break
+
+
+def _sort_by_collector(
+    result: Observation,
+    candidates: set[int],
+    made: dict[int, tuple[weakref.ref[Any], Backend, str, int]],
+    state: _GcState,
+) -> None:
+    """Move the candidates that only the cyclic GC would free into ``result.cyclic``."""
+    start = len(gc.garbage)
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        gc.collect()
+    finally:
+        gc.set_debug(state.debug)
+    garbage = gc.garbage[start:]
+    del gc.garbage[start:]
+    try:
+        for obj in garbage:
+            info = made.get(id(obj))
+            if info is None or id(obj) not in candidates:
+                continue
+            _, backend, kind, run = info
+            if backend.kind(obj) == kind:  # the same object (its weakref is cleared now)
+                result.cyclic.append(Leaked(obj, backend, kind, run, None))
+                candidates.discard(id(obj))
+    finally:
+        garbage.clear()
+
+
+def _site(leaked: Leaked, recorder: Any, frames: UserFrames) -> Site | None:
+    backend = leaked.backend
+    if isinstance(backend, MinigradBackend):
+        found = backend.creation_site(leaked.obj)
+        if found is None:
+            return None
+        filename, lineno = found
+        return filename, lineno, ""
+    if recorder is not None and isinstance(backend, TorchBackend):
+        if leaked.kind == NODE:
+            seq = backend.sequence_nr(leaked.obj)
+            return recorder.node_sites.get(seq) if seq is not None else None
+        return recorder.site_of_tensor(leaked.obj)
+    return None

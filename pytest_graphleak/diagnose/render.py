@@ -1,0 +1,157 @@
+"""Turn paths of live objects into plain strings: the culprit chain, the cycle, DOT text.
+
+The chain reads the way the user would reach the object in code::
+
+    fixture 'state' -> dict['losses'] -> list(len=12) -> Tensor(shape=(), grad_fn=MeanBackward0)
+
+An object left through a named edge (dict key, attribute, closure cell) is written as
+``type`` + edge (``dict['losses']``, ``Trainer.history``); one left through an index is
+described on its own (``list(len=12)``); tensors and graph nodes are always described.
+"""
+
+from __future__ import annotations
+
+import types
+from collections import deque
+from typing import Any
+
+from pytest_graphleak.diagnose.edges import Edge, ObjectEdges
+from pytest_graphleak.diagnose.search import Path
+
+#: Longest run of graph nodes written out in a chain before the middle is elided.
+_MAX_NODE_RUN = 4
+#: Nodes drawn in the DOT picture, at most.
+MAX_DOT_NODES = 40
+
+
+def describe(obj: Any, walker: ObjectEdges) -> str:
+    """One line naming an object: ``list(len=12)``, ``Tensor(shape=(), grad_fn=...)``."""
+    found = walker.backend_of(obj)
+    if found is not None:
+        try:
+            return found[0].describe(obj)
+        except Exception:
+            return type(obj).__name__
+    if isinstance(obj, (types.FunctionType, types.MethodType)):
+        return f"function {getattr(obj, '__qualname__', '?')}"
+    if isinstance(obj, type):
+        return f"class {obj.__qualname__}"
+    if isinstance(obj, (list, tuple, dict, set, frozenset, deque)):
+        return f"{type(obj).__name__}(len={len(obj)})"
+    return type(obj).__name__
+
+
+def _short_type(obj: Any, walker: ObjectEdges) -> str:
+    if isinstance(obj, (types.FunctionType, types.MethodType)):
+        return f"function {getattr(obj, '__qualname__', '?')}"
+    if isinstance(obj, type):
+        return obj.__qualname__
+    if walker.backend_of(obj) is not None:
+        return describe(obj, walker)
+    return type(obj).__name__
+
+
+def _labels(objects: list[Any], edges: list[Edge], walker: ObjectEdges) -> list[str]:
+    """One label per object, merged with the edge that leaves it when that edge is named."""
+    labels: list[str] = []
+    for i, obj in enumerate(objects):
+        out = edges[i] if i < len(edges) else None
+        if walker.backend_of(obj) is not None:
+            label = describe(obj, walker)
+            if out is not None and out.kind == "attr":
+                label += out.text()
+        elif out is not None and out.named:
+            label = _short_type(obj, walker) + out.text()
+        else:
+            label = describe(obj, walker)
+        labels.append(label)
+    return labels
+
+
+def _elide_node_runs(labels: list[str], is_node: list[bool]) -> list[str]:
+    """Shorten long runs of graph nodes: ``A -> B -> ... (7 more nodes) -> Z``."""
+    out: list[str] = []
+    i = 0
+    while i < len(labels):
+        if not is_node[i]:
+            out.append(labels[i])
+            i += 1
+            continue
+        j = i
+        while j < len(labels) and is_node[j]:
+            j += 1
+        run = labels[i:j]
+        if len(run) > _MAX_NODE_RUN:
+            hidden = len(run) - 3
+            run = [*run[:2], f"... ({hidden} more graph nodes)", run[-1]]
+        out.extend(run)
+        i = j
+    return out
+
+
+def render_chain(path: Path, walker: ObjectEdges) -> list[str]:
+    labels = _labels(path.objects, path.edges, walker)
+    is_node = [_is_node(obj, walker) for obj in path.objects]
+    return [path.root_label, *_elide_node_runs(labels, is_node)]
+
+
+def render_cycle(path: Path, walker: ObjectEdges) -> list[str]:
+    """The objects of a cycle with edge labels; the last entry is the first object again."""
+    labels = _labels(path.objects, path.edges, walker)
+    if labels:
+        labels[-1] = labels[-1] + " (the same object: the cycle closes)"
+    return labels
+
+
+def _is_node(obj: Any, walker: ObjectEdges) -> bool:
+    found = walker.backend_of(obj)
+    return found is not None and found[1] == "node"
+
+
+def _quote(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def render_dot(
+    chain_path: Path | None, cycle_path: Path | None, walker: ObjectEdges
+) -> str:
+    """Graphviz DOT: the chain (or cycle) plus the graph behind its tensor, <= 40 nodes."""
+    path = chain_path or cycle_path
+    if path is None or not path.objects:
+        return ""
+    ids: dict[int, str] = {}
+    lines = ["digraph graphleak {", "  rankdir=LR;", '  node [shape=box, fontname="monospace"];']
+
+    def node_id(obj: Any) -> str:
+        key = id(obj)
+        if key not in ids:
+            ids[key] = f"n{len(ids)}"
+            style = ', style=filled, fillcolor="#fde2e2"' if _is_node(obj, walker) else ""
+            lines.append(f"  {ids[key]} [label={_quote(describe(obj, walker))}{style}];")
+        return ids[key]
+
+    if chain_path is not None:
+        root = f"r{len(ids)}"
+        lines.append(f"  {root} [label={_quote(chain_path.root_label)}, shape=plaintext];")
+        lines.append(f"  {root} -> {node_id(path.objects[0])};")
+    for i, edge in enumerate(path.edges):
+        a, b = node_id(path.objects[i]), node_id(path.objects[i + 1])
+        lines.append(f"  {a} -> {b} [label={_quote(edge.text().strip() or ' ')}];")
+    # The retained autograd graph behind the last tensor/node of the path.
+    start = next((o for o in reversed(path.objects) if walker.backend_of(o) is not None), None)
+    if start is not None:
+        frontier: deque[Any] = deque([start])
+        holder: list[Any] = []  # keeps torch node wrappers alive so their ids stay unique
+        while frontier and len(ids) < MAX_DOT_NODES:
+            obj = frontier.popleft()
+            for edge, child in walker.edges(obj):
+                if edge.kind not in ("grad_fn", "next") or len(ids) >= MAX_DOT_NODES:
+                    continue
+                known = id(child) in ids
+                holder.append(child)
+                lines.append(f"  {node_id(obj)} -> {node_id(child)} [style=dashed];")
+                if not known:
+                    frontier.append(child)
+        holder.clear()
+    lines.append("}")
+    return "\n".join(lines) + "\n"

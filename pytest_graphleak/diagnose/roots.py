@@ -1,0 +1,118 @@
+"""Roots the user knows: the given ones, closure cells of the step, user module globals.
+
+The caller passes labelled roots (``fixture 'state'``, ``self``, ``local 'model'``). The
+step the plugin passes is usually its own wrapper around the test function: we look
+through wrappers (``functools.partial``, ``__wrapped__``, bound methods, closure cells
+holding functions) for the user's functions, add their closure cells
+(``closure 'NAME'``) and the globals of their modules (``global 'NAME'``), and the
+globals of the modules where the leaked objects were made.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import types
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from pytest_graphleak.diagnose.edges import is_private
+
+Roots = list[tuple[str, object]]
+
+_SKIP_GLOBAL_TYPES = (types.ModuleType, types.BuiltinFunctionType)
+
+
+def user_functions(step: Callable[[], object] | None, *, depth: int = 3) -> list[Any]:
+    """User-defined functions behind ``step`` (through wrappers and closures)."""
+    found: list[Any] = []
+    seen: set[int] = set()
+    frontier: list[Any] = [step] if step is not None else []
+    for _ in range(depth + 1):
+        nxt: list[Any] = []
+        for obj in frontier:
+            if obj is None or id(obj) in seen:
+                continue
+            seen.add(id(obj))
+            if isinstance(obj, functools.partial):
+                nxt.append(obj.func)
+                continue
+            if isinstance(obj, types.MethodType):
+                nxt.append(obj.__func__)
+                continue
+            wrapped = getattr(obj, "__wrapped__", None)
+            if wrapped is not None:
+                nxt.append(wrapped)
+            if not isinstance(obj, types.FunctionType):
+                continue
+            if not is_private(obj):
+                found.append(obj)
+            for cell in obj.__closure__ or ():
+                try:
+                    content = cell.cell_contents
+                except ValueError:
+                    continue
+                if callable(content):
+                    nxt.append(content)
+        frontier = nxt
+    return found
+
+
+def closure_roots(functions: Iterable[Any]) -> Roots:
+    roots: Roots = []
+    for fn in functions:
+        for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
+            try:
+                content = cell.cell_contents
+            except ValueError:
+                continue
+            roots.append((f"closure '{name}'", content))
+    return roots
+
+
+def _module_by_file() -> dict[str, types.ModuleType]:
+    table: dict[str, types.ModuleType] = {}
+    for module in list(sys.modules.values()):
+        path = getattr(module, "__file__", None)
+        if isinstance(path, str):
+            table[os.path.abspath(path)] = module
+    return table
+
+
+def user_modules(functions: Iterable[Any], filenames: Iterable[str]) -> list[types.ModuleType]:
+    """Modules of the user's functions and of the files where leaked objects were made."""
+    modules: list[types.ModuleType] = []
+    seen: set[str] = set()
+
+    def add(module: types.ModuleType | None) -> None:
+        if module is None or module.__name__ in seen:
+            return
+        if module.__name__.startswith(("pytest_graphleak", "_pytest", "pluggy")):
+            return
+        seen.add(module.__name__)
+        modules.append(module)
+
+    for fn in functions:
+        add(sys.modules.get(getattr(fn, "__module__", "") or ""))
+    wanted = {os.path.abspath(f) for f in filenames if f and not f.startswith("<")}
+    if wanted:
+        by_file = _module_by_file()
+        for path in sorted(wanted):
+            add(by_file.get(path))
+    return modules
+
+
+def global_roots(modules: Iterable[types.ModuleType]) -> Roots:
+    roots: Roots = []
+    for module in modules:
+        for name, value in list(vars(module).items()):
+            if name.startswith("__") or isinstance(value, _SKIP_GLOBAL_TYPES):
+                continue
+            roots.append((f"global '{name}'", value))
+    return roots
+
+
+def given_roots(roots: Mapping[str, object]) -> Roots:
+    """The caller's labelled roots, minus pytest's and the plugin's own objects."""
+    return [(label, value) for label, value in roots.items() if not is_private(value)]

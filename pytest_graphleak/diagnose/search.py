@@ -1,0 +1,170 @@
+"""Breadth-first searches over labelled references: shortest chain and cycles.
+
+A search keeps the objects it has seen in a local dict (so that ids stay unique while it
+runs, which matters for torch graph nodes whose Python wrappers come and go) and drops
+them when it returns: the returned ``Path`` is the only thing that refers to objects, and
+the caller renders it to strings and drops it at once.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from pytest_graphleak.diagnose.edges import Edge, ObjectEdges
+
+#: Budgets of one search: objects visited and seconds spent.
+MAX_VISITED = 300_000
+MAX_SECONDS = 2.0
+
+
+@dataclass
+class Path:
+    """Objects from a root to a target and the edges between them (len(edges) == len-1)."""
+
+    root_label: str
+    objects: list[object] = field(default_factory=list)
+    edges: list[Edge] = field(default_factory=list)
+
+    def clear(self) -> None:
+        self.objects.clear()
+        self.edges.clear()
+
+
+@dataclass
+class SearchStats:
+    visited: int = 0
+    truncated: bool = False
+
+
+def _holds_references(obj: object, walker: ObjectEdges) -> bool:
+    return gc.is_tracked(obj) or walker.backend_of(obj) is not None
+
+
+def shortest_path(
+    roots: Sequence[tuple[str, object]],
+    is_target: Callable[[object], bool],
+    walker: ObjectEdges,
+    *,
+    max_visited: int = MAX_VISITED,
+    max_seconds: float = MAX_SECONDS,
+    stats: SearchStats | None = None,
+) -> Path | None:
+    """Shortest labelled path from any root to an object for which ``is_target`` holds.
+
+    All roots start at depth 0, in the given order, so that on a tie the first root wins.
+    """
+    stats = stats if stats is not None else SearchStats()
+    # id -> (object, parent id or None, edge from the parent, root index)
+    seen: dict[int, tuple[object, int | None, Edge | None, int]] = {}
+    queue: deque[int] = deque()
+    labels = [label for label, _ in roots]
+    try:
+        for index, (_, obj) in enumerate(roots):
+            if id(obj) in seen or not walker.walkable(obj):
+                continue
+            seen[id(obj)] = (obj, None, None, index)
+            if is_target(obj):
+                return _path(seen, id(obj), labels)
+            queue.append(id(obj))
+        deadline = time.perf_counter() + max_seconds
+        while queue:
+            current = queue.popleft()
+            obj, _, _, root_index = seen[current]
+            stats.visited += 1
+            if stats.visited > max_visited or (
+                stats.visited % 1024 == 0 and time.perf_counter() > deadline
+            ):
+                stats.truncated = True
+                return None
+            try:
+                out = list(walker.edges(obj))
+            except Exception:  # an object whose attributes raise: skip it
+                continue
+            for edge, child in out:
+                cid = id(child)
+                if cid in seen or not _holds_references(child, walker):
+                    continue
+                if not walker.walkable(child):
+                    continue
+                seen[cid] = (child, current, edge, root_index)
+                if is_target(child):
+                    return _path(seen, cid, labels)
+                queue.append(cid)
+        return None
+    finally:
+        seen.clear()
+        queue.clear()
+
+
+def _path(
+    seen: dict[int, tuple[object, int | None, Edge | None, int]], last: int, labels: list[str]
+) -> Path:
+    objects: list[object] = []
+    edges: list[Edge] = []
+    current: int | None = last
+    root_index = seen[last][3]
+    while current is not None:
+        obj, parent, edge, _ = seen[current]
+        objects.append(obj)
+        if edge is not None:
+            edges.append(edge)
+        current = parent
+    objects.reverse()
+    edges.reverse()
+    return Path(labels[root_index], objects, edges)
+
+
+def find_cycle(start: object, walker: ObjectEdges, *, max_visited: int = 50_000) -> Path | None:
+    """The shortest labelled cycle from ``start`` back to itself, or None."""
+    target = id(start)
+    seen: dict[int, tuple[object, int | None, Edge | None]] = {target: (start, None, None)}
+    queue: deque[int] = deque([target])
+    visited = 0
+    try:
+        while queue and visited < max_visited:
+            current = queue.popleft()
+            obj = seen[current][0]
+            visited += 1
+            try:
+                out = list(walker.edges(obj))
+            except Exception:
+                continue
+            for edge, child in out:
+                cid = id(child)
+                if cid == target:
+                    return _cycle(seen, current, edge, start)
+                if cid in seen or not _holds_references(child, walker):
+                    continue
+                if not walker.walkable(child):
+                    continue
+                seen[cid] = (child, current, edge)
+                queue.append(cid)
+        return None
+    finally:
+        seen.clear()
+        queue.clear()
+
+
+def _cycle(
+    seen: dict[int, tuple[object, int | None, Edge | None]],
+    last: int,
+    closing: Edge,
+    start: object,
+) -> Path:
+    objects: list[object] = [start]
+    edges: list[Edge] = [closing]
+    current: int | None = last
+    while current is not None:
+        obj, parent, edge = seen[current]
+        objects.append(obj)
+        if edge is not None:
+            edges.append(edge)
+        current = parent
+    objects.reverse()
+    edges.reverse()
+    # objects: start ... last, start  (start appears at both ends)
+    return Path("", objects, edges)

@@ -1,0 +1,210 @@
+"""Where leaked objects were made: the first stack frame in user code.
+
+- torch: ``TorchSiteRecorder`` is a ``TorchFunctionMode`` that, during the diagnostic
+  steps only, notes the first user frame for every output tensor (by weak reference)
+  and for its ``grad_fn`` (by autograd sequence number: torch nodes cannot be weakly
+  referenced and their Python wrappers come and go). It also notes a saved-tensor pack
+  hook active at that moment, which the cycle diagnosis names.
+- minigrad: its own creation-site recording (``mg.record_creation_sites``), read back
+  with ``mg.creation_site(obj)``.
+- memory: ``tracemalloc`` over two steps, grouped by the first user frame.
+
+"User code" is any frame outside torch, minigrad, numpy, the standard library's
+context managers, pytest, pluggy and this plugin.
+"""
+
+from __future__ import annotations
+
+import linecache
+import os
+import sys
+import tracemalloc
+import types
+import weakref
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest_graphleak
+
+Site = tuple[str, int, str]  # filename, line number, function name
+
+
+def _package_dir(module: types.ModuleType | None) -> str | None:
+    path = getattr(module, "__file__", None)
+    return os.path.dirname(os.path.abspath(path)) + os.sep if path else None
+
+
+def _library_prefixes() -> tuple[str, ...]:
+    prefixes = []
+    for name in ("torch", "minigrad", "numpy", "_pytest", "pluggy", "xdist", "execnet"):
+        prefix = _package_dir(sys.modules.get(name))
+        if prefix:
+            prefixes.append(prefix)
+    prefixes.append(_package_dir(pytest_graphleak) or "")
+    for name in ("contextlib", "functools", "threading"):
+        module = sys.modules.get(name)
+        path = getattr(module, "__file__", None)
+        if path:
+            prefixes.append(os.path.abspath(path))
+    pytest_module = sys.modules.get("pytest")
+    if pytest_module is not None and getattr(pytest_module, "__file__", None):
+        prefixes.append(_package_dir(pytest_module) or "")
+    return tuple(p for p in prefixes if p)
+
+
+class UserFrames:
+    """Finds the innermost frame of user code on the current stack."""
+
+    def __init__(self) -> None:
+        self.prefixes = _library_prefixes()
+        self._verdicts: dict[str, bool] = {}
+
+    def is_user_file(self, filename: str) -> bool:
+        verdict = self._verdicts.get(filename)
+        if verdict is None:
+            path = filename if filename.startswith("<") else os.path.abspath(filename)
+            verdict = not (path.startswith(self.prefixes) or path.startswith("<frozen"))
+            self._verdicts[filename] = verdict
+        return verdict
+
+    def site(self, depth: int = 1) -> Site | None:
+        frame: types.FrameType | None = sys._getframe(depth + 1)
+        while frame is not None:
+            code = frame.f_code
+            if self.is_user_file(code.co_filename):
+                return code.co_filename, frame.f_lineno, code.co_name
+            frame = frame.f_back
+        return None
+
+
+def source_line(filename: str, lineno: int) -> str:
+    return linecache.getline(filename, lineno).strip()
+
+
+def _tensors_in(out: Any, tensor_type: type) -> Iterator[Any]:
+    if isinstance(out, tensor_type):
+        yield out
+    elif isinstance(out, (tuple, list)):
+        for item in out:
+            if isinstance(item, tensor_type):
+                yield item
+
+
+@dataclass
+class PackHook:
+    """A saved-tensor pack hook seen active while an op ran (plain strings only)."""
+
+    name: str
+    filename: str
+    lineno: int
+
+
+def _describe_hook(fn: Any) -> PackHook:
+    code = getattr(fn, "__code__", None)
+    return PackHook(
+        name=getattr(fn, "__qualname__", type(fn).__name__),
+        filename=getattr(code, "co_filename", "?"),
+        lineno=getattr(code, "co_firstlineno", 0),
+    )
+
+
+def make_torch_recorder(torch: Any, frames: UserFrames) -> Any:
+    """A TorchFunctionMode instance that records creation sites (see module docstring)."""
+    from torch.overrides import TorchFunctionMode
+
+    top_hooks: Callable[..., Any] | None = getattr(
+        torch._C._autograd, "_top_saved_tensors_default_hooks", None
+    )
+
+    class TorchSiteRecorder(TorchFunctionMode):
+        def __init__(self) -> None:
+            super().__init__()
+            #: id(tensor) -> (weak reference, site); the weakref tells a reused id apart.
+            self.tensor_sites: dict[int, tuple[weakref.ref[Any], Site]] = {}
+            #: autograd sequence number -> site of the op that made the node.
+            self.node_sites: dict[int, Site] = {}
+            #: autograd sequence number -> pack hook active when the node was made.
+            self.pack_hooks: dict[int, PackHook] = {}
+
+        def __torch_function__(
+            self, func: Any, types: Any, args: Any = (), kwargs: Any = None
+        ) -> Any:
+            out = func(*args, **(kwargs or {}))
+            if getattr(func, "__name__", "") == "__get__":  # attribute reads make nothing
+                return out
+            site: Site | None = None
+            for t in _tensors_in(out, torch.Tensor):
+                if site is None:
+                    site = frames.site(1)
+                    if site is None:
+                        return out
+                known = self.tensor_sites.get(id(t))
+                if known is None or known[0]() is not t:
+                    try:
+                        self.tensor_sites[id(t)] = (weakref.ref(t), site)
+                    except TypeError:
+                        pass
+                grad_fn = t.grad_fn
+                if grad_fn is not None:
+                    seq = int(grad_fn._sequence_nr())
+                    self.node_sites.setdefault(seq, site)
+                    if top_hooks is not None and seq not in self.pack_hooks:
+                        hooks = top_hooks(False)
+                        if hooks is not None:
+                            self.pack_hooks[seq] = _describe_hook(hooks[0])
+            return out
+
+        def site_of_tensor(self, t: Any) -> Site | None:
+            known = self.tensor_sites.get(id(t))
+            if known is not None and known[0]() is t:
+                return known[1]
+            return None
+
+        def forget(self) -> None:
+            self.tensor_sites.clear()
+
+    return TorchSiteRecorder()
+
+
+@dataclass
+class MemorySite:
+    filename: str
+    lineno: int
+    function: str
+    size_bytes: int
+    count: int
+
+
+def memory_sites(step: Callable[[], object], frames: UserFrames, *, runs: int = 2) -> list[
+    MemorySite
+]:
+    """Lines of user code whose allocations grew over ``runs`` steps (tracemalloc)."""
+    started = not tracemalloc.is_tracing()
+    if started:
+        tracemalloc.start(25)
+    try:
+        before = tracemalloc.take_snapshot()
+        for _ in range(runs):
+            step()
+        after = tracemalloc.take_snapshot()
+    finally:
+        if started:
+            tracemalloc.stop()
+    grown: Counter[tuple[str, int, str]] = Counter()
+    counts: Counter[tuple[str, int, str]] = Counter()
+    for stat in after.compare_to(before, "traceback"):
+        if stat.size_diff <= 0:
+            continue
+        # Frames run from the oldest to the most recent: the last user frame made it.
+        user = next((f for f in reversed(stat.traceback) if frames.is_user_file(f.filename)), None)
+        if user is None:
+            continue
+        key = (user.filename, user.lineno, "")
+        grown[key] += stat.size_diff
+        counts[key] += max(stat.count_diff, 0)
+    return [
+        MemorySite(fn, line, func, size, counts[(fn, line, func)])
+        for (fn, line, func), size in grown.most_common(5)
+    ]
