@@ -1,0 +1,15 @@
+"""pytest-graphleak: catch autograd computation-graph leaks in training loops.
+
+Public API (see README): ``check(step, ...)`` -> CheckResult, ``track(...)`` context
+manager for a hand-written loop, ``GraphLeakError`` (an AssertionError whose message
+is the full report). The pytest plugin itself lives in ``pytest_graphleak.plugin``.
+"""
+
+from __future__ import annotations
+
+from pytest_graphleak.api import GraphLeakError, check, track
+from pytest_graphleak.result import CheckResult
+
+__version__ = "0.1.0"
+
+__all__ = ["CheckResult", "GraphLeakError", "__version__", "check", "track"]

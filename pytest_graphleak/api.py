@@ -1,0 +1,297 @@
+"""Checking outside and inside pytest: ``check(step)`` and ``with track() as t: t.step()``.
+
+Both run the same pipeline as the marker: tracker -> verdict -> (leak only) diagnose
+-> CheckResult, whose ``render_text`` is the failure text.
+
+Choice for ``check``/``track`` outside pytest: they *return* the result by default
+(``result.leaked``, ``result.pattern``, ``render_text(result)``), because a script or a
+notebook usually wants to look at the numbers; pass ``raise_on_leak=True`` to get a
+``GraphLeakError`` instead, as the ``graphleak`` fixture does. Without
+``raise_on_leak``, a step that raises is reported in ``result.error`` ("ValueError: boom
+at step 3") and the result carries no leak verdict; with it, the step's own exception
+propagates (with a note naming the step).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+from collections.abc import Callable, Collection, Mapping, Sequence
+from types import TracebackType
+from typing import Any
+
+from pytest_graphleak import tracker
+from pytest_graphleak.options import OptionError, Settings
+from pytest_graphleak.report.text import render_text
+from pytest_graphleak.result import PATTERNS, CheckResult, Diagnosis, Verdict
+from pytest_graphleak.verdict import Limits, judge
+
+#: Metrics judged with the RSS tolerance (noisy); every other metric is exact.
+NOISY_METRICS = ("process.rss_bytes", "cuda.reserved_bytes")
+
+
+class GraphLeakError(AssertionError):
+    """A checked step leaked; the message is the full report (``render_text``)."""
+
+    def __init__(self, message: str, result: CheckResult | None = None) -> None:
+        super().__init__(message)
+        #: Plain data only (no measured object), safe to keep.
+        self.result = result
+
+
+def limits_for(settings: Settings) -> Limits:
+    return Limits(tolerance=dict.fromkeys(NOISY_METRICS, settings.rss_tolerance))
+
+
+def step_error_text(exc: BaseException) -> str:
+    step = getattr(exc, "graphleak_step", None)
+    at = f" at step {step}" if step else ""
+    return f"{type(exc).__name__}: {exc}{at}"
+
+
+def explain(
+    verdict: Verdict,
+    *,
+    step: Callable[[], object] | None,
+    roots: Mapping[str, object],
+    exclude: Collection[int] = (),
+) -> Diagnosis | None:
+    """Run the diagnosis of a leak verdict; never hides the verdict behind its errors."""
+    try:
+        from pytest_graphleak.diagnose import diagnose
+    except ModuleNotFoundError as exc:
+        if exc.name in ("pytest_graphleak.diagnose",):
+            return None  # no diagnosis module in this build: the verdict's pattern stands
+        return _failed_diagnosis(verdict, exc)
+    except Exception as exc:
+        return _failed_diagnosis(verdict, exc)
+    try:
+        diagnosis = diagnose(verdict, step=step, roots=roots, exclude=exclude)
+    except Exception as exc:
+        return _failed_diagnosis(verdict, exc)
+    if not isinstance(diagnosis, Diagnosis):
+        return _failed_diagnosis(verdict, TypeError(f"diagnose() returned {diagnosis!r}"))
+    if diagnosis.pattern not in PATTERNS:
+        diagnosis.notes.append(f"diagnosis gave pattern {diagnosis.pattern!r}; kept the count's")
+        diagnosis.pattern = verdict.pattern or "memory-growth"
+    return diagnosis
+
+
+def _failed_diagnosis(verdict: Verdict, exc: BaseException) -> Diagnosis:
+    return Diagnosis(
+        pattern=verdict.pattern or "memory-growth",
+        notes=[f"diagnosis failed: {type(exc).__name__}: {exc}"],
+    )
+
+
+def measure(
+    step: Callable[[], object],
+    *,
+    settings: Settings,
+    name: str,
+    diagnose_step: Callable[[], object] | None = None,
+    roots: Callable[[], Mapping[str, object]] | None = None,
+    exclude: Collection[int] = (),
+) -> CheckResult:
+    """tracker -> verdict -> diagnosis. The step's own exception propagates (annotated).
+
+    ``roots`` is called only on a leak, so nothing is gathered for a clean run.
+    """
+    series = tracker.run(step, steps=settings.steps, warmup=settings.warmup, probes=settings.probes)
+    return _conclude(series, settings=settings, name=name, steps=settings.steps,
+                     diagnose_step=diagnose_step, roots=roots, exclude=exclude)  # fmt: skip
+
+
+def _conclude(
+    series: tracker.Series,
+    *,
+    settings: Settings,
+    name: str,
+    steps: int,
+    diagnose_step: Callable[[], object] | None,
+    roots: Callable[[], Mapping[str, object]] | None,
+    exclude: Collection[int],
+) -> CheckResult:
+    verdict = judge(series.series, series.units, warmup=settings.warmup,
+                    limits=limits_for(settings))  # fmt: skip
+    result = CheckResult(
+        name=name,
+        steps=steps,
+        warmup=settings.warmup,
+        series=series.series,
+        units=series.units,
+        verdict=verdict,
+        duration_s=series.duration_s,
+    )
+    if verdict.leaked and settings.diagnose:
+        started = time.perf_counter()
+        result.diagnosis = explain(
+            verdict, step=diagnose_step, roots=roots() if roots else {}, exclude=exclude
+        )
+        result.duration_s += time.perf_counter() - started
+    return result
+
+
+def _settings(where: str, base: Settings | None, **values: object) -> Settings:
+    try:
+        return (base or Settings()).override(values, where=where)
+    except OptionError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def caller_roots(frame: Any, exclude: Collection[int]) -> dict[str, object]:
+    """The caller's locals as diagnosis roots ("local 'NAME'"), minus plugin objects."""
+    return {
+        f"local '{key}'": value
+        for key, value in frame.f_locals.items()
+        if id(value) not in exclude and not key.startswith("@")
+    }
+
+
+def roots_of_frame(
+    frame: Any, exclude: Collection[int] = ()
+) -> Callable[[], Mapping[str, object]]:
+    """Deferred ``caller_roots``: the locals are read only if a leak needs diagnosing."""
+    return lambda: caller_roots(frame, exclude)
+
+
+def check(
+    step: Callable[[], object],
+    *,
+    steps: int | None = None,
+    warmup: int | None = None,
+    rss_tolerance: float | str | None = None,
+    probes: str | Sequence[str] | None = None,
+    name: str | None = None,
+    raise_on_leak: bool = False,
+    diagnose: bool = True,
+    settings: Settings | None = None,
+) -> CheckResult:
+    """Call ``step`` ``warmup + steps`` times and judge whether it leaks.
+
+    Returns the CheckResult. With ``raise_on_leak=True`` a leak raises GraphLeakError
+    (message: the full report) and a raising step propagates its own exception.
+    """
+    if not callable(step):
+        raise TypeError(f"check(step): step must be callable, got {step!r}")
+    label = name or getattr(step, "__qualname__", None) or repr(step)
+    resolved = _settings(
+        f"check({label})", settings, steps=steps, warmup=warmup,
+        rss_tolerance=rss_tolerance, probes=probes,
+    )  # fmt: skip
+    if not diagnose:
+        resolved = dataclasses.replace(resolved, diagnose=False)
+    try:
+        result = measure(
+            step,
+            settings=resolved,
+            name=label,
+            diagnose_step=step,
+            roots=roots_of_frame(sys._getframe(1)),
+        )
+    except Exception as exc:
+        if raise_on_leak:
+            raise
+        return CheckResult(
+            name=label,
+            steps=resolved.steps,
+            warmup=resolved.warmup,
+            series={},
+            units={},
+            verdict=Verdict(leaked=False, reason="the step raised; no verdict"),
+            error=step_error_text(exc),
+        )
+    if raise_on_leak and result.leaked:
+        raise GraphLeakError(render_text(result), result)
+    return result
+
+
+class Track:
+    """``with track(warmup=3) as t: for ...: ...; t.step()`` for a hand-written loop.
+
+    Each ``t.step()`` marks the end of one training step and samples the probes; the
+    first ``warmup`` steps are not judged. After the block, ``t.result`` holds the
+    CheckResult (None if the block raised).
+    """
+
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        name: str,
+        raise_on_leak: bool,
+        on_result: Callable[[CheckResult], None] | None = None,
+        roots: Callable[[], Mapping[str, object]] | None = None,
+    ) -> None:
+        self._settings = settings
+        self._name = name
+        self._raise = raise_on_leak
+        self._on_result = on_result
+        self._roots = roots
+        self._sampler: tracker.Sampler | None = None
+        self.result: CheckResult | None = None
+
+    @property
+    def calls(self) -> int:
+        """Steps marked so far."""
+        return self._sampler.calls if self._sampler else 0
+
+    def __enter__(self) -> Track:
+        if self._sampler is not None:
+            raise RuntimeError("a track() block cannot be entered twice")
+        self._sampler = tracker.Sampler(warmup=self._settings.warmup, probes=self._settings.probes)
+        self._sampler.begin()
+        return self
+
+    def step(self) -> None:
+        """Mark the end of one step: collect garbage and sample every probe."""
+        if self._sampler is None or self.result is not None:
+            raise RuntimeError("t.step() called outside its `with graphleak.track() as t:` block")
+        self._sampler.after_step()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        __tracebackhide__ = True
+        sampler = self._sampler
+        assert sampler is not None
+        sampler.end()
+        if exc is not None:
+            if isinstance(exc, Exception):
+                tracker.annotate_step_error(exc, sampler.calls + 1, sampler.warmup, None)
+            return  # the block's own exception propagates
+        warmup = self._settings.warmup
+        steps = sampler.calls - warmup
+        if steps < 1 or sampler.calls < 2:
+            raise ValueError(
+                f"{self._name}: track(warmup={warmup}) saw {sampler.calls} t.step() calls; "
+                f"it needs at least warmup + 2 (and warmup + 12 to catch slow leaks)"
+            )
+        exclude = (id(self),)
+        roots = self._roots or roots_of_frame(sys._getframe(1), exclude)
+        self.result = _conclude(sampler.result, settings=self._settings, name=self._name,
+                                steps=steps, diagnose_step=None, roots=roots,
+                                exclude=exclude)  # fmt: skip
+        del roots
+        if self._on_result is not None:
+            self._on_result(self.result)
+        if self._raise and self.result.leaked:
+            raise GraphLeakError(render_text(self.result), self.result)
+
+
+def track(
+    *,
+    warmup: int | None = None,
+    rss_tolerance: float | str | None = None,
+    probes: str | Sequence[str] | None = None,
+    name: str = "track()",
+    raise_on_leak: bool = False,
+    settings: Settings | None = None,
+) -> Track:
+    """A context manager measuring a hand-written loop; see ``Track``."""
+    resolved = _settings(name, settings, warmup=warmup, rss_tolerance=rss_tolerance, probes=probes)
+    return Track(settings=resolved, name=name, raise_on_leak=raise_on_leak)

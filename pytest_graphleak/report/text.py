@@ -1,0 +1,112 @@
+"""The failure text of one check, and the unicode sparkline used by every text report.
+
+Pure: a CheckResult in, a string out. The same text is the marker's failure, the
+``GraphLeakError`` message of the fixture and of ``pytest_graphleak.check``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from pytest_graphleak.result import FIXES, CheckResult, Growth
+from pytest_graphleak.verdict import format_amount
+
+_BARS = "▁▂▃▄▅▆▇█"
+
+#: One line per pattern word: what it means (ARCHITECTURE section 4).
+MEANINGS: dict[str, str] = {
+    "list-accumulation": "each step adds graph-carrying tensors to a container that keeps growing",
+    "retained-grad-fn": "a bounded set of live tensors reaches an autograd graph that grows "
+    "every step (running total, hidden state or in-place accumulation not detached)",
+    "cycle": "tensors or graph nodes of each step are kept only by reference cycles, freed "
+    "by the cyclic GC or never",
+    "memory-growth": "process or device memory grows while tensor and node counts stay flat",
+}
+
+#: Series longer than this are shown as head ... tail.
+_MAX_SHOWN = 24
+
+
+def sparkline(values: Sequence[float]) -> str:
+    """One bar per value, scaled between the series' min and max (flat: all lowest)."""
+    finite = [float(v) for v in values if _finite(v)]
+    if not finite:
+        return " " * len(values)
+    low, high = min(finite), max(finite)
+    span = high - low
+    bars = []
+    for value in values:
+        if not _finite(value):
+            bars.append(" ")
+        elif span == 0:
+            bars.append(_BARS[0])
+        else:
+            index = round((float(value) - low) / span * (len(_BARS) - 1))
+            bars.append(_BARS[index])
+    return "".join(bars)
+
+
+def render_text(result: CheckResult) -> str:
+    """The report of one check: what grew, from what to what, the pattern and the fix."""
+    if result.error:
+        return f"graphleak: {result.name}: the step raised {result.error}"
+    if not result.leaked:
+        return f"graphleak: {result.name}: no leak ({result.verdict.reason})"
+    pattern = result.pattern or "memory-growth"
+    lines = [
+        f"graphleak: {result.name} leaks: {pattern}",
+        f"  {result.steps} measured steps after {result.warmup} warmup steps "
+        f"({result.duration_s:.2f} s); grew:",
+    ]
+    growths = result.verdict.growths
+    width = max(len(g.metric) for g in growths) if growths else 0
+    for growth in growths:
+        lines.append(_growth_row(result, growth, width))
+    lines.append("  series (warmup | measured):")
+    for growth in growths:
+        values = result.series.get(growth.metric, [])
+        unit = result.units.get(growth.metric, "objects")
+        lines.append(f"    {growth.metric:<{width}}  {compact_series(values, result.warmup, unit)}")
+    lines.append(f"  pattern: {pattern} ({MEANINGS.get(pattern, '')})")
+    diagnosis = result.diagnosis
+    if diagnosis is not None:
+        if diagnosis.chain:
+            lines.append(f"  held by: {' -> '.join(diagnosis.chain)}")
+        if diagnosis.cycle:
+            lines.append(f"  cycle: {' -> '.join(diagnosis.cycle)}")
+        for site in diagnosis.sites:
+            where = f"{site.filename}:{site.lineno}"
+            in_function = f" in {site.function}" if site.function else ""
+            lines.append(
+                f"  created at: {where}{in_function}: {site.line}  ({site.count} per step)"
+            )
+        lines.extend(f"  note: {note}" for note in diagnosis.notes)
+    lines.append(f"  fix: {FIXES.get(pattern, '')}")
+    return "\n".join(lines)
+
+
+def _growth_row(result: CheckResult, growth: Growth, width: int) -> str:
+    unit = result.units.get(growth.metric, "objects")
+    span = f"{format_amount(growth.start, unit)} -> {format_amount(growth.end, unit)}"
+    rate = f"{format_amount(growth.per_step, unit, signed=True)}/step"
+    values = result.series.get(growth.metric, [])
+    spark = sparkline(values)
+    if 0 < result.warmup < len(spark):
+        spark = f"{spark[: result.warmup]}|{spark[result.warmup :]}"
+    return f"    {growth.metric:<{width}}  {span:<24} {rate:<16} {spark}"
+
+
+def compact_series(values: Sequence[float], warmup: int, unit: str = "objects") -> str:
+    """``1 2 3 | 4 5 6 ... 19 20`` (bytes in KiB/MiB), with warmup before the bar."""
+    shown = [format_amount(v, unit).replace(" ", "") for v in values]
+    head = shown[:warmup]
+    tail = shown[warmup:]
+    if len(tail) > _MAX_SHOWN:
+        keep = _MAX_SHOWN // 2
+        tail = [*tail[:keep], "...", *tail[-keep:]]
+    return " ".join([*head, "|", *tail]) if head else " ".join(tail)
+
+
+def _finite(value: object) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value)
