@@ -138,8 +138,9 @@ def _diagnose_with_step(
         if chain_path is None and not cycle and obs.alive:
             notes.append("no chain from a fixture, global, closure or self reaches the leak")
         dot = render_dot(chain_path, cycle_path, walker)
-        return Diagnosis(pattern=pattern, chain=chain, cycle=cycle, sites=sites, notes=notes,
-                         dot=dot)
+        return Diagnosis(
+            pattern=pattern, chain=chain, cycle=cycle, sites=sites, notes=notes, dot=dot
+        )
     finally:
         if chain_path is not None:
             chain_path.clear()

@@ -93,8 +93,10 @@ def _user_class(obj: object) -> bool:
         return False
     module = getattr(obj, "__module__", "") or ""
     top = module.split(".", 1)[0]
-    return top not in _LIBRARY_TOPS and module != "builtins" and not module.startswith(
-        PRIVATE_PACKAGES
+    return (
+        top not in _LIBRARY_TOPS
+        and module != "builtins"
+        and not module.startswith(PRIVATE_PACKAGES)
     )
 
 
@@ -209,7 +211,7 @@ class ObjectEdges:
 
 def _function_edges(fn: types.FunctionType) -> Iterator[tuple[Edge, object]]:
     closure = fn.__closure__ or ()
-    for name, cell in zip(fn.__code__.co_freevars, closure):
+    for name, cell in zip(fn.__code__.co_freevars, closure, strict=False):
         try:
             yield Edge("closure", name), cell.cell_contents
         except ValueError:  # cell not filled yet

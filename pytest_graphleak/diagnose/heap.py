@@ -71,8 +71,10 @@ def _graph_size(tensor: Any, walker: ObjectEdges) -> int:
 
 
 def diagnose_heap(verdict: Verdict, roots: Mapping[str, object], walker: ObjectEdges) -> Diagnosis:
-    notes = ["no step to re-run (hand-written loop): the diagnosis looked at the heap as it is; "
-             "use graphleak.check(step) to get creation sites"]
+    notes = [
+        "no step to re-run (hand-written loop): the diagnosis looked at the heap as it is; "
+        "use graphleak.check(step) to get creation sites"
+    ]
     labelled = given_roots(roots)
     path: Path | None = None
     try:
@@ -85,13 +87,15 @@ def diagnose_heap(verdict: Verdict, roots: Mapping[str, object], walker: ObjectE
             _extend(path, tensor, edge_kind, container)
             chain = render_chain(path, walker)
             notes.append(f"{type(container).__name__} of {len(container)} graph-carrying items")
-            return Diagnosis("list-accumulation", chain=chain, notes=notes,
-                             dot=render_dot(path, None, walker))
+            return Diagnosis(
+                "list-accumulation", chain=chain, notes=notes, dot=render_dot(path, None, walker)
+            )
         best: tuple[int, Path] | None = None
         for label, value in labelled:
             if not _graph_tensor(value, walker):
-                candidate = shortest_path([(label, value)], lambda o: _graph_tensor(o, walker),
-                                          walker, max_visited=20_000)
+                candidate = shortest_path(
+                    [(label, value)], lambda o: _graph_tensor(o, walker), walker, max_visited=20_000
+                )
             else:
                 candidate = Path(label, [value], [])
             if candidate is None:
@@ -103,17 +107,25 @@ def diagnose_heap(verdict: Verdict, roots: Mapping[str, object], walker: ObjectE
                 best = (size, candidate)
             else:
                 candidate.clear()
-        if best is not None and not verdict.pattern == "cycle":
+        if best is not None and verdict.pattern != "cycle":
             size, path = best
-            notes.append(f"its autograd graph has {size}{'+' if size >= _GRAPH_LIMIT else ''} "
-                         "nodes")
-            return Diagnosis("retained-grad-fn", chain=render_chain(path, walker), notes=notes,
-                             dot=render_dot(path, None, walker))
+            notes.append(
+                f"its autograd graph has {size}{'+' if size >= _GRAPH_LIMIT else ''} nodes"
+            )
+            return Diagnosis(
+                "retained-grad-fn",
+                chain=render_chain(path, walker),
+                notes=notes,
+                dot=render_dot(path, None, walker),
+            )
         if verdict.pattern == "cycle":
             notes.append("tensors or nodes were freed only by gc.collect(): a reference cycle")
             return Diagnosis("cycle", notes=notes)
-        pattern = "memory-growth" if only_memory_grew(verdict) else (verdict.pattern or
-                                                                     "retained-grad-fn")
+        pattern = (
+            "memory-growth"
+            if only_memory_grew(verdict)
+            else (verdict.pattern or "retained-grad-fn")
+        )
         return Diagnosis(pattern, notes=notes)
     finally:
         if path is not None:

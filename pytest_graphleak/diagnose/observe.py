@@ -17,6 +17,7 @@ minigrad tensors, minigrad nodes) or, for torch graph nodes, by autograd sequenc
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import weakref
 from collections.abc import Callable
@@ -190,10 +191,9 @@ def _note_new(
             known = made.get(id(obj))
             if known is not None and known[0]() is obj:
                 break
-            try:
+            # torch graph nodes refuse weak references: found later by sequence number.
+            with contextlib.suppress(TypeError):
                 made[id(obj)] = (weakref.ref(obj), backend, kind, run)
-            except TypeError:  # torch graph nodes: found later by sequence number
-                pass
             break
 
 

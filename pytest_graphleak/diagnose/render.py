@@ -112,9 +112,7 @@ def _quote(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def render_dot(
-    chain_path: Path | None, cycle_path: Path | None, walker: ObjectEdges
-) -> str:
+def render_dot(chain_path: Path | None, cycle_path: Path | None, walker: ObjectEdges) -> str:
     """Graphviz DOT: the chain (or cycle) plus the graph behind its tensor, <= 40 nodes."""
     path = chain_path or cycle_path
     if path is None or not path.objects:

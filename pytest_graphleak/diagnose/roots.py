@@ -62,7 +62,7 @@ def user_functions(step: Callable[[], object] | None, *, depth: int = 3) -> list
 def closure_roots(functions: Iterable[Any]) -> Roots:
     roots: Roots = []
     for fn in functions:
-        for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
+        for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or (), strict=False):
             try:
                 content = cell.cell_contents
             except ValueError:

@@ -15,6 +15,7 @@ context managers, pytest, pluggy and this plugin.
 
 from __future__ import annotations
 
+import contextlib
 import linecache
 import os
 import sys
@@ -142,10 +143,8 @@ def make_torch_recorder(torch: Any, frames: UserFrames) -> Any:
                         return out
                 known = self.tensor_sites.get(id(t))
                 if known is None or known[0]() is not t:
-                    try:
+                    with contextlib.suppress(TypeError):
                         self.tensor_sites[id(t)] = (weakref.ref(t), site)
-                    except TypeError:
-                        pass
                 grad_fn = t.grad_fn
                 if grad_fn is not None:
                     seq = int(grad_fn._sequence_nr())
@@ -177,9 +176,9 @@ class MemorySite:
     count: int
 
 
-def memory_sites(step: Callable[[], object], frames: UserFrames, *, runs: int = 2) -> list[
-    MemorySite
-]:
+def memory_sites(
+    step: Callable[[], object], frames: UserFrames, *, runs: int = 2
+) -> list[MemorySite]:
     """Lines of user code whose allocations grew over ``runs`` steps (tracemalloc)."""
     started = not tracemalloc.is_tracing()
     if started:
