@@ -295,3 +295,7 @@ def track(
     """A context manager measuring a hand-written loop; see ``Track``."""
     resolved = _settings(name, settings, warmup=warmup, rss_tolerance=rss_tolerance, probes=probes)
     return Track(settings=resolved, name=name, raise_on_leak=raise_on_leak)
+
+
+# Shown as ``pytest_graphleak.GraphLeakError`` in failures, where users import it from.
+GraphLeakError.__module__ = "pytest_graphleak"

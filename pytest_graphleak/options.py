@@ -223,7 +223,8 @@ def add_options(parser: Any) -> None:
 
 
 def _dest(option: Option) -> str:
-    return f"graphleak_opt_{option.key}"
+    # The ini key doubles as the argparse dest: config.getoption("graphleak_warn_only").
+    return option.ini
 
 
 def settings_from(

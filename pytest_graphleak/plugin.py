@@ -1,0 +1,346 @@
+"""pytest wiring only: options, the ``no_graph_growth`` marker, the ``graphleak``
+fixture and the hooks that carry results to the session reporter.
+
+The plugin never measures (``tracker``/``probes`` do) and never decides (``verdict``
+does). Results travel on the call-phase report as ``report.graphleak``: a list of
+``CheckResult.to_dict()`` (plain JSON data, so it crosses pytest-xdist unchanged).
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+import warnings
+from collections.abc import Callable, Generator, Mapping
+from typing import Any
+
+import pytest
+
+from pytest_graphleak import api, options
+from pytest_graphleak.api import GraphLeakError, Track
+from pytest_graphleak.options import OptionError, Settings
+from pytest_graphleak.report.text import render_text
+from pytest_graphleak.result import CheckResult, Verdict
+
+MARKER = "no_graph_growth"
+
+SETTINGS_KEY = pytest.StashKey[Settings]()
+ITEM_SETTINGS_KEY = pytest.StashKey[Settings]()
+RESULTS_KEY = pytest.StashKey["list[dict[str, Any]]"]()
+
+#: Fixture values never offered to the diagnosis as roots (pytest's own objects).
+_INTERNAL_FIXTURES = frozenset({"request", "graphleak", "pytestconfig"})
+
+
+class GraphLeakWarning(UserWarning):
+    """A leak reported in warn-only mode (``--graphleak-warn-only``)."""
+
+
+def no_graph_growth(
+    *,
+    steps: int | None = None,
+    warmup: int | None = None,
+    rss_tolerance: int | float | str | None = None,
+    probes: str | list[str] | None = None,
+) -> None:
+    """the test body is ONE training step. With --graphleak it is called warmup + steps times with the same fixture values and fails when alive tensors, graph nodes, cyclic garbage or memory keep growing; the failure names the pattern (list-accumulation, retained-grad-fn, cycle, memory-growth). Without --graphleak the test runs once."""  # noqa: E501
+
+
+def _marker_line() -> str:
+    params = ", ".join(
+        f"{name}={'N' if name in ('steps', 'warmup') else 'SIZE' if name == 'rss_tolerance' else 'NAMES'}"  # noqa: E501
+        for name in inspect.signature(no_graph_growth).parameters
+    )
+    return f"{MARKER}({params}): {inspect.getdoc(no_graph_growth)}"
+
+
+# -- configuration --------------------------------------------------------------------
+def pytest_addoption(parser: pytest.Parser) -> None:
+    options.add_options(parser)
+    session_report = _session_report_module()
+    if session_report is not None:
+        session_report.add_options(parser)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", _marker_line())
+    try:
+        config.stash[SETTINGS_KEY] = options.settings_from_config(config)
+    except OptionError as exc:
+        raise pytest.UsageError(f"graphleak: {exc}") from None
+    session_report = _session_report_module()
+    if session_report is not None and not config.pluginmanager.has_plugin(
+        "graphleak-session-report"
+    ):
+        config.pluginmanager.register(
+            session_report.GraphleakSessionReport(config), "graphleak-session-report"
+        )
+
+
+def _session_report_module() -> Any:
+    try:
+        from pytest_graphleak import session_report
+    except ModuleNotFoundError as exc:
+        if exc.name == "pytest_graphleak.session_report":
+            return None
+        raise
+    return session_report
+
+
+def settings_of(config: pytest.Config) -> Settings:
+    return config.stash.get(SETTINGS_KEY, None) or Settings()
+
+
+def marker_settings(item: pytest.Item, base: Settings) -> Settings | None:
+    """Settings of a marked test (closest marker wins per keyword); None if unmarked."""
+    markers = list(item.iter_markers(MARKER))
+    if not markers:
+        return None
+    values: dict[str, object] = {}
+    for marker in reversed(markers):  # farthest first, so the closest overrides
+        where = f"@pytest.mark.{MARKER} on {item.nodeid}"
+        if marker.args:
+            raise OptionError(
+                f"{where}: takes keyword arguments only (steps=, warmup=, ...), "
+                f"got positional {', '.join(map(repr, marker.args))}"
+            )
+        values.update(marker.kwargs)
+    shown = ", ".join(f"{key}={value!r}" for key, value in values.items())
+    return base.override(values, where=f"@pytest.mark.{MARKER}({shown}) on {item.nodeid}")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Validate every marker before anything runs: a bad argument is a usage error."""
+    base = settings_of(config)
+    errors = []
+    for item in items:
+        try:
+            settings = marker_settings(item, base)
+        except OptionError as exc:
+            errors.append(str(exc))
+            continue
+        if settings is not None:
+            item.stash[ITEM_SETTINGS_KEY] = settings
+    if errors:
+        raise pytest.UsageError("graphleak: " + "\ngraphleak: ".join(errors))
+
+
+# -- the marker -------------------------------------------------------------------------
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
+    settings = pyfuncitem.stash.get(ITEM_SETTINGS_KEY, None)
+    if settings is None or not settings_of(pyfuncitem.config).enabled:
+        return None  # unmarked, or checking is off: pytest runs the test once
+    function = pyfuncitem.obj
+    if _is_async_or_generator(function):
+        pytest.fail(
+            f"{pyfuncitem.nodeid}: @pytest.mark.{MARKER} needs a plain (synchronous, "
+            "non-generator) test function: its body is called as one training step. "
+            "Move the step into a plain function, or use the graphleak fixture.",
+            pytrace=False,
+        )
+    argnames = getattr(getattr(pyfuncitem, "_fixtureinfo", None), "argnames", None)
+    if argnames is None:
+        argnames = tuple(inspect.signature(function).parameters)
+    funcargs = pyfuncitem.funcargs
+    arguments = {name: funcargs[name] for name in argnames}
+
+    def step() -> None:
+        outcome = function(**arguments)
+        if inspect.isawaitable(outcome) or inspect.isgenerator(outcome):
+            close = getattr(outcome, "close", None)
+            if close is not None:
+                close()
+            raise TypeError(f"{pyfuncitem.nodeid} returned {type(outcome).__name__}")
+
+    def roots() -> dict[str, object]:
+        found: dict[str, object] = {
+            f"fixture '{name}'": value
+            for name, value in funcargs.items()
+            if name not in _INTERNAL_FIXTURES and not _is_pytest_object(value)
+        }
+        if pyfuncitem.instance is not None:
+            found["self"] = pyfuncitem.instance
+        return found
+
+    def measure() -> CheckResult:
+        return api.measure(
+            step,
+            settings=settings,
+            name=pyfuncitem.nodeid,
+            diagnose_step=step,
+            roots=roots,
+            exclude=(id(arguments), id(funcargs)),
+        )
+
+    _run_and_record(pyfuncitem, measure, settings=settings, from_marker=True)
+    return True
+
+
+def _is_async_or_generator(function: Callable[..., object]) -> bool:
+    return (
+        inspect.iscoroutinefunction(function)
+        or inspect.isasyncgenfunction(function)
+        or inspect.isgeneratorfunction(function)
+    )
+
+
+def _is_pytest_object(value: object) -> bool:
+    module = type(value).__module__ or ""
+    return module.startswith(("_pytest", "pytest", "pluggy"))
+
+
+def _run_and_record(
+    item: pytest.Item,
+    run: Callable[[], CheckResult],
+    *,
+    settings: Settings,
+    from_marker: bool,
+    name: str | None = None,
+) -> CheckResult:
+    __tracebackhide__ = True
+    try:
+        result = run()
+    except Exception as exc:
+        _record(item, _error_result(name or item.nodeid, settings, exc))
+        raise
+    _record(item, result)
+    _fail_or_warn(result, settings, from_marker=from_marker)
+    return result
+
+
+def _error_result(name: str, settings: Settings, exc: BaseException) -> CheckResult:
+    return CheckResult(
+        name=name,
+        steps=settings.steps,
+        warmup=settings.warmup,
+        series={},
+        units={},
+        verdict=Verdict(leaked=False, reason="the step raised; no verdict"),
+        error=api.step_error_text(exc),
+    )
+
+
+def _fail_or_warn(result: CheckResult, settings: Settings, *, from_marker: bool) -> None:
+    __tracebackhide__ = True
+    if not result.leaked:
+        return
+    text = render_text(result)
+    if settings.warn_only:
+        warnings.warn(GraphLeakWarning(text), stacklevel=2)
+        return
+    error = GraphLeakError(text, result)
+    error.graphleak_plain = from_marker  # type: ignore[attr-defined]
+    raise error
+
+
+def _record(item: pytest.Item, result: CheckResult) -> None:
+    item.stash.setdefault(RESULTS_KEY, []).append(result.to_dict())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, Any, None]:
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()
+    if call.when != "call":
+        return
+    results = item.stash.get(RESULTS_KEY, None)
+    if results:
+        report.graphleak = list(results)  # type: ignore[attr-defined]
+        del item.stash[RESULTS_KEY]  # pop, so nothing outlives the report
+    excinfo = call.excinfo
+    if (
+        excinfo is not None
+        and isinstance(excinfo.value, GraphLeakError)
+        and getattr(excinfo.value, "graphleak_plain", False)
+    ):
+        # The marker's failure is the report itself: no traceback into the plugin.
+        report.longrepr = excinfo.getrepr(style="value")
+
+
+# -- the fixture ------------------------------------------------------------------------
+class GraphleakFixture:
+    """``graphleak.check(step, steps=, warmup=)`` and ``with graphleak.track() as t``.
+
+    Both fail the test with GraphLeakError (the same report as the marker) on a leak,
+    with or without ``--graphleak``; in warn-only mode they warn instead.
+    """
+
+    def __init__(self, item: pytest.Item, settings: Settings) -> None:
+        self._item = item
+        self._settings = settings
+        self._checks = 0
+
+    def _resolve(self, what: str, values: Mapping[str, object]) -> Settings:
+        try:
+            return self._settings.override(values, where=f"graphleak.{what} in {self._item.nodeid}")
+        except OptionError as exc:
+            raise ValueError(str(exc)) from None
+
+    def check(
+        self,
+        step: Callable[[], object],
+        *,
+        steps: int | None = None,
+        warmup: int | None = None,
+        rss_tolerance: int | float | str | None = None,
+        probes: str | list[str] | None = None,
+    ) -> CheckResult:
+        """Run ``step`` warmup + steps times; fail the test if it leaks."""
+        __tracebackhide__ = True
+        if not callable(step):
+            raise TypeError(f"graphleak.check(step): step must be callable, got {step!r}")
+        settings = self._resolve(
+            "check()",
+            {"steps": steps, "warmup": warmup, "rss_tolerance": rss_tolerance, "probes": probes},
+        )
+        self._checks += 1
+        label = getattr(step, "__qualname__", "step")
+        name = f"{self._item.nodeid}::check({label})"
+        roots = api.roots_of_frame(sys._getframe(1), exclude=(id(self),))
+
+        def measure() -> CheckResult:
+            return api.measure(
+                step, settings=settings, name=name, diagnose_step=step, roots=roots,
+                exclude=(id(self),),
+            )  # fmt: skip
+
+        return _run_and_record(
+            self._item,
+            measure,
+            settings=settings,
+            from_marker=False,
+            name=name,
+        )
+
+    def track(
+        self,
+        *,
+        warmup: int | None = None,
+        rss_tolerance: int | float | str | None = None,
+        probes: str | list[str] | None = None,
+    ) -> Track:
+        """``with graphleak.track(warmup=3) as t:`` ... ``t.step()`` after each step."""
+        settings = self._resolve("track()", {"warmup": warmup, "rss_tolerance": rss_tolerance,
+                                             "probes": probes})  # fmt: skip
+        self._checks += 1
+        name = f"{self._item.nodeid}::track({self._checks})"
+
+        def on_result(result: CheckResult) -> None:
+            _record(self._item, result)
+            if result.leaked and settings.warn_only:
+                warnings.warn(GraphLeakWarning(render_text(result)), stacklevel=3)
+
+        return Track(settings=settings, name=name, raise_on_leak=not settings.warn_only,
+                     on_result=on_result)  # fmt: skip
+
+
+@pytest.fixture
+def graphleak(request: pytest.FixtureRequest) -> GraphleakFixture:
+    """Check a step function (``graphleak.check(step, steps=, warmup=)``) or a hand-written
+    loop (``with graphleak.track(warmup=) as t: ... t.step()``) for autograd graph leaks;
+    fails the test with the same report as @pytest.mark.no_graph_growth. Works with or
+    without --graphleak."""
+    return GraphleakFixture(request.node, settings_of(request.config))
