@@ -1,0 +1,223 @@
+"""``graphleak demo``: train the tiny transformer with two classic leaks, then fixed.
+
+Each run is one ``pytest_graphleak.check(step, ...)`` call -- the same tracker, probes,
+verdict and diagnosis as ``pytest --graphleak`` -- around a step that also prints the
+seed engine's per-step log. Calls that the diagnosis makes after the measured steps
+are not logged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pytest_graphleak.cli.exits import EXIT_CLEAN, EXIT_LEAK, UsageError
+from pytest_graphleak.demo.backends import Backend, Counter, minigrad_backend, torch_backend
+from pytest_graphleak.demo.plot import Metric, PlotRun, render_plot
+from pytest_graphleak.demo.progress import Display, bar
+from pytest_graphleak.demo.steplog import PHASES, StepRecord, format_line, rss_mb
+from pytest_graphleak.demo.user_code import load_training_script
+from pytest_graphleak.result import CheckResult
+
+DEFAULT_STEPS = 24
+DEFAULT_WARMUP = 3
+SEED = 0
+
+
+@dataclass(frozen=True)
+class Variant:
+    method: str  # Trainer method in train_script.py
+    label: str
+    story: str
+    expect_leak: bool
+    expected_pattern: str | None
+
+
+VARIANTS = (
+    Variant("step_keeps_losses", "leaky: losses kept",
+            "losses.append(loss) keeps every step's loss with its graph",
+            True, "list-accumulation"),
+    Variant("step_retains_graph", "leaky: graph retained",
+            "backward(retain_graph=True), and a running loss kept as a tensor chains "
+            "the graphs together", True, "retained-grad-fn"),
+    Variant("step_fixed", "fixed",
+            "losses.append(loss.item()); backward() frees the graph", False, None),
+)
+
+
+@dataclass
+class RunOutcome:
+    variant: Variant
+    result: CheckResult
+    records: list[StepRecord] = field(default_factory=list)
+
+    @property
+    def as_expected(self) -> bool:
+        return not self.result.error and self.result.leaked == self.variant.expect_leak
+
+
+class PhaseRecorder:
+    """``record(phase)``: the script calls it at pre/fwd/bwd/opt of each step."""
+
+    def __init__(self) -> None:
+        self.rss: dict[str, float] = {}
+
+    def record(self, phase: str) -> None:
+        self.rss[phase] = rss_mb()
+
+
+class LoggedStep:
+    """The step handed to ``check``: runs the script's step, then logs one line."""
+
+    def __init__(self, step: Callable[[], float], recorder: PhaseRecorder, counter: Counter,
+                 display: Display, *, label: str, warmup: int, total: int, every: int) -> None:
+        self.step, self.recorder, self.counter, self.display = step, recorder, counter, display
+        self.label, self.warmup, self.total, self.every = label, warmup, total, every
+        self.records: list[StepRecord] = []
+        self._width = len(str(total))
+
+    def __call__(self) -> None:
+        self.recorder.rss = {}
+        loss = self.step()
+        if len(self.records) >= self.total:
+            return  # a diagnosis call after the measured steps: not part of the log
+        alive, created = self.counter.read()
+        record = StepRecord(len(self.records) + 1, len(self.records) < self.warmup, loss,
+                            dict(self.recorder.rss), alive, created)
+        self.records.append(record)
+        if record.step % self.every == 0 or record.step in (1, self.total):
+            self.display.line(format_line(record, self._width))
+        counts = " ".join(f"{k}={v}" for k, v in alive.items())
+        self.display.status(f"{self.label} {bar(record.step, self.total)} "
+                            f"{record.step}/{self.total}  loss {loss:.3f}  {counts}")
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    steps = args.steps or DEFAULT_STEPS
+    warmup = args.warmup or DEFAULT_WARMUP
+    plot_path = _plot_path(args.plot)
+    backend = torch_backend() if args.torch else minigrad_backend()
+    script = load_training_script()
+    display = Display()
+    started = time.perf_counter()
+    display.line(display.paint(
+        f"graphleak demo: a tiny character transformer on {backend.name}, trained "
+        f"{len(VARIANTS)} times ({warmup} warmup + {steps} measured steps each)", "bold"))
+    display.line("Each run is checked by pytest_graphleak.check(): the tracker, verdict and "
+                 "diagnosis of `pytest --graphleak`.")
+    outcomes = []
+    for number, variant in enumerate(VARIANTS, 1):
+        display.line()
+        display.line(display.paint(f"== Run {number}/{len(VARIANTS)}: {variant.label} -- "
+                                   f"{variant.story}", "bold"))
+        outcomes.append(_run_variant(variant, backend, script, display,
+                                     steps=steps, warmup=warmup, every=args.every))
+        _show_verdict(outcomes[-1], display)
+    display.line()
+    _show_summary(outcomes, display)
+    if plot_path is not None:
+        _write_plot(plot_path, outcomes, backend)
+        display.line(f"plot written to {plot_path}")
+    display.line(f"done in {time.perf_counter() - started:.1f} s")
+    return EXIT_CLEAN if all(o.as_expected for o in outcomes) else EXIT_LEAK
+
+
+def _plot_path(path: str | None) -> Path | None:
+    if path is None:
+        return None
+    target = Path(path)
+    if target.is_dir():
+        raise UsageError(f"--plot {path}: is a directory, name a .svg file")
+    if not target.parent.is_dir():
+        raise UsageError(f"--plot {path}: directory {target.parent} does not exist")
+    return target
+
+
+def _run_variant(variant: Variant, backend: Backend, script: object, display: Display, *,
+                 steps: int, warmup: int, every: int) -> RunOutcome:
+    from pytest_graphleak import check
+
+    parts = backend.build(SEED)
+    recorder = PhaseRecorder()
+    # The diagnosis names this local in its reference chain ("local 'trainer'").
+    trainer = script.Trainer(  # type: ignore[attr-defined]
+        parts.model, parts.optimizer, parts.loss_fn, parts.next_batch, recorder.record
+    )
+    del parts
+    logged = LoggedStep(getattr(trainer, variant.method), recorder, backend.counter, display,
+                        label=variant.label, warmup=warmup, total=warmup + steps, every=every)
+    backend.counter.begin()
+    try:
+        result = check(logged, steps=steps, warmup=warmup, name=f"demo: {variant.label}")
+    finally:
+        backend.counter.end()
+        display.clear_status()
+    records = logged.records
+    del logged, trainer
+    gc.collect()  # the next run starts from a heap without this run's model
+    return RunOutcome(variant, result, records)
+
+
+def _show_verdict(outcome: RunOutcome, display: Display) -> None:
+    from pytest_graphleak.cli.summary import render_result
+
+    result, variant = outcome.result, outcome.variant
+    verdict = "LEAK" if result.leaked else ("ERROR" if result.error else "CLEAN")
+    colour = "green" if outcome.as_expected else "red"
+    expected = "leak" if variant.expect_leak else "clean"
+    display.line(display.paint(
+        f"-- verdict: {verdict}" + (f" ({result.pattern})" if result.leaked else "")
+        + (" as expected" if outcome.as_expected else f" -- expected {expected}!"), colour))
+    display.line(render_result(result))
+
+
+def _show_summary(outcomes: list[RunOutcome], display: Display) -> None:
+    display.line(display.paint("Summary (first -> last measured step)", "bold"))
+    rows = [("run", "alive", "RSS MB", "verdict")]
+    for outcome in outcomes:
+        measured = [r for r in outcome.records if not r.warmup] or outcome.records
+        first, last = measured[0], measured[-1]
+        alive = " ".join(f"{k} {first.alive[k]}->{last.alive[k]}" for k in last.alive)
+        rss = f"{first.rss.get('opt', 0):.1f}->{last.rss.get('opt', 0):.1f}"
+        rss += f" ({last.rss.get('opt', 0) - first.rss.get('opt', 0):+.1f})"
+        result = outcome.result
+        verdict = (f"LEAK {result.pattern}" if result.leaked
+                   else "ERROR" if result.error else "clean")
+        rows.append((outcome.variant.label, alive, rss, verdict))
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    for row in rows:
+        cells = (cell.ljust(width) for cell, width in zip(row, widths, strict=True))
+        display.line("  " + "  ".join(cells).rstrip())
+
+
+def _write_plot(path: Path, outcomes: list[RunOutcome], backend: Backend) -> None:
+    keys = backend.counter.plot_keys
+
+    def plot_run(outcome: RunOutcome) -> PlotRun:
+        run = PlotRun(outcome.variant.label, outcome.result.warmup)
+        for kind, metric in keys.items():
+            run.series[metric] = [float(r.alive.get(kind, float("nan"))) for r in outcome.records]
+        # Runs follow each other in one process, so absolute RSS is not comparable
+        # between them: plot each run's growth since its own first step.
+        rss = [r.rss.get(PHASES[-1], float("nan")) * 2**20 for r in outcome.records]
+        run.series["rss"] = [value - rss[0] for value in rss] if rss else []
+        return run
+
+    runs = [plot_run(o) for o in outcomes]
+    pairs = list(zip(runs, outcomes, strict=True))
+    fixed = next((run for run, o in pairs if not o.variant.expect_leak), runs[-1])
+    leaky = [run for run, o in pairs if o.variant.expect_leak]
+    names = {v: k for k, v in keys.items()}
+    metrics = [Metric("tensors", f"alive {names['tensors']}", "objects"),
+               Metric("nodes", f"alive {names['nodes']}", "objects"),
+               Metric("rss", "RSS growth since step 1", "bytes")]
+    title = f"graphleak demo on {backend.name}: alive objects and RSS per step, leaky vs fixed"
+    svg = render_plot(title, leaky, fixed, metrics)
+    try:
+        path.write_text(svg, encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"--plot {path}: cannot write: {exc.strerror or exc}") from None
