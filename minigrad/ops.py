@@ -221,10 +221,10 @@ class MatmulBackward(Node):
         a2 = a.reshape(1, -1) if a.ndim == 1 else a
         b2 = b.reshape(-1, 1) if b.ndim == 1 else b
         g2 = g
-        if a.ndim == 1:
-            g2 = np.expand_dims(g2, -2)
         if b.ndim == 1:
             g2 = np.expand_dims(g2, -1)
+        if a.ndim == 1:
+            g2 = np.expand_dims(g2, -2)
         ga = gb = None
         if na is not None:
             ga = unbroadcast(np.matmul(g2, np.swapaxes(b2, -1, -2)), a2.shape).reshape(a.shape)
