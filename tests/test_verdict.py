@@ -1,0 +1,158 @@
+"""The verdict is a pure function: hand-written series in, pass / leak out."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pytest_graphleak.verdict import Limits, classify, floor_rises, judge, metric_grows
+
+OBJ = {"torch.tensors": "objects", "torch.nodes": "objects", "gc.cyclic_garbage": "objects",
+       "minigrad.tensors": "objects", "minigrad.nodes": "objects",
+       "process.rss_bytes": "bytes", "torch.storage_bytes": "bytes"}  # fmt: skip
+MIB = 1024 * 1024
+
+
+def leak_every(k: int, calls: int = 19, start: int = 10) -> list[float]:
+    return [float(start + (i // k)) for i in range(calls)]
+
+
+@pytest.mark.parametrize("every", [1, 2, 3])
+def test_growth_every_first_second_or_third_step_is_a_leak(every: int) -> None:
+    verdict = judge({"torch.tensors": leak_every(every)}, OBJ, warmup=3)
+    assert verdict.leaked
+    assert verdict.pattern == "list-accumulation"
+    (growth,) = verdict.growths
+    assert growth.metric == "torch.tensors"
+    assert growth.per_step == pytest.approx(1 / every, abs=0.1)
+
+
+def test_steady_state_reached_during_warmup_is_clean() -> None:
+    series = [3.0, 7.0, 9.0] + [9.0] * 16
+    assert not judge({"torch.tensors": series}, OBJ, warmup=3).leaked
+
+
+def test_steady_state_reached_in_first_half_of_measured_steps_is_clean() -> None:
+    series = [1.0, 2.0, 3.0] + [4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 11.0] + [11.0] * 8
+    verdict = judge({"torch.nodes": series}, OBJ, warmup=3)
+    assert not verdict.leaked
+    assert "no metric grew" in verdict.reason
+
+
+@pytest.mark.parametrize("period", [2, 3, 4, 6])
+def test_sawtooth_returning_to_baseline_is_clean(period: int) -> None:
+    # gradient accumulation: the graph grows for `period` micro-steps, then is freed
+    series = [float(10 + 3 * (i % period)) for i in range(19)]
+    assert not judge({"torch.nodes": series}, OBJ, warmup=3).leaked
+
+
+def test_single_late_one_off_allocation_is_not_a_leak() -> None:
+    series = [5.0] * 17 + [6.0, 6.0]
+    assert not metric_grows(series, warmup=3)
+    assert floor_rises([5.0, 5.0, 6.0, 6.0]) == 1
+
+
+def test_rss_noise_below_tolerance_is_clean_but_megabytes_per_step_leak() -> None:
+    base = 200 * MIB
+    noise = [base + (i % 5) * 300_000 - (i % 3) * 200_000 for i in range(19)]
+    creep = [base + i * 100_000 for i in range(19)]  # 0.1 MB/step allocator creep
+    leak = [base + i * 3 * MIB + (i % 2) * 400_000 for i in range(19)]
+    limits = Limits({"process.rss_bytes": MIB})
+    assert not judge({"process.rss_bytes": noise}, OBJ, warmup=3, limits=limits).leaked
+    assert not judge({"process.rss_bytes": creep}, OBJ, warmup=3, limits=limits).leaked
+    verdict = judge({"process.rss_bytes": leak}, OBJ, warmup=3, limits=limits)
+    assert verdict.leaked and verdict.pattern == "memory-growth"
+    # the tolerance is configurable: 5 MiB/step forgives a 3 MiB/step growth
+    lenient = Limits({"process.rss_bytes": 5 * MIB})
+    assert not judge({"process.rss_bytes": leak}, OBJ, warmup=3, limits=lenient).leaked
+
+
+@pytest.mark.parametrize(
+    ("grown", "pattern"),
+    [
+        (["gc.cyclic_garbage", "torch.tensors"], "cycle"),
+        (["torch.tensors", "torch.nodes"], "list-accumulation"),
+        (["minigrad.tensors", "minigrad.nodes"], "list-accumulation"),
+        (["torch.nodes"], "retained-grad-fn"),
+        (["minigrad.nodes", "torch.storage_bytes"], "retained-grad-fn"),
+        (["process.rss_bytes"], "memory-growth"),
+        (["torch.storage_bytes"], "memory-growth"),
+    ],
+)
+def test_first_classification(grown: list[str], pattern: str) -> None:
+    assert classify(grown) == pattern
+    series = {metric: leak_every(1) for metric in grown}
+    flat = "torch.tensors" if "torch.tensors" not in grown else "minigrad.autograd_meta"
+    series[flat] = [4.0] * 19
+    verdict = judge(series, OBJ, warmup=3)
+    assert verdict.leaked and verdict.pattern == pattern
+    assert sorted(g.metric for g in verdict.growths) == sorted(grown)
+
+
+def test_growth_reports_start_end_of_measured_steps() -> None:
+    verdict = judge({"torch.tensors": leak_every(1)}, OBJ, warmup=3)
+    (growth,) = verdict.growths
+    assert (growth.start, growth.end) == (13.0, 28.0)
+    assert "torch.tensors +1/step" in verdict.reason
+
+
+def test_minimal_series_and_bad_input() -> None:
+    assert judge({"torch.tensors": [1.0, 2.0]}, OBJ, warmup=1).leaked  # one measured step
+    assert not judge({"torch.tensors": [1.0, 1.0]}, OBJ, warmup=1).leaked
+    assert not judge({}, OBJ, warmup=3).leaked
+    with pytest.raises(ValueError, match=r"series 'torch\.tensors' has 3 samples"):
+        judge({"torch.tensors": [1.0, 2.0, 3.0]}, OBJ, warmup=3)
+    with pytest.raises(ValueError, match="warmup"):
+        judge({"torch.tensors": [1.0, 2.0]}, OBJ, warmup=-1)
+    nan = float("nan")
+    assert not judge({"torch.tensors": [1.0, 2.0, nan, 4.0, 5.0, 6.0]}, OBJ, warmup=1).leaked
+
+
+# -- properties -----------------------------------------------------------------------------
+@settings(max_examples=200, deadline=None)
+@given(
+    every=st.integers(1, 3),
+    amount=st.integers(1, 50),
+    base=st.integers(0, 10**6),
+    steps=st.integers(12, 40),
+    warmup=st.integers(0, 5),
+    warm_noise=st.lists(st.integers(0, 1000), min_size=5, max_size=5),
+)
+def test_property_periodic_growth_is_always_a_leak(
+    every: int, amount: int, base: int, steps: int, warmup: int, warm_noise: list[int]
+) -> None:
+    measured = [float(base + amount * ((i + 1) // every)) for i in range(steps)]
+    series = [float(n) for n in warm_noise[:warmup]] + measured
+    assert judge({"minigrad.tensors": series}, OBJ, warmup=warmup).leaked
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    steps=st.integers(2, 40),
+    warmup=st.sampled_from([0, 0, 1, 3, 5]),
+    prefix=st.lists(st.integers(0, 10**4), min_size=45, max_size=45),
+    level=st.integers(0, 10**4),
+)
+def test_property_flat_after_first_half_is_always_clean(
+    steps: int, warmup: int, prefix: list[int], level: int
+) -> None:
+    # Anything before, flat from the middle measured step on. Without warmup the first
+    # sample is the baseline, so one step fewer is measured.
+    settle = warmup + steps // 2 if warmup else (steps - 1) // 2
+    series = [float(v) for v in prefix[:settle]] + [float(level)] * (warmup + steps - settle)
+    assert not judge({"torch.nodes": series}, OBJ, warmup=warmup).leaked
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    period=st.integers(1, 6),
+    height=st.integers(1, 100),
+    phase=st.integers(0, 5),
+    steps=st.integers(16, 40),
+)
+def test_property_sawtooth_back_to_baseline_is_always_clean(
+    period: int, height: int, phase: int, steps: int
+) -> None:
+    series = [float(100 + height * ((i + phase) % period)) for i in range(3 + steps)]
+    assert not judge({"torch.nodes": series}, OBJ, warmup=3).leaked
