@@ -1,0 +1,689 @@
+"""Check a training step that runs on several processes (``torch.distributed`` ranks).
+
+``check_distributed(step_factory, world_size=2)`` spawns ``world_size`` fresh processes,
+joins them in one process group (gloo on CPU by default), and in each rank calls
+``step_factory(rank, world_size)`` to build that rank's step (a DDP model, its optimizer,
+its data), then runs the same tracker and verdict as the plugin on it
+(``pytest_graphleak.check``). Each rank sends back its ``CheckResult.to_dict()``; the caller
+gets one result per rank and fails if any rank leaks, naming the rank.
+
+Why the design looks the way it does:
+
+- Ranks are *spawned*, never forked: a forked child would inherit the test process's
+  threads, CUDA context and tracked objects. A spawned rank imports the step factory by
+  reference ("module:function" or "FILE.py::function", or a module-level function, which
+  is turned into such a reference), so closures and lambdas are refused up front.
+- Ranks must call collectives in lockstep, but the tracker may call the step a few more
+  times on one rank only (diagnosis after a leak verdict). Every step call is therefore
+  preceded by a one-element MAX all-reduce on a private control group: a rank that has
+  finished keeps serving steps while any other rank still wants one, so no rank blocks in
+  a collective its peers never reach.
+- Rendezvous goes through a file store in a private temporary directory, so parallel test
+  workers (pytest-xdist) never race for a TCP port.
+- A hung rank never hangs the test suite: the whole group runs under a deadline, each
+  rank dumps its Python stacks (faulthandler) shortly before it, and the caller reports
+  them; every child process is terminated, then killed, in ``finally``.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.util
+import inspect
+import multiprocessing
+import os
+import pickle
+import queue
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Union
+
+from pytest_graphleak.result import CheckResult
+
+#: ``(rank, world_size) -> step``: builds one rank's zero-argument training step.
+StepFactory = Callable[[int, int], Callable[[], object]]
+#: What the caller may pass: a module-level factory, a ``functools.partial`` of one,
+#: or a reference string "package.module:function" / "path/to/file.py::function".
+FactoryLike = Union[str, StepFactory, "functools.partial[Callable[[], object]]"]
+
+#: Seconds for the checks once every rank has joined the process group.
+DEFAULT_TIMEOUT_S = 120.0
+#: Seconds to spawn the ranks, import torch and join the process group.
+DEFAULT_START_TIMEOUT_S = 120.0
+#: How long the other ranks get to finish once one rank failed (they are usually
+#: blocked in a collective the failed rank will never join).
+FAILURE_GRACE_S = 3.0
+_EXIT_GRACE_S = 5.0
+
+
+class RankError(AssertionError):
+    """A rank raised, crashed or hung; the message holds each failed rank's traceback.
+
+    An AssertionError so that pytest shows it as a test failure (not an internal error).
+    """
+
+
+# --------------------------------------------------------------------------- references
+
+
+@dataclass(frozen=True)
+class FactoryRef:
+    """A picklable way to find the step factory again inside a spawned rank."""
+
+    module: str  # importable module name ("" when only the file is known)
+    file: str  # absolute path of the module's file ("" when not a file)
+    qualname: str  # attribute path inside the module: "make_step" or "Steps.make"
+    args: tuple[Any, ...] = ()  # bound by functools.partial
+    kwargs: tuple[tuple[str, Any], ...] = ()
+
+    @property
+    def label(self) -> str:
+        where = self.module or self.file
+        return f"{where}:{self.qualname}"
+
+    def load(self) -> Callable[..., Callable[[], object]]:
+        module = _load_module(self.module, self.file)
+        target: Any = module
+        for part in self.qualname.split("."):
+            try:
+                target = getattr(target, part)
+            except AttributeError:
+                raise LookupError(
+                    f"step factory {self.label!r}: {module.__name__!r} has no attribute {part!r}"
+                ) from None
+        if not callable(target):
+            raise TypeError(f"step factory {self.label!r} is not callable: {type(target).__name__}")
+        if self.args or self.kwargs:
+            return functools.partial(target, *self.args, **dict(self.kwargs))
+        return target
+
+
+def factory_ref(factory: FactoryLike) -> FactoryRef:
+    """Validate ``factory`` in the calling process and turn it into a ``FactoryRef``.
+
+    Raises TypeError/ValueError/LookupError naming what is wrong, before any process is
+    spawned.
+    """
+    if isinstance(factory, str):
+        ref = _ref_from_string(factory)
+    elif isinstance(factory, functools.partial):
+        inner = factory_ref(factory.func)
+        ref = FactoryRef(
+            inner.module,
+            inner.file,
+            inner.qualname,
+            inner.args + tuple(factory.args),
+            inner.kwargs + tuple(factory.keywords.items()),
+        )
+    elif inspect.isfunction(factory) or inspect.isbuiltin(factory) or inspect.isclass(factory):
+        ref = _ref_from_function(factory)
+    else:
+        raise TypeError(
+            "step_factory must be a module-level function, a functools.partial of one, or a "
+            f"reference string 'module:function' / 'FILE.py::function'; got {factory!r}"
+        )
+    ref.load()  # fail here, with a clear message, rather than in every rank
+    return ref
+
+
+def _ref_from_function(func: Any) -> FactoryRef:
+    qualname: str = getattr(func, "__qualname__", "")
+    if "<lambda>" in qualname or "<locals>" in qualname:
+        raise TypeError(
+            f"step factory {qualname!r} is a lambda or a nested function: spawned ranks cannot "
+            "import it; define it at module level (it may build closures itself)"
+        )
+    module_name: str = getattr(func, "__module__", "") or ""
+    module = sys.modules.get(module_name)
+    file = getattr(module, "__file__", None) or ""
+    if module_name == "__main__":
+        if not file:
+            raise TypeError(
+                f"step factory {qualname!r} lives in an interactive __main__: spawned ranks "
+                "cannot import it; put it in a module"
+            )
+        module_name = ""  # a spawned rank has its own __main__: load the file instead
+    return FactoryRef(module_name, os.path.abspath(file) if file else "", qualname)
+
+
+def _ref_from_string(spec: str) -> FactoryRef:
+    if "::" in spec:
+        file_part, _, attr = spec.partition("::")
+        path = Path(file_part)
+        if path.suffix != ".py" or not path.is_file():
+            raise ValueError(f"step factory {spec!r}: {file_part!r} is not a Python file")
+        return FactoryRef("", str(path.resolve()), attr.replace("::", "."))
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(
+            f"step factory {spec!r}: write 'package.module:function' or 'FILE.py::function'"
+        )
+    return FactoryRef(module_name, "", attr)
+
+
+def _load_module(module_name: str, file: str) -> ModuleType:
+    if module_name:
+        try:
+            return importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            # Test modules imported by pytest (e.g. --import-mode=importlib) may not be
+            # importable by name in a fresh process: fall back to their file.
+            missing_is_ours = exc.name is not None and (module_name + ".").startswith(
+                exc.name + "."
+            )
+            if not file or not missing_is_ours:
+                raise
+    if not file:
+        raise LookupError("step factory: neither an importable module nor a file was given")
+    name = "_graphleak_rank_" + Path(file).stem
+    cached = sys.modules.get(name)
+    if cached is not None:
+        return cached
+    spec = importlib.util.spec_from_file_location(name, file)
+    if spec is None or spec.loader is None:
+        raise LookupError(f"step factory: cannot load {file!r} as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass
+class RankResult:
+    """What one rank reported for one step factory."""
+
+    rank: int
+    result: CheckResult | None = None
+    #: The rank's traceback, or why it never reported (crash, timeout, aborted).
+    error: str | None = None
+
+    @property
+    def leaked(self) -> bool:
+        return self.result is not None and self.result.leaked
+
+    @property
+    def failed(self) -> bool:
+        return self.error is not None or (self.result is not None and self.result.error is not None)
+
+
+@dataclass
+class DistributedResult:
+    """One step factory checked on every rank of a process group."""
+
+    name: str
+    world_size: int
+    ranks: list[RankResult] = field(default_factory=list)
+    duration_s: float = 0.0
+
+    @property
+    def leaked(self) -> bool:
+        return any(r.leaked for r in self.ranks)
+
+    @property
+    def leaking_ranks(self) -> list[int]:
+        return [r.rank for r in self.ranks if r.leaked]
+
+    @property
+    def failed_ranks(self) -> list[int]:
+        return [r.rank for r in self.ranks if r.failed]
+
+    def results(self) -> list[CheckResult]:
+        """The per-rank CheckResults that came back (named '<name> [rank r/N]')."""
+        return [r.result for r in self.ranks if r.result is not None]
+
+    def to_dicts(self) -> list[dict[str, Any]]:
+        return [result.to_dict() for result in self.results()]
+
+    def raise_for_failure(self) -> None:
+        """RankError if a rank raised/crashed/hung, else GraphLeakError if a rank leaked."""
+        if self.failed_ranks:
+            raise RankError(self.failure_text())
+        if self.leaked:
+            from pytest_graphleak import GraphLeakError
+
+            raise GraphLeakError(self.leak_text())
+
+    def failure_text(self) -> str:
+        lines = [
+            f"distributed step {self.name!r} failed on rank(s) "
+            f"{_ranks(self.failed_ranks)} of {self.world_size}:"
+        ]
+        for rank in self.ranks:
+            if not rank.failed:
+                continue
+            text = rank.error or (rank.result.error if rank.result else "") or ""
+            lines.append(f"--- rank {rank.rank} ---")
+            lines.append(text.rstrip())
+        return "\n".join(lines)
+
+    def leak_text(self) -> str:
+        from pytest_graphleak.report.text import render_text
+
+        lines = [
+            f"graph leak on rank(s) {_ranks(self.leaking_ranks)} of {self.world_size} "
+            f"in distributed step {self.name!r}"
+        ]
+        for rank in self.ranks:
+            if rank.leaked and rank.result is not None:
+                lines.append(f"--- rank {rank.rank} ---")
+                lines.append(render_text(rank.result).rstrip())
+        return "\n".join(lines)
+
+
+def _ranks(ranks: Sequence[int]) -> str:
+    return ", ".join(str(r) for r in ranks) or "none"
+
+
+def rank_name(name: str, rank: int, world_size: int) -> str:
+    return f"{name} [rank {rank}/{world_size}]"
+
+
+# --------------------------------------------------------------------------- public API
+
+
+def check_distributed(
+    step_factory: FactoryLike,
+    *,
+    world_size: int = 2,
+    steps: int | None = None,
+    warmup: int | None = None,
+    backend: str = "gloo",
+    timeout: float = DEFAULT_TIMEOUT_S,
+    start_timeout: float = DEFAULT_START_TIMEOUT_S,
+    name: str | None = None,
+    raise_on_leak: bool = True,
+    on_result: Callable[[CheckResult], object] | None = None,
+    **check_options: Any,
+) -> DistributedResult:
+    """Run ``step_factory(rank, world_size)()`` as a tracked step on ``world_size`` ranks.
+
+    ``steps``/``warmup`` and ``check_options`` go to ``pytest_graphleak.check`` in every
+    rank. With ``raise_on_leak`` (the default) a leak on any rank raises GraphLeakError
+    naming the rank; a rank that raised, crashed or hung always raises RankError with that
+    rank's traceback. ``on_result`` is called with each rank's CheckResult (the pytest
+    fixture uses it to attach the results to the test report).
+    """
+    (result,) = check_distributed_many(
+        [step_factory],
+        world_size=world_size,
+        steps=steps,
+        warmup=warmup,
+        backend=backend,
+        timeout=timeout,
+        start_timeout=start_timeout,
+        names=[name] if name is not None else None,
+        raise_on_leak=raise_on_leak,
+        on_result=on_result,
+        **check_options,
+    )
+    return result
+
+
+def check_distributed_many(
+    step_factories: Sequence[FactoryLike],
+    *,
+    world_size: int = 2,
+    steps: int | None = None,
+    warmup: int | None = None,
+    backend: str = "gloo",
+    timeout: float = DEFAULT_TIMEOUT_S,
+    start_timeout: float = DEFAULT_START_TIMEOUT_S,
+    names: Sequence[str] | None = None,
+    raise_on_leak: bool = True,
+    on_result: Callable[[CheckResult], object] | None = None,
+    **check_options: Any,
+) -> list[DistributedResult]:
+    """Like ``check_distributed`` for several factories, checked one after the other in ONE
+    process group: the ranks pay process start-up and the torch import once.
+
+    ``timeout`` bounds the checks, counted once every rank has joined the process group;
+    ``start_timeout`` bounds spawning, importing torch and joining. With ``raise_on_leak``,
+    every factory is checked before the first failure is raised.
+    """
+    _validate(world_size, backend, steps, warmup)
+    timeouts = _Timeouts(
+        start=_seconds("start_timeout", start_timeout), run=_seconds("timeout", timeout)
+    )
+    refs = [factory_ref(f) for f in step_factories]
+    if not refs:
+        raise ValueError("check_distributed_many: give at least one step factory")
+    if names is None:
+        names = [ref.label for ref in refs]
+    elif len(names) != len(refs):
+        raise ValueError(f"names: {len(names)} names for {len(refs)} step factories")
+    options = dict(check_options)
+    if steps is not None:
+        options["steps"] = steps
+    if warmup is not None:
+        options["warmup"] = warmup
+
+    started = time.perf_counter()
+    collected = _run_group(refs, list(names), world_size, backend, timeouts, options)
+    elapsed = time.perf_counter() - started
+    results = [
+        DistributedResult(name, world_size, ranks, elapsed)
+        for name, ranks in zip(names, collected, strict=True)
+    ]
+    for result in results:
+        for check_result in result.results():
+            if on_result is not None:
+                on_result(check_result)
+    for result in results:
+        if result.failed_ranks or raise_on_leak:
+            result.raise_for_failure()
+    return results
+
+
+def _seconds(label: str, value: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(f"{label}: expected seconds > 0, got {value!r}")
+    return float(value)
+
+
+def _validate(world_size: int, backend: str, steps: int | None, warmup: int | None) -> None:
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size: expected an int >= 1, got {world_size!r}")
+    if not isinstance(backend, str) or not backend:
+        raise ValueError(f"backend: expected a torch.distributed backend name, got {backend!r}")
+    for label, value, low in (("steps", steps, 1), ("warmup", warmup, 0)):
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or value < low
+        ):
+            raise ValueError(f"{label}: expected an int >= {low}, got {value!r}")
+
+
+# --------------------------------------------------------------------------- the caller side
+
+
+def _run_group(
+    refs: list[FactoryRef],
+    names: list[str],
+    world_size: int,
+    backend: str,
+    timeouts: _Timeouts,
+    options: dict[str, Any],
+) -> list[list[RankResult]]:
+    """Spawn the ranks, gather their messages until done, failed or past the deadline."""
+    ctx = multiprocessing.get_context("spawn")
+    workdir = tempfile.mkdtemp(prefix="graphleak-dist-")
+    job = _Job(refs, names, world_size, backend, timeouts, options, workdir)
+    try:
+        pickle.dumps(job)
+    except Exception as exc:
+        shutil.rmtree(workdir, ignore_errors=True)
+        raise TypeError(
+            "the step factory's bound arguments or the check options cannot be sent to the "
+            f"spawned ranks: {type(exc).__name__}: {exc}"
+        ) from exc
+    messages: Any = ctx.Queue()
+    procs = [
+        ctx.Process(target=_rank_main, args=(job, rank, messages), name=f"graphleak-rank-{rank}")
+        for rank in range(world_size)
+    ]
+    gathering = _Gathering(procs, len(refs), timeouts)
+    try:
+        for proc in procs:
+            proc.start()
+        gathering.gather(messages)
+        gathering.explain_missing(workdir)
+    finally:
+        _stop(procs)
+        messages.close()
+        messages.join_thread()
+        shutil.rmtree(workdir, ignore_errors=True)
+    return gathering.table
+
+
+@dataclass(frozen=True)
+class _Timeouts:
+    #: seconds for spawning, importing torch and joining the process group
+    start: float
+    #: seconds for the checks themselves, counted once every rank is in the group
+    run: float
+
+
+class _Gathering:
+    """The caller's view of the ranks: what each reported, and when to stop waiting."""
+
+    def __init__(self, procs: list[Any], checks: int, timeouts: _Timeouts) -> None:
+        self.procs = procs
+        self.timeouts = timeouts
+        self.table = [[RankResult(rank) for rank in range(len(procs))] for _ in range(checks)]
+        self.ready: set[int] = set()
+        self.done: set[int] = set()
+        self.started_all = False
+
+    def gather(self, messages: Any) -> None:
+        deadline = time.monotonic() + self.timeouts.start
+        while len(self.done) < len(self.procs):
+            now = time.monotonic()
+            if now >= deadline:
+                return
+            try:
+                kind, rank, index, payload = messages.get(timeout=min(0.2, deadline - now))
+            except queue.Empty:
+                if all(p.exitcode is not None for p in self.procs):
+                    # Every rank exited: drain what is still in flight, then stop waiting.
+                    deadline = min(deadline, time.monotonic() + 0.5)
+                continue
+            if kind == "ready":
+                self.ready.add(rank)
+                if len(self.ready) == len(self.procs):
+                    self.started_all = True
+                    deadline = time.monotonic() + self.timeouts.run
+            elif kind == "result":
+                self.table[index][rank].result = CheckResult.from_dict(payload)
+            elif kind == "error":
+                self.table[index][rank].error = payload
+            elif kind == "done":
+                self.done.add(rank)
+            if kind in ("result", "error") and self.table[index][rank].failed:
+                # Its peers are likely blocked in a collective it will never join.
+                deadline = min(deadline, time.monotonic() + FAILURE_GRACE_S)
+
+    def explain_missing(self, workdir: str) -> None:
+        """Give every rank that did not report a reason: exit code, stacks, a failed peer."""
+        failed = sorted({r.rank for row in self.table for r in row if r.failed})
+        for rank, proc in enumerate(self.procs):
+            if rank in self.done:
+                continue
+            why = self._why_silent(rank, proc, failed)
+            stacks = _read_stacks(workdir, rank)
+            if stacks:
+                why += f"\nits Python stacks shortly before the deadline:\n{stacks}"
+            for row in self.table:
+                if row[rank].result is None and row[rank].error is None:
+                    row[rank].error = why
+                    break  # later factories never started on that rank: nothing to report
+
+    def _why_silent(self, rank: int, proc: Any, failed: list[int]) -> str:
+        if proc.exitcode is not None and proc.exitcode != 0:
+            hint = ""
+            if rank not in self.ready:
+                hint = (
+                    " (its traceback is on stderr; a script that calls check_distributed "
+                    "must do so under `if __name__ == '__main__':`)"
+                )
+            return f"rank {rank} exited with code {proc.exitcode} before reporting{hint}"
+        if failed and rank not in failed:
+            return (
+                f"rank {rank} stopped: rank(s) {_ranks(failed)} failed, so its collectives "
+                "could not complete"
+            )
+        if not self.started_all:
+            return (
+                f"rank {rank} did not join the process group within {self.timeouts.start:g} s "
+                "(start_timeout)"
+            )
+        return f"rank {rank} did not finish within the {self.timeouts.run:g} s timeout (hung?)"
+
+
+def _read_stacks(workdir: str, rank: int) -> str:
+    try:
+        return Path(workdir, f"rank{rank}.stacks").read_text(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def _stop(procs: list[Any]) -> None:
+    """Wait briefly for clean exits, then terminate, then kill: no rank outlives the call."""
+    deadline = time.monotonic() + _EXIT_GRACE_S
+    for proc in procs:
+        if proc.pid is not None:
+            proc.join(max(0.0, deadline - time.monotonic()))
+    for proc in procs:
+        if proc.is_alive():
+            proc.terminate()
+    for proc in procs:
+        if proc.pid is not None:
+            proc.join(2.0)
+        if proc.is_alive():
+            proc.kill()
+            proc.join(2.0)
+    for proc in procs:
+        if proc.pid is not None and not proc.is_alive():
+            proc.close()
+
+
+# --------------------------------------------------------------------------- the rank side
+
+
+@dataclass(frozen=True)
+class _Job:
+    refs: list[FactoryRef]
+    names: list[str]
+    world_size: int
+    backend: str
+    timeouts: _Timeouts
+    options: dict[str, Any]
+    workdir: str
+
+
+def _rank_main(job: _Job, rank: int, messages: Any) -> None:
+    """Entry point of one spawned rank. Reports through ``messages``; never raises."""
+    import faulthandler
+
+    stacks = open(Path(job.workdir, f"rank{rank}.stacks"), "w")  # noqa: SIM115 - lives until exit
+    index = 0
+    try:
+        os.environ.update(
+            RANK=str(rank),
+            LOCAL_RANK=str(rank),
+            WORLD_SIZE=str(job.world_size),
+            LOCAL_WORLD_SIZE=str(job.world_size),
+        )
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        import torch
+        import torch.distributed as dist
+
+        # The ranks share this machine's cores: oversubscribed threads make steps slow.
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // job.world_size))
+        if "nccl" in job.backend and torch.cuda.is_available():
+            torch.cuda.set_device(rank % torch.cuda.device_count())
+        dist.init_process_group(
+            job.backend,
+            init_method=Path(job.workdir, "store").as_uri(),
+            rank=rank,
+            world_size=job.world_size,
+            timeout=_timedelta(job.timeouts.start + job.timeouts.run),
+        )
+        try:
+            control = _Lockstep(dist, torch)
+            messages.put(("ready", rank, -1, None))
+            # Dump every thread's stack shortly before the caller gives up on us.
+            run = job.timeouts.run
+            faulthandler.dump_traceback_later(max(run - 1.0, run * 0.8), file=stacks)
+            for index, ref in enumerate(job.refs):
+                step = _build_step(job, rank, ref)
+                result = _check_step(job, rank, index, step, control)
+                messages.put(("result", rank, index, result.to_dict()))
+                if result.error is not None:
+                    # Its peers are blocked in this step's collectives: do not serve them;
+                    # the caller stops the group after a short grace.
+                    return
+                control.serve(step)
+            index = len(job.refs)
+        finally:
+            dist.destroy_process_group()
+    except BaseException:
+        if index < len(job.refs):
+            messages.put(("error", rank, index, f"rank {rank}:\n{traceback.format_exc()}"))
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+        stacks.close()
+        messages.put(("done", rank, -1, None))
+        messages.close()
+        messages.join_thread()  # everything reported has reached the caller
+        sys.stdout.flush()
+        sys.stderr.flush()
+    # Skip interpreter teardown (torch and gloo threads take seconds to wind down).
+    os._exit(0)
+
+
+def _build_step(job: _Job, rank: int, ref: FactoryRef) -> Callable[[], object]:
+    step = ref.load()(rank, job.world_size)
+    if not callable(step):
+        raise TypeError(
+            f"step factory {ref.label!r} returned {type(step).__name__}, not a step function"
+        )
+    return step
+
+
+def _check_step(
+    job: _Job, rank: int, index: int, step: Callable[[], object], control: _Lockstep
+) -> CheckResult:
+    from pytest_graphleak import check
+
+    name = rank_name(job.names[index], rank, job.world_size)
+    return check(control.wrap(step), name=name, raise_on_leak=False, **job.options)
+
+
+class _Lockstep:
+    """Keep the ranks' step calls paired, however many times each rank's tracker calls it.
+
+    Before each step a rank all-reduces "I want a step" (1) with MAX on a private gloo
+    group; a rank whose check is over all-reduces 0 and runs a step too whenever the
+    result is 1, so that its peers' collectives complete. All ranks leave together when
+    every rank says 0.
+    """
+
+    def __init__(self, dist: Any, torch: Any) -> None:
+        self._dist = dist
+        self._group = dist.new_group(backend="gloo")
+        self._flag = torch.zeros(1, dtype=torch.int32)  # reused: no allocation per step
+        self._max = dist.ReduceOp.MAX
+
+    def _vote(self, want: int) -> bool:
+        self._flag.fill_(want)
+        self._dist.all_reduce(self._flag, op=self._max, group=self._group)
+        return bool(self._flag.item())
+
+    def wrap(self, step: Callable[[], object]) -> Callable[[], object]:
+        def lockstep_step() -> object:
+            self._vote(1)
+            return step()
+
+        lockstep_step.__name__ = getattr(step, "__name__", "step")
+        lockstep_step.__qualname__ = getattr(step, "__qualname__", "step")
+        return lockstep_step
+
+    def serve(self, step: Callable[[], object]) -> None:
+        while self._vote(0):
+            step()
+
+
+def _timedelta(seconds: float) -> Any:
+    from datetime import timedelta
+
+    return timedelta(seconds=seconds)
