@@ -1,0 +1,263 @@
+"""The HTML report, its SVG charts and the DOT drawings, checked with html.parser."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from html.parser import HTMLParser
+from typing import Any
+
+import pytest
+
+from pytest_graphleak.report import dot as dot_mod
+from pytest_graphleak.report.dot import (
+    chain_to_dot,
+    cycle_to_dot,
+    diagnosis_dot,
+    quote,
+    render_svg,
+)
+from pytest_graphleak.report.html import render_html
+from pytest_graphleak.report.json_doc import CheckedTest, build_document
+from pytest_graphleak.report.svg import format_quantity, format_rate, series_chart
+from pytest_graphleak.result import CheckResult, CreationSite, Diagnosis, Growth, Verdict
+
+EVIL = "<script>alert('x')</script>"
+
+
+class Page(HTMLParser):
+    """Tags with attributes, the text, and tags opened inside <pre> and <svg class=chart>."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tags: list[tuple[str, dict[str, str]]] = []
+        self.text: list[str] = []
+        self.pre_text: list[str] = []
+        self._in_pre = 0
+        self.feed(text)
+        self.close()
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, {k: v or "" for k, v in attrs}))
+        self._in_pre += tag == "pre"
+
+    def handle_endtag(self, tag: str) -> None:
+        self._in_pre -= tag == "pre"
+
+    def handle_data(self, data: str) -> None:
+        self.text.append(data)
+        if self._in_pre:
+            self.pre_text.append(data)
+
+    def all(self, tag: str, **attrs: str) -> list[dict[str, str]]:
+        return [
+            a
+            for t, a in self.tags
+            if t == tag and all(a.get(k.rstrip("_")) == v for k, v in attrs.items())
+        ]
+
+
+def leak(name: str, *, chain: list[str], dot: str = "", cycle: list[str] | None = None) -> dict:
+    calls = 3 + 6
+    return CheckResult(
+        name=name,
+        steps=6,
+        warmup=3,
+        series={
+            "minigrad.tensors": [float(i) for i in range(calls)],
+            "minigrad.nodes": [2.0 * i for i in range(calls)],
+            "process.rss_bytes": [1.0e8] * calls,
+        },
+        units={
+            "minigrad.tensors": "objects",
+            "minigrad.nodes": "objects",
+            "process.rss_bytes": "bytes",
+        },
+        verdict=Verdict(
+            True, [Growth("minigrad.tensors", 3.0, 8.0, 1.0)], "list-accumulation", EVIL
+        ),
+        diagnosis=Diagnosis(
+            "list-accumulation",
+            chain=chain,
+            cycle=cycle or [],
+            sites=[CreationSite("t.py", 4, f"losses.append(loss)  # {EVIL}", 1, "step")],
+            notes=[f"note {EVIL}"],
+            dot=dot,
+        ),
+    ).to_dict()
+
+
+def document(**kwargs: Any) -> dict[str, Any]:
+    clean = CheckResult(
+        name="t.py::test_ok",
+        steps=6,
+        warmup=3,
+        series={"minigrad.tensors": [4.0] * 9},
+        units={"minigrad.tensors": "objects"},
+        verdict=Verdict(False, reason="steady"),
+    ).to_dict()
+    tests = [
+        CheckedTest(
+            f"t.py::test_evil[{EVIL}]",
+            "failed",
+            [leak("x", chain=["fixture 'state'", f"dict['{EVIL}']", "Tensor(shape=())"])],
+        ),
+        CheckedTest("t.py::test_ok", "passed", [clean]),
+        CheckedTest(
+            "t.py::test_cycle",
+            "passed",
+            [leak("t.py::test_cycle", chain=[], cycle=["Tensor", "._hooks", "closure 'fn'"])],
+        ),
+    ]
+    return build_document(tests, generated_by="pytest-graphleak test", **kwargs)
+
+
+def test_page_is_self_contained_and_escapes_everything() -> None:
+    html = render_html(document(warn_only=True), draw=None)
+    page = Page(html)
+    assert html.startswith("<!DOCTYPE html>")
+    assert page.all("meta", charset="utf-8")
+    # Nothing runs and nothing loads: no script, no external link, image, font or frame.
+    tags = {t for t, _ in page.tags}
+    assert not tags & {"script", "iframe", "img", "link", "object", "embed"}
+    for _, attrs in page.tags:
+        assert not any(k.startswith("on") for k in attrs)
+        for key in ("href", "src", "xlink:href"):
+            assert attrs.get(key, "#").startswith("#"), attrs
+    assert "@import" not in html and "url(" not in html
+    # The hostile strings arrive as text, never as markup.
+    text = "".join(page.text)
+    assert f"t.py::test_evil[{EVIL}]" in text
+    assert f"dict['{EVIL}']" in text
+    assert f"losses.append(loss)  # {EVIL}" in text
+    assert "warn-only mode" in text
+
+
+def test_every_series_gets_a_chart_with_the_warmup_shaded() -> None:
+    page = Page(render_html(document(), draw=None))
+    charts = page.all("svg", class_="chart")
+    assert len(charts) == 3 + 1 + 3
+    assert [a["aria-label"] for a in charts[:3]] == [
+        "minigrad.tensors",  # grown metric first
+        "minigrad.nodes",
+        "process.rss_bytes",
+    ]
+    assert len(page.all("rect", class_="warmup")) == len(charts)
+    assert len(page.all("polyline", class_="series grew")) == 2  # the two leaks' grown metric
+    assert len(page.all("polyline")) == len(charts)
+    # The clean test folds away; the leaks stay open.
+    assert len(page.all("details")) == 1
+
+
+def test_leaks_come_first_and_the_verdict_chain_sites_are_shown() -> None:
+    page = Page(render_html(document(), draw=None))
+    text = "".join(page.text)
+    headings = [a["id"] for a in page.all("section", class_="test")]
+    assert headings == ["t0", "t1", "t2"]
+    assert text.index("test_evil") < text.index("test_cycle") < text.index("t.py::test_ok")
+    assert "list-accumulation" in text
+    assert "usual fix: store plain numbers" in text
+    assert "culprit chain (root first)" in text and "fixture 'state'" in text
+    assert "reference cycle" in text and "closure 'fn'" in text
+    assert "t.py:4" in text and "creation sites" in text
+
+
+def test_retained_graph_drawn_by_the_renderer_or_shown_as_dot_text() -> None:
+    seen: list[str] = []
+
+    def fake_draw(text: str) -> str:
+        seen.append(text)
+        return '<svg class="drawn"><g></g></svg>'
+
+    drawn = Page(render_html(document(), draw=fake_draw))
+    assert len(drawn.all("svg", class_="drawn")) == 2  # the chain and the cycle
+    assert any("closure 'fn'" in text for text in seen)
+    as_text = Page(render_html(document(), draw=None))
+    dot_text = "".join(as_text.pre_text)
+    assert "digraph" in dot_text and f"dict['{EVIL}']" in dot_text
+    refused = Page(render_html(document(), draw=lambda text: None))
+    assert "digraph" in "".join(refused.pre_text)
+
+
+@pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz dot not on PATH")
+def test_graphviz_renders_chain_cycle_and_hostile_labels() -> None:
+    for text in (chain_to_dot(["a", EVIL, 'q"uote\\n\nnl']), cycle_to_dot(["x", "y"])):
+        svg = render_svg(text)
+        assert svg is not None and svg.startswith("<svg")
+        page = Page(svg)
+        assert not page.all("script")
+        assert "<?xml" not in svg and "<!--" not in svg
+    svg = render_svg(chain_to_dot(["a", EVIL]))
+    assert svg is not None and EVIL in "".join(Page(svg).text)
+    assert render_svg("this is not dot") is None
+
+
+def test_render_svg_without_graphviz_returns_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert render_svg(chain_to_dot(["a", "b"])) is None
+
+
+def test_unsafe_graphviz_output_is_refused() -> None:
+    inline = dot_mod._inline_svg
+    assert inline('<?xml version="1.0"?><!-- c --><svg><text>on top</text></svg>') == (
+        "<svg><text>on top</text></svg>"
+    )
+    assert inline("<svg><script>alert(1)</script></svg>") is None
+    assert inline('<svg onload="alert(1)"></svg>') is None
+    assert inline('<svg><a xlink:href="javascript:alert(1)"></a></svg>') is None
+    assert inline("no svg here") is None
+
+
+def test_dot_text_is_quoted_and_chosen_by_priority() -> None:
+    assert quote('a"b\\c\nd') == '"a\\"b\\\\c\\nd"'
+    chain = chain_to_dot(["root", "leaf"])
+    assert 'n0 [label="root"' in chain and "n0 -> n1;" in chain
+    cycle = cycle_to_dot(["a", "b", "c"])
+    assert "n2 -> n0;" in cycle
+    assert "n0 -> n0;" in cycle_to_dot(["self"])
+    assert diagnosis_dot({"dot": "digraph {}", "chain": ["a"]}) == "digraph {}"
+    assert "n1 -> n0" in diagnosis_dot({"dot": "", "cycle": ["a", "b"], "chain": ["c"]})
+    assert 'label="c"' in diagnosis_dot({"dot": "", "cycle": [], "chain": ["c"]})
+    assert diagnosis_dot(None) == "" and diagnosis_dot({"chain": []}) == ""
+
+
+def test_charts_handle_flat_empty_and_broken_series() -> None:
+    flat = Page(series_chart([5.0] * 4, warmup=1, title="m", unit="objects"))
+    assert len(flat.all("circle")) == 4
+    empty = series_chart([], warmup=0, title="m", unit="objects")
+    assert "no samples" in empty and "<polyline" not in empty
+    broken = Page(series_chart([1.0, float("nan"), 3.0], warmup=0, title="m", unit="bytes"))
+    assert len(broken.all("circle")) == 2 and not broken.all("rect")
+    single = Page(series_chart([7.0], warmup=0, title=EVIL, unit="objects"))
+    assert EVIL in "".join(single.text)
+
+
+@pytest.mark.parametrize(
+    ("value", "unit", "text"),
+    [
+        (12.0, "objects", "12"),
+        (0.5, "objects", "0.5"),
+        (512, "bytes", "512 B"),
+        (1536, "bytes", "1.5 KiB"),
+        (3 * 1024**2, "bytes", "3.0 MiB"),
+        (None, "objects", "n/a"),
+        (float("inf"), "bytes", "n/a"),
+    ],
+)
+def test_format_quantity(value: float | None, unit: str, text: str) -> None:
+    assert format_quantity(value, unit) == text
+
+
+def test_format_rate_has_a_sign() -> None:
+    assert format_rate(1.0, "objects") == "+1/step"
+    assert format_rate(-2 * 1024**2, "bytes") == "-2.0 MiB/step"
+    assert format_rate(None, "bytes") == "n/a"
+
+
+def test_dot_binary_accepts_our_dot_text() -> None:
+    exe = shutil.which("dot")
+    if exe is None:
+        pytest.skip("Graphviz dot not on PATH")
+    for text in (chain_to_dot(["a", EVIL, "b\\"]), cycle_to_dot(["x"])):
+        done = subprocess.run([exe, "-Tcanon"], input=text.encode(), capture_output=True)
+        assert done.returncode == 0, done.stderr

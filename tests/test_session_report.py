@@ -1,0 +1,372 @@
+"""The session reporter through real pytest runs (pytester subprocesses).
+
+A conftest registers the reporter and attaches realistic ``report.graphleak`` data
+(built with the result.py classes) to call-phase reports, so the reporter is tested
+on its seam alone: terminal summary, status letter, JSON, HTML, JUnit XML, ini
+paths, write failures, and pytest-xdist (-n 2, -n 4, crash) against one process.
+Runs use ``-p no:graphleak`` so that the installed core plugin does not register a
+second reporter.
+"""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from html.parser import HTMLParser
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from pytest_graphleak.report.json_doc import load_schema
+
+pytest_plugins = ["pytester"]
+
+FAKE_CONFTEST = """
+import pytest
+
+from pytest_graphleak import session_report
+from pytest_graphleak.result import CheckResult, CreationSite, Diagnosis, Growth, Verdict
+
+WARMUP, STEPS = 2, 6
+
+
+def _series(start, per_step):
+    return [float(start + per_step * i) for i in range(WARMUP + STEPS)]
+
+
+def leaky(name):
+    return CheckResult(
+        name=name, steps=STEPS, warmup=WARMUP,
+        series={"minigrad.tensors": _series(10, 1), "minigrad.nodes": _series(4, 2),
+                "process.rss_bytes": [5.0e7] * (WARMUP + STEPS)},
+        units={"minigrad.tensors": "objects", "minigrad.nodes": "objects",
+               "process.rss_bytes": "bytes"},
+        verdict=Verdict(True, [Growth("minigrad.tensors", 12.0, 17.0, 1.0),
+                               Growth("minigrad.nodes", 8.0, 18.0, 2.0)],
+                        "list-accumulation", "minigrad.tensors grew by 1 per step"),
+        diagnosis=Diagnosis(
+            "list-accumulation",
+            chain=["fixture 'state'", "dict['losses']", "list(len=8)",
+                   "Tensor(shape=(), grad_fn=<MeanBackward0>)"],
+            sites=[CreationSite("test_x.py", 7, "losses.append(loss)", 1, "step")],
+        ),
+    ).to_dict()
+
+
+def clean(name):
+    return CheckResult(
+        name=name, steps=STEPS, warmup=WARMUP,
+        series={"minigrad.tensors": [10.0, 12.0] + [12.0] * STEPS},
+        units={"minigrad.tensors": "objects"},
+        verdict=Verdict(False, reason="steady after warmup"),
+    ).to_dict()
+
+
+def raised(name):
+    result = CheckResult(name=name, steps=STEPS, warmup=WARMUP,
+                         series={"minigrad.tensors": [10.0, 11.0, 11.0]},
+                         units={"minigrad.tensors": "objects"}, verdict=Verdict(False),
+                         error="ValueError: bad batch at step 3")
+    return result.to_dict()
+
+
+FAKE = {
+    "test_leaky": lambda nodeid: [leaky(nodeid)],
+    "test_warned": lambda nodeid: [leaky(nodeid)],
+    "test_clean": lambda nodeid: [clean(nodeid)],
+    "test_raised": lambda nodeid: [raised(nodeid)],
+    "test_two_checks": lambda nodeid: [clean("check_a"), leaky("check_b")],
+    "test_malformed": lambda nodeid: [{"name": nodeid}],
+}
+
+
+def pytest_addoption(parser):
+    session_report.add_options(parser)
+
+
+def pytest_configure(config):
+    config.pluginmanager.register(
+        session_report.GraphleakSessionReport(config), "graphleak-session-report"
+    )
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    make = FAKE.get(item.originalname)
+    if report.when == "call" and make is not None:
+        report.graphleak = make(item.nodeid)
+"""
+
+FAKE_TESTS = """
+import pytest
+
+def test_leaky():
+    raise AssertionError("graph leak: list-accumulation")
+
+def test_warned():
+    pass
+
+def test_clean():
+    pass
+
+def test_raised():
+    raise ValueError("bad batch")
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_two_checks(n):
+    raise AssertionError("graph leak in check_b")
+
+def test_malformed():
+    pass
+
+def test_unchecked():
+    pass
+"""
+
+# Plugins a report run does not need; hypothesis alone costs ~1.5 s of import per process.
+BASE_ARGS = ("-p", "no:graphleak", "-p", "no:cacheprovider", "-p", "no:hypothesispytest")
+
+
+def _fake_suite(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(FAKE_CONFTEST)
+    pytester.makepyfile(test_fake=FAKE_TESTS)
+
+
+def _section(lines: list[str]) -> list[str]:
+    """The lines of the "graphleak report" section of a run's output."""
+    start = next(i for i, line in enumerate(lines) if "graphleak report" in line)
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("=")), len(lines))
+    return lines[start:end]
+
+
+class _Tags(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, dict(attrs)))
+
+    def handle_data(self, data: str) -> None:
+        self.text.append(data)
+
+
+def test_verbose_run_summary_status_json_html_junit(pytester: pytest.Pytester) -> None:
+    _fake_suite(pytester)
+    pytester.mkdir("out")
+    result = pytester.runpytest_subprocess(
+        *BASE_ARGS, "-p", "no:xdist", "-v", "-rf",
+        "--graphleak-report=out/r.json", "--graphleak-html=out/r.html",
+        "--junitxml=out/junit.xml",
+    )  # fmt: skip
+    # Leaks count as failures: the exit code is the gate.
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.assert_outcomes(passed=4, failed=4)
+    result.stdout.fnmatch_lines(
+        [
+            "*test_fake.py::test_leaky LEAKED*",
+            "*test_fake.py::test_warned LEAK-WARNING*",
+            "*test_fake.py::test_clean PASSED*",
+            "*test_fake.py::test_raised FAILED*",
+            "LEAKED test_fake.py::test_leaky - AssertionError: graph leak*",
+        ]
+    )
+    section = _section(result.outlines)
+    text = "\n".join(section)
+    pytester_lines = pytest.LineMatcher(section)
+    pytester_lines.fnmatch_lines(
+        [
+            "*= graphleak report =*",
+            "LEAKED  test_fake.py::test_leaky  list-accumulation  "
+            "held: Tensor(shape=(), grad_fn=<MeanBackward0>) (from fixture 'state')",
+            "    minigrad.tensors *12 -> 17  +1/step  *",
+            "    minigrad.nodes *8 -> 18  +2/step  *",
+            "ERROR   test_fake.py::test_raised  step raised: ValueError: bad batch at step 3",
+            "clean   test_fake.py::test_two_checks[[]1[]] [[]check_a[]]  (6 steps after 2 warmup)",
+            "LEAKED  test_fake.py::test_two_checks[[]1[]] [[]check_b[]]  list-accumulation*",
+            "WARNING test_fake.py::test_warned  list-accumulation*(test passed)",
+            "note: ignored malformed graphleak results of test_fake.py::test_malformed: KeyError*",
+            "graphleak: 6 checked: 3 leaked, 1 warned, 1 error, 1 clean",
+            "JSON report: */out/r.json",
+            "HTML report: */out/r.html",
+        ]
+    )
+    # Each grown metric row carries a sparkline of the whole series; flat metrics get no row.
+    assert "▁" in text and "█" in text
+    assert "process.rss_bytes" not in text
+    # With -v the clean test has its one line.
+    assert "clean   test_fake.py::test_clean  (6 steps after 2 warmup)" in text
+
+    document = json.loads((pytester.path / "out/r.json").read_text())
+    jsonschema.validate(document, load_schema())
+    assert document["schema"] == 1
+    assert document["summary"] == {
+        "checked": 6, "leaked": 3, "warned": 1, "error": 1, "clean": 1,
+    }  # fmt: skip
+    nodeids = [t["nodeid"] for t in document["tests"]]
+    assert nodeids == sorted(nodeids)
+    assert "test_fake.py::test_unchecked" not in nodeids
+    by_id = {t["nodeid"]: t for t in document["tests"]}
+    leaky = by_id["test_fake.py::test_leaky"]
+    assert (leaky["outcome"], leaky["status"]) == ("failed", "leaked")
+    check = leaky["checks"][0]
+    assert check["series"]["minigrad.tensors"] == [float(10 + i) for i in range(8)]
+    assert check["metrics"]["minigrad.nodes"]["per_step"] == 2.0
+    assert check["diagnosis"]["chain"][1] == "dict['losses']"
+    assert check["diagnosis"]["sites"][0]["line"] == "losses.append(loss)"
+    assert by_id["test_fake.py::test_warned"]["status"] == "warned"
+    assert document["notes"] and "test_malformed" in document["notes"][0]
+
+    parser = _Tags()
+    parser.feed((pytester.path / "out/r.html").read_text())
+    charts = [a for tag, a in parser.tags if tag == "svg" and a.get("class") == "chart"]
+    # Every series of every check has its chart: leaky 3, warned 3, two_checks 2x(1+3), ...
+    expected = sum(len(c["series"]) for t in document["tests"] for c in t["checks"])
+    assert len(charts) == expected
+    assert "fixture 'state'" in "".join(parser.text)
+
+    junit = ET.parse(pytester.path / "out/junit.xml")
+    props = {
+        case.get("name"): {p.get("name"): p.get("value") for p in case.iter("property")}
+        for case in junit.iter("testcase")
+    }
+    assert props["test_leaky"]["graphleak.status"] == "leaked"
+    assert props["test_leaky"]["graphleak.minigrad.tensors.per_step"] == "1"
+    assert props["test_leaky"]["graphleak.minigrad.nodes.per_step"] == "2"
+    assert props["test_leaky"]["graphleak.process.rss_bytes.per_step"] == "0"
+    assert props["test_leaky"]["graphleak.pattern"] == "list-accumulation"
+    assert props["test_two_checks[1]"]["graphleak.2.name"] == "check_b"
+    assert props["test_two_checks[1]"]["graphleak.2.minigrad.tensors.per_step"] == "1"
+    assert props["test_unchecked"] == {}
+
+
+def test_quiet_run_with_ini_paths_and_letters(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _fake_suite(pytester)
+    pytester.mkdir("reports")
+    pytester.makeini(
+        "[pytest]\ngraphleak_report = reports/ini.json\ngraphleak_html = reports/ini.html\n"
+    )
+    # Run from a subdirectory: ini paths stay relative to the ini file's directory.
+    monkeypatch.chdir(pytester.mkdir("sub"))
+    result = pytester.runpytest_subprocess(
+        *BASE_ARGS, "-p", "no:xdist", str(pytester.path / "test_fake.py")
+    )
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    # The progress line: L for a leak that failed, l for a leak that only warned.
+    result.stdout.fnmatch_lines(["../test_fake.py Ll.FLL.. *"])
+    section = "\n".join(_section(result.outlines))
+    assert "test_clean" not in section  # clean tests are listed only with -v
+    assert "graphleak: 6 checked: 3 leaked, 1 warned, 1 error, 1 clean" in section
+    assert (pytester.path / "reports/ini.json").is_file()
+    assert (pytester.path / "reports/ini.html").is_file()
+
+
+def test_unwritable_report_path_is_a_usage_error_before_running(
+    pytester: pytest.Pytester,
+) -> None:
+    _fake_suite(pytester)
+    result = pytester.runpytest_subprocess(
+        *BASE_ARGS, "-p", "no:xdist", "--graphleak-report=missing/dir/r.json"
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["*--graphleak-report on the command line: cannot write '*missing/dir/r.json': "
+         "directory '*missing/dir' does not exist*"]
+    )  # fmt: skip
+    assert "test_leaky" not in result.stdout.str()
+
+
+def test_write_failure_at_the_end_falls_back_and_fails_the_run(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makeconftest(FAKE_CONFTEST)
+    pytester.makepyfile(
+        test_gone="""
+        import shutil
+
+        def test_clean(tmp_path):
+            shutil.rmtree("out")  # the report directory vanishes during the run
+        """
+    )
+    pytester.mkdir("out")
+    result = pytester.runpytest_subprocess(
+        *BASE_ARGS, "-p", "no:xdist", "--graphleak-report=out/r.json", "--graphleak-html=out/r.html"
+    )
+    # Every test passed, yet the report was not where CI expects it: not a green run.
+    assert result.ret == pytest.ExitCode.INTERNAL_ERROR
+    result.stdout.fnmatch_lines(
+        [
+            "ERROR: could not write the graphleak JSON report to '*out/r.json' "
+            "(FileNotFoundError: No such file or directory); saved it to '*r.json' instead",
+            "ERROR: could not write the graphleak HTML report to '*out/r.html'*instead",
+        ]
+    )
+    fallback = Path(result.stdout.str().split("saved it to '")[1].split("'")[0])
+    try:
+        document = json.loads(fallback.read_text())
+        jsonschema.validate(document, load_schema())
+        assert [t["nodeid"] for t in document["tests"]] == ["test_gone.py::test_clean"]
+    finally:
+        fallback.unlink()
+        for html in fallback.parent.glob("graphleak-*-r.html"):
+            html.unlink()
+
+
+def _run_fake_suite(pytester: pytest.Pytester, *args: str) -> tuple[object, str, str, str]:
+    out = pytester.path / "out"
+    out.mkdir(exist_ok=True)
+    result = pytester.runpytest_subprocess(
+        *BASE_ARGS, "-v", "--graphleak-report=out/r.json", "--graphleak-html=out/r.html", *args
+    )
+    summary = "\n".join(_section(result.outlines))
+    return (
+        result.parseoutcomes(),
+        summary,
+        (out / "r.json").read_text(),
+        (out / "r.html").read_text(),
+    )
+
+
+def test_xdist_gives_the_same_reports_as_one_process(pytester: pytest.Pytester) -> None:
+    pytest.importorskip("xdist")
+    _fake_suite(pytester)
+    alone = _run_fake_suite(pytester, "-p", "no:xdist")
+    for workers in ("2", "4"):
+        spread = _run_fake_suite(pytester, "-n", workers)
+        assert spread[0] == alone[0], f"outcomes differ with -n {workers}"
+        assert spread[1] == alone[1], f"terminal summary differs with -n {workers}"
+        assert spread[2] == alone[2], f"JSON report differs with -n {workers}"
+        assert spread[3] == alone[3], f"HTML report differs with -n {workers}"
+
+
+def test_xdist_worker_crash_is_noted(pytester: pytest.Pytester) -> None:
+    pytest.importorskip("xdist")
+    pytester.makeconftest(FAKE_CONFTEST)
+    pytester.makepyfile(
+        test_crash="""
+        import os
+
+        def test_clean():
+            pass
+
+        def test_oom():
+            os._exit(1)  # as when a leak exhausts a worker's memory
+        """
+    )
+    pytester.mkdir("out")
+    result = pytester.runpytest_subprocess(
+        *BASE_ARGS, "-n", "1", "--max-worker-restart=0", "--graphleak-report=out/r.json"
+    )
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(
+        ["note: a pytest-xdist worker crashed while running test_crash.py::test_oom*"]
+    )
+    document = json.loads((pytester.path / "out/r.json").read_text())
+    assert any("test_crash.py::test_oom" in note for note in document["notes"])
+    assert [t["nodeid"] for t in document["tests"]] == ["test_crash.py::test_clean"]
