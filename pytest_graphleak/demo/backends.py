@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import importlib.util
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -44,6 +45,7 @@ class Backend:
     name: str
     build: Callable[[int], Parts]  # seed -> a fresh model, optimizer and data
     counter: Counter
+    close: Callable[[], None] = lambda: None  # undo process-wide settings made for the demo
 
 
 def _text_batches(seed: int) -> tuple[int, Callable[[], tuple[np.ndarray, np.ndarray]]]:
@@ -89,42 +91,56 @@ def minigrad_backend() -> Backend:
 
 
 class TorchCounter:
-    """Alive tensors and graph nodes, read inside the step by the plugin's torch probe.
+    """Alive tensors and graph nodes on PyTorch, read inside the step.
 
-    The check freezes the heap it started from, so a scan during the step sees only
-    objects made since; every tensor seen is remembered weakly, which covers the
-    tensors frozen at the end of warmup too.
+    The check freezes the heap it starts from, so a scan during the step sees only the
+    objects made since; every tensor seen is remembered weakly (by id), which covers
+    the tensors frozen at the end of warmup too. Nodes are counted by the torch probe's
+    own walk of ``grad_fn.next_functions``.
     """
 
     plot_keys = {"Tensor": "tensors", "Node": "nodes"}  # noqa: RUF012
 
     def __init__(self) -> None:
-        self._probe: Any = None
+        self._seen: dict[int, weakref.ref[Any]] = {}
+        self._is_tensor: dict[type, bool] = {}
 
     def begin(self) -> None:
-        from pytest_graphleak.probes.torch_probe import TorchProbe
-
-        self._probe = TorchProbe()
+        self._seen = {}
         gc.collect()
-        heap = gc.get_objects()
+        self._absorb()
+
+    def _absorb(self) -> None:
+        import torch
+
+        objects = gc.get_objects()
         try:
-            self._probe.start(heap)
+            for obj in objects:
+                kind = type(obj)
+                flag = self._is_tensor.get(kind)
+                if flag is None:
+                    flag = self._is_tensor[kind] = issubclass(kind, torch.Tensor)
+                if flag:
+                    known = self._seen.get(id(obj))
+                    if known is None or known() is not obj:
+                        self._seen[id(obj)] = weakref.ref(obj)
         finally:
-            heap.clear()
+            objects.clear()
 
     def read(self) -> tuple[dict[str, int], dict[str, int]]:
-        fresh = gc.get_objects()
+        from pytest_graphleak.probes.torch_probe import count_nodes
+
+        self._absorb()
+        tensors = [t for t in (ref() for ref in self._seen.values()) if t is not None]
         try:
-            self._probe.absorb(fresh)
+            self._seen = {id(t): self._seen[id(t)] for t in tensors}
+            return {"Tensor": len(tensors), "Node": count_nodes(tensors, ())}, {}
         finally:
-            fresh.clear()
-        values = self._probe.sample([])
-        return {"Tensor": int(values["torch.tensors"]), "Node": int(values["torch.nodes"])}, {}
+            tensors.clear()
 
     def end(self) -> None:
-        if self._probe is not None:
-            self._probe.stop()
-            self._probe = None
+        self._seen = {}
+        self._is_tensor.clear()
 
 
 def torch_backend() -> Backend:
@@ -133,7 +149,14 @@ def torch_backend() -> Backend:
             "--torch needs PyTorch, which is not installed in this environment "
             "(pip install torch), or run `graphleak demo` without --torch: it uses minigrad"
         )
+    import torch
+
     from pytest_graphleak.demo import torch_model
+
+    # A model this small runs fastest on one thread; more threads only wait on each
+    # other (badly so on a busy machine).
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
 
     def build(seed: int) -> Parts:
         vocab_size, numpy_batch = _text_batches(seed)
@@ -143,4 +166,4 @@ def torch_backend() -> Backend:
         return Parts(model, optimizer, torch_model.loss_fn,
                      lambda: torch_model.as_batch(*numpy_batch()))
 
-    return Backend("torch", build, TorchCounter())
+    return Backend("torch", build, TorchCounter(), lambda: torch.set_num_threads(threads))

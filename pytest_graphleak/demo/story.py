@@ -110,13 +110,16 @@ def run_demo(args: argparse.Namespace) -> int:
     display.line("Each run is checked by pytest_graphleak.check(): the tracker, verdict and "
                  "diagnosis of `pytest --graphleak`.")
     outcomes = []
-    for number, variant in enumerate(VARIANTS, 1):
-        display.line()
-        display.line(display.paint(f"== Run {number}/{len(VARIANTS)}: {variant.label} -- "
-                                   f"{variant.story}", "bold"))
-        outcomes.append(_run_variant(variant, backend, script, display,
-                                     steps=steps, warmup=warmup, every=args.every))
-        _show_verdict(outcomes[-1], display)
+    try:
+        for number, variant in enumerate(VARIANTS, 1):
+            display.line()
+            display.line(display.paint(f"== Run {number}/{len(VARIANTS)}: {variant.label} -- "
+                                       f"{variant.story}", "bold"))
+            outcomes.append(_run_variant(variant, backend, script, display,
+                                         steps=steps, warmup=warmup, every=args.every))
+            _show_verdict(outcomes[-1], display)
+    finally:
+        backend.close()
     display.line()
     _show_summary(outcomes, display)
     if plot_path is not None:
@@ -139,7 +142,7 @@ def _plot_path(path: str | None) -> Path | None:
 
 def _run_variant(variant: Variant, backend: Backend, script: object, display: Display, *,
                  steps: int, warmup: int, every: int) -> RunOutcome:
-    from pytest_graphleak import check
+    from pytest_graphleak import GraphLeakError, check
 
     parts = backend.build(SEED)
     recorder = PhaseRecorder()
@@ -152,7 +155,12 @@ def _run_variant(variant: Variant, backend: Backend, script: object, display: Di
                         label=variant.label, warmup=warmup, total=warmup + steps, every=every)
     backend.counter.begin()
     try:
-        result = check(logged, steps=steps, warmup=warmup, name=f"demo: {variant.label}")
+        # raise_on_leak: a step that raises is a bug of the demo; let its traceback show.
+        result = check(logged, steps=steps, warmup=warmup, name=f"demo: {variant.label}",
+                       raise_on_leak=True)
+    except GraphLeakError as leak:
+        assert leak.result is not None
+        result = leak.result
     finally:
         backend.counter.end()
         display.clear_status()
