@@ -104,7 +104,8 @@ class Sampler:
             self._probes = make_probes(self._probe_names)
             for probe in self._probes:
                 self.result.units.update(probe.units)
-            gc.collect()
+            # No full collection here: it costs O(heap) on every check. Garbage alive now
+            # is frozen with the baseline and stays constant, so it cannot look like growth.
             heap = gc.get_objects()
             try:
                 for probe in self._probes:

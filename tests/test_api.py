@@ -1,0 +1,132 @@
+"""pytest_graphleak.check / track outside pytest, with torch and minigrad."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import numpy as np
+import pytest
+
+import pytest_graphleak
+from pytest_graphleak import GraphLeakError, check, track
+from pytest_graphleak.report import render_text, sparkline
+
+torch = pytest.importorskip("torch")
+mg = pytest.importorskip("minigrad")
+
+
+def torch_steps():
+    w = torch.randn(4, 4, requires_grad=True)
+    x = torch.randn(2, 4)
+    kept: list[object] = []
+
+    def leaky() -> None:
+        loss = (x @ w).tanh().sum()
+        loss.backward()
+        w.grad = None
+        kept.append(loss)
+
+    def fixed() -> None:
+        loss = (x @ w).tanh().sum()
+        loss.backward()
+        w.grad = None
+        kept.append(loss.item())
+
+    return leaky, fixed
+
+
+def test_check_returns_the_result_and_raises_only_when_asked() -> None:
+    leaky, fixed = torch_steps()
+    result = check(leaky, steps=12, warmup=2)
+    assert result.leaked and result.pattern == "list-accumulation"
+    assert result.name.endswith("leaky")
+    assert len(result.series["torch.tensors"]) == 14
+    text = render_text(result)
+    assert "list-accumulation" in text and "torch.tensors" in text and "/step" in text
+    assert not check(fixed, steps=12, warmup=2).leaked
+    with pytest.raises(GraphLeakError, match="list-accumulation") as info:
+        check(leaky, steps=12, warmup=2, raise_on_leak=True, diagnose=False)
+    assert isinstance(info.value, AssertionError)
+    assert info.value.result is not None and info.value.result.leaked
+
+
+def test_check_reports_a_raising_step_as_an_error_not_a_leak() -> None:
+    calls = [0]
+
+    def step() -> None:
+        calls[0] += 1
+        if calls[0] == 3:
+            raise RuntimeError("bad batch")
+
+    result = check(step, steps=4, warmup=1)
+    assert result.error == "RuntimeError: bad batch at step 3"
+    assert not result.leaked
+    calls[0] = 0
+    with pytest.raises(RuntimeError, match="bad batch"):
+        check(step, steps=4, warmup=1, raise_on_leak=True)
+
+
+def test_track_measures_a_hand_written_minigrad_loop() -> None:
+    w = mg.Tensor(np.ones((3, 3)), requires_grad=True)
+    x = mg.Tensor(np.ones((2, 3)))
+    with track(warmup=2) as t:
+        total = 0
+        for _ in range(14):
+            loss = (x @ w).tanh().sum()
+            total = total + loss  # running total keeps every graph
+            t.step()
+    assert t.result is not None and t.result.leaked
+    assert t.result.pattern == "retained-grad-fn"
+    assert t.result.steps == 12
+    with track(warmup=2, raise_on_leak=True) as t2:
+        for _ in range(14):
+            loss = (x @ w).tanh().sum()
+            loss.backward()
+            w.grad = None
+            t2.step()
+    assert t2.result is not None and not t2.result.leaked
+
+
+def test_track_needs_enough_steps_and_propagates_errors() -> None:
+    with pytest.raises(ValueError, match=r"saw 2 t\.step"), track(warmup=3) as t:
+        t.step()
+        t.step()
+    assert gc.isenabled()
+    with pytest.raises(KeyError), track(warmup=1) as t:
+        t.step()
+        raise KeyError("oops")
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+
+
+def test_bad_arguments_name_the_argument() -> None:
+    with pytest.raises(ValueError, match=r"check\(.*\): steps must be an integer >= 1, got 0"):
+        check(lambda: None, steps=0)
+    with pytest.raises(ValueError, match="warmup must be an integer >= 0, got '3'"):
+        check(lambda: None, warmup="3")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="rss_tolerance must be a size"):
+        check(lambda: None, rss_tolerance="lots")
+    with pytest.raises(TypeError, match="step must be callable"):
+        check(42)  # type: ignore[arg-type]
+
+
+def test_results_hold_no_measured_object() -> None:
+    kept: list[object] = []
+
+    def step() -> None:
+        kept.append(mg.Tensor(np.ones(2), requires_grad=True) * 2)
+
+    result = check(step, steps=6, warmup=1)
+    assert result.leaked
+    probe = weakref.ref(kept[0])
+    kept.clear()
+    gc.collect()
+    assert probe() is None  # nothing in the result (or the plugin) kept it alive
+    assert result.to_dict()["series"]
+
+
+def test_public_api_and_sparkline() -> None:
+    assert pytest_graphleak.__version__
+    assert sparkline([1, 2, 3, 4]) == "▁▃▆█"
+    assert sparkline([5, 5]) == "▁▁"
+    assert sparkline([]) == ""
