@@ -96,8 +96,8 @@ def _diagnose_with_step(
         if obs.cyclic:
             cycle_path = _first_cycle(obs.cyclic, walker)
             notes.append(
-                f"{_count(obs.cyclic)} made by one step are freed only by gc.collect(): "
-                "they are kept by a reference cycle"
+                f"{_count(obs.cyclic)} made by the diagnostic steps are freed only by "
+                "gc.collect(): they are kept by a reference cycle"
             )
         elif obs.alive and chain_path is None:
             cycle_path = _first_cycle(obs.alive, walker)

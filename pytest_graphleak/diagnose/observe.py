@@ -91,7 +91,8 @@ class _NewObjects:
         self.baseline: set[int] | None = None
 
     def start(self) -> None:
-        gc.collect()
+        # No gc.collect() first: a full collection costs ~0.4 s per 300k objects, and
+        # garbage older than the freeze is not ours to report (it is unfrozen unchanged).
         if gc.get_freeze_count() == 0:
             gc.freeze()
             self.froze = True
