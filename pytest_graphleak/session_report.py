@@ -231,19 +231,22 @@ def summary_lines(
         else:
             head += f"  ({check['steps']} steps after {check['warmup']} warmup)"
         lines.append((head, markup))
-        metrics = metric_summary(check)
-        for metric, info in metrics.items():
-            if not info["grew"]:
-                continue
-            unit = info["unit"]
-            lines.append(
-                (
-                    f"    {metric:<{width}}  {format_quantity(info['start'], unit)} -> "
-                    f"{format_quantity(info['end'], unit)}  {format_rate(info['per_step'], unit)}  "
-                    f"{sparkline(check['series'][metric])}",
-                    {},
-                )
+        cells = [
+            (
+                metric,
+                f"{format_quantity(info['start'], info['unit'])} -> "
+                f"{format_quantity(info['end'], info['unit'])}",
+                format_rate(info["per_step"], info["unit"]),
+                sparkline(check["series"][metric]),
             )
+            for metric, info in metric_summary(check).items()
+            if info["grew"]
+        ]
+        span = max((len(c[1]) for c in cells), default=0)
+        rate = max((len(c[2]) for c in cells), default=0)
+        lines.extend(
+            (f"    {m:<{width}}  {r:>{span}}  {g:>{rate}}  {spark}", {}) for m, r, g, spark in cells
+        )
     return lines
 
 

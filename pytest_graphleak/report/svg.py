@@ -68,7 +68,8 @@ def series_chart(
     count = max(len(values), 2)
     low = min(v for _, v in points)
     high = max(v for _, v in points)
-    if high == low:  # a flat line sits in the middle, not on an edge
+    flat = high == low
+    if flat:  # a flat line sits in the middle, not on an edge
         low, high = low - 1, high + 1
 
     def x_of(i: float) -> float:
@@ -88,7 +89,7 @@ def series_chart(
         f'y2="{top + plot_h}"/>'
         f'<line class="axis" x1="{left}" y1="{top}" x2="{left}" y2="{top + plot_h}"/>'
     )
-    for v in (high, low):
+    for v in (low + 1,) if flat else (high, low):
         parts.append(
             f'<text class="tick" x="{left - 4}" y="{y_of(v) + 4:.1f}" text-anchor="end">'
             f"{escape(format_quantity(v, unit))}</text>"

@@ -1,0 +1,196 @@
+"""End to end with the real plugin: the same leaky suite gives the same verdicts and
+reports in one process and under pytest-xdist; warn-only and fixture leaks set the
+exit code as documented.
+
+Absolute object counts depend on what else lives in a process (which other tests a
+worker ran), so runs are compared on what must not change: outcomes, statuses,
+patterns, which metrics grew and by how much per step, culprit chains and creation
+sites, and the terminal summary with its start -> end figures masked.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+
+from pytest_graphleak.report.json_doc import load_schema
+
+pytest_plugins = ["pytester"]
+
+LEAKY_SUITE = """
+import pytest
+import minigrad as mg
+
+
+@pytest.fixture
+def state():
+    w = mg.Tensor([[0.5, -0.2], [0.1, 0.3]], requires_grad=True)
+    return {"w": w, "losses": [], "total": 0.0}
+
+
+def _loss(state):
+    x = mg.Tensor([[1.0, 2.0]])
+    return ((x @ state["w"]).tanh() ** 2).mean()
+
+
+@pytest.mark.no_graph_growth
+def test_list_accumulation(state):
+    loss = _loss(state)
+    loss.backward()
+    state["losses"].append(loss)
+
+
+@pytest.mark.no_graph_growth
+def test_running_total(state):
+    state["total"] = state["total"] + _loss(state)
+
+
+@pytest.mark.no_graph_growth
+@pytest.mark.parametrize("scale", [1.0, 2.0])
+def test_fixed(state, scale):
+    loss = _loss(state) * scale
+    loss.backward()
+    state["losses"].append(loss.item())
+
+
+@pytest.mark.no_graph_growth
+def test_raises(state):
+    if len(state["losses"]) == 2:
+        raise ValueError("bad batch")
+    state["losses"].append(1.0)
+
+
+def test_fixture_check(graphleak):
+    kept = []
+
+    def step():
+        kept.append(mg.Tensor([1.0], requires_grad=True) * 2)
+
+    graphleak.check(step)
+"""
+
+ARGS = ("-p", "no:cacheprovider", "-p", "no:hypothesispytest", "-v")
+
+
+def _run(pytester: pytest.Pytester, *args: str) -> tuple[pytest.RunResult, dict[str, Any], str]:
+    out = pytester.path / "out"
+    out.mkdir(exist_ok=True)
+    result = pytester.runpytest_subprocess(
+        *ARGS, "--graphleak-report=out/r.json", "--graphleak-html=out/r.html", *args
+    )
+    document = json.loads((out / "r.json").read_text())
+    jsonschema.validate(document, load_schema())
+    return result, document, (out / "r.html").read_text()
+
+
+def _verdicts(document: dict[str, Any]) -> list[Any]:
+    """What must be identical between runs, per test and check."""
+    return [
+        (
+            test["nodeid"],
+            test["outcome"],
+            test["status"],
+            [
+                (
+                    check["name"],
+                    check["leaked"],
+                    check["pattern"],
+                    check["error"],
+                    {m: i["per_step"] for m, i in check["metrics"].items() if i["grew"]},
+                    (check["diagnosis"] or {}).get("chain"),
+                    [
+                        (Path(s["filename"]).name, s["lineno"])
+                        for s in (check["diagnosis"] or {}).get("sites", [])
+                    ],
+                )
+                for check in test["checks"]
+            ],
+        )
+        for test in document["tests"]
+    ]
+
+
+def _summary(result: pytest.RunResult) -> list[str]:
+    lines = result.outlines
+    start = next(i for i, line in enumerate(lines) if "graphleak report" in line)
+    end = next(i for i in range(start + 1, len(lines)) if lines[i].startswith("="))
+    # Figures and the padding that aligns them depend on the process: mask both.
+    return [re.sub(r"\s+", " ", re.sub(r"\S+ -> \S+", "A -> B", line)) for line in lines[start:end]]
+
+
+class _Sections(HTMLParser):
+    def __init__(self, html: str) -> None:
+        super().__init__()
+        self.shape: list[str] = []
+        self.feed(html)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        found = dict(attrs)
+        if tag in ("section", "svg", "details") or found.get("class", "").startswith("badge"):
+            self.shape.append(f"{tag}.{found.get('class')}#{found.get('id')}")
+
+
+def test_same_verdicts_and_reports_alone_and_on_four_workers(pytester: pytest.Pytester) -> None:
+    pytest.importorskip("xdist")
+    pytester.makepyfile(test_leaks=LEAKY_SUITE)
+    alone, doc_alone, html_alone = _run(pytester, "--graphleak", "-p", "no:xdist")
+    spread, doc_spread, html_spread = _run(pytester, "--graphleak", "-n", "4")
+
+    assert alone.ret == spread.ret == pytest.ExitCode.TESTS_FAILED
+    assert alone.parseoutcomes() == spread.parseoutcomes() == {"failed": 4, "passed": 2}
+    alone.stdout.fnmatch_lines(["*test_leaks.py::test_list_accumulation LEAKED*"])
+    spread.stdout.fnmatch_lines(["*LEAKED test_leaks.py::test_list_accumulation*"])
+    assert _verdicts(doc_alone) == _verdicts(doc_spread)
+    assert _summary(alone) == _summary(spread)
+    assert _Sections(html_alone).shape == _Sections(html_spread).shape
+
+    by_id = {t["nodeid"]: t for t in doc_alone["tests"]}
+    assert by_id["test_leaks.py::test_list_accumulation"]["checks"][0]["pattern"] == (
+        "list-accumulation"
+    )
+    assert by_id["test_leaks.py::test_running_total"]["checks"][0]["pattern"] == (
+        "retained-grad-fn"
+    )
+    # A leak found through the fixture fails its test like the marker's does.
+    assert by_id["test_leaks.py::test_fixture_check"]["status"] == "leaked"
+    assert by_id["test_leaks.py::test_raises"]["status"] == "error"
+    assert by_id["test_leaks.py::test_fixed[1.0]"]["status"] == "clean"
+    section = "\n".join(_summary(alone))
+    assert "LEAKED test_leaks.py::test_list_accumulation list-accumulation held: " in section
+    assert "graphleak: 6 checked: 3 leaked, 1 error, 2 clean" in section
+
+
+def test_warn_only_reports_without_failing(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_leaks=LEAKY_SUITE)
+    result, document, _ = _run(
+        pytester, "--graphleak", "--graphleak-warn-only", "-p", "no:xdist", "-k", "not raises"
+    )
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(
+        [
+            "*test_leaks.py::test_list_accumulation LEAK-WARNING*",
+            "WARNING test_leaks.py::test_list_accumulation  list-accumulation  *"
+            "(warn-only: not failed)",
+            "graphleak: 5 checked: 3 warned, 2 clean",
+        ]
+    )
+    assert document["warn_only"] is True
+    assert document["summary"]["warned"] == 3 and document["summary"]["leaked"] == 0
+
+
+def test_fixture_leak_fails_the_run_without_the_graphleak_flag(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_leaks=LEAKY_SUITE)
+    result, document, _ = _run(pytester, "-p", "no:xdist")
+    # Marked tests run once as plain tests; the fixture checks anyway and fails its test.
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    assert result.parseoutcomes() == {"failed": 1, "passed": 5}
+    assert [(t["nodeid"], t["status"]) for t in document["tests"]] == [
+        ("test_leaks.py::test_fixture_check", "leaked")
+    ]
+    result.stdout.fnmatch_lines(["*test_leaks.py::test_fixture_check LEAKED*"])
