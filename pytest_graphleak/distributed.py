@@ -20,13 +20,15 @@ Why the design looks the way it does:
   a collective its peers never reach.
 - Rendezvous goes through a file store in a private temporary directory, so parallel test
   workers (pytest-xdist) never race for a TCP port.
-- A hung rank never hangs the test suite: the whole group runs under a deadline, each
-  rank dumps its Python stacks (faulthandler) shortly before it, and the caller reports
-  them; every child process is terminated, then killed, in ``finally``.
+- A hung rank never hangs the test suite: the group runs under deadlines (start-up, then
+  the checks); a rank that has not reported by then is asked for its Python stacks
+  (faulthandler on SIGUSR1) and the caller reports them; every child process is
+  terminated, then killed, in ``finally``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import importlib.util
@@ -36,11 +38,13 @@ import os
 import pickle
 import queue
 import shutil
+import signal
 import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Callable, Sequence
+import warnings
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -207,6 +211,8 @@ class RankResult:
     result: CheckResult | None = None
     #: The rank's traceback, or why it never reported (crash, timeout, aborted).
     error: str | None = None
+    #: Order in which failures reached the caller (0 = first); None if not failed or silent.
+    failed_order: int | None = None
 
     @property
     def leaked(self) -> bool:
@@ -255,15 +261,22 @@ class DistributedResult:
             raise GraphLeakError(self.leak_text())
 
     def failure_text(self) -> str:
+        """Each failed rank's traceback, the first failure first: the later ones are
+        usually its consequence (a peer's connection closed, a collective timed out)."""
+        failed = sorted(
+            (r for r in self.ranks if r.failed),
+            key=lambda r: (r.failed_order is None, r.failed_order or 0, r.rank),
+        )
+        first = failed[0].rank if failed else None
         lines = [
             f"distributed step {self.name!r} failed on rank(s) "
-            f"{_ranks(self.failed_ranks)} of {self.world_size}:"
+            f"{_ranks(sorted(r.rank for r in failed))} of {self.world_size}"
+            + (f"; rank {first} failed first:" if len(failed) > 1 else ":")
         ]
-        for rank in self.ranks:
-            if not rank.failed:
-                continue
+        for rank in failed:
             text = rank.error or (rank.result.error if rank.result else "") or ""
-            lines.append(f"--- rank {rank.rank} ---")
+            after = f" (after rank {first} failed)" if rank.rank != first else ""
+            lines.append(f"--- rank {rank.rank}{after} ---")
             lines.append(text.rstrip())
         return "\n".join(lines)
 
@@ -403,6 +416,62 @@ def _validate(world_size: int, backend: str, steps: int | None, warmup: int | No
             raise ValueError(f"{label}: expected an int >= {low}, got {value!r}")
 
 
+# --------------------------------------------------------------------------- pytest
+
+
+def check_in_fixture(
+    fixture: Any,
+    step_factory: FactoryLike,
+    *,
+    world_size: int = 2,
+    steps: int | None = None,
+    warmup: int | None = None,
+    rss_tolerance: float | str | None = None,
+    probes: str | Sequence[str] | None = None,
+    backend: str = "gloo",
+    timeout: float = DEFAULT_TIMEOUT_S,
+    start_timeout: float = DEFAULT_START_TIMEOUT_S,
+) -> DistributedResult:
+    """``graphleak.check_distributed(...)``: the fixture's settings (ini, CLI, call
+    keywords) go to every rank, each rank's result goes into the test report
+    (``report.graphleak``), and a leak on any rank fails the test naming the rank (warns
+    in warn-only mode). A rank that raised, crashed or hung fails the test with its
+    traceback."""
+    __tracebackhide__ = True
+    from pytest_graphleak import plugin
+
+    item = fixture._item
+    settings = fixture._resolve(
+        "check_distributed()",
+        {"steps": steps, "warmup": warmup, "rss_tolerance": rss_tolerance, "probes": probes},
+    )
+    label = step_factory if isinstance(step_factory, str) else _label(step_factory)
+    result = check_distributed(
+        step_factory,
+        world_size=world_size,
+        backend=backend,
+        timeout=timeout,
+        start_timeout=start_timeout,
+        name=f"{item.nodeid}::check_distributed({label})",
+        raise_on_leak=False,
+        on_result=lambda check_result: plugin._record(item, check_result),
+        settings=settings,
+    )
+    if result.leaked:
+        if settings.warn_only:
+            warnings.warn(plugin.GraphLeakWarning(result.leak_text()), stacklevel=2)
+        else:
+            from pytest_graphleak import GraphLeakError
+
+            raise GraphLeakError(result.leak_text())
+    return result
+
+
+def _label(factory: object) -> str:
+    inner = getattr(factory, "func", factory)  # functools.partial
+    return str(getattr(inner, "__qualname__", None) or repr(inner))
+
+
 # --------------------------------------------------------------------------- the caller side
 
 
@@ -438,7 +507,7 @@ def _run_group(
         gathering.gather(messages)
         gathering.explain_missing(workdir)
     finally:
-        _stop(procs)
+        _stop(procs, gathering.done)
         messages.close()
         messages.join_thread()
         shutil.rmtree(workdir, ignore_errors=True)
@@ -463,6 +532,7 @@ class _Gathering:
         self.ready: set[int] = set()
         self.done: set[int] = set()
         self.started_all = False
+        self.failures = 0
 
     def gather(self, messages: Any) -> None:
         deadline = time.monotonic() + self.timeouts.start
@@ -489,19 +559,21 @@ class _Gathering:
             elif kind == "done":
                 self.done.add(rank)
             if kind in ("result", "error") and self.table[index][rank].failed:
+                self.table[index][rank].failed_order = self.failures
+                self.failures += 1
                 # Its peers are likely blocked in a collective it will never join.
                 deadline = min(deadline, time.monotonic() + FAILURE_GRACE_S)
 
     def explain_missing(self, workdir: str) -> None:
         """Give every rank that did not report a reason: exit code, stacks, a failed peer."""
         failed = sorted({r.rank for row in self.table for r in row if r.failed})
-        for rank, proc in enumerate(self.procs):
-            if rank in self.done:
-                continue
-            why = self._why_silent(rank, proc, failed)
+        silent = [rank for rank in range(len(self.procs)) if rank not in self.done]
+        _request_stacks([self.procs[rank] for rank in silent if rank in self.ready])
+        for rank in silent:
+            why = self._why_silent(rank, self.procs[rank], failed)
             stacks = _read_stacks(workdir, rank)
             if stacks:
-                why += f"\nits Python stacks shortly before the deadline:\n{stacks}"
+                why += f"\nits Python stacks when it was stopped:\n{stacks}"
             for row in self.table:
                 if row[rank].result is None and row[rank].error is None:
                     row[rank].error = why
@@ -529,6 +601,19 @@ class _Gathering:
         return f"rank {rank} did not finish within the {self.timeouts.run:g} s timeout (hung?)"
 
 
+def _request_stacks(procs: list[Any]) -> None:
+    """Ask live ranks to write their stacks (their faulthandler listens on SIGUSR1)."""
+    signum = getattr(signal, "SIGUSR1", None)
+    asked = False
+    for proc in procs:
+        if signum is not None and proc.is_alive() and proc.pid is not None:
+            with contextlib.suppress(OSError):
+                os.kill(proc.pid, signum)
+                asked = True
+    if asked:
+        time.sleep(0.3)  # faulthandler writes from its signal handler: almost at once
+
+
 def _read_stacks(workdir: str, rank: int) -> str:
     try:
         return Path(workdir, f"rank{rank}.stacks").read_text(errors="replace").strip()
@@ -536,11 +621,12 @@ def _read_stacks(workdir: str, rank: int) -> str:
         return ""
 
 
-def _stop(procs: list[Any]) -> None:
-    """Wait briefly for clean exits, then terminate, then kill: no rank outlives the call."""
+def _stop(procs: list[Any], finished: Collection[int]) -> None:
+    """No rank outlives the call: ranks that finished get a moment to exit on their own;
+    the others (hung, or blocked on a failed peer) are terminated, then killed."""
     deadline = time.monotonic() + _EXIT_GRACE_S
-    for proc in procs:
-        if proc.pid is not None:
+    for rank, proc in enumerate(procs):
+        if proc.pid is not None and rank in finished:
             proc.join(max(0.0, deadline - time.monotonic()))
     for proc in procs:
         if proc.is_alive():
@@ -575,6 +661,8 @@ def _rank_main(job: _Job, rank: int, messages: Any) -> None:
     import faulthandler
 
     stacks = open(Path(job.workdir, f"rank{rank}.stacks"), "w")  # noqa: SIM115 - lives until exit
+    if hasattr(signal, "SIGUSR1"):  # the caller asks a silent rank for its stacks
+        faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)
     index = 0
     try:
         os.environ.update(
@@ -601,12 +689,11 @@ def _rank_main(job: _Job, rank: int, messages: Any) -> None:
         try:
             control = _Lockstep(dist, torch)
             messages.put(("ready", rank, -1, None))
-            # Dump every thread's stack shortly before the caller gives up on us.
-            run = job.timeouts.run
-            faulthandler.dump_traceback_later(max(run - 1.0, run * 0.8), file=stacks)
             for index, ref in enumerate(job.refs):
                 step = _build_step(job, rank, ref)
                 result = _check_step(job, rank, index, step, control)
+                if result.error is not None and control.step_traceback:
+                    result.error = f"{result.error}\n{control.step_traceback}"
                 messages.put(("result", rank, index, result.to_dict()))
                 if result.error is not None:
                     # Its peers are blocked in this step's collectives: do not serve them;
@@ -620,7 +707,8 @@ def _rank_main(job: _Job, rank: int, messages: Any) -> None:
         if index < len(job.refs):
             messages.put(("error", rank, index, f"rank {rank}:\n{traceback.format_exc()}"))
     finally:
-        faulthandler.cancel_dump_traceback_later()
+        if hasattr(signal, "SIGUSR1"):
+            faulthandler.unregister(signal.SIGUSR1)
         stacks.close()
         messages.put(("done", rank, -1, None))
         messages.close()
@@ -632,7 +720,8 @@ def _rank_main(job: _Job, rank: int, messages: Any) -> None:
 
 
 def _build_step(job: _Job, rank: int, ref: FactoryRef) -> Callable[[], object]:
-    step = ref.load()(rank, job.world_size)
+    factory = ref.load()
+    step = factory(rank, job.world_size) if _takes_rank(factory) else factory()
     if not callable(step):
         raise TypeError(
             f"step factory {ref.label!r} returned {type(step).__name__}, not a step function"
@@ -649,6 +738,19 @@ def _check_step(
     return check(control.wrap(step), name=name, raise_on_leak=False, **job.options)
 
 
+def _takes_rank(factory: Callable[..., object]) -> bool:
+    """Factories take ``(rank, world_size)``; a zero-argument one reads them from
+    ``torch.distributed`` itself (a marked test function is such a factory)."""
+    try:
+        parameters = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):
+        return True
+    return any(
+        p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)
+        for p in parameters
+    )
+
+
 class _Lockstep:
     """Keep the ranks' step calls paired, however many times each rank's tracker calls it.
 
@@ -663,6 +765,7 @@ class _Lockstep:
         self._group = dist.new_group(backend="gloo")
         self._flag = torch.zeros(1, dtype=torch.int32)  # reused: no allocation per step
         self._max = dist.ReduceOp.MAX
+        self.step_traceback = ""
 
     def _vote(self, want: int) -> bool:
         self._flag.fill_(want)
@@ -672,7 +775,13 @@ class _Lockstep:
     def wrap(self, step: Callable[[], object]) -> Callable[[], object]:
         def lockstep_step() -> object:
             self._vote(1)
-            return step()
+            try:
+                return step()
+            except BaseException:
+                # check() keeps only "ValueError: boom at step 3"; the caller wants the
+                # rank's whole traceback.
+                self.step_traceback = traceback.format_exc()
+                raise
 
         lockstep_step.__name__ = getattr(step, "__name__", "step")
         lockstep_step.__qualname__ = getattr(step, "__qualname__", "step")
