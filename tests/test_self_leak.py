@@ -1,0 +1,264 @@
+"""No leaks of our own.
+
+1. 500 checked tests in one session: alive tensors and graph nodes stay exactly flat;
+   alive Python objects and RSS grow no faster than pytest's own per-test bookkeeping
+   plus the bounded result data each check keeps for the session report.
+2. After a test, the plugin holds no measured tensor, no frame and no traceback: weak
+   references to what a clean, a leaky and a raising step made are dead in the next test.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+pytest.importorskip("minigrad")
+pytest.importorskip("pytest_graphleak.plugin")
+pytest.importorskip("psutil")
+
+CONTROL, CHECKED, EVERY = 250, 500, 50
+
+SAMPLING_CONFTEST = f"""
+import gc, json, sys
+import psutil
+import minigrad as mg
+
+SAMPLES = []
+COUNT = [0]
+
+def pytest_runtest_logfinish(nodeid, location):
+    COUNT[0] += 1
+    if COUNT[0] % {EVERY} == 0:
+        gc.collect()
+        stats = mg.stats()
+        SAMPLES.append({{
+            "tests": COUNT[0],
+            "objects": len(gc.get_objects()),
+            "tensors": stats["TensorImpl"]["alive"],
+            "nodes": stats["Node"]["alive"],
+            "rss": psutil.Process().memory_info().rss,
+        }})
+
+def pytest_sessionfinish(session):
+    with open("samples.json", "w") as fh:
+        json.dump(SAMPLES, fh)
+"""
+
+# The first CONTROL tests are unmarked: they measure pytest's own per-test growth in the
+# same process; the CHECKED marked tests after them are what the plugin adds.
+MANY_TESTS = f"""
+import pytest
+import minigrad as mg
+
+@pytest.fixture
+def weights():
+    return mg.Tensor([[0.5, -0.25], [1.0, 2.0]], requires_grad=True)
+
+def step(weights):
+    loss = (weights @ mg.Tensor([[1.0], [2.0]])).tanh().sum()
+    loss.backward()
+    weights.grad = None
+
+@pytest.mark.parametrize("i", range({CONTROL}))
+def test_control(i, weights):
+    step(weights)
+
+@pytest.mark.parametrize("i", range({CHECKED}))
+@pytest.mark.no_graph_growth(steps=2, warmup=1)
+def test_checked(i, weights):
+    step(weights)
+"""
+
+
+@pytest.fixture(scope="module")
+def many_tests(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One pytest session of CONTROL + CHECKED tiny tests, sampled every EVERY tests."""
+    root = tmp_path_factory.mktemp("many")
+    (root / "tox.ini").write_text("[pytest]\naddopts = -p no:cacheprovider -p no:randomly\n")
+    (root / "conftest.py").write_text(SAMPLING_CONFTEST)
+    (root / "test_many.py").write_text(MANY_TESTS)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "--graphleak", "test_many.py"],
+        cwd=root, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert f"{CHECKED} checked: {CHECKED} clean" in proc.stdout, proc.stdout[-2000:]
+    samples = json.loads((root / "samples.json").read_text())
+    by_count = {s["tests"]: s for s in samples}
+
+    def per_test(key: str, first: int, last: int) -> float:
+        return (by_count[last][key] - by_count[first][key]) / (last - first)
+
+    # skip the first sample of each phase: imports, caches and first-call set-up
+    control = (EVERY, CONTROL)
+    checked = (CONTROL + EVERY, CONTROL + CHECKED)
+    return {
+        "samples": samples,
+        "control_objects": per_test("objects", *control),
+        "checked_objects": per_test("objects", *checked),
+        "control_rss": per_test("rss", *control),
+        "checked_rss": per_test("rss", *checked),
+    }
+
+
+def test_500_checked_tests_leave_no_tensor_or_node_alive(many_tests: dict[str, Any]) -> None:
+    samples = many_tests["samples"]
+    assert len(samples) == (CONTROL + CHECKED) // EVERY
+    assert {s["tensors"] for s in samples} == {0}, samples
+    assert {s["nodes"] for s in samples} == {0}, samples
+
+
+def test_500_checked_tests_keep_only_bounded_result_data(many_tests: dict[str, Any]) -> None:
+    """Per checked test the plugin keeps its result (a few dicts and lists of numbers, for
+    the session summary and reports): a small constant, measured here against pytest's own
+    per-test growth in the same session."""
+    extra_objects = many_tests["checked_objects"] - many_tests["control_objects"]
+    extra_rss = many_tests["checked_rss"] - many_tests["control_rss"]
+    numbers = (
+        f"objects/test: control {many_tests['control_objects']:.1f}, checked "
+        f"{many_tests['checked_objects']:.1f}; RSS/test: control "
+        f"{many_tests['control_rss'] / 1024:.1f} KiB, "
+        f"checked {many_tests['checked_rss'] / 1024:.1f} KiB"
+    )
+    print(numbers)
+    assert extra_objects <= 40, numbers
+    assert extra_rss <= 32 * 1024, numbers
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="bug: every checked test's full result (series included) stays alive twice: as "
+    "report.graphleak on the TestReport that pytest's terminal reporter keeps, and in "
+    "the session reporter's `tests` dict (~21 objects, ~6 KiB RSS per checked test)",
+)
+def test_500_checked_tests_keep_objects_flat(many_tests: dict[str, Any]) -> None:
+    extra_objects = many_tests["checked_objects"] - many_tests["control_objects"]
+    assert extra_objects <= 2, many_tests
+
+
+# ------------------------------------------------------------ weak references
+
+HOLD_CHECK = """
+import gc, sys, weakref
+import pytest
+import minigrad as mg
+
+REFS = {}
+HISTORY = []
+
+class Sentinel:
+    \"\"\"Lives only in the step's frame: alive later only if a frame or traceback is.\"\"\"
+
+def remember(name, obj):
+    REFS.setdefault(name, []).append(weakref.ref(obj))
+
+@pytest.fixture
+def weights():
+    w = mg.Tensor([[0.5, -0.25]], requires_grad=True)
+    remember("fixture tensor", w)
+    return w
+
+@pytest.mark.no_graph_growth(steps=4, warmup=1)
+def test_clean(weights):
+    frame_only = Sentinel()
+    remember("frame of a clean step", frame_only)
+    loss = (weights * 2.0).sum()
+    remember("loss of a clean step", loss)
+    remember("node of a clean step", loss.grad_fn)
+    loss.backward()
+
+@pytest.mark.no_graph_growth(steps=4, warmup=1)
+def test_leaky(weights):
+    frame_only = Sentinel()
+    remember("frame of a leaky step", frame_only)
+    loss = (weights * 3.0).sum()
+    remember("loss kept by a leaky step", loss)
+    HISTORY.append(loss)
+
+@pytest.mark.no_graph_growth(steps=4, warmup=1)
+def test_raises(weights):
+    frame_only = Sentinel()
+    remember("frame of a raising step", frame_only)
+    loss = (weights * 4.0).sum()
+    remember("loss in the frame of a raising step", loss)
+    raise ValueError("step failed")
+
+@pytest.mark.no_graph_growth(steps=4, warmup=1)
+def test_torch(request):
+    torch = pytest.importorskip("torch")
+    w = torch.ones(3, requires_grad=True)
+    loss = (w * 2).sum()
+    remember("torch tensor", loss)
+    frame_only = Sentinel()
+    remember("frame of a torch step", frame_only)
+    loss.backward()
+
+def test_nothing_is_held_afterwards():
+    HISTORY.clear()  # the user's own leak: drop it, then nothing else may hold anything
+    gc.collect()
+    alive = {
+        name: [type(r()).__name__ for r in refs if r() is not None]
+        for name, refs in REFS.items()
+    }
+    alive = {name: kinds for name, kinds in alive.items() if kinds}
+    held_by = {}
+    for name in alive:
+        obj = next(r() for r in REFS[name] if r() is not None)
+        held_by[name] = sorted({type(o).__name__ for o in gc.get_referrers(obj)})
+    assert not alive, f"still alive: {alive}; referrers: {held_by}"
+    assert len(REFS) >= 9, sorted(REFS)
+"""
+
+
+def test_plugin_holds_no_tensor_frame_or_traceback_after_a_test(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makeini("[pytest]\naddopts = -p no:cacheprovider -p no:randomly\n")
+    pytester.makepyfile(test_hold=HOLD_CHECK)
+    result = pytester.runpytest_subprocess("--graphleak", "-rA")
+    out = result.stdout.str()
+    assert "PASSED test_hold.py::test_nothing_is_held_afterwards" in out, out
+    assert "LEAKED test_hold.py::test_leaky" in out or "FAILED test_hold.py::test_leaky" in out
+    assert "FAILED test_hold.py::test_raises - ValueError: step failed" in out, out
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("failed") == 2, out
+
+
+def test_result_data_is_plain(pytester: pytest.Pytester) -> None:
+    """What the plugin keeps after a test (report.graphleak) is plain JSON data."""
+    pytester.makeini("[pytest]\naddopts = -p no:cacheprovider -p no:randomly\n")
+    pytester.makeconftest(
+        """
+        import json
+        KEPT = []
+        def pytest_runtest_logreport(report):
+            data = getattr(report, "graphleak", None)
+            if data is not None:
+                json.dumps(data)  # raises on any live object
+                KEPT.append(report.nodeid)
+        def pytest_sessionfinish(session):
+            assert KEPT == ["test_plain.py::test_leaky", "test_plain.py::test_clean"], KEPT
+        """
+    )
+    pytester.makepyfile(
+        test_plain="""
+        import pytest
+        import minigrad as mg
+        HISTORY = []
+
+        @pytest.mark.no_graph_growth(steps=6, warmup=1)
+        def test_leaky():
+            HISTORY.append((mg.Tensor([1.0], requires_grad=True) * 2.0).sum())
+
+        @pytest.mark.no_graph_growth(steps=6, warmup=1)
+        def test_clean():
+            (mg.Tensor([1.0], requires_grad=True) * 2.0).sum().backward()
+        """
+    )
+    result = pytester.runpytest_subprocess("--graphleak")
+    result.assert_outcomes(passed=1, failed=1)
+    assert result.ret == 1  # not 3 (an internal error in a hook)
