@@ -22,6 +22,11 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+# One BLAS/OpenMP thread, set before numpy or torch is imported (see ``pin_threads``);
+# inherited by the pytest subprocesses the benchmarks start.
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
 BENCH_DIR = Path(__file__).resolve().parent
 RESULTS_DIR = BENCH_DIR / "results"
 REPO_ROOT = BENCH_DIR.parent
@@ -255,10 +260,23 @@ def parse_args(description: str, argv: Sequence[str] | None = None) -> argparse.
 # whose fixtures are set up once.
 
 
+def pin_threads() -> None:
+    """One compute thread for torch (and numpy's BLAS where we can say so).
+
+    On a small shared machine a second intra-op thread that spins while another process
+    holds the core makes a 1 ms step take 20 ms; one thread keeps the numbers stable
+    and the comparison (plain vs checked) fair, since both sides run the same step.
+    """
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(1)
+
+
 def torch_mlp_step(batch: int = 64, sizes: Sequence[int] = (128, 256, 10)) -> Callable[[], float]:
     """One SGD step of a small torch MLP on a fixed random batch."""
     import torch
 
+    pin_threads()
     torch.manual_seed(0)
     layers: list[torch.nn.Module] = []
     for fan_in, fan_out in itertools.pairwise(sizes):
@@ -284,6 +302,7 @@ def torch_transformer_step(
     """One Adam step of a one-layer torch transformer language model."""
     import torch
 
+    pin_threads()
     torch.manual_seed(0)
 
     class TinyLM(torch.nn.Module):
@@ -350,6 +369,7 @@ def leaky_torch_step(every: int = 1) -> tuple[Callable[[], float], list[object]]
     """
     import torch
 
+    pin_threads()
     weight = torch.randn(8, 8, requires_grad=True)
     x = torch.randn(4, 8)
     kept: list[object] = []

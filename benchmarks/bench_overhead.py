@@ -22,8 +22,10 @@ import cProfile
 import io
 import os
 import pstats
+import re
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -58,17 +60,18 @@ import _common
 
 ROUNDS = int(os.environ["BENCH_ROUNDS"])
 BUILDERS = {builders!r}
-_STEPS = {{}}
 _CALLS = {{}}
 
 
-def _step(name):
-    if name not in _STEPS:
-        fn = getattr(_common, BUILDERS[name])()
-        for _ in range(3):
-            fn()
-        _STEPS[name] = fn
-    return _STEPS[name]
+def _build(name):
+    fn = getattr(_common, BUILDERS[name])()
+    for _ in range(3):
+        fn()
+    return fn
+
+
+# Built and warmed at collection, so neither kind of test pays for it.
+_STEPS = {{name: _build(name) for name in BUILDERS}}
 
 
 PARAMS = []
@@ -79,14 +82,9 @@ for name in BUILDERS:
         PARAMS.append(pytest.param(name, "plain", id=f"{{name}}-{{r}}-plain"))
 
 
-@pytest.fixture
-def step(request):
-    return _step(request.param)
-
-
 @pytest.mark.parametrize(("name", "mode"), PARAMS)
-def test_step(name, mode, record_property):
-    fn = _step(name)
+def test_step(name, mode):
+    fn = _STEPS[name]
     if mode == "checked":
         # The plugin calls this body warmup + steps times: count them for the plain twin.
         _CALLS[name] = _CALLS.get(name, 0) + 1
@@ -95,7 +93,6 @@ def test_step(name, mode, record_property):
         calls = _CALLS.pop(name)
         for _ in range(calls):
             fn()
-        record_property("calls", calls)
         print(f"CALLS {{name}} {{calls}}")
 '''
 
@@ -108,8 +105,46 @@ def _available(module: str) -> bool:
     return True
 
 
+def split_check(builder: str, checks: int) -> dict[str, Stats]:
+    """Where the time of one check goes, per call of the step: the tracker driven by hand."""
+    import _common
+
+    from pytest_graphleak.options import DEFAULT_STEPS, DEFAULT_WARMUP
+    from pytest_graphleak.tracker import Sampler
+
+    step = getattr(_common, builder)()
+    for _ in range(3):
+        step()
+    calls = DEFAULT_WARMUP + DEFAULT_STEPS
+    parts: dict[str, list[float]] = {"start": [], "step": [], "sample": [], "end": []}
+    clock = time.perf_counter
+    for _ in range(checks):
+        sampler = Sampler(warmup=DEFAULT_WARMUP)
+        t0 = clock()
+        sampler.begin()
+        t1 = clock()
+        in_step = in_sample = 0.0
+        try:
+            for _ in range(calls):
+                a = clock()
+                step()
+                b = clock()
+                sampler.after_step()
+                in_step += b - a
+                in_sample += clock() - b
+        finally:
+            t2 = clock()
+            sampler.end()
+            t3 = clock()
+        parts["start"].append((t1 - t0) / calls)
+        parts["step"].append(in_step / calls)
+        parts["sample"].append(in_sample / calls)
+        parts["end"].append((t3 - t2) / calls)
+    return {name: Stats.of(values) for name, values in parts.items()}
+
+
 def profile_check(quick: bool) -> str:
-    """cProfile of ``pytest_graphleak.check`` on the torch MLP step: top costs."""
+    """cProfile of ``pytest_graphleak.check`` on the torch MLP step: the plugin's costs."""
     import _common
 
     import pytest_graphleak
@@ -119,15 +154,15 @@ def profile_check(quick: bool) -> str:
         step()
     profiler = cProfile.Profile()
     profiler.enable()
-    for _ in range(1 if quick else 10):
+    for _ in range(1 if quick else 20):
         pytest_graphleak.check(step)
     profiler.disable()
     out = io.StringIO()
     stats = pstats.Stats(profiler, stream=out)
-    stats.sort_stats("tottime").print_stats(12)
+    stats.sort_stats("tottime").print_stats("pytest_graphleak|built-in method gc", 12)
     lines = [line for line in out.getvalue().splitlines() if line.strip()]
     start = next(i for i, line in enumerate(lines) if "ncalls" in line)
-    return "\n".join(lines[start:start + 13])
+    return "\n".join(line.replace(str(REPO_ROOT) + "/", "") for line in lines[start:start + 13])
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -150,11 +185,8 @@ def main(argv: list[str] | None = None) -> None:
                          cwd=work, env=env)
     if run.returncode != 0:
         raise SystemExit(f"bench_overhead: the pytest session failed:\n{run.output[-4000:]}")
-    calls = {}
-    for line in run.output.splitlines():
-        if line.startswith("CALLS "):
-            name, count = line[len("CALLS "):].rsplit(" ", 1)
-            calls[name] = int(count)
+    calls = {match.group(1): int(match.group(2))
+             for match in re.finditer(r"CALLS (.+) (\d+)$", run.output, re.MULTILINE)}
 
     rows = []
     all_met = True
@@ -173,6 +205,14 @@ def main(argv: list[str] | None = None) -> None:
             f"{fmt_num(overhead * 1e3)} ms ({fmt_num(100 * overhead / plain.median)}%)",
             f"{fmt_num(budget * 1e3)} ms", verdict_cell(met),
         ])
+    split_rows = []
+    for name, builder in builders.items():
+        split = split_check(builder, 2 if args.quick else 10)
+        split_rows.append([name] + [split[part].fmt("ms") for part in
+                                    ("step", "start", "sample", "end")])
+    split_table = markdown_table(
+        ["step", "the step itself", "check start (O(heap), spread)", "sample after the step",
+         "end (restore gc)"], split_rows)
     table = markdown_table(
         ["step", "calls per test", "plain loop, per step", "under the marker, per step",
          "overhead per step", "budget (10% + 0.5 ms)", "target"], rows)
@@ -183,8 +223,11 @@ def main(argv: list[str] | None = None) -> None:
         "includes the per-check setup (gc collect + freeze, the probes' start scan) spread "
         f"over those calls.\n\n{table}\n\n"
         f"Overall: {verdict_cell(all_met)}.\n\n"
-        "Profile of `pytest_graphleak.check(torch MLP step)` (cProfile, sorted by own time; "
-        "the step's own torch calls show up as `backward`, `linear`, optimizer functions):\n\n"
+        "Where the time goes, per call of the step (the tracker driven by hand in this "
+        "process, default steps and warmup, medians over checks; the one-off start and end "
+        f"of a check are divided by its number of calls):\n\n{split_table}\n\n"
+        "Profile of `pytest_graphleak.check(torch MLP step)` (cProfile, the plugin's own "
+        "functions and gc calls, sorted by own time):\n\n"
         f"```\n{profile_check(args.quick)}\n```\n"
     )
     write_results("overhead", "Per-step overhead of the marker", body,
