@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import textwrap
 import traceback
 from collections.abc import Sequence
 
@@ -67,10 +68,12 @@ examples:
   graphleak check examples/minigrad_loss_list.py::leaky_step
   graphleak check mypkg.train:step --steps 30 --warmup 5
   graphleak check train.py::step --json leak.json --html leak.html
+  graphleak check train.py::step_a train.py::step_b -q
 
+One step after the other; the exit code is the worst of them (3, then 1, then 0).
 The step is called warmup + steps times with no arguments; build the model,
 optimizer and data once at module level (or in a closure), as a training loop
-would. The same probes and verdict as `pytest --graphleak` decide.
+would. The same probes, verdict and diagnosis as `pytest --graphleak` decide.
 
 """ + _EXIT_CODES
 
@@ -107,7 +110,13 @@ def _int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a whole number, got '{text}'") from None
 
 
+def _wrap(text: str) -> str:
+    return textwrap.fill(text, width=78)
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from pytest_graphleak.options import DEFAULT_STEPS, DEFAULT_WARMUP
+
     formatter = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(
         prog="graphleak",
@@ -121,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo = commands.add_parser(
         "demo",
         help="train a tiny transformer with a leak, then fixed, and show the verdicts",
-        description=(
+        description=_wrap(
             "Train a tiny character transformer three times: keeping the losses in a "
             "list with their graphs, with backward(retain_graph=True) and a running "
             "loss kept as a tensor, and fixed. Print the per-step log (loss, RSS by "
@@ -145,19 +154,23 @@ def build_parser() -> argparse.ArgumentParser:
     check = commands.add_parser(
         "check",
         help="check a zero-argument training step function for graph leaks",
-        description=(
+        description=_wrap(
             "Run a zero-argument step function warmup + steps times with the same probes "
             "and verdict as `pytest --graphleak`, print the report, and exit 1 on a leak."
         ),
         epilog=_CHECK_EPILOG,
         formatter_class=formatter,
     )
-    check.add_argument("target", metavar="FILE.py::FUNCTION | MODULE:FUNCTION",
-                       help="the step function to check")
+    check.add_argument("targets", nargs="+", metavar="FILE.py::FUNCTION | MODULE:FUNCTION",
+                       help="the step function to check (several: each is checked, the "
+                            "exit code is the worst)")
     check.add_argument("--steps", type=positive_int, default=None, metavar="N",
-                       help="measured steps (default: the plugin's default)")
+                       help=f"measured steps (default: {DEFAULT_STEPS}, as the plugin)")
     check.add_argument("--warmup", type=non_negative_int, default=None, metavar="N",
-                       help="warmup steps, not judged (default: the plugin's default)")
+                       help=f"warmup steps, not judged (default: {DEFAULT_WARMUP}, as the plugin)")
+    check.add_argument("--rss-tolerance", metavar="SIZE", default=None,
+                       help="RSS growth per step that is not yet a leak, e.g. 2MB "
+                            "(default: as the plugin, 1 MiB)")
     check.add_argument("--json", metavar="PATH", default=None,
                        help="also write the result as a JSON report")
     check.add_argument("--html", metavar="PATH", default=None,

@@ -25,13 +25,20 @@ def require_writable_parent(path: str, option: str) -> Path:
     return target
 
 
-def document_for(result: CheckResult) -> dict[str, Any]:
-    """A one-test report document, as the plugin's session report writes them."""
+def document_for(results: list[CheckResult]) -> dict[str, Any]:
+    """A report document with one test per checked step, as the plugin's session report
+    writes them (a leak or a raising step is a failed test)."""
     from pytest_graphleak.report.json_doc import CheckedTest, build_document
 
-    outcome = "failed" if (result.leaked or result.error) else "passed"
-    test = CheckedTest(nodeid=result.name, outcome=outcome, checks=[result.to_dict()])
-    return build_document([test], generated_by=GENERATED_BY)
+    tests = [
+        CheckedTest(
+            nodeid=result.name,
+            outcome="failed" if (result.leaked or result.error) else "passed",
+            checks=[result.to_dict()],
+        )
+        for result in results
+    ]
+    return build_document(tests, generated_by=GENERATED_BY)
 
 
 def write_json(document: dict[str, Any], path: Path) -> None:
