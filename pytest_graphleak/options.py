@@ -158,8 +158,9 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "diagnose", "--graphleak-no-diagnose", "graphleak_diagnose",
-        "skip the diagnosis of a leak (referrer chain, creation sites); the failure "
-        "then names the pattern from the counts alone (ini: graphleak_diagnose = false)",
+        "diagnose each leak (referrer chain, creation sites; on by default): "
+        "--graphleak-no-diagnose or graphleak_diagnose = false skips it, and the failure "
+        "names the pattern from the counts alone",
         _bool, _text_bool, True, flag_value=False, marker_keyword=False,
     ),
 )  # fmt: skip

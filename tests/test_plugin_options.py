@@ -1,0 +1,184 @@
+"""Options and marker arguments through a real pytest: precedence, validation with
+"where it came from", --markers/--help, -p no:graphleak, and the minigrad-only path
+where ``import torch`` fails."""
+
+from __future__ import annotations
+
+import pytest
+
+FAST = ("-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:xdist")
+
+COUNTING = """
+import pytest
+calls = []
+
+@pytest.mark.no_graph_growth
+def test_step():
+    calls.append(1)
+
+def test_zz_count():
+    print(f"CALLS={len(calls)}")
+"""
+
+
+def test_ini_sets_options_and_command_line_wins(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_count=COUNTING)
+    pytester.makeini("[pytest]\ngraphleak = true\ngraphleak_steps = 5\ngraphleak_warmup = 1\n")
+    result = pytester.runpytest_subprocess("-s", *FAST)
+    result.stdout.fnmatch_lines(["*CALLS=6*"])  # ini: checking on, 1 + 5 calls
+    result = pytester.runpytest_subprocess("-s", "--graphleak-steps=7", *FAST)
+    result.stdout.fnmatch_lines(["*CALLS=8*"])  # the command line beats the ini file
+    # --graphleak off in the ini and absent on the command line: runs once
+    pytester.makeini("[pytest]\ngraphleak = false\ngraphleak_steps = 5\n")
+    result = pytester.runpytest_subprocess("-s", *FAST)
+    result.stdout.fnmatch_lines(["*CALLS=1*"])
+    result = pytester.runpytest_subprocess("-s", "--graphleak", "--graphleak-warmup=0", *FAST)
+    result.stdout.fnmatch_lines(["*CALLS=5*"])
+
+
+def test_bad_option_values_name_their_source(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_count=COUNTING)
+    ini = pytester.makeini("[pytest]\ngraphleak_steps = many\n")
+    result = pytester.runpytest_subprocess(*FAST)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [f"*graphleak: invalid graphleak_steps = many (from ini option graphleak_steps in {ini})"
+         ": steps must be an integer >= 1, got 'many'"]
+    )  # fmt: skip
+    pytester.makeini("[pytest]\n")
+    result = pytester.runpytest_subprocess("--graphleak-rss-tolerance=-3", *FAST)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["*invalid --graphleak-rss-tolerance=-3 (from command line option "
+         "--graphleak-rss-tolerance): rss_tolerance must be a size*"]
+    )  # fmt: skip
+
+
+def test_bad_marker_arguments_are_usage_errors_naming_test_and_argument(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(
+        test_bad="""
+        import pytest
+
+        @pytest.mark.no_graph_growth(steps=0)
+        def test_zero(): pass
+
+        @pytest.mark.no_graph_growth(warmup=-2)
+        def test_negative(): pass
+
+        @pytest.mark.no_graph_growth(steps="10")
+        def test_wrong_type(): pass
+
+        @pytest.mark.no_graph_growth(step=10)
+        def test_unknown(): pass
+
+        @pytest.mark.no_graph_growth(10)
+        def test_positional(): pass
+
+        @pytest.mark.no_graph_growth(steps=10, warmup=2)
+        def test_fine(): pass
+        """
+    )
+    result = pytester.runpytest_subprocess("--graphleak", *FAST)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    on = "@pytest.mark.no_graph_growth"
+    result.stderr.fnmatch_lines(
+        [
+            f"*graphleak: {on}(steps=0) on test_bad.py::test_zero: "
+            "steps must be an integer >= 1, got 0",
+            f"graphleak: {on}(warmup=-2) on test_bad.py::test_negative: "
+            "warmup must be an integer >= 0, got -2",
+            f"graphleak: {on}(steps='10') on test_bad.py::test_wrong_type: "
+            "steps must be an integer >= 1, got '10'",
+            f"graphleak: {on}(step=10) on test_bad.py::test_unknown: "
+            "unknown keyword argument 'step'; expected one of steps, warmup, rss_tolerance, probes",
+            f"graphleak: {on} on test_bad.py::test_positional: takes keyword arguments only*",
+        ]
+    )
+    assert "test_fine" not in result.stderr.str()
+
+
+def test_markers_and_help_document_every_option(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest_subprocess("--markers", *FAST)
+    result.stdout.fnmatch_lines(
+        ["@pytest.mark.no_graph_growth(steps=N, warmup=N, rss_tolerance=SIZE, probes=NAMES): "
+         "the test body is ONE training step.*--graphleak*"]
+    )  # fmt: skip
+    result = pytester.runpytest_subprocess("--help", *FAST)
+    # one help text per option: the flag and its ini twin show the same words
+    result.stdout.fnmatch_lines(
+        [
+            "autograd graph leaks (pytest-graphleak):",
+            "*--graphleak *run @pytest.mark.no_graph_growth tests*",
+            "*--graphleak-steps=N*measured steps per checked test*",
+            "*--graphleak-warmup=N*unmeasured warmup steps*",
+            "*--graphleak-rss-tolerance=SIZE*",
+            "*--graphleak-warn-only*",
+            "*graphleak (string):*run @pytest.mark.no_graph_growth tests*",
+            "*graphleak_steps (string):*",
+            "*measured steps per checked test*",
+            "*graphleak_rss_tolerance (string):*",
+            "*graphleak_warn_only (string):*",
+        ]
+    )
+
+
+def test_plugin_can_be_disabled(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_count=COUNTING)
+    result = pytester.runpytest_subprocess("-s", "-p", "no:graphleak", *FAST)
+    result.stdout.fnmatch_lines(["*CALLS=1*"])
+    result.assert_outcomes(passed=2, warnings=1)  # the marker is unknown without the plugin
+    result = pytester.runpytest_subprocess("-p", "no:graphleak", "--graphleak", *FAST)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*unrecognized arguments: --graphleak*"])
+
+
+BLOCK_TORCH = """
+import sys
+
+class _NoTorch:
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch" or name.startswith("torch."):
+            raise ModuleNotFoundError("No module named 'torch' (blocked for this test)", name=name)
+        return None
+
+sys.meta_path.insert(0, _NoTorch())
+"""
+
+
+def test_minigrad_only_where_torch_cannot_be_imported(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("minigrad")
+    pytester.makepyfile(sitecustomize=BLOCK_TORCH)
+    monkeypatch.setenv("PYTHONPATH", str(pytester.path))
+    pytester.makepyfile(
+        test_mg="""
+        import sys
+        import pytest
+        import minigrad as mg
+
+        kept = []
+
+        def test_torch_is_unavailable():
+            with pytest.raises(ModuleNotFoundError):
+                import torch  # noqa: F401
+
+        @pytest.mark.no_graph_growth(steps=12, warmup=2)
+        def test_leaky():
+            kept.append(mg.Tensor([1.0, 2.0], requires_grad=True).sum())
+
+        @pytest.mark.no_graph_growth(steps=12, warmup=2)
+        def test_fixed():
+            kept[:] = [mg.Tensor([1.0, 2.0], requires_grad=True).sum().item()]
+
+        def test_zz_no_torch_loaded():
+            assert "torch" not in sys.modules
+        """
+    )
+    result = pytester.runpytest_subprocess("--graphleak", "-rA", *FAST)
+    result.stdout.fnmatch_lines(
+        ["*graphleak: test_mg.py::test_leaky leaks: list-accumulation", "*minigrad.tensors*"]
+    )
+    result.assert_outcomes(passed=3, failed=1)
