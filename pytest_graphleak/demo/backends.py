@@ -9,7 +9,6 @@ imported only by ``torch_backend()``.
 from __future__ import annotations
 
 import gc
-import importlib.util
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -144,12 +143,13 @@ class TorchCounter:
 
 
 def torch_backend() -> Backend:
-    if importlib.util.find_spec("torch") is None:
+    try:
+        import torch
+    except ImportError as exc:
         raise UsageError(
-            "--torch needs PyTorch, which is not installed in this environment "
-            "(pip install torch), or run `graphleak demo` without --torch: it uses minigrad"
-        )
-    import torch
+            f"--torch needs PyTorch, which cannot be imported here ({exc}); install it "
+            "(pip install torch) or run `graphleak demo` without --torch: it uses minigrad"
+        ) from None
 
     from pytest_graphleak.demo import torch_model
 
