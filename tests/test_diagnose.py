@@ -1,0 +1,339 @@
+"""diagnose(): pattern, culprit chain, cycle and creation sites on small leaky steps.
+
+Each test builds a leaky (or clean) step inline, calls ``diagnose`` directly with a
+verdict, and checks the plain-data ``Diagnosis``. The catalogue of real leaks is tested
+in ``test_catalogue.py``.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import weakref
+from dataclasses import asdict
+from typing import Any
+
+import numpy as np
+import pytest
+
+import minigrad as mg
+from pytest_graphleak.diagnose import diagnose
+from pytest_graphleak.diagnose.backends import active_backends
+from pytest_graphleak.diagnose.classify import Facts, classify
+from pytest_graphleak.diagnose.edges import Edge, ObjectEdges
+from pytest_graphleak.diagnose.render import render_chain, render_dot
+from pytest_graphleak.diagnose.search import Path, find_cycle, shortest_path
+from pytest_graphleak.result import PATTERNS, Growth, Verdict
+
+torch = pytest.importorskip("torch")
+
+THIS_FILE = __file__
+
+
+def leak_verdict(*metrics: str, pattern: str | None = None) -> Verdict:
+    growths = [Growth(m, 1.0, 20.0, 1.0) for m in metrics or ("torch.nodes",)]
+    return Verdict(leaked=True, growths=growths, pattern=pattern, reason="test")
+
+
+def run(step: Any, n: int = 3) -> None:
+    for _ in range(n):
+        step()
+
+
+def site_lines(diagnosis: Any) -> list[str]:
+    return [s.line for s in diagnosis.sites if s.filename == THIS_FILE]
+
+
+# --------------------------------------------------------------------------- torch
+def test_torch_list_accumulation_chain_site_and_growth_note() -> None:
+    model = torch.nn.Linear(3, 1)
+    state: dict[str, Any] = {"losses": [], "lr": 0.1}
+
+    def step() -> None:
+        loss = model(torch.ones(2, 3)).pow(2).mean()
+        loss.backward()
+        state["losses"].append(loss)
+
+    run(step)
+    d = diagnose(leak_verdict("torch.tensors", "torch.nodes"), step=step,
+                 roots={"fixture 'state'": state})  # fmt: skip
+    assert d.pattern == "list-accumulation"
+    assert d.chain[:2] == ["fixture 'state'", "dict['losses']"]
+    assert d.chain[2].startswith("list(len=")
+    assert d.chain[3] == "Tensor(shape=(), grad_fn=MeanBackward0)"
+    assert "loss = model(torch.ones(2, 3)).pow(2).mean()" in site_lines(d)
+    assert any("grows by 1 per step" in n for n in d.notes)
+    assert d.dot.startswith("digraph graphleak {") and "MeanBackward0" in d.dot
+
+
+def test_torch_running_total_is_retained_grad_fn_through_an_attribute() -> None:
+    class Trainer:
+        def __init__(self) -> None:
+            self.model = torch.nn.Linear(3, 1)
+            self.total = torch.zeros(())
+
+    trainer = Trainer()
+
+    def step() -> None:
+        loss = trainer.model(torch.ones(2, 3)).sum()
+        loss.backward()
+        trainer.total += loss
+
+    run(step)
+    d = diagnose(leak_verdict("torch.nodes"), step=step, roots={"self": trainer})
+    assert d.pattern == "retained-grad-fn"
+    assert d.chain[:3] == ["self", "Trainer.total", "Tensor(shape=(), grad_fn=AddBackward0)"]
+    assert "AddBackward0" in d.chain[3]
+    assert "trainer.total += loss" in site_lines(d)
+
+
+def test_torch_hook_closure_is_a_cycle_held_from_cpp() -> None:
+    w = torch.ones(3, requires_grad=True)
+
+    def step() -> None:
+        h = w * 2
+        h.register_hook(lambda g: g * h.detach())
+        h.sum().backward()
+
+    run(step)
+    d = diagnose(leak_verdict("torch.tensors"), step=step, roots={})
+    assert d.pattern == "cycle"
+    assert d.chain == []
+    text = " -> ".join(d.cycle)
+    assert "._backward_hooks" in text and "closure 'h'" in text
+    assert d.cycle[0].startswith("Tensor(shape=(3,), grad_fn=MulBackward0)")
+    assert any("not even gc.collect()" in n for n in d.notes)
+    assert "h = w * 2" in site_lines(d)
+
+
+def test_torch_identity_pack_hook_is_named() -> None:
+    w = torch.ones(4, requires_grad=True)
+
+    def keep(t: torch.Tensor) -> torch.Tensor:
+        return t
+
+    def step() -> None:
+        with torch.autograd.graph.saved_tensors_hooks(keep, keep):
+            y = torch.sigmoid(w * 3)
+        y.sum().item()
+
+    run(step)
+    d = diagnose(leak_verdict("torch.tensors"), step=step, roots={})
+    assert d.pattern == "cycle"
+    assert any("pack hook" in line and "keep" in line for line in d.cycle)
+    assert any("saved-tensor pack hook" in n for n in d.notes)
+
+
+def test_torch_function_mode_is_gone_after_diagnosis() -> None:
+    def step() -> None:
+        torch.ones(2).add(1)
+
+    before = torch._C._len_torch_function_stack()
+    diagnose(leak_verdict(), step=step, roots={})
+    assert torch._C._len_torch_function_stack() == before
+
+
+# --------------------------------------------------------------------------- minigrad
+def test_minigrad_list_and_closure_root() -> None:
+    rng = np.random.default_rng(0)
+    model = mg.nn.Linear(4, 2, rng=rng)
+    history: list[Any] = []
+
+    def step() -> None:
+        out = model(mg.Tensor(np.ones((3, 4), np.float32))).sum()
+        history.append(out)
+
+    run(step)
+    previous = mg.is_recording_creation_sites()
+    d = diagnose(leak_verdict("minigrad.tensors"), step=step, roots={})
+    assert mg.is_recording_creation_sites() is previous
+    assert d.pattern == "list-accumulation"
+    assert d.chain[0] == "closure 'history'"
+    assert d.chain[1].startswith("list(len=")
+    assert d.chain[2] == "Tensor(shape=(), grad_fn=SumBackward)"
+    assert "out = model(mg.Tensor(np.ones((3, 4), np.float32))).sum()" in site_lines(d)
+
+
+def test_minigrad_hidden_state_retained_through_a_fixture() -> None:
+    rng = np.random.default_rng(1)
+    cell = mg.nn.RNNCell(2, 3, rng=rng)
+    state = {"h": mg.zeros(1, 3)}
+
+    def step() -> None:
+        state["h"] = cell(mg.ones(1, 2), state["h"])
+
+    run(step)
+    d = diagnose(leak_verdict("minigrad.nodes"), step=step, roots={"fixture 'state'": state})
+    assert d.pattern == "retained-grad-fn"
+    tensor = "Tensor(shape=(1, 3), grad_fn=TanhBackward)"
+    assert d.chain[:3] == ["fixture 'state'", "dict['h']", tensor]
+    assert 'state["h"] = cell(mg.ones(1, 2), state["h"])' in site_lines(d)
+
+
+def test_minigrad_collectable_cycle_and_gc_state_restored() -> None:
+    def step() -> None:
+        out = mg.ones(2, requires_grad=True) * 2
+        out.again = lambda: out  # out -> __dict__ -> closure -> out
+
+    run(step)
+    gc.disable()
+    gc.set_debug(gc.DEBUG_UNCOLLECTABLE)
+    garbage = len(gc.garbage)
+    try:
+        d = diagnose(leak_verdict("gc.cyclic_garbage"), step=step, roots={})
+        assert not gc.isenabled()
+        assert gc.get_debug() == gc.DEBUG_UNCOLLECTABLE
+        assert len(gc.garbage) == garbage
+        assert gc.get_freeze_count() == 0
+    finally:
+        gc.set_debug(0)
+        gc.enable()
+    assert d.pattern == "cycle"
+    assert d.cycle[0] == "Tensor(shape=(2,), grad_fn=MulBackward).again"
+    assert "closure 'out'" in d.cycle[1]
+    assert any("freed only by gc.collect()" in n for n in d.notes)
+
+
+# --------------------------------------------------------------------------- contract
+def test_diagnosis_is_plain_data_and_keeps_nothing_alive() -> None:
+    kept: list[Any] = []
+    refs: list[weakref.ref[Any]] = []
+
+    def step() -> None:
+        t = torch.ones(2, requires_grad=True) * 3
+        refs.append(weakref.ref(t))
+        kept.append(t)
+
+    run(step)
+    d = diagnose(leak_verdict("torch.tensors"), step=step, roots={"local 'kept'": kept})
+    json.dumps(asdict(d))  # plain strings and numbers only
+    kept.clear()
+    gc.collect()
+    assert [r for r in refs if r() is not None] == []
+
+
+def test_excluded_and_plugin_objects_never_appear() -> None:
+    holder = {"secret": []}
+    public: list[Any] = []
+
+    def step() -> None:
+        t = torch.ones(1, requires_grad=True) * 2
+        holder["secret"].append(t)
+        public.append(t)
+
+    run(step)
+    d = diagnose(leak_verdict(), step=step, roots={"fixture 'holder'": holder,
+                                                   "fixture 'public'": public},
+                 exclude=[id(holder)])  # fmt: skip
+    assert d.chain[0] == "fixture 'public'"
+    assert "secret" not in " ".join(d.chain)
+    assert all("pytest_graphleak" not in line for line in d.chain + d.cycle)
+
+
+def test_a_raising_step_gives_a_note_not_an_exception() -> None:
+    calls = {"n": 0}
+
+    def step() -> None:
+        calls["n"] += 1
+        if calls["n"] >= 2:
+            raise ValueError("boom")
+
+    d = diagnose(leak_verdict(pattern="retained-grad-fn"), step=step, roots={})
+    assert d.pattern == "retained-grad-fn"
+    assert any("ValueError: boom" in n for n in d.notes)
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+
+
+def test_user_frozen_heap_is_left_frozen() -> None:
+    losses: list[Any] = []
+
+    def step() -> None:
+        losses.append(torch.ones(1, requires_grad=True) * 2)
+
+    gc.freeze()
+    frozen = gc.get_freeze_count()
+    try:
+        d = diagnose(leak_verdict(), step=step, roots={"local 'losses'": losses})
+        assert gc.get_freeze_count() >= frozen
+    finally:
+        gc.unfreeze()
+    assert d.pattern == "list-accumulation"
+    assert d.chain[0] == "local 'losses'"
+
+
+def test_memory_growth_names_the_allocating_line() -> None:
+    cache: list[np.ndarray] = []
+
+    def step() -> None:
+        cache.append(np.ones(200_000))
+
+    d = diagnose(leak_verdict("process.rss_bytes"), step=step, roots={})
+    assert d.pattern == "memory-growth"
+    assert "cache.append(np.ones(200_000))" in site_lines(d)
+
+
+def test_without_a_step_the_heap_is_inspected() -> None:
+    losses = [torch.ones(1, requires_grad=True) * i for i in range(4)]
+    d = diagnose(leak_verdict("torch.tensors"), step=None, roots={"local 'losses'": losses})
+    assert d.pattern == "list-accumulation"
+    assert d.chain[:2] == ["local 'losses'", "list(len=4)"]
+
+    total = torch.zeros(())
+    for i in range(5):
+        total = total + torch.ones((), requires_grad=True) * i
+    d = diagnose(leak_verdict("torch.nodes"), step=None, roots={"local 'total'": total})
+    assert d.pattern == "retained-grad-fn"
+    assert d.chain[0] == "local 'total'"
+    assert any("autograd graph has" in n for n in d.notes)
+
+
+# --------------------------------------------------------------------------- pieces
+@pytest.mark.parametrize(
+    ("facts", "metrics", "expected"),
+    [
+        (Facts(leaked_count=3, cyclic_count=1, has_chain=True), (), "cycle"),
+        (Facts(leaked_count=3, cycle_held=True), (), "cycle"),
+        (Facts(leaked_count=3, has_chain=True, container_grew=True), (), "list-accumulation"),
+        (Facts(leaked_count=3, has_chain=True), (), "retained-grad-fn"),
+        (Facts(), ("process.rss_bytes",), "memory-growth"),
+        (Facts(), ("torch.tensors",), "retained-grad-fn"),
+    ],
+)
+def test_classify(facts: Facts, metrics: tuple[str, ...], expected: str) -> None:
+    verdict = Verdict(True, [Growth(m, 0, 1, 1) for m in metrics])
+    assert classify(verdict, facts) == expected
+    assert expected in PATTERNS
+
+
+def test_edge_texts_and_long_node_runs_are_elided() -> None:
+    assert Edge("key", "losses").text() == "['losses']"
+    assert Edge("index", 3).text() == "[3]"
+    assert Edge("attr", "hidden").text() == ".hidden"
+    assert Edge("closure", "h").text() == " closure 'h'"
+    assert Edge("next", 0).text() == ".next_functions[0]"
+    walker = ObjectEdges(active_backends())
+    x = torch.ones(1, requires_grad=True)
+    y = x
+    for _ in range(12):
+        y = y * 1.5
+    first = y.grad_fn
+    path = shortest_path([("local 'y'", y)], lambda o: o is x, walker)
+    assert path is not None
+    chain = render_chain(path, walker)
+    assert chain[0] == "local 'y'" and chain[-1] == "Tensor(shape=(1,), requires_grad=True)"
+    assert any("more graph nodes" in label for label in chain)
+    assert len(chain) < 12
+    dot = render_dot(path, None, walker)
+    assert dot.count("->") <= 60 and "MulBackward0" in dot
+    assert first is y.grad_fn
+
+
+def test_find_cycle_returns_the_closing_edge() -> None:
+    walker = ObjectEdges(active_backends())
+    a: dict[str, Any] = {}
+    b = [a]
+    a["back"] = b
+    path = find_cycle(a, walker)
+    assert isinstance(path, Path)
+    assert path.objects[0] is a and path.objects[-1] is a
+    assert [e.text() for e in path.edges] == ["['back']", "[0]"]
