@@ -261,3 +261,27 @@ def test_dot_binary_accepts_our_dot_text() -> None:
     for text in (chain_to_dot(["a", EVIL, "b\\"]), cycle_to_dot(["x"])):
         done = subprocess.run([exe, "-Tcanon"], input=text.encode(), capture_output=True)
         assert done.returncode == 0, done.stderr
+
+
+def test_all_zero_series_are_listed_but_not_drawn() -> None:
+    check = CheckResult(
+        name="t.py::test_mg",
+        steps=4,
+        warmup=1,
+        series={"minigrad.tensors": [1.0, 2.0, 3.0, 4.0, 5.0], "torch.tensors": [0.0] * 5},
+        units={"minigrad.tensors": "objects", "torch.tensors": "objects"},
+        verdict=Verdict(True, [Growth("minigrad.tensors", 2.0, 5.0, 1.0)], "list-accumulation"),
+    ).to_dict()
+    doc = build_document([CheckedTest("t.py::test_mg", "failed", [check])], generated_by="x")
+    page = Page(render_html(doc, draw=None))
+    assert [a["aria-label"] for a in page.all("svg", class_="chart")] == ["minigrad.tensors"]
+    text = "".join(page.text)
+    assert "zero throughout, not drawn: torch.tensors" in text
+    assert "torch.tensors" in text.split("zero throughout")[0]  # still in the metrics table
+
+
+def test_axis_labels_stay_distinct_for_a_small_range_on_a_large_value() -> None:
+    base = 235.3 * 1024**2
+    page = Page(series_chart([base, base + 12288], warmup=0, title="rss", unit="bytes"))
+    labels = [t for t in page.text if "MiB" in t or "KiB" in t]
+    assert labels[:2] == ["+12.0 KiB", "235.3 MiB"]

@@ -11,6 +11,7 @@ sites, and the terminal summary with its start -> end figures masked.
 from __future__ import annotations
 
 import json
+import os
 import re
 from html.parser import HTMLParser
 from pathlib import Path
@@ -194,3 +195,35 @@ def test_fixture_leak_fails_the_run_without_the_graphleak_flag(pytester: pytest.
         ("test_leaks.py::test_fixture_check", "leaked")
     ]
     result.stdout.fnmatch_lines(["*test_leaks.py::test_fixture_check LEAKED*"])
+
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not os.environ.get("GRAPHLEAK_CATALOGUE_XDIST"),
+    reason="the whole catalogue twice (~1-2 min on 2 cores): set GRAPHLEAK_CATALOGUE_XDIST=1",
+)
+def test_catalogue_same_alone_and_on_four_workers(pytester: pytest.Pytester) -> None:
+    pytest.importorskip("xdist")
+    if not any(EXAMPLES.glob("*_*.py")):
+        pytest.skip("no example catalogue")
+    select = (
+        str(EXAMPLES),
+        "-o",
+        "python_files=torch_*.py minigrad_*.py",
+        f"--ignore={EXAMPLES / 'ddp_leaky_and_fixed.py'}",
+        "--graphleak",
+    )
+    alone, doc_alone, html_alone = _run(pytester, *select, "-p", "no:xdist")
+    spread, doc_spread, html_spread = _run(pytester, *select, "-n", "4")
+    assert alone.ret == spread.ret == pytest.ExitCode.TESTS_FAILED
+    assert alone.parseoutcomes() == spread.parseoutcomes()
+    assert _verdicts(doc_alone) == _verdicts(doc_spread)
+    assert _summary(alone) == _summary(spread)
+    assert _Sections(html_alone).shape == _Sections(html_spread).shape
+    statuses = {t["nodeid"].rsplit("::", 1)[1]: set() for t in doc_alone["tests"]}
+    for test in doc_alone["tests"]:
+        statuses[test["nodeid"].rsplit("::", 1)[1]].add(test["status"])
+    assert statuses == {"test_leaky": {"leaked"}, "test_fixed": {"clean"}}

@@ -198,6 +198,9 @@ def _charts(check: Mapping[str, Any]) -> str:
     series: Mapping[str, Sequence[float]] = check.get("series", {})
     metrics: Mapping[str, Mapping[str, Any]] = check.get("metrics", {})
     units: Mapping[str, str] = check.get("units", {})
+    drawn = [m for m in _ordered(metrics or dict.fromkeys(series)) if m in series]
+    # A probe with nothing to count (torch.* in a minigrad test) would only add flat zeros.
+    zeros = [m for m in drawn if not any(v for v in series[m])]
     charts = [
         series_chart(
             series[metric],
@@ -206,12 +209,15 @@ def _charts(check: Mapping[str, Any]) -> str:
             unit=units.get(metric, "objects"),
             highlight=bool(metrics.get(metric, {}).get("grew")),
         )
-        for metric in _ordered(metrics or dict.fromkeys(series))
-        if metric in series
+        for metric in drawn
+        if metric not in zeros
     ]
     if not charts:
         return ""
-    legend = '<p class="muted">shaded: warmup calls (not judged)</p>'
+    legend = "shaded: warmup calls (not judged)"
+    if zeros:
+        legend += f"; zero throughout, not drawn: {', '.join(zeros)}"
+    legend = f'<p class="muted">{escape(legend)}</p>'
     return legend + '<div class="charts">' + "".join(charts) + "</div>"
 
 

@@ -89,10 +89,10 @@ def series_chart(
         f'y2="{top + plot_h}"/>'
         f'<line class="axis" x1="{left}" y1="{top}" x2="{left}" y2="{top + plot_h}"/>'
     )
-    for v in (low + 1,) if flat else (high, low):
+    for v, label in _axis_labels(low, high, flat, unit):
         parts.append(
             f'<text class="tick" x="{left - 4}" y="{y_of(v) + 4:.1f}" text-anchor="end">'
-            f"{escape(format_quantity(v, unit))}</text>"
+            f"{escape(label)}</text>"
         )
     parts.append(
         f'<text class="tick" x="{left}" y="{height - 6}">call 1</text>'
@@ -111,6 +111,17 @@ def series_chart(
         )
     parts.append("</svg>")
     return "".join(parts)
+
+
+def _axis_labels(low: float, high: float, flat: bool, unit: str) -> list[tuple[float, str]]:
+    """The y-axis labels; when both ends print alike (a few KiB on 200 MiB), the top
+    one says how far above the bottom it is instead."""
+    if flat:
+        return [(low + 1, format_quantity(low + 1, unit))]
+    bottom, top = format_quantity(low, unit), format_quantity(high, unit)
+    if top == bottom:
+        top = "+" + format_quantity(high - low, unit)
+    return [(high, top), (low, bottom)]
 
 
 def _finite(value: object) -> bool:
