@@ -115,6 +115,7 @@ def _conclude(
 ) -> CheckResult:
     verdict = judge(series.series, series.units, warmup=settings.warmup,
                     limits=limits_for(settings))  # fmt: skip
+    verdict = _confirm(verdict, series)
     result = CheckResult(
         name=name,
         steps=steps,
@@ -131,6 +132,19 @@ def _conclude(
         )
         result.duration_s += time.perf_counter() - started
     return result
+
+
+def _confirm(verdict: Verdict, series: tracker.Series) -> Verdict:
+    """Let probes re-check a leak (CUDA: is the growth only the allocator's cache?)."""
+    confirmers, series.confirmers = series.confirmers, []
+    for confirm in confirmers:
+        if not verdict.leaked:
+            break
+        try:
+            verdict = confirm(verdict)
+        except Exception as exc:  # a failing re-check never hides the leak
+            verdict.reason += f"; re-check failed: {type(exc).__name__}: {exc}"
+    return verdict
 
 
 def _settings(where: str, base: Settings | None, **values: object) -> Settings:

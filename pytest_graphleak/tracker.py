@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from pytest_graphleak.probes import GcProbe, Probe, make_probes
+from pytest_graphleak.result import Verdict
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,9 @@ class Series:
     units: dict[str, str] = field(default_factory=dict)
     calls: int = 0
     duration_s: float = 0.0
+    #: Probe hooks that re-check a leak verdict after the run (the CUDA probe's
+    #: allocator-cache rule); they hold plain numbers only, never measured objects.
+    confirmers: list[Callable[[Verdict], Verdict]] = field(default_factory=list)
 
 
 def annotate_step_error(exc: BaseException, call: int, warmup: int, planned: int | None) -> None:
@@ -161,6 +165,9 @@ class Sampler:
                 # one probe failing must not leave gc frozen or disabled
                 with contextlib.suppress(Exception):
                     probe.stop()
+                confirm = getattr(probe, "confirm", None)
+                if callable(confirm):
+                    self.result.confirmers.append(confirm)
             self._probes = []
         finally:
             if self._state is not None:

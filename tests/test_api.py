@@ -130,3 +130,26 @@ def test_public_api_and_sparkline() -> None:
     assert sparkline([1, 2, 3, 4]) == "▁▃▆█"
     assert sparkline([5, 5]) == "▁▁"
     assert sparkline([]) == ""
+
+
+def test_probe_confirmers_can_withdraw_a_byte_growth() -> None:
+    from pytest_graphleak import api, tracker
+    from pytest_graphleak.options import Settings
+    from pytest_graphleak.result import Verdict
+
+    series = tracker.Series(
+        series={"cuda.allocated_bytes": [float(i * 2**20) for i in range(19)]},
+        units={"cuda.allocated_bytes": "bytes"},
+    )
+    seen: list[bool] = []
+
+    def cache_only(verdict: Verdict) -> Verdict:
+        seen.append(verdict.leaked)
+        return Verdict(leaked=False, reason="clean: allocator cache")
+
+    series.confirmers.append(cache_only)
+    result = api._conclude(series, settings=Settings(diagnose=False), name="n", steps=16,
+                           diagnose_step=None, roots=None, exclude=())  # fmt: skip
+    assert seen == [True] and not result.leaked
+    assert result.verdict.reason == "clean: allocator cache"
+    assert series.confirmers == []  # dropped after use
