@@ -29,6 +29,7 @@ Why the design looks the way it does:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import importlib
 import importlib.util
@@ -56,7 +57,9 @@ from pytest_graphleak.result import CheckResult
 StepFactory = Callable[[int, int], Callable[[], object]]
 #: What the caller may pass: a module-level factory, a ``functools.partial`` of one,
 #: or a reference string "package.module:function" / "path/to/file.py::function".
-FactoryLike = Union[str, StepFactory, "functools.partial[Callable[[], object]]"]
+FactoryLike = Union[
+    str, StepFactory, "functools.partial[Callable[[], object]]", "FactoryRef"
+]
 
 #: Seconds for the checks once every rank has joined the process group.
 DEFAULT_TIMEOUT_S = 120.0
@@ -116,7 +119,9 @@ def factory_ref(factory: FactoryLike) -> FactoryRef:
     Raises TypeError/ValueError/LookupError naming what is wrong, before any process is
     spawned.
     """
-    if isinstance(factory, str):
+    if isinstance(factory, FactoryRef):
+        ref = factory
+    elif isinstance(factory, str):
         ref = _ref_from_string(factory)
     elif isinstance(factory, functools.partial):
         inner = factory_ref(factory.func)
@@ -458,6 +463,62 @@ def check_in_fixture(
         settings=settings,
     )
     if result.leaked:
+        if settings.warn_only:
+            warnings.warn(plugin.GraphLeakWarning(result.leak_text()), stacklevel=2)
+        else:
+            from pytest_graphleak import GraphLeakError
+
+            raise GraphLeakError(result.leak_text())
+    return result
+
+
+def run_marked_test(
+    item: Any,
+    settings: Any,
+    *,
+    world_size: int,
+    checking: bool,
+    backend: str = "gloo",
+    timeout: float = DEFAULT_TIMEOUT_S,
+    start_timeout: float = DEFAULT_START_TIMEOUT_S,
+) -> DistributedResult:
+    """``@pytest.mark.no_graph_growth(world_size=N)``: the marked test function is the
+    step factory. It runs in each spawned rank (after the process group is up: read the
+    rank from ``torch.distributed.get_rank()``, or take ``(rank, world_size)``) and
+    returns that rank's step. Without checking (no ``--graphleak``) each rank runs it
+    once, unjudged, as a plain test would. It cannot take fixtures or be parametrized:
+    fixture values live in this process, not in the ranks."""
+    __tracebackhide__ = True
+    import pytest
+
+    from pytest_graphleak import plugin
+
+    function = item.obj
+    where = f"{item.nodeid}: @pytest.mark.no_graph_growth(world_size={world_size})"
+    fixtures = [n for n in getattr(item, "fixturenames", ()) if n != "request"]
+    if getattr(item, "instance", None) is not None or hasattr(item, "callspec") or fixtures:
+        pytest.fail(
+            f"{where} runs the test function in spawned ranks, so it must be a module-level "
+            "function without fixtures or parameters; use the graphleak fixture's "
+            "check_distributed(step_factory) instead",
+            pytrace=False,
+        )
+    path = str(Path(str(item.path)).resolve())
+    ref = FactoryRef(function.__module__, path, function.__qualname__)
+    if not checking:
+        settings = dataclasses.replace(settings, steps=1, warmup=0, diagnose=False)
+    result = check_distributed(
+        ref,
+        world_size=world_size,
+        backend=backend,
+        timeout=timeout,
+        start_timeout=start_timeout,
+        name=item.nodeid,
+        raise_on_leak=False,
+        on_result=lambda check_result: plugin._record(item, check_result),
+        settings=settings,
+    )
+    if checking and result.leaked:
         if settings.warn_only:
             warnings.warn(plugin.GraphLeakWarning(result.leak_text()), stacklevel=2)
         else:

@@ -202,3 +202,92 @@ def test_bad_arguments_name_what_is_wrong(kwargs: dict[str, object], message: st
 def test_unpicklable_bound_arguments_fail_before_spawning() -> None:
     with pytest.raises(TypeError, match="cannot be sent to the spawned ranks"):
         check_distributed(functools.partial(make_plain_step, scale=lambda: 1.0))
+
+
+# --------------------------------------------------------------------------- the fixture
+
+
+def test_fixture_and_marker_fail_naming_the_rank(pytester: pytest.Pytester) -> None:
+    """Through pytest: ``graphleak.check_distributed`` (the fixture method that plugin.py
+    exposes as ``distributed.check_in_fixture``) fails on a rank-1 leak, and every rank's
+    result reaches the test report (``report.graphleak``); a marked test with
+    ``world_size`` (plugin.py hands it to ``distributed.run_marked_test``; simulated here
+    by a conftest hook) is the step factory of each rank."""
+    pytester.makeconftest(
+        """
+        import json
+        import pytest
+        from pytest_graphleak import distributed, plugin
+
+        if not hasattr(plugin.GraphleakFixture, "check_distributed"):
+            plugin.GraphleakFixture.check_distributed = distributed.check_in_fixture
+
+        @pytest.hookimpl(tryfirst=True)
+        def pytest_pyfunc_call(pyfuncitem):
+            marker = pyfuncitem.get_closest_marker("ranks")
+            if marker is None:
+                return None
+            settings = plugin.settings_of(pyfuncitem.config)
+            distributed.run_marked_test(
+                pyfuncitem, settings, world_size=marker.kwargs["world_size"],
+                checking=settings.enabled,
+            )
+            return True
+
+        RECORDED = []
+
+        def pytest_runtest_logreport(report):
+            if report.when == "call":
+                RECORDED.extend(r["name"] for r in getattr(report, "graphleak", []))
+                with open("recorded.json", "w") as f:
+                    json.dump(RECORDED, f)
+
+        def pytest_configure(config):
+            config.addinivalue_line("markers", "ranks(world_size): test")
+        """
+    )
+    pytester.makepyfile(
+        test_ranks="""
+        import pytest
+        import torch
+
+        def make_step(rank, world_size):
+            weight = torch.ones(3, requires_grad=True)
+            kept = []
+
+            def step():
+                loss = (weight * 2).sum()
+                if rank == 1:
+                    kept.append(loss)
+
+            return step
+
+        def test_ranks(graphleak):
+            graphleak.check_distributed(make_step, world_size=2, steps=8, warmup=2)
+
+        @pytest.mark.ranks(world_size=2)
+        def test_marked():
+            import torch.distributed as dist
+            return make_step(dist.get_rank(), dist.get_world_size())
+        """
+    )
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-q", "--graphleak", "--graphleak-steps=8"
+    )
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(
+        [
+            "*graph leak on rank(s) 1 of 2 in distributed step*check_distributed(make_step)*",
+            "*--- rank 1 ---*",
+            "*list-accumulation*",
+            "*graph leak on rank(s) 1 of 2 in distributed step 'test_ranks.py::test_marked'*",
+        ],
+        consecutive=False,
+    )
+    recorded = json.loads((pytester.path / "recorded.json").read_text())
+    assert sorted(recorded) == [
+        "test_ranks.py::test_marked [rank 0/2]",
+        "test_ranks.py::test_marked [rank 1/2]",
+        "test_ranks.py::test_ranks::check_distributed(make_step) [rank 0/2]",
+        "test_ranks.py::test_ranks::check_distributed(make_step) [rank 1/2]",
+    ]
