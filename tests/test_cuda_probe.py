@@ -297,3 +297,22 @@ def test_tracker_samples_the_cuda_probe(fake: FakeCuda) -> None:
     assert series.series[ALLOCATED] == [float(i * MiB) for i in range(1, 9)]
     assert series.series[TENSORS] == [0.0] * 8
     assert judge(series.series, series.units, warmup=2).leaked
+
+
+def test_check_applies_the_cache_rule_end_to_end(fake: FakeCuda) -> None:
+    """``pytest_graphleak.check`` calls ``confirm`` after judging: a growing cache is
+    clean, live bytes that stay after cleaning are a leak."""
+    from pytest_graphleak import check
+
+    def caching_step() -> None:
+        fake.cached[0] += 64 * MiB  # reserved grows far beyond any RSS tolerance
+
+    def leaky_step() -> None:
+        fake.live[0] += 512
+
+    cache = check(caching_step, steps=8, warmup=2, probes=["cuda"], diagnose=False)
+    assert not cache.leaked and "caching allocator" in cache.verdict.reason
+    assert cache.series[RESERVED][-1] > cache.series[RESERVED][2]
+    leak = check(leaky_step, steps=8, warmup=2, probes=["cuda"], diagnose=False)
+    assert leak.leaked and [g.metric for g in leak.verdict.growths] == [ALLOCATED]
+    assert "confirmed after empty_cache()" in leak.verdict.reason
