@@ -131,6 +131,10 @@ def memray_leaks(output: str) -> dict[str, list[int]]:
     return leaks
 
 
+def _outcome(outcome: str | None) -> str:
+    return {"failed": "fail", "passed": "pass", None: "not run"}.get(outcome, str(outcome))
+
+
 def ensure_bench_venv() -> Path:
     if not BENCH_PYTHON.exists():
         raise SystemExit(
@@ -154,13 +158,16 @@ def main(argv: list[str] | None = None) -> None:
         )
         base_env = dict(os.environ, BENCH_STEPS=str(steps), BENCH_WARMUP=str(warmup),
                         PYTHONPATH=str(REPO_ROOT))
-        common = ["-q", "-p", "no:cacheprovider", "-rA", "test_cases.py"]
-        modes = {
+        modes: dict[str, list[str]] = {
             "plain": ["-p", "no:memray", "-p", "no:graphleak"],
             # pytest-memray's docs advise the system allocator for limit_leaks.
             "memray": ["--memray", "-p", "no:graphleak"],
             "graphleak": ["--graphleak", "-p", "no:memray"],
         }
+        common = ["-q", "-p", "no:cacheprovider", "-rA", "test_cases.py"]
+        if args.quick:  # one leaky step and its clean twin, memray only
+            common += ["-k", "one-per-step or clean-twin"]
+            modes = {"memray": modes["memray"]}
         durations: dict[str, dict[str, list[float]]] = {m: {} for m in modes}
         outcomes: dict[str, dict[str, str]] = {}
         leaks: dict[str, list[int]] = {}
@@ -182,19 +189,18 @@ def main(argv: list[str] | None = None) -> None:
                     leaks = memray_leaks(run.output)
 
     rows = []
-    for node in sorted(durations["plain"]):
+    for node in sorted(durations["memray"]):
         case = node.split("[", 1)[1].rstrip("]")
         test_name = node.split("::", 1)[1]
-        plain = Stats.of(durations["plain"][node]).median
+        plain = Stats.of(durations.get("plain", {}).get(node, [float("nan")])).median
         memray = Stats.of(durations["memray"].get(node, [float("nan")])).median
-        graph = Stats.of(durations["graphleak"].get(node, [float("nan")])).median
+        graph = Stats.of(durations.get("graphleak", {}).get(node, [float("nan")])).median
         sizes = leaks.get(test_name, [])
         rows.append([
             f"`{case}`",
             f"{fmt_num(max(sizes) / 1024) if sizes else 0} / {fmt_num(sum(sizes) / 1024)}",
             "fail" if max(sizes, default=0) > USER_LIMIT_BYTES else "pass",
-            "fail" if outcomes["graphleak"].get(node) == "failed" else
-            outcomes["graphleak"].get(node, "?"),
+            _outcome(outcomes.get("graphleak", {}).get(node)),
             f"{fmt_num(plain * 1e3)}",
             f"{fmt_num(memray * 1e3)} ({fmt_num(ratio(memray, plain))}x)",
             f"{fmt_num(graph * 1e3)} ({fmt_num(ratio(graph, plain))}x)",

@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import (
     HEAP_SIZES,
+    REPO_ROOT,
     Stats,
     fill_heap,
     fmt_num,
@@ -107,8 +108,8 @@ def measure(extra: int, repeat: int) -> dict[str, Any]:
     scenario = Scenario(extra)
     try:
         tracked = len(gc.get_objects())
-        scan = time_calls(full_scan_tensor_count, repeat=max(3, repeat // 10))
-        begin = _time_begin(scenario, repeat=max(3, repeat // 10))
+        scan = time_calls(full_scan_tensor_count, repeat=max(3, repeat // 30))
+        begin = _time_begin(scenario, repeat=max(3, repeat // 30))
 
         sampler = scenario.sampler()
         sampler.begin()
@@ -125,7 +126,7 @@ def measure(extra: int, repeat: int) -> dict[str, Any]:
             }
             for probe in sampler._probes:  # the real probes, as the tracker made them
                 results[f"probe {probe.name}"] = _time_probe(probe, repeat)
-            results["profile"] = _profile(sampler.after_step, 2000 if repeat > 10 else 50)
+            results["profile"] = _profile(sampler.after_step, 2000 if repeat > 10 else 20)
         finally:
             sampler.end()
     finally:
@@ -177,13 +178,14 @@ def _profile(fn: Callable[[], object], calls: int) -> str:
     pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(10)
     lines = [line for line in out.getvalue().splitlines() if line.strip()]
     start = next(i for i, line in enumerate(lines) if "ncalls" in line)
-    header = f"{calls} tracker samples on the 1M heap, sorted by own time:"
-    return header + "\n" + "\n".join(lines[start:start + 11])
+    header = f"{calls} tracker samples on the largest heap, sorted by own time:"
+    rows = [line.replace(str(REPO_ROOT) + "/", "") for line in lines[start:start + 11]]
+    return header + "\n" + "\n".join(rows)
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(__doc__.splitlines()[0], argv)
-    sizes = HEAP_SIZES[:2] if args.quick else HEAP_SIZES
+    sizes = HEAP_SIZES[:1] if args.quick else HEAP_SIZES
     repeat = 5 if args.quick else 200
     import torch  # noqa: F401 - the torch probe is active only once torch is imported
 
@@ -238,7 +240,7 @@ def main(argv: list[str] | None = None) -> None:
     body = (
         f"The measured step left {NEW_OBJECTS} new gc-tracked objects ({NEW_OBJECTS // 2} "
         "graph-carrying tensors of 3 nodes each, the rest plain lists); medians over "
-        f"{repeat} samples ({max(3, repeat // 10)} for the O(heap) rows).\n\n{table}\n\n"
+        f"{repeat} samples ({max(3, repeat // 30)} for the O(heap) rows).\n\n{table}\n\n"
         f"{targets}\n\n"
         "Per-step samples stay flat as the heap grows 100x because the tracker freezes the "
         "heap (`gc.freeze()`) at the start of the check and at the end of warm-up: later "
