@@ -137,9 +137,11 @@ def test_property_periodic_growth_is_always_a_leak(
 def test_property_flat_after_first_half_is_always_clean(
     steps: int, warmup: int, prefix: list[int], level: int
 ) -> None:
-    # Anything before, flat from the middle measured step on. Without warmup the first
-    # sample is the baseline, so one step fewer is measured.
-    settle = warmup + steps // 2 if warmup else (steps - 1) // 2
+    # Anything before; steady from the end of the first half of the measured steps on
+    # (the value after measured step steps // 2). Without warmup the first sample is the
+    # baseline, so one step fewer is measured.
+    measured = steps if warmup else steps - 1
+    settle = (warmup - 1 if warmup else 0) + measured // 2
     series = [float(v) for v in prefix[:settle]] + [float(level)] * (warmup + steps - settle)
     assert not judge({"torch.nodes": series}, OBJ, warmup=warmup).leaked
 
