@@ -78,12 +78,15 @@ class GraphleakSessionReport:
         self.tests: dict[str, CheckedTest] = {}
         self.notes: list[str] = []
         self._junit_pending: dict[str, list[tuple[str, str]]] = {}
+        self.outputs: list[_Output] = []
+        if self.is_worker:
+            return
         self.outputs = [
             _Output(kind, path)
             for kind, name in (("JSON", "graphleak_report"), ("HTML", "graphleak_html"))
             if (path := _configured_path(config, name)) is not None
         ]
-        if not self.is_worker and config.pluginmanager.hasplugin("xdist"):
+        if config.pluginmanager.hasplugin("xdist"):
             config.pluginmanager.register(_XdistHooks(self), "graphleak-session-report-xdist")
 
     # -- collecting ---------------------------------------------------------------
@@ -165,7 +168,7 @@ class GraphleakSessionReport:
 
     # -- terminal -------------------------------------------------------------------
 
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         if self.is_worker or not (self.tests or self.outputs or self.notes):
             return
         tr = terminalreporter

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import xml.etree.ElementTree as ET
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -83,7 +84,11 @@ def _run(pytester: pytest.Pytester, *args: str) -> tuple[pytest.RunResult, dict[
     out = pytester.path / "out"
     out.mkdir(exist_ok=True)
     result = pytester.runpytest_subprocess(
-        *ARGS, "--graphleak-report=out/r.json", "--graphleak-html=out/r.html", *args
+        *ARGS,
+        "--graphleak-report=out/r.json",
+        "--graphleak-html=out/r.html",
+        "--junitxml=out/junit.xml",
+        *args,
     )
     document = json.loads((out / "r.json").read_text())
     jsonschema.validate(document, load_schema())
@@ -117,12 +122,29 @@ def _verdicts(document: dict[str, Any]) -> list[Any]:
     ]
 
 
+def _junit(pytester: pytest.Pytester) -> dict[str, dict[str, str]]:
+    """Per test case its graphleak properties, minus process-dependent byte figures."""
+    tree = ET.parse(pytester.path / "out" / "junit.xml")
+    return {
+        case.get("name", ""): {
+            p.get("name", ""): p.get("value", "")
+            for p in case.iter("property")
+            if "bytes" not in p.get("name", "")
+        }
+        for case in tree.iter("testcase")
+    }
+
+
+_QUANTITY = r"\S+(?: (?:B|KiB|MiB|GiB|TiB))?"
+_FIGURES = re.compile(f"{_QUANTITY} -> {_QUANTITY}")
+
+
 def _summary(result: pytest.RunResult) -> list[str]:
     lines = result.outlines
     start = next(i for i, line in enumerate(lines) if "graphleak report" in line)
     end = next(i for i in range(start + 1, len(lines)) if lines[i].startswith("="))
     # Figures and the padding that aligns them depend on the process: mask both.
-    return [re.sub(r"\s+", " ", re.sub(r"\S+ -> \S+", "A -> B", line)) for line in lines[start:end]]
+    return [re.sub(r"\s+", " ", _FIGURES.sub("A -> B", line)) for line in lines[start:end]]
 
 
 class _Sections(HTMLParser):
@@ -141,7 +163,11 @@ def test_same_verdicts_and_reports_alone_and_on_four_workers(pytester: pytest.Py
     pytest.importorskip("xdist")
     pytester.makepyfile(test_leaks=LEAKY_SUITE)
     alone, doc_alone, html_alone = _run(pytester, "--graphleak", "-p", "no:xdist")
+    junit_alone = _junit(pytester)
     spread, doc_spread, html_spread = _run(pytester, "--graphleak", "-n", "4")
+    assert _junit(pytester) == junit_alone
+    assert junit_alone["test_running_total"]["graphleak.pattern"] == "retained-grad-fn"
+    assert float(junit_alone["test_running_total"]["graphleak.minigrad.nodes.per_step"]) > 0
 
     assert alone.ret == spread.ret == pytest.ExitCode.TESTS_FAILED
     assert alone.parseoutcomes() == spread.parseoutcomes() == {"failed": 4, "passed": 2}
