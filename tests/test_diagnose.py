@@ -337,3 +337,44 @@ def test_find_cycle_returns_the_closing_edge() -> None:
     assert isinstance(path, Path)
     assert path.objects[0] is a and path.objects[-1] is a
     assert [e.text() for e in path.edges] == ["['back']", "[0]"]
+
+
+def test_minigrad_only_process_without_torch() -> None:
+    """The diagnosis never imports torch: a process where torch cannot load still works."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent(
+        """
+        import sys
+        sys.modules["torch"] = None  # import torch now raises ImportError
+        import minigrad as mg
+        from pytest_graphleak.diagnose import diagnose
+        from pytest_graphleak.result import Growth, Verdict
+        kept = []
+        def step():
+            kept.append(mg.ones(2, requires_grad=True) * 2)
+        for _ in range(3):
+            step()
+        d = diagnose(Verdict(True, [Growth("minigrad.tensors", 1, 9, 1)]), step=step, roots={})
+        print(d.pattern, d.chain[0], d.sites[0].filename, d.sites[0].lineno)
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, check=True)  # fmt: skip
+    assert out.stdout.split("\n")[0] == "list-accumulation global 'kept' <string> 9"
+
+
+def test_a_root_reaching_a_huge_dataset_does_not_starve_the_others() -> None:
+    dataset = [[i] for i in range(200_000)]  # the first root reaches 200k objects
+    losses: list[Any] = []
+
+    def step() -> None:
+        losses.append(torch.ones(1, requires_grad=True) * 2)
+
+    run(step)
+    d = diagnose(leak_verdict(), step=step,
+                 roots={"fixture 'dataset'": dataset, "fixture 'losses'": losses})  # fmt: skip
+    assert d.pattern == "list-accumulation"
+    assert d.chain[0] == "fixture 'losses'"

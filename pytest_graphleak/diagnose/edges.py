@@ -16,6 +16,7 @@ import types
 from collections import deque
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
+from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -36,7 +37,7 @@ _NO_WALK_TYPES = (
 )
 
 _MAX_REPR = 40
-_MAX_ITEMS = 100_000  # one container's items looked at, at most
+_MAX_ITEMS = 50_000  # one container's items looked at, at most
 
 
 @dataclass(frozen=True)
@@ -137,18 +138,19 @@ class ObjectEdges:
             yield from found[0].edges(obj)
             return
         tp = type(obj)
+        # Containers are read newest entry first: what a leaking step appended last is
+        # at the end, and a huge container is only read up to _MAX_ITEMS entries.
         if isinstance(obj, dict):
-            for i, (key, value) in enumerate(list(obj.items())):
-                if i >= _MAX_ITEMS:
-                    break
+            for key, value in list(islice(reversed(obj.items()), _MAX_ITEMS)):
                 yield Edge("key", key), value
                 if gc.is_tracked(key):  # a tensor used as a key also holds its graph
                     yield Edge("member"), key
         elif isinstance(obj, (list, tuple, deque)):
-            for i, item in enumerate(list(obj)[:_MAX_ITEMS]):
-                yield Edge("index", i), item
+            size = len(obj)
+            for i, item in enumerate(list(islice(reversed(obj), _MAX_ITEMS))):
+                yield Edge("index", size - 1 - i), item
         elif isinstance(obj, (set, frozenset)):
-            for item in list(obj)[:_MAX_ITEMS]:
+            for item in list(islice(obj, _MAX_ITEMS)):
                 yield Edge("member"), item
         elif tp is types.FunctionType:
             yield from _function_edges(obj)

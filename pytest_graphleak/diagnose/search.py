@@ -19,6 +19,9 @@ from pytest_graphleak.diagnose.edges import Edge, ObjectEdges
 #: Budgets of one search: objects visited and seconds spent.
 MAX_VISITED = 300_000
 MAX_SECONDS = 2.0
+#: Objects one root may have walked: a root that reaches a huge dataset must not use up
+#: the budget before the other roots have been searched.
+MAX_PER_ROOT = 25_000
 
 
 @dataclass
@@ -56,12 +59,16 @@ def shortest_path(
     """Shortest labelled path from any root to an object for which ``is_target`` holds.
 
     All roots start at depth 0, in the given order, so that on a tie the first root wins.
+    Each object queued is charged to the root it was reached from; past ``MAX_PER_ROOT``
+    that root queues nothing more (the search is then marked truncated), so a root that
+    reaches a huge dataset cannot starve the others.
     """
     stats = stats if stats is not None else SearchStats()
     # id -> (object, parent id or None, edge from the parent, root index)
     seen: dict[int, tuple[object, int | None, Edge | None, int]] = {}
     queue: deque[int] = deque()
     labels = [label for label, _ in roots]
+    charged = [0] * len(roots)
     try:
         for index, (_, obj) in enumerate(roots):
             if id(obj) in seen or not walker.walkable(obj):
@@ -93,6 +100,10 @@ def shortest_path(
                 seen[cid] = (child, current, edge, root_index)
                 if is_target(child):
                     return _path(seen, cid, labels)
+                if charged[root_index] >= MAX_PER_ROOT:
+                    stats.truncated = True
+                    continue
+                charged[root_index] += 1
                 queue.append(cid)
         return None
     finally:
