@@ -1,0 +1,131 @@
+"""Probes measure the right things and keep nothing alive."""
+
+from __future__ import annotations
+
+import gc
+import subprocess
+import sys
+import weakref
+
+import numpy as np
+import pytest
+
+from pytest_graphleak.probes import PROBE_NAMES, GcProbe, make_probes
+from pytest_graphleak.probes.minigrad_probe import MinigradProbe
+from pytest_graphleak.probes.process_probe import ProcessProbe
+from pytest_graphleak.probes.torch_probe import TorchProbe, count_nodes, storage_bytes
+
+torch = pytest.importorskip("torch")
+mg = pytest.importorskip("minigrad")
+
+
+def fresh_since(baseline: list[object]) -> list[object]:
+    """Objects that were not in ``baseline`` (stands in for gc.get_objects() after freeze)."""
+    seen = {id(o) for o in baseline}
+    return [o for o in gc.get_objects() if id(o) not in seen]
+
+
+def test_torch_probe_counts_tensors_nodes_and_unique_storage() -> None:
+    probe = TorchProbe()
+    heap = gc.get_objects()
+    probe.start(heap)
+    base = probe.sample([])
+    weight = torch.ones(4, 4, requires_grad=True)
+    loss = (weight * 2).sum()  # MulBackward0 -> AccumulateGrad, SumBackward0
+    view = weight[0]  # shares weight's storage
+    after = probe.sample(fresh_since(heap))
+    heap.clear()
+    assert after["torch.tensors"] - base["torch.tensors"] == 3
+    assert after["torch.nodes"] - base["torch.nodes"] >= 3
+    # weight (64 B) counted once although the view shares it; loss adds 4 B
+    assert after["torch.storage_bytes"] - base["torch.storage_bytes"] == 64 + 4
+    del loss, view, weight
+    probe.stop()
+
+
+def test_node_walk_dedupes_shared_subgraphs_and_counts_held_nodes() -> None:
+    x = torch.ones(3, requires_grad=True)
+    y = x * 2
+    a, b = y + 1, y + 2  # share MulBackward0 and AccumulateGrad
+    assert count_nodes([a, b], []) == 4  # Add, Add, Mul, AccumulateGrad
+    assert count_nodes([], [a.grad_fn]) == 3
+    assert storage_bytes([x, x[1:], y]) == 24
+
+
+def test_torch_baseline_is_weak_and_dead_tensors_stop_counting() -> None:
+    probe = TorchProbe()
+    tensor = torch.zeros(2)
+    ref = weakref.ref(tensor)
+    probe.start(gc.get_objects())
+    before = probe.sample([])["torch.tensors"]
+    del tensor
+    assert ref() is None  # the probe's baseline did not keep it alive
+    assert probe.sample([])["torch.tensors"] == before - 1
+    probe.stop()
+
+
+def test_minigrad_probe_reads_exact_stats() -> None:
+    probe = MinigradProbe()
+    assert probe.available()
+    base = probe.sample([])
+    w = mg.Tensor(np.ones((2, 2)), requires_grad=True)
+    loss = (w * w).sum()
+    after = probe.sample([])
+    assert after["minigrad.tensors"] > base["minigrad.tensors"]
+    assert after["minigrad.nodes"] > base["minigrad.nodes"]
+    del w, loss
+    assert probe.sample([]) == base
+
+
+def test_gc_probe_counts_only_what_the_cyclic_collector_frees() -> None:
+    class Holder:
+        pass
+
+    probe = GcProbe([MinigradProbe()])
+    probe.start([])
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for _ in range(3):
+            holder = Holder()
+            holder.me = holder  # a cycle carrying a tensor
+            holder.t = mg.Tensor(np.ones(2), requires_grad=True) * 2
+            del holder
+            plain = mg.Tensor(np.ones(2)) * 3  # freed by reference counting
+            del plain
+            probe.before_collect([])
+            gc.collect()
+            values = probe.sample([])
+    finally:
+        if enabled:
+            gc.enable()
+    per_step = values["gc.cyclic_garbage"] / 3
+    assert per_step >= 2  # the result tensor and its node (at least)
+
+
+def test_process_probe_reports_rss() -> None:
+    probe = ProcessProbe()
+    assert probe.available()
+    assert probe.sample([])["process.rss_bytes"] > 10 * 2**20
+
+
+def test_make_probes_selects_and_validates_names() -> None:
+    names = [p.name for p in make_probes()]
+    assert names[:4] == ["minigrad", "torch", "gc", "process"]
+    assert [p.name for p in make_probes(["torch"])] == ["torch"]
+    assert [p.name for p in make_probes(["gc"])] == ["gc"]
+    with pytest.raises(ValueError, match="unknown probe"):
+        make_probes(["tensorflow"])
+    assert set(PROBE_NAMES) == {"minigrad", "torch", "gc", "process", "cuda"}
+
+
+def test_probes_never_import_torch_or_minigrad() -> None:
+    code = (
+        "import sys, pytest_graphleak, pytest_graphleak.plugin;"
+        "from pytest_graphleak.probes import make_probes;"
+        "names = [p.name for p in make_probes()];"
+        "assert 'torch' not in sys.modules and 'minigrad' not in sys.modules, sys.modules.keys();"
+        "print(names)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "['process']"

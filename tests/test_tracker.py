@@ -1,0 +1,96 @@
+"""The tracker: calls, samples, gc state restored, step errors, O(new objects) sampling."""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+
+from pytest_graphleak import tracker
+
+mg = pytest.importorskip("minigrad")
+
+
+def gc_state() -> tuple[object, ...]:
+    return gc.isenabled(), gc.get_threshold(), gc.get_debug(), gc.get_freeze_count()
+
+
+@pytest.fixture
+def restore_gc():
+    before = gc_state()
+    yield before
+    gc.unfreeze()
+    gc.set_debug(before[2])
+    gc.set_threshold(*before[1])
+    gc.enable() if before[0] else gc.disable()
+
+
+def test_run_calls_warmup_plus_steps_and_samples_each_call(restore_gc) -> None:
+    kept: list[object] = []
+    calls = []
+
+    def step() -> None:
+        calls.append(gc.isenabled())
+        kept.append(mg.Tensor(np.ones(2), requires_grad=True) * 2)
+
+    series = tracker.run(step, steps=5, warmup=2, probes=["minigrad", "gc"])
+    assert len(calls) == 7 and not any(calls)  # automatic gc is off while measuring
+    values = series.series["minigrad.tensors"]
+    assert len(values) == 7
+    assert np.all(np.diff(values) >= 1)
+    assert series.units["minigrad.tensors"] == "objects"
+    assert series.series["gc.cyclic_garbage"] == [0.0] * 7
+    assert gc_state() == restore_gc
+
+
+@pytest.mark.parametrize("exc_type", [ValueError, KeyboardInterrupt])
+def test_gc_state_restored_when_a_step_raises(restore_gc, exc_type: type) -> None:
+    gc.set_threshold(1234, 11, 12)
+    gc.set_debug(gc.DEBUG_STATS)
+    gc.disable()
+    expected = gc_state()
+    calls = [0]
+
+    def step() -> None:
+        calls[0] += 1
+        if calls[0] == 4:
+            raise exc_type("boom")
+
+    with pytest.raises(exc_type) as info:
+        tracker.run(step, steps=5, warmup=2)
+    assert gc_state() == expected
+    if exc_type is ValueError:
+        assert info.value.graphleak_step == 4
+        notes = getattr(info.value, "__notes__", [])
+        assert notes == ["graphleak: raised at step 4 of 7 (measured step; warmup=2)"]
+
+
+def test_objects_frozen_before_the_check_stay_frozen(restore_gc) -> None:
+    gc.collect()
+    gc.freeze()
+    frozen = gc.get_freeze_count()
+    tracker.run(lambda: None, steps=2, warmup=1, probes=["process"])
+    assert gc.get_freeze_count() >= frozen  # documented: everything alive is re-frozen
+    gc.unfreeze()
+
+
+def test_sampling_sees_only_objects_created_since_the_freeze(restore_gc) -> None:
+    ballast = [[i] for i in range(200_000)]  # a big heap the samples must not scan
+    seen: list[int] = []
+
+    def step() -> None:
+        seen.append(len(gc.get_objects()))
+
+    tracker.run(step, steps=3, warmup=2, probes=["process"])
+    assert max(seen) < 20_000, seen  # the 200k ballast lists are frozen, not scanned
+    assert len(ballast) == 200_000
+
+
+def test_sampler_rejects_bad_arguments() -> None:
+    with pytest.raises(ValueError, match="steps must be an integer >= 1, got 0"):
+        tracker.run(lambda: None, steps=0, warmup=1)
+    with pytest.raises(ValueError, match="warmup must be an integer >= 0, got -1"):
+        tracker.run(lambda: None, steps=3, warmup=-1)
+    with pytest.raises(ValueError, match="got True"):
+        tracker.run(lambda: None, steps=True, warmup=1)
