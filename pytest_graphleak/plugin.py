@@ -27,6 +27,7 @@ MARKER = "no_graph_growth"
 SETTINGS_KEY = pytest.StashKey[Settings]()
 ITEM_SETTINGS_KEY = pytest.StashKey[Settings]()
 RESULTS_KEY = pytest.StashKey["list[dict[str, Any]]"]()
+WORLD_SIZE_KEY = pytest.StashKey[int]()
 
 #: Fixture values never offered to the diagnosis as roots (pytest's own objects).
 _INTERNAL_FIXTURES = frozenset({"request", "graphleak", "pytestconfig"})
@@ -42,13 +43,14 @@ def no_graph_growth(
     warmup: int | None = None,
     rss_tolerance: int | float | str | None = None,
     probes: str | list[str] | None = None,
+    world_size: int = 1,
 ) -> None:
-    """the test body is ONE training step. With --graphleak it is called warmup + steps times with the same fixture values and fails when alive tensors, graph nodes, cyclic garbage or memory keep growing; the failure names the pattern (list-accumulation, retained-grad-fn, cycle, memory-growth). Without --graphleak the test runs once."""  # noqa: E501
+    """the test body is ONE training step. With --graphleak it is called warmup + steps times with the same fixture values and fails when alive tensors, graph nodes, cyclic garbage or memory keep growing; the failure names the pattern (list-accumulation, retained-grad-fn, cycle, memory-growth). Without --graphleak the test runs once. world_size=N > 1: the test function is a step factory run on N torch.distributed ranks (gloo), each rank checked."""  # noqa: E501
 
 
 def _marker_line() -> str:
     params = ", ".join(
-        f"{name}={'N' if name in ('steps', 'warmup') else 'SIZE' if name == 'rss_tolerance' else 'NAMES'}"  # noqa: E501
+        f"{name}={'SIZE' if name == 'rss_tolerance' else 'NAMES' if name == 'probes' else 'N'}"
         for name in inspect.signature(no_graph_growth).parameters
     )
     return f"{MARKER}({params}): {inspect.getdoc(no_graph_growth)}"
@@ -92,7 +94,11 @@ def settings_of(config: pytest.Config) -> Settings:
 
 
 def marker_settings(item: pytest.Item, base: Settings) -> Settings | None:
-    """Settings of a marked test (closest marker wins per keyword); None if unmarked."""
+    """Settings of a marked test (closest marker wins per keyword); None if unmarked.
+
+    ``world_size`` is a marker-only keyword (no CLI/ini twin): it goes to the item's
+    stash, not to the settings shared with the fixture.
+    """
     markers = list(item.iter_markers(MARKER))
     if not markers:
         return None
@@ -105,6 +111,11 @@ def marker_settings(item: pytest.Item, base: Settings) -> Settings | None:
                 f"got positional {', '.join(map(repr, marker.args))}"
             )
         values.update(marker.kwargs)
+    world_size = values.pop("world_size", 1)
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise OptionError(f"@pytest.mark.{MARKER} on {item.nodeid}: world_size must be an "
+                          f"integer >= 1, got {world_size!r}")  # fmt: skip
+    item.stash[WORLD_SIZE_KEY] = world_size
     shown = ", ".join(f"{key}={value!r}" for key, value in values.items())
     return base.override(values, where=f"@pytest.mark.{MARKER}({shown}) on {item.nodeid}")
 
@@ -129,6 +140,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.hookimpl(tryfirst=True)
 def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     settings = pyfuncitem.stash.get(ITEM_SETTINGS_KEY, None)
+    world_size = pyfuncitem.stash.get(WORLD_SIZE_KEY, 1)
+    if settings is not None and world_size > 1:
+        # Spawned ranks run the test function even without --graphleak (unjudged).
+        from pytest_graphleak import distributed
+
+        distributed.run_marked_test(pyfuncitem, settings, world_size=world_size,
+                                    checking=settings_of(pyfuncitem.config).enabled)  # fmt: skip
+        return True
     if settings is None or not settings_of(pyfuncitem.config).enabled:
         return None  # unmarked, or checking is off: pytest runs the test once
     function = pyfuncitem.obj
@@ -335,6 +354,15 @@ class GraphleakFixture:
 
         return Track(settings=settings, name=name, raise_on_leak=not settings.warn_only,
                      on_result=on_result)  # fmt: skip
+
+    def check_distributed(self, step_factory: Any, **kwargs: Any) -> Any:
+        """Check a step on N torch.distributed ranks: ``step_factory`` (a module-level
+        function or "module:function") builds each rank's step; a leak on any rank fails
+        the test naming the rank. See ``pytest_graphleak.distributed.check_distributed``."""
+        __tracebackhide__ = True
+        from pytest_graphleak.distributed import check_in_fixture
+
+        return check_in_fixture(self, step_factory, **kwargs)
 
 
 @pytest.fixture

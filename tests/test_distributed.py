@@ -208,31 +208,12 @@ def test_unpicklable_bound_arguments_fail_before_spawning() -> None:
 
 
 def test_fixture_and_marker_fail_naming_the_rank(pytester: pytest.Pytester) -> None:
-    """Through pytest: ``graphleak.check_distributed`` (the fixture method that plugin.py
-    exposes as ``distributed.check_in_fixture``) fails on a rank-1 leak, and every rank's
-    result reaches the test report (``report.graphleak``); a marked test with
-    ``world_size`` (plugin.py hands it to ``distributed.run_marked_test``; simulated here
-    by a conftest hook) is the step factory of each rank."""
+    """Through pytest: ``graphleak.check_distributed`` fails on a rank-1 leak, and every
+    rank's result reaches the test report (``report.graphleak``); a test marked
+    ``no_graph_growth(world_size=2)`` is the step factory of each rank."""
     pytester.makeconftest(
         """
         import json
-        import pytest
-        from pytest_graphleak import distributed, plugin
-
-        if not hasattr(plugin.GraphleakFixture, "check_distributed"):
-            plugin.GraphleakFixture.check_distributed = distributed.check_in_fixture
-
-        @pytest.hookimpl(tryfirst=True)
-        def pytest_pyfunc_call(pyfuncitem):
-            marker = pyfuncitem.get_closest_marker("ranks")
-            if marker is None:
-                return None
-            settings = plugin.settings_of(pyfuncitem.config)
-            distributed.run_marked_test(
-                pyfuncitem, settings, world_size=marker.kwargs["world_size"],
-                checking=settings.enabled,
-            )
-            return True
 
         RECORDED = []
 
@@ -241,9 +222,6 @@ def test_fixture_and_marker_fail_naming_the_rank(pytester: pytest.Pytester) -> N
                 RECORDED.extend(r["name"] for r in getattr(report, "graphleak", []))
                 with open("recorded.json", "w") as f:
                     json.dump(RECORDED, f)
-
-        def pytest_configure(config):
-            config.addinivalue_line("markers", "ranks(world_size): test")
         """
     )
     pytester.makepyfile(
@@ -265,7 +243,7 @@ def test_fixture_and_marker_fail_naming_the_rank(pytester: pytest.Pytester) -> N
         def test_ranks(graphleak):
             graphleak.check_distributed(make_step, world_size=2, steps=8, warmup=2)
 
-        @pytest.mark.ranks(world_size=2)
+        @pytest.mark.no_graph_growth(world_size=2, steps=8, warmup=2)
         def test_marked():
             import torch.distributed as dist
             return make_step(dist.get_rank(), dist.get_world_size())
