@@ -129,3 +129,17 @@ def test_probes_never_import_torch_or_minigrad() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "['process']"
+
+
+def test_torch_baseline_absorbs_a_tensor_twice_and_forgets_it_when_it_dies() -> None:
+    torch = pytest.importorskip("torch")
+    from pytest_graphleak.probes.torch_probe import TorchProbe
+
+    probe = TorchProbe()
+    kept, dying = torch.ones(3), torch.zeros(2)
+    probe.start([kept, dying])
+    probe.absorb([kept, dying, kept])  # a set of tensors would compare them elementwise
+    assert probe.sample([])["torch.tensors"] == 2
+    del dying
+    assert probe.sample([])["torch.tensors"] == 1
+    probe.stop()

@@ -1,7 +1,7 @@
 """torch: alive tensors, autograd graph nodes and bytes of unique tensor storages.
 
 Tensors are found among the gc-tracked objects: the whole heap once at ``start`` (kept
-as a ``WeakSet`` baseline, so tensors that die later stop counting), then only the
+as weak references by id, so tensors that die later stop counting), then only the
 objects created since the last ``gc.freeze()``. Graph nodes are counted by walking
 ``grad_fn.next_functions`` from every live tensor and from node objects held directly:
 node wrappers exist only while someone holds them, so scanning gc for nodes undercounts.
@@ -29,7 +29,9 @@ class TorchProbe:
     }
 
     def __init__(self) -> None:
-        self._baseline: weakref.WeakSet[Any] = weakref.WeakSet()
+        # id -> weak reference; not a WeakSet: a set compares colliding members with
+        # ``==``, which for tensors is elementwise and raises on a second absorb.
+        self._baseline: dict[int, weakref.ref[Any]] = {}
         # Baseline tensors that refuse weak references: counted, assumed to stay alive.
         self._unweakrefable = 0
         # type -> is it a Tensor / an autograd Node; isinstance on torch's metaclasses
@@ -60,15 +62,21 @@ class TorchProbe:
 
     # -- protocol ----------------------------------------------------------------------
     def start(self, heap: Sequence[object]) -> None:
-        self._baseline = weakref.WeakSet()
+        self._baseline = {}
         self._unweakrefable = 0
         self.absorb(heap)
 
     def absorb(self, fresh: Sequence[object]) -> None:
         tensors, _ = self._kinds(fresh)
+        baseline = self._baseline
+        forget = baseline.pop
         for tensor in tensors:
+            key = id(tensor)
+            if key in baseline:
+                continue
             try:
-                self._baseline.add(tensor)
+                # The callback runs when the tensor dies, before its id can be reused.
+                baseline[key] = weakref.ref(tensor, lambda _ref, key=key: forget(key, None))
             except TypeError:
                 self._unweakrefable += 1
 
@@ -79,7 +87,8 @@ class TorchProbe:
 
     def sample(self, fresh: Sequence[object]) -> dict[str, float]:
         tensors, held_nodes = self._kinds(fresh)
-        tensors.extend(self._baseline)
+        alive = (ref() for ref in self._baseline.values())
+        tensors.extend(tensor for tensor in alive if tensor is not None)
         try:
             return {
                 "torch.tensors": float(len(tensors) + self._unweakrefable),
@@ -91,7 +100,7 @@ class TorchProbe:
             held_nodes.clear()
 
     def stop(self) -> None:
-        self._baseline = weakref.WeakSet()
+        self._baseline = {}
         self._is_tensor.clear()
         self._is_node.clear()
 
