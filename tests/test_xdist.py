@@ -148,15 +148,26 @@ def _summary(result: pytest.RunResult) -> list[str]:
 
 
 class _Sections(HTMLParser):
+    """The page's outline: test sections, badges, folds, charts of grown metrics and
+    graph drawings. Charts of other metrics are left out: which probes are active
+    depends on what a process imported before (a worker that ran only minigrad tests
+    never imported torch, so it has no torch series)."""
+
     def __init__(self, html: str) -> None:
         super().__init__()
         self.shape: list[str] = []
         self.feed(html)
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        found = dict(attrs)
-        if tag in ("section", "svg", "details") or found.get("class", "").startswith("badge"):
-            self.shape.append(f"{tag}.{found.get('class')}#{found.get('id')}")
+        found = {k: v or "" for k, v in attrs}
+        css = found.get("class", "")
+        if (
+            tag in ("section", "details")
+            or css.startswith("badge")
+            or (tag == "svg" and css != "chart")
+            or (tag == "polyline" and css == "series grew")
+        ):
+            self.shape.append(f"{tag}.{css}#{found.get('id', '')}")
 
 
 def test_same_verdicts_and_reports_alone_and_on_four_workers(pytester: pytest.Pytester) -> None:
