@@ -81,6 +81,8 @@ def shortest_path(
         while queue:
             current = queue.popleft()
             obj, _, _, root_index = seen[current]
+            if charged[root_index] >= MAX_PER_ROOT:
+                continue  # that root's share is spent: its queued objects stay unexpanded
             stats.visited += 1
             if stats.visited > max_visited or (
                 stats.visited % 1024 == 0 and time.perf_counter() > deadline
