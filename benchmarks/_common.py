@@ -189,8 +189,12 @@ def _version(module: str) -> str:
 def machine_description() -> str:
     """One markdown line naming the machine and software the numbers came from."""
     cores = os.cpu_count() or 0
+    try:  # other processes share the cores: say how busy the machine was
+        load = f", load average {os.getloadavg()[0]:.1f}"
+    except OSError:
+        load = ""
     return (
-        f"{_cpu_model()}, {cores} cores, {_memory_gib()} RAM; "
+        f"{_cpu_model()}, {cores} cores{load}, {_memory_gib()} RAM; "
         f"{platform.system()} {platform.release()}; "
         f"Python {platform.python_version()}, torch {_version('torch')}, "
         f"numpy {_version('numpy')}, pytest {_version('pytest')}"
@@ -273,7 +277,11 @@ def pin_threads() -> None:
 
 
 def torch_mlp_step(batch: int = 64, sizes: Sequence[int] = (128, 256, 10)) -> Callable[[], float]:
-    """One SGD step of a small torch MLP on a fixed random batch."""
+    """One SGD step of a small torch MLP on a fixed random batch.
+
+    The update is written out instead of using ``torch.optim``: the first optimizer made
+    in a process imports ``torch._dynamo`` (seconds), which would dominate a quick run.
+    """
     import torch
 
     pin_threads()
@@ -282,15 +290,18 @@ def torch_mlp_step(batch: int = 64, sizes: Sequence[int] = (128, 256, 10)) -> Ca
     for fan_in, fan_out in itertools.pairwise(sizes):
         layers += [torch.nn.Linear(fan_in, fan_out), torch.nn.ReLU()]
     model = torch.nn.Sequential(*layers[:-1])
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    params = list(model.parameters())
     x = torch.randn(batch, sizes[0])
     y = torch.randint(0, sizes[-1], (batch,))
 
     def step() -> float:
-        opt.zero_grad(set_to_none=True)
+        for p in params:
+            p.grad = None
         loss = torch.nn.functional.cross_entropy(model(x), y)
         loss.backward()
-        opt.step()
+        with torch.no_grad():
+            for p in params:
+                p.add_(p.grad, alpha=-0.01)
         return loss.item()
 
     return step
@@ -436,6 +447,11 @@ def pytest_sessionfinish(session):
         with open(path, "w", encoding="utf-8") as fh:
             json.dump({"durations": _DURATIONS, "outcomes": _OUTCOMES}, fh)
 '''
+
+
+#: Plugins of the development environment that a benchmark session does not need; the
+#: hypothesis plugin alone adds a second or more to every pytest start.
+NO_DEV_PLUGINS = ("-p", "no:hypothesispytest", "-p", "no:xdist")
 
 
 @dataclass

@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import (
     DURATIONS_CONFTEST,
+    NO_DEV_PLUGINS,
     REPO_ROOT,
     Stats,
     catalogue_modules,
@@ -91,7 +92,8 @@ def main(argv: list[str] | None = None) -> None:
                            BENCH_LOOP="1" if mode == "loop" else "0")
                 run = run_pytest(
                     sys.executable,
-                    ["-q", "-p", "no:cacheprovider", "-p", "bench_catalogue_plugin", *extra,
+                    ["-q", "-p", "no:cacheprovider", *NO_DEV_PLUGINS,
+                     "-p", "bench_catalogue_plugin", *extra,
                      *[str(f.relative_to(REPO_ROOT)) for f in files]],
                     cwd=REPO_ROOT, env=env,
                 )

@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (
     BENCH_DIR,
     DURATIONS_CONFTEST,
+    NO_DEV_PLUGINS,
     REPO_ROOT,
     Stats,
     catalogue_modules,
@@ -164,7 +165,7 @@ def main(argv: list[str] | None = None) -> None:
             "memray": ["--memray", "-p", "no:graphleak"],
             "graphleak": ["--graphleak", "-p", "no:memray"],
         }
-        common = ["-q", "-p", "no:cacheprovider", "-rA", "test_cases.py"]
+        common = ["-q", "-p", "no:cacheprovider", *NO_DEV_PLUGINS, "-rA", "test_cases.py"]
         if args.quick:  # one leaky step and its clean twin, memray only
             common += ["-k", "one-per-step or clean-twin"]
             modes = {"memray": modes["memray"]}

@@ -59,7 +59,7 @@ def run_benchmark(topic: str, *, quick: bool, out_dir: Path | None) -> tuple[boo
     cmd = [sys.executable, str(script)]
     if quick:
         cmd.append("--quick")
-    if out_dir is not None and topic not in ("minigrad", "diagnose"):
+    if out_dir is not None:
         cmd += ["--out", str(out_dir / f"{topic}.md")]
     start = time.perf_counter()
     try:
