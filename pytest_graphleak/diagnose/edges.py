@@ -37,7 +37,7 @@ _NO_WALK_TYPES = (
 )
 
 _MAX_REPR = 40
-_MAX_ITEMS = 50_000  # one container's items looked at, at most
+_MAX_ITEMS = 20_000  # one container's items looked at, at most
 
 
 @dataclass(frozen=True)
