@@ -442,10 +442,13 @@ def pytest_runtest_logreport(report):
 
 
 def pytest_sessionfinish(session):
+    import gc
+
     path = os.environ.get("BENCH_DURATIONS_JSON")
     if path:
         with open(path, "w", encoding="utf-8") as fh:
-            json.dump({"durations": _DURATIONS, "outcomes": _OUTCOMES}, fh)
+            json.dump({"durations": _DURATIONS, "outcomes": _OUTCOMES,
+                       "heap": len(gc.get_objects())}, fh)
 '''
 
 
@@ -461,6 +464,7 @@ class PytestRun:
     outcomes: dict[str, str]  # node id -> "passed" | "failed" | "skipped" | "error"
     output: str
     returncode: int
+    heap: int = 0  # gc-tracked objects in the pytest process at the end of the session
 
 
 def run_pytest(
@@ -493,7 +497,7 @@ def run_pytest(
         data = (json.loads(record.read_text(encoding="utf-8")) if record.exists()
                 else {"durations": {}, "outcomes": {}})
     return PytestRun(wall, data["durations"], data["outcomes"], proc.stdout + proc.stderr,
-                     proc.returncode)
+                     proc.returncode, data.get("heap", 0))
 
 
 # --------------------------------------------------------------------------- catalogue

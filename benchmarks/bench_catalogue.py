@@ -61,6 +61,36 @@ def pytest_pyfunc_call(pyfuncitem):
     return True
 '''
 
+def profile_checks(files: list[Path]) -> str:
+    """cProfile of ``check(fixed_step)`` for every example, in this process."""
+    import cProfile
+    import importlib.util
+    import io
+    import pstats
+
+    import pytest_graphleak
+
+    steps = []
+    for path in files:
+        spec = importlib.util.spec_from_file_location(f"bench_example_{path.stem}", path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+        steps.append(module.fixed_step)
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for step in steps:
+        pytest_graphleak.check(step, diagnose=False)
+    profiler.disable()
+    out = io.StringIO()
+    stats = pstats.Stats(profiler, stream=out)
+    stats.sort_stats("tottime").print_stats("pytest_graphleak|built-in method gc", 10)
+    lines = [line for line in out.getvalue().splitlines() if line.strip()]
+    start = next(i for i, line in enumerate(lines) if "ncalls" in line)
+    return "\n".join(line.replace(str(REPO_ROOT) + "/", "") for line in lines[start:start + 11])
+
+
 MODES = {
     "plain": [],
     "loop": [],
@@ -78,11 +108,12 @@ def main(argv: list[str] | None = None) -> None:
     if args.quick:  # one small example, the two sessions the smoke test needs
         files = [f for f in files if f.name.startswith("minigrad")][:1] or files[:1]
         modes = {"loop": MODES["loop"], "full": MODES["full"]}
-    rounds = 1 if args.quick else 3
+    rounds = 1 if args.quick else 2
 
     walls: dict[str, list[float]] = {mode: [] for mode in modes}
     bodies: dict[str, list[float]] = {mode: [] for mode in modes}
     outcomes: dict[str, dict[str, str]] = {}
+    heap = 0
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "bench_catalogue_plugin.py").write_text(LOOP_PLUGIN, encoding="utf-8")
         pythonpath = os.pathsep.join([tmp, str(REPO_ROOT)])
@@ -103,6 +134,7 @@ def main(argv: list[str] | None = None) -> None:
                 walls[mode].append(run.wall_s)
                 bodies[mode].append(sum(run.durations.values()))
                 outcomes[mode] = run.outcomes
+                heap = max(heap, run.heap)
 
     wall = {mode: Stats.of(values).median for mode, values in walls.items()}
     body = {mode: Stats.of(values).median for mode, values in bodies.items()}
@@ -142,10 +174,17 @@ def main(argv: list[str] | None = None) -> None:
          + (f"; wrong: {', '.join(wrong)}" if wrong else ""),
          verdict_cell(not wrong)],
     ])
+    checks = 2 * len(files)
+    per_check = parts["measuring (check start, samples, gc, verdict)"] / checks
     body_text = (
-        f"{len(files)} example modules ({2 * len(files)} marked tests), {rounds} round(s); "
-        f"files: {', '.join(f'`{f.name}`' for f in files)}.\n\n{walls_table}\n\n"
-        f"Split of the `--graphleak` run:\n\n{split}\n\n{targets}\n"
+        f"{len(files)} example modules ({checks} marked tests), {rounds} round(s); "
+        f"files: {', '.join(f'`{f.name}`' for f in files)}. The pytest process holds "
+        f"{heap:,} gc-tracked objects at the end of the session.\n\n{walls_table}\n\n"
+        f"Split of the `--graphleak` run:\n\n{split}\n\n{targets}\n\n"
+        f"Measuring costs {fmt_num(per_check * 1e3)} ms per checked test here. Profile of "
+        "the checks of every example's clean twin in one process (`check(fixed_step)`, "
+        "cProfile, the plugin's functions and gc calls by own time):\n\n"
+        f"```\n{'(skipped in a quick run)' if args.quick else profile_checks(files)}\n```\n"
     )
     write_results("catalogue", "pytest --graphleak over the catalogue", body_text,
                   out=args.out, quick=args.quick)

@@ -148,7 +148,7 @@ def ensure_bench_venv() -> Path:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(__doc__.splitlines()[0], argv)
     python = ensure_bench_venv()
-    steps, warmup, rounds = (6, 2, 1) if args.quick else (20, 3, 3)
+    steps, warmup, rounds = (6, 2, 1) if args.quick else (20, 3, 2)
     catalogue = {} if args.quick else {p.stem: str(p) for p in catalogue_modules()}
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -190,6 +190,7 @@ def main(argv: list[str] | None = None) -> None:
                     leaks = memray_leaks(run.output)
 
     rows = []
+    tally = {"memray": [0, 0, 0, 0], "graphleak": [0, 0, 0, 0]}  # caught, leaky, FP, clean
     for node in sorted(durations["memray"]):
         case = node.split("[", 1)[1].rstrip("]")
         test_name = node.split("::", 1)[1]
@@ -197,6 +198,12 @@ def main(argv: list[str] | None = None) -> None:
         memray = Stats.of(durations["memray"].get(node, [float("nan")])).median
         graph = Stats.of(durations.get("graphleak", {}).get(node, [float("nan")])).median
         sizes = leaks.get(test_name, [])
+        is_leaky = not (case.endswith(":fixed") or case.endswith("clean-twin"))
+        verdicts = {"memray": max(sizes, default=0) > USER_LIMIT_BYTES,
+                    "graphleak": outcomes.get("graphleak", {}).get(node) == "failed"}
+        for tool, failed in verdicts.items():
+            tally[tool][0 if is_leaky else 2] += failed
+            tally[tool][1 if is_leaky else 3] += 1
         rows.append([
             f"`{case}`",
             f"{fmt_num(max(sizes) / 1024) if sizes else 0} / {fmt_num(sum(sizes) / 1024)}",
@@ -209,8 +216,15 @@ def main(argv: list[str] | None = None) -> None:
     table = markdown_table(
         ["step", "memray leaked KiB: largest site / total",
          f"memray at {USER_LIMIT_BYTES // 1024} KiB/site", "--graphleak",
-         "plain ms", "memray ms", "graphleak ms"],
+         f"plain ms ({steps} calls)", f"memray ms ({steps} calls)",
+         f"graphleak ms ({warmup}+{steps} calls)"],
         rows,
+    )
+    summary = markdown_table(
+        ["tool", "leaky steps failed", "clean steps failed (false positives)"],
+        [[f"pytest-memray `limit_leaks(\"{USER_LIMIT_BYTES // 1024} KiB\")`" if tool == "memray"
+          else "pytest-graphleak `--graphleak`", f"{c}/{n}", f"{fp}/{m}"]
+         for tool, (c, n, fp, m) in tally.items() if tool in durations],
     )
     wall_rows = [[mode, Stats.of(values).fmt("s")] for mode, values in walls.items()]
     body = (
@@ -221,7 +235,7 @@ def main(argv: list[str] | None = None) -> None:
         "outcome of the same step under `@pytest.mark.no_graph_growth` (no threshold to "
         "choose). Times are the test body's call phase (graphleak: includes diagnosis of a "
         "leak).\n\n"
-        f"{table}\n\nWhole session wall time (interpreter start, imports, collection "
+        f"{table}\n\n{summary}\n\nWhole session wall time (interpreter start, imports, collection "
         f"included):\n\n{markdown_table(['mode', 'wall'], wall_rows)}\n\n"
         "Reading: memray sees bytes, not graphs: the clean twin also leaves a few cached "
         "allocations behind, and the leaky step's largest site grows with the number of "

@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(__doc__.splitlines()[0], argv)
     from pytest_graphleak.options import DEFAULT_STEPS, DEFAULT_WARMUP
 
-    max_k = 2 if args.quick else 2 * DEFAULT_STEPS
+    max_k = 2 if args.quick else DEFAULT_STEPS
     rows, one_per_step_ok, clean_ok = [], True, True
     for name, (build, leaks) in CASES.items():
         outcomes = [leaked(build(), k) for k in range(1, max_k + 1)]
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> None:
     )
 
     catalogue_rows = []
-    repeats = 1 if args.quick else 3
+    repeats = 1 if args.quick else 2
     for path in [] if args.quick else catalogue_modules():
         try:
             module = load_example(path)
