@@ -7,12 +7,18 @@ The tracker owns every change to the garbage collector's state and puts it back 
   ``gc.collect()`` after each step (that is what the cyclic-garbage probe counts);
 * debug flags are cleared (``DEBUG_SAVEALL`` would keep every collected object alive);
 * ``gc.freeze()`` before the first step and again at the end of warmup, so each sample
-  sees only the objects created since (O(new objects), not O(heap)).
+  sees only the objects created since (O(new objects), not O(heap)); ``gc.unfreeze()``
+  at the end.
 
-Limitation: ``gc.freeze()`` is process-wide and gc cannot freeze a chosen set of
-objects. If objects were frozen before the check (``gc.get_freeze_count() > 0``), the
-end of the check unfreezes and re-freezes everything alive, so the previously frozen
-objects stay frozen, together with whatever the check created that is still alive.
+When the user has frozen objects before the check (``gc.get_freeze_count() > 0``, e.g.
+a forking server after start-up), the tracker does not freeze at all: gc cannot unfreeze
+a chosen set, so ours could not be undone without unfreezing theirs or keeping what the
+check left alive frozen forever. It samples the whole unfrozen heap instead: probes get
+an empty heap at ``start`` and at ``absorb`` (a baseline would count objects twice), and
+``gc.get_objects()`` leaves the user's frozen objects out (they are constant anyway). The
+check starts with a ``gc.collect()``, so garbage older than it is not counted as its
+own. Exact, but slower: O(unfrozen heap) per sample instead of O(new objects). The
+freeze count and every frozen object are exactly as the user left them.
 """
 
 from __future__ import annotations
@@ -39,10 +45,8 @@ class GcState:
         return cls(gc.isenabled(), gc.get_threshold(), gc.get_debug(), gc.get_freeze_count())
 
     def restore(self, *, we_froze: bool) -> None:
-        if we_froze:
+        if we_froze:  # only ever when the user had frozen nothing: unfreeze is exact
             gc.unfreeze()
-            if self.frozen:
-                gc.freeze()  # see the module docstring: the best gc allows
         gc.set_debug(self.debug)
         gc.set_threshold(*self.threshold)
         if self.enabled:
@@ -92,6 +96,7 @@ class Sampler:
         self._probes: list[Probe] = []
         self._state: GcState | None = None
         self._froze = False
+        self._whole_heap = False
         self._started = 0.0
         self.result = Series()
 
@@ -108,20 +113,29 @@ class Sampler:
             self._probes = make_probes(self._probe_names)
             for probe in self._probes:
                 self.result.units.update(probe.units)
+            self._whole_heap = self._state.frozen > 0
+            if self._whole_heap:
+                # Every sample sees the whole unfrozen heap, so the baseline is empty (it
+                # would count twice). Collect first: garbage older than the check is not
+                # its cycles (in freeze mode it is frozen with the baseline instead).
+                gc.collect()
+                self._start_probes([])
+                return
             # No full collection here: it costs O(heap) on every check. Garbage alive now
             # is frozen with the baseline and stays constant, so it cannot look like growth.
-            heap = gc.get_objects()
-            try:
-                for probe in self._probes:
-                    probe.start(heap)
-            finally:
-                heap.clear()
-            del heap
+            self._start_probes(gc.get_objects())
             gc.freeze()
             self._froze = True
         except BaseException:
             self.end()
             raise
+
+    def _start_probes(self, heap: list[object]) -> None:
+        try:
+            for probe in self._probes:
+                probe.start(heap)
+        finally:
+            heap.clear()
 
     def after_step(self) -> None:
         """Sample every probe; at the end of warmup, move the baseline forward."""
@@ -129,15 +143,22 @@ class Sampler:
         values = self._sample()
         for metric, value in values.items():
             self.result.series.setdefault(metric, []).append(value)
-        if self.result.calls == self.warmup:
-            fresh = gc.get_objects()
-            try:
-                for probe in self._probes:
-                    probe.absorb(fresh)
-            finally:
-                fresh.clear()
-            del fresh
-            gc.freeze()
+        if self.result.calls != self.warmup:
+            return
+        if self._whole_heap:
+            # Nothing joins the baseline (every sample sees everything), but the end of
+            # warmup still reaches the probes (the CUDA probe's clean baseline).
+            for probe in self._probes:
+                probe.absorb([])
+            return
+        fresh = gc.get_objects()
+        try:
+            for probe in self._probes:
+                probe.absorb(fresh)
+        finally:
+            fresh.clear()
+        del fresh
+        gc.freeze()
 
     def _sample(self) -> dict[str, float]:
         fresh = gc.get_objects()
@@ -174,6 +195,7 @@ class Sampler:
                 self._state.restore(we_froze=self._froze)
                 self._state = None
                 self._froze = False
+                self._whole_heap = False
                 self.result.duration_s = time.perf_counter() - self._started
 
 
@@ -205,4 +227,3 @@ def run(
     finally:
         sampler.end()
     return sampler.result
-

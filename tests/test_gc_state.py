@@ -165,13 +165,9 @@ class Cyclic:
 
 
 @pytest.mark.usefixtures("restore_gc")
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: tracker.GcState.restore() re-freezes everything alive when the user had "
-    "frozen objects, so the freeze count grows and whatever the check's run left alive "
-    "becomes permanent: once it turns into cyclic garbage gc.collect() never frees it",
-)
 def test_user_frozen_objects_are_restored_exactly() -> None:
+    """The tracker freezes nothing when the user has: what the check left alive must not
+    become permanent, and the freeze count is what it was."""
     made: list[Cyclic] = []
     gc.collect()
     gc.freeze()
@@ -192,7 +188,7 @@ def test_user_frozen_objects_are_restored_exactly() -> None:
 
 @pytest.mark.usefixtures("restore_gc")
 def test_user_frozen_objects_stay_frozen() -> None:
-    """What the tracker does promise today: frozen stays frozen (count never drops)."""
+    """Frozen stays frozen, exactly: after every kind of run the freeze count is theirs."""
     gc.collect()
     gc.freeze()
     before = gc.get_freeze_count()
@@ -203,5 +199,5 @@ def test_user_frozen_objects_stay_frozen() -> None:
         else:
             with pytest.raises(raised):
                 tracker.run(step, steps=6, warmup=2)
-        assert gc.get_freeze_count() >= before
+        assert gc.get_freeze_count() == before
     _history.clear()

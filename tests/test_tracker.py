@@ -71,8 +71,48 @@ def test_objects_frozen_before_the_check_stay_frozen(restore_gc) -> None:
     gc.freeze()
     frozen = gc.get_freeze_count()
     tracker.run(lambda: None, steps=2, warmup=1, probes=["process"])
-    assert gc.get_freeze_count() >= frozen  # documented: everything alive is re-frozen
+    assert gc.get_freeze_count() == frozen  # the tracker froze nothing on top of theirs
     gc.unfreeze()
+
+
+def test_user_frozen_heap_still_catches_leaks_and_passes_clean_steps(restore_gc) -> None:
+    """With objects frozen by the user the tracker samples the whole unfrozen heap: counts
+    must be exact (no frozen baseline counted twice, nothing missed)."""
+    from pytest_graphleak import api
+    from pytest_graphleak.options import Settings
+
+    torch = pytest.importorskip("torch")
+    weights = torch.ones(3, requires_grad=True)
+    gc.collect()
+    gc.freeze()  # e.g. a forking server after start-up; `weights` is frozen now
+    alive_before = (torch.zeros(2), mg.Tensor(np.ones(2)))  # alive, unfrozen, constant
+    frozen = gc.get_freeze_count()
+    kept: list[object] = []
+
+    def clean() -> None:
+        (weights * 2.0).sum().backward()
+        (mg.Tensor(np.ones(2), requires_grad=True) * 2).sum().backward()
+
+    def leaky() -> None:
+        kept.append((weights * 2.0).sum())  # one tensor + its graph per step
+
+    settings = Settings(steps=8, warmup=2, diagnose=False)
+    ok = api.measure(clean, settings=settings, name="clean")
+    assert not ok.leaked, ok.verdict.reason
+    for metric in ("torch.tensors", "torch.nodes", "minigrad.tensors", "minigrad.nodes"):
+        assert len(set(ok.series[metric][2:])) == 1, (metric, ok.series[metric])
+    gc.collect()
+    unfrozen = sum(isinstance(obj, torch.Tensor) for obj in gc.get_objects())
+    assert ok.series["torch.tensors"][-1] == unfrozen  # each counted once, frozen ones not
+    assert gc.get_freeze_count() == frozen
+
+    bad = api.measure(leaky, settings=settings, name="leaky")
+    assert bad.leaked and bad.verdict.pattern == "list-accumulation", bad.verdict.reason
+    tensors = bad.series["torch.tensors"]
+    assert np.diff(tensors).tolist() == [1.0] * 9, tensors  # exactly one more per step
+    assert gc.get_freeze_count() == frozen
+    kept.clear()
+    assert alive_before[0].shape == (2,)
 
 
 def test_sampling_sees_only_objects_created_since_the_freeze(restore_gc) -> None:
