@@ -3,35 +3,39 @@
 No I/O, no gc, no torch or minigrad here, so every rule is unit-testable with
 hand-written series. The rule (also in the README, "How the verdict decides"):
 
-* Judge only the *tail*: the sample after the last warmup call is the baseline, and
-  the tail is the second half of the measured steps (from the middle measured step to
-  the last). Anything that settles during warmup or the first half is clean: lazily
-  created optimizer state, caches that fill once, a first backward.
-* Compare *floors*: the lowest value in the first ``w`` tail samples against the
-  lowest value in the last ``w`` tail samples, where the two windows start three
-  steps apart (``w = len(tail) - 3``). A leak of one object every step, every second
-  or every third step raises the floor; a sawtooth that returns to its baseline
-  (gradient accumulation, a bounded queue) has the same floor in both windows as
-  long as its period is at most ``w`` samples.
-* The floor must also rise at least twice within the tail (once for a two-sample
-  tail), so a single late one-off allocation is not a leak.
+* Judge the *floor*: after each measured step, the lowest value still to come
+  (``floor[i] = min(samples[i:])``). A leak raises the floor; a temporary spike (a
+  step's own tensors, an allocator burst) never does.
+* A metric leaks when, for some period ``k`` from 1 to ``max_leak_period(steps)``, its
+  floor rises between **every** measured step and the step ``k`` later, over all the
+  measured steps. That is exactly "at least one more object every ``k`` steps": such a
+  series always passes, whatever the warmup held.
+* Clean, whatever happened before:
+  - a series that settles during warmup or the first half of the measured steps: its
+    flat second half holds two equal floors ``k`` steps apart, so no ``k`` works;
+  - a single late one-off rise: it lies between fewer than all the pairs of steps;
+  - a sawtooth that returns to its baseline (gradient accumulation, a bounded queue)
+    with a period up to ``max(3, steps // 3)``: its floor is the sawtooth's lowest value
+    until the last period, where the floor of a cut-off period rises (the end effect)
+    but the early, flat pairs still refute every ``k``.
+* ``max_leak_period(steps)`` is ``max(3, steps // 3)``, capped at ``ceil(steps / 2) - 1``
+  so that a flat second half always refutes it: every step is caught with 3 measured
+  steps, every second step with 5, every third step with 7, every ``steps // 3`` from 9
+  on. With fewer steps a series that settles in the first half looks exactly like a
+  slow leak, and the verdict prefers to pass it. With one or two measured steps the
+  only period is 1 (one measured step is compared with the baseline).
 * Object counts (and exact byte counts: tensor storages, CUDA allocated) are a leak at
-  any floor growth; noisy byte counts (process RSS, CUDA reserved) only when the floor
-  grows by at least their tolerance per step.
+  any floor rise; noisy byte counts (process RSS, CUDA reserved) only when the floor
+  rises by at least their tolerance per step between every pair.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from pytest_graphleak.result import Growth, Verdict
-
-#: Windows start this many steps apart: the slowest leak caught for sure is one
-#: object every WINDOW_OFFSET steps.
-WINDOW_OFFSET = 3
 
 _TENSOR_METRICS = ("torch.tensors", "minigrad.tensors", "minigrad.autograd_meta", "cuda.tensors")
 _NODE_METRICS = ("torch.nodes", "minigrad.nodes")
@@ -56,52 +60,60 @@ def judged_window(values: Sequence[float], warmup: int) -> list[float]:
     return [float(v) for v in values[start:]]
 
 
-def tail(window: Sequence[float]) -> list[float]:
-    """The second half of the measured steps, starting at the middle one."""
-    steps = len(window) - 1
-    return list(window[steps // 2 :])
+def measured_samples(values: Sequence[float], warmup: int) -> list[float]:
+    """The samples the rule judges: the measured steps, without the baseline.
+
+    The baseline is whatever the warmup left (a lazily created state, a spike), so it
+    takes part only when there is a single measured step to compare it with.
+    """
+    window = judged_window(values, warmup)
+    return window if len(window) <= 2 else window[1:]
 
 
-def floor_growth(samples: Sequence[float]) -> tuple[float, int]:
-    """(floor growth, window offset in steps) of a tail; growth 0 for short tails."""
-    if len(samples) < 2:
-        return 0.0, 0
-    offset = min(WINDOW_OFFSET, len(samples) - 1)
-    width = len(samples) - offset
-    return min(samples[-width:]) - min(samples[:width]), offset
+def max_leak_period(steps: int) -> int:
+    """The slowest leak (one object every k steps) caught for sure in ``steps`` steps."""
+    settles_refuted = (steps + 1) // 2 - 1  # a flat second half holds a pair this far apart
+    return max(1, min(max(3, steps // 3), settles_refuted))
 
 
-def floor_rises(samples: Sequence[float]) -> int:
-    """How many times the lowest value still to come goes up along the samples."""
-    rises = 0
-    floor_after = math.inf
+def suffix_floor(samples: Sequence[float]) -> list[float]:
+    """``floor[i]``: the lowest value from sample ``i`` to the last."""
     floors: list[float] = []
+    lowest = math.inf
     for value in reversed(samples):
-        floor_after = min(floor_after, value)
-        floors.append(floor_after)
+        lowest = min(lowest, value)
+        floors.append(lowest)
     floors.reverse()
-    for before, after in itertools.pairwise(floors):
-        if after > before:
-            rises += 1
-    return rises
+    return floors
+
+
+def rising_period(floors: Sequence[float], max_period: int, tolerance: float = 0.0) -> int:
+    """The smallest k <= max_period such that the floor rises between every sample and
+    the one k later (by more than 0 and by at least ``tolerance`` per step); 0 if none."""
+    for k in range(1, min(max_period, len(floors) - 1) + 1):
+        needed = tolerance * k
+        rises = [floors[i + k] - floors[i] for i in range(len(floors) - k)]
+        if all(rise > 0 and rise >= needed for rise in rises):
+            return k
+    return 0
 
 
 def metric_grows(values: Sequence[float], warmup: int, tolerance: float = 0.0) -> bool:
     """True when one metric's series shows sustained growth after warmup."""
-    samples = tail(judged_window(values, warmup))
+    samples = measured_samples(values, warmup)
     if len(samples) < 2 or any(math.isnan(v) for v in samples):
         return False
-    growth, offset = floor_growth(samples)
-    if growth <= 0 or growth / offset < tolerance:
-        return False
-    return floor_rises(samples) >= min(2, len(samples) - 1)
+    steps = len(judged_window(values, warmup)) - 1
+    return rising_period(suffix_floor(samples), max_leak_period(steps), tolerance) > 0
 
 
 def growth_of(metric: str, values: Sequence[float], warmup: int) -> Growth:
-    """From-what-to-what over the measured steps, and the mean growth per step."""
+    """From-what-to-what over the measured steps, and the floor's mean rise per step
+    (never thrown off by a warmup spike in the baseline or a spike in one step)."""
     window = judged_window(values, warmup)
     measured = [float(v) for v in values[warmup:]] or window
-    per_step = (window[-1] - window[0]) / max(1, len(window) - 1)
+    floors = suffix_floor(measured_samples(values, warmup))
+    per_step = (floors[-1] - floors[0]) / max(1, len(floors) - 1)
     return Growth(metric=metric, start=measured[0], end=measured[-1], per_step=per_step)
 
 
@@ -138,11 +150,11 @@ def judge(
         if metric_grows(values, warmup, limits.for_metric(metric)):
             growths.append(growth_of(metric, values, warmup))
     if not growths:
-        steps = min((len(v) - warmup for v in series.values()), default=0)
+        steps = min((len(v) - max(warmup, 1) for v in series.values()), default=0)
         return Verdict(
             leaked=False,
-            reason=f"no metric grew in the second half of {steps} measured steps "
-            f"({len(series)} metrics judged)",
+            reason=f"no metric grew: no floor rose every k <= {max_leak_period(steps)} "
+            f"steps over {steps} measured steps ({len(series)} metrics judged)",
         )
     pattern = classify([g.metric for g in growths])
     grown = ", ".join(f"{g.metric} {_per_step_text(g, units)}" for g in growths)

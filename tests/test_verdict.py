@@ -6,7 +6,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_graphleak.verdict import Limits, classify, floor_rises, judge, metric_grows
+from pytest_graphleak.verdict import (
+    Limits,
+    classify,
+    judge,
+    max_leak_period,
+    metric_grows,
+    rising_period,
+    suffix_floor,
+)
 
 OBJ = {"torch.tensors": "objects", "torch.nodes": "objects", "gc.cyclic_garbage": "objects",
        "minigrad.tensors": "objects", "minigrad.nodes": "objects",
@@ -50,7 +58,73 @@ def test_sawtooth_returning_to_baseline_is_clean(period: int) -> None:
 def test_single_late_one_off_allocation_is_not_a_leak() -> None:
     series = [5.0] * 17 + [6.0, 6.0]
     assert not metric_grows(series, warmup=3)
-    assert floor_rises([5.0, 5.0, 6.0, 6.0]) == 1
+    # one rise anywhere among 16 measured steps: some pair of steps k apart stays flat
+    for at in range(1, 16):
+        assert not metric_grows([5.0] * (3 + at) + [6.0] * (16 - at), warmup=3), at
+
+
+@pytest.mark.parametrize("every", [4, 5])
+def test_slow_leak_up_to_a_third_of_the_default_steps_is_a_leak(every: int) -> None:
+    # the old rule compared floors only 3 steps apart and passed these
+    series = [0.0, 0.0, 0.0] + [float(i // every) for i in range(16)]
+    verdict = judge({"minigrad.tensors": series}, OBJ, warmup=3)
+    assert verdict.leaked, verdict.reason
+    (growth,) = verdict.growths
+    assert growth.per_step == pytest.approx(1 / every, abs=0.1)
+
+
+def test_max_leak_period_at_small_and_default_step_counts() -> None:
+    # one object every step needs 3 steps, every 2nd 5, every 3rd 7; steps // 3 from 9 on
+    assert [max_leak_period(n) for n in range(1, 13)] == [1, 1, 1, 1, 2, 2, 3, 3, 3, 3, 3, 4]
+    assert max_leak_period(16) == 5
+    assert max_leak_period(64) == 21
+
+
+def test_six_steps_cannot_tell_a_leak_every_third_step_from_settling() -> None:
+    # 0,0,0,1,1,1 settles in the first half: clean; one more step shows the next rise
+    assert not metric_grows([9.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0], warmup=1)
+    assert metric_grows([9.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 2.0], warmup=1)
+
+
+@pytest.mark.parametrize("phase", range(1, 5))  # every phase that ends mid-period
+def test_sawtooth_cut_mid_period_at_the_end_is_clean(phase: int) -> None:
+    # the floor of the last, cut-off period rises (end effect): the early pairs refute it
+    measured = [float(10 + 2 * ((i + phase) % 5)) for i in range(16)]
+    assert suffix_floor(measured)[-1] > suffix_floor(measured)[0]
+    assert not judge({"torch.nodes": [50.0] * 3 + measured}, OBJ, warmup=3).leaked
+
+
+def test_leak_riding_on_a_sawtooth_is_a_leak() -> None:
+    # gradient accumulation over 4 micro-steps plus one leaked tensor per step
+    series = [float(i + 3 * (i % 4)) for i in range(19)]
+    assert rising_period(suffix_floor(series[3:]), max_leak_period(16)) == 4
+    assert judge({"torch.tensors": series}, OBJ, warmup=3).leaked
+
+
+def test_spikes_neither_hide_a_leak_nor_skew_its_rate() -> None:
+    measured = [float(100 + i) for i in range(16)]
+    measured[5] += 1000  # a step's own temporaries, still alive at sampling
+    series = [5000.0, 5000.0, 5000.0, *measured]  # warmup peak as the baseline
+    verdict = judge({"torch.tensors": series}, OBJ, warmup=3)
+    assert verdict.leaked
+    assert verdict.growths[0].per_step == pytest.approx(1.0)
+
+
+def test_tolerance_applies_per_step_for_slow_byte_growth() -> None:
+    limits = Limits({"process.rss_bytes": MIB})
+    every_other = [200 * MIB + 3 * MIB * (i // 2) for i in range(19)]  # 1.5 MiB/step
+    slow = [200 * MIB + (3 * MIB // 2) * (i // 2) for i in range(19)]  # 0.75 MiB/step
+    assert judge({"process.rss_bytes": every_other}, OBJ, warmup=3, limits=limits).leaked
+    assert not judge({"process.rss_bytes": slow}, OBJ, warmup=3, limits=limits).leaked
+    # exact bytes (no tolerance) leak at any sustained growth
+    assert judge({"torch.storage_bytes": slow}, OBJ, warmup=3).leaked
+
+
+def test_rising_period_is_the_smallest_k_and_zero_without_one() -> None:
+    assert rising_period([0, 0, 1, 1, 2, 2], max_period=3) == 2
+    assert rising_period([0, 0, 0, 1, 1, 1], max_period=2) == 0
+    assert rising_period([0, 1, 2], max_period=1, tolerance=1.5) == 0
+    assert rising_period([0.0], max_period=3) == 0
 
 
 def test_rss_noise_below_tolerance_is_clean_but_megabytes_per_step_leak() -> None:
@@ -99,6 +173,8 @@ def test_growth_reports_start_end_of_measured_steps() -> None:
 
 def test_minimal_series_and_bad_input() -> None:
     assert judge({"torch.tensors": [1.0, 2.0]}, OBJ, warmup=1).leaked  # one measured step
+    assert judge({"torch.tensors": [1.0, 2.0]}, OBJ, warmup=0).leaked  # first is the baseline
+    assert not judge({"torch.tensors": [7.0]}, OBJ, warmup=0).leaked  # nothing measured
     assert not judge({"torch.tensors": [1.0, 1.0]}, OBJ, warmup=1).leaked
     assert not judge({}, OBJ, warmup=3).leaked
     with pytest.raises(ValueError, match=r"series 'torch\.tensors' has 3 samples"):
