@@ -74,7 +74,27 @@ def run_benchmark(topic: str, *, quick: bool, out_dir: Path | None) -> tuple[boo
     return True, elapsed, ""
 
 
-_TARGET_ROW = re.compile(r"^\|.*\*\*(?:met|not met)\*\*.*\|$", re.MULTILINE)
+def target_rows(text: str) -> list[tuple[str, str, str]]:
+    """(what, measured, result) for every table row that says **met** / **not met**.
+
+    ``what`` is the row's first cell, with its table's last column header when that header
+    names the criterion (a column called "target" or "result" does not).
+    """
+    rows = []
+    header: list[str] = []
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if not line.startswith("|"):
+            continue
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if i + 1 < len(lines) and lines[i + 1].startswith("| ---"):
+            header = cells
+        elif cells[-1] in ("**met**", "**not met**"):
+            criterion = header[-1] if header else ""
+            what = cells[0] if criterion in ("target", "result", "verdict", "") else (
+                f"{cells[0]}: {criterion}")
+            rows.append((what, " · ".join(cells[1:-1]), cells[-1]))
+    return rows
 
 
 def build_results_md(results_dir: Path = RESULTS_DIR) -> str:
@@ -82,11 +102,9 @@ def build_results_md(results_dir: Path = RESULTS_DIR) -> str:
     tables = sorted(results_dir.glob("*.md"))
     order = {topic: i for i, topic in enumerate(BENCHMARKS)}
     tables.sort(key=lambda p: (order.get(p.stem, len(order)), p.stem))
-    glance = []
-    for path in tables:
-        for row in _TARGET_ROW.findall(path.read_text(encoding="utf-8")):
-            cells = [c.strip() for c in row.strip("|").split("|")]
-            glance.append(f"| {path.stem} | {cells[0]} | {' | '.join(cells[1:])} |")
+    glance = [f"| {path.stem} | {what} | {measured} | {result} |"
+              for path in tables
+              for what, measured, result in target_rows(path.read_text(encoding="utf-8"))]
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     parts = [
         "# Benchmark results",
@@ -99,8 +117,8 @@ def build_results_md(results_dir: Path = RESULTS_DIR) -> str:
         "",
         "## Targets at a glance",
         "",
-        "| table | target | measured / result |",
-        "| --- | --- | --- |",
+        "| table | target | measured | result |",
+        "| --- | --- | --- | --- |",
         *glance,
         "",
     ]
