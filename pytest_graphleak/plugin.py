@@ -8,6 +8,7 @@ does). Results travel on the call-phase report as ``report.graphleak``: a list o
 
 from __future__ import annotations
 
+import functools
 import inspect
 import sys
 import warnings
@@ -152,17 +153,38 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
         return None  # unmarked, or checking is off: pytest runs the test once
     function = pyfuncitem.obj
     if _is_async_or_generator(function):
-        pytest.fail(
-            f"{pyfuncitem.nodeid}: @pytest.mark.{MARKER} needs a plain (synchronous, "
-            "non-generator) test function: its body is called as one training step. "
-            "Move the step into a plain function, or use the graphleak fixture.",
-            pytrace=False,
-        )
+        _refuse_async(pyfuncitem)
     argnames = getattr(getattr(pyfuncitem, "_fixtureinfo", None), "argnames", None)
     if argnames is None:
         argnames = tuple(inspect.signature(function).parameters)
     funcargs = pyfuncitem.funcargs
     arguments = {name: funcargs[name] for name in argnames}
+    _check_marked(pyfuncitem, function, arguments, settings, instance=pyfuncitem.instance)
+    return True
+
+
+def _refuse_async(item: pytest.Item) -> None:
+    __tracebackhide__ = True
+    pytest.fail(
+        f"{item.nodeid}: @pytest.mark.{MARKER} needs a plain (synchronous, "
+        "non-generator) test function: its body is called as one training step. "
+        "Move the step into a plain function, or use the graphleak fixture.",
+        pytrace=False,
+    )
+
+
+def _check_marked(
+    item: pytest.Function,
+    function: Callable[..., object],
+    arguments: dict[str, object],
+    settings: Settings,
+    *,
+    instance: object | None,
+) -> None:
+    """The marker's check: ``function(**arguments)`` is one step, run warmup + steps
+    times; the result is recorded on the item and a leak fails (or warns)."""
+    __tracebackhide__ = True
+    funcargs = item.funcargs
 
     def step() -> None:
         outcome = function(**arguments)
@@ -170,7 +192,7 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
             close = getattr(outcome, "close", None)
             if close is not None:
                 close()
-            raise TypeError(f"{pyfuncitem.nodeid} returned {type(outcome).__name__}")
+            raise TypeError(f"{item.nodeid} returned {type(outcome).__name__}")
 
     def roots() -> dict[str, object]:
         found: dict[str, object] = {
@@ -178,22 +200,82 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
             for name, value in funcargs.items()
             if name not in _INTERNAL_FIXTURES and not _is_pytest_object(value)
         }
-        if pyfuncitem.instance is not None:
-            found["self"] = pyfuncitem.instance
+        if instance is not None:
+            found["self"] = instance
         return found
 
     def measure() -> CheckResult:
         return api.measure(
             step,
             settings=settings,
-            name=pyfuncitem.nodeid,
+            name=item.nodeid,
             diagnose_step=step,
             roots=roots,
             exclude=(id(arguments), id(funcargs)),
         )
 
-    _run_and_record(pyfuncitem, measure, settings=settings, from_marker=True)
-    return True
+    _run_and_record(item, measure, settings=settings, from_marker=True)
+
+
+# -- the marker on unittest.TestCase methods --------------------------------------------
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, None]:
+    """unittest items never reach ``pytest_pyfunc_call``: their runtest calls
+    ``TestCase.run()``, which calls ``getattr(testcase, name)`` after pytest has set that
+    attribute to ``item.obj`` (pytest 7 to 9). Swapping ``item.obj`` for a checking
+    wrapper for the call phase makes the method one step, run warmup + steps times
+    between one setUp and one tearDown (as fixtures are set up once for plain tests)."""
+    original = _swap_unittest_method(item)
+    try:
+        yield
+    finally:
+        if original is not None:
+            item.obj = original  # type: ignore[attr-defined]
+
+
+def _is_unittest_item(item: pytest.Item) -> bool:
+    unittest = sys.modules.get("unittest")
+    cls = getattr(item, "cls", None)
+    return (
+        unittest is not None
+        and isinstance(item, pytest.Function)
+        and isinstance(cls, type)
+        and issubclass(cls, unittest.TestCase)
+    )
+
+
+def _swap_unittest_method(item: pytest.Item) -> Any:
+    """Put the checking wrapper in place of a marked TestCase method; the method it
+    replaced, or None when nothing was swapped."""
+    settings = item.stash.get(ITEM_SETTINGS_KEY, None)
+    if settings is None or not _is_unittest_item(item):
+        return None
+    assert isinstance(item, pytest.Function)
+    checking = settings_of(item.config).enabled
+    world_size = item.stash.get(WORLD_SIZE_KEY, 1)
+    if not checking and world_size == 1:
+        return None  # checking is off: the method runs once, as unittest runs it
+    method = item.obj
+    instance = getattr(method, "__self__", None)
+
+    def checked() -> None:
+        __tracebackhide__ = True
+        if world_size > 1:
+            pytest.fail(
+                f"{item.nodeid}: @pytest.mark.{MARKER}(world_size={world_size}) is not "
+                "supported on unittest.TestCase methods (the ranks run a module-level "
+                "step factory). Use a plain test function for the distributed check.",
+                pytrace=False,
+            )
+        if _is_async_or_generator(method):
+            _refuse_async(item)
+        _check_marked(item, method, {}, settings, instance=instance)
+
+    # Keep what unittest reads from the method: @unittest.skip, @expectedFailure.
+    functools.update_wrapper(checked, method)
+    del checked.__wrapped__  # type: ignore[attr-defined]  # no reference to the instance
+    item.obj = checked  # type: ignore[attr-defined]
+    return method
 
 
 def _is_async_or_generator(function: Callable[..., object]) -> bool:
