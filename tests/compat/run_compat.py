@@ -134,12 +134,12 @@ def build(combo: Combo, venv: Path, log: Path, fresh: bool) -> bool:
         return False
     code, out = sh(
         [str(py), "-c",
-         "import importlib.metadata as m, sys;"
-         "names = ['pytest', 'numpy', 'pytest-xdist', 'pytest-randomly', 'pytest-timeout',"
-         " 'pytest-rerunfailures', 'hypothesis', 'torch'];"
-         "print(sys.version.split()[0]);"
-         "[print(n, m.version(n)) for n in names if __import__('importlib.util').util"
-         ".find_spec(n.replace('-', '_')) is not None]"],
+         "import importlib.metadata as m, sys\n"
+         "print(sys.version.split()[0])\n"
+         "for n in ['pytest', 'numpy', 'pytest-xdist', 'pytest-randomly', 'pytest-timeout',"
+         " 'pytest-rerunfailures', 'hypothesis', 'torch']:\n"
+         "    try: print(n, m.version(n))\n"
+         "    except m.PackageNotFoundError: pass\n"],
         log,
     )  # fmt: skip
     lines = out.strip().splitlines()
