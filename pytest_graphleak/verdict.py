@@ -8,8 +8,8 @@ hand-written series. The rule (also in the README, "How the verdict decides"):
   step's own tensors, an allocator burst) never does.
 * A metric leaks when, for some period ``k`` from 1 to ``max_leak_period(steps)``, its
   floor rises between **every** measured step and the step ``k`` later, over all the
-  measured steps. That is exactly "at least one more object every ``k`` steps": such a
-  series always passes, whatever the warmup held.
+  measured steps. That is exactly "at least one more object every ``k`` steps", so such a
+  series is always caught, whatever the warmup held.
 * Clean, whatever happened before:
   - a series that settles during warmup or the first half of the measured steps: its
     flat second half holds two equal floors ``k`` steps apart, so no ``k`` works;
@@ -19,11 +19,11 @@ hand-written series. The rule (also in the README, "How the verdict decides"):
     until the last period, where the floor of a cut-off period rises (the end effect)
     but the early, flat pairs still refute every ``k``.
 * ``max_leak_period(steps)`` is ``max(3, steps // 3)``, capped at ``ceil(steps / 2) - 1``
-  so that a flat second half always refutes it: every step is caught with 3 measured
-  steps, every second step with 5, every third step with 7, every ``steps // 3`` from 9
-  on. With fewer steps a series that settles in the first half looks exactly like a
-  slow leak, and the verdict prefers to pass it. With one or two measured steps the
-  only period is 1 (one measured step is compared with the baseline).
+  so that a flat second half always refutes it: every second step is caught from 5
+  measured steps on, every third step from 7, every ``steps // 3`` from 9 on. With
+  fewer steps a series that settles in the first half looks exactly like a slow leak,
+  and the verdict passes it. With one or two measured steps (too few to see settling)
+  the only period is 1, and a single measured step is compared with the baseline.
 * Object counts (and exact byte counts: tensor storages, CUDA allocated) are a leak at
   any floor rise; noisy byte counts (process RSS, CUDA reserved) only when the floor
   rises by at least their tolerance per step between every pair.
