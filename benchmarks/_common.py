@@ -177,13 +177,13 @@ def _memory_gib() -> str:
 
 
 def _version(module: str) -> str:
-    mod = sys.modules.get(module)
-    if mod is None:
-        try:
-            mod = __import__(module)
-        except Exception:
-            return "not installed"
-    return str(getattr(mod, "__version__", "unknown"))
+    """The installed version, read from package metadata (importing torch takes seconds)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version(module)
+    except metadata.PackageNotFoundError:
+        return "not installed"
 
 
 def machine_description() -> str:
