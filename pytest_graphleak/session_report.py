@@ -6,14 +6,24 @@ The core plugin registers ``GraphleakSessionReport(config)`` and calls
 ``CheckResult.to_dict()``) from call-phase reports in ``pytest_runtest_logreport``,
 which pytest-xdist replays on the controller with the same plain data, so a run
 on many workers gives the same reports as one process. Workers write nothing.
+
+Memory stays flat however many tests are checked ("pop rather than get"): once every
+hook has seen it, ``report.graphleak`` is taken off the report (pytest's terminal
+reporter keeps every report to the end), and each result goes to a private spool
+file (JSON lines, see ``ResultSpool``) that is read back once, at the end, for the
+summary and the reports. What stays in memory is the node ids of leaked tests only
+(for the status word in pytest's short summary).
 """
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import sys
 import tempfile
-from collections.abc import Mapping, Sequence
+import weakref
+from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,6 +78,100 @@ class _Output:
     error: str = ""
 
 
+class ResultSpool:
+    """The checked tests' results, one JSON line each in a private temporary file, so
+    that a session of many checked tests keeps O(1) memory per test.
+
+    The directory (mode 0700) is made at the first ``add`` and removed by ``close`` or,
+    should pytest never unconfigure, at interpreter exit. A failed write loses nothing:
+    that test and every later one stay in memory, and ``errors`` says so. A spool file
+    that cannot be read back at the end is an error naming how many results it lost.
+    """
+
+    FILE_NAME = "results.jsonl"
+
+    def __init__(self, parent: Path | None = None) -> None:
+        self._parent = parent  # where the private directory goes; None: the system's temp dir
+        self.directory: Path | None = None
+        self.errors: list[str] = []
+        #: True when the file is missing what ``read`` must return (a read-back failure).
+        self.lost = False
+        self._written = 0  # results in the file
+        self._size = 0  # bytes of whole lines in the file: a failed write may leave a torn one
+        self._memory: list[CheckedTest] = []  # after a failed write, in arrival order
+        self._cleanup: weakref.finalize | None = None
+
+    @property
+    def path(self) -> Path | None:
+        return None if self.directory is None else self.directory / self.FILE_NAME
+
+    def __len__(self) -> int:
+        return self._written + len(self._memory)
+
+    def add(self, test: CheckedTest) -> None:
+        """Spool one test's result. Raises TypeError or ValueError (nothing kept) when
+        the result is not JSON data."""
+        record = {"nodeid": test.nodeid, "outcome": test.outcome, "checks": test.checks}
+        line = json.dumps(record, ensure_ascii=True).encode("ascii") + b"\n"
+        if not self._memory:  # once writes failed, stay in memory: arrival order is kept
+            try:
+                # Opened per result: no handle outlives a test, and each write stands alone.
+                with open(self._file(), "ab") as handle:
+                    handle.write(line)
+                self._written += 1
+                self._size += len(line)
+                return
+            except OSError as exc:
+                self.errors.append(
+                    f"could not spool graphleak results to {str(self.path or self._parent)!r} "
+                    f"({_reason(exc)}); kept the results from {test.nodeid} on in memory instead"
+                )
+        self._memory.append(test)
+
+    def read(self) -> dict[str, CheckedTest]:
+        """Every spooled test by node id; of several results for one node id (reruns)
+        the last one. On a read failure: what is in memory, ``lost`` set and an error."""
+        tests: dict[str, CheckedTest] = {}
+        if self._written:
+            path = self.path
+            try:
+                with open(str(path), "rb") as handle:
+                    data = handle.read(self._size)
+                lines = data.splitlines()
+                if len(data) != self._size or len(lines) != self._written:
+                    raise ValueError(f"expected {self._written} results in {self._size} bytes")
+                for line in lines:
+                    record = json.loads(line)
+                    tests[record["nodeid"]] = CheckedTest(
+                        record["nodeid"], record["outcome"], record["checks"]
+                    )
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                self.lost = True
+                self.errors.append(
+                    f"could not read back the spooled graphleak results from {str(path)!r} "
+                    f"({_reason(exc)}): the summary and reports miss up to {self._written} "
+                    "checked test(s)"
+                )
+                tests.clear()
+        for test in self._memory:
+            tests[test.nodeid] = test
+        return tests
+
+    def close(self) -> None:
+        """Remove the spool directory and forget what was kept in memory."""
+        if self._cleanup is not None:
+            self._cleanup()
+        self._memory.clear()
+
+    def _file(self) -> Path:
+        if self.directory is None:
+            self.directory = Path(tempfile.mkdtemp(prefix="pytest-graphleak-", dir=self._parent))
+            self._cleanup = weakref.finalize(
+                self, shutil.rmtree, str(self.directory), ignore_errors=True
+            )
+        return self.directory / self.FILE_NAME
+
+
 class GraphleakSessionReport:
     """The pytest plugin object that collects check results and writes the reports."""
 
@@ -75,9 +179,16 @@ class GraphleakSessionReport:
         self.config = config
         #: On a pytest-xdist worker: results travel to the controller, which reports.
         self.is_worker = hasattr(config, "workerinput")
-        self.tests: dict[str, CheckedTest] = {}
+        self.spool = ResultSpool()
         self.notes: list[str] = []
+        #: Node ids whose last call report carried a leak: the status word of pytest's
+        #: short summary is asked again at the end, when ``report.graphleak`` is gone.
+        self._leaked: set[str] = set()
+        #: JUnit properties go on the teardown report, which pytest keeps to the end: only
+        #: when a JUnit XML file is written (its writer keeps every test until then anyway).
+        self._junit = bool(config.getoption("xmlpath", default=None))
         self._junit_pending: dict[str, list[tuple[str, str]]] = {}
+        self._rows: list[CheckedTest] | None = None  # read back once, at the end
         self.outputs: list[_Output] = []
         if self.is_worker:
             return
@@ -91,16 +202,36 @@ class GraphleakSessionReport:
 
     # -- collecting ---------------------------------------------------------------
 
-    @pytest.hookimpl(tryfirst=True)  # before junitxml reads the teardown's properties
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if self.is_worker:
-            return
+    # A wrapper: its first half runs before junitxml reads the teardown's properties, its
+    # second half after every other hook (a conftest, pytest-xdist's worker sending the
+    # report, the terminal reporter's status letter) has read ``report.graphleak``.
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> Generator[None, None, None]:
+        if not self.is_worker:
+            self._collect(report)
+        yield
+        if report.when == "call" and hasattr(report, "graphleak"):
+            del report.graphleak  # type: ignore[attr-defined]  # pop: now in the spool
+
+    def _collect(self, report: pytest.TestReport) -> None:
         if report.when == "call":
+            if _has_leak(getattr(report, "graphleak", None)):
+                self._leaked.add(report.nodeid)
+            else:
+                self._leaked.discard(report.nodeid)  # a rerun's last attempt decides
             checks = self._checks_of(report)
             if checks:
                 test = CheckedTest(report.nodeid, report.outcome, checks)
-                self.tests[report.nodeid] = test
-                self._junit_pending[report.nodeid] = junit_properties(test)
+                try:
+                    self.spool.add(test)
+                except (TypeError, ValueError) as exc:
+                    self.notes.append(
+                        f"ignored graphleak results of {report.nodeid} that are not JSON "
+                        f"data: {type(exc).__name__}: {exc}"
+                    )
+                    return
+                if self._junit:
+                    self._junit_pending[report.nodeid] = junit_properties(test)
         elif report.when == "teardown":
             properties = self._junit_pending.pop(report.nodeid, None)
             if properties:
@@ -131,9 +262,8 @@ class GraphleakSessionReport:
         if report.when != "call" or hasattr(report, "wasxfail"):
             return None
         data = getattr(report, "graphleak", None)
-        if not isinstance(data, list) or not any(
-            isinstance(check, dict) and check.get("leaked") for check in data
-        ):
+        leaked = _has_leak(data) if data is not None else report.nodeid in self._leaked
+        if not leaked:
             return None
         if report.failed:
             return "failed", "L", ("LEAKED", {"red": True})
@@ -143,16 +273,28 @@ class GraphleakSessionReport:
 
     # -- writing --------------------------------------------------------------------
 
+    def rows(self) -> list[CheckedTest]:
+        """Every checked test, sorted by node id: read back from the spool once."""
+        if self._rows is None:
+            tests = self.spool.read()
+            self._rows = [tests[nodeid] for nodeid in sorted(tests)]
+        return self._rows
+
     def document(self) -> dict[str, Any]:
         return build_document(
-            self.tests.values(),
+            self.rows(),
             generated_by=_generated_by(),
             warn_only=_warn_only(self.config),
             notes=sorted(self.notes),
         )
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        if self.is_worker or not self.outputs:
+        if self.is_worker:
+            return
+        self.rows()
+        if self.spool.lost and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.INTERNAL_ERROR  # results were lost
+        if not self.outputs:
             return
         document = self.document()
         json_text = dumps(document)
@@ -166,15 +308,19 @@ class GraphleakSessionReport:
             # Neither the file nor its fallback could be written: keep the data in the log.
             sys.stdout.write("graphleak JSON report follows:\n" + json_text)
 
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        self.spool.close()
+        self._rows = None
+
     # -- terminal -------------------------------------------------------------------
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
-        if self.is_worker or not (self.tests or self.outputs or self.notes):
+        if self.is_worker or not (len(self.spool) or self.outputs or self.notes):
             return
         tr = terminalreporter
         tr.write_sep("=", "graphleak report")
         verbose = (self.config.getoption("verbose", default=0) or 0) > 0
-        rows = [self.tests[nodeid] for nodeid in sorted(self.tests)]
+        rows = self.rows()
         width = max((len(m) for t in rows for c in t.checks for m in c["series"]), default=0)
         for test in rows:
             if test.status == "clean" and not verbose:
@@ -187,6 +333,8 @@ class GraphleakSessionReport:
             tr.write_line("no test ran a graphleak check")
         else:
             tr.write_line(_count_line(rows))
+        for error in self.spool.errors:
+            tr.write_line(f"ERROR: {error}", red=True, bold=True)
         for output in self.outputs:
             if output.error:
                 tr.write_line(f"ERROR: {output.error}", red=True, bold=True)
@@ -363,6 +511,17 @@ def _write(output: _Output, text: str) -> bool:
         return False
     output.written_to = output.path
     return True
+
+
+def _has_leak(data: object) -> bool:
+    return isinstance(data, list) and any(
+        isinstance(check, dict) and check.get("leaked") for check in data
+    )
+
+
+def _reason(exc: BaseException) -> str:
+    detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    return f"{type(exc).__name__}: {detail}"
 
 
 def _warn_only(config: pytest.Config) -> bool:
