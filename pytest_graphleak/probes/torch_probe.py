@@ -64,10 +64,18 @@ class TorchProbe:
     def start(self, heap: Sequence[object]) -> None:
         self._baseline = {}
         self._unweakrefable = 0
-        self.absorb(heap)
+        # One C-speed pass over the whole heap: every live tensor's type is a subclass of
+        # torch.Tensor, so the closure of __subclasses__() names them all and no pass is
+        # needed to find the heap's distinct types (nor one for node objects: the
+        # baseline keeps tensors only).
+        torch: Any = sys.modules["torch"]
+        self._remember(_pick(heap, _subclasses(torch.Tensor)))
 
     def absorb(self, fresh: Sequence[object]) -> None:
         tensors, _ = self._kinds(fresh)
+        self._remember(tensors)
+
+    def _remember(self, tensors: list[Any]) -> None:
         baseline = self._baseline
         forget = baseline.pop
         for tensor in tensors:
@@ -103,6 +111,17 @@ class TorchProbe:
         self._baseline = {}
         self._is_tensor.clear()
         self._is_node.clear()
+
+
+def _subclasses(root: type) -> set[type]:
+    """``root`` and every class derived from it, however indirectly."""
+    found, todo = {root}, [root]
+    while todo:
+        for sub in todo.pop().__subclasses__():
+            if sub not in found:
+                found.add(sub)
+                todo.append(sub)
+    return found
 
 
 def _pick(objects: Sequence[object], kinds: set[type]) -> list[Any]:
