@@ -2,7 +2,10 @@
 
 A probe measures, never decides. The tracker hands probes the *fresh* objects:
 ``gc.get_objects()`` after ``gc.freeze()``, i.e. only the gc-tracked objects created
-since the last freeze, so a sample costs O(objects created since), not O(heap).
+since the last freeze, so a sample costs O(objects created since), not O(heap). When the
+user froze objects before the check, the tracker does not freeze (gc cannot unfreeze a
+chosen set): probes then get an empty heap at ``start``/``absorb`` and the whole unfrozen
+heap at each sample, which is exact but O(unfrozen heap).
 Probes must not keep any of these objects (or anything measured) after a call returns.
 """
 
