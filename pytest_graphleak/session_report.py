@@ -285,7 +285,7 @@ class GraphleakSessionReport:
             self.rows(),
             generated_by=_generated_by(),
             warn_only=_warn_only(self.config),
-            notes=sorted(self.notes),
+            notes=sorted([*self.notes, *self.spool.errors]),
         )
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
