@@ -12,7 +12,9 @@ hook has seen it, ``report.graphleak`` is taken off the report (pytest's termina
 reporter keeps every report to the end), and each result goes to a private spool
 file (JSON lines, see ``ResultSpool``) that is read back once, at the end, for the
 summary and the reports. What stays in memory is the node ids of leaked tests only
-(for the status word in pytest's short summary).
+(for the status word in pytest's short summary), and JUnit properties only when a
+JUnit XML file is written. On a worker the attribute is removed too, after
+pytest-xdist has sent the report.
 """
 
 from __future__ import annotations
