@@ -108,12 +108,14 @@ def pytest_sessionfinish(session):
     # What this process keeps at the end: reports still carrying results, the spool.
     config = session.config
     reporter = config.pluginmanager.get_plugin("terminalreporter")
-    kept = [report.nodeid for reports in reporter.stats.values() for report in reports
-            if hasattr(report, "graphleak")]
+    reports = [report for reports in reporter.stats.values() for report in reports]
+    kept = [report.nodeid for report in reports if hasattr(report, "graphleak")]
+    junit = [report.nodeid for report in reports
+             if any(name == "graphleak.status" for name, _ in report.user_properties)]
     spool = config.pluginmanager.get_plugin("graphleak-session-report").spool
     worker = getattr(config, "workerinput", {}).get("workerid", "main")
     with open(f"kept-{worker}.json", "w") as out:
-        json.dump({"kept": kept, "spool": str(spool.directory)}, out)
+        json.dump({"kept": kept, "junit": junit, "spool": str(spool.directory)}, out)
 """
 
 FAKE_TESTS = """
@@ -262,6 +264,7 @@ def test_verbose_run_summary_status_json_html_junit(pytester: pytest.Pytester) -
     # Nothing stays behind: pytest's kept reports lost their results, the spool is gone.
     kept = json.loads((pytester.path / "kept-main.json").read_text())
     assert kept["kept"] == []
+    assert "test_fake.py::test_leaky" in kept["junit"]  # properties only with --junitxml
     spool = Path(kept["spool"])
     assert spool.name.startswith("pytest-graphleak-")
     assert not spool.exists()
@@ -288,6 +291,9 @@ def test_quiet_run_with_ini_paths_and_letters(
     assert "graphleak: 6 checked: 3 leaked, 1 warned, 1 error, 1 clean" in section
     assert (pytester.path / "reports/ini.json").is_file()
     assert (pytester.path / "reports/ini.html").is_file()
+    # No --junitxml: no properties left on pytest's kept teardown reports.
+    kept = json.loads((pytester.path / "sub/kept-main.json").read_text())
+    assert (kept["kept"], kept["junit"]) == ([], [])
 
 
 def test_unwritable_report_path_is_a_usage_error_before_running(
