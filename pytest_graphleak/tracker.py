@@ -10,8 +10,8 @@ The tracker owns every change to the garbage collector's state and puts it back 
   sees only the objects created since (O(new objects), not O(heap)); ``gc.unfreeze()``
   at the end.
 
-When the user has frozen objects before the check (``gc.get_freeze_count() > 0``, e.g.
-a forking server after start-up), the tracker does not freeze at all: gc cannot unfreeze
+When the user has frozen objects before the check (``user_froze_objects()``, e.g. a
+forking server after start-up), the tracker does not freeze at all: gc cannot unfreeze
 a chosen set, so ours could not be undone without unfreezing theirs or keeping what the
 check left alive frozen forever. It samples the whole unfrozen heap instead: probes get
 an empty heap at ``start`` and at ``absorb`` (a baseline would count objects twice), and
@@ -31,6 +31,16 @@ from dataclasses import dataclass, field
 
 from pytest_graphleak.probes import GcProbe, Probe, make_probes
 from pytest_graphleak.result import Verdict
+
+#: The freeze count when the plugin was imported (before any conftest runs). CPython 3.12
+#: keeps a few hundred objects of its own in the permanent generation and puts them back
+#: by itself after an unfreeze, so only a count above this means the user froze objects.
+_INTERPRETER_FROZEN = gc.get_freeze_count()
+
+
+def user_froze_objects() -> bool:
+    """True when someone other than the interpreter froze objects (see above)."""
+    return gc.get_freeze_count() > _INTERPRETER_FROZEN
 
 
 @dataclass(frozen=True)
@@ -113,7 +123,7 @@ class Sampler:
             self._probes = make_probes(self._probe_names)
             for probe in self._probes:
                 self.result.units.update(probe.units)
-            self._whole_heap = self._state.frozen > 0
+            self._whole_heap = user_froze_objects()
             if self._whole_heap:
                 # Every sample sees the whole unfrozen heap, so the baseline is empty (it
                 # would count twice). Collect first: garbage older than the check is not

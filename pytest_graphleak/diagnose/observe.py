@@ -26,6 +26,7 @@ from typing import Any
 
 from pytest_graphleak.diagnose.backends import NODE, Backend, MinigradBackend, TorchBackend
 from pytest_graphleak.diagnose.sites import Site, UserFrames, make_torch_recorder
+from pytest_graphleak.tracker import user_froze_objects
 
 #: Steps run by the diagnosis, and how many of them record creation sites.
 RUNS = 5
@@ -93,7 +94,7 @@ class _NewObjects:
     def start(self) -> None:
         # No gc.collect() first: a full collection costs ~0.4 s per 300k objects, and
         # garbage older than the freeze is not ours to report (it is unfrozen unchanged).
-        if gc.get_freeze_count() == 0:
+        if not user_froze_objects():
             gc.freeze()
             self.froze = True
         else:  # the user froze objects: freezing more could not be undone exactly
