@@ -15,6 +15,12 @@ summary and the reports. What stays in memory is the node ids of leaked tests on
 (for the status word in pytest's short summary), and JUnit properties only when a
 JUnit XML file is written. On a worker the attribute is removed too, after
 pytest-xdist has sent the report.
+
+An expected failure (``@pytest.mark.xfail``, ``unittest.expectedFailure``) is
+recorded with the outcome ``xfailed``, so that its leak reads as expected
+(``xfailed``), not as a leak on a passing test (``warned``). Of a test that
+pytest-rerunfailures runs again only the final attempt counts: an attempt it
+reruns is not recorded.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ import pytest
 
 from pytest_graphleak.report.html import render_html
 from pytest_graphleak.report.json_doc import (
+    STATUSES,
     CheckedTest,
     build_document,
     dumps,
@@ -43,6 +50,16 @@ from pytest_graphleak.report.json_doc import (
 from pytest_graphleak.report.svg import format_quantity, format_rate
 from pytest_graphleak.report.text import sparkline
 from pytest_graphleak.result import CheckResult
+
+#: pytest 8 and later read a ``(word, markup)`` status word wherever they print it;
+#: pytest 7 only while a report is logged (progress and verbose lines), and prints
+#: the tuple itself in its short test summary ("('LEAKED', {'red': True}) test_x.py::...").
+_WORD_MARKUP_EVERYWHERE = hasattr(pytest.TestReport, "_get_verbose_word_with_markup")
+
+#: The outcome recorded for an expected failure (pytest's own word for it).
+_XFAILED = "xfailed"
+#: The outcome pytest-rerunfailures gives an attempt that it is going to run again.
+_RERUN = "rerun"
 
 _REPORT_HELP = (
     "write a JSON report of every graphleak check to PATH (schema in the README); "
@@ -191,6 +208,8 @@ class GraphleakSessionReport:
         self._junit = bool(config.getoption("xmlpath", default=None))
         self._junit_pending: dict[str, list[tuple[str, str]]] = {}
         self._rows: list[CheckedTest] | None = None  # read back once, at the end
+        #: The report being logged now: where pytest 7 understands a (word, markup) word.
+        self._logging: pytest.TestReport | None = None
         self.outputs: list[_Output] = []
         if self.is_worker:
             return
@@ -211,19 +230,26 @@ class GraphleakSessionReport:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> Generator[None, None, None]:
         if not self.is_worker:
             self._collect(report)
+        self._logging = report
         yield
+        self._logging = None
         if report.when == "call" and hasattr(report, "graphleak"):
             del report.graphleak  # type: ignore[attr-defined]  # pop: now in the spool
 
     def _collect(self, report: pytest.TestReport) -> None:
-        if report.when == "call":
+        if report.when == "call" and report.outcome == _RERUN:
+            # pytest-rerunfailures runs this test again: only its final attempt counts.
+            # (It logs no teardown for this attempt, so nothing else would drop these.)
+            self._leaked.discard(report.nodeid)
+            self._junit_pending.pop(report.nodeid, None)
+        elif report.when == "call":
             if _has_leak(getattr(report, "graphleak", None)):
                 self._leaked.add(report.nodeid)
             else:
                 self._leaked.discard(report.nodeid)  # a rerun's last attempt decides
             checks = self._checks_of(report)
             if checks:
-                test = CheckedTest(report.nodeid, report.outcome, checks)
+                test = CheckedTest(report.nodeid, _outcome(report), checks)
                 try:
                     self.spool.add(test)
                 except (TypeError, ValueError) as exc:
@@ -257,10 +283,11 @@ class GraphleakSessionReport:
 
     def pytest_report_teststatus(
         self, report: pytest.TestReport, config: pytest.Config
-    ) -> tuple[str, str, tuple[str, Mapping[str, bool]]] | None:
+    ) -> tuple[str, str, str | tuple[str, Mapping[str, bool]]] | None:
         """``L``/``LEAKED`` for a test failed by a leak; ``l``/``LEAK-WARNING`` for a
         leak reported on a passing test (warn-only). The category stays pytest's, so
-        a leaked test counts as failed and the exit code is non-zero."""
+        a leaked test counts as failed and the exit code is non-zero. Expected failures
+        and reruns keep pytest's (or pytest-rerunfailures') own status."""
         if report.when != "call" or hasattr(report, "wasxfail"):
             return None
         data = getattr(report, "graphleak", None)
@@ -268,10 +295,19 @@ class GraphleakSessionReport:
         if not leaked:
             return None
         if report.failed:
-            return "failed", "L", ("LEAKED", {"red": True})
+            return "failed", "L", self._word(report, "LEAKED", {"red": True})
         if report.passed:
-            return "passed", "l", ("LEAK-WARNING", {"yellow": True})
+            return "passed", "l", self._word(report, "LEAK-WARNING", {"yellow": True})
         return None
+
+    def _word(
+        self, report: pytest.TestReport, word: str, markup: Mapping[str, bool]
+    ) -> str | tuple[str, Mapping[str, bool]]:
+        """The status word with its markup where pytest reads a (word, markup) pair;
+        the plain word in pytest 7's short summary, which would print the pair."""
+        if _WORD_MARKUP_EVERYWHERE or report is self._logging:
+            return word, markup
+        return word
 
     # -- writing --------------------------------------------------------------------
 
@@ -379,6 +415,8 @@ def summary_lines(
                 head += f"  {culprit}"
             if status == "warned":
                 head += "  (warn-only: not failed)" if warn_only else "  (test passed)"
+            elif status == "xfailed":
+                head += "  (expected to fail)"
         elif check.get("error"):
             head += f"  step raised: {check['error']}"
         else:
@@ -406,6 +444,7 @@ def summary_lines(
 _STATUS_STYLE: dict[str, tuple[str, dict[str, bool]]] = {
     "leaked": ("LEAKED ", {"red": True, "bold": True}),
     "warned": ("WARNING", {"yellow": True, "bold": True}),
+    "xfailed": ("XFAIL  ", {"yellow": True}),
     "error": ("ERROR  ", {"red": True}),
     "clean": ("clean  ", {"green": True}),
 }
@@ -413,8 +452,18 @@ _STATUS_STYLE: dict[str, tuple[str, dict[str, bool]]] = {
 
 def _check_status(check: Mapping[str, Any], test: CheckedTest) -> str:
     if check.get("leaked"):
-        return "leaked" if test.outcome == "failed" else "warned"
+        if test.outcome == "failed":
+            return "leaked"
+        return "xfailed" if test.outcome == _XFAILED else "warned"
     return "error" if check.get("error") else "clean"
+
+
+def _outcome(report: pytest.TestReport) -> str:
+    """pytest's call outcome, except that an expected failure (which pytest reports
+    as skipped with ``wasxfail``) is ``xfailed``: its leak was expected."""
+    if report.skipped and hasattr(report, "wasxfail"):
+        return _XFAILED
+    return report.outcome
 
 
 def _culprit(diagnosis: Mapping[str, Any] | None) -> str:
@@ -435,7 +484,7 @@ def _count_line(rows: Sequence[CheckedTest]) -> str:
     counts: dict[str, int] = {}
     for test in rows:
         counts[test.status] = counts.get(test.status, 0) + 1
-    parts = [f"{counts[s]} {s}" for s in ("leaked", "warned", "error", "clean") if s in counts]
+    parts = [f"{counts[s]} {s}" for s in STATUSES if s in counts]
     return f"graphleak: {len(rows)} checked: " + ", ".join(parts)
 
 
