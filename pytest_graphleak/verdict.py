@@ -67,6 +67,8 @@ def measured_samples(values: Sequence[float], warmup: int) -> list[float]:
     takes part only when there is a single measured step to compare it with.
     """
     window = judged_window(values, warmup)
+    if warmup == 0:  # no warmup, no baseline: every sample is a measured step
+        return window
     return window if len(window) <= 2 else window[1:]
 
 
@@ -103,7 +105,7 @@ def metric_grows(values: Sequence[float], warmup: int, tolerance: float = 0.0) -
     samples = measured_samples(values, warmup)
     if len(samples) < 2 or any(math.isnan(v) for v in samples):
         return False
-    steps = len(judged_window(values, warmup)) - 1
+    steps = len(values) - warmup
     return rising_period(suffix_floor(samples), max_leak_period(steps), tolerance) > 0
 
 
@@ -150,7 +152,7 @@ def judge(
         if metric_grows(values, warmup, limits.for_metric(metric)):
             growths.append(growth_of(metric, values, warmup))
     if not growths:
-        steps = min((len(v) - max(warmup, 1) for v in series.values()), default=0)
+        steps = min((len(v) - warmup for v in series.values()), default=0)
         return Verdict(
             leaked=False,
             reason=f"no metric grew: no floor rose every k <= {max_leak_period(steps)} "

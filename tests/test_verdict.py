@@ -234,3 +234,11 @@ def test_property_sawtooth_back_to_baseline_is_always_clean(
 ) -> None:
     series = [float(100 + height * ((i + phase) % period)) for i in range(3 + steps)]
     assert not judge({"torch.nodes": series}, OBJ, warmup=3).leaked
+
+
+def test_without_warmup_every_sample_is_a_measured_step() -> None:
+    # 54 measured steps, no warmup: a leak every 18th step (steps // 3) is still caught
+    # (found by hypothesis: the first sample used to be taken for a baseline).
+    series = [0, 1] + [2] * 16 + [3] * 18 + [4] * 18
+    verdict = judge({"minigrad.tensors": series}, {"minigrad.tensors": "objects"}, warmup=0)
+    assert verdict.leaked, verdict.reason
