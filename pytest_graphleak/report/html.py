@@ -22,11 +22,12 @@ DotRenderer = Callable[[str], "str | None"]
 _STATUS_WORDS = {
     "leaked": "LEAKED",
     "warned": "LEAK (warning only)",
+    "xfailed": "LEAK (expected: xfail)",
     "error": "STEP RAISED",
     "clean": "clean",
 }
 
-_STATUS_ORDER = {"leaked": 0, "warned": 1, "error": 2, "clean": 3}
+_STATUS_ORDER = {"leaked": 0, "warned": 1, "xfailed": 2, "error": 3, "clean": 4}
 
 _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 1.5rem; color: #1d1d24; max-width: 1100px; }
@@ -38,7 +39,7 @@ pre { background: #f4f4f8; padding: .6rem; overflow-x: auto; }
 .muted { color: #666; }
 .badge { display: inline-block; padding: .1rem .5rem; border-radius: .6rem; font-size: .8rem;
          font-weight: 600; margin-right: .5rem; color: #fff; }
-.leaked { background: #c62828; } .warned { background: #c77800; }
+.leaked { background: #c62828; } .warned { background: #c77800; } .xfailed { background: #8d6e00; }
 .error { background: #6a1b9a; } .clean { background: #2e7d32; }
 section.test { border: 1px solid #ddd; border-radius: .4rem; padding: .8rem 1rem; margin: 1rem 0; }
 table { border-collapse: collapse; margin: .4rem 0; }
@@ -94,7 +95,7 @@ def _summary_line(summary: Mapping[str, Any], warn_only: bool) -> str:
     parts = [f"{summary.get('checked', 0)} checked"]
     parts.extend(
         f"{summary[key]} {key}"
-        for key in ("leaked", "warned", "error", "clean")
+        for key in ("leaked", "warned", "xfailed", "error", "clean")
         if summary.get(key)
     )
     if warn_only:

@@ -26,7 +26,7 @@ DOCUMENT_SCHEMA_VERSION = 1
 SCHEMA_PATH = Path(__file__).with_name("schema.json")
 
 #: A test's status in the reports, from its checks and its pytest outcome.
-STATUSES = ("leaked", "warned", "error", "clean")
+STATUSES = ("leaked", "warned", "xfailed", "error", "clean")
 
 
 @dataclass
@@ -34,16 +34,21 @@ class CheckedTest:
     """One test that ran at least one graphleak check (marker or fixture)."""
 
     nodeid: str
-    outcome: str  # pytest's call-phase outcome: "passed" | "failed" | "skipped"
+    #: pytest's call-phase outcome: "passed" | "failed" | "skipped", or "xfailed" for an
+    #: expected failure (xfail marker, unittest.expectedFailure: pytest's skipped + wasxfail)
+    outcome: str
     checks: list[dict[str, Any]] = field(default_factory=list)  # CheckResult.to_dict() each
 
     @property
     def status(self) -> str:
         """``leaked``: a check leaked and the test failed; ``warned``: a check leaked
         but the test passed (warn-only mode, or the GraphLeakError was caught);
+        ``xfailed``: a check leaked and the test was expected to fail;
         ``error``: a step raised; ``clean`` otherwise."""
         if any(check.get("leaked") for check in self.checks):
-            return "leaked" if self.outcome == "failed" else "warned"
+            if self.outcome == "failed":
+                return "leaked"
+            return "xfailed" if self.outcome == "xfailed" else "warned"
         if any(check.get("error") for check in self.checks):
             return "error"
         return "clean"
