@@ -56,16 +56,11 @@ def explain(
     step: Callable[[], object] | None,
     roots: Mapping[str, object],
     exclude: Collection[int] = (),
-) -> Diagnosis | None:
+) -> Diagnosis:
     """Run the diagnosis of a leak verdict; never hides the verdict behind its errors."""
-    try:
-        from pytest_graphleak.diagnose import diagnose
-    except ModuleNotFoundError as exc:
-        if exc.name in ("pytest_graphleak.diagnose",):
-            return None  # no diagnosis module in this build: the verdict's pattern stands
-        return _failed_diagnosis(verdict, exc)
-    except Exception as exc:
-        return _failed_diagnosis(verdict, exc)
+    # Imported on a leak only: a passing test never pays for loading the heap walker.
+    from pytest_graphleak.diagnose import diagnose
+
     try:
         diagnosis = diagnose(verdict, step=step, roots=roots, exclude=exclude)
     except Exception as exc:

@@ -51,7 +51,9 @@ class Limits:
     tolerance: Mapping[str, float] = field(default_factory=dict)
 
     def for_metric(self, metric: str) -> float:
-        return float(self.tolerance.get(metric, 0.0))
+        # Per-device series ("cuda.reserved_bytes.1") share their metric's tolerance.
+        base = ".".join(metric.split(".")[:2])
+        return float(self.tolerance.get(metric, self.tolerance.get(base, 0.0)))
 
 
 def judged_window(values: Sequence[float], warmup: int) -> list[float]:

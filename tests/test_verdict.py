@@ -242,3 +242,9 @@ def test_without_warmup_every_sample_is_a_measured_step() -> None:
     series = [0, 1] + [2] * 16 + [3] * 18 + [4] * 18
     verdict = judge({"minigrad.tensors": series}, {"minigrad.tensors": "objects"}, warmup=0)
     assert verdict.leaked, verdict.reason
+
+
+def test_per_device_series_share_their_metrics_tolerance() -> None:
+    limits = Limits({"cuda.reserved_bytes": 1024.0})
+    assert limits.for_metric("cuda.reserved_bytes.1") == 1024.0
+    assert limits.for_metric("cuda.allocated_bytes.1") == 0.0
