@@ -133,7 +133,8 @@ class Sampler:
                 return
             # No full collection here: it costs O(heap) on every check. Garbage alive now
             # is frozen with the baseline and stays constant, so it cannot look like growth.
-            self._start_probes(gc.get_objects())
+            needs_heap = any(probe.needs_heap for probe in self._probes)
+            self._start_probes(gc.get_objects() if needs_heap else [])
             gc.freeze()
             self._froze = True
         except BaseException:

@@ -23,6 +23,9 @@ class Probe(Protocol):
     name: str
     #: metric name -> "objects" | "bytes"
     units: dict[str, str]
+    #: Whether ``start`` needs the whole heap. When no active probe does, the check
+    #: skips its one O(heap) scan (a minigrad-only check costs O(new objects) throughout).
+    needs_heap: bool
 
     def available(self) -> bool:
         """True when the library measured is already imported (never import it to look)."""
@@ -60,6 +63,7 @@ class PassiveProbe:
 
     name = ""
     units: dict[str, str] = {}  # noqa: RUF012 - overridden per subclass, never mutated
+    needs_heap = False
 
     def start(self, heap: Sequence[object]) -> None:
         return None

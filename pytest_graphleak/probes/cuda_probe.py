@@ -67,6 +67,7 @@ def device_metric(metric: str, device: int) -> str:
 
 class CudaProbe:
     name = "cuda"
+    needs_heap = True  # CUDA tensors alive before the check form its baseline
 
     def __init__(self) -> None:
         self.units: dict[str, str] = {ALLOCATED: BYTES, RESERVED: BYTES, TENSORS: OBJECTS}

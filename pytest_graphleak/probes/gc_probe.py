@@ -16,6 +16,7 @@ from pytest_graphleak.probes.base import OBJECTS, BackendProbe
 class GcProbe:
     name = "gc"
     units = {"gc.cyclic_garbage": OBJECTS}  # noqa: RUF012
+    needs_heap = False  # counts through the backends, on fresh objects only
 
     def __init__(self, backends: Sequence[BackendProbe]) -> None:
         self._backends = list(backends)

@@ -27,6 +27,9 @@ class TorchProbe:
         "torch.nodes": OBJECTS,
         "torch.storage_bytes": BYTES,
     }
+    #: Tensors alive before the check (``total`` in ``total += loss``) carry graphs that
+    #: grow without any new Python object: they are found once in the whole heap.
+    needs_heap = True
 
     def __init__(self) -> None:
         # id -> weak reference; not a WeakSet: a set compares colliding members with
