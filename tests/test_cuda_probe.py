@@ -177,6 +177,18 @@ def test_counts_alive_cuda_tensors_and_keeps_none(fake: FakeCuda) -> None:
     assert watch_kept() is None
 
 
+def test_baseline_absorbs_a_tensor_twice_and_forgets_it_when_it_dies(fake: FakeCuda) -> None:
+    probe = CudaProbe()
+    probe.available()
+    kept, dying = cuda_tensor(), cuda_tensor()
+    probe.start([kept, dying])
+    probe.absorb([kept, dying, kept])  # a set of tensors would compare them elementwise
+    assert probe.sample([])[TENSORS] == 2
+    del dying
+    assert probe.sample([])[TENSORS] == 1
+    probe.stop()
+
+
 # --------------------------------------------------------------------------- the cache rule
 
 

@@ -30,12 +30,12 @@ from __future__ import annotations
 
 import gc
 import sys
-import weakref
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 from pytest_graphleak.probes.base import BYTES, OBJECTS
+from pytest_graphleak.probes.torch_probe import WeakBaseline, tensors_among
 from pytest_graphleak.result import Growth, Verdict
 from pytest_graphleak.verdict import classify
 
@@ -72,9 +72,7 @@ class CudaProbe:
     def __init__(self) -> None:
         self.units: dict[str, str] = {ALLOCATED: BYTES, RESERVED: BYTES, TENSORS: OBJECTS}
         self._devices: list[int] = []
-        self._baseline: weakref.WeakSet[Any] = weakref.WeakSet()
-        self._unweakrefable = 0
-        self._is_tensor: dict[type, bool] = {}
+        self._baseline = WeakBaseline()
         #: metric -> value after cleaning at the end of warmup (plain numbers only).
         self._clean_baseline: dict[str, float] = {}
 
@@ -90,29 +88,25 @@ class CudaProbe:
 
     # -- protocol ----------------------------------------------------------------------
     def start(self, heap: Sequence[object]) -> None:
-        self._baseline = weakref.WeakSet()
-        self._unweakrefable = 0
-        self._add_to_baseline(heap)
+        self._baseline = WeakBaseline()
+        self._baseline.add(_cuda_tensors(heap))
         self._clean_baseline = self.clean_and_query(requeries=1, collect=False)
 
     def absorb(self, fresh: Sequence[object]) -> None:
         """End of warmup: fresh CUDA tensors join the baseline; the clean baseline that
         ``confirm`` compares against is taken now, after warmup's one-off allocations."""
-        self._add_to_baseline(fresh)
+        self._baseline.add(_cuda_tensors(fresh))
         self._clean_baseline = self.clean_and_query(requeries=1, collect=False)
 
     def sample(self, fresh: Sequence[object]) -> dict[str, float]:
         self._synchronize()
         values = self._query()
-        values[TENSORS] = float(
-            self._count_cuda_tensors(fresh) + len(self._baseline) + self._unweakrefable
-        )
+        values[TENSORS] = float(len(_cuda_tensors(fresh)) + self._baseline.count())
         return values
 
     def stop(self) -> None:
         # Only plain numbers survive: ``confirm`` may still run after the check.
-        self._baseline = weakref.WeakSet()
-        self._is_tensor.clear()
+        self._baseline = WeakBaseline()
 
     # -- the allocator-cache rule ------------------------------------------------------
     def confirm(self, verdict: Verdict) -> Verdict:
@@ -168,36 +162,9 @@ class CudaProbe:
             if device == current or cuda.memory_reserved(device) > 0:
                 cuda.synchronize(device)
 
-    def _tensors(self, objects: Iterable[object]) -> list[Any]:
-        tensor_type = _torch().Tensor
-        is_tensor = self._is_tensor
-        found: list[Any] = []
-        for obj in objects:
-            kind = type(obj)
-            flag = is_tensor.get(kind)
-            if flag is None:
-                flag = is_tensor[kind] = issubclass(kind, tensor_type)
-            if flag and _on_cuda(obj):
-                found.append(obj)
-        return found
 
-    def _count_cuda_tensors(self, fresh: Iterable[object]) -> int:
-        found = self._tensors(fresh)
-        try:
-            return len(found)
-        finally:
-            found.clear()
-
-    def _add_to_baseline(self, objects: Iterable[object]) -> None:
-        found = self._tensors(objects)
-        try:
-            for tensor in found:
-                try:
-                    self._baseline.add(tensor)
-                except TypeError:
-                    self._unweakrefable += 1
-        finally:
-            found.clear()
+def _cuda_tensors(objects: Sequence[object]) -> list[Any]:
+    return [tensor for tensor in tensors_among(objects) if _on_cuda(tensor)]
 
 
 def _on_cuda(tensor: Any) -> bool:

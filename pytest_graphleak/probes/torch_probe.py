@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from itertools import compress
 from typing import Any
 
@@ -32,11 +32,7 @@ class TorchProbe:
     needs_heap = True
 
     def __init__(self) -> None:
-        # id -> weak reference; not a WeakSet: a set compares colliding members with
-        # ``==``, which for tensors is elementwise and raises on a second absorb.
-        self._baseline: dict[int, weakref.ref[Any]] = {}
-        # Baseline tensors that refuse weak references: counted, assumed to stay alive.
-        self._unweakrefable = 0
+        self._baseline = WeakBaseline()
         # type -> is it a Tensor / an autograd Node; isinstance on torch's metaclasses
         # and on the Node ABC is slow, a dict lookup per object is not.
         self._is_tensor: dict[type, bool] = {}
@@ -65,31 +61,13 @@ class TorchProbe:
 
     # -- protocol ----------------------------------------------------------------------
     def start(self, heap: Sequence[object]) -> None:
-        self._baseline = {}
-        self._unweakrefable = 0
-        # One C-speed pass over the whole heap: every live tensor's type is a subclass of
-        # torch.Tensor, so the closure of __subclasses__() names them all and no pass is
-        # needed to find the heap's distinct types (nor one for node objects: the
-        # baseline keeps tensors only).
-        torch: Any = sys.modules["torch"]
-        self._remember(_pick(heap, _subclasses(torch.Tensor)))
+        self._baseline = WeakBaseline()
+        # The baseline keeps tensors only, so no node pass is needed here.
+        self._baseline.add(tensors_among(heap))
 
     def absorb(self, fresh: Sequence[object]) -> None:
         tensors, _ = self._kinds(fresh)
-        self._remember(tensors)
-
-    def _remember(self, tensors: list[Any]) -> None:
-        baseline = self._baseline
-        forget = baseline.pop
-        for tensor in tensors:
-            key = id(tensor)
-            if key in baseline:
-                continue
-            try:
-                # The callback runs when the tensor dies, before its id can be reused.
-                baseline[key] = weakref.ref(tensor, lambda _ref, key=key: forget(key, None))
-            except TypeError:
-                self._unweakrefable += 1
+        self._baseline.add(tensors)
 
     def collectable(self, fresh: Sequence[object]) -> int:
         # Only fresh tensors can be cyclic garbage: frozen objects are never collected.
@@ -98,11 +76,10 @@ class TorchProbe:
 
     def sample(self, fresh: Sequence[object]) -> dict[str, float]:
         tensors, held_nodes = self._kinds(fresh)
-        alive = (ref() for ref in self._baseline.values())
-        tensors.extend(tensor for tensor in alive if tensor is not None)
+        tensors.extend(self._baseline.alive())
         try:
             return {
-                "torch.tensors": float(len(tensors) + self._unweakrefable),
+                "torch.tensors": float(len(tensors) + self._baseline.unweakrefable),
                 "torch.nodes": float(count_nodes(tensors, held_nodes)),
                 "torch.storage_bytes": float(storage_bytes(tensors)),
             }
@@ -111,9 +88,58 @@ class TorchProbe:
             held_nodes.clear()
 
     def stop(self) -> None:
-        self._baseline = {}
+        self._baseline = WeakBaseline()
         self._is_tensor.clear()
         self._is_node.clear()
+
+
+class WeakBaseline:
+    """Tensors alive before the measured steps, held weakly so they can still die.
+
+    Kept as ``id -> weakref.ref``, not a ``WeakSet``: a set compares colliding members
+    with ``==``, which for tensors is elementwise and raises on a second ``add``.
+    """
+
+    def __init__(self) -> None:
+        self._refs: dict[int, weakref.ref[Any]] = {}
+        #: Tensors that refuse weak references: counted, assumed to stay alive.
+        self.unweakrefable = 0
+
+    def add(self, tensors: list[Any]) -> None:
+        """Remember ``tensors`` (each once) and empty the list, so the caller keeps none."""
+        refs = self._refs
+        forget = refs.pop
+        try:
+            for tensor in tensors:
+                key = id(tensor)
+                if key in refs:
+                    continue
+                try:
+                    # The callback runs when the tensor dies, before its id can be reused.
+                    refs[key] = weakref.ref(tensor, lambda _ref, key=key: forget(key, None))
+                except TypeError:
+                    self.unweakrefable += 1
+        finally:
+            tensors.clear()
+
+    def alive(self) -> Iterator[Any]:
+        """The remembered tensors still alive (strong references while iterated)."""
+        for ref in list(self._refs.values()):
+            tensor = ref()
+            if tensor is not None:
+                yield tensor
+
+    def count(self) -> int:
+        """Remembered tensors alive now, the unweakrefable ones included."""
+        return len(self._refs) + self.unweakrefable
+
+
+def tensors_among(objects: Sequence[object]) -> list[Any]:
+    """The tensors among ``objects``, in one C-speed pass: every live tensor's type is in
+    the closure of ``torch.Tensor.__subclasses__()``, so no pass over the objects' types
+    is needed to find them."""
+    torch: Any = sys.modules["torch"]
+    return _pick(objects, _subclasses(torch.Tensor))
 
 
 def _subclasses(root: type) -> set[type]:
