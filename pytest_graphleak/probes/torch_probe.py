@@ -71,8 +71,9 @@ class TorchProbe:
 
     def collectable(self, fresh: Sequence[object]) -> int:
         # Only fresh tensors can be cyclic garbage: frozen objects are never collected.
-        tensors, _ = self._kinds(fresh)
-        return len(tensors)
+        # Called twice per sample (around gc.collect()), so one counting pass, no list.
+        torch: Any = sys.modules["torch"]
+        return sum(map(_subclasses(torch.Tensor).__contains__, map(type, fresh)))
 
     def sample(self, fresh: Sequence[object]) -> dict[str, float]:
         tensors, held_nodes = self._kinds(fresh)
