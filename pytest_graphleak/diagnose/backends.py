@@ -44,6 +44,16 @@ class Backend:
         raise NotImplementedError
 
     def edges(self, obj: Any) -> Iterator[tuple[Edge, object]]:
+        kind = self.kind(obj)
+        if kind == TENSOR:
+            yield from self._tensor_edges(obj)
+        elif kind == NODE:
+            yield from self._node_edges(obj)
+
+    def _tensor_edges(self, t: Any) -> Iterator[tuple[Edge, object]]:
+        raise NotImplementedError
+
+    def _node_edges(self, node: Any) -> Iterator[tuple[Edge, object]]:
         raise NotImplementedError
 
     def node_name(self, node: Any) -> str:
@@ -65,6 +75,13 @@ def _shape(t: Any) -> str:
         return str(tuple(int(n) for n in t.shape))
     except Exception:
         return "?"
+
+
+def _attr_edges(attrs: dict[Any, Any] | None) -> Iterator[tuple[Edge, object]]:
+    """One ``attr`` edge per user attribute (a copy: the dict may change meanwhile)."""
+    if attrs:
+        for key, value in list(attrs.items()):
+            yield Edge("attr", str(key)), value
 
 
 class TorchBackend(Backend):
@@ -112,13 +129,6 @@ class TorchBackend(Backend):
             probe = torch.zeros((), requires_grad=True).mul(1)
         return int(probe.grad_fn._sequence_nr()) + 1
 
-    def edges(self, obj: Any) -> Iterator[tuple[Edge, object]]:
-        kind = self.kind(obj)
-        if kind == TENSOR:
-            yield from self._tensor_edges(obj)
-        elif kind == NODE:
-            yield from self._node_edges(obj)
-
     def _tensor_edges(self, t: Any) -> Iterator[tuple[Edge, object]]:
         grad_fn = t.grad_fn
         if grad_fn is not None:
@@ -135,10 +145,7 @@ class TorchBackend(Backend):
             base = None
         if base is not None:
             yield Edge("attr", "_base"), base
-        attrs = getattr(t, "__dict__", None)
-        if attrs:
-            for key, value in list(attrs.items()):
-                yield Edge("attr", str(key)), value
+        yield from _attr_edges(getattr(t, "__dict__", None))
 
     def _node_edges(self, node: Any) -> Iterator[tuple[Edge, object]]:
         try:
@@ -151,10 +158,8 @@ class TorchBackend(Backend):
         variable = getattr(node, "variable", None)  # AccumulateGrad -> its leaf
         if variable is not None:
             yield Edge("attr", "variable"), variable
-        attrs = getattr(node, "__dict__", None)  # ctx attributes of a custom Function
-        if attrs:
-            for key, value in list(attrs.items()):
-                yield Edge("attr", str(key)), value
+        # ctx attributes of a custom Function
+        yield from _attr_edges(getattr(node, "__dict__", None))
 
 
 class MinigradBackend(Backend):
@@ -191,13 +196,6 @@ class MinigradBackend(Backend):
         except Exception:
             return None
 
-    def edges(self, obj: Any) -> Iterator[tuple[Edge, object]]:
-        kind = self.kind(obj)
-        if kind == TENSOR:
-            yield from self._tensor_edges(obj)
-        elif kind == NODE:
-            yield from self._node_edges(obj)
-
     def _tensor_edges(self, t: Any) -> Iterator[tuple[Edge, object]]:
         # The handle's internals (TensorImpl, AutogradMeta) are shown as the public
         # attributes they stand for: grad_fn, grad, hooks.
@@ -209,10 +207,7 @@ class MinigradBackend(Backend):
                 yield Edge("attr", "grad"), meta.grad
             if meta.hooks:
                 yield Edge("attr", "hooks"), meta.hooks
-        attrs = t.__dict__
-        if attrs:
-            for key, value in list(attrs.items()):
-                yield Edge("attr", str(key)), value
+        yield from _attr_edges(t.__dict__)
 
     def _node_edges(self, node: Any) -> Iterator[tuple[Edge, object]]:
         for i, child in enumerate(node.next_nodes or ()):
