@@ -152,7 +152,9 @@ def test_keeping_evaluated_graphs_grows_nodes_by_a_whole_graph_per_step(gc_off: 
 
 def test_rnn_with_retained_graph_grows_every_step(gc_off: None) -> None:
     series = alive_series(rnn_step(detach=False), steps=20)
-    assert series[-1]["Node"] > series[5]["Node"] + 14 * 8  # the hidden state's history piles up
+    # The hidden state's history piles up: each step keeps at least a node per time step.
+    growth = [b["Node"] - a["Node"] for a, b in itertools.pairwise(series)]
+    assert all(g >= 8 for g in growth), growth
 
 
 def test_hook_capturing_its_own_tensor_is_a_cycle_only_gc_frees(gc_off: None) -> None:
