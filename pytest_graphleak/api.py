@@ -50,6 +50,19 @@ def step_error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}{at}"
 
 
+def error_result(name: str, *, steps: int, warmup: int, exc: BaseException) -> CheckResult:
+    """The result of a check whose step raised: no series and no verdict."""
+    return CheckResult(
+        name=name,
+        steps=steps,
+        warmup=warmup,
+        series={},
+        units={},
+        verdict=Verdict(leaked=False, reason="the step raised; no verdict"),
+        error=step_error_text(exc),
+    )
+
+
 def explain(
     verdict: Verdict,
     *,
@@ -202,15 +215,7 @@ def check(
     except Exception as exc:
         if raise_on_leak:
             raise
-        return CheckResult(
-            name=label,
-            steps=resolved.steps,
-            warmup=resolved.warmup,
-            series={},
-            units={},
-            verdict=Verdict(leaked=False, reason="the step raised; no verdict"),
-            error=step_error_text(exc),
-        )
+        return error_result(label, steps=resolved.steps, warmup=resolved.warmup, exc=exc)
     if raise_on_leak and result.leaked:
         raise GraphLeakError(render_text(result), result)
     return result

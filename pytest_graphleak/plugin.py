@@ -21,7 +21,7 @@ from pytest_graphleak import api, options
 from pytest_graphleak.api import GraphLeakError, Track
 from pytest_graphleak.options import OptionError, Settings
 from pytest_graphleak.report.text import render_text
-from pytest_graphleak.result import CheckResult, Verdict
+from pytest_graphleak.result import CheckResult
 
 MARKER = "no_graph_growth"
 
@@ -303,23 +303,14 @@ def _run_and_record(
     try:
         result = run()
     except Exception as exc:
-        _record(item, _error_result(name or item.nodeid, settings, exc))
+        error = api.error_result(
+            name or item.nodeid, steps=settings.steps, warmup=settings.warmup, exc=exc
+        )
+        _record(item, error)
         raise
     _record(item, result)
     _fail_or_warn(result, settings, from_marker=from_marker)
     return result
-
-
-def _error_result(name: str, settings: Settings, exc: BaseException) -> CheckResult:
-    return CheckResult(
-        name=name,
-        steps=settings.steps,
-        warmup=settings.warmup,
-        series={},
-        units={},
-        verdict=Verdict(leaked=False, reason="the step raised; no verdict"),
-        error=api.step_error_text(exc),
-    )
 
 
 def _fail_or_warn(result: CheckResult, settings: Settings, *, from_marker: bool) -> None:

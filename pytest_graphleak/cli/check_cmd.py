@@ -21,7 +21,7 @@ from pytest_graphleak.cli.outputs import (
 )
 from pytest_graphleak.cli.summary import render_result, verdict_line
 from pytest_graphleak.cli.target import resolve
-from pytest_graphleak.result import CheckResult, Verdict
+from pytest_graphleak.result import CheckResult
 
 
 def run_check(args: argparse.Namespace) -> int:
@@ -69,7 +69,7 @@ def _measure(
     This frame's locals are what the diagnosis sees as "local" roots, so it holds
     nothing but the step.
     """
-    from pytest_graphleak.api import GraphLeakError, check, step_error_text
+    from pytest_graphleak.api import GraphLeakError, check, error_result
     from pytest_graphleak.options import DEFAULT_STEPS, DEFAULT_WARMUP
 
     try:
@@ -84,14 +84,11 @@ def _measure(
             if isinstance(exc, ValueError):
                 raise UsageError(str(exc)) from None
             raise
-        error = CheckResult(
-            name=name,
+        error = error_result(
+            name,
             steps=int(options.get("steps", DEFAULT_STEPS)),
             warmup=int(options.get("warmup", DEFAULT_WARMUP)),
-            series={},
-            units={},
-            verdict=Verdict(leaked=False, reason="the step raised; no verdict"),
-            error=step_error_text(exc),
+            exc=exc,
         )
         return error, exc
 
