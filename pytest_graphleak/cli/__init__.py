@@ -195,12 +195,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _version() -> str:
-    try:
-        from pytest_graphleak import __version__
+    from pytest_graphleak import __version__  # already imported: this module is inside it
 
-        return str(__version__)
-    except ImportError:  # the package is importable without its public API during development
-        return "unknown"
+    return str(__version__)
 
 
 def _run_demo(args: argparse.Namespace) -> int:
