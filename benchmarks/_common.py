@@ -245,6 +245,29 @@ def write_results(
     return target
 
 
+def profile_top(
+    run: Callable[[], object], rows: int, pattern: str | None = None, calls: int = 1
+) -> str:
+    """cProfile of ``calls`` calls of ``run()``: the stats header and the first ``rows`` rows
+    by own time (only functions matching the regex ``pattern``, if given), repo-relative."""
+    import cProfile
+    import io
+    import pstats
+
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(calls):
+        run()
+    profiler.disable()
+    out = io.StringIO()
+    restrictions = (pattern, rows) if pattern else (rows,)
+    pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(*restrictions)
+    lines = [line for line in out.getvalue().splitlines() if line.strip()]
+    start = next(i for i, line in enumerate(lines) if "ncalls" in line)
+    table = lines[start : start + rows + 1]  # the header line, then the rows
+    return "\n".join(line.replace(str(REPO_ROOT) + "/", "") for line in table)
+
+
 def parse_args(description: str, argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument(

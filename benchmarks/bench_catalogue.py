@@ -34,6 +34,7 @@ from _common import (
     fmt_num,
     markdown_table,
     parse_args,
+    profile_top,
     run_pytest,
     verdict_cell,
     write_results,
@@ -63,10 +64,7 @@ def pytest_pyfunc_call(pyfuncitem):
 
 def profile_checks(files: list[Path]) -> str:
     """cProfile of ``check(fixed_step)`` for every example, in this process."""
-    import cProfile
     import importlib.util
-    import io
-    import pstats
 
     import pytest_graphleak
 
@@ -78,17 +76,12 @@ def profile_checks(files: list[Path]) -> str:
         sys.modules[spec.name] = module
         spec.loader.exec_module(module)
         steps.append(module.fixed_step)
-    profiler = cProfile.Profile()
-    profiler.enable()
-    for step in steps:
-        pytest_graphleak.check(step, diagnose=False)
-    profiler.disable()
-    out = io.StringIO()
-    stats = pstats.Stats(profiler, stream=out)
-    stats.sort_stats("tottime").print_stats("pytest_graphleak|built-in method gc", 10)
-    lines = [line for line in out.getvalue().splitlines() if line.strip()]
-    start = next(i for i, line in enumerate(lines) if "ncalls" in line)
-    return "\n".join(line.replace(str(REPO_ROOT) + "/", "") for line in lines[start:start + 11])
+
+    def run() -> None:
+        for step in steps:
+            pytest_graphleak.check(step, diagnose=False)
+
+    return profile_top(run, 10, "pytest_graphleak|built-in method gc")
 
 
 MODES = {

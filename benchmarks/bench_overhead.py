@@ -18,10 +18,7 @@ its time into the step itself, gc work and the probes (cProfile, top functions).
 
 from __future__ import annotations
 
-import cProfile
-import io
 import os
-import pstats
 import re
 import sys
 import tempfile
@@ -39,6 +36,7 @@ from _common import (
     fmt_num,
     markdown_table,
     parse_args,
+    profile_top,
     run_pytest,
     verdict_cell,
     write_results,
@@ -153,17 +151,9 @@ def profile_check() -> str:
     step = _common.torch_mlp_step()
     for _ in range(3):
         step()
-    profiler = cProfile.Profile()
-    profiler.enable()
-    for _ in range(20):
-        pytest_graphleak.check(step)
-    profiler.disable()
-    out = io.StringIO()
-    stats = pstats.Stats(profiler, stream=out)
-    stats.sort_stats("tottime").print_stats("pytest_graphleak|built-in method gc", 12)
-    lines = [line for line in out.getvalue().splitlines() if line.strip()]
-    start = next(i for i, line in enumerate(lines) if "ncalls" in line)
-    return "\n".join(line.replace(str(REPO_ROOT) + "/", "") for line in lines[start:start + 13])
+    return profile_top(
+        lambda: pytest_graphleak.check(step), 12, "pytest_graphleak|built-in method gc", calls=20
+    )
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -18,10 +18,7 @@ Target: a torch sample on the 1M heap costs <= 1 ms and >= 100x less than the fu
 
 from __future__ import annotations
 
-import cProfile
 import gc
-import io
-import pstats
 import sys
 import warnings
 from collections.abc import Callable
@@ -32,12 +29,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import (
     HEAP_SIZES,
-    REPO_ROOT,
     Stats,
     fill_heap,
     fmt_num,
     markdown_table,
     parse_args,
+    profile_top,
     ratio,
     time_calls,
     verdict_cell,
@@ -170,18 +167,8 @@ def _time_probe(probe: Any, repeat: int) -> Stats:
 
 
 def _profile(fn: Callable[[], object], calls: int) -> str:
-    profiler = cProfile.Profile()
-    profiler.enable()
-    for _ in range(calls):
-        fn()
-    profiler.disable()
-    out = io.StringIO()
-    pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(10)
-    lines = [line for line in out.getvalue().splitlines() if line.strip()]
-    start = next(i for i, line in enumerate(lines) if "ncalls" in line)
     header = f"{calls} tracker samples on the largest heap, sorted by own time:"
-    rows = [line.replace(str(REPO_ROOT) + "/", "") for line in lines[start:start + 11]]
-    return header + "\n" + "\n".join(rows)
+    return header + "\n" + profile_top(fn, 10, calls=calls)
 
 
 def main(argv: list[str] | None = None) -> None:
