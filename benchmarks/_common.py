@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 # One BLAS/OpenMP thread, set before numpy or torch is imported (see ``pin_threads``);
 # inherited by the pytest subprocesses the benchmarks start.
@@ -404,21 +405,7 @@ def leaky_torch_step(every: int = 1) -> tuple[Callable[[], float], list[object]]
     import torch
 
     pin_threads()
-    weight = torch.randn(8, 8, requires_grad=True)
-    x = torch.randn(4, 8)
-    kept: list[object] = []
-    calls = [0]
-
-    def step() -> float:
-        calls[0] += 1
-        loss = (x @ weight).tanh().sum()
-        loss.backward()
-        weight.grad = None
-        if every and calls[0] % every == 0:
-            kept.append(loss)
-        return loss.item()
-
-    return step, kept
+    return _step_keeping_losses(torch.randn(8, 8, requires_grad=True), torch.randn(4, 8), every)
 
 
 def leaky_minigrad_step(every: int = 1) -> tuple[Callable[[], float], list[object]]:
@@ -429,7 +416,13 @@ def leaky_minigrad_step(every: int = 1) -> tuple[Callable[[], float], list[objec
 
     rng = np.random.default_rng(0)
     weight = mg.Tensor(rng.standard_normal((8, 8)), requires_grad=True)
-    x = mg.Tensor(rng.standard_normal((4, 8)))
+    return _step_keeping_losses(weight, mg.Tensor(rng.standard_normal((4, 8))), every)
+
+
+def _step_keeping_losses(
+    weight: Any, x: Any, every: int
+) -> tuple[Callable[[], float], list[object]]:
+    """The step both backends share (their tensors have the same methods)."""
     kept: list[object] = []
     calls = [0]
 
