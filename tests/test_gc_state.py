@@ -34,7 +34,7 @@ class Snapshot:
             gc.isenabled(),
             gc.get_threshold(),
             gc.get_debug(),
-            gc.get_freeze_count(),
+            tracker.user_frozen_count(),  # CPython 3.12 freezes objects of its own
             len(gc.garbage),
         )
 

@@ -13,7 +13,7 @@ mg = pytest.importorskip("minigrad")
 
 
 def gc_state() -> tuple[object, ...]:
-    return gc.isenabled(), gc.get_threshold(), gc.get_debug(), gc.get_freeze_count()
+    return gc.isenabled(), gc.get_threshold(), gc.get_debug(), tracker.user_frozen_count()
 
 
 @pytest.fixture
