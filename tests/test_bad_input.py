@@ -105,6 +105,21 @@ def test_bad_marker_arguments_are_one_usage_error_naming_test_argument_and_sourc
         assert argument in line and value in line and why in line, (nodeid, line)
     assert "test_good_one" not in text
     assert "passed" not in result.stdout.str()  # nothing ran
+    # the exact wording: marker with its arguments, test id, then what is wrong
+    on = "@pytest.mark.no_graph_growth"
+    result.stderr.fnmatch_lines(
+        [
+            f"*graphleak: {on}(steps=0) on test_bad.py::test_zero_steps: "
+            "steps must be an integer >= 1, got 0",
+            f"graphleak: {on}(warmup=-1) on test_bad.py::test_negative_warmup: "
+            "warmup must be an integer >= 0, got -1",
+            f"graphleak: {on}(steps='10') on test_bad.py::test_string_steps: "
+            "steps must be an integer >= 1, got '10'",
+            f"graphleak: {on}(stepz=10) on test_bad.py::test_unknown_keyword: unknown keyword "
+            "argument 'stepz'; expected one of steps, warmup, rss_tolerance, probes",
+            f"graphleak: {on} on test_bad.py::test_positional: takes keyword arguments only*",
+        ]
+    )
 
 
 # ------------------------------------------------------------ odd tests, one run
