@@ -104,9 +104,18 @@ def measure(
 ) -> CheckResult:
     """tracker -> verdict -> diagnosis. The step's own exception propagates (annotated).
 
-    ``roots`` is called only on a leak, so nothing is gathered for a clean run.
+    ``roots`` gives what the step can reach: its values are walked once at the start
+    (the tensors alive before the check, see ``reach``) and, on a leak, labelled in the
+    diagnosis's reference chains.
     """
-    series = tracker.run(step, steps=settings.steps, warmup=settings.warmup, probes=settings.probes)
+    series = tracker.run(
+        step,
+        steps=settings.steps,
+        warmup=settings.warmup,
+        probes=settings.probes,
+        start_scan=settings.start_scan,
+        roots=list(roots().values()) if roots else (),
+    )
     return _conclude(series, settings=settings, name=name, steps=settings.steps,
                      diagnose_step=diagnose_step, roots=roots, exclude=exclude)  # fmt: skip
 
@@ -171,9 +180,7 @@ def caller_roots(frame: Any, exclude: Collection[int]) -> dict[str, object]:
     }
 
 
-def roots_of_frame(
-    frame: Any, exclude: Collection[int] = ()
-) -> Callable[[], Mapping[str, object]]:
+def roots_of_frame(frame: Any, exclude: Collection[int] = ()) -> Callable[[], Mapping[str, object]]:
     """Deferred ``caller_roots``: the locals are read only if a leak needs diagnosing."""
     return lambda: caller_roots(frame, exclude)
 
@@ -185,6 +192,7 @@ def check(
     warmup: int | None = None,
     rss_tolerance: float | str | None = None,
     probes: str | Sequence[str] | None = None,
+    start_scan: str | None = None,
     name: str | None = None,
     raise_on_leak: bool = False,
     diagnose: bool = True,
@@ -200,7 +208,7 @@ def check(
     label = name or getattr(step, "__qualname__", None) or repr(step)
     resolved = _settings(
         f"check({label})", settings, steps=steps, warmup=warmup,
-        rss_tolerance=rss_tolerance, probes=probes,
+        rss_tolerance=rss_tolerance, probes=probes, start_scan=start_scan,
     )  # fmt: skip
     if not diagnose:
         resolved = dataclasses.replace(resolved, diagnose=False)
@@ -254,8 +262,15 @@ class Track:
     def __enter__(self) -> Track:
         if self._sampler is not None:
             raise RuntimeError("a track() block cannot be entered twice")
-        self._sampler = tracker.Sampler(warmup=self._settings.warmup, probes=self._settings.probes)
-        self._sampler.begin()
+        self._sampler = tracker.Sampler(
+            warmup=self._settings.warmup,
+            probes=self._settings.probes,
+            start_scan=self._settings.start_scan,
+        )
+        # The loop's state is in the caller's locals and globals: walk from them.
+        frame = sys._getframe(1)
+        self._sampler.begin([*frame.f_locals.values(), frame.f_globals])
+        del frame
         return self
 
     def step(self) -> None:
@@ -302,12 +317,14 @@ def track(
     warmup: int | None = None,
     rss_tolerance: float | str | None = None,
     probes: str | Sequence[str] | None = None,
+    start_scan: str | None = None,
     name: str = "track()",
     raise_on_leak: bool = False,
     settings: Settings | None = None,
 ) -> Track:
     """A context manager measuring a hand-written loop; see ``Track``."""
-    resolved = _settings(name, settings, warmup=warmup, rss_tolerance=rss_tolerance, probes=probes)
+    resolved = _settings(name, settings, warmup=warmup, rss_tolerance=rss_tolerance,
+                         probes=probes, start_scan=start_scan)  # fmt: skip
     return Track(settings=resolved, name=name, raise_on_leak=raise_on_leak)
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_graphleak.probes import PROBE_NAMES
+from pytest_graphleak.tracker import START_SCANS
 
 DEFAULT_STEPS = 16
 DEFAULT_WARMUP = 3
@@ -86,6 +87,12 @@ def _probes(key: str, value: object) -> tuple[str, ...] | None:
     return tuple(names)
 
 
+def _start_scan(key: str, value: object) -> str:
+    if value not in START_SCANS:
+        raise OptionError(f"{key} must be one of {', '.join(START_SCANS)}, got {value!r}")
+    return str(value)
+
+
 # -- text (command line, ini file) -> Python value ---------------------------------------
 def _text_int(text: str) -> object:
     try:
@@ -152,6 +159,15 @@ OPTIONS: tuple[Option, ...] = (
         _probes, _text_as_is, None, metavar="NAMES",
     ),
     Option(
+        "start_scan", "--graphleak-start-scan", "graphleak_start_scan",
+        "how a check finds the tensors alive before its first step, whose graphs can grow "
+        "in place (total += loss): 'roots' walks what the test reaches (fixture values, "
+        "self, the step's closure and globals, the user's modules; falls back to 'heap' "
+        "past 100k objects) or 'heap' scans every object, O(heap) per check, for tensors "
+        "reachable only from a library's globals (default: roots)",
+        _start_scan, lambda text: text.strip(), "roots", metavar="roots|heap",
+    ),
+    Option(
         "warn_only", "--graphleak-warn-only", "graphleak_warn_only",
         "report leaks (warning, summary, reports) without failing the tests",
         _bool, _text_bool, False, marker_keyword=False,
@@ -176,6 +192,7 @@ class Settings:
     warmup: int = DEFAULT_WARMUP
     rss_tolerance: float = float(DEFAULT_RSS_TOLERANCE)
     probes: tuple[str, ...] | None = None
+    start_scan: str = "roots"
     warn_only: bool = False
     diagnose: bool = True
     #: key -> where the value came from, for error messages ("default" when absent).

@@ -44,14 +44,18 @@ def no_graph_growth(
     warmup: int | None = None,
     rss_tolerance: int | float | str | None = None,
     probes: str | list[str] | None = None,
+    start_scan: str | None = None,
     world_size: int = 1,
 ) -> None:
     """the test body is ONE training step. With --graphleak it is called warmup + steps times with the same fixture values and fails when alive tensors, graph nodes, cyclic garbage or memory keep growing; the failure names the pattern (list-accumulation, retained-grad-fn, cycle, memory-growth). Without --graphleak the test runs once. world_size=N > 1: the test function is a step factory run on N torch.distributed ranks (gloo), each rank checked."""  # noqa: E501
 
 
+_MARKER_METAVARS = {"rss_tolerance": "SIZE", "probes": "NAMES", "start_scan": "roots|heap"}
+
+
 def _marker_line() -> str:
     params = ", ".join(
-        f"{name}={'SIZE' if name == 'rss_tolerance' else 'NAMES' if name == 'probes' else 'N'}"
+        f"{name}={_MARKER_METAVARS.get(name, 'N')}"
         for name in inspect.signature(no_graph_growth).parameters
     )
     return f"{MARKER}({params}): {inspect.getdoc(no_graph_growth)}"
@@ -379,6 +383,7 @@ class GraphleakFixture:
         warmup: int | None = None,
         rss_tolerance: int | float | str | None = None,
         probes: str | list[str] | None = None,
+        start_scan: str | None = None,
     ) -> CheckResult:
         """Run ``step`` warmup + steps times; fail the test if it leaks."""
         __tracebackhide__ = True
@@ -386,8 +391,9 @@ class GraphleakFixture:
             raise TypeError(f"graphleak.check(step): step must be callable, got {step!r}")
         settings = self._resolve(
             "check()",
-            {"steps": steps, "warmup": warmup, "rss_tolerance": rss_tolerance, "probes": probes},
-        )
+            {"steps": steps, "warmup": warmup, "rss_tolerance": rss_tolerance, "probes": probes,
+             "start_scan": start_scan},
+        )  # fmt: skip
         self._checks += 1
         label = getattr(step, "__qualname__", "step")
         name = f"{self._item.nodeid}::check({label})"
@@ -413,10 +419,14 @@ class GraphleakFixture:
         warmup: int | None = None,
         rss_tolerance: int | float | str | None = None,
         probes: str | list[str] | None = None,
+        start_scan: str | None = None,
     ) -> Track:
         """``with graphleak.track(warmup=3) as t:`` ... ``t.step()`` after each step."""
-        settings = self._resolve("track()", {"warmup": warmup, "rss_tolerance": rss_tolerance,
-                                             "probes": probes})  # fmt: skip
+        settings = self._resolve(
+            "track()",
+            {"warmup": warmup, "rss_tolerance": rss_tolerance, "probes": probes,
+             "start_scan": start_scan},
+        )  # fmt: skip
         self._checks += 1
         name = f"{self._item.nodeid}::track({self._checks})"
 

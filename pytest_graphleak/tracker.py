@@ -8,7 +8,8 @@ The tracker owns every change to the garbage collector's state and puts it back 
 * debug flags are cleared (``DEBUG_SAVEALL`` would keep every collected object alive);
 * ``gc.freeze()`` before the first step and again at the end of warmup, so each sample
   sees only the objects created since (O(new objects), not O(heap)); ``gc.unfreeze()``
-  at the end.
+  at the end. Before the first freeze the probes get their start set: the objects the
+  step reaches (``reach.py``), or the whole heap with ``start_scan="heap"``.
 
 When the user has frozen objects before the check (``user_froze_objects()``, e.g. a
 forking server after start-up), the tracker does not freeze at all: gc cannot unfreeze
@@ -26,16 +27,21 @@ from __future__ import annotations
 import contextlib
 import gc
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from pytest_graphleak.probes import GcProbe, Probe, make_probes
+from pytest_graphleak.reach import reachable
 from pytest_graphleak.result import Verdict
 
 #: The freeze count when the plugin was imported (before any conftest runs). CPython 3.12
 #: keeps a few hundred objects of its own in the permanent generation and puts them back
 #: by itself after an unfreeze, so only a count above this means the user froze objects.
 _INTERPRETER_FROZEN = gc.get_freeze_count()
+
+
+#: How a check finds what was alive before it (``Sampler.begin``).
+START_SCANS = ("roots", "heap")
 
 
 def user_frozen_count() -> int:
@@ -82,6 +88,10 @@ class Series:
     #: Probe hooks that re-check a leak verdict after the run (the CUDA probe's
     #: allocator-cache rule); they hold plain numbers only, never measured objects.
     confirmers: list[Callable[[Verdict], Verdict]] = field(default_factory=list)
+    #: How the probes' start set was found: "roots" (what the step reaches), "heap"
+    #: (every object), or "none" (no active probe needs one); and how many objects.
+    start_scan: str = "none"
+    start_objects: int = 0
 
 
 def annotate_step_error(exc: BaseException, call: int, warmup: int, planned: int | None) -> None:
@@ -104,10 +114,15 @@ class Sampler:
     ``begin()`` -> (``after_step()`` after each step) -> ``end()`` in ``finally``.
     """
 
-    def __init__(self, *, warmup: int, probes: Sequence[str] | None = None) -> None:
+    def __init__(
+        self, *, warmup: int, probes: Sequence[str] | None = None, start_scan: str = "roots"
+    ) -> None:
         if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
             raise ValueError(f"warmup must be an integer >= 0, got {warmup!r}")
+        if start_scan not in START_SCANS:
+            raise ValueError(f"start_scan must be one of {START_SCANS}, got {start_scan!r}")
         self.warmup = warmup
+        self.start_scan = start_scan
         self._probe_names = probes
         self._probes: list[Probe] = []
         self._state: GcState | None = None
@@ -120,7 +135,11 @@ class Sampler:
     def calls(self) -> int:
         return self.result.calls
 
-    def begin(self) -> None:
+    def begin(self, roots: list[object] | None = None) -> None:
+        """Start measuring. ``roots``: what the step can reach (its function, fixture
+        values, the caller's locals); with ``start_scan="roots"`` the probes' start set
+        is what they reach, else (or with no roots, or past the walk's limit) the heap.
+        The list is emptied, so the check itself holds none of them."""
         self._state = GcState.capture()
         self._started = time.perf_counter()
         try:
@@ -140,12 +159,25 @@ class Sampler:
             # No full collection here: it costs O(heap) on every check. Garbage alive now
             # is frozen with the baseline and stays constant, so it cannot look like growth.
             needs_heap = any(probe.needs_heap for probe in self._probes)
-            self._start_probes(gc.get_objects() if needs_heap else [])
+            self._start_probes(self._start_set(roots) if needs_heap else [])
             gc.freeze()
             self._froze = True
         except BaseException:
             self.end()
             raise
+        finally:
+            if roots is not None:
+                roots.clear()
+
+    def _start_set(self, roots: list[object] | None) -> list[object]:
+        found = None
+        if self.start_scan == "roots" and roots is not None:
+            found = reachable(roots)
+        self.result.start_scan = "heap" if found is None else "roots"
+        if found is None:
+            found = gc.get_objects()
+        self.result.start_objects = len(found)
+        return found
 
     def _start_probes(self, heap: list[object]) -> None:
         try:
@@ -222,17 +254,20 @@ def run(
     steps: int,
     warmup: int,
     probes: Sequence[str] | None = None,
+    start_scan: str = "roots",
+    roots: Iterable[object] = (),
 ) -> Series:
     """Call ``step`` ``warmup + steps`` times, sampling after each call.
 
+    The start set is what ``step`` and ``roots`` reach (see ``Sampler.begin``).
     A step that raises stops the run; its exception propagates unchanged, with a note
     saying at which call it was raised.
     """
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ValueError(f"steps must be an integer >= 1, got {steps!r}")
-    sampler = Sampler(warmup=warmup, probes=probes)
+    sampler = Sampler(warmup=warmup, probes=probes, start_scan=start_scan)
     planned = warmup + steps
-    sampler.begin()
+    sampler.begin([step, *roots])  # a temporary list: begin() empties it
     try:
         for call in range(1, planned + 1):
             try:

@@ -62,6 +62,9 @@ def test_unknown_keyword(): pass
 @pytest.mark.no_graph_growth(10)
 def test_positional(): pass
 
+@pytest.mark.no_graph_growth(start_scan="quick")
+def test_bad_start_scan(): pass
+
 @pytest.mark.no_graph_growth(steps=-3)
 class TestClassMarker:
     def test_method(self): pass
@@ -85,6 +88,7 @@ EXPECTED_ERRORS = {
     "test_bad.py::test_unknown_probe": ("probes", "nvml", "choose from"),
     "test_bad.py::test_unknown_keyword": ("stepz", "stepz", "unknown keyword"),
     "test_bad.py::test_positional": ("positional", "10", "keyword arguments only"),
+    "test_bad.py::test_bad_start_scan": ("start_scan", "'quick'", "roots, heap"),
     "test_bad.py::TestClassMarker::test_method": ("steps", "-3", ">= 1"),
     "test_bad.py::test_param[1]": ("steps", "[0, 1, 2]", "integer"),
     "test_bad.py::test_param[2]": ("steps", "[0, 1, 2]", "integer"),
@@ -116,7 +120,7 @@ def test_bad_marker_arguments_are_one_usage_error_naming_test_argument_and_sourc
             f"graphleak: {on}(steps='10') on test_bad.py::test_string_steps: "
             "steps must be an integer >= 1, got '10'",
             f"graphleak: {on}(stepz=10) on test_bad.py::test_unknown_keyword: unknown keyword "
-            "argument 'stepz'; expected one of steps, warmup, rss_tolerance, probes",
+            "argument 'stepz'; expected one of steps, warmup, rss_tolerance, probes, start_scan",
             f"graphleak: {on} on test_bad.py::test_positional: takes keyword arguments only*",
         ]
     )

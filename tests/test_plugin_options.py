@@ -58,7 +58,7 @@ def test_markers_and_help_document_every_option(pytester: pytest.Pytester) -> No
     result = pytester.runpytest_subprocess("--markers", *FAST)
     result.stdout.fnmatch_lines(
         ["@pytest.mark.no_graph_growth(steps=N, warmup=N, rss_tolerance=SIZE, probes=NAMES, "
-         "world_size=N): the test body is ONE training step.*--graphleak*"]
+         "start_scan=roots|heap, world_size=N): the test body is ONE training step.*--graphleak*"]
     )  # fmt: skip
     result = pytester.runpytest_subprocess("--help", *FAST)
     # one help text per option: the flag and its ini twin show the same words

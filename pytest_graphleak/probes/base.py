@@ -23,8 +23,8 @@ class Probe(Protocol):
     name: str
     #: metric name -> "objects" | "bytes"
     units: dict[str, str]
-    #: Whether ``start`` needs the whole heap. When no active probe does, the check
-    #: skips its one O(heap) scan (a minigrad-only check costs O(new objects) throughout).
+    #: Whether ``start`` needs the objects alive before the check. When no active probe
+    #: does, the check skips its start walk (a minigrad-only check is O(new objects)).
     needs_heap: bool
 
     def available(self) -> bool:
@@ -32,8 +32,9 @@ class Probe(Protocol):
         ...
 
     def start(self, heap: Sequence[object]) -> None:
-        """Called once before the first step with every gc-tracked object (one O(heap)
-        scan per check, just before the first ``gc.freeze()``)."""
+        """Called once before the first step (just before the first ``gc.freeze()``) with
+        the start set: what the step reaches, or every gc-tracked object when the check
+        scans the heap (``start_scan="heap"``)."""
         ...
 
     def absorb(self, fresh: Sequence[object]) -> None:

@@ -1,10 +1,19 @@
-"""Process memory: resident set size via psutil."""
+"""Process memory: resident set size.
+
+psutil gives RSS everywhere. On Linux the probe reads ``/proc/self/statm`` itself through
+a descriptor kept open for the check (what psutil reads too, without a new file object,
+parser and named tuple per sample: 3 us instead of 30 us, paid after every step).
+"""
 
 from __future__ import annotations
 
+import contextlib
+import os
 from collections.abc import Sequence
 
 from pytest_graphleak.probes.base import BYTES, PassiveProbe
+
+_STATM = "/proc/self/statm"
 
 
 class ProcessProbe(PassiveProbe):
@@ -13,6 +22,8 @@ class ProcessProbe(PassiveProbe):
 
     def __init__(self) -> None:
         self._process: object | None = None
+        self._statm: int | None = None  # open descriptor of /proc/self/statm
+        self._page = 0
 
     def available(self) -> bool:
         try:
@@ -22,8 +33,30 @@ class ProcessProbe(PassiveProbe):
         self._process = psutil.Process()
         return True
 
+    def start(self, heap: Sequence[object]) -> None:
+        self.stop()
+        try:
+            self._page = os.sysconf("SC_PAGE_SIZE")
+            self._statm = os.open(_STATM, os.O_RDONLY)
+            _resident_pages(self._statm)  # a format we cannot read: psutil instead
+        except (OSError, AttributeError, ValueError, IndexError):
+            self.stop()
+
     def sample(self, fresh: Sequence[object]) -> dict[str, float]:
+        if self._statm is not None:
+            return {"process.rss_bytes": float(_resident_pages(self._statm) * self._page)}
         import psutil
 
         process = self._process if isinstance(self._process, psutil.Process) else psutil.Process()
         return {"process.rss_bytes": float(process.memory_info().rss)}
+
+    def stop(self) -> None:
+        if self._statm is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._statm)
+            self._statm = None
+
+
+def _resident_pages(descriptor: int) -> int:
+    # statm: size resident shared text lib data dt, in pages
+    return int(os.pread(descriptor, 128, 0).split()[1])

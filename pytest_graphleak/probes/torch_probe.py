@@ -1,8 +1,8 @@
 """torch: alive tensors, autograd graph nodes and bytes of unique tensor storages.
 
-Tensors are found among the gc-tracked objects: the whole heap once at ``start`` (kept
-as weak references by id, so tensors that die later stop counting), then only the
-objects created since the last ``gc.freeze()``. Graph nodes are counted by walking
+Tensors are found among the gc-tracked objects: the start set once at ``start`` (what
+the step reaches, or the whole heap; kept as weak references by id, so tensors that die
+later stop counting), then only the objects created since the last ``gc.freeze()``. Graph nodes are counted by walking
 ``grad_fn.next_functions`` from every live tensor and from node objects held directly:
 node wrappers exist only while someone holds them, so scanning gc for nodes undercounts.
 Nodes are deduplicated by ``id`` during one walk (the walk holds them meanwhile, so ids
@@ -28,7 +28,7 @@ class TorchProbe:
         "torch.storage_bytes": BYTES,
     }
     #: Tensors alive before the check (``total`` in ``total += loss``) carry graphs that
-    #: grow without any new Python object: they are found once in the whole heap.
+    #: grow without any new Python object: they are found once, in the start set.
     needs_heap = True
 
     def __init__(self) -> None:
@@ -37,6 +37,9 @@ class TorchProbe:
         # and on the Node ABC is slow, a dict lookup per object is not.
         self._is_tensor: dict[type, bool] = {}
         self._is_node: dict[type, bool] = {}
+        #: torch.Tensor and its subclasses, found once per check (at start and again at
+        #: the end of warmup, for subclasses a step defines) rather than in every sample.
+        self._tensor_types: set[type] = set()
 
     def available(self) -> bool:
         return "torch" in sys.modules
@@ -62,18 +65,21 @@ class TorchProbe:
     # -- protocol ----------------------------------------------------------------------
     def start(self, heap: Sequence[object]) -> None:
         self._baseline = WeakBaseline()
+        self._tensor_types = _subclasses(sys.modules["torch"].Tensor)
         # The baseline keeps tensors only, so no node pass is needed here.
-        self._baseline.add(tensors_among(heap))
+        self._baseline.add(_pick(heap, self._tensor_types))
 
     def absorb(self, fresh: Sequence[object]) -> None:
+        self._tensor_types = _subclasses(sys.modules["torch"].Tensor)
         tensors, _ = self._kinds(fresh)
         self._baseline.add(tensors)
 
     def collectable(self, fresh: Sequence[object]) -> int:
         # Only fresh tensors can be cyclic garbage: frozen objects are never collected.
         # Called twice per sample (around gc.collect()), so one counting pass, no list.
-        torch: Any = sys.modules["torch"]
-        return sum(map(_subclasses(torch.Tensor).__contains__, map(type, fresh)))
+        # (Empty when only the gc probe was asked for: then this probe was never started.)
+        kinds = self._tensor_types or _subclasses(sys.modules["torch"].Tensor)
+        return sum(map(kinds.__contains__, map(type, fresh)))
 
     def sample(self, fresh: Sequence[object]) -> dict[str, float]:
         tensors, held_nodes = self._kinds(fresh)
@@ -92,6 +98,7 @@ class TorchProbe:
         self._baseline = WeakBaseline()
         self._is_tensor.clear()
         self._is_node.clear()
+        self._tensor_types = set()
 
 
 class WeakBaseline:

@@ -1,0 +1,164 @@
+"""The objects a step can reach before the check starts: the probes' start set.
+
+A tensor made before the check can carry a graph that grows without any new Python
+object (``total += loss`` on a fixture's tensor), so the torch probe must know the
+tensors alive at the start. Scanning the whole heap for them costs O(heap) per check
+(25 to 120 ms on a pytest + torch process). A step can only grow a graph on a tensor it
+can reach, so the tracker walks what the step reaches instead: its fixture values,
+``self``, the step function's closure, defaults and globals, and the caller's locals.
+
+The walk stays in the user's world: it enters containers, instances, closures and the
+globals of the user's own modules, but not the standard library's or the installed
+packages' module globals, their classes, code objects, frames, or pytest's and the
+plugin's own objects (``request`` reaches every test of the session). Past ``limit``
+objects it gives up and the caller scans the whole heap, so a fixture holding a huge
+dataset costs at worst one walk of ``limit`` objects more than the old scan.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import site
+import sys
+import sysconfig
+import types
+from collections.abc import Iterable
+from functools import cache
+from typing import Any
+
+#: Objects walked before giving up (then the caller scans the whole heap instead).
+DEFAULT_LIMIT = 100_000
+
+#: Packages whose objects are never entered: pytest's and the plugin's own.
+_PRIVATE = ("_pytest", "pytest", "pluggy", "pytest_graphleak")
+
+#: Never entered: what they refer to is code, interpreter state or the call stack.
+_OPAQUE: frozenset[type] = frozenset(
+    (
+        types.CodeType,
+        types.FrameType,
+        types.TracebackType,
+        types.BuiltinFunctionType,
+        types.GetSetDescriptorType,
+        types.MemberDescriptorType,
+        types.WrapperDescriptorType,
+        types.MethodWrapperType,
+        types.MethodDescriptorType,
+        types.ClassMethodDescriptorType,
+    )
+)
+
+
+@cache
+def _library_prefixes() -> tuple[str, ...]:
+    """Where the standard library and installed packages live."""
+    paths = sysconfig.get_paths()
+    found = {paths[key] for key in ("stdlib", "platstdlib", "purelib", "platlib") if key in paths}
+    with contextlib.suppress(AttributeError):  # virtualenv's old site.py lacks it
+        found.update(site.getsitepackages())
+    user_site = site.getusersitepackages() if site.ENABLE_USER_SITE else None
+    if isinstance(user_site, str):
+        found.add(user_site)
+    return tuple(os.path.join(os.path.realpath(p), "") for p in found if p)
+
+
+def _is_user_file(path: object) -> bool:
+    if not isinstance(path, str) or not path or path.startswith("<"):
+        return False
+    return not os.path.realpath(path).startswith(_library_prefixes())
+
+
+class Reach:
+    """One walk's rules, with per-module decisions cached across walks by module name
+    (never by type or module object: the cache must not keep the user's classes alive)."""
+
+    def __init__(self) -> None:
+        # module name -> is it the user's (not stdlib, not an installed package)
+        self._user_module: dict[str, bool] = {}
+        # module name -> is it pytest's or the plugin's
+        self._private: dict[str, bool] = {}
+
+    def user_module(self, name: object) -> bool:
+        if not isinstance(name, str):
+            return False
+        known = self._user_module.get(name)
+        if known is None:
+            module = sys.modules.get(name)
+            if name == "__main__":
+                return True  # a script or ``python -c``: the user's code either way
+            if module is None:
+                return False  # not cached: it may be imported later
+            known = not self._is_private(name) and _is_user_file(getattr(module, "__file__", None))
+            self._user_module[name] = known
+        return known
+
+    def _is_private(self, module: str) -> bool:
+        known = self._private.get(module)
+        if known is None:
+            known = self._private[module] = module.split(".", 1)[0] in _PRIVATE
+        return known
+
+    def _enters_instances_of(self, kind: type) -> bool:
+        if kind in _OPAQUE:
+            return False
+        module = getattr(kind, "__module__", None)
+        return not isinstance(module, str) or not self._is_private(module)
+
+    def _enters(self, obj: Any) -> bool:
+        kind = type(obj)
+        if kind is dict:
+            # A module's globals dict (reached through a function's __globals__ or a
+            # module): entered only for the user's own modules.
+            if "__spec__" in obj and "__name__" in obj:
+                name = obj["__name__"]
+                module = sys.modules.get(name) if isinstance(name, str) else None
+                if module is not None and getattr(module, "__dict__", None) is obj:
+                    return self.user_module(name)
+            return True
+        if isinstance(obj, types.ModuleType):
+            return self.user_module(obj.__name__)
+        if isinstance(obj, type):
+            # The user's classes hold class attributes; library classes lead to the
+            # library's globals through their methods.
+            return self.user_module(getattr(obj, "__module__", None))
+        return self._enters_instances_of(kind)
+
+    def walk(self, roots: Iterable[object], *, limit: int = DEFAULT_LIMIT) -> list[object] | None:
+        """Every gc-tracked object reachable from ``roots`` under the rules above (roots
+        included), or None when more than ``limit`` were reached. The caller owns the
+        returned list and should clear it when done."""
+        seen: dict[int, object] = {}  # holds what it saw, so ids stay unique meanwhile
+        frontier: list[object] = [root for root in roots if gc.is_tracked(root)]
+        try:
+            while frontier:
+                if len(frontier) > limit:  # one huge container: no need to look further
+                    return None
+                enter: list[object] = []
+                for obj in frontier:
+                    key = id(obj)
+                    if key in seen:
+                        continue
+                    seen[key] = obj
+                    if self._enters(obj):
+                        enter.append(obj)
+                if len(seen) > limit:
+                    return None
+                frontier.clear()
+                # One C call for the whole level; untracked objects (numbers, strings,
+                # containers of them) hold nothing a step could grow.
+                frontier = list(filter(gc.is_tracked, gc.get_referents(*enter)))
+                enter.clear()
+            return list(seen.values())
+        finally:
+            seen.clear()
+            frontier.clear()
+
+
+_REACH = Reach()
+
+
+def reachable(roots: Iterable[object], *, limit: int = DEFAULT_LIMIT) -> list[object] | None:
+    """``Reach.walk`` with the process-wide caches."""
+    return _REACH.walk(roots, limit=limit)

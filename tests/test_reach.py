@@ -1,0 +1,115 @@
+"""The start walk (``pytest_graphleak.reach``): what it enters, what it leaves, its limit."""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import sys
+import sysconfig
+import types
+import weakref
+from collections.abc import Iterator
+
+import pytest
+
+from pytest_graphleak.reach import Reach, reachable
+
+
+class Marker:
+    """A tracked object to look for."""
+
+
+class Holder:
+    def __init__(self, value: object) -> None:
+        self.value = value
+
+
+def ids(objects: list[object] | None) -> set[int]:
+    assert objects is not None
+    try:
+        return {id(obj) for obj in objects}
+    finally:
+        objects.clear()
+
+
+@pytest.fixture
+def module_at(tmp_path, monkeypatch) -> Iterator[types.SimpleNamespace]:
+    """Make modules that look like the user's (a file in tmp_path) or installed (a file
+    under site-packages), registered in sys.modules for the test."""
+
+    def make(name: str, *, installed: bool) -> types.ModuleType:
+        base = sysconfig.get_paths()["purelib"] if installed else str(tmp_path)
+        module = types.ModuleType(name)
+        module.__file__ = os.path.join(base, f"{name}.py")
+        monkeypatch.setitem(sys.modules, name, module)
+        return module
+
+    yield types.SimpleNamespace(make=make)
+
+
+def test_containers_instances_and_closure_cells_are_entered() -> None:
+    deep = Marker()
+    in_cell = Marker()
+    root = {"a": [1, "x", (Holder({"k": deep}),)]}
+
+    def step() -> object:
+        return in_cell
+
+    found = ids(reachable([root, step]))
+    assert id(deep) in found and id(in_cell) in found
+
+
+def test_user_module_globals_are_entered_library_ones_are_not(module_at) -> None:
+    user = module_at.make("graphleak_fake_user_mod", installed=False)
+    library = module_at.make("graphleak_fake_installed_mod", installed=True)
+    user.held = Marker()
+    library.held = Marker()
+    found = ids(reachable([user, library]))
+    assert id(user.held) in found
+    assert id(library.held) not in found
+    # a function's globals follow the same rule (the stdlib's json here)
+    assert id(json._default_encoder) not in ids(reachable([json.dumps]))
+
+
+def test_user_classes_are_entered_library_classes_and_code_are_not(module_at) -> None:
+    user = module_at.make("graphleak_fake_user_cls", installed=False)
+    cls = type("Trainer", (), {"total": Marker(), "__module__": user.__name__})
+    found = ids(reachable([cls()]))
+    assert id(cls.__dict__["total"]) in found
+    frame_local = Marker()
+    frame = sys._getframe()
+    assert id(frame_local) not in ids(reachable([frame, test_reach_holds_nothing.__code__]))
+
+
+def test_pytest_and_plugin_objects_are_not_entered() -> None:
+    hidden = Marker()
+    private = type("Request", (), {"__module__": "_pytest.fixtures"})()
+    private.value = hidden
+    assert id(hidden) not in ids(reachable([private]))
+
+
+def test_past_the_limit_the_walk_gives_up() -> None:
+    many = [[i] for i in range(50)]
+    assert reachable([many], limit=20) is None
+    assert reachable([many], limit=200) is not None
+    # one huge container gives up before looking at its items
+    huge = [[i] for i in range(1000)]
+    assert reachable([huge], limit=100) is None
+
+
+def test_reach_holds_nothing(module_at) -> None:
+    user = module_at.make("graphleak_fake_user_held", installed=False)
+    cls = type("Model", (), {"__module__": user.__name__})
+    instance = cls()
+    instance.weights = [Marker()]
+    walker = Reach()
+    found = walker.walk([instance, cls])
+    assert found is not None
+    found.clear()
+    refs = [weakref.ref(instance), weakref.ref(cls), weakref.ref(instance.weights[0])]
+    del instance, cls, found
+    gc.collect()
+    assert [ref() for ref in refs] == [None, None, None]
+    # the caches key on module names only
+    assert all(isinstance(key, str) for key in walker._user_module)
