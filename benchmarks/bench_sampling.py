@@ -8,8 +8,10 @@ graph-carrying torch tensors (so the node walk has work), half plain containers.
 - one tracker sample (what the tracker does after every measured step: count the
   backends' objects, ``gc.collect()``, ``gc.get_objects()``, every probe's ``sample``);
 - each probe's ``sample(fresh)`` alone, ``gc.collect()`` and ``gc.get_objects()`` alone;
-- the per-check start (``Sampler.begin``: one scan of the whole heap for the tensors
-  alive before the check);
+- the per-check start (``Sampler.begin``, which finds the tensors alive before the
+  check): the default walk from what the step reaches (``start_scan="roots"``), the same
+  walk when the filler is reachable from a root (it gives up past its limit and scans the
+  heap), and the scan of the whole heap (``start_scan="heap"``);
 - the reference: a full ``gc.get_objects()`` scan counting torch tensors, as
   objgraph-style tools do (``objgraph.count("Tensor")``).
 
@@ -83,10 +85,14 @@ class Scenario:
             self.left.append((x * float(i)).tanh().sum())  # a tensor + 3 graph nodes
         self.left.extend([i] for i in range(NEW_OBJECTS - NEW_OBJECTS // 2))
 
-    def sampler(self) -> Any:
+    def sampler(self, start_scan: str = "roots") -> Any:
         from pytest_graphleak.tracker import Sampler
 
-        return Sampler(warmup=1)
+        return Sampler(warmup=1, start_scan=start_scan)
+
+    def roots(self) -> list[object]:
+        """What the plugin hands the tracker: the step and the test's fixture values."""
+        return [self.torch_step, self.weight, self.left]
 
     def close(self) -> None:
         self.left.clear()
@@ -107,17 +113,26 @@ def measure(extra: int, repeat: int) -> dict[str, Any]:
     try:
         tracked = len(gc.get_objects())
         scan = time_calls(full_scan_tensor_count, repeat=max(3, repeat // 30))
-        begin = _time_begin(scenario, repeat=max(3, repeat // 30))
+        few = max(3, repeat // 30)
+        begin = {
+            "begin roots": _time_begin(scenario, few, "roots", scenario.roots),
+            "begin reachable": _time_begin(
+                scenario, few, "roots", lambda: [*scenario.roots(), scenario.filler]
+            ),
+            "begin heap": _time_begin(scenario, few, "heap", scenario.roots),
+        }
 
         sampler = scenario.sampler()
-        sampler.begin()
+        sampler.begin(scenario.roots())
         try:
             scenario.torch_step()
             sampler.after_step()  # the warm-up call: the baseline moves past it (freeze)
             scenario.leave_new_objects()
             fresh_count = len(gc.get_objects())
             results: dict[str, Any] = {
-                "tracked": tracked, "fresh": fresh_count, "scan": scan, "begin": begin,
+                "tracked": tracked, "fresh": fresh_count, "scan": scan,
+                **{name: stats for name, (stats, _) in begin.items()},
+                "notes": {name: note for name, (_, note) in begin.items()},
                 "tracker": time_calls(sampler.after_step, repeat=repeat),
                 "gc.collect": time_calls(gc.collect, repeat=repeat),
                 "gc.get_objects": time_calls(lambda: len(gc.get_objects()), repeat=repeat),
@@ -132,23 +147,30 @@ def measure(extra: int, repeat: int) -> dict[str, Any]:
     return results
 
 
-def _time_begin(scenario: Scenario, repeat: int) -> Stats:
-    """Per-check start cost: Sampler.begin (one scan of the whole heap) and end."""
+def _time_begin(
+    scenario: Scenario, repeat: int, start_scan: str, roots: Callable[[], list[object]]
+) -> tuple[Stats, str]:
+    """Per-check start cost: Sampler.begin (the start walk or heap scan), end untimed.
+    Also returns which start set was used and how many objects it held."""
     samplers: list[Any] = []
+    used: dict[str, int] = {}
 
     def begin() -> None:
-        sampler = scenario.sampler()
-        sampler.begin()
+        sampler = scenario.sampler(start_scan)
+        sampler.begin(roots())
         samplers.append(sampler)
+        kind = sampler.result.start_scan
+        used[kind] = max(used.get(kind, 0), sampler.result.start_objects)
 
     def end() -> None:
         while samplers:
             samplers.pop().end()
 
     try:
-        return time_calls(begin, repeat=repeat, setup=end)
+        stats = time_calls(begin, repeat=repeat, setup=end)
     finally:
         end()
+    return stats, "; ".join(f"{kind}: {count:,} objects" for kind, count in sorted(used.items()))
 
 
 def _time_probe(probe: Any, repeat: int) -> Stats:
@@ -189,18 +211,22 @@ def main(argv: list[str] | None = None) -> None:
         "probe process": "process probe (RSS)",
         "gc.collect": "`gc.collect()` after freeze",
         "gc.get_objects": "`gc.get_objects()` after freeze",
-        "begin": "per-check start (one heap scan), once per check",
+        "begin roots": "per-check start: walk from the step's roots (default), once per check",
+        "begin reachable": "per-check start: the same, with the filler also reachable from a "
+                           "root (past 100k objects the walk gives up and scans the heap)",
+        "begin heap": "per-check start: `start_scan=\"heap\"` (one heap scan)",
         "scan": "REFERENCE: full `gc.get_objects()` scan counting tensors",
     }
     rows = []
-    for name in [*cost_names, "begin", "scan"]:
+    for name in [*cost_names, "begin roots", "begin reachable", "begin heap", "scan"]:
         if not all(name in m for m in measured.values()):
             continue
         cells = [labels[name]]
         for size in sizes:
             stats = measured[size][name]
             unit = "ms" if stats.median >= 1e-3 else "us"
-            cells.append(stats.fmt(unit))
+            note = measured[size]["notes"].get(name, "")
+            cells.append(stats.fmt(unit) + (f" [{note}]" if note else ""))
         rows.append(cells)
     heap_row = ["gc-tracked objects (fresh after the step)"] + [
         f"{measured[s]['tracked']:,} ({measured[s]['fresh']})" for s in sizes]
@@ -233,8 +259,11 @@ def main(argv: list[str] | None = None) -> None:
         "Per-step samples stay flat as the heap grows 100x because the tracker freezes the "
         "heap (`gc.freeze()`) at the start of the check and at the end of warm-up: later "
         "collections and `gc.get_objects()` see only the objects made since. The per-check "
-        "start is O(heap) (one scan to find the tensors alive before the check, whose "
-        "graphs the node walk must follow); it is paid once per check, not per step.\n\n"
+        "start finds the tensors alive before the check (whose graphs can grow in place): by "
+        "default it walks what the step and the test's fixture values reach, so it stays flat "
+        "as the heap grows; when a root reaches more than 100k objects the walk gives up and "
+        "the heap is scanned (O(heap), the same as `start_scan=\"heap\"`). Either is paid "
+        "once per check, not per step.\n\n"
         f"```\n{big['profile']}\n```\n"
         "torch 2.13 keeps the Python wrapper of an autograd node (and of a storage) alive "
         "for as long as the node lives once anyone has asked for it, so after the first "

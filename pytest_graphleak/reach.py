@@ -31,6 +31,9 @@ from typing import Any
 #: Objects walked before giving up (then the caller scans the whole heap instead).
 DEFAULT_LIMIT = 100_000
 
+#: What the walk does with an object, decided once per type and walk.
+_ENTER, _SKIP, _LOOK = 0, 1, 2
+
 #: Packages whose objects are never entered: pytest's and the plugin's own.
 _PRIVATE = ("_pytest", "pytest", "pluggy", "pytest_graphleak")
 
@@ -100,15 +103,18 @@ class Reach:
             known = self._private[module] = module.split(".", 1)[0] in _PRIVATE
         return known
 
-    def _enters_instances_of(self, kind: type) -> bool:
+    def _rule(self, kind: type) -> int:
+        """What to do with objects of this type: _ENTER, _SKIP or _LOOK (per object)."""
+        if kind is dict or issubclass(kind, (types.ModuleType, type)):
+            return _LOOK
         if kind in _OPAQUE:
-            return False
+            return _SKIP
         module = getattr(kind, "__module__", None)
-        return not isinstance(module, str) or not self._is_private(module)
+        return _SKIP if isinstance(module, str) and self._is_private(module) else _ENTER
 
-    def _enters(self, obj: Any) -> bool:
-        kind = type(obj)
-        if kind is dict:
+    def _look(self, obj: Any) -> bool:
+        """Enter this dict, module or class?"""
+        if type(obj) is dict:
             # A module's globals dict (reached through a function's __globals__ or a
             # module): entered only for the user's own modules.
             if "__spec__" in obj and "__name__" in obj:
@@ -119,17 +125,16 @@ class Reach:
             return True
         if isinstance(obj, types.ModuleType):
             return self.user_module(obj.__name__)
-        if isinstance(obj, type):
-            # The user's classes hold class attributes; library classes lead to the
-            # library's globals through their methods.
-            return self.user_module(getattr(obj, "__module__", None))
-        return self._enters_instances_of(kind)
+        # A class: the user's hold class attributes; library classes lead to the
+        # library's globals through their methods.
+        return self.user_module(getattr(obj, "__module__", None))
 
     def walk(self, roots: Iterable[object], *, limit: int = DEFAULT_LIMIT) -> list[object] | None:
         """Every gc-tracked object reachable from ``roots`` under the rules above (roots
         included), or None when more than ``limit`` were reached. The caller owns the
         returned list and should clear it when done."""
         seen: dict[int, object] = {}  # holds what it saw, so ids stay unique meanwhile
+        rules: dict[type, int] = {}  # per walk only: never keeps a class alive after it
         frontier: list[object] = [root for root in roots if gc.is_tracked(root)]
         try:
             while frontier:
@@ -141,7 +146,11 @@ class Reach:
                     if key in seen:
                         continue
                     seen[key] = obj
-                    if self._enters(obj):
+                    kind = type(obj)
+                    rule = rules.get(kind)
+                    if rule is None:
+                        rule = rules[kind] = self._rule(kind)
+                    if rule == _ENTER or (rule == _LOOK and self._look(obj)):
                         enter.append(obj)
                 if len(seen) > limit:
                     return None
@@ -153,6 +162,7 @@ class Reach:
             return list(seen.values())
         finally:
             seen.clear()
+            rules.clear()
             frontier.clear()
 
 

@@ -27,10 +27,9 @@ class ProcessProbe(PassiveProbe):
 
     def available(self) -> bool:
         try:
-            import psutil
+            import psutil  # noqa: F401 - made into a Process only where /proc is unreadable
         except ImportError:  # psutil is a dependency, but a broken install must not crash a run
             return False
-        self._process = psutil.Process()
         return True
 
     def start(self, heap: Sequence[object]) -> None:
@@ -47,8 +46,9 @@ class ProcessProbe(PassiveProbe):
             return {"process.rss_bytes": float(_resident_pages(self._statm) * self._page)}
         import psutil
 
-        process = self._process if isinstance(self._process, psutil.Process) else psutil.Process()
-        return {"process.rss_bytes": float(process.memory_info().rss)}
+        if not isinstance(self._process, psutil.Process):
+            self._process = psutil.Process()
+        return {"process.rss_bytes": float(self._process.memory_info().rss)}
 
     def stop(self) -> None:
         if self._statm is not None:
