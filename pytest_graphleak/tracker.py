@@ -172,7 +172,10 @@ class Sampler:
     def _start_set(self, roots: list[object] | None) -> list[object]:
         found = None
         if self.start_scan == "roots" and roots is not None:
-            found = reachable(roots)
+            try:
+                found = reachable(roots)
+            except Exception:  # an object that breaks the walk's rules: scan the heap
+                found = None
         self.result.start_scan = "heap" if found is None else "roots"
         if found is None:
             found = gc.get_objects()

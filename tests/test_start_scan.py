@@ -186,3 +186,20 @@ def test_marker_finds_tensors_in_fixtures_globals_and_self(pytester: pytest.Pyte
     assert failed == {"test_fixture_dict_leaky", "test_module_global_leaky",
                       "test_attribute_leaky"}  # fmt: skip
     assert result.stdout.str().count("retained-grad-fn") >= 3
+
+
+def test_a_walk_that_fails_falls_back_to_the_heap(weight, fake_module, monkeypatch) -> None:
+    library = fake_module("graphleak_installed_walk_fails", installed=True)
+    library.total = torch.zeros(())
+
+    def broken(roots, **_):
+        raise RuntimeError("an object the walk cannot read")
+
+    monkeypatch.setattr(tracker, "reachable", broken)
+
+    def step() -> None:
+        library.total += _loss(weight)
+
+    series = tracker.run(step, steps=16, warmup=3)
+    assert series.start_scan == "heap"
+    assert series.series["torch.nodes"][-1] > series.series["torch.nodes"][3] + 10

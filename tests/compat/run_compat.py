@@ -52,6 +52,7 @@ DEFAULT_TESTS = [
     "tests/test_gc_state.py",
     "tests/test_verdict_properties.py",
     "tests/test_self_leak.py",
+    "tests/test_reach.py",
 ]
 DEFAULT_VENV_ROOT = (
     Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "pytest-graphleak-compat"
