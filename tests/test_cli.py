@@ -83,6 +83,46 @@ def test_leaky_step_exits_1_with_the_report_and_clean_exits_0(
     assert "minigrad.tensors" in out  # the measured metrics are listed with sparklines
 
 
+LIBRARY_HELD_MODULE = """\
+import os
+import sys
+import sysconfig
+import types
+
+import torch
+
+# A module that looks installed (its file is in site-packages): the start walk does not
+# enter its globals, so only --start-scan heap knows `total` before the first step.
+library = types.ModuleType("graphleak_cli_installed_metrics")
+library.__file__ = os.path.join(sysconfig.get_paths()["purelib"], "graphleak_cli_metrics.py")
+sys.modules[library.__name__] = library
+library.total = torch.zeros(())
+W = torch.ones(4, requires_grad=True)
+
+def inplace_step():
+    library.total += W.sum()  # the same tensor, a longer graph each step
+"""
+
+
+def test_start_scan_heap_finds_a_tensor_only_a_library_holds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("torch")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    (tmp_path / "cli_library_held.py").write_text(LIBRARY_HELD_MODULE)
+    try:
+        code, out, _ = run(capsys, "check", "cli_library_held.py::inplace_step")
+        assert code == EXIT_CLEAN, out  # the documented limit of the default walk
+        code, out, _ = run(capsys, "check", "cli_library_held.py::inplace_step",
+                           "--start-scan", "heap")  # fmt: skip
+        assert code == EXIT_LEAK, out
+        assert "retained-grad-fn" in out and "torch.nodes" in out
+    finally:
+        sys.modules.pop("cli_library_held", None)
+        sys.modules.pop("graphleak_cli_installed_metrics", None)
+
+
 def test_several_targets_quiet_json_html_and_report_round_trip(
     steps_file: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -162,6 +202,8 @@ def test_importing_a_broken_module_exits_3(
         (["check", "{f}::leaky_step", "--steps", "ten"], "expected a whole number, got 'ten'"),
         (["check", "{f}::leaky_step", "--warmup", "-1"], "argument --warmup: must be 0 or more"),
         (["check", "{f}::leaky_step", "--rss-tolerance", "lots"], "rss_tolerance"),
+        (["check", "{f}::leaky_step", "--start-scan", "fast"],
+         "argument --start-scan: invalid choice: 'fast'"),
         (["check", "missing.py::step"], "error: no such file: missing.py"),
         (["check", "{f}::no_such"], "has no function 'no_such'"),
         (["check", "{f}::needs_batch"], "needs arguments (batch)"),

@@ -171,6 +171,10 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--rss-tolerance", metavar="SIZE", default=None,
                        help="RSS growth per step that is not yet a leak, e.g. 2MB "
                             "(default: as the plugin, 1 MiB)")
+    check.add_argument("--start-scan", choices=("roots", "heap"), default=None,
+                       help="how the check finds tensors alive before its first step: "
+                            "'roots' walks what the step reaches (default, as the plugin), "
+                            "'heap' scans every object (for tensors only a library holds)")
     check.add_argument("--json", metavar="PATH", default=None,
                        help="also write the result as a JSON report")
     check.add_argument("--html", metavar="PATH", default=None,

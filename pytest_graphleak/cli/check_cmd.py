@@ -32,7 +32,8 @@ def run_check(args: argparse.Namespace) -> int:
     options: dict[str, Any] = {
         key: value
         for key, value in (("steps", args.steps), ("warmup", args.warmup),
-                           ("rss_tolerance", args.rss_tolerance))
+                           ("rss_tolerance", args.rss_tolerance),
+                           ("start_scan", args.start_scan))
         if value is not None
     }  # fmt: skip
 
