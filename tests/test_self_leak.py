@@ -116,7 +116,9 @@ def test_500_checked_tests_keep_objects_and_rss_flat(many_tests: dict[str, Any])
     """A checked test leaves no more behind than an unchecked one: its result lives in
     the session reporter's spool file, not on pytest's kept reports nor in a dict.
     Before the spool: +20 objects and +5.4 KiB RSS per checked test; the tolerances
-    are well under that and well over the run-to-run noise (RSS within 0.1 KiB)."""
+    are well under that and over the run-to-run noise: RSS within 0.1 KiB on 3.11, but
+    +0.5 KiB quiet and +1.2 KiB under load on 3.13 with pytest 7 (allocator, not objects:
+    the object counts stay equal there)."""
     extra_objects = many_tests["checked_objects"] - many_tests["control_objects"]
     extra_rss = many_tests["checked_rss"] - many_tests["control_rss"]
     numbers = (
@@ -127,7 +129,7 @@ def test_500_checked_tests_keep_objects_and_rss_flat(many_tests: dict[str, Any])
     )
     print(numbers)
     assert extra_objects <= 2, numbers
-    assert extra_rss <= 1024, numbers
+    assert extra_rss <= 2048, numbers
 
 
 # ------------------------------------------------------------ weak references
