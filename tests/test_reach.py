@@ -4,14 +4,8 @@ from __future__ import annotations
 
 import gc
 import json
-import os
 import sys
-import sysconfig
-import types
 import weakref
-from collections.abc import Iterator
-
-import pytest
 
 from pytest_graphleak.reach import Reach, reachable
 
@@ -33,21 +27,6 @@ def ids(objects: list[object] | None) -> set[int]:
         objects.clear()
 
 
-@pytest.fixture
-def module_at(tmp_path, monkeypatch) -> Iterator[types.SimpleNamespace]:
-    """Make modules that look like the user's (a file in tmp_path) or installed (a file
-    under site-packages), registered in sys.modules for the test."""
-
-    def make(name: str, *, installed: bool) -> types.ModuleType:
-        base = sysconfig.get_paths()["purelib"] if installed else str(tmp_path)
-        module = types.ModuleType(name)
-        module.__file__ = os.path.join(base, f"{name}.py")
-        monkeypatch.setitem(sys.modules, name, module)
-        return module
-
-    yield types.SimpleNamespace(make=make)
-
-
 def test_containers_instances_and_closure_cells_are_entered() -> None:
     deep = Marker()
     in_cell = Marker()
@@ -60,9 +39,9 @@ def test_containers_instances_and_closure_cells_are_entered() -> None:
     assert id(deep) in found and id(in_cell) in found
 
 
-def test_user_module_globals_are_entered_library_ones_are_not(module_at) -> None:
-    user = module_at.make("graphleak_fake_user_mod", installed=False)
-    library = module_at.make("graphleak_fake_installed_mod", installed=True)
+def test_user_module_globals_are_entered_library_ones_are_not(fake_module) -> None:
+    user = fake_module("graphleak_fake_user_mod", installed=False)
+    library = fake_module("graphleak_fake_installed_mod", installed=True)
     user.held = Marker()
     library.held = Marker()
     found = ids(reachable([user, library]))
@@ -72,8 +51,8 @@ def test_user_module_globals_are_entered_library_ones_are_not(module_at) -> None
     assert id(json._default_encoder) not in ids(reachable([json.dumps]))
 
 
-def test_user_classes_are_entered_library_classes_and_code_are_not(module_at) -> None:
-    user = module_at.make("graphleak_fake_user_cls", installed=False)
+def test_user_classes_are_entered_library_classes_and_code_are_not(fake_module) -> None:
+    user = fake_module("graphleak_fake_user_cls", installed=False)
     cls = type("Trainer", (), {"total": Marker(), "__module__": user.__name__})
     found = ids(reachable([cls()]))
     assert id(cls.__dict__["total"]) in found
@@ -98,8 +77,8 @@ def test_past_the_limit_the_walk_gives_up() -> None:
     assert reachable([huge], limit=100) is None
 
 
-def test_reach_holds_nothing(module_at) -> None:
-    user = module_at.make("graphleak_fake_user_held", installed=False)
+def test_reach_holds_nothing(fake_module) -> None:
+    user = fake_module("graphleak_fake_user_held", installed=False)
     cls = type("Model", (), {"__module__": user.__name__})
     instance = cls()
     instance.weights = [Marker()]

@@ -7,11 +7,7 @@ tests put the long-lived tensor in each place a training loop keeps one.
 
 from __future__ import annotations
 
-import os
-import sys
-import sysconfig
 import textwrap
-import types
 
 import pytest
 
@@ -30,20 +26,6 @@ def _loss(weight):
 @pytest.fixture
 def weight():
     return torch.ones(4, requires_grad=True)
-
-
-@pytest.fixture
-def fake_module(tmp_path, monkeypatch):
-    """A module in sys.modules whose file is the user's (tmp_path) or installed."""
-
-    def make(name: str, *, installed: bool) -> types.ModuleType:
-        base = sysconfig.get_paths()["purelib"] if installed else str(tmp_path)
-        module = types.ModuleType(name)
-        module.__file__ = os.path.join(base, f"{name}.py")
-        monkeypatch.setitem(sys.modules, name, module)
-        return module
-
-    return make
 
 
 def test_closure_tensor_growing_in_place_is_caught(weight) -> None:
