@@ -29,8 +29,9 @@ FIXES: dict[str, str] = {
         "hooks after use, detach in saved-tensor pack hooks"
     ),
     "memory-growth": (
-        "memory grows while tensor and node counts stay flat: look for caches, "
-        "growing numpy buffers or allocations outside autograd"
+        "memory grows while tensor and node counts stay flat: bound caches and buffers, "
+        "keep running metrics instead of concatenating every step's outputs "
+        "(torch.cat / np.concatenate into a kept array), free allocations outside autograd"
     ),
 }
 

@@ -272,6 +272,50 @@ def test_memory_growth_names_the_allocating_line() -> None:
     assert "cache.append(np.ones(200_000))" in site_lines(d)
 
 
+def test_memory_growth_names_the_container_that_holds_the_bytes() -> None:
+    state: dict[str, list[Any]] = {"log": [], "cache": []}
+
+    def step() -> None:
+        state["log"].append(1.5)  # grows too, but by a few bytes
+        state["cache"].append(np.ones(100_000))  # 800 KB a step
+
+    run(step)
+    d = diagnose(leak_verdict("process.rss_bytes"), step=step, roots={"fixture 'state'": state})
+    assert d.pattern == "memory-growth"
+    assert d.chain[0] == "fixture 'state'" and "['cache']" in " ".join(d.chain), d.chain
+    assert any(note.startswith("grows by 781.") for note in d.notes), d.notes
+    assert all(site.filename == THIS_FILE for site in d.sites), d.sites  # no stdlib frame
+
+
+def test_memory_growth_names_an_array_replaced_by_a_bigger_one() -> None:
+    class Eval:
+        preds = torch.zeros(0, 100)
+
+    loop = Eval()
+
+    def step() -> None:
+        loop.preds = torch.cat((loop.preds, torch.ones(64, 100)))  # same slot, more bytes
+
+    run(step)
+    d = diagnose(leak_verdict("torch.storage_bytes"), step=step, roots={"local 'loop'": loop})
+    assert d.pattern == "memory-growth"
+    assert d.chain[0] == "local 'loop'" and "preds" in " ".join(d.chain), d.chain
+    assert any("25.0 KiB per step" in note and "same place" in note for note in d.notes)
+
+
+def test_memory_growth_finds_a_holder_in_the_steps_closure() -> None:
+    hidden: list[bytes] = []
+
+    def step() -> None:
+        hidden.append(bytes(300_000))
+
+    run(step)
+    d = diagnose(leak_verdict("process.rss_bytes"), step=step, roots={})  # no root given
+    assert d.pattern == "memory-growth"
+    assert d.chain[0] == "closure 'hidden'", d.chain
+    assert "hidden.append(bytes(300_000))" in site_lines(d)
+
+
 def test_without_a_step_the_heap_is_inspected() -> None:
     losses = [torch.ones(1, requires_grad=True) * i for i in range(4)]
     d = diagnose(leak_verdict("torch.tensors"), step=None, roots={"local 'losses'": losses})

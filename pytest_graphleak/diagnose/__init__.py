@@ -28,6 +28,7 @@ from typing import Any
 from pytest_graphleak.diagnose.backends import NODE, TENSOR, Backend, TorchBackend, active_backends
 from pytest_graphleak.diagnose.classify import Facts, classify, only_memory_grew
 from pytest_graphleak.diagnose.edges import ObjectEdges
+from pytest_graphleak.diagnose.memory import growing_holder
 from pytest_graphleak.diagnose.observe import RECORDED_RUNS, RUNS, Leaked, Observation, observe
 from pytest_graphleak.diagnose.render import render_chain, render_cycle, render_dot
 from pytest_graphleak.diagnose.roots import (
@@ -134,6 +135,9 @@ def _diagnose_with_step(
         elif not obs.error:
             notes.insert(0, "no tensor or graph node made by the diagnostic steps stayed alive")
         if pattern == "memory-growth" and only_memory_grew(verdict) and not obs.error:
+            if chain_path is None:
+                chain_path = growing_holder(all_roots, step, walker, notes)
+                chain = render_chain(chain_path, walker) if chain_path is not None else []
             sites = _memory_sites(step, frames, notes)
         if chain_path is None and not cycle and obs.alive:
             notes.append("no chain from a fixture, global, closure or self reaches the leak")

@@ -9,8 +9,8 @@
   with ``mg.creation_site(obj)``.
 - memory: ``tracemalloc`` over two steps, grouped by the first user frame.
 
-"User code" is any frame outside torch, minigrad, numpy, the standard library's
-context managers, pytest, pluggy and this plugin.
+"User code" is any frame outside torch, minigrad, numpy, the standard library, pytest,
+pluggy and this plugin (other installed packages count as the user's).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import contextlib
 import linecache
 import os
 import sys
+import sysconfig
 import tracemalloc
 import types
 import weakref
@@ -55,18 +56,35 @@ def _library_prefixes() -> tuple[str, ...]:
     return tuple(p for p in prefixes if p)
 
 
+def _stdlib_prefixes() -> tuple[str, ...]:
+    """The standard library's directories (its own modules: tracemalloc, copy, ...)."""
+    paths = sysconfig.get_paths()
+    found = {paths.get("stdlib"), paths.get("platstdlib")}
+    return tuple(os.path.join(os.path.abspath(p), "") for p in found if p)
+
+
+def _in_site_packages(path: str) -> bool:
+    return f"{os.sep}site-packages{os.sep}" in path or f"{os.sep}dist-packages{os.sep}" in path
+
+
 class UserFrames:
     """Finds the innermost frame of user code on the current stack."""
 
     def __init__(self) -> None:
         self.prefixes = _library_prefixes()
+        self.stdlib = _stdlib_prefixes()
         self._verdicts: dict[str, bool] = {}
 
     def is_user_file(self, filename: str) -> bool:
         verdict = self._verdicts.get(filename)
         if verdict is None:
             path = filename if filename.startswith("<") else os.path.abspath(filename)
-            verdict = not (path.startswith(self.prefixes) or path.startswith("<frozen"))
+            verdict = not (
+                path.startswith(self.prefixes)
+                or path.startswith("<frozen")
+                # the standard library (not the packages installed inside its directory)
+                or (path.startswith(self.stdlib) and not _in_site_packages(path))
+            )
             self._verdicts[filename] = verdict
         return verdict
 
@@ -193,11 +211,18 @@ def memory_sites(
             tracemalloc.stop()
     grown: Counter[tuple[str, int, str]] = Counter()
     counts: Counter[tuple[str, int, str]] = Counter()
+    plugin = _package_dir(pytest_graphleak) or "\0"
     for stat in after.compare_to(before, "traceback"):
         if stat.size_diff <= 0:
             continue
-        # Frames run from the oldest to the most recent: the last user frame made it.
-        user = next((f for f in reversed(stat.traceback) if frames.is_user_file(f.filename)), None)
+        # Frames run from the oldest to the most recent. Only what runs below this
+        # function's call of the step counts (not the snapshots it takes itself); of
+        # that, the most recent user frame made the allocation.
+        called = list(stat.traceback)
+        ours = [i for i, f in enumerate(called) if os.path.abspath(f.filename).startswith(plugin)]
+        if ours:
+            called = called[ours[-1] + 1 :]
+        user = next((f for f in reversed(called) if frames.is_user_file(f.filename)), None)
         if user is None:
             continue
         key = (user.filename, user.lineno, "")

@@ -1,0 +1,174 @@
+"""What holds the memory when only memory grew (``memory-growth``).
+
+No tensor or graph node leaks, yet bytes grow: a list of numpy arrays, a cache dict, or
+an array replaced each step by a bigger one (``preds = torch.cat((preds, logits))``).
+Two surveys of what the roots reach, one step apart, find it:
+
+- containers by identity: length before and after (the first survey holds every object
+  it saw until the end, so an id cannot be reused by another object meanwhile);
+- arrays by slot (the object holding them and the edge, e.g. ``state.__dict__['preds']``):
+  bytes before and after, so an array replaced by a bigger one in the same slot counts.
+
+The holder is what grew by the most bytes; the chain to it is searched like any other
+chain. Both surveys are bounded in objects and seconds, and drop everything on return.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from itertools import islice
+from typing import Any
+
+from pytest_graphleak.diagnose.backends import TENSOR
+from pytest_graphleak.diagnose.edges import Edge, ObjectEdges
+from pytest_graphleak.diagnose.search import Path, shortest_path
+
+_CONTAINERS = (list, dict, deque, set)
+_MAX_OBJECTS = 100_000
+_MAX_SECONDS = 1.0
+_SAMPLE_ITEMS = 50  # new items of a container weighed one by one, at most
+
+
+@dataclass
+class Survey:
+    #: every object visited by id, so that ids stay unique until ``release``
+    held: dict[int, object] = field(default_factory=dict)
+    #: container id -> its length
+    lengths: dict[int, int] = field(default_factory=dict)
+    #: (holder id, edge) -> (bytes, the array); arrays are numpy arrays, tensors, bytes
+    slots: dict[tuple[int, Edge], tuple[int, object]] = field(default_factory=dict)
+
+    def release(self) -> None:
+        self.held.clear()
+        self.lengths.clear()
+        self.slots.clear()
+
+
+def array_bytes(obj: object, walker: ObjectEdges) -> int | None:
+    """Bytes of the data behind a numpy array, a tensor or a bytes-like object."""
+    if isinstance(obj, (bytes, bytearray)):
+        return len(obj)
+    numpy = sys.modules.get("numpy")
+    if numpy is not None and isinstance(obj, numpy.ndarray):
+        return int(obj.nbytes)
+    found = walker.backend_of(obj)
+    if found is None or found[1] != TENSOR:
+        return None
+    try:
+        if found[0].name == "torch":
+            return int(obj.untyped_storage().nbytes())  # type: ignore[attr-defined]
+        return int(obj.numpy().nbytes)  # type: ignore[attr-defined]
+    except Exception:  # sparse, meta or exotic tensors: no plain storage to weigh
+        return None
+
+
+def survey(roots: Sequence[tuple[str, object]], walker: ObjectEdges) -> Survey:
+    found = Survey()
+    seen = found.held
+    queue: deque[object] = deque()
+    for _, obj in roots:
+        if id(obj) not in seen and walker.walkable(obj):
+            seen[id(obj)] = obj
+            queue.append(obj)
+    deadline = time.perf_counter() + _MAX_SECONDS
+    while queue and len(found.held) < _MAX_OBJECTS and time.perf_counter() < deadline:
+        obj = queue.popleft()
+        if isinstance(obj, _CONTAINERS):
+            found.lengths[id(obj)] = len(obj)
+        try:
+            out = list(walker.edges(obj))
+        except Exception:  # an object whose attributes raise: skip it
+            continue
+        for edge, child in out:
+            size = array_bytes(child, walker)
+            if size is not None:
+                found.slots[(id(obj), edge)] = (size, child)
+            if id(child) in seen or not walker.walkable(child):
+                continue
+            seen[id(child)] = child
+            queue.append(child)
+    queue.clear()
+    return found
+
+
+def _item_bytes(item: object, walker: ObjectEdges) -> int:
+    size = array_bytes(item, walker)
+    if size is not None:
+        return size
+    if isinstance(item, (tuple, list)) and len(item) <= 16:  # (obs, action, reward) rows
+        return sys.getsizeof(item) + sum(_item_bytes(x, walker) for x in item)
+    return sys.getsizeof(item)
+
+
+def _added_bytes(container: Any, before: int, after: int, walker: ObjectEdges) -> int:
+    """Bytes of what a container gained (its newest entries, weighed up to a sample)."""
+    added = after - before
+    if isinstance(container, dict):
+        newest = list(islice(reversed(container.values()), min(added, _SAMPLE_ITEMS)))
+    elif isinstance(container, (list, deque)):
+        newest = list(islice(reversed(container), min(added, _SAMPLE_ITEMS)))
+    else:  # a set: no order, any members are as good a sample
+        newest = list(islice(container, min(added, _SAMPLE_ITEMS)))
+    if not newest:
+        return 0
+    weighed = sum(_item_bytes(item, walker) for item in newest)
+    return weighed * added // len(newest)
+
+
+def growing_holder(
+    roots: Sequence[tuple[str, object]],
+    step: Callable[[], object],
+    walker: ObjectEdges,
+    notes: list[str],
+) -> Path | None:
+    """The chain to the container or array slot that grew by the most bytes over one
+    step, or None; a note says by how much."""
+    before = survey(roots, walker)
+    after: Survey | None = None
+    target: object = None
+    try:
+        try:
+            step()
+        except Exception as exc:
+            notes.append(f"the step raised during diagnosis: {type(exc).__name__}: {exc}")
+            return None
+        after = survey(roots, walker)
+        best = 0
+        what = ""
+        for key, (size, array) in after.slots.items():
+            old = before.slots.get(key)
+            if old is not None and size - old[0] > best:
+                best, target = size - old[0], array
+                what = f"{_fmt_bytes(old[0])} -> {_fmt_bytes(size)} in the same place"
+        for key, length in after.lengths.items():
+            old_length = before.lengths.get(key)
+            if old_length is None or length <= old_length:
+                continue
+            container = before.held[key]
+            grown = _added_bytes(container, old_length, length, walker)
+            if grown > best:
+                best, target = grown, container
+                what = f"{type(container).__name__} of {old_length} -> {length} entries"
+        if target is None:
+            return None
+        path = shortest_path(roots, lambda obj: obj is target, walker)
+        if path is not None:
+            notes.append(f"grows by {_fmt_bytes(best)} per step: {what}")
+        return path
+    finally:
+        target = None
+        before.release()
+        if after is not None:
+            after.release()
+
+
+def _fmt_bytes(size: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} GiB"  # pragma: no cover - the loop always returns
