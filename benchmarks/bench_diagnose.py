@@ -53,6 +53,7 @@ CASES = (
     "minigrad_seed_transformer",
     "minigrad_tinyai_bptt",
     "minigrad_micrograd_closure",
+    "torch_hf_eval_preds_concat",
 )
 TARGET_S = 3.0
 
@@ -67,9 +68,12 @@ def _load(stem: str) -> ModuleType:
     return module
 
 
-def _verdict(stem: str) -> Verdict:
-    backend = "minigrad" if stem.startswith("minigrad") else "torch"
-    return Verdict(True, [Growth(f"{backend}.nodes", 10, 40, 2)], reason="benchmark")
+def _verdict(module: ModuleType) -> Verdict:
+    """What the plugin's verdict would say: graph nodes grew, or only bytes did."""
+    backend = "minigrad" if module.__name__.startswith("bench_catalogue_minigrad") else "torch"
+    metric = "storage_bytes" if module.EXPECTED_PATTERN == "memory-growth" else "nodes"
+    metric = f"{backend}.{metric}"
+    return Verdict(True, [Growth(metric, 10, 40, 2)], reason="benchmark")
 
 
 class _DiagnosisCall:
@@ -78,7 +82,7 @@ class _DiagnosisCall:
     def __init__(self, module: ModuleType, roots: dict[str, object]) -> None:
         self.module = module
         self.roots = roots
-        self.verdict = _verdict(module.__name__.removeprefix("bench_catalogue_"))
+        self.verdict = _verdict(module)
         self.right: list[bool] = []
 
     def __call__(self) -> None:

@@ -25,7 +25,7 @@ from typing import Any
 
 from pytest_graphleak.diagnose.backends import TENSOR
 from pytest_graphleak.diagnose.edges import Edge, ObjectEdges
-from pytest_graphleak.diagnose.search import Path, shortest_path
+from pytest_graphleak.diagnose.search import MAX_PER_ROOT, Path, shortest_path
 
 _CONTAINERS = (list, dict, deque, set)
 _MAX_OBJECTS = 100_000
@@ -67,16 +67,20 @@ def array_bytes(obj: object, walker: ObjectEdges) -> int | None:
 
 
 def survey(roots: Sequence[tuple[str, object]], walker: ObjectEdges) -> Survey:
+    """Breadth first from every root at once; as in the chain search, each root may queue
+    at most ``MAX_PER_ROOT`` objects, so one reaching a huge dataset cannot starve the
+    others."""
     found = Survey()
     seen = found.held
-    queue: deque[object] = deque()
-    for _, obj in roots:
+    queue: deque[tuple[object, int]] = deque()
+    charged = [0] * len(roots)
+    for index, (_, obj) in enumerate(roots):
         if id(obj) not in seen and walker.walkable(obj):
             seen[id(obj)] = obj
-            queue.append(obj)
+            queue.append((obj, index))
     deadline = time.perf_counter() + _MAX_SECONDS
-    while queue and len(found.held) < _MAX_OBJECTS and time.perf_counter() < deadline:
-        obj = queue.popleft()
+    while queue and len(seen) < _MAX_OBJECTS and time.perf_counter() < deadline:
+        obj, index = queue.popleft()
         if isinstance(obj, _CONTAINERS):
             found.lengths[id(obj)] = len(obj)
         try:
@@ -87,10 +91,13 @@ def survey(roots: Sequence[tuple[str, object]], walker: ObjectEdges) -> Survey:
             size = array_bytes(child, walker)
             if size is not None:
                 found.slots[(id(obj), edge)] = (size, child)
+            if charged[index] >= MAX_PER_ROOT:
+                continue
             if id(child) in seen or not walker.walkable(child):
                 continue
             seen[id(child)] = child
-            queue.append(child)
+            charged[index] += 1
+            queue.append((child, index))
     queue.clear()
     return found
 
