@@ -66,6 +66,33 @@ def test_torch_list_accumulation_chain_site_and_growth_note() -> None:
     assert d.dot.startswith("digraph graphleak {") and "MeanBackward0" in d.dot
 
 
+@pytest.mark.parametrize("every", [3, 5])
+def test_a_list_that_grows_every_kth_step_is_list_accumulation(every: int) -> None:
+    model = torch.nn.Linear(3, 1)
+    state: dict[str, Any] = {"losses": [], "calls": 0}
+
+    def step() -> None:
+        loss = model(torch.ones(2, 3)).pow(2).mean()
+        loss.backward()
+        state["calls"] += 1
+        if state["calls"] % every == 0:
+            state["losses"].append(loss)
+
+    run(step, n=2 * every)
+    # the plugin's verdict: one more tensor every `every` steps
+    verdict = Verdict(
+        leaked=True,
+        growths=[Growth("torch.tensors", 1.0, 1.0 + 16 / every, 1 / every),
+                 Growth("torch.nodes", 3.0, 3.0 + 48 / every, 3 / every)],
+        reason="test",
+    )  # fmt: skip
+    d = diagnose(verdict, step=step, roots={"fixture 'state'": state})
+    assert d.pattern == "list-accumulation", d.notes
+    assert d.chain[:2] == ["fixture 'state'", "dict['losses']"]
+    # runs only as many steps as it takes: the note names the steps when more than one
+    assert any("grows by 1" in n for n in d.notes), d.notes
+
+
 def test_torch_running_total_is_retained_grad_fn_through_an_attribute() -> None:
     class Trainer:
         def __init__(self) -> None:

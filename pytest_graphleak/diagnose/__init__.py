@@ -79,7 +79,11 @@ def _diagnose_with_step(
     frames: UserFrames,
 ) -> Diagnosis:
     notes: list[str] = []
-    obs = observe(step, backends, frames)
+    # A leak every k-th step needs k recorded runs to be made at all during the diagnosis.
+    period = _steps_to_see_growth(verdict)
+    recorded = max(RECORDED_RUNS, period)
+    obs = observe(step, backends, frames, runs=recorded + RUNS - RECORDED_RUNS,
+                  recorded_runs=recorded)  # fmt: skip
     chain_path: Path | None = None
     cycle_path: Path | None = None
     try:
@@ -90,7 +94,11 @@ def _diagnose_with_step(
         all_roots = _all_roots(roots, step, obs)
         chain_path = shortest_path(all_roots, is_target, walker) if _any_alive(obs) else None
         chain = render_chain(chain_path, walker) if chain_path is not None else []
-        grew = _container_growth(chain_path, step, walker, notes) if chain_path else False
+        grew = (
+            _container_growth(chain_path, step, notes, steps=period)
+            if chain_path
+            else False
+        )
 
         cycle: list[str] = []
         cycle_held = False
@@ -180,28 +188,46 @@ def _all_roots(roots: Mapping[str, object], step: Callable[[], object], obs: Obs
     return [*given_roots(roots), *closure_roots(functions), *global_roots(modules)]
 
 
+#: Most steps run to see a container on the chain grow (a leak every k-th step).
+_MAX_GROWTH_STEPS = 6
+#: Metrics that count leaked objects, one or more per leaking step.
+_COUNTED = (".tensors", ".nodes", ".autograd_meta")
+
+
+def _steps_to_see_growth(verdict: Verdict) -> int:
+    """How many steps it takes to see one more leaked object: a leak of one tensor every
+    4th step grew the count by 0.25 per step, so it needs up to 4 steps to show. (From
+    graph nodes alone this is a lower bound: a step may leak several nodes at once.)"""
+    rates = [g.per_step for g in verdict.growths if g.metric.endswith(_COUNTED)]
+    rates = [rate for rate in rates if rate > 0]
+    if not rates:
+        return 1
+    return max(1, min(_MAX_GROWTH_STEPS, math.ceil(1 / min(rates) - 1e-9)))
+
+
 def _container_growth(
-    path: Path, step: Callable[[], object], walker: ObjectEdges, notes: list[str]
+    path: Path, step: Callable[[], object], notes: list[str], *, steps: int
 ) -> bool:
-    """Run one more step and tell whether a container on the chain grew."""
-    sized = [(i, obj, len(obj)) for i, obj in enumerate(path.objects) if isinstance(obj, _SIZED)]
+    """Run up to ``steps`` more steps and tell whether a container on the chain grew."""
+    sized = [(obj, len(obj)) for obj in path.objects if isinstance(obj, _SIZED)]
     if not sized:
         return False
-    try:
-        step()
-    except Exception as exc:
-        notes.append(f"the step raised during diagnosis: {type(exc).__name__}: {exc}")
-        return False
-    grew = False
-    for _, obj, before in sized:
-        after = len(obj)  # type: ignore[arg-type]
-        if after > before:
-            grew = True
-            notes.append(
-                f"{type(obj).__name__} on the chain grows by {after - before} per step "
-                f"(len {before} -> {after})"
-            )
-    return grew
+    for done in range(1, steps + 1):
+        try:
+            step()
+        except Exception as exc:
+            notes.append(f"the step raised during diagnosis: {type(exc).__name__}: {exc}")
+            return False
+        grown = [(obj, before, len(obj)) for obj, before in sized if len(obj) > before]  # type: ignore[arg-type]
+        if grown:
+            for obj, before, after in grown:
+                every = "per step" if done == 1 else f"over {done} steps"
+                notes.append(
+                    f"{type(obj).__name__} on the chain grows by {after - before} {every} "
+                    f"(len {before} -> {after})"
+                )
+            return True
+    return False
 
 
 def _first_cycle(leaked: list[Leaked], walker: ObjectEdges) -> Path | None:
@@ -327,7 +353,7 @@ def _sites(obs: Observation, node_seqs: list[int]) -> list[CreationSite]:
         site = obs.node_sites.get(seq)
         if site is not None:
             counts[site] += 1
-    runs = max(1, min(RECORDED_RUNS, obs.runs_done))
+    runs = max(1, min(obs.recorded_runs, obs.runs_done))
     sites = []
     for (filename, lineno, function), total in counts.most_common(_MAX_SITES):
         sites.append(
@@ -345,8 +371,8 @@ def _sites(obs: Observation, node_seqs: list[int]) -> list[CreationSite]:
 def _summary(obs: Observation, nodes: list[int]) -> str:
     tensors = sum(1 for item in obs.leaked if item.kind == TENSOR)
     graph_nodes = sum(1 for item in obs.leaked if item.kind == NODE) + len(nodes)
-    runs = max(1, min(RECORDED_RUNS, obs.runs_done))
-    later = RUNS - RECORDED_RUNS
+    runs = max(1, min(obs.recorded_runs, obs.runs_done))
+    later = obs.runs - obs.recorded_runs
     return (
         f"made by {runs} diagnostic steps and still alive {later}+ steps later: "
         f"{tensors} tensors, {graph_nodes} graph nodes"

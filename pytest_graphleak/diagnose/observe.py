@@ -53,6 +53,9 @@ class Observation:
     node_sites: dict[int, Site] = field(default_factory=dict)
     pack_hooks: dict[int, Any] = field(default_factory=dict)
     runs_done: int = 0
+    #: runs asked for, and how many of them recorded what they made
+    runs: int = RUNS
+    recorded_runs: int = RECORDED_RUNS
     error: str | None = None
 
     def release(self) -> None:
@@ -123,7 +126,7 @@ def observe(
     recorded_runs: int = RECORDED_RUNS,
 ) -> Observation:
     """Run ``step`` ``runs`` times and return what the first ``recorded_runs`` leaked."""
-    result = Observation()
+    result = Observation(runs=runs, recorded_runs=recorded_runs)
     torch_backend = next((b for b in backends if isinstance(b, TorchBackend)), None)
     mg_backend = next((b for b in backends if isinstance(b, MinigradBackend)), None)
     recorder = make_torch_recorder(torch_backend.torch, frames) if torch_backend else None
