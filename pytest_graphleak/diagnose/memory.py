@@ -26,6 +26,8 @@ from typing import Any
 from pytest_graphleak.diagnose.backends import TENSOR
 from pytest_graphleak.diagnose.edges import Edge, ObjectEdges
 from pytest_graphleak.diagnose.search import MAX_PER_ROOT, Path, shortest_path
+from pytest_graphleak.probes.base import BYTES
+from pytest_graphleak.verdict import format_amount
 
 _CONTAINERS = (list, dict, deque, set)
 _MAX_OBJECTS = 100_000
@@ -150,7 +152,8 @@ def growing_holder(
             old = before.slots.get(key)
             if old is not None and size - old[0] > best:
                 best, target = size - old[0], array
-                what = f"{_fmt_bytes(old[0])} -> {_fmt_bytes(size)} in the same place"
+                was, now = format_amount(old[0], BYTES), format_amount(size, BYTES)
+                what = f"{was} -> {now} in the same place"
         for key, length in after.lengths.items():
             old_length = before.lengths.get(key)
             if old_length is None or length <= old_length:
@@ -164,7 +167,7 @@ def growing_holder(
             return None
         path = shortest_path(roots, lambda obj: obj is target, walker)
         if path is not None:
-            notes.append(f"grows by {_fmt_bytes(best)} per step: {what}")
+            notes.append(f"grows by {format_amount(best, BYTES)} per step: {what}")
         return path
     finally:
         target = None
@@ -172,10 +175,3 @@ def growing_holder(
         if after is not None:
             after.release()
 
-
-def _fmt_bytes(size: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{size:.1f} GiB"  # pragma: no cover - the loop always returns
