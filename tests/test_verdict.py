@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from pytest_graphleak.verdict import (
     Limits,
@@ -183,57 +181,6 @@ def test_minimal_series_and_bad_input() -> None:
         judge({"torch.tensors": [1.0, 2.0]}, OBJ, warmup=-1)
     nan = float("nan")
     assert not judge({"torch.tensors": [1.0, 2.0, nan, 4.0, 5.0, 6.0]}, OBJ, warmup=1).leaked
-
-
-# -- properties -----------------------------------------------------------------------------
-@settings(max_examples=200, deadline=None)
-@given(
-    every=st.integers(1, 3),
-    amount=st.integers(1, 50),
-    base=st.integers(0, 10**6),
-    steps=st.integers(12, 40),
-    warmup=st.integers(0, 5),
-    warm_noise=st.lists(st.integers(0, 1000), min_size=5, max_size=5),
-)
-def test_property_periodic_growth_is_always_a_leak(
-    every: int, amount: int, base: int, steps: int, warmup: int, warm_noise: list[int]
-) -> None:
-    measured = [float(base + amount * ((i + 1) // every)) for i in range(steps)]
-    series = [float(n) for n in warm_noise[:warmup]] + measured
-    assert judge({"minigrad.tensors": series}, OBJ, warmup=warmup).leaked
-
-
-@settings(max_examples=200, deadline=None)
-@given(
-    steps=st.integers(2, 40),
-    warmup=st.sampled_from([0, 0, 1, 3, 5]),
-    prefix=st.lists(st.integers(0, 10**4), min_size=45, max_size=45),
-    level=st.integers(0, 10**4),
-)
-def test_property_flat_after_first_half_is_always_clean(
-    steps: int, warmup: int, prefix: list[int], level: int
-) -> None:
-    # Anything before; steady from the end of the first half of the measured steps on
-    # (the value after measured step steps // 2). Without warmup the first sample is the
-    # baseline, so one step fewer is measured.
-    measured = steps if warmup else steps - 1
-    settle = (warmup - 1 if warmup else 0) + measured // 2
-    series = [float(v) for v in prefix[:settle]] + [float(level)] * (warmup + steps - settle)
-    assert not judge({"torch.nodes": series}, OBJ, warmup=warmup).leaked
-
-
-@settings(max_examples=200, deadline=None)
-@given(
-    period=st.integers(1, 6),
-    height=st.integers(1, 100),
-    phase=st.integers(0, 5),
-    steps=st.integers(16, 40),
-)
-def test_property_sawtooth_back_to_baseline_is_always_clean(
-    period: int, height: int, phase: int, steps: int
-) -> None:
-    series = [float(100 + height * ((i + phase) % period)) for i in range(3 + steps)]
-    assert not judge({"torch.nodes": series}, OBJ, warmup=3).leaked
 
 
 def test_without_warmup_every_sample_is_a_measured_step() -> None:
