@@ -65,7 +65,7 @@ leaky runs were caught and the fixed run was clean, 1 otherwise.
 
 _CHECK_EPILOG = """\
 examples:
-  graphleak check examples/minigrad_loss_list.py::leaky_step
+  graphleak check examples/minigrad_ray_loss_sum.py::leaky_step
   graphleak check mypkg.train:step --steps 30 --warmup 5
   graphleak check train.py::step --json leak.json --html leak.html
   graphleak check train.py::step_a train.py::step_b -q
