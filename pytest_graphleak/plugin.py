@@ -19,6 +19,7 @@ import pytest
 
 from pytest_graphleak import api, options
 from pytest_graphleak.api import GraphLeakError, Track
+from pytest_graphleak.heap.usercode import is_pytest_module
 from pytest_graphleak.options import OptionError, Settings
 from pytest_graphleak.report.text import render_text
 from pytest_graphleak.result import CheckResult
@@ -291,8 +292,7 @@ def _is_async_or_generator(function: Callable[..., object]) -> bool:
 
 
 def _is_pytest_object(value: object) -> bool:
-    module = type(value).__module__ or ""
-    return module.startswith(("_pytest", "pytest", "pluggy"))
+    return is_pytest_module(type(value).__module__)
 
 
 def _run_and_record(

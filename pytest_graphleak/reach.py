@@ -17,25 +17,19 @@ dataset costs at worst one walk of ``limit`` objects more than the old scan.
 
 from __future__ import annotations
 
-import contextlib
 import gc
-import os
-import site
 import sys
-import sysconfig
 import types
 from collections.abc import Iterable
-from functools import cache
 from typing import Any
+
+from pytest_graphleak.heap.usercode import is_private_module, is_user_module
 
 #: Objects walked before giving up (then the caller scans the whole heap instead).
 DEFAULT_LIMIT = 100_000
 
 #: What the walk does with an object, decided once per type and walk.
 _ENTER, _SKIP, _LOOK = 0, 1, 2
-
-#: Packages whose objects are never entered: pytest's and the plugin's own.
-_PRIVATE = ("_pytest", "pytest", "pluggy", "pytest_graphleak")
 
 #: Never entered: what they refer to is code, interpreter state or the call stack.
 _OPAQUE: frozenset[type] = frozenset(
@@ -54,25 +48,6 @@ _OPAQUE: frozenset[type] = frozenset(
 )
 
 
-@cache
-def _library_prefixes() -> tuple[str, ...]:
-    """Where the standard library and installed packages live."""
-    paths = sysconfig.get_paths()
-    found = {paths[key] for key in ("stdlib", "platstdlib", "purelib", "platlib") if key in paths}
-    with contextlib.suppress(AttributeError):  # virtualenv's old site.py lacks it
-        found.update(site.getsitepackages())
-    user_site = site.getusersitepackages() if site.ENABLE_USER_SITE else None
-    if isinstance(user_site, str):
-        found.add(user_site)
-    return tuple(os.path.join(os.path.realpath(p), "") for p in found if p)
-
-
-def _is_user_file(path: object) -> bool:
-    if not isinstance(path, str) or not path or path.startswith("<"):
-        return False
-    return not os.path.realpath(path).startswith(_library_prefixes())
-
-
 class Reach:
     """One walk's rules, with per-module decisions cached across walks by module name
     (never by type or module object: the cache must not keep the user's classes alive)."""
@@ -88,19 +63,16 @@ class Reach:
             return False
         known = self._user_module.get(name)
         if known is None:
-            module = sys.modules.get(name)
-            if name == "__main__":
-                return True  # a script or ``python -c``: the user's code either way
-            if module is None:
+            found = is_user_module(name)
+            if found is None:
                 return False  # not cached: it may be imported later
-            known = not self._is_private(name) and _is_user_file(getattr(module, "__file__", None))
-            self._user_module[name] = known
+            known = self._user_module[name] = found
         return known
 
     def _is_private(self, module: str) -> bool:
         known = self._private.get(module)
         if known is None:
-            known = self._private[module] = module.split(".", 1)[0] in _PRIVATE
+            known = self._private[module] = is_private_module(module)
         return known
 
     def _rule(self, kind: type) -> int:

@@ -19,11 +19,10 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
+from pytest_graphleak.heap.usercode import is_private_module, is_user_module
+
 if TYPE_CHECKING:
     from pytest_graphleak.diagnose.backends import Backend
-
-#: Packages whose objects never appear in a chain and are never walked into.
-PRIVATE_PACKAGES = ("pytest_graphleak", "_pytest", "pytest", "pluggy", "xdist", "execnet")
 
 #: Packages whose classes are walked only through their instances, never as classes.
 _NO_WALK_TYPES = (
@@ -79,31 +78,18 @@ def short_repr(value: Any) -> str:
 
 def is_private(obj: object) -> bool:
     """Objects of the plugin, pytest or pluggy: never shown, never walked."""
-    module = getattr(type(obj), "__module__", None) or ""
-    if module.startswith(PRIVATE_PACKAGES):
+    if is_private_module(getattr(type(obj), "__module__", None)):
         return True
     if isinstance(obj, (types.FunctionType, types.MethodType)):
-        fmod = getattr(obj, "__module__", None) or ""
-        return fmod.startswith(PRIVATE_PACKAGES)
+        return is_private_module(getattr(obj, "__module__", None))
     return False
 
 
 def _user_class(obj: object) -> bool:
-    """A class defined outside the standard library and the big libraries."""
+    """A class of the user's code (one whose module is unknown counts as the user's)."""
     if not isinstance(obj, type):
         return False
-    module = getattr(obj, "__module__", "") or ""
-    top = module.split(".", 1)[0]
-    return (
-        top not in _LIBRARY_TOPS
-        and module != "builtins"
-        and not module.startswith(PRIVATE_PACKAGES)
-    )
-
-
-_LIBRARY_TOPS = frozenset(
-    {"torch", "numpy", "minigrad", "typing", "collections", "abc", "enum", "functools"}
-)
+    return is_user_module(getattr(obj, "__module__", None)) is not False
 
 
 class ObjectEdges:

@@ -9,8 +9,8 @@
   with ``mg.creation_site(obj)``.
 - memory: ``tracemalloc`` over two steps, grouped by the first user frame.
 
-"User code" is any frame outside torch, minigrad, numpy, the standard library, pytest,
-pluggy and this plugin (other installed packages count as the user's).
+"User code" is decided by ``heap.usercode.is_user_file``: any frame outside the standard
+library, installed packages, pytest, this plugin and minigrad.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ import contextlib
 import linecache
 import os
 import sys
-import sysconfig
 import tracemalloc
 import types
 import weakref
@@ -29,64 +28,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest_graphleak
+from pytest_graphleak.heap.usercode import is_user_file
 
 Site = tuple[str, int, str]  # filename, line number, function name
-
-
-def _package_dir(module: types.ModuleType | None) -> str | None:
-    path = getattr(module, "__file__", None)
-    return os.path.dirname(os.path.abspath(path)) + os.sep if path else None
-
-
-def _library_prefixes() -> tuple[str, ...]:
-    prefixes = []
-    for name in ("torch", "minigrad", "numpy", "_pytest", "pluggy", "xdist", "execnet"):
-        prefix = _package_dir(sys.modules.get(name))
-        if prefix:
-            prefixes.append(prefix)
-    prefixes.append(_package_dir(pytest_graphleak) or "")
-    for name in ("contextlib", "functools", "threading"):
-        module = sys.modules.get(name)
-        path = getattr(module, "__file__", None)
-        if path:
-            prefixes.append(os.path.abspath(path))
-    pytest_module = sys.modules.get("pytest")
-    if pytest_module is not None and getattr(pytest_module, "__file__", None):
-        prefixes.append(_package_dir(pytest_module) or "")
-    return tuple(p for p in prefixes if p)
-
-
-def _stdlib_prefixes() -> tuple[str, ...]:
-    """The standard library's directories (its own modules: tracemalloc, copy, ...)."""
-    paths = sysconfig.get_paths()
-    found = {paths.get("stdlib"), paths.get("platstdlib")}
-    return tuple(os.path.join(os.path.abspath(p), "") for p in found if p)
-
-
-def _in_site_packages(path: str) -> bool:
-    return f"{os.sep}site-packages{os.sep}" in path or f"{os.sep}dist-packages{os.sep}" in path
 
 
 class UserFrames:
     """Finds the innermost frame of user code on the current stack."""
 
-    def __init__(self) -> None:
-        self.prefixes = _library_prefixes()
-        self.stdlib = _stdlib_prefixes()
-        self._verdicts: dict[str, bool] = {}
-
-    def is_user_file(self, filename: str) -> bool:
-        verdict = self._verdicts.get(filename)
-        if verdict is None:
-            path = filename if filename.startswith("<") else os.path.abspath(filename)
-            verdict = not (
-                path.startswith(self.prefixes)
-                or path.startswith("<frozen")
-                # the standard library (not the packages installed inside its directory)
-                or (path.startswith(self.stdlib) and not _in_site_packages(path))
-            )
-            self._verdicts[filename] = verdict
-        return verdict
+    is_user_file = staticmethod(is_user_file)
 
     def site(self, depth: int = 1) -> Site | None:
         frame: types.FrameType | None = sys._getframe(depth + 1)
@@ -211,7 +161,7 @@ def memory_sites(
             tracemalloc.stop()
     grown: Counter[tuple[str, int, str]] = Counter()
     counts: Counter[tuple[str, int, str]] = Counter()
-    plugin = _package_dir(pytest_graphleak) or "\0"
+    plugin = os.path.join(os.path.dirname(os.path.abspath(pytest_graphleak.__file__)), "")
     for stat in after.compare_to(before, "traceback"):
         if stat.size_diff <= 0:
             continue
