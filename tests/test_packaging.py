@@ -65,7 +65,7 @@ def test_sdist_has_every_tracked_file(built: tuple[list[str], Path, Path]) -> No
     missing = sorted(set(tracked) - NOT_IN_SDIST - names)
     assert not missing, f"tracked files missing from the sdist: {missing}"
     for needed in ("tests/conftest.py", "tests/minigrad/conftest.py", "examples/README.md",
-                   "LICENSE", "CHANGELOG.md"):  # fmt: skip
+                   "LICENSE", "CHANGELOG.md", "mkdocs.yml", "docs/hooks/generate.py"):  # fmt: skip
         assert needed in names
 
 
@@ -106,3 +106,19 @@ def test_cli_help_examples_exist(command: str) -> None:
         assert (REPO / path).is_file(), f"`graphleak {command} --help` names missing {path}"
         if function:
             assert f"def {function}(" in (REPO / path).read_text(encoding="utf-8")
+
+
+def test_readme_is_a_front_page() -> None:
+    """At most 16 KB, and the Quick start keeps the commands that CI's .ci/run runs."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert len(readme.encode()) <= 16 * 1024
+    assert "pip install pytest-graphleak" in readme
+    setup = "python3 -m venv .venv && .venv/bin/pip install -e '.[dev]' && .venv/bin/graphleak demo"
+    assert setup in readme
+    assert ".venv/bin/python -m pytest\n" in readme
+    assert ".venv/bin/python -m pytest\n" in (REPO / ".ci" / "run").read_text(encoding="utf-8")
+    run = subprocess.run(
+        [sys.executable, "scripts/update_readme_example.py", "--check"],
+        cwd=REPO, capture_output=True, text=True,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr

@@ -1,0 +1,361 @@
+"""MkDocs hooks: pages generated at build time from their one source each.
+
+- ``options.md`` from ``pytest_graphleak.options.OPTIONS`` (the option declaration);
+- ``json-report.md`` from ``pytest_graphleak/report/schema.json``;
+- ``catalogue.md`` from ``examples/`` and the failure text of each leaky example, made by
+  running the catalogue under ``pytest --graphleak`` (cached by the sources' hash in
+  ``.cache/graphleak-docs/``: a rebuild with unchanged sources takes no run at all);
+- the ``graphleak`` command's help texts in ``cli.md`` and minigrad's public names in
+  ``minigrad.md`` (markers ``<!-- graphleak: ... -->`` in those pages).
+
+Pages that other parts of the project add (``diagnosis.md``, ``limits.md``, ``cost.md``,
+``integrations/*.md``) are in the nav; one that does not exist yet is left out of the
+nav with a log line instead of failing ``--strict``, and links to it read as plain text.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import logging
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from mkdocs.structure.files import File, Files
+
+ROOT = Path(__file__).resolve().parents[2]
+BLOB = "https://github.com/pytest-graphleak/pytest-graphleak/blob/main/"
+CACHE = ROOT / ".cache" / "graphleak-docs"
+log = logging.getLogger("mkdocs.hooks.graphleak")
+#: Pages in the nav that are not written yet (filled by on_config).
+MISSING: set[str] = set()
+
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))  # document the checkout, not an installed copy
+
+
+# -- nav: leave out pages that are not written yet -----------------------------------------
+def on_config(config: Any) -> Any:
+    docs_dir = Path(config["docs_dir"])
+    generated = {"options.md", "json-report.md", "catalogue.md"}
+
+    def keep(entry: Any) -> Any:
+        if isinstance(entry, dict):
+            kept = {}
+            for title, value in entry.items():
+                value = keep(value)
+                if value not in (None, []):
+                    kept[title] = value
+            return kept or None
+        if isinstance(entry, list):
+            return [item for item in (keep(item) for item in entry) if item]
+        if isinstance(entry, str) and entry not in generated and not (docs_dir / entry).exists():
+            log.info("graphleak docs: %s is not written yet; left out of the nav", entry)
+            MISSING.add(entry)
+            return None
+        return entry
+
+    MISSING.clear()
+    config["nav"] = keep(config["nav"])
+    return config
+
+
+def on_files(files: Files, config: Any) -> Files:
+    pages = {
+        "options.md": options_page(),
+        "json-report.md": json_page(),
+        "catalogue.md": catalogue_page(),
+    }
+    for name, content in pages.items():
+        files.append(File.generated(config, name, content=content))
+    return files
+
+
+def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
+    if "<!-- graphleak: cli help -->" in markdown:
+        markdown = markdown.replace("<!-- graphleak: cli help -->", cli_help())
+    if "<!-- graphleak: minigrad api -->" in markdown:
+        markdown = markdown.replace("<!-- graphleak: minigrad api -->", minigrad_names())
+    for name in MISSING:  # a link to a page not written yet reads as its text
+        markdown = re.sub(rf"\[([^\]]+)\]\({re.escape(name)}(#[^)]*)?\)", r"\1", markdown)
+    return markdown
+
+
+# -- options -------------------------------------------------------------------------------
+def options_page() -> str:
+    from pytest_graphleak import options
+
+    lines = [
+        "# Options reference",
+        "",
+        "Generated from the option declaration, `pytest_graphleak/options.py`, which is",
+        "also what registers the flags and ini keys and checks the marker's keywords:",
+        "this page cannot drift from the code.",
+        "",
+        _doc_paragraph(options.__doc__ or ""),
+        "",
+        "| command line | ini key | marker / `check()` keyword | default |",
+        "|---|---|---|---|",
+    ]
+    for option in options.OPTIONS:
+        keyword = f"`{option.key}=`" if getattr(option, "marker_keyword", True) else "–"
+        metavar = getattr(option, "metavar", None)
+        flag = option.flag + (f"={metavar}" if metavar else "")
+        lines.append(
+            f"| `{_escape_md(flag)}` | `{option.ini}` | {keyword} | {_default(option)} |"
+        )
+    lines.append("")
+    for option in options.OPTIONS:
+        lines += [f"## `{option.flag}`", "", f"ini: `{option.ini}`", ""]
+        lines += [_escape_md(option.help[:1].upper() + option.help[1:]) + ".", ""]
+    return "\n".join(lines)
+
+
+def _default(option: Any) -> str:
+    value = option.default
+    if option.key == "rss_tolerance" and isinstance(value, (int, float)):
+        return f"{value / 1024**2:g} MiB per step"
+    if value is None:
+        return "all probes whose library is imported" if option.key == "probes" else "unset"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return f"`{value}`"
+
+
+def _doc_paragraph(doc: str) -> str:
+    """The module docstring's first paragraph after its summary line, as markdown."""
+    parts = doc.strip().split("\n\n")
+    return parts[1].replace("``", "`") if len(parts) > 1 else ""
+
+
+def _escape_md(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+# -- JSON report ---------------------------------------------------------------------------
+def json_page() -> str:
+    schema_path = ROOT / "pytest_graphleak" / "report" / "schema.json"
+    schema = json.loads(schema_path.read_text(encoding="utf-8"))
+    rows: list[tuple[str, str, str]] = []
+    _walk(schema, schema, "", rows, depth=0)
+    lines = [
+        "# The JSON report",
+        "",
+        "`pytest --graphleak-report=PATH` and `graphleak check --json PATH` write this",
+        f"document. The schema, [`schema.json`]({BLOB}pytest_graphleak/report/schema.json)",
+        "(JSON Schema 2020-12), is the source of this page. Keys are sorted, so equal runs",
+        "give equal files; non-finite numbers are written as `null`. `graphleak report PATH`",
+        "reads a saved document back (see [the graphleak command](cli.md)).",
+        "",
+        f"**{schema.get('title', '')}.** {schema.get('description', '')}",
+        "",
+        "| field | type | meaning |",
+        "|---|---|---|",
+    ]
+    lines += [f"| `{path}` | {kind} | {_escape_md(text)} |" for path, kind, text in rows]
+    return "\n".join(lines) + "\n"
+
+
+def _resolve(node: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
+    while "$ref" in node:
+        ref = node["$ref"].removeprefix("#/")
+        target: Any = schema
+        for part in ref.split("/"):
+            target = target[part]
+        node = {**target, **{k: v for k, v in node.items() if k != "$ref"}}
+    return node
+
+
+def _type_of(node: dict[str, Any], schema: dict[str, Any]) -> str:
+    node = _resolve(node, schema)
+    if "const" in node:
+        return f"`{json.dumps(node['const'])}`"
+    if "enum" in node:
+        return " \\| ".join(f"`{json.dumps(v)}`" for v in node["enum"])
+    for key in ("oneOf", "anyOf"):
+        if key in node:
+            return " or ".join(_type_of(option, schema) for option in node[key])
+    kind = node.get("type", "any")
+    if isinstance(kind, list):
+        return " or ".join(kind)
+    if kind == "array":
+        return f"array of {_type_of(node.get('items', {}), schema)}"
+    if kind == "object" and "properties" not in node and isinstance(
+        node.get("additionalProperties"), dict
+    ):
+        return f"object: name -> {_type_of(node['additionalProperties'], schema)}"
+    return str(kind)
+
+
+def _walk(
+    node: dict[str, Any], schema: dict[str, Any], path: str, rows: list, *, depth: int
+) -> None:
+    node = _resolve(node, schema)
+    for key in ("oneOf", "anyOf"):
+        for option in node.get(key, []):
+            if _resolve(option, schema).get("type") == "object":
+                _walk(option, schema, path, rows, depth=depth)
+    required = set(node.get("required", []))
+    for name, child in node.get("properties", {}).items():
+        child_path = f"{path}.{name}" if path else name
+        child = _resolve(child, schema)
+        note = child.get("description", "")
+        if name not in required:
+            note = f"(optional) {note}".strip()
+        rows.append((child_path, _type_of(child, schema), note))
+        _walk_into(child, schema, child_path, rows, depth=depth)
+
+
+def _walk_into(
+    child: dict[str, Any], schema: dict[str, Any], path: str, rows: list, *, depth: int
+) -> None:
+    if depth > 8:
+        return
+    if child.get("type") == "array":
+        _walk(child.get("items", {}), schema, f"{path}[]", rows, depth=depth + 1)
+    elif isinstance(child.get("additionalProperties"), dict):
+        _walk(child["additionalProperties"], schema, f"{path}.<name>", rows, depth=depth + 1)
+    elif "properties" in child or "oneOf" in child or "anyOf" in child:
+        _walk(child, schema, path, rows, depth=depth + 1)
+
+
+# -- the catalogue -------------------------------------------------------------------------
+def catalogue_page() -> str:
+    examples = sorted(
+        path for path in (ROOT / "examples").glob("*.py") if _constants(path).get("SOURCE")
+    )
+    started = time.perf_counter()
+    texts, ran_for = _catalogue_texts(examples)
+    seconds = time.perf_counter() - started
+    how = f"taken from the cache; the run took {ran_for:.1f} s" if ran_for else "run now"
+    lines = [
+        "# The leak catalogue",
+        "",
+        f"{len(examples)} leaky training steps taken from real bug reports, each with its",
+        "fixed twin, in [`examples/`]("
+        f"{BLOB}examples/README.md). Every module is a pytest test module",
+        "(`test_leaky` / `test_fixed`, both marked `@pytest.mark.no_graph_growth`) and",
+        "exposes `leaky_step()` / `fixed_step()` for `graphleak check`.",
+        "",
+        "```bash",
+        "pytest --graphleak examples/torch_*.py examples/minigrad_*.py",
+        "```",
+        "",
+        "The failure texts below are **real output**: the site build runs that command",
+        f"and prints each `test_leaky`'s failure text ({how}; this build: {seconds:.1f} s).",
+        "Paths are shown relative to the repository.",
+        "",
+        "| example | report | expected pattern | what keeps the graph |",
+        "|---|---|---|---|",
+    ]
+    for path in examples:
+        consts = _constants(path)
+        lines.append(
+            f"| [`{path.name}`](#{path.stem}) | {consts.get('SOURCE', '')} "
+            f"| `{consts.get('EXPECTED_PATTERN', '')}` | `{consts.get('CULPRIT', '')}` |"
+        )
+    for path in examples:
+        consts = _constants(path)
+        doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+        lines += ["", f"## {path.stem}", "", doc, ""]
+        lines += [f"Source: [`examples/{path.name}`]({BLOB}examples/{path.name}).", ""]
+        text = texts.get(path.name)
+        if text is None:
+            lines += ["!!! warning", "    No failure text: this example did not run in the "
+                      "site build (its backend is not installed?).", ""]  # fmt: skip
+            continue
+        lines += ["```text", text, "```"]
+    return "\n".join(lines) + "\n"
+
+
+def _constants(path: Path) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant):
+            for target in node.targets:
+                if isinstance(target, ast.Name) and isinstance(node.value.value, str):
+                    found[target.id] = node.value.value
+    return found
+
+
+def _sources_hash(examples: list[Path]) -> str:
+    digest = hashlib.sha256(sys.version.encode())
+    files = [*examples, *sorted((ROOT / "pytest_graphleak").rglob("*.py")),
+             *sorted((ROOT / "minigrad").rglob("*.py"))]  # fmt: skip
+    for path in files:
+        digest.update(str(path.relative_to(ROOT)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _catalogue_texts(examples: list[Path]) -> tuple[dict[str, str], str]:
+    cached = CACHE / f"catalogue-{_sources_hash(examples)}.json"
+    if cached.exists():
+        data = json.loads(cached.read_text(encoding="utf-8"))
+        return data["texts"], data["seconds"]
+    from pytest_graphleak.report.text import render_text
+    from pytest_graphleak.result import CheckResult
+
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "catalogue.json"
+        command = [sys.executable, "-m", "pytest", "--graphleak", "-q", "-p", "no:cacheprovider",
+                   "-p", "no:randomly", "--continue-on-collection-errors",
+                   f"--graphleak-report={report}",
+                   *(f"examples/{path.name}::test_leaky" for path in examples)]  # fmt: skip
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+        subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+        document = json.loads(report.read_text(encoding="utf-8")) if report.exists() else {}
+    texts: dict[str, str] = {}
+    prefix = str(ROOT) + os.sep
+    for test in document.get("tests", []):
+        file = test["nodeid"].split("::")[0].removeprefix("examples/")
+        for check in test["checks"]:
+            text = render_text(CheckResult.from_dict(check)).replace(prefix, "")
+            texts[file] = text
+    seconds = time.perf_counter() - started
+    CACHE.mkdir(parents=True, exist_ok=True)
+    data = {"seconds": seconds, "texts": texts}
+    cached.write_text(json.dumps(data, indent=1, sort_keys=True), encoding="utf-8")
+    return texts, 0.0
+
+
+# -- CLI help and minigrad names -----------------------------------------------------------
+def cli_help() -> str:
+    import argparse
+
+    os.environ["COLUMNS"] = "88"  # argparse wraps to the terminal width: fix it
+    from pytest_graphleak.cli import build_parser
+
+    parser = build_parser()
+    parts = ["Generated from the command's own parser.", "", "```text",
+             parser.format_help().rstrip(), "```"]  # fmt: skip
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                parts += ["", f"### `graphleak {name} --help`", "", "```text",
+                          sub.format_help().rstrip(), "```"]  # fmt: skip
+    return "\n".join(parts)
+
+
+def minigrad_names() -> str:
+    import minigrad
+
+    lines = ["Generated from `minigrad.__all__` and the docstrings.", "",
+             "| name | what it is |", "|---|---|"]  # fmt: skip
+    for module_name, module in (("mg", minigrad), ("mg.nn", minigrad.nn),
+                                ("mg.optim", minigrad.optim)):  # fmt: skip
+        for name in getattr(module, "__all__", []):
+            value = getattr(module, name)
+            if type(value).__name__ == "module":
+                continue
+            summary = (getattr(value, "__doc__", None) or "").strip().split("\n")[0]
+            lines.append(f"| `{module_name}.{name}` | {_escape_md(summary)} |")
+    return "\n".join(lines)
