@@ -31,6 +31,10 @@ from pytest_graphleak.verdict import Limits, judge
 NOISY_METRICS = ("process.rss_bytes", "cuda.reserved_bytes")
 
 
+class GraphLeakWarning(UserWarning):
+    """A leak reported without failing: warn-only mode, ``on_leak="warn"``."""
+
+
 class GraphLeakError(AssertionError):
     """A checked step leaked; the message is the full report (``render_text``)."""
 
@@ -69,13 +73,17 @@ def explain(
     step: Callable[[], object] | None,
     roots: Mapping[str, object],
     exclude: Collection[int] = (),
+    observation: Any = None,
 ) -> Diagnosis:
-    """Run the diagnosis of a leak verdict; never hides the verdict behind its errors."""
+    """Run the diagnosis of a leak verdict; never hides the verdict behind its errors.
+    ``observation``: what a running loop's last steps made (see ``loop``)."""
     # Imported on a leak only: a passing test never pays for loading the heap walker.
     from pytest_graphleak.diagnose import diagnose
 
     try:
-        diagnosis = diagnose(verdict, step=step, roots=roots, exclude=exclude)
+        diagnosis = diagnose(
+            verdict, step=step, roots=roots, exclude=exclude, observation=observation
+        )
     except Exception as exc:
         return _failed_diagnosis(verdict, exc)
     if not isinstance(diagnosis, Diagnosis):
@@ -116,11 +124,11 @@ def measure(
         start_scan=settings.start_scan,
         roots=list(roots().values()) if roots else (),
     )
-    return _conclude(series, settings=settings, name=name, steps=settings.steps,
+    return conclude(series, settings=settings, name=name, steps=settings.steps,
                      diagnose_step=diagnose_step, roots=roots, exclude=exclude)  # fmt: skip
 
 
-def _conclude(
+def conclude(
     series: tracker.Series,
     *,
     settings: Settings,
@@ -129,7 +137,9 @@ def _conclude(
     diagnose_step: Callable[[], object] | None,
     roots: Callable[[], Mapping[str, object]] | None,
     exclude: Collection[int],
+    observation: Any = None,
 ) -> CheckResult:
+    """verdict -> (leak only) diagnosis -> CheckResult, from a measured series."""
     verdict = judge(series.series, series.units, warmup=settings.warmup,
                     limits=limits_for(settings))  # fmt: skip
     verdict = _confirm(verdict, series)
@@ -145,8 +155,9 @@ def _conclude(
     if verdict.leaked and settings.diagnose:
         started = time.perf_counter()
         result.diagnosis = explain(
-            verdict, step=diagnose_step, roots=roots() if roots else {}, exclude=exclude
-        )
+            verdict, step=diagnose_step, roots=roots() if roots else {}, exclude=exclude,
+            observation=observation,
+        )  # fmt: skip
         result.duration_s += time.perf_counter() - started
     return result
 
@@ -233,8 +244,11 @@ class Track:
     """``with track(warmup=3) as t: for ...: ...; t.step()`` for a hand-written loop.
 
     Each ``t.step()`` marks the end of one training step and samples the probes; the
-    first ``warmup`` steps are not judged. After the block, ``t.result`` holds the
-    CheckResult (None if the block raised).
+    first ``warmup`` steps are not judged. With ``steps=N`` the check is judged and a
+    leak diagnosed at step ``warmup + N``, inside the loop (creation sites are recorded
+    during the steps just before it); later ``t.step()`` calls are not measured. Without
+    ``steps`` it is judged when the block exits. ``t.result`` holds the CheckResult
+    (None before the judgement, or if the block raised).
     """
 
     def __init__(
@@ -245,39 +259,55 @@ class Track:
         raise_on_leak: bool,
         on_result: Callable[[CheckResult], None] | None = None,
         roots: Callable[[], Mapping[str, object]] | None = None,
+        steps: int | None = None,
     ) -> None:
         self._settings = settings
         self._name = name
         self._raise = raise_on_leak
         self._on_result = on_result
         self._roots = roots
-        self._sampler: tracker.Sampler | None = None
-        self.result: CheckResult | None = None
+        self._steps = steps
+        self._check: Any = None
 
     @property
     def calls(self) -> int:
         """Steps marked so far."""
-        return self._sampler.calls if self._sampler else 0
+        return self._check.calls if self._check is not None else 0
+
+    @property
+    def result(self) -> CheckResult | None:
+        return self._check.result if self._check is not None else None
 
     def __enter__(self) -> Track:
-        if self._sampler is not None:
+        from pytest_graphleak.loop import LoopCheck
+
+        if self._check is not None:
             raise RuntimeError("a track() block cannot be entered twice")
-        self._sampler = tracker.Sampler(
-            warmup=self._settings.warmup,
-            probes=self._settings.probes,
-            start_scan=self._settings.start_scan,
+        self._check = LoopCheck(
+            self._settings,
+            name=self._name,
+            steps=self._steps,
+            on_leak="raise" if self._raise else "return",
+            on_result=self._on_result,
         )
         # The loop's state is in the caller's locals and globals: walk from them.
         frame = sys._getframe(1)
-        self._sampler.begin([*frame.f_locals.values(), frame.f_globals])
-        del frame
+        roots = self._roots or roots_of_frame(frame, (id(self),))
+        self._check.start(
+            length=None if self._steps is None else self._settings.warmup + self._steps,
+            roots=roots,
+            start_objects=[*frame.f_locals.values(), frame.f_globals],
+        )
+        del frame, roots
         return self
 
     def step(self) -> None:
         """Mark the end of one step: collect garbage and sample every probe."""
-        if self._sampler is None or self.result is not None:
+        __tracebackhide__ = True
+        check = self._check
+        if check is None or (not check.active and check.result is None):
             raise RuntimeError("t.step() called outside its `with graphleak.track() as t:` block")
-        self._sampler.after_step()
+        check.after_step()
 
     def __exit__(
         self,
@@ -286,34 +316,30 @@ class Track:
         tb: TracebackType | None,
     ) -> None:
         __tracebackhide__ = True
-        sampler = self._sampler
-        assert sampler is not None
-        sampler.end()
+        check = self._check
+        assert check is not None
         if exc is not None:
-            if isinstance(exc, Exception):
-                tracker.annotate_step_error(exc, sampler.calls + 1, sampler.warmup, None)
+            calls = check.calls
+            check.close()
+            if isinstance(exc, Exception) and not isinstance(exc, GraphLeakError):
+                tracker.annotate_step_error(exc, calls + 1, self._settings.warmup, None)
             return  # the block's own exception propagates
+        if not check.active:
+            return  # judged inside the loop (steps=N)
         warmup = self._settings.warmup
-        steps = sampler.calls - warmup
-        if steps < 1 or sampler.calls < 2:
+        if check.calls - warmup < 1 or check.calls < 2:
+            calls = check.calls
+            check.close()
             raise ValueError(
-                f"{self._name}: track(warmup={warmup}) saw {sampler.calls} t.step() calls; "
+                f"{self._name}: track(warmup={warmup}) saw {calls} t.step() calls; "
                 f"it needs at least warmup + 2 (and warmup + 12 to catch slow leaks)"
             )
-        exclude = (id(self),)
-        roots = self._roots or roots_of_frame(sys._getframe(1), exclude)
-        self.result = _conclude(sampler.result, settings=self._settings, name=self._name,
-                                steps=steps, diagnose_step=None, roots=roots,
-                                exclude=exclude)  # fmt: skip
-        del roots
-        if self._on_result is not None:
-            self._on_result(self.result)
-        if self._raise and self.result.leaked:
-            raise GraphLeakError(render_text(self.result), self.result)
+        check.finish()
 
 
 def track(
     *,
+    steps: int | None = None,
     warmup: int | None = None,
     rss_tolerance: float | str | None = None,
     probes: str | Sequence[str] | None = None,
@@ -325,8 +351,12 @@ def track(
     """A context manager measuring a hand-written loop; see ``Track``."""
     resolved = _settings(name, settings, warmup=warmup, rss_tolerance=rss_tolerance,
                          probes=probes, start_scan=start_scan)  # fmt: skip
-    return Track(settings=resolved, name=name, raise_on_leak=raise_on_leak)
+    if steps is not None:
+        resolved = _settings(name, resolved, steps=steps)
+    return Track(settings=resolved, name=name, raise_on_leak=raise_on_leak,
+                 steps=steps)  # fmt: skip
 
 
 # Shown as ``pytest_graphleak.GraphLeakError`` in failures, where users import it from.
 GraphLeakError.__module__ = "pytest_graphleak"
+GraphLeakWarning.__module__ = "pytest_graphleak"

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from pytest_graphleak import api, options
-from pytest_graphleak.api import GraphLeakError, Track
+from pytest_graphleak.api import GraphLeakError, GraphLeakWarning, Track
 from pytest_graphleak.heap.usercode import is_pytest_module
 from pytest_graphleak.options import OptionError, Settings
 from pytest_graphleak.report.text import render_text
@@ -33,10 +33,6 @@ WORLD_SIZE_KEY = pytest.StashKey[int]()
 
 #: Fixture values never offered to the diagnosis as roots (pytest's own objects).
 _INTERNAL_FIXTURES = frozenset({"request", "graphleak", "pytestconfig"})
-
-
-class GraphLeakWarning(UserWarning):
-    """A leak reported in warn-only mode (``--graphleak-warn-only``)."""
 
 
 def no_graph_growth(
@@ -231,11 +227,35 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, None]:
     wrapper for the call phase makes the method one step, run warmup + steps times
     between one setUp and one tearDown (as fixtures are set up once for plain tests)."""
     original = _swap_unittest_method(item)
+    _RUNNING.append(item)
     try:
         yield
     finally:
+        _RUNNING.remove(item)
         if original is not None:
             item.obj = original  # type: ignore[attr-defined]
+        from pytest_graphleak.loop import close_open_checks
+
+        close_open_checks()  # a loop that raised through a framework left one open
+
+
+#: The test whose call phase is running (a list: nothing outlives the call).
+_RUNNING: list[pytest.Item] = []
+
+
+def running_settings() -> Settings | None:
+    """The graphleak settings of the test running now; None outside a test's call."""
+    return settings_of(_RUNNING[-1].config) if _RUNNING else None
+
+
+def record_result(result: CheckResult) -> bool:
+    """Add a result made outside the marker and the fixture (a framework callback) to
+    the running test's graphleak results: its report, the JSON and the summary. False
+    when no test is running (a script, a notebook)."""
+    if not _RUNNING:
+        return False
+    _record(_RUNNING[-1], result)
+    return True
 
 
 def _is_unittest_item(item: pytest.Item) -> bool:
@@ -416,16 +436,18 @@ class GraphleakFixture:
     def track(
         self,
         *,
+        steps: int | None = None,
         warmup: int | None = None,
         rss_tolerance: int | float | str | None = None,
         probes: str | list[str] | None = None,
         start_scan: str | None = None,
     ) -> Track:
-        """``with graphleak.track(warmup=3) as t:`` ... ``t.step()`` after each step."""
+        """``with graphleak.track(warmup=3) as t:`` ... ``t.step()`` after each step;
+        with ``steps=N`` judged (and diagnosed) at step warmup + N, inside the loop."""
         settings = self._resolve(
             "track()",
-            {"warmup": warmup, "rss_tolerance": rss_tolerance, "probes": probes,
-             "start_scan": start_scan},
+            {"steps": steps, "warmup": warmup, "rss_tolerance": rss_tolerance,
+             "probes": probes, "start_scan": start_scan},
         )  # fmt: skip
         self._checks += 1
         name = f"{self._item.nodeid}::track({self._checks})"
@@ -436,7 +458,7 @@ class GraphleakFixture:
                 warnings.warn(GraphLeakWarning(render_text(result)), stacklevel=3)
 
         return Track(settings=settings, name=name, raise_on_leak=not settings.warn_only,
-                     on_result=on_result)  # fmt: skip
+                     on_result=on_result, steps=steps)  # fmt: skip
 
     def check_distributed(self, step_factory: Any, **kwargs: Any) -> Any:
         """Check a step on N torch.distributed ranks: ``step_factory`` (a module-level

@@ -195,8 +195,12 @@ class Sampler:
         values = self._sample()
         for metric, value in values.items():
             self.result.series.setdefault(metric, []).append(value)
-        if self.result.calls != self.warmup:
-            return
+        if self.result.calls == self.warmup:
+            self.rebase()
+
+    def rebase(self) -> None:
+        """Move the baseline forward to now: what is alive joins it (the end of warmup,
+        or of a window in a long run), so later samples see only newer objects."""
         if self._whole_heap:
             # Nothing joins the baseline (every sample sees everything), but the end of
             # warmup still reaches the probes (the CUDA probe's clean baseline).

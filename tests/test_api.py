@@ -148,7 +148,7 @@ def test_probe_confirmers_can_withdraw_a_byte_growth() -> None:
         return Verdict(leaked=False, reason="clean: allocator cache")
 
     series.confirmers.append(cache_only)
-    result = api._conclude(series, settings=Settings(diagnose=False), name="n", steps=16,
+    result = api.conclude(series, settings=Settings(diagnose=False), name="n", steps=16,
                            diagnose_step=None, roots=None, exclude=())  # fmt: skip
     assert seen == [True] and not result.leaked
     assert result.verdict.reason == "clean: allocator cache"

@@ -55,16 +55,23 @@ def diagnose(
     step: Callable[[], object] | None,
     roots: Mapping[str, object],
     exclude: Collection[int] = (),
+    observation: Observation | None = None,
 ) -> Diagnosis:
-    """Refine a leak verdict into pattern, culprit chain, cycle and creation sites."""
+    """Refine a leak verdict into pattern, culprit chain, cycle and creation sites.
+
+    ``observation``: what a running loop's last steps made (``LoopRecorder``), used
+    instead of re-running a step; it is released here.
+    """
     started = time.perf_counter()
     backends = active_backends()
     walker = ObjectEdges(backends, exclude=[*exclude, id(roots)])
     frames = UserFrames()
-    if step is None:
+    if step is None and observation is None:
         diagnosis = _diagnose_heap(verdict, roots, walker)
     else:
-        diagnosis = _diagnose_with_step(verdict, step, roots, walker, backends, frames)
+        diagnosis = _diagnose_with_step(
+            verdict, step, roots, walker, backends, frames, observation
+        )
     diagnosis.notes.append(f"diagnosis took {time.perf_counter() - started:.2f} s")
     return diagnosis
 
@@ -72,18 +79,23 @@ def diagnose(
 # --------------------------------------------------------------------------- with a step
 def _diagnose_with_step(
     verdict: Verdict,
-    step: Callable[[], object],
+    step: Callable[[], object] | None,
     roots: Mapping[str, object],
     walker: ObjectEdges,
     backends: list[Backend],
     frames: UserFrames,
+    observation: Observation | None = None,
 ) -> Diagnosis:
     notes: list[str] = []
     # A leak every k-th step needs k recorded runs to be made at all during the diagnosis.
     period = _steps_to_see_growth(verdict)
     recorded = max(RECORDED_RUNS, period)
-    obs = observe(step, backends, frames, runs=recorded + RUNS - RECORDED_RUNS,
-                  recorded_runs=recorded)  # fmt: skip
+    if observation is not None:  # a loop's own last steps were recorded: no re-run
+        obs = observation
+    else:
+        assert step is not None
+        obs = observe(step, backends, frames, runs=recorded + RUNS - RECORDED_RUNS,
+                      recorded_runs=recorded)  # fmt: skip
     chain_path: Path | None = None
     cycle_path: Path | None = None
     try:
@@ -94,11 +106,12 @@ def _diagnose_with_step(
         all_roots = _all_roots(roots, step, obs)
         chain_path = shortest_path(all_roots, is_target, walker) if _any_alive(obs) else None
         chain = render_chain(chain_path, walker) if chain_path is not None else []
-        grew = (
-            _container_growth(chain_path, step, notes, steps=period)
-            if chain_path
-            else False
-        )
+        if not chain_path:
+            grew = False
+        elif step is None:
+            grew = _grew_during_loop(chain_path, obs, notes)
+        else:
+            grew = _container_growth(chain_path, step, notes, steps=period)
 
         cycle: list[str] = []
         cycle_held = False
@@ -138,11 +151,17 @@ def _diagnose_with_step(
             cycle_held=cycle_held,
         )
         pattern = classify(verdict, facts)
+        steps_word = "diagnostic steps" if step is not None else "recorded steps of the loop"
         if obs.leaked or nodes:
-            notes.insert(0, _summary(obs, nodes))
+            notes.insert(0, _summary(obs, nodes, steps_word))
         elif not obs.error:
-            notes.insert(0, "no tensor or graph node made by the diagnostic steps stayed alive")
-        if pattern == "memory-growth" and only_memory_grew(verdict) and not obs.error:
+            notes.insert(0, f"no tensor or graph node made by the {steps_word} stayed alive")
+        if (
+            step is not None
+            and pattern == "memory-growth"
+            and only_memory_grew(verdict)
+            and not obs.error
+        ):
             if chain_path is None:
                 chain_path = growing_holder(all_roots, step, walker, notes)
                 chain = render_chain(chain_path, walker) if chain_path is not None else []
@@ -180,7 +199,9 @@ def _target_test(obs: Observation, torch: TorchBackend | None) -> Callable[[obje
     return is_target
 
 
-def _all_roots(roots: Mapping[str, object], step: Callable[[], object], obs: Observation) -> Roots:
+def _all_roots(
+    roots: Mapping[str, object], step: Callable[[], object] | None, obs: Observation
+) -> Roots:
     functions = user_functions(step)
     site_files = [leaked.site[0] for leaked in obs.leaked if leaked.site is not None]
     site_files.extend(site[0] for site in obs.node_sites.values())
@@ -226,6 +247,24 @@ def _container_growth(
                     f"{type(obj).__name__} on the chain grows by {after - before} {every} "
                     f"(len {before} -> {after})"
                 )
+            return True
+    return False
+
+
+def _grew_during_loop(path: Path, obs: Observation, notes: list[str]) -> bool:
+    """Whether a container on the chain holds what several recorded loop steps made
+    (the loop cannot be re-run to watch it grow, but its recorded steps show it)."""
+    made_in = {id(leaked.obj): leaked.run for leaked in obs.leaked}
+    for obj in path.objects:
+        if not isinstance(obj, _SIZED):
+            continue
+        items = obj.values() if isinstance(obj, dict) else obj
+        runs = {made_in[id(item)] for item in items if id(item) in made_in}  # type: ignore[union-attr]
+        if len(runs) >= 2:
+            notes.append(
+                f"{type(obj).__name__} on the chain (len {len(obj)}) holds what each of "
+                f"{len(runs)} recorded steps made"
+            )
             return True
     return False
 
@@ -368,13 +407,13 @@ def _sites(obs: Observation, node_seqs: list[int]) -> list[CreationSite]:
     return sites
 
 
-def _summary(obs: Observation, nodes: list[int]) -> str:
+def _summary(obs: Observation, nodes: list[int], steps_word: str = "diagnostic steps") -> str:
     tensors = sum(1 for item in obs.leaked if item.kind == TENSOR)
     graph_nodes = sum(1 for item in obs.leaked if item.kind == NODE) + len(nodes)
     runs = max(1, min(obs.recorded_runs, obs.runs_done))
     later = obs.runs - obs.recorded_runs
     return (
-        f"made by {runs} diagnostic steps and still alive {later}+ steps later: "
+        f"made by {runs} {steps_word} and still alive {later}+ steps later: "
         f"{tensors} tensors, {graph_nodes} graph nodes"
     )
 

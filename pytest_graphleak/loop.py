@@ -1,0 +1,354 @@
+"""Check a running loop from inside: one sample per step, judged at a planned step.
+
+``LoopCheck`` is what ``track()`` and the framework callbacks share. The loop runs its
+own steps and calls ``after_step()`` after each one. When the loop's length is known
+(``track(steps=N)``, a trainer's ``max_steps``), the check is judged *at* its last step,
+inside the loop, and a leak is diagnosed right there, before the framework's teardown
+(an ``on_train_epoch_end`` that clears a list) can free the evidence. Creation sites are
+recorded during a few steps just before that (``LoopRecorder``): a loop has no step to
+re-run. Without a known length the check is judged when the loop ends (``finish()``).
+
+Window mode (``window=N``) judges each consecutive window of N steps of a long run:
+a clean window moves the baseline forward (``Sampler.rebase``), a leaky one is
+reported (raise or warn) and a fresh window starts.
+
+gc state: from ``start()`` to the last judgement, automatic collection is off and every
+step ends with the tracker's ``gc.collect()`` of the objects made since the last
+baseline (older ones are frozen); the state is restored by the final judgement,
+``finish()`` or ``close()``. A check left open by a loop that raised through a framework
+without an exception hook is closed by ``close_open_checks()`` (the pytest plugin calls
+it after every test) or when the next check starts.
+"""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import time
+import warnings
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from pytest_graphleak import api, tracker
+from pytest_graphleak.api import GraphLeakError, GraphLeakWarning
+from pytest_graphleak.options import Settings
+from pytest_graphleak.report.text import render_text
+from pytest_graphleak.result import CheckResult
+from pytest_graphleak.verdict import judge
+
+#: "return": only give the result back (``track()`` outside pytest without raise_on_leak).
+ON_LEAK = ("raise", "warn", "return")
+
+#: Checks started and not yet ended (gc is disabled and frozen while one is open).
+_OPEN: list[LoopCheck] = []
+
+
+def close_open_checks() -> int:
+    """End every open check without a verdict and restore the gc state; how many."""
+    closed = 0
+    while _OPEN:
+        _OPEN[-1].close()
+        closed += 1
+    return closed
+
+
+atexit.register(close_open_checks)
+
+
+def check_count(key: str, value: object, *, minimum: int) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{key} must be an integer >= {minimum} (or None), got {value!r}")
+    return value
+
+
+class LoopCheck:
+    """``start()`` -> ``after_step()`` per step -> ``finish()`` (or ``close()`` on error).
+
+    ``steps``: measured steps after warmup (None: to the end of the loop); ``window``:
+    judge every ``window`` steps instead (exclusive with ``steps``). ``on_leak``: "raise"
+    (GraphLeakError from the step that was judged) or "warn" (GraphLeakWarning).
+    ``on_result`` gets every result (the pytest plugin records them).
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        name: str,
+        steps: int | None = None,
+        window: int | None = None,
+        on_leak: str = "raise",
+        on_result: Callable[[CheckResult], None] | None = None,
+    ) -> None:
+        self.steps = check_count("steps", steps, minimum=1)
+        self.window = check_count("window", window, minimum=2)
+        if self.steps is not None and self.window is not None:
+            raise ValueError(f"{name}: give steps= or window=, not both")
+        if on_leak not in ON_LEAK:
+            raise ValueError(f"{name}: on_leak must be one of {ON_LEAK}, got {on_leak!r}")
+        self.settings = settings
+        self.name = name
+        self.on_leak = on_leak
+        self._on_result = on_result
+        self.results: list[CheckResult] = []
+        self.notes: list[str] = []
+        self._sampler: tracker.Sampler | None = None
+        self._recorder: Any = None
+        self._roots: Callable[[], Mapping[str, object]] = dict
+        self._length: int | None = None
+        self._done = False
+        self._calls = 0  # steps seen since start()
+        self._window_start = 0  # calls before the current window
+        self._window_warmup = settings.warmup  # samples of the window that are not judged
+        self._offset = 0  # index of the window's first sample in the sampler's series
+        self._judge_at: int | None = None
+        self._window_began = 0.0
+        self._leaks = 0
+        self._last_recorded = 0
+
+    # -- lifecycle --------------------------------------------------------------------
+    @property
+    def result(self) -> CheckResult | None:
+        """The latest result (None before the first judgement)."""
+        return self.results[-1] if self.results else None
+
+    @property
+    def calls(self) -> int:
+        return self._calls
+
+    @property
+    def active(self) -> bool:
+        return self._sampler is not None
+
+    def start(
+        self,
+        *,
+        length: float | None,
+        roots: Callable[[], Mapping[str, object]] | None = None,
+        start_objects: list[object] | None = None,
+    ) -> None:
+        """Begin measuring a loop of ``length`` more steps (None: unknown). ``roots``
+        gives what the loop's steps reach, labelled for the diagnosis's chains;
+        ``start_objects`` (default: the roots' values) is where the start walk begins."""
+        if self._sampler is not None or self._done:
+            raise RuntimeError(f"{self.name}: this check was started already")
+        close_open_checks()  # a loop that raised through a framework left one open
+        if length is not None and (length <= 0 or length != length or length == float("inf")):
+            length = None
+        self._length = int(length) if length is not None else None
+        self._roots = roots or dict
+        self._judge_at = self._plan(first=True)
+        if self._judge_at is not None and self._judge_at - self.settings.warmup < 2:
+            raise ValueError(
+                f"{self.name}: the loop runs {self._length} steps, but warmup="
+                f"{self.settings.warmup} needs at least warmup + 2 (and warmup + 12 to "
+                "catch slow leaks)"
+            )
+        self._begin_sampler(warmup=self.settings.warmup, start_objects=start_objects)
+        self._maybe_record_next()
+
+    def _begin_sampler(self, *, warmup: int, start_objects: list[object] | None = None) -> None:
+        sampler = tracker.Sampler(
+            warmup=warmup, probes=self.settings.probes, start_scan=self.settings.start_scan
+        )
+        sampler.begin(start_objects if start_objects is not None else list(self._roots().values()))
+        self._sampler = sampler
+        _OPEN.append(self)
+        self._window_start = self._calls
+        self._window_warmup = warmup
+        self._offset = 0
+        self._window_began = time.perf_counter()
+
+    def _plan(self, *, first: bool) -> int | None:
+        """The step (counted from start) at which the current window is judged."""
+        start = self._window_start
+        length = self._length if self._length is not None and self._length > start else None
+        warm = self.settings.warmup if first else 0
+        if self.window is None:
+            planned = start + warm + self.steps if self.steps is not None else length
+            if planned is not None and length is not None:
+                planned = min(planned, length)
+            return planned
+        planned = start + warm + self.window
+        if length is not None and length - planned < 2:
+            planned = length  # fold a short tail into this window
+        return planned
+
+    def after_step(self) -> CheckResult | None:
+        """Sample after one step; at the planned step, judge (and raise or warn)."""
+        __tracebackhide__ = True
+        if self._done or self._sampler is None:
+            return None  # past the judged step: not measured
+        self._calls += 1
+        if self._recorder is not None and self._recorder.recording:
+            self._recorder.stop_step()
+            self._last_recorded = self._calls
+        self._sampler.after_step()
+        if self._calls == self._judge_at:
+            return self._judge(at_end=False)
+        self._maybe_record_next()
+        return None
+
+    def finish(self) -> CheckResult | None:
+        """The loop ended: judge the open window if it has two measured steps or more."""
+        __tracebackhide__ = True
+        if self._sampler is None:
+            return None
+        measured = self._calls - self._window_start - self._window_warmup
+        if self._calls - self._window_start < 2 or measured < 1:
+            self.close()
+            if not self.results:
+                raise ValueError(
+                    f"{self.name}: the loop ended after {self._calls} steps; warmup="
+                    f"{self.settings.warmup} needs at least warmup + 2 (and warmup + 12 to "
+                    "catch slow leaks)"
+                )
+            return None
+        return self._judge(at_end=True)
+
+    def close(self) -> None:
+        """End measuring without a verdict (the loop raised); restores the gc state."""
+        if self._recorder is not None:
+            self._recorder.close()
+            self._recorder = None
+        sampler, self._sampler = self._sampler, None
+        self._done = True
+        self._roots = dict  # the caller's frame, a trainer: nothing outlives the check
+        if self in _OPEN:
+            _OPEN.remove(self)
+        if sampler is not None:
+            sampler.end()
+
+    # -- creation sites ---------------------------------------------------------------
+    def _maybe_record_next(self) -> None:
+        """Record the next step's creation sites if it is one of the few recorded ones:
+        ``RECORDED_STEPS`` steps, then ``LATER_STEPS`` more before the judged step."""
+        if self._judge_at is None or not self.settings.diagnose:
+            return
+        if self.window is not None and not self._leaks and self._judge_at != self._length:
+            return  # window mode records only after a first leak or in the run's last window
+        from pytest_graphleak.diagnose.loop_recorder import LATER_STEPS, RECORDED_STEPS
+
+        upcoming = self._calls + 1
+        first = self._judge_at - LATER_STEPS - RECORDED_STEPS + 1
+        if not max(first, self._window_start + 1) <= upcoming <= self._judge_at - LATER_STEPS:
+            return
+        if self._recorder is None:
+            from pytest_graphleak.diagnose.loop_recorder import LoopRecorder
+
+            self._recorder = LoopRecorder()
+        self._recorder.start_step()
+
+    # -- judgement --------------------------------------------------------------------
+    def _judge(self, *, at_end: bool) -> CheckResult:
+        __tracebackhide__ = True
+        sampler = self._sampler
+        assert sampler is not None
+        whole = sampler.result
+        window = tracker.Series(
+            series={metric: values[self._offset :] for metric, values in whole.series.items()},
+            units=dict(whole.units),
+            calls=self._calls - self._window_start,
+            duration_s=time.perf_counter() - self._window_began,
+        )
+        warmup = self._window_warmup
+        settings = dataclasses.replace(self.settings, warmup=warmup)
+        verdict = judge(window.series, window.units, warmup=warmup, limits=api.limits_for(settings))
+        final = (
+            at_end
+            or self.window is None
+            or self._calls == self._length
+            or (verdict.leaked and self.on_leak == "raise")
+        )
+        observation = None
+        recorder, self._recorder = self._recorder, None
+        if verdict.leaked and recorder is not None and recorder.steps_recorded and not at_end:
+            observation = recorder.observation(later_steps=self._calls - self._last_recorded)
+        if recorder is not None:
+            recorder.close()
+        if final or verdict.leaked:
+            self._end_sampler()
+            window.confirmers = whole.confirmers
+        try:
+            result = api.conclude(
+                window, settings=settings, name=self._result_name(), steps=window.calls - warmup,
+                diagnose_step=None, roots=self._roots, exclude=(id(self),),
+                observation=observation,
+            )  # fmt: skip
+        finally:
+            if observation is not None:
+                observation.release()
+        self._add_notes(result, at_end=at_end)
+        if final:
+            self._done = True
+            self._roots = dict
+        else:
+            self._next_window(leaked=result.leaked)
+        self.results.append(result)
+        if result.leaked:
+            self._leaks += 1
+        if self._on_result is not None:
+            self._on_result(result)
+        if result.leaked:
+            self._report_leak(result)
+        return result
+
+    def _end_sampler(self) -> None:
+        sampler, self._sampler = self._sampler, None
+        if self in _OPEN:
+            _OPEN.remove(self)
+        if sampler is not None:
+            sampler.end()
+
+    def _next_window(self, *, leaked: bool) -> None:
+        """Start the next window: a fresh sampler after a leak (the diagnosis needed the
+        heap unfrozen), else the same one with its baseline moved forward."""
+        if leaked or self._sampler is None:
+            self._begin_sampler(warmup=0)
+        else:
+            sampler = self._sampler
+            sampler.rebase()
+            last = len(next(iter(sampler.result.series.values()), [])) - 1
+            for values in sampler.result.series.values():
+                del values[: max(0, last)]  # keep the last sample: the next baseline
+            self._window_start = self._calls
+            self._window_warmup = 1
+            self._offset = 0
+            self._window_began = time.perf_counter()
+        self._judge_at = self._plan(first=False)
+        self._maybe_record_next()
+
+    def _result_name(self) -> str:
+        if self.window is None:
+            return self.name
+        first = self._window_start + 1
+        return f"{self.name} steps {first}-{self._calls}"
+
+    def _add_notes(self, result: CheckResult, *, at_end: bool) -> None:
+        notes: list[str] = list(self.notes)
+        if at_end and self._length is None:
+            notes.append(
+                "the loop's length was not known, so it was judged after the loop ended: "
+                "teardown (an epoch-end hook clearing a list) may have freed the holder; "
+                "give the length (track(steps=N), a trainer's max_steps) to judge and "
+                "diagnose inside the loop"
+            )
+        elif at_end:
+            notes.append(
+                f"the loop ended after {self._calls} of {self._length} planned steps: judged "
+                "after it ended, when teardown may have freed the holder"
+            )
+        if result.diagnosis is not None:
+            result.diagnosis.notes.extend(notes)
+        elif notes and result.leaked:
+            result.verdict.reason += "; " + "; ".join(notes)
+
+    def _report_leak(self, result: CheckResult) -> None:
+        __tracebackhide__ = True
+        text = render_text(result)
+        if self.on_leak == "warn":
+            warnings.warn(GraphLeakWarning(text), stacklevel=3)
+        elif self.on_leak == "raise":
+            raise GraphLeakError(text, result)

@@ -1,0 +1,134 @@
+"""A loop checked from inside: track(steps=N) and the LoopCheck the callbacks share."""
+
+from __future__ import annotations
+
+import gc
+import warnings
+
+import pytest
+
+from pytest_graphleak import GraphLeakError, GraphLeakWarning, track
+from pytest_graphleak.loop import LoopCheck, close_open_checks
+from pytest_graphleak.options import Settings
+from pytest_graphleak.report import render_text
+
+torch = pytest.importorskip("torch")
+
+
+class Module:
+    def __init__(self) -> None:
+        self.net = torch.nn.Linear(4, 1)
+        self.opt = torch.optim.SGD(self.net.parameters(), lr=0.01)
+        self.step_losses: list[object] = []
+
+    def step(self, keep: bool = True) -> None:
+        loss = self.net(torch.randn(2, 4)).pow(2).mean()
+        self.opt.zero_grad()
+        loss.backward()
+        self.opt.step()
+        if keep:
+            self.step_losses.append(loss)
+
+
+def test_track_with_steps_is_judged_inside_the_loop_before_teardown() -> None:
+    module = Module()
+    t = track(steps=12, warmup=3, raise_on_leak=True)
+    with pytest.raises(GraphLeakError) as info, t:
+        for _ in range(40):
+            module.step()
+            t.step()
+        module.step_losses.clear()  # teardown: never reached, the error came first
+    text = str(info.value)
+    assert t.calls == 15  # judged at warmup + steps
+    assert "list-accumulation" in text
+    assert "held by: local 'module' -> Module.step_losses -> list(len=15) -> Tensor(" in text
+    assert "created at: " in text and "test_loop.py" in text
+    assert "loss = self.net(torch.randn(2, 4)).pow(2).mean()" in text
+    assert "recorded steps of the loop" in text
+
+
+def test_track_with_steps_ignores_later_steps_and_returns_the_result() -> None:
+    module = Module()
+    with track(steps=8, warmup=2) as t:
+        for _ in range(30):
+            module.step(keep=False)
+            t.step()
+    assert t.calls == 10
+    assert t.result is not None and not t.result.leaked
+    assert len(t.result.series["torch.tensors"]) == 10
+
+
+def test_track_without_length_says_teardown_may_have_freed_the_holder() -> None:
+    module = Module()
+    with track(warmup=2) as t:
+        for _ in range(12):
+            module.step()
+            t.step()
+        module.step_losses.clear()
+    assert t.result is not None and t.result.leaked
+    assert "teardown" in render_text(t.result)
+    assert "held by" not in render_text(t.result)
+
+
+def test_track_that_ends_early_is_judged_at_the_end_with_a_note() -> None:
+    module = Module()
+    with track(steps=50, warmup=2) as t:
+        for _ in range(12):
+            module.step()
+            t.step()
+    assert t.result is not None and t.result.leaked
+    assert "the loop ended after 12 of 52 planned steps" in render_text(t.result)
+
+
+def test_window_mode_judges_each_window_and_warns() -> None:
+    module = Module()
+    check = LoopCheck(Settings(warmup=2), name="run", window=8, on_leak="warn")
+    check.start(length=None, roots=lambda: {"module": module})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i in range(34):
+            module.step(keep=i >= 18)  # clean for two windows, then leaks
+            check.after_step()
+        check.finish()
+    names = [result.name for result in check.results]
+    assert names == ["run steps 1-10", "run steps 11-18", "run steps 19-26", "run steps 27-34"]
+    assert [result.leaked for result in check.results] == [False, False, True, True]
+    leaks = [w for w in caught if issubclass(w.category, GraphLeakWarning)]
+    assert len(leaks) == 2
+    assert "module -> Module.step_losses -> list(len=" in str(leaks[0].message)
+    # The window after the first leak recorded creation sites.
+    assert "created at: " in str(leaks[1].message)
+    assert gc.isenabled() and not check.active
+
+
+def test_window_mode_folds_a_short_tail_into_the_last_window() -> None:
+    module = Module()
+    check = LoopCheck(Settings(warmup=2), name="run", window=8)
+    check.start(length=19, roots=lambda: {"module": module})
+    for _ in range(19):
+        module.step(keep=False)
+        check.after_step()
+    assert [r.name for r in check.results] == ["run steps 1-10", "run steps 11-19"]
+    assert not any(r.leaked for r in check.results) and not check.active
+
+
+def test_bad_arguments_and_a_run_too_short_say_what_is_wrong() -> None:
+    with pytest.raises(ValueError, match="window must be an integer >= 2"):
+        LoopCheck(Settings(), name="cb", window=1)
+    with pytest.raises(ValueError, match="not both"):
+        LoopCheck(Settings(), name="cb", window=10, steps=3)
+    with pytest.raises(ValueError, match="on_leak must be"):
+        LoopCheck(Settings(), name="cb", on_leak="explode")
+    check = LoopCheck(Settings(warmup=3), name="cb")
+    with pytest.raises(ValueError, match="the loop runs 4 steps"):
+        check.start(length=4)
+    assert gc.isenabled() and not check.active
+
+
+def test_a_check_left_open_is_closed_and_gc_restored() -> None:
+    check = LoopCheck(Settings(warmup=1), name="left open")
+    check.start(length=100)
+    assert not gc.isenabled()
+    assert close_open_checks() == 1
+    assert gc.isenabled()
+    assert check.result is None and not check.active
