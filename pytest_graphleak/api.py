@@ -51,7 +51,10 @@ def limits_for(settings: Settings) -> Limits:
 def step_error_text(exc: BaseException) -> str:
     step = getattr(exc, "graphleak_step", None)
     at = f" at step {step}" if step else ""
-    return f"{type(exc).__name__}: {exc}{at}"
+    if step and getattr(exc, "graphleak_measuring", False):
+        at = f" while measuring after step {step}"
+    message = str(exc).replace("\n" + getattr(exc, "graphleak_note", "\0"), "")
+    return f"{type(exc).__name__}: {message}{at}"
 
 
 def error_result(name: str, *, steps: int, warmup: int, exc: BaseException) -> CheckResult:
@@ -248,7 +251,8 @@ class Track:
     leak diagnosed at step ``warmup + N``, inside the loop (creation sites are recorded
     during the steps just before it); later ``t.step()`` calls are not measured. Without
     ``steps`` it is judged when the block exits. ``t.result`` holds the CheckResult
-    (None before the judgement, or if the block raised).
+    (None before the judgement); if the block raised before it, an error result
+    (``result.error`` says what was raised at which step) while the exception propagates.
     """
 
     def __init__(
@@ -318,15 +322,26 @@ class Track:
         __tracebackhide__ = True
         check = self._check
         assert check is not None
+        warmup = self._settings.warmup
         if exc is not None:
             calls = check.calls
             check.close()
-            if isinstance(exc, Exception) and not isinstance(exc, GraphLeakError):
-                tracker.annotate_step_error(exc, calls + 1, self._settings.warmup, None)
-            return  # the block's own exception propagates
+            if isinstance(exc, GraphLeakError):
+                return  # the check's own verdict, raised at its judged step
+            # The block ended by raising (anything, pytest.fail() and timeouts included):
+            # its own exception propagates, and unless the check was judged already, an
+            # error result says at which step it was raised.
+            tracker.annotate_step_error(exc, calls + 1, warmup, None)
+            if check.result is None:
+                error = error_result(
+                    self._name, steps=max(0, calls - warmup), warmup=warmup, exc=exc
+                )
+                check.results.append(error)
+                if self._on_result is not None:
+                    self._on_result(error)
+            return
         if not check.active:
             return  # judged inside the loop (steps=N)
-        warmup = self._settings.warmup
         if check.calls - warmup < 1 or check.calls < 2:
             calls = check.calls
             check.close()

@@ -463,7 +463,7 @@ def check_in_fixture(
         settings=settings,
     )
     if result.leaked:
-        if settings.warn_only:
+        if plugin.warns_instead(item, settings):
             warnings.warn(plugin.GraphLeakWarning(result.leak_text()), stacklevel=2)
         else:
             from pytest_graphleak import GraphLeakError
@@ -519,7 +519,7 @@ def run_marked_test(
         settings=settings,
     )
     if checking and result.leaked:
-        if settings.warn_only:
+        if plugin.warns_instead(item, settings):
             warnings.warn(plugin.GraphLeakWarning(result.leak_text()), stacklevel=2)
         else:
             from pytest_graphleak import GraphLeakError

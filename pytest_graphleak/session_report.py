@@ -225,16 +225,22 @@ class GraphleakSessionReport:
 
     # A wrapper: its first half runs before junitxml reads the teardown's properties, its
     # second half after every other hook (a conftest, pytest-xdist's worker sending the
-    # report, the terminal reporter's status letter) has read ``report.graphleak``.
+    # report, the terminal reporter's status letter) has read ``report.graphleak``. The
+    # call report is recorded in the second half: pytest's own hooks may still change its
+    # outcome while it is logged (pytest's subtests fail a test with a failed subtest in
+    # ``pytest_report_teststatus``), and the reports must say what pytest says.
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> Generator[None, None, None]:
-        if not self.is_worker:
+        if not self.is_worker and report.when != "call":
             self._collect(report)
         self._logging = report
         yield
         self._logging = None
-        if report.when == "call" and hasattr(report, "graphleak"):
-            del report.graphleak  # type: ignore[attr-defined]  # pop: now in the spool
+        if report.when == "call":
+            if not self.is_worker:
+                self._collect(report)
+            if hasattr(report, "graphleak"):
+                del report.graphleak  # type: ignore[attr-defined]  # pop: now in the spool
 
     def _collect(self, report: pytest.TestReport) -> None:
         if report.when == "call" and report.outcome == _RERUN:

@@ -94,12 +94,27 @@ class Series:
     start_objects: int = 0
 
 
-def annotate_step_error(exc: BaseException, call: int, warmup: int, planned: int | None) -> None:
-    """Add 'raised at step k' to the step's own exception (a note on 3.11+)."""
+def annotate_step_error(
+    exc: BaseException, call: int, warmup: int, planned: int | None, *, measuring: bool = False
+) -> None:
+    """Add 'raised at step k' to the step's own exception (a note on 3.11+).
+
+    Any exception counts, not only ``Exception``: ``pytest.fail()``, ``SystemExit`` and
+    pytest-timeout's ``Failed`` end a step too. ``measuring``: it was raised while the
+    probes sampled after that step (a timeout firing there), not by the step itself.
+    """
+    if getattr(exc, "graphleak_step", None) is not None:
+        return  # already placed (an exception re-raised through a second check)
     phase = "warmup step" if call <= warmup else "measured step"
     of = f" of {planned}" if planned else ""
-    note = f"graphleak: raised at step {call}{of} ({phase}; warmup={warmup})"
+    where = f"while measuring after step {call}" if measuring else f"at step {call}"
+    note = f"graphleak: raised {where}{of} ({phase}; warmup={warmup})"
     exc.graphleak_step = call  # type: ignore[attr-defined]
+    exc.graphleak_measuring = measuring  # type: ignore[attr-defined]
+    exc.graphleak_note = note  # type: ignore[attr-defined]
+    if getattr(exc, "pytrace", True) is False and isinstance(getattr(exc, "msg", None), str):
+        # pytest.fail(..., pytrace=False) shows only its message, never the notes.
+        exc.msg += "\n" + note  # type: ignore[attr-defined]
     if hasattr(exc, "add_note"):
         exc.add_note(note)
     else:  # Python 3.10 shows no notes, but keep them for tools that read them
@@ -267,8 +282,9 @@ def run(
     """Call ``step`` ``warmup + steps`` times, sampling after each call.
 
     The start set is what ``step`` and ``roots`` reach (see ``Sampler.begin``).
-    A step that raises stops the run; its exception propagates unchanged, with a note
-    saying at which call it was raised.
+    A step that raises (anything: ``pytest.fail()``, ``SystemExit``, a timeout) stops the
+    run; its exception propagates unchanged, with a note saying at which call it was
+    raised.
     """
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ValueError(f"steps must be an integer >= 1, got {steps!r}")
@@ -279,10 +295,16 @@ def run(
         for call in range(1, planned + 1):
             try:
                 step()
-            except Exception as exc:
+            except BaseException as exc:
                 annotate_step_error(exc, call, warmup, planned)
                 raise
-            sampler.after_step()
+            try:
+                sampler.after_step()
+            except Exception:
+                raise  # the plugin's own failure, not the step's: no step note
+            except BaseException as exc:  # a timeout, Ctrl-C or SystemExit while sampling
+                annotate_step_error(exc, call, warmup, planned, measuring=True)
+                raise
     finally:
         sampler.end()
     return sampler.result
