@@ -30,6 +30,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 import weakref
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
@@ -38,6 +39,7 @@ from typing import Any
 
 import pytest
 
+from pytest_graphleak.report.environment import describe_run
 from pytest_graphleak.report.html import render_html
 from pytest_graphleak.report.json_doc import (
     STATUSES,
@@ -47,8 +49,8 @@ from pytest_graphleak.report.json_doc import (
     metric_summary,
     write_text_atomic,
 )
+from pytest_graphleak.report.scale import sparkline
 from pytest_graphleak.report.svg import format_quantity, format_rate
-from pytest_graphleak.report.text import sparkline
 from pytest_graphleak.result import CheckResult
 
 #: pytest 8 and later read a ``(word, markup)`` status word wherever they print it;
@@ -211,6 +213,7 @@ class GraphleakSessionReport:
         #: The report being logged now: where pytest 7 understands a (word, markup) word.
         self._logging: pytest.TestReport | None = None
         self.outputs: list[_Output] = []
+        self._started = time.time()  # for the HTML page's environment block
         if self.is_worker:
             return
         self.outputs = [
@@ -344,13 +347,19 @@ class GraphleakSessionReport:
         json_text = dumps(document)
         failed = False
         for output in self.outputs:
-            text = json_text if output.kind == "JSON" else render_html(document)
+            text = json_text if output.kind == "JSON" else render_html(
+                document, environment=self._environment()
+            )
             failed |= not _write(output, text)
         if failed and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
         if failed and all(o.written_to is None for o in self.outputs):
             # Neither the file nor its fallback could be written: keep the data in the log.
             sys.stdout.write("graphleak JSON report follows:\n" + json_text)
+
+    def _environment(self) -> dict[str, str]:
+        command = ["pytest", *self.config.invocation_params.args]
+        return describe_run(command, str(self.config.rootpath), self._started, time.time())
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         self.spool.close()
@@ -434,7 +443,7 @@ def summary_lines(
                 f"{format_quantity(info['start'], info['unit'])} -> "
                 f"{format_quantity(info['end'], info['unit'])}",
                 format_rate(info["per_step"], info["unit"]),
-                sparkline(check["series"][metric]),
+                sparkline(check["series"][metric], info["unit"], warmup=check["warmup"]),
             )
             for metric, info in metric_summary(check).items()
             if info["grew"]

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Open a graphleak HTML report in real headless Chromium and check that it works offline.
 
-    python scripts/check_html_chromium.py [REPORT.html] [--screenshot OUT.png]
+    python scripts/check_html_chromium.py [REPORT.html] [--screenshot OUT.png] [--width 480]
 
 Without REPORT.html, a sample report (a leaky, a warned and a clean check, with
 a retained-graph drawing) is rendered first. Checks, each a failure when broken:
@@ -136,6 +136,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("report", nargs="?", help="the HTML report (default: a sample)")
     parser.add_argument("--screenshot", default=None, help="PNG to write (default: beside it)")
     parser.add_argument("--chromium", default="chromium", help="the browser executable")
+    parser.add_argument("--width", type=int, default=1200,
+                        help="window width in px (480: the narrow layout)")  # fmt: skip
+    parser.add_argument("--height", type=int, default=1800, help="window height in px")
     args = parser.parse_args(argv)
 
     chromium = shutil.which(args.chromium)
@@ -160,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         "--enable-logging=stderr",
         "--v=0",
         f"--log-net-log={net_log}",
-        "--window-size=1200,1800",
+        f"--window-size={args.width},{args.height}",
         f"--screenshot={shot.resolve()}",
         url,
     )

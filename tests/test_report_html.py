@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 from html.parser import HTMLParser
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,7 +18,7 @@ from pytest_graphleak.report.dot import (
     quote,
     render_svg,
 )
-from pytest_graphleak.report.html import render_html
+from pytest_graphleak.report.html import render_html, source_context
 from pytest_graphleak.report.json_doc import CheckedTest, build_document
 from pytest_graphleak.report.svg import format_quantity, format_rate, series_chart
 from pytest_graphleak.result import CheckResult, CreationSite, Diagnosis, Growth, Verdict
@@ -145,8 +146,11 @@ def test_every_series_gets_a_chart_with_the_warmup_shaded() -> None:
     assert len(page.all("rect", class_="warmup")) == len(charts)
     assert len(page.all("polyline", class_="series grew")) == 2  # the two leaks' grown metric
     assert len(page.all("polyline")) == len(charts)
-    # The clean test folds away; the leaks stay open.
-    assert len(page.all("details")) == 1
+    # The clean test folds away; the leaks stay open (the DOT texts fold away too, with
+    # no Graphviz to draw them).
+    folded = [d for d in page.all("details") if d.get("class") != "env"]
+    assert len(folded) == 1 + 2
+    assert "Install Graphviz" in "".join(page.text)
 
 
 def test_leaks_come_first_and_the_verdict_chain_sites_are_shown() -> None:
@@ -177,6 +181,10 @@ def test_retained_graph_drawn_by_the_renderer_or_shown_as_dot_text() -> None:
     assert "digraph" in dot_text and f"dict['{EVIL}']" in dot_text
     refused = Page(render_html(document(), draw=lambda text: None))
     assert "digraph" in "".join(refused.pre_text)
+    assert "Install Graphviz" in "".join(refused.text)
+    # A drawing sits at its natural size in a scrolling box, with a legend.
+    assert '<div class="graph"><svg class="drawn">' in render_html(document(), draw=fake_draw)
+    assert "what the leak keeps alive" in "".join(drawn.text)
 
 
 @pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz dot not on PATH")
@@ -280,8 +288,38 @@ def test_all_zero_series_are_listed_but_not_drawn() -> None:
     assert "torch.tensors" in text.split("zero throughout")[0]  # still in the metrics table
 
 
-def test_axis_labels_stay_distinct_for_a_small_range_on_a_large_value() -> None:
+def test_bytes_are_drawn_as_growth_and_small_jitter_draws_flat() -> None:
     base = 235.3 * 1024**2
     page = Page(series_chart([base, base + 12288], warmup=0, title="rss", unit="bytes"))
-    labels = [t for t in page.text if "MiB" in t or "KiB" in t]
-    assert labels[:2] == ["+12.0 KiB", "235.3 MiB"]
+    assert page.all("svg", class_="chart")[0]["aria-label"] == "rss"
+    assert "rss: growth from 235.3 MiB" in page.text
+    labels = [t for t in page.text if t.startswith(("+", "-"))]
+    assert labels[0] == "+0" and "+256.0 KiB" in labels  # round ticks, growth from base
+    # 12 KiB against the 1 MiB-per-step minimum span: the line rises by about 1% of
+    # the plot, not from bottom to top.
+    points = page.all("polyline")[0]["points"].split()
+    ys = [float(point.split(",")[1]) for point in points]
+    assert 0 < ys[0] - ys[1] < 2
+
+
+def test_source_context_around_a_creation_site(tmp_path: Path) -> None:
+    source = tmp_path / "train.py"
+    source.write_text("a = 1\nb = 2\nloss = model(x)\nc = 3\nd = 4\ne = 5\n")
+    shown = Page(source_context("train.py", 3, str(tmp_path)))
+    text = "".join(shown.pre_text)
+    assert "3  loss = model(x)" in text and "1  a = 1" in text and "5  d = 4" in text
+    assert "e = 5" not in text
+    assert source_context("missing.py", 3, str(tmp_path)) == ""
+    assert source_context(str(source), 99) == ""
+
+
+def test_environment_block_and_narrow_layout() -> None:
+    environment = {"time": "2026-11-23 14:00:00 UTC", "command": "pytest --graphleak"}
+    page = Page(render_html(document(), draw=None, environment=environment))
+    text = "".join(page.text)
+    assert "pytest --graphleak" in text and "2026-11-23 14:00:00 UTC" in text
+    assert "took" in text  # check durations summed up
+    html = render_html(document(), draw=None)
+    assert "@media (max-width: 600px)" in html and 'class="scroll"' in html
+
+

@@ -38,7 +38,7 @@ def render_result(result: CheckResult) -> str:
 
 def metric_rows(result: CheckResult, indent: str = "  ") -> list[str]:
     """metric  start -> end over the measured steps, and a sparkline of every call."""
-    from pytest_graphleak.report.text import sparkline
+    from pytest_graphleak.report.scale import sparkline
 
     if not result.series:
         return []
@@ -52,5 +52,6 @@ def metric_rows(result: CheckResult, indent: str = "  ") -> list[str]:
             if measured
             else "no samples"
         )
-        rows.append(f"{indent}{metric:<{width}}  {span:<24} {sparkline(values)}")
+        spark = sparkline(values, unit, warmup=result.warmup)
+        rows.append(f"{indent}{metric:<{width}}  {span:<24} {spark}")
     return rows

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from html import escape
 
+from pytest_graphleak.report.scale import ticks, value_range
 from pytest_graphleak.report.svg import format_quantity
 
 LEAKY_COLOUR = "#d62728"
@@ -92,9 +93,11 @@ def _panel(x: float, y: float, w: float, h: float, metric: Metric, leaky: PlotRu
     if not values or count < 2:
         parts.append(f'<text x="{left}" y="{top + plot_h / 2:.0f}">no samples</text></g>')
         return "".join(parts)
-    low, high = min(values), max(values)
-    if high == low:
-        low, high = low - 1, high + 1
+    # An honest scale (report.scale): jitter below one object, or below the RSS
+    # tolerance per step, draws flat instead of filling the panel.
+    low, high = value_range(values, metric.unit) or (0.0, 1.0)
+    if metric.unit != "bytes" and high - low <= 1:
+        low, high = low - 0.5, high + 0.5  # a flat count sits mid-panel, not on an edge
 
     def px(i: int) -> float:
         return left + plot_w * i / (count - 1)
@@ -108,9 +111,14 @@ def _panel(x: float, y: float, w: float, h: float, metric: Metric, leaky: PlotRu
                      f'height="{plot_h}" fill="#eeeeee"/>')
     parts.append(f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" '
                  'fill="none" stroke="#999999"/>')
-    for value in (high, low):
-        parts.append(f'<text x="{left - 4}" y="{py(value) + 4:.1f}" text-anchor="end">'
-                     f'{escape(format_quantity(value, metric.unit))}</text>')
+    for value in ticks(low, high, metric.unit):
+        label = format_quantity(value, metric.unit)
+        if metric.unit == "bytes" and value > 0:
+            label = "+" + label  # the demo plots RSS as growth since step 1
+        parts.append(f'<line x1="{left}" y1="{py(value):.1f}" x2="{left + plot_w}" '
+                     f'y2="{py(value):.1f}" stroke="#eeeeee"/>'
+                     f'<text x="{left - 4}" y="{py(value) + 4:.1f}" text-anchor="end">'
+                     f'{escape(label)}</text>')
     parts.append(f'<text x="{left}" y="{h - 4:.0f}">step 1</text>')
     parts.append(f'<text x="{left + plot_w}" y="{h - 4:.0f}" text-anchor="end">'
                  f'step {count}</text>')

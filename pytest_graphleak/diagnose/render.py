@@ -124,13 +124,16 @@ def render_dot(chain_path: Path | None, cycle_path: Path | None, walker: ObjectE
         key = id(obj)
         if key not in ids:
             ids[key] = f"n{len(ids)}"
-            style = ', style=filled, fillcolor="#fde2e2"' if _is_node(obj, walker) else ""
+            # Leaked graph nodes stand out: filled and outlined red (the HTML legend says so).
+            leaked = ', style=filled, fillcolor="#fde2e2", color="#c62828", penwidth=1.5'
+            style = leaked if _is_node(obj, walker) else ""
             lines.append(f"  {ids[key]} [label={_quote(describe(obj, walker))}{style}];")
         return ids[key]
 
     if chain_path is not None:
         root = f"r{len(ids)}"
-        lines.append(f"  {root} [label={_quote(chain_path.root_label)}, shape=plaintext];")
+        lines.append(f"  {root} [label={_quote(chain_path.root_label)}, style=filled, "
+                     'fillcolor="#dde8ff"];')  # fmt: skip
         lines.append(f"  {root} -> {node_id(path.objects[0])};")
     for i, edge in enumerate(path.edges):
         a, b = node_id(path.objects[i]), node_id(path.objects[i + 1])

@@ -3,6 +3,7 @@ sibling modules (``json_doc``, ``html``, ``svg``, ``dot``)."""
 
 from __future__ import annotations
 
-from pytest_graphleak.report.text import render_text, sparkline
+from pytest_graphleak.report.scale import sparkline
+from pytest_graphleak.report.text import render_text
 
 __all__ = ["render_text", "sparkline"]

@@ -1,13 +1,18 @@
 """The HTML report: one self-contained file rendered from the JSON document.
 
 No script, no network: styles inline in ``<head>``, charts as inline SVG, the
-retained graph as Graphviz's SVG (or its DOT text when ``dot`` is not on PATH).
+retained graph as Graphviz's SVG at its natural size in a scrolling box (or, when
+``dot`` is not on PATH, a line saying so with the DOT text folded away). An
+environment block (time, versions, command, durations) and a few source lines around
+each creation site come from the run that renders the page, when it has them.
 Every piece of text that came from a test (node ids, chains, source lines, DOT)
-is escaped.
+is escaped. The layout holds at 480 px: wide tables and drawings scroll in place.
 """
 
 from __future__ import annotations
 
+import linecache
+import os
 from collections.abc import Callable, Mapping, Sequence
 from html import escape
 from typing import Any
@@ -55,16 +60,41 @@ svg.chart .warmup { fill: #e9e9f0; }
 svg.chart polyline.series { fill: none; stroke: #3b5bdb; stroke-width: 1.6; }
 svg.chart polyline.grew { stroke: #c62828; }
 svg.chart circle.series { fill: #3b5bdb; } svg.chart circle.grew { fill: #c62828; }
+svg.chart .grid { stroke: #eeeef3; stroke-width: 1; }
+svg.chart { max-width: 100%; height: auto; }
 ol.chain li { font-family: ui-monospace, monospace; font-size: .85rem; }
-.graph svg { max-width: 100%; height: auto; }
+.graph { overflow: auto; max-height: 90vh; border: 1px solid #e4e4ea; background: #fff; }
+.graph svg { max-width: none; height: auto; }
+.legend { font-size: .85rem; color: #444; }
+.legend span { display: inline-block; margin-right: 1rem; }
+.swatch { display: inline-block; width: .9rem; height: .9rem; vertical-align: middle;
+          margin-right: .25rem; border: 1px solid #999; }
+.env { font-size: .85rem; }
+.env td:first-child { color: #666; white-space: nowrap; }
+pre.source { margin: .2rem 0 .6rem; }
+pre.source .here { background: #ffe3a3; display: inline-block; width: 100%; }
+.scroll { overflow-x: auto; max-width: 100%; }
+@media (max-width: 600px) {
+  body { margin: .6rem; }
+  section.test { padding: .5rem; }
+  td, th { padding: .2rem .3rem; }
+  .charts { display: block; }
+}
 """
 
 
-def render_html(document: Mapping[str, Any], *, draw: DotRenderer | None = render_svg) -> str:
+def render_html(
+    document: Mapping[str, Any],
+    *,
+    draw: DotRenderer | None = render_svg,
+    environment: Mapping[str, str] | None = None,
+) -> str:
     """The whole report page for a document from ``json_doc.build_document``.
 
     ``draw`` turns DOT text into inline SVG (default: Graphviz when on PATH); pass
-    None to always show the DOT text.
+    None to never draw. ``environment`` (label -> text: time, versions, command, ...)
+    is shown as the run's environment block; ``rootdir`` in it also locates relative
+    creation-site paths for their source lines.
     """
     tests: Sequence[Mapping[str, Any]] = document.get("tests", [])
     summary = document.get("summary", {})
@@ -74,6 +104,8 @@ def render_html(document: Mapping[str, Any], *, draw: DotRenderer | None = rende
         f"{_summary_line(summary, bool(document.get('warn_only')))}</p>",
     ]
     body.extend(f'<p class="note">{escape(str(note))}</p>' for note in document.get("notes", []))
+    body.append(_environment_block(environment or {}, tests))
+    root = (environment or {}).get("rootdir")
     if not tests:
         body.append("<p>No test ran a graphleak check.</p>")
     else:
@@ -81,7 +113,7 @@ def render_html(document: Mapping[str, Any], *, draw: DotRenderer | None = rende
         tests = sorted(tests, key=lambda t: (_STATUS_ORDER.get(t.get("status"), 9), t["nodeid"]))
         body.append(_index(tests))
         for number, test in enumerate(tests):
-            body.append(_test_section(test, f"t{number}", draw))
+            body.append(_test_section(test, f"t{number}", draw, root))
     return (
         "<!DOCTYPE html>\n"
         '<html lang="en"><head><meta charset="utf-8">'
@@ -114,7 +146,27 @@ def _index(tests: Sequence[Mapping[str, Any]]) -> str:
             f"<td>{escape(', '.join(patterns))}</td></tr>"
         )
     return (
-        "<table><tr><th>status</th><th>test</th><th>pattern</th></tr>" + "".join(rows) + "</table>"
+        '<div class="scroll"><table><tr><th>status</th><th>test</th><th>pattern</th></tr>'
+        + "".join(rows)
+        + "</table></div>"
+    )
+
+
+def _environment_block(environment: Mapping[str, str], tests: Sequence[Mapping[str, Any]]) -> str:
+    rows = [(str(k), str(v)) for k, v in environment.items() if v]
+    seconds = [float(c.get("duration_s") or 0) for t in tests for c in t.get("checks", [])]
+    if seconds:
+        slowest = max(seconds)
+        rows.append(("checks", f"{len(seconds)} took {sum(seconds):.2f} s in all "
+                               f"(slowest {slowest:.2f} s)"))  # fmt: skip
+    if not rows:
+        return ""
+    cells = "".join(
+        f'<tr><td>{escape(k)}</td><td class="mono">{escape(v)}</td></tr>' for k, v in rows
+    )
+    return (
+        '<details class="env"><summary>environment</summary>'
+        f'<div class="scroll"><table>{cells}</table></div></details>'
     )
 
 
@@ -123,7 +175,9 @@ def _badge(status: str) -> str:
     return f'<span class="badge {css}">{escape(_STATUS_WORDS.get(status, status))}</span>'
 
 
-def _test_section(test: Mapping[str, Any], anchor: str, draw: DotRenderer | None) -> str:
+def _test_section(
+    test: Mapping[str, Any], anchor: str, draw: DotRenderer | None, root: str | None
+) -> str:
     status = str(test.get("status", "clean"))
     head = (
         f'<section class="test" id="{anchor}"><h2>{_badge(status)}'
@@ -133,7 +187,11 @@ def _test_section(test: Mapping[str, Any], anchor: str, draw: DotRenderer | None
     checks = test.get("checks", [])
     parts = [
         _check_block(
-            check, test_name=str(test.get("nodeid", "")), several=len(checks) > 1, draw=draw
+            check,
+            test_name=str(test.get("nodeid", "")),
+            several=len(checks) > 1,
+            draw=draw,
+            root=root,
         )
         for check in checks
     ]
@@ -144,7 +202,12 @@ def _test_section(test: Mapping[str, Any], anchor: str, draw: DotRenderer | None
 
 
 def _check_block(
-    check: Mapping[str, Any], *, test_name: str, several: bool, draw: DotRenderer | None
+    check: Mapping[str, Any],
+    *,
+    test_name: str,
+    several: bool,
+    draw: DotRenderer | None,
+    root: str | None = None,
 ) -> str:
     parts: list[str] = []
     name = str(check.get("name", ""))
@@ -153,7 +216,9 @@ def _check_block(
     verdict = check.get("verdict") or {}
     pattern = check.get("pattern")
     steps, warmup = check.get("steps", 0), check.get("warmup", 0)
-    line = f"{steps} measured steps after {warmup} warmup calls"
+    line = f"{steps} measured steps after {warmup} warmup steps"
+    if check.get("duration_s"):
+        line += f" ({float(check['duration_s']):.2f} s)"
     if check.get("leaked"):
         line = f"<strong>{escape(str(pattern or 'leak'))}</strong> &middot; {escape(line)}"
     else:
@@ -169,7 +234,7 @@ def _check_block(
     parts.append(_charts(check))
     diagnosis = check.get("diagnosis")
     if diagnosis:
-        parts.append(_diagnosis_block(diagnosis, draw))
+        parts.append(_diagnosis_block(diagnosis, draw, root))
     return "".join(parts)
 
 
@@ -189,9 +254,8 @@ def _metrics_table(metrics: Mapping[str, Mapping[str, Any]]) -> str:
             f"<td>{'grew' if info.get('grew') else ''}</td></tr>"
         )
     return (
-        "<table><tr><th>metric</th><th>start</th><th>end</th><th>growth</th><th></th></tr>"
-        + "".join(rows)
-        + "</table>"
+        '<div class="scroll"><table><tr><th>metric</th><th>start</th><th>end</th>'
+        "<th>growth</th><th></th></tr>" + "".join(rows) + "</table></div>"
     )
 
 
@@ -215,7 +279,7 @@ def _charts(check: Mapping[str, Any]) -> str:
     ]
     if not charts:
         return ""
-    legend = "shaded: warmup calls (not judged)"
+    legend = "shaded: warmup steps (not judged); bytes drawn as growth from the first measured step"
     if zeros:
         legend += f"; zero throughout, not drawn: {', '.join(zeros)}"
     legend = f'<p class="muted">{escape(legend)}</p>'
@@ -227,7 +291,9 @@ def _ordered(metrics: Mapping[str, Any]) -> list[str]:
     return sorted(metrics, key=lambda m: (not (metrics[m] or {}).get("grew"), m))
 
 
-def _diagnosis_block(diagnosis: Mapping[str, Any], draw: DotRenderer | None) -> str:
+def _diagnosis_block(
+    diagnosis: Mapping[str, Any], draw: DotRenderer | None, root: str | None = None
+) -> str:
     parts = []
     chain = diagnosis.get("chain") or []
     if chain:
@@ -248,8 +314,12 @@ def _diagnosis_block(diagnosis: Mapping[str, Any], draw: DotRenderer | None) -> 
             for s in sites
         )
         parts.append(
-            "<h3>creation sites</h3><table><tr><th>where</th><th>function</th>"
-            f"<th>objects/step</th><th>line</th></tr>{rows}</table>"
+            '<h3>creation sites</h3><div class="scroll"><table><tr><th>where</th>'
+            f"<th>function</th><th>objects/step</th><th>line</th></tr>{rows}</table></div>"
+        )
+        parts.extend(
+            source_context(str(s.get("filename", "")), int(s.get("lineno") or 0), root)
+            for s in sites
         )
     notes = diagnosis.get("notes") or []
     if notes:
@@ -257,6 +327,50 @@ def _diagnosis_block(diagnosis: Mapping[str, Any], draw: DotRenderer | None) -> 
     dot_text = diagnosis_dot(diagnosis)
     if dot_text:
         svg = draw(dot_text) if draw is not None else None
-        drawing = svg if svg is not None else f"<pre>{escape(dot_text)}</pre>"
-        parts.append(f'<h3>retained graph</h3><div class="graph">{drawing}</div>')
+        if svg is not None:
+            parts.append(f'<h3>retained graph</h3>{_GRAPH_LEGEND}<div class="graph">{svg}</div>')
+        else:
+            parts.append(
+                "<h3>retained graph</h3><p>Install Graphviz (<code>dot</code> on PATH, e.g. "
+                "<code>apt-get install graphviz</code>) to draw this graph here.</p>"
+                f"<details><summary>its DOT text</summary><pre>{escape(dot_text)}</pre></details>"
+            )
     return "".join(parts)
+
+
+_GRAPH_LEGEND = (
+    '<p class="legend">'
+    '<span><i class="swatch" style="background:#fde2e2"></i>what the leak keeps alive '
+    "(autograd graph nodes outlined red)</span>"
+    '<span><i class="swatch" style="background:#dde8ff"></i>where the chain starts: a '
+    "fixture, self, a global, a local</span>"
+    "<span>&rarr; solid: a reference (attribute, item, closure)</span>"
+    "<span>&#8674; dashed: an autograd edge (grad_fn, next_functions)</span>"
+    "<span>scroll to see all of it</span></p>"
+)
+
+#: Source lines shown on each side of a creation site.
+CONTEXT_LINES = 2
+
+
+def source_context(filename: str, lineno: int, root: str | None = None) -> str:
+    """A few numbered source lines around ``filename:lineno``, the line itself marked;
+    ``""`` when the file cannot be read here (a report rendered on another machine)."""
+    if not filename or lineno <= 0:
+        return ""
+    path = filename
+    if not os.path.isabs(path) and root:
+        path = os.path.join(root, path)
+    first = max(1, lineno - CONTEXT_LINES)
+    lines = [linecache.getline(path, n) for n in range(first, lineno + CONTEXT_LINES + 1)]
+    if not lines[lineno - first].strip():
+        return ""  # unreadable here, or the file changed: show nothing rather than a guess
+    width = len(str(lineno + CONTEXT_LINES))
+    shown = []
+    for number, text in enumerate(lines, start=first):
+        if not text and number > lineno:
+            break
+        row = f"{number:>{width}}  {escape(text.rstrip())}"
+        shown.append(f'<span class="here">{row}</span>' if number == lineno else row)
+    caption = f'<div class="mono muted">{escape(filename)}:{lineno}</div>'
+    return f'{caption}<pre class="source">' + "\n".join(shown) + "</pre>"

@@ -1,4 +1,4 @@
-"""The failure text of one check, and the unicode sparkline used by every text report.
+"""The failure text of one check (sparklines: ``report.scale``).
 
 Pure: a CheckResult in, a string out. The same text is the marker's failure, the
 ``GraphLeakError`` message of the fixture and of ``pytest_graphleak.check``.
@@ -6,13 +6,11 @@ Pure: a CheckResult in, a string out. The same text is the marker's failure, the
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
+from pytest_graphleak.report.scale import sparkline
 from pytest_graphleak.result import FIXES, CheckResult, Growth
 from pytest_graphleak.verdict import format_amount
-
-_BARS = "▁▂▃▄▅▆▇█"
 
 #: One line per pattern word: what it means (ARCHITECTURE section 4).
 MEANINGS: dict[str, str] = {
@@ -26,25 +24,6 @@ MEANINGS: dict[str, str] = {
 
 #: Series longer than this are shown as head ... tail.
 _MAX_SHOWN = 24
-
-
-def sparkline(values: Sequence[float]) -> str:
-    """One bar per value, scaled between the series' min and max (flat: all lowest)."""
-    finite = [float(v) for v in values if _finite(v)]
-    if not finite:
-        return " " * len(values)
-    low, high = min(finite), max(finite)
-    span = high - low
-    bars = []
-    for value in values:
-        if not _finite(value):
-            bars.append(" ")
-        elif span == 0:
-            bars.append(_BARS[0])
-        else:
-            index = round((float(value) - low) / span * (len(_BARS) - 1))
-            bars.append(_BARS[index])
-    return "".join(bars)
 
 
 def render_text(result: CheckResult) -> str:
@@ -90,10 +69,7 @@ def _growth_row(result: CheckResult, growth: Growth, width: int) -> str:
     unit = result.units.get(growth.metric, "objects")
     span = f"{format_amount(growth.start, unit)} -> {format_amount(growth.end, unit)}"
     rate = f"{format_amount(growth.per_step, unit, signed=True)}/step"
-    values = result.series.get(growth.metric, [])
-    spark = sparkline(values)
-    if 0 < result.warmup < len(spark):
-        spark = f"{spark[: result.warmup]}|{spark[result.warmup :]}"
+    spark = sparkline(result.series.get(growth.metric, []), unit, warmup=result.warmup)
     return f"    {growth.metric:<{width}}  {span:<24} {rate:<16} {spark}"
 
 
@@ -107,6 +83,3 @@ def compact_series(values: Sequence[float], warmup: int, unit: str = "objects") 
         tail = [*tail[:keep], "...", *tail[-keep:]]
     return " ".join([*head, "|", *tail]) if head else " ".join(tail)
 
-
-def _finite(value: object) -> bool:
-    return isinstance(value, (int, float)) and math.isfinite(value)

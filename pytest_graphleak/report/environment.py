@@ -1,0 +1,45 @@
+"""The run's environment for the HTML report: time, versions, command, rootdir, duration.
+
+Versions come from package metadata and from modules the run already imported: nothing
+is imported to describe it (torch stays unimported in a minigrad-only run).
+"""
+
+from __future__ import annotations
+
+import platform
+import sys
+import time
+from collections.abc import Sequence
+from importlib import metadata
+
+#: Distributions named when installed: (label, distribution, module that must be loaded).
+_VERSIONS = (
+    ("pytest-graphleak", "pytest-graphleak", None),
+    ("pytest", "pytest", None),
+    ("torch", "torch", "torch"),
+    ("numpy", "numpy", "numpy"),
+    ("pytest-xdist", "pytest-xdist", "xdist"),
+)
+
+
+def describe_run(
+    command: Sequence[str], rootdir: str, started: float, finished: float
+) -> dict[str, str]:
+    """Label -> text, in display order. ``started``/``finished`` are ``time.time()``."""
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(started))
+    versions = [f"Python {platform.python_version()}"]
+    for label, dist, module in _VERSIONS:
+        if module is not None and module not in sys.modules:
+            continue
+        try:
+            versions.append(f"{label} {metadata.version(dist)}")
+        except metadata.PackageNotFoundError:
+            continue
+    return {
+        "time": stamp,
+        "command": " ".join(command),
+        "rootdir": rootdir,
+        "versions": ", ".join(versions),
+        "platform": f"{platform.system()} {platform.release()} ({platform.machine()})",
+        "session": f"{finished - started:.2f} s",
+    }
