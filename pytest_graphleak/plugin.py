@@ -17,10 +17,11 @@ from typing import Any
 
 import pytest
 
-from pytest_graphleak import api, options
+from pytest_graphleak import api, options, tracker
 from pytest_graphleak.api import GraphLeakError, GraphLeakWarning, Track
 from pytest_graphleak.heap.usercode import is_pytest_module
 from pytest_graphleak.options import OptionError, Settings
+from pytest_graphleak.pytest_held import PytestHeld
 from pytest_graphleak.report.text import render_text
 from pytest_graphleak.result import CheckResult
 
@@ -228,9 +229,15 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, None]:
     between one setUp and one tearDown (as fixtures are set up once for plain tests)."""
     original = _swap_unittest_method(item)
     _RUNNING.append(item)
+    # What pytest keeps of each step (captured log records, warnings, properties) is
+    # released before every sample of a check in this test: it is not the user's leak.
+    held = PytestHeld(item)
+    tracker.BEFORE_SAMPLE.append(held.release)
     try:
         yield
     finally:
+        tracker.BEFORE_SAMPLE.remove(held.release)
+        held.close()
         _RUNNING.remove(item)
         if original is not None:
             item.obj = original  # type: ignore[attr-defined]

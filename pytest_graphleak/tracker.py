@@ -43,6 +43,11 @@ _INTERPRETER_FROZEN = gc.get_freeze_count()
 #: How a check finds what was alive before it (``Sampler.begin``).
 START_SCANS = ("roots", "heap")
 
+#: Called before every sample to drop what the test runner, not the step, keeps of each
+#: step's objects (the pytest plugin releases pytest's captured log records here, see
+#: ``pytest_held``). A hook that fails is skipped: it can only add what pytest keeps.
+BEFORE_SAMPLE: list[Callable[[], None]] = []
+
 
 def user_frozen_count() -> int:
     """Objects frozen by someone other than the interpreter (see above). After our own
@@ -207,6 +212,9 @@ class Sampler:
     def after_step(self) -> None:
         """Sample every probe; at the end of warmup, move the baseline forward."""
         self.result.calls += 1
+        for hook in BEFORE_SAMPLE:
+            with contextlib.suppress(Exception):
+                hook()
         values = self._sample()
         for metric, value in values.items():
             self.result.series.setdefault(metric, []).append(value)
