@@ -42,6 +42,7 @@ from _common import (
 )
 
 from pytest_graphleak.diagnose import diagnose
+from pytest_graphleak.probes import METRICS
 from pytest_graphleak.result import Growth, Verdict
 
 #: One or two catalogue leaks per pattern, both backends.
@@ -86,7 +87,8 @@ class _DiagnosisCall:
         self.right: list[bool] = []
 
     def __call__(self) -> None:
-        result = diagnose(self.verdict, step=self.module.leaky_step, roots=self.roots)
+        result = diagnose(self.verdict, metrics=METRICS,
+                          step=self.module.leaky_step, roots=self.roots)
         named = self.module.CULPRIT in " ".join(result.chain + result.cycle)
         self.right.append(result.pattern == self.module.EXPECTED_PATTERN and named)
 

@@ -22,13 +22,11 @@ from types import TracebackType
 from typing import Any
 
 from pytest_graphleak import tracker
+from pytest_graphleak.metrics import Metric
 from pytest_graphleak.options import OptionError, Settings
 from pytest_graphleak.report.text import render_text
 from pytest_graphleak.result import PATTERNS, CheckResult, Diagnosis, Verdict
-from pytest_graphleak.verdict import Limits, judge
-
-#: Metrics judged with the RSS tolerance (noisy); every other metric is exact.
-NOISY_METRICS = ("process.rss_bytes", "cuda.reserved_bytes")
+from pytest_graphleak.verdict import Limits, confirm, judge, needs_recheck
 
 
 class GraphLeakWarning(UserWarning):
@@ -45,7 +43,8 @@ class GraphLeakError(AssertionError):
 
 
 def limits_for(settings: Settings) -> Limits:
-    return Limits(tolerance=dict.fromkeys(NOISY_METRICS, settings.rss_tolerance))
+    """Noisy metrics (as their probes declare them) get the RSS tolerance."""
+    return Limits(noise=settings.rss_tolerance)
 
 
 def step_error_text(exc: BaseException) -> str:
@@ -73,6 +72,7 @@ def error_result(name: str, *, steps: int, warmup: int, exc: BaseException) -> C
 def explain(
     verdict: Verdict,
     *,
+    metrics: Mapping[str, Metric],
     step: Callable[[], object] | None,
     roots: Mapping[str, object],
     exclude: Collection[int] = (),
@@ -84,9 +84,8 @@ def explain(
     from pytest_graphleak.diagnose import diagnose
 
     try:
-        diagnosis = diagnose(
-            verdict, step=step, roots=roots, exclude=exclude, observation=observation
-        )
+        diagnosis = diagnose(verdict, metrics=metrics, step=step, roots=roots, exclude=exclude,
+                             observation=observation)  # fmt: skip
     except Exception as exc:
         return _failed_diagnosis(verdict, exc)
     if not isinstance(diagnosis, Diagnosis):
@@ -143,9 +142,9 @@ def conclude(
     observation: Any = None,
 ) -> CheckResult:
     """verdict -> (leak only) diagnosis -> CheckResult, from a measured series."""
-    verdict = judge(series.series, series.units, warmup=settings.warmup,
+    verdict = judge(series.series, series.metrics, warmup=settings.warmup,
                     limits=limits_for(settings))  # fmt: skip
-    verdict = _confirm(verdict, series)
+    verdict = _recheck(verdict, series)
     result = CheckResult(
         name=name,
         steps=steps,
@@ -158,23 +157,27 @@ def conclude(
     if verdict.leaked and settings.diagnose:
         started = time.perf_counter()
         result.diagnosis = explain(
-            verdict, step=diagnose_step, roots=roots() if roots else {}, exclude=exclude,
-            observation=observation,
+            verdict, metrics=series.metrics, step=diagnose_step,
+            roots=roots() if roots else {}, exclude=exclude, observation=observation,
         )  # fmt: skip
         result.duration_s += time.perf_counter() - started
     return result
 
 
-def _confirm(verdict: Verdict, series: tracker.Series) -> Verdict:
-    """Let probes re-check a leak (CUDA: is the growth only the allocator's cache?)."""
-    confirmers, series.confirmers = series.confirmers, []
-    for confirm in confirmers:
-        if not verdict.leaked:
-            break
+def _recheck(verdict: Verdict, series: tracker.Series) -> Verdict:
+    """A leak on a metric that declares a recheck (CUDA: is the growth only the
+    allocator's cache?): its probe measures again, the verdict decides."""
+    probes, series.rechecking = series.rechecking, []
+    for probe in probes:
+        if not needs_recheck(verdict, {metric.name: metric for metric in probe.metrics}):
+            continue
         try:
-            verdict = confirm(verdict)
+            found = probe.recheck()
         except Exception as exc:  # a failing re-check never hides the leak
             verdict.reason += f"; re-check failed: {type(exc).__name__}: {exc}"
+            continue
+        if found is not None:
+            verdict = confirm(verdict, series.metrics, found)
     return verdict
 
 

@@ -249,13 +249,14 @@ class LoopCheck:
         whole = sampler.result
         window = tracker.Series(
             series={metric: values[self._offset :] for metric, values in whole.series.items()},
-            units=dict(whole.units),
+            metrics=dict(whole.metrics),
             calls=self._calls - self._window_start,
             duration_s=time.perf_counter() - self._window_began,
         )
         warmup = self._window_warmup
         settings = dataclasses.replace(self.settings, warmup=warmup)
-        verdict = judge(window.series, window.units, warmup=warmup, limits=api.limits_for(settings))
+        verdict = judge(window.series, window.metrics, warmup=warmup,
+                        limits=api.limits_for(settings))  # fmt: skip
         final = (
             at_end
             or self.window is None
@@ -270,7 +271,7 @@ class LoopCheck:
             recorder.close()
         if final or verdict.leaked:
             self._end_sampler()
-            window.confirmers = whole.confirmers
+            window.rechecking = whole.rechecking
         try:
             result = api.conclude(
                 window, settings=settings, name=self._result_name(), steps=window.calls - warmup,

@@ -35,8 +35,6 @@ FIXES: dict[str, str] = {
     ),
 }
 
-Unit = Literal["objects", "bytes"]
-
 #: Schema version of ``CheckResult.to_dict()``; bump on any incompatible change.
 SCHEMA_VERSION = 1
 
@@ -99,9 +97,8 @@ class CheckResult:
     name: str  # pytest node id, or the step's qualified name outside pytest
     steps: int
     warmup: int
-    #: metric name -> one sample after each call (len == warmup + steps);
-    #: metric names are "<probe>.<metric>", e.g. "minigrad.tensors", "torch.nodes",
-    #: "gc.cyclic_garbage", "process.rss_bytes", "cuda.allocated_bytes".
+    #: metric name ("<probe>.<metric>", as the probe declares it) -> one sample after
+    #: each call (len == warmup + steps)
     series: dict[str, list[float]]
     units: dict[str, str]  # metric name -> "objects" | "bytes"
     verdict: Verdict

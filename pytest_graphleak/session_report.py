@@ -39,6 +39,7 @@ from typing import Any
 
 import pytest
 
+from pytest_graphleak.metrics import format_amount, format_rate
 from pytest_graphleak.report.environment import describe_run
 from pytest_graphleak.report.html import render_html
 from pytest_graphleak.report.json_doc import (
@@ -50,7 +51,6 @@ from pytest_graphleak.report.json_doc import (
     write_text_atomic,
 )
 from pytest_graphleak.report.scale import sparkline
-from pytest_graphleak.report.svg import format_quantity, format_rate
 from pytest_graphleak.result import CheckResult
 
 #: pytest 8 and later read a ``(word, markup)`` status word wherever they print it;
@@ -440,8 +440,8 @@ def summary_lines(
         cells = [
             (
                 metric,
-                f"{format_quantity(info['start'], info['unit'])} -> "
-                f"{format_quantity(info['end'], info['unit'])}",
+                f"{format_amount(info['start'], info['unit'])} -> "
+                f"{format_amount(info['end'], info['unit'])}",
                 format_rate(info["per_step"], info["unit"]),
                 sparkline(check["series"][metric], info["unit"], warmup=check["warmup"]),
             )

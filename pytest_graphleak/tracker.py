@@ -30,9 +30,9 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from pytest_graphleak.probes import GcProbe, Probe, make_probes
+from pytest_graphleak.metrics import Metric
+from pytest_graphleak.probes import Probe, make_probes
 from pytest_graphleak.reach import reachable
-from pytest_graphleak.result import Verdict
 
 #: The freeze count when the plugin was imported (before any conftest runs). CPython 3.12
 #: keeps a few hundred objects of its own in the permanent generation and puts them back
@@ -87,16 +87,22 @@ class Series:
     """What a run measured: one sample per metric after each call."""
 
     series: dict[str, list[float]] = field(default_factory=dict)
-    units: dict[str, str] = field(default_factory=dict)
+    #: metric name -> its probe's declaration
+    metrics: dict[str, Metric] = field(default_factory=dict)
     calls: int = 0
     duration_s: float = 0.0
-    #: Probe hooks that re-check a leak verdict after the run (the CUDA probe's
-    #: allocator-cache rule); they hold plain numbers only, never measured objects.
-    confirmers: list[Callable[[Verdict], Verdict]] = field(default_factory=list)
+    #: Stopped probes that declare a recheck (the CUDA allocator-cache rule), for a leak
+    #: verdict on their metrics; after ``stop`` they hold plain numbers only.
+    rechecking: list[Probe] = field(default_factory=list)
     #: How the probes' start set was found: "roots" (what the step reaches), "heap"
     #: (every object), or "none" (no active probe needs one); and how many objects.
     start_scan: str = "none"
     start_objects: int = 0
+
+    @property
+    def units(self) -> dict[str, str]:
+        """metric name -> "objects" | "bytes" (what ``CheckResult.units`` keeps)."""
+        return {name: metric.unit for name, metric in self.metrics.items()}
 
 
 def annotate_step_error(
@@ -167,7 +173,7 @@ class Sampler:
             gc.set_debug(0)
             self._probes = make_probes(self._probe_names)
             for probe in self._probes:
-                self.result.units.update(probe.units)
+                self.result.metrics.update((metric.name, metric) for metric in probe.metrics)
             self._whole_heap = user_froze_objects()
             if self._whole_heap:
                 # Every sample sees the whole unfrozen heap, so the baseline is empty (it
@@ -243,8 +249,7 @@ class Sampler:
         fresh = gc.get_objects()
         try:
             for probe in self._probes:
-                if isinstance(probe, GcProbe):
-                    probe.before_collect(fresh)
+                probe.before_collect(fresh)
         finally:
             fresh.clear()  # drop our references before collecting
         del fresh
@@ -265,9 +270,8 @@ class Sampler:
                 # one probe failing must not leave gc frozen or disabled
                 with contextlib.suppress(Exception):
                     probe.stop()
-                confirm = getattr(probe, "confirm", None)
-                if callable(confirm):
-                    self.result.confirmers.append(confirm)
+                if any(metric.recheck for metric in probe.metrics):
+                    self.result.rechecking.append(probe)
             self._probes = []
         finally:
             if self._state is not None:

@@ -24,36 +24,36 @@ hand-written series. The rule (also in the README, "How the verdict decides"):
   fewer steps a series that settles in the first half looks exactly like a slow leak,
   and the verdict passes it. With one or two measured steps (too few to see settling)
   the only period is 1, and a single measured step is compared with the baseline.
-* Object counts (and exact byte counts: tensor storages, CUDA allocated) are a leak at
-  any floor rise; noisy byte counts (process RSS, CUDA reserved) only when the floor
-  rises by at least their tolerance per step between every pair.
+* Exact metrics (object counts, tensor storages, CUDA allocated bytes) are a leak at any
+  floor rise; noisy ones (process RSS, CUDA reserved) only when the floor rises by at
+  least the noise tolerance per step between every pair.
+
+What a metric is (unit, exact or noisy, what it counts) comes from its probe's
+declaration (``metrics.Metric``); no metric name is known here.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 
+from pytest_graphleak.metrics import Metric, Recheck, format_rate
 from pytest_graphleak.result import Growth, Verdict
 
-_TENSOR_METRICS = ("torch.tensors", "minigrad.tensors", "minigrad.autograd_meta", "cuda.tensors")
-_NODE_METRICS = ("torch.nodes", "minigrad.nodes")
-_CYCLE_METRICS = ("gc.cyclic_garbage",)
+#: The first guess from what grew, strongest evidence first; bytes alone: memory-growth.
+_PATTERN_OF = (("cycles", "cycle"), ("tensors", "list-accumulation"), ("nodes", "retained-grad-fn"))
 
 
 @dataclass(frozen=True)
 class Limits:
-    """How much growth per step each metric may show before it counts as a leak."""
+    """How much growth per step a metric may show before it counts as a leak."""
 
-    #: metric -> tolerated floor growth per step (bytes or objects); metrics not
-    #: listed tolerate nothing (exact counts).
-    tolerance: Mapping[str, float] = field(default_factory=dict)
+    #: tolerated floor growth per step of a noisy metric (its unit); exact ones: none.
+    noise: float = 0.0
 
-    def for_metric(self, metric: str) -> float:
-        # Per-device series ("cuda.reserved_bytes.1") share their metric's tolerance.
-        base = ".".join(metric.split(".")[:2])
-        return float(self.tolerance.get(metric, self.tolerance.get(base, 0.0)))
+    def for_metric(self, metric: Metric) -> float:
+        return float(self.noise) if metric.noisy else 0.0
 
 
 def judged_window(values: Sequence[float], warmup: int) -> list[float]:
@@ -121,26 +121,23 @@ def growth_of(metric: str, values: Sequence[float], warmup: int) -> Growth:
     return Growth(metric=metric, start=measured[0], end=measured[-1], per_step=per_step)
 
 
-def classify(grown: Sequence[str]) -> str:
-    """First classification of a leak from which metrics grew (diagnosis refines it)."""
-    names = set(grown)
-    if names & set(_CYCLE_METRICS):
-        return "cycle"
-    if names & set(_TENSOR_METRICS):
-        return "list-accumulation"
-    if names & set(_NODE_METRICS):
-        return "retained-grad-fn"
-    return "memory-growth"
+def first_pattern(grown: Iterable[Metric]) -> str:
+    """The pattern a leak suggests from what its grown metrics count (diagnosis refines it)."""
+    counted = {metric.counts for metric in grown}
+    return next((pattern for counts, pattern in _PATTERN_OF if counts in counted), "memory-growth")
 
 
 def judge(
     series: Mapping[str, Sequence[float]],
-    units: Mapping[str, str],
+    metrics: Mapping[str, Metric],
     *,
     warmup: int,
     limits: Limits | None = None,
 ) -> Verdict:
-    """Decide whether the series show a leak. Pure: same input, same verdict."""
+    """Decide whether the series show a leak. Pure: same input, same verdict.
+
+    ``metrics``: the probes' declaration of every series (``Series.metrics``).
+    """
     if warmup < 0:
         raise ValueError(f"warmup must be >= 0, got {warmup}")
     limits = limits or Limits()
@@ -151,7 +148,9 @@ def judge(
             raise ValueError(
                 f"series {metric!r} has {len(values)} samples; need more than warmup={warmup}"
             )
-        if metric_grows(values, warmup, limits.for_metric(metric)):
+        if metric not in metrics:
+            raise ValueError(f"series {metric!r} has no declaration among the metrics given")
+        if metric_grows(values, warmup, limits.for_metric(metrics[metric])):
             growths.append(growth_of(metric, values, warmup))
     if not growths:
         steps = min((len(v) - warmup for v in series.values()), default=0)
@@ -160,25 +159,45 @@ def judge(
             reason=f"no metric grew: no floor rose every k <= {max_leak_period(steps)} "
             f"steps over {steps} measured steps ({len(series)} metrics judged)",
         )
-    pattern = classify([g.metric for g in growths])
-    grown = ", ".join(f"{g.metric} {_per_step_text(g, units)}" for g in growths)
+    pattern = first_pattern(metrics[g.metric] for g in growths)
+    grown = ", ".join(
+        f"{g.metric} {format_rate(g.per_step, metrics[g.metric].unit)}" for g in growths
+    )
     return Verdict(leaked=True, growths=growths, pattern=pattern, reason=f"grew: {grown}")
 
 
-def _per_step_text(growth: Growth, units: Mapping[str, str]) -> str:
-    unit = units.get(growth.metric, "objects")
-    return f"{format_amount(growth.per_step, unit, signed=True)}/step"
+def needs_recheck(verdict: Verdict, metrics: Mapping[str, Metric]) -> bool:
+    """A leak on a metric (among ``metrics``) whose growth must survive a recheck."""
+    return verdict.leaked and any(
+        g.metric in metrics and metrics[g.metric].recheck for g in verdict.growths
+    )
 
 
-def format_amount(value: float, unit: str, *, signed: bool = False) -> str:
-    """``1536, "bytes"`` -> ``"1.5 KiB"``; ``3.0, "objects"`` -> ``"3"``; ``0.33`` -> ``"0.33"``."""
-    sign = ("+" if value >= 0 else "-") if signed else ("-" if value < 0 else "")
-    size = abs(float(value))
-    if unit == "bytes":
-        for name in ("B", "KiB", "MiB", "GiB"):
-            if size < 1024 or name == "GiB":
-                return f"{sign}{size:.0f} {name}" if name == "B" else f"{sign}{size:.1f} {name}"
-            size /= 1024
-    if size.is_integer():
-        return f"{sign}{size:.0f}"
-    return f"{sign}{size:.2g}" if size < 10 else f"{sign}{size:.1f}"
+def confirm(verdict: Verdict, metrics: Mapping[str, Metric], recheck: Recheck) -> Verdict:
+    """Pure: the verdict after a probe's second look (``Probe.recheck``).
+
+    A growth whose declaration names recheck metrics stands only while every one of them
+    is still above its clean baseline (a metric missing from either side cannot refute
+    it); every other growth stands as judged.
+    """
+
+    def stands(growth: Growth) -> bool:
+        declared = metrics.get(growth.metric)
+        if declared is None or growth.metric not in recheck.cleaned:
+            return True
+        return all(
+            name not in recheck.baseline
+            or name not in recheck.cleaned
+            or recheck.cleaned[name] > recheck.baseline[name]
+            for name in declared.recheck
+        )
+
+    standing = [g for g in verdict.growths if stands(g)]
+    dropped = [g.metric for g in verdict.growths if not stands(g)]
+    if not dropped:
+        return replace(verdict, reason=f"{verdict.reason}; {recheck.confirmed}")
+    note = f"{', '.join(dropped)} {recheck.withdrawn}"
+    if not standing:
+        return Verdict(leaked=False, growths=[], pattern=None, reason=f"clean: {note}")
+    pattern = first_pattern(metrics[g.metric] for g in standing if g.metric in metrics)
+    return replace(verdict, growths=standing, pattern=pattern, reason=f"{verdict.reason}; {note}")

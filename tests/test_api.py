@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import gc
+import importlib.metadata
 import weakref
 
 import numpy as np
 import pytest
 
 import pytest_graphleak
-from pytest_graphleak import GraphLeakError, check, track
+from pytest_graphleak import CheckResult, GraphLeakError, api, check, track, tracker
+from pytest_graphleak.metrics import Metric, Recheck
+from pytest_graphleak.options import Settings
+from pytest_graphleak.probes.base import ProbeBase
 from pytest_graphleak.report import render_text, sparkline
 
 torch = pytest.importorskip("torch")
@@ -126,30 +130,49 @@ def test_results_hold_no_measured_object() -> None:
 
 
 def test_public_api_and_sparkline() -> None:
-    assert pytest_graphleak.__version__
+    # the version users see is the one the package was installed as
+    assert pytest_graphleak.__version__ == importlib.metadata.version("pytest-graphleak")
     assert sparkline([1, 2, 3, 4]) == "▁▃▆█"
     assert sparkline([5, 5]) == "▁▁"
     assert sparkline([]) == ""
 
 
-def test_probe_confirmers_can_withdraw_a_byte_growth() -> None:
-    from pytest_graphleak import api, tracker
-    from pytest_graphleak.options import Settings
-    from pytest_graphleak.result import Verdict
+def recheck_run(recheck: Recheck | Exception) -> CheckResult:
+    """The result of a leak judged on a metric that declares a recheck, whose probe's
+    recheck returns ``recheck`` (or raises it)."""
+    cached = Metric("fake.cached_bytes", "bytes", "memory", recheck=("fake.cached_bytes",))
 
+    class CacheProbe(ProbeBase):
+        metrics = (cached,)
+        calls = 0
+
+        def recheck(self) -> Recheck | None:
+            self.calls += 1
+            if isinstance(recheck, Exception):
+                raise recheck
+            return recheck
+
+    probe = CacheProbe()
     series = tracker.Series(
-        series={"cuda.allocated_bytes": [float(i * 2**20) for i in range(19)]},
-        units={"cuda.allocated_bytes": "bytes"},
+        series={cached.name: [float(i * 2**20) for i in range(19)]},
+        metrics={cached.name: cached},
+        rechecking=[probe],
     )
-    seen: list[bool] = []
-
-    def cache_only(verdict: Verdict) -> Verdict:
-        seen.append(verdict.leaked)
-        return Verdict(leaked=False, reason="clean: allocator cache")
-
-    series.confirmers.append(cache_only)
     result = api.conclude(series, settings=Settings(diagnose=False), name="n", steps=16,
                            diagnose_step=None, roots=None, exclude=())  # fmt: skip
-    assert seen == [True] and not result.leaked
-    assert result.verdict.reason == "clean: allocator cache"
-    assert series.confirmers == []  # dropped after use
+    assert probe.calls == 1
+    assert series.rechecking == []  # dropped after use: it held the probe
+    return result
+
+
+def test_a_probe_recheck_can_withdraw_or_confirm_a_byte_growth() -> None:
+    gone = Recheck({"fake.cached_bytes": 5.0}, {"fake.cached_bytes": 5.0}, "stays", "was a cache")
+    result = recheck_run(gone)
+    assert not result.leaked
+    assert result.verdict.reason == "clean: fake.cached_bytes was a cache"
+    stays = Recheck({"fake.cached_bytes": 5.0}, {"fake.cached_bytes": 9.0}, "stays", "was a cache")
+    result = recheck_run(stays)
+    assert result.leaked and result.verdict.reason.endswith("; stays")
+    result = recheck_run(RuntimeError("driver gone"))
+    assert result.leaked
+    assert "re-check failed: RuntimeError: driver gone" in result.verdict.reason

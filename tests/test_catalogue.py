@@ -19,6 +19,7 @@ import pytest
 
 import pytest_graphleak
 from pytest_graphleak.diagnose import diagnose
+from pytest_graphleak.probes import METRICS
 from pytest_graphleak.result import PATTERNS, Growth, Verdict
 
 pytest.importorskip("torch")
@@ -74,7 +75,7 @@ def test_leak_is_diagnosed(path: Path) -> None:
     metric = "process.rss_bytes" if module.EXPECTED_PATTERN == "memory-growth" else "nodes"
     metric = metric if "." in metric else f"{backend}.{metric}"
     verdict = Verdict(True, [Growth(metric, 10.0, 40.0, 2.0)], reason="test")
-    diagnosis = diagnose(verdict, step=module.leaky_step, roots={})
+    diagnosis = diagnose(verdict, metrics=METRICS, step=module.leaky_step, roots={})
     explained = " -> ".join(diagnosis.chain + diagnosis.cycle)
     assert diagnosis.pattern == module.EXPECTED_PATTERN, diagnosis.notes
     assert module.CULPRIT in explained, explained

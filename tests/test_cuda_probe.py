@@ -16,17 +16,19 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from pytest_graphleak.probes import make_probes  # noqa: E402
+from pytest_graphleak.metrics import Recheck  # noqa: E402
+from pytest_graphleak.probes import TorchProbe, make_probes  # noqa: E402
 from pytest_graphleak.probes.cuda_probe import (  # noqa: E402
     ALLOCATED,
     RESERVED,
     TENSORS,
     CudaProbe,
-    reconsider,
+    byte_metrics,
+    device_metric,
 )
 from pytest_graphleak.result import Growth, Verdict  # noqa: E402
 from pytest_graphleak.tracker import run  # noqa: E402
-from pytest_graphleak.verdict import judge  # noqa: E402
+from pytest_graphleak.verdict import confirm, judge, needs_recheck  # noqa: E402
 
 MiB = 1 << 20
 
@@ -106,6 +108,19 @@ def leak_verdict(*metrics: str) -> Verdict:
     return Verdict(leaked=True, growths=growths, pattern="memory-growth", reason="grew: ...")
 
 
+def declared(probe: CudaProbe) -> dict:
+    return {m.name: m for m in (*probe.metrics, *TorchProbe.metrics)}
+
+
+def recheck(probe: CudaProbe, verdict: Verdict) -> Verdict:
+    """What ``check()`` does after judging: when a grown metric declares a recheck, its
+    probe measures again and the verdict decides with those numbers."""
+    if not needs_recheck(verdict, {m.name: m for m in probe.metrics}):
+        return verdict
+    found = probe.recheck()
+    return verdict if found is None else confirm(verdict, declared(probe), found)
+
+
 # --------------------------------------------------------------------------- activation
 
 
@@ -149,13 +164,17 @@ def test_sample_reads_bytes_after_synchronising_only_devices_with_memory(
     assert values[f"{RESERVED}.1"] == 0
     # device 1 holds nothing: synchronising it would create a CUDA context there
     assert sorted(set(cuda.synchronized)) == [0, 2]
-    assert set(values) == set(probe.units)
+    assert set(values) == {m.name for m in probe.metrics}
+    reserved = {m.name: m for m in probe.metrics}[device_metric(RESERVED, 2)]
+    assert reserved.noisy and reserved.recheck == (device_metric(ALLOCATED, 2), reserved.name)
 
 
 def test_one_device_has_only_the_total_metrics(fake: FakeCuda) -> None:
     probe = CudaProbe()
     assert probe.available()
-    assert set(probe.units) == {ALLOCATED, RESERVED, TENSORS}
+    assert [m.name for m in probe.metrics] == [ALLOCATED, RESERVED, TENSORS]
+    probe.available()  # asking again declares nothing twice
+    assert [m.name for m in probe.metrics] == [ALLOCATED, RESERVED, TENSORS]
 
 
 def test_counts_alive_cuda_tensors_and_keeps_none(fake: FakeCuda) -> None:
@@ -198,7 +217,7 @@ def test_confirm_drops_growth_that_was_the_allocator_cache(fake: FakeCuda) -> No
     probe.start([])
     fake.workspace[0] = 8 * MiB  # a cuBLAS workspace and cached blocks appeared
     fake.cached[0] = 32 * MiB
-    verdict = probe.confirm(leak_verdict(ALLOCATED, RESERVED))
+    verdict = recheck(probe, leak_verdict(ALLOCATED, RESERVED))
     assert not verdict.leaked and verdict.growths == []
     assert "caching allocator" in verdict.reason and "empty_cache()" in verdict.reason
     assert fake.emptied >= 2 and fake.workspace == [0]
@@ -210,7 +229,7 @@ def test_confirm_keeps_a_real_leak(fake: FakeCuda) -> None:
     probe.start([])
     fake.live[0] += 3 * MiB  # tensors still alive after cleaning
     fake.cached[0] = 16 * MiB
-    verdict = probe.confirm(leak_verdict(ALLOCATED, RESERVED))
+    verdict = recheck(probe, leak_verdict(ALLOCATED, RESERVED))
     assert verdict.leaked
     assert [g.metric for g in verdict.growths] == [ALLOCATED, RESERVED]
     assert "confirmed after empty_cache()" in verdict.reason
@@ -221,9 +240,9 @@ def test_confirm_requeries_so_a_transient_allocation_is_not_a_leak(fake: FakeCud
     probe.available()
     probe.start([])
     fake.transient, fake.transient_queries = 1 * MiB, 2  # freed before the third query
-    assert not probe.confirm(leak_verdict(ALLOCATED)).leaked
+    assert not recheck(probe, leak_verdict(ALLOCATED)).leaked
     fake.transient, fake.transient_queries = 1 * MiB, 10  # still there every time
-    assert probe.confirm(leak_verdict(ALLOCATED)).leaked
+    assert recheck(probe, leak_verdict(ALLOCATED)).leaked
 
 
 def test_baseline_is_taken_after_warmup(fake: FakeCuda) -> None:
@@ -232,7 +251,7 @@ def test_baseline_is_taken_after_warmup(fake: FakeCuda) -> None:
     probe.start([])
     fake.live[0] += 10 * MiB  # optimizer state made during warmup: not a leak
     probe.absorb([])
-    assert not probe.confirm(leak_verdict(ALLOCATED)).leaked
+    assert not recheck(probe, leak_verdict(ALLOCATED)).leaked
 
 
 def test_confirm_leaves_other_metrics_and_clean_verdicts_alone(fake: FakeCuda) -> None:
@@ -240,27 +259,34 @@ def test_confirm_leaves_other_metrics_and_clean_verdicts_alone(fake: FakeCuda) -
     probe.available()
     probe.start([])
     clean = Verdict(leaked=False, reason="no metric grew")
-    assert probe.confirm(clean) is clean
+    assert recheck(probe, clean) is clean
     no_cuda = leak_verdict("torch.tensors")
-    assert probe.confirm(no_cuda) is no_cuda
+    assert recheck(probe, no_cuda) is no_cuda
     assert fake.emptied == 1  # only start() cleaned: no CUDA growth, nothing re-queried
-    mixed = probe.confirm(leak_verdict("torch.tensors", RESERVED))
+    mixed = recheck(probe, leak_verdict("torch.tensors", RESERVED))
     assert mixed.leaked and [g.metric for g in mixed.growths] == ["torch.tensors"]
     assert mixed.pattern == "list-accumulation"  # re-classified without the cache growth
 
 
-def test_reconsider_is_per_device() -> None:
+def test_confirm_is_per_device() -> None:
     baseline = {ALLOCATED: 10.0, f"{ALLOCATED}.0": 4.0, f"{ALLOCATED}.1": 6.0,
                 RESERVED: 10.0, f"{RESERVED}.0": 4.0, f"{RESERVED}.1": 6.0}
     cleaned = {ALLOCATED: 12.0, f"{ALLOCATED}.0": 4.0, f"{ALLOCATED}.1": 8.0,
                RESERVED: 12.0, f"{RESERVED}.0": 4.0, f"{RESERVED}.1": 8.0}
-    verdict = reconsider(
+    metrics = {
+        m.name: m for d in (0, 1) for m in byte_metrics(f"{ALLOCATED}.{d}", f"{RESERVED}.{d}")
+    }
+    verdict = confirm(
         leak_verdict(f"{ALLOCATED}.0", f"{ALLOCATED}.1", f"{RESERVED}.0", f"{RESERVED}.1"),
-        baseline,
-        cleaned,
+        metrics,
+        Recheck(baseline, cleaned, confirmed="confirmed", withdrawn="was the cache"),
     )
     assert [g.metric for g in verdict.growths] == [f"{ALLOCATED}.1", f"{RESERVED}.1"]
-    assert f"{ALLOCATED}.0" in verdict.reason
+    assert f"{ALLOCATED}.0, {RESERVED}.0 was the cache" in verdict.reason
+    # reserved bytes above their baseline do not stand when allocated bytes fell back
+    cleaned[f"{ALLOCATED}.1"] = 6.0
+    alone = confirm(leak_verdict(f"{RESERVED}.1"), metrics, Recheck(baseline, cleaned))
+    assert not alone.leaked and alone.pattern is None
 
 
 # --------------------------------------------------------------------------- with the verdict
@@ -281,7 +307,7 @@ def drive(probe: CudaProbe, step: object, *, steps: int = 8, warmup: int = 2) ->
                 probe.absorb([])
     finally:
         probe.stop()
-    return probe.confirm(judge(series, probe.units, warmup=warmup))
+    return recheck(probe, judge(series, declared(probe), warmup=warmup))
 
 
 def test_judge_then_confirm(fake: FakeCuda) -> None:
@@ -296,7 +322,8 @@ def test_judge_then_confirm(fake: FakeCuda) -> None:
 
     leak = drive(CudaProbe(), leaky_step)
     assert leak.leaked and ALLOCATED in [g.metric for g in leak.growths]
-    assert judge({RESERVED: [float(i * 4 * MiB) for i in range(10)]}, {}, warmup=2).leaked
+    cuda = {m.name: m for m in CudaProbe().metrics}
+    assert judge({RESERVED: [float(i * 4 * MiB) for i in range(10)]}, cuda, warmup=2).leaked
     cache = drive(CudaProbe(), caching_step)
     assert not cache.leaked and "caching allocator" in cache.reason
 
@@ -308,7 +335,7 @@ def test_tracker_samples_the_cuda_probe(fake: FakeCuda) -> None:
     series = run(leaky_step, steps=6, warmup=2, probes=["cuda"])
     assert series.series[ALLOCATED] == [float(i * MiB) for i in range(1, 9)]
     assert series.series[TENSORS] == [0.0] * 8
-    assert judge(series.series, series.units, warmup=2).leaked
+    assert judge(series.series, series.metrics, warmup=2).leaked
 
 
 def test_check_applies_the_cache_rule_end_to_end(fake: FakeCuda) -> None:

@@ -19,11 +19,12 @@ import pytest
 import minigrad as mg
 from pytest_graphleak.diagnose import diagnose
 from pytest_graphleak.diagnose.backends import active_backends
-from pytest_graphleak.diagnose.classify import Facts, classify
+from pytest_graphleak.diagnose.classify import Facts, only_memory_grew, pattern_of
 from pytest_graphleak.diagnose.edges import Edge, ObjectEdges
 from pytest_graphleak.diagnose.render import render_chain, render_dot
 from pytest_graphleak.diagnose.search import Path, find_cycle, shortest_path
-from pytest_graphleak.result import PATTERNS, Growth, Verdict
+from pytest_graphleak.probes import METRICS
+from pytest_graphleak.result import Growth, Verdict
 
 torch = pytest.importorskip("torch")
 
@@ -55,7 +56,7 @@ def test_torch_list_accumulation_chain_site_and_growth_note() -> None:
         state["losses"].append(loss)
 
     run(step)
-    d = diagnose(leak_verdict("torch.tensors", "torch.nodes"), step=step,
+    d = diagnose(leak_verdict("torch.tensors", "torch.nodes"), metrics=METRICS, step=step,
                  roots={"fixture 'state'": state})  # fmt: skip
     assert d.pattern == "list-accumulation"
     assert d.chain[:2] == ["fixture 'state'", "dict['losses']"]
@@ -86,7 +87,7 @@ def test_a_list_that_grows_every_kth_step_is_list_accumulation(every: int) -> No
                  Growth("torch.nodes", 3.0, 3.0 + 48 / every, 3 / every)],
         reason="test",
     )  # fmt: skip
-    d = diagnose(verdict, step=step, roots={"fixture 'state'": state})
+    d = diagnose(verdict, metrics=METRICS, step=step, roots={"fixture 'state'": state})
     assert d.pattern == "list-accumulation", d.notes
     assert d.chain[:2] == ["fixture 'state'", "dict['losses']"]
     # runs only as many steps as it takes: the note names the steps when more than one
@@ -107,7 +108,7 @@ def test_torch_running_total_is_retained_grad_fn_through_an_attribute() -> None:
         trainer.total += loss
 
     run(step)
-    d = diagnose(leak_verdict("torch.nodes"), step=step, roots={"self": trainer})
+    d = diagnose(leak_verdict("torch.nodes"), metrics=METRICS, step=step, roots={"self": trainer})
     assert d.pattern == "retained-grad-fn"
     assert d.chain[:3] == ["self", "Trainer.total", "Tensor(shape=(), grad_fn=AddBackward0)"]
     assert "AddBackward0" in d.chain[3]
@@ -123,7 +124,7 @@ def test_torch_hook_closure_is_a_cycle_held_from_cpp() -> None:
         h.sum().backward()
 
     run(step)
-    d = diagnose(leak_verdict("torch.tensors"), step=step, roots={})
+    d = diagnose(leak_verdict("torch.tensors"), metrics=METRICS, step=step, roots={})
     assert d.pattern == "cycle"
     assert d.chain == []
     text = " -> ".join(d.cycle)
@@ -145,7 +146,7 @@ def test_torch_identity_pack_hook_is_named() -> None:
         y.sum().item()
 
     run(step)
-    d = diagnose(leak_verdict("torch.tensors"), step=step, roots={})
+    d = diagnose(leak_verdict("torch.tensors"), metrics=METRICS, step=step, roots={})
     assert d.pattern == "cycle"
     assert any("pack hook" in line and "keep" in line for line in d.cycle)
     assert any("saved-tensor pack hook" in n for n in d.notes)
@@ -156,7 +157,7 @@ def test_torch_function_mode_is_gone_after_diagnosis() -> None:
         torch.ones(2).add(1)
 
     before = torch._C._len_torch_function_stack()
-    diagnose(leak_verdict(), step=step, roots={})
+    diagnose(leak_verdict(), metrics=METRICS, step=step, roots={})
     assert torch._C._len_torch_function_stack() == before
 
 
@@ -172,7 +173,7 @@ def test_minigrad_list_and_closure_root() -> None:
 
     run(step)
     previous = mg.is_recording_creation_sites()
-    d = diagnose(leak_verdict("minigrad.tensors"), step=step, roots={})
+    d = diagnose(leak_verdict("minigrad.tensors"), metrics=METRICS, step=step, roots={})
     assert mg.is_recording_creation_sites() is previous
     assert d.pattern == "list-accumulation"
     assert d.chain[0] == "closure 'history'"
@@ -190,7 +191,8 @@ def test_minigrad_hidden_state_retained_through_a_fixture() -> None:
         state["h"] = cell(mg.ones(1, 2), state["h"])
 
     run(step)
-    d = diagnose(leak_verdict("minigrad.nodes"), step=step, roots={"fixture 'state'": state})
+    d = diagnose(leak_verdict("minigrad.nodes"), metrics=METRICS,
+                 step=step, roots={"fixture 'state'": state})
     assert d.pattern == "retained-grad-fn"
     tensor = "Tensor(shape=(1, 3), grad_fn=TanhBackward)"
     assert d.chain[:3] == ["fixture 'state'", "dict['h']", tensor]
@@ -207,7 +209,7 @@ def test_minigrad_collectable_cycle_and_gc_state_restored() -> None:
     gc.set_debug(gc.DEBUG_UNCOLLECTABLE)
     garbage = len(gc.garbage)
     try:
-        d = diagnose(leak_verdict("gc.cyclic_garbage"), step=step, roots={})
+        d = diagnose(leak_verdict("gc.cyclic_garbage"), metrics=METRICS, step=step, roots={})
         assert not gc.isenabled()
         assert gc.get_debug() == gc.DEBUG_UNCOLLECTABLE
         assert len(gc.garbage) == garbage
@@ -232,7 +234,8 @@ def test_diagnosis_is_plain_data_and_keeps_nothing_alive() -> None:
         kept.append(t)
 
     run(step)
-    d = diagnose(leak_verdict("torch.tensors"), step=step, roots={"local 'kept'": kept})
+    d = diagnose(leak_verdict("torch.tensors"), metrics=METRICS,
+                 step=step, roots={"local 'kept'": kept})
     json.dumps(asdict(d))  # plain strings and numbers only
     kept.clear()
     gc.collect()
@@ -249,7 +252,7 @@ def test_excluded_and_plugin_objects_never_appear() -> None:
         public.append(t)
 
     run(step)
-    d = diagnose(leak_verdict(), step=step, roots={"fixture 'holder'": holder,
+    d = diagnose(leak_verdict(), metrics=METRICS, step=step, roots={"fixture 'holder'": holder,
                                                    "fixture 'public'": public},
                  exclude=[id(holder)])  # fmt: skip
     assert d.chain[0] == "fixture 'public'"
@@ -265,7 +268,7 @@ def test_a_raising_step_gives_a_note_not_an_exception() -> None:
         if calls["n"] >= 2:
             raise ValueError("boom")
 
-    d = diagnose(leak_verdict(pattern="retained-grad-fn"), step=step, roots={})
+    d = diagnose(leak_verdict(pattern="retained-grad-fn"), metrics=METRICS, step=step, roots={})
     assert d.pattern == "retained-grad-fn"
     assert any("ValueError: boom" in n for n in d.notes)
     assert gc.isenabled() and gc.get_freeze_count() == 0
@@ -280,7 +283,7 @@ def test_user_frozen_heap_is_left_frozen() -> None:
     gc.freeze()
     frozen = gc.get_freeze_count()
     try:
-        d = diagnose(leak_verdict(), step=step, roots={"local 'losses'": losses})
+        d = diagnose(leak_verdict(), metrics=METRICS, step=step, roots={"local 'losses'": losses})
         assert gc.get_freeze_count() >= frozen
     finally:
         gc.unfreeze()
@@ -294,7 +297,7 @@ def test_memory_growth_names_the_allocating_line() -> None:
     def step() -> None:
         cache.append(np.ones(200_000))
 
-    d = diagnose(leak_verdict("process.rss_bytes"), step=step, roots={})
+    d = diagnose(leak_verdict("process.rss_bytes"), metrics=METRICS, step=step, roots={})
     assert d.pattern == "memory-growth"
     assert "cache.append(np.ones(200_000))" in site_lines(d)
 
@@ -307,7 +310,8 @@ def test_memory_growth_names_the_container_that_holds_the_bytes() -> None:
         state["cache"].append(np.ones(100_000))  # 800 KB a step
 
     run(step)
-    d = diagnose(leak_verdict("process.rss_bytes"), step=step, roots={"fixture 'state'": state})
+    d = diagnose(leak_verdict("process.rss_bytes"), metrics=METRICS,
+                 step=step, roots={"fixture 'state'": state})
     assert d.pattern == "memory-growth"
     assert d.chain[0] == "fixture 'state'" and "['cache']" in " ".join(d.chain), d.chain
     assert any(note.startswith("grows by 781.") for note in d.notes), d.notes
@@ -324,7 +328,8 @@ def test_memory_growth_names_an_array_replaced_by_a_bigger_one() -> None:
         loop.preds = torch.cat((loop.preds, torch.ones(64, 100)))  # same slot, more bytes
 
     run(step)
-    d = diagnose(leak_verdict("torch.storage_bytes"), step=step, roots={"local 'loop'": loop})
+    d = diagnose(leak_verdict("torch.storage_bytes"), metrics=METRICS,
+                 step=step, roots={"local 'loop'": loop})
     assert d.pattern == "memory-growth"
     assert d.chain[0] == "local 'loop'" and "preds" in " ".join(d.chain), d.chain
     assert any("25.0 KiB per step" in note and "same place" in note for note in d.notes)
@@ -337,7 +342,8 @@ def test_memory_growth_finds_a_holder_in_the_steps_closure() -> None:
         hidden.append(bytes(300_000))
 
     run(step)
-    d = diagnose(leak_verdict("process.rss_bytes"), step=step, roots={})  # no root given
+    d = diagnose(leak_verdict("process.rss_bytes"), metrics=METRICS,
+                 step=step, roots={})  # no root given
     assert d.pattern == "memory-growth"
     assert d.chain[0] == "closure 'hidden'", d.chain
     assert "hidden.append(bytes(300_000))" in site_lines(d)
@@ -345,14 +351,16 @@ def test_memory_growth_finds_a_holder_in_the_steps_closure() -> None:
 
 def test_without_a_step_the_heap_is_inspected() -> None:
     losses = [torch.ones(1, requires_grad=True) * i for i in range(4)]
-    d = diagnose(leak_verdict("torch.tensors"), step=None, roots={"local 'losses'": losses})
+    d = diagnose(leak_verdict("torch.tensors"), metrics=METRICS,
+                 step=None, roots={"local 'losses'": losses})
     assert d.pattern == "list-accumulation"
     assert d.chain[:2] == ["local 'losses'", "list(len=4)"]
 
     total = torch.zeros(())
     for i in range(5):
         total = total + torch.ones((), requires_grad=True) * i
-    d = diagnose(leak_verdict("torch.nodes"), step=None, roots={"local 'total'": total})
+    d = diagnose(leak_verdict("torch.nodes"), metrics=METRICS,
+                 step=None, roots={"local 'total'": total})
     assert d.pattern == "retained-grad-fn"
     assert d.chain[0] == "local 'total'"
     assert any("autograd graph has" in n for n in d.notes)
@@ -360,20 +368,36 @@ def test_without_a_step_the_heap_is_inspected() -> None:
 
 # --------------------------------------------------------------------------- pieces
 @pytest.mark.parametrize(
-    ("facts", "metrics", "expected"),
+    ("facts", "first", "expected"),
     [
-        (Facts(leaked_count=3, cyclic_count=1, has_chain=True), (), "cycle"),
-        (Facts(leaked_count=3, cycle_held=True), (), "cycle"),
-        (Facts(leaked_count=3, has_chain=True, container_grew=True), (), "list-accumulation"),
-        (Facts(leaked_count=3, has_chain=True), (), "retained-grad-fn"),
-        (Facts(), ("process.rss_bytes",), "memory-growth"),
-        (Facts(), ("torch.tensors",), "retained-grad-fn"),
+        (Facts(leaked_count=3, cyclic_count=1, has_chain=True), "list-accumulation", "cycle"),
+        (Facts(leaked_count=3, cycle_held=True), "list-accumulation", "cycle"),
+        # a chain from a root outranks a cycle seen beside it
+        (Facts(leaked_count=3, has_chain=True, cycle_held=True), "cycle", "retained-grad-fn"),
+        (Facts(leaked_count=3, has_chain=True, container_grew=True), "cycle", "list-accumulation"),
+        (Facts(leaked_count=3, has_chain=True), "list-accumulation", "retained-grad-fn"),
+        (Facts(memory_only=True), "memory-growth", "memory-growth"),
+        # leaked objects the heap walk saw outrank a count that saw only bytes
+        (Facts(leaked_count=1, memory_only=True), "memory-growth", "retained-grad-fn"),
+        # no evidence at all: the verdict's first guess stands
+        (Facts(), "cycle", "cycle"),
+        (Facts(), None, "retained-grad-fn"),
     ],
 )
-def test_classify(facts: Facts, metrics: tuple[str, ...], expected: str) -> None:
-    verdict = Verdict(True, [Growth(m, 0, 1, 1) for m in metrics])
-    assert classify(verdict, facts) == expected
-    assert expected in PATTERNS
+def test_pattern_of(facts: Facts, first: str | None, expected: str) -> None:
+    verdict = Verdict(True, [Growth("torch.nodes", 0, 1, 1)], pattern=first)
+    assert pattern_of(verdict, facts) == expected
+
+
+def test_only_memory_grew_reads_the_declarations() -> None:
+    def grew(*names: str) -> Verdict:
+        return Verdict(True, [Growth(name, 0, 1, 1) for name in names])
+
+    assert only_memory_grew(grew("process.rss_bytes", "torch.storage_bytes"), METRICS)
+    assert not only_memory_grew(grew("process.rss_bytes", "gc.cyclic_garbage"), METRICS)
+    assert not only_memory_grew(grew("minigrad.autograd_meta"), METRICS)
+    assert not only_memory_grew(grew(), METRICS)
+    assert not only_memory_grew(grew("undeclared.bytes"), METRICS)  # unknown: not proof
 
 
 def test_edge_texts_and_long_node_runs_are_elided() -> None:
@@ -422,19 +446,21 @@ def test_minigrad_only_process_without_torch() -> None:
         sys.modules["torch"] = None  # import torch now raises ImportError
         import minigrad as mg
         from pytest_graphleak.diagnose import diagnose
+        from pytest_graphleak.probes import METRICS
         from pytest_graphleak.result import Growth, Verdict
         kept = []
         def step():
             kept.append(mg.ones(2, requires_grad=True) * 2)
         for _ in range(3):
             step()
-        d = diagnose(Verdict(True, [Growth("minigrad.tensors", 1, 9, 1)]), step=step, roots={})
+        d = diagnose(Verdict(True, [Growth("minigrad.tensors", 1, 9, 1)]), metrics=METRICS,
+                     step=step, roots={})
         print(d.pattern, d.chain[0], d.sites[0].filename, d.sites[0].lineno)
         """
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120, check=True)  # fmt: skip
-    assert out.stdout.split("\n")[0] == "list-accumulation global 'kept' <string> 9"
+    assert out.stdout.split("\n")[0] == "list-accumulation global 'kept' <string> 10"
 
 
 def test_a_root_reaching_a_huge_dataset_does_not_starve_the_others() -> None:
@@ -445,7 +471,7 @@ def test_a_root_reaching_a_huge_dataset_does_not_starve_the_others() -> None:
         losses.append(torch.ones(1, requires_grad=True) * 2)
 
     run(step)
-    d = diagnose(leak_verdict(), step=step,
+    d = diagnose(leak_verdict(), metrics=METRICS, step=step,
                  roots={"fixture 'dataset'": dataset, "fixture 'losses'": losses})  # fmt: skip
     assert d.pattern == "list-accumulation"
     assert d.chain[0] == "fixture 'losses'"

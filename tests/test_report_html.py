@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from pytest_graphleak.metrics import format_amount, format_rate
 from pytest_graphleak.report import dot as dot_mod
 from pytest_graphleak.report.dot import (
     chain_to_dot,
@@ -20,7 +21,7 @@ from pytest_graphleak.report.dot import (
 )
 from pytest_graphleak.report.html import render_html, source_context
 from pytest_graphleak.report.json_doc import CheckedTest, build_document
-from pytest_graphleak.report.svg import format_quantity, format_rate, series_chart
+from pytest_graphleak.report.svg import series_chart
 from pytest_graphleak.result import CheckResult, CreationSite, Diagnosis, Growth, Verdict
 
 EVIL = "<script>alert('x')</script>"
@@ -245,6 +246,9 @@ def test_charts_handle_flat_empty_and_broken_series() -> None:
     [
         (12.0, "objects", "12"),
         (0.5, "objects", "0.5"),
+        (1 / 3, "objects", "0.33"),
+        (-1536, "bytes", "-1.5 KiB"),
+        (5 * 1024**4, "bytes", "5.0 TiB"),
         (512, "bytes", "512 B"),
         (1536, "bytes", "1.5 KiB"),
         (3 * 1024**2, "bytes", "3.0 MiB"),
@@ -252,8 +256,9 @@ def test_charts_handle_flat_empty_and_broken_series() -> None:
         (float("inf"), "bytes", "n/a"),
     ],
 )
-def test_format_quantity(value: float | None, unit: str, text: str) -> None:
-    assert format_quantity(value, unit) == text
+def test_format_amount(value: float | None, unit: str, text: str) -> None:
+    """One formatter for every report: text failure, HTML, terminal summary, charts."""
+    assert format_amount(value, unit) == text
 
 
 def test_format_rate_has_a_sign() -> None:

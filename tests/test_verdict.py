@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from pytest_graphleak.metrics import OBJECTS, Metric
+from pytest_graphleak.probes import METRICS
+from pytest_graphleak.probes.cuda_probe import byte_metrics
 from pytest_graphleak.verdict import (
     Limits,
-    classify,
+    first_pattern,
     judge,
     max_leak_period,
     metric_grows,
@@ -14,9 +17,7 @@ from pytest_graphleak.verdict import (
     suffix_floor,
 )
 
-OBJ = {"torch.tensors": "objects", "torch.nodes": "objects", "gc.cyclic_garbage": "objects",
-       "minigrad.tensors": "objects", "minigrad.nodes": "objects",
-       "process.rss_bytes": "bytes", "torch.storage_bytes": "bytes"}  # fmt: skip
+OBJ = METRICS  # what the probes declare, by name
 MIB = 1024 * 1024
 
 
@@ -109,7 +110,7 @@ def test_spikes_neither_hide_a_leak_nor_skew_its_rate() -> None:
 
 
 def test_tolerance_applies_per_step_for_slow_byte_growth() -> None:
-    limits = Limits({"process.rss_bytes": MIB})
+    limits = Limits(noise=MIB)
     every_other = [200 * MIB + 3 * MIB * (i // 2) for i in range(19)]  # 1.5 MiB/step
     slow = [200 * MIB + (3 * MIB // 2) * (i // 2) for i in range(19)]  # 0.75 MiB/step
     assert judge({"process.rss_bytes": every_other}, OBJ, warmup=3, limits=limits).leaked
@@ -130,13 +131,13 @@ def test_rss_noise_below_tolerance_is_clean_but_megabytes_per_step_leak() -> Non
     noise = [base + (i % 5) * 300_000 - (i % 3) * 200_000 for i in range(19)]
     creep = [base + i * 100_000 for i in range(19)]  # 0.1 MB/step allocator creep
     leak = [base + i * 3 * MIB + (i % 2) * 400_000 for i in range(19)]
-    limits = Limits({"process.rss_bytes": MIB})
+    limits = Limits(noise=MIB)
     assert not judge({"process.rss_bytes": noise}, OBJ, warmup=3, limits=limits).leaked
     assert not judge({"process.rss_bytes": creep}, OBJ, warmup=3, limits=limits).leaked
     verdict = judge({"process.rss_bytes": leak}, OBJ, warmup=3, limits=limits)
     assert verdict.leaked and verdict.pattern == "memory-growth"
     # the tolerance is configurable: 5 MiB/step forgives a 3 MiB/step growth
-    lenient = Limits({"process.rss_bytes": 5 * MIB})
+    lenient = Limits(noise=5 * MIB)
     assert not judge({"process.rss_bytes": leak}, OBJ, warmup=3, limits=lenient).leaked
 
 
@@ -153,7 +154,7 @@ def test_rss_noise_below_tolerance_is_clean_but_megabytes_per_step_leak() -> Non
     ],
 )
 def test_first_classification(grown: list[str], pattern: str) -> None:
-    assert classify(grown) == pattern
+    assert first_pattern(OBJ[name] for name in grown) == pattern
     series = {metric: leak_every(1) for metric in grown}
     flat = "torch.tensors" if "torch.tensors" not in grown else "minigrad.autograd_meta"
     series[flat] = [4.0] * 19
@@ -187,11 +188,28 @@ def test_without_warmup_every_sample_is_a_measured_step() -> None:
     # 54 measured steps, no warmup: a leak every 18th step (steps // 3) is still caught
     # (found by hypothesis: the first sample used to be taken for a baseline).
     series = [0, 1] + [2] * 16 + [3] * 18 + [4] * 18
-    verdict = judge({"minigrad.tensors": series}, {"minigrad.tensors": "objects"}, warmup=0)
+    verdict = judge({"minigrad.tensors": series}, OBJ, warmup=0)
     assert verdict.leaked, verdict.reason
 
 
-def test_per_device_series_share_their_metrics_tolerance() -> None:
-    limits = Limits({"cuda.reserved_bytes": 1024.0})
-    assert limits.for_metric("cuda.reserved_bytes.1") == 1024.0
-    assert limits.for_metric("cuda.allocated_bytes.1") == 0.0
+def test_the_noise_tolerance_applies_to_noisy_declarations_only() -> None:
+    allocated, reserved = byte_metrics("cuda.allocated_bytes.1", "cuda.reserved_bytes.1")
+    limits = Limits(noise=1024.0)
+    assert limits.for_metric(reserved) == 1024.0  # per-device reserved: the cache, noisy
+    assert limits.for_metric(allocated) == 0.0
+    assert limits.for_metric(OBJ["torch.tensors"]) == 0.0
+
+
+def test_a_new_probes_metric_is_judged_by_its_declaration_alone() -> None:
+    """No metric name is known to the verdict: an unseen one is judged and classified
+    from what it declares, and a series without a declaration is refused."""
+    arrays = Metric("jax.arrays", OBJECTS, "tensors")
+    verdict = judge({"jax.arrays": leak_every(1)}, {"jax.arrays": arrays}, warmup=3)
+    assert verdict.leaked and verdict.pattern == "list-accumulation"
+    assert "jax.arrays +1/step" in verdict.reason
+    noisy = Metric("jax.arrays", "bytes", "memory", noisy=True)
+    quiet = judge({"jax.arrays": leak_every(1)}, {"jax.arrays": noisy}, warmup=3,
+                  limits=Limits(noise=2.0))  # fmt: skip
+    assert not quiet.leaked
+    with pytest.raises(ValueError, match=r"'jax\.arrays' has no declaration"):
+        judge({"jax.arrays": leak_every(1)}, OBJ, warmup=3)

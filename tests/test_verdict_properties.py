@@ -18,17 +18,18 @@ from __future__ import annotations
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from pytest_graphleak.probes import METRICS
 from pytest_graphleak.verdict import Limits, judge
 
 SETTINGS = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 OBJECT_METRICS = ("minigrad.tensors", "minigrad.nodes", "torch.tensors", "torch.nodes")
-UNITS = {m: "objects" for m in OBJECT_METRICS}
+UNITS = METRICS  # what the probes declare, by name
 
 counts = st.integers(min_value=0, max_value=10**6)
 metrics = st.sampled_from(OBJECT_METRICS)
 MIB = 1024 * 1024
 RSS = "process.rss_bytes"
-RSS_LIMITS = Limits({RSS: MIB})
+RSS_LIMITS = Limits(noise=MIB)
 
 
 @st.composite
@@ -171,7 +172,7 @@ def test_noisy_bytes_leak_only_when_growth_beats_the_tolerance(
     """RSS = steady growth + allocator noise (any bounded pattern, any warmup)."""
     spread = max(noise) - min(noise)
     series = [float(500 * MIB + growth * i + noise[i % len(noise)]) for i in range(warmup + steps)]
-    verdict = judge({RSS: series}, {RSS: "bytes"}, warmup=warmup, limits=RSS_LIMITS)
+    verdict = judge({RSS: series}, UNITS, warmup=warmup, limits=RSS_LIMITS)
     if growth - spread >= MIB:  # every step rises by at least the tolerance, noise or not
         assert verdict.leaked, (growth, noise, steps)
     elif growth + spread < MIB:  # no stretch of steps rises by the tolerance per step
@@ -192,7 +193,7 @@ def test_one_leaking_metric_among_clean_ones_is_named_alone(
         "minigrad.tensors": [levels[1]] * n,
         "process.rss_bytes": [levels[2] << 20] * n,
     }
-    verdict = judge(series, {**UNITS, "process.rss_bytes": "bytes"}, warmup=warmup)
+    verdict = judge(series, UNITS, warmup=warmup)
     assert verdict.leaked
     assert [g.metric for g in verdict.growths] == ["torch.nodes"]
     assert verdict.pattern == "retained-grad-fn"

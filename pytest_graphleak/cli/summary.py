@@ -3,7 +3,7 @@ table of what was measured when the step is clean."""
 
 from __future__ import annotations
 
-from pytest_graphleak.report.svg import format_quantity, format_rate
+from pytest_graphleak.metrics import format_amount, format_rate
 from pytest_graphleak.result import CheckResult
 
 
@@ -48,7 +48,7 @@ def metric_rows(result: CheckResult, indent: str = "  ") -> list[str]:
         unit = result.units.get(metric, "objects")
         measured = values[result.warmup:] or values
         span = (
-            f"{format_quantity(measured[0], unit)} -> {format_quantity(measured[-1], unit)}"
+            f"{format_amount(measured[0], unit)} -> {format_amount(measured[-1], unit)}"
             if measured
             else "no samples"
         )

@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from html import escape
 
+from pytest_graphleak.metrics import format_amount
 from pytest_graphleak.report.scale import ticks, value_range
-from pytest_graphleak.report.svg import format_quantity
 
 LEAKY_COLOUR = "#d62728"
 FIXED_COLOUR = "#2ca02c"
@@ -112,7 +112,7 @@ def _panel(x: float, y: float, w: float, h: float, metric: Metric, leaky: PlotRu
     parts.append(f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" '
                  'fill="none" stroke="#999999"/>')
     for value in ticks(low, high, metric.unit):
-        label = format_quantity(value, metric.unit)
+        label = format_amount(value, metric.unit)
         if metric.unit == "bytes" and value > 0:
             label = "+" + label  # the demo plots RSS as growth since step 1
         parts.append(f'<line x1="{left}" y1="{py(value):.1f}" x2="{left + plot_w}" '

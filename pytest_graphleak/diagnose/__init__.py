@@ -1,15 +1,16 @@
 """Diagnosis of a leak verdict: the pattern, the culprit chain and the creation site.
 
-``diagnose(verdict, step=..., roots=..., exclude=...) -> Diagnosis`` runs only after a
-leak verdict. With a ``step`` it runs a few more training steps (see ``observe``) to
-find the tensors and graph nodes a step leaves behind, then
+``diagnose(verdict, metrics=..., step=..., roots=..., exclude=...) -> Diagnosis`` runs
+only after a leak verdict; ``metrics`` are the series' declarations (what grew). With a
+``step`` it runs a few more training steps (see ``observe``) to find the tensors and
+graph nodes a step leaves behind, then
 
 - the **chain**: the shortest path of labelled references from a root the user knows
   (fixture, ``self``, local, module global, closure cell) to a leaked object;
 - the **cycle**: for leaks held by reference cycles, the objects of the cycle with edge
   labels, and which hook or pack hook holds it when the cycle runs through torch's C++;
 - the **sites**: file:line of user code that made the leaked tensors and nodes;
-- the **pattern** (``classify``) and a small Graphviz drawing.
+- the **pattern** (``pattern_of``) and a small Graphviz drawing.
 
 Without a step (a hand-written loop checked with ``track()``) it inspects the heap as it
 is. The returned ``Diagnosis`` is plain strings and numbers: nothing here keeps a
@@ -23,10 +24,11 @@ import math
 import time
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from pytest_graphleak.diagnose.backends import NODE, TENSOR, Backend, TorchBackend, active_backends
-from pytest_graphleak.diagnose.classify import Facts, classify, only_memory_grew
+from pytest_graphleak.diagnose.classify import Facts, only_memory_grew, pattern_of
 from pytest_graphleak.diagnose.edges import ObjectEdges
 from pytest_graphleak.diagnose.memory import growing_holder
 from pytest_graphleak.diagnose.observe import RECORDED_RUNS, RUNS, Leaked, Observation, observe
@@ -41,6 +43,7 @@ from pytest_graphleak.diagnose.roots import (
 )
 from pytest_graphleak.diagnose.search import Path, find_cycle, shortest_path
 from pytest_graphleak.diagnose.sites import Site, UserFrames, memory_sites, source_line
+from pytest_graphleak.metrics import Metric
 from pytest_graphleak.result import CreationSite, Diagnosis, Verdict
 
 __all__ = ["diagnose"]
@@ -52,6 +55,7 @@ _SIZED = (list, dict, set, frozenset, tuple)
 def diagnose(
     verdict: Verdict,
     *,
+    metrics: Mapping[str, Metric],
     step: Callable[[], object] | None,
     roots: Mapping[str, object],
     exclude: Collection[int] = (),
@@ -66,19 +70,29 @@ def diagnose(
     backends = active_backends()
     walker = ObjectEdges(backends, exclude=[*exclude, id(roots)])
     frames = UserFrames()
+    grown = Grown(only_memory_grew(verdict, metrics), _steps_to_see_growth(verdict, metrics))
     if step is None and observation is None:
-        diagnosis = _diagnose_heap(verdict, roots, walker)
+        diagnosis = _diagnose_heap(verdict, grown, roots, walker)
     else:
         diagnosis = _diagnose_with_step(
-            verdict, step, roots, walker, backends, frames, observation
+            verdict, grown, step, roots, walker, backends, frames, observation
         )
     diagnosis.notes.append(f"diagnosis took {time.perf_counter() - started:.2f} s")
     return diagnosis
 
 
+@dataclass(frozen=True)
+class Grown:
+    """What the verdict's grown metrics are, read from their declarations."""
+
+    memory_only: bool  # only memory grew: no tensor, node or cycle count
+    period: int  # steps it takes to see one more leaked object
+
+
 # --------------------------------------------------------------------------- with a step
 def _diagnose_with_step(
     verdict: Verdict,
+    grown: Grown,
     step: Callable[[], object] | None,
     roots: Mapping[str, object],
     walker: ObjectEdges,
@@ -88,7 +102,7 @@ def _diagnose_with_step(
 ) -> Diagnosis:
     notes: list[str] = []
     # A leak every k-th step needs k recorded runs to be made at all during the diagnosis.
-    period = _steps_to_see_growth(verdict)
+    period = grown.period
     recorded = max(RECORDED_RUNS, period)
     if observation is not None:  # a loop's own last steps were recorded: no re-run
         obs = observation
@@ -149,8 +163,9 @@ def _diagnose_with_step(
             has_chain=chain_path is not None,
             container_grew=grew,
             cycle_held=cycle_held,
+            memory_only=grown.memory_only,
         )
-        pattern = classify(verdict, facts)
+        pattern = pattern_of(verdict, facts)
         steps_word = "diagnostic steps" if step is not None else "recorded steps of the loop"
         if obs.leaked or nodes:
             notes.insert(0, _summary(obs, nodes, steps_word))
@@ -159,7 +174,7 @@ def _diagnose_with_step(
         if (
             step is not None
             and pattern == "memory-growth"
-            and only_memory_grew(verdict)
+            and grown.memory_only
             and not obs.error
         ):
             if chain_path is None:
@@ -211,15 +226,12 @@ def _all_roots(
 
 #: Most steps run to see a container on the chain grow (a leak every k-th step).
 _MAX_GROWTH_STEPS = 6
-#: Metrics that count leaked objects, one or more per leaking step.
-_COUNTED = (".tensors", ".nodes", ".autograd_meta")
-
-
-def _steps_to_see_growth(verdict: Verdict) -> int:
+def _steps_to_see_growth(verdict: Verdict, metrics: Mapping[str, Metric]) -> int:
     """How many steps it takes to see one more leaked object: a leak of one tensor every
     4th step grew the count by 0.25 per step, so it needs up to 4 steps to show. (From
     graph nodes alone this is a lower bound: a step may leak several nodes at once.)"""
-    rates = [g.per_step for g in verdict.growths if g.metric.endswith(_COUNTED)]
+    counted = {name for name, m in metrics.items() if m.counts in ("tensors", "nodes")}
+    rates = [g.per_step for g in verdict.growths if g.metric in counted]
     rates = [rate for rate in rates if rate > 0]
     if not rates:
         return 1
@@ -447,8 +459,10 @@ def _memory_sites(
 
 
 # --------------------------------------------------------------------------- no step
-def _diagnose_heap(verdict: Verdict, roots: Mapping[str, object], walker: ObjectEdges) -> Diagnosis:
+def _diagnose_heap(
+    verdict: Verdict, grown: Grown, roots: Mapping[str, object], walker: ObjectEdges
+) -> Diagnosis:
     """A hand-written loop: no step to re-run, so look at what the roots hold now."""
     from pytest_graphleak.diagnose.heap import diagnose_heap
 
-    return diagnose_heap(verdict, roots, walker)
+    return diagnose_heap(verdict, roots, walker, memory_only=grown.memory_only)

@@ -9,18 +9,19 @@ Order of evidence, strongest first:
    ``list-accumulation``;
 3. any other leaked tensor or node (a bounded set of live tensors whose graph grows):
    ``retained-grad-fn``;
-4. nothing leaked that the heap walk can see, and only memory grew: ``memory-growth``.
+4. nothing leaked that the heap walk can see, and only memory grew (the grown metrics'
+   declarations count no graph objects): ``memory-growth``.
 
 With no evidence at all the verdict's first guess from the series stands.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
+from pytest_graphleak.metrics import Metric
 from pytest_graphleak.result import PATTERNS, Verdict
-
-_OBJECT_PREFIXES = ("torch.tensors", "torch.nodes", "minigrad.", "cuda.tensors")
 
 
 @dataclass(frozen=True)
@@ -30,23 +31,23 @@ class Facts:
     has_chain: bool = False
     container_grew: bool = False
     cycle_held: bool = False  # no chain, but a cycle or pack hook keeps them alive
+    memory_only: bool = False  # the verdict saw only memory grow (``only_memory_grew``)
 
 
-def only_memory_grew(verdict: Verdict) -> bool:
-    metrics = [g.metric for g in verdict.growths]
-    if not metrics:
-        return False
-    return not any(m.startswith(_OBJECT_PREFIXES) or m == "gc.cyclic_garbage" for m in metrics)
+def only_memory_grew(verdict: Verdict, metrics: Mapping[str, Metric]) -> bool:
+    """Some metric grew and every grown one is declared as memory (no graph objects)."""
+    grown = [metrics.get(g.metric) for g in verdict.growths]
+    return bool(grown) and all(m is not None and not m.graph for m in grown)
 
 
-def classify(verdict: Verdict, facts: Facts) -> str:
+def pattern_of(verdict: Verdict, facts: Facts) -> str:
     if facts.cyclic_count > 0 or (facts.cycle_held and not facts.has_chain):
         return "cycle"
     if facts.has_chain and facts.container_grew:
         return "list-accumulation"
     if facts.leaked_count > 0 or facts.has_chain:
         return "retained-grad-fn"
-    if only_memory_grew(verdict):
+    if facts.memory_only:
         return "memory-growth"
     if verdict.pattern in PATTERNS:
         return verdict.pattern

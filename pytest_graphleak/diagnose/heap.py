@@ -6,7 +6,7 @@ roots hold now still names the culprit in the common cases:
 - a container holding several graph-carrying tensors -> ``list-accumulation``;
 - otherwise the root-reachable tensor with the largest autograd graph ->
   ``retained-grad-fn``;
-- the verdict's own evidence of cycles (``gc.cyclic_garbage`` grew) -> ``cycle``.
+- the verdict's own evidence of cycles (cyclic garbage grew) -> ``cycle``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from pytest_graphleak.diagnose.backends import TENSOR
-from pytest_graphleak.diagnose.classify import only_memory_grew
 from pytest_graphleak.diagnose.edges import ObjectEdges
 from pytest_graphleak.diagnose.render import render_chain, render_dot
 from pytest_graphleak.diagnose.roots import given_roots
@@ -70,7 +69,9 @@ def _graph_size(tensor: Any, walker: ObjectEdges) -> int:
         holder.clear()
 
 
-def diagnose_heap(verdict: Verdict, roots: Mapping[str, object], walker: ObjectEdges) -> Diagnosis:
+def diagnose_heap(
+    verdict: Verdict, roots: Mapping[str, object], walker: ObjectEdges, *, memory_only: bool
+) -> Diagnosis:
     notes = [
         "no step to re-run (hand-written loop): the diagnosis looked at the heap as it is; "
         "use graphleak.check(step) to get creation sites"
@@ -123,7 +124,7 @@ def diagnose_heap(verdict: Verdict, roots: Mapping[str, object], walker: ObjectE
             return Diagnosis("cycle", notes=notes)
         pattern = (
             "memory-growth"
-            if only_memory_grew(verdict)
+            if memory_only
             else (verdict.pattern or "retained-grad-fn")
         )
         return Diagnosis(pattern, notes=notes)

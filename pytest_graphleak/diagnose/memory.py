@@ -26,8 +26,7 @@ from typing import Any
 from pytest_graphleak.diagnose.backends import TENSOR
 from pytest_graphleak.diagnose.edges import Edge, ObjectEdges
 from pytest_graphleak.diagnose.search import MAX_PER_ROOT, Path, shortest_path
-from pytest_graphleak.probes.base import BYTES
-from pytest_graphleak.verdict import format_amount
+from pytest_graphleak.metrics import BYTES, format_amount
 
 _CONTAINERS = (list, dict, deque, set)
 _MAX_OBJECTS = 100_000

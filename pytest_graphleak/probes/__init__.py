@@ -1,6 +1,7 @@
 """What is measured: one probe per backend, chosen by what is already imported.
 
-Metric names are ``"<probe>.<metric>"``; see each module. ``make_probes`` never
+Metric names are ``"<probe>.<metric>"``, and only the probes know them: each declares
+what its metrics are (``metrics.Metric``); see each module. ``make_probes`` never
 imports torch or minigrad: a probe is active only when its library is in
 ``sys.modules`` already.
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
+from pytest_graphleak.metrics import Metric
 from pytest_graphleak.probes.base import BackendProbe, Probe
 from pytest_graphleak.probes.cuda_probe import CudaProbe
 from pytest_graphleak.probes.gc_probe import GcProbe
@@ -19,7 +21,26 @@ from pytest_graphleak.probes.torch_probe import TorchProbe
 #: Every probe name, in sampling order.
 PROBE_NAMES = ("minigrad", "torch", "gc", "process", "cuda")
 
-__all__ = ["PROBE_NAMES", "BackendProbe", "GcProbe", "Probe", "make_probes"]
+#: Every metric a probe declares, by name (with several GPUs the CUDA probe adds
+#: per-device byte metrics when it starts).
+METRICS: dict[str, Metric] = {
+    metric.name: metric
+    for probe in (MinigradProbe, TorchProbe, GcProbe, ProcessProbe, CudaProbe)
+    for metric in probe.metrics
+}
+
+__all__ = [
+    "METRICS",
+    "PROBE_NAMES",
+    "BackendProbe",
+    "CudaProbe",
+    "GcProbe",
+    "MinigradProbe",
+    "Probe",
+    "ProcessProbe",
+    "TorchProbe",
+    "make_probes",
+]
 
 
 def make_probes(names: Collection[str] | None = None) -> list[Probe]:

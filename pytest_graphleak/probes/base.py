@@ -14,15 +14,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-OBJECTS = "objects"
-BYTES = "bytes"
+from pytest_graphleak.metrics import Metric, Recheck
 
 
 class Probe(Protocol):
     #: "minigrad", "torch", "gc", "process" or "cuda"; metric names are "<name>.<metric>".
     name: str
-    #: metric name -> "objects" | "bytes"
-    units: dict[str, str]
+    #: What each metric of ``sample`` is: the verdict and the reports read only these.
+    metrics: tuple[Metric, ...]
     #: Whether ``start`` needs the objects alive before the check. When no active probe
     #: does, the check skips its start walk (a minigrad-only check is O(new objects)).
     needs_heap: bool
@@ -41,12 +40,22 @@ class Probe(Protocol):
         """Called just before a later ``gc.freeze()``: ``fresh`` joins the frozen baseline."""
         ...
 
+    def before_collect(self, fresh: Sequence[object]) -> None:
+        """Called before each sample's ``gc.collect()``, with what it may free."""
+        ...
+
     def sample(self, fresh: Sequence[object]) -> dict[str, float]:
-        """One value per metric, called after ``gc.collect()``."""
+        """One value per declared metric, called after ``gc.collect()``."""
         ...
 
     def stop(self) -> None:
-        """Always called (``finally``): drop every reference and restore what start touched."""
+        """Always called (``finally``): drop every reference and restore what start touched.
+        Only plain numbers may survive it (for ``recheck``)."""
+        ...
+
+    def recheck(self) -> Recheck | None:
+        """After a leak verdict on a metric that declares ``recheck``: clean, measure again
+        and return the numbers (None: nothing to compare). Never decides."""
         ...
 
 
@@ -59,11 +68,11 @@ class BackendProbe(Probe, Protocol):
         ...
 
 
-class PassiveProbe:
-    """Base for probes that need no heap: start/absorb/stop do nothing."""
+class ProbeBase:
+    """What a probe does not need to do: every hook but ``sample`` does nothing."""
 
     name = ""
-    units: dict[str, str] = {}  # noqa: RUF012 - overridden per subclass, never mutated
+    metrics: tuple[Metric, ...] = ()
     needs_heap = False
 
     def start(self, heap: Sequence[object]) -> None:
@@ -72,5 +81,11 @@ class PassiveProbe:
     def absorb(self, fresh: Sequence[object]) -> None:
         return None
 
+    def before_collect(self, fresh: Sequence[object]) -> None:
+        return None
+
     def stop(self) -> None:
+        return None
+
+    def recheck(self) -> Recheck | None:
         return None

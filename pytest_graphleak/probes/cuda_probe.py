@@ -18,8 +18,8 @@ Allocator caching is handled the way PyTorch's own CUDA leak check does
 only *confirmed* if it survives cleaning — ``gc.collect()``, synchronise, drop the cuBLAS
 workspaces, ``torch.cuda.empty_cache()`` — and three re-queries of
 ``memory_allocated`` all stay above the baseline taken after the same cleaning at the
-end of warmup. ``CudaProbe.confirm(verdict)`` is that hook; the verdict path calls it
-after ``judge()`` and before diagnosis.
+end of warmup. ``CudaProbe.recheck()`` measures that (the byte metrics declare it);
+``verdict.confirm`` decides with its numbers after ``judge()`` and before diagnosis.
 
 Never initialises CUDA: the probe is available only when ``torch`` is already imported
 and ``torch.cuda.is_initialized()``; devices without a context are read from the
@@ -30,14 +30,12 @@ from __future__ import annotations
 
 import gc
 import sys
-from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Sequence
 from typing import Any
 
-from pytest_graphleak.probes.base import BYTES, OBJECTS
+from pytest_graphleak.metrics import BYTES, OBJECTS, Metric, Recheck
+from pytest_graphleak.probes.base import ProbeBase
 from pytest_graphleak.probes.torch_probe import WeakBaseline, tensors_among
-from pytest_graphleak.result import Growth, Verdict
-from pytest_graphleak.verdict import classify
 
 ALLOCATED = "cuda.allocated_bytes"
 RESERVED = "cuda.reserved_bytes"
@@ -65,12 +63,25 @@ def device_metric(metric: str, device: int) -> str:
     return f"{metric}.{device}"
 
 
-class CudaProbe:
+def byte_metrics(allocated: str, reserved: str) -> tuple[Metric, Metric]:
+    """Allocated bytes are exact; reserved bytes are the cache (noisy). A growth of either
+    stands only if the allocated bytes (and, for reserved, the reserved bytes too) stay
+    above their clean baseline after ``recheck`` cleaned the allocator."""
+    return (
+        Metric(allocated, BYTES, "memory", recheck=(allocated,)),
+        Metric(reserved, BYTES, "memory", noisy=True, recheck=(allocated, reserved)),
+    )
+
+
+_TOTALS = (*byte_metrics(ALLOCATED, RESERVED), Metric(TENSORS, OBJECTS, "tensors"))
+
+
+class CudaProbe(ProbeBase):
     name = "cuda"
+    metrics = _TOTALS  # and per-device byte metrics with several GPUs (``available``)
     needs_heap = True  # CUDA tensors alive before the check form its baseline
 
     def __init__(self) -> None:
-        self.units: dict[str, str] = {ALLOCATED: BYTES, RESERVED: BYTES, TENSORS: OBJECTS}
         self._devices: list[int] = []
         self._baseline = WeakBaseline()
         #: metric -> value after cleaning at the end of warmup (plain numbers only).
@@ -80,10 +91,12 @@ class CudaProbe:
         if not cuda_in_use():
             return False
         self._devices = list(range(int(_torch().cuda.device_count())))
+        self.metrics = _TOTALS
         if len(self._devices) > 1:
             for device in self._devices:
-                self.units[device_metric(ALLOCATED, device)] = BYTES
-                self.units[device_metric(RESERVED, device)] = BYTES
+                self.metrics += byte_metrics(
+                    device_metric(ALLOCATED, device), device_metric(RESERVED, device)
+                )
         return bool(self._devices)
 
     # -- protocol ----------------------------------------------------------------------
@@ -94,7 +107,7 @@ class CudaProbe:
 
     def absorb(self, fresh: Sequence[object]) -> None:
         """End of warmup: fresh CUDA tensors join the baseline; the clean baseline that
-        ``confirm`` compares against is taken now, after warmup's one-off allocations."""
+        ``recheck`` compares against is taken now, after warmup's one-off allocations."""
         self._baseline.add(_cuda_tensors(fresh))
         self._clean_baseline = self.clean_and_query(requeries=1, collect=False)
 
@@ -105,20 +118,23 @@ class CudaProbe:
         return values
 
     def stop(self) -> None:
-        # Only plain numbers survive: ``confirm`` may still run after the check.
+        # Only plain numbers survive: ``recheck`` may still run after the check.
         self._baseline = WeakBaseline()
 
     # -- the allocator-cache rule ------------------------------------------------------
-    def confirm(self, verdict: Verdict) -> Verdict:
-        """Re-judge CUDA byte growth after cleaning the allocator; other metrics untouched.
-
-        Call after ``judge()`` when the verdict is a leak, before diagnosis.
-        """
-        if not verdict.leaked or not any(_is_cuda_bytes(g.metric) for g in verdict.growths):
-            return verdict
+    def recheck(self) -> Recheck | None:
+        """The byte metrics after cleaning the allocator, beside their clean baseline."""
         if not self._clean_baseline or not cuda_in_use():
-            return verdict
-        return reconsider(verdict, self._clean_baseline, self.clean_and_query())
+            return None
+        baseline, cleaned = dict(self._clean_baseline), self.clean_and_query()
+        return Recheck(
+            baseline=baseline,
+            cleaned=cleaned,
+            confirmed="CUDA growth confirmed after empty_cache()",
+            withdrawn="growth was the caching allocator: gone after gc.collect(), "
+            f"synchronize() and empty_cache() (allocated {_fmt(cleaned.get(ALLOCATED))} vs "
+            f"{_fmt(baseline.get(ALLOCATED))} after warmup)",
+        )
 
     def clean_and_query(
         self, requeries: int = REQUERIES, *, collect: bool = True
@@ -172,57 +188,6 @@ def _on_cuda(tensor: Any) -> bool:
         return bool(tensor.is_cuda)
     except Exception:  # exotic subclasses may refuse: not a CUDA tensor for us
         return False
-
-
-def _is_cuda_bytes(metric: str) -> bool:
-    return metric.startswith((ALLOCATED, RESERVED))
-
-
-def _allocated_metric_for(metric: str) -> str:
-    """The allocated-bytes metric that decides a byte metric (same device, or total)."""
-    return ALLOCATED + metric[len(RESERVED) :] if metric.startswith(RESERVED) else metric
-
-
-def reconsider(
-    verdict: Verdict, clean_baseline: Mapping[str, float], cleaned: Mapping[str, float]
-) -> Verdict:
-    """Pure: drop CUDA byte growths that cleaning the allocator made disappear.
-
-    A growth of allocated bytes (total or per device) stands only when the cleaned value
-    is still above the clean baseline. Reserved bytes are the cache: their growth stands
-    only when the allocated bytes of the same device (or total) stand too, and the
-    cleaned reserved bytes are above their baseline.
-    """
-    standing: list[Growth] = []
-    dropped: list[str] = []
-    for growth in verdict.growths:
-        metric = growth.metric
-        if _is_cuda_bytes(metric) and not (
-            _above(_allocated_metric_for(metric), clean_baseline, cleaned)
-            and _above(metric, clean_baseline, cleaned)
-        ):
-            dropped.append(metric)
-        else:
-            standing.append(growth)
-    if not dropped:
-        return replace(
-            verdict, reason=f"{verdict.reason}; CUDA growth confirmed after empty_cache()"
-        )
-    note = (
-        f"{', '.join(dropped)} growth was the caching allocator: gone after gc.collect(), "
-        f"synchronize() and empty_cache() (allocated {_fmt(cleaned.get(ALLOCATED))} vs "
-        f"{_fmt(clean_baseline.get(ALLOCATED))} after warmup)"
-    )
-    if not standing:
-        return Verdict(leaked=False, growths=[], pattern=None, reason=f"clean: {note}")
-    pattern = classify([g.metric for g in standing])
-    return replace(verdict, growths=standing, pattern=pattern, reason=f"{verdict.reason}; {note}")
-
-
-def _above(metric: str, baseline: Mapping[str, float], cleaned: Mapping[str, float]) -> bool:
-    if metric not in baseline or metric not in cleaned:
-        return True  # nothing to compare with: keep the verdict's judgement
-    return cleaned[metric] > baseline[metric]
 
 
 def _fmt(value: float | None) -> str:

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pytest_graphleak.probes.base import OBJECTS, BackendProbe
+from pytest_graphleak.metrics import OBJECTS, Metric
+from pytest_graphleak.probes.base import BackendProbe, ProbeBase
+
+CYCLIC_GARBAGE = Metric("gc.cyclic_garbage", OBJECTS, "cycles")
 
 
-class GcProbe:
+class GcProbe(ProbeBase):
     name = "gc"
-    units = {"gc.cyclic_garbage": OBJECTS}  # noqa: RUF012
+    metrics = (CYCLIC_GARBAGE,)
     needs_heap = False  # counts through the backends, on fresh objects only
 
     def __init__(self, backends: Sequence[BackendProbe]) -> None:
@@ -29,15 +32,12 @@ class GcProbe:
     def start(self, heap: Sequence[object]) -> None:
         self._total = 0
 
-    def absorb(self, fresh: Sequence[object]) -> None:
-        return None
-
     def before_collect(self, fresh: Sequence[object]) -> None:
         self._before = self._count(fresh)
 
     def sample(self, fresh: Sequence[object]) -> dict[str, float]:
         self._total += max(0, self._before - self._count(fresh))
-        return {"gc.cyclic_garbage": float(self._total)}
+        return {CYCLIC_GARBAGE.name: float(self._total)}
 
     def stop(self) -> None:
         self._backends = []

@@ -6,7 +6,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from pytest_graphleak.probes.base import OBJECTS, PassiveProbe
+from pytest_graphleak.metrics import OBJECTS, Metric
+from pytest_graphleak.probes.base import ProbeBase
 
 
 def _stats() -> dict[str, dict[str, int]]:
@@ -15,13 +16,15 @@ def _stats() -> dict[str, dict[str, int]]:
     return stats
 
 
-class MinigradProbe(PassiveProbe):
+TENSORS = Metric("minigrad.tensors", OBJECTS, "tensors")
+NODES = Metric("minigrad.nodes", OBJECTS, "nodes")
+#: grad / grad_fn / hooks records, made on demand per tensor: counted like tensors.
+AUTOGRAD_META = Metric("minigrad.autograd_meta", OBJECTS, "tensors")
+
+
+class MinigradProbe(ProbeBase):
     name = "minigrad"
-    units = {  # noqa: RUF012
-        "minigrad.tensors": OBJECTS,
-        "minigrad.nodes": OBJECTS,
-        "minigrad.autograd_meta": OBJECTS,
-    }
+    metrics = (TENSORS, NODES, AUTOGRAD_META)
 
     def available(self) -> bool:
         module = sys.modules.get("minigrad")
@@ -30,9 +33,9 @@ class MinigradProbe(PassiveProbe):
     def sample(self, fresh: Sequence[object]) -> dict[str, float]:
         stats = _stats()
         return {
-            "minigrad.tensors": float(stats["TensorImpl"]["alive"]),
-            "minigrad.nodes": float(stats["Node"]["alive"]),
-            "minigrad.autograd_meta": float(stats["AutogradMeta"]["alive"]),
+            TENSORS.name: float(stats["TensorImpl"]["alive"]),
+            NODES.name: float(stats["Node"]["alive"]),
+            AUTOGRAD_META.name: float(stats["AutogradMeta"]["alive"]),
         }
 
     def collectable(self, fresh: Sequence[object]) -> int:

@@ -11,14 +11,19 @@ import contextlib
 import os
 from collections.abc import Sequence
 
-from pytest_graphleak.probes.base import BYTES, PassiveProbe
+from pytest_graphleak.metrics import BYTES, Metric
+from pytest_graphleak.probes.base import ProbeBase
 
 _STATM = "/proc/self/statm"
 
 
-class ProcessProbe(PassiveProbe):
+#: Resident memory moves with the allocator and the interpreter's own caches: noisy.
+RSS = Metric("process.rss_bytes", BYTES, "memory", noisy=True)
+
+
+class ProcessProbe(ProbeBase):
     name = "process"
-    units = {"process.rss_bytes": BYTES}  # noqa: RUF012
+    metrics = (RSS,)
 
     def __init__(self) -> None:
         self._process: object | None = None
@@ -43,12 +48,12 @@ class ProcessProbe(PassiveProbe):
 
     def sample(self, fresh: Sequence[object]) -> dict[str, float]:
         if self._statm is not None:
-            return {"process.rss_bytes": float(_resident_pages(self._statm) * self._page)}
+            return {RSS.name: float(_resident_pages(self._statm) * self._page)}
         import psutil
 
         if not isinstance(self._process, psutil.Process):
             self._process = psutil.Process()
-        return {"process.rss_bytes": float(self._process.memory_info().rss)}
+        return {RSS.name: float(self._process.memory_info().rss)}
 
     def stop(self) -> None:
         if self._statm is not None:

@@ -18,16 +18,18 @@ from collections.abc import Iterable, Iterator, Sequence
 from itertools import compress
 from typing import Any
 
-from pytest_graphleak.probes.base import BYTES, OBJECTS
+from pytest_graphleak.metrics import BYTES, OBJECTS, Metric
+from pytest_graphleak.probes.base import ProbeBase
+
+TENSORS = Metric("torch.tensors", OBJECTS, "tensors")
+NODES = Metric("torch.nodes", OBJECTS, "nodes")
+#: Exact: the sum of distinct storages, no allocator in between.
+STORAGE_BYTES = Metric("torch.storage_bytes", BYTES, "memory")
 
 
-class TorchProbe:
+class TorchProbe(ProbeBase):
     name = "torch"
-    units = {  # noqa: RUF012
-        "torch.tensors": OBJECTS,
-        "torch.nodes": OBJECTS,
-        "torch.storage_bytes": BYTES,
-    }
+    metrics = (TENSORS, NODES, STORAGE_BYTES)
     #: Tensors alive before the check (``total`` in ``total += loss``) carry graphs that
     #: grow without any new Python object: they are found once, in the start set.
     needs_heap = True
@@ -87,9 +89,9 @@ class TorchProbe:
         tensors.extend(self._baseline.alive())
         try:
             return {
-                "torch.tensors": float(len(tensors) + self._baseline.unweakrefable),
-                "torch.nodes": float(count_nodes(tensors, held_nodes)),
-                "torch.storage_bytes": float(storage_bytes(tensors)),
+                TENSORS.name: float(len(tensors) + self._baseline.unweakrefable),
+                NODES.name: float(count_nodes(tensors, held_nodes)),
+                STORAGE_BYTES.name: float(storage_bytes(tensors)),
             }
         finally:
             tensors.clear()

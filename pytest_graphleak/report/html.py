@@ -17,8 +17,9 @@ from collections.abc import Callable, Mapping, Sequence
 from html import escape
 from typing import Any
 
+from pytest_graphleak.metrics import format_amount, format_rate
 from pytest_graphleak.report.dot import diagnosis_dot, render_svg
-from pytest_graphleak.report.svg import format_quantity, format_rate, series_chart
+from pytest_graphleak.report.svg import series_chart
 from pytest_graphleak.result import FIXES
 
 #: Renders DOT text to an inline ``<svg>``; None means "show the DOT text instead".
@@ -248,8 +249,8 @@ def _metrics_table(metrics: Mapping[str, Mapping[str, Any]]) -> str:
         css = ' class="grew"' if info.get("grew") else ""
         rows.append(
             f'<tr{css}><td class="mono">{escape(metric)}</td>'
-            f'<td class="num">{escape(format_quantity(info.get("start"), unit))}</td>'
-            f'<td class="num">{escape(format_quantity(info.get("end"), unit))}</td>'
+            f'<td class="num">{escape(format_amount(info.get("start"), unit))}</td>'
+            f'<td class="num">{escape(format_amount(info.get("end"), unit))}</td>'
             f'<td class="num">{escape(format_rate(info.get("per_step"), unit))}</td>'
             f"<td>{'grew' if info.get('grew') else ''}</td></tr>"
         )

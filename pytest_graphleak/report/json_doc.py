@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_graphleak.metrics import finite
+
 #: Version of the document layout (``"schema"`` key); bump on incompatible changes.
 DOCUMENT_SCHEMA_VERSION = 1
 
@@ -67,7 +69,7 @@ def metric_summary(check: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     grown = {g["metric"]: g for g in verdict.get("growths", [])}
     summary: dict[str, dict[str, Any]] = {}
     for metric, series in check.get("series", {}).items():
-        measured = [float(v) for v in series[warmup:] if _finite(v)]
+        measured = [float(v) for v in series[warmup:] if finite(v)]
         start = measured[0] if measured else None
         end = measured[-1] if measured else None
         if metric in grown:
@@ -157,6 +159,3 @@ def _strict(value: Any) -> Any:
         return [_strict(v) for v in value]
     return value
 
-
-def _finite(value: object) -> bool:
-    return isinstance(value, (int, float)) and math.isfinite(value)

@@ -16,6 +16,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from pytest_graphleak.metrics import finite
+
 #: Bytes per step below which a byte series draws (nearly) flat. The option's default,
 #: spelled here because the report layer does not import the option table.
 BYTES_PER_STEP = 1024.0 * 1024.0
@@ -36,10 +38,10 @@ def min_span(unit: str, count: int) -> float:
 def value_range(values: Sequence[float], unit: str) -> tuple[float, float] | None:
     """(low, high) to draw ``values`` over: their own range, widened upwards to at least
     ``min_span``; None when no value is finite."""
-    finite = [float(v) for v in values if _finite(v)]
-    if not finite:
+    numbers = [float(v) for v in values if finite(v)]
+    if not numbers:
         return None
-    low, high = min(finite), max(finite)
+    low, high = min(numbers), max(numbers)
     return low, max(high, low + min_span(unit, len(values)))
 
 
@@ -57,7 +59,7 @@ def sparkline(
     bounds = value_range(shown, unit) if shown else None
     bars = []
     for value in shown:
-        if bounds is None or not _finite(value):
+        if bounds is None or not finite(value):
             bars.append(" ")
             continue
         low, high = bounds
@@ -75,8 +77,8 @@ def _fit(values: list[float], warmup: int, width: int) -> tuple[list[float], int
     out: list[float] = []
     for cell in range(width):
         group = values[cell * len(values) // width : (cell + 1) * len(values) // width]
-        finite = [float(v) for v in group if _finite(v)]
-        out.append(sum(finite) / len(finite) if finite else math.nan)
+        numbers = [float(v) for v in group if finite(v)]
+        out.append(sum(numbers) / len(numbers) if numbers else math.nan)
     return out, math.ceil(warmup * width / len(values))
 
 
@@ -101,6 +103,3 @@ def ticks(low: float, high: float, unit: str, count: int = 4) -> list[float]:
         value += step
     return out
 
-
-def _finite(value: object) -> bool:
-    return isinstance(value, (int, float)) and math.isfinite(value)

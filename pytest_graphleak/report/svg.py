@@ -1,5 +1,4 @@
-"""Inline SVG line charts of one metric over all steps, and the number formatting
-shared by the charts, the HTML report and the terminal summary.
+"""Inline SVG line charts of one metric over all steps.
 
 The charts are plain SVG text (no script, no external font or stylesheet) so that
 the HTML report stays one self-contained file that opens offline.
@@ -11,32 +10,8 @@ import math
 from collections.abc import Sequence
 from html import escape
 
+from pytest_graphleak.metrics import finite, format_amount
 from pytest_graphleak.report.scale import ticks, value_range
-
-_BYTE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
-
-
-def format_quantity(value: float | None, unit: str) -> str:
-    """``1536, "bytes"`` -> ``"1.5 KiB"``; ``12.0, "objects"`` -> ``"12"``."""
-    if value is None or not math.isfinite(value):
-        return "n/a"
-    if unit == "bytes":
-        size = float(value)
-        for name in _BYTE_UNITS:
-            if abs(size) < 1024 or name == _BYTE_UNITS[-1]:
-                return f"{size:.0f} {name}" if name == "B" else f"{size:.1f} {name}"
-            size /= 1024
-    if float(value).is_integer():
-        return f"{value:.0f}"
-    return f"{value:.3g}"
-
-
-def format_rate(value: float | None, unit: str) -> str:
-    """Growth per step with an explicit sign: ``"+1/step"``, ``"+2.0 MiB/step"``."""
-    if value is None or not math.isfinite(value):
-        return "n/a"
-    sign = "+" if value >= 0 else "-"
-    return f"{sign}{format_quantity(abs(value), unit)}/step"
 
 
 def series_chart(
@@ -59,11 +34,11 @@ def series_chart(
     left, right, top, bottom = 64, 12, 22, 24
     plot_w, plot_h = width - left - right, height - top - bottom
     base = _base(values, warmup) if unit == "bytes" else 0.0
-    shown = [float(v) - base if _finite(v) else math.nan for v in values]
-    points = [(i, v) for i, v in enumerate(shown) if _finite(v)]
+    shown = [float(v) - base if finite(v) else math.nan for v in values]
+    points = [(i, v) for i, v in enumerate(shown) if finite(v)]
     heading = title
     if unit == "bytes" and points:
-        heading = f"{title}: growth from {format_quantity(base, unit)}"
+        heading = f"{title}: growth from {format_amount(base, unit)}"
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" width="{width}" '
         f'height="{height}" viewBox="0 0 {width} {height}" role="img" '
@@ -111,7 +86,7 @@ def series_chart(
     parts.append(f'<polyline class="{line_class}" points="{coords}"/>')
     for i, v in points:
         phase = "warmup" if i < warmup else "measured"
-        shown_value = format_quantity(v + base, unit)
+        shown_value = format_amount(v + base, unit)
         if unit == "bytes":
             shown_value += f" ({_tick_label(v, unit)})"
         parts.append(
@@ -125,18 +100,15 @@ def series_chart(
 
 def _base(values: Sequence[float], warmup: int) -> float:
     """The first measured value (the first finite one when that is missing)."""
-    measured = [float(v) for v in values[warmup:] if _finite(v)]
-    finite = measured or [float(v) for v in values if _finite(v)]
-    return finite[0] if finite else 0.0
+    measured = [float(v) for v in values[warmup:] if finite(v)]
+    numbers = measured or [float(v) for v in values if finite(v)]
+    return numbers[0] if numbers else 0.0
 
 
 def _tick_label(value: float, unit: str) -> str:
     if unit != "bytes":
-        return format_quantity(value, unit)
+        return format_amount(value, unit)
     if value == 0:
         return "+0"
-    return ("+" if value > 0 else "-") + format_quantity(abs(value), unit)
+    return format_amount(value, unit, signed=True)
 
-
-def _finite(value: object) -> bool:
-    return isinstance(value, (int, float)) and math.isfinite(value)

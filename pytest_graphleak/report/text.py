@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from pytest_graphleak.metrics import format_amount, format_rate
 from pytest_graphleak.report.scale import sparkline
 from pytest_graphleak.result import FIXES, CheckResult, Growth
-from pytest_graphleak.verdict import format_amount
 
 #: One line per pattern word: what it means (ARCHITECTURE section 4).
 MEANINGS: dict[str, str] = {
@@ -68,7 +68,7 @@ def render_text(result: CheckResult) -> str:
 def _growth_row(result: CheckResult, growth: Growth, width: int) -> str:
     unit = result.units.get(growth.metric, "objects")
     span = f"{format_amount(growth.start, unit)} -> {format_amount(growth.end, unit)}"
-    rate = f"{format_amount(growth.per_step, unit, signed=True)}/step"
+    rate = format_rate(growth.per_step, unit)
     spark = sparkline(result.series.get(growth.metric, []), unit, warmup=result.warmup)
     return f"    {growth.metric:<{width}}  {span:<24} {rate:<16} {spark}"
 

@@ -1,0 +1,88 @@
+"""What a metric is, as its probe declares it, and how amounts of it are written.
+
+Probes own the metric names. Everything after them (the verdict, the diagnosis, the
+reports) reads what a metric *is* from its ``Metric`` declaration, never from its name,
+so a new probe needs no edit anywhere else.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+Unit = Literal["objects", "bytes"]
+OBJECTS: Unit = "objects"
+BYTES: Unit = "bytes"
+
+#: What a metric counts: alive tensors (or their autograd metadata), autograd graph
+#: nodes, graph objects that only the cyclic GC freed, or memory.
+Counts = Literal["tensors", "nodes", "cycles", "memory"]
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One series a probe samples, and how the verdict must read it."""
+
+    name: str
+    unit: Unit
+    counts: Counts
+    #: Judged with the noise tolerance (process RSS, an allocator's cache); exact
+    #: metrics are a leak at any sustained rise.
+    noisy: bool = False
+    #: Metrics the probe measures again after cleaning (``Probe.recheck``): this metric's
+    #: growth stands only while every one of them stays above its clean baseline.
+    recheck: tuple[str, ...] = ()
+
+    @property
+    def graph(self) -> bool:
+        """Counts autograd objects (tensors, nodes, their cyclic garbage), not memory."""
+        return self.counts != "memory"
+
+
+@dataclass(frozen=True)
+class Recheck:
+    """A probe's second look after cleaning (the CUDA allocator cache): plain numbers and
+    the words that explain them; the verdict decides what they mean."""
+
+    #: metric -> value after the same cleaning at the end of warmup
+    baseline: Mapping[str, float] = field(default_factory=dict)
+    #: metric -> value now, after cleaning
+    cleaned: Mapping[str, float] = field(default_factory=dict)
+    #: appended to the reason when every rechecked growth stands
+    confirmed: str = ""
+    #: follows the names of the growths that cleaning made disappear
+    withdrawn: str = ""
+
+
+_BYTE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
+
+
+def finite(value: object) -> bool:
+    """A real number that can be drawn or compared (not None, NaN or infinite)."""
+    return isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def format_amount(value: float | None, unit: str, *, signed: bool = False) -> str:
+    """``1536, "bytes"`` -> ``"1.5 KiB"``; ``3.0, "objects"`` -> ``"3"``; ``0.33`` ->
+    ``"0.33"``; None or not finite -> ``"n/a"``."""
+    if value is None or not finite(value):
+        return "n/a"
+    sign = ("+" if value >= 0 else "-") if signed else ("-" if value < 0 else "")
+    size = abs(float(value))
+    if unit == BYTES:
+        for name in _BYTE_UNITS:
+            if size < 1024 or name == _BYTE_UNITS[-1]:
+                return f"{sign}{size:.0f} {name}" if name == "B" else f"{sign}{size:.1f} {name}"
+            size /= 1024
+    if size.is_integer():
+        return f"{sign}{size:.0f}"
+    return f"{sign}{size:.2g}" if size < 10 else f"{sign}{size:.1f}"
+
+
+def format_rate(value: float | None, unit: str) -> str:
+    """Growth per step with an explicit sign: ``"+1/step"``, ``"+2.0 MiB/step"``."""
+    if value is None or not finite(value):
+        return "n/a"
+    return f"{format_amount(value, unit, signed=True)}/step"
