@@ -13,7 +13,7 @@ and ``start_step`` after), and it remembers objects by weak reference (torch nod
 autograd sequence number), so it keeps nothing alive. The tracker collects cyclic
 garbage after every step, so what only the cyclic GC frees is gone by then: the
 observation holds the objects kept by live references, and the verdict's
-``gc.cyclic_garbage`` series tells the cycles.
+cyclic-garbage series tells the cycles.
 """
 
 from __future__ import annotations
