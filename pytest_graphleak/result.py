@@ -7,6 +7,7 @@ through JSON (reports, pytest-xdist) unchanged via ``to_dict`` / ``from_dict``.
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -68,6 +69,21 @@ class CreationSite:
     line: str  # the source line's text, stripped
     count: int  # how many leaked objects were made there in one step
     function: str = ""
+    #: When the object was made inside a library called from this line: the library's
+    #: own line, ``package/path/module.py:LINE`` (relative to its site-packages).
+    via: str = ""
+
+
+def display_path(filename: str) -> str:
+    """A file under the working directory (pytest's rootdir, as a rule) relative to it;
+    any other file as it is."""
+    if filename.startswith("<") or not os.path.isabs(filename):
+        return filename
+    try:
+        relative = os.path.relpath(filename)
+    except ValueError:  # another drive (Windows)
+        return filename
+    return filename if relative.startswith(os.pardir) else relative
 
 
 @dataclass
@@ -84,10 +100,15 @@ class Diagnosis:
     notes: list[str] = field(default_factory=list)
     #: Graphviz DOT text of the retained graph, when drawn (may be empty).
     dot: str = ""
-
-    @property
-    def fix(self) -> str:
-        return FIXES.get(self.pattern, "")
+    #: Lines that put a leaked tensor into its holder during a diagnostic step
+    #: (``losses.append(loss)``, ``self.total = self.total + loss``), most frequent first;
+    #: ``count`` is how often the line changed the holder in one step.
+    stored_at: list[CreationSite] = field(default_factory=list)
+    #: What the numbers say the pattern means here, when it differs from the pattern's
+    #: usual meaning (e.g. the kept tensors carry no graph); "" for the usual one.
+    story: str = ""
+    #: The fix that applies here; "" for the pattern's usual fix (``FIXES``).
+    fix: str = ""
 
 
 @dataclass
@@ -132,6 +153,7 @@ class CheckResult:
         if data.get("diagnosis") is not None:
             diag = dict(data["diagnosis"])
             diag["sites"] = [CreationSite(**s) for s in diag.get("sites", [])]
+            diag["stored_at"] = [CreationSite(**s) for s in diag.get("stored_at", [])]
             diagnosis = Diagnosis(**diag)
         return cls(
             name=data["name"],

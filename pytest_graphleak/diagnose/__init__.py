@@ -19,7 +19,6 @@ measured object alive after ``diagnose`` returns.
 
 from __future__ import annotations
 
-import gc
 import math
 import time
 from collections import Counter
@@ -28,8 +27,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_graphleak.diagnose.backends import NODE, TENSOR, Backend, TorchBackend, active_backends
-from pytest_graphleak.diagnose.classify import Facts, only_memory_grew, pattern_of
+from pytest_graphleak.diagnose.classify import (
+    Facts,
+    nodes_grew,
+    only_memory_grew,
+    pattern_of,
+    tensors_grew,
+)
 from pytest_graphleak.diagnose.edges import ObjectEdges
+from pytest_graphleak.diagnose.holders import (
+    UNROOTED,
+    no_holder_note,
+    thread_holders,
+    unrooted_holder,
+)
 from pytest_graphleak.diagnose.memory import growing_holder
 from pytest_graphleak.diagnose.observe import RECORDED_RUNS, RUNS, Leaked, Observation, observe
 from pytest_graphleak.diagnose.render import render_chain, render_cycle, render_dot
@@ -43,8 +54,10 @@ from pytest_graphleak.diagnose.roots import (
 )
 from pytest_graphleak.diagnose.search import Path, find_cycle, shortest_path
 from pytest_graphleak.diagnose.sites import Site, UserFrames, memory_sites, source_line
+from pytest_graphleak.diagnose.stored import Watched, watch_holder
+from pytest_graphleak.diagnose.story import tell
 from pytest_graphleak.metrics import Metric
-from pytest_graphleak.result import CreationSite, Diagnosis, Verdict
+from pytest_graphleak.result import CreationSite, Diagnosis, Verdict, display_path
 
 __all__ = ["diagnose"]
 
@@ -70,7 +83,12 @@ def diagnose(
     backends = active_backends()
     walker = ObjectEdges(backends, exclude=[*exclude, id(roots)])
     frames = UserFrames()
-    grown = Grown(only_memory_grew(verdict, metrics), _steps_to_see_growth(verdict, metrics))
+    grown = Grown(
+        only_memory_grew(verdict, metrics),
+        _steps_to_see_growth(verdict, metrics),
+        nodes=nodes_grew(verdict, metrics),
+        tensors=tensors_grew(verdict, metrics),
+    )
     if step is None and observation is None:
         diagnosis = _diagnose_heap(verdict, grown, roots, walker)
     else:
@@ -87,6 +105,8 @@ class Grown:
 
     memory_only: bool  # only memory grew: no tensor, node or cycle count
     period: int  # steps it takes to see one more leaked object
+    nodes: bool = True  # a metric that counts graph nodes grew
+    tensors: bool = False  # a metric that counts tensors grew
 
 
 # --------------------------------------------------------------------------- with a step
@@ -119,13 +139,6 @@ def _diagnose_with_step(
         is_target = _target_test(obs, torch)
         all_roots = _all_roots(roots, step, obs)
         chain_path = shortest_path(all_roots, is_target, walker) if _any_alive(obs) else None
-        chain = render_chain(chain_path, walker) if chain_path is not None else []
-        if not chain_path:
-            grew = False
-        elif step is None:
-            grew = _grew_during_loop(chain_path, obs, notes)
-        else:
-            grew = _container_growth(chain_path, step, notes, steps=period)
 
         cycle: list[str] = []
         cycle_held = False
@@ -150,13 +163,26 @@ def _diagnose_with_step(
                     cycle_held = True
                     notes.append(note)
                 else:
-                    notes.append(_referrer_note(obs))
+                    chain_path = _unrooted(obs, walker, frames, notes)
         if cycle_path is not None:
             cycle = render_cycle(cycle_path, walker)
             notes.extend(_cycle_notes(cycle, obs.cyclic != []))
 
+        chain = render_chain(chain_path, walker) if chain_path is not None else []
+        watched = (
+            watch_holder(chain_path, step, walker, frames, steps=period)
+            if chain_path is not None and step is not None and not obs.error
+            else None
+        )
+        if watched is not None:
+            grew = bool(watched.grown)
+            notes.extend(_watch_notes(watched))
+        else:  # a loop that cannot be re-run: its recorded steps may show the growth
+            grew = chain_path is not None and _grew_during_loop(chain_path, obs, notes)
+
         nodes = _torch_leaked_nodes(obs, torch, chain_path)
         sites = _sites(obs, nodes)
+        graph_nodes = sum(1 for item in obs.leaked if item.kind == NODE) + len(nodes)
         facts = Facts(
             leaked_count=len(obs.leaked) + len(nodes),
             cyclic_count=len(obs.cyclic),
@@ -164,6 +190,7 @@ def _diagnose_with_step(
             container_grew=grew,
             cycle_held=cycle_held,
             memory_only=grown.memory_only,
+            graph_grew=graph_nodes > 0 or grown.nodes,
         )
         pattern = pattern_of(verdict, facts)
         steps_word = "diagnostic steps" if step is not None else "recorded steps of the loop"
@@ -181,11 +208,25 @@ def _diagnose_with_step(
                 chain_path = growing_holder(all_roots, step, walker, notes)
                 chain = render_chain(chain_path, walker) if chain_path is not None else []
             sites = _memory_sites(step, frames, notes)
-        if chain_path is None and not cycle and obs.alive:
-            notes.append("no chain from a fixture, global, closure or self reaches the leak")
+        stored = (
+            _stored_sites(watched)
+            if watched is not None and pattern in ("list-accumulation", "retained-grad-fn")
+            else []
+        )
+        tensors = grown.tensors or any(item.kind == TENSOR for item in obs.leaked)
+        story, fix = tell(pattern, graph_grew=facts.graph_grew, tensors=tensors,
+                          has_chain=chain_path is not None)  # fmt: skip
         dot = render_dot(chain_path, cycle_path, walker)
         return Diagnosis(
-            pattern=pattern, chain=chain, cycle=cycle, sites=sites, notes=notes, dot=dot
+            pattern=pattern,
+            chain=chain,
+            cycle=cycle,
+            sites=sites,
+            notes=notes,
+            dot=dot,
+            stored_at=stored,
+            story=story,
+            fix=fix,
         )
     finally:
         if chain_path is not None:
@@ -193,6 +234,58 @@ def _diagnose_with_step(
         if cycle_path is not None:
             cycle_path.clear()
         obs.release()
+
+
+def _unrooted(
+    obs: Observation, walker: ObjectEdges, frames: UserFrames, notes: list[str]
+) -> Path | None:
+    """No root reaches the leak: a container that holds it anyway, a thread's locals,
+    or a note that says nothing was found and why that may be."""
+    path = unrooted_holder(obs, walker)
+    if path is not None:
+        notes.append(
+            "no chain from a fixture, global, closure or self reaches the leaked objects: "
+            f"the chain ({UNROOTED} -> ...) starts at what holds them, found by asking who "
+            "refers to them (e.g. a fixture fetched with request.getfixturevalue, or a "
+            "library's own list)"
+        )
+        return path
+    threads = thread_holders(obs, frames)
+    if threads:
+        notes.append(
+            "held by the local variables of a thread that is still running: "
+            + "; ".join(threads)
+        )
+    else:
+        notes.append(no_holder_note(obs))
+    return None
+
+
+def _watch_notes(watched: Watched) -> list[str]:
+    notes: list[str] = []
+    for growth in watched.grown:
+        every = "per step" if growth.steps == 1 else f"over {growth.steps} steps"
+        notes.append(
+            f"{growth.type_name} on the chain grows by {growth.after - growth.before} {every} "
+            f"(len {growth.before} -> {growth.after})"
+        )
+    if watched.error:
+        notes.append(f"the step raised during diagnosis: {watched.error}")
+    return notes
+
+
+def _stored_sites(watched: Watched) -> list[CreationSite]:
+    steps = max(1, watched.steps)
+    return [
+        CreationSite(
+            filename=filename,
+            lineno=lineno,
+            line=source_line(filename, lineno),
+            count=max(1, math.ceil(total / steps)),
+            function=function,
+        )
+        for (filename, lineno, function), total in watched.stored.most_common(_MAX_SITES)
+    ]
 
 
 def _any_alive(obs: Observation) -> bool:
@@ -236,31 +329,6 @@ def _steps_to_see_growth(verdict: Verdict, metrics: Mapping[str, Metric]) -> int
     if not rates:
         return 1
     return max(1, min(_MAX_GROWTH_STEPS, math.ceil(1 / min(rates) - 1e-9)))
-
-
-def _container_growth(
-    path: Path, step: Callable[[], object], notes: list[str], *, steps: int
-) -> bool:
-    """Run up to ``steps`` more steps and tell whether a container on the chain grew."""
-    sized = [(obj, len(obj)) for obj in path.objects if isinstance(obj, _SIZED)]
-    if not sized:
-        return False
-    for done in range(1, steps + 1):
-        try:
-            step()
-        except Exception as exc:
-            notes.append(f"the step raised during diagnosis: {type(exc).__name__}: {exc}")
-            return False
-        grown = [(obj, before, len(obj)) for obj, before in sized if len(obj) > before]  # type: ignore[arg-type]
-        if grown:
-            for obj, before, after in grown:
-                every = "per step" if done == 1 else f"over {done} steps"
-                notes.append(
-                    f"{type(obj).__name__} on the chain grows by {after - before} {every} "
-                    f"(len {before} -> {after})"
-                )
-            return True
-    return False
 
 
 def _grew_during_loop(path: Path, obs: Observation, notes: list[str]) -> bool:
@@ -325,7 +393,7 @@ def _pack_hook_cycle(
             continue
         desc = torch.describe(leaked.obj)
         node = torch.node_name(grad_fn)
-        where = f"pack hook {hook.name} ({hook.filename}:{hook.lineno})"
+        where = f"pack hook {hook.name} ({display_path(hook.filename)}:{hook.lineno})"
         cycle = [
             f"{desc}.grad_fn",
             f"{node}._saved_result (packed by saved-tensor {where})",
@@ -338,23 +406,6 @@ def _pack_hook_cycle(
         )
         return cycle, note
     return None
-
-
-def _referrer_note(obs: Observation) -> str:
-    held = [leaked.obj for leaked in obs.alive[:20]]
-    mine = {id(held), id(obs.alive), id(obs)}
-    mine.update(id(leaked) for leaked in obs.alive)
-    try:
-        referrers = [r for r in gc.get_referrers(*held) if id(r) not in mine]
-    finally:
-        held.clear()
-    if not referrers:
-        return (
-            "the leaked objects have no Python referrer at all: they are held from C++ "
-            "(autograd hooks, saved tensors or a custom Function's ctx)"
-        )
-    kinds = ", ".join(sorted({type(r).__name__ for r in referrers})[:5])
-    return f"the leaked objects are referred to by: {kinds}"
 
 
 def _torch_leaked_nodes(

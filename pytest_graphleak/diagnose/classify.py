@@ -7,9 +7,12 @@ Order of evidence, strongest first:
    ``cycle``;
 2. a chain from a root through a container whose length grew during a step:
    ``list-accumulation``;
-3. any other leaked tensor or node (a bounded set of live tensors whose graph grows):
+3. no graph node grew (neither a metric that counts nodes nor among the leaked
+   objects): tensors without a graph pile up, and nothing on a chain grows:
+   ``memory-growth`` (never ``retained-grad-fn``, which means a growing graph);
+4. any other leaked tensor or node (a bounded set of live tensors whose graph grows):
    ``retained-grad-fn``;
-4. nothing leaked that the heap walk can see, and only memory grew (the grown metrics'
+5. nothing leaked that the heap walk can see, and only memory grew (the grown metrics'
    declarations count no graph objects): ``memory-growth``.
 
 With no evidence at all the verdict's first guess from the series stands.
@@ -32,6 +35,7 @@ class Facts:
     container_grew: bool = False
     cycle_held: bool = False  # no chain, but a cycle or pack hook keeps them alive
     memory_only: bool = False  # the verdict saw only memory grow (``only_memory_grew``)
+    graph_grew: bool = True  # graph nodes grew (a nodes metric) or leaked (diagnosis)
 
 
 def only_memory_grew(verdict: Verdict, metrics: Mapping[str, Metric]) -> bool:
@@ -40,11 +44,25 @@ def only_memory_grew(verdict: Verdict, metrics: Mapping[str, Metric]) -> bool:
     return bool(grown) and all(m is not None and not m.graph for m in grown)
 
 
+def nodes_grew(verdict: Verdict, metrics: Mapping[str, Metric]) -> bool:
+    """Did a metric declared as counting graph nodes grow?"""
+    declared = [metrics.get(g.metric) for g in verdict.growths]
+    return any(m is not None and m.counts == "nodes" for m in declared)
+
+
+def tensors_grew(verdict: Verdict, metrics: Mapping[str, Metric]) -> bool:
+    """Did a metric declared as counting tensors grow?"""
+    declared = [metrics.get(g.metric) for g in verdict.growths]
+    return any(m is not None and m.counts == "tensors" for m in declared)
+
+
 def pattern_of(verdict: Verdict, facts: Facts) -> str:
     if facts.cyclic_count > 0 or (facts.cycle_held and not facts.has_chain):
         return "cycle"
     if facts.has_chain and facts.container_grew:
         return "list-accumulation"
+    if not facts.graph_grew:
+        return "memory-growth"
     if facts.leaked_count > 0 or facts.has_chain:
         return "retained-grad-fn"
     if facts.memory_only:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import sys
 import types
 from collections import deque
 from collections.abc import Collection, Iterator
@@ -154,6 +155,8 @@ class ObjectEdges:
                 yield Edge("attr", "cell_contents"), obj.cell_contents
             except ValueError:  # empty cell
                 return
+        elif _array_base(obj) is not None:
+            yield Edge("attr", "base"), _array_base(obj)
         elif isinstance(obj, type):
             for key, value in list(vars(obj).items()):
                 if not (key.startswith("__") and key.endswith("__")):
@@ -195,6 +198,25 @@ class ObjectEdges:
         for ref in gc.get_referents(obj):
             if id(ref) not in seen and not isinstance(ref, type):
                 yield Edge("ref"), ref
+
+
+def _array_base(obj: object) -> object | None:
+    """The object a numpy array views (``t.numpy()`` -> the tensor ``t``), if any.
+
+    Arrays are not tracked by the cyclic GC, so this link is invisible to
+    ``gc.get_referents``; an array kept in a list keeps its tensor alive through it."""
+    numpy = sys.modules.get("numpy")
+    if numpy is None or not isinstance(obj, numpy.ndarray):
+        return None
+    return obj.base
+
+
+def holds_references(obj: object, walker: ObjectEdges) -> bool:
+    """Can ``obj`` lead to another object? (gc-tracked objects, tensors and graph
+    nodes, and numpy arrays that view another object)."""
+    return gc.is_tracked(obj) or walker.backend_of(obj) is not None or (
+        _array_base(obj) is not None
+    )
 
 
 def _function_edges(fn: types.FunctionType) -> Iterator[tuple[Edge, object]]:

@@ -8,13 +8,12 @@ the caller renders it to strings and drops it at once.
 
 from __future__ import annotations
 
-import gc
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from pytest_graphleak.diagnose.edges import Edge, ObjectEdges
+from pytest_graphleak.diagnose.edges import Edge, ObjectEdges, holds_references
 
 #: Budgets of one search: objects visited and seconds spent.
 MAX_VISITED = 300_000
@@ -41,10 +40,6 @@ class Path:
 class SearchStats:
     visited: int = 0
     truncated: bool = False
-
-
-def _holds_references(obj: object, walker: ObjectEdges) -> bool:
-    return gc.is_tracked(obj) or walker.backend_of(obj) is not None
 
 
 def shortest_path(
@@ -95,7 +90,7 @@ def shortest_path(
                 continue
             for edge, child in out:
                 cid = id(child)
-                if cid in seen or not _holds_references(child, walker):
+                if cid in seen or not holds_references(child, walker):
                     continue
                 if not walker.walkable(child):
                     continue
@@ -150,7 +145,7 @@ def find_cycle(start: object, walker: ObjectEdges, *, max_visited: int = 50_000)
                 cid = id(child)
                 if cid == target:
                     return _cycle(seen, current, edge, start)
-                if cid in seen or not _holds_references(child, walker):
+                if cid in seen or not holds_references(child, walker):
                     continue
                 if not walker.walkable(child):
                     continue

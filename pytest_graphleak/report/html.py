@@ -229,7 +229,12 @@ def _check_block(
         parts.append(f"<p>verdict: {escape(str(verdict['reason']))}</p>")
     if check.get("error"):
         parts.append(f"<p>the step raised: <code>{escape(str(check['error']))}</code></p>")
-    if check.get("leaked") and pattern in FIXES:
+    diagnosed = check.get("diagnosis") or {}
+    if check.get("leaked") and diagnosed.get("story"):
+        parts.append(f"<p>what the numbers say: {escape(str(diagnosed['story']))}</p>")
+    if check.get("leaked") and diagnosed.get("fix"):
+        parts.append(f"<p>fix: {escape(str(diagnosed['fix']))}</p>")
+    elif check.get("leaked") and pattern in FIXES:
         parts.append(f"<p>usual fix: {escape(FIXES[str(pattern)])}</p>")
     parts.append(_metrics_table(check.get("metrics", {})))
     parts.append(_charts(check))
@@ -292,6 +297,23 @@ def _ordered(metrics: Mapping[str, Any]) -> list[str]:
     return sorted(metrics, key=lambda m: (not (metrics[m] or {}).get("grew"), m))
 
 
+def _sites_table(title: str, count_header: str, sites: Sequence[Mapping[str, Any]]) -> str:
+    rows = "".join(
+        f'<tr><td class="mono">{escape(str(s.get("filename", "")))}:'
+        f"{escape(str(s.get('lineno', '')))}</td>"
+        f'<td class="mono">{escape(str(s.get("function", "")))}</td>'
+        f'<td class="num">{escape(str(s.get("count", "")))}</td>'
+        f"<td><code>{escape(str(s.get('line', '')))}</code>"
+        + (f' <span class="muted">(via {escape(str(s["via"]))})</span>' if s.get("via") else "")
+        + "</td></tr>"
+        for s in sites
+    )
+    return (
+        f'<h3>{escape(title)}</h3><div class="scroll"><table><tr><th>where</th>'
+        f"<th>function</th><th>{escape(count_header)}</th><th>line</th></tr>{rows}</table></div>"
+    )
+
+
 def _diagnosis_block(
     diagnosis: Mapping[str, Any], draw: DotRenderer | None, root: str | None = None
 ) -> str:
@@ -306,21 +328,18 @@ def _diagnosis_block(
         parts.append(f'<h3>reference cycle</h3><ol class="chain">{items}</ol>')
     sites = diagnosis.get("sites") or []
     if sites:
-        rows = "".join(
-            f'<tr><td class="mono">{escape(str(s.get("filename", "")))}:'
-            f"{escape(str(s.get('lineno', '')))}</td>"
-            f'<td class="mono">{escape(str(s.get("function", "")))}</td>'
-            f'<td class="num">{escape(str(s.get("count", "")))}</td>'
-            f"<td><code>{escape(str(s.get('line', '')))}</code></td></tr>"
-            for s in sites
-        )
-        parts.append(
-            '<h3>creation sites</h3><div class="scroll"><table><tr><th>where</th>'
-            f"<th>function</th><th>objects/step</th><th>line</th></tr>{rows}</table></div>"
-        )
+        parts.append(_sites_table("creation sites", "objects/step", sites))
         parts.extend(
             source_context(str(s.get("filename", "")), int(s.get("lineno") or 0), root)
             for s in sites
+        )
+    stored = diagnosis.get("stored_at") or []
+    if stored:
+        parts.append(_sites_table("stored at (the line that puts it in its holder)",
+                                  "times/step", stored))  # fmt: skip
+        parts.extend(
+            source_context(str(s.get("filename", "")), int(s.get("lineno") or 0), root)
+            for s in stored
         )
     notes = diagnosis.get("notes") or []
     if notes:

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from pytest_graphleak.metrics import format_amount, format_rate
 from pytest_graphleak.report.scale import sparkline
-from pytest_graphleak.result import FIXES, CheckResult, Growth
+from pytest_graphleak.result import FIXES, CheckResult, CreationSite, Growth, display_path
 
 #: One line per pattern word: what it means (ARCHITECTURE section 4).
 MEANINGS: dict[str, str] = {
@@ -47,22 +47,31 @@ def render_text(result: CheckResult) -> str:
         values = result.series.get(growth.metric, [])
         unit = result.units.get(growth.metric, "objects")
         lines.append(f"    {growth.metric:<{width}}  {compact_series(values, result.warmup, unit)}")
-    lines.append(f"  pattern: {pattern} ({MEANINGS.get(pattern, '')})")
     diagnosis = result.diagnosis
+    story = diagnosis.story if diagnosis is not None and diagnosis.story else None
+    lines.append(f"  pattern: {pattern} ({story or MEANINGS.get(pattern, '')})")
     if diagnosis is not None:
         if diagnosis.chain:
             lines.append(f"  held by: {' -> '.join(diagnosis.chain)}")
         if diagnosis.cycle:
             lines.append(f"  cycle: {' -> '.join(diagnosis.cycle)}")
         for site in diagnosis.sites:
-            where = f"{site.filename}:{site.lineno}"
-            in_function = f" in {site.function}" if site.function else ""
-            lines.append(
-                f"  created at: {where}{in_function}: {site.line}  ({site.count} per step)"
-            )
+            lines.append(f"  created at: {site_text(site)}  ({site.count} per step)")
+        for site in diagnosis.stored_at:
+            times = "once" if site.count == 1 else f"{site.count} times"
+            lines.append(f"  stored at: {site_text(site)}  ({times} per step)")
         lines.extend(f"  note: {note}" for note in diagnosis.notes)
-    lines.append(f"  fix: {FIXES.get(pattern, '')}")
+    fix = diagnosis.fix if diagnosis is not None and diagnosis.fix else FIXES.get(pattern, "")
+    lines.append(f"  fix: {fix}")
     return "\n".join(lines)
+
+
+def site_text(site: CreationSite) -> str:
+    """``path.py:42 in fn: <source line>  (via lib/module.py:7)``, the path relative to
+    the working directory when the file is under it."""
+    in_function = f" in {site.function}" if site.function else ""
+    via = f"  (via {site.via})" if site.via else ""
+    return f"{display_path(site.filename)}:{site.lineno}{in_function}: {site.line}{via}"
 
 
 def _growth_row(result: CheckResult, growth: Growth, width: int) -> str:

@@ -1,0 +1,165 @@
+"""What holds leaked objects when no chain from a root reaches them.
+
+The chain search starts from roots the user knows (fixtures, ``self``, closure cells,
+module globals). Some holders are none of these: a fixture fetched with
+``request.getfixturevalue``, a list kept by a library, a thread's local variables, a
+numpy array made with ``.numpy()`` (its ``base`` is the tensor, a link the cyclic GC
+does not see). Here:
+
+- ``unrooted_holder``: a container that refers to a leaked object (``gc.get_referrers``,
+  two calls at most: each costs a scan of the heap), and what refers to that container;
+- ``thread_holders``: local variables of other threads' frames that are leaked objects;
+- ``no_holder_note``: says that nothing was found, and why that may be.
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+import threading
+import types
+from collections import deque
+from typing import Any
+
+from pytest_graphleak.diagnose.backends import TENSOR
+from pytest_graphleak.diagnose.edges import Edge, ObjectEdges
+from pytest_graphleak.diagnose.observe import Leaked, Observation
+from pytest_graphleak.diagnose.search import Path
+from pytest_graphleak.diagnose.sites import UserFrames
+from pytest_graphleak.result import display_path
+
+#: The root label of a chain that starts at a holder no root reaches.
+UNROOTED = "unknown root"
+_CONTAINERS = (list, dict, deque, set)
+_LOOKED_AT = 20  # leaked objects whose referrers are asked for
+
+
+def _first_leaked(obs: Observation) -> list[Leaked]:
+    return sorted(obs.alive, key=lambda item: item.kind != TENSOR)[:_LOOKED_AT]
+
+
+def unrooted_holder(obs: Observation, walker: ObjectEdges) -> Path | None:
+    """``parent -> container -> leaked object`` for a container that holds a leaked
+    object (``parent`` only when one refers to the container)."""
+    chosen = _first_leaked(obs)
+    held = [item.obj for item in chosen]
+    mine = {id(held), id(chosen), id(obs.alive), id(obs), *(id(item) for item in obs.alive)}
+    try:
+        referrers = gc.get_referrers(*held)
+        containers = [
+            r for r in referrers
+            if isinstance(r, _CONTAINERS) and id(r) not in mine and walker.walkable(r)
+        ]  # fmt: skip
+        referrers.clear()
+        if not containers:
+            return None
+        container = containers[0]
+        containers.clear()
+        target = None
+        for obj in held:  # a loop, not a generator: its cell would refer to the container
+            if _contains(container, obj):
+                target = obj
+                break
+        if target is None:
+            return None
+        edge = _edge_to(container, target)
+        path = Path(UNROOTED, [container, target], [edge])
+        _prepend_parent(path, walker, mine)
+        return path
+    finally:
+        held.clear()
+        chosen.clear()
+
+
+def _contains(container: Any, obj: object) -> bool:
+    items = container.values() if isinstance(container, dict) else container
+    return any(item is obj for item in items)
+
+
+def _edge_to(container: Any, obj: object) -> Edge:
+    if isinstance(container, dict):
+        key = next(k for k, v in container.items() if v is obj)
+        return Edge("key", key)
+    if isinstance(container, (list, deque)):
+        index = next(i for i, v in enumerate(container) if v is obj)
+        return Edge("index", index)
+    return Edge("member")
+
+
+def _prepend_parent(path: Path, walker: ObjectEdges, mine: set[int]) -> None:
+    """Put the object that holds the container in front of it, when one refers to it
+    by name (a dict key or an attribute; not a closure cell or a frame)."""
+    container = path.objects[0]
+    mine = {*mine, id(path.objects), id(path)}
+    referrers = gc.get_referrers(container)
+    try:
+        for parent in referrers:
+            named = isinstance(parent, dict) or hasattr(parent, "__dict__")
+            if id(parent) in mine or not named:
+                continue
+            if isinstance(parent, types.FunctionType) or not walker.walkable(parent):
+                continue
+            for edge, child in walker.edges(parent):
+                if child is container and edge.kind in ("key", "attr"):
+                    path.objects.insert(0, parent)
+                    path.edges.insert(0, edge)
+                    return
+    finally:
+        referrers.clear()
+
+
+def thread_holders(obs: Observation, frames: UserFrames) -> list[str]:
+    """``local 'x' of work() at file.py:12 in thread 'Thread-3 (work)'`` for each
+    leaked object that another thread's frame holds in a local variable."""
+    ids = {id(item.obj) for item in obs.alive}
+    if not ids:
+        return []
+    names = {thread.ident: thread.name for thread in threading.enumerate()}
+    here = threading.get_ident()
+    found: list[str] = []
+    stacks = sys._current_frames()
+    for ident, frame in stacks.items():
+        if ident == here:
+            continue
+        current: Any = frame
+        while current is not None and len(found) < 5:
+            try:
+                local_vars = dict(current.f_locals)
+            except Exception:
+                local_vars = {}
+            for name, value in local_vars.items():
+                if id(value) in ids:
+                    code = current.f_code
+                    place = f"{display_path(code.co_filename)}:{current.f_lineno}"
+                    where = f"{code.co_name}() at {place}"
+                    thread = names.get(ident, str(ident))
+                    found.append(f"local '{name}' of {where} in thread '{thread}'")
+            local_vars.clear()
+            current = current.f_back
+    stacks.clear()
+    return found
+
+
+def no_holder_note(obs: Observation) -> str:
+    """Nothing the diagnosis can see refers to the leaked objects: say why that may be."""
+    held = [item.obj for item in obs.alive[:_LOOKED_AT]]
+    mine = {id(held), id(obs.alive), id(obs), *(id(item) for item in obs.alive)}
+    try:
+        referrers = [r for r in gc.get_referrers(*held) if id(r) not in mine]
+    finally:
+        held.clear()
+    if referrers:
+        kinds = ", ".join(sorted({type(r).__name__ for r in referrers})[:5])
+        referrers.clear()
+        return (
+            "no holder found: no chain from a fixture, global, closure or self reaches the "
+            f"leaked objects; they are referred to by: {kinds}"
+        )
+    return (
+        "no holder found: no chain from a fixture, global, closure or self reaches the "
+        "leaked objects, and no Python object refers to them. They may be held from C++ "
+        "(autograd hooks, saved tensors, a custom Function's ctx, an extension), by the "
+        "local variables of a thread that is still running, or as the base of a numpy "
+        "array made with .numpy() (the array keeps its tensor alive; Python's gc does "
+        "not see that link)"
+    )

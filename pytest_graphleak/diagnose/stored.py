@@ -1,0 +1,189 @@
+"""Watch the holder that the chain search found while more steps run.
+
+Two questions, answered by the same steps:
+
+- does a container on the chain grow? (``list-accumulation`` needs it);
+- which line puts the leaked tensor into its holder? That is the ``stored at:`` line,
+  the one the user has to edit: ``losses.append(loss)``, ``self.total = self.total +
+  loss``, ``avg.add_(loss)``.
+
+The steps run under a line tracer (``sys.settrace``) that traces user frames only.
+After each user line it takes a fingerprint of the holder: the length of every container
+on the chain, the object reached by following each named edge of the chain again from
+its root (an attribute that was assigned a new tensor), and the ``grad_fn`` of the first
+tensor on the chain (an in-place ``+=`` or ``add_`` gives it a new one). The user line
+after which the fingerprint changed stored the tensor. Changes made inside a library
+are charged to the user line that called into it.
+
+The fingerprint holds the objects it compares (``is``, not ``id``: a freed object's id
+can be reused); everything is dropped when the watch returns. The caller's trace
+function (a debugger, coverage) is restored afterwards.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pytest_graphleak.diagnose.backends import TENSOR
+from pytest_graphleak.diagnose.edges import Edge, ObjectEdges
+from pytest_graphleak.diagnose.search import Path
+from pytest_graphleak.diagnose.sites import Site, UserFrames
+
+_SIZED = (list, dict, set, frozenset, tuple)
+_MISSING = object()
+
+
+@dataclass
+class Growth:
+    """A container on the chain that grew: its type name, lengths, steps it took."""
+
+    type_name: str
+    before: int
+    after: int
+    steps: int
+
+
+@dataclass
+class Watched:
+    grown: list[Growth] = field(default_factory=list)
+    #: user lines after which the holder changed, with how often (over ``steps``)
+    stored: Counter[Site] = field(default_factory=Counter)
+    steps: int = 0
+    error: str | None = None
+
+
+def _follow(obj: Any, edge: Edge) -> Any:
+    """The object ``edge`` leads to from ``obj`` now (``_MISSING`` when it cannot say)."""
+    try:
+        if edge.kind == "attr":
+            attrs = getattr(obj, "__dict__", None)
+            if isinstance(attrs, dict) and edge.key in attrs:
+                return attrs[edge.key]
+            return _MISSING
+        if edge.kind == "key" and isinstance(obj, dict):
+            return obj.get(edge.key, _MISSING)
+        if edge.kind == "closure" and isinstance(obj, types.FunctionType):
+            names = obj.__code__.co_freevars
+            return obj.__closure__[names.index(edge.key)].cell_contents  # type: ignore[index]
+    except Exception:
+        return _MISSING
+    return _MISSING
+
+
+class _Fingerprint:
+    """What the chain's holder looks like now (see module docstring)."""
+
+    def __init__(self, path: Path, walker: ObjectEdges) -> None:
+        self.path = path
+        self.walker = walker
+
+    def take(self) -> list[Any]:
+        parts: list[Any] = []
+        current: Any = self.path.objects[0]
+        for index in range(len(self.path.objects)):
+            if isinstance(current, _SIZED):
+                parts.append(len(current))
+            found = self.walker.backend_of(current)
+            if found is not None:
+                if found[1] == TENSOR:
+                    parts.append(found[0].grad_fn(current))
+                break
+            if index >= len(self.path.edges):
+                break
+            following = _follow(current, self.path.edges[index])
+            if following is _MISSING:
+                following = self.path.objects[index + 1]
+            parts.append(following)
+            current = following
+        return parts
+
+
+def _same(a: list[Any], b: list[Any]) -> bool:
+    return len(a) == len(b) and all(
+        x == y if isinstance(x, int) else x is y for x, y in zip(a, b, strict=True)
+    )
+
+
+class _LineWatch:
+    """The trace functions: fingerprint after every user line, charge changes to it."""
+
+    def __init__(self, fingerprint: _Fingerprint, frames: UserFrames) -> None:
+        self.fingerprint = fingerprint
+        self.frames = frames
+        self.last: Site | None = None
+        self.seen = fingerprint.take()
+        self.changes: Counter[Site] = Counter()
+
+    def check(self) -> None:
+        now = self.fingerprint.take()
+        if not _same(now, self.seen):
+            if self.last is not None:
+                self.changes[self.last] += 1
+            self.seen = now
+
+    def on_call(self, frame: types.FrameType, event: str, arg: Any) -> Any:
+        if event == "call" and self.frames.is_user_file(frame.f_code.co_filename):
+            return self.on_line
+        return None
+
+    def on_line(self, frame: types.FrameType, event: str, arg: Any) -> Any:
+        if event == "line":
+            self.check()
+            self.last = (frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)
+        elif event == "return":
+            self.check()
+            self.last = self._caller(frame.f_back)
+        return self.on_line
+
+    def _caller(self, frame: types.FrameType | None) -> Site | None:
+        """The user line that the returning function goes back to (through library
+        frames: a change made there belongs to the user line that called the library)."""
+        while frame is not None:
+            code = frame.f_code
+            if self.frames.is_user_file(code.co_filename):
+                return code.co_filename, frame.f_lineno, code.co_name
+            frame = frame.f_back
+        return None
+
+
+def watch_holder(
+    path: Path,
+    step: Callable[[], object],
+    walker: ObjectEdges,
+    frames: UserFrames,
+    *,
+    steps: int,
+) -> Watched:
+    """Run up to ``steps`` steps; stop after the first in which the holder changed."""
+    watched = Watched()
+    sized = [(obj, len(obj)) for obj in path.objects if isinstance(obj, _SIZED)]
+    watch = _LineWatch(_Fingerprint(path, walker), frames)
+    previous = sys.gettrace()
+    try:
+        for done in range(1, steps + 1):
+            watch.last = None  # a change before the first user line is nobody's
+            sys.settrace(watch.on_call)
+            try:
+                step()
+            except Exception as exc:
+                watched.error = f"{type(exc).__name__}: {exc}"
+                break
+            finally:
+                sys.settrace(previous)
+            watch.check()
+            watched.steps = done
+            grown = [(o, before, len(o)) for o, before in sized if len(o) > before]  # type: ignore[arg-type]
+            watched.grown = [Growth(type(o).__name__, b, a, done) for o, b, a in grown]
+            if watched.grown or watch.changes:
+                break
+        watched.stored = watch.changes
+        return watched
+    finally:
+        sys.settrace(previous)
+        watch.seen = []
+        sized.clear()

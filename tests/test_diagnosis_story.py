@@ -1,0 +1,280 @@
+"""The diagnosis tells the story the numbers tell: detached tensors, unrooted holders,
+threads, and the ``stored at:`` line that puts a leaked tensor into its holder.
+
+Each test builds a small leaky step inline and calls ``diagnose`` with the verdict the
+plugin would give it (which counts grew), then checks the plain-data ``Diagnosis`` and
+its rendered text.
+"""
+
+from __future__ import annotations
+
+import collections
+import sys
+import threading
+import types
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from pytest_graphleak.diagnose import diagnose
+from pytest_graphleak.diagnose.classify import Facts, pattern_of
+from pytest_graphleak.diagnose.holders import UNROOTED
+from pytest_graphleak.probes import METRICS
+from pytest_graphleak.report.text import render_text
+from pytest_graphleak.result import CheckResult, Diagnosis, Growth, Verdict
+
+torch = pytest.importorskip("torch")
+
+THIS_FILE = __file__
+
+
+def verdict(*metrics: str) -> Verdict:
+    return Verdict(True, [Growth(m, 1.0, 20.0, 1.0) for m in metrics], reason="test")
+
+
+def run(step: Any, n: int = 3) -> None:
+    for _ in range(n):
+        step()
+
+
+def text_of(d: Diagnosis, v: Verdict) -> str:
+    series = {g.metric: [g.start, g.end] for g in v.growths}
+    result = CheckResult("t", 2, 0, series, dict.fromkeys(series, "objects"), v, d)
+    return render_text(result)
+
+
+def stored_lines(d: Diagnosis) -> list[str]:
+    return [s.line for s in d.stored_at if s.filename == THIS_FILE]
+
+
+# --------------------------------------------------------------------------- no graph
+def test_detached_accumulation_says_no_graph_and_never_advises_detach() -> None:
+    model = torch.nn.Linear(3, 1)
+    state: dict[str, Any] = {"losses": []}
+
+    def step() -> None:
+        loss = model(torch.ones(2, 3)).pow(2).mean()
+        loss.backward()
+        state["losses"].append(loss.detach())
+
+    run(step)
+    v = verdict("torch.tensors", "torch.storage_bytes")  # graph nodes stayed flat
+    d = diagnose(v, metrics=METRICS, step=step, roots={"fixture 'state'": state})
+    assert d.pattern == "list-accumulation", d.notes
+    assert "carry no autograd graph" in d.story
+    assert "loss.item()" in d.fix and "deque(maxlen" in d.fix and "reset()" in d.fix
+    assert "already detached" in d.fix
+    text = text_of(d, v)
+    assert "graph-carrying" not in text
+    assert "(or loss.detach())" not in text
+    assert "state[\"losses\"].append(loss.detach())" in stored_lines(d)
+
+
+def test_graph_carrying_accumulation_keeps_the_usual_story() -> None:
+    state: dict[str, Any] = {"losses": []}
+    w = torch.ones(3, requires_grad=True)
+
+    def step() -> None:
+        state["losses"].append((w * 2).sum())
+
+    run(step)
+    v = verdict("torch.tensors", "torch.nodes")
+    d = diagnose(v, metrics=METRICS, step=step, roots={"fixture 'state'": state})
+    assert d.pattern == "list-accumulation"
+    assert d.story == "" and d.fix == ""
+    assert "graph-carrying" in text_of(d, v)
+
+
+def test_tensors_in_numpy_arrays_are_found_through_the_array_base() -> None:
+    model = torch.nn.Linear(4, 2)
+    state: dict[str, Any] = {"preds": []}
+
+    def step() -> None:
+        with torch.no_grad():
+            state["preds"].append(model(torch.randn(8, 4)).numpy())
+
+    run(step)
+    v = verdict("torch.tensors", "torch.storage_bytes")
+    d = diagnose(v, metrics=METRICS, step=step, roots={"fixture 'st'": state})
+    assert d.pattern == "list-accumulation", d.notes
+    assert d.chain[:2] == ["fixture 'st'", "dict['preds']"]
+    assert "ndarray.base" in d.chain
+    assert "carry no autograd graph" in d.story
+
+
+@pytest.fixture
+def hidden_store() -> Iterator[str]:
+    """A module without a file, looked up by name each step: an object no root reaches,
+    like a fixture from request.getfixturevalue or a library's own list."""
+    store = types.ModuleType("graphleak_hidden_store")
+    store.box = {"keep": []}  # type: ignore[attr-defined]
+    sys.modules[store.__name__] = store
+    yield store.__name__
+    del sys.modules[store.__name__]
+
+
+def test_a_holder_no_root_reaches_is_found_by_its_referrers(hidden_store: str) -> None:
+    w = torch.ones(2, requires_grad=True)
+
+    def step() -> None:
+        box = sys.modules[hidden_store].box  # type: ignore[attr-defined]
+        box["keep"].append(w * 2)
+
+    run(step)
+    d = diagnose(verdict("torch.tensors", "torch.nodes"), metrics=METRICS, step=step, roots={})
+    assert d.pattern == "list-accumulation", d.notes
+    assert d.chain[0] == UNROOTED
+    assert d.chain[1] == "dict['keep']"
+    assert any("request.getfixturevalue" in n for n in d.notes)
+    assert 'box["keep"].append(w * 2)' in stored_lines(d)
+
+
+def test_tensors_held_by_a_running_thread_are_named_and_not_retained_grad_fn() -> None:
+    stop = threading.Event()
+    threads: list[threading.Thread] = []
+
+    def work() -> None:
+        kept = torch.randn(10)
+        stop.wait(30)
+        del kept
+
+    def step() -> None:
+        thread = threading.Thread(target=work, daemon=True, name="holder")
+        thread.start()
+        threads.append(thread)
+
+    try:
+        run(step)
+        v = verdict("torch.tensors", "torch.storage_bytes")
+        d = diagnose(v, metrics=METRICS, step=step, roots={})
+        assert d.pattern == "memory-growth", d.notes
+        assert any("local 'kept' of work()" in n and "thread 'holder'" in n for n in d.notes)
+        assert "no graph node grew" in d.story
+        assert "retained-grad-fn" not in text_of(d, v)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+
+
+def test_no_holder_at_all_says_so_and_why(hidden_store: str) -> None:
+    def step() -> None:  # arrays in a list no root reaches: gc sees no link to the tensor
+        sys.modules[hidden_store].box["keep"].append(torch.randn(5).numpy())  # type: ignore[attr-defined]
+
+    run(step)
+    v = verdict("torch.tensors", "torch.storage_bytes")
+    d = diagnose(v, metrics=METRICS, step=step, roots={})
+    assert d.pattern == "memory-growth", d.notes
+    note = next(n for n in d.notes if n.startswith("no holder found"))
+    assert "C++" in note and "thread" in note and ".numpy()" in note
+    assert "retained-grad-fn" not in text_of(d, v)
+
+
+@pytest.mark.parametrize(
+    ("facts", "expected"),
+    [
+        (Facts(leaked_count=3, graph_grew=False), "memory-growth"),
+        (Facts(leaked_count=3, has_chain=True, graph_grew=False), "memory-growth"),
+        (
+            Facts(leaked_count=3, has_chain=True, container_grew=True, graph_grew=False),
+            "list-accumulation",
+        ),
+        (Facts(leaked_count=3, cyclic_count=3, graph_grew=False), "cycle"),
+        (Facts(leaked_count=3, has_chain=True), "retained-grad-fn"),
+    ],
+)
+def test_classify_never_says_retained_grad_fn_without_graph_growth(
+    facts: Facts, expected: str
+) -> None:
+    assert pattern_of(verdict("torch.tensors"), facts) == expected
+
+
+# --------------------------------------------------------------------------- stored at
+class Meter:
+    def __init__(self) -> None:
+        self.running = torch.zeros(())
+        self.avg = torch.zeros(())
+
+    def update_ema(self, loss: Any) -> None:
+        self.running = 0.9 * self.running + 0.1 * loss
+
+    def update_inplace(self, loss: Any) -> None:
+        self.avg.add_(loss)
+
+
+@pytest.mark.parametrize(
+    ("method", "line"),
+    [
+        ("update_ema", "self.running = 0.9 * self.running + 0.1 * loss"),
+        ("update_inplace", "self.avg.add_(loss)"),
+    ],
+)
+def test_stored_at_names_the_line_that_updates_the_holder(method: str, line: str) -> None:
+    meter = Meter()
+    w = torch.ones(3, requires_grad=True)
+
+    def step() -> None:
+        loss = (w * 3).sum()
+        getattr(meter, method)(loss)
+
+    run(step)
+    v = verdict("torch.nodes")
+    d = diagnose(v, metrics=METRICS, step=step, roots={"fixture 'meter'": meter})
+    assert d.pattern == "retained-grad-fn", d.notes
+    assert stored_lines(d) == [line], d.stored_at
+    assert d.stored_at[0].function == method
+    assert f"stored at: {THIS_FILE}" in text_of(d, v) or "stored at: tests/" in text_of(d, v)
+
+
+def test_a_change_made_inside_a_library_is_charged_to_the_calling_user_line() -> None:
+    kept = collections.UserList()  # its append runs in the standard library
+    w = torch.ones(3, requires_grad=True)
+
+    def step() -> None:
+        loss = (w * 2).sum()
+        kept.append(loss)
+
+    run(step)
+    d = diagnose(verdict("torch.nodes"), metrics=METRICS, step=step, roots={"fixture 'kept'": kept})
+    assert d.pattern == "list-accumulation", d.notes
+    assert stored_lines(d) == ["kept.append(loss)"]
+
+
+def test_the_callers_trace_function_is_restored() -> None:
+    state: dict[str, Any] = {"losses": []}
+    w = torch.ones(3, requires_grad=True)
+
+    def step() -> None:
+        state["losses"].append((w * 2).sum())
+
+    def tracer(frame: Any, event: str, arg: Any) -> None:
+        return None
+
+    run(step)
+    previous = sys.gettrace()
+    sys.settrace(tracer)
+    try:
+        d = diagnose(verdict("torch.nodes"), metrics=METRICS, step=step, roots={"fixture 'state'": state})
+        assert sys.gettrace() is tracer
+    finally:
+        sys.settrace(previous)
+    assert d.stored_at
+
+
+def test_stored_at_travels_through_json() -> None:
+    state: dict[str, Any] = {"losses": []}
+    w = torch.ones(3, requires_grad=True)
+
+    def step() -> None:
+        state["losses"].append((w * 2).sum())
+
+    run(step)
+    v = verdict("torch.nodes")
+    d = diagnose(v, metrics=METRICS, step=step, roots={"fixture 'state'": state})
+    result = CheckResult("t", 2, 0, {"torch.nodes": [1, 2]}, {"torch.nodes": "objects"}, v, d)
+    data = result.to_dict()
+    assert data["diagnosis"]["stored_at"][0]["line"] == 'state["losses"].append((w * 2).sum())'
+    again = CheckResult.from_dict(data)
+    assert again.diagnosis is not None
+    assert again.diagnosis.stored_at == d.stored_at
