@@ -255,7 +255,9 @@ def test_the_callers_trace_function_is_restored() -> None:
     previous = sys.gettrace()
     sys.settrace(tracer)
     try:
-        d = diagnose(verdict("torch.nodes"), metrics=METRICS, step=step, roots={"fixture 'state'": state})
+        d = diagnose(
+            verdict("torch.nodes"), metrics=METRICS, step=step, roots={"fixture 'state'": state}
+        )
         assert sys.gettrace() is tracer
     finally:
         sys.settrace(previous)
