@@ -1,25 +1,14 @@
 """Runs a step warmup + steps times and samples every probe after each call.
 
-The tracker owns every change to the garbage collector's state and puts it back in
-``finally`` (also on KeyboardInterrupt and when a step raises):
-
-* automatic collection is off while measuring, so cyclic garbage waits for our own
-  ``gc.collect()`` after each step (that is what the cyclic-garbage probe counts);
-* debug flags are cleared (``DEBUG_SAVEALL`` would keep every collected object alive);
-* ``gc.freeze()`` before the first step and again at the end of warmup, so each sample
-  sees only the objects created since (O(new objects), not O(heap)); ``gc.unfreeze()``
-  at the end. Before the first freeze the probes get their start set: the objects the
-  step reaches (``reach.py``), or the whole heap with ``start_scan="heap"``.
-
-When the user has frozen objects before the check (``user_froze_objects()``, e.g. a
-forking server after start-up), the tracker does not freeze at all: gc cannot unfreeze
-a chosen set, so ours could not be undone without unfreezing theirs or keeping what the
-check left alive frozen forever. It samples the whole unfrozen heap instead: probes get
-an empty heap at ``start`` and at ``absorb`` (a baseline would count objects twice), and
-``gc.get_objects()`` leaves the user's frozen objects out (they are constant anyway). The
-check starts with a ``gc.collect()``, so garbage older than it is not counted as its
-own. Exact, but slower: O(unfrozen heap) per sample instead of O(new objects). The
-freeze count and every frozen object are exactly as the user left them.
+The gc state while measuring (collection off, debug flags cleared, freezes so a sample
+sees only the objects created since) is ``heap.gcstate.Measuring``'s, which puts the
+user's state back in ``end()`` (also on KeyboardInterrupt and when a step raises).
+Before the first freeze the probes get their start set: the objects the step reaches
+(``reach.py``), or the whole heap with ``start_scan="heap"``. When the user has frozen
+objects the check samples the whole unfrozen heap instead (``Measuring.whole_heap``):
+probes get an empty heap at ``start`` and at ``absorb`` (a baseline would count objects
+twice), and the check starts with a ``gc.collect()``, so garbage older than it is not
+counted as its own.
 """
 
 from __future__ import annotations
@@ -30,15 +19,10 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from pytest_graphleak.heap.gcstate import Measuring
 from pytest_graphleak.metrics import Metric
 from pytest_graphleak.probes import Probe, make_probes
 from pytest_graphleak.reach import reachable
-
-#: The freeze count when the plugin was imported (before any conftest runs). CPython 3.12
-#: keeps a few hundred objects of its own in the permanent generation and puts them back
-#: by itself after an unfreeze, so only a count above this means the user froze objects.
-_INTERPRETER_FROZEN = gc.get_freeze_count()
-
 
 #: How a check finds what was alive before it (``Sampler.begin``).
 START_SCANS = ("roots", "heap")
@@ -47,39 +31,6 @@ START_SCANS = ("roots", "heap")
 #: step's objects (the pytest plugin releases pytest's captured log records here, see
 #: ``pytest_held``). A hook that fails is skipped: it can only add what pytest keeps.
 BEFORE_SAMPLE: list[Callable[[], None]] = []
-
-
-def user_frozen_count() -> int:
-    """Objects frozen by someone other than the interpreter (see above). After our own
-    unfreeze, 3.12's objects sit unfrozen until its next full collection re-freezes them:
-    harmless, and not counted here."""
-    return max(0, gc.get_freeze_count() - _INTERPRETER_FROZEN)
-
-
-def user_froze_objects() -> bool:
-    return user_frozen_count() > 0
-
-
-@dataclass(frozen=True)
-class GcState:
-    enabled: bool
-    threshold: tuple[int, ...]
-    debug: int
-    frozen: int
-
-    @classmethod
-    def capture(cls) -> GcState:
-        return cls(gc.isenabled(), gc.get_threshold(), gc.get_debug(), gc.get_freeze_count())
-
-    def restore(self, *, we_froze: bool) -> None:
-        if we_froze:  # only ever when the user had frozen nothing: unfreeze is exact
-            gc.unfreeze()
-        gc.set_debug(self.debug)
-        gc.set_threshold(*self.threshold)
-        if self.enabled:
-            gc.enable()
-        else:
-            gc.disable()
 
 
 @dataclass
@@ -151,9 +102,7 @@ class Sampler:
         self.start_scan = start_scan
         self._probe_names = probes
         self._probes: list[Probe] = []
-        self._state: GcState | None = None
-        self._froze = False
-        self._whole_heap = False
+        self._gc: Measuring | None = None
         self._started = 0.0
         self.result = Series()
 
@@ -166,16 +115,14 @@ class Sampler:
         values, the caller's locals); with ``start_scan="roots"`` the probes' start set
         is what they reach, else (or with no roots, or past the walk's limit) the heap.
         The list is emptied, so the check itself holds none of them."""
-        self._state = GcState.capture()
+        self._gc = measuring = Measuring()
         self._started = time.perf_counter()
         try:
-            gc.disable()
-            gc.set_debug(0)
+            measuring.begin()
             self._probes = make_probes(self._probe_names)
             for probe in self._probes:
                 self.result.metrics.update((metric.name, metric) for metric in probe.metrics)
-            self._whole_heap = user_froze_objects()
-            if self._whole_heap:
+            if measuring.whole_heap:
                 # Every sample sees the whole unfrozen heap, so the baseline is empty (it
                 # would count twice). Collect first: garbage older than the check is not
                 # its cycles (in freeze mode it is frozen with the baseline instead).
@@ -186,8 +133,7 @@ class Sampler:
             # is frozen with the baseline and stays constant, so it cannot look like growth.
             needs_heap = any(probe.needs_heap for probe in self._probes)
             self._start_probes(self._start_set(roots) if needs_heap else [])
-            gc.freeze()
-            self._froze = True
+            measuring.freeze()
         except BaseException:
             self.end()
             raise
@@ -204,7 +150,7 @@ class Sampler:
                 found = None
         self.result.start_scan = "heap" if found is None else "roots"
         if found is None:
-            found = gc.get_objects()
+            found = Measuring.objects()
         self.result.start_objects = len(found)
         return found
 
@@ -230,23 +176,24 @@ class Sampler:
     def rebase(self) -> None:
         """Move the baseline forward to now: what is alive joins it (the end of warmup,
         or of a window in a long run), so later samples see only newer objects."""
-        if self._whole_heap:
+        assert self._gc is not None, "rebase() before begin()"
+        if self._gc.whole_heap:
             # Nothing joins the baseline (every sample sees everything), but the end of
             # warmup still reaches the probes (the CUDA probe's clean baseline).
             for probe in self._probes:
                 probe.absorb([])
             return
-        fresh = gc.get_objects()
+        fresh = self._gc.objects()
         try:
             for probe in self._probes:
                 probe.absorb(fresh)
         finally:
             fresh.clear()
         del fresh
-        gc.freeze()
+        self._gc.freeze()
 
     def _sample(self) -> dict[str, float]:
-        fresh = gc.get_objects()
+        fresh = Measuring.objects()
         try:
             for probe in self._probes:
                 probe.before_collect(fresh)
@@ -254,7 +201,7 @@ class Sampler:
             fresh.clear()  # drop our references before collecting
         del fresh
         gc.collect()
-        fresh = gc.get_objects()
+        fresh = Measuring.objects()
         values: dict[str, float] = {}
         try:
             for probe in self._probes:
@@ -274,11 +221,9 @@ class Sampler:
                     self.result.rechecking.append(probe)
             self._probes = []
         finally:
-            if self._state is not None:
-                self._state.restore(we_froze=self._froze)
-                self._state = None
-                self._froze = False
-                self._whole_heap = False
+            if self._gc is not None:
+                self._gc.end()
+                self._gc = None
                 self.result.duration_s = time.perf_counter() - self._started
 
 

@@ -284,7 +284,7 @@ def test_user_frozen_heap_is_left_frozen() -> None:
     frozen = gc.get_freeze_count()
     try:
         d = diagnose(leak_verdict(), metrics=METRICS, step=step, roots={"local 'losses'": losses})
-        assert gc.get_freeze_count() >= frozen
+        assert gc.get_freeze_count() == frozen
     finally:
         gc.unfreeze()
     assert d.pattern == "list-accumulation"

@@ -10,11 +10,15 @@ step that raises, and a KeyboardInterrupt.
 from __future__ import annotations
 
 import gc
+import subprocess
+import sys
 import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import pytest
+
+from pytest_graphleak.heap.gcstate import user_frozen_count
 
 mg = pytest.importorskip("minigrad")
 tracker = pytest.importorskip("pytest_graphleak.tracker")
@@ -34,7 +38,7 @@ class Snapshot:
             gc.isenabled(),
             gc.get_threshold(),
             gc.get_debug(),
-            tracker.user_frozen_count(),  # CPython 3.12 freezes objects of its own
+            user_frozen_count(),  # CPython 3.12 freezes objects of its own
             len(gc.garbage),
         )
 
@@ -201,3 +205,71 @@ def test_user_frozen_objects_stay_frozen() -> None:
                 tracker.run(step, steps=6, warmup=2)
         assert gc.get_freeze_count() == before
     _history.clear()
+
+
+FROZEN_BEFORE_IMPORT = """
+import gc
+import subprocess
+import sys
+kept = [[i] for i in range(2000)]  # e.g. a forking server's start-up state
+gc.collect()
+gc.freeze()
+from pytest_graphleak import check  # imported after the user's freeze
+import minigrad as mg
+
+history = []
+
+def clean():
+    (mg.Tensor([1.0, 2.0], requires_grad=True) * 3.0).sum().backward()
+
+def leaky():
+    history.append((mg.Tensor([1.0, 2.0], requires_grad=True) * 3.0).sum())
+
+check(clean, steps=6, warmup=2)  # its first imports free a few frozen objects by refcount
+frozen = gc.get_freeze_count()
+clean_result = check(clean, steps=6, warmup=2, raise_on_leak=False)
+after_clean = gc.get_freeze_count()
+leak_result = check(leaky, steps=6, warmup=2, raise_on_leak=False)
+unfrozen = {id(o) for o in gc.get_objects()}  # frozen objects are not listed
+still_frozen = id(kept) not in unfrozen and not any(id(x) in unfrozen for x in kept)
+print(frozen, after_clean, gc.get_freeze_count(), still_frozen, clean_result.leaked,
+      leak_result.leaked, leak_result.pattern)
+"""
+
+
+def test_objects_frozen_before_the_plugin_is_imported_stay_frozen() -> None:
+    """A freeze made before ``import pytest_graphleak`` is the user's too (13.9): the
+    state is recorded when the check begins, not when the module is imported."""
+    done = subprocess.run(
+        [sys.executable, "-c", FROZEN_BEFORE_IMPORT],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    frozen, after_clean, after_leak, still_frozen, clean, leaked, pattern = done.stdout.split()
+    assert int(frozen) > 2000
+    assert after_clean == frozen and after_leak == frozen and still_frozen == "True", done.stdout
+    assert (clean, leaked, pattern) == ("False", "True", "list-accumulation"), done.stdout
+
+
+def test_only_gcstate_changes_the_gc_state() -> None:
+    """One owner: every other module goes through ``heap.gcstate``."""
+    import ast
+    from pathlib import Path
+
+    import pytest_graphleak
+
+    changing = {"freeze", "unfreeze", "disable", "enable", "set_debug", "set_threshold"}
+    package = Path(pytest_graphleak.__file__).parent
+    offenders = []
+    for path in sorted(package.rglob("*.py")):
+        if path == package / "heap" / "gcstate.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr in changing
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "gc"
+            ):
+                offenders.append(f"{path.relative_to(package)}:{node.lineno} gc.{node.attr}")
+    assert offenders == []

@@ -8,12 +8,13 @@ import numpy as np
 import pytest
 
 from pytest_graphleak import tracker
+from pytest_graphleak.heap.gcstate import user_frozen_count
 
 mg = pytest.importorskip("minigrad")
 
 
 def gc_state() -> tuple[object, ...]:
-    return gc.isenabled(), gc.get_threshold(), gc.get_debug(), tracker.user_frozen_count()
+    return gc.isenabled(), gc.get_threshold(), gc.get_debug(), user_frozen_count()
 
 
 @pytest.fixture

@@ -18,7 +18,6 @@ minigrad tensors, minigrad nodes) or, for torch graph nodes, by autograd sequenc
 from __future__ import annotations
 
 import contextlib
-import gc
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,7 +25,7 @@ from typing import Any
 
 from pytest_graphleak.diagnose.backends import NODE, Backend, MinigradBackend, TorchBackend
 from pytest_graphleak.diagnose.sites import Site, UserFrames, make_torch_recorder
-from pytest_graphleak.tracker import user_froze_objects
+from pytest_graphleak.heap.gcstate import Measuring
 
 #: Steps run by the diagnosis, and how many of them record creation sites.
 RUNS = 5
@@ -67,56 +66,6 @@ class Observation:
         return [*self.cyclic, *self.alive]
 
 
-@dataclass
-class _GcState:
-    enabled: bool
-    debug: int
-    garbage_len: int
-    frozen: int
-
-    @classmethod
-    def save(cls) -> _GcState:
-        return cls(gc.isenabled(), gc.get_debug(), len(gc.garbage), gc.get_freeze_count())
-
-    def restore(self) -> None:
-        gc.set_debug(self.debug)
-        if self.enabled:
-            gc.enable()
-        else:
-            gc.disable()
-
-
-class _NewObjects:
-    """Objects created since ``start()``: after our own ``gc.freeze()`` when the user has
-    frozen nothing (O(new objects)), else by comparing ids with a heap snapshot."""
-
-    def __init__(self) -> None:
-        self.froze = False
-        self.baseline: set[int] | None = None
-
-    def start(self) -> None:
-        # No gc.collect() first: a full collection costs ~0.4 s per 300k objects, and
-        # garbage older than the freeze is not ours to report (it is unfrozen unchanged).
-        if not user_froze_objects():
-            gc.freeze()
-            self.froze = True
-        else:  # the user froze objects: freezing more could not be undone exactly
-            self.baseline = {id(o) for o in gc.get_objects()}
-
-    def objects(self) -> list[Any]:
-        objs = gc.get_objects()
-        if self.baseline is None:
-            return objs
-        base = self.baseline
-        return [o for o in objs if id(o) not in base]
-
-    def stop(self) -> None:
-        if self.froze:
-            gc.unfreeze()
-            self.froze = False
-        self.baseline = None
-
-
 def observe(
     step: Callable[[], object],
     backends: list[Backend],
@@ -132,12 +81,15 @@ def observe(
     recorder = make_torch_recorder(torch_backend.torch, frames) if torch_backend else None
     # id -> (weak reference, backend, kind, run); a weakref tells a reused id apart.
     made: dict[int, tuple[weakref.ref[Any], Backend, str, int]] = {}
-    state = _GcState.save()
-    new_objects = _NewObjects()
+    measuring = Measuring()
     mg_previous: bool | None = None
     try:
-        new_objects.start()
-        gc.disable()
+        # No gc.collect() first: a full collection costs ~0.4 s per 300k objects, and
+        # garbage older than the freeze is not ours to report (it is unfrozen unchanged).
+        measuring.begin()
+        measuring.freeze()
+        if measuring.whole_heap:  # what is alive now was not made by a diagnostic run
+            _note_new(measuring.objects(), backends, made, 0)
         if torch_backend is not None:
             seq_lo = torch_backend.current_sequence_nr()
         for run in range(1, runs + 1):
@@ -159,11 +111,11 @@ def observe(
                     mg_previous = None
             result.runs_done = run
             if recording:
-                _note_new(new_objects.objects(), backends, made, run)
+                _note_new(measuring.objects(), backends, made, run)
             if run == recorded_runs and torch_backend is not None:
                 result.torch_seq = (seq_lo, torch_backend.current_sequence_nr())
-        candidates = {oid for oid, (ref, *_) in made.items() if ref() is not None}
-        _sort_by_collector(result, candidates, made, state)
+        candidates = {oid for oid, (ref, _, _, run) in made.items() if run and ref() is not None}
+        _sort_by_collector(result, candidates, made, measuring)
         for oid, (ref, backend, kind, run) in made.items():
             obj = ref()
             if obj is not None and oid in candidates:
@@ -178,8 +130,7 @@ def observe(
         made.clear()
         if recorder is not None:
             recorder.forget()
-        new_objects.stop()
-        state.restore()
+        measuring.end()
 
 
 def _note_new(
@@ -206,17 +157,10 @@ def _sort_by_collector(
     result: Observation,
     candidates: set[int],
     made: dict[int, tuple[weakref.ref[Any], Backend, str, int]],
-    state: _GcState,
+    measuring: Measuring,
 ) -> None:
     """Move the candidates that only the cyclic GC would free into ``result.cyclic``."""
-    start = len(gc.garbage)
-    gc.set_debug(gc.DEBUG_SAVEALL)
-    try:
-        gc.collect()
-    finally:
-        gc.set_debug(state.debug)
-    garbage = gc.garbage[start:]
-    del gc.garbage[start:]
+    garbage = measuring.collect_saving()
     try:
         for obj in garbage:
             info = made.get(id(obj))

@@ -1,11 +1,12 @@
 """The probe protocol: what the tracker asks of every probe.
 
 A probe measures, never decides. The tracker hands probes the *fresh* objects:
-``gc.get_objects()`` after ``gc.freeze()``, i.e. only the gc-tracked objects created
-since the last freeze, so a sample costs O(objects created since), not O(heap). When the
-user froze objects before the check, the tracker does not freeze (gc cannot unfreeze a
-chosen set): probes then get an empty heap at ``start``/``absorb`` and the whole unfrozen
-heap at each sample, which is exact but O(unfrozen heap).
+``gc.get_objects()`` after the check's freeze (``heap.gcstate``), i.e. only the
+gc-tracked objects created since the last freeze, so a sample costs O(objects created
+since), not O(heap). When the user froze objects before the check, the tracker does not
+freeze (gc cannot unfreeze a chosen set): probes then get an empty heap at
+``start``/``absorb`` and the whole unfrozen heap at each sample, which is exact but
+O(unfrozen heap).
 Probes must not keep any of these objects (or anything measured) after a call returns.
 """
 
@@ -31,13 +32,13 @@ class Probe(Protocol):
         ...
 
     def start(self, heap: Sequence[object]) -> None:
-        """Called once before the first step (just before the first ``gc.freeze()``) with
+        """Called once before the first step (just before the first freeze) with
         the start set: what the step reaches, or every gc-tracked object when the check
         scans the heap (``start_scan="heap"``)."""
         ...
 
     def absorb(self, fresh: Sequence[object]) -> None:
-        """Called just before a later ``gc.freeze()``: ``fresh`` joins the frozen baseline."""
+        """Called just before a later freeze: ``fresh`` joins the frozen baseline."""
         ...
 
     def before_collect(self, fresh: Sequence[object]) -> None:

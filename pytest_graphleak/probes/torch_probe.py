@@ -2,7 +2,7 @@
 
 Tensors are found among the gc-tracked objects: the start set once at ``start`` (what
 the step reaches, or the whole heap; kept as weak references by id, so tensors that die
-later stop counting), then only the objects created since the last ``gc.freeze()``.
+later stop counting), then only the objects created since the last freeze.
 Graph nodes are counted by walking ``grad_fn.next_functions`` from every live tensor and
 from node objects held directly: node wrappers exist only while someone holds them, so
 scanning gc for nodes undercounts.

@@ -1,0 +1,130 @@
+"""The garbage collector's state: the one module that changes it.
+
+A check changes gc while it measures and must leave it exactly as the user had it,
+after a clean run, a leak, a step that raises and a Ctrl-C:
+
+* automatic collection is off, so cyclic garbage waits for the check's own
+  ``gc.collect()`` (that is what the cyclic-garbage probe counts);
+* debug flags are cleared (``DEBUG_SAVEALL`` would keep every collected object alive);
+* ``gc.freeze()`` makes ``gc.get_objects()`` return only the objects created since, so a
+  sample costs O(new objects), not O(heap).
+
+The user's state is recorded when a check begins, never earlier: objects the user froze
+before importing the plugin are as much theirs as those frozen after. When the user has
+frozen objects, the check does not freeze at all: gc cannot unfreeze a chosen set, so
+ours could not be undone without unfreezing theirs (or keeping what the check left alive
+frozen forever). It then sees the whole unfrozen heap instead (``whole_heap``): exact,
+O(unfrozen heap) per sample, and the freeze count stays theirs.
+"""
+
+from __future__ import annotations
+
+import gc
+import subprocess
+import sys
+from dataclasses import dataclass
+from functools import cache
+
+_FRESH_FROZEN = "import gc; gc.collect(); print(gc.get_freeze_count())"
+
+
+@cache
+def interpreter_frozen() -> int:
+    """Objects the interpreter keeps frozen by itself: none, except on CPython 3.12, whose
+    every full collection moves its immortal objects (a few hundred) to the permanent
+    generation. Learned once from a fresh interpreter: in this one they may already sit
+    with the user's. Unknown (0): every frozen object counts as the user's (exact, slower)."""
+    if sys.version_info[:2] != (3, 12) or sys.implementation.name != "cpython":
+        return 0
+    try:
+        done = subprocess.run(
+            [sys.executable, "-I", "-c", _FRESH_FROZEN],
+            capture_output=True, text=True, timeout=60, check=True,
+        )  # fmt: skip
+        return int(done.stdout)
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return 0
+
+
+def user_frozen_count() -> int:
+    """Objects frozen by someone other than the interpreter. After a check's unfreeze,
+    3.12's own objects sit unfrozen until its next full collection freezes them again:
+    harmless, and not counted here."""
+    frozen = gc.get_freeze_count()
+    return max(0, frozen - interpreter_frozen()) if frozen else 0
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What the user set: automatic collection, thresholds, debug flags."""
+
+    enabled: bool
+    threshold: tuple[int, ...]
+    debug: int
+
+    @classmethod
+    def now(cls) -> Settings:
+        return cls(gc.isenabled(), gc.get_threshold(), gc.get_debug())
+
+    def restore(self) -> None:
+        gc.set_debug(self.debug)
+        gc.set_threshold(*self.threshold)
+        (gc.enable if self.enabled else gc.disable)()
+
+
+class Measuring:
+    """gc as a check needs it from ``begin()`` to ``end()`` (also a context manager).
+
+    ``objects()`` is the one "objects since the freeze" mechanism: the objects created
+    since the last ``freeze()``, or the whole unfrozen heap when the user froze objects
+    (``whole_heap``; then ``freeze()`` does nothing)."""
+
+    def __init__(self) -> None:
+        self._saved: Settings | None = None
+        self._froze = False
+        self.whole_heap = False
+
+    def begin(self) -> None:
+        self._saved = Settings.now()
+        self.whole_heap = user_frozen_count() > 0
+        gc.disable()
+        gc.set_debug(0)
+
+    def freeze(self) -> None:
+        """Move the baseline: later ``objects()`` see only what is created from now on."""
+        if self._saved is not None and not self.whole_heap:
+            gc.freeze()
+            self._froze = True
+
+    @staticmethod
+    def objects() -> list[object]:
+        return gc.get_objects()
+
+    def collect_saving(self) -> list[object]:
+        """One full collection that hands back what it freed (``DEBUG_SAVEALL``), leaving
+        ``gc.garbage`` as it was. The caller owns the list and should clear it."""
+        start = len(gc.garbage)
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        try:
+            gc.collect()
+        finally:
+            gc.set_debug(0)
+        garbage = gc.garbage[start:]
+        del gc.garbage[start:]
+        return garbage
+
+    def end(self) -> None:
+        """Put everything back; safe to call more than once."""
+        if self._froze:  # only ever when the user had frozen nothing: unfreeze is exact
+            gc.unfreeze()
+            self._froze = False
+        if self._saved is not None:
+            self._saved.restore()
+            self._saved = None
+
+    def __enter__(self) -> Measuring:
+        self.begin()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.end()
