@@ -250,6 +250,11 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, None]:
 _RUNNING: list[pytest.Item] = []
 
 
+def running_nodeid() -> str | None:
+    """The node id of the test running now; None outside a test's call."""
+    return _RUNNING[-1].nodeid if _RUNNING else None
+
+
 def running_settings() -> Settings | None:
     """The graphleak settings of the test running now; None outside a test's call."""
     return settings_of(_RUNNING[-1].config) if _RUNNING else None

@@ -335,11 +335,19 @@ def _grew_during_loop(path: Path, obs: Observation, notes: list[str]) -> bool:
     """Whether a container on the chain holds what several recorded loop steps made
     (the loop cannot be re-run to watch it grow, but its recorded steps show it)."""
     made_in = {id(leaked.obj): leaked.run for leaked in obs.leaked}
+
+    def items(container: Any) -> Any:
+        return container.values() if isinstance(container, dict) else container
+
     for obj in path.objects:
         if not isinstance(obj, _SIZED):
             continue
-        items = obj.values() if isinstance(obj, dict) else obj
-        runs = {made_in[id(item)] for item in items if id(item) in made_in}  # type: ignore[union-attr]
+        runs: set[int] = set()
+        for item in items(obj):
+            if id(item) in made_in:
+                runs.add(made_in[id(item)])
+            elif isinstance(item, _SIZED):  # one record per step: {"loss": ..., "preds": ...}
+                runs.update(made_in[id(sub)] for sub in items(item) if id(sub) in made_in)
         if len(runs) >= 2:
             notes.append(
                 f"{type(obj).__name__} on the chain (len {len(obj)}) holds what each of "

@@ -1,0 +1,128 @@
+"""What the framework callbacks share: their keywords, the LoopCheck, the pytest report.
+
+A callback is built once with the user's keywords (validated right away, so a bad value
+fails where the callback is made) and runs one ``LoopCheck`` per training run. Inside a
+pytest test its results join the test's graphleak results (report, JSON, exit code),
+with the session's settings (ini, command line) as defaults under the callback's own
+keywords; ``--graphleak-warn-only`` turns ``on_leak="raise"`` into a warning there.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from pytest_graphleak.loop import LoopCheck, check_count
+from pytest_graphleak.options import OptionError, Settings
+from pytest_graphleak.result import CheckResult
+
+#: What a callback may do on a leak.
+ON_LEAK = ("raise", "warn")
+
+
+class FrameworkCheck:
+    """Base of the three callbacks; framework hooks call ``_run_started``,
+    ``_step_ended``, ``_run_ended`` and ``_run_failed``."""
+
+    #: "lightning", "transformers" or "ignite": names results and error messages.
+    framework = ""
+
+    def _configure(
+        self,
+        *,
+        steps: int | None,
+        warmup: int | None,
+        window: int | None,
+        rss_tolerance: float | str | None,
+        probes: str | Sequence[str] | None,
+        start_scan: str | None,
+        on_leak: str,
+    ) -> None:
+        where = f"{type(self).__name__}() ({self.framework})"
+        self._values: dict[str, object] = {
+            "steps": steps, "warmup": warmup, "rss_tolerance": rss_tolerance,
+            "probes": probes, "start_scan": start_scan,
+        }  # fmt: skip
+        self._where = where
+        try:
+            Settings().override(self._values, where=where)  # fail here, not mid-run
+            check_count("window", window, minimum=2)
+        except (OptionError, ValueError) as exc:
+            raise ValueError(str(exc) if where in str(exc) else f"{where}: {exc}") from None
+        if on_leak not in ON_LEAK:
+            raise ValueError(f"{where}: on_leak must be 'raise' or 'warn', got {on_leak!r}")
+        if steps is not None and window is not None:
+            raise ValueError(f"{where}: give steps= or window=, not both")
+        self.steps = steps
+        self.window = window
+        self.on_leak = on_leak
+        self._check: LoopCheck | None = None
+
+    # -- what users read ----------------------------------------------------------------
+    @property
+    def result(self) -> CheckResult | None:
+        """The CheckResult of the last run (in window mode: of its latest window);
+        None before a run has been judged."""
+        return self._check.result if self._check is not None else None
+
+    @property
+    def results(self) -> list[CheckResult]:
+        """Every result of the last run: one, or one per window in window mode."""
+        return list(self._check.results) if self._check is not None else []
+
+    def close(self) -> None:
+        """End an unfinished check and restore the gc state (a run that raised where the
+        framework has no exception hook; pytest does this after every test)."""
+        if self._check is not None:
+            self._check.close()
+
+    # -- called by the framework hooks ----------------------------------------------------
+    def _run_started(
+        self,
+        *,
+        length: float | None,
+        roots: Callable[[], Mapping[str, object]],
+        label: str,
+    ) -> None:
+        plugin = sys.modules.get("pytest_graphleak.plugin")
+        session: Settings | None = plugin.running_settings() if plugin is not None else None
+        settings = (session or Settings()).override(self._values, where=self._where)
+        on_leak = self.on_leak
+        if session is not None and session.warn_only and on_leak == "raise":
+            on_leak = "warn"
+        node = plugin.running_nodeid() if plugin is not None else None
+        name = f"{node}::{self.framework}({label})" if node else f"{self.framework}({label})"
+        if self._check is not None:
+            self._check.close()
+        self._check = LoopCheck(settings, name=name, steps=self.steps, window=self.window,
+                                on_leak=on_leak, on_result=_record_in_pytest)  # fmt: skip
+        self._check.start(length=length, roots=roots)
+
+    def _step_ended(self) -> None:
+        __tracebackhide__ = True
+        if self._check is not None:
+            self._check.after_step()
+
+    def _run_ended(self) -> None:
+        __tracebackhide__ = True
+        if self._check is not None and self._check.active:
+            self._check.finish()
+
+    def _run_failed(self) -> None:
+        self.close()
+
+
+def _record_in_pytest(result: CheckResult) -> None:
+    plugin = sys.modules.get("pytest_graphleak.plugin")
+    if plugin is not None:
+        plugin.record_result(result)
+
+
+def remaining(total: Any, done: Any) -> float | None:
+    """Steps left in a run of ``total`` steps of which ``done`` ran (None: unknown)."""
+    try:
+        left = float(total) - float(done or 0)
+    except (TypeError, ValueError):
+        return None
+    return left if 0 < left < float("inf") else None

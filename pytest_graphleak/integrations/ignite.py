@@ -1,0 +1,91 @@
+"""``GraphLeakHandler`` for pytorch-ignite engines.
+
+    handler = GraphLeakHandler(warmup=3)
+    handler.attach(trainer)         # an ignite Engine
+    trainer.run(data, max_epochs=3) # GraphLeakError on a leak; handler.result
+
+One sample after every iteration (``Events.ITERATION_COMPLETED``: the update function
+makes one optimizer step per iteration). The run's length is ``state.max_iters`` or
+``epoch_length * max_epochs``: the check is judged, and a leak diagnosed, at the last
+iteration, before ``EPOCH_COMPLETED`` / ``COMPLETED`` handlers run. The diagnosis
+starts its chains from the engine and the closure of its update function (``model``,
+``optimizer``, ... as named there).
+
+No ``EXCEPTION_RAISED`` handler is added (one would change how ignite re-raises): when
+``run()`` raises, the check is closed (gc state restored) at the end of the pytest test,
+when the next check starts, or by ``handler.close()``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ignite.engine import Engine, Events
+
+from pytest_graphleak.integrations.base import FrameworkCheck, remaining
+
+
+class GraphLeakHandler(FrameworkCheck):
+    """Checks an ignite Engine's run for graph leaks; ``attach(engine)`` to use it.
+    Keywords: ``steps``, ``warmup``, ``window``, ``rss_tolerance``, ``probes``,
+    ``start_scan``, ``on_leak`` ("raise" or "warn")."""
+
+    framework = "ignite"
+
+    def __init__(
+        self,
+        *,
+        steps: int | None = None,
+        warmup: int | None = None,
+        window: int | None = None,
+        rss_tolerance: float | str | None = None,
+        probes: str | Sequence[str] | None = None,
+        start_scan: str | None = None,
+        on_leak: str = "raise",
+    ) -> None:
+        self._configure(steps=steps, warmup=warmup, window=window, rss_tolerance=rss_tolerance,
+                        probes=probes, start_scan=start_scan, on_leak=on_leak)  # fmt: skip
+
+    def attach(self, engine: Engine) -> GraphLeakHandler:
+        if not isinstance(engine, Engine):
+            raise TypeError(f"GraphLeakHandler.attach(engine): expected an ignite Engine, "
+                            f"got {type(engine).__name__}")  # fmt: skip
+        engine.add_event_handler(Events.STARTED, self._started)
+        engine.add_event_handler(Events.ITERATION_COMPLETED, self._iteration_completed)
+        engine.add_event_handler(Events.COMPLETED, self._completed)
+        return self
+
+    def _started(self, engine: Engine) -> None:
+        state = engine.state
+        max_iters = getattr(state, "max_iters", None)
+        if max_iters:
+            total: Any = max_iters
+        elif state.epoch_length and state.max_epochs:
+            total = state.epoch_length * state.max_epochs
+        else:
+            total = None
+        function = getattr(engine, "_process_function", None)
+        label = getattr(function, "__name__", type(function).__name__)
+
+        def roots() -> dict[str, object]:
+            found: dict[str, object] = {"engine": engine}
+            names = getattr(getattr(function, "__code__", None), "co_freevars", ())
+            for name, cell in zip(
+                names, getattr(function, "__closure__", None) or (), strict=False
+            ):
+                try:
+                    found[f"closure '{name}' of {label}"] = cell.cell_contents
+                except ValueError:  # an empty cell
+                    continue
+            return found
+
+        self._run_started(length=remaining(total, state.iteration), roots=roots, label=label)
+
+    def _iteration_completed(self, engine: Engine) -> None:
+        __tracebackhide__ = True
+        self._step_ended()
+
+    def _completed(self, engine: Engine) -> None:
+        __tracebackhide__ = True
+        self._run_ended()

@@ -1,0 +1,87 @@
+"""``GraphLeakCallback`` for the transformers ``Trainer``.
+
+    cb = GraphLeakCallback(warmup=3)
+    trainer = Trainer(model=model, args=args, train_dataset=data, callbacks=[cb])
+    trainer.train()                 # GraphLeakError on a leak; cb.result: the CheckResult
+
+One sample after every optimizer step (``on_step_end``, after gradient accumulation).
+The run's length is ``state.max_steps``: the check is judged, and a leak diagnosed, at
+the last step, inside the loop, before ``on_train_end``. The diagnosis starts its chains
+from the Trainer (found on the call stack of ``on_train_begin``: callbacks are not given
+it), the model, the optimizer and the LR scheduler.
+
+transformers has no exception hook for callbacks: when ``train()`` raises, the check is
+closed (gc state restored) at the end of the pytest test, when the next check starts, or
+by ``cb.close()``.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import transformers
+
+from pytest_graphleak.integrations.base import FrameworkCheck, remaining
+
+
+class GraphLeakCallback(FrameworkCheck, transformers.TrainerCallback):
+    """A transformers TrainerCallback that fails ``trainer.train()`` when training leaks
+    graphs. Keywords as for the Lightning callback: ``steps``, ``warmup``, ``window``,
+    ``rss_tolerance``, ``probes``, ``start_scan``, ``on_leak`` ("raise" or "warn")."""
+
+    framework = "transformers"
+
+    def __init__(
+        self,
+        *,
+        steps: int | None = None,
+        warmup: int | None = None,
+        window: int | None = None,
+        rss_tolerance: float | str | None = None,
+        probes: str | Sequence[str] | None = None,
+        start_scan: str | None = None,
+        on_leak: str = "raise",
+    ) -> None:
+        self._configure(steps=steps, warmup=warmup, window=window, rss_tolerance=rss_tolerance,
+                        probes=probes, start_scan=start_scan, on_leak=on_leak)  # fmt: skip
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        trainer = _calling_trainer()
+        model = kwargs.get("model")
+        held = {
+            "trainer": trainer,
+            "model": model,
+            "optimizer": kwargs.get("optimizer"),
+            "lr_scheduler": kwargs.get("lr_scheduler"),
+        }
+        roots = {label: value for label, value in held.items() if value is not None}
+        label = type(trainer).__name__ if trainer is not None else type(model).__name__
+        self._run_started(
+            length=remaining(state.max_steps, state.global_step), roots=lambda: roots, label=label
+        )
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        __tracebackhide__ = True
+        self._step_ended()
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        __tracebackhide__ = True
+        self._run_ended()
+
+
+def _calling_trainer(depth: int = 12) -> Any:
+    """The ``Trainer`` whose training loop called this callback (a ``self`` up the stack)."""
+    frame = sys._getframe(1)
+    try:
+        for _ in range(depth):
+            frame = frame.f_back
+            if frame is None:
+                return None
+            candidate = frame.f_locals.get("self")
+            if isinstance(candidate, transformers.Trainer):
+                return candidate
+        return None
+    finally:
+        del frame

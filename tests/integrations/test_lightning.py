@@ -1,0 +1,154 @@
+"""GraphLeakCallback on real Lightning runs: a clean run with the usual features passes,
+the usual leaks fail inside the loop with the right pattern and holder."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+
+from pytest_graphleak import GraphLeakError, GraphLeakWarning
+from pytest_graphleak.result import CheckResult
+
+torch = pytest.importorskip("torch")
+L = pytest.importorskip("lightning")
+pytestmark = pytest.mark.filterwarnings("ignore:.*LeafSpec.*", "ignore::UserWarning:lightning")
+from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
+
+from pytest_graphleak.integrations.lightning import GraphLeakCallback  # noqa: E402
+
+
+class Regressor(L.LightningModule):
+    """A tiny model; ``leak`` picks one of the leaks users report."""
+
+    def __init__(self, leak: str = "") -> None:
+        super().__init__()
+        self.net = torch.nn.Sequential(
+            torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1)
+        )
+        self.leak = leak
+        self.step_losses: list[object] = []
+        self.training_step_outputs: list[dict[str, object]] = []
+        self.total = torch.zeros(())
+
+    def training_step(self, batch: object, batch_idx: int) -> object:
+        x, y = batch  # type: ignore[misc]
+        preds = self.net(x)
+        loss = torch.nn.functional.mse_loss(preds, y)
+        self.log("train_loss", loss, on_step=True, prog_bar=False)
+        if self.leak == "list":
+            self.step_losses.append(loss)
+        elif self.leak == "total":
+            self.total = self.total + loss
+        elif self.leak == "outputs":
+            self.training_step_outputs.append({"loss": loss, "preds": preds})
+        return loss
+
+    def on_train_epoch_end(self) -> None:  # the teardown that hides leaks from track()
+        self.step_losses.clear()
+        self.training_step_outputs.clear()
+
+    def validation_step(self, batch: object, batch_idx: int) -> None:
+        x, y = batch  # type: ignore[misc]
+        self.log("val_loss", torch.nn.functional.mse_loss(self.net(x), y))
+
+    def configure_optimizers(self) -> object:
+        optimizer = torch.optim.SGD(self.parameters(), lr=0.01)
+        scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=4, gamma=0.9)
+        return {
+            "optimizer": optimizer,
+            "lr_scheduler": {"scheduler": scheduler, "interval": "step"},
+        }
+
+
+def loader(batches: int) -> DataLoader:
+    gen = torch.Generator().manual_seed(0)
+    data = TensorDataset(
+        torch.randn(4 * batches, 8, generator=gen), torch.randn(4 * batches, 1, generator=gen)
+    )
+    return DataLoader(data, batch_size=4)
+
+
+def fit(
+    model: Regressor, callback: object, *, batches: int, max_steps: int = 30, **options: object
+) -> None:
+    trainer = L.Trainer(
+        max_steps=max_steps, callbacks=[callback], logger=False, enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False, log_every_n_steps=1,
+        num_sanity_val_steps=0, **options,
+    )  # fmt: skip
+    trainer.fit(
+        model,
+        loader(batches),
+        **({"val_dataloaders": loader(2)} if "limit_val_batches" in options else {}),
+    )
+
+
+def test_a_clean_run_with_the_usual_features_passes(recorded: list[CheckResult]) -> None:
+    cb = GraphLeakCallback(warmup=3)
+    assert isinstance(cb, L.Callback) and cb.result is None
+    # 8 batches per epoch, 2 per optimizer step: an epoch ends (with a validation run)
+    # every 4 steps, inside the measured window.
+    fit(Regressor(), cb, batches=8, accumulate_grad_batches=2, limit_val_batches=2)
+    assert cb.result is not None and not cb.result.leaked, cb.result.verdict.reason
+    assert cb.result.steps == 27  # every optimizer step after warmup, to max_steps
+    assert recorded == [cb.result]
+    assert gc.isenabled()
+
+
+def test_a_kept_list_fails_inside_the_loop_naming_the_holder_and_the_line(
+    recorded: list[CheckResult],
+) -> None:
+    cb = GraphLeakCallback(warmup=3)
+    with pytest.raises(GraphLeakError) as info:
+        fit(Regressor("list"), cb, batches=40)
+    text = str(info.value)
+    assert "list-accumulation" in text
+    assert "held by: pl_module -> Regressor.step_losses -> list(len=30) -> Tensor(" in text
+    assert "created at: " in text and "test_lightning.py" in text
+    assert "loss = torch.nn.functional.mse_loss(preds, y)" in text
+    assert cb.result is info.value.result or cb.result == info.value.result
+    assert recorded and recorded[-1].leaked and gc.isenabled()
+
+
+def test_a_running_tensor_total_fails_as_retained_grad_fn(recorded: list[CheckResult]) -> None:
+    cb = GraphLeakCallback(warmup=3, steps=12)
+    with pytest.raises(GraphLeakError) as info:
+        fit(Regressor("total"), cb, batches=40)
+    text = str(info.value)
+    assert "retained-grad-fn" in text
+    assert "held by: pl_module -> Regressor.total -> Tensor(shape=(), grad_fn=AddBackward0)" in text
+    assert cb.result is not None and cb.result.steps == 12
+
+
+def test_outputs_cached_until_epoch_end_fail_before_the_epoch_ends(
+    recorded: list[CheckResult],
+) -> None:
+    cb = GraphLeakCallback(warmup=3)
+    with pytest.raises(GraphLeakError) as info:
+        fit(Regressor("outputs"), cb, batches=40)
+    text = str(info.value)
+    assert "list-accumulation" in text
+    assert "held by: pl_module -> Regressor.training_step_outputs -> list(len=30) -> dict[" in text
+
+
+def test_warn_lets_training_go_on_and_window_mode_judges_each_window(
+    recorded: list[CheckResult],
+) -> None:
+    cb = GraphLeakCallback(warmup=2, window=9, on_leak="warn")
+    with pytest.warns(GraphLeakWarning, match="list-accumulation"):
+        fit(Regressor("list"), cb, batches=40, max_steps=29)
+    assert [r.leaked for r in cb.results] == [True, True, True]
+    assert [r.steps for r in cb.results] == [9, 9, 9]
+    assert recorded == cb.results
+
+
+def test_both_lightning_installs_accept_the_callback() -> None:
+    pl = pytest.importorskip("pytorch_lightning")
+    cb = GraphLeakCallback(warmup=2)
+    assert isinstance(cb, pl.Callback) and isinstance(cb, L.Callback)
+    assert isinstance(cb, GraphLeakCallback)
+    with pytest.raises(ValueError, match=r"GraphLeakCallback\(\) \(lightning\): warmup must be"):
+        GraphLeakCallback(warmup=-1)
+    with pytest.raises(ValueError, match="on_leak must be 'raise' or 'warn'"):
+        GraphLeakCallback(on_leak="ignore")
