@@ -280,3 +280,37 @@ def test_stored_at_travels_through_json() -> None:
     again = CheckResult.from_dict(data)
     assert again.diagnosis is not None
     assert again.diagnosis.stored_at == d.stored_at
+
+
+# --------------------------------------------------------------------------- created at
+def test_created_at_is_the_users_line_with_the_library_line_beside_it(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    library = tmp_path / "site-packages" / "fakelib"  # an installed package
+    library.mkdir(parents=True)
+    (library / "__init__.py").write_text(
+        "def compute_loss(w):\n    scaled = w * 3\n    return scaled.sum()\n", encoding="utf-8"
+    )
+    monkeypatch.syspath_prepend(str(library.parent))
+    import fakelib  # type: ignore[import-not-found]
+
+    state: dict[str, Any] = {"losses": []}
+    w = torch.ones(3, requires_grad=True)
+
+    def step() -> None:
+        state["losses"].append(fakelib.compute_loss(w))
+
+    try:
+        run(step)
+        v = verdict("torch.nodes")
+        d = diagnose(v, metrics=METRICS, step=step, roots={"fixture 'state'": state})
+    finally:
+        sys.modules.pop("fakelib", None)
+    mine = [s for s in d.sites if s.filename == THIS_FILE]
+    assert mine, d.sites
+    assert all(s.line == 'state["losses"].append(fakelib.compute_loss(w))' for s in mine)
+    assert {s.via for s in mine} <= {"fakelib/__init__.py:2", "fakelib/__init__.py:3"}
+    assert any(s.via for s in mine)
+    assert "  (via fakelib/__init__.py:" in text_of(d, v)
+    # a tensor made by torch itself for the user's line names no library
+    assert not any("torch/" in s.via for s in d.sites)

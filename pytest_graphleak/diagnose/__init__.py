@@ -473,6 +473,7 @@ def _sites(obs: Observation, node_seqs: list[int]) -> list[CreationSite]:
                 line=source_line(filename, lineno),
                 count=max(1, math.ceil(total / runs)),
                 function=function,
+                via=obs.site_via.get((filename, lineno, function), ""),
             )
         )
     return sites

@@ -107,6 +107,7 @@ class LoopRecorder:
         if self._mode is not None:
             obs.node_sites = dict(self._mode.node_sites)
             obs.pack_hooks = dict(self._mode.pack_hooks)
+            obs.site_via = dict(self._mode.via)
         for leaked in obs.alive:
             leaked.site = site_of(leaked, self._mode, self.frames)
         self._made.clear()

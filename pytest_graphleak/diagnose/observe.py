@@ -51,6 +51,8 @@ class Observation:
     torch_seq: tuple[int, int] | None = None
     node_sites: dict[int, Site] = field(default_factory=dict)
     pack_hooks: dict[int, Any] = field(default_factory=dict)
+    #: user site -> library line that made a tensor for it ("via"), when there was one
+    site_via: dict[Site, str] = field(default_factory=dict)
     runs_done: int = 0
     #: runs asked for, and how many of them recorded what they made
     runs: int = RUNS
@@ -123,6 +125,7 @@ def observe(
         if recorder is not None:
             result.node_sites = dict(recorder.node_sites)
             result.pack_hooks = dict(recorder.pack_hooks)
+            result.site_via = dict(recorder.via)
         for leaked in result.leaked:
             leaked.site = _site(leaked, recorder, frames)
         return result

@@ -28,9 +28,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest_graphleak
-from pytest_graphleak.heap.usercode import is_user_file
+from pytest_graphleak.heap.usercode import is_user_file, library_label
 
 Site = tuple[str, int, str]  # filename, line number, function name
+
+#: Installed packages that are the tensor engine (or its array library): a tensor is
+#: always made inside them, so naming them as the "via" line would say nothing.
+_ENGINE_PACKAGES = frozenset({"torch", "numpy", "minigrad", "pytest_graphleak"})
+_INSTALLED = (f"{os.sep}site-packages{os.sep}", f"{os.sep}dist-packages{os.sep}")
 
 
 class UserFrames:
@@ -46,6 +51,29 @@ class UserFrames:
                 return code.co_filename, frame.f_lineno, code.co_name
             frame = frame.f_back
         return None
+
+    def site_and_via(self, depth: int = 1) -> tuple[Site | None, str]:
+        """The innermost user frame, and the innermost frame of an installed library
+        (not the tensor engine) between it and the caller: ``"transformers/models/bert/
+        modeling_bert.py:1234"`` when a library made the tensor for the user's line."""
+        frame: types.FrameType | None = sys._getframe(depth + 1)
+        via = ""
+        while frame is not None:
+            code = frame.f_code
+            filename = code.co_filename
+            if self.is_user_file(filename):
+                return (filename, frame.f_lineno, code.co_name), via
+            if not via and _names_a_library(filename):
+                via = f"{library_label(filename)}:{frame.f_lineno}"
+            frame = frame.f_back
+        return None, ""
+
+
+def _names_a_library(filename: str) -> bool:
+    """Is this frame's file worth naming as the library line that made a tensor?"""
+    if not any(marker in filename for marker in _INSTALLED):
+        return False
+    return library_label(filename).split("/", 1)[0] not in _ENGINE_PACKAGES
 
 
 def source_line(filename: str, lineno: int) -> str:
@@ -96,6 +124,8 @@ def make_torch_recorder(torch: Any, frames: UserFrames) -> Any:
             self.node_sites: dict[int, Site] = {}
             #: autograd sequence number -> pack hook active when the node was made.
             self.pack_hooks: dict[int, PackHook] = {}
+            #: user site -> the library line that made a tensor for it (first seen).
+            self.via: dict[Site, str] = {}
 
         def __torch_function__(
             self, func: Any, types: Any, args: Any = (), kwargs: Any = None
@@ -106,9 +136,11 @@ def make_torch_recorder(torch: Any, frames: UserFrames) -> Any:
             site: Site | None = None
             for t in _tensors_in(out, torch.Tensor):
                 if site is None:
-                    site = frames.site(1)
+                    site, via = frames.site_and_via(1)
                     if site is None:
                         return out
+                    if via:
+                        self.via.setdefault(site, via)
                 known = self.tensor_sites.get(id(t))
                 if known is None or known[0]() is not t:
                     with contextlib.suppress(TypeError):
@@ -131,6 +163,7 @@ def make_torch_recorder(torch: Any, frames: UserFrames) -> Any:
 
         def forget(self) -> None:
             self.tensor_sites.clear()
+            self.via.clear()
 
     return TorchSiteRecorder()
 
