@@ -314,3 +314,29 @@ def test_created_at_is_the_users_line_with_the_library_line_beside_it(
     assert "  (via fakelib/__init__.py:" in text_of(d, v)
     # a tensor made by torch itself for the user's line names no library
     assert not any("torch/" in s.via for s in d.sites)
+
+
+# --------------------------------------------------------------------------- cycle
+class Record:
+    def __init__(self, out: Any) -> None:
+        self.out = out
+        self.other: Record | None = None
+
+
+def test_a_cycle_of_plain_objects_is_drawn_with_the_tensor_it_holds() -> None:
+    w = torch.ones(3, requires_grad=True)
+
+    def step() -> None:
+        first, second = Record((w * 2).sum()), Record(None)
+        first.other, second.other = second, first  # only the cyclic GC frees them
+
+    run(step)
+    v = verdict("torch.nodes", "gc.cyclic_garbage")
+    d = diagnose(v, metrics=METRICS, step=step, roots={})
+    assert d.pattern == "cycle", d.notes
+    assert d.cycle[:2] == ["Record.other", "Record.other"], d.cycle
+    assert d.cycle[2].startswith("Record (the same object: the cycle closes)")
+    assert "Record.out holds Tensor(shape=(), grad_fn=SumBackward0)" in d.cycle[2]
+    assert "cycle: Record.other -> Record.other -> Record (the same object" in text_of(d, v)
+    assert "SumBackward0" in d.dot
+    assert not any("no chain from a fixture" in n for n in d.notes)

@@ -34,10 +34,11 @@ from pytest_graphleak.diagnose.classify import (
     pattern_of,
     tensors_grew,
 )
-from pytest_graphleak.diagnose.edges import ObjectEdges
+from pytest_graphleak.diagnose.edges import Edge, ObjectEdges
 from pytest_graphleak.diagnose.holders import (
     UNROOTED,
     no_holder_note,
+    plain_cycle,
     thread_holders,
     unrooted_holder,
 )
@@ -142,8 +143,13 @@ def _diagnose_with_step(
 
         cycle: list[str] = []
         cycle_held = False
+        hanging: tuple[Edge, object] | None = None
         if obs.cyclic:
             cycle_path = _first_cycle(obs.cyclic, walker)
+            if cycle_path is None:  # a cycle of plain objects, the tensor hangs off it
+                found = plain_cycle(obs, walker)
+                if found is not None:
+                    cycle_path, hanging = found
             notes.append(
                 f"{_count(obs.cyclic)} made by the diagnostic steps are freed only by "
                 "gc.collect(): they are kept by a reference cycle"
@@ -165,8 +171,12 @@ def _diagnose_with_step(
                 else:
                     chain_path = _unrooted(obs, walker, frames, notes)
         if cycle_path is not None:
-            cycle = render_cycle(cycle_path, walker)
+            cycle = render_cycle(cycle_path, walker, hanging)
             notes.extend(_cycle_notes(cycle, obs.cyclic != []))
+            if hanging is not None:  # drawn too: the DOT shows the tensor's graph
+                cycle_path.edges.append(hanging[0])
+                cycle_path.objects.append(hanging[1])
+            hanging = None
 
         chain = render_chain(chain_path, walker) if chain_path is not None else []
         watched = (

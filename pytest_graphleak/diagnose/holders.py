@@ -24,7 +24,7 @@ from typing import Any
 from pytest_graphleak.diagnose.backends import TENSOR
 from pytest_graphleak.diagnose.edges import Edge, ObjectEdges
 from pytest_graphleak.diagnose.observe import Leaked, Observation
-from pytest_graphleak.diagnose.search import Path
+from pytest_graphleak.diagnose.search import Path, find_cycle
 from pytest_graphleak.diagnose.sites import UserFrames
 from pytest_graphleak.result import display_path
 
@@ -106,6 +106,31 @@ def _prepend_parent(path: Path, walker: ObjectEdges, mine: set[int]) -> None:
                     return
     finally:
         referrers.clear()
+
+
+def plain_cycle(obs: Observation, walker: ObjectEdges) -> tuple[Path, tuple[Edge, Any]] | None:
+    """A cycle of plain Python objects (from the collector's garbage) one of which refers
+    to a cyclic leaked object: the cycle from that object back to itself, and the edge
+    from it to the leaked object (``Record.out -> Tensor``)."""
+    leaked = {id(item.obj): item.obj for item in obs.cyclic}
+    for holder in obs.garbage:
+        if walker.backend_of(holder) is not None or not walker.walkable(holder):
+            continue
+        try:
+            edges = list(walker.edges(holder))
+        except Exception:  # an object whose attributes raise
+            continue
+        for edge, child in edges:
+            if leaked.get(id(child)) is child:
+                path = find_cycle(holder, walker, max_visited=5_000)
+                if path is not None:
+                    edges.clear()
+                    leaked.clear()
+                    return path, (edge, child)
+                break
+        edges.clear()
+    leaked.clear()
+    return None
 
 
 def thread_holders(obs: Observation, frames: UserFrames) -> list[str]:

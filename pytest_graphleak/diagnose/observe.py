@@ -30,6 +30,8 @@ from pytest_graphleak.heap.gcstate import Measuring
 #: Steps run by the diagnosis, and how many of them record creation sites.
 RUNS = 5
 RECORDED_RUNS = 3
+#: Objects of the collector's garbage kept to draw a cycle of plain Python objects.
+_MAX_GARBAGE = 10_000
 
 
 @dataclass
@@ -53,6 +55,9 @@ class Observation:
     pack_hooks: dict[int, Any] = field(default_factory=dict)
     #: user site -> library line that made a tensor for it ("via"), when there was one
     site_via: dict[Site, str] = field(default_factory=dict)
+    #: The other objects the collector found with the cyclic ones (plain objects of a
+    #: cycle that holds a leaked tensor), kept to draw that cycle; at most _MAX_GARBAGE.
+    garbage: list[Any] = field(default_factory=list)
     runs_done: int = 0
     #: runs asked for, and how many of them recorded what they made
     runs: int = RUNS
@@ -62,6 +67,7 @@ class Observation:
     def release(self) -> None:
         self.alive.clear()
         self.cyclic.clear()
+        self.garbage.clear()
 
     @property
     def leaked(self) -> list[Leaked]:
@@ -173,6 +179,9 @@ def _sort_by_collector(
             if backend.kind(obj) == kind:  # the same object (its weakref is cleared now)
                 result.cyclic.append(Leaked(obj, backend, kind, run, None))
                 candidates.discard(id(obj))
+        if result.cyclic:
+            made_ids = set(made)
+            result.garbage = [o for o in garbage if id(o) not in made_ids][:_MAX_GARBAGE]
     finally:
         garbage.clear()
 

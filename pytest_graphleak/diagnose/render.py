@@ -95,11 +95,21 @@ def render_chain(path: Path, walker: ObjectEdges) -> list[str]:
     return [path.root_label, *_elide_node_runs(labels, is_node)]
 
 
-def render_cycle(path: Path, walker: ObjectEdges) -> list[str]:
-    """The objects of a cycle with edge labels; the last entry is the first object again."""
+def render_cycle(
+    path: Path, walker: ObjectEdges, hanging: tuple[Edge, Any] | None = None
+) -> list[str]:
+    """The objects of a cycle with edge labels; the last entry is the first object again.
+
+    ``hanging``: the edge from the cycle's first object to a leaked object that is not
+    on the cycle itself (``Record.out -> Tensor(...)``), named after the closing entry.
+    """
     labels = _labels(path.objects, path.edges, walker)
     if labels:
         labels[-1] = labels[-1] + " (the same object: the cycle closes)"
+        if hanging is not None:
+            edge, leaked = hanging
+            holder = _short_type(path.objects[0], walker) + edge.text()
+            labels[-1] += f", and {holder} holds {describe(leaked, walker)}"
     return labels
 
 
