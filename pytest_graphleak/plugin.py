@@ -11,13 +11,12 @@ from __future__ import annotations
 import functools
 import inspect
 import sys
-import warnings
 from collections.abc import Callable, Generator, Mapping
 from typing import Any
 
 import pytest
 
-from pytest_graphleak import api, options, tracker
+from pytest_graphleak import api, options, terminal, tracker
 from pytest_graphleak.api import GraphLeakError, GraphLeakWarning, Track
 from pytest_graphleak.heap.usercode import is_pytest_module
 from pytest_graphleak.options import OptionError, Settings
@@ -187,8 +186,10 @@ def _check_marked(
     times; the result is recorded on the item and a leak fails (or warns)."""
     __tracebackhide__ = True
     funcargs = item.funcargs
+    progress = terminal.Progress(item.config, settings.warmup + settings.steps)
 
     def step() -> None:
+        progress.tick()
         outcome = function(**arguments)
         if inspect.isawaitable(outcome) or inspect.isgenerator(outcome):
             close = getattr(outcome, "close", None)
@@ -390,11 +391,10 @@ def _fail_or_warn(
     __tracebackhide__ = True
     if not result.leaked:
         return
-    text = render_text(result)
     if warns_instead(item, settings):
-        warnings.warn(GraphLeakWarning(text), stacklevel=2)
+        terminal.warn_leak(item, result, GraphLeakWarning)
         return
-    error = GraphLeakError(text, result)
+    error = GraphLeakError(render_text(result), result)
     error.graphleak_plain = from_marker  # type: ignore[attr-defined]
     raise error
 
@@ -416,13 +416,29 @@ def pytest_runtest_makereport(
         report.graphleak = list(results)  # type: ignore[attr-defined]
         del item.stash[RESULTS_KEY]  # pop, so nothing outlives the report
     excinfo = call.excinfo
-    if (
-        excinfo is not None
-        and isinstance(excinfo.value, GraphLeakError)
-        and getattr(excinfo.value, "graphleak_plain", False)
-    ):
+    if excinfo is None or not isinstance(excinfo.value, GraphLeakError):
+        return
+    if getattr(excinfo.value, "graphleak_plain", False):
         # The marker's failure is the report itself: no traceback into the plugin.
         report.longrepr = excinfo.getrepr(style="value")
+    crash = getattr(report.longrepr, "reprcrash", None)
+    if crash is not None and excinfo.value.result is not None:
+        # pytest's short summary line reads this: say what leaked, not the exception type.
+        crash.message = terminal.short_message(excinfo.value.result)
+
+
+@pytest.hookimpl(tryfirst=True)  # pytest prints header lines in reverse: ours comes last
+def pytest_report_header(config: pytest.Config) -> str | None:
+    return terminal.header_line(settings_of(config))
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if settings_of(terminalreporter.config).enabled:
+        return
+    reports = [r for group in terminalreporter.stats.values() for r in group]
+    hint = terminal.unchecked_hint(reports)
+    if hint:
+        terminalreporter.write_line(hint, yellow=True)
 
 
 # -- the fixture ------------------------------------------------------------------------
@@ -506,7 +522,7 @@ class GraphleakFixture:
         def on_result(result: CheckResult) -> None:
             _record(self._item, result)
             if result.leaked and warn:
-                warnings.warn(GraphLeakWarning(render_text(result)), stacklevel=3)
+                terminal.warn_leak(self._item, result, GraphLeakWarning)
 
         return Track(settings=settings, name=name, raise_on_leak=not warn,
                      on_result=on_result, steps=steps)  # fmt: skip

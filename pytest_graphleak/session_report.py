@@ -52,6 +52,7 @@ from pytest_graphleak.report.json_doc import (
 )
 from pytest_graphleak.report.scale import sparkline
 from pytest_graphleak.result import CheckResult
+from pytest_graphleak.terminal import detail_lines
 
 #: pytest 8 and later read a ``(word, markup)`` status word wherever they print it;
 #: pytest 7 only while a report is logged (progress and verbose lines), and prints
@@ -453,6 +454,8 @@ def summary_lines(
         lines.extend(
             (f"    {m:<{width}}  {r:>{span}}  {g:>{rate}}  {spark}", {}) for m, r, g, spark in cells
         )
+        if status == "warned":  # no failure text shows these: the warning is one line
+            lines.extend((f"    {line}", {}) for line in detail_lines(check))
     return lines
 
 

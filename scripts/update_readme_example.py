@@ -50,7 +50,7 @@ def run_example() -> str:
     """pytest's output for the example, from the FAILURES banner to the end."""
     with tempfile.TemporaryDirectory() as tmp:
         Path(tmp, "test_train.py").write_text(EXAMPLE, encoding="utf-8")
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "100", "OMP_NUM_THREADS": "1"}
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "120", "OMP_NUM_THREADS": "1"}
         env.pop("PYTEST_ADDOPTS", None)
         proc = subprocess.run(
             [sys.executable, "-m", "pytest", "--graphleak", "-p", "no:cacheprovider",

@@ -42,9 +42,12 @@ def metric_rows(result: CheckResult, indent: str = "  ") -> list[str]:
 
     if not result.series:
         return []
-    width = max(len(metric) for metric in result.series)
+    # A probe that read 0 at every step (nothing of its kind exists) says nothing.
+    zeros = sorted(m for m, values in result.series.items() if not any(values))
+    shown = {m: v for m, v in result.series.items() if m not in zeros}
+    width = max((len(metric) for metric in shown), default=0)
     rows = []
-    for metric, values in sorted(result.series.items()):
+    for metric, values in sorted(shown.items()):
         unit = result.units.get(metric, "objects")
         measured = values[result.warmup:] or values
         span = (
@@ -54,4 +57,6 @@ def metric_rows(result: CheckResult, indent: str = "  ") -> list[str]:
         )
         spark = sparkline(values, unit, warmup=result.warmup)
         rows.append(f"{indent}{metric:<{width}}  {span:<24} {spark}")
+    if zeros:
+        rows.append(f"{indent}(0 at every step, not shown: {', '.join(zeros)})")
     return rows

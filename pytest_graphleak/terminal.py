@@ -1,0 +1,181 @@
+"""What a person reads in the terminal: the header line, the one-line message of a leak
+(pytest's short summary, the warn-only warning), the hint for marked tests that ran
+unchecked, and ``-v`` progress of long checks and diagnoses.
+
+Pure text from plain data, apart from ``Progress`` and ``warn_leak``, which write.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import warnings
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from pytest_graphleak.result import FIXES, CheckResult
+from pytest_graphleak.verdict import format_amount
+
+MARKER = "no_graph_growth"
+
+#: The metric a pattern is best told by, as the ending of its name (first found wins).
+_TELLING = {
+    "list-accumulation": ("tensors", "nodes", "bytes"),
+    "retained-grad-fn": ("nodes", "tensors"),
+    "cycle": ("cyclic_garbage", "tensors", "nodes"),
+    "memory-growth": ("allocated_bytes", "storage_bytes", "rss_bytes", "bytes"),
+}
+_NOUNS = {"tensors": ("tensor", "tensors"), "nodes": ("graph node", "graph nodes")}
+#: A chain link that is an object's description (``list(len=3)``, ``Tensor(...)``),
+#: not a name or an accessor: the short message stops before it.
+_OBJECT_LINK = re.compile(r"^[\w.]+\(")
+
+
+def header_line(settings: Any) -> str | None:
+    """``graphleak: checking @pytest.mark.no_graph_growth tests: steps=16 ...``; None when
+    checking is off."""
+    if not settings.enabled:
+        return None
+    probes = ",".join(settings.probes) if settings.probes else "all imported"
+    parts = [
+        f"steps={settings.steps}",
+        f"warmup={settings.warmup}",
+        f"rss_tolerance={format_amount(settings.rss_tolerance, 'bytes')}/step",
+        f"probes={probes}",
+        f"start_scan={settings.start_scan}",
+        "diagnose=" + ("on" if settings.diagnose else "off"),
+    ]
+    if settings.warn_only:
+        parts.append("warn-only (leaks do not fail)")
+    return f"graphleak: checking @pytest.mark.{MARKER} tests: " + " ".join(parts)
+
+
+def short_message(result: CheckResult) -> str:
+    """``list-accumulation: +1 tensor/step, held by fixture 'state' -> dict['losses']``."""
+    pattern = result.pattern or "leak"
+    growths = {g.metric: g for g in result.verdict.growths}
+    metric = next(
+        (m for ending in _TELLING.get(pattern, ()) for m in sorted(growths) if m.endswith(ending)),
+        next(iter(sorted(growths)), None),
+    )
+    parts = [pattern]
+    if metric is not None:
+        parts[0] += f": {_rate(metric, growths[metric].per_step, result.units)}"
+    diagnosis = result.diagnosis
+    if diagnosis is not None and diagnosis.chain:
+        links = [diagnosis.chain[0]]
+        links += [link for link in _prefix_names(diagnosis.chain[1:])]
+        parts.append("held by " + " -> ".join(links))
+    elif diagnosis is not None and diagnosis.cycle:
+        parts.append("kept by a reference cycle")
+    return ", ".join(parts)
+
+
+def _prefix_names(links: Iterable[str]) -> list[str]:
+    kept = []
+    for link in links:
+        if _OBJECT_LINK.match(link):
+            break
+        kept.append(link)
+    return kept
+
+
+def _rate(metric: str, per_step: float, units: Mapping[str, str]) -> str:
+    unit = units.get(metric, "objects")
+    amount = format_amount(per_step, unit, signed=True)
+    for ending, (one, many) in _NOUNS.items():
+        if metric.endswith(ending) and unit == "objects":
+            return f"{amount} {one if abs(per_step) == 1 else many}/step"
+    return f"{metric} {amount}/step"
+
+
+def warn_leak(item: Any, result: CheckResult, category: type[Warning]) -> None:
+    """Warn-only mode: one line, attributed to the test's own definition (not to the
+    plugin); the full report is in the ``graphleak report`` section, not repeated."""
+    function = getattr(item, "function", None)
+    code = getattr(function, "__code__", None)
+    filename = code.co_filename if code is not None else str(getattr(item, "path", "?"))
+    lineno = code.co_firstlineno if code is not None else 0
+    module = getattr(getattr(item, "module", None), "__name__", "graphleak")
+    message = (
+        f"{result.name}: graph leak (warn-only, not failed): {short_message(result)}; "
+        "see the graphleak report section"
+    )
+    warnings.warn_explicit(category(message), category, filename, lineno, module=module)
+
+
+def detail_lines(check: Mapping[str, Any]) -> list[str]:
+    """The failure text's diagnosis lines for a check kept as plain data (what a warned
+    check shows in the summary section instead of a failure)."""
+    diagnosis = check.get("diagnosis") or {}
+    lines = []
+    if diagnosis.get("chain"):
+        lines.append("held by: " + " -> ".join(map(str, diagnosis["chain"])))
+    if diagnosis.get("cycle"):
+        lines.append("cycle: " + " -> ".join(map(str, diagnosis["cycle"])))
+    for site in diagnosis.get("sites") or []:
+        where = f"{site.get('filename')}:{site.get('lineno')}"
+        lines.append(f"created at: {where}: {site.get('line', '')}")
+    fix = FIXES.get(str(check.get("pattern")))
+    if fix:
+        lines.append(f"fix: {fix}")
+    return lines
+
+
+def unchecked_hint(reports: Iterable[Any]) -> str | None:
+    """One line when tests marked ``no_graph_growth`` ran without ``--graphleak``."""
+    count = sum(
+        1
+        for report in reports
+        if getattr(report, "when", None) == "call" and MARKER in getattr(report, "keywords", {})
+    )
+    if not count:
+        return None
+    tests = "test" if count == 1 else "tests"
+    return (
+        f"graphleak: {count} {tests} marked @pytest.mark.{MARKER} ran once, unchecked: "
+        "add --graphleak (or graphleak = true in the ini file) to check them for leaks"
+    )
+
+
+class Progress:
+    """``-v`` progress of one check: after ``after_s`` seconds, a short note at most every
+    ``every_s`` seconds (``step 12/19``, then ``diagnosing``), written after the test's
+    name on the same line. Silent without ``-v`` or a terminal reporter."""
+
+    def __init__(
+        self, config: Any, total: int, *, after_s: float = 2.0, every_s: float = 2.0
+    ) -> None:
+        verbose = (config.getoption("verbose", default=0) or 0) > 0
+        reporter = config.pluginmanager.get_plugin("terminalreporter") if verbose else None
+        self._reporter_write = getattr(reporter, "write", None)
+        self._capture = config.pluginmanager.get_plugin("capturemanager")
+        self._total = total
+        self._calls = 0
+        self._start = time.perf_counter()
+        self._after = after_s
+        self._every = every_s
+        self._last = 0.0
+
+    def _write(self, text: str) -> None:
+        assert self._reporter_write is not None
+        suspended = getattr(self._capture, "global_and_fixture_disabled", None)
+        if suspended is None:
+            self._reporter_write(text)
+            return
+        with suspended():  # the test's output is being captured: write past it
+            self._reporter_write(text)
+
+    def tick(self) -> None:
+        """Call once per step call; calls past ``total`` are the diagnosis' steps."""
+        self._calls += 1
+        if self._reporter_write is None:
+            return
+        now = time.perf_counter() - self._start
+        if now < self._after or now - self._last < self._every:
+            return
+        self._last = now
+        if self._calls <= self._total:
+            self._write(f"[step {self._calls}/{self._total}, {now:.0f} s] ")
+        else:
+            self._write(f"[diagnosing, {now:.0f} s] ")
