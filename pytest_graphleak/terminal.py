@@ -13,17 +13,20 @@ import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from pytest_graphleak.result import FIXES, CheckResult
-from pytest_graphleak.verdict import format_amount
+from pytest_graphleak.metrics import format_amount
+from pytest_graphleak.probes import METRICS
+from pytest_graphleak.report.text import site_text
+from pytest_graphleak.result import FIXES, CheckResult, CreationSite
 
 MARKER = "no_graph_growth"
 
-#: The metric a pattern is best told by, as the ending of its name (first found wins).
+#: What a pattern is best told by: the declared ``counts`` of a grown metric, first found
+#: wins (``metrics.Metric``; the probes own the names).
 _TELLING = {
-    "list-accumulation": ("tensors", "nodes", "bytes"),
+    "list-accumulation": ("tensors", "nodes", "memory"),
     "retained-grad-fn": ("nodes", "tensors"),
-    "cycle": ("cyclic_garbage", "tensors", "nodes"),
-    "memory-growth": ("allocated_bytes", "storage_bytes", "rss_bytes", "bytes"),
+    "cycle": ("cycles", "tensors", "nodes"),
+    "memory-growth": ("memory",),
 }
 _NOUNS = {"tensors": ("tensor", "tensors"), "nodes": ("graph node", "graph nodes")}
 #: A chain link that is an object's description (``list(len=3)``, ``Tensor(...)``),
@@ -55,9 +58,10 @@ def short_message(result: CheckResult) -> str:
     pattern = result.pattern or "leak"
     growths = {g.metric: g for g in result.verdict.growths}
     metric = next(
-        (m for ending in _TELLING.get(pattern, ()) for m in sorted(growths) if m.endswith(ending)),
+        (m for kind in _TELLING.get(pattern, ()) for m in sorted(growths)
+         if _counts(m, result.units) == kind),
         next(iter(sorted(growths)), None),
-    )
+    )  # fmt: skip
     parts = [pattern]
     if metric is not None:
         parts[0] += f": {_rate(metric, growths[metric].per_step, result.units)}"
@@ -80,12 +84,19 @@ def _prefix_names(links: Iterable[str]) -> list[str]:
     return kept
 
 
+def _counts(metric: str, units: Mapping[str, str]) -> str:
+    declared = METRICS.get(metric)
+    if declared is not None:
+        return declared.counts
+    return "memory" if units.get(metric) == "bytes" else "objects"  # e.g. a per-GPU metric
+
+
 def _rate(metric: str, per_step: float, units: Mapping[str, str]) -> str:
     unit = units.get(metric, "objects")
     amount = format_amount(per_step, unit, signed=True)
-    for ending, (one, many) in _NOUNS.items():
-        if metric.endswith(ending) and unit == "objects":
-            return f"{amount} {one if abs(per_step) == 1 else many}/step"
+    nouns = _NOUNS.get(_counts(metric, units))
+    if nouns is not None and unit == "objects":
+        return f"{amount} {nouns[0] if abs(per_step) == 1 else nouns[1]}/step"
     return f"{metric} {amount}/step"
 
 
@@ -113,10 +124,10 @@ def detail_lines(check: Mapping[str, Any]) -> list[str]:
         lines.append("held by: " + " -> ".join(map(str, diagnosis["chain"])))
     if diagnosis.get("cycle"):
         lines.append("cycle: " + " -> ".join(map(str, diagnosis["cycle"])))
-    for site in diagnosis.get("sites") or []:
-        where = f"{site.get('filename')}:{site.get('lineno')}"
-        lines.append(f"created at: {where}: {site.get('line', '')}")
-    fix = FIXES.get(str(check.get("pattern")))
+    for label, key in (("created at", "sites"), ("stored at", "stored_at")):
+        for site in diagnosis.get(key) or []:
+            lines.append(f"{label}: {site_text(CreationSite(**site))}")
+    fix = diagnosis.get("fix") or FIXES.get(str(check.get("pattern")))
     if fix:
         lines.append(f"fix: {fix}")
     return lines
