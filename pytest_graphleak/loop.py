@@ -39,6 +39,11 @@ from pytest_graphleak.verdict import judge
 #: "return": only give the result back (``track()`` outside pytest without raise_on_leak).
 ON_LEAK = ("raise", "warn", "return")
 
+#: Steps that record creation sites, then steps that must pass before what they made
+#: counts as leaked (the numbers of the diagnosis's own re-run of a step).
+RECORDED_STEPS = 3
+LATER_STEPS = 2
+
 #: Checks started and not yet ended (gc is disabled and frozen while one is open).
 _OPEN: list[LoopCheck] = []
 
@@ -229,8 +234,6 @@ class LoopCheck:
             return
         if self.window is not None and not self._leaks and self._judge_at != self._length:
             return  # window mode records only after a first leak or in the run's last window
-        from pytest_graphleak.diagnose.loop_recorder import LATER_STEPS, RECORDED_STEPS
-
         upcoming = self._calls + 1
         first = self._judge_at - LATER_STEPS - RECORDED_STEPS + 1
         if not max(first, self._window_start + 1) <= upcoming <= self._judge_at - LATER_STEPS:

@@ -27,6 +27,7 @@ EXPECTED = {
     "memray": "| `torch-one-per-step` |",
     "minigrad": "Machine: ",
     "diagnose": "Machine: ",
+    "window": "| step time, plain run (median of steps) |",
 }
 
 

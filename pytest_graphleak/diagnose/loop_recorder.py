@@ -2,8 +2,8 @@
 cannot be re-run (``track(steps=N)``, the framework callbacks).
 
 ``observe`` runs the step itself; here the loop runs its own steps and tells the recorder
-where each ends. The recorder records creation sites during ``recorded`` steps (torch's
-``TorchSiteRecorder`` mode, minigrad's creation-site recording), then lets ``later``
+where each ends. The recorder records creation sites during a few steps (torch's
+``TorchSiteRecorder`` mode, minigrad's creation-site recording), then a few more
 steps run unrecorded: what a recorded step made and is still alive after them is what
 the loop leaks, exactly as in ``observe``. ``observation()`` returns it as an
 ``Observation`` for ``diagnose``.
@@ -36,19 +36,12 @@ from pytest_graphleak.diagnose.observe import _note_new as note_new
 from pytest_graphleak.diagnose.observe import _site as site_of
 from pytest_graphleak.diagnose.sites import UserFrames, make_torch_recorder
 
-#: Steps that record creation sites, then steps that must pass before what they made
-#: counts as leaked (the same numbers as the diagnosis's own re-run of a step).
-RECORDED_STEPS = 3
-LATER_STEPS = 2
-
 
 class LoopRecorder:
     """``start_step()`` before a recorded step, ``stop_step()`` after it (before the sample);
-    ``observation()`` once ``later`` more steps have run; ``close()`` always."""
+    ``observation()`` once a few more steps have run; ``close()`` always."""
 
-    def __init__(self, *, recorded: int = RECORDED_STEPS, later: int = LATER_STEPS) -> None:
-        self.recorded = recorded
-        self.later = later
+    def __init__(self) -> None:
         self.backends: list[Backend] = active_backends()
         self.frames = UserFrames()
         self._torch = next((b for b in self.backends if isinstance(b, TorchBackend)), None)
