@@ -145,6 +145,9 @@ def conclude(
     verdict = judge(series.series, series.metrics, warmup=settings.warmup,
                     limits=limits_for(settings))  # fmt: skip
     verdict = _recheck(verdict, series)
+    if series.notes and (not verdict.leaked or verdict.pattern == "memory-growth"):
+        # What the measurement could not see matters when it found no graph growth.
+        verdict.reason = "; ".join([verdict.reason, *series.notes])
     result = CheckResult(
         name=name,
         steps=steps,

@@ -11,8 +11,10 @@ The walk stays in the user's world: it enters containers, instances, closures an
 globals of the user's own modules, but not the standard library's or the installed
 packages' module globals, their classes, code objects, frames, or pytest's and the
 plugin's own objects (``request`` reaches every test of the session). Past ``limit``
-objects it gives up and the caller scans the whole heap, so a fixture holding a huge
-dataset costs at worst one walk of ``limit`` objects more than the old scan.
+objects it gives up, and it gives up before listing a list, tuple, dict, set or deque
+whose items alone would pass the limit, so a fixture or global holding a huge dataset
+costs at most a walk of ``limit`` objects: the caller then finds the start set another
+way (the tensors the warmup steps use, or the whole heap; see ``tracker``).
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from __future__ import annotations
 import gc
 import sys
 import types
-from collections.abc import Iterable
+from collections import deque
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from pytest_graphleak.heap.usercode import is_private_module, is_user_module
@@ -46,6 +49,22 @@ _OPAQUE: frozenset[type] = frozenset(
         types.ClassMethodDescriptorType,
     )
 )
+
+
+#: Containers whose size is known before listing them, by their C ``__len__`` (never
+#: user code, also for subclasses that override ``__len__``).
+_SIZES: tuple[tuple[type, Callable[[Any], int]], ...] = (
+    (list, list.__len__),
+    (tuple, tuple.__len__),
+    (dict, dict.__len__),
+    (set, set.__len__),
+    (frozenset, frozenset.__len__),
+    (deque, deque.__len__),
+)
+
+
+def _sizer(kind: type) -> Callable[[Any], int] | None:
+    return next((size for base, size in _SIZES if issubclass(kind, base)), None)
 
 
 class Reach:
@@ -103,16 +122,19 @@ class Reach:
 
     def walk(self, roots: Iterable[object], *, limit: int = DEFAULT_LIMIT) -> list[object] | None:
         """Every gc-tracked object reachable from ``roots`` under the rules above (roots
-        included), or None when more than ``limit`` were reached. The caller owns the
-        returned list and should clear it when done."""
+        included), or None when more than ``limit`` were reached or a container to enter
+        holds more items than the limit leaves. The caller owns the returned list and
+        should clear it when done."""
         seen: dict[int, object] = {}  # holds what it saw, so ids stay unique meanwhile
         rules: dict[type, int] = {}  # per walk only: never keeps a class alive after it
+        sizers: dict[type, Callable[[Any], int] | None] = {}
         frontier: list[object] = [root for root in roots if gc.is_tracked(root)]
         try:
             while frontier:
                 if len(frontier) > limit:  # one huge container: no need to look further
                     return None
                 enter: list[object] = []
+                listing = 0  # items of the containers entered at this level
                 for obj in frontier:
                     key = id(obj)
                     if key in seen:
@@ -123,8 +145,13 @@ class Reach:
                     if rule is None:
                         rule = rules[kind] = self._rule(kind)
                     if rule == _ENTER or (rule == _LOOK and self._look(obj)):
+                        if kind not in sizers:
+                            sizers[kind] = _sizer(kind)
+                        size = sizers[kind]
+                        if size is not None:
+                            listing += size(obj)
                         enter.append(obj)
-                if len(seen) > limit:
+                if len(seen) + listing > limit:  # give up before listing a huge container
                     return None
                 frontier.clear()
                 # One C call for the whole level; untracked objects (numbers, strings,
@@ -135,6 +162,7 @@ class Reach:
         finally:
             seen.clear()
             rules.clear()
+            sizers.clear()
             frontier.clear()
 
 

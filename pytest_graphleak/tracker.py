@@ -3,12 +3,25 @@
 The gc state while measuring (collection off, debug flags cleared, freezes so a sample
 sees only the objects created since) is ``heap.gcstate.Measuring``'s, which puts the
 user's state back in ``end()`` (also on KeyboardInterrupt and when a step raises).
-Before the first freeze the probes get their start set: the objects the step reaches
-(``reach.py``), or the whole heap with ``start_scan="heap"``. When the user has frozen
+Before the first freeze the probes get their start set (below). When the user has frozen
 objects the check samples the whole unfrozen heap instead (``Measuring.whole_heap``):
 probes get an empty heap at ``start`` and at ``absorb`` (a baseline would count objects
 twice), and the check starts with a ``gc.collect()``, so garbage older than it is not
 counted as its own.
+
+The start set: the tensors alive before the check, whose graphs can grow in place
+(``total += loss``) without any new Python object. With ``start_scan="roots"`` (default):
+
+* ``warmup >= 1``: a short walk (``RECORDING_WALK_LIMIT`` objects) of what the step
+  reaches, plus every tensor the warmup steps pass to a torch operation
+  (``warmup_tensors``), which joins the torch probe's baseline at the end of warmup. When
+  the walk gives up (a big dataset in a global), the recording alone is the start set and
+  the result says what that cannot see. O(what the step touches), whatever the heap holds.
+* ``warmup == 0``: nothing to record: the walk up to ``reach.DEFAULT_LIMIT`` objects,
+  then the whole heap (O(heap)) when it gives up.
+
+``start_scan="heap"``, or no roots: every gc-tracked object. minigrad needs none of this:
+its probe counts every alive tensor and node from ``mg.stats()``.
 """
 
 from __future__ import annotations
@@ -22,10 +35,16 @@ from dataclasses import dataclass, field
 from pytest_graphleak.heap.gcstate import Measuring
 from pytest_graphleak.metrics import Metric
 from pytest_graphleak.probes import Probe, make_probes
-from pytest_graphleak.reach import reachable
+from pytest_graphleak.probes.torch_probe import TorchProbe
+from pytest_graphleak.reach import DEFAULT_LIMIT, reachable
+from pytest_graphleak.warmup_tensors import WarmupTensors
 
 #: How a check finds what was alive before it (``Sampler.begin``).
 START_SCANS = ("roots", "heap")
+
+#: The start walk's limit when the warmup recording finds the tensors the step uses:
+#: the walk only adds what the recording cannot see, and must stay cheap (~ms).
+RECORDING_WALK_LIMIT = 10_000
 
 #: Called before every sample to drop what the test runner, not the step, keeps of each
 #: step's objects (the pytest plugin releases pytest's captured log records here, see
@@ -46,9 +65,15 @@ class Series:
     #: verdict on their metrics; after ``stop`` they hold plain numbers only.
     rechecking: list[Probe] = field(default_factory=list)
     #: How the probes' start set was found: "roots" (what the step reaches), "heap"
-    #: (every object), or "none" (no active probe needs one); and how many objects.
+    #: (every object), "roots+warmup" (a short walk and the tensors the warmup steps
+    #: used), "warmup" (those tensors alone: the walk gave up), or "none" (no active
+    #: probe needs one); how many objects the walk or scan gave, and how many tensors
+    #: the warmup recording added.
     start_scan: str = "none"
     start_objects: int = 0
+    recorded_tensors: int = 0
+    #: What the user should know about this run's measurement (true sentences only).
+    notes: list[str] = field(default_factory=list)
 
     @property
     def units(self) -> dict[str, str]:
@@ -103,6 +128,7 @@ class Sampler:
         self._probe_names = probes
         self._probes: list[Probe] = []
         self._gc: Measuring | None = None
+        self._recorder: WarmupTensors | None = None
         self._started = 0.0
         self.result = Series()
 
@@ -134,6 +160,8 @@ class Sampler:
             needs_heap = any(probe.needs_heap for probe in self._probes)
             self._start_probes(self._start_set(roots) if needs_heap else [])
             measuring.freeze()
+            if self._recorder is not None:
+                self._recorder.start()
         except BaseException:
             self.end()
             raise
@@ -142,17 +170,43 @@ class Sampler:
                 roots.clear()
 
     def _start_set(self, roots: list[object] | None) -> list[object]:
+        walk = self.start_scan == "roots" and roots is not None
+        record = walk and self.warmup >= 1 and self._torch_probe() is not None
         found = None
-        if self.start_scan == "roots" and roots is not None:
+        if walk:
+            limit = RECORDING_WALK_LIMIT if record else DEFAULT_LIMIT
             try:
-                found = reachable(roots)
-            except Exception:  # an object that breaks the walk's rules: scan the heap
+                found = reachable(roots or [], limit=limit)
+            except Exception:  # an object that breaks the walk's rules: another way
                 found = None
-        self.result.start_scan = "heap" if found is None else "roots"
-        if found is None:
-            found = Measuring.objects()
+        if record:
+            self._recorder = WarmupTensors()
+            self.result.start_scan = "warmup" if found is None else "roots+warmup"
+            if found is None:
+                found = []
+                self.result.notes.append(_recording_only_note(self.warmup))
+        else:
+            self.result.start_scan = "heap" if found is None else "roots"
+            if found is None:
+                found = Measuring.objects()
         self.result.start_objects = len(found)
         return found
+
+    def _torch_probe(self) -> TorchProbe | None:
+        return next((p for p in self._probes if isinstance(p, TorchProbe)), None)
+
+    def _adopt_recorded(self) -> None:
+        """End of warmup: the tensors the warmup steps used join the torch baseline."""
+        recorder, self._recorder = self._recorder, None
+        if recorder is None:
+            return
+        tensors = recorder.stop()
+        self.result.recorded_tensors = len(tensors)
+        probe = self._torch_probe()
+        if probe is None:
+            tensors.clear()
+        else:
+            probe.adopt(tensors)  # empties the list
 
     def _start_probes(self, heap: list[object]) -> None:
         try:
@@ -164,6 +218,9 @@ class Sampler:
     def after_step(self) -> None:
         """Sample every probe; at the end of warmup, move the baseline forward."""
         self.result.calls += 1
+        if self.result.calls == self.warmup:
+            # Before the last warmup sample, so it counts what the measured ones count.
+            self._adopt_recorded()
         for hook in BEFORE_SAMPLE:
             with contextlib.suppress(Exception):
                 hook()
@@ -213,6 +270,9 @@ class Sampler:
     def end(self) -> None:
         """Stop every probe and restore the gc state; safe to call more than once."""
         try:
+            if self._recorder is not None:  # the run ended during warmup
+                self._recorder.stop().clear()
+                self._recorder = None
             for probe in self._probes:
                 # one probe failing must not leave gc frozen or disabled
                 with contextlib.suppress(Exception):
@@ -225,6 +285,17 @@ class Sampler:
                 self._gc.end()
                 self._gc = None
                 self.result.duration_s = time.perf_counter() - self._started
+
+
+def _recording_only_note(warmup: int) -> str:
+    return (
+        f"start set: the tensors that torch operations used in the {warmup} warmup "
+        f"step(s), because the walk from the test's objects gave up past "
+        f"{RECORDING_WALK_LIMIT:,} objects; a graph growing in place on an older tensor "
+        "that only the measured steps, or only code outside torch's function dispatch "
+        "(compiled graphs, C++ extensions, other threads), touch would not be seen: "
+        "start_scan='heap' (--graphleak-start-scan=heap) scans every object"
+    )
 
 
 def run(

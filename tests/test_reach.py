@@ -77,6 +77,29 @@ def test_past_the_limit_the_walk_gives_up() -> None:
     assert reachable([huge], limit=100) is None
 
 
+def test_a_container_bigger_than_the_limit_is_never_listed(monkeypatch) -> None:
+    """Sizes are read before listing (C ``__len__``, also for subclasses), so a huge
+    dataset costs nothing to give up on, even when its items hold nothing tracked."""
+
+    class Samples(list):  # a user subclass: its own __len__ is never called
+        def __len__(self) -> int:
+            raise AssertionError("the walk called user code")
+
+    listed: list[int] = []
+    real = gc.get_referents
+
+    def counting(*objects: object) -> list[object]:
+        listed.append(len(objects))
+        return real(*objects)
+
+    monkeypatch.setattr(gc, "get_referents", counting)
+    numbers = list(range(1000))  # untracked items: listing them would find nothing
+    assert reachable([{"data": numbers}], limit=100) is None
+    assert reachable([Samples(range(1000))], limit=100) is None
+    assert listed == [1]  # the dict's items only, never the lists'
+    assert reachable([numbers], limit=2000) is not None
+
+
 def test_reach_holds_nothing(fake_module) -> None:
     user = fake_module("graphleak_fake_user_held", installed=False)
     cls = type("Model", (), {"__module__": user.__name__})

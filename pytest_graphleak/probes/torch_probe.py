@@ -2,7 +2,8 @@
 
 Tensors are found among the gc-tracked objects: the start set once at ``start`` (what
 the step reaches, or the whole heap; kept as weak references by id, so tensors that die
-later stop counting), then only the objects created since the last freeze.
+later stop counting), the tensors the warmup steps used (``adopt``, at the end of
+warmup), then only the objects created since the last freeze.
 Graph nodes are counted by walking ``grad_fn.next_functions`` from every live tensor and
 from node objects held directly: node wrappers exist only while someone holds them, so
 scanning gc for nodes undercounts.
@@ -36,6 +37,9 @@ class TorchProbe(ProbeBase):
 
     def __init__(self) -> None:
         self._baseline = WeakBaseline()
+        #: Older tensors found at the end of warmup, until ``absorb`` moves them into
+        #: the baseline (the sample in between must not count a fresh one twice).
+        self._adopted = WeakBaseline()
         # type -> is it a Tensor / an autograd Node; isinstance on torch's metaclasses
         # and on the Node ABC is slow, a dict lookup per object is not.
         self._is_tensor: dict[type, bool] = {}
@@ -68,14 +72,23 @@ class TorchProbe(ProbeBase):
     # -- protocol ----------------------------------------------------------------------
     def start(self, heap: Sequence[object]) -> None:
         self._baseline = WeakBaseline()
+        self._adopted = WeakBaseline()
         self._tensor_types = _subclasses(sys.modules["torch"].Tensor)
         # The baseline keeps tensors only, so no node pass is needed here.
         self._baseline.add(_pick(heap, self._tensor_types))
+
+    def adopt(self, tensors: list[Any]) -> None:
+        """Tensors alive before the check that the start set may lack (the ones the
+        warmup steps used, see ``warmup_tensors``): counted from the next sample on.
+        Empties the list."""
+        self._adopted.add(tensors)
 
     def absorb(self, fresh: Sequence[object]) -> None:
         self._tensor_types = _subclasses(sys.modules["torch"].Tensor)
         tensors, _ = self._kinds(fresh)
         self._baseline.add(tensors)
+        adopted, self._adopted = self._adopted, WeakBaseline()
+        self._baseline.add(list(adopted.alive()))  # each id once
 
     def collectable(self, fresh: Sequence[object]) -> int:
         # Only fresh tensors can be cyclic garbage: frozen objects are never collected.
@@ -86,6 +99,10 @@ class TorchProbe(ProbeBase):
 
     def sample(self, fresh: Sequence[object]) -> dict[str, float]:
         tensors, held_nodes = self._kinds(fresh)
+        if self._adopted.count():
+            known = set(map(id, tensors))
+            tensors.extend(t for t in self._adopted.alive()
+                           if id(t) not in known and not self._baseline.holds(t))  # fmt: skip
         tensors.extend(self._baseline.alive())
         try:
             return {
@@ -99,6 +116,7 @@ class TorchProbe(ProbeBase):
 
     def stop(self) -> None:
         self._baseline = WeakBaseline()
+        self._adopted = WeakBaseline()
         self._is_tensor.clear()
         self._is_node.clear()
         self._tensor_types = set()
@@ -139,6 +157,10 @@ class WeakBaseline:
             tensor = ref()
             if tensor is not None:
                 yield tensor
+
+    def holds(self, tensor: Any) -> bool:
+        ref = self._refs.get(id(tensor))
+        return ref is not None and ref() is tensor
 
     def count(self) -> int:
         """Remembered tensors alive now, the unweakrefable ones included."""

@@ -1,0 +1,131 @@
+"""The tensors the warmup steps use: part of the start set, found without a heap walk.
+
+A graph can grow on a tensor made before the check with no new Python object
+(``total += loss`` on a fixture's tensor, ``avg.add_(loss)``), so the torch probe must
+know such tensors from the start. The ones that matter are the ones the step uses: a
+``TorchFunctionMode`` pushed for the warmup steps only sees every tensor passed to a
+torch function, method or property there and remembers it by weak reference. At the
+end of warmup the still-alive ones join the probe's baseline (``TorchProbe.adopt``).
+
+What it cannot see (said in the result when the recording alone made the start set):
+operations outside torch's function dispatch (code ``torch.compile`` compiled, C++
+extensions that take tensors directly, other threads: the mode stack is per thread),
+and tensors a step uses only after warmup. While dynamo traces a function the mode does
+nothing, so compiled graphs do not contain it.
+
+The mode is the top of torch's function-mode stack only while nothing else is pushed
+above it; ``stop`` takes it off wherever it is and puts back what lay above it, so the
+stack is always left as the step left it, minus this mode.
+"""
+
+from __future__ import annotations
+
+import sys
+import weakref
+from collections.abc import Callable
+from functools import cache
+from typing import Any
+
+
+class WarmupTensors:
+    """Records, by weak reference, the tensors that torch operations use while started.
+
+    ``start()`` -> the warmup steps -> ``stop()`` (returns the tensors still alive, as a
+    list the caller owns and should clear). Never keeps a tensor alive; ``stop`` is safe
+    to call more than once and after a failed ``start``.
+    """
+
+    def __init__(self) -> None:
+        # id -> weak reference; a dead reference is replaced when its id comes back.
+        self._seen: dict[int, weakref.ref[Any]] = {}
+        self._mode: Any = None
+
+    @property
+    def recording(self) -> bool:
+        return self._mode is not None
+
+    def start(self) -> None:
+        """Push the recording mode (torch must already be imported)."""
+        if self._mode is not None:
+            raise RuntimeError("WarmupTensors.start() called twice")
+        mode = _mode_class()(self.remember)
+        mode.__enter__()
+        self._mode = mode
+
+    def stop(self) -> list[Any]:
+        """Pop the mode; the recorded tensors still alive (strong references: clear the
+        list when done)."""
+        mode, self._mode = self._mode, None
+        if mode is not None:
+            _remove_mode(mode)
+        seen, self._seen = self._seen, {}
+        try:
+            alive = [ref() for ref in seen.values()]
+            return [tensor for tensor in alive if tensor is not None]
+        finally:
+            seen.clear()
+
+    def remember(self, tensor: Any) -> None:
+        key = id(tensor)
+        ref = self._seen.get(key)
+        if ref is None or ref() is not tensor:
+            try:
+                self._seen[key] = weakref.ref(tensor)
+            except TypeError:  # a tensor type without weak references: cannot hold it safely
+                return
+
+
+def _remove_mode(mode: Any) -> None:
+    """Take ``mode`` off torch's function-mode stack, keeping the modes above it."""
+    torch_c: Any = sys.modules["torch"]._C
+    above: list[Any] = []
+    try:
+        while torch_c._len_torch_function_stack() > 0:
+            top = torch_c._pop_torch_function_stack()
+            if top is mode:
+                return
+            above.append(top)
+    finally:
+        for other in reversed(above):
+            torch_c._push_on_torch_function_stack(other)
+
+
+@cache
+def _mode_class() -> type:
+    """The mode's class, made once per process (classes live in reference cycles)."""
+    torch: Any = sys.modules["torch"]
+    tensor_type = torch.Tensor
+    is_compiling = torch.compiler.is_compiling
+    sequences = (list, tuple)
+
+    class RecordTensors(torch.overrides.TorchFunctionMode):  # type: ignore[misc]
+        def __init__(self, remember: Callable[[Any], None]) -> None:
+            super().__init__()
+            self.remember = remember
+            # type -> is it a Tensor: a lookup is faster than isinstance via torch's metaclass
+            self.kinds: dict[type, bool] = {}
+
+        def note(self, value: Any) -> None:
+            kind = type(value)
+            flag = self.kinds.get(kind)
+            if flag is None:
+                flag = self.kinds[kind] = issubclass(kind, tensor_type)
+            if flag:
+                self.remember(value)
+            elif kind in sequences:  # torch.cat([a, b]), torch.stack((a, b))
+                for item in value:
+                    if isinstance(item, tensor_type):
+                        self.remember(item)
+
+        def __torch_function__(
+            self, func: Any, types: Any, args: Any = (), kwargs: Any = None
+        ) -> Any:
+            kwargs = kwargs or {}
+            if not is_compiling():  # while dynamo traces, stay out of the compiled graph
+                for value in args:
+                    self.note(value)
+                for value in kwargs.values():
+                    self.note(value)
+            return func(*args, **kwargs)
+
+    return RecordTensors
