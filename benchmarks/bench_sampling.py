@@ -9,9 +9,11 @@ graph-carrying torch tensors (so the node walk has work), half plain containers.
   backends' objects, ``gc.collect()``, ``gc.get_objects()``, every probe's ``sample``);
 - each probe's ``sample(fresh)`` alone, ``gc.collect()`` and ``gc.get_objects()`` alone;
 - the per-check start (``Sampler.begin``, which finds the tensors alive before the
-  check): the default walk from what the step reaches (``start_scan="roots"``), the same
-  walk when the filler is reachable from a root (it gives up past its limit and scans the
-  heap), and the scan of the whole heap (``start_scan="heap"``);
+  check; warmup 1): the default short walk from what the step reaches
+  (``start_scan="roots"``), the same walk when the filler is reachable from a root (it
+  gives up before listing it; the tensors the warmup step uses are recorded instead),
+  and the scan of the whole heap (``start_scan="heap"``); ``bench_start.py`` compares the
+  two layouts in a pytest session;
 - the reference: a full ``gc.get_objects()`` scan counting torch tensors, as
   objgraph-style tools do (``objgraph.count("Tensor")``).
 
@@ -213,7 +215,7 @@ def main(argv: list[str] | None = None) -> None:
         "gc.get_objects": "`gc.get_objects()` after freeze",
         "begin roots": "per-check start: walk from the step's roots (default), once per check",
         "begin reachable": "per-check start: the same, with the filler also reachable from a "
-                           "root (past 100k objects the walk gives up and scans the heap)",
+                           "root (the walk gives up; the warmup recording is the start set)",
         "begin heap": "per-check start: `start_scan=\"heap\"` (one heap scan)",
         "scan": "REFERENCE: full `gc.get_objects()` scan counting tensors",
     }
@@ -259,11 +261,13 @@ def main(argv: list[str] | None = None) -> None:
         "Per-step samples stay flat as the heap grows 100x because the tracker freezes the "
         "heap (`gc.freeze()`) at the start of the check and at the end of warm-up: later "
         "collections and `gc.get_objects()` see only the objects made since. The per-check "
-        "start finds the tensors alive before the check (whose graphs can grow in place): by "
-        "default it walks what the step and the test's fixture values reach, so it stays flat "
-        "as the heap grows; when a root reaches more than 100k objects the walk gives up and "
-        "the heap is scanned (O(heap), the same as `start_scan=\"heap\"`). Either is paid "
-        "once per check, not per step.\n\n"
+        "start finds the tensors alive before the check (whose graphs can grow in place): with "
+        "warmup >= 1 it walks at most 10,000 objects of what the step and the test's fixture "
+        "values reach and records the tensors the warmup steps pass to torch operations, so "
+        "it stays flat as the heap grows, also when a root reaches the filler (the walk gives "
+        "up and the recording alone is the start set); with warmup=0 the walk goes up to "
+        "100k objects and then scans the heap (O(heap), as `start_scan=\"heap\"`). Either "
+        "is paid once per check, not per step.\n\n"
         f"```\n{big['profile']}\n```\n"
         "torch 2.13 keeps the Python wrapper of an autograd node (and of a storage) alive "
         "for as long as the node lives once anyone has asked for it, so after the first "

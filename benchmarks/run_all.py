@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import BENCH_DIR, REPO_ROOT, RESULTS_DIR, fmt_num, machine_description
 
 #: Run order: ours first (cheapest first), then the ones other modules own.
-BENCHMARKS = ("sampling", "overhead", "time_to_verdict", "catalogue", "memray",
+BENCHMARKS = ("sampling", "overhead", "start", "time_to_verdict", "catalogue", "memray",
               "minigrad", "diagnose", "window")
 BENCH_VENV = BENCH_DIR / ".venv-bench"
 #: Pinned so the comparison is reproducible; torch pinned as everywhere in the project.

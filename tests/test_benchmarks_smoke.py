@@ -22,6 +22,7 @@ BENCH_DIR = Path(__file__).resolve().parent.parent / "benchmarks"
 EXPECTED = {
     "sampling": "| torch probe `sample(fresh)` |",
     "overhead": "| minigrad MLP 64x128-256-10 | 19 |",
+    "start": "| 1M objects in a global of the test module |",
     "time_to_verdict": "| torch, one tensor per step |",
     "catalogue": "| the steps themselves (warmup + steps calls) |",
     "memray": "| `torch-one-per-step` |",
