@@ -162,9 +162,11 @@ OPTIONS: tuple[Option, ...] = (
         "start_scan", "--graphleak-start-scan", "graphleak_start_scan",
         "how a check finds the tensors alive before its first step, whose graphs can grow "
         "in place (total += loss): 'roots' walks what the test reaches (fixture values, "
-        "self, the step's closure and globals, the user's modules; falls back to 'heap' "
-        "past 100k objects) or 'heap' scans every object, O(heap) per check, for tensors "
-        "reachable only from a library's globals (default: roots)",
+        "self, the step's closure and globals, the user's modules) and records the tensors "
+        "the warmup steps pass to torch operations (with warmup=0: no recording, and past "
+        "100k objects the walk falls back to 'heap'); 'heap' scans every object, O(heap) "
+        "per check: needed only for a tensor the walk does not reach (a library's globals, "
+        "past its limit) that no warmup step passes to a torch operation (default: roots)",
         _start_scan, lambda text: text.strip(), "roots", metavar="roots|heap",
     ),
     Option(
