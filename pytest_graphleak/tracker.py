@@ -193,7 +193,10 @@ class Sampler:
         return found
 
     def _torch_probe(self) -> TorchProbe | None:
-        return next((p for p in self._probes if isinstance(p, TorchProbe)), None)
+        for probe in self._probes:
+            if isinstance(probe, TorchProbe):
+                return probe
+        return None
 
     def _adopt_recorded(self) -> None:
         """End of warmup: the tensors the warmup steps used join the torch baseline."""
