@@ -13,6 +13,12 @@ heap of 1M objects. For each heap size the same process holds the extra objects
   scale (a diagnosis that collected the whole heap would pay that at least once).
 
 Target: every diagnosis <= 3 s on the 1M heap.
+
+Then every example of the catalogue, on the benchmark process's own heap: the verdict
+``check(leaky_step, diagnose=False)`` gives, and ``diagnose()`` with it (the watch step
+that finds the ``stored at:`` line included); median of a few calls, and whether the
+pattern, the culprit and the ``stored at:`` line came out right.
+Target: every catalogue example diagnosed in <= 0.5 s.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from _common import (
     HEAP_SIZES,
     REPO_ROOT,
     Stats,
+    catalogue_modules,
     fill_heap,
     fmt_num,
     markdown_table,
@@ -41,6 +48,7 @@ from _common import (
     write_results,
 )
 
+from pytest_graphleak import check
 from pytest_graphleak.diagnose import diagnose
 from pytest_graphleak.probes import METRICS
 from pytest_graphleak.result import Growth, Verdict
@@ -57,6 +65,8 @@ CASES = (
     "torch_hf_eval_preds_concat",
 )
 TARGET_S = 3.0
+#: Every catalogue example, diagnosed on the process's own heap.
+CATALOGUE_TARGET_S = 0.5
 
 
 def _load(stem: str) -> ModuleType:
@@ -96,11 +106,54 @@ class _DiagnosisCall:
         return "yes" if all(self.right) else f"{sum(self.right)}/{len(self.right)}"
 
 
+class _ExampleCall:
+    """The diagnosis of one catalogue example with the verdict its own numbers give."""
+
+    def __init__(self, module: ModuleType) -> None:
+        self.module = module
+        self.verdict = check(module.leaky_step, diagnose=False).verdict
+        self.right: list[bool] = []
+
+    def __call__(self) -> None:
+        result = diagnose(self.verdict, metrics=METRICS, step=self.module.leaky_step, roots={})
+        named = self.module.CULPRIT in " ".join(result.chain + result.cycle)
+        wanted = getattr(self.module, "STORED_AT", None)
+        stored = wanted is None or any(wanted in site.line for site in result.stored_at)
+        self.right.append(result.pattern == self.module.EXPECTED_PATTERN and named and stored)
+
+
+def _catalogue_table(repeat: int) -> tuple[str, float]:
+    rows = []
+    worst = 0.0
+    for path in catalogue_modules():
+        if not path.name.startswith(("torch_", "minigrad_")):
+            continue
+        try:
+            module = _load(path.stem)
+        except BaseException as exc:  # an optional framework is missing: skipped
+            rows.append([path.stem, "", f"not run: {type(exc).__name__}", "", ""])
+            continue
+        call = _ExampleCall(module)
+        timing = time_calls(call, repeat=repeat)
+        worst = max(worst, timing.median)
+        verdict = "yes" if all(call.right) else f"{sum(call.right)}/{len(call.right)}"
+        met = timing.median <= CATALOGUE_TARGET_S
+        rows.append([path.stem, module.EXPECTED_PATTERN, timing.fmt("s"), verdict,
+                     verdict_cell(met)])  # fmt: skip
+    table = markdown_table(
+        ["example", "pattern", "diagnose()", "right pattern + culprit + stored at",
+         f"<= {fmt_num(CATALOGUE_TARGET_S)} s"],
+        rows,
+    )  # fmt: skip
+    return table, worst
+
+
 def main() -> None:
     args = parse_args(__doc__.splitlines()[0])
     pin_threads()
     repeat = 2 if args.quick else 5
     sizes = HEAP_SIZES[:1] if args.quick else HEAP_SIZES
+    catalogue_table, catalogue_worst = _catalogue_table(repeat)
     modules = {stem: _load(stem) for stem in CASES}
     for module in modules.values():
         for _ in range(3):  # past first use, as after the plugin's warmup
@@ -162,7 +215,14 @@ def main() -> None:
         "own gc work is proportional to the objects the extra steps create, not to the "
         "heap; the chain search walks only what the roots reach, within a budget of "
         "300k objects / 2 s. Medians with interquartile range over "
-        f"{repeat} calls; torch pinned to one thread.\n"
+        f"{repeat} calls; torch pinned to one thread.\n\n"
+        "### Every catalogue example\n\n"
+        "On the benchmark process's own heap, with the verdict of "
+        "``check(leaky_step, diagnose=False)``:\n\n"
+        f"{catalogue_table}\n\n"
+        f"Target: every catalogue example diagnosed in <= {fmt_num(CATALOGUE_TARGET_S)} s: "
+        f"worst {fmt_num(catalogue_worst)} s, "
+        f"{verdict_cell(catalogue_worst <= CATALOGUE_TARGET_S)}.\n"
     )
     write_results("diagnose", "diagnose(): cost vs heap size", body, out=args.out,
                   quick=args.quick)  # fmt: skip

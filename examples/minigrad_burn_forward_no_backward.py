@@ -24,6 +24,8 @@ from minigrad import nn
 SOURCE = "tracel-ai/burn#4339"
 EXPECTED_PATTERN = "retained-grad-fn"
 CULPRIT = "position"
+#: Text of the line that stores the leaked tensor (the ``stored at:`` line).
+STORED_AT = "rollout.position = rollout.dynamics(rollout.position)"
 
 
 @dataclass

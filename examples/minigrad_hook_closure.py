@@ -28,6 +28,8 @@ from minigrad.functional import cross_entropy
 SOURCE = "jacobgil/pytorch-grad-cam#88"
 EXPECTED_PATTERN = "cycle"
 CULPRIT = "pre_hooks"
+#: No ``stored at:`` line: that line is given for list-accumulation and retained-grad-fn.
+STORED_AT = None
 
 
 @dataclass

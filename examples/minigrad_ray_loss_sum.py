@@ -24,6 +24,8 @@ from minigrad.functional import cross_entropy
 SOURCE = "ray-project/ray#40714"
 EXPECTED_PATTERN = "retained-grad-fn"
 CULPRIT = "loss_sum"
+#: Text of the line that stores the leaked tensor (the ``stored at:`` line).
+STORED_AT = "state.loss_sum += loss"
 
 
 @dataclass

@@ -24,6 +24,8 @@ from minigrad.functional import cross_entropy
 SOURCE = "seed C++ transformer engine (pytest-graphleak issue 2)"
 EXPECTED_PATTERN = "list-accumulation"
 CULPRIT = "history"
+#: Text of the line that stores the leaked tensor (the ``stored at:`` line).
+STORED_AT = "run.history.append(val_loss)"
 
 BLOCK, BATCH, EVAL_BATCH = 12, 4, 2
 

@@ -25,6 +25,8 @@ from minigrad.functional import mse_loss
 SOURCE = "Leavesfly/TinyAI (Variable.unChainBackward)"
 EXPECTED_PATTERN = "retained-grad-fn"
 CULPRIT = "hidden"
+#: Text of the line that stores the leaked tensor (the ``stored at:`` line).
+STORED_AT = "state.hidden = state.cell(mg.Tensor(x), state.hidden)"
 
 WINDOW = 3  # time steps per truncated-BPTT window
 

@@ -23,6 +23,8 @@ from torch.utils.checkpoint import checkpoint
 SOURCE = "pytorch/pytorch#84413"
 EXPECTED_PATTERN = "cycle"
 CULPRIT = "run_function"
+#: No ``stored at:`` line: that line is given for list-accumulation and retained-grad-fn.
+STORED_AT = None
 
 
 @dataclass

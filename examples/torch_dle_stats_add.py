@@ -20,6 +20,8 @@ import torch
 SOURCE = "NVIDIA/DeepLearningExamples#1102"
 EXPECTED_PATTERN = "retained-grad-fn"
 CULPRIT = "loss_sum"
+#: Text of the line that stores the leaked tensor (the ``stored at:`` line).
+STORED_AT = "self.loss_sum.add_(loss)"
 
 
 class LossMeter(torch.nn.Module):

@@ -22,6 +22,8 @@ import torch
 SOURCE = "huggingface/transformers#7232"
 EXPECTED_PATTERN = "memory-growth"
 CULPRIT = "preds_host"
+#: No ``stored at:`` line: that line is given for list-accumulation and retained-grad-fn.
+STORED_AT = None
 
 CLASSES = 2_000  # a vocabulary-sized head: one batch of logits is 16 x 2000 floats
 

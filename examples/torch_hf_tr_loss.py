@@ -20,6 +20,8 @@ SOURCE = "huggingface/transformers#6939"
 EXPECTED_PATTERN = "retained-grad-fn"
 #: The attribute the culprit chain must name.
 CULPRIT = "tr_loss"
+#: Text of the line that stores the leaked tensor (the ``stored at:`` line).
+STORED_AT = "state.tr_loss += loss"
 
 
 @dataclass

@@ -22,6 +22,8 @@ import torch
 SOURCE = "jacobgil/pytorch-grad-cam#88"
 EXPECTED_PATTERN = "cycle"
 CULPRIT = "_backward_hooks"
+#: No ``stored at:`` line: that line is given for list-accumulation and retained-grad-fn.
+STORED_AT = None
 
 
 @dataclass

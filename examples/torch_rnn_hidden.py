@@ -21,6 +21,8 @@ import torch
 SOURCE = "pytorch/pytorch#2198"
 EXPECTED_PATTERN = "retained-grad-fn"
 CULPRIT = "hidden"
+#: Text of the line that stores the leaked tensor (the ``stored at:`` line).
+STORED_AT = "state.hidden = state.rnn(data, state.hidden)"
 
 
 @dataclass

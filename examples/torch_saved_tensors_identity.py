@@ -23,6 +23,8 @@ import torch
 SOURCE = "pytorch/pytorch#115255"
 EXPECTED_PATTERN = "cycle"
 CULPRIT = "pack hook"
+#: No ``stored at:`` line: that line is given for list-accumulation and retained-grad-fn.
+STORED_AT = None
 
 
 def _identity(x: torch.Tensor) -> torch.Tensor:

@@ -18,6 +18,8 @@ import torch
 SOURCE = "rballester/tntorch#19"
 EXPECTED_PATTERN = "list-accumulation"
 CULPRIT = "loss_history"
+#: Text of the line that stores the leaked tensor (the ``stored at:`` line).
+STORED_AT = "fit.loss_history.append(loss)"
 
 
 @dataclass
