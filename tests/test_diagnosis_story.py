@@ -340,3 +340,22 @@ def test_a_cycle_of_plain_objects_is_drawn_with_the_tensor_it_holds() -> None:
     assert "cycle: Record.other -> Record.other -> Record (the same object" in text_of(d, v)
     assert "SumBackward0" in d.dot
     assert not any("no chain from a fixture" in n for n in d.notes)
+
+
+# --------------------------------------------------------------------------- no step
+def test_a_hand_written_loop_keeping_detached_tensors_is_not_retained_grad_fn() -> None:
+    model = torch.nn.Linear(3, 1)
+    losses: list[Any] = []
+    for _ in range(4):
+        loss = model(torch.ones(2, 3)).pow(2).mean()
+        loss.backward()
+        losses.append(loss.detach())
+    v = verdict("torch.tensors")
+    d = diagnose(v, metrics=METRICS, step=None, roots={"local 'losses'": losses})
+    assert d.pattern == "list-accumulation", d.notes
+    assert d.chain[0] == "local 'losses'"
+    assert "carry no autograd graph" in d.story and "already detached" in d.fix
+    held: list[Any] = [losses]  # nothing the roots reach holds a container of tensors
+    d = diagnose(v, metrics=METRICS, step=None, roots={"local 'held'": len(held)})
+    assert d.pattern == "memory-growth", d.notes
+    assert "retained-grad-fn" not in text_of(d, v)

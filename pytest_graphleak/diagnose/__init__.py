@@ -535,4 +535,6 @@ def _diagnose_heap(
     """A hand-written loop: no step to re-run, so look at what the roots hold now."""
     from pytest_graphleak.diagnose.heap import diagnose_heap
 
-    return diagnose_heap(verdict, roots, walker, memory_only=grown.memory_only)
+    return diagnose_heap(
+        verdict, roots, walker, memory_only=grown.memory_only, graph_grew=grown.nodes
+    )

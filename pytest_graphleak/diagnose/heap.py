@@ -20,6 +20,7 @@ from pytest_graphleak.diagnose.edges import ObjectEdges
 from pytest_graphleak.diagnose.render import render_chain, render_dot
 from pytest_graphleak.diagnose.roots import given_roots
 from pytest_graphleak.diagnose.search import Path, shortest_path
+from pytest_graphleak.diagnose.story import tell
 from pytest_graphleak.result import Diagnosis, Verdict
 
 _CONTAINERS = (list, dict, set, frozenset, deque, tuple)
@@ -32,7 +33,12 @@ def _graph_tensor(obj: Any, walker: ObjectEdges) -> bool:
     return found is not None and found[1] == TENSOR and getattr(obj, "grad_fn", None) is not None
 
 
-def _accumulates(obj: object, walker: ObjectEdges) -> bool:
+def _tensor(obj: Any, walker: ObjectEdges) -> bool:
+    found = walker.backend_of(obj)
+    return found is not None and found[1] == TENSOR
+
+
+def _accumulates(obj: object, walker: ObjectEdges, kept: Any = _graph_tensor) -> bool:
     if not isinstance(obj, _CONTAINERS) or len(obj) < _MIN_ACCUMULATED:
         return False
     items = obj.values() if isinstance(obj, dict) else obj
@@ -40,7 +46,7 @@ def _accumulates(obj: object, walker: ObjectEdges) -> bool:
     for i, item in enumerate(items):
         if i >= 1000:
             break
-        if _graph_tensor(item, walker):
+        if kept(item, walker):
             count += 1
             if count >= _MIN_ACCUMULATED:
                 return True
@@ -70,7 +76,12 @@ def _graph_size(tensor: Any, walker: ObjectEdges) -> int:
 
 
 def diagnose_heap(
-    verdict: Verdict, roots: Mapping[str, object], walker: ObjectEdges, *, memory_only: bool
+    verdict: Verdict,
+    roots: Mapping[str, object],
+    walker: ObjectEdges,
+    *,
+    memory_only: bool,
+    graph_grew: bool = True,
 ) -> Diagnosis:
     notes = [
         "no step to re-run (hand-written loop): the diagnosis looked at the heap as it is; "
@@ -78,6 +89,8 @@ def diagnose_heap(
     ]
     labelled = given_roots(roots)
     path: Path | None = None
+    if not graph_grew and not memory_only:  # tensors grew, graph nodes did not
+        return _without_graph(labelled, walker, notes)
     try:
         path = shortest_path(labelled, lambda o: _accumulates(o, walker), walker)
         if path is not None:
@@ -128,6 +141,28 @@ def diagnose_heap(
             else (verdict.pattern or "retained-grad-fn")
         )
         return Diagnosis(pattern, notes=notes)
+    finally:
+        if path is not None:
+            path.clear()
+
+
+def _without_graph(labelled: list[tuple[str, object]], walker: ObjectEdges,
+                   notes: list[str]) -> Diagnosis:  # fmt: skip
+    """Tensors grew and graph nodes did not: a container of tensors the roots reach is
+    list-accumulation, else memory-growth; never retained-grad-fn (no graph grew)."""
+    path = shortest_path(labelled, lambda o: _accumulates(o, walker, _tensor), walker)
+    try:
+        if path is None:
+            story, fix = tell("memory-growth", graph_grew=False, tensors=True, has_chain=False)
+            return Diagnosis("memory-growth", notes=notes, story=story, fix=fix)
+        container = path.objects[-1]
+        items = container.values() if isinstance(container, dict) else container
+        tensor = next(t for t in items if _tensor(t, walker))
+        _extend(path, tensor, "key" if isinstance(container, dict) else "index", container)
+        notes.append(f"{type(container).__name__} of {len(container)} tensors without a graph")
+        story, fix = tell("list-accumulation", graph_grew=False, tensors=True, has_chain=True)
+        return Diagnosis("list-accumulation", chain=render_chain(path, walker), notes=notes,
+                         dot=render_dot(path, None, walker), story=story, fix=fix)  # fmt: skip
     finally:
         if path is not None:
             path.clear()
