@@ -359,3 +359,27 @@ def test_a_hand_written_loop_keeping_detached_tensors_is_not_retained_grad_fn() 
     d = diagnose(v, metrics=METRICS, step=None, roots={"local 'held'": len(held)})
     assert d.pattern == "memory-growth", d.notes
     assert "retained-grad-fn" not in text_of(d, v)
+
+
+def test_html_report_shows_stored_at_story_and_fix() -> None:
+    from pytest_graphleak.report.html import render_html
+    from pytest_graphleak.report.json_doc import CheckedTest, build_document
+
+    model = torch.nn.Linear(3, 1)
+    state: dict[str, Any] = {"losses": []}
+
+    def step() -> None:
+        state["losses"].append(model(torch.ones(2, 3)).sum().detach())
+
+    run(step)
+    v = verdict("torch.tensors")
+    d = diagnose(v, metrics=METRICS, step=step, roots={"fixture 'state'": state})
+    result = CheckResult("t.py::test_x", 2, 0, {"torch.tensors": [1, 2]},
+                         {"torch.tensors": "objects"}, v, d)  # fmt: skip
+    doc = build_document([CheckedTest("t.py::test_x", "failed", [result.to_dict()])],
+                         generated_by="test")  # fmt: skip
+    page = render_html(doc, draw=None)
+    assert "stored at (the line that puts it in its holder)" in page
+    assert "state[&quot;losses&quot;].append(" in page
+    assert "carry no autograd graph" in page
+    assert "already detached" in page

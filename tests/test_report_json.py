@@ -46,8 +46,9 @@ def leaky_check(name: str = "t.py::test_leak", warmup: int = 2, steps: int = 5) 
         diagnosis=Diagnosis(
             "retained-grad-fn",
             chain=["global 'total'", "Tensor(shape=(), grad_fn=AddBackward0)"],
-            sites=[CreationSite("t.py", 9, "total += loss", 1, "step")],
+            sites=[CreationSite("t.py", 9, "loss = model(x)", 1, "step", via="lib/m.py:3")],
             dot="digraph { a -> b }",
+            stored_at=[CreationSite("t.py", 10, "total += loss", 1, "step")],
         ),
         duration_s=0.25,
     ).to_dict()
@@ -123,6 +124,9 @@ def test_document_validates_and_round_trips_through_json() -> None:
         (("tests", 0, "checks", 0, "pattern"), "list_accumulation"),
         (("tests", 0, "checks", 0, "units", "torch.tensors"), "tensors"),
         (("summary", "checked"), -1),
+        (("tests", 0, "checks", 1, "diagnosis", "stored_at", 0, "lineno"), "10"),
+        (("tests", 0, "checks", 1, "diagnosis", "sites", 0, "via"), 3),
+        (("tests", 0, "checks", 1, "diagnosis", "story"), None),
     ],
 )
 def test_schema_rejects_a_wrong_document(path: tuple[Any, ...], value: object) -> None:
