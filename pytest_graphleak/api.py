@@ -14,19 +14,21 @@ propagates (with a note naming the step).
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_graphleak import tracker
 from pytest_graphleak.metrics import Metric
-from pytest_graphleak.options import OptionError, Settings
+from pytest_graphleak.options import CheckOptions, OptionError, Settings, TrackOptions
 from pytest_graphleak.report.text import render_text
 from pytest_graphleak.result import PATTERNS, CheckResult, Diagnosis, Verdict
 from pytest_graphleak.verdict import Limits, confirm, judge, needs_recheck
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 
 class GraphLeakWarning(UserWarning):
@@ -184,9 +186,11 @@ def _recheck(verdict: Verdict, series: tracker.Series) -> Verdict:
     return verdict
 
 
-def _settings(where: str, base: Settings | None, **values: object) -> Settings:
+def _settings(
+    where: str, base: Settings | None, values: Mapping[str, object], place: str
+) -> Settings:
     try:
-        return (base or Settings()).override(values, where=where)
+        return (base or Settings()).override(values, where=where, place=place)
     except OptionError as exc:
         raise ValueError(str(exc)) from None
 
@@ -208,30 +212,22 @@ def roots_of_frame(frame: Any, exclude: Collection[int] = ()) -> Callable[[], Ma
 def check(
     step: Callable[[], object],
     *,
-    steps: int | None = None,
-    warmup: int | None = None,
-    rss_tolerance: float | str | None = None,
-    probes: str | Sequence[str] | None = None,
-    start_scan: str | None = None,
     name: str | None = None,
     raise_on_leak: bool = False,
-    diagnose: bool = True,
     settings: Settings | None = None,
+    **options: Unpack[CheckOptions],
 ) -> CheckResult:
     """Call ``step`` ``warmup + steps`` times and judge whether it leaks.
 
+    ``options``: the keywords that apply to "check" in ``pytest_graphleak.options``
+    (steps, warmup, rss_tolerance, probes, start_scan, diagnose), over ``settings``.
     Returns the CheckResult. With ``raise_on_leak=True`` a leak raises GraphLeakError
     (message: the full report) and a raising step propagates its own exception.
     """
     if not callable(step):
         raise TypeError(f"check(step): step must be callable, got {step!r}")
     label = name or getattr(step, "__qualname__", None) or repr(step)
-    resolved = _settings(
-        f"check({label})", settings, steps=steps, warmup=warmup,
-        rss_tolerance=rss_tolerance, probes=probes, start_scan=start_scan,
-    )  # fmt: skip
-    if not diagnose:
-        resolved = dataclasses.replace(resolved, diagnose=False)
+    resolved = _settings(f"check({label})", settings, options, "check")
     try:
         result = measure(
             step,
@@ -360,22 +356,17 @@ class Track:
 
 def track(
     *,
-    steps: int | None = None,
-    warmup: int | None = None,
-    rss_tolerance: float | str | None = None,
-    probes: str | Sequence[str] | None = None,
-    start_scan: str | None = None,
     name: str = "track()",
     raise_on_leak: bool = False,
     settings: Settings | None = None,
+    **options: Unpack[TrackOptions],
 ) -> Track:
-    """A context manager measuring a hand-written loop; see ``Track``."""
-    resolved = _settings(name, settings, warmup=warmup, rss_tolerance=rss_tolerance,
-                         probes=probes, start_scan=start_scan)  # fmt: skip
-    if steps is not None:
-        resolved = _settings(name, resolved, steps=steps)
-    return Track(settings=resolved, name=name, raise_on_leak=raise_on_leak,
-                 steps=steps)  # fmt: skip
+    """A context manager measuring a hand-written loop; see ``Track``. ``options``: the
+    keywords that apply to "track" in ``pytest_graphleak.options``; without ``steps`` the
+    loop is judged when the block exits."""
+    resolved = _settings(name, settings, options, "track")
+    steps = resolved.steps if options.get("steps") is not None else None
+    return Track(settings=resolved, name=name, raise_on_leak=raise_on_leak, steps=steps)
 
 
 # Shown as ``pytest_graphleak.GraphLeakError`` in failures, where users import it from.

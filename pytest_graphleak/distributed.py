@@ -49,9 +49,13 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Union
+from typing import TYPE_CHECKING, Any, Union
 
+from pytest_graphleak.options import CheckOptions, OptionError, Settings
 from pytest_graphleak.result import CheckResult
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 #: ``(rank, world_size) -> step``: builds one rank's zero-argument training step.
 StepFactory = Callable[[int, int], Callable[[], object]]
@@ -314,36 +318,35 @@ def check_distributed(
     step_factory: FactoryLike,
     *,
     world_size: int = 2,
-    steps: int | None = None,
-    warmup: int | None = None,
     backend: str = "gloo",
     timeout: float = DEFAULT_TIMEOUT_S,
     start_timeout: float = DEFAULT_START_TIMEOUT_S,
     name: str | None = None,
     raise_on_leak: bool = True,
     on_result: Callable[[CheckResult], object] | None = None,
-    **check_options: Any,
+    settings: Settings | None = None,
+    **options: Unpack[CheckOptions],
 ) -> DistributedResult:
     """Run ``step_factory(rank, world_size)()`` as a tracked step on ``world_size`` ranks.
 
-    ``steps``/``warmup`` and ``check_options`` go to ``pytest_graphleak.check`` in every
-    rank. With ``raise_on_leak`` (the default) a leak on any rank raises GraphLeakError
-    naming the rank; a rank that raised, crashed or hung always raises RankError with that
-    rank's traceback. ``on_result`` is called with each rank's CheckResult (the pytest
-    fixture uses it to attach the results to the test report).
+    ``settings`` with the check options applied (``pytest_graphleak.options``, place
+    "check") go to ``pytest_graphleak.check`` in every rank. With ``raise_on_leak`` (the
+    default) a leak on any rank raises GraphLeakError naming the rank; a rank that
+    raised, crashed or hung always raises RankError with that rank's traceback.
+    ``on_result`` is called with each rank's CheckResult (the pytest fixture uses it to
+    attach the results to the test report).
     """
     (result,) = check_distributed_many(
         [step_factory],
         world_size=world_size,
-        steps=steps,
-        warmup=warmup,
         backend=backend,
         timeout=timeout,
         start_timeout=start_timeout,
         names=[name] if name is not None else None,
         raise_on_leak=raise_on_leak,
         on_result=on_result,
-        **check_options,
+        settings=settings,
+        **options,
     )
     return result
 
@@ -352,15 +355,14 @@ def check_distributed_many(
     step_factories: Sequence[FactoryLike],
     *,
     world_size: int = 2,
-    steps: int | None = None,
-    warmup: int | None = None,
     backend: str = "gloo",
     timeout: float = DEFAULT_TIMEOUT_S,
     start_timeout: float = DEFAULT_START_TIMEOUT_S,
     names: Sequence[str] | None = None,
     raise_on_leak: bool = True,
     on_result: Callable[[CheckResult], object] | None = None,
-    **check_options: Any,
+    settings: Settings | None = None,
+    **options: Unpack[CheckOptions],
 ) -> list[DistributedResult]:
     """Like ``check_distributed`` for several factories, checked one after the other in ONE
     process group: the ranks pay process start-up and the torch import once.
@@ -369,7 +371,13 @@ def check_distributed_many(
     ``start_timeout`` bounds spawning, importing torch and joining. With ``raise_on_leak``,
     every factory is checked before the first failure is raised.
     """
-    _validate(world_size, backend, steps, warmup)
+    _validate(world_size, backend)
+    try:  # validated here, once, so that a bad keyword never spawns a rank
+        resolved = (settings or Settings()).override(
+            options, where="check_distributed()", place="check"
+        )
+    except OptionError as exc:
+        raise ValueError(str(exc)) from None
     timeouts = _Timeouts(
         start=_seconds("start_timeout", start_timeout), run=_seconds("timeout", timeout)
     )
@@ -380,14 +388,9 @@ def check_distributed_many(
         names = [ref.label for ref in refs]
     elif len(names) != len(refs):
         raise ValueError(f"names: {len(names)} names for {len(refs)} step factories")
-    options = dict(check_options)
-    if steps is not None:
-        options["steps"] = steps
-    if warmup is not None:
-        options["warmup"] = warmup
-
     started = time.perf_counter()
-    collected = _run_group(refs, list(names), world_size, backend, timeouts, options)
+    collected = _run_group(refs, list(names), world_size, backend, timeouts,
+                           {"settings": resolved})  # fmt: skip
     elapsed = time.perf_counter() - started
     results = [
         DistributedResult(name, world_size, ranks, elapsed)
@@ -409,16 +412,11 @@ def _seconds(label: str, value: float) -> float:
     return float(value)
 
 
-def _validate(world_size: int, backend: str, steps: int | None, warmup: int | None) -> None:
+def _validate(world_size: int, backend: str) -> None:
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size: expected an int >= 1, got {world_size!r}")
     if not isinstance(backend, str) or not backend:
         raise ValueError(f"backend: expected a torch.distributed backend name, got {backend!r}")
-    for label, value, low in (("steps", steps, 1), ("warmup", warmup, 0)):
-        if value is not None and (
-            isinstance(value, bool) or not isinstance(value, int) or value < low
-        ):
-            raise ValueError(f"{label}: expected an int >= {low}, got {value!r}")
 
 
 # --------------------------------------------------------------------------- pytest
@@ -429,13 +427,10 @@ def check_in_fixture(
     step_factory: FactoryLike,
     *,
     world_size: int = 2,
-    steps: int | None = None,
-    warmup: int | None = None,
-    rss_tolerance: float | str | None = None,
-    probes: str | Sequence[str] | None = None,
     backend: str = "gloo",
-    timeout: float = DEFAULT_TIMEOUT_S,
-    start_timeout: float = DEFAULT_START_TIMEOUT_S,
+    timeout: float | None = None,
+    start_timeout: float | None = None,
+    **options: Unpack[CheckOptions],
 ) -> DistributedResult:
     """``graphleak.check_distributed(...)``: the fixture's settings (ini, CLI, call
     keywords) go to every rank, each rank's result goes into the test report
@@ -445,18 +440,15 @@ def check_in_fixture(
     __tracebackhide__ = True
     from pytest_graphleak import plugin
 
-    item = fixture._item
-    settings = fixture._resolve(
-        "check_distributed()",
-        {"steps": steps, "warmup": warmup, "rss_tolerance": rss_tolerance, "probes": probes},
-    )
+    item = fixture.item
+    settings = fixture.resolve("check_distributed()", options)
     label = step_factory if isinstance(step_factory, str) else _label(step_factory)
     result = check_distributed(
         step_factory,
         world_size=world_size,
         backend=backend,
-        timeout=timeout,
-        start_timeout=start_timeout,
+        timeout=DEFAULT_TIMEOUT_S if timeout is None else timeout,
+        start_timeout=DEFAULT_START_TIMEOUT_S if start_timeout is None else start_timeout,
         name=f"{item.nodeid}::check_distributed({label})",
         raise_on_leak=False,
         on_result=lambda check_result: plugin._record(item, check_result),

@@ -1,4 +1,22 @@
-"""The option table: every setting's CLI flag, ini twin, one help text and validation.
+"""The one declaration of every graphleak option, and how settings are resolved.
+
+``OPTIONS`` is the declaration: one ``Option`` per setting with its name (``key``), its
+``type`` (a word for people: int, bool, size, probe names, choice, path), its
+``default``, one ``help`` text, and ``applies``: where it can be given. The places are
+
+* ``"pytest"``: a ``--graphleak-*`` command-line flag (``flag``) and its ini twin
+  (``ini``), typed for pytest's ini reader where the running pytest supports it;
+* ``"marker"``: a keyword of ``@pytest.mark.no_graph_growth``;
+* ``"check"``: a keyword of ``check()``, ``graphleak.check()``,
+  ``graphleak.check_distributed()`` / ``check_distributed()`` and the framework
+  callbacks (typed as ``CheckOptions``);
+* ``"track"``: a keyword of ``track()`` / ``graphleak.track()`` (``TrackOptions``);
+* ``"command"``: a flag of ``graphleak check`` (``command_flag``).
+
+Everything else (the argparse flags and ini keys, the ``--markers`` line, the accepted
+keywords, the ``graphleak check`` flags, the options reference page) is generated from
+this table; the two TypedDicts exist for type checkers and are verified against the
+table when this module is imported.
 
 Precedence: marker / call keyword > command line > ini file > default. Every bad
 value fails with a message that names the setting, the value and where it came from
@@ -13,9 +31,9 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from pytest_graphleak.probes import PROBE_NAMES
 from pytest_graphleak.tracker import START_SCANS
@@ -24,12 +42,15 @@ DEFAULT_STEPS = 16
 DEFAULT_WARMUP = 3
 DEFAULT_RSS_TOLERANCE = 1024 * 1024  # bytes per step; see README "How the verdict decides"
 
+#: Where an option can be given (see the module docstring).
+PLACES = ("pytest", "marker", "check", "track", "command")
+
 
 class OptionError(ValueError):
     """A setting with a bad value; the message says which, what and where from."""
 
 
-# -- value checks: Python value (from a marker or a call) -> normalised value -------------
+# -- value checks: Python value (from a marker, a call or a typed ini value) -> normalised
 def _int_at_least(minimum: int) -> Callable[[str, object], int]:
     def check(key: str, value: object) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
@@ -70,10 +91,12 @@ def _byte_size(key: str, value: object) -> float:
 
 
 def _probes(key: str, value: object) -> tuple[str, ...] | None:
+    # "torch,gc", ["torch", "gc"] (a marker, a TOML list) and ["torch,gc"] (an ini line
+    # split as shell words) all name the same probes.
     if isinstance(value, str):
-        names = [part.strip() for part in value.split(",") if part.strip()]
-    elif isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
-        names = list(value)
+        value = [value]
+    if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        names = [part.strip() for v in value for part in v.split(",") if part.strip()]
     else:
         raise OptionError(f"{key} must be probe names like 'torch,gc', got {value!r}")
     if names in (["all"], ["auto"]):
@@ -91,6 +114,14 @@ def _start_scan(key: str, value: object) -> str:
     if value not in START_SCANS:
         raise OptionError(f"{key} must be one of {', '.join(START_SCANS)}, got {value!r}")
     return str(value)
+
+
+
+
+def _path(key: str, value: object) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise OptionError(f"{key} must be a file path, got {value!r}")
+    return value.strip()
 
 
 # -- text (command line, ini file) -> Python value ---------------------------------------
@@ -114,52 +145,67 @@ def _text_as_is(text: str) -> object:
     return text
 
 
+def _text_stripped(text: str) -> object:
+    return text.strip()
+
+
 @dataclass(frozen=True)
 class Option:
     key: str  # the Settings field and the marker / call keyword
-    flag: str  # command line
+    type: str  # for people and the reference page: int, bool, size, names, choice, path
+    default: Any
+    help: str  # one text for the flag, the ini key and the reference page
+    applies: frozenset[str]  # a subset of PLACES
+    flag: str  # pytest command line
     ini: str  # ini file key
-    help: str  # one text for both
     check: Callable[[str, object], Any]
     from_text: Callable[[str], object]
-    default: Any
     metavar: str | None = None  # None: a flag without a value
     flag_value: Any = True  # what an argument-less flag sets
-    marker_keyword: bool = True  # accepted by the marker and by check()/track()
+    command_flag: str | None = None  # the `graphleak check` flag, when "command" applies
 
+    def applies_to(self, place: str) -> bool:
+        return place in self.applies
+
+
+_PER_CHECK = frozenset({"pytest", "marker", "check", "track", "command"})
 
 OPTIONS: tuple[Option, ...] = (
     Option(
-        "enabled", "--graphleak", "graphleak",
+        "enabled", "bool", False,
         "run @pytest.mark.no_graph_growth tests warmup+steps times and fail them when "
         "tensors, graph nodes, cyclic garbage or memory grow (default: off)",
-        _bool, _text_bool, False, marker_keyword=False,
+        frozenset({"pytest"}), "--graphleak", "graphleak", _bool, _text_bool,
     ),
     Option(
-        "steps", "--graphleak-steps", "graphleak_steps",
+        "steps", "int", DEFAULT_STEPS,
         f"measured steps per checked test, after warmup (default: {DEFAULT_STEPS}; "
         "12 or more catch a leak of one object every third step)",
-        _int_at_least(1), _text_int, DEFAULT_STEPS, metavar="N",
+        _PER_CHECK, "--graphleak-steps", "graphleak_steps",
+        _int_at_least(1), _text_int, metavar="N", command_flag="--steps",
     ),
     Option(
-        "warmup", "--graphleak-warmup", "graphleak_warmup",
+        "warmup", "int", DEFAULT_WARMUP,
         f"unmeasured warmup steps before the measured ones (default: {DEFAULT_WARMUP})",
-        _int_at_least(0), _text_int, DEFAULT_WARMUP, metavar="N",
+        _PER_CHECK, "--graphleak-warmup", "graphleak_warmup",
+        _int_at_least(0), _text_int, metavar="N", command_flag="--warmup",
     ),
     Option(
-        "rss_tolerance", "--graphleak-rss-tolerance", "graphleak_rss_tolerance",
+        "rss_tolerance", "size", float(DEFAULT_RSS_TOLERANCE),
         "process RSS (and CUDA reserved) growth per step that is still allocator noise, "
         "in bytes or with a unit like 512KiB or 2MiB (default: 1MiB)",
-        _byte_size, _text_as_is, float(DEFAULT_RSS_TOLERANCE), metavar="SIZE",
+        _PER_CHECK, "--graphleak-rss-tolerance", "graphleak_rss_tolerance",
+        _byte_size, _text_as_is, metavar="SIZE", command_flag="--rss-tolerance",
     ),
     Option(
-        "probes", "--graphleak-probes", "graphleak_probes",
-        f"comma-separated probes to sample among {', '.join(PROBE_NAMES)}, or 'all' "
-        "(default: all whose library is already imported)",
-        _probes, _text_as_is, None, metavar="NAMES",
+        "probes", "names", None,
+        f"probes to sample among {', '.join(PROBE_NAMES)} (comma-separated, or a list in "
+        "an ini/TOML file), or 'all' (default: all whose library is already imported)",
+        _PER_CHECK, "--graphleak-probes", "graphleak_probes",
+        _probes, _text_as_is, metavar="NAMES", command_flag="--probes",
     ),
     Option(
-        "start_scan", "--graphleak-start-scan", "graphleak_start_scan",
+        "start_scan", "choice", "roots",
         "how a check finds the tensors alive before its first step, whose graphs can grow "
         "in place (total += loss): 'roots' walks what the test reaches (fixture values, "
         "self, the step's closure and globals, the user's modules) and records the tensors "
@@ -167,24 +213,97 @@ OPTIONS: tuple[Option, ...] = (
         "100k objects the walk falls back to 'heap'); 'heap' scans every object, O(heap) "
         "per check: needed only for a tensor the walk does not reach (a library's globals, "
         "past its limit) that no warmup step passes to a torch operation (default: roots)",
-        _start_scan, lambda text: text.strip(), "roots", metavar="roots|heap",
+        _PER_CHECK, "--graphleak-start-scan", "graphleak_start_scan",
+        _start_scan, _text_stripped, metavar="roots|heap", command_flag="--start-scan",
     ),
     Option(
-        "warn_only", "--graphleak-warn-only", "graphleak_warn_only",
-        "report leaks (warning, summary, reports) without failing the tests",
-        _bool, _text_bool, False, marker_keyword=False,
-    ),
-    Option(
-        "diagnose", "--graphleak-no-diagnose", "graphleak_diagnose",
+        "diagnose", "bool", True,
         "diagnose each leak (referrer chain, creation sites; on by default): "
         "--graphleak-no-diagnose or graphleak_diagnose = false skips it, and the failure "
         "names the pattern from the counts alone",
-        _bool, _text_bool, True, flag_value=False, marker_keyword=False,
+        _PER_CHECK, "--graphleak-no-diagnose", "graphleak_diagnose",
+        _bool, _text_bool, flag_value=False, command_flag="--no-diagnose",
+    ),
+    Option(
+        "warn_only", "bool", False,
+        "report leaks (warning, summary, reports) without failing the tests",
+        frozenset({"pytest"}), "--graphleak-warn-only", "graphleak_warn_only",
+        _bool, _text_bool,
+    ),
+    Option(
+        "report", "path", None,
+        "write a JSON report of every graphleak check to PATH (schema in the docs); "
+        "relative paths: to the current directory on the command line, to the ini file's "
+        "directory in the ini file. An existing file is replaced only if it is a graphleak "
+        "report",
+        frozenset({"pytest", "command"}), "--graphleak-report", "graphleak_report",
+        _path, _text_stripped, metavar="PATH", command_flag="--json",
+    ),
+    Option(
+        "html", "path", None,
+        "write a self-contained HTML report (charts, culprit chains, graph drawings) of "
+        "every graphleak check to PATH; relative paths and existing files as for the JSON "
+        "report",
+        frozenset({"pytest", "command"}), "--graphleak-html", "graphleak_html",
+        _path, _text_stripped, metavar="PATH", command_flag="--html",
     ),
 )  # fmt: skip
 
 OPTIONS_BY_KEY: dict[str, Option] = {option.key: option for option in OPTIONS}
-MARKER_KEYWORDS: tuple[str, ...] = tuple(o.key for o in OPTIONS if o.marker_keyword)
+
+
+def keywords(place: str) -> tuple[str, ...]:
+    """The option keys that ``place`` (one of PLACES) accepts, in table order."""
+    return tuple(option.key for option in OPTIONS if option.applies_to(place))
+
+
+MARKER_KEYWORDS: tuple[str, ...] = keywords("marker")
+
+
+class CheckOptions(TypedDict, total=False):
+    """Keywords of ``check()``, ``graphleak.check()``, ``check_distributed()``, the
+    framework callbacks and ``track()`` (None: the configured value)."""
+
+    steps: int | None
+    warmup: int | None
+    rss_tolerance: float | str | None
+    probes: str | Sequence[str] | None
+    start_scan: str | None
+    diagnose: bool | None
+
+
+#: ``track()`` takes the same keywords (its ``steps`` is optional: without it the loop
+#: is judged when the block exits); a name of its own so the two can part later.
+TrackOptions = CheckOptions
+
+
+def _verify_declaration() -> None:
+    # The TypedDicts are for type checkers; the table is the truth. Drift fails at import.
+    for typed, place in ((CheckOptions, "check"), (TrackOptions, "track")):
+        if set(typed.__annotations__) != set(keywords(place)):
+            raise AssertionError(
+                f"{typed.__name__} {sorted(typed.__annotations__)} disagrees with the "
+                f"options that apply to {place!r}: {sorted(keywords(place))}"
+            )
+    for option in OPTIONS:
+        if not option.applies <= set(PLACES):
+            raise AssertionError(f"{option.key}: unknown place in {sorted(option.applies)}")
+        if option.applies_to("command") != (option.command_flag is not None):
+            raise AssertionError(f"{option.key}: command_flag and 'command' disagree")
+
+
+_verify_declaration()
+
+
+def _can_flag_a_leak(settings: Settings, where: str) -> None:
+    """One sample (steps=1 after no warmup) has nothing to be compared with."""
+    if settings.steps == 1 and settings.warmup == 0:
+        raise OptionError(
+            f"{where}: steps=1 with warmup=0 can never flag a leak (a single sample has "
+            "nothing to be compared with; steps from "
+            f"{settings.source('steps')}, warmup from {settings.source('warmup')}): "
+            "use steps >= 2, or warmup >= 1 so that the last warmup step is the baseline"
+        )
 
 
 @dataclass(frozen=True)
@@ -195,26 +314,31 @@ class Settings:
     rss_tolerance: float = float(DEFAULT_RSS_TOLERANCE)
     probes: tuple[str, ...] | None = None
     start_scan: str = "roots"
-    warn_only: bool = False
     diagnose: bool = True
+    warn_only: bool = False
+    report: str | None = None
+    html: str | None = None
     #: key -> where the value came from, for error messages ("default" when absent).
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     def source(self, key: str) -> str:
         return self.sources.get(key, "default")
 
-    def override(self, values: Mapping[str, object], *, where: str) -> Settings:
-        """Settings with ``values`` (marker or call keywords) applied, validated.
+    def override(
+        self, values: Mapping[str, object], *, where: str, place: str = "marker"
+    ) -> Settings:
+        """Settings with ``values`` (keywords given at ``place``) applied, validated.
 
         ``where`` names the origin in errors, e.g. "@pytest.mark.no_graph_growth on
         tests/test_x.py::test_step".
         """
+        accepted = keywords(place)
         changes: dict[str, Any] = {}
         for key, value in values.items():
-            if key not in MARKER_KEYWORDS:
+            if key not in accepted:
                 raise OptionError(
                     f"{where}: unknown keyword argument {key!r}; "
-                    f"expected one of {', '.join(MARKER_KEYWORDS)}"
+                    f"expected one of {', '.join(accepted)}"
                 )
             if value is None:
                 continue  # "use the configured value"
@@ -225,13 +349,59 @@ class Settings:
         if not changes:
             return self
         sources = {**self.sources, **dict.fromkeys(changes, where)}
-        return dataclasses.replace(self, **changes, sources=sources)
+        resolved = dataclasses.replace(self, **changes, sources=sources)
+        # track() without steps= is judged at the block's end: its steps are not used.
+        if "steps" in changes or (place != "track" and "warmup" in changes):
+            _can_flag_a_leak(resolved, where)
+        return resolved
 
 
-def add_options(parser: Any) -> None:
-    """Register every option's CLI flag and ini twin with one help text."""
+if {f.name for f in dataclasses.fields(Settings)} - {"sources"} != set(OPTIONS_BY_KEY):
+    raise AssertionError("Settings fields and OPTIONS disagree")
+
+
+# -- pytest: flags and typed ini keys -------------------------------------------------
+def _pytest_version() -> tuple[int, int]:
+    import pytest
+
+    major, minor = [*re.findall(r"\d+", pytest.__version__), "0", "0"][:2]
+    return int(major), int(minor)
+
+
+def ini_type(option: Option, version: tuple[int, int] | None = None) -> Any:
+    """The ``addini`` type that lets users write values as TOML does (pytest 9's
+    ``[tool.pytest]`` checks types strictly: ``graphleak = true``, ``graphleak_steps = 5``,
+    ``graphleak_probes = ["torch", "gc"]``).
+
+    From pytest 9.2 a union with ``str``, so that a bad value in an ini file reaches our
+    own check (which names the setting and where it came from) instead of pytest's
+    parser; 9.0 and 9.1: the plain type; older pytest (no native TOML table): "bool" and
+    "args", which every supported pytest has, and "string".
+    """
+    version = version or _pytest_version()
+    if option.type == "names":
+        return "args"
+    native = {"bool": bool, "int": int, "size": int | float}.get(option.type)
+    if native is None:
+        return "string"
+    if version >= (9, 2):
+        return native | str
+    if option.type == "bool":
+        return "bool"
+    if option.type == "int" and version >= (9, 0):
+        return "int"
+    return "string"
+
+
+def _pytest_options(keys: Sequence[str] | None) -> list[Option]:
+    return [o for o in OPTIONS if o.applies_to("pytest") and (keys is None or o.key in keys)]
+
+
+def add_options(parser: Any, keys: Sequence[str] | None = None) -> None:
+    """Register the CLI flag and ini twin, with one help text, of every option that
+    applies to pytest (or of ``keys`` only)."""
     group = parser.getgroup("graphleak", "autograd graph leaks (pytest-graphleak)")
-    for option in OPTIONS:
+    for option in _pytest_options(keys):
         if option.metavar is None:
             action = "store_true" if option.flag_value is True else "store_false"
             group.addoption(option.flag, action=action, dest=_dest(option), default=None,
@@ -239,7 +409,9 @@ def add_options(parser: Any) -> None:
         else:
             group.addoption(option.flag, action="store", dest=_dest(option), default=None,
                             metavar=option.metavar, help=option.help)  # fmt: skip
-        parser.addini(option.ini, option.help, type="string", default="")
+        # default None: an unset key reads as None (or "" / [] on older pytest), never
+        # as a value that would hide the option's own default.
+        parser.addini(option.ini, option.help, type=ini_type(option), default=None)
 
 
 def _dest(option: Option) -> str:
@@ -247,13 +419,18 @@ def _dest(option: Option) -> str:
     return option.ini
 
 
+def _is_unset(value: object) -> bool:
+    return value is None or value == [] or (isinstance(value, str) and not value.strip())
+
+
 def settings_from(
-    cli: Mapping[str, object | None], ini: Mapping[str, str], *, ini_file: str | None = None
+    cli: Mapping[str, object | None], ini: Mapping[str, object], *, ini_file: str | None = None
 ) -> Settings:
     """Resolve every option: command line beats ini beats default. Pure, for testing.
 
     ``cli`` maps option keys to parsed argparse values (None: not given), ``ini`` maps
-    ini keys to their raw text ("" or missing: not set).
+    ini keys to what pytest's ini reader gave (text, or a bool/int/list when typed;
+    None, "" or missing: not set).
     """
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
@@ -264,25 +441,86 @@ def settings_from(
             where = f"command line option {option.flag}"
             value = raw if option.metavar is None else option.from_text(str(raw))
             shown = "" if option.metavar is None else f"={raw}"
-        elif ini.get(option.ini, "").strip():
-            raw = ini[option.ini]
+            name = option.flag
+        elif not _is_unset(raw := ini.get(option.ini)):
             where = f"ini option {option.ini}{in_file}"
-            value = option.from_text(str(raw))
-            shown = f" = {raw}"
+            value = option.from_text(raw) if isinstance(raw, str) else raw
+            shown = f" = {raw}" if isinstance(raw, str) else f" = {raw!r}"
+            name = option.ini
         else:
             continue
         try:
             values[option.key] = option.check(option.key, value)
         except OptionError as exc:
-            name = option.flag if where.startswith("command") else option.ini
             raise OptionError(f"invalid {name}{shown} (from {where}): {exc}") from None
         sources[option.key] = where
-    return Settings(**values, sources=sources)
+    settings = Settings(**values, sources=sources)
+    _can_flag_a_leak(settings, "graphleak settings")
+    return settings
 
 
-def settings_from_config(config: Any) -> Settings:
-    """Resolve the settings of a pytest run; raises OptionError on a bad value."""
-    cli = {option.key: config.getoption(_dest(option), None) for option in OPTIONS}
-    ini = {option.ini: str(config.getini(option.ini) or "") for option in OPTIONS}
+def settings_from_config(config: Any, keys: Sequence[str] | None = None) -> Settings:
+    """Resolve the settings of a pytest run (of the options ``keys`` only, when given:
+    those ``add_options`` registered); raises OptionError on a bad value."""
     inipath = getattr(config, "inipath", None)
+    cli: dict[str, object | None] = {}
+    ini: dict[str, object] = {}
+    for option in _pytest_options(keys):
+        cli[option.key] = config.getoption(_dest(option), None)
+        try:
+            ini[option.ini] = config.getini(option.ini)
+        except Exception as exc:  # pytest's own type check: UsageError, ValueError, TypeError
+            raise OptionError(
+                f"invalid {option.ini} (from ini option {option.ini}"
+                f"{f' in {inipath}' if inipath else ''}): {exc}"
+            ) from None
     return settings_from(cli, ini, ini_file=str(inipath) if inipath else None)
+
+
+# -- the graphleak check command -------------------------------------------------------
+def add_command_flags(parser: Any) -> None:
+    """The ``graphleak check`` flags, from the same table and help texts."""
+    for option in OPTIONS:
+        if option.command_flag is None:
+            continue
+        if option.metavar is None:
+            action = "store_true" if option.flag_value is True else "store_false"
+            parser.add_argument(option.command_flag, action=action, dest=option.key,
+                                default=None, help=option.help)  # fmt: skip
+        else:
+            parser.add_argument(option.command_flag, dest=option.key, default=None,
+                                metavar=option.metavar, help=option.help)  # fmt: skip
+
+
+def settings_from_command(args: Any) -> Settings:
+    """Settings of ``graphleak check``: its flags over the defaults (no ini file)."""
+    cli: dict[str, object | None] = {}
+    for option in OPTIONS:
+        if option.command_flag is not None:
+            cli[option.key] = getattr(args, option.key, None)
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for key, raw in cli.items():
+        if raw is None:
+            continue
+        option = OPTIONS_BY_KEY[key]
+        value = raw if option.metavar is None else option.from_text(str(raw))
+        shown = option.command_flag if option.metavar is None else f"{option.command_flag} {raw}"
+        try:
+            values[key] = option.check(key, value)
+        except OptionError as exc:
+            raise OptionError(f"invalid {shown}: {exc}") from None
+        sources[key] = f"command line option {option.command_flag}"
+    settings = Settings(**values, sources=sources)
+    _can_flag_a_leak(settings, "graphleak check")
+    return settings
+
+
+def marker_signature() -> str:
+    """``steps=N, warmup=N, ...`` for the ``--markers`` line."""
+    metavar = {"bool": "BOOL"}
+    return ", ".join(
+        f"{o.key}={o.metavar or metavar.get(o.type, 'VALUE')}"
+        for o in OPTIONS
+        if o.applies_to("marker")
+    )

@@ -12,17 +12,22 @@ import functools
 import inspect
 import sys
 from collections.abc import Callable, Generator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from pytest_graphleak import api, options, terminal, tracker
 from pytest_graphleak.api import GraphLeakError, GraphLeakWarning, Track
 from pytest_graphleak.heap.usercode import is_pytest_module
-from pytest_graphleak.options import OptionError, Settings
+from pytest_graphleak.options import CheckOptions, OptionError, Settings, TrackOptions
 from pytest_graphleak.pytest_held import PytestHeld
 from pytest_graphleak.report.text import render_text
 from pytest_graphleak.result import CheckResult
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from pytest_graphleak.distributed import DistributedResult, FactoryLike
 
 MARKER = "no_graph_growth"
 
@@ -35,35 +40,24 @@ WORLD_SIZE_KEY = pytest.StashKey[int]()
 _INTERNAL_FIXTURES = frozenset({"request", "graphleak", "pytestconfig"})
 
 
-def no_graph_growth(
-    *,
-    steps: int | None = None,
-    warmup: int | None = None,
-    rss_tolerance: int | float | str | None = None,
-    probes: str | list[str] | None = None,
-    start_scan: str | None = None,
-    world_size: int = 1,
-) -> None:
-    """the test body is ONE training step. With --graphleak it is called warmup + steps times with the same fixture values and fails when alive tensors, graph nodes, cyclic garbage or memory keep growing; the failure names the pattern (list-accumulation, retained-grad-fn, cycle, memory-growth). Without --graphleak the test runs once. world_size=N > 1: the test function is a step factory run on N torch.distributed ranks (gloo), each rank checked."""  # noqa: E501
-
-
-_MARKER_METAVARS = {"rss_tolerance": "SIZE", "probes": "NAMES", "start_scan": "roots|heap"}
+_MARKER_HELP = (
+    "the test body is ONE training step. With --graphleak it is called warmup + steps "
+    "times with the same fixture values and fails when alive tensors, graph nodes, cyclic "
+    "garbage or memory keep growing; the failure names the pattern (list-accumulation, "
+    "retained-grad-fn, cycle, memory-growth). Without --graphleak the test runs once. "
+    "world_size=N > 1: the test function is a step factory run on N torch.distributed "
+    "ranks (gloo), each rank checked."
+)
 
 
 def _marker_line() -> str:
-    params = ", ".join(
-        f"{name}={_MARKER_METAVARS.get(name, 'N')}"
-        for name in inspect.signature(no_graph_growth).parameters
-    )
-    return f"{MARKER}({params}): {inspect.getdoc(no_graph_growth)}"
+    # The keywords come from the options table; world_size is the marker's own.
+    return f"{MARKER}({options.marker_signature()}, world_size=N): {_MARKER_HELP}"
 
 
 # -- configuration --------------------------------------------------------------------
 def pytest_addoption(parser: pytest.Parser) -> None:
     options.add_options(parser)
-    session_report = _session_report_module()
-    if session_report is not None:
-        session_report.add_options(parser)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -77,7 +71,8 @@ def pytest_configure(config: pytest.Config) -> None:
         "graphleak-session-report"
     ):
         config.pluginmanager.register(
-            session_report.GraphleakSessionReport(config), "graphleak-session-report"
+            session_report.GraphleakSessionReport(config, settings_of(config)),
+            "graphleak-session-report",
         )
 
 
@@ -454,31 +449,26 @@ class GraphleakFixture:
         self._settings = settings
         self._checks = 0
 
-    def _resolve(self, what: str, values: Mapping[str, object]) -> Settings:
+    @property
+    def item(self) -> pytest.Item:
+        """The test this fixture belongs to (its results go into that test's report)."""
+        return self._item
+
+    def resolve(self, what: str, values: Mapping[str, object], place: str = "check") -> Settings:
+        """The test's settings with call keywords applied; ValueError names the call."""
+        where = f"graphleak.{what} in {self._item.nodeid}"
         try:
-            return self._settings.override(values, where=f"graphleak.{what} in {self._item.nodeid}")
+            return self._settings.override(values, where=where, place=place)
         except OptionError as exc:
             raise ValueError(str(exc)) from None
 
-    def check(
-        self,
-        step: Callable[[], object],
-        *,
-        steps: int | None = None,
-        warmup: int | None = None,
-        rss_tolerance: int | float | str | None = None,
-        probes: str | list[str] | None = None,
-        start_scan: str | None = None,
-    ) -> CheckResult:
-        """Run ``step`` warmup + steps times; fail the test if it leaks."""
+    def check(self, step: Callable[[], object], **options: Unpack[CheckOptions]) -> CheckResult:
+        """Run ``step`` warmup + steps times; fail the test if it leaks. Keywords: the
+        options that apply to "check" (``pytest_graphleak.options``)."""
         __tracebackhide__ = True
         if not callable(step):
             raise TypeError(f"graphleak.check(step): step must be callable, got {step!r}")
-        settings = self._resolve(
-            "check()",
-            {"steps": steps, "warmup": warmup, "rss_tolerance": rss_tolerance, "probes": probes,
-             "start_scan": start_scan},
-        )  # fmt: skip
+        settings = self.resolve("check()", options)
         self._checks += 1
         label = getattr(step, "__qualname__", "step")
         name = f"{self._item.nodeid}::check({label})"
@@ -498,22 +488,11 @@ class GraphleakFixture:
             name=name,
         )
 
-    def track(
-        self,
-        *,
-        steps: int | None = None,
-        warmup: int | None = None,
-        rss_tolerance: int | float | str | None = None,
-        probes: str | list[str] | None = None,
-        start_scan: str | None = None,
-    ) -> Track:
+    def track(self, **options: Unpack[TrackOptions]) -> Track:
         """``with graphleak.track(warmup=3) as t:`` ... ``t.step()`` after each step;
         with ``steps=N`` judged (and diagnosed) at step warmup + N, inside the loop."""
-        settings = self._resolve(
-            "track()",
-            {"steps": steps, "warmup": warmup, "rss_tolerance": rss_tolerance,
-             "probes": probes, "start_scan": start_scan},
-        )  # fmt: skip
+        settings = self.resolve("track()", options, place="track")
+        steps = settings.steps if options.get("steps") is not None else None
         self._checks += 1
         name = f"{self._item.nodeid}::track({self._checks})"
 
@@ -527,14 +506,25 @@ class GraphleakFixture:
         return Track(settings=settings, name=name, raise_on_leak=not warn,
                      on_result=on_result, steps=steps)  # fmt: skip
 
-    def check_distributed(self, step_factory: Any, **kwargs: Any) -> Any:
+    def check_distributed(
+        self,
+        step_factory: FactoryLike,
+        *,
+        world_size: int = 2,
+        backend: str = "gloo",
+        timeout: float | None = None,
+        start_timeout: float | None = None,
+        **options: Unpack[CheckOptions],
+    ) -> DistributedResult:
         """Check a step on N torch.distributed ranks: ``step_factory`` (a module-level
         function or "module:function") builds each rank's step; a leak on any rank fails
         the test naming the rank. See ``pytest_graphleak.distributed.check_distributed``."""
         __tracebackhide__ = True
         from pytest_graphleak.distributed import check_in_fixture
 
-        return check_in_fixture(self, step_factory, **kwargs)
+        return check_in_fixture(self, step_factory, world_size=world_size, backend=backend,
+                                timeout=timeout, start_timeout=start_timeout,
+                                **options)  # fmt: skip
 
 
 @pytest.fixture

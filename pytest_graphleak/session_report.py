@@ -39,7 +39,10 @@ from typing import Any
 
 import pytest
 
+from pytest_graphleak import options
 from pytest_graphleak.metrics import format_amount, format_rate
+from pytest_graphleak.options import Settings
+from pytest_graphleak.output_paths import Output, OutputPathError, check_outputs
 from pytest_graphleak.report.environment import describe_run
 from pytest_graphleak.report.html import render_html
 from pytest_graphleak.report.json_doc import (
@@ -64,32 +67,13 @@ _XFAILED = "xfailed"
 #: The outcome pytest-rerunfailures gives an attempt that it is going to run again.
 _RERUN = "rerun"
 
-_REPORT_HELP = (
-    "write a JSON report of every graphleak check to PATH (schema in the README); "
-    "relative paths: to the current directory on the command line, to the ini file's "
-    "directory in the ini file"
-)
-_HTML_HELP = (
-    "write a self-contained HTML report (charts, culprit chains, graph drawings) of every "
-    "graphleak check to PATH; relative paths as for --graphleak-report"
-)
+REPORT_OPTIONS = ("report", "html")
 
 
 def add_options(parser: pytest.Parser) -> None:
-    """The report options; each CLI flag has an ini twin with the same help text."""
-    group = parser.getgroup("graphleak")
-    group.addoption(
-        "--graphleak-report",
-        dest="graphleak_report",
-        metavar="PATH",
-        default=None,
-        help=_REPORT_HELP,
-    )
-    group.addoption(
-        "--graphleak-html", dest="graphleak_html", metavar="PATH", default=None, help=_HTML_HELP
-    )
-    parser.addini("graphleak_report", help=_REPORT_HELP, type="string", default="")
-    parser.addini("graphleak_html", help=_HTML_HELP, type="string", default="")
+    """The report options (from the options table), for using this reporter without the
+    core plugin; the core plugin registers them with all the others."""
+    options.add_options(parser, keys=REPORT_OPTIONS)
 
 
 @dataclass
@@ -197,8 +181,14 @@ class ResultSpool:
 class GraphleakSessionReport:
     """The pytest plugin object that collects check results and writes the reports."""
 
-    def __init__(self, config: pytest.Config) -> None:
+    def __init__(self, config: pytest.Config, settings: Settings | None = None) -> None:
         self.config = config
+        if settings is None:  # without the core plugin: only the report options exist
+            try:
+                settings = options.settings_from_config(config, keys=REPORT_OPTIONS)
+            except options.OptionError as exc:
+                raise pytest.UsageError(f"graphleak: {exc}") from None
+        self.settings = settings
         #: On a pytest-xdist worker: results travel to the controller, which reports.
         self.is_worker = hasattr(config, "workerinput")
         self.spool = ResultSpool()
@@ -219,9 +209,10 @@ class GraphleakSessionReport:
             return
         self.outputs = [
             _Output(kind, path)
-            for kind, name in (("JSON", "graphleak_report"), ("HTML", "graphleak_html"))
-            if (path := _configured_path(config, name)) is not None
+            for kind, key in (("JSON", "report"), ("HTML", "html"))
+            if (path := _configured_path(config, settings, key)) is not None
         ]
+        _refuse_unsafe_outputs(config, settings)
         if config.pluginmanager.hasplugin("xdist"):
             config.pluginmanager.register(_XdistHooks(self), "graphleak-session-report-xdist")
 
@@ -332,7 +323,7 @@ class GraphleakSessionReport:
         return build_document(
             self.rows(),
             generated_by=_generated_by(),
-            warn_only=_warn_only(self.config),
+            warn_only=self.settings.warn_only,
             notes=sorted([*self.notes, *self.spool.errors]),
         )
 
@@ -379,7 +370,7 @@ class GraphleakSessionReport:
         for test in rows:
             if test.status == "clean" and not verbose:
                 continue
-            for line, markup in summary_lines(test, width, _warn_only(self.config)):
+            for line, markup in summary_lines(test, width, self.settings.warn_only):
                 tr.write_line(line, **markup)
         for note in sorted(self.notes):
             tr.write_line(f"note: {note}", yellow=True)
@@ -525,34 +516,38 @@ def junit_properties(test: CheckedTest) -> list[tuple[str, str]]:
     return properties
 
 
-def _configured_path(config: pytest.Config, name: str) -> Path | None:
+def _configured_path(config: pytest.Config, settings: Settings, key: str) -> Path | None:
     """The report path from the CLI (relative to the invocation directory) or else the
-    ini file (relative to its directory); a path that cannot be written is a usage
-    error now, before the suite runs, not a lost report at the end."""
-    flag = "--" + name.replace("_", "-")
-    value = config.getoption(name, default=None)
-    if value:
-        where = f"{flag} on the command line"
+    ini file (relative to its directory)."""
+    value = getattr(settings, key)
+    if not value:
+        return None
+    if settings.source(key).startswith("command line"):
         path = config.invocation_params.dir / Path(str(value)).expanduser()
     else:
-        value = str(config.getini(name) or "").strip()
-        if not value:
-            return None
         base = config.inipath.parent if config.inipath else config.rootpath
-        where = f"{name} in {config.inipath or 'the ini file'}"
         path = base / Path(value).expanduser()
-    path = Path(os.path.abspath(path))
-    if path.is_dir():
-        raise pytest.UsageError(f"{where}: {str(value)!r} is a directory, not a file path")
-    if not path.parent.is_dir():
-        raise pytest.UsageError(
-            f"{where}: cannot write {str(path)!r}: directory {str(path.parent)!r} does not exist"
-        )
-    if not os.access(path.parent, os.W_OK):
-        raise pytest.UsageError(
-            f"{where}: cannot write {str(path)!r}: directory {str(path.parent)!r} is not writable"
-        )
-    return path
+    return Path(os.path.abspath(path))
+
+
+def _refuse_unsafe_outputs(config: pytest.Config, settings: Settings) -> None:
+    """A report path that cannot be written, would replace a file graphleak did not
+    write, or is shared with another output of this run (JUnit XML, pytest-reportlog)
+    is a usage error now, before the suite runs, not a lost file at the end."""
+    outputs = [
+        Output(settings.source(key), path, kind)
+        for key, kind in (("report", "json"), ("html", "html"))
+        if (path := _configured_path(config, settings, key)) is not None
+    ]
+    for dest, label in (("xmlpath", "--junitxml"), ("report_log", "--report-log")):
+        value = config.getoption(dest, default=None)
+        if value:
+            path = config.invocation_params.dir / Path(str(value)).expanduser()
+            outputs.append(Output(label, Path(os.path.abspath(path)), "other"))
+    try:
+        check_outputs(outputs)
+    except OutputPathError as exc:
+        raise pytest.UsageError(f"graphleak: {exc}") from None
 
 
 def _write(output: _Output, text: str) -> bool:
@@ -591,19 +586,6 @@ def _has_leak(data: object) -> bool:
 def _reason(exc: BaseException) -> str:
     detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
     return f"{type(exc).__name__}: {detail}"
-
-
-def _warn_only(config: pytest.Config) -> bool:
-    """Whether the core plugin runs in warn-only mode (its option, CLI or ini)."""
-    try:
-        if config.getoption("graphleak_warn_only", default=None):
-            return True
-        value = config.getini("graphleak_warn_only")
-    except (ValueError, KeyError):
-        return False
-    if isinstance(value, str):
-        return value.strip().lower() in ("1", "true", "yes", "on")
-    return bool(value)
 
 
 def _generated_by() -> str:

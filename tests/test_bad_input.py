@@ -73,6 +73,9 @@ class TestClassMarker:
 @pytest.mark.no_graph_growth(steps=[n for n in range(3)])
 def test_param(n): pass
 
+@pytest.mark.no_graph_growth(steps=1, warmup=0)
+def test_one_sample(): pass
+
 @pytest.mark.no_graph_growth(steps=12, warmup=2)
 def test_good_one(): pass
 """
@@ -92,6 +95,7 @@ EXPECTED_ERRORS = {
     "test_bad.py::TestClassMarker::test_method": ("steps", "-3", ">= 1"),
     "test_bad.py::test_param[1]": ("steps", "[0, 1, 2]", "integer"),
     "test_bad.py::test_param[2]": ("steps", "[0, 1, 2]", "integer"),
+    "test_bad.py::test_one_sample": ("steps=1", "warmup=0", "can never flag a leak"),
 }
 
 
@@ -120,7 +124,8 @@ def test_bad_marker_arguments_are_one_usage_error_naming_test_argument_and_sourc
             f"graphleak: {on}(steps='10') on test_bad.py::test_string_steps: "
             "steps must be an integer >= 1, got '10'",
             f"graphleak: {on}(stepz=10) on test_bad.py::test_unknown_keyword: unknown keyword "
-            "argument 'stepz'; expected one of steps, warmup, rss_tolerance, probes, start_scan",
+            "argument 'stepz'; expected one of steps, warmup, rss_tolerance, probes, start_scan, "
+            "diagnose",
             f"graphleak: {on} on test_bad.py::test_positional: takes keyword arguments only*",
         ]
     )

@@ -188,8 +188,10 @@ def test_factory_references_are_checked_before_spawning(tmp_path: Path) -> None:
         ({"world_size": True}, "world_size: expected an int >= 1, got True"),
         ({"timeout": -1}, "timeout: expected seconds > 0, got -1"),
         ({"start_timeout": "soon"}, "start_timeout: expected seconds > 0, got 'soon'"),
-        ({"steps": 0}, "steps: expected an int >= 1, got 0"),
-        ({"warmup": -2}, "warmup: expected an int >= 0, got -2"),
+        ({"steps": 0}, "check_distributed(): steps must be an integer >= 1, got 0"),
+        ({"warmup": -2}, "check_distributed(): warmup must be an integer >= 0, got -2"),
+        ({"warmup": 0, "steps": 1}, "steps=1 with warmup=0 can never flag a leak"),
+        ({"stepz": 3}, "unknown keyword argument 'stepz'"),
         ({"backend": ""}, "backend: expected a torch.distributed backend name"),
     ],
 )

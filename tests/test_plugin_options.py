@@ -58,7 +58,8 @@ def test_markers_and_help_document_every_option(pytester: pytest.Pytester) -> No
     result = pytester.runpytest_subprocess("--markers", *FAST)
     result.stdout.fnmatch_lines(
         ["@pytest.mark.no_graph_growth(steps=N, warmup=N, rss_tolerance=SIZE, probes=NAMES, "
-         "start_scan=roots|heap, world_size=N): the test body is ONE training step.*--graphleak*"]
+         "start_scan=roots|heap, diagnose=BOOL, world_size=N): the test body is ONE "
+         "training step.*--graphleak*"]
     )  # fmt: skip
     result = pytester.runpytest_subprocess("--help", *FAST)
     # one help text per option: the flag and its ini twin show the same words
@@ -70,11 +71,14 @@ def test_markers_and_help_document_every_option(pytester: pytest.Pytester) -> No
             "*--graphleak-warmup=N*unmeasured warmup steps*",
             "*--graphleak-rss-tolerance=SIZE*",
             "*--graphleak-warn-only*",
-            "*graphleak (string):*run @pytest.mark.no_graph_growth tests*",
-            "*graphleak_steps (string):*",
+            "*graphleak (*bool*):*",
+            "*run @pytest.mark.no_graph_growth tests*",
+            "*graphleak_steps (*):*",
             "*measured steps per checked test*",
-            "*graphleak_rss_tolerance (string):*",
-            "*graphleak_warn_only (string):*",
+            "*graphleak_rss_tolerance (*):*",
+            "*graphleak_probes (args):*",
+            "*graphleak_warn_only (*bool*):*",
+            "*graphleak_report (string):*",
         ]
     )
 

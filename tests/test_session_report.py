@@ -308,7 +308,7 @@ def test_unwritable_report_path_is_a_usage_error_before_running(
     )
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
-        ["*--graphleak-report on the command line: cannot write '*missing/dir/r.json': "
+        ["*command line option --graphleak-report '*missing/dir/r.json': "
          "directory '*missing/dir' does not exist*"]
     )  # fmt: skip
     assert "test_leaky" not in result.stdout.str()

@@ -105,7 +105,7 @@ def options_page() -> str:
         "|---|---|---|---|",
     ]
     for option in options.OPTIONS:
-        keyword = f"`{option.key}=`" if getattr(option, "marker_keyword", True) else "–"
+        keyword = f"`{option.key}=`" if option.applies_to("marker") else "–"
         metavar = getattr(option, "metavar", None)
         flag = option.flag + (f"={metavar}" if metavar else "")
         lines.append(

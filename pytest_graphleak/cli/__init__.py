@@ -115,7 +115,7 @@ def _wrap(text: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from pytest_graphleak.options import DEFAULT_STEPS, DEFAULT_WARMUP
+    from pytest_graphleak.options import add_command_flags
 
     formatter = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(
@@ -164,21 +164,8 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("targets", nargs="+", metavar="FILE.py::FUNCTION | MODULE:FUNCTION",
                        help="the step function to check (several: each is checked, the "
                             "exit code is the worst)")
-    check.add_argument("--steps", type=positive_int, default=None, metavar="N",
-                       help=f"measured steps (default: {DEFAULT_STEPS}, as the plugin)")
-    check.add_argument("--warmup", type=non_negative_int, default=None, metavar="N",
-                       help=f"warmup steps, not judged (default: {DEFAULT_WARMUP}, as the plugin)")
-    check.add_argument("--rss-tolerance", metavar="SIZE", default=None,
-                       help="RSS growth per step that is not yet a leak, e.g. 2MB "
-                            "(default: as the plugin, 1 MiB)")
-    check.add_argument("--start-scan", choices=("roots", "heap"), default=None,
-                       help="how the check finds tensors alive before its first step: "
-                            "'roots' walks what the step reaches (default, as the plugin), "
-                            "'heap' scans every object (for tensors only a library holds)")
-    check.add_argument("--json", metavar="PATH", default=None,
-                       help="also write the result as a JSON report")
-    check.add_argument("--html", metavar="PATH", default=None,
-                       help="also write the result as a self-contained HTML report")
+    # --steps, --warmup, ..., --json, --html: the options table's "command" flags.
+    add_command_flags(check)
     check.add_argument("-q", "--quiet", action="store_true",
                        help="print only the verdict line (the full report still goes to "
                             "--json/--html)")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
-from typing import Any
 
 from pytest_graphleak.cli.exits import (
     EXIT_CLEAN,
@@ -14,32 +13,31 @@ from pytest_graphleak.cli.exits import (
     UsageError,
 )
 from pytest_graphleak.cli.outputs import (
+    checked_outputs,
     document_for,
-    require_writable_parent,
     write_html,
     write_json,
 )
 from pytest_graphleak.cli.summary import render_result, verdict_line
 from pytest_graphleak.cli.target import resolve
+from pytest_graphleak.options import OptionError, Settings, settings_from_command
 from pytest_graphleak.result import CheckResult
 
 
 def run_check(args: argparse.Namespace) -> int:
     # Everything the command line can get wrong fails before the first step runs.
-    json_path = require_writable_parent(args.json, "--json") if args.json else None
-    html_path = require_writable_parent(args.html, "--html") if args.html else None
+    try:
+        settings = settings_from_command(args)
+    except OptionError as exc:
+        raise UsageError(str(exc)) from None
+    json_path, html_path = checked_outputs(
+        ("--json", settings.report, "json"), ("--html", settings.html, "html")
+    )
     targets = [resolve(spec) for spec in args.targets]
-    options: dict[str, Any] = {
-        key: value
-        for key, value in (("steps", args.steps), ("warmup", args.warmup),
-                           ("rss_tolerance", args.rss_tolerance),
-                           ("start_scan", args.start_scan))
-        if value is not None
-    }  # fmt: skip
 
     results = []
     for number, target in enumerate(targets):
-        result, raised = _measure(target.func, target.name, options)
+        result, raised = _measure(target.func, target.name, settings)
         del target
         if raised is not None:
             _print_step_error(raised)
@@ -63,7 +61,7 @@ def run_check(args: argparse.Namespace) -> int:
 
 
 def _measure(
-    step: Callable[[], object], name: str, options: dict[str, Any]
+    step: Callable[[], object], name: str, settings: Settings
 ) -> tuple[CheckResult, BaseException | None]:
     """Run the check; a raising step gives an error result and its exception.
 
@@ -71,10 +69,8 @@ def _measure(
     nothing but the step.
     """
     from pytest_graphleak.api import GraphLeakError, check, error_result
-    from pytest_graphleak.options import DEFAULT_STEPS, DEFAULT_WARMUP
-
     try:
-        return check(step, name=name, raise_on_leak=True, **options), None
+        return check(step, name=name, raise_on_leak=True, settings=settings), None
     except GraphLeakError as leak:
         if leak.result is None:  # pragma: no cover - check() always attaches it
             raise
@@ -85,12 +81,7 @@ def _measure(
             if isinstance(exc, ValueError):
                 raise UsageError(str(exc)) from None
             raise
-        error = error_result(
-            name,
-            steps=int(options.get("steps", DEFAULT_STEPS)),
-            warmup=int(options.get("warmup", DEFAULT_WARMUP)),
-            exc=exc,
-        )
+        error = error_result(name, steps=settings.steps, warmup=settings.warmup, exc=exc)
         return error, exc
 
 

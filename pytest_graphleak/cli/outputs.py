@@ -9,20 +9,22 @@ from pathlib import Path
 from typing import Any
 
 from pytest_graphleak.cli.exits import UsageError
+from pytest_graphleak.output_paths import Output, OutputPathError, check_outputs
 from pytest_graphleak.result import CheckResult
 
 GENERATED_BY = "graphleak check"
 
 
-def require_writable_parent(path: str, option: str) -> Path:
-    """Fail before any step runs when an output file cannot be created."""
-    target = Path(path)
-    parent = target.parent if str(target.parent) else Path(".")
-    if target.is_dir():
-        raise UsageError(f"{option} {path}: is a directory, name a file")
-    if not parent.is_dir():
-        raise UsageError(f"{option} {path}: directory {parent} does not exist")
-    return target
+def checked_outputs(*outputs: tuple[str, str | None, str]) -> list[Path | None]:
+    """The paths of ``(flag, path or None, kind)`` outputs, after refusing (UsageError,
+    before any step runs) one that cannot be written, would replace a file graphleak did
+    not write, or is given twice (``output_paths``)."""
+    given = [Output(flag, Path(path), kind) for flag, path, kind in outputs if path]
+    try:
+        check_outputs(given)
+    except OutputPathError as exc:
+        raise UsageError(str(exc)) from None
+    return [Path(path) if path else None for _, path, _ in outputs]
 
 
 def document_for(results: list[CheckResult]) -> dict[str, Any]:

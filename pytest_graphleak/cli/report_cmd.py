@@ -7,8 +7,8 @@ import sys
 
 from pytest_graphleak.cli.exits import EXIT_CLEAN, EXIT_LEAK
 from pytest_graphleak.cli.outputs import (
+    checked_outputs,
     load_document,
-    require_writable_parent,
     results_of,
     write_html,
 )
@@ -16,7 +16,7 @@ from pytest_graphleak.cli.summary import render_result
 
 
 def run_report(args: argparse.Namespace) -> int:
-    html_path = require_writable_parent(args.html, "--html") if args.html else None
+    (html_path,) = checked_outputs(("--html", args.html, "html"))
     document = load_document(args.path)
     pairs = results_of(document)
     leaked = any(result.leaked for _, result in pairs)

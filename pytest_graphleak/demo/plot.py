@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from html import escape
 
 from pytest_graphleak.metrics import format_amount
+from pytest_graphleak.output_paths import PLOT_MARK
 from pytest_graphleak.report.scale import ticks, value_range
 
 LEAKY_COLOUR = "#d62728"
@@ -53,6 +54,7 @@ def render_plot(
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
         f'viewBox="0 0 {width} {height}">',
+        PLOT_MARK,  # lets the next --plot run replace this file, and no other
         f'<rect width="{width}" height="{height}" fill="white"/>',
         f'<text x="12" y="22" {_FONT} font-size="15" font-weight="bold">{escape(title)}</text>',
         _legend(12, 42, fixed.label),

@@ -132,11 +132,13 @@ def run_demo(args: argparse.Namespace) -> int:
 def _plot_path(path: str | None) -> Path | None:
     if path is None:
         return None
+    from pytest_graphleak.output_paths import Output, OutputPathError, check_outputs
+
     target = Path(path)
-    if target.is_dir():
-        raise UsageError(f"--plot {path}: is a directory, name a .svg file")
-    if not target.parent.is_dir():
-        raise UsageError(f"--plot {path}: directory {target.parent} does not exist")
+    try:  # never over a file that is not an earlier plot
+        check_outputs([Output("--plot", target, "svg")])
+    except OutputPathError as exc:
+        raise UsageError(str(exc)) from None
     return target
 
 

@@ -1,0 +1,142 @@
+"""Where graphleak writes files, checked before anything runs.
+
+A report path is refused (a usage error, before the first test or step) when
+
+* it is a directory, its directory does not exist or cannot be written;
+* a file is there that graphleak did not write, of the same kind: ``--graphleak-report
+  test_model.py`` (the flag used as a switch eats the next argument) would otherwise
+  replace the test file with JSON. An empty file has nothing to lose and is replaced;
+* another output of the same run writes to the same file (``--graphleak-report`` and
+  ``--graphleak-html``, ``--junitxml``, ``--report-log``, ``graphleak check --json`` and
+  ``--html``): one of them would silently lose.
+
+The plugin (``session_report``) and the ``graphleak`` command (check, report, demo) both
+call ``check_outputs``; each turns ``OutputPathError`` into its own usage error.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+#: What graphleak writes; "other" is another tool's file (JUnit XML, a report log): only
+#: checked for collisions, never for its content.
+KINDS = ("json", "html", "svg", "other")
+
+#: Marks the SVG that ``graphleak demo --plot`` writes, so a second run may replace it.
+PLOT_MARK = "<!-- graphleak demo plot -->"
+
+
+class OutputPathError(ValueError):
+    """An output path that would destroy a file or collide; the message says which."""
+
+
+@dataclass(frozen=True)
+class Output:
+    label: str  # how the user gave it: "--json", "command line option --graphleak-report"
+    path: Path  # as the tool will write it (absolute, or relative to the current directory)
+    kind: str  # one of KINDS
+
+
+def check_outputs(outputs: Sequence[Output]) -> None:
+    """Raise OutputPathError for the first output that must not be written."""
+    seen: dict[str, Output] = {}
+    for output in outputs:
+        key = _identity(output.path)
+        if key in seen:
+            first = seen[key]
+            raise OutputPathError(
+                f"{first.label} and {output.label} both write {str(output.path)!r}: one "
+                "would replace the other; give each its own file"
+            )
+        seen[key] = output
+    for output in outputs:
+        if output.kind != "other":
+            _check_writable(output)
+            _check_not_foreign(output)
+
+
+def _identity(path: Path) -> str:
+    return os.path.normcase(os.path.realpath(path))
+
+
+def _check_writable(output: Output) -> None:
+    path = output.path
+    parent = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        raise OutputPathError(f"{output.label} {str(path)!r}: is a directory, name a file")
+    if not parent.is_dir():
+        raise OutputPathError(
+            f"{output.label} {str(path)!r}: directory {str(parent)!r} does not exist"
+        )
+    if not os.access(parent, os.W_OK):
+        raise OutputPathError(
+            f"{output.label} {str(path)!r}: directory {str(parent)!r} is not writable"
+        )
+
+
+def _check_not_foreign(output: Output) -> None:
+    path = output.path
+    if not path.exists() or _is_empty(path):
+        return
+    if _RECOGNISERS[output.kind](path):
+        return
+    what = {"json": "a graphleak JSON report", "html": "a graphleak HTML report",
+            "svg": "a graphleak demo plot"}[output.kind]  # fmt: skip
+    hint = ""
+    flag = next((word for word in output.label.split() if word.startswith("--")), None)
+    if flag and path.suffix in (".py", ".pyi", ".toml", ".cfg", ".ini", ".txt", ".md"):
+        hint = f" ({flag} takes a path: was it meant as a switch?)"
+    raise OutputPathError(
+        f"{output.label} {str(path)!r}: the file exists and is not {what}; graphleak "
+        f"replaces only its own reports, so it leaves this one alone{hint}. Name a new "
+        "file, or remove this one first"
+    )
+
+
+def _is_empty(path: Path) -> bool:
+    try:
+        return path.is_file() and path.stat().st_size == 0
+    except OSError:
+        return False
+
+
+def _head(path: Path, size: int = 4096) -> str:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(size).decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def is_json_report(path: Path) -> bool:
+    """A JSON document written by ``--graphleak-report`` or ``graphleak check --json``."""
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
+    return (
+        isinstance(document, dict)
+        and "tests" in document
+        and "schema" in document
+        and str(document.get("generated_by", "")).startswith(("pytest-graphleak", "graphleak"))
+    )
+
+
+def is_html_report(path: Path) -> bool:
+    head = _head(path)
+    return head.startswith("<!DOCTYPE html>") and "<title>graphleak report</title>" in head
+
+
+def is_demo_plot(path: Path) -> bool:
+    return PLOT_MARK in _head(path, 512)
+
+
+_RECOGNISERS: dict[str, Callable[[Path], bool]] = {
+    "json": is_json_report,
+    "html": is_html_report,
+    "svg": is_demo_plot,
+}
