@@ -170,7 +170,7 @@ def test_check_then_report_as_a_user_runs_them(
     proc = graphleak("check", "train_e2e.py::fixed_step", "--steps", "abc", env=env,
                      cwd=tmp_path)
     assert proc.returncode == 2
-    assert "argument --steps: expected a whole number, got 'abc'" in proc.stderr
+    assert "invalid --steps abc: steps must be an integer >= 1, got 'abc'" in proc.stderr
 
 
 def test_console_script_is_installed() -> None:
