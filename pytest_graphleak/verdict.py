@@ -96,8 +96,12 @@ def rising_period(floors: Sequence[float], max_period: int, tolerance: float = 0
     the one k later (by more than 0 and by at least ``tolerance`` per step); 0 if none."""
     for k in range(1, min(max_period, len(floors) - 1) + 1):
         needed = tolerance * k
-        rises = [floors[i + k] - floors[i] for i in range(len(floors) - k)]
-        if all(rise > 0 and rise >= needed for rise in rises):
+        # Stops at the first pair that does not rise: a flat (clean) series costs
+        # O(max_period), not O(steps * max_period), which 200 steps made ~30 ms a check.
+        if all(
+            floors[i + k] - floors[i] > 0 and floors[i + k] - floors[i] >= needed
+            for i in range(len(floors) - k)
+        ):
             return k
     return 0
 
