@@ -2,16 +2,25 @@
 
 Public API (see README): ``check(step, ...)`` -> CheckResult, ``track(...)`` context
 manager for a hand-written loop, ``GraphLeakError`` (an AssertionError whose message
-is the full report), ``GraphLeakWarning`` (a leak reported without failing).
+is the full report), ``GraphLeakWarning`` (a leak reported without failing),
+``UnmeasuredError`` (a check whose probes measured nothing the step uses).
 Framework callbacks: ``pytest_graphleak.integrations.{lightning,transformers,ignite}``.
 The pytest plugin itself lives in ``pytest_graphleak.plugin``.
 """
 
 from __future__ import annotations
 
-from pytest_graphleak.api import GraphLeakError, GraphLeakWarning, check, track
+from pytest_graphleak.api import GraphLeakError, GraphLeakWarning, UnmeasuredError, check, track
 from pytest_graphleak.result import CheckResult
 
 __version__ = "0.1.0"
 
-__all__ = ["CheckResult", "GraphLeakError", "GraphLeakWarning", "__version__", "check", "track"]
+__all__ = [
+    "CheckResult",
+    "GraphLeakError",
+    "GraphLeakWarning",
+    "UnmeasuredError",
+    "__version__",
+    "check",
+    "track",
+]

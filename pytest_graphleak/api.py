@@ -44,6 +44,16 @@ class GraphLeakError(AssertionError):
         self.result = result
 
 
+class UnmeasuredError(AssertionError):
+    """A check measured nothing its step uses (``result.unmeasured`` says why), so it
+    has no verdict to give: "clean" would be a silent pass."""
+
+    def __init__(self, message: str, result: CheckResult | None = None) -> None:
+        super().__init__(message)
+        #: Plain data only (no measured object), safe to keep.
+        self.result = result
+
+
 def limits_for(settings: Settings) -> Limits:
     """Noisy metrics (as their probes declare them) get the RSS tolerance."""
     return Limits(noise=settings.rss_tolerance)
@@ -159,6 +169,13 @@ def conclude(
         verdict=verdict,
         duration_s=series.duration_s,
     )
+    remarks = list(series.coverage_notes)
+    if series.unmeasured and not verdict.leaked:
+        result.unmeasured = series.unmeasured  # no clean verdict without a measurement
+    elif series.unmeasured:
+        remarks.append(series.unmeasured)
+    if remarks:
+        verdict.reason += "; " + "; ".join(remarks)
     if verdict.leaked and settings.diagnose:
         started = time.perf_counter()
         result.diagnosis = explain(
@@ -221,8 +238,10 @@ def check(
 
     ``options``: the keywords that apply to "check" in ``pytest_graphleak.options``
     (steps, warmup, rss_tolerance, probes, start_scan, diagnose), over ``settings``.
-    Returns the CheckResult. With ``raise_on_leak=True`` a leak raises GraphLeakError
-    (message: the full report) and a raising step propagates its own exception.
+    Returns the CheckResult (``result.unmeasured`` set when no probe measured anything
+    the step uses). With ``raise_on_leak=True`` a leak raises GraphLeakError and an
+    unmeasured check UnmeasuredError (message: the full report), and a raising step
+    propagates its own exception.
     """
     if not callable(step):
         raise TypeError(f"check(step): step must be callable, got {step!r}")
@@ -242,6 +261,8 @@ def check(
         return error_result(label, steps=resolved.steps, warmup=resolved.warmup, exc=exc)
     if raise_on_leak and result.leaked:
         raise GraphLeakError(render_text(result), result)
+    if raise_on_leak and result.unmeasured:
+        raise UnmeasuredError(render_text(result), result)
     return result
 
 
@@ -372,3 +393,4 @@ def track(
 # Shown as ``pytest_graphleak.GraphLeakError`` in failures, where users import it from.
 GraphLeakError.__module__ = "pytest_graphleak"
 GraphLeakWarning.__module__ = "pytest_graphleak"
+UnmeasuredError.__module__ = "pytest_graphleak"

@@ -275,6 +275,8 @@ class LoopCheck:
         if final or verdict.leaked:
             self._end_sampler()
             window.rechecking = whole.rechecking
+            window.unmeasured = whole.unmeasured  # known once the sampler has ended
+            window.coverage_notes = whole.coverage_notes
         try:
             result = api.conclude(
                 window, settings=settings, name=self._result_name(), steps=window.calls - warmup,
@@ -297,6 +299,8 @@ class LoopCheck:
             self._on_result(result)
         if result.leaked:
             self._report_leak(result)
+        elif result.unmeasured:
+            self._report_unmeasured(result)
         return result
 
     def _end_sampler(self) -> None:
@@ -348,6 +352,15 @@ class LoopCheck:
             result.diagnosis.notes.extend(notes)
         elif notes and result.leaked:
             result.verdict.reason += "; " + "; ".join(notes)
+
+    def _report_unmeasured(self, result: CheckResult) -> None:
+        """No probe measured what the loop uses: not a clean verdict (see ``coverage``)."""
+        __tracebackhide__ = True
+        text = render_text(result)
+        if self.on_leak == "warn":
+            warnings.warn(GraphLeakWarning(text), stacklevel=3)
+        elif self.on_leak == "raise":
+            raise api.UnmeasuredError(text, result)
 
     def _report_leak(self, result: CheckResult) -> None:
         __tracebackhide__ = True

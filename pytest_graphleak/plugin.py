@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_graphleak import api, options, terminal, tracker
-from pytest_graphleak.api import GraphLeakError, GraphLeakWarning, Track
+from pytest_graphleak.api import GraphLeakError, GraphLeakWarning, Track, UnmeasuredError
 from pytest_graphleak.heap.usercode import is_pytest_module
 from pytest_graphleak.options import CheckOptions, OptionError, Settings, TrackOptions
 from pytest_graphleak.pytest_held import PytestHeld
@@ -384,12 +384,14 @@ def _fail_or_warn(
     item: pytest.Item, result: CheckResult, settings: Settings, *, from_marker: bool
 ) -> None:
     __tracebackhide__ = True
-    if not result.leaked:
+    if not result.leaked and not result.unmeasured:
         return
     if warns_instead(item, settings):
         terminal.warn_leak(item, result, GraphLeakWarning)
         return
-    error = GraphLeakError(render_text(result), result)
+    # An unmeasured check fails too: "clean" with nothing measured is a silent pass.
+    text = render_text(result)
+    error = GraphLeakError(text, result) if result.leaked else UnmeasuredError(text, result)
     error.graphleak_plain = from_marker  # type: ignore[attr-defined]
     raise error
 
@@ -411,7 +413,7 @@ def pytest_runtest_makereport(
         report.graphleak = list(results)  # type: ignore[attr-defined]
         del item.stash[RESULTS_KEY]  # pop, so nothing outlives the report
     excinfo = call.excinfo
-    if excinfo is None or not isinstance(excinfo.value, GraphLeakError):
+    if excinfo is None or not isinstance(excinfo.value, (GraphLeakError, UnmeasuredError)):
         return
     if getattr(excinfo.value, "graphleak_plain", False):
         # The marker's failure is the report itself: no traceback into the plugin.

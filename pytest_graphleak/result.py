@@ -58,6 +58,10 @@ class Verdict:
     pattern: str | None = None
     #: One line saying why (for a clean verdict: why it is clean).
     reason: str = ""
+    #: The slowest leak these steps catch for sure: one more object every k steps
+    #: (``verdict.max_leak_period``); 0 when nothing was measured. A clean verdict means
+    #: no exact count grew that fast; a slower leak can pass.
+    slowest_leak_steps: int = 0
 
 
 @dataclass
@@ -127,6 +131,9 @@ class CheckResult:
     duration_s: float = 0.0
     #: Set when the step raised: "<ExcType>: message at step k" (no leak verdict then).
     error: str | None = None
+    #: Set when the check measured nothing the step uses (``coverage``): why. Such a
+    #: check has no clean verdict: it fails (or warns) with this text.
+    unmeasured: str | None = None
 
     @property
     def leaked(self) -> bool:
@@ -165,4 +172,5 @@ class CheckResult:
             diagnosis=diagnosis,
             duration_s=data.get("duration_s", 0.0),
             error=data.get("error"),
+            unmeasured=data.get("unmeasured"),
         )

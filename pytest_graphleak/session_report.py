@@ -56,6 +56,7 @@ from pytest_graphleak.report.json_doc import (
 from pytest_graphleak.report.scale import sparkline
 from pytest_graphleak.result import CheckResult
 from pytest_graphleak.terminal import detail_lines
+from pytest_graphleak.verdict import slowest_leak_text
 
 #: pytest 8 and later read a ``(word, markup)`` status word wherever they print it;
 #: pytest 7 only while a report is logged (progress and verbose lines), and prints
@@ -426,8 +427,10 @@ def summary_lines(
                 head += "  (expected to fail)"
         elif check.get("error"):
             head += f"  step raised: {check['error']}"
+        elif check.get("unmeasured"):
+            head += f"  not measured: {check['unmeasured']}"
         else:
-            head += f"  ({check['steps']} steps after {check['warmup']} warmup)"
+            head += f"  ({check['steps']} steps after {check['warmup']} warmup{_reach(check)})"
         lines.append((head, markup))
         cells = [
             (
@@ -455,6 +458,7 @@ _STATUS_STYLE: dict[str, tuple[str, dict[str, bool]]] = {
     "warned": ("WARNING", {"yellow": True, "bold": True}),
     "xfailed": ("XFAIL  ", {"yellow": True}),
     "error": ("ERROR  ", {"red": True}),
+    "unmeasured": ("UNMEASURED", {"red": True}),
     "clean": ("clean  ", {"green": True}),
 }
 
@@ -464,7 +468,17 @@ def _check_status(check: Mapping[str, Any], test: CheckedTest) -> str:
         if test.outcome == "failed":
             return "leaked"
         return "xfailed" if test.outcome == _XFAILED else "warned"
-    return "error" if check.get("error") else "clean"
+    if check.get("error"):
+        return "error"
+    return "unmeasured" if check.get("unmeasured") else "clean"
+
+
+def _reach(check: Mapping[str, Any]) -> str:
+    """``; catches 1 object every 5 steps``: the slowest leak a clean check could see."""
+    period = (check.get("verdict") or {}).get("slowest_leak_steps")
+    if not period:
+        return ""
+    return f"; catches {slowest_leak_text(int(period))} or faster"
 
 
 def _outcome(report: pytest.TestReport) -> str:

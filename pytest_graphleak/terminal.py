@@ -55,6 +55,8 @@ def header_line(settings: Any) -> str | None:
 
 def short_message(result: CheckResult) -> str:
     """``list-accumulation: +1 tensor/step, held by fixture 'state' -> dict['losses']``."""
+    if result.unmeasured and not result.leaked:
+        return f"not measured, so no verdict: {result.unmeasured}"
     pattern = result.pattern or "leak"
     growths = {g.metric: g for g in result.verdict.growths}
     metric = next(
@@ -108,8 +110,9 @@ def warn_leak(item: Any, result: CheckResult, category: type[Warning]) -> None:
     filename = code.co_filename if code is not None else str(getattr(item, "path", "?"))
     lineno = code.co_firstlineno if code is not None else 0
     module = getattr(getattr(item, "module", None), "__name__", "graphleak")
+    what = "graph leak" if result.leaked else "no verdict"
     message = (
-        f"{result.name}: graph leak (warn-only, not failed): {short_message(result)}; "
+        f"{result.name}: {what} (warn-only, not failed): {short_message(result)}; "
         "see the graphleak report section"
     )
     warnings.warn_explicit(category(message), category, filename, lineno, module=module)

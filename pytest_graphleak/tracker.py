@@ -32,9 +32,10 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from pytest_graphleak.coverage import Coverage
 from pytest_graphleak.heap.gcstate import Measuring
 from pytest_graphleak.metrics import Metric
-from pytest_graphleak.probes import Probe, make_probes
+from pytest_graphleak.probes import GcProbe, Probe, make_probes
 from pytest_graphleak.probes.torch_probe import TorchProbe
 from pytest_graphleak.reach import DEFAULT_LIMIT, reachable
 from pytest_graphleak.warmup_tensors import WarmupTensors
@@ -74,6 +75,10 @@ class Series:
     recorded_tensors: int = 0
     #: What the user should know about this run's measurement (true sentences only).
     notes: list[str] = field(default_factory=list)
+    #: Set when the check ended: why it measured nothing the step uses ("" when it did),
+    #: and remarks on what it left unmeasured beside what it measured (``coverage``).
+    unmeasured: str = ""
+    coverage_notes: list[str] = field(default_factory=list)
 
     @property
     def units(self) -> dict[str, str]:
@@ -130,6 +135,7 @@ class Sampler:
         self._gc: Measuring | None = None
         self._recorder: WarmupTensors | None = None
         self._started = 0.0
+        self._coverage: Coverage | None = None
         self.result = Series()
 
     @property
@@ -148,6 +154,11 @@ class Sampler:
             self._probes = make_probes(self._probe_names)
             for probe in self._probes:
                 self.result.metrics.update((metric.name, metric) for metric in probe.metrics)
+            # Watches for libraries the step uses that no probe measures (no silent pass).
+            self._coverage = Coverage(self._probe_names, self._probes)
+            self._probes.extend(self._coverage.watchers)
+            if roots:
+                self._coverage.look_at_roots(roots)
             if measuring.whole_heap:
                 # Every sample sees the whole unfrozen heap, so the baseline is empty (it
                 # would count twice). Collect first: garbage older than the check is not
@@ -227,11 +238,32 @@ class Sampler:
         for hook in BEFORE_SAMPLE:
             with contextlib.suppress(Exception):
                 hook()
+        if self._coverage is not None:
+            self._start_late(self._coverage.after_step(self.result.calls))
         values = self._sample()
         for metric, value in values.items():
             self.result.series.setdefault(metric, []).append(value)
         if self.result.calls == self.warmup:
             self.rebase()
+
+    def _start_late(self, names: list[str]) -> None:
+        """Probes for libraries the first step imported. Nothing of such a library existed
+        before that step, and all it made since is still unfrozen, so the probes start
+        with an empty start set and measure from this first sample on."""
+        assert self._coverage is not None
+        for probe in make_probes(names):
+            probe.start([])
+            self._probes.insert(0, probe)
+            self.result.metrics.update((metric.name, metric) for metric in probe.metrics)
+            counter = next((p for p in self._probes if isinstance(p, GcProbe)), None)
+            if counter is not None:
+                counter.add_backend(probe)  # type: ignore[arg-type]
+            elif self._coverage.wants("gc"):
+                counter = GcProbe([probe])  # type: ignore[list-item]
+                counter.start([])
+                self._probes.append(counter)
+                self.result.metrics.update((m.name, m) for m in counter.metrics)
+                self._coverage.started(counter.name)
 
     def rebase(self) -> None:
         """Move the baseline forward to now: what is alive joins it (the end of warmup,
@@ -276,6 +308,11 @@ class Sampler:
             if self._recorder is not None:  # the run ended during warmup
                 self._recorder.stop().clear()
                 self._recorder = None
+            if self._coverage is not None:
+                coverage, self._coverage = self._coverage, None
+                with contextlib.suppress(Exception):  # never in the way of restoring gc
+                    found = coverage.conclude(self.result.series)
+                    self.result.unmeasured, self.result.coverage_notes = found
             for probe in self._probes:
                 # one probe failing must not leave gc frozen or disabled
                 with contextlib.suppress(Exception):

@@ -80,6 +80,11 @@ def max_leak_period(steps: int) -> int:
     return max(1, min(max(3, steps // 3), settles_refuted))
 
 
+def slowest_leak_text(period: int) -> str:
+    """``5`` -> ``"1 object every 5 steps"``: the slowest leak a verdict catches for sure."""
+    return "1 object per step" if period == 1 else f"1 object every {period} steps"
+
+
 def suffix_floor(samples: Sequence[float]) -> list[float]:
     """``floor[i]``: the lowest value from sample ``i`` to the last."""
     floors: list[float] = []
@@ -156,18 +161,21 @@ def judge(
             raise ValueError(f"series {metric!r} has no declaration among the metrics given")
         if metric_grows(values, warmup, limits.for_metric(metrics[metric])):
             growths.append(growth_of(metric, values, warmup))
+    steps = min((len(v) - warmup for v in series.values()), default=0)
+    slowest = max_leak_period(steps) if series and steps > 0 else 0
     if not growths:
-        steps = min((len(v) - warmup for v in series.values()), default=0)
         return Verdict(
             leaked=False,
             reason=f"no metric grew: no floor rose every k <= {max_leak_period(steps)} "
             f"steps over {steps} measured steps ({len(series)} metrics judged)",
+            slowest_leak_steps=slowest,
         )
     pattern = first_pattern(metrics[g.metric] for g in growths)
     grown = ", ".join(
         f"{g.metric} {format_rate(g.per_step, metrics[g.metric].unit)}" for g in growths
     )
-    return Verdict(leaked=True, growths=growths, pattern=pattern, reason=f"grew: {grown}")
+    return Verdict(leaked=True, growths=growths, pattern=pattern, reason=f"grew: {grown}",
+                   slowest_leak_steps=slowest)  # fmt: skip
 
 
 def needs_recheck(verdict: Verdict, metrics: Mapping[str, Metric]) -> bool:

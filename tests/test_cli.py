@@ -135,7 +135,8 @@ def test_several_targets_quiet_json_html_and_report_round_trip(
     assert code == EXIT_LEAK  # the worst of the two
     lines = out.splitlines()  # -q: one verdict line per target, in the order given
     assert len(lines) == 2
-    assert lines[0].startswith(f"CLEAN {clean}: nothing grew over 6 steps after 2 warmup (")
+    assert lines[0].startswith(f"CLEAN {clean}: nothing grew over 6 steps after 2 warmup; "
+                              "catches 1 object every 2 steps or faster (")
     assert lines[1].startswith(f"LEAK  {leaky}: list-accumulation (")
     assert "JSON report written to out.json" in err
 

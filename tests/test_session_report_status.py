@@ -191,7 +191,8 @@ def test_expected_failures_read_as_xfailed_and_status_words_print_plain(
         "test_status.py::test_warned": ("passed", "warned"),
     }
     assert document["summary"] == {
-        "checked": 4, "leaked": 1, "warned": 1, "xfailed": 2, "error": 0, "clean": 0,
+        "checked": 4, "leaked": 1, "warned": 1, "xfailed": 2, "error": 0, "unmeasured": 0,
+        "clean": 0,
     }  # fmt: skip
     assert _junit_statuses(pytester) == {
         "test_expected_leak": ["xfailed"],
@@ -220,7 +221,8 @@ def test_only_the_final_attempt_of_a_rerun_test_counts(pytester: pytest.Pytester
     section = _section(result)
     pytest.LineMatcher(section).fnmatch_lines(
         [
-            "clean   test_rerun.py::test_flaky_marker  (* steps after * warmup)",
+            "clean   test_rerun.py::test_flaky_marker  (* steps after * warmup; catches 1 "
+            "object every * steps or faster)",
             "LEAKED  test_rerun.py::test_leaks_twice  list-accumulation*",
             "graphleak: 2 checked: 1 leaked, 1 clean",
         ]

@@ -8,7 +8,8 @@
     graphleak report PATH.json [--html OUT]
 
 Exit codes (``pytest_graphleak.cli.exits``): 0 clean, 1 leak, 2 bad usage, 3 the user's
-code raised (importing the target or running the step), 130 interrupted.
+code raised (importing the target or running the step), 4 no verdict (the probes measured
+nothing the step uses), 130 interrupted.
 
 Each command's module is imported only when that command runs, so ``--help`` is quick and
 the demo never imports torch unless asked to.
@@ -40,6 +41,8 @@ exit codes:
   2  bad usage: missing file, no such function, a function that needs arguments,
      a bad number, an unreadable report
   3  your code raised: importing the target module, or the step at some call
+  4  no verdict: the probes measured nothing the step uses (e.g. torch first
+     imported inside the step after its first call); never read as clean
   130 interrupted (Ctrl-C)
 """
 
@@ -70,7 +73,7 @@ examples:
   graphleak check train.py::step --json leak.json --html leak.html
   graphleak check train.py::step_a train.py::step_b -q
 
-One step after the other; the exit code is the worst of them (3, then 1, then 0).
+One step after the other; the exit code is the worst of them (3, then 1, then 4, then 0).
 The step is called warmup + steps times with no arguments; build the model,
 optimizer and data once at module level (or in a closure), as a training loop
 would. The same probes, verdict and diagnosis as `pytest --graphleak` decide.

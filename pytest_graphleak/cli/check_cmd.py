@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pytest_graphleak.cli.exits import (
     EXIT_CLEAN,
     EXIT_LEAK,
+    EXIT_UNMEASURED,
     EXIT_USER_CODE,
     UsageError,
 )
@@ -57,7 +58,9 @@ def run_check(args: argparse.Namespace) -> int:
             print(f"graphleak: HTML report written to {html_path}", file=sys.stderr)
     if any(result.error for result in results):
         return EXIT_USER_CODE
-    return EXIT_LEAK if any(result.leaked for result in results) else EXIT_CLEAN
+    if any(result.leaked for result in results):
+        return EXIT_LEAK
+    return EXIT_UNMEASURED if any(result.unmeasured for result in results) else EXIT_CLEAN
 
 
 def _measure(
@@ -68,10 +71,10 @@ def _measure(
     This frame's locals are what the diagnosis sees as "local" roots, so it holds
     nothing but the step.
     """
-    from pytest_graphleak.api import GraphLeakError, check, error_result
+    from pytest_graphleak.api import GraphLeakError, UnmeasuredError, check, error_result
     try:
         return check(step, name=name, raise_on_leak=True, settings=settings), None
-    except GraphLeakError as leak:
+    except (GraphLeakError, UnmeasuredError) as leak:
         if leak.result is None:  # pragma: no cover - check() always attaches it
             raise
         return leak.result, None

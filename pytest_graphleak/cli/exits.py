@@ -10,6 +10,9 @@ EXIT_LEAK = 1
 EXIT_USAGE = 2
 #: The user's code raised: importing the target module, or the step at some call.
 EXIT_USER_CODE = 3
+#: No verdict: the check's probes measured nothing the step uses (torch imported inside
+#: the step after its first call, ``--probes`` leaving out the library the step uses).
+EXIT_UNMEASURED = 4
 #: Ctrl-C, as shells report a SIGINT.
 EXIT_INTERRUPTED = 130
 

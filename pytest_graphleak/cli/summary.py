@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from pytest_graphleak.metrics import format_amount, format_rate
 from pytest_graphleak.result import CheckResult
+from pytest_graphleak.verdict import slowest_leak_text
 
 
 def verdict_line(result: CheckResult) -> str:
-    """One line: LEAK / CLEAN / ERROR, the name, and why."""
+    """One line: LEAK / UNMEASURED / CLEAN / ERROR, the name, and why."""
     if result.error:
         return f"ERROR {result.name}: the step raised {result.error}"
     if result.leaked:
@@ -17,9 +18,13 @@ def verdict_line(result: CheckResult) -> str:
             for g in result.verdict.growths
         )
         return f"LEAK  {result.name}: {result.pattern} ({grown})"
+    if result.unmeasured:
+        return f"UNMEASURED {result.name}: no verdict: {result.unmeasured}"
+    period = result.verdict.slowest_leak_steps
+    catches = f"; catches {slowest_leak_text(period)} or faster" if period else ""
     return (
         f"CLEAN {result.name}: nothing grew over {result.steps} steps after "
-        f"{result.warmup} warmup ({result.duration_s:.1f} s)"
+        f"{result.warmup} warmup{catches} ({result.duration_s:.1f} s)"
     )
 
 

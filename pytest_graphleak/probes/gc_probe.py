@@ -29,6 +29,10 @@ class GcProbe(ProbeBase):
     def available(self) -> bool:
         return bool(self._backends)
 
+    def add_backend(self, backend: BackendProbe) -> None:
+        """Count through a backend whose library was imported after the check began."""
+        self._backends.append(backend)
+
     def start(self, heap: Sequence[object]) -> None:
         self._total = 0
 

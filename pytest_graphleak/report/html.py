@@ -30,10 +30,11 @@ _STATUS_WORDS = {
     "warned": "LEAK (warning only)",
     "xfailed": "LEAK (expected: xfail)",
     "error": "STEP RAISED",
+    "unmeasured": "NOT MEASURED",
     "clean": "clean",
 }
 
-_STATUS_ORDER = {"leaked": 0, "warned": 1, "xfailed": 2, "error": 3, "clean": 4}
+_STATUS_ORDER = {"leaked": 0, "warned": 1, "xfailed": 2, "error": 3, "unmeasured": 4, "clean": 5}
 
 _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 1.5rem; color: #1d1d24; max-width: 1100px; }
@@ -46,7 +47,7 @@ pre { background: #f4f4f8; padding: .6rem; overflow-x: auto; }
 .badge { display: inline-block; padding: .1rem .5rem; border-radius: .6rem; font-size: .8rem;
          font-weight: 600; margin-right: .5rem; color: #fff; }
 .leaked { background: #c62828; } .warned { background: #c77800; } .xfailed { background: #8d6e00; }
-.error { background: #6a1b9a; } .clean { background: #2e7d32; }
+.error, .unmeasured { background: #6a1b9a; } .clean { background: #2e7d32; }
 section.test { border: 1px solid #ddd; border-radius: .4rem; padding: .8rem 1rem; margin: 1rem 0; }
 table { border-collapse: collapse; margin: .4rem 0; }
 td, th { border-bottom: 1px solid #e4e4ea; padding: .2rem .6rem; text-align: left; }
@@ -128,7 +129,7 @@ def _summary_line(summary: Mapping[str, Any], warn_only: bool) -> str:
     parts = [f"{summary.get('checked', 0)} checked"]
     parts.extend(
         f"{summary[key]} {key}"
-        for key in ("leaked", "warned", "xfailed", "error", "clean")
+        for key in ("leaked", "warned", "xfailed", "error", "unmeasured", "clean")
         if summary.get(key)
     )
     if warn_only:
@@ -229,6 +230,8 @@ def _check_block(
         parts.append(f"<p>verdict: {escape(str(verdict['reason']))}</p>")
     if check.get("error"):
         parts.append(f"<p>the step raised: <code>{escape(str(check['error']))}</code></p>")
+    if check.get("unmeasured") and not check.get("leaked"):
+        parts.append(f"<p>not measured, so no verdict: {escape(str(check['unmeasured']))}</p>")
     diagnosed = check.get("diagnosis") or {}
     if check.get("leaked") and diagnosed.get("story"):
         parts.append(f"<p>what the numbers say: {escape(str(diagnosed['story']))}</p>")

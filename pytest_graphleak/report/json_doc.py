@@ -28,7 +28,7 @@ DOCUMENT_SCHEMA_VERSION = 1
 SCHEMA_PATH = Path(__file__).with_name("schema.json")
 
 #: A test's status in the reports, from its checks and its pytest outcome.
-STATUSES = ("leaked", "warned", "xfailed", "error", "clean")
+STATUSES = ("leaked", "warned", "xfailed", "error", "unmeasured", "clean")
 
 
 @dataclass
@@ -46,13 +46,16 @@ class CheckedTest:
         """``leaked``: a check leaked and the test failed; ``warned``: a check leaked
         but the test passed (warn-only mode, or the GraphLeakError was caught);
         ``xfailed``: a check leaked and the test was expected to fail;
-        ``error``: a step raised; ``clean`` otherwise."""
+        ``error``: a step raised; ``unmeasured``: a check's probes measured nothing the
+        step uses, so it has no verdict; ``clean`` otherwise."""
         if any(check.get("leaked") for check in self.checks):
             if self.outcome == "failed":
                 return "leaked"
             return "xfailed" if self.outcome == "xfailed" else "warned"
         if any(check.get("error") for check in self.checks):
             return "error"
+        if any(check.get("unmeasured") for check in self.checks):
+            return "unmeasured"
         return "clean"
 
 

@@ -30,6 +30,10 @@ def render_text(result: CheckResult) -> str:
     """The report of one check: what grew, from what to what, the pattern and the fix."""
     if result.error:
         return f"graphleak: {result.name}: the step raised {result.error}"
+    if result.unmeasured and not result.leaked:
+        return (
+            f"graphleak: {result.name}: not measured, so no verdict: {result.unmeasured}"
+        )
     if not result.leaked:
         return f"graphleak: {result.name}: no leak ({result.verdict.reason})"
     pattern = result.pattern or "memory-growth"
