@@ -29,6 +29,7 @@ EXPECTED = {
     "minigrad": "Machine: ",
     "diagnose": "Machine: ",
     "window": "| step time, plain run (median of steps) |",
+    "tools": "| `minigrad_ray_loss_sum:leaky` | **flags** (retained-grad-fn;",
 }
 
 
