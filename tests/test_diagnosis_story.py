@@ -383,3 +383,23 @@ def test_html_report_shows_stored_at_story_and_fix() -> None:
     assert "state[&quot;losses&quot;].append(" in page
     assert "carry no autograd graph" in page
     assert "already detached" in page
+
+
+# --------------------------------------------------------------------------- memory survey
+def test_the_memory_survey_walks_a_small_root_even_when_a_huge_one_comes_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from pytest_graphleak.diagnose import memory
+    from pytest_graphleak.diagnose.backends import active_backends
+    from pytest_graphleak.diagnose.edges import ObjectEdges
+
+    huge = [[{"row": i, "col": j} for j in range(20)] for i in range(20_000)]
+    cache: dict[str, Any] = {"blobs": []}
+    walker = ObjectEdges(active_backends())
+    monkeypatch.setattr(memory, "_MAX_SECONDS", 0.3)  # a slow machine: little is walked
+    monkeypatch.setattr(memory, "MAX_PER_ROOT", 10**9)
+    found = memory.survey([("fixture 'huge'", huge), ("fixture 'cache'", cache)], walker)
+    try:
+        assert id(cache["blobs"]) in found.lengths  # reached within the first few turns
+    finally:
+        found.release()

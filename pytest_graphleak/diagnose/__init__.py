@@ -139,7 +139,10 @@ def _diagnose_with_step(
         torch = next((b for b in backends if isinstance(b, TorchBackend)), None)
         is_target = _target_test(obs, torch)
         all_roots = _all_roots(roots, step, obs)
-        chain_path = shortest_path(all_roots, is_target, walker) if _any_alive(obs) else None
+        # Only memory grew and no tensor stayed alive: no graph node to look for either
+        # (the memory survey below finds the holder), so the chain search is skipped.
+        searching = _any_alive(obs) and not (grown.memory_only and not obs.alive)
+        chain_path = shortest_path(all_roots, is_target, walker) if searching else None
 
         cycle: list[str] = []
         cycle_held = False

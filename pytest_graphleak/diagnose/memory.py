@@ -18,7 +18,7 @@ from __future__ import annotations
 import sys
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
@@ -31,6 +31,8 @@ from pytest_graphleak.metrics import BYTES, format_amount
 _CONTAINERS = (list, dict, deque, set)
 _MAX_OBJECTS = 100_000
 _MAX_SECONDS = 1.0
+#: References of one object looked at per turn of a root (see ``survey``).
+_CHUNK = 64
 _SAMPLE_ITEMS = 50  # new items of a container weighed one by one, at most
 
 
@@ -68,39 +70,64 @@ def array_bytes(obj: object, walker: ObjectEdges) -> int | None:
 
 
 def survey(roots: Sequence[tuple[str, object]], walker: ObjectEdges) -> Survey:
-    """Breadth first from every root at once; as in the chain search, each root may queue
-    at most ``MAX_PER_ROOT`` objects, so one reaching a huge dataset cannot starve the
-    others."""
+    """Breadth first from every root; as in the chain search, each root may queue at most
+    ``MAX_PER_ROOT`` objects, so one reaching a huge dataset cannot starve the others.
+
+    The roots take turns, ``_CHUNK`` references each (round robin, an object's references
+    spread over several turns): within the time budget a small root is walked as deep as
+    a huge one, whatever the order of the roots and however slow the machine is."""
     found = Survey()
     seen = found.held
-    queue: deque[tuple[object, int]] = deque()
+    queues: list[deque[object]] = [deque() for _ in roots]
+    #: per root: the object being expanded and its references, read lazily
+    expanding: list[tuple[object, Iterator[tuple[Edge, object]]] | None] = [None] * len(roots)
     charged = [0] * len(roots)
     for index, (_, obj) in enumerate(roots):
         if id(obj) not in seen and walker.walkable(obj):
             seen[id(obj)] = obj
-            queue.append((obj, index))
+            queues[index].append(obj)
     deadline = time.perf_counter() + _MAX_SECONDS
-    while queue and len(seen) < _MAX_OBJECTS and time.perf_counter() < deadline:
-        obj, index = queue.popleft()
-        if isinstance(obj, _CONTAINERS):
-            found.lengths[id(obj)] = len(obj)
-        try:
-            out = list(walker.edges(obj))
-        except Exception:  # an object whose attributes raise: skip it
-            continue
-        for edge, child in out:
-            size = array_bytes(child, walker)
-            if size is not None:
-                found.slots[(id(obj), edge)] = (size, child)
-            if charged[index] >= MAX_PER_ROOT:
-                continue
-            if id(child) in seen or not walker.walkable(child):
-                continue
-            seen[id(child)] = child
-            charged[index] += 1
-            queue.append((child, index))
-    queue.clear()
+    turns = deque(index for index, queue in enumerate(queues) if queue)
+    try:
+        while turns and len(seen) < _MAX_OBJECTS and time.perf_counter() < deadline:
+            index = turns.popleft()
+            current = expanding[index]
+            if current is None:
+                obj = queues[index].popleft()
+                if isinstance(obj, _CONTAINERS):
+                    found.lengths[id(obj)] = len(obj)
+                current = (obj, walker.edges(obj))
+            obj, references = current
+            try:
+                chunk = list(islice(references, _CHUNK))
+            except Exception:  # an object whose attributes raise: skip the rest of it
+                chunk = []
+            for edge, child in chunk:
+                _note_child(found, obj, edge, child, index, queues[index], charged, walker)
+            expanding[index] = current if len(chunk) == _CHUNK else None
+            if expanding[index] is not None or queues[index]:
+                turns.append(index)
+    finally:
+        for queue in queues:
+            queue.clear()
+        expanding.clear()
     return found
+
+
+def _note_child(found: Survey, parent: object, edge: Edge, child: object, index: int,
+                queue: deque[object], charged: list[int], walker: ObjectEdges) -> None:  # fmt: skip
+    """Weigh an array slot, and queue the child for its root (within its share)."""
+    size = array_bytes(child, walker)
+    if size is not None:
+        found.slots[(id(parent), edge)] = (size, child)
+    if charged[index] >= MAX_PER_ROOT:
+        return
+    seen = found.held
+    if id(child) in seen or not walker.walkable(child):
+        return
+    seen[id(child)] = child
+    charged[index] += 1
+    queue.append(child)
 
 
 def _item_bytes(item: object, walker: ObjectEdges) -> int:
