@@ -168,6 +168,7 @@ def conclude(
         units=series.units,
         verdict=verdict,
         duration_s=series.duration_s,
+        notes=list(series.probe_notes),
     )
     remarks = list(series.coverage_notes)
     if series.unmeasured and not verdict.leaked:

@@ -134,6 +134,9 @@ class CheckResult:
     #: Set when the check measured nothing the step uses (``coverage``): why. Such a
     #: check has no clean verdict: it fails (or warns) with this text.
     unmeasured: str | None = None
+    #: What the probes could not measure exactly, e.g. a graph-node count that is a
+    #: lower bound (the walk over a huge graph is bounded).
+    notes: list[str] = field(default_factory=list)
 
     @property
     def leaked(self) -> bool:
@@ -173,4 +176,5 @@ class CheckResult:
             duration_s=data.get("duration_s", 0.0),
             error=data.get("error"),
             unmeasured=data.get("unmeasured"),
+            notes=list(data.get("notes", [])),
         )

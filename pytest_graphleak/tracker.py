@@ -79,6 +79,8 @@ class Series:
     #: and remarks on what it left unmeasured beside what it measured (``coverage``).
     unmeasured: str = ""
     coverage_notes: list[str] = field(default_factory=list)
+    #: What the probes could not measure exactly (``Probe.notes``): ``CheckResult.notes``.
+    probe_notes: list[str] = field(default_factory=list)
 
     @property
     def units(self) -> dict[str, str]:
@@ -315,6 +317,8 @@ class Sampler:
                     self.result.unmeasured, self.result.coverage_notes = found
             for probe in self._probes:
                 # one probe failing must not leave gc frozen or disabled
+                with contextlib.suppress(Exception):
+                    self.result.probe_notes.extend(probe.notes())
                 with contextlib.suppress(Exception):
                     probe.stop()
                 if any(metric.recheck for metric in probe.metrics):

@@ -475,3 +475,30 @@ def test_a_root_reaching_a_huge_dataset_does_not_starve_the_others() -> None:
                  roots={"fixture 'dataset'": dataset, "fixture 'losses'": losses})  # fmt: skip
     assert d.pattern == "list-accumulation"
     assert d.chain[0] == "fixture 'losses'"
+
+
+# --------------------------------------------------------------------------- odd heaps
+class _Referent:
+    pass
+
+
+def test_dead_and_live_weak_proxies_on_the_heap_do_not_break_the_diagnosis() -> None:
+    """A dead ``weakref.proxy`` raises ReferenceError on any attribute or isinstance
+    check (every torch.compile model leaves some): the diagnosis must not touch them."""
+    alive = _Referent()
+    kept: list[Any] = []
+    holder = {"kept": kept, "dead": None, "live": weakref.proxy(alive)}
+
+    def step() -> None:
+        kept.append(torch.ones(2, requires_grad=True) * 2)
+        dead = weakref.proxy(_Referent())  # its referent is gone at once
+        kept.append(dead)
+        holder["dead"] = dead
+
+    run(step)
+    d = diagnose(leak_verdict("torch.tensors"), metrics=METRICS, step=step,
+                 roots={"fixture 'holder'": holder})  # fmt: skip
+    assert not any("diagnosis failed" in note for note in d.notes), d.notes
+    assert d.pattern == "list-accumulation"
+    assert d.chain[0] in ("closure 'kept'", "fixture 'holder'"), d.chain
+    assert d.chain[-2].startswith("list(len="), d.chain

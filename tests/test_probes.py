@@ -143,3 +143,18 @@ def test_torch_baseline_absorbs_a_tensor_twice_and_forgets_it_when_it_dies() -> 
     del dying
     assert probe.sample([])["torch.tensors"] == 1
     probe.stop()
+
+
+def test_fake_tensors_are_not_asked_for_a_data_pointer() -> None:
+    """torch.compile's FakeTensors warn when their storage's data pointer is read: the
+    probe skips them (they own no memory) and the user's warnings summary stays clean."""
+    import warnings
+
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        fake = torch.ones(4)
+    real = torch.ones(4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert storage_bytes([fake, real]) == 16

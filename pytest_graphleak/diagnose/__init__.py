@@ -57,6 +57,7 @@ from pytest_graphleak.diagnose.search import Path, find_cycle, shortest_path
 from pytest_graphleak.diagnose.sites import Site, UserFrames, memory_sites, source_line
 from pytest_graphleak.diagnose.stored import Watched, watch_holder
 from pytest_graphleak.diagnose.story import tell
+from pytest_graphleak.heap.graphwalk import NEW_PER_WALK, GraphWalk, torch_inputs
 from pytest_graphleak.metrics import Metric
 from pytest_graphleak.result import CreationSite, Diagnosis, Verdict, display_path
 
@@ -193,7 +194,8 @@ def _diagnose_with_step(
         else:  # a loop that cannot be re-run: its recorded steps may show the growth
             grew = chain_path is not None and _grew_during_loop(chain_path, obs, notes)
 
-        nodes = _torch_leaked_nodes(obs, torch, chain_path)
+        graph = GraphWalk(torch_inputs)
+        nodes = _torch_leaked_nodes(obs, torch, chain_path, graph)
         sites = _sites(obs, nodes)
         graph_nodes = sum(1 for item in obs.leaked if item.kind == NODE) + len(nodes)
         facts = Facts(
@@ -211,6 +213,12 @@ def _diagnose_with_step(
             notes.insert(0, _summary(obs, nodes, steps_word))
         elif not obs.error:
             notes.insert(0, f"no tensor or graph node made by the {steps_word} stayed alive")
+        if graph.truncated or obs.node_sites_truncated:
+            notes.append(
+                "the leaked graph is too large to walk whole (it must stay freeable): graph "
+                "node counts here are lower bounds, and only its first "
+                f"{NEW_PER_WALK:,} nodes have a creation site"
+            )
         if (
             step is not None
             and pattern == "memory-growth"
@@ -430,40 +438,29 @@ def _pack_hook_cycle(
 
 
 def _torch_leaked_nodes(
-    obs: Observation, torch: TorchBackend | None, chain_path: Path | None, limit: int = 20_000
+    obs: Observation, torch: TorchBackend | None, chain_path: Path | None, graph: GraphWalk
 ) -> list[int]:
-    """Sequence numbers of torch graph nodes made by the recorded runs and still alive."""
+    """Sequence numbers of torch graph nodes made by the recorded runs and still alive
+    (those ``graph`` reaches within its bound)."""
     if torch is None or obs.torch_seq is None:
         return []
     lo, hi = obs.torch_seq
     starts: list[Any] = [item.obj for item in obs.leaked if item.backend is torch]
     if chain_path is not None:
         starts.extend(o for o in chain_path.objects if torch.kind(o) is not None)
-    frontier: list[Any] = []
-    for obj in starts:
-        if torch.kind(obj) == TENSOR:
-            if obj.grad_fn is not None:
-                frontier.append(obj.grad_fn)
-        else:
-            frontier.append(obj)
+    frontier = [obj.grad_fn if torch.kind(obj) == TENSOR else obj for obj in starts]
     starts.clear()
     found: set[int] = set()
-    seen: set[int] = set()
-    holder: list[Any] = []  # keeps wrappers alive so ids stay unique during the walk
+
+    def note(node: Any) -> None:
+        seq = torch.sequence_nr(node)
+        if seq is not None and lo <= seq < hi:
+            found.add(seq)
+
     try:
-        while frontier and len(holder) < limit:
-            node = frontier.pop()
-            if id(node) in seen:
-                continue
-            seen.add(id(node))
-            holder.append(node)
-            seq = torch.sequence_nr(node)
-            if seq is not None and lo <= seq < hi:
-                found.add(seq)
-            frontier.extend(torch.next_nodes(node))
+        graph.count(frontier, note)
         return sorted(found)
     finally:
-        holder.clear()
         frontier.clear()
 
 

@@ -12,7 +12,8 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from pytest_graphleak.diagnose.edges import Edge
+from pytest_graphleak.diagnose.edges import PROXY_TYPES, Edge
+from pytest_graphleak.probes.torch_probe import fake_tensor_type
 
 #: Kinds of objects a backend recognises.
 TENSOR = "tensor"
@@ -33,7 +34,9 @@ class Backend:
         try:
             return self._kinds[tp]
         except KeyError:
-            kind = self._kind_of_type(tp, obj)
+            # A weakref.proxy passes isinstance checks on to its referent (and raises
+            # ReferenceError once it is dead): it is a weak reference, never a tensor.
+            kind = None if tp in PROXY_TYPES else self._kind_of_type(tp, obj)
             self._kinds[tp] = kind
             return kind
 
@@ -96,7 +99,8 @@ class TorchBackend(Backend):
 
     def _kind_of_type(self, tp: type, obj: object) -> str | None:
         if issubclass(tp, self._tensor_type):
-            return TENSOR
+            fake = fake_tensor_type()  # torch.compile's stand-ins: not the user's tensors
+            return None if fake is not None and issubclass(tp, fake) else TENSOR
         if isinstance(obj, self._node_abc):
             return NODE
         return None

@@ -14,6 +14,7 @@ import functools
 import gc
 import sys
 import types
+import weakref
 from collections import deque
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
@@ -24,6 +25,9 @@ from pytest_graphleak.heap.usercode import is_private_module, is_user_module
 
 if TYPE_CHECKING:
     from pytest_graphleak.diagnose.backends import Backend
+
+#: weakref.proxy types: they hold nothing, and touching a dead one raises ReferenceError.
+PROXY_TYPES = (weakref.ProxyType, weakref.CallableProxyType)
 
 #: Packages whose classes are walked only through their instances, never as classes.
 _NO_WALK_TYPES = (
@@ -110,7 +114,7 @@ class ObjectEdges:
 
     def walkable(self, obj: object) -> bool:
         """May a chain pass through ``obj``?"""
-        if id(obj) in self.exclude:
+        if id(obj) in self.exclude or type(obj) in PROXY_TYPES:  # a proxy holds nothing
             return False
         if isinstance(obj, _NO_WALK_TYPES) and not _user_class(obj):
             return False

@@ -21,6 +21,7 @@ from pytest_graphleak.diagnose.render import render_chain, render_dot
 from pytest_graphleak.diagnose.roots import given_roots
 from pytest_graphleak.diagnose.search import Path, shortest_path
 from pytest_graphleak.diagnose.story import tell
+from pytest_graphleak.heap.graphwalk import GraphWalk
 from pytest_graphleak.result import Diagnosis, Verdict
 
 _CONTAINERS = (list, dict, set, frozenset, deque, tuple)
@@ -53,26 +54,15 @@ def _accumulates(obj: object, walker: ObjectEdges, kept: Any = _graph_tensor) ->
     return False
 
 
-def _graph_size(tensor: Any, walker: ObjectEdges) -> int:
+def _graph_size(tensor: Any, walker: ObjectEdges) -> tuple[int, str]:
+    """The number of nodes of the tensor's graph, and as text ("5012+" past the bound)."""
     found = walker.backend_of(tensor)
     if found is None:
-        return 0
+        return 0, "0"
     backend = found[0]
-    start = backend.grad_fn(tensor)
-    frontier = [start] if start is not None else []
-    seen: set[int] = set()
-    holder: list[Any] = []
-    try:
-        while frontier and len(holder) < _GRAPH_LIMIT:
-            node = frontier.pop()
-            if id(node) in seen:
-                continue
-            seen.add(id(node))
-            holder.append(node)
-            frontier.extend(backend.next_nodes(node))
-        return len(holder)
-    finally:
-        holder.clear()
+    graph = GraphWalk(backend.next_nodes, new_per_walk=_GRAPH_LIMIT)
+    size = graph.count([backend.grad_fn(tensor)])
+    return size, f"{size}+" if graph.truncated else str(size)
 
 
 def diagnose_heap(
@@ -104,7 +94,7 @@ def diagnose_heap(
             return Diagnosis(
                 "list-accumulation", chain=chain, notes=notes, dot=render_dot(path, None, walker)
             )
-        best: tuple[int, Path] | None = None
+        best: tuple[tuple[int, str], Path] | None = None
         for label, value in labelled:
             if not _graph_tensor(value, walker):
                 candidate = shortest_path(
@@ -123,9 +113,7 @@ def diagnose_heap(
                 candidate.clear()
         if best is not None and verdict.pattern != "cycle":
             size, path = best
-            notes.append(
-                f"its autograd graph has {size}{'+' if size >= _GRAPH_LIMIT else ''} nodes"
-            )
+            notes.append(f"its autograd graph has {size[1]} nodes")
             return Diagnosis(
                 "retained-grad-fn",
                 chain=render_chain(path, walker),

@@ -58,6 +58,8 @@ class Observation:
     #: The other objects the collector found with the cyclic ones (plain objects of a
     #: cycle that holds a leaked tensor), kept to draw that cycle; at most _MAX_GARBAGE.
     garbage: list[Any] = field(default_factory=list)
+    #: The creation sites of graph nodes were recorded for the first nodes only.
+    node_sites_truncated: bool = False
     runs_done: int = 0
     #: runs asked for, and how many of them recorded what they made
     runs: int = RUNS
@@ -132,6 +134,7 @@ def observe(
             result.node_sites = dict(recorder.node_sites)
             result.pack_hooks = dict(recorder.pack_hooks)
             result.site_via = dict(recorder.via)
+            result.node_sites_truncated = recorder.nodes_truncated
         for leaked in result.leaked:
             leaked.site = _site(leaked, recorder, frames)
         return result

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest_graphleak
+from pytest_graphleak.heap.graphwalk import NEW_PER_WALK
 from pytest_graphleak.heap.usercode import is_user_file, library_label
 
 Site = tuple[str, int, str]  # filename, line number, function name
@@ -111,6 +112,7 @@ def make_torch_recorder(torch: Any, frames: UserFrames) -> Any:
     """A TorchFunctionMode instance that records creation sites (see module docstring)."""
     from torch.overrides import TorchFunctionMode
 
+    is_compiling: Callable[[], bool] = getattr(torch.compiler, "is_compiling", lambda: False)
     top_hooks: Callable[..., Any] | None = getattr(
         torch._C._autograd, "_top_saved_tensors_default_hooks", None
     )
@@ -126,11 +128,16 @@ def make_torch_recorder(torch: Any, frames: UserFrames) -> Any:
             self.pack_hooks: dict[int, PackHook] = {}
             #: user site -> the library line that made a tensor for it (first seen).
             self.via: dict[Site, str] = {}
+            #: grad_fn wrappers it may still make: torch keeps each one alive with its
+            #: node, and too many made at once leave a deep graph unfreeable (graphwalk).
+            self.nodes_left = NEW_PER_WALK
 
         def __torch_function__(
             self, func: Any, types: Any, args: Any = (), kwargs: Any = None
         ) -> Any:
             out = func(*args, **(kwargs or {}))
+            if is_compiling():  # dynamo traces this mode: keep its frames out of the graph
+                return out
             if getattr(func, "__name__", "") == "__get__":  # attribute reads make nothing
                 return out
             site: Site | None = None
@@ -145,6 +152,9 @@ def make_torch_recorder(torch: Any, frames: UserFrames) -> Any:
                 if known is None or known[0]() is not t:
                     with contextlib.suppress(TypeError):
                         self.tensor_sites[id(t)] = (weakref.ref(t), site)
+                if self.nodes_left <= 0:
+                    continue
+                self.nodes_left -= 1
                 grad_fn = t.grad_fn
                 if grad_fn is not None:
                     seq = int(grad_fn._sequence_nr())
@@ -160,6 +170,10 @@ def make_torch_recorder(torch: Any, frames: UserFrames) -> Any:
             if known is not None and known[0]() is t:
                 return known[1]
             return None
+
+        @property
+        def nodes_truncated(self) -> bool:
+            return self.nodes_left <= 0
 
         def forget(self) -> None:
             self.tensor_sites.clear()

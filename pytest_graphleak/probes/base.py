@@ -54,6 +54,11 @@ class Probe(Protocol):
         Only plain numbers may survive it (for ``recheck``)."""
         ...
 
+    def notes(self) -> list[str]:
+        """What the numbers cannot say exactly (a count that is a lower bound), read
+        before ``stop``; plain sentences for the result."""
+        ...
+
     def recheck(self) -> Recheck | None:
         """After a leak verdict on a metric that declares ``recheck``: clean, measure again
         and return the numbers (None: nothing to compare). Never decides."""
@@ -87,6 +92,9 @@ class ProbeBase:
 
     def stop(self) -> None:
         return None
+
+    def notes(self) -> list[str]:
+        return []
 
     def recheck(self) -> Recheck | None:
         return None

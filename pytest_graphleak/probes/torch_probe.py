@@ -4,11 +4,10 @@ Tensors are found among the gc-tracked objects: the start set once at ``start`` 
 the step reaches, or the whole heap; kept as weak references by id, so tensors that die
 later stop counting), the tensors the warmup steps used (``adopt``, at the end of
 warmup), then only the objects created since the last freeze.
-Graph nodes are counted by walking ``grad_fn.next_functions`` from every live tensor and
-from node objects held directly: node wrappers exist only while someone holds them, so
-scanning gc for nodes undercounts.
-Nodes are deduplicated by ``id`` during one walk (the walk holds them meanwhile, so ids
-cannot be reused) and all dropped when the walk ends.
+Graph nodes are counted by ``heap.graphwalk`` from every live tensor's ``grad_fn`` and
+from node objects held directly (scanning gc for nodes alone undercounts: a node has a
+Python wrapper only once Python touched it). The walk is bounded so that a deep graph
+stays freeable; past the bound the count is a lower bound, and ``notes()`` says so.
 """
 
 from __future__ import annotations
@@ -19,6 +18,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from itertools import compress
 from typing import Any
 
+from pytest_graphleak.heap.graphwalk import GraphWalk
 from pytest_graphleak.metrics import BYTES, OBJECTS, Metric
 from pytest_graphleak.probes.base import ProbeBase
 
@@ -47,6 +47,7 @@ class TorchProbe(ProbeBase):
         #: torch.Tensor and its subclasses, found once per check (at start and again at
         #: the end of warmup, for subclasses a step defines) rather than in every sample.
         self._tensor_types: set[type] = set()
+        self._graph = GraphWalk()
 
     def available(self) -> bool:
         return "torch" in sys.modules
@@ -73,6 +74,7 @@ class TorchProbe(ProbeBase):
     def start(self, heap: Sequence[object]) -> None:
         self._baseline = WeakBaseline()
         self._adopted = WeakBaseline()
+        self._graph = GraphWalk()
         self._tensor_types = _subclasses(sys.modules["torch"].Tensor)
         # The baseline keeps tensors only, so no node pass is needed here.
         self._baseline.add(_pick(heap, self._tensor_types))
@@ -107,16 +109,25 @@ class TorchProbe(ProbeBase):
         try:
             return {
                 TENSORS.name: float(len(tensors) + self._baseline.unweakrefable),
-                NODES.name: float(count_nodes(tensors, held_nodes)),
+                NODES.name: float(count_nodes(tensors, held_nodes, self._graph)),
                 STORAGE_BYTES.name: float(storage_bytes(tensors)),
             }
         finally:
             tensors.clear()
             held_nodes.clear()
 
+    def notes(self) -> list[str]:
+        if not self._graph.truncated:
+            return []
+        return [
+            f"{NODES.name} is a lower bound: the graph is too large to walk whole (at most "
+            f"{self._graph.new_per_walk:,} new nodes per sample, so that it can still be freed)"
+        ]
+
     def stop(self) -> None:
         self._baseline = WeakBaseline()
         self._adopted = WeakBaseline()
+        self._graph = GraphWalk()
         self._is_tensor.clear()
         self._is_node.clear()
         self._tensor_types = set()
@@ -192,37 +203,37 @@ def _pick(objects: Sequence[object], kinds: set[type]) -> list[Any]:
     return list(compress(objects, map(kinds.__contains__, map(type, objects))))
 
 
-def count_nodes(tensors: Iterable[Any], held_nodes: Iterable[Any]) -> int:
-    """Distinct autograd nodes reachable from the tensors' grad_fn and the held nodes."""
-    seen: dict[int, Any] = {}  # holds the wrappers for the walk so ids stay unique
-    stack: list[Any] = list(held_nodes)
+def count_nodes(
+    tensors: Iterable[Any], held_nodes: Iterable[Any], graph: GraphWalk | None = None
+) -> int:
+    """Distinct autograd nodes reachable from the tensors' grad_fn and the held nodes
+    (within ``graph``'s bound: a lower bound once ``graph.truncated``)."""
+    starts = list(held_nodes)
     for tensor in tensors:
         try:
-            grad_fn = tensor.grad_fn
+            starts.append(tensor.grad_fn)
         except Exception:  # exotic subclasses may refuse; they simply carry no graph here
             continue
-        if grad_fn is not None:
-            stack.append(grad_fn)
     try:
-        while stack:
-            node = stack.pop()
-            if id(node) in seen:
-                continue
-            seen[id(node)] = node
-            for edge in getattr(node, "next_functions", ()):
-                child = edge[0]
-                if child is not None and id(child) not in seen:
-                    stack.append(child)
-        return len(seen)
+        return (graph or GraphWalk()).count(starts)
     finally:
-        seen.clear()
-        stack.clear()
+        starts.clear()
+
+
+def fake_tensor_type() -> type | None:
+    """torch.compile's ``FakeTensor`` class, if torch has loaded it (never imported here)."""
+    module = sys.modules.get("torch._subclasses.fake_tensor")
+    found = getattr(module, "FakeTensor", None)
+    return found if isinstance(found, type) else None
 
 
 def storage_bytes(tensors: Iterable[Any]) -> int:
     """Bytes of the distinct storages behind the tensors (views share one storage)."""
     sizes: dict[tuple[str, int], int] = {}
+    fake = fake_tensor_type()
     for tensor in tensors:
+        if fake is not None and isinstance(tensor, fake):
+            continue  # torch.compile's stand-ins own no memory (and warn when asked)
         try:
             storage = tensor.untyped_storage()
             pointer = storage.data_ptr()

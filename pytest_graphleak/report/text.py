@@ -30,12 +30,13 @@ def render_text(result: CheckResult) -> str:
     """The report of one check: what grew, from what to what, the pattern and the fix."""
     if result.error:
         return f"graphleak: {result.name}: the step raised {result.error}"
+    notes = [f"  note: {note}" for note in result.notes]
     if result.unmeasured and not result.leaked:
         return (
             f"graphleak: {result.name}: not measured, so no verdict: {result.unmeasured}"
         )
     if not result.leaked:
-        return f"graphleak: {result.name}: no leak ({result.verdict.reason})"
+        return "\n".join([f"graphleak: {result.name}: no leak ({result.verdict.reason})", *notes])
     pattern = result.pattern or "memory-growth"
     lines = [
         f"graphleak: {result.name} leaks: {pattern}",
@@ -65,6 +66,7 @@ def render_text(result: CheckResult) -> str:
             times = "once" if site.count == 1 else f"{site.count} times"
             lines.append(f"  stored at: {site_text(site)}  ({times} per step)")
         lines.extend(f"  note: {note}" for note in diagnosis.notes)
+    lines.extend(notes)
     fix = diagnosis.fix if diagnosis is not None and diagnosis.fix else FIXES.get(pattern, "")
     lines.append(f"  fix: {fix}")
     return "\n".join(lines)
