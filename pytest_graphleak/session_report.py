@@ -448,6 +448,8 @@ def summary_lines(
         lines.extend(
             (f"    {m:<{width}}  {r:>{span}}  {g:>{rate}}  {spark}", {}) for m, r, g, spark in cells
         )
+        # what the numbers cannot say (a count that is a lower bound)
+        lines.extend((f"    note: {note}", {"yellow": True}) for note in check.get("notes", []))
         if status == "warned":  # no failure text shows these: the warning is one line
             lines.extend((f"    {line}", {}) for line in detail_lines(check))
     return lines

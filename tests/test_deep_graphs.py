@@ -74,9 +74,14 @@ def _checks(pytester: pytest.Pytester) -> list[dict]:
 
 def test_a_deep_graph_held_by_a_fixture_is_measured_and_freed(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_held=HELD_BY_A_FIXTURE)
-    result = pytester.runpytest_subprocess("--graphleak", "--graphleak-report=r.json", *FAST)
+    result = pytester.runpytest_subprocess(
+        "--graphleak", "-v", "--graphleak-report=r.json", *FAST
+    )
     assert result.ret == 0, result.stdout.str()  # 139 (SIGSEGV) before the bounded walk
     result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(
+        ["clean *test_a_clean_step*", "    note: torch.nodes is a lower bound*"]
+    )
     (check,) = _checks(pytester)
     assert not check["leaked"]
     nodes = check["series"]["torch.nodes"]

@@ -57,7 +57,7 @@ from pytest_graphleak.diagnose.search import Path, find_cycle, shortest_path
 from pytest_graphleak.diagnose.sites import Site, UserFrames, memory_sites, source_line
 from pytest_graphleak.diagnose.stored import Watched, watch_holder
 from pytest_graphleak.diagnose.story import tell
-from pytest_graphleak.heap.graphwalk import NEW_PER_WALK, GraphWalk, torch_inputs
+from pytest_graphleak.heap.graphwalk import NEW_PER_WALK, GraphWalk, graph_inputs
 from pytest_graphleak.metrics import Metric
 from pytest_graphleak.result import CreationSite, Diagnosis, Verdict, display_path
 
@@ -194,7 +194,7 @@ def _diagnose_with_step(
         else:  # a loop that cannot be re-run: its recorded steps may show the growth
             grew = chain_path is not None and _grew_during_loop(chain_path, obs, notes)
 
-        graph = GraphWalk(torch_inputs)
+        graph = GraphWalk(graph_inputs)
         nodes = _torch_leaked_nodes(obs, torch, chain_path, graph)
         sites = _sites(obs, nodes)
         graph_nodes = sum(1 for item in obs.leaked if item.kind == NODE) + len(nodes)

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from pytest_graphleak.diagnose.edges import PROXY_TYPES, Edge
+from pytest_graphleak.heap.graphwalk import graph_inputs
 from pytest_graphleak.probes.torch_probe import fake_tensor_type
 
 #: Kinds of objects a backend recognises.
@@ -66,11 +67,7 @@ class Backend:
         return getattr(tensor, "grad_fn", None)
 
     def next_nodes(self, node: Any) -> list[Any]:
-        try:
-            pairs = node.next_functions
-        except Exception:  # a released or foreign node
-            return []
-        return [pair[0] for pair in pairs if pair[0] is not None]
+        return graph_inputs(node)
 
 
 def _shape(t: Any) -> str:

@@ -28,8 +28,9 @@ from typing import Any
 NEW_PER_WALK = 10_000
 
 
-def torch_inputs(node: Any) -> list[Any]:
-    """The nodes a torch graph node feeds on (``next_functions``), without the Nones."""
+def graph_inputs(node: Any) -> list[Any]:
+    """The nodes a graph node feeds on (torch's and minigrad's ``next_functions``),
+    without the Nones."""
     try:
         pairs = node.next_functions
     except Exception:  # a released, foreign or exotic node: nothing more to walk
@@ -42,7 +43,7 @@ class GraphWalk:
 
     def __init__(
         self,
-        inputs: Callable[[Any], list[Any]] = torch_inputs,
+        inputs: Callable[[Any], list[Any]] = graph_inputs,
         *,
         new_per_walk: int = NEW_PER_WALK,
     ) -> None:
