@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
-import site
 import sys
 import sysconfig
 from functools import cache, lru_cache
@@ -55,19 +54,6 @@ def _stdlib_dirs() -> tuple[str, ...]:
 
 
 @cache
-def _installed_dirs() -> tuple[str, ...]:
-    """Installed-package directories, also those not named site-packages (a user site)."""
-    paths = sysconfig.get_paths()
-    found = {paths.get("purelib"), paths.get("platlib")}
-    with contextlib.suppress(AttributeError):  # virtualenv's old site.py lacks it
-        found.update(site.getsitepackages())
-    user_site = site.getusersitepackages() if site.ENABLE_USER_SITE else None
-    if isinstance(user_site, str):
-        found.add(user_site)
-    return tuple(_as_dir(p) for path in found if path for p in _spellings(path))
-
-
-@cache
 def _internal_dirs() -> tuple[tuple[str, str], ...]:
     """(package directory, the directory it sits in) for pytest, the plugin, minigrad:
     found without importing them, wherever they live (an editable install, a checkout)."""
@@ -96,7 +82,7 @@ def is_user_file(path: object) -> bool:
     for spelled in _spellings(path):
         if any(marker in spelled for marker in _INSTALLED_MARKERS):
             return False
-        if spelled.startswith(_stdlib_dirs() + _installed_dirs()):
+        if spelled.startswith(_stdlib_dirs()):
             return False
         if any(spelled.startswith(package) for package, _ in _internal_dirs()):
             return False
@@ -129,7 +115,7 @@ def library_label(path: str) -> str:
         at = absolute.rfind(marker)
         if at >= 0:
             return absolute[at + len(marker) :].replace(os.sep, "/")
-    parents = [parent for _, parent in _internal_dirs()] + list(_stdlib_dirs() + _installed_dirs())
+    parents = [parent for _, parent in _internal_dirs()] + list(_stdlib_dirs())
     for spelled in _spellings(absolute):
         for parent in sorted(parents, key=len, reverse=True):
             if spelled.startswith(parent):
