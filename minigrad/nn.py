@@ -110,10 +110,10 @@ class Module:
             if set_to_none:
                 p.grad = None
             elif p.grad is not None:
-                p.grad = Tensor(np.zeros_like(p._impl.data))
+                p.grad = Tensor(np.zeros_like(p.numpy()))
 
     def state_dict(self) -> dict[str, np.ndarray]:
-        return {name: p._impl.data.copy() for name, p in self.named_parameters()}
+        return {name: p.numpy().copy() for name, p in self.named_parameters()}
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
         params = dict(self.named_parameters())
@@ -127,8 +127,7 @@ class Module:
             value = np.asarray(state[name], dtype=p.dtype)
             if value.shape != p.shape:
                 raise ValueError(f"load_state_dict: {name} has shape {value.shape}, not {p.shape}")
-            p._impl.data = value.copy()
-            p._impl.version += 1
+            p.data = value.copy()  # a new array and a version bump, as an in-place write
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
@@ -321,7 +320,7 @@ class TinyTransformer(Module):
         self.head = Linear(d_model, vocab_size, rng=gen)
 
     def forward(self, idx: Any) -> Tensor:
-        ids = idx._impl.data if isinstance(idx, Tensor) else np.asarray(idx)
+        ids = idx.numpy() if isinstance(idx, Tensor) else np.asarray(idx)
         steps = ids.shape[-1]
         if steps > self.block_size:
             raise ValueError(f"sequence length {steps} exceeds block_size {self.block_size}")

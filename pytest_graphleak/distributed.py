@@ -29,7 +29,6 @@ Why the design looks the way it does:
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import importlib
 import importlib.util
@@ -44,7 +43,6 @@ import sys
 import tempfile
 import time
 import traceback
-import warnings
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -419,108 +417,10 @@ def _validate(world_size: int, backend: str) -> None:
         raise ValueError(f"backend: expected a torch.distributed backend name, got {backend!r}")
 
 
-# --------------------------------------------------------------------------- pytest
-
-
-def check_in_fixture(
-    fixture: Any,
-    step_factory: FactoryLike,
-    *,
-    world_size: int = 2,
-    backend: str = "gloo",
-    timeout: float | None = None,
-    start_timeout: float | None = None,
-    **options: Unpack[CheckOptions],
-) -> DistributedResult:
-    """``graphleak.check_distributed(...)``: the fixture's settings (ini, CLI, call
-    keywords) go to every rank, each rank's result goes into the test report
-    (``report.graphleak``), and a leak on any rank fails the test naming the rank (warns
-    in warn-only mode). A rank that raised, crashed or hung fails the test with its
-    traceback."""
-    __tracebackhide__ = True
-    from pytest_graphleak import plugin
-
-    item = fixture.item
-    settings = fixture.resolve("check_distributed()", options)
-    label = step_factory if isinstance(step_factory, str) else _label(step_factory)
-    result = check_distributed(
-        step_factory,
-        world_size=world_size,
-        backend=backend,
-        timeout=DEFAULT_TIMEOUT_S if timeout is None else timeout,
-        start_timeout=DEFAULT_START_TIMEOUT_S if start_timeout is None else start_timeout,
-        name=f"{item.nodeid}::check_distributed({label})",
-        raise_on_leak=False,
-        on_result=lambda check_result: plugin._record(item, check_result),
-        settings=settings,
-    )
-    if result.leaked:
-        if plugin.warns_instead(item, settings):
-            warnings.warn(plugin.GraphLeakWarning(result.leak_text()), stacklevel=2)
-        else:
-            from pytest_graphleak import GraphLeakError
-
-            raise GraphLeakError(result.leak_text())
-    return result
-
-
-def run_marked_test(
-    item: Any,
-    settings: Any,
-    *,
-    world_size: int,
-    checking: bool,
-    backend: str = "gloo",
-    timeout: float = DEFAULT_TIMEOUT_S,
-    start_timeout: float = DEFAULT_START_TIMEOUT_S,
-) -> DistributedResult:
-    """``@pytest.mark.no_graph_growth(world_size=N)``: the marked test function is the
-    step factory. It runs in each spawned rank (after the process group is up: read the
-    rank from ``torch.distributed.get_rank()``, or take ``(rank, world_size)``) and
-    returns that rank's step. Without checking (no ``--graphleak``) each rank runs it
-    once, unjudged, as a plain test would. It cannot take fixtures or be parametrized:
-    fixture values live in this process, not in the ranks."""
-    __tracebackhide__ = True
-    import pytest
-
-    from pytest_graphleak import plugin
-
-    function = item.obj
-    where = f"{item.nodeid}: @pytest.mark.no_graph_growth(world_size={world_size})"
-    fixtures = [n for n in getattr(item, "fixturenames", ()) if n != "request"]
-    if getattr(item, "instance", None) is not None or hasattr(item, "callspec") or fixtures:
-        pytest.fail(
-            f"{where} runs the test function in spawned ranks, so it must be a module-level "
-            "function without fixtures or parameters; use the graphleak fixture's "
-            "check_distributed(step_factory) instead",
-            pytrace=False,
-        )
-    path = str(Path(str(item.path)).resolve())
-    ref = FactoryRef(function.__module__, path, function.__qualname__)
-    if not checking:
-        settings = dataclasses.replace(settings, steps=1, warmup=0, diagnose=False)
-    result = check_distributed(
-        ref,
-        world_size=world_size,
-        backend=backend,
-        timeout=timeout,
-        start_timeout=start_timeout,
-        name=item.nodeid,
-        raise_on_leak=False,
-        on_result=lambda check_result: plugin._record(item, check_result),
-        settings=settings,
-    )
-    if checking and result.leaked:
-        if plugin.warns_instead(item, settings):
-            warnings.warn(plugin.GraphLeakWarning(result.leak_text()), stacklevel=2)
-        else:
-            from pytest_graphleak import GraphLeakError
-
-            raise GraphLeakError(result.leak_text())
-    return result
-
-
-def _label(factory: object) -> str:
+def factory_label(factory: FactoryLike) -> str:
+    """A short name of a step factory for a check's name (a reference string as given)."""
+    if isinstance(factory, str):
+        return factory
     inner = getattr(factory, "func", factory)  # functools.partial
     return str(getattr(inner, "__qualname__", None) or repr(inner))
 

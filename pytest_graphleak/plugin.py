@@ -8,15 +8,18 @@ does). Results travel on the call-phase report as ``report.graphleak``: a list o
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import sys
+import warnings
 from collections.abc import Callable, Generator, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_graphleak import api, options, terminal, tracker
+from pytest_graphleak import api, distributed, options, terminal, tracker
 from pytest_graphleak.api import GraphLeakError, GraphLeakWarning, Track, UnmeasuredError
 from pytest_graphleak.heap.usercode import is_pytest_module
 from pytest_graphleak.options import CheckOptions, OptionError, Settings, TrackOptions
@@ -27,7 +30,6 @@ from pytest_graphleak.result import CheckResult
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-    from pytest_graphleak.distributed import DistributedResult, FactoryLike
 
 MARKER = "no_graph_growth"
 
@@ -140,10 +142,8 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     world_size = pyfuncitem.stash.get(WORLD_SIZE_KEY, 1)
     if settings is not None and world_size > 1:
         # Spawned ranks run the test function even without --graphleak (unjudged).
-        from pytest_graphleak import distributed
-
-        distributed.run_marked_test(pyfuncitem, settings, world_size=world_size,
-                                    checking=settings_of(pyfuncitem.config).enabled)  # fmt: skip
+        _check_marked_on_ranks(pyfuncitem, settings, world_size=world_size,
+                               checking=settings_of(pyfuncitem.config).enabled)  # fmt: skip
         return True
     if settings is None or not settings_of(pyfuncitem.config).enabled:
         return None  # unmarked, or checking is off: pytest runs the test once
@@ -213,6 +213,38 @@ def _check_marked(
         )
 
     _run_and_record(item, measure, settings=settings, from_marker=True)
+
+
+def _check_marked_on_ranks(
+    item: pytest.Function, settings: Settings, *, world_size: int, checking: bool
+) -> None:
+    """``@pytest.mark.no_graph_growth(world_size=N)``: the marked test function is the
+    step factory. It runs in each spawned rank (after the process group is up: read the
+    rank from ``torch.distributed.get_rank()``, or take ``(rank, world_size)``) and
+    returns that rank's step. Without checking (no ``--graphleak``) each rank runs it
+    once, unjudged, as a plain test would. It cannot take fixtures or be parametrized:
+    fixture values live in this process, not in the ranks."""
+    __tracebackhide__ = True
+    function = item.obj
+    where = f"{item.nodeid}: @pytest.mark.{MARKER}(world_size={world_size})"
+    fixtures = [n for n in getattr(item, "fixturenames", ()) if n != "request"]
+    if getattr(item, "instance", None) is not None or hasattr(item, "callspec") or fixtures:
+        pytest.fail(
+            f"{where} runs the test function in spawned ranks, so it must be a module-level "
+            "function without fixtures or parameters; use the graphleak fixture's "
+            "check_distributed(step_factory) instead",
+            pytrace=False,
+        )
+    path = str(Path(str(item.path)).resolve())
+    ref = distributed.FactoryRef(function.__module__, path, function.__qualname__)
+    if not checking:
+        settings = dataclasses.replace(settings, steps=1, warmup=0, diagnose=False)
+    result = distributed.check_distributed(
+        ref, world_size=world_size, name=item.nodeid, raise_on_leak=False,
+        on_result=functools.partial(_record, item), settings=settings,
+    )  # fmt: skip
+    if checking:
+        _fail_or_warn_ranks(item, result, settings)
 
 
 # -- the marker on unittest.TestCase methods --------------------------------------------
@@ -396,6 +428,19 @@ def _fail_or_warn(
     raise error
 
 
+def _fail_or_warn_ranks(
+    item: pytest.Item, result: distributed.DistributedResult, settings: Settings
+) -> None:
+    """A leak on any rank fails the test naming the rank (warns in warn-only mode)."""
+    __tracebackhide__ = True
+    if not result.leaked:
+        return
+    if warns_instead(item, settings):
+        warnings.warn(GraphLeakWarning(result.leak_text()), stacklevel=2)
+        return
+    raise GraphLeakError(result.leak_text())
+
+
 def _record(item: pytest.Item, result: CheckResult) -> None:
     item.stash.setdefault(RESULTS_KEY, []).append(result.to_dict())
 
@@ -510,23 +555,34 @@ class GraphleakFixture:
 
     def check_distributed(
         self,
-        step_factory: FactoryLike,
+        step_factory: distributed.FactoryLike,
         *,
         world_size: int = 2,
         backend: str = "gloo",
         timeout: float | None = None,
         start_timeout: float | None = None,
         **options: Unpack[CheckOptions],
-    ) -> DistributedResult:
+    ) -> distributed.DistributedResult:
         """Check a step on N torch.distributed ranks: ``step_factory`` (a module-level
-        function or "module:function") builds each rank's step; a leak on any rank fails
-        the test naming the rank. See ``pytest_graphleak.distributed.check_distributed``."""
+        function or "module:function") builds each rank's step. The fixture's settings
+        (ini, CLI, these keywords) go to every rank, each rank's result goes into the
+        test report, and a leak on any rank fails the test naming the rank (warns in
+        warn-only mode); a rank that raised, crashed or hung fails it with its
+        traceback. See ``pytest_graphleak.distributed.check_distributed``."""
         __tracebackhide__ = True
-        from pytest_graphleak.distributed import check_in_fixture
-
-        return check_in_fixture(self, step_factory, world_size=world_size, backend=backend,
-                                timeout=timeout, start_timeout=start_timeout,
-                                **options)  # fmt: skip
+        settings = self.resolve("check_distributed()", options)
+        label = distributed.factory_label(step_factory)
+        result = distributed.check_distributed(
+            step_factory, world_size=world_size, backend=backend,
+            timeout=distributed.DEFAULT_TIMEOUT_S if timeout is None else timeout,
+            start_timeout=(distributed.DEFAULT_START_TIMEOUT_S if start_timeout is None
+                           else start_timeout),
+            name=f"{self._item.nodeid}::check_distributed({label})",
+            raise_on_leak=False, on_result=functools.partial(_record, self._item),
+            settings=settings,
+        )  # fmt: skip
+        _fail_or_warn_ranks(self._item, result, settings)
+        return result
 
 
 @pytest.fixture

@@ -31,9 +31,7 @@ from pytest_graphleak.diagnose.backends import (
 )
 
 # The same package's helpers: a recorded loop step is noted exactly as a re-run step.
-from pytest_graphleak.diagnose.observe import Leaked, Observation
-from pytest_graphleak.diagnose.observe import _note_new as note_new
-from pytest_graphleak.diagnose.observe import _site as site_of
+from pytest_graphleak.diagnose.observe import Leaked, Observation, note_new, site_of
 from pytest_graphleak.diagnose.sites import UserFrames, make_torch_recorder
 
 

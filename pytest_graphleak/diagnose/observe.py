@@ -99,7 +99,7 @@ def observe(
         measuring.begin()
         measuring.freeze()
         if measuring.whole_heap:  # what is alive now was not made by a diagnostic run
-            _note_new(measuring.objects(), backends, made, 0)
+            note_new(measuring.objects(), backends, made, 0)
         if torch_backend is not None:
             seq_lo = torch_backend.current_sequence_nr()
         for run in range(1, runs + 1):
@@ -121,7 +121,7 @@ def observe(
                     mg_previous = None
             result.runs_done = run
             if recording:
-                _note_new(measuring.objects(), backends, made, run)
+                note_new(measuring.objects(), backends, made, run)
             if run == recorded_runs and torch_backend is not None:
                 result.torch_seq = (seq_lo, torch_backend.current_sequence_nr())
         candidates = {oid for oid, (ref, _, _, run) in made.items() if run and ref() is not None}
@@ -136,7 +136,7 @@ def observe(
             result.site_via = dict(recorder.via)
             result.node_sites_truncated = recorder.nodes_truncated
         for leaked in result.leaked:
-            leaked.site = _site(leaked, recorder, frames)
+            leaked.site = site_of(leaked, recorder, frames)
         return result
     finally:
         made.clear()
@@ -145,7 +145,7 @@ def observe(
         measuring.end()
 
 
-def _note_new(
+def note_new(
     objects: list[Any],
     backends: list[Backend],
     made: dict[int, tuple[weakref.ref[Any], Backend, str, int]],
@@ -189,7 +189,7 @@ def _sort_by_collector(
         garbage.clear()
 
 
-def _site(leaked: Leaked, recorder: Any, frames: UserFrames) -> Site | None:
+def site_of(leaked: Leaked, recorder: Any, frames: UserFrames) -> Site | None:
     backend = leaked.backend
     if isinstance(backend, MinigradBackend):
         found = backend.creation_site(leaked.obj)
