@@ -442,41 +442,83 @@ def test_report_path_in_a_missing_directory_is_a_usage_error(pytester: pytest.Py
     assert "no/such/dir/r.json" in line and "does not exist" in line, line
 
 
-def _unwritable_directory(tmp: Path) -> Path | None:
-    """A directory this process cannot create files in (root ignores chmod)."""
+#: conftest for the pytester run: ``os.access`` says no for the directory "read-only"
+#: (root may write anywhere, so chmod alone cannot make one for every user).
+READ_ONLY_CONFTEST = """
+import os
+
+_access = os.access
+
+
+def _refuse_read_only(path, mode, *args, **kwargs):
+    if os.path.basename(os.fspath(path)) == "read-only" and mode & os.W_OK:
+        return False
+    return _access(path, mode, *args, **kwargs)
+
+
+os.access = _refuse_read_only
+"""
+
+#: conftest: the report directory passes the check, but writing the file fails (a full
+#: disk, a directory made read-only during the run).
+WRITE_FAILS_CONFTEST = """
+import errno
+from pytest_graphleak import session_report
+
+_write = session_report.write_text_atomic
+
+
+def _fail_in_out(path, text):
+    if path.parent.name == "out":
+        raise PermissionError(errno.EACCES, "Permission denied", str(path))
+    return _write(path, text)
+
+
+session_report.write_text_atomic = _fail_in_out
+"""
+
+
+def test_report_path_in_a_read_only_directory_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    directory = pytester.mkdir("read-only")
     if os.geteuid() != 0:
-        tmp.mkdir()
-        tmp.chmod(0o555)
-        return tmp
-    for candidate in (Path("/sys"), Path("/proc/sys")):
-        try:
-            (candidate / "graphleak-probe.json").open("w").close()
-        except OSError:
-            return candidate
-    return None
-
-
-def test_report_path_in_a_read_only_directory_is_answered_clearly(
-    pytester: pytest.Pytester,
-) -> None:
-    directory = _unwritable_directory(pytester.path / "read-only")
-    if directory is None:
-        pytest.skip("no directory here is read-only for this user")
-    target = directory / "graphleak.json"
+        directory.chmod(0o555)  # really read-only for this user
+    else:
+        pytester.makeconftest(READ_ONLY_CONFTEST)
     pytester.makeini(INI)
     pytester.makepyfile(test_ok="def test_ok(): pass")
+    target = directory / "graphleak.json"
+    try:
+        result = pytester.runpytest_subprocess("--graphleak", f"--graphleak-report={target}")
+    finally:
+        directory.chmod(0o755)  # so pytest can clean it up
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    line = only_line(result.stderr.str(), str(target))
+    assert "--graphleak-report" in line and "is not writable" in line, line
+    assert "passed" not in result.stdout.str()  # refused before anything ran
+    assert not target.exists()
+
+
+def test_a_report_that_cannot_be_written_is_saved_elsewhere_and_said_where(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makeconftest(WRITE_FAILS_CONFTEST)
+    pytester.makeini(INI)
+    pytester.makepyfile(
+        test_ok="import pytest\n\n@pytest.mark.no_graph_growth(steps=4, warmup=1)\n"
+        "def test_ok():\n    pass\n"
+    )
+    target = pytester.mkdir("out") / "graphleak.json"
     result = pytester.runpytest_subprocess("--graphleak", f"--graphleak-report={target}")
     text = result.stdout.str() + result.stderr.str()
     line = only_line(text, str(target))
-    if result.ret == pytest.ExitCode.USAGE_ERROR:  # refused up front
-        assert "not writable" in line, line
-    else:  # found out when writing: the report is saved elsewhere, and we are told where
-        assert "could not write" in line and "saved it to" in line, line
-        saved = re.search(r"saved it to '([^']+)'", line)
-        assert saved and Path(saved.group(1)).exists(), line
-        Path(saved.group(1)).unlink()
-    if (pytester.path / "read-only").exists():
-        (pytester.path / "read-only").chmod(0o755)  # so pytest can clean it up
+    assert "could not write the graphleak" in line and "Permission denied" in line, line
+    saved = re.search(r"saved it to '([^']+)' instead", line)
+    assert saved, line
+    document = json.loads(Path(saved.group(1)).read_text(encoding="utf-8"))
+    Path(saved.group(1)).unlink()
+    assert [test["nodeid"] for test in document["tests"]] == ["test_ok.py::test_ok"]
+    assert document["summary"]["checked"] == 1
+    assert not target.exists()
 
 
 # ------------------------------------------------------------ torch not installed

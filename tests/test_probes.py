@@ -10,7 +10,7 @@ import weakref
 import numpy as np
 import pytest
 
-from pytest_graphleak.probes import PROBE_NAMES, GcProbe, make_probes
+from pytest_graphleak.probes import METRICS, PROBE_NAMES, GcProbe, make_probes
 from pytest_graphleak.probes.minigrad_probe import MinigradProbe
 from pytest_graphleak.probes.process_probe import ProcessProbe
 from pytest_graphleak.probes.torch_probe import TorchProbe, count_nodes, storage_bytes
@@ -103,10 +103,22 @@ def test_gc_probe_counts_only_what_the_cyclic_collector_frees() -> None:
     assert per_step >= 2  # the result tensor and its node (at least)
 
 
-def test_process_probe_reports_rss() -> None:
+def test_process_probe_reads_this_process_resident_memory() -> None:
+    psutil = pytest.importorskip("psutil")
     probe = ProcessProbe()
     assert probe.available()
-    assert probe.sample([])["process.rss_bytes"] > 10 * 2**20
+    (rss,) = probe.metrics
+    assert probe.sample([])[rss.name] == pytest.approx(psutil.Process().memory_info().rss,
+                                                      abs=4 * 2**20)  # fmt: skip
+    probe.start([])  # reads /proc/self/statm itself where there is one
+    try:
+        before = probe.sample([])[rss.name]
+        assert before == pytest.approx(psutil.Process().memory_info().rss, abs=4 * 2**20)
+        block = np.ones(64 * 2**20, dtype=np.uint8)  # written, so resident
+        assert probe.sample([])[rss.name] - before >= 48 * 2**20
+        del block
+    finally:
+        probe.stop()
 
 
 def test_make_probes_selects_and_validates_names() -> None:
@@ -116,7 +128,13 @@ def test_make_probes_selects_and_validates_names() -> None:
     assert [p.name for p in make_probes(["gc"])] == ["gc"]
     with pytest.raises(ValueError, match="unknown probe"):
         make_probes(["tensorflow"])
-    assert set(PROBE_NAMES) == {"minigrad", "torch", "gc", "process", "cuda"}
+    # every name that can be asked for is a probe (in PROBE_NAMES order), and every
+    # metric a probe declares is named "<probe>.<metric>"
+    available = make_probes(PROBE_NAMES)
+    assert [p.name for p in available] == [n for n in PROBE_NAMES if n in names]
+    for probe in available:
+        assert all(m.name.startswith(f"{probe.name}.") for m in probe.metrics), probe.name
+    assert {name.split(".")[0] for name in METRICS} == set(PROBE_NAMES)
 
 
 def test_probes_never_import_torch_or_minigrad() -> None:
