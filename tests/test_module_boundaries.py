@@ -131,13 +131,14 @@ def test_no_module_reaches_into_another_modules_private_attributes() -> None:
 def test_the_scans_see_a_reach_in() -> None:
     """The scans above catch the reach-ins this package used to have."""
     code = "from pytest_graphleak import plugin\nfrom pytest_graphleak.api import _settings\n"
-    code += "plugin._record(item, result)\nfixture._resolve('check()', {})\n"
+    code += "plugin._record(item, result)\nfixture._settings.override({})\n"
     tree = ast.parse(code)
     name = "pytest_graphleak.distributed"
     assert ("pytest_graphleak.api", "_settings") in list(imported_modules(name, tree))
+    assert "pytest_graphleak.plugin" in MEMBERS["_settings"]  # GraphleakFixture._settings
     assert reach_ins(name, tree) == [
         f"{name}:plugin._record",
-        f"{name}:._resolve of pytest_graphleak.plugin",
+        f"{name}:._settings of {', '.join(sorted(MEMBERS['_settings']))}",
     ]
 
 
