@@ -403,3 +403,41 @@ def test_the_memory_survey_walks_a_small_root_even_when_a_huge_one_comes_first(
         assert id(cache["blobs"]) in found.lengths  # reached within the first few turns
     finally:
         found.release()
+
+
+def test_sites_recorded_as_file_and_line_get_their_function(tmp_path: Any) -> None:
+    from pytest_graphleak.diagnose.sites import function_at
+
+    source = tmp_path / "steps.py"
+    source.write_text(
+        "x = 1\n"
+        "class Trainer:\n"
+        "    def compute_loss(self):\n"
+        "        def inner():\n"
+        "            return 2\n"
+        "        return inner()\n",
+        encoding="utf-8",
+    )
+    name = str(source)
+    assert function_at(name, 1) == ""
+    assert function_at(name, 2) == "Trainer"
+    assert function_at(name, 3) == "compute_loss"
+    assert function_at(name, 5) == "inner"
+    assert function_at(name, 6) == "compute_loss"
+    assert function_at(str(tmp_path / "missing.py"), 3) == ""
+
+
+def test_minigrad_sites_name_their_function() -> None:
+    import minigrad as mg
+
+    state: dict[str, Any] = {"losses": []}
+    w = mg.Tensor([1.0, 2.0], requires_grad=True)
+
+    def minigrad_step() -> None:
+        state["losses"].append((w * 2).sum())
+
+    run(minigrad_step)
+    d = diagnose(verdict("minigrad.nodes"), metrics=METRICS, step=minigrad_step,
+                 roots={"fixture 'state'": state})  # fmt: skip
+    mine = [s for s in d.sites if s.filename == THIS_FILE]
+    assert mine and {s.function for s in mine} == {"minigrad_step"}, d.sites

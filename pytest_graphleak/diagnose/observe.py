@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_graphleak.diagnose.backends import NODE, Backend, MinigradBackend, TorchBackend
-from pytest_graphleak.diagnose.sites import Site, UserFrames, make_torch_recorder
+from pytest_graphleak.diagnose.sites import Site, UserFrames, function_at, make_torch_recorder
 from pytest_graphleak.heap.gcstate import Measuring
 
 #: Steps run by the diagnosis, and how many of them record creation sites.
@@ -196,7 +196,7 @@ def site_of(leaked: Leaked, recorder: Any, frames: UserFrames) -> Site | None:
         if found is None:
             return None
         filename, lineno = found
-        return filename, lineno, ""
+        return filename, lineno, function_at(filename, lineno)
     if recorder is not None and isinstance(backend, TorchBackend):
         if leaked.kind == NODE:
             seq = backend.sequence_nr(leaked.obj)

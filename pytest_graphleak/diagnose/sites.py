@@ -15,7 +15,9 @@ library, installed packages, pytest, this plugin and minigrad.
 
 from __future__ import annotations
 
+import ast
 import contextlib
+import functools
 import linecache
 import os
 import sys
@@ -79,6 +81,33 @@ def _names_a_library(filename: str) -> bool:
 
 def source_line(filename: str, lineno: int) -> str:
     return linecache.getline(filename, lineno).strip()
+
+
+def function_at(filename: str, lineno: int) -> str:
+    """The innermost function (or class) whose source spans ``lineno`` in ``filename``,
+    for sites recorded as file and line only (minigrad's, tracemalloc's); "" for module
+    level code or a file that cannot be read and parsed."""
+    best = ""
+    for first, last, name in _scopes(filename):
+        if first <= lineno <= last:
+            best = name  # scopes are in source order: a later match is nested deeper
+    return best
+
+
+@functools.lru_cache(maxsize=256)
+def _scopes(filename: str) -> tuple[tuple[int, int, str], ...]:
+    source = "".join(linecache.getlines(filename))
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return ()
+    kinds = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+    found = [
+        (node.lineno, node.end_lineno or node.lineno, node.name)
+        for node in ast.walk(tree)
+        if isinstance(node, kinds)
+    ]
+    return tuple(sorted(found, key=lambda scope: (scope[0], -scope[1])))
 
 
 def _tensors_in(out: Any, tensor_type: type) -> Iterator[Any]:
@@ -222,7 +251,7 @@ def memory_sites(
         user = next((f for f in reversed(called) if frames.is_user_file(f.filename)), None)
         if user is None:
             continue
-        key = (user.filename, user.lineno, "")
+        key = (user.filename, user.lineno, function_at(user.filename, user.lineno))
         grown[key] += stat.size_diff
         counts[key] += max(stat.count_diff, 0)
     return [
