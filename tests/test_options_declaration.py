@@ -57,7 +57,6 @@ KEYWORD_TAKERS = [
     plugin.GraphleakFixture.check_distributed,
     distributed.check_distributed,
     distributed.check_distributed_many,
-    distributed.check_in_fixture,
 ]
 
 
