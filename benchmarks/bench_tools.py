@@ -149,12 +149,15 @@ def main() -> None:
         + markdown_table(["step", *TOOLS], rows)
         + "\n\n"
         + markdown_table(["tool", "leaky steps flagged", "fixed twins flagged"], summary)
-        + "\n\nReading: objgraph counts Python objects by type, so it sees a list that keeps "
-        "tensors but not a graph that grows behind one tensor (`total += loss`: the count of "
-        "tensors stays flat; torch's graph nodes are not Python objects until asked for). "
-        "tracemalloc sees bytes by line, and a graph node or a small tensor is a few hundred "
-        "bytes: whether a leak crosses a per-line limit depends on the tensor sizes and the "
-        "number of steps. Neither names the pattern or the reference that holds the graph.\n"
+        + "\n\nReading: objgraph counts Python objects by type after a full collection. It sees "
+        "a container that keeps tensors (`Tensor +16`) and minigrad's graph nodes (Python "
+        "objects), but not a torch graph that grows behind one tensor (`total += loss`: torch's "
+        "graph nodes are not Python objects), memory that grows inside one tensor, or objects "
+        "that only the cyclic GC frees (its own `gc.collect()` frees them first). tracemalloc "
+        "sees only what Python's allocator hands out, by line: torch allocates tensor storage "
+        "itself, so a leaked tensor shows as a few hundred bytes of Python object, and whether "
+        "a line crosses a per-line limit depends on the step (the clean seed transformer "
+        "crosses 4 KiB). Neither names the pattern or the reference that holds the graph.\n"
     )
     write_results("tools", "objgraph and tracemalloc next to --graphleak", body,
                   out=args.out, quick=args.quick)  # fmt: skip

@@ -30,7 +30,8 @@ def test_options_page_lists_every_declared_option(hooks: ModuleType) -> None:
 
     page = hooks.options_page()
     for option in OPTIONS:
-        assert f"## `{option.flag}`" in page and f"`{option.ini}`" in page
+        assert f"## `{option.key}`" in page and f"`{option.ini}`" in page
+    assert "Precedence: marker" in page
 
 
 def test_json_page_lists_every_schema_property(hooks: ModuleType) -> None:

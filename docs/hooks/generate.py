@@ -92,30 +92,51 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
 def options_page() -> str:
     from pytest_graphleak import options
 
+    def where(option: Any) -> str:
+        places = []
+        if _applies(option, "marker"):
+            places.append("marker")
+        if _applies(option, "check"):
+            places.append("`check()`")
+        if _applies(option, "track"):
+            places.append("`track()`")
+        command = getattr(option, "command_flag", None)
+        if command and _applies(option, "command"):
+            places.append(f"`graphleak check {command}`")
+        return ", ".join(places) or "–"
+
     lines = [
         "# Options reference",
         "",
-        "Generated from the option declaration, `pytest_graphleak/options.py`, which is",
-        "also what registers the flags and ini keys and checks the marker's keywords:",
-        "this page cannot drift from the code.",
+        "Generated from the option declaration, `OPTIONS` in `pytest_graphleak/options.py`:",
+        "the same table registers the flags and ini keys, checks the marker's and the",
+        "calls' keywords and makes `graphleak check`'s flags, so this page cannot drift",
+        "from the code.",
         "",
-        _doc_paragraph(options.__doc__ or ""),
+        _paragraph(options.__doc__ or "", "Precedence"),
         "",
-        "| command line | ini key | marker / `check()` keyword | default |",
-        "|---|---|---|---|",
+        "| setting | type | default | command line | ini key | also as keyword of |",
+        "|---|---|---|---|---|---|",
     ]
     for option in options.OPTIONS:
-        keyword = f"`{option.key}=`" if option.applies_to("marker") else "–"
         metavar = getattr(option, "metavar", None)
         flag = option.flag + (f"={metavar}" if metavar else "")
         lines.append(
-            f"| `{_escape_md(flag)}` | `{option.ini}` | {keyword} | {_default(option)} |"
+            f"| `{option.key}` | {getattr(option, 'type', '')} | {_default(option)} "
+            f"| `{_escape_md(flag)}` | `{option.ini}` | {where(option)} |"
         )
     lines.append("")
     for option in options.OPTIONS:
-        lines += [f"## `{option.flag}`", "", f"ini: `{option.ini}`", ""]
+        lines += [f"## `{option.key}`", "", f"`{option.flag}`, ini `{option.ini}`", ""]
         lines += [_escape_md(option.help[:1].upper() + option.help[1:]) + ".", ""]
     return "\n".join(lines)
+
+
+def _applies(option: Any, place: str) -> bool:
+    applies_to = getattr(option, "applies_to", None)
+    if applies_to is not None:
+        return bool(applies_to(place))
+    return place in ("marker", "check") and getattr(option, "marker_keyword", False)
 
 
 def _default(option: Any) -> str:
@@ -129,10 +150,12 @@ def _default(option: Any) -> str:
     return f"`{value}`"
 
 
-def _doc_paragraph(doc: str) -> str:
-    """The module docstring's first paragraph after its summary line, as markdown."""
-    parts = doc.strip().split("\n\n")
-    return parts[1].replace("``", "`") if len(parts) > 1 else ""
+def _paragraph(doc: str, first_word: str) -> str:
+    """The docstring paragraph that starts with ``first_word``, as markdown."""
+    for part in doc.strip().split("\n\n"):
+        if part.startswith(first_word):
+            return part.replace("``", "`")
+    return ""
 
 
 def _escape_md(text: str) -> str:
