@@ -24,11 +24,13 @@ FAST = ("-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:xdist")
 
 COUNTING = """
 import pytest
+import minigrad as mg
 calls = []
 
 @pytest.mark.no_graph_growth
 def test_step():
     calls.append(1)
+    (mg.Tensor([1.0], requires_grad=True) * 2).sum().backward()  # something to measure
 
 def test_zz_count():
     print(f"CALLS={len(calls)}")
