@@ -101,6 +101,9 @@ def test_demo_without_torch_tells_the_story_in_plain_lines(
     # The log itself shows the leak: alive Node grows in the leaky runs, not in the fixed one.
     assert _alive_nodes(keeps)[-1] > _alive_nodes(keeps)[0]
     assert len(set(_alive_nodes(fixed))) == 1
+    # Honest pictures: the fixed run's flat metrics draw flat, RSS noise included.
+    rows = [line.split() for line in fixed.splitlines() if line.startswith("  process.")]
+    assert rows and all(set(row[-1]) <= {"▁", "|"} for row in rows), rows
 
     svg = ElementTree.parse(tmp_path / "demo.svg").getroot()
     lines = svg.findall(".//{http://www.w3.org/2000/svg}polyline")
