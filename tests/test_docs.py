@@ -61,3 +61,14 @@ def test_every_nav_page_exists_or_is_generated_or_left_out_on_purpose() -> None:
     pages = [line.rsplit(": ", 1)[1].strip() for line in nav.splitlines() if ".md" in line]
     missing = [p for p in pages if not (REPO / "docs" / p).exists()]
     assert set(missing) <= generated | optional, missing
+
+
+def test_every_field_of_the_json_report_is_described(hooks: ModuleType) -> None:
+    """The JSON report page is generated from schema.json: a field added without a
+    description would show up there with an empty meaning."""
+    undescribed = [
+        line.split(" | ")[0].strip("| ")
+        for line in hooks.json_page().splitlines()
+        if line.startswith("| `") and line.rstrip().endswith(("|  |", "| (optional) |"))
+    ]
+    assert not undescribed, f"schema.json fields without a description: {undescribed}"
