@@ -222,6 +222,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
+    # As typed, for the HTML page's environment block.
+    args.command_line = ["graphleak", *(sys.argv[1:] if argv is None else argv)]
     try:
         return int(args.run(args))
     except UsageError as exc:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import time
 from collections.abc import Callable
 
 from pytest_graphleak.cli.exits import (
@@ -22,6 +24,7 @@ from pytest_graphleak.cli.outputs import (
 from pytest_graphleak.cli.summary import render_result, verdict_line
 from pytest_graphleak.cli.target import resolve
 from pytest_graphleak.options import OptionError, Settings, settings_from_command
+from pytest_graphleak.report.environment import describe_run
 from pytest_graphleak.result import CheckResult
 
 
@@ -34,6 +37,7 @@ def run_check(args: argparse.Namespace) -> int:
     json_path, html_path = checked_outputs(
         ("--json", settings.report, "json"), ("--html", settings.html, "html")
     )
+    started = time.time()  # for the HTML page's environment block
     targets = [resolve(spec) for spec in args.targets]
 
     results = []
@@ -54,7 +58,9 @@ def run_check(args: argparse.Namespace) -> int:
             write_json(document, json_path)
             print(f"graphleak: JSON report written to {json_path}", file=sys.stderr)
         if html_path is not None:
-            write_html(document, html_path)
+            command = getattr(args, "command_line", ["graphleak", "check", *args.targets])
+            environment = describe_run(command, os.getcwd(), started, time.time())
+            write_html(document, html_path, environment)
             print(f"graphleak: HTML report written to {html_path}", file=sys.stderr)
     if any(result.error for result in results):
         return EXIT_USER_CODE

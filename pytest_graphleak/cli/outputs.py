@@ -49,10 +49,12 @@ def write_json(document: dict[str, Any], path: Path) -> None:
     _write(path, dumps(document), "--json")
 
 
-def write_html(document: dict[str, Any], path: Path) -> None:
+def write_html(
+    document: dict[str, Any], path: Path, environment: dict[str, str] | None = None
+) -> None:
     from pytest_graphleak.report.html import render_html
 
-    _write(path, render_html(document), "--html")
+    _write(path, render_html(document, environment=environment), "--html")
 
 
 def _write(path: Path, text: str, option: str) -> None:
