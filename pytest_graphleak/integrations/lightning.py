@@ -91,7 +91,11 @@ class GraphLeakCallback(FrameworkCheck):
     # -- Lightning hooks -------------------------------------------------------------------
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         self._last_global_step = trainer.global_step
-        length = remaining(trainer.estimated_stepping_batches, trainer.global_step)
+        try:
+            total = trainer.estimated_stepping_batches
+        except Exception:  # accumulation that changes per epoch: no single length
+            total = None
+        length = remaining(total, trainer.global_step)
         self._run_started(
             length=length,
             roots=lambda: {"pl_module": pl_module, "trainer": trainer},
@@ -115,7 +119,7 @@ class GraphLeakCallback(FrameworkCheck):
         self._run_failed()
 
 
-def _rebuild(cls: type, state: dict[str, Any]) -> Any:
+def _rebuild(cls: Any, state: dict[str, Any]) -> Any:
     obj = cls.__new__(cls)
     obj.__dict__.update(state)
     return obj

@@ -73,7 +73,7 @@ class GraphLeakCallback(FrameworkCheck, transformers.TrainerCallback):
 
 def _calling_trainer(depth: int = 12) -> Any:
     """The ``Trainer`` whose training loop called this callback (a ``self`` up the stack)."""
-    frame = sys._getframe(1)
+    frame: Any = sys._getframe(1)
     try:
         for _ in range(depth):
             frame = frame.f_back

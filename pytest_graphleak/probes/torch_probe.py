@@ -228,8 +228,12 @@ def fake_tensor_type() -> type | None:
 
 
 def storage_bytes(tensors: Iterable[Any]) -> int:
-    """Bytes of the distinct storages behind the tensors (views share one storage)."""
-    sizes: dict[tuple[str, int], int] = {}
+    """Bytes of the distinct storages behind the tensors (views share one storage).
+
+    A storage is keyed by (device index, address): ``get_device()`` is -1 on the CPU and
+    the index elsewhere, a plain C call (``str(storage.device)`` made a device object and
+    a string per tensor: 3/4 of this function's time on a model's ~160 tensors)."""
+    sizes: dict[tuple[int, int], int] = {}
     fake = fake_tensor_type()
     for tensor in tensors:
         if fake is not None and isinstance(tensor, fake):
@@ -237,12 +241,12 @@ def storage_bytes(tensors: Iterable[Any]) -> int:
         try:
             storage = tensor.untyped_storage()
             pointer = storage.data_ptr()
+            if pointer == 0:
+                continue
+            key = (tensor.get_device(), pointer)
             nbytes = storage.nbytes()
-            device = str(storage.device)
         except Exception:  # sparse, nested or meta tensors have no plain storage
             continue
-        if pointer == 0:
-            continue
-        key = (device, pointer)
-        sizes[key] = max(sizes.get(key, 0), int(nbytes))
+        if sizes.get(key, 0) < nbytes:
+            sizes[key] = nbytes
     return sum(sizes.values())
