@@ -176,3 +176,21 @@ def test_fake_tensors_are_not_asked_for_a_data_pointer() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert storage_bytes([fake, real]) == 16
+
+
+def test_storage_bytes_reuses_a_baseline_tensors_storage_until_its_address_changes() -> None:
+    from pytest_graphleak.probes.torch_probe import WeakBaseline
+
+    torch = pytest.importorskip("torch")
+    param = torch.zeros(4)  # 16 bytes
+    baseline = WeakBaseline()
+    baseline.add([param])
+    assert storage_bytes([param], baseline) == 16
+    assert id(param) in baseline.storages  # read once, then reused
+    param.data = torch.zeros(10)  # a new storage: a new address
+    assert storage_bytes([param], baseline) == 40
+    view = param[2:]
+    assert storage_bytes([param, view], baseline) == 40
+    key = id(param)
+    del param, view
+    assert key not in baseline.storages  # forgotten when the tensor dies
