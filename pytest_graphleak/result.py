@@ -158,7 +158,10 @@ class CheckResult:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CheckResult:
         verdict_data = dict(data["verdict"])
-        verdict_data["growths"] = [Growth(**g) for g in verdict_data.get("growths", [])]
+        verdict_data["growths"] = [
+            Growth(**{**g, **{k: _number(g.get(k)) for k in ("start", "end", "per_step")}})
+            for g in verdict_data.get("growths", [])
+        ]
         diagnosis = None
         if data.get("diagnosis") is not None:
             diag = dict(data["diagnosis"])
@@ -169,7 +172,7 @@ class CheckResult:
             name=data["name"],
             steps=data["steps"],
             warmup=data["warmup"],
-            series={k: list(v) for k, v in data["series"].items()},
+            series={k: [_number(x) for x in v] for k, v in data["series"].items()},
             units=dict(data["units"]),
             verdict=Verdict(**verdict_data),
             diagnosis=diagnosis,
@@ -178,3 +181,9 @@ class CheckResult:
             unmeasured=data.get("unmeasured"),
             notes=list(data.get("notes", [])),
         )
+
+
+def _number(value: Any) -> Any:
+    """A sample read back from JSON: ``null`` is how the report writes a non-finite one
+    (a probe that could not read), so it becomes NaN again."""
+    return float("nan") if value is None else value

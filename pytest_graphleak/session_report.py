@@ -7,14 +7,16 @@ The core plugin registers ``GraphleakSessionReport(config)`` and calls
 which pytest-xdist replays on the controller with the same plain data, so a run
 on many workers gives the same reports as one process. Workers write nothing.
 
-Memory stays flat however many tests are checked ("pop rather than get"): once every
-hook has seen it, ``report.graphleak`` is taken off the report (pytest's terminal
-reporter keeps every report to the end), and each result goes to a private spool
-file (JSON lines, see ``ResultSpool``) that is read back once, at the end, for the
-summary and the reports. What stays in memory is the node ids of leaked tests only
-(for the status word in pytest's short summary), and JUnit properties only when a
-JUnit XML file is written. On a worker the attribute is removed too, after
-pytest-xdist has sent the report.
+"Pop rather than get": once every hook has seen it, ``report.graphleak`` is taken off
+the report (pytest's terminal reporter keeps every report to the end), and each checked
+test's results are kept as one compact JSON text until the end of the session, when the
+summary and the reports are built from them and each report is written once,
+atomically. A checked test costs about 1-2 KiB of text while the tests run
+(``benchmarks/results/session_rows.md``: a temporary spool file, which this replaced,
+saved only that and held as much at the end, when every row is read back). Besides,
+the node ids of leaked tests are kept (for the status word in pytest's short summary),
+and JUnit properties only when a JUnit XML file is written. On a worker the attribute
+is removed too, after pytest-xdist has sent the report.
 
 An expected failure (``@pytest.mark.xfail``, ``unittest.expectedFailure``) is
 recorded with the outcome ``xfailed``, so that its leak reads as expected
@@ -27,11 +29,9 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 import tempfile
 import time
-import weakref
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,100 +85,6 @@ class _Output:
     error: str = ""
 
 
-class ResultSpool:
-    """The checked tests' results, one JSON line each in a private temporary file, so
-    that a session of many checked tests keeps O(1) memory per test.
-
-    The directory (mode 0700) is made at the first ``add`` and removed by ``close`` or,
-    should pytest never unconfigure, at interpreter exit. A failed write loses nothing:
-    that test and every later one stay in memory, and ``errors`` says so. A spool file
-    that cannot be read back at the end is an error naming how many results it lost.
-    """
-
-    FILE_NAME = "results.jsonl"
-
-    def __init__(self, parent: Path | None = None) -> None:
-        self._parent = parent  # where the private directory goes; None: the system's temp dir
-        self.directory: Path | None = None
-        self.errors: list[str] = []
-        #: True when the file is missing what ``read`` must return (a read-back failure).
-        self.lost = False
-        self._written = 0  # results in the file
-        self._size = 0  # bytes of whole lines in the file: a failed write may leave a torn one
-        self._memory: list[CheckedTest] = []  # after a failed write, in arrival order
-        self._cleanup: weakref.finalize | None = None
-
-    @property
-    def path(self) -> Path | None:
-        return None if self.directory is None else self.directory / self.FILE_NAME
-
-    def __len__(self) -> int:
-        return self._written + len(self._memory)
-
-    def add(self, test: CheckedTest) -> None:
-        """Spool one test's result. Raises TypeError or ValueError (nothing kept) when
-        the result is not JSON data."""
-        record = {"nodeid": test.nodeid, "outcome": test.outcome, "checks": test.checks}
-        line = json.dumps(record, ensure_ascii=True).encode("ascii") + b"\n"
-        if not self._memory:  # once writes failed, stay in memory: arrival order is kept
-            try:
-                # Opened per result: no handle outlives a test, and each write stands alone.
-                with open(self._file(), "ab") as handle:
-                    handle.write(line)
-                self._written += 1
-                self._size += len(line)
-                return
-            except OSError as exc:
-                self.errors.append(
-                    f"could not spool graphleak results to {str(self.path or self._parent)!r} "
-                    f"({_reason(exc)}); kept the results from {test.nodeid} on in memory instead"
-                )
-        self._memory.append(test)
-
-    def read(self) -> dict[str, CheckedTest]:
-        """Every spooled test by node id; of several results for one node id (reruns)
-        the last one. On a read failure: what is in memory, ``lost`` set and an error."""
-        tests: dict[str, CheckedTest] = {}
-        if self._written:
-            path = self.path
-            try:
-                with open(str(path), "rb") as handle:
-                    data = handle.read(self._size)
-                lines = data.splitlines()
-                if len(data) != self._size or len(lines) != self._written:
-                    raise ValueError(f"expected {self._written} results in {self._size} bytes")
-                for line in lines:
-                    record = json.loads(line)
-                    tests[record["nodeid"]] = CheckedTest(
-                        record["nodeid"], record["outcome"], record["checks"]
-                    )
-            except (OSError, ValueError, KeyError, TypeError) as exc:
-                self.lost = True
-                self.errors.append(
-                    f"could not read back the spooled graphleak results from {str(path)!r} "
-                    f"({_reason(exc)}): the summary and reports miss up to {self._written} "
-                    "checked test(s)"
-                )
-                tests.clear()
-        for test in self._memory:
-            tests[test.nodeid] = test
-        return tests
-
-    def close(self) -> None:
-        """Remove the spool directory and forget what was kept in memory."""
-        if self._cleanup is not None:
-            self._cleanup()
-        self._memory.clear()
-
-    def _file(self) -> Path:
-        if self.directory is None:
-            self.directory = Path(tempfile.mkdtemp(prefix="pytest-graphleak-", dir=self._parent))
-            self._cleanup = weakref.finalize(
-                self, shutil.rmtree, str(self.directory), ignore_errors=True
-            )
-        return self.directory / self.FILE_NAME
-
-
 class GraphleakSessionReport:
     """The pytest plugin object that collects check results and writes the reports."""
 
@@ -192,7 +98,8 @@ class GraphleakSessionReport:
         self.settings = settings
         #: On a pytest-xdist worker: results travel to the controller, which reports.
         self.is_worker = hasattr(config, "workerinput")
-        self.spool = ResultSpool()
+        #: node id -> compact JSON of (outcome, checks); of a rerun test, the last attempt.
+        self._results: dict[str, str] = {}
         self.notes: list[str] = []
         #: Node ids whose last call report carried a leak: the status word of pytest's
         #: short summary is asked again at the end, when ``report.graphleak`` is gone.
@@ -201,7 +108,7 @@ class GraphleakSessionReport:
         #: when a JUnit XML file is written (its writer keeps every test until then anyway).
         self._junit = bool(config.getoption("xmlpath", default=None))
         self._junit_pending: dict[str, list[tuple[str, str]]] = {}
-        self._rows: list[CheckedTest] | None = None  # read back once, at the end
+        self._rows: list[CheckedTest] | None = None  # decoded once, at the end
         #: The report being logged now: where pytest 7 understands a (word, markup) word.
         self._logging: pytest.TestReport | None = None
         self.outputs: list[_Output] = []
@@ -236,7 +143,7 @@ class GraphleakSessionReport:
             if not self.is_worker:
                 self._collect(report)
             if hasattr(report, "graphleak"):
-                del report.graphleak  # type: ignore[attr-defined]  # pop: now in the spool
+                del report.graphleak  # type: ignore[attr-defined]  # pop: kept as text
 
     def _collect(self, report: pytest.TestReport) -> None:
         if report.when == "call" and report.outcome == _RERUN:
@@ -252,8 +159,10 @@ class GraphleakSessionReport:
             checks = self._checks_of(report)
             if checks:
                 test = CheckedTest(report.nodeid, _outcome(report), checks)
-                try:
-                    self.spool.add(test)
+                try:  # NaN stays NaN: this text is read back by json, not by others
+                    self._results[report.nodeid] = json.dumps(
+                        [test.outcome, test.checks], separators=(",", ":")
+                    )
                 except (TypeError, ValueError) as exc:
                     self.notes.append(
                         f"ignored graphleak results of {report.nodeid} that are not JSON "
@@ -314,10 +223,12 @@ class GraphleakSessionReport:
     # -- writing --------------------------------------------------------------------
 
     def rows(self) -> list[CheckedTest]:
-        """Every checked test, sorted by node id: read back from the spool once."""
+        """Every checked test, sorted by node id: decoded once, at the end."""
         if self._rows is None:
-            tests = self.spool.read()
-            self._rows = [tests[nodeid] for nodeid in sorted(tests)]
+            self._rows = [
+                CheckedTest(nodeid, *json.loads(self._results[nodeid]))
+                for nodeid in sorted(self._results)
+            ]
         return self._rows
 
     def document(self) -> dict[str, Any]:
@@ -325,15 +236,12 @@ class GraphleakSessionReport:
             self.rows(),
             generated_by=_generated_by(),
             warn_only=self.settings.warn_only,
-            notes=sorted([*self.notes, *self.spool.errors]),
+            notes=sorted(self.notes),
         )
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if self.is_worker:
             return
-        self.rows()
-        if self.spool.lost and session.exitstatus == pytest.ExitCode.OK:
-            session.exitstatus = pytest.ExitCode.INTERNAL_ERROR  # results were lost
         if not self.outputs:
             return
         document = self.document()
@@ -355,13 +263,13 @@ class GraphleakSessionReport:
         return describe_run(command, str(self.config.rootpath), self._started, time.time())
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
-        self.spool.close()
+        self._results.clear()
         self._rows = None
 
     # -- terminal -------------------------------------------------------------------
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
-        if self.is_worker or not (len(self.spool) or self.outputs or self.notes):
+        if self.is_worker or not (self._results or self.outputs or self.notes):
             return
         tr = terminalreporter
         tr.write_sep("=", "graphleak report")
@@ -379,8 +287,6 @@ class GraphleakSessionReport:
             tr.write_line("no test ran a graphleak check")
         else:
             tr.write_line(_count_line(rows))
-        for error in self.spool.errors:
-            tr.write_line(f"ERROR: {error}", red=True, bold=True)
         for output in self.outputs:
             if output.error:
                 tr.write_line(f"ERROR: {output.error}", red=True, bold=True)
@@ -597,11 +503,6 @@ def _has_leak(data: object) -> bool:
     return isinstance(data, list) and any(
         isinstance(check, dict) and check.get("leaked") for check in data
     )
-
-
-def _reason(exc: BaseException) -> str:
-    detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-    return f"{type(exc).__name__}: {detail}"
 
 
 def _generated_by() -> str:

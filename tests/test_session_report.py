@@ -10,6 +10,7 @@ second reporter.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import re
@@ -20,8 +21,10 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from pytest_graphleak.report.json_doc import CheckedTest, load_schema
-from pytest_graphleak.session_report import ResultSpool
+from pytest_graphleak import session_report
+from pytest_graphleak.options import Settings
+from pytest_graphleak.report.json_doc import load_schema
+from pytest_graphleak.result import CheckResult, Verdict
 
 pytest_plugins = ["pytester"]
 
@@ -106,17 +109,17 @@ def pytest_runtest_makereport(item, call):
 
 
 def pytest_sessionfinish(session):
-    # What this process keeps at the end: reports still carrying results, the spool.
+    # What this process keeps at the end: reports still carrying results, the rows.
     config = session.config
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     reports = [report for reports in reporter.stats.values() for report in reports]
     kept = [report.nodeid for report in reports if hasattr(report, "graphleak")]
     junit = [report.nodeid for report in reports
              if any(name == "graphleak.status" for name, _ in report.user_properties)]
-    spool = config.pluginmanager.get_plugin("graphleak-session-report").spool
+    rows = len(config.pluginmanager.get_plugin("graphleak-session-report").rows())
     worker = getattr(config, "workerinput", {}).get("workerid", "main")
     with open(f"kept-{worker}.json", "w") as out:
-        json.dump({"kept": kept, "junit": junit, "spool": str(spool.directory)}, out)
+        json.dump({"kept": kept, "junit": junit, "rows": rows}, out)
 """
 
 FAKE_TESTS = """
@@ -265,13 +268,11 @@ def test_verbose_run_summary_status_json_html_junit(pytester: pytest.Pytester) -
     assert props["test_two_checks[1]"]["graphleak.2.minigrad.tensors.per_step"] == "1"
     assert props["test_unchecked"] == {}
 
-    # Nothing stays behind: pytest's kept reports lost their results, the spool is gone.
+    # pytest's kept reports lost their results: the reporter's rows are the only copy.
     kept = json.loads((pytester.path / "kept-main.json").read_text())
     assert kept["kept"] == []
+    assert kept["rows"] == 6  # every checked test; test_malformed's ignored results not
     assert "test_fake.py::test_leaky" in kept["junit"]  # properties only with --junitxml
-    spool = Path(kept["spool"])
-    assert spool.name.startswith("pytest-graphleak-")
-    assert not spool.exists()
 
 
 def test_quiet_run_with_ini_paths_and_letters(
@@ -377,7 +378,7 @@ def test_xdist_gives_the_same_reports_as_one_process(pytester: pytest.Pytester) 
     kept = {path.name: json.loads(path.read_text()) for path in pytester.path.glob("kept-*")}
     assert sorted(kept) == ["kept-gw0.json", "kept-gw1.json", "kept-main.json"]
     assert all(k["kept"] == [] for k in kept.values()), kept
-    assert kept["kept-gw0.json"]["spool"] == "None"  # workers spool nothing
+    assert kept["kept-gw0.json"]["rows"] == 0  # workers keep nothing
 
 
 def test_xdist_worker_crash_is_noted(pytester: pytest.Pytester) -> None:
@@ -407,126 +408,32 @@ def test_xdist_worker_crash_is_noted(pytester: pytest.Pytester) -> None:
     assert [t["nodeid"] for t in document["tests"]] == ["test_crash.py::test_clean"]
 
 
-# ---------------------------------------------------------------- the result spool
+# ---------------------------------------------------------------- rows kept as text
 
 
-def _checked(nodeid: str, outcome: str = "passed", first: float = 1.0) -> CheckedTest:
-    check = {"name": nodeid, "series": {"minigrad.tensors": [first, float("nan"), 3]}}
-    return CheckedTest(nodeid, outcome, [check])
+def test_rows_keep_exact_values_and_the_last_attempt(pytester: pytest.Pytester) -> None:
+    """A rerun's last attempt counts; NaN and ints come back as they were recorded."""
+    reporter = session_report.GraphleakSessionReport(pytester.parseconfig(), Settings())
 
+    def report(nodeid: str, first: float, outcome: str = "passed") -> pytest.TestReport:
+        check = CheckResult(
+            name=nodeid, steps=2, warmup=1,
+            series={"minigrad.tensors": [first, float("nan"), 3]},
+            units={"minigrad.tensors": "objects"}, verdict=Verdict(False, reason="r"),
+        ).to_dict()
+        made = pytest.TestReport(nodeid, ("t.py", 1, nodeid), {}, outcome, None, "call")
+        made.graphleak = [check]  # type: ignore[attr-defined]
+        return made
 
-def test_spool_round_trip_keeps_the_last_attempt_in_a_private_directory(
-    tmp_path: Path,
-) -> None:
-    spool = ResultSpool(tmp_path)
-    assert spool.directory is None  # nothing on disk before the first result
-    spool.add(_checked("t.py::b", first=1.0))
-    spool.add(_checked("t.py::a", "failed"))
-    spool.add(_checked("t.py::b", first=2.0))  # a rerun: the last attempt counts
-    assert len(spool) == 3
-    directory = spool.directory
-    assert directory is not None and directory.parent == tmp_path
-    assert directory.stat().st_mode & 0o777 == 0o700
-    tests = spool.read()
-    assert sorted(tests) == ["t.py::a", "t.py::b"]
-    assert tests["t.py::a"].outcome == "failed"
-    series = tests["t.py::b"].checks[0]["series"]["minigrad.tensors"]
+    for made in (report("t.py::b", 1.0), report("t.py::a", 1.0, "failed"),
+                 report("t.py::b", 2.0)):  # fmt: skip
+        hook = reporter.pytest_runtest_logreport(made)
+        next(hook)
+        with contextlib.suppress(StopIteration):
+            next(hook)
+        assert not hasattr(made, "graphleak")  # popped off pytest's report
+    rows = reporter.rows()
+    assert [(t.nodeid, t.outcome) for t in rows] == [("t.py::a", "failed"), ("t.py::b", "passed")]
+    series = rows[1].checks[0]["series"]["minigrad.tensors"]
     assert series[0] == 2.0 and math.isnan(series[1]) and series[2] == 3
-    assert type(series[2]) is int  # the exact values come back, not a lossy rendering
-    assert (spool.errors, spool.lost) == ([], False)
-    spool.close()
-    assert not directory.exists()
-
-
-def test_spool_refuses_data_that_is_not_json(tmp_path: Path) -> None:
-    spool = ResultSpool(tmp_path)
-    with pytest.raises(TypeError, match="not JSON serializable"):
-        spool.add(CheckedTest("t.py::a", "passed", [{"series": {"m": [object()]}}]))
-    assert len(spool) == 0
-
-
-@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (a full disk)")
-def test_failed_spool_write_keeps_later_results_in_memory_and_says_so(tmp_path: Path) -> None:
-    spool = ResultSpool(tmp_path)
-    spool.add(_checked("t.py::a"))
-    path = spool.path
-    assert path is not None
-    good = path.read_bytes()
-    path.unlink()
-    path.symlink_to("/dev/full")  # from now on every write fails with ENOSPC
-    spool.add(_checked("t.py::b"))
-    spool.add(_checked("t.py::c"))
-    assert spool.errors == [
-        f"could not spool graphleak results to {str(path)!r} (OSError: No space left on "
-        "device); kept the results from t.py::b on in memory instead"
-    ]
-    # The disk had room again for a torn line: read back only the whole lines written.
-    path.unlink()
-    path.write_bytes(good + b'{"nodeid": "t.py::torn", "outc')
-    assert sorted(spool.read()) == ["t.py::a", "t.py::b", "t.py::c"]
-    assert not spool.lost
-    spool.close()
-
-
-def test_lost_spool_file_is_an_error_naming_how_many_results(tmp_path: Path) -> None:
-    spool = ResultSpool(tmp_path)
-    spool.add(_checked("t.py::a"))
-    spool.add(_checked("t.py::b"))
-    path = spool.path
-    assert path is not None
-    size = path.stat().st_size
-    path.write_text("")  # emptied by someone else
-    assert spool.read() == {}
-    assert spool.lost
-    assert spool.errors == [
-        f"could not read back the spooled graphleak results from {str(path)!r} (ValueError: "
-        f"expected 2 results in {size} bytes): the summary and reports miss up to 2 checked "
-        "test(s)"
-    ]
-    spool.close()
-
-
-SPOOL_GONE_TESTS = """
-import shutil
-
-def test_clean():
-    pass
-
-def test_remove_spool(request):
-    plugin = request.config.pluginmanager.get_plugin("graphleak-session-report")
-    shutil.rmtree(plugin.spool.directory)  # as a tmp cleaner would
-
-def test_warned():
-    pass
-"""
-
-
-def test_spool_removed_during_the_run_fails_it_loudly(pytester: pytest.Pytester) -> None:
-    """The spool file vanishes after one result: the next result stays in memory, the
-    lost one is named, the reports carry what is left, and the run is not green."""
-    pytester.makeconftest(FAKE_CONFTEST)
-    pytester.makepyfile(test_spool=SPOOL_GONE_TESTS)
-    pytester.mkdir("out")
-    result = pytester.runpytest_subprocess(
-        *BASE_ARGS, "-p", "no:xdist", "--graphleak-report=out/r.json"
-    )
-    assert result.ret == pytest.ExitCode.INTERNAL_ERROR, result.outlines
-    result.assert_outcomes(passed=3)
-    spool = json.loads((pytester.path / "kept-main.json").read_text())["spool"]
-    file = f"{spool}/{ResultSpool.FILE_NAME}"
-    pytest.LineMatcher(_section(result.outlines)).fnmatch_lines(
-        [
-            "WARNING test_spool.py::test_warned  list-accumulation*",
-            "graphleak: 1 checked: 1 warned",
-            f"ERROR: could not spool graphleak results to '{file}' (FileNotFoundError: "
-            "No such file or directory); kept the results from test_spool.py::test_warned "
-            "on in memory instead",
-            f"ERROR: could not read back the spooled graphleak results from '{file}' "
-            "(FileNotFoundError: No such file or directory): the summary and reports miss "
-            "up to 1 checked test(s)",
-            "JSON report: */out/r.json",
-        ]
-    )
-    document = json.loads((pytester.path / "out/r.json").read_text())
-    assert [t["nodeid"] for t in document["tests"]] == ["test_spool.py::test_warned"]
-    assert any("miss up to 1 checked test(s)" in note for note in document["notes"])
+    assert type(series[2]) is int

@@ -6,7 +6,9 @@ import argparse
 import os
 import sys
 import time
+import traceback
 from collections.abc import Callable
+from pathlib import Path
 
 from pytest_graphleak.cli.exits import (
     EXIT_CLEAN,
@@ -14,6 +16,7 @@ from pytest_graphleak.cli.exits import (
     EXIT_UNMEASURED,
     EXIT_USER_CODE,
     UsageError,
+    UserCodeError,
 )
 from pytest_graphleak.cli.outputs import (
     checked_outputs,
@@ -22,7 +25,7 @@ from pytest_graphleak.cli.outputs import (
     write_json,
 )
 from pytest_graphleak.cli.summary import render_result, verdict_line
-from pytest_graphleak.cli.target import resolve
+from pytest_graphleak.cli.target import Target, resolve, running_as
 from pytest_graphleak.options import OptionError, Settings, settings_from_command
 from pytest_graphleak.report.environment import describe_run
 from pytest_graphleak.result import CheckResult
@@ -34,39 +37,79 @@ def run_check(args: argparse.Namespace) -> int:
         settings = settings_from_command(args)
     except OptionError as exc:
         raise UsageError(str(exc)) from None
-    json_path, html_path = checked_outputs(
-        ("--json", settings.report, "json"), ("--html", settings.html, "html")
-    )
+    outputs = checked_outputs(("--json", settings.report, "json"), ("--html", settings.html, "html"))
     started = time.time()  # for the HTML page's environment block
-    targets = [resolve(spec) for spec in args.targets]
+    targets: list[Target | CheckResult | None] = [_load(spec, settings) for spec in args.targets]
 
-    results = []
-    for number, target in enumerate(targets):
-        result, raised = _measure(target.func, target.name, settings)
-        del target
-        if raised is not None:
-            _print_step_error(raised)
-            del raised
-        if number and not args.quiet:
-            print()
-        print(verdict_line(result) if args.quiet else render_result(result), flush=True)
-        results.append(result)
-    del targets
-    if json_path is not None or html_path is not None:
-        document = document_for(results)
-        if json_path is not None:
-            write_json(document, json_path)
-            print(f"graphleak: JSON report written to {json_path}", file=sys.stderr)
-        if html_path is not None:
-            command = getattr(args, "command_line", ["graphleak", "check", *args.targets])
-            environment = describe_run(command, os.getcwd(), started, time.time())
-            write_html(document, html_path, environment)
-            print(f"graphleak: HTML report written to {html_path}", file=sys.stderr)
+    results: list[CheckResult] = []
+    try:
+        for number in range(len(targets)):
+            target, targets[number] = targets[number], None  # hold no step once checked
+            if isinstance(target, Target):
+                with running_as(target.script):
+                    result, raised = _measure(target.func, target.name, settings)
+                del target
+                if raised is not None:
+                    _print_step_error(raised)
+                    del raised
+            else:
+                assert target is not None
+                result = target  # its module could not be imported
+            if number and not args.quiet:
+                print()
+            print(verdict_line(result) if args.quiet else render_result(result), flush=True)
+            results.append(result)
+    except KeyboardInterrupt:
+        # Ctrl-C: what finished is kept (as pytest --graphleak-report keeps finished tests).
+        missing = args.targets[len(results):]
+        note = (f"interrupted (Ctrl-C) while checking {missing[0]}: no result for "
+                f"{', '.join(missing)}")  # fmt: skip
+        _write_reports(args, outputs, results, [note], started)
+        raise
+    _write_reports(args, outputs, results, [], started)
     if any(result.error for result in results):
         return EXIT_USER_CODE
     if any(result.leaked for result in results):
         return EXIT_LEAK
     return EXIT_UNMEASURED if any(result.unmeasured for result in results) else EXIT_CLEAN
+
+
+def _load(spec: str, settings: Settings) -> Target | CheckResult:
+    """The target, or an error result when importing its module failed (the user's code:
+    exit code 3, with a row in the reports); a bad spec is a UsageError."""
+    from pytest_graphleak.api import error_result
+
+    try:
+        return resolve(spec)
+    except UserCodeError as exc:
+        cause = exc.__cause__
+        if cause is not None and not isinstance(cause, SystemExit):
+            traceback.print_exception(type(cause), cause, cause.__traceback__, file=sys.stderr)
+        print(f"graphleak check: {exc}", file=sys.stderr)
+        result = error_result(spec, steps=settings.steps, warmup=settings.warmup, exc=exc)
+        result.error = str(exc)
+        return result
+
+
+def _write_reports(
+    args: argparse.Namespace,
+    outputs: list[Path | None],
+    results: list[CheckResult],
+    notes: list[str],
+    started: float,
+) -> None:
+    json_path, html_path = outputs  # checked before the first step ran
+    if json_path is None and html_path is None:
+        return
+    document = document_for(results, notes)
+    if json_path is not None:
+        write_json(document, json_path)
+        print(f"graphleak: JSON report written to {json_path}", file=sys.stderr)
+    if html_path is not None:
+        command = getattr(args, "command_line", ["graphleak", "check", *args.targets])
+        environment = describe_run(command, os.getcwd(), started, time.time())
+        write_html(document, html_path, environment)
+        print(f"graphleak: HTML report written to {html_path}", file=sys.stderr)
 
 
 def _measure(
@@ -84,7 +127,7 @@ def _measure(
         if leak.result is None:  # pragma: no cover - check() always attaches it
             raise
         return leak.result, None
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # sys.exit() in a step is no clean exit
         if getattr(exc, "graphleak_step", None) is None:
             # Not raised by the step: check() rejected an option before running it.
             if isinstance(exc, ValueError):
@@ -95,8 +138,9 @@ def _measure(
 
 
 def _print_step_error(exc: BaseException) -> None:
-    import traceback
-
     traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
-    print("graphleak check: the step raised, so there is no leak verdict (exit code 3)",
+    what = "the step raised"
+    if isinstance(exc, SystemExit):
+        what = f"the step called sys.exit({exc.code!r}) at step {exc.graphleak_step}"  # type: ignore[attr-defined]
+    print(f"graphleak check: {what}, so there is no leak verdict (exit code 3)",
           file=sys.stderr)

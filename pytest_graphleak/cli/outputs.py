@@ -27,7 +27,7 @@ def checked_outputs(*outputs: tuple[str, str | None, str]) -> list[Path | None]:
     return [Path(path) if path else None for _, path, _ in outputs]
 
 
-def document_for(results: list[CheckResult]) -> dict[str, Any]:
+def document_for(results: list[CheckResult], notes: list[str] | None = None) -> dict[str, Any]:
     """A report document with one test per checked step, as the plugin's session report
     writes them (a leak or a raising step is a failed test)."""
     from pytest_graphleak.report.json_doc import CheckedTest, build_document
@@ -40,7 +40,7 @@ def document_for(results: list[CheckResult]) -> dict[str, Any]:
         )
         for result in results
     ]
-    return build_document(tests, generated_by=GENERATED_BY)
+    return build_document(tests, generated_by=GENERATED_BY, notes=notes or [])
 
 
 def write_json(document: dict[str, Any], path: Path) -> None:
@@ -100,20 +100,21 @@ def _check_shape(document: object, path: str) -> None:
             f"{path} has report schema {document['schema']!r}; this graphleak reads "
             f"schema {DOCUMENT_SCHEMA_VERSION}"
         )
-    tests = document["tests"]
-    if not isinstance(tests, list):
-        raise UsageError(f"{path}: 'tests' must be a list")
-    for index, test in enumerate(tests):
-        where = f"{path}: tests[{index}]"
-        if not isinstance(test, dict) or not isinstance(test.get("checks"), list):
-            raise UsageError(f"{where} must be an object with a 'checks' list")
+    from pytest_graphleak.report.json_doc import load_schema
+    from pytest_graphleak.report.validate import SchemaError, validate
+
+    try:  # the schema the writers follow names the first wrong field
+        validate(document, load_schema())
+    except SchemaError as exc:
+        raise UsageError(f"{path} is not a valid graphleak report: {exc}") from None
+    for index, test in enumerate(document["tests"]):
         for number, check in enumerate(test["checks"]):
-            try:
+            try:  # what the schema cannot say (a site with an unknown field, say)
                 CheckResult.from_dict(check)
             except (KeyError, TypeError, ValueError) as exc:
                 raise UsageError(
-                    f"{where}.checks[{number}] is not a check result ({type(exc).__name__}: "
-                    f"{exc})"
+                    f"{path}: tests[{index}].checks[{number}] is not a check result "
+                    f"({type(exc).__name__}: {exc})"
                 ) from None
 
 

@@ -11,7 +11,10 @@ from pytest_graphleak.verdict import slowest_leak_text
 def verdict_line(result: CheckResult) -> str:
     """One line: LEAK / UNMEASURED / CLEAN / ERROR, the name, and why."""
     if result.error:
-        return f"ERROR {result.name}: the step raised {result.error}"
+        # An import failure says so itself ("importing x.py raised ..."); a step's error
+        # is its exception ("ValueError: ... at step 3").
+        raised = "" if result.error.startswith("importing ") else "the step raised "
+        return f"ERROR {result.name}: {raised}{result.error}"
     if result.leaked:
         grown = ", ".join(
             f"{g.metric} {format_rate(g.per_step, result.units.get(g.metric, 'objects'))}"

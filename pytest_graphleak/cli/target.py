@@ -1,21 +1,30 @@
 """Turn ``FILE.py::function`` or ``module:function`` into a zero-argument step function.
 
 Every way this can go wrong is a :class:`UsageError` naming what was wrong, except an
-exception raised by the user's module while it is imported: that is the user's code
-failing, a :class:`UserCodeError` (its own exit code, traceback shown).
+exception raised by the user's module while it is imported (``sys.exit()`` included):
+that is the user's code failing, a :class:`UserCodeError` (its own exit code, traceback
+shown).
+
+The module is imported, and its step later run, as ``python FILE.py`` would run it:
+``sys.argv`` holds only the script's name (a module-level ``argparse`` sees no graphleak
+flags), and ``MODULE:FUNCTION`` finds modules in the current directory as
+``python -m`` does (the ``graphleak`` console script does not put it on ``sys.path``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import importlib
 import importlib.util
 import inspect
+import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
+from typing import cast
 
 from pytest_graphleak.cli.exits import UsageError, UserCodeError
 
@@ -24,6 +33,18 @@ from pytest_graphleak.cli.exits import UsageError, UserCodeError
 class Target:
     name: str  # the spec as the user wrote it, used as the result's name
     func: Callable[[], object]
+    script: str  # sys.argv[0] while it is imported and run: its file or module name
+
+
+@contextlib.contextmanager
+def running_as(script: str) -> Iterator[None]:
+    """``sys.argv`` as ``python SCRIPT`` would set it, restored afterwards."""
+    saved = sys.argv
+    sys.argv = [script]
+    try:
+        yield
+    finally:
+        sys.argv = saved
 
 
 def resolve(spec: str) -> Target:
@@ -32,11 +53,16 @@ def resolve(spec: str) -> Target:
     if "::" in spec:
         file_part, attr = spec.split("::", 1)
         attr = attr.replace("::", ".")  # FILE.py::Class::method, as pytest writes node ids
-        module = _import_file(file_part)
+        script = file_part
+        with running_as(script):
+            module = _import_file(file_part)
         where = file_part
     elif ":" in spec and not _looks_like_windows_path(spec):
         module_name, attr = spec.split(":", 1)
-        module = _import_module(module_name)
+        _current_directory_importable()
+        script = module_name
+        with running_as(script):
+            module = _import_module(module_name)
         where = f"module '{module_name}'"
     elif spec.endswith(".py") or "/" in spec or "\\" in spec:
         raise UsageError(f"name the step function too: '{spec}::FUNCTION'")
@@ -48,7 +74,14 @@ def resolve(spec: str) -> Target:
         raise UsageError(f"'{attr}' in '{spec}' is not a function name")
     func = _lookup(module, attr, where)
     _require_plain_zero_arg(func, spec)
-    return Target(name=spec, func=func)
+    return Target(name=spec, func=cast("Callable[[], object]", func), script=script)
+
+
+def _current_directory_importable() -> None:
+    """``python -m`` puts the current directory first on sys.path; so do we."""
+    cwd = os.getcwd()
+    if "" not in sys.path and cwd not in sys.path:
+        sys.path.insert(0, cwd)
 
 
 def _looks_like_windows_path(spec: str) -> bool:
@@ -98,8 +131,8 @@ def _import_module(module_name: str, shown: str | None = None) -> ModuleType:
         if module_name == missing or module_name.startswith(missing + "."):
             raise UsageError(f"no module named '{module_name}'") from None
         raise UserCodeError(f"importing {shown} raised {type(exc).__name__}: {exc}") from exc
-    except Exception as exc:
-        raise UserCodeError(f"importing {shown} raised {type(exc).__name__}: {exc}") from exc
+    except (Exception, SystemExit) as exc:
+        raise UserCodeError(_import_failure(shown, exc)) from exc
 
 
 def _import_by_path(path: Path, module_name: str, shown: str) -> ModuleType:
@@ -111,10 +144,17 @@ def _import_by_path(path: Path, module_name: str, shown: str) -> ModuleType:
     sys.path.insert(0, str(path.parent))
     try:
         spec.loader.exec_module(module)
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:
         sys.modules.pop(module_name, None)
-        raise UserCodeError(f"importing {shown} raised {type(exc).__name__}: {exc}") from exc
+        raise UserCodeError(_import_failure(shown, exc)) from exc
     return module
+
+
+def _import_failure(shown: str, exc: BaseException) -> str:
+    if isinstance(exc, SystemExit):
+        # A script's `if args...: sys.exit()` or argparse's own exit: not a clean check.
+        return f"importing {shown} called sys.exit({exc.code!r}), so no step was checked"
+    return f"importing {shown} raised {type(exc).__name__}: {exc}"
 
 
 def _lookup(module: ModuleType, attr: str, where: str) -> object:
