@@ -1,8 +1,11 @@
 """The one declaration of every graphleak option, and how settings are resolved.
 
 ``OPTIONS`` is the declaration: one ``Option`` per setting with its name (``key``), its
-``type`` (a word for people: int, bool, size, probe names, choice, path), its
-``default``, one ``help`` text, and ``applies``: where it can be given. The places are
+``type`` (int, bool, size, names, choice or path), its ``default``, one ``help`` text and
+``applies``, the places it can be given: pytest's flags and ini keys, the marker,
+``check()``, ``track()`` and ``graphleak check``.
+
+The places (``PLACES``) are
 
 * ``"pytest"``: a ``--graphleak-*`` command-line flag (``flag``) and its ini twin
   (``ini``), typed for pytest's ini reader where the running pytest supports it;
