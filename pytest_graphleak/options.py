@@ -221,9 +221,9 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "diagnose", "bool", True,
-        "diagnose each leak (referrer chain, creation sites; on by default): "
-        "--graphleak-no-diagnose or graphleak_diagnose = false skips it, and the failure "
-        "names the pattern from the counts alone",
+        "diagnose each leak: referrer chain, creation sites (on by default; the flag, or "
+        "the ini key set to false, turns it off, and the failure then names the pattern "
+        "from the counts alone)",
         _PER_CHECK, "--graphleak-no-diagnose", "graphleak_diagnose",
         _bool, _text_bool, flag_value=False, command_flag="--no-diagnose",
     ),
@@ -235,17 +235,16 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "report", "path", None,
-        "write a JSON report of every graphleak check to PATH (schema in the docs); "
-        "relative paths: to the current directory on the command line, to the ini file's "
-        "directory in the ini file. An existing file is replaced only if it is a graphleak "
-        "report",
+        "write a JSON report of every graphleak check to PATH (schema in the docs); an "
+        "existing file is replaced only if it is a graphleak JSON report. Relative paths: "
+        "to the current directory, or to an ini file's own directory",
         frozenset({"pytest", "command"}), "--graphleak-report", "graphleak_report",
         _path, _text_stripped, metavar="PATH", command_flag="--json",
     ),
     Option(
         "html", "path", None,
         "write a self-contained HTML report (charts, culprit chains, graph drawings) of "
-        "every graphleak check to PATH; relative paths and existing files as for the JSON "
+        "every graphleak check to PATH; existing files and relative paths as for the JSON "
         "report",
         frozenset({"pytest", "command"}), "--graphleak-html", "graphleak_html",
         _path, _text_stripped, metavar="PATH", command_flag="--html",
