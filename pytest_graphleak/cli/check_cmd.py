@@ -37,7 +37,9 @@ def run_check(args: argparse.Namespace) -> int:
         settings = settings_from_command(args)
     except OptionError as exc:
         raise UsageError(str(exc)) from None
-    outputs = checked_outputs(("--json", settings.report, "json"), ("--html", settings.html, "html"))
+    outputs = checked_outputs(
+        ("--json", settings.report, "json"), ("--html", settings.html, "html")
+    )
     started = time.time()  # for the HTML page's environment block
     targets: list[Target | CheckResult | None] = [_load(spec, settings) for spec in args.targets]
 
