@@ -163,6 +163,8 @@ def judge(
             growths.append(growth_of(metric, values, warmup))
     steps = min((len(v) - warmup for v in series.values()), default=0)
     slowest = max_leak_period(steps) if series and steps > 0 else 0
+    if not series:
+        return Verdict(leaked=False, reason="no metric was measured, so none could grow")
     if not growths:
         return Verdict(
             leaked=False,

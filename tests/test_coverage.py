@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from pytest_graphleak import UnmeasuredError, check
+from pytest_graphleak import UnmeasuredError, check, track
 from pytest_graphleak.cli.exits import EXIT_UNMEASURED
 from pytest_graphleak.report.json_doc import load_schema
 
@@ -225,3 +225,22 @@ def test_check_raises_unmeasured_error_on_request() -> None:
     assert result.unmeasured and not result.leaked
     measured = check(step, steps=4, warmup=1)
     assert measured.unmeasured is None and measured.verdict.slowest_leak_steps == 1
+
+
+def test_track_without_a_probe_has_no_verdict() -> None:
+    import minigrad as mg
+
+    weights = mg.Tensor([1.0, 2.0], requires_grad=True)
+    with track(warmup=1, probes="cuda") as t:
+        for _ in range(5):
+            (weights * 2.0).sum().backward()
+            t.step()
+    assert t.result is not None and not t.result.leaked
+    assert t.result.unmeasured and t.result.unmeasured.startswith("no probe measured anything")
+    with (
+        pytest.raises(UnmeasuredError, match="not measured, so no verdict"),
+        track(warmup=1, probes="cuda", raise_on_leak=True) as t,
+    ):
+        for _ in range(5):
+            (weights * 2.0).sum().backward()
+            t.step()

@@ -38,7 +38,7 @@ def render_result(result: CheckResult) -> str:
 
         return render_text(result)
     lines = [verdict_line(result)]
-    if result.verdict.reason and not result.error:
+    if result.verdict.reason and not result.error and not result.unmeasured:
         lines.append(f"  {result.verdict.reason}")
     lines.extend(metric_rows(result))
     return "\n".join(lines)
