@@ -244,3 +244,21 @@ def test_track_without_a_probe_has_no_verdict() -> None:
         for _ in range(5):
             (weights * 2.0).sum().backward()
             t.step()
+
+
+def test_reports_show_an_unmeasured_check() -> None:
+    from pytest_graphleak.report.html import render_html
+    from pytest_graphleak.report.json_doc import CheckedTest, build_document
+
+    result = check(lambda: None, steps=4, warmup=1, probes="cuda")
+    assert result.unmeasured
+    document = build_document(
+        [CheckedTest("test_x.py::test_step", "failed", [result.to_dict()])], generated_by="t"
+    )
+    assert document["summary"]["unmeasured"] == 1
+    assert document["tests"][0]["status"] == "unmeasured"
+    jsonschema = pytest.importorskip("jsonschema")
+    jsonschema.validate(document, load_schema())
+    page = render_html(document, draw=None)
+    assert "NOT MEASURED" in page
+    assert "not measured, so no verdict: no probe measured anything" in page
