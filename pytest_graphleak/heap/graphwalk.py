@@ -59,7 +59,9 @@ class GraphWalk:
         on each. Holds the wrappers while it walks (so ids stay unique), none after."""
         seen: dict[int, Any] = {}
         stack = [node for node in starts if node is not None]
+        push = stack.append
         expanded, cut, inputs = self._expanded, self._cut, self._inputs
+        pairs_of = inputs is graph_inputs  # the common case, inlined: this loop is hot
         budget = self.new_per_walk
         try:
             while stack:
@@ -70,16 +72,27 @@ class GraphWalk:
                 seen[key] = node
                 if visit is not None:
                     visit(node)
-                if key in cut:
-                    continue
                 if key not in expanded:
+                    if key in cut:
+                        continue
                     if budget <= 0:
                         cut.add(key)
                         self.truncated = True
                         continue
                     budget -= 1
                     expanded.add(key)
-                stack.extend(child for child in inputs(node) if id(child) not in seen)
+                if pairs_of:
+                    try:
+                        pairs = node.next_functions
+                    except Exception:  # a released, foreign or exotic node
+                        continue
+                    for child, _ in pairs:
+                        if child is not None and id(child) not in seen:
+                            push(child)
+                else:
+                    for child in inputs(node):
+                        if id(child) not in seen:
+                            push(child)
             return len(seen)
         finally:
             seen.clear()
