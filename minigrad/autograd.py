@@ -100,7 +100,7 @@ class Node:
     def __init__(self, next_nodes: tuple[Node | None, ...]) -> None:
         self.next_nodes: tuple[Node | None, ...] | None = next_nodes
         self.saved: Any = None
-        self.pre_hooks: dict[int, Callable[..., Any]] | None = None
+        self.pre_hooks: HookDict | None = None
         COUNTS[NODE_CREATED] += 1
         if RECORDING[0]:
             self._site = user_site()
@@ -186,7 +186,7 @@ def run_hooks(hooks: dict[int, Callable[..., Any]], grad: np.ndarray) -> np.ndar
     return grad
 
 
-class HookDict(dict):  # type: ignore[type-arg]
+class HookDict(dict[int, Callable[..., Any]]):
     """A hook table (id -> hook) that can be weak-referenced (a plain dict cannot)."""
 
     __slots__ = ("__weakref__",)

@@ -22,6 +22,7 @@ import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from types import FrameType
 from typing import Any
 
 # Slots of COUNTS: created then freed, for each counted kind.
@@ -73,7 +74,7 @@ def recording_creation_sites(enabled: bool = True) -> Iterator[None]:
 
 def user_site() -> Site | None:
     """``(filename, lineno)`` of the innermost frame outside the minigrad package."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         filename = frame.f_code.co_filename
         if not filename.startswith(_PACKAGE_DIR):

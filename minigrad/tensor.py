@@ -308,7 +308,7 @@ class Tensor:
         data = self._impl.data
         if data.size != 1:
             raise ValueError(f"item() needs a one-element tensor, got shape {data.shape}")
-        return data.item()  # type: ignore[no-any-return]
+        return data.item()
 
     def tolist(self) -> Any:
         return self._impl.data.tolist()

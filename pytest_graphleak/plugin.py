@@ -339,7 +339,7 @@ def _swap_unittest_method(item: pytest.Item) -> Any:
     # Keep what unittest reads from the method: @unittest.skip, @expectedFailure.
     functools.update_wrapper(checked, method)
     del checked.__wrapped__  # type: ignore[attr-defined]  # no reference to the instance
-    item.obj = checked  # type: ignore[attr-defined]
+    item.obj = checked
     return method
 
 
@@ -423,7 +423,9 @@ def _fail_or_warn(
         return
     # An unmeasured check fails too: "clean" with nothing measured is a silent pass.
     text = render_text(result)
-    error = GraphLeakError(text, result) if result.leaked else UnmeasuredError(text, result)
+    error: AssertionError = (
+        GraphLeakError(text, result) if result.leaked else UnmeasuredError(text, result)
+    )
     error.graphleak_plain = from_marker  # type: ignore[attr-defined]
     raise error
 

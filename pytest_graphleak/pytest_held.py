@@ -35,7 +35,7 @@ def _plain(value: object) -> bool:
     if type(value) in (tuple, list):
         return all(isinstance(item, _PLAIN) for item in value)  # type: ignore[attr-defined]
     if type(value) is dict:
-        return all(isinstance(item, _PLAIN) for item in value.values())  # type: ignore[attr-defined]
+        return all(isinstance(item, _PLAIN) for item in value.values())
     return False
 
 
@@ -79,10 +79,10 @@ def released_warning(message: Any) -> Any:
     text = str(warning)
     category = message.category
     try:
-        replacement: object = category(text)
+        replacement: Warning = category(text)
     except Exception:  # a warning class with its own constructor: keep its type anyway
         replacement = category.__new__(category)
-        replacement.args = (text,)  # type: ignore[attr-defined]
+        replacement.args = (text,)
     return warnings.WarningMessage(
         replacement, category, message.filename, message.lineno, message.file, message.line
     )

@@ -143,7 +143,7 @@ class GraphleakSessionReport:
             if not self.is_worker:
                 self._collect(report)
             if hasattr(report, "graphleak"):
-                del report.graphleak  # type: ignore[attr-defined]  # pop: kept as text
+                del report.graphleak  # pop: kept as text
 
     def _collect(self, report: pytest.TestReport) -> None:
         if report.when == "call" and report.outcome == _RERUN:

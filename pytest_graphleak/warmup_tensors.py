@@ -98,7 +98,7 @@ def _mode_class() -> type:
     is_compiling = torch.compiler.is_compiling
     sequences = (list, tuple)
 
-    class RecordTensors(torch.overrides.TorchFunctionMode):  # type: ignore[misc]
+    class RecordTensors(torch.overrides.TorchFunctionMode):
         def __init__(self, remember: Callable[[Any], None]) -> None:
             super().__init__()
             self.remember = remember

@@ -24,7 +24,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import cast
 
 from pytest_graphleak.cli.exits import UsageError, UserCodeError
 
@@ -72,9 +71,8 @@ def resolve(spec: str) -> Target:
         )
     if not attr or any(not part.isidentifier() for part in attr.split(".")):
         raise UsageError(f"'{attr}' in '{spec}' is not a function name")
-    func = _lookup(module, attr, where)
-    _require_plain_zero_arg(func, spec)
-    return Target(name=spec, func=cast("Callable[[], object]", func), script=script)
+    func = _require_plain_zero_arg(_lookup(module, attr, where), spec)
+    return Target(name=spec, func=func, script=script)
 
 
 def _current_directory_importable() -> None:
@@ -193,7 +191,9 @@ def _is_plain_zero_arg(func: object) -> bool:
     return True
 
 
-def _require_plain_zero_arg(func: object, spec: str) -> None:
+def _require_plain_zero_arg(func: object, spec: str) -> Callable[[], object]:
+    """``func`` itself, once it is known to be a plain function callable without
+    arguments."""
     if not callable(func):
         raise UsageError(f"'{spec}' is a {type(func).__name__}, not a function")
     if inspect.iscoroutinefunction(func) or inspect.isasyncgenfunction(func):
@@ -205,7 +205,7 @@ def _require_plain_zero_arg(func: object, spec: str) -> None:
     try:
         signature = inspect.signature(func)
     except (TypeError, ValueError):
-        return  # builtins without a signature: let the call itself decide
+        return func  # builtins without a signature: let the call itself decide
     required = [
         p.name
         for p in signature.parameters.values()
@@ -216,3 +216,4 @@ def _require_plain_zero_arg(func: object, spec: str) -> None:
             f"'{spec}' needs arguments ({', '.join(required)}): graphleak check calls the "
             "step with none; wrap it in a zero-argument function or give defaults"
         )
+    return func

@@ -84,7 +84,7 @@ def diagnose_heap(
     try:
         path = shortest_path(labelled, lambda o: _accumulates(o, walker), walker)
         if path is not None:
-            container = path.objects[-1]
+            container: Any = path.objects[-1]  # a container _accumulates accepted
             items = container.values() if isinstance(container, dict) else container
             tensor = next(t for t in items if _graph_tensor(t, walker))
             edge_kind = "key" if isinstance(container, dict) else "index"
@@ -143,7 +143,7 @@ def _without_graph(labelled: list[tuple[str, object]], walker: ObjectEdges,
         if path is None:
             story, fix = tell("memory-growth", graph_grew=False, tensors=True, has_chain=False)
             return Diagnosis("memory-growth", notes=notes, story=story, fix=fix)
-        container = path.objects[-1]
+        container: Any = path.objects[-1]  # a container of tensors
         items = container.values() if isinstance(container, dict) else container
         tensor = next(t for t in items if _tensor(t, walker))
         _extend(path, tensor, "key" if isinstance(container, dict) else "index", container)

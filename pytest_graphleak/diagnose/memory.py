@@ -180,11 +180,11 @@ def growing_holder(
                 best, target = size - old[0], array
                 was, now = format_amount(old[0], BYTES), format_amount(size, BYTES)
                 what = f"{was} -> {now} in the same place"
-        for key, length in after.lengths.items():
-            old_length = before.lengths.get(key)
+        for held, length in after.lengths.items():
+            old_length = before.lengths.get(held)
             if old_length is None or length <= old_length:
                 continue
-            container = before.held[key]
+            container = before.held[held]
             grown = _added_bytes(container, old_length, length, walker)
             if grown > best:
                 best, target = grown, container

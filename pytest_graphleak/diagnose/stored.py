@@ -177,7 +177,7 @@ def watch_holder(
                 sys.settrace(previous)
             watch.check()
             watched.steps = done
-            grown = [(o, before, len(o)) for o, before in sized if len(o) > before]  # type: ignore[arg-type]
+            grown = [(o, before, len(o)) for o, before in sized if len(o) > before]
             watched.grown = [Growth(type(o).__name__, b, a, done) for o, b, a in grown]
             if watched.grown or watch.changes:
                 break

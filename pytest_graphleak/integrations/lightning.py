@@ -68,7 +68,7 @@ class GraphLeakCallback(FrameworkCheck):
             names = {"__module__": cls.__module__, "__qualname__": cls.__qualname__}
             concrete = type(cls.__name__, (cls, *bases), names)
             _CONCRETE[(cls, bases)] = concrete
-        return super().__new__(concrete)  # type: ignore[no-any-return]
+        return super().__new__(concrete)
 
     def __init__(
         self,

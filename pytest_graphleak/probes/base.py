@@ -19,13 +19,23 @@ from pytest_graphleak.metrics import Metric, Recheck
 
 
 class Probe(Protocol):
-    #: "minigrad", "torch", "gc", "process" or "cuda"; metric names are "<name>.<metric>".
-    name: str
-    #: What each metric of ``sample`` is: the verdict and the reports read only these.
-    metrics: tuple[Metric, ...]
-    #: Whether ``start`` needs the objects alive before the check. When no active probe
-    #: does, the check skips its start walk (a minigrad-only check is O(new objects)).
-    needs_heap: bool
+    @property
+    def name(self) -> str:
+        """"minigrad", "torch", "gc", "process" or "cuda"; metric names are
+        "<name>.<metric>"."""
+        ...
+
+    @property
+    def metrics(self) -> tuple[Metric, ...]:
+        """What each metric of ``sample`` is: the verdict and the reports read only these."""
+        ...
+
+    @property
+    def needs_heap(self) -> bool:
+        """Whether ``start`` needs the objects alive before the check. When no active
+        probe does, the check skips its start walk (a minigrad-only check is O(new
+        objects))."""
+        ...
 
     def available(self) -> bool:
         """True when the library measured is already imported (never import it to look)."""

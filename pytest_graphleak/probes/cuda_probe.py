@@ -78,7 +78,8 @@ _TOTALS = (*byte_metrics(ALLOCATED, RESERVED), Metric(TENSORS, OBJECTS, "tensors
 
 class CudaProbe(ProbeBase):
     name = "cuda"
-    metrics = _TOTALS  # and per-device byte metrics with several GPUs (``available``)
+    #: and per-device byte metrics with several GPUs (``available``)
+    metrics: tuple[Metric, ...] = _TOTALS
     needs_heap = True  # CUDA tensors alive before the check form its baseline
 
     def __init__(self) -> None:

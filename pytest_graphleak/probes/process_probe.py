@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Sequence
+from typing import Any
 
 from pytest_graphleak.metrics import BYTES, Metric
 from pytest_graphleak.probes.base import ProbeBase
@@ -26,7 +27,7 @@ class ProcessProbe(ProbeBase):
     metrics = (RSS,)
 
     def __init__(self) -> None:
-        self._process: object | None = None
+        self._process: Any = None  # a psutil.Process, made where /proc is unreadable
         self._statm: int | None = None  # open descriptor of /proc/self/statm
         self._page = 0
 

@@ -163,9 +163,12 @@ class WeakBaseline:
                 key = id(tensor)
                 if key in refs:
                     continue
+                def drop(_ref: object, key: int = key) -> None:
+                    died(key)
+
                 try:
                     # The callback runs when the tensor dies, before its id can be reused.
-                    refs[key] = weakref.ref(tensor, lambda _ref, key=key: died(key))
+                    refs[key] = weakref.ref(tensor, drop)
                 except TypeError:
                     self.unweakrefable += 1
         finally:
@@ -202,7 +205,8 @@ def _subclasses(root: type) -> set[type]:
     """``root`` and every class derived from it, however indirectly."""
     found, todo = {root}, [root]
     while todo:
-        for sub in todo.pop().__subclasses__():
+        subclasses: list[type] = todo.pop().__subclasses__()
+        for sub in subclasses:
             if sub not in found:
                 found.add(sub)
                 todo.append(sub)

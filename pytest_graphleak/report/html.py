@@ -112,7 +112,9 @@ def render_html(
         body.append("<p>No test ran a graphleak check.</p>")
     else:
         # Leaks first, then by node id: the order is the same on every run and under xdist.
-        tests = sorted(tests, key=lambda t: (_STATUS_ORDER.get(t.get("status"), 9), t["nodeid"]))
+        tests = sorted(
+            tests, key=lambda t: (_STATUS_ORDER.get(str(t.get("status")), 9), t["nodeid"])
+        )
         body.append(_index(tests))
         for number, test in enumerate(tests):
             body.append(_test_section(test, f"t{number}", draw, root))

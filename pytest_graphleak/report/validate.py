@@ -74,7 +74,7 @@ def _check(value: object, rule: Mapping[str, Any], root: Mapping[str, Any], at: 
                 _check(item, rule["items"], root, f"{at}[{index}]")
     if isinstance(value, str) and len(value) < rule.get("minLength", 0):
         raise SchemaError(at, "expected a non-empty string")
-    if _TYPES["number"](value) and "minimum" in rule and value < rule["minimum"]:  # type: ignore[operator]
+    if _TYPES["number"](value) and "minimum" in rule and value < rule["minimum"]:
         raise SchemaError(at, f"expected a number >= {rule['minimum']}, got {value!r}")
 
 
@@ -119,7 +119,7 @@ def _resolve(ref: str, root: Mapping[str, Any]) -> Mapping[str, Any]:
     node: Any = root
     for part in ref[2:].split("/"):
         node = node[part]
-    return node  # type: ignore[no-any-return]
+    return node
 
 
 def _same(value: object, expected: object) -> bool:
