@@ -29,18 +29,8 @@ METRICS: dict[str, Metric] = {
     for metric in probe.metrics
 }
 
-__all__ = [
-    "METRICS",
-    "PROBE_NAMES",
-    "BackendProbe",
-    "CudaProbe",
-    "GcProbe",
-    "MinigradProbe",
-    "Probe",
-    "ProcessProbe",
-    "TorchProbe",
-    "make_probes",
-]
+__all__ = ["METRICS", "PROBE_NAMES", "BackendProbe", "CudaProbe", "GcProbe", "MinigradProbe",
+           "Probe", "ProcessProbe", "TorchProbe", "make_probes"]  # fmt: skip
 
 
 def make_probes(names: Collection[str] | None = None) -> list[Probe]:

@@ -19,23 +19,13 @@ from pytest_graphleak.metrics import Metric, Recheck
 
 
 class Probe(Protocol):
+    # Read-only (properties), so a probe may declare a fixed-length tuple of metrics.
     @property
-    def name(self) -> str:
-        """"minigrad", "torch", "gc", "process" or "cuda"; metric names are
-        "<name>.<metric>"."""
-        ...
-
+    def name(self) -> str: ...  # "minigrad", ...; its metrics are "<name>.<metric>"
     @property
-    def metrics(self) -> tuple[Metric, ...]:
-        """What each metric of ``sample`` is: the verdict and the reports read only these."""
-        ...
-
+    def metrics(self) -> tuple[Metric, ...]: ...  # what sample() returns: all that is read
     @property
-    def needs_heap(self) -> bool:
-        """Whether ``start`` needs the objects alive before the check. When no active
-        probe does, the check skips its start walk (a minigrad-only check is O(new
-        objects))."""
-        ...
+    def needs_heap(self) -> bool: ...  # start() needs the objects alive before the check
 
     def available(self) -> bool:
         """True when the library measured is already imported (never import it to look)."""
