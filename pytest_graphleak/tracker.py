@@ -253,6 +253,8 @@ class Sampler:
         before that step, and all it made since is still unfrozen, so the probes start
         with an empty start set and measure from this first sample on."""
         assert self._coverage is not None
+        if not names:  # the common case, every step: build no probe to throw away
+            return
         for probe in make_probes(names):
             probe.start([])
             self._probes.insert(0, probe)
