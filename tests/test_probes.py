@@ -194,3 +194,23 @@ def test_storage_bytes_reuses_a_baseline_tensors_storage_until_its_address_chang
     key = id(param)
     del param, view
     assert key not in baseline.storages  # forgotten when the tensor dies
+
+
+def test_storage_bytes_reuses_the_baseline_table_while_no_address_changes() -> None:
+    """The baseline's storage table is reused from sample to sample; a view of a baseline
+    tensor, a new address and a baseline tensor's death are still counted right."""
+    from pytest_graphleak.probes.torch_probe import WeakBaseline
+
+    torch = pytest.importorskip("torch")
+    a, b = torch.zeros(4), torch.zeros(2, dtype=torch.float64)  # 16 + 16 bytes
+    baseline = WeakBaseline()
+    baseline.add([a, b])
+    base = list(baseline.alive())
+    assert storage_bytes([], baseline, base) == 32
+    assert baseline.table(base)[0] is baseline.table(base)[0]  # read once, then reused
+    fresh = torch.ones(3)  # 12 bytes
+    assert storage_bytes([fresh, a[1:]], baseline, base) == 44  # the view adds nothing
+    a.data = torch.zeros(8)  # a new storage at a new address
+    assert storage_bytes([fresh], baseline, list(baseline.alive())) == 32 + 16 + 12
+    del base, a
+    assert storage_bytes([fresh], baseline, list(baseline.alive())) == 16 + 12

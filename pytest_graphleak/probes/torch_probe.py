@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 import weakref
 from collections.abc import Iterable, Iterator, Sequence
-from itertools import compress
+from itertools import chain, compress
 from typing import Any
 
 from pytest_graphleak.heap.graphwalk import GraphWalk
@@ -105,15 +105,16 @@ class TorchProbe(ProbeBase):
             known = set(map(id, tensors))
             tensors.extend(t for t in self._adopted.alive()
                            if id(t) not in known and not self._baseline.holds(t))  # fmt: skip
-        tensors.extend(self._baseline.alive())
+        base = list(self._baseline.alive())
         try:
             return {
-                TENSORS.name: float(len(tensors) + self._baseline.unweakrefable),
-                NODES.name: float(count_nodes(tensors, held_nodes, self._graph)),
-                STORAGE_BYTES.name: float(storage_bytes(tensors, self._baseline)),
+                TENSORS.name: float(len(tensors) + len(base) + self._baseline.unweakrefable),
+                NODES.name: float(count_nodes(chain(tensors, base), held_nodes, self._graph)),
+                STORAGE_BYTES.name: float(storage_bytes(tensors, self._baseline, base)),
             }
         finally:
             tensors.clear()
+            base.clear()
             held_nodes.clear()
 
     def notes(self) -> list[str]:
@@ -147,6 +148,9 @@ class WeakBaseline:
         #: id -> the storage key and bytes of a remembered tensor, with the tensor's
         #: ``data_ptr()`` when they were read (see ``storage_bytes``).
         self.storages: dict[int, tuple[int, tuple[int, int], int]] = {}
+        #: (ids and addresses of the alive tensors, their storage table and its total).
+        self._table: tuple[tuple[list[int], list[int]], dict[tuple[int, int], int], int] | None
+        self._table = None
 
     def add(self, tensors: list[Any]) -> None:
         """Remember ``tensors`` (each once) and empty the list, so the caller keeps none."""
@@ -157,7 +161,9 @@ class WeakBaseline:
         def died(key: int) -> None:
             forget(key, None)
             forget_storage(key, None)
+            self._table = None
 
+        self._table = None
         try:
             for tensor in tensors:
                 key = id(tensor)
@@ -187,6 +193,21 @@ class WeakBaseline:
     def holds(self, tensor: Any) -> bool:
         ref = self._refs.get(id(tensor))
         return ref is not None and ref() is tensor
+
+    def table(self, tensors: list[Any]) -> tuple[dict[tuple[int, int], int], int]:
+        """``(storage key -> bytes, total)`` for ``tensors``, this baseline's alive ones in
+        ``alive()`` order; reused whole while they are the same tensors at the same
+        addresses (parameters and optimizer state, sampled after every step of a long
+        run): two C-speed passes instead of the per-tensor loop. Shared: only read it."""
+        try:
+            stamp = (list(map(id, tensors)), list(map(_data_ptr(), tensors)))
+        except Exception:  # a tensor without an address (sparse, nested): no reuse
+            sizes = _storage_sizes(tensors, self)
+            return sizes, sum(sizes.values())
+        if self._table is None or self._table[0] != stamp:
+            sizes = _storage_sizes(tensors, self)
+            self._table = (stamp, sizes, sum(sizes.values()))
+        return self._table[1], self._table[2]
 
     def count(self) -> int:
         """Remembered tensors alive now, the unweakrefable ones included."""
@@ -243,7 +264,11 @@ def fake_tensor_type() -> type | None:
     return found if isinstance(found, type) else None
 
 
-def storage_bytes(tensors: Iterable[Any], baseline: WeakBaseline | None = None) -> int:
+def storage_bytes(
+    tensors: Iterable[Any],
+    baseline: WeakBaseline | None = None,
+    baseline_tensors: list[Any] | None = None,
+) -> int:
     """Bytes of the distinct storages behind the tensors (views share one storage).
 
     A storage is keyed by (device index, address): ``get_device()`` is -1 on the CPU and
@@ -253,13 +278,32 @@ def storage_bytes(tensors: Iterable[Any], baseline: WeakBaseline | None = None) 
 
     The baseline's tensors (parameters, optimizer state) are the same every step: their
     key and bytes are kept and reused while ``tensor.data_ptr()`` is unchanged (a new or
-    resized storage has a new address), one C call instead of four."""
-    items = list(tensors)
+    resized storage has a new address), one C call instead of four. Given apart as
+    ``baseline_tensors``, their whole table is reused while no address changed."""
+    sizes = _storage_sizes(_without_fakes(list(tensors)), baseline)
+    if baseline is None or not baseline_tensors:
+        return sum(sizes.values())
+    known, total = baseline.table(_without_fakes(baseline_tensors))
+    # Two storages at one address (a view of a parameter, say): the larger counts.
+    return total + sum(max(0, nbytes - known.get(key, 0)) for key, nbytes in sizes.items())
+
+
+def _data_ptr() -> Any:
+    return sys.modules["torch"].Tensor.data_ptr
+
+
+def _without_fakes(items: list[Any]) -> list[Any]:
     fake = fake_tensor_type()
     if fake is not None:  # torch.compile's stand-ins own no memory (and warn when asked)
         fakes = {kind for kind in set(map(type, items)) if issubclass(kind, fake)}
         if fakes:
-            items = [tensor for tensor in items if type(tensor) not in fakes]
+            return [tensor for tensor in items if type(tensor) not in fakes]
+    return items
+
+
+def _storage_sizes(
+    items: Iterable[Any], baseline: WeakBaseline | None
+) -> dict[tuple[int, int], int]:
     sizes: dict[tuple[int, int], int] = {}
     known = baseline.storages if baseline is not None else {}
     for tensor in items:
@@ -280,4 +324,4 @@ def storage_bytes(tensors: Iterable[Any], baseline: WeakBaseline | None = None) 
             continue
         if sizes.get(key, 0) < nbytes:  # two storages at one address: the larger counts
             sizes[key] = nbytes
-    return sum(sizes.values())
+    return sizes
