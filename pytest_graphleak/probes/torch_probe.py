@@ -161,7 +161,6 @@ class WeakBaseline:
         def died(key: int) -> None:
             forget(key, None)
             forget_storage(key, None)
-            self._table = None
 
         self._table = None
         try:
@@ -198,7 +197,8 @@ class WeakBaseline:
         """``(storage key -> bytes, total)`` for ``tensors``, this baseline's alive ones in
         ``alive()`` order; reused whole while they are the same tensors at the same
         addresses (parameters and optimizer state, sampled after every step of a long
-        run): two C-speed passes instead of the per-tensor loop. Shared: only read it."""
+        run): two C-speed passes instead of the per-tensor loop. A death changes the ids;
+        ``add()`` drops the table (a reused id). Shared: only read it."""
         try:
             stamp = (list(map(id, tensors)), list(map(_data_ptr(), tensors)))
         except Exception:  # a tensor without an address (sparse, nested): no reuse
