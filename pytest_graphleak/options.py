@@ -2,24 +2,16 @@
 
 ``OPTIONS`` is the declaration: one ``Option`` per setting with its name (``key``), its
 ``type`` (int, bool, size, names, choice or path), its ``default``, one ``help`` text and
-``applies``, the places it can be given: pytest's flags and ini keys, the marker,
-``check()``, ``track()`` and ``graphleak check``.
-
-The places (``PLACES``) are
-
-* ``"pytest"``: a ``--graphleak-*`` command-line flag (``flag``) and its ini twin
-  (``ini``), typed for pytest's ini reader where the running pytest supports it;
-* ``"marker"``: a keyword of ``@pytest.mark.no_graph_growth``;
-* ``"check"``: a keyword of ``check()``, ``graphleak.check()``,
-  ``graphleak.check_distributed()`` / ``check_distributed()`` and the framework
-  callbacks (typed as ``CheckOptions``);
-* ``"track"``: a keyword of ``track()`` / ``graphleak.track()`` (``TrackOptions``);
-* ``"command"``: a flag of ``graphleak check`` (``command_flag``).
-
-Everything else (the argparse flags and ini keys, the ``--markers`` line, the accepted
-keywords, the ``graphleak check`` flags, the options reference page) is generated from
-this table; the two TypedDicts exist for type checkers and are verified against the
-table when this module is imported.
+``applies``, the places (``PLACES``) it can be given: ``"pytest"`` (a ``--graphleak-*``
+flag and its ini twin, typed for pytest's ini reader where the running pytest supports
+it), ``"marker"`` (``@pytest.mark.no_graph_growth``), ``"check"`` (``check()``,
+``graphleak.check()`` and both ``check_distributed()``: ``CheckOptions``; the framework
+callbacks take the same keywords but ``diagnose``: ``CallbackOptions``), ``"track"``
+(``track()`` / ``graphleak.track()``: ``TrackOptions``) and ``"command"`` (a flag of
+``graphleak check``, ``command_flag``). The flags and ini keys, the ``--markers`` line,
+the accepted keywords, the ``graphleak check`` flags and the options reference page are
+generated from this table; the TypedDicts exist for type checkers (a test holds them to
+the table).
 
 Precedence: marker / call keyword > command line > ini file > default. Every bad
 value fails with a message that names the setting, the value and where it came from
@@ -36,7 +28,7 @@ import dataclasses
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import Any, Literal, TypedDict
 
 from pytest_graphleak.probes import PROBE_NAMES
 from pytest_graphleak.tracker import START_SCANS
@@ -56,10 +48,8 @@ class OptionError(ValueError):
 # -- value checks: Python value (from a marker, a call or a typed ini value) -> normalised
 def _int_at_least(minimum: int) -> Callable[[str, object], int]:
     def check(key: str, value: object) -> int:
-        if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             raise OptionError(f"{key} must be an integer >= {minimum}, got {value!r}")
-        if value < minimum:
-            raise OptionError(f"{key} must be an integer >= {minimum}, got {value}")
         return value
 
     return check
@@ -119,93 +109,90 @@ def _start_scan(key: str, value: object) -> str:
     return str(value)
 
 
-
-
 def _path(key: str, value: object) -> str:
     if not isinstance(value, str) or not value.strip():
         raise OptionError(f"{key} must be a file path, got {value!r}")
     return value.strip()
 
 
-# -- text (command line, ini file) -> Python value ---------------------------------------
+# -- text (command line, ini file) -> Python value, by type; the value check then names
+# a bad text. Sizes and probe names are parsed by their value checks.
 def _text_int(text: str) -> object:
     try:
         return int(text.strip())
     except ValueError:
-        return text  # the value check then names the bad text
+        return text
 
 
-def _text_bool(text: str) -> object:
-    lowered = text.strip().lower()
-    if lowered in ("1", "true", "yes", "on"):
-        return True
-    if lowered in ("0", "false", "no", "off"):
-        return False
-    return text
-
-
-def _text_as_is(text: str) -> object:
-    return text
-
-
-def _text_stripped(text: str) -> object:
-    return text.strip()
+_BOOL_TEXT = {**dict.fromkeys(("1", "true", "yes", "on"), True),
+              **dict.fromkeys(("0", "false", "no", "off"), False)}  # fmt: skip
+_FROM_TEXT: dict[str, Callable[[str], object]] = {
+    "int": _text_int, "choice": str.strip, "path": str.strip,
+    "bool": lambda text: _BOOL_TEXT.get(text.strip().lower(), text),
+}  # fmt: skip
 
 
 @dataclass(frozen=True)
 class Option:
     key: str  # the Settings field and the marker / call keyword
-    type: str  # for people and the reference page: int, bool, size, names, choice, path
+    type: str  # int, bool, size, names, choice or path: how text is read, the ini type
     default: Any
     help: str  # one text for the flag, the ini key and the reference page
-    applies: frozenset[str]  # a subset of PLACES
+    applies: frozenset[str]  # a subset of PLACES ("command": when command_flag is set)
     flag: str  # pytest command line
-    ini: str  # ini file key
+    ini: str  # ini file key, also the flag's argparse dest
     check: Callable[[str, object], Any]
-    from_text: Callable[[str], object]
     metavar: str | None = None  # None: a flag without a value
     flag_value: Any = True  # what an argument-less flag sets
-    command_flag: str | None = None  # the `graphleak check` flag, when "command" applies
+    command_flag: str | None = None  # the `graphleak check` flag
 
     def applies_to(self, place: str) -> bool:
-        return place in self.applies
+        return place in self.applies or (place == "command" and self.command_flag is not None)
+
+    def parse(self, raw: object, label: str) -> Any:
+        """``raw`` (text, or a typed ini value) checked; errors say ``invalid {label}``."""
+        value = _FROM_TEXT.get(self.type, str)(raw) if isinstance(raw, str) else raw
+        try:
+            return self.check(self.key, value)
+        except OptionError as exc:
+            raise OptionError(f"invalid {label}: {exc}") from None
 
 
-_PER_CHECK = frozenset({"pytest", "marker", "check", "track", "command"})
+_PER_CHECK = frozenset({"pytest", "marker", "check", "track"})
 
 OPTIONS: tuple[Option, ...] = (
     Option(
         "enabled", "bool", False,
         "run @pytest.mark.no_graph_growth tests warmup+steps times and fail them when "
         "tensors, graph nodes, cyclic garbage or memory grow (default: off)",
-        frozenset({"pytest"}), "--graphleak", "graphleak", _bool, _text_bool,
+        frozenset({"pytest"}), "--graphleak", "graphleak", _bool,
     ),
     Option(
         "steps", "int", DEFAULT_STEPS,
         f"measured steps per checked test, after warmup (default: {DEFAULT_STEPS}; "
         "12 or more catch a leak of one object every third step)",
         _PER_CHECK, "--graphleak-steps", "graphleak_steps",
-        _int_at_least(1), _text_int, metavar="N", command_flag="--steps",
+        _int_at_least(1), metavar="N", command_flag="--steps",
     ),
     Option(
         "warmup", "int", DEFAULT_WARMUP,
         f"unmeasured warmup steps before the measured ones (default: {DEFAULT_WARMUP})",
         _PER_CHECK, "--graphleak-warmup", "graphleak_warmup",
-        _int_at_least(0), _text_int, metavar="N", command_flag="--warmup",
+        _int_at_least(0), metavar="N", command_flag="--warmup",
     ),
     Option(
         "rss_tolerance", "size", float(DEFAULT_RSS_TOLERANCE),
         "process RSS (and CUDA reserved) growth per step that is still allocator noise, "
         "in bytes or with a unit like 512KiB or 2MiB (default: 1MiB)",
         _PER_CHECK, "--graphleak-rss-tolerance", "graphleak_rss_tolerance",
-        _byte_size, _text_as_is, metavar="SIZE", command_flag="--rss-tolerance",
+        _byte_size, metavar="SIZE", command_flag="--rss-tolerance",
     ),
     Option(
         "probes", "names", None,
         f"probes to sample among {', '.join(PROBE_NAMES)} (comma-separated, or a list in "
         "an ini/TOML file), or 'all' (default: all whose library is already imported)",
         _PER_CHECK, "--graphleak-probes", "graphleak_probes",
-        _probes, _text_as_is, metavar="NAMES", command_flag="--probes",
+        _probes, metavar="NAMES", command_flag="--probes",
     ),
     Option(
         "start_scan", "choice", "roots",
@@ -217,7 +204,7 @@ OPTIONS: tuple[Option, ...] = (
         "per check: needed only for a tensor the walk does not reach (a library's globals, "
         "past its limit) that no warmup step passes to a torch operation (default: roots)",
         _PER_CHECK, "--graphleak-start-scan", "graphleak_start_scan",
-        _start_scan, _text_stripped, metavar="roots|heap", command_flag="--start-scan",
+        _start_scan, metavar="roots|heap", command_flag="--start-scan",
     ),
     Option(
         "diagnose", "bool", True,
@@ -225,29 +212,28 @@ OPTIONS: tuple[Option, ...] = (
         "the ini key set to false, turns it off, and the failure then names the pattern "
         "from the counts alone)",
         _PER_CHECK, "--graphleak-no-diagnose", "graphleak_diagnose",
-        _bool, _text_bool, flag_value=False, command_flag="--no-diagnose",
+        _bool, flag_value=False, command_flag="--no-diagnose",
     ),
     Option(
         "warn_only", "bool", False,
         "report leaks (warning, summary, reports) without failing the tests",
-        frozenset({"pytest"}), "--graphleak-warn-only", "graphleak_warn_only",
-        _bool, _text_bool,
+        frozenset({"pytest"}), "--graphleak-warn-only", "graphleak_warn_only", _bool,
     ),
     Option(
         "report", "path", None,
         "write a JSON report of every graphleak check to PATH (schema in the docs); an "
         "existing file is replaced only if it is a graphleak JSON report. Relative paths: "
         "to the current directory, or to an ini file's own directory",
-        frozenset({"pytest", "command"}), "--graphleak-report", "graphleak_report",
-        _path, _text_stripped, metavar="PATH", command_flag="--json",
+        frozenset({"pytest"}), "--graphleak-report", "graphleak_report",
+        _path, metavar="PATH", command_flag="--json",
     ),
     Option(
         "html", "path", None,
         "write a self-contained HTML report (charts, culprit chains, graph drawings) of "
         "every graphleak check to PATH; existing files and relative paths as for the JSON "
         "report",
-        frozenset({"pytest", "command"}), "--graphleak-html", "graphleak_html",
-        _path, _text_stripped, metavar="PATH", command_flag="--html",
+        frozenset({"pytest"}), "--graphleak-html", "graphleak_html",
+        _path, metavar="PATH", command_flag="--html",
     ),
 )  # fmt: skip
 
@@ -259,18 +245,19 @@ def keywords(place: str) -> tuple[str, ...]:
     return tuple(option.key for option in OPTIONS if option.applies_to(place))
 
 
-MARKER_KEYWORDS: tuple[str, ...] = keywords("marker")
-
-
-class CheckOptions(TypedDict, total=False):
-    """Keywords of ``check()``, ``graphleak.check()``, ``check_distributed()``, the
-    framework callbacks and ``track()`` (None: the configured value)."""
-
+class _StepOptions(TypedDict, total=False):
+    # None: the configured value.
     steps: int | None
     warmup: int | None
     rss_tolerance: float | str | None
     probes: str | Sequence[str] | None
     start_scan: str | None
+
+
+class CheckOptions(_StepOptions, total=False):
+    """Keywords of ``check()``, ``graphleak.check()``, ``check_distributed()`` and
+    ``track()`` (None: the configured value)."""
+
     diagnose: bool | None
 
 
@@ -279,22 +266,12 @@ class CheckOptions(TypedDict, total=False):
 TrackOptions = CheckOptions
 
 
-def _verify_declaration() -> None:
-    # The TypedDicts are for type checkers; the table is the truth. Drift fails at import.
-    for typed, place in ((CheckOptions, "check"), (TrackOptions, "track")):
-        if set(typed.__annotations__) != set(keywords(place)):
-            raise AssertionError(
-                f"{typed.__name__} {sorted(typed.__annotations__)} disagrees with the "
-                f"options that apply to {place!r}: {sorted(keywords(place))}"
-            )
-    for option in OPTIONS:
-        if not option.applies <= set(PLACES):
-            raise AssertionError(f"{option.key}: unknown place in {sorted(option.applies)}")
-        if option.applies_to("command") != (option.command_flag is not None):
-            raise AssertionError(f"{option.key}: command_flag and 'command' disagree")
+class CallbackOptions(_StepOptions, total=False):
+    """Keywords of the framework callbacks: ``check()``'s but ``diagnose``, and their own
+    ``window`` (judge each window of that many steps) and ``on_leak``."""
 
-
-_verify_declaration()
+    window: int | None
+    on_leak: Literal["raise", "warn"]
 
 
 def _can_flag_a_leak(settings: Settings, where: str) -> None:
@@ -358,10 +335,6 @@ class Settings:
         return resolved
 
 
-if {f.name for f in dataclasses.fields(Settings)} - {"sources"} != set(OPTIONS_BY_KEY):
-    raise AssertionError("Settings fields and OPTIONS disagree")
-
-
 # -- pytest: flags and typed ini keys -------------------------------------------------
 def _pytest_version() -> tuple[int, int]:
     import pytest
@@ -399,30 +372,35 @@ def _pytest_options(keys: Sequence[str] | None) -> list[Option]:
     return [o for o in OPTIONS if o.applies_to("pytest") and (keys is None or o.key in keys)]
 
 
+def _add_flag(add: Callable[..., Any], name: str, dest: str, option: Option) -> None:
+    if option.metavar is None:
+        action = "store_true" if option.flag_value is True else "store_false"
+        add(name, action=action, dest=dest, default=None, help=option.help)
+    else:
+        add(name, action="store", dest=dest, default=None, metavar=option.metavar,
+            help=option.help)  # fmt: skip
+
+
 def add_options(parser: Any, keys: Sequence[str] | None = None) -> None:
     """Register the CLI flag and ini twin, with one help text, of every option that
     applies to pytest (or of ``keys`` only)."""
     group = parser.getgroup("graphleak", "autograd graph leaks (pytest-graphleak)")
     for option in _pytest_options(keys):
-        if option.metavar is None:
-            action = "store_true" if option.flag_value is True else "store_false"
-            group.addoption(option.flag, action=action, dest=_dest(option), default=None,
-                            help=option.help)  # fmt: skip
-        else:
-            group.addoption(option.flag, action="store", dest=_dest(option), default=None,
-                            metavar=option.metavar, help=option.help)  # fmt: skip
+        # The ini key doubles as the argparse dest: config.getoption("graphleak_warn_only").
+        _add_flag(group.addoption, option.flag, option.ini, option)
         # default None: an unset key reads as None (or "" / [] on older pytest), never
         # as a value that would hide the option's own default.
         parser.addini(option.ini, option.help, type=ini_type(option), default=None)
 
 
-def _dest(option: Option) -> str:
-    # The ini key doubles as the argparse dest: config.getoption("graphleak_warn_only").
-    return option.ini
-
-
 def _is_unset(value: object) -> bool:
     return value is None or value == [] or (isinstance(value, str) and not value.strip())
+
+
+def _resolved(values: dict[str, Any], sources: dict[str, str], where: str) -> Settings:
+    settings = Settings(**values, sources=sources)
+    _can_flag_a_leak(settings, where)
+    return settings
 
 
 def settings_from(
@@ -438,27 +416,18 @@ def settings_from(
     sources: dict[str, str] = {}
     in_file = f" in {ini_file}" if ini_file else ""
     for option in OPTIONS:
-        raw = cli.get(option.key)
-        if raw is not None:
+        if (raw := cli.get(option.key)) is not None:
             where = f"command line option {option.flag}"
-            value = raw if option.metavar is None else option.from_text(str(raw))
-            shown = "" if option.metavar is None else f"={raw}"
-            name = option.flag
+            label = option.flag if option.metavar is None else f"{option.flag}={raw}"
+            raw = raw if option.metavar is None else str(raw)
         elif not _is_unset(raw := ini.get(option.ini)):
             where = f"ini option {option.ini}{in_file}"
-            value = option.from_text(raw) if isinstance(raw, str) else raw
-            shown = f" = {raw}" if isinstance(raw, str) else f" = {raw!r}"
-            name = option.ini
+            label = f"{option.ini} = {raw}" if isinstance(raw, str) else f"{option.ini} = {raw!r}"
         else:
             continue
-        try:
-            values[option.key] = option.check(option.key, value)
-        except OptionError as exc:
-            raise OptionError(f"invalid {name}{shown} (from {where}): {exc}") from None
+        values[option.key] = option.parse(raw, f"{label} (from {where})")
         sources[option.key] = where
-    settings = Settings(**values, sources=sources)
-    _can_flag_a_leak(settings, "graphleak settings")
-    return settings
+    return _resolved(values, sources, "graphleak settings")
 
 
 def settings_from_config(config: Any, keys: Sequence[str] | None = None) -> Settings:
@@ -468,7 +437,7 @@ def settings_from_config(config: Any, keys: Sequence[str] | None = None) -> Sett
     cli: dict[str, object | None] = {}
     ini: dict[str, object] = {}
     for option in _pytest_options(keys):
-        cli[option.key] = config.getoption(_dest(option), None)
+        cli[option.key] = config.getoption(option.ini, None)
         try:
             ini[option.ini] = config.getini(option.ini)
         except Exception as exc:  # pytest's own type check: UsageError, ValueError, TypeError
@@ -483,39 +452,24 @@ def settings_from_config(config: Any, keys: Sequence[str] | None = None) -> Sett
 def add_command_flags(parser: Any) -> None:
     """The ``graphleak check`` flags, from the same table and help texts."""
     for option in OPTIONS:
-        if option.command_flag is None:
-            continue
-        if option.metavar is None:
-            action = "store_true" if option.flag_value is True else "store_false"
-            parser.add_argument(option.command_flag, action=action, dest=option.key,
-                                default=None, help=option.help)  # fmt: skip
-        else:
-            parser.add_argument(option.command_flag, dest=option.key, default=None,
-                                metavar=option.metavar, help=option.help)  # fmt: skip
+        if option.command_flag is not None:
+            _add_flag(parser.add_argument, option.command_flag, option.key, option)
 
 
 def settings_from_command(args: Any) -> Settings:
     """Settings of ``graphleak check``: its flags over the defaults (no ini file)."""
-    cli: dict[str, object | None] = {}
-    for option in OPTIONS:
-        if option.command_flag is not None:
-            cli[option.key] = getattr(args, option.key, None)
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
-    for key, raw in cli.items():
-        if raw is None:
+    for option in OPTIONS:
+        flag = option.command_flag
+        if flag is None or (raw := getattr(args, option.key, None)) is None:
             continue
-        option = OPTIONS_BY_KEY[key]
-        value = raw if option.metavar is None else option.from_text(str(raw))
-        shown = option.command_flag if option.metavar is None else f"{option.command_flag} {raw}"
-        try:
-            values[key] = option.check(key, value)
-        except OptionError as exc:
-            raise OptionError(f"invalid {shown}: {exc}") from None
-        sources[key] = f"command line option {option.command_flag}"
-    settings = Settings(**values, sources=sources)
-    _can_flag_a_leak(settings, "graphleak check")
-    return settings
+        if option.metavar is None:
+            values[option.key] = option.parse(raw, flag)
+        else:
+            values[option.key] = option.parse(str(raw), f"{flag} {raw}")
+        sources[option.key] = f"command line option {flag}"
+    return _resolved(values, sources, "graphleak check")
 
 
 def marker_signature() -> str:

@@ -10,53 +10,49 @@ keywords; ``--graphleak-warn-only`` turns ``on_leak="raise"`` into a warning the
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from pytest_graphleak.loop import LoopCheck, check_count
-from pytest_graphleak.options import OptionError, Settings
+from pytest_graphleak.options import CallbackOptions, Settings
 from pytest_graphleak.result import CheckResult
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 #: What a callback may do on a leak.
 ON_LEAK = ("raise", "warn")
 
 
 class FrameworkCheck:
-    """Base of the three callbacks; framework hooks call ``_run_started``,
-    ``_step_ended``, ``_run_ended`` and ``_run_failed``."""
+    """Base of the three callbacks, made with the ``CallbackOptions`` keywords; framework
+    hooks call ``_run_started``, ``_step_ended``, ``_run_ended`` and ``_run_failed``."""
 
     #: "lightning", "transformers" or "ignite": names results and error messages.
     framework = ""
 
-    def _configure(
-        self,
-        *,
-        steps: int | None,
-        warmup: int | None,
-        window: int | None,
-        rss_tolerance: float | str | None,
-        probes: str | Sequence[str] | None,
-        start_scan: str | None,
-        on_leak: str,
-    ) -> None:
+    def __init__(self, **options: Unpack[CallbackOptions]) -> None:
         where = f"{type(self).__name__}() ({self.framework})"
-        self._values: dict[str, object] = {
-            "steps": steps, "warmup": warmup, "rss_tolerance": rss_tolerance,
-            "probes": probes, "start_scan": start_scan,
-        }  # fmt: skip
-        self._where = where
+        accepted = tuple(CallbackOptions.__annotations__)
+        for key in options:
+            if key not in accepted:
+                raise TypeError(f"{where}: unknown keyword argument {key!r}; expected one of "
+                                f"{', '.join(accepted)}")  # fmt: skip
+        values: dict[str, Any] = dict(options)
+        self.window: int | None = values.pop("window", None)
+        self.on_leak: str = values.pop("on_leak", "raise")
+        self.steps: int | None = values.get("steps")
         try:
-            Settings().override(self._values, where=where)  # fail here, not mid-run
-            check_count("window", window, minimum=2)
-        except (OptionError, ValueError) as exc:
+            Settings().override(values, where=where)  # fail here, not mid-run
+            check_count("window", self.window, minimum=2)
+        except ValueError as exc:  # OptionError included
             raise ValueError(str(exc) if where in str(exc) else f"{where}: {exc}") from None
-        if on_leak not in ON_LEAK:
-            raise ValueError(f"{where}: on_leak must be 'raise' or 'warn', got {on_leak!r}")
-        if steps is not None and window is not None:
+        if self.on_leak not in ON_LEAK:
+            raise ValueError(f"{where}: on_leak must be 'raise' or 'warn', got {self.on_leak!r}")
+        if self.steps is not None and self.window is not None:
             raise ValueError(f"{where}: give steps= or window=, not both")
-        self.steps = steps
-        self.window = window
-        self.on_leak = on_leak
+        self._values = values
+        self._where = where
         self._check: LoopCheck | None = None
 
     # -- what users read ----------------------------------------------------------------

@@ -18,7 +18,6 @@ when the next check starts, or by ``handler.close()``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from ignite.engine import Engine, Events
@@ -32,20 +31,6 @@ class GraphLeakHandler(FrameworkCheck):
     ``start_scan``, ``on_leak`` ("raise" or "warn")."""
 
     framework = "ignite"
-
-    def __init__(
-        self,
-        *,
-        steps: int | None = None,
-        warmup: int | None = None,
-        window: int | None = None,
-        rss_tolerance: float | str | None = None,
-        probes: str | Sequence[str] | None = None,
-        start_scan: str | None = None,
-        on_leak: str = "raise",
-    ) -> None:
-        self._configure(steps=steps, warmup=warmup, window=window, rss_tolerance=rss_tolerance,
-                        probes=probes, start_scan=start_scan, on_leak=on_leak)  # fmt: skip
 
     def attach(self, engine: Engine) -> GraphLeakHandler:
         if not isinstance(engine, Engine):

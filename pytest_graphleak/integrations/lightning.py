@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import importlib
 import sys
-from collections.abc import Sequence
 from typing import Any
 
 from pytest_graphleak.integrations.base import FrameworkCheck, remaining
@@ -58,6 +57,7 @@ class GraphLeakCallback(FrameworkCheck):
     """
 
     framework = "lightning"
+    _last_global_step = 0  # trainer.global_step at the last sample
 
     def __new__(cls, *args: Any, **kwargs: Any) -> GraphLeakCallback:
         bases = _callback_bases()
@@ -69,21 +69,6 @@ class GraphLeakCallback(FrameworkCheck):
             concrete = type(cls.__name__, (cls, *bases), names)
             _CONCRETE[(cls, bases)] = concrete
         return super().__new__(concrete)
-
-    def __init__(
-        self,
-        *,
-        steps: int | None = None,
-        warmup: int | None = None,
-        window: int | None = None,
-        rss_tolerance: float | str | None = None,
-        probes: str | Sequence[str] | None = None,
-        start_scan: str | None = None,
-        on_leak: str = "raise",
-    ) -> None:
-        self._configure(steps=steps, warmup=warmup, window=window, rss_tolerance=rss_tolerance,
-                        probes=probes, start_scan=start_scan, on_leak=on_leak)  # fmt: skip
-        self._last_global_step = 0
 
     def __reduce__(self) -> Any:  # the concrete class is made at run time: pickle the public one
         return (_rebuild, (type(self).__mro__[1], self.__dict__))

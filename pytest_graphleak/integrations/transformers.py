@@ -18,7 +18,6 @@ by ``cb.close()``.
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
 from typing import Any
 
 import transformers
@@ -32,20 +31,6 @@ class GraphLeakCallback(FrameworkCheck, transformers.TrainerCallback):
     ``rss_tolerance``, ``probes``, ``start_scan``, ``on_leak`` ("raise" or "warn")."""
 
     framework = "transformers"
-
-    def __init__(
-        self,
-        *,
-        steps: int | None = None,
-        warmup: int | None = None,
-        window: int | None = None,
-        rss_tolerance: float | str | None = None,
-        probes: str | Sequence[str] | None = None,
-        start_scan: str | None = None,
-        on_leak: str = "raise",
-    ) -> None:
-        self._configure(steps=steps, warmup=warmup, window=window, rss_tolerance=rss_tolerance,
-                        probes=probes, start_scan=start_scan, on_leak=on_leak)  # fmt: skip
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         trainer = _calling_trainer()
