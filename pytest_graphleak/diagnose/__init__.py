@@ -19,22 +19,15 @@ measured object alive after ``diagnose`` returns.
 
 from __future__ import annotations
 
-import math
 import time
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from pytest_graphleak.diagnose.backends import NODE, TENSOR, Backend, TorchBackend, active_backends
-from pytest_graphleak.diagnose.classify import (
-    Facts,
-    nodes_grew,
-    only_memory_grew,
-    pattern_of,
-    tensors_grew,
-)
-from pytest_graphleak.diagnose.edges import Edge, ObjectEdges
+from pytest_graphleak.diagnose.classify import Facts, Grown, grown_of, pattern_of
+from pytest_graphleak.diagnose.edges import Edge, ObjectEdges, items_of
+from pytest_graphleak.diagnose.heap import diagnose_heap
 from pytest_graphleak.diagnose.holders import (
     UNROOTED,
     no_holder_note,
@@ -54,8 +47,8 @@ from pytest_graphleak.diagnose.roots import (
     user_modules,
 )
 from pytest_graphleak.diagnose.search import Path, find_cycle, shortest_path
-from pytest_graphleak.diagnose.sites import Site, UserFrames, memory_sites, source_line
-from pytest_graphleak.diagnose.stored import Watched, watch_holder
+from pytest_graphleak.diagnose.sites import Site, memory_sites, per_step
+from pytest_graphleak.diagnose.stored import watch_holder
 from pytest_graphleak.diagnose.story import tell
 from pytest_graphleak.heap.graphwalk import NEW_PER_WALK, GraphWalk, graph_inputs
 from pytest_graphleak.metrics import Metric
@@ -63,7 +56,6 @@ from pytest_graphleak.result import CreationSite, Diagnosis, Verdict, display_pa
 
 __all__ = ["diagnose"]
 
-_MAX_SITES = 5
 _SIZED = (list, dict, set, frozenset, tuple)
 
 
@@ -84,34 +76,17 @@ def diagnose(
     started = time.perf_counter()
     backends = active_backends()
     walker = ObjectEdges(backends, exclude=[*exclude, id(roots)])
-    frames = UserFrames()
-    grown = Grown(
-        only_memory_grew(verdict, metrics),
-        _steps_to_see_growth(verdict, metrics),
-        nodes=nodes_grew(verdict, metrics),
-        tensors=tensors_grew(verdict, metrics),
-    )
-    if step is None and observation is None:
-        diagnosis = _diagnose_heap(verdict, grown, roots, walker)
-    else:
-        diagnosis = _diagnose_with_step(
-            verdict, grown, step, roots, walker, backends, frames, observation
+    grown = grown_of(verdict, metrics)
+    if step is None and observation is None:  # a hand-written loop: the heap as it is
+        diagnosis = diagnose_heap(
+            verdict, roots, walker, memory_only=grown.memory_only, graph_grew=grown.nodes
         )
+    else:
+        diagnosis = _diagnose_with_step(verdict, grown, step, roots, walker, backends, observation)
     diagnosis.notes.append(f"diagnosis took {time.perf_counter() - started:.2f} s")
     return diagnosis
 
 
-@dataclass(frozen=True)
-class Grown:
-    """What the verdict's grown metrics are, read from their declarations."""
-
-    memory_only: bool  # only memory grew: no tensor, node or cycle count
-    period: int  # steps it takes to see one more leaked object
-    nodes: bool = True  # a metric that counts graph nodes grew
-    tensors: bool = False  # a metric that counts tensors grew
-
-
-# --------------------------------------------------------------------------- with a step
 def _diagnose_with_step(
     verdict: Verdict,
     grown: Grown,
@@ -119,8 +94,7 @@ def _diagnose_with_step(
     roots: Mapping[str, object],
     walker: ObjectEdges,
     backends: list[Backend],
-    frames: UserFrames,
-    observation: Observation | None = None,
+    observation: Observation | None,
 ) -> Diagnosis:
     notes: list[str] = []
     # A leak every k-th step needs k recorded runs to be made at all during the diagnosis.
@@ -130,7 +104,7 @@ def _diagnose_with_step(
         obs = observation
     else:
         assert step is not None
-        obs = observe(step, backends, frames, runs=recorded + RUNS - RECORDED_RUNS,
+        obs = observe(step, backends, runs=recorded + RUNS - RECORDED_RUNS,
                       recorded_runs=recorded)  # fmt: skip
     chain_path: Path | None = None
     cycle_path: Path | None = None
@@ -142,11 +116,11 @@ def _diagnose_with_step(
         all_roots = _all_roots(roots, step, obs)
         # Only memory grew and no tensor stayed alive: no graph node to look for either
         # (the memory survey below finds the holder), so the chain search is skipped.
-        searching = _any_alive(obs) and not (grown.memory_only and not obs.alive)
+        alive = bool(obs.alive) or obs.torch_seq is not None
+        searching = alive and not (grown.memory_only and not obs.alive)
         chain_path = shortest_path(all_roots, is_target, walker) if searching else None
 
         cycle: list[str] = []
-        cycle_held = False
         hanging: tuple[Edge, object] | None = None
         if obs.cyclic:
             cycle_path = _first_cycle(obs.cyclic, walker)
@@ -161,19 +135,17 @@ def _diagnose_with_step(
         elif obs.alive and chain_path is None:
             cycle_path = _first_cycle(obs.alive, walker)
             if cycle_path is not None:
-                cycle_held = True
                 notes.append(
                     "no root reaches the leaked objects: a reference cycle that the "
                     "collector cannot free holds them (part of it is inside torch)"
                 )
             else:
-                held = _pack_hook_cycle(obs, torch, walker)
+                held = _pack_hook_cycle(obs, torch)
                 if held:
                     cycle, note = held
-                    cycle_held = True
                     notes.append(note)
                 else:
-                    chain_path = _unrooted(obs, walker, frames, notes)
+                    chain_path = _unrooted(obs, walker, notes)
         if cycle_path is not None:
             cycle = render_cycle(cycle_path, walker, hanging)
             notes.extend(_cycle_notes(cycle, obs.cyclic != []))
@@ -184,33 +156,37 @@ def _diagnose_with_step(
 
         chain = render_chain(chain_path, walker) if chain_path is not None else []
         watched = (
-            watch_holder(chain_path, step, walker, frames, steps=period)
+            watch_holder(chain_path, step, walker, steps=period)
             if chain_path is not None and step is not None and not obs.error
             else None
         )
         if watched is not None:
             grew = bool(watched.grown)
-            notes.extend(_watch_notes(watched))
+            notes.extend(watched.notes())
         else:  # a loop that cannot be re-run: its recorded steps may show the growth
             grew = chain_path is not None and _grew_during_loop(chain_path, obs, notes)
 
         graph = GraphWalk(graph_inputs)
         nodes = _torch_leaked_nodes(obs, torch, chain_path, graph)
-        sites = _sites(obs, nodes)
-        graph_nodes = sum(1 for item in obs.leaked if item.kind == NODE) + len(nodes)
+        runs = max(1, min(obs.recorded_runs, obs.runs_done))
+        sites = _sites(obs, nodes, runs)
+        tensors = sum(1 for item in obs.leaked if item.kind == TENSOR)
+        graph_nodes = len(obs.leaked) - tensors + len(nodes)
         facts = Facts(
             leaked_count=len(obs.leaked) + len(nodes),
             cyclic_count=len(obs.cyclic),
             has_chain=chain_path is not None,
             container_grew=grew,
-            cycle_held=cycle_held,
+            cycle_held=bool(cycle),  # with no chain: a cycle or pack hook holds them
             memory_only=grown.memory_only,
             graph_grew=graph_nodes > 0 or grown.nodes,
         )
         pattern = pattern_of(verdict, facts)
         steps_word = "diagnostic steps" if step is not None else "recorded steps of the loop"
         if obs.leaked or nodes:
-            notes.insert(0, _summary(obs, nodes, steps_word))
+            later = obs.runs - obs.recorded_runs
+            notes.insert(0, f"made by {runs} {steps_word} and still alive {later}+ steps "
+                            f"later: {tensors} tensors, {graph_nodes} graph nodes")  # fmt: skip
         elif not obs.error:
             notes.insert(0, f"no tensor or graph node made by the {steps_word} stayed alive")
         if graph.truncated or obs.node_sites_truncated:
@@ -219,23 +195,18 @@ def _diagnose_with_step(
                 "node counts here are lower bounds, and only its first "
                 f"{NEW_PER_WALK:,} nodes have a creation site"
             )
-        if (
-            step is not None
-            and pattern == "memory-growth"
-            and grown.memory_only
-            and not obs.error
-        ):
+        if step is not None and pattern == "memory-growth" and grown.memory_only and not obs.error:
             if chain_path is None:
                 chain_path = growing_holder(all_roots, step, walker, notes)
                 chain = render_chain(chain_path, walker) if chain_path is not None else []
-            sites = _memory_sites(step, frames, notes)
+            sites = _memory_sites(step, notes)
         stored = (
-            _stored_sites(watched)
+            per_step(watched.stored, watched.steps)
             if watched is not None and pattern in ("list-accumulation", "retained-grad-fn")
             else []
         )
-        tensors = grown.tensors or any(item.kind == TENSOR for item in obs.leaked)
-        story, fix = tell(pattern, graph_grew=facts.graph_grew, tensors=tensors,
+        story, fix = tell(pattern, graph_grew=facts.graph_grew,
+                          tensors=grown.tensors or tensors > 0,
                           has_chain=chain_path is not None)  # fmt: skip
         dot = render_dot(chain_path, cycle_path, walker)
         return Diagnosis(
@@ -257,9 +228,7 @@ def _diagnose_with_step(
         obs.release()
 
 
-def _unrooted(
-    obs: Observation, walker: ObjectEdges, frames: UserFrames, notes: list[str]
-) -> Path | None:
+def _unrooted(obs: Observation, walker: ObjectEdges, notes: list[str]) -> Path | None:
     """No root reaches the leak: a container that holds it anyway, a thread's locals,
     or a note that says nothing was found and why that may be."""
     path = unrooted_holder(obs, walker)
@@ -271,7 +240,7 @@ def _unrooted(
             "library's own list)"
         )
         return path
-    threads = thread_holders(obs, frames)
+    threads = thread_holders(obs)
     if threads:
         notes.append(
             "held by the local variables of a thread that is still running: "
@@ -280,37 +249,6 @@ def _unrooted(
     else:
         notes.append(no_holder_note(obs))
     return None
-
-
-def _watch_notes(watched: Watched) -> list[str]:
-    notes: list[str] = []
-    for growth in watched.grown:
-        every = "per step" if growth.steps == 1 else f"over {growth.steps} steps"
-        notes.append(
-            f"{growth.type_name} on the chain grows by {growth.after - growth.before} {every} "
-            f"(len {growth.before} -> {growth.after})"
-        )
-    if watched.error:
-        notes.append(f"the step raised during diagnosis: {watched.error}")
-    return notes
-
-
-def _stored_sites(watched: Watched) -> list[CreationSite]:
-    steps = max(1, watched.steps)
-    return [
-        CreationSite(
-            filename=filename,
-            lineno=lineno,
-            line=source_line(filename, lineno),
-            count=max(1, math.ceil(total / steps)),
-            function=function,
-        )
-        for (filename, lineno, function), total in watched.stored.most_common(_MAX_SITES)
-    ]
-
-
-def _any_alive(obs: Observation) -> bool:
-    return bool(obs.alive) or obs.torch_seq is not None
 
 
 def _target_test(obs: Observation, torch: TorchBackend | None) -> Callable[[object], bool]:
@@ -338,37 +276,19 @@ def _all_roots(
     return [*given_roots(roots), *closure_roots(functions), *global_roots(modules)]
 
 
-#: Most steps run to see a container on the chain grow (a leak every k-th step).
-_MAX_GROWTH_STEPS = 6
-def _steps_to_see_growth(verdict: Verdict, metrics: Mapping[str, Metric]) -> int:
-    """How many steps it takes to see one more leaked object: a leak of one tensor every
-    4th step grew the count by 0.25 per step, so it needs up to 4 steps to show. (From
-    graph nodes alone this is a lower bound: a step may leak several nodes at once.)"""
-    counted = {name for name, m in metrics.items() if m.counts in ("tensors", "nodes")}
-    rates = [g.per_step for g in verdict.growths if g.metric in counted]
-    rates = [rate for rate in rates if rate > 0]
-    if not rates:
-        return 1
-    return max(1, min(_MAX_GROWTH_STEPS, math.ceil(1 / min(rates) - 1e-9)))
-
-
 def _grew_during_loop(path: Path, obs: Observation, notes: list[str]) -> bool:
     """Whether a container on the chain holds what several recorded loop steps made
     (the loop cannot be re-run to watch it grow, but its recorded steps show it)."""
     made_in = {id(leaked.obj): leaked.run for leaked in obs.leaked}
-
-    def items(container: Any) -> Any:
-        return container.values() if isinstance(container, dict) else container
-
     for obj in path.objects:
         if not isinstance(obj, _SIZED):
             continue
         runs: set[int] = set()
-        for item in items(obj):
+        for item in items_of(obj):
             if id(item) in made_in:
                 runs.add(made_in[id(item)])
             elif isinstance(item, _SIZED):  # one record per step: {"loss": ..., "preds": ...}
-                runs.update(made_in[id(sub)] for sub in items(item) if id(sub) in made_in)
+                runs.update(made_in[id(sub)] for sub in items_of(item) if id(sub) in made_in)
         if len(runs) >= 2:
             notes.append(
                 f"{type(obj).__name__} on the chain (len {len(obj)}) holds what each of "
@@ -404,9 +324,7 @@ def _cycle_notes(cycle: list[str], collectable: bool) -> list[str]:
     return notes
 
 
-def _pack_hook_cycle(
-    obs: Observation, torch: TorchBackend | None, walker: ObjectEdges
-) -> tuple[list[str], str] | None:
+def _pack_hook_cycle(obs: Observation, torch: TorchBackend | None) -> tuple[list[str], str] | None:
     """A tensor kept by its own grad_fn through a saved-tensor pack hook (C++ only)."""
     if torch is None or not obs.pack_hooks:
         return None
@@ -464,77 +382,29 @@ def _torch_leaked_nodes(
         frontier.clear()
 
 
-def _sites(obs: Observation, node_seqs: list[int]) -> list[CreationSite]:
+def _sites(obs: Observation, node_seqs: list[int], runs: int) -> list[CreationSite]:
+    # Counted in a loop: Counter(iterable) here freed a few objects that the user had
+    # frozen with gc.freeze() (tests/test_gc_state.py), and a check must leave them be.
     counts: Counter[Site] = Counter()
-    for leaked in obs.leaked:
-        if leaked.site is not None:
-            counts[leaked.site] += 1
-    for seq in node_seqs:
-        site = obs.node_sites.get(seq)
+    sites = [leaked.site for leaked in obs.leaked]
+    sites.extend(obs.node_sites.get(seq) for seq in node_seqs)
+    for site in sites:
         if site is not None:
             counts[site] += 1
-    runs = max(1, min(obs.recorded_runs, obs.runs_done))
-    sites = []
-    for (filename, lineno, function), total in counts.most_common(_MAX_SITES):
-        sites.append(
-            CreationSite(
-                filename=filename,
-                lineno=lineno,
-                line=source_line(filename, lineno),
-                count=max(1, math.ceil(total / runs)),
-                function=function,
-                via=obs.site_via.get((filename, lineno, function), ""),
-            )
-        )
-    return sites
-
-
-def _summary(obs: Observation, nodes: list[int], steps_word: str = "diagnostic steps") -> str:
-    tensors = sum(1 for item in obs.leaked if item.kind == TENSOR)
-    graph_nodes = sum(1 for item in obs.leaked if item.kind == NODE) + len(nodes)
-    runs = max(1, min(obs.recorded_runs, obs.runs_done))
-    later = obs.runs - obs.recorded_runs
-    return (
-        f"made by {runs} {steps_word} and still alive {later}+ steps later: "
-        f"{tensors} tensors, {graph_nodes} graph nodes"
-    )
+    return per_step(counts, runs, obs.site_via)
 
 
 def _count(items: list[Leaked]) -> str:
     tensors = sum(1 for item in items if item.kind == TENSOR)
-    nodes = len(items) - tensors
-    return f"{tensors} tensors and {nodes} graph nodes"
+    return f"{tensors} tensors and {len(items) - tensors} graph nodes"
 
 
-def _memory_sites(
-    step: Callable[[], object], frames: UserFrames, notes: list[str]
-) -> list[CreationSite]:
+def _memory_sites(step: Callable[[], object], notes: list[str]) -> list[CreationSite]:
     try:
-        found = memory_sites(step, frames)
+        found = memory_sites(step)
     except Exception as exc:
         notes.append(f"the step raised while tracing memory: {type(exc).__name__}: {exc}")
         return []
     if found:
         notes.append("sites: lines whose Python/numpy allocations grew over 2 steps (tracemalloc)")
-    return [
-        CreationSite(
-            filename=m.filename,
-            lineno=m.lineno,
-            line=source_line(m.filename, m.lineno),
-            count=m.count,
-            function=m.function,
-        )
-        for m in found
-    ]
-
-
-# --------------------------------------------------------------------------- no step
-def _diagnose_heap(
-    verdict: Verdict, grown: Grown, roots: Mapping[str, object], walker: ObjectEdges
-) -> Diagnosis:
-    """A hand-written loop: no step to re-run, so look at what the roots hold now."""
-    from pytest_graphleak.diagnose.heap import diagnose_heap
-
-    return diagnose_heap(
-        verdict, roots, walker, memory_only=grown.memory_only, graph_grew=grown.nodes
-    )
+    return found

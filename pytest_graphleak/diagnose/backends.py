@@ -45,7 +45,22 @@ class Backend:
         return None
 
     def describe(self, obj: Any) -> str:
-        raise NotImplementedError
+        if self.kind(obj) == NODE:
+            return self.node_name(obj)
+        name = self._tensor_name(obj)
+        try:
+            shape = str(tuple(int(n) for n in obj.shape))
+        except Exception:
+            shape = "?"
+        grad_fn = obj.grad_fn
+        if grad_fn is not None:
+            return f"{name}(shape={shape}, grad_fn={self.node_name(grad_fn)})"
+        if obj.requires_grad:
+            return f"{name}(shape={shape}, requires_grad=True)"
+        return f"{name}(shape={shape})"
+
+    def _tensor_name(self, tensor: Any) -> str:
+        return "Tensor"
 
     def edges(self, obj: Any) -> Iterator[tuple[Edge, object]]:
         kind = self.kind(obj)
@@ -70,13 +85,6 @@ class Backend:
         return graph_inputs(node)
 
 
-def _shape(t: Any) -> str:
-    try:
-        return str(tuple(int(n) for n in t.shape))
-    except Exception:
-        return "?"
-
-
 def _attr_edges(attrs: dict[Any, Any] | None) -> Iterator[tuple[Edge, object]]:
     """One ``attr`` edge per user attribute (a copy: the dict may change meanwhile)."""
     if attrs:
@@ -90,32 +98,20 @@ class TorchBackend(Backend):
     def __init__(self, torch: Any) -> None:
         super().__init__()
         self.torch = torch
-        self._tensor_type = torch.Tensor
-        self._node_abc = torch.autograd.graph.Node
-        self._module_type = torch.nn.Module
 
     def _kind_of_type(self, tp: type, obj: object) -> str | None:
-        if issubclass(tp, self._tensor_type):
+        if issubclass(tp, self.torch.Tensor):
             fake = fake_tensor_type()  # torch.compile's stand-ins: not the user's tensors
             return None if fake is not None and issubclass(tp, fake) else TENSOR
-        if isinstance(obj, self._node_abc):
+        if isinstance(obj, self.torch.autograd.graph.Node):
             return NODE
         return None
 
     def is_module(self, obj: object) -> bool:
-        return isinstance(obj, self._module_type)
+        return isinstance(obj, self.torch.nn.Module)
 
-    def describe(self, obj: Any) -> str:
-        kind = self.kind(obj)
-        if kind == NODE:
-            return self.node_name(obj)
-        name = "Parameter" if type(obj).__name__ == "Parameter" else "Tensor"
-        grad_fn = obj.grad_fn
-        if grad_fn is not None:
-            return f"{name}(shape={_shape(obj)}, grad_fn={self.node_name(grad_fn)})"
-        if obj.requires_grad:
-            return f"{name}(shape={_shape(obj)}, requires_grad=True)"
-        return f"{name}(shape={_shape(obj)})"
+    def _tensor_name(self, tensor: Any) -> str:
+        return "Parameter" if type(tensor).__name__ == "Parameter" else "Tensor"
 
     def sequence_nr(self, node: Any) -> int | None:
         try:
@@ -169,27 +165,13 @@ class MinigradBackend(Backend):
     def __init__(self, mg: Any) -> None:
         super().__init__()
         self.mg = mg
-        self._tensor_type = mg.Tensor
-        self._node_type = mg.Node
-        self._ctx_type = mg.FunctionCtx
 
     def _kind_of_type(self, tp: type, obj: object) -> str | None:
-        if issubclass(tp, self._tensor_type):
+        if issubclass(tp, self.mg.Tensor):
             return TENSOR
-        if issubclass(tp, self._node_type):
+        if issubclass(tp, self.mg.Node):
             return NODE
         return None
-
-    def describe(self, obj: Any) -> str:
-        if self.kind(obj) == NODE:
-            return self.node_name(obj)
-        meta = obj._meta
-        grad_fn = meta.grad_fn if meta is not None else None
-        if grad_fn is not None:
-            return f"Tensor(shape={_shape(obj)}, grad_fn={self.node_name(grad_fn)})"
-        if meta is not None and meta.requires_grad:
-            return f"Tensor(shape={_shape(obj)}, requires_grad=True)"
-        return f"Tensor(shape={_shape(obj)})"
 
     def creation_site(self, obj: Any) -> tuple[str, int] | None:
         try:
@@ -217,7 +199,7 @@ class MinigradBackend(Backend):
         if node.pre_hooks:
             yield Edge("attr", "pre_hooks"), node.pre_hooks
         saved = node.saved
-        if isinstance(saved, self._ctx_type):  # a custom Function's ctx: user attributes
+        if isinstance(saved, self.mg.FunctionCtx):  # a custom Function's ctx: user attributes
             for key, value in list(vars(saved).items()):
                 if key != "saved_tensors":
                     yield Edge("attr", f"ctx.{key}"), value

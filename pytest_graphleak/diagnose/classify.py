@@ -20,6 +20,7 @@ With no evidence at all the verdict's first guess from the series stands.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -38,22 +39,35 @@ class Facts:
     graph_grew: bool = True  # graph nodes grew (a nodes metric) or leaked (diagnosis)
 
 
+@dataclass(frozen=True)
+class Grown:
+    """What the verdict's grown metrics are, read from their declarations."""
+
+    memory_only: bool  # only memory grew: no tensor, node or cycle count
+    period: int  # steps it takes to see one more leaked object
+    nodes: bool  # a metric that counts graph nodes grew
+    tensors: bool  # a metric that counts tensors grew
+
+
+#: Most steps run to see a container on the chain grow (a leak every k-th step).
+_MAX_GROWTH_STEPS = 6
+
+
 def only_memory_grew(verdict: Verdict, metrics: Mapping[str, Metric]) -> bool:
     """Some metric grew and every grown one is declared as memory (no graph objects)."""
     grown = [metrics.get(g.metric) for g in verdict.growths]
     return bool(grown) and all(m is not None and not m.graph for m in grown)
 
 
-def nodes_grew(verdict: Verdict, metrics: Mapping[str, Metric]) -> bool:
-    """Did a metric declared as counting graph nodes grow?"""
-    declared = [metrics.get(g.metric) for g in verdict.growths]
-    return any(m is not None and m.counts == "nodes" for m in declared)
-
-
-def tensors_grew(verdict: Verdict, metrics: Mapping[str, Metric]) -> bool:
-    """Did a metric declared as counting tensors grow?"""
-    declared = [metrics.get(g.metric) for g in verdict.growths]
-    return any(m is not None and m.counts == "tensors" for m in declared)
+def grown_of(verdict: Verdict, metrics: Mapping[str, Metric]) -> Grown:
+    """``period``: a leak of one tensor every 4th step grew the count by 0.25 per step, so
+    it needs up to 4 steps to show. (From graph nodes alone this is a lower bound: a step
+    may leak several nodes at once.)"""
+    declared = [(g.per_step, metrics.get(g.metric)) for g in verdict.growths]
+    counts = {m.counts for _, m in declared if m is not None}
+    rates = [r for r, m in declared if m is not None and m.counts in ("tensors", "nodes") and r > 0]
+    period = max(1, min(_MAX_GROWTH_STEPS, math.ceil(1 / min(rates) - 1e-9))) if rates else 1
+    return Grown(only_memory_grew(verdict, metrics), period, "nodes" in counts, "tensors" in counts)
 
 
 def pattern_of(verdict: Verdict, facts: Facts) -> str:

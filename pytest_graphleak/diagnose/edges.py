@@ -118,8 +118,6 @@ class ObjectEdges:
             return False
         if isinstance(obj, _NO_WALK_TYPES) and not _user_class(obj):
             return False
-        if isinstance(obj, (types.ModuleType, types.FrameType)):
-            return False
         return not is_private(obj)
 
     def edges(self, obj: Any) -> Iterator[tuple[Edge, object]]:
@@ -213,6 +211,11 @@ def _array_base(obj: object) -> object | None:
     if numpy is None or not isinstance(obj, numpy.ndarray):
         return None
     return obj.base
+
+
+def items_of(container: Any) -> Any:
+    """What a container holds: a dict's values, any other container's items."""
+    return container.values() if isinstance(container, dict) else container
 
 
 def holds_references(obj: object, walker: ObjectEdges) -> bool:

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Mapping
+from itertools import islice
 from typing import Any
 
 from pytest_graphleak.diagnose.backends import TENSOR
-from pytest_graphleak.diagnose.edges import ObjectEdges
+from pytest_graphleak.diagnose.edges import ObjectEdges, items_of
 from pytest_graphleak.diagnose.render import render_chain, render_dot
 from pytest_graphleak.diagnose.roots import given_roots
-from pytest_graphleak.diagnose.search import Path, shortest_path
+from pytest_graphleak.diagnose.search import Path, extend, shortest_path
 from pytest_graphleak.diagnose.story import tell
 from pytest_graphleak.heap.graphwalk import GraphWalk
 from pytest_graphleak.result import Diagnosis, Verdict
@@ -29,25 +30,20 @@ _MIN_ACCUMULATED = 2
 _GRAPH_LIMIT = 5_000
 
 
-def _graph_tensor(obj: Any, walker: ObjectEdges) -> bool:
+def _tensor(obj: Any, walker: ObjectEdges, *, graph: bool) -> bool:
+    """A tensor (with ``graph``: one that carries an autograd graph)."""
     found = walker.backend_of(obj)
-    return found is not None and found[1] == TENSOR and getattr(obj, "grad_fn", None) is not None
+    if found is None or found[1] != TENSOR:
+        return False
+    return not graph or getattr(obj, "grad_fn", None) is not None
 
 
-def _tensor(obj: Any, walker: ObjectEdges) -> bool:
-    found = walker.backend_of(obj)
-    return found is not None and found[1] == TENSOR
-
-
-def _accumulates(obj: object, walker: ObjectEdges, kept: Any = _graph_tensor) -> bool:
+def _accumulates(obj: object, walker: ObjectEdges, *, graph: bool) -> bool:
     if not isinstance(obj, _CONTAINERS) or len(obj) < _MIN_ACCUMULATED:
         return False
-    items = obj.values() if isinstance(obj, dict) else obj
     count = 0
-    for i, item in enumerate(items):
-        if i >= 1000:
-            break
-        if kept(item, walker):
+    for item in islice(items_of(obj), 1000):
+        if _tensor(item, walker, graph=graph):
             count += 1
             if count >= _MIN_ACCUMULATED:
                 return True
@@ -71,34 +67,35 @@ def diagnose_heap(
     walker: ObjectEdges,
     *,
     memory_only: bool,
-    graph_grew: bool = True,
+    graph_grew: bool,
 ) -> Diagnosis:
     notes = [
         "no step to re-run (hand-written loop): the diagnosis looked at the heap as it is; "
         "use graphleak.check(step) to get creation sites"
     ]
     labelled = given_roots(roots)
-    path: Path | None = None
-    if not graph_grew and not memory_only:  # tensors grew, graph nodes did not
-        return _without_graph(labelled, walker, notes)
+    # Tensors grew and graph nodes did not: a container of tensors the roots reach is
+    # list-accumulation, else memory-growth; never retained-grad-fn (no graph grew).
+    graph = graph_grew or memory_only
+    path = shortest_path(labelled, lambda o: _accumulates(o, walker, graph=graph), walker)
     try:
-        path = shortest_path(labelled, lambda o: _accumulates(o, walker), walker)
         if path is not None:
             container: Any = path.objects[-1]  # a container _accumulates accepted
-            items = container.values() if isinstance(container, dict) else container
-            tensor = next(t for t in items if _graph_tensor(t, walker))
-            edge_kind = "key" if isinstance(container, dict) else "index"
-            _extend(path, tensor, edge_kind, container)
-            chain = render_chain(path, walker)
-            notes.append(f"{type(container).__name__} of {len(container)} graph-carrying items")
-            return Diagnosis(
-                "list-accumulation", chain=chain, notes=notes, dot=render_dot(path, None, walker)
-            )
+            extend(path, next(t for t in items_of(container) if _tensor(t, walker, graph=graph)))
+            what = "graph-carrying items" if graph else "tensors without a graph"
+            notes.append(f"{type(container).__name__} of {len(container)} {what}")
+            story, fix = tell("list-accumulation", graph_grew=graph, tensors=True, has_chain=True)
+            return Diagnosis("list-accumulation", chain=render_chain(path, walker), notes=notes,
+                             dot=render_dot(path, None, walker), story=story, fix=fix)  # fmt: skip
+        if not graph:
+            story, fix = tell("memory-growth", graph_grew=False, tensors=True, has_chain=False)
+            return Diagnosis("memory-growth", notes=notes, story=story, fix=fix)
         best: tuple[tuple[int, str], Path] | None = None
         for label, value in labelled:
-            if not _graph_tensor(value, walker):
+            if not _tensor(value, walker, graph=True):
                 candidate = shortest_path(
-                    [(label, value)], lambda o: _graph_tensor(o, walker), walker, max_visited=20_000
+                    [(label, value)], lambda o: _tensor(o, walker, graph=True), walker,
+                    max_visited=20_000,
                 )
             else:
                 candidate = Path(label, [value], [])
@@ -123,46 +120,8 @@ def diagnose_heap(
         if verdict.pattern == "cycle":
             notes.append("tensors or nodes were freed only by gc.collect(): a reference cycle")
             return Diagnosis("cycle", notes=notes)
-        pattern = (
-            "memory-growth"
-            if memory_only
-            else (verdict.pattern or "retained-grad-fn")
-        )
+        pattern = "memory-growth" if memory_only else (verdict.pattern or "retained-grad-fn")
         return Diagnosis(pattern, notes=notes)
     finally:
         if path is not None:
             path.clear()
-
-
-def _without_graph(labelled: list[tuple[str, object]], walker: ObjectEdges,
-                   notes: list[str]) -> Diagnosis:  # fmt: skip
-    """Tensors grew and graph nodes did not: a container of tensors the roots reach is
-    list-accumulation, else memory-growth; never retained-grad-fn (no graph grew)."""
-    path = shortest_path(labelled, lambda o: _accumulates(o, walker, _tensor), walker)
-    try:
-        if path is None:
-            story, fix = tell("memory-growth", graph_grew=False, tensors=True, has_chain=False)
-            return Diagnosis("memory-growth", notes=notes, story=story, fix=fix)
-        container: Any = path.objects[-1]  # a container of tensors
-        items = container.values() if isinstance(container, dict) else container
-        tensor = next(t for t in items if _tensor(t, walker))
-        _extend(path, tensor, "key" if isinstance(container, dict) else "index", container)
-        notes.append(f"{type(container).__name__} of {len(container)} tensors without a graph")
-        story, fix = tell("list-accumulation", graph_grew=False, tensors=True, has_chain=True)
-        return Diagnosis("list-accumulation", chain=render_chain(path, walker), notes=notes,
-                         dot=render_dot(path, None, walker), story=story, fix=fix)  # fmt: skip
-    finally:
-        if path is not None:
-            path.clear()
-
-
-def _extend(path: Path, tensor: Any, kind: str, container: Any) -> None:
-    from pytest_graphleak.diagnose.edges import Edge
-
-    if kind == "key":
-        key = next(k for k, v in container.items() if v is tensor)
-        path.edges.append(Edge("key", key))
-    else:
-        index = next(i for i, v in enumerate(container) if v is tensor)
-        path.edges.append(Edge("index", index))
-    path.objects.append(tensor)

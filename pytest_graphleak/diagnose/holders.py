@@ -22,10 +22,9 @@ from collections import deque
 from typing import Any
 
 from pytest_graphleak.diagnose.backends import TENSOR
-from pytest_graphleak.diagnose.edges import Edge, ObjectEdges
+from pytest_graphleak.diagnose.edges import Edge, ObjectEdges, items_of
 from pytest_graphleak.diagnose.observe import Leaked, Observation
-from pytest_graphleak.diagnose.search import Path, find_cycle
-from pytest_graphleak.diagnose.sites import UserFrames
+from pytest_graphleak.diagnose.search import Path, extend, find_cycle
 from pytest_graphleak.result import display_path
 
 #: The root label of a chain that starts at a holder no root reaches.
@@ -55,35 +54,16 @@ def unrooted_holder(obs: Observation, walker: ObjectEdges) -> Path | None:
             return None
         container = containers[0]
         containers.clear()
-        target = None
         for obj in held:  # a loop, not a generator: its cell would refer to the container
-            if _contains(container, obj):
-                target = obj
-                break
-        if target is None:
-            return None
-        edge = _edge_to(container, target)
-        path = Path(UNROOTED, [container, target], [edge])
-        _prepend_parent(path, walker, mine)
-        return path
+            if any(item is obj for item in items_of(container)):
+                path = Path(UNROOTED, [container], [])
+                extend(path, obj)
+                _prepend_parent(path, walker, mine)
+                return path
+        return None
     finally:
         held.clear()
         chosen.clear()
-
-
-def _contains(container: Any, obj: object) -> bool:
-    items = container.values() if isinstance(container, dict) else container
-    return any(item is obj for item in items)
-
-
-def _edge_to(container: Any, obj: object) -> Edge:
-    if isinstance(container, dict):
-        key = next(k for k, v in container.items() if v is obj)
-        return Edge("key", key)
-    if isinstance(container, (list, deque)):
-        index = next(i for i, v in enumerate(container) if v is obj)
-        return Edge("index", index)
-    return Edge("member")
 
 
 def _prepend_parent(path: Path, walker: ObjectEdges, mine: set[int]) -> None:
@@ -133,7 +113,7 @@ def plain_cycle(obs: Observation, walker: ObjectEdges) -> tuple[Path, tuple[Edge
     return None
 
 
-def thread_holders(obs: Observation, frames: UserFrames) -> list[str]:
+def thread_holders(obs: Observation) -> list[str]:
     """``local 'x' of work() at file.py:12 in thread 'Thread-3 (work)'`` for each
     leaked object that another thread's frame holds in a local variable."""
     ids = {id(item.obj) for item in obs.alive}

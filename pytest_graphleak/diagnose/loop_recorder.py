@@ -31,8 +31,8 @@ from pytest_graphleak.diagnose.backends import (
 )
 
 # The same package's helpers: a recorded loop step is noted exactly as a re-run step.
-from pytest_graphleak.diagnose.observe import Leaked, Observation, note_new, site_of
-from pytest_graphleak.diagnose.sites import UserFrames, make_torch_recorder
+from pytest_graphleak.diagnose.observe import Leaked, Observation, note_new
+from pytest_graphleak.diagnose.sites import make_torch_recorder
 
 
 class LoopRecorder:
@@ -41,11 +41,10 @@ class LoopRecorder:
 
     def __init__(self) -> None:
         self.backends: list[Backend] = active_backends()
-        self.frames = UserFrames()
         self._torch = next((b for b in self.backends if isinstance(b, TorchBackend)), None)
         self._mg = next((b for b in self.backends if isinstance(b, MinigradBackend)), None)
         torch = self._torch.torch if self._torch is not None else None
-        self._mode: Any = make_torch_recorder(torch, self.frames) if torch is not None else None
+        self._mode: Any = make_torch_recorder(torch) if torch is not None else None
         self._mode_on = False
         self._mg_previous: bool | None = None
         # id -> (weak reference, backend, kind, step); step 0: alive before recording.
@@ -95,12 +94,7 @@ class LoopRecorder:
             obj = ref()
             if obj is not None and step > 0:
                 obs.alive.append(Leaked(obj, backend, kind, step, None))
-        if self._mode is not None:
-            obs.node_sites = dict(self._mode.node_sites)
-            obs.pack_hooks = dict(self._mode.pack_hooks)
-            obs.site_via = dict(self._mode.via)
-        for leaked in obs.alive:
-            leaked.site = site_of(leaked, self._mode, self.frames)
+        obs.take_sites(self._mode)
         self._made.clear()
         return obs
 

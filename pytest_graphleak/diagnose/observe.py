@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_graphleak.diagnose.backends import NODE, Backend, MinigradBackend, TorchBackend
-from pytest_graphleak.diagnose.sites import Site, UserFrames, function_at, make_torch_recorder
+from pytest_graphleak.diagnose.sites import Site, function_at, make_torch_recorder
 from pytest_graphleak.heap.gcstate import Measuring
 
 #: Steps run by the diagnosis, and how many of them record creation sites.
@@ -75,11 +75,20 @@ class Observation:
     def leaked(self) -> list[Leaked]:
         return [*self.cyclic, *self.alive]
 
+    def take_sites(self, recorder: Any) -> None:
+        """The creation sites of the leaked objects: from the torch ``recorder`` (None
+        without torch) and from minigrad's own record."""
+        if recorder is not None:
+            self.node_sites = dict(recorder.node_sites)
+            self.pack_hooks = dict(recorder.pack_hooks)
+            self.site_via = dict(recorder.via)
+        for leaked in self.leaked:
+            leaked.site = _site_of(leaked, recorder)
+
 
 def observe(
     step: Callable[[], object],
     backends: list[Backend],
-    frames: UserFrames,
     *,
     runs: int = RUNS,
     recorded_runs: int = RECORDED_RUNS,
@@ -88,7 +97,7 @@ def observe(
     result = Observation(runs=runs, recorded_runs=recorded_runs)
     torch_backend = next((b for b in backends if isinstance(b, TorchBackend)), None)
     mg_backend = next((b for b in backends if isinstance(b, MinigradBackend)), None)
-    recorder = make_torch_recorder(torch_backend.torch, frames) if torch_backend else None
+    recorder = make_torch_recorder(torch_backend.torch) if torch_backend else None
     # id -> (weak reference, backend, kind, run); a weakref tells a reused id apart.
     made: dict[int, tuple[weakref.ref[Any], Backend, str, int]] = {}
     measuring = Measuring()
@@ -130,13 +139,8 @@ def observe(
             obj = ref()
             if obj is not None and oid in candidates:
                 result.alive.append(Leaked(obj, backend, kind, run, None))
-        if recorder is not None:
-            result.node_sites = dict(recorder.node_sites)
-            result.pack_hooks = dict(recorder.pack_hooks)
-            result.site_via = dict(recorder.via)
-            result.node_sites_truncated = recorder.nodes_truncated
-        for leaked in result.leaked:
-            leaked.site = site_of(leaked, recorder, frames)
+        result.take_sites(recorder)
+        result.node_sites_truncated = recorder is not None and recorder.nodes_truncated
         return result
     finally:
         made.clear()
@@ -189,7 +193,7 @@ def _sort_by_collector(
         garbage.clear()
 
 
-def site_of(leaked: Leaked, recorder: Any, frames: UserFrames) -> Site | None:
+def _site_of(leaked: Leaked, recorder: Any) -> Site | None:
     backend = leaked.backend
     if isinstance(backend, MinigradBackend):
         found = backend.creation_site(leaked.obj)

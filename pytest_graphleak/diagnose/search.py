@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from pytest_graphleak.diagnose.edges import Edge, ObjectEdges, holds_references
 
@@ -111,19 +112,35 @@ def shortest_path(
 def _path(
     seen: dict[int, tuple[object, int | None, Edge | None, int]], last: int, labels: list[str]
 ) -> Path:
+    path = Path(labels[seen[last][3]])
+    _walk_back(path, seen, last)
+    return path
+
+
+def _walk_back(path: Path, seen: Mapping[int, tuple[Any, ...]], last: int | None) -> None:
+    """Prepend the objects and edges from the search's start to ``last`` to ``path``."""
     objects: list[object] = []
     edges: list[Edge] = []
-    current: int | None = last
-    root_index = seen[last][3]
-    while current is not None:
-        obj, parent, edge, _ = seen[current]
+    while last is not None:
+        obj, last, edge = seen[last][:3]
         objects.append(obj)
         if edge is not None:
             edges.append(edge)
-        current = parent
-    objects.reverse()
-    edges.reverse()
-    return Path(labels[root_index], objects, edges)
+    path.objects[:0] = reversed(objects)
+    path.edges[:0] = reversed(edges)
+
+
+def extend(path: Path, obj: object) -> None:
+    """Append ``obj``, held by the container that ``path`` ends at, and the edge to it."""
+    container: Any = path.objects[-1]
+    if isinstance(container, dict):
+        edge = Edge("key", next(k for k, v in container.items() if v is obj))
+    elif isinstance(container, (list, tuple, deque)):
+        edge = Edge("index", next(i for i, v in enumerate(container) if v is obj))
+    else:
+        edge = Edge("member")
+    path.edges.append(edge)
+    path.objects.append(obj)
 
 
 def find_cycle(start: object, walker: ObjectEdges, *, max_visited: int = 50_000) -> Path | None:
@@ -163,16 +180,7 @@ def _cycle(
     closing: Edge,
     start: object,
 ) -> Path:
-    objects: list[object] = [start]
-    edges: list[Edge] = [closing]
-    current: int | None = last
-    while current is not None:
-        obj, parent, edge = seen[current]
-        objects.append(obj)
-        if edge is not None:
-            edges.append(edge)
-        current = parent
-    objects.reverse()
-    edges.reverse()
     # objects: start ... last, start  (start appears at both ends)
-    return Path("", objects, edges)
+    path = Path("", [start], [closing])
+    _walk_back(path, seen, last)
+    return path

@@ -19,68 +19,52 @@ import ast
 import contextlib
 import functools
 import linecache
+import math
 import os
 import sys
 import tracemalloc
 import types
 import weakref
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import pytest_graphleak
 from pytest_graphleak.heap.graphwalk import NEW_PER_WALK
-from pytest_graphleak.heap.usercode import is_user_file, library_label
+from pytest_graphleak.heap.usercode import INSTALLED_MARKERS, is_user_file, library_label
+from pytest_graphleak.result import CreationSite
 
 Site = tuple[str, int, str]  # filename, line number, function name
 
 #: Installed packages that are the tensor engine (or its array library): a tensor is
 #: always made inside them, so naming them as the "via" line would say nothing.
 _ENGINE_PACKAGES = frozenset({"torch", "numpy", "minigrad", "pytest_graphleak"})
-_INSTALLED = (f"{os.sep}site-packages{os.sep}", f"{os.sep}dist-packages{os.sep}")
+#: Sites shown for one diagnosis, at most.
+MAX_SITES = 5
 
 
-class UserFrames:
-    """Finds the innermost frame of user code on the current stack."""
-
-    is_user_file = staticmethod(is_user_file)
-
-    def site(self, depth: int = 1) -> Site | None:
-        frame: types.FrameType | None = sys._getframe(depth + 1)
-        while frame is not None:
-            code = frame.f_code
-            if self.is_user_file(code.co_filename):
-                return code.co_filename, frame.f_lineno, code.co_name
-            frame = frame.f_back
-        return None
-
-    def site_and_via(self, depth: int = 1) -> tuple[Site | None, str]:
-        """The innermost user frame, and the innermost frame of an installed library
-        (not the tensor engine) between it and the caller: ``"transformers/models/bert/
-        modeling_bert.py:1234"`` when a library made the tensor for the user's line."""
-        frame: types.FrameType | None = sys._getframe(depth + 1)
-        via = ""
-        while frame is not None:
-            code = frame.f_code
-            filename = code.co_filename
-            if self.is_user_file(filename):
-                return (filename, frame.f_lineno, code.co_name), via
-            if not via and _names_a_library(filename):
-                via = f"{library_label(filename)}:{frame.f_lineno}"
-            frame = frame.f_back
-        return None, ""
+def site_and_via(frame: types.FrameType | None) -> tuple[Site | None, str]:
+    """The innermost user frame from ``frame`` outwards, and the innermost frame of an
+    installed library (not the tensor engine) on the way: ``"transformers/models/bert/
+    modeling_bert.py:1234"`` when a library made the tensor for the user's line."""
+    via = ""
+    while frame is not None:
+        code = frame.f_code
+        filename = code.co_filename
+        if is_user_file(filename):
+            return (filename, frame.f_lineno, code.co_name), via
+        if not via and _names_a_library(filename):
+            via = f"{library_label(filename)}:{frame.f_lineno}"
+        frame = frame.f_back
+    return None, ""
 
 
 def _names_a_library(filename: str) -> bool:
     """Is this frame's file worth naming as the library line that made a tensor?"""
-    if not any(marker in filename for marker in _INSTALLED):
+    if not any(marker in filename for marker in INSTALLED_MARKERS):
         return False
     return library_label(filename).split("/", 1)[0] not in _ENGINE_PACKAGES
-
-
-def source_line(filename: str, lineno: int) -> str:
-    return linecache.getline(filename, lineno).strip()
 
 
 def function_at(filename: str, lineno: int) -> str:
@@ -137,7 +121,7 @@ def _describe_hook(fn: Any) -> PackHook:
     )
 
 
-def make_torch_recorder(torch: Any, frames: UserFrames) -> Any:
+def make_torch_recorder(torch: Any) -> Any:
     """A TorchFunctionMode instance that records creation sites (see module docstring)."""
     from torch.overrides import TorchFunctionMode
 
@@ -172,7 +156,7 @@ def make_torch_recorder(torch: Any, frames: UserFrames) -> Any:
             site: Site | None = None
             for t in _tensors_in(out, torch.Tensor):
                 if site is None:
-                    site, via = frames.site_and_via(1)
+                    site, via = site_and_via(sys._getframe(1))
                     if site is None:
                         return out
                     if via:
@@ -211,18 +195,7 @@ def make_torch_recorder(torch: Any, frames: UserFrames) -> Any:
     return TorchSiteRecorder()
 
 
-@dataclass
-class MemorySite:
-    filename: str
-    lineno: int
-    function: str
-    size_bytes: int
-    count: int
-
-
-def memory_sites(
-    step: Callable[[], object], frames: UserFrames, *, runs: int = 2
-) -> list[MemorySite]:
+def memory_sites(step: Callable[[], object], *, runs: int = 2) -> list[CreationSite]:
     """Lines of user code whose allocations grew over ``runs`` steps (tracemalloc)."""
     started = not tracemalloc.is_tracing()
     if started:
@@ -235,8 +208,8 @@ def memory_sites(
     finally:
         if started:
             tracemalloc.stop()
-    grown: Counter[tuple[str, int, str]] = Counter()
-    counts: Counter[tuple[str, int, str]] = Counter()
+    grown: Counter[Site] = Counter()
+    counts: Counter[Site] = Counter()
     plugin = os.path.join(os.path.dirname(os.path.abspath(pytest_graphleak.__file__)), "")
     for stat in after.compare_to(before, "traceback"):
         if stat.size_diff <= 0:
@@ -248,13 +221,26 @@ def memory_sites(
         ours = [i for i, f in enumerate(called) if os.path.abspath(f.filename).startswith(plugin)]
         if ours:
             called = called[ours[-1] + 1 :]
-        user = next((f for f in reversed(called) if frames.is_user_file(f.filename)), None)
+        user = next((f for f in reversed(called) if is_user_file(f.filename)), None)
         if user is None:
             continue
         key = (user.filename, user.lineno, function_at(user.filename, user.lineno))
         grown[key] += stat.size_diff
         counts[key] += max(stat.count_diff, 0)
+    return [creation_site(key, counts[key]) for key, _ in grown.most_common(MAX_SITES)]
+
+
+def creation_site(site: Site, count: int, via: str = "") -> CreationSite:
+    filename, lineno, function = site
+    line = linecache.getline(filename, lineno).strip()
+    return CreationSite(filename, lineno, line, count, function, via)
+
+
+def per_step(counts: Counter[Site], steps: int, via: Mapping[Site, str] | None = None
+             ) -> list[CreationSite]:  # fmt: skip
+    """The most common sites, each with how often it occurs in one of ``steps`` steps."""
+    steps = max(1, steps)
     return [
-        MemorySite(fn, line, func, size, counts[(fn, line, func)])
-        for (fn, line, func), size in grown.most_common(5)
+        creation_site(site, max(1, math.ceil(total / steps)), (via or {}).get(site, ""))
+        for site, total in counts.most_common(MAX_SITES)
     ]

@@ -32,7 +32,8 @@ from typing import Any
 from pytest_graphleak.diagnose.backends import TENSOR
 from pytest_graphleak.diagnose.edges import Edge, ObjectEdges
 from pytest_graphleak.diagnose.search import Path
-from pytest_graphleak.diagnose.sites import Site, UserFrames
+from pytest_graphleak.diagnose.sites import Site, site_and_via
+from pytest_graphleak.heap.usercode import is_user_file
 
 _SIZED = (list, dict, set, frozenset, tuple)
 _MISSING = object()
@@ -56,6 +57,18 @@ class Watched:
     steps: int = 0
     error: str | None = None
 
+    def notes(self) -> list[str]:
+        notes: list[str] = []
+        for growth in self.grown:
+            every = "per step" if growth.steps == 1 else f"over {growth.steps} steps"
+            notes.append(
+                f"{growth.type_name} on the chain grows by {growth.after - growth.before} "
+                f"{every} (len {growth.before} -> {growth.after})"
+            )
+        if self.error:
+            notes.append(f"the step raised during diagnosis: {self.error}")
+        return notes
+
 
 def _follow(obj: Any, edge: Edge) -> Any:
     """The object ``edge`` leads to from ``obj`` now (``_MISSING`` when it cannot say)."""
@@ -75,32 +88,26 @@ def _follow(obj: Any, edge: Edge) -> Any:
     return _MISSING
 
 
-class _Fingerprint:
+def _fingerprint(path: Path, walker: ObjectEdges) -> list[Any]:
     """What the chain's holder looks like now (see module docstring)."""
-
-    def __init__(self, path: Path, walker: ObjectEdges) -> None:
-        self.path = path
-        self.walker = walker
-
-    def take(self) -> list[Any]:
-        parts: list[Any] = []
-        current: Any = self.path.objects[0]
-        for index in range(len(self.path.objects)):
-            if isinstance(current, _SIZED):
-                parts.append(len(current))
-            found = self.walker.backend_of(current)
-            if found is not None:
-                if found[1] == TENSOR:
-                    parts.append(found[0].grad_fn(current))
-                break
-            if index >= len(self.path.edges):
-                break
-            following = _follow(current, self.path.edges[index])
-            if following is _MISSING:
-                following = self.path.objects[index + 1]
-            parts.append(following)
-            current = following
-        return parts
+    parts: list[Any] = []
+    current: Any = path.objects[0]
+    for index in range(len(path.objects)):
+        if isinstance(current, _SIZED):
+            parts.append(len(current))
+        found = walker.backend_of(current)
+        if found is not None:
+            if found[1] == TENSOR:
+                parts.append(found[0].grad_fn(current))
+            break
+        if index >= len(path.edges):
+            break
+        following = _follow(current, path.edges[index])
+        if following is _MISSING:
+            following = path.objects[index + 1]
+        parts.append(following)
+        current = following
+    return parts
 
 
 def _same(a: list[Any], b: list[Any]) -> bool:
@@ -112,22 +119,22 @@ def _same(a: list[Any], b: list[Any]) -> bool:
 class _LineWatch:
     """The trace functions: fingerprint after every user line, charge changes to it."""
 
-    def __init__(self, fingerprint: _Fingerprint, frames: UserFrames) -> None:
-        self.fingerprint = fingerprint
-        self.frames = frames
+    def __init__(self, path: Path, walker: ObjectEdges) -> None:
+        self.path = path
+        self.walker = walker
         self.last: Site | None = None
-        self.seen = fingerprint.take()
+        self.seen = _fingerprint(path, walker)
         self.changes: Counter[Site] = Counter()
 
     def check(self) -> None:
-        now = self.fingerprint.take()
+        now = _fingerprint(self.path, self.walker)
         if not _same(now, self.seen):
             if self.last is not None:
                 self.changes[self.last] += 1
             self.seen = now
 
     def on_call(self, frame: types.FrameType, event: str, arg: Any) -> Any:
-        if event == "call" and self.frames.is_user_file(frame.f_code.co_filename):
+        if event == "call" and is_user_file(frame.f_code.co_filename):
             return self.on_line
         return None
 
@@ -137,32 +144,19 @@ class _LineWatch:
             self.last = (frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)
         elif event == "return":
             self.check()
-            self.last = self._caller(frame.f_back)
+            # The user line the function goes back to, through library frames: a change
+            # made there belongs to the user line that called the library.
+            self.last = site_and_via(frame.f_back)[0]
         return self.on_line
-
-    def _caller(self, frame: types.FrameType | None) -> Site | None:
-        """The user line that the returning function goes back to (through library
-        frames: a change made there belongs to the user line that called the library)."""
-        while frame is not None:
-            code = frame.f_code
-            if self.frames.is_user_file(code.co_filename):
-                return code.co_filename, frame.f_lineno, code.co_name
-            frame = frame.f_back
-        return None
 
 
 def watch_holder(
-    path: Path,
-    step: Callable[[], object],
-    walker: ObjectEdges,
-    frames: UserFrames,
-    *,
-    steps: int,
+    path: Path, step: Callable[[], object], walker: ObjectEdges, *, steps: int
 ) -> Watched:
     """Run up to ``steps`` steps; stop after the first in which the holder changed."""
     watched = Watched()
     sized = [(obj, len(obj)) for obj in path.objects if isinstance(obj, _SIZED)]
-    watch = _LineWatch(_Fingerprint(path, walker), frames)
+    watch = _LineWatch(path, walker)
     previous = sys.gettrace()
     try:
         for done in range(1, steps + 1):

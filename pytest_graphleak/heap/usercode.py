@@ -25,7 +25,7 @@ PRIVATE_PACKAGES = PYTEST_PACKAGES | {"pytest_graphleak"}
 #: Library code as well, though neither installed nor in the standard library.
 _INTERNAL_PACKAGES = PRIVATE_PACKAGES | {"minigrad"}
 
-_INSTALLED_MARKERS = (f"{os.sep}site-packages{os.sep}", f"{os.sep}dist-packages{os.sep}")
+INSTALLED_MARKERS = (f"{os.sep}site-packages{os.sep}", f"{os.sep}dist-packages{os.sep}")
 
 
 def top_package(module: object) -> str:
@@ -80,7 +80,7 @@ def is_user_file(path: object) -> bool:
     if path.startswith("<"):
         return not path.startswith("<frozen")
     for spelled in _spellings(path):
-        if any(marker in spelled for marker in _INSTALLED_MARKERS):
+        if any(marker in spelled for marker in INSTALLED_MARKERS):
             return False
         if spelled.startswith(_stdlib_dirs()):
             return False
@@ -111,7 +111,7 @@ def library_label(path: str) -> str:
     if path.startswith("<"):
         return path
     absolute = os.path.abspath(path)
-    for marker in _INSTALLED_MARKERS:
+    for marker in INSTALLED_MARKERS:
         at = absolute.rfind(marker)
         if at >= 0:
             return absolute[at + len(marker) :].replace(os.sep, "/")
