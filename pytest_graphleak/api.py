@@ -35,28 +35,27 @@ class GraphLeakWarning(UserWarning):
     """A leak reported without failing: warn-only mode, ``on_leak="warn"``."""
 
 
-class GraphLeakError(AssertionError):
-    """A checked step leaked; the message is the full report (``render_text``)."""
-
+class _ReportError(AssertionError):
     def __init__(self, message: str, result: CheckResult | None = None) -> None:
         super().__init__(message)
         #: Plain data only (no measured object), safe to keep.
         self.result = result
 
 
-class UnmeasuredError(AssertionError):
+class GraphLeakError(_ReportError):
+    """A checked step leaked; the message is the full report (``render_text``)."""
+
+
+class UnmeasuredError(_ReportError):
     """A check measured nothing its step uses (``result.unmeasured`` says why), so it
     has no verdict to give: "clean" would be a silent pass."""
 
-    def __init__(self, message: str, result: CheckResult | None = None) -> None:
-        super().__init__(message)
-        #: Plain data only (no measured object), safe to keep.
-        self.result = result
 
-
-def limits_for(settings: Settings) -> Limits:
-    """Noisy metrics (as their probes declare them) get the RSS tolerance."""
-    return Limits(noise=settings.rss_tolerance)
+def judged(series: tracker.Series, settings: Settings) -> Verdict:
+    """The verdict on a measured series; noisy metrics (as their probes declare them)
+    get the RSS tolerance."""
+    limits = Limits(noise=settings.rss_tolerance)
+    return judge(series.series, series.metrics, warmup=settings.warmup, limits=limits)
 
 
 def step_error_text(exc: BaseException) -> str:
@@ -95,24 +94,18 @@ def explain(
     # Imported on a leak only: a passing test never pays for loading the heap walker.
     from pytest_graphleak.diagnose import diagnose
 
+    counted = verdict.pattern or "memory-growth"
     try:
         diagnosis = diagnose(verdict, metrics=metrics, step=step, roots=roots, exclude=exclude,
                              observation=observation)  # fmt: skip
+        if not isinstance(diagnosis, Diagnosis):
+            raise TypeError(f"diagnose() returned {diagnosis!r}")
     except Exception as exc:
-        return _failed_diagnosis(verdict, exc)
-    if not isinstance(diagnosis, Diagnosis):
-        return _failed_diagnosis(verdict, TypeError(f"diagnose() returned {diagnosis!r}"))
+        return Diagnosis(counted, notes=[f"diagnosis failed: {type(exc).__name__}: {exc}"])
     if diagnosis.pattern not in PATTERNS:
         diagnosis.notes.append(f"diagnosis gave pattern {diagnosis.pattern!r}; kept the count's")
-        diagnosis.pattern = verdict.pattern or "memory-growth"
+        diagnosis.pattern = counted
     return diagnosis
-
-
-def _failed_diagnosis(verdict: Verdict, exc: BaseException) -> Diagnosis:
-    return Diagnosis(
-        pattern=verdict.pattern or "memory-growth",
-        notes=[f"diagnosis failed: {type(exc).__name__}: {exc}"],
-    )
 
 
 def measure(
@@ -152,11 +145,11 @@ def conclude(
     roots: Callable[[], Mapping[str, object]] | None,
     exclude: Collection[int],
     observation: Any = None,
+    verdict: Verdict | None = None,
 ) -> CheckResult:
-    """verdict -> (leak only) diagnosis -> CheckResult, from a measured series."""
-    verdict = judge(series.series, series.metrics, warmup=settings.warmup,
-                    limits=limits_for(settings))  # fmt: skip
-    verdict = _recheck(verdict, series)
+    """verdict (``judged``, unless given) -> (leak only) diagnosis -> CheckResult, from a
+    measured series."""
+    verdict = _recheck(verdict or judged(series, settings), series)
     if series.notes and (not verdict.leaked or verdict.pattern == "memory-growth"):
         # What the measurement could not see matters when it found no graph growth.
         verdict.reason = "; ".join([verdict.reason, *series.notes])
@@ -213,18 +206,14 @@ def _settings(
         raise ValueError(str(exc)) from None
 
 
-def caller_roots(frame: Any, exclude: Collection[int]) -> dict[str, object]:
-    """The caller's locals as diagnosis roots ("local 'NAME'"), minus plugin objects."""
-    return {
+def roots_of_frame(frame: Any, exclude: Collection[int] = ()) -> Callable[[], Mapping[str, object]]:
+    """The caller's locals as diagnosis roots ("local 'NAME'"), minus plugin objects;
+    read only if a leak needs diagnosing."""
+    return lambda: {
         f"local '{key}'": value
         for key, value in frame.f_locals.items()
         if id(value) not in exclude and not key.startswith("@")
     }
-
-
-def roots_of_frame(frame: Any, exclude: Collection[int] = ()) -> Callable[[], Mapping[str, object]]:
-    """Deferred ``caller_roots``: the locals are read only if a leak needs diagnosing."""
-    return lambda: caller_roots(frame, exclude)
 
 
 def check(

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
+import math
 import time
 import warnings
 from collections.abc import Callable, Mapping
@@ -34,7 +35,6 @@ from pytest_graphleak.api import GraphLeakError, GraphLeakWarning
 from pytest_graphleak.options import Settings
 from pytest_graphleak.report.text import render_text
 from pytest_graphleak.result import CheckResult
-from pytest_graphleak.verdict import judge
 
 #: "return": only give the result back (``track()`` outside pytest without raise_on_leak).
 ON_LEAK = ("raise", "warn", "return")
@@ -98,7 +98,6 @@ class LoopCheck:
         self.on_leak = on_leak
         self._on_result = on_result
         self.results: list[CheckResult] = []
-        self.notes: list[str] = []
         self._sampler: tracker.Sampler | None = None
         self._recorder: Any = None
         self._roots: Callable[[], Mapping[str, object]] = dict
@@ -107,7 +106,6 @@ class LoopCheck:
         self._calls = 0  # steps seen since start()
         self._window_start = 0  # calls before the current window
         self._window_warmup = settings.warmup  # samples of the window that are not judged
-        self._offset = 0  # index of the window's first sample in the sampler's series
         self._judge_at: int | None = None
         self._window_began = 0.0
         self._leaks = 0
@@ -140,9 +138,7 @@ class LoopCheck:
         if self._sampler is not None or self._done:
             raise RuntimeError(f"{self.name}: this check was started already")
         close_open_checks()  # a loop that raised through a framework left one open
-        if length is not None and (length <= 0 or length != length or length == float("inf")):
-            length = None
-        self._length = int(length) if length is not None else None
+        self._length = int(length) if length is not None and 0 < length < math.inf else None
         self._roots = roots or dict
         self._judge_at = self._plan(first=True)
         if self._judge_at is not None and self._judge_at - self.settings.warmup < 2:
@@ -161,9 +157,11 @@ class LoopCheck:
         sampler.begin(start_objects if start_objects is not None else list(self._roots().values()))
         self._sampler = sampler
         _OPEN.append(self)
+        self._open_window(warmup)
+
+    def _open_window(self, warmup: int) -> None:
         self._window_start = self._calls
         self._window_warmup = warmup
-        self._offset = 0
         self._window_began = time.perf_counter()
 
     def _plan(self, *, first: bool) -> int | None:
@@ -218,13 +216,9 @@ class LoopCheck:
         if self._recorder is not None:
             self._recorder.close()
             self._recorder = None
-        sampler, self._sampler = self._sampler, None
         self._done = True
         self._roots = dict  # the caller's frame, a trainer: nothing outlives the check
-        if self in _OPEN:
-            _OPEN.remove(self)
-        if sampler is not None:
-            sampler.end()
+        self._end_sampler()
 
     # -- creation sites ---------------------------------------------------------------
     def _maybe_record_next(self) -> None:
@@ -251,15 +245,14 @@ class LoopCheck:
         assert sampler is not None
         whole = sampler.result
         window = tracker.Series(
-            series={metric: values[self._offset :] for metric, values in whole.series.items()},
+            series={metric: values[:] for metric, values in whole.series.items()},
             metrics=dict(whole.metrics),
             calls=self._calls - self._window_start,
             duration_s=time.perf_counter() - self._window_began,
         )
         warmup = self._window_warmup
         settings = dataclasses.replace(self.settings, warmup=warmup)
-        verdict = judge(window.series, window.metrics, warmup=warmup,
-                        limits=api.limits_for(settings))  # fmt: skip
+        verdict = api.judged(window, settings)
         final = (
             at_end
             or self.window is None
@@ -281,7 +274,7 @@ class LoopCheck:
             result = api.conclude(
                 window, settings=settings, name=self._result_name(), steps=window.calls - warmup,
                 diagnose_step=None, roots=self._roots, exclude=(id(self),),
-                observation=observation,
+                observation=observation, verdict=verdict,
             )  # fmt: skip
         finally:
             if observation is not None:
@@ -293,14 +286,13 @@ class LoopCheck:
         else:
             self._next_window(leaked=result.leaked)
         self.results.append(result)
-        if result.leaked:
-            self._leaks += 1
+        self._leaks += result.leaked
         if self._on_result is not None:
             self._on_result(result)
         if result.leaked:
-            self._report_leak(result)
-        elif result.unmeasured:
-            self._report_unmeasured(result)
+            self._report(result, GraphLeakError)
+        elif result.unmeasured:  # no probe measured what the loop uses: not a clean verdict
+            self._report(result, api.UnmeasuredError)
         return result
 
     def _end_sampler(self) -> None:
@@ -321,10 +313,7 @@ class LoopCheck:
             last = len(next(iter(sampler.result.series.values()), [])) - 1
             for values in sampler.result.series.values():
                 del values[: max(0, last)]  # keep the last sample: the next baseline
-            self._window_start = self._calls
-            self._window_warmup = 1
-            self._offset = 0
-            self._window_began = time.perf_counter()
+            self._open_window(1)
         self._judge_at = self._plan(first=False)
         self._maybe_record_next()
 
@@ -335,7 +324,7 @@ class LoopCheck:
         return f"{self.name} steps {first}-{self._calls}"
 
     def _add_notes(self, result: CheckResult, *, at_end: bool) -> None:
-        notes: list[str] = list(self.notes)
+        notes: list[str] = []
         if at_end and self._length is None:
             notes.append(
                 "the loop's length was not known, so it was judged after the loop ended: "
@@ -353,19 +342,12 @@ class LoopCheck:
         elif notes and result.leaked:
             result.verdict.reason += "; " + "; ".join(notes)
 
-    def _report_unmeasured(self, result: CheckResult) -> None:
-        """No probe measured what the loop uses: not a clean verdict (see ``coverage``)."""
+    def _report(
+        self, result: CheckResult, error: type[GraphLeakError | api.UnmeasuredError]
+    ) -> None:
         __tracebackhide__ = True
         text = render_text(result)
         if self.on_leak == "warn":
             warnings.warn(GraphLeakWarning(text), stacklevel=3)
         elif self.on_leak == "raise":
-            raise api.UnmeasuredError(text, result)
-
-    def _report_leak(self, result: CheckResult) -> None:
-        __tracebackhide__ = True
-        text = render_text(result)
-        if self.on_leak == "warn":
-            warnings.warn(GraphLeakWarning(text), stacklevel=3)
-        elif self.on_leak == "raise":
-            raise GraphLeakError(text, result)
+            raise error(text, result)

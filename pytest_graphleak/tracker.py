@@ -31,6 +31,7 @@ import gc
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from pytest_graphleak.coverage import Coverage
 from pytest_graphleak.heap.gcstate import Measuring
@@ -166,12 +167,12 @@ class Sampler:
                 # would count twice). Collect first: garbage older than the check is not
                 # its cycles (in freeze mode it is frozen with the baseline instead).
                 gc.collect()
-                self._start_probes([])
+                self._call_probes("start", [])
                 return
             # No full collection here: it costs O(heap) on every check. Garbage alive now
             # is frozen with the baseline and stays constant, so it cannot look like growth.
             needs_heap = any(probe.needs_heap for probe in self._probes)
-            self._start_probes(self._start_set(roots) if needs_heap else [])
+            self._call_probes("start", self._start_set(roots) if needs_heap else [])
             measuring.freeze()
             if self._recorder is not None:
                 self._recorder.start()
@@ -206,10 +207,7 @@ class Sampler:
         return found
 
     def _torch_probe(self) -> TorchProbe | None:
-        for probe in self._probes:
-            if isinstance(probe, TorchProbe):
-                return probe
-        return None
+        return next((probe for probe in self._probes if isinstance(probe, TorchProbe)), None)
 
     def _adopt_recorded(self) -> None:
         """End of warmup: the tensors the warmup steps used join the torch baseline."""
@@ -224,12 +222,13 @@ class Sampler:
         else:
             probe.adopt(tensors)  # empties the list
 
-    def _start_probes(self, heap: list[object]) -> None:
+    def _call_probes(self, method: str, objects: list[object]) -> list[Any]:
+        """``probe.<method>(objects)`` for every probe; the list is emptied afterwards,
+        so the check holds none of the objects it measured."""
         try:
-            for probe in self._probes:
-                probe.start(heap)
+            return [getattr(probe, method)(objects) for probe in self._probes]
         finally:
-            heap.clear()
+            objects.clear()
 
     def after_step(self) -> None:
         """Sample every probe; at the end of warmup, move the baseline forward."""
@@ -273,37 +272,19 @@ class Sampler:
         """Move the baseline forward to now: what is alive joins it (the end of warmup,
         or of a window in a long run), so later samples see only newer objects."""
         assert self._gc is not None, "rebase() before begin()"
-        if self._gc.whole_heap:
-            # Nothing joins the baseline (every sample sees everything), but the end of
-            # warmup still reaches the probes (the CUDA probe's clean baseline).
-            for probe in self._probes:
-                probe.absorb([])
-            return
-        fresh = self._gc.objects()
-        try:
-            for probe in self._probes:
-                probe.absorb(fresh)
-        finally:
-            fresh.clear()
-        del fresh
-        self._gc.freeze()
+        # With the whole heap sampled nothing joins the baseline (every sample sees
+        # everything), but the end of warmup still reaches the probes (the CUDA probe's
+        # clean baseline).
+        self._call_probes("absorb", [] if self._gc.whole_heap else self._gc.objects())
+        if not self._gc.whole_heap:
+            self._gc.freeze()
 
     def _sample(self) -> dict[str, float]:
-        fresh = Measuring.objects()
-        try:
-            for probe in self._probes:
-                probe.before_collect(fresh)
-        finally:
-            fresh.clear()  # drop our references before collecting
-        del fresh
+        self._call_probes("before_collect", Measuring.objects())  # emptied before collecting
         gc.collect()
-        fresh = Measuring.objects()
         values: dict[str, float] = {}
-        try:
-            for probe in self._probes:
-                values.update(probe.sample(fresh))
-        finally:
-            fresh.clear()
+        for found in self._call_probes("sample", Measuring.objects()):
+            values.update(found)
         return values
 
     def end(self) -> None:
