@@ -158,6 +158,15 @@ def test_dumps_is_stable_and_strict() -> None:
     text = dumps(build_document(tests, generated_by="x"))
     random.Random(7).shuffle(tests)
     assert dumps(build_document(tests, generated_by="x")) == text
+    # The top level indented, one line per test (in node id order), then the closing lines.
+    lines = text.splitlines()
+    start = lines.index('  "tests": [')
+    rows = lines[start + 1 : start + 1 + len(tests)]
+    assert [json.loads(row.rstrip(","))["nodeid"] for row in rows] == sorted(
+        test.nodeid for test in tests
+    )
+    assert lines[start + 1 + len(tests) :] == ["  ],", '  "warn_only": false', "}"]
+    assert json.loads(dumps(build_document([], generated_by="x")))["tests"] == []
     check = clean_check()
     check["series"]["minigrad.tensors"][2] = math.nan
     odd = dumps(build_document([CheckedTest("t.py::n", "passed", [check])], generated_by="x"))

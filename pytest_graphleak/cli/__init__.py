@@ -18,12 +18,14 @@ the demo never imports torch unless asked to.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 import textwrap
 import traceback
 from collections.abc import Sequence
 
+from pytest_graphleak import __version__
 from pytest_graphleak.cli.exits import (
     EXIT_INTERRUPTED,
     EXIT_USAGE,
@@ -92,29 +94,13 @@ Reads a report written by `pytest --graphleak-report=PATH` or `graphleak check -
 
 def positive_int(text: str) -> int:
     """argparse type: an integer >= 1."""
-    value = _int(text)
+    try:
+        value = int(text, 10)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got '{text}'") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
-
-
-def non_negative_int(text: str) -> int:
-    """argparse type: an integer >= 0."""
-    value = _int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
-    return value
-
-
-def _int(text: str) -> int:
-    try:
-        return int(text, 10)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got '{text}'") from None
-
-
-def _wrap(text: str) -> str:
-    return textwrap.fill(text, width=78)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -127,17 +113,18 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=_MAIN_EPILOG,
         formatter_class=formatter,
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     demo = commands.add_parser(
         "demo",
         help="train a tiny transformer with a leak, then fixed, and show the verdicts",
-        description=_wrap(
+        description=textwrap.fill(
             "Train a tiny character transformer three times: keeping the losses in a "
             "list with their graphs, with backward(retain_graph=True) and a running "
             "loss kept as a tensor, and fixed. Print the per-step log (loss, RSS by "
-            "phase, alive and created objects) and each run's verdict with its diagnosis."
+            "phase, alive and created objects) and each run's verdict with its diagnosis.",
+            width=78,
         ),
         epilog=_DEMO_EPILOG,
         formatter_class=formatter,
@@ -152,14 +139,15 @@ def build_parser() -> argparse.ArgumentParser:
                       help="write an SVG chart of alive counts and RSS per step, leaky vs fixed")
     demo.add_argument("--every", type=positive_int, default=1, metavar="K",
                       help="print the per-step log every K steps (default: 1)")
-    demo.set_defaults(run=_run_demo)
+    demo.set_defaults(run=("pytest_graphleak.demo", "run_demo"))
 
     check = commands.add_parser(
         "check",
         help="check a zero-argument training step function for graph leaks",
-        description=_wrap(
+        description=textwrap.fill(
             "Run a zero-argument step function warmup + steps times with the same probes "
-            "and verdict as `pytest --graphleak`, print the report, and exit 1 on a leak."
+            "and verdict as `pytest --graphleak`, print the report, and exit 1 on a leak.",
+            width=78,
         ),
         epilog=_CHECK_EPILOG,
         formatter_class=formatter,
@@ -172,7 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("-q", "--quiet", action="store_true",
                        help="print only the verdict line (the full report still goes to "
                             "--json/--html)")
-    check.set_defaults(run=_run_check)
+    check.set_defaults(run=("pytest_graphleak.cli.check_cmd", "run_check"))
 
     report = commands.add_parser(
         "report",
@@ -184,32 +172,8 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("path", metavar="PATH.json", help="the JSON report to read")
     report.add_argument("--html", metavar="OUT", default=None,
                         help="write a self-contained HTML file instead of printing")
-    report.set_defaults(run=_run_report)
+    report.set_defaults(run=("pytest_graphleak.cli.report_cmd", "run_report"))
     return parser
-
-
-def _version() -> str:
-    from pytest_graphleak import __version__  # already imported: this module is inside it
-
-    return str(__version__)
-
-
-def _run_demo(args: argparse.Namespace) -> int:
-    from pytest_graphleak.demo import run_demo
-
-    return run_demo(args)
-
-
-def _run_check(args: argparse.Namespace) -> int:
-    from pytest_graphleak.cli.check_cmd import run_check
-
-    return run_check(args)
-
-
-def _run_report(args: argparse.Namespace) -> int:
-    from pytest_graphleak.cli.report_cmd import run_report
-
-    return run_report(args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -224,8 +188,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     # As typed, for the HTML page's environment block.
     args.command_line = ["graphleak", *(sys.argv[1:] if argv is None else argv)]
+    module, function = args.run  # imported only now: see the module docstring
     try:
-        return int(args.run(args))
+        return int(getattr(importlib.import_module(module), function)(args))
     except UsageError as exc:
         print(f"graphleak {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

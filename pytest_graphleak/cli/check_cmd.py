@@ -10,24 +10,14 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-from pytest_graphleak.cli.exits import (
-    EXIT_CLEAN,
-    EXIT_LEAK,
-    EXIT_UNMEASURED,
-    EXIT_USER_CODE,
-    UsageError,
-    UserCodeError,
-)
-from pytest_graphleak.cli.outputs import (
-    checked_outputs,
-    document_for,
-    write_html,
-    write_json,
-)
+from pytest_graphleak.cli.exits import UsageError, UserCodeError, exit_code
+from pytest_graphleak.cli.outputs import checked_outputs, document_for, write_report
 from pytest_graphleak.cli.summary import render_result, verdict_line
 from pytest_graphleak.cli.target import Target, resolve, running_as
 from pytest_graphleak.options import OptionError, Settings, settings_from_command
 from pytest_graphleak.report.environment import describe_run
+from pytest_graphleak.report.html import render_html
+from pytest_graphleak.report.json_doc import dumps
 from pytest_graphleak.result import CheckResult
 
 
@@ -69,11 +59,7 @@ def run_check(args: argparse.Namespace) -> int:
         _write_reports(args, outputs, results, [note], started)
         raise
     _write_reports(args, outputs, results, [], started)
-    if any(result.error for result in results):
-        return EXIT_USER_CODE
-    if any(result.leaked for result in results):
-        return EXIT_LEAK
-    return EXIT_UNMEASURED if any(result.unmeasured for result in results) else EXIT_CLEAN
+    return exit_code(results, errors=True)
 
 
 def _load(spec: str, settings: Settings) -> Target | CheckResult:
@@ -105,13 +91,10 @@ def _write_reports(
         return
     document = document_for(results, notes)
     if json_path is not None:
-        write_json(document, json_path)
-        print(f"graphleak: JSON report written to {json_path}", file=sys.stderr)
+        write_report(json_path, dumps(document), "--json")
     if html_path is not None:
-        command = getattr(args, "command_line", ["graphleak", "check", *args.targets])
-        environment = describe_run(command, os.getcwd(), started, time.time())
-        write_html(document, html_path, environment)
-        print(f"graphleak: HTML report written to {html_path}", file=sys.stderr)
+        environment = describe_run(args.command_line, os.getcwd(), started, time.time())
+        write_report(html_path, render_html(document, environment=environment), "--html")
 
 
 def _measure(

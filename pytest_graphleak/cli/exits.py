@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from pytest_graphleak.result import CheckResult
+
 #: The step ran ``warmup + steps`` times and nothing grew.
 EXIT_CLEAN = 0
 #: A leak verdict (also: a saved report that contains a leak).
@@ -23,3 +27,13 @@ class UsageError(Exception):
 
 class UserCodeError(Exception):
     """The user's code raised; ``__cause__`` carries the original exception."""
+
+
+def exit_code(results: Sequence[CheckResult], *, errors: bool) -> int:
+    """The worst of several results: 3 when a step raised (if ``errors`` counts), then 1
+    for a leak, then 4 for a check without a verdict, else 0."""
+    if errors and any(result.error for result in results):
+        return EXIT_USER_CODE
+    if any(result.leaked for result in results):
+        return EXIT_LEAK
+    return EXIT_UNMEASURED if any(result.unmeasured for result in results) else EXIT_CLEAN

@@ -4,6 +4,8 @@ table of what was measured when the step is clean."""
 from __future__ import annotations
 
 from pytest_graphleak.metrics import format_amount, format_rate
+from pytest_graphleak.report.scale import sparkline
+from pytest_graphleak.report.text import render_text
 from pytest_graphleak.result import CheckResult
 from pytest_graphleak.verdict import slowest_leak_text
 
@@ -34,8 +36,6 @@ def verdict_line(result: CheckResult) -> str:
 def render_result(result: CheckResult) -> str:
     """The full terminal report of one result."""
     if result.leaked:
-        from pytest_graphleak.report.text import render_text
-
         return render_text(result)
     lines = [verdict_line(result)]
     if result.verdict.reason and not result.error and not result.unmeasured:
@@ -44,12 +44,8 @@ def render_result(result: CheckResult) -> str:
     return "\n".join(lines)
 
 
-def metric_rows(result: CheckResult, indent: str = "  ") -> list[str]:
+def metric_rows(result: CheckResult) -> list[str]:
     """metric  start -> end over the measured steps, and a sparkline of every call."""
-    from pytest_graphleak.report.scale import sparkline
-
-    if not result.series:
-        return []
     # A probe that read 0 at every step (nothing of its kind exists) says nothing.
     zeros = sorted(m for m, values in result.series.items() if not any(values))
     shown = {m: v for m, v in result.series.items() if m not in zeros}
@@ -64,7 +60,7 @@ def metric_rows(result: CheckResult, indent: str = "  ") -> list[str]:
             else "no samples"
         )
         spark = sparkline(values, unit, warmup=result.warmup)
-        rows.append(f"{indent}{metric:<{width}}  {span:<24} {spark}")
+        rows.append(f"  {metric:<{width}}  {span:<24} {spark}")
     if zeros:
-        rows.append(f"{indent}(0 at every step, not shown: {', '.join(zeros)})")
+        rows.append(f"  (0 at every step, not shown: {', '.join(zeros)})")
     return rows

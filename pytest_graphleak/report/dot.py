@@ -14,9 +14,6 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-#: Seconds one ``dot -Tsvg`` run may take before the text fallback is used.
-DOT_TIMEOUT_S = 10.0
-
 _NODE_STYLE = 'node [shape=box, style="rounded,filled", fillcolor="#f4f4f8", fontname="Helvetica"]'
 
 
@@ -67,24 +64,15 @@ def diagnosis_dot(diagnosis: Mapping[str, Any] | None) -> str:
     return ""
 
 
-def dot_available() -> bool:
-    return shutil.which("dot") is not None
-
-
-def render_svg(dot_text: str, *, timeout_s: float = DOT_TIMEOUT_S) -> str | None:
+def render_svg(dot_text: str) -> str | None:
     """``dot -Tsvg`` of ``dot_text`` as an inline ``<svg>`` element, or None when
-    Graphviz is missing, fails, times out, or its output is not a plain drawing."""
+    Graphviz is missing, fails, times out (10 s), or its output is not a plain drawing."""
     exe = shutil.which("dot")
     if exe is None or not dot_text.strip():
         return None
     try:
-        done = subprocess.run(
-            [exe, "-Tsvg"],
-            input=dot_text.encode("utf-8"),
-            capture_output=True,
-            timeout=timeout_s,
-            check=False,
-        )
+        done = subprocess.run([exe, "-Tsvg"], input=dot_text.encode("utf-8"),
+                              capture_output=True, timeout=10, check=False)
     except (OSError, subprocess.SubprocessError):
         return None
     if done.returncode != 0:

@@ -19,6 +19,7 @@ from typing import Any
 
 from pytest_graphleak.metrics import format_amount, format_rate
 from pytest_graphleak.report.dot import diagnosis_dot, render_svg
+from pytest_graphleak.report.json_doc import STATUSES
 from pytest_graphleak.report.svg import series_chart
 from pytest_graphleak.result import FIXES
 
@@ -34,7 +35,7 @@ _STATUS_WORDS = {
     "clean": "clean",
 }
 
-_STATUS_ORDER = {"leaked": 0, "warned": 1, "xfailed": 2, "error": 3, "unmeasured": 4, "clean": 5}
+_STATUS_ORDER = {status: number for number, status in enumerate(STATUSES)}
 
 _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 1.5rem; color: #1d1d24; max-width: 1100px; }
@@ -129,11 +130,7 @@ def render_html(
 
 def _summary_line(summary: Mapping[str, Any], warn_only: bool) -> str:
     parts = [f"{summary.get('checked', 0)} checked"]
-    parts.extend(
-        f"{summary[key]} {key}"
-        for key in ("leaked", "warned", "xfailed", "error", "unmeasured", "clean")
-        if summary.get(key)
-    )
+    parts.extend(f"{summary[key]} {key}" for key in STATUSES if summary.get(key))
     if warn_only:
         parts.append("warn-only mode: leaks do not fail tests")
     return escape(", ".join(parts))
@@ -149,29 +146,25 @@ def _index(tests: Sequence[Mapping[str, Any]]) -> str:
             f'<td class="mono"><a href="#t{number}">{escape(str(test.get("nodeid", "")))}</a></td>'
             f"<td>{escape(', '.join(patterns))}</td></tr>"
         )
-    return (
-        '<div class="scroll"><table><tr><th>status</th><th>test</th><th>pattern</th></tr>'
-        + "".join(rows)
-        + "</table></div>"
-    )
+    return _table(("status", "test", "pattern"), rows)
 
 
 def _environment_block(environment: Mapping[str, str], tests: Sequence[Mapping[str, Any]]) -> str:
     rows = [(str(k), str(v)) for k, v in environment.items() if v]
     seconds = [float(c.get("duration_s") or 0) for t in tests for c in t.get("checks", [])]
     if seconds:
-        slowest = max(seconds)
         rows.append(("checks", f"{len(seconds)} took {sum(seconds):.2f} s in all "
-                               f"(slowest {slowest:.2f} s)"))  # fmt: skip
+                               f"(slowest {max(seconds):.2f} s)"))  # fmt: skip
     if not rows:
         return ""
-    cells = "".join(
-        f'<tr><td>{escape(k)}</td><td class="mono">{escape(v)}</td></tr>' for k, v in rows
-    )
-    return (
-        '<details class="env"><summary>environment</summary>'
-        f'<div class="scroll"><table>{cells}</table></div></details>'
-    )
+    cells = [f'<tr><td>{escape(k)}</td><td class="mono">{escape(v)}</td></tr>' for k, v in rows]
+    return f'<details class="env"><summary>environment</summary>{_table((), cells)}</details>'
+
+
+def _table(headers: Sequence[str], rows: Sequence[str]) -> str:
+    """A table that scrolls sideways on a narrow screen; ``headers`` are escaped."""
+    head = f"<tr>{''.join(f'<th>{escape(h)}</th>' for h in headers)}</tr>" if headers else ""
+    return f'<div class="scroll"><table>{head}{"".join(rows)}</table></div>'
 
 
 def _badge(status: str) -> str:
@@ -188,62 +181,41 @@ def _test_section(
         f"{escape(str(test.get('nodeid', '')))}</h2>"
         f'<p class="muted">pytest outcome: {escape(str(test.get("outcome", "")))}</p>'
     )
-    checks = test.get("checks", [])
-    parts = [
-        _check_block(
-            check,
-            test_name=str(test.get("nodeid", "")),
-            several=len(checks) > 1,
-            draw=draw,
-            root=root,
-        )
-        for check in checks
-    ]
-    body = "".join(parts)
+    body = "".join(_check_block(check, test, draw, root) for check in test.get("checks", []))
     if status == "clean":  # clean tests fold away; leaks stay open
         body = f"<details><summary>series and charts</summary>{body}</details>"
     return head + body + "</section>"
 
 
 def _check_block(
-    check: Mapping[str, Any],
-    *,
-    test_name: str,
-    several: bool,
-    draw: DotRenderer | None,
-    root: str | None = None,
+    check: Mapping[str, Any], test: Mapping[str, Any], draw: DotRenderer | None, root: str | None
 ) -> str:
     parts: list[str] = []
     name = str(check.get("name", ""))
-    if several or (name and name != test_name):
+    if len(test.get("checks", [])) > 1 or (name and name != str(test.get("nodeid", ""))):
         parts.append(f"<h3>check <code>{escape(name)}</code></h3>")
-    verdict = check.get("verdict") or {}
-    pattern = check.get("pattern")
-    steps, warmup = check.get("steps", 0), check.get("warmup", 0)
-    line = f"{steps} measured steps after {warmup} warmup steps"
+    leaked, pattern = check.get("leaked"), check.get("pattern")
+    line = f"{check.get('steps', 0)} measured steps after {check.get('warmup', 0)} warmup steps"
     if check.get("duration_s"):
         line += f" ({float(check['duration_s']):.2f} s)"
-    if check.get("leaked"):
-        line = f"<strong>{escape(str(pattern or 'leak'))}</strong> &middot; {escape(line)}"
-    else:
-        line = escape(line)
+    line = escape(line)
+    if leaked:
+        line = f"<strong>{escape(str(pattern or 'leak'))}</strong> &middot; {line}"
     parts.append(f"<p>{line}</p>")
-    if verdict.get("reason"):
-        parts.append(f"<p>verdict: {escape(str(verdict['reason']))}</p>")
+    if (check.get("verdict") or {}).get("reason"):
+        parts.append(f"<p>verdict: {escape(str(check['verdict']['reason']))}</p>")
     if check.get("error"):
         parts.append(f"<p>the step raised: <code>{escape(str(check['error']))}</code></p>")
-    if check.get("unmeasured") and not check.get("leaked"):
+    if check.get("unmeasured") and not leaked:
         parts.append(f"<p>not measured, so no verdict: {escape(str(check['unmeasured']))}</p>")
-    diagnosed = check.get("diagnosis") or {}
-    if check.get("leaked") and diagnosed.get("story"):
-        parts.append(f"<p>what the numbers say: {escape(str(diagnosed['story']))}</p>")
-    if check.get("leaked") and diagnosed.get("fix"):
-        parts.append(f"<p>fix: {escape(str(diagnosed['fix']))}</p>")
-    elif check.get("leaked") and pattern in FIXES:
+    diagnosis = check.get("diagnosis") or {}
+    if leaked and diagnosis.get("story"):
+        parts.append(f"<p>what the numbers say: {escape(str(diagnosis['story']))}</p>")
+    if leaked and diagnosis.get("fix"):
+        parts.append(f"<p>fix: {escape(str(diagnosis['fix']))}</p>")
+    elif leaked and pattern in FIXES:
         parts.append(f"<p>usual fix: {escape(FIXES[str(pattern)])}</p>")
-    parts.append(_metrics_table(check.get("metrics", {})))
-    parts.append(_charts(check))
-    diagnosis = check.get("diagnosis")
+    parts += [_metrics_table(check.get("metrics", {})), _charts(check)]
     if diagnosis:
         parts.append(_diagnosis_block(diagnosis, draw, root))
     return "".join(parts)
@@ -264,10 +236,7 @@ def _metrics_table(metrics: Mapping[str, Mapping[str, Any]]) -> str:
             f'<td class="num">{escape(format_rate(info.get("per_step"), unit))}</td>'
             f"<td>{'grew' if info.get('grew') else ''}</td></tr>"
         )
-    return (
-        '<div class="scroll"><table><tr><th>metric</th><th>start</th><th>end</th>'
-        "<th>growth</th><th></th></tr>" + "".join(rows) + "</table></div>"
-    )
+    return _table(("metric", "start", "end", "growth", ""), rows)
 
 
 def _charts(check: Mapping[str, Any]) -> str:
@@ -277,24 +246,19 @@ def _charts(check: Mapping[str, Any]) -> str:
     drawn = [m for m in _ordered(metrics or dict.fromkeys(series)) if m in series]
     # A probe with nothing to count (torch.* in a minigrad test) would only add flat zeros.
     zeros = [m for m in drawn if not any(v for v in series[m])]
+    warmup = int(check.get("warmup", 0))
     charts = [
-        series_chart(
-            series[metric],
-            warmup=int(check.get("warmup", 0)),
-            title=metric,
-            unit=units.get(metric, "objects"),
-            highlight=bool(metrics.get(metric, {}).get("grew")),
-        )
-        for metric in drawn
-        if metric not in zeros
+        series_chart(series[m], warmup=warmup, title=m, unit=units.get(m, "objects"),
+                     highlight=bool(metrics.get(m, {}).get("grew")))
+        for m in drawn
+        if m not in zeros
     ]
     if not charts:
         return ""
     legend = "shaded: warmup steps (not judged); bytes drawn as growth from the first measured step"
     if zeros:
         legend += f"; zero throughout, not drawn: {', '.join(zeros)}"
-    legend = f'<p class="muted">{escape(legend)}</p>'
-    return legend + '<div class="charts">' + "".join(charts) + "</div>"
+    return f'<p class="muted">{escape(legend)}</p><div class="charts">{"".join(charts)}</div>'
 
 
 def _ordered(metrics: Mapping[str, Any]) -> list[str]:
@@ -302,8 +266,11 @@ def _ordered(metrics: Mapping[str, Any]) -> list[str]:
     return sorted(metrics, key=lambda m: (not (metrics[m] or {}).get("grew"), m))
 
 
-def _sites_table(title: str, count_header: str, sites: Sequence[Mapping[str, Any]]) -> str:
-    rows = "".join(
+def _sites_block(
+    title: str, count_header: str, sites: Sequence[Mapping[str, Any]], root: str | None
+) -> str:
+    """The sites as a table, then a few source lines around each."""
+    rows = [
         f'<tr><td class="mono">{escape(str(s.get("filename", "")))}:'
         f"{escape(str(s.get('lineno', '')))}</td>"
         f'<td class="mono">{escape(str(s.get("function", "")))}</td>'
@@ -312,40 +279,28 @@ def _sites_table(title: str, count_header: str, sites: Sequence[Mapping[str, Any
         + (f' <span class="muted">(via {escape(str(s["via"]))})</span>' if s.get("via") else "")
         + "</td></tr>"
         for s in sites
+    ]
+    sources = (
+        source_context(str(s.get("filename", "")), int(s.get("lineno") or 0), root) for s in sites
     )
-    return (
-        f'<h3>{escape(title)}</h3><div class="scroll"><table><tr><th>where</th>'
-        f"<th>function</th><th>{escape(count_header)}</th><th>line</th></tr>{rows}</table></div>"
-    )
+    table = _table(("where", "function", count_header, "line"), rows)
+    return f"<h3>{escape(title)}</h3>{table}" + "".join(sources)
 
 
 def _diagnosis_block(
-    diagnosis: Mapping[str, Any], draw: DotRenderer | None, root: str | None = None
+    diagnosis: Mapping[str, Any], draw: DotRenderer | None, root: str | None
 ) -> str:
     parts = []
-    chain = diagnosis.get("chain") or []
-    if chain:
-        items = "".join(f"<li>{escape(str(link))}</li>" for link in chain)
-        parts.append(f'<h3>culprit chain (root first)</h3><ol class="chain">{items}</ol>')
-    cycle = diagnosis.get("cycle") or []
-    if cycle:
-        items = "".join(f"<li>{escape(str(link))}</li>" for link in cycle)
-        parts.append(f'<h3>reference cycle</h3><ol class="chain">{items}</ol>')
-    sites = diagnosis.get("sites") or []
-    if sites:
-        parts.append(_sites_table("creation sites", "objects/step", sites))
-        parts.extend(
-            source_context(str(s.get("filename", "")), int(s.get("lineno") or 0), root)
-            for s in sites
-        )
-    stored = diagnosis.get("stored_at") or []
-    if stored:
-        parts.append(_sites_table("stored at (the line that puts it in its holder)",
-                                  "times/step", stored))  # fmt: skip
-        parts.extend(
-            source_context(str(s.get("filename", "")), int(s.get("lineno") or 0), root)
-            for s in stored
-        )
+    for key, title in (("chain", "culprit chain (root first)"), ("cycle", "reference cycle")):
+        if diagnosis.get(key):
+            items = "".join(f"<li>{escape(str(link))}</li>" for link in diagnosis[key])
+            parts.append(f'<h3>{title}</h3><ol class="chain">{items}</ol>')
+    for key, title, count_header in (
+        ("sites", "creation sites", "objects/step"),
+        ("stored_at", "stored at (the line that puts it in its holder)", "times/step"),
+    ):
+        if diagnosis.get(key):
+            parts.append(_sites_block(title, count_header, diagnosis[key], root))
     notes = diagnosis.get("notes") or []
     if notes:
         parts.append("<ul>" + "".join(f"<li>{escape(str(n))}</li>" for n in notes) + "</ul>")
@@ -383,9 +338,7 @@ def source_context(filename: str, lineno: int, root: str | None = None) -> str:
     ``""`` when the file cannot be read here (a report rendered on another machine)."""
     if not filename or lineno <= 0:
         return ""
-    path = filename
-    if not os.path.isabs(path) and root:
-        path = os.path.join(root, path)
+    path = os.path.join(root or "", filename)  # as it is when absolute or without a root
     first = max(1, lineno - CONTEXT_LINES)
     lines = [linecache.getline(path, n) for n in range(first, lineno + CONTEXT_LINES + 1)]
     if not lines[lineno - first].strip():
