@@ -89,7 +89,7 @@ class TorchUse(ProbeBase):
         self._look(fresh, "the step keeps {} alive")
 
     def sample(self, fresh: Sequence[object]) -> dict[str, float]:
-        self._look(fresh, "the step keeps {} alive")
+        self.absorb(fresh)
         return {}
 
 
@@ -113,9 +113,8 @@ class Coverage:
     def look_at_roots(self, roots: Iterable[object]) -> None:
         """Note that the step's own module imports torch (minigrad's ``created`` counter
         tells exactly whether the step uses it)."""
-        for lib in ("torch",):
-            if lib in self._loaded and lib not in self._active and _imports(roots, lib):
-                self._evidence.setdefault(lib, []).append(f"the step's module imports {lib}")
+        if "torch" in self._loaded and "torch" not in self._active and _imports(roots, "torch"):
+            self._evidence.setdefault("torch", []).append("the step's module imports torch")
 
     def after_step(self, call: int) -> list[str]:
         """Libraries imported during step ``call``: those to measure from now on (the
@@ -183,13 +182,13 @@ class Coverage:
                 used.setdefault("torch", []).append(watcher.seen)
         # The torch probe counts only what the step reaches or makes: anything counted is
         # the step's. (minigrad's counts are process-wide: its ``created`` counter decides.)
-        for lib in ("torch",):
-            if lib in self._active and any(
-                any(value > 0 for value in values)
-                for metric, values in series.items()
-                if metric.startswith(lib + ".")
-            ):
-                used.setdefault(lib, []).append(f"the {lib} probe counted the step's objects")
+        if "torch" in self._active and any(
+            value > 0
+            for metric, values in series.items()
+            if metric.startswith("torch.")
+            for value in values
+        ):
+            used.setdefault("torch", []).append("the torch probe counted the step's objects")
         return used
 
     def _nothing_measured(self, used: Mapping[str, list[str]]) -> str:

@@ -14,10 +14,7 @@ Why the design looks the way it does:
   reference ("module:function" or "FILE.py::function", or a module-level function, which
   is turned into such a reference), so closures and lambdas are refused up front.
 - Ranks must call collectives in lockstep, but the tracker may call the step a few more
-  times on one rank only (diagnosis after a leak verdict). Every step call is therefore
-  preceded by a one-element MAX all-reduce on a private control group: a rank that has
-  finished keeps serving steps while any other rank still wants one, so no rank blocks in
-  a collective its peers never reach.
+  times on one rank only (diagnosis after a leak verdict): ``_Lockstep`` keeps them paired.
 - Rendezvous goes through a file store in a private temporary directory, so parallel test
   workers (pytest-xdist) never race for a TCP port.
 - A hung rank never hangs the test suite: the group runs under deadlines (start-up, then
@@ -29,6 +26,8 @@ Why the design looks the way it does:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import faulthandler
 import functools
 import importlib
 import importlib.util
@@ -37,7 +36,6 @@ import multiprocessing
 import os
 import pickle
 import queue
-import shutil
 import signal
 import sys
 import tempfile
@@ -45,11 +43,14 @@ import time
 import traceback
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Union
 
+from pytest_graphleak.api import GraphLeakError, check
 from pytest_graphleak.options import CheckOptions, OptionError, Settings
+from pytest_graphleak.report.text import render_text
 from pytest_graphleak.result import CheckResult
 
 if TYPE_CHECKING:
@@ -59,9 +60,7 @@ if TYPE_CHECKING:
 StepFactory = Callable[[int, int], Callable[[], object]]
 #: What the caller may pass: a module-level factory, a ``functools.partial`` of one,
 #: or a reference string "package.module:function" / "path/to/file.py::function".
-FactoryLike = Union[
-    str, StepFactory, "functools.partial[Callable[[], object]]", "FactoryRef"
-]
+FactoryLike = Union[str, StepFactory, "functools.partial[Callable[[], object]]", "FactoryRef"]
 
 #: Seconds for the checks once every rank has joined the process group.
 DEFAULT_TIMEOUT_S = 120.0
@@ -71,6 +70,8 @@ DEFAULT_START_TIMEOUT_S = 120.0
 #: blocked in a collective the failed rank will never join).
 FAILURE_GRACE_S = 3.0
 _EXIT_GRACE_S = 5.0
+#: The caller asks a silent rank for its stacks with this signal (not on Windows).
+_STACKS_SIGNAL = getattr(signal, "SIGUSR1", None)
 
 
 class RankError(AssertionError):
@@ -95,8 +96,7 @@ class FactoryRef:
 
     @property
     def label(self) -> str:
-        where = self.module or self.file
-        return f"{where}:{self.qualname}"
+        return f"{self.module or self.file}:{self.qualname}"
 
     def load(self) -> Callable[..., Callable[[], object]]:
         module = _load_module(self.module, self.file)
@@ -127,12 +127,10 @@ def factory_ref(factory: FactoryLike) -> FactoryRef:
         ref = _ref_from_string(factory)
     elif isinstance(factory, functools.partial):
         inner = factory_ref(factory.func)
-        ref = FactoryRef(
-            inner.module,
-            inner.file,
-            inner.qualname,
-            inner.args + tuple(factory.args),
-            inner.kwargs + tuple(factory.keywords.items()),
+        ref = dataclasses.replace(
+            inner,
+            args=inner.args + tuple(factory.args),
+            kwargs=inner.kwargs + tuple(factory.keywords.items()),
         )
     elif inspect.isfunction(factory) or inspect.isbuiltin(factory) or inspect.isclass(factory):
         ref = _ref_from_function(factory)
@@ -153,8 +151,7 @@ def _ref_from_function(func: Any) -> FactoryRef:
             "import it; define it at module level (it may build closures itself)"
         )
     module_name: str = getattr(func, "__module__", "") or ""
-    module = sys.modules.get(module_name)
-    file = getattr(module, "__file__", None) or ""
+    file = getattr(sys.modules.get(module_name), "__file__", None) or ""
     if module_name == "__main__":
         if not file:
             raise TypeError(
@@ -195,9 +192,8 @@ def _load_module(module_name: str, file: str) -> ModuleType:
     if not file:
         raise LookupError("step factory: neither an importable module nor a file was given")
     name = "_graphleak_rank_" + Path(file).stem
-    cached = sys.modules.get(name)
-    if cached is not None:
-        return cached
+    if name in sys.modules:
+        return sys.modules[name]
     spec = importlib.util.spec_from_file_location(name, file)
     if spec is None or spec.loader is None:
         raise LookupError(f"step factory: cannot load {file!r} as a Python module")
@@ -205,6 +201,14 @@ def _load_module(module_name: str, file: str) -> ModuleType:
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def factory_label(factory: FactoryLike) -> str:
+    """A short name of a step factory for a check's name (a reference string as given)."""
+    if isinstance(factory, str):
+        return factory
+    inner = getattr(factory, "func", factory)  # functools.partial
+    return str(getattr(inner, "__qualname__", None) or repr(inner))
 
 
 # --------------------------------------------------------------------------- results
@@ -263,8 +267,6 @@ class DistributedResult:
         if self.failed_ranks:
             raise RankError(self.failure_text())
         if self.leaked:
-            from pytest_graphleak import GraphLeakError
-
             raise GraphLeakError(self.leak_text())
 
     def failure_text(self) -> str:
@@ -283,30 +285,22 @@ class DistributedResult:
         for rank in failed:
             text = rank.error or (rank.result.error if rank.result else "") or ""
             after = f" (after rank {first} failed)" if rank.rank != first else ""
-            lines.append(f"--- rank {rank.rank}{after} ---")
-            lines.append(text.rstrip())
+            lines += [f"--- rank {rank.rank}{after} ---", text.rstrip()]
         return "\n".join(lines)
 
     def leak_text(self) -> str:
-        from pytest_graphleak.report.text import render_text
-
         lines = [
             f"graph leak on rank(s) {_ranks(self.leaking_ranks)} of {self.world_size} "
             f"in distributed step {self.name!r}"
         ]
         for rank in self.ranks:
             if rank.leaked and rank.result is not None:
-                lines.append(f"--- rank {rank.rank} ---")
-                lines.append(render_text(rank.result).rstrip())
+                lines += [f"--- rank {rank.rank} ---", render_text(rank.result).rstrip()]
         return "\n".join(lines)
 
 
 def _ranks(ranks: Sequence[int]) -> str:
     return ", ".join(str(r) for r in ranks) or "none"
-
-
-def rank_name(name: str, rank: int, world_size: int) -> str:
-    return f"{name} [rank {rank}/{world_size}]"
 
 
 # --------------------------------------------------------------------------- public API
@@ -335,17 +329,10 @@ def check_distributed(
     attach the results to the test report).
     """
     (result,) = check_distributed_many(
-        [step_factory],
-        world_size=world_size,
-        backend=backend,
-        timeout=timeout,
-        start_timeout=start_timeout,
-        names=[name] if name is not None else None,
-        raise_on_leak=raise_on_leak,
-        on_result=on_result,
-        settings=settings,
-        **options,
-    )
+        [step_factory], world_size=world_size, backend=backend, timeout=timeout,
+        start_timeout=start_timeout, names=None if name is None else [name],
+        raise_on_leak=raise_on_leak, on_result=on_result, settings=settings, **options,
+    )  # fmt: skip
     return result
 
 
@@ -369,16 +356,18 @@ def check_distributed_many(
     ``start_timeout`` bounds spawning, importing torch and joining. With ``raise_on_leak``,
     every factory is checked before the first failure is raised.
     """
-    _validate(world_size, backend)
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size: expected an int >= 1, got {world_size!r}")
+    if not isinstance(backend, str) or not backend:
+        raise ValueError(f"backend: expected a torch.distributed backend name, got {backend!r}")
     try:  # validated here, once, so that a bad keyword never spawns a rank
         resolved = (settings or Settings()).override(
             options, where="check_distributed()", place="check"
         )
     except OptionError as exc:
         raise ValueError(str(exc)) from None
-    timeouts = _Timeouts(
-        start=_seconds("start_timeout", start_timeout), run=_seconds("timeout", timeout)
-    )
+    start_timeout = _seconds("start_timeout", start_timeout)
+    timeout = _seconds("timeout", timeout)
     refs = [factory_ref(f) for f in step_factories]
     if not refs:
         raise ValueError("check_distributed_many: give at least one step factory")
@@ -387,17 +376,17 @@ def check_distributed_many(
     elif len(names) != len(refs):
         raise ValueError(f"names: {len(names)} names for {len(refs)} step factories")
     started = time.perf_counter()
-    collected = _run_group(refs, list(names), world_size, backend, timeouts,
-                           {"settings": resolved})  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="graphleak-dist-", ignore_cleanup_errors=True) as tmp:
+        job = _Job(refs, list(names), world_size, backend, start_timeout, timeout, resolved, tmp)
+        collected = _run_group(job)
     elapsed = time.perf_counter() - started
     results = [
         DistributedResult(name, world_size, ranks, elapsed)
         for name, ranks in zip(names, collected, strict=True)
     ]
-    for result in results:
-        for check_result in result.results():
-            if on_result is not None:
-                on_result(check_result)
+    for check_result in (r for result in results for r in result.results()):
+        if on_result is not None:
+            on_result(check_result)
     for result in results:
         if result.failed_ranks or raise_on_leak:
             result.raise_for_failure()
@@ -410,85 +399,66 @@ def _seconds(label: str, value: float) -> float:
     return float(value)
 
 
-def _validate(world_size: int, backend: str) -> None:
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-        raise ValueError(f"world_size: expected an int >= 1, got {world_size!r}")
-    if not isinstance(backend, str) or not backend:
-        raise ValueError(f"backend: expected a torch.distributed backend name, got {backend!r}")
-
-
-def factory_label(factory: FactoryLike) -> str:
-    """A short name of a step factory for a check's name (a reference string as given)."""
-    if isinstance(factory, str):
-        return factory
-    inner = getattr(factory, "func", factory)  # functools.partial
-    return str(getattr(inner, "__qualname__", None) or repr(inner))
-
-
 # --------------------------------------------------------------------------- the caller side
 
 
-def _run_group(
-    refs: list[FactoryRef],
-    names: list[str],
-    world_size: int,
-    backend: str,
-    timeouts: _Timeouts,
-    options: dict[str, Any],
-) -> list[list[RankResult]]:
+@dataclass(frozen=True)
+class _Job:
+    """What every rank is sent: the factories and how to run them."""
+
+    refs: list[FactoryRef]
+    names: list[str]
+    world_size: int
+    backend: str
+    #: seconds for spawning, importing torch and joining the process group
+    start_timeout: float
+    #: seconds for the checks themselves, counted once every rank is in the group
+    timeout: float
+    settings: Settings
+    workdir: str
+
+
+def _run_group(job: _Job) -> list[list[RankResult]]:
     """Spawn the ranks, gather their messages until done, failed or past the deadline."""
-    ctx = multiprocessing.get_context("spawn")
-    workdir = tempfile.mkdtemp(prefix="graphleak-dist-")
-    job = _Job(refs, names, world_size, backend, timeouts, options, workdir)
     try:
         pickle.dumps(job)
     except Exception as exc:
-        shutil.rmtree(workdir, ignore_errors=True)
         raise TypeError(
             "the step factory's bound arguments or the check options cannot be sent to the "
             f"spawned ranks: {type(exc).__name__}: {exc}"
         ) from exc
+    ctx = multiprocessing.get_context("spawn")
     messages: Any = ctx.Queue()
     procs = [
         ctx.Process(target=_rank_main, args=(job, rank, messages), name=f"graphleak-rank-{rank}")
-        for rank in range(world_size)
+        for rank in range(job.world_size)
     ]
-    gathering = _Gathering(procs, len(refs), timeouts)
+    gathering = _Gathering(procs, job)
     try:
         for proc in procs:
             proc.start()
         gathering.gather(messages)
-        gathering.explain_missing(workdir)
+        gathering.explain_missing()
     finally:
         _stop(procs, gathering.done)
         messages.close()
         messages.join_thread()
-        shutil.rmtree(workdir, ignore_errors=True)
     return gathering.table
-
-
-@dataclass(frozen=True)
-class _Timeouts:
-    #: seconds for spawning, importing torch and joining the process group
-    start: float
-    #: seconds for the checks themselves, counted once every rank is in the group
-    run: float
 
 
 class _Gathering:
     """The caller's view of the ranks: what each reported, and when to stop waiting."""
 
-    def __init__(self, procs: list[Any], checks: int, timeouts: _Timeouts) -> None:
+    def __init__(self, procs: list[Any], job: _Job) -> None:
         self.procs = procs
-        self.timeouts = timeouts
-        self.table = [[RankResult(rank) for rank in range(len(procs))] for _ in range(checks)]
+        self.job = job
+        self.table = [[RankResult(rank) for rank in range(len(procs))] for _ in job.refs]
         self.ready: set[int] = set()
         self.done: set[int] = set()
-        self.started_all = False
         self.failures = 0
 
     def gather(self, messages: Any) -> None:
-        deadline = time.monotonic() + self.timeouts.start
+        deadline = time.monotonic() + self.job.start_timeout
         while len(self.done) < len(self.procs):
             now = time.monotonic()
             if now >= deadline:
@@ -503,30 +473,32 @@ class _Gathering:
             if kind == "ready":
                 self.ready.add(rank)
                 if len(self.ready) == len(self.procs):
-                    self.started_all = True
-                    deadline = time.monotonic() + self.timeouts.run
-            elif kind == "result":
-                self.table[index][rank].result = CheckResult.from_dict(payload)
-            elif kind == "error":
-                self.table[index][rank].error = payload
+                    deadline = time.monotonic() + self.job.timeout
             elif kind == "done":
                 self.done.add(rank)
-            if kind in ("result", "error") and self.table[index][rank].failed:
-                self.table[index][rank].failed_order = self.failures
-                self.failures += 1
-                # Its peers are likely blocked in a collective it will never join.
-                deadline = min(deadline, time.monotonic() + FAILURE_GRACE_S)
+            else:  # "result" (a dict) or "error" (a traceback)
+                entry = self.table[index][rank]
+                if kind == "result":
+                    entry.result = CheckResult.from_dict(payload)
+                else:
+                    entry.error = payload
+                if entry.failed:
+                    entry.failed_order = self.failures
+                    self.failures += 1
+                    # Its peers are likely blocked in a collective it will never join.
+                    deadline = min(deadline, time.monotonic() + FAILURE_GRACE_S)
 
-    def explain_missing(self, workdir: str) -> None:
+    def explain_missing(self) -> None:
         """Give every rank that did not report a reason: exit code, stacks, a failed peer."""
         failed = sorted({r.rank for row in self.table for r in row if r.failed})
         silent = [rank for rank in range(len(self.procs)) if rank not in self.done]
         _request_stacks([self.procs[rank] for rank in silent if rank in self.ready])
         for rank in silent:
             why = self._why_silent(rank, self.procs[rank], failed)
-            stacks = _read_stacks(workdir, rank)
-            if stacks:
-                why += f"\nits Python stacks when it was stopped:\n{stacks}"
+            with contextlib.suppress(OSError):
+                stacks = Path(self.job.workdir, f"rank{rank}.stacks").read_text(errors="replace")
+                if stacks.strip():
+                    why += f"\nits Python stacks when it was stopped:\n{stacks.strip()}"
             for row in self.table:
                 if row[rank].result is None and row[rank].error is None:
                     row[rank].error = why
@@ -546,32 +518,24 @@ class _Gathering:
                 f"rank {rank} stopped: rank(s) {_ranks(failed)} failed, so its collectives "
                 "could not complete"
             )
-        if not self.started_all:
+        if len(self.ready) < len(self.procs):
             return (
-                f"rank {rank} did not join the process group within {self.timeouts.start:g} s "
-                "(start_timeout)"
+                f"rank {rank} did not join the process group within {self.job.start_timeout:g}"
+                " s (start_timeout)"
             )
-        return f"rank {rank} did not finish within the {self.timeouts.run:g} s timeout (hung?)"
+        return f"rank {rank} did not finish within the {self.job.timeout:g} s timeout (hung?)"
 
 
 def _request_stacks(procs: list[Any]) -> None:
     """Ask live ranks to write their stacks (their faulthandler listens on SIGUSR1)."""
-    signum = getattr(signal, "SIGUSR1", None)
     asked = False
     for proc in procs:
-        if signum is not None and proc.is_alive() and proc.pid is not None:
+        if _STACKS_SIGNAL is not None and proc.is_alive() and proc.pid is not None:
             with contextlib.suppress(OSError):
-                os.kill(proc.pid, signum)
+                os.kill(proc.pid, _STACKS_SIGNAL)
                 asked = True
     if asked:
         time.sleep(0.3)  # faulthandler writes from its signal handler: almost at once
-
-
-def _read_stacks(workdir: str, rank: int) -> str:
-    try:
-        return Path(workdir, f"rank{rank}.stacks").read_text(errors="replace").strip()
-    except OSError:
-        return ""
 
 
 def _stop(procs: list[Any], finished: Collection[int]) -> None:
@@ -598,24 +562,11 @@ def _stop(procs: list[Any], finished: Collection[int]) -> None:
 # --------------------------------------------------------------------------- the rank side
 
 
-@dataclass(frozen=True)
-class _Job:
-    refs: list[FactoryRef]
-    names: list[str]
-    world_size: int
-    backend: str
-    timeouts: _Timeouts
-    options: dict[str, Any]
-    workdir: str
-
-
 def _rank_main(job: _Job, rank: int, messages: Any) -> None:
     """Entry point of one spawned rank. Reports through ``messages``; never raises."""
-    import faulthandler
-
     stacks = open(Path(job.workdir, f"rank{rank}.stacks"), "w")  # noqa: SIM115 - lives until exit
-    if hasattr(signal, "SIGUSR1"):  # the caller asks a silent rank for its stacks
-        faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)
+    if _STACKS_SIGNAL is not None:  # the caller asks a silent rank for its stacks
+        faulthandler.register(_STACKS_SIGNAL, file=stacks, all_threads=True)
     index = 0
     try:
         os.environ.update(
@@ -637,14 +588,16 @@ def _rank_main(job: _Job, rank: int, messages: Any) -> None:
             init_method=Path(job.workdir, "store").as_uri(),
             rank=rank,
             world_size=job.world_size,
-            timeout=_timedelta(job.timeouts.start + job.timeouts.run),
+            timeout=timedelta(seconds=job.start_timeout + job.timeout),
         )
         try:
             control = _Lockstep(dist, torch)
             messages.put(("ready", rank, -1, None))
             for index, ref in enumerate(job.refs):
-                step = _build_step(job, rank, ref)
-                result = _check_step(job, rank, index, step, control)
+                step = _build_step(ref, rank, job.world_size)
+                name = f"{job.names[index]} [rank {rank}/{job.world_size}]"
+                result = check(control.wrap(step), name=name, raise_on_leak=False,
+                               settings=job.settings)  # fmt: skip
                 if result.error is not None and control.step_traceback:
                     result.error = f"{result.error}\n{control.step_traceback}"
                 messages.put(("result", rank, index, result.to_dict()))
@@ -660,8 +613,8 @@ def _rank_main(job: _Job, rank: int, messages: Any) -> None:
         if index < len(job.refs):
             messages.put(("error", rank, index, f"rank {rank}:\n{traceback.format_exc()}"))
     finally:
-        if hasattr(signal, "SIGUSR1"):
-            faulthandler.unregister(signal.SIGUSR1)
+        if _STACKS_SIGNAL is not None:
+            faulthandler.unregister(_STACKS_SIGNAL)
         stacks.close()
         messages.put(("done", rank, -1, None))
         messages.close()
@@ -672,23 +625,14 @@ def _rank_main(job: _Job, rank: int, messages: Any) -> None:
     os._exit(0)
 
 
-def _build_step(job: _Job, rank: int, ref: FactoryRef) -> Callable[[], object]:
+def _build_step(ref: FactoryRef, rank: int, world_size: int) -> Callable[[], object]:
     factory = ref.load()
-    step = factory(rank, job.world_size) if _takes_rank(factory) else factory()
+    step = factory(rank, world_size) if _takes_rank(factory) else factory()
     if not callable(step):
         raise TypeError(
             f"step factory {ref.label!r} returned {type(step).__name__}, not a step function"
         )
     return step
-
-
-def _check_step(
-    job: _Job, rank: int, index: int, step: Callable[[], object], control: _Lockstep
-) -> CheckResult:
-    from pytest_graphleak import check
-
-    name = rank_name(job.names[index], rank, job.world_size)
-    return check(control.wrap(step), name=name, raise_on_leak=False, **job.options)
 
 
 def _takes_rank(factory: Callable[..., object]) -> bool:
@@ -717,12 +661,11 @@ class _Lockstep:
         self._dist = dist
         self._group = dist.new_group(backend="gloo")
         self._flag = torch.zeros(1, dtype=torch.int32)  # reused: no allocation per step
-        self._max = dist.ReduceOp.MAX
         self.step_traceback = ""
 
     def _vote(self, want: int) -> bool:
         self._flag.fill_(want)
-        self._dist.all_reduce(self._flag, op=self._max, group=self._group)
+        self._dist.all_reduce(self._flag, op=self._dist.ReduceOp.MAX, group=self._group)
         return bool(self._flag.item())
 
     def wrap(self, step: Callable[[], object]) -> Callable[[], object]:
@@ -743,9 +686,3 @@ class _Lockstep:
     def serve(self, step: Callable[[], object]) -> None:
         while self._vote(0):
             step()
-
-
-def _timedelta(seconds: float) -> Any:
-    from datetime import timedelta
-
-    return timedelta(seconds=seconds)

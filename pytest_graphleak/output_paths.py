@@ -22,10 +22,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-#: What graphleak writes; "other" is another tool's file (JUnit XML, a report log): only
-#: checked for collisions, never for its content.
-KINDS = ("json", "html", "svg", "other")
-
 #: Marks the SVG that ``graphleak demo --plot`` writes, so a second run may replace it.
 PLOT_MARK = "<!-- graphleak demo plot -->"
 
@@ -38,7 +34,9 @@ class OutputPathError(ValueError):
 class Output:
     label: str  # how the user gave it: "--json", "command line option --graphleak-report"
     path: Path  # as the tool will write it (absolute, or relative to the current directory)
-    kind: str  # one of KINDS
+    #: "json", "html", "svg"; "other" is another tool's file (JUnit XML, a report log):
+    #: only checked for collisions, never for its content.
+    kind: str
 
 
 def check_outputs(outputs: Sequence[Output]) -> None:
@@ -55,43 +53,35 @@ def check_outputs(outputs: Sequence[Output]) -> None:
         seen[key] = output
     for output in outputs:
         if output.kind != "other":
-            _check_writable(output)
-            _check_not_foreign(output)
+            _check_path(output)
 
 
 def _identity(path: Path) -> str:
     return os.path.normcase(os.path.realpath(path))
 
 
-def _check_writable(output: Output) -> None:
+def _check_path(output: Output) -> None:
+    """Writable, and not a file that graphleak did not write."""
     path = output.path
+    where = f"{output.label} {str(path)!r}"
     parent = path.parent if str(path.parent) else Path(".")
     if path.is_dir():
-        raise OutputPathError(f"{output.label} {str(path)!r}: is a directory, name a file")
+        raise OutputPathError(f"{where}: is a directory, name a file")
     if not parent.is_dir():
-        raise OutputPathError(
-            f"{output.label} {str(path)!r}: directory {str(parent)!r} does not exist"
-        )
+        raise OutputPathError(f"{where}: directory {str(parent)!r} does not exist")
     if not os.access(parent, os.W_OK):
-        raise OutputPathError(
-            f"{output.label} {str(path)!r}: directory {str(parent)!r} is not writable"
-        )
-
-
-def _check_not_foreign(output: Output) -> None:
-    path = output.path
+        raise OutputPathError(f"{where}: directory {str(parent)!r} is not writable")
     if not path.exists() or _is_empty(path):
         return
-    if _RECOGNISERS[output.kind](path):
+    recognise, what = _OWN[output.kind]
+    if recognise(path):
         return
-    what = {"json": "a graphleak JSON report", "html": "a graphleak HTML report",
-            "svg": "a graphleak demo plot"}[output.kind]  # fmt: skip
     hint = ""
     flag = next((word for word in output.label.split() if word.startswith("--")), None)
     if flag and path.suffix in (".py", ".pyi", ".toml", ".cfg", ".ini", ".txt", ".md"):
         hint = f" ({flag} takes a path: was it meant as a switch?)"
     raise OutputPathError(
-        f"{output.label} {str(path)!r}: the file exists and is not {what}; graphleak "
+        f"{where}: the file exists and is not {what}; graphleak "
         f"replaces only its own reports, so it leaves this one alone{hint}. Name a new "
         "file, or remove this one first"
     )
@@ -135,8 +125,9 @@ def is_demo_plot(path: Path) -> bool:
     return PLOT_MARK in _head(path, 512)
 
 
-_RECOGNISERS: dict[str, Callable[[Path], bool]] = {
-    "json": is_json_report,
-    "html": is_html_report,
-    "svg": is_demo_plot,
+#: kind -> (does graphleak's own file of that kind lie at the path?, what it is called)
+_OWN: dict[str, tuple[Callable[[Path], bool], str]] = {
+    "json": (is_json_report, "a graphleak JSON report"),
+    "html": (is_html_report, "a graphleak HTML report"),
+    "svg": (is_demo_plot, "a graphleak demo plot"),
 }

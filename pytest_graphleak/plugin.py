@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack
 
 
-MARKER = "no_graph_growth"
+MARKER = terminal.MARKER
 
 SETTINGS_KEY = pytest.StashKey[Settings]()
 ITEM_SETTINGS_KEY = pytest.StashKey[Settings]()
@@ -52,40 +52,24 @@ _MARKER_HELP = (
 )
 
 
-def _marker_line() -> str:
-    # The keywords come from the options table; world_size is the marker's own.
-    return f"{MARKER}({options.marker_signature()}, world_size=N): {_MARKER_HELP}"
-
-
 # -- configuration --------------------------------------------------------------------
 def pytest_addoption(parser: pytest.Parser) -> None:
     options.add_options(parser)
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", _marker_line())
+    # The keywords come from the options table; world_size is the marker's own.
+    signature = f"{options.marker_signature()}, world_size=N"
+    config.addinivalue_line("markers", f"{MARKER}({signature}): {_MARKER_HELP}")
     try:
         config.stash[SETTINGS_KEY] = options.settings_from_config(config)
     except OptionError as exc:
         raise pytest.UsageError(f"graphleak: {exc}") from None
-    session_report = _session_report_module()
-    if session_report is not None and not config.pluginmanager.has_plugin(
-        "graphleak-session-report"
-    ):
-        config.pluginmanager.register(
-            session_report.GraphleakSessionReport(config, settings_of(config)),
-            "graphleak-session-report",
-        )
+    if not config.pluginmanager.has_plugin("graphleak-session-report"):
+        from pytest_graphleak.session_report import GraphleakSessionReport
 
-
-def _session_report_module() -> Any:
-    try:
-        from pytest_graphleak import session_report
-    except ModuleNotFoundError as exc:
-        if exc.name == "pytest_graphleak.session_report":
-            return None
-        raise
-    return session_report
+        reporter = GraphleakSessionReport(config, settings_of(config))
+        config.pluginmanager.register(reporter, "graphleak-session-report")
 
 
 def settings_of(config: pytest.Config) -> Settings:
@@ -102,8 +86,8 @@ def marker_settings(item: pytest.Item, base: Settings) -> Settings | None:
     if not markers:
         return None
     values: dict[str, object] = {}
+    where = f"@pytest.mark.{MARKER} on {item.nodeid}"
     for marker in reversed(markers):  # farthest first, so the closest overrides
-        where = f"@pytest.mark.{MARKER} on {item.nodeid}"
         if marker.args:
             raise OptionError(
                 f"{where}: takes keyword arguments only (steps=, warmup=, ...), "
@@ -112,8 +96,7 @@ def marker_settings(item: pytest.Item, base: Settings) -> Settings | None:
         values.update(marker.kwargs)
     world_size = values.pop("world_size", 1)
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-        raise OptionError(f"@pytest.mark.{MARKER} on {item.nodeid}: world_size must be an "
-                          f"integer >= 1, got {world_size!r}")  # fmt: skip
+        raise OptionError(f"{where}: world_size must be an integer >= 1, got {world_size!r}")
     item.stash[WORLD_SIZE_KEY] = world_size
     shown = ", ".join(f"{key}={value!r}" for key, value in values.items())
     return base.override(values, where=f"@pytest.mark.{MARKER}({shown}) on {item.nodeid}")
@@ -140,16 +123,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     settings = pyfuncitem.stash.get(ITEM_SETTINGS_KEY, None)
     world_size = pyfuncitem.stash.get(WORLD_SIZE_KEY, 1)
+    checking = settings_of(pyfuncitem.config).enabled
     if settings is not None and world_size > 1:
         # Spawned ranks run the test function even without --graphleak (unjudged).
-        _check_marked_on_ranks(pyfuncitem, settings, world_size=world_size,
-                               checking=settings_of(pyfuncitem.config).enabled)  # fmt: skip
+        _check_marked_on_ranks(pyfuncitem, settings, world_size=world_size, checking=checking)
         return True
-    if settings is None or not settings_of(pyfuncitem.config).enabled:
+    if settings is None or not checking:
         return None  # unmarked, or checking is off: pytest runs the test once
     function = pyfuncitem.obj
-    if _is_async_or_generator(function):
-        _refuse_async(pyfuncitem)
+    _refuse_async(pyfuncitem, function)
     argnames = getattr(getattr(pyfuncitem, "_fixtureinfo", None), "argnames", None)
     if argnames is None:
         argnames = tuple(inspect.signature(function).parameters)
@@ -159,14 +141,19 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     return True
 
 
-def _refuse_async(item: pytest.Item) -> None:
+def _refuse_async(item: pytest.Item, function: Callable[..., object]) -> None:
     __tracebackhide__ = True
-    pytest.fail(
-        f"{item.nodeid}: @pytest.mark.{MARKER} needs a plain (synchronous, "
-        "non-generator) test function: its body is called as one training step. "
-        "Move the step into a plain function, or use the graphleak fixture.",
-        pytrace=False,
-    )
+    if (
+        inspect.iscoroutinefunction(function)
+        or inspect.isasyncgenfunction(function)
+        or inspect.isgeneratorfunction(function)
+    ):
+        pytest.fail(
+            f"{item.nodeid}: @pytest.mark.{MARKER} needs a plain (synchronous, "
+            "non-generator) test function: its body is called as one training step. "
+            "Move the step into a plain function, or use the graphleak fixture.",
+            pytrace=False,
+        )
 
 
 def _check_marked(
@@ -196,7 +183,7 @@ def _check_marked(
         found: dict[str, object] = {
             f"fixture '{name}'": value
             for name, value in funcargs.items()
-            if name not in _INTERNAL_FIXTURES and not _is_pytest_object(value)
+            if name not in _INTERNAL_FIXTURES and not is_pytest_module(type(value).__module__)
         }
         if instance is not None:
             found["self"] = instance
@@ -239,12 +226,7 @@ def _check_marked_on_ranks(
     ref = distributed.FactoryRef(function.__module__, path, function.__qualname__)
     if not checking:
         settings = dataclasses.replace(settings, steps=1, warmup=0, diagnose=False)
-    result = distributed.check_distributed(
-        ref, world_size=world_size, name=item.nodeid, raise_on_leak=False,
-        on_result=functools.partial(_record, item), settings=settings,
-    )  # fmt: skip
-    if checking:
-        _fail_or_warn_ranks(item, result, settings)
+    _check_on_ranks(item, ref, settings, judge=checking, world_size=world_size, name=item.nodeid)
 
 
 # -- the marker on unittest.TestCase methods --------------------------------------------
@@ -332,8 +314,7 @@ def _swap_unittest_method(item: pytest.Item) -> Any:
                 "step factory). Use a plain test function for the distributed check.",
                 pytrace=False,
             )
-        if _is_async_or_generator(method):
-            _refuse_async(item)
+        _refuse_async(item, method)
         _check_marked(item, method, {}, settings, instance=instance)
 
     # Keep what unittest reads from the method: @unittest.skip, @expectedFailure.
@@ -341,18 +322,6 @@ def _swap_unittest_method(item: pytest.Item) -> Any:
     del checked.__wrapped__  # type: ignore[attr-defined]  # no reference to the instance
     item.obj = checked
     return method
-
-
-def _is_async_or_generator(function: Callable[..., object]) -> bool:
-    return (
-        inspect.iscoroutinefunction(function)
-        or inspect.isasyncgenfunction(function)
-        or inspect.isgeneratorfunction(function)
-    )
-
-
-def _is_pytest_object(value: object) -> bool:
-    return is_pytest_module(type(value).__module__)
 
 
 def _run_and_record(
@@ -371,14 +340,22 @@ def _run_and_record(
     except BaseException as exc:
         # Every way a step ends gets a row: an assert, pytest.fail(), SystemExit, a
         # pytest-timeout at step k, Ctrl-C.
-        error = api.error_result(
-            name or item.nodeid, steps=settings.steps, warmup=settings.warmup, exc=exc
-        )
-        _record(item, error)
+        name = name or item.nodeid
+        _record(item, api.error_result(name, steps=settings.steps, warmup=settings.warmup, exc=exc))
         raise
     _record(item, result)
-    _fail_or_warn(item, result, settings, from_marker=from_marker)
-    return result
+    if not result.leaked and not result.unmeasured:
+        return result
+    if warns_instead(item, settings):
+        terminal.warn_leak(item, result, GraphLeakWarning)
+        return result
+    # An unmeasured check fails too: "clean" with nothing measured is a silent pass.
+    text = render_text(result)
+    error: AssertionError = (
+        GraphLeakError(text, result) if result.leaked else UnmeasuredError(text, result)
+    )
+    error.graphleak_plain = from_marker  # type: ignore[attr-defined]
+    raise error
 
 
 def warns_instead(item: pytest.Item, settings: Settings) -> bool:
@@ -399,48 +376,36 @@ def _expects_leak_failure(item: pytest.Item) -> bool:
     except ImportError:  # pytest moved its private key: keep the plain warn-only rule
         return False
     xfailed = item.stash.get(xfailed_key, None)
-    if xfailed is None:
-        return False
+    if xfailed is None or xfailed.raises is None:
+        return xfailed is not None
     raises = xfailed.raises
-    if raises is None:
-        return True
-    if isinstance(raises, (type, tuple)):
-        try:
-            return issubclass(GraphLeakError, raises)
-        except TypeError:
-            return False
-    return False
+    try:
+        return isinstance(raises, (type, tuple)) and issubclass(GraphLeakError, raises)
+    except TypeError:  # a tuple holding something other than classes
+        return False
 
 
-def _fail_or_warn(
-    item: pytest.Item, result: CheckResult, settings: Settings, *, from_marker: bool
-) -> None:
+def _check_on_ranks(
+    item: pytest.Item,
+    factory: distributed.FactoryLike,
+    settings: Settings,
+    *,
+    judge: bool = True,
+    **group: Any,
+) -> distributed.DistributedResult:
+    """Every rank's result goes into the test's report; with ``judge``, a leak on any rank
+    fails the test naming the rank (warns in warn-only mode)."""
     __tracebackhide__ = True
-    if not result.leaked and not result.unmeasured:
-        return
-    if warns_instead(item, settings):
-        terminal.warn_leak(item, result, GraphLeakWarning)
-        return
-    # An unmeasured check fails too: "clean" with nothing measured is a silent pass.
-    text = render_text(result)
-    error: AssertionError = (
-        GraphLeakError(text, result) if result.leaked else UnmeasuredError(text, result)
-    )
-    error.graphleak_plain = from_marker  # type: ignore[attr-defined]
-    raise error
-
-
-def _fail_or_warn_ranks(
-    item: pytest.Item, result: distributed.DistributedResult, settings: Settings
-) -> None:
-    """A leak on any rank fails the test naming the rank (warns in warn-only mode)."""
-    __tracebackhide__ = True
-    if not result.leaked:
-        return
-    if warns_instead(item, settings):
-        warnings.warn(GraphLeakWarning(result.leak_text()), stacklevel=2)
-        return
-    raise GraphLeakError(result.leak_text())
+    result = distributed.check_distributed(
+        factory, raise_on_leak=False, on_result=functools.partial(_record, item),
+        settings=settings, **group,
+    )  # fmt: skip
+    if judge and result.leaked:
+        if warns_instead(item, settings):
+            warnings.warn(GraphLeakWarning(result.leak_text()), stacklevel=2)
+        else:
+            raise GraphLeakError(result.leak_text())
+    return result
 
 
 def _record(item: pytest.Item, result: CheckResult) -> None:
@@ -498,11 +463,6 @@ class GraphleakFixture:
         self._settings = settings
         self._checks = 0
 
-    @property
-    def item(self) -> pytest.Item:
-        """The test this fixture belongs to (its results go into that test's report)."""
-        return self._item
-
     def resolve(self, what: str, values: Mapping[str, object], place: str = "check") -> Settings:
         """The test's settings with call keywords applied; ValueError names the call."""
         where = f"graphleak.{what} in {self._item.nodeid}"
@@ -529,13 +489,8 @@ class GraphleakFixture:
                 exclude=(id(self),),
             )  # fmt: skip
 
-        return _run_and_record(
-            self._item,
-            measure,
-            settings=settings,
-            from_marker=False,
-            name=name,
-        )
+        return _run_and_record(self._item, measure, settings=settings, from_marker=False,
+                               name=name)  # fmt: skip
 
     def track(self, **options: Unpack[TrackOptions]) -> Track:
         """``with graphleak.track(warmup=3) as t:`` ... ``t.step()`` after each step;
@@ -574,17 +529,13 @@ class GraphleakFixture:
         __tracebackhide__ = True
         settings = self.resolve("check_distributed()", options)
         label = distributed.factory_label(step_factory)
-        result = distributed.check_distributed(
-            step_factory, world_size=world_size, backend=backend,
+        return _check_on_ranks(
+            self._item, step_factory, settings, world_size=world_size, backend=backend,
             timeout=distributed.DEFAULT_TIMEOUT_S if timeout is None else timeout,
             start_timeout=(distributed.DEFAULT_START_TIMEOUT_S if start_timeout is None
                            else start_timeout),
             name=f"{self._item.nodeid}::check_distributed({label})",
-            raise_on_leak=False, on_result=functools.partial(_record, self._item),
-            settings=settings,
         )  # fmt: skip
-        _fail_or_warn_ranks(self._item, result, settings)
-        return result
 
 
 @pytest.fixture

@@ -1,28 +1,24 @@
 """Session-wide reports of graphleak checks: the terminal summary, the status letter,
 the JSON and HTML files, and JUnit XML properties.
 
-The core plugin registers ``GraphleakSessionReport(config)`` and calls
-``add_options(parser)``. The reporter reads only ``report.graphleak`` (a list of
-``CheckResult.to_dict()``) from call-phase reports in ``pytest_runtest_logreport``,
-which pytest-xdist replays on the controller with the same plain data, so a run
-on many workers gives the same reports as one process. Workers write nothing.
+The reporter reads only ``report.graphleak`` (a list of ``CheckResult.to_dict()``) from
+call-phase reports in ``pytest_runtest_logreport``, which pytest-xdist replays on the
+controller with the same plain data, so a run on many workers gives the same reports as
+one process. Workers write nothing. It also works without the core plugin
+(``add_options`` and ``GraphleakSessionReport(config)`` from a conftest).
 
 "Pop rather than get": once every hook has seen it, ``report.graphleak`` is taken off
-the report (pytest's terminal reporter keeps every report to the end), and each checked
-test's results are kept as one compact JSON text until the end of the session, when the
-summary and the reports are built from them and each report is written once,
-atomically. A checked test costs about 1-2 KiB of text while the tests run
-(``benchmarks/results/session_rows.md``: a temporary spool file, which this replaced,
-saved only that and held as much at the end, when every row is read back). Besides,
-the node ids of leaked tests are kept (for the status word in pytest's short summary),
-and JUnit properties only when a JUnit XML file is written. On a worker the attribute
-is removed too, after pytest-xdist has sent the report.
+the report (pytest's terminal reporter keeps every report to the end), also on a worker
+after pytest-xdist has sent it. Each checked test's results are kept as one compact JSON
+text, about 1-2 KiB, until the end of the session, when every report is written once,
+atomically (``benchmarks/results/session_rows.md``: a temporary spool file saved only
+that). Besides, the node ids of leaked tests are kept (for the status word in pytest's
+short summary), and JUnit properties only when a JUnit XML file is written.
 
-An expected failure (``@pytest.mark.xfail``, ``unittest.expectedFailure``) is
-recorded with the outcome ``xfailed``, so that its leak reads as expected
-(``xfailed``), not as a leak on a passing test (``warned``). Of a test that
-pytest-rerunfailures runs again only the final attempt counts: an attempt it
-reruns is not recorded.
+An expected failure (``@pytest.mark.xfail``, ``unittest.expectedFailure``) is recorded
+with the outcome ``xfailed``, so that its leak reads as expected, not as a leak on a
+passing test (``warned``). Of a test that pytest-rerunfailures runs again only the final
+attempt counts.
 """
 
 from __future__ import annotations
@@ -32,6 +28,7 @@ import os
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,6 +78,7 @@ def add_options(parser: pytest.Parser) -> None:
 class _Output:
     kind: str  # "JSON" or "HTML"
     path: Path
+    source: str  # where the path was given, for a usage error
     written_to: Path | None = None  # where it ended up (the fallback after a failed write)
     error: str = ""
 
@@ -116,13 +114,11 @@ class GraphleakSessionReport:
         if self.is_worker:
             return
         self.outputs = [
-            _Output(kind, path)
+            _Output(kind, path, settings.source(key))
             for kind, key in (("JSON", "report"), ("HTML", "html"))
             if (path := _configured_path(config, settings, key)) is not None
         ]
-        _refuse_unsafe_outputs(config, settings)
-        if config.pluginmanager.hasplugin("xdist"):
-            config.pluginmanager.register(_XdistHooks(self), "graphleak-session-report-xdist")
+        _refuse_unsafe_outputs(config, self.outputs)
 
     # -- collecting ---------------------------------------------------------------
 
@@ -146,35 +142,35 @@ class GraphleakSessionReport:
                 del report.graphleak  # pop: kept as text
 
     def _collect(self, report: pytest.TestReport) -> None:
-        if report.when == "call" and report.outcome == _RERUN:
+        if report.when == "teardown" and report.nodeid in self._junit_pending:
+            properties = self._junit_pending.pop(report.nodeid)
+            report.user_properties = [*report.user_properties, *properties]
+        if report.when != "call":
+            return
+        self._leaked.discard(report.nodeid)  # of a rerun test, the last attempt decides
+        if report.outcome == _RERUN:
             # pytest-rerunfailures runs this test again: only its final attempt counts.
             # (It logs no teardown for this attempt, so nothing else would drop these.)
-            self._leaked.discard(report.nodeid)
             self._junit_pending.pop(report.nodeid, None)
-        elif report.when == "call":
-            if _has_leak(getattr(report, "graphleak", None)):
-                self._leaked.add(report.nodeid)
-            else:
-                self._leaked.discard(report.nodeid)  # a rerun's last attempt decides
-            checks = self._checks_of(report)
-            if checks:
-                test = CheckedTest(report.nodeid, _outcome(report), checks)
-                try:  # NaN stays NaN: this text is read back by json, not by others
-                    self._results[report.nodeid] = json.dumps(
-                        [test.outcome, test.checks], separators=(",", ":")
-                    )
-                except (TypeError, ValueError) as exc:
-                    self.notes.append(
-                        f"ignored graphleak results of {report.nodeid} that are not JSON "
-                        f"data: {type(exc).__name__}: {exc}"
-                    )
-                    return
-                if self._junit:
-                    self._junit_pending[report.nodeid] = junit_properties(test)
-        elif report.when == "teardown":
-            properties = self._junit_pending.pop(report.nodeid, None)
-            if properties:
-                report.user_properties = [*report.user_properties, *properties]
+            return
+        if _has_leak(getattr(report, "graphleak", None)):
+            self._leaked.add(report.nodeid)
+        checks = self._checks_of(report)
+        if not checks:
+            return
+        test = CheckedTest(report.nodeid, _outcome(report), checks)
+        try:  # NaN stays NaN: this text is read back by json, not by others
+            self._results[report.nodeid] = json.dumps(
+                [test.outcome, test.checks], separators=(",", ":")
+            )
+        except (TypeError, ValueError) as exc:
+            self.notes.append(
+                f"ignored graphleak results of {report.nodeid} that are not JSON "
+                f"data: {type(exc).__name__}: {exc}"
+            )
+            return
+        if self._junit:
+            self._junit_pending[report.nodeid] = junit_properties(test)
 
     def _checks_of(self, report: pytest.TestReport) -> list[dict[str, Any]]:
         data = getattr(report, "graphleak", None)
@@ -240,9 +236,7 @@ class GraphleakSessionReport:
         )
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        if self.is_worker:
-            return
-        if not self.outputs:
+        if not self.outputs:  # none on a worker: the controller writes the reports
             return
         document = self.document()
         json_text = dumps(document)
@@ -265,6 +259,13 @@ class GraphleakSessionReport:
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         self._results.clear()
         self._rows = None
+
+    @pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: absent without it
+    def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport) -> None:
+        self.notes.append(
+            f"a pytest-xdist worker crashed while running {crashitem}, so it has no graphleak "
+            "result (a leak may have exhausted the worker's memory: run it alone)"
+        )
 
     # -- terminal -------------------------------------------------------------------
 
@@ -292,19 +293,6 @@ class GraphleakSessionReport:
                 tr.write_line(f"ERROR: {output.error}", red=True, bold=True)
             elif output.written_to is not None:
                 tr.write_line(f"{output.kind} report: {output.written_to}")
-
-
-class _XdistHooks:
-    """Hooks that exist only with pytest-xdist (registered only when it is present)."""
-
-    def __init__(self, owner: GraphleakSessionReport) -> None:
-        self.owner = owner
-
-    def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport) -> None:
-        self.owner.notes.append(
-            f"a pytest-xdist worker crashed while running {crashitem}, so it has no graphleak "
-            "result (a leak may have exhausted the worker's memory: run it alone)"
-        )
 
 
 def summary_lines(
@@ -412,9 +400,7 @@ def _culprit(diagnosis: Mapping[str, Any] | None) -> str:
 
 
 def _count_line(rows: Sequence[CheckedTest]) -> str:
-    counts: dict[str, int] = {}
-    for test in rows:
-        counts[test.status] = counts.get(test.status, 0) + 1
+    counts = Counter(test.status for test in rows)
     parts = [f"{counts[s]} {s}" for s in STATUSES if s in counts]
     return f"graphleak: {len(rows)} checked: " + ", ".join(parts)
 
@@ -452,15 +438,11 @@ def _configured_path(config: pytest.Config, settings: Settings, key: str) -> Pat
     return Path(os.path.abspath(path))
 
 
-def _refuse_unsafe_outputs(config: pytest.Config, settings: Settings) -> None:
+def _refuse_unsafe_outputs(config: pytest.Config, reports: Sequence[_Output]) -> None:
     """A report path that cannot be written, would replace a file graphleak did not
     write, or is shared with another output of this run (JUnit XML, pytest-reportlog)
     is a usage error now, before the suite runs, not a lost file at the end."""
-    outputs = [
-        Output(settings.source(key), path, kind)
-        for key, kind in (("report", "json"), ("html", "html"))
-        if (path := _configured_path(config, settings, key)) is not None
-    ]
+    outputs = [Output(report.source, report.path, report.kind.lower()) for report in reports]
     for dest, label in (("xmlpath", "--junitxml"), ("report_log", "--report-log")):
         value = config.getoption(dest, default=None)
         if value:
@@ -477,26 +459,23 @@ def _write(output: _Output, text: str) -> bool:
     record an error naming both paths. Returns True when the wanted path was written."""
     try:
         write_text_atomic(output.path, text)
+        output.written_to = output.path
+        return True
     except OSError as exc:
-        reason = f"{type(exc).__name__}: {exc.strerror or exc}"
-        try:
-            fd, fallback = tempfile.mkstemp(prefix="graphleak-", suffix="-" + output.path.name)
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                handle.write(text)
-        except OSError:
-            output.error = (
-                f"could not write the graphleak {output.kind} report to {str(output.path)!r} "
-                f"({reason}), nor to a temporary file"
-            )
-            return False
-        output.written_to = Path(fallback)
         output.error = (
             f"could not write the graphleak {output.kind} report to {str(output.path)!r} "
-            f"({reason}); saved it to {fallback!r} instead"
+            f"({type(exc).__name__}: {exc.strerror or exc})"
         )
+    try:
+        fd, fallback = tempfile.mkstemp(prefix="graphleak-", suffix="-" + output.path.name)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+    except OSError:
+        output.error += ", nor to a temporary file"
         return False
-    output.written_to = output.path
-    return True
+    output.written_to = Path(fallback)
+    output.error += f"; saved it to {fallback!r} instead"
+    return False
 
 
 def _has_leak(data: object) -> bool:

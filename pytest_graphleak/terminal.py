@@ -7,6 +7,8 @@ Pure text from plain data, apart from ``Progress`` and ``warn_leak``, which writ
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import re
 import time
 import warnings
@@ -69,21 +71,12 @@ def short_message(result: CheckResult) -> str:
         parts[0] += f": {_rate(metric, growths[metric].per_step, result.units)}"
     diagnosis = result.diagnosis
     if diagnosis is not None and diagnosis.chain:
-        links = [diagnosis.chain[0]]
-        links += [link for link in _prefix_names(diagnosis.chain[1:])]
-        parts.append("held by " + " -> ".join(links))
+        first, *rest = diagnosis.chain
+        names = itertools.takewhile(lambda link: not _OBJECT_LINK.match(link), rest)
+        parts.append("held by " + " -> ".join([first, *names]))
     elif diagnosis is not None and diagnosis.cycle:
         parts.append("kept by a reference cycle")
     return ", ".join(parts)
-
-
-def _prefix_names(links: Iterable[str]) -> list[str]:
-    kept = []
-    for link in links:
-        if _OBJECT_LINK.match(link):
-            break
-        kept.append(link)
-    return kept
 
 
 def _counts(metric: str, units: Mapping[str, str]) -> str:
@@ -171,15 +164,6 @@ class Progress:
         self._every = every_s
         self._last = 0.0
 
-    def _write(self, text: str) -> None:
-        assert self._reporter_write is not None
-        suspended = getattr(self._capture, "global_and_fixture_disabled", None)
-        if suspended is None:
-            self._reporter_write(text)
-            return
-        with suspended():  # the test's output is being captured: write past it
-            self._reporter_write(text)
-
     def tick(self) -> None:
         """Call once per step call; calls past ``total`` are the diagnosis' steps."""
         self._calls += 1
@@ -189,7 +173,7 @@ class Progress:
         if now < self._after or now - self._last < self._every:
             return
         self._last = now
-        if self._calls <= self._total:
-            self._write(f"[step {self._calls}/{self._total}, {now:.0f} s] ")
-        else:
-            self._write(f"[diagnosing, {now:.0f} s] ")
+        what = f"step {self._calls}/{self._total}" if self._calls <= self._total else "diagnosing"
+        suspended = getattr(self._capture, "global_and_fixture_disabled", contextlib.nullcontext)
+        with suspended():  # the test's output is being captured: write past it
+            self._reporter_write(f"[{what}, {now:.0f} s] ")
