@@ -69,15 +69,9 @@ def step_error_text(exc: BaseException) -> str:
 
 def error_result(name: str, *, steps: int, warmup: int, exc: BaseException) -> CheckResult:
     """The result of a check whose step raised: no series and no verdict."""
-    return CheckResult(
-        name=name,
-        steps=steps,
-        warmup=warmup,
-        series={},
-        units={},
-        verdict=Verdict(leaked=False, reason="the step raised; no verdict"),
-        error=step_error_text(exc),
-    )
+    verdict = Verdict(leaked=False, reason="the step raised; no verdict")
+    return CheckResult(name=name, steps=steps, warmup=warmup, series={}, units={},
+                       verdict=verdict, error=step_error_text(exc))  # fmt: skip
 
 
 def explain(
@@ -123,14 +117,9 @@ def measure(
     (the tensors alive before the check, see ``reach``) and, on a leak, labelled in the
     diagnosis's reference chains.
     """
-    series = tracker.run(
-        step,
-        steps=settings.steps,
-        warmup=settings.warmup,
-        probes=settings.probes,
-        start_scan=settings.start_scan,
-        roots=list(roots().values()) if roots else (),
-    )
+    series = tracker.run(step, steps=settings.steps, warmup=settings.warmup,
+                         probes=settings.probes, start_scan=settings.start_scan,
+                         roots=list(roots().values()) if roots else ())  # fmt: skip
     return conclude(series, settings=settings, name=name, steps=settings.steps,
                      diagnose_step=diagnose_step, roots=roots, exclude=exclude)  # fmt: skip
 
@@ -238,13 +227,8 @@ def check(
     label = name or getattr(step, "__qualname__", None) or repr(step)
     resolved = _settings(f"check({label})", settings, options, "check")
     try:
-        result = measure(
-            step,
-            settings=resolved,
-            name=label,
-            diagnose_step=step,
-            roots=roots_of_frame(sys._getframe(1)),
-        )
+        result = measure(step, settings=resolved, name=label, diagnose_step=step,
+                         roots=roots_of_frame(sys._getframe(1)))  # fmt: skip
     except Exception as exc:
         if raise_on_leak:
             raise
@@ -275,14 +259,12 @@ class Track:
         name: str,
         raise_on_leak: bool,
         on_result: Callable[[CheckResult], None] | None = None,
-        roots: Callable[[], Mapping[str, object]] | None = None,
         steps: int | None = None,
     ) -> None:
         self._settings = settings
         self._name = name
         self._raise = raise_on_leak
         self._on_result = on_result
-        self._roots = roots
         self._steps = steps
         self._check: Any = None
 
@@ -300,22 +282,17 @@ class Track:
 
         if self._check is not None:
             raise RuntimeError("a track() block cannot be entered twice")
-        self._check = LoopCheck(
-            self._settings,
-            name=self._name,
-            steps=self._steps,
-            on_leak="raise" if self._raise else "return",
-            on_result=self._on_result,
-        )
+        self._check = LoopCheck(self._settings, name=self._name, steps=self._steps,
+                                on_leak="raise" if self._raise else "return",
+                                on_result=self._on_result)  # fmt: skip
         # The loop's state is in the caller's locals and globals: walk from them.
         frame = sys._getframe(1)
-        roots = self._roots or roots_of_frame(frame, (id(self),))
         self._check.start(
             length=None if self._steps is None else self._settings.warmup + self._steps,
-            roots=roots,
+            roots=roots_of_frame(frame, (id(self),)),
             start_objects=[*frame.f_locals.values(), frame.f_globals],
         )
-        del frame, roots
+        del frame
         return self
 
     def step(self) -> None:
@@ -346,9 +323,8 @@ class Track:
             # error result says at which step it was raised.
             tracker.annotate_step_error(exc, calls + 1, warmup, None)
             if check.result is None:
-                error = error_result(
-                    self._name, steps=max(0, calls - warmup), warmup=warmup, exc=exc
-                )
+                error = error_result(self._name, steps=max(0, calls - warmup), warmup=warmup,
+                                     exc=exc)  # fmt: skip
                 check.results.append(error)
                 if self._on_result is not None:
                     self._on_result(error)

@@ -279,10 +279,10 @@ class LoopCheck:
         finally:
             if observation is not None:
                 observation.release()
-        self._add_notes(result, at_end=at_end)
+        if at_end:
+            self._add_note(result)
         if final:
-            self._done = True
-            self._roots = dict
+            self.close()  # the sampler has ended: marks it done and lets go of the roots
         else:
             self._next_window(leaked=result.leaked)
         self.results.append(result)
@@ -320,27 +320,26 @@ class LoopCheck:
     def _result_name(self) -> str:
         if self.window is None:
             return self.name
-        first = self._window_start + 1
-        return f"{self.name} steps {first}-{self._calls}"
+        return f"{self.name} steps {self._window_start + 1}-{self._calls}"
 
-    def _add_notes(self, result: CheckResult, *, at_end: bool) -> None:
-        notes: list[str] = []
-        if at_end and self._length is None:
-            notes.append(
+    def _add_note(self, result: CheckResult) -> None:
+        """Judged after the loop ended: say why the holder may be missing."""
+        if self._length is None:
+            note = (
                 "the loop's length was not known, so it was judged after the loop ended: "
                 "teardown (an epoch-end hook clearing a list) may have freed the holder; "
                 "give the length (track(steps=N), a trainer's max_steps) to judge and "
                 "diagnose inside the loop"
             )
-        elif at_end:
-            notes.append(
+        else:
+            note = (
                 f"the loop ended after {self._calls} of {self._length} planned steps: judged "
                 "after it ended, when teardown may have freed the holder"
             )
         if result.diagnosis is not None:
-            result.diagnosis.notes.extend(notes)
-        elif notes and result.leaked:
-            result.verdict.reason += "; " + "; ".join(notes)
+            result.diagnosis.notes.append(note)
+        elif result.leaked:
+            result.verdict.reason += "; " + note
 
     def _report(
         self, result: CheckResult, error: type[GraphLeakError | api.UnmeasuredError]

@@ -37,6 +37,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from itertools import accumulate
 
 from pytest_graphleak.metrics import Metric, Recheck, format_rate
 from pytest_graphleak.result import Growth, Verdict
@@ -87,13 +88,8 @@ def slowest_leak_text(period: int) -> str:
 
 def suffix_floor(samples: Sequence[float]) -> list[float]:
     """``floor[i]``: the lowest value from sample ``i`` to the last."""
-    floors: list[float] = []
-    lowest = math.inf
-    for value in reversed(samples):
-        lowest = min(lowest, value)
-        floors.append(lowest)
-    floors.reverse()
-    return floors
+    floors = list(accumulate(reversed(samples), min, initial=math.inf))[1:]
+    return floors[::-1]
 
 
 def rising_period(floors: Sequence[float], max_period: int, tolerance: float = 0.0) -> int:

@@ -26,7 +26,7 @@ ON_LEAK = ("raise", "warn")
 
 class FrameworkCheck:
     """Base of the three callbacks, made with the ``CallbackOptions`` keywords; framework
-    hooks call ``_run_started``, ``_step_ended``, ``_run_ended`` and ``_run_failed``."""
+    hooks call ``_run_started``, ``_step_ended``, ``_run_ended`` and ``close``."""
 
     #: "lightning", "transformers" or "ignite": names results and error messages.
     framework = ""
@@ -104,9 +104,6 @@ class FrameworkCheck:
         __tracebackhide__ = True
         if self._check is not None and self._check.active:
             self._check.finish()
-
-    def _run_failed(self) -> None:
-        self.close()
 
 
 def _record_in_pytest(result: CheckResult) -> None:

@@ -18,8 +18,6 @@ when the next check starts, or by ``handler.close()``.
 
 from __future__ import annotations
 
-from typing import Any
-
 from ignite.engine import Engine, Events
 
 from pytest_graphleak.integrations.base import FrameworkCheck, remaining
@@ -37,19 +35,15 @@ class GraphLeakHandler(FrameworkCheck):
             raise TypeError(f"GraphLeakHandler.attach(engine): expected an ignite Engine, "
                             f"got {type(engine).__name__}")  # fmt: skip
         engine.add_event_handler(Events.STARTED, self._started)
-        engine.add_event_handler(Events.ITERATION_COMPLETED, self._iteration_completed)
-        engine.add_event_handler(Events.COMPLETED, self._completed)
+        # ignite calls a handler that takes no arguments without the engine
+        engine.add_event_handler(Events.ITERATION_COMPLETED, self._step_ended)
+        engine.add_event_handler(Events.COMPLETED, self._run_ended)
         return self
 
     def _started(self, engine: Engine) -> None:
         state = engine.state
-        max_iters = getattr(state, "max_iters", None)
-        if max_iters:
-            total: Any = max_iters
-        elif state.epoch_length and state.max_epochs:
-            total = state.epoch_length * state.max_epochs
-        else:
-            total = None
+        epochs = (state.epoch_length or 0) * (state.max_epochs or 0)  # 0: not known
+        total = getattr(state, "max_iters", None) or epochs
         function = getattr(engine, "_process_function", None)
         label = getattr(function, "__name__", type(function).__name__)
 
@@ -66,11 +60,3 @@ class GraphLeakHandler(FrameworkCheck):
             return found
 
         self._run_started(length=remaining(total, state.iteration), roots=roots, label=label)
-
-    def _iteration_completed(self, engine: Engine) -> None:
-        __tracebackhide__ = True
-        self._step_ended()
-
-    def _completed(self, engine: Engine) -> None:
-        __tracebackhide__ = True
-        self._run_ended()

@@ -101,7 +101,7 @@ class GraphLeakCallback(FrameworkCheck):
         self._run_ended()
 
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
-        self._run_failed()
+        self.close()
 
 
 def _rebuild(cls: Any, state: dict[str, Any]) -> Any:
