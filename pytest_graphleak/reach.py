@@ -53,29 +53,20 @@ _OPAQUE: frozenset[type] = frozenset(
 
 #: Containers whose size is known before listing them, by their C ``__len__`` (never
 #: user code, also for subclasses that override ``__len__``).
-_SIZES: tuple[tuple[type, Callable[[Any], int]], ...] = (
-    (list, list.__len__),
-    (tuple, tuple.__len__),
-    (dict, dict.__len__),
-    (set, set.__len__),
-    (frozenset, frozenset.__len__),
-    (deque, deque.__len__),
-)
+_SIZED = (list, tuple, dict, set, frozenset, deque)
 
 
 def _sizer(kind: type) -> Callable[[Any], int] | None:
-    return next((size for base, size in _SIZES if issubclass(kind, base)), None)
+    return next((base.__len__ for base in _SIZED if issubclass(kind, base)), None)
 
 
 class Reach:
-    """One walk's rules, with per-module decisions cached across walks by module name
-    (never by type or module object: the cache must not keep the user's classes alive)."""
+    """One walk's rules, with "is this module the user's" cached across walks by module
+    name (never by type or module object: the cache must not keep the user's classes alive)."""
 
     def __init__(self) -> None:
         # module name -> is it the user's (not stdlib, not an installed package)
         self._user_module: dict[str, bool] = {}
-        # module name -> is it pytest's or the plugin's
-        self._private: dict[str, bool] = {}
 
     def user_module(self, name: object) -> bool:
         if not isinstance(name, str):
@@ -88,20 +79,13 @@ class Reach:
             known = self._user_module[name] = found
         return known
 
-    def _is_private(self, module: str) -> bool:
-        known = self._private.get(module)
-        if known is None:
-            known = self._private[module] = is_private_module(module)
-        return known
-
     def _rule(self, kind: type) -> int:
         """What to do with objects of this type: _ENTER, _SKIP or _LOOK (per object)."""
         if kind is dict or issubclass(kind, (types.ModuleType, type)):
             return _LOOK
         if kind in _OPAQUE:
             return _SKIP
-        module = getattr(kind, "__module__", None)
-        return _SKIP if isinstance(module, str) and self._is_private(module) else _ENTER
+        return _SKIP if is_private_module(getattr(kind, "__module__", None)) else _ENTER
 
     def _look(self, obj: Any) -> bool:
         """Enter this dict, module or class?"""

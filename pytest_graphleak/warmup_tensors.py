@@ -40,10 +40,6 @@ class WarmupTensors:
         self._seen: dict[int, weakref.ref[Any]] = {}
         self._mode: Any = None
 
-    @property
-    def recording(self) -> bool:
-        return self._mode is not None
-
     def start(self) -> None:
         """Push the recording mode (torch must already be imported)."""
         if self._mode is not None:

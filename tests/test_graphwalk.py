@@ -9,12 +9,14 @@ from pytest_graphleak.heap.graphwalk import GraphWalk
 
 
 class Node:
-    def __init__(self, *inputs: Node) -> None:
+    """A graph node as torch and minigrad show it: ``next_functions`` pairs, Nones too."""
+
+    def __init__(self, *inputs: Node | None) -> None:
         self.inputs = list(inputs)
 
-
-def inputs(node: Node) -> list[Node]:
-    return node.inputs
+    @property
+    def next_functions(self) -> tuple[tuple[Node | None, int], ...]:
+        return tuple((node, 0) for node in self.inputs)
 
 
 def chain(length: int, below: Node | None = None) -> Node:
@@ -26,16 +28,16 @@ def chain(length: int, below: Node | None = None) -> Node:
 
 def test_counts_distinct_nodes_of_a_dag_exactly() -> None:
     leaf = Node()
-    a, b = Node(leaf), Node(leaf)
+    a, b = Node(leaf, None), Node(leaf)
     top = Node(a, b)
     visited: list[int] = []
-    walk = GraphWalk(inputs)
+    walk = GraphWalk()
     assert walk.count([top, a, None], lambda n: visited.append(id(n))) == 4
     assert len(visited) == 4 and not walk.truncated
 
 
 def test_past_the_bound_the_count_is_a_stable_lower_bound_that_still_grows() -> None:
-    walk = GraphWalk(inputs, new_per_walk=10)
+    walk = GraphWalk(new_per_walk=10)
     top = chain(100)
     first = walk.count([top])
     assert walk.truncated and 10 <= first < 100
@@ -46,16 +48,16 @@ def test_past_the_bound_the_count_is_a_stable_lower_bound_that_still_grows() -> 
 
 def test_an_unchanged_bound_walk_in_a_new_check_gives_the_same_count() -> None:
     top = chain(50)
-    assert GraphWalk(inputs, new_per_walk=10).count([top]) == GraphWalk(
-        inputs, new_per_walk=10
+    assert GraphWalk(new_per_walk=10).count([top]) == GraphWalk(
+        new_per_walk=10
     ).count([top])
-    assert GraphWalk(inputs).count([top]) == 50
+    assert GraphWalk().count([top]) == 50
 
 
 def test_keeps_no_node_alive() -> None:
     top = chain(30)
     ref = weakref.ref(top.inputs[0])
-    walk = GraphWalk(inputs, new_per_walk=5)
+    walk = GraphWalk(new_per_walk=5)
     walk.count([top])
     del top
     gc.collect()

@@ -50,7 +50,7 @@ from pytest_graphleak.diagnose.search import Path, find_cycle, shortest_path
 from pytest_graphleak.diagnose.sites import Site, memory_sites, per_step
 from pytest_graphleak.diagnose.stored import watch_holder
 from pytest_graphleak.diagnose.story import tell
-from pytest_graphleak.heap.graphwalk import NEW_PER_WALK, GraphWalk, graph_inputs
+from pytest_graphleak.heap.graphwalk import NEW_PER_WALK, GraphWalk
 from pytest_graphleak.metrics import Metric
 from pytest_graphleak.result import CreationSite, Diagnosis, Verdict, display_path
 
@@ -128,9 +128,11 @@ def _diagnose_with_step(
                 found = plain_cycle(obs, walker)
                 if found is not None:
                     cycle_path, hanging = found
+            cyclic_tensors = sum(1 for item in obs.cyclic if item.kind == TENSOR)
             notes.append(
-                f"{_count(obs.cyclic)} made by the diagnostic steps are freed only by "
-                "gc.collect(): they are kept by a reference cycle"
+                f"{cyclic_tensors} tensors and {len(obs.cyclic) - cyclic_tensors} graph nodes "
+                "made by the diagnostic steps are freed only by gc.collect(): they are kept "
+                "by a reference cycle"
             )
         elif obs.alive and chain_path is None:
             cycle_path = _first_cycle(obs.alive, walker)
@@ -166,7 +168,7 @@ def _diagnose_with_step(
         else:  # a loop that cannot be re-run: its recorded steps may show the growth
             grew = chain_path is not None and _grew_during_loop(chain_path, obs, notes)
 
-        graph = GraphWalk(graph_inputs)
+        graph = GraphWalk()
         nodes = _torch_leaked_nodes(obs, torch, chain_path, graph)
         runs = max(1, min(obs.recorded_runs, obs.runs_done))
         sites = _sites(obs, nodes, runs)
@@ -200,26 +202,15 @@ def _diagnose_with_step(
                 chain_path = growing_holder(all_roots, step, walker, notes)
                 chain = render_chain(chain_path, walker) if chain_path is not None else []
             sites = _memory_sites(step, notes)
-        stored = (
-            per_step(watched.stored, watched.steps)
-            if watched is not None and pattern in ("list-accumulation", "retained-grad-fn")
-            else []
-        )
+        stored = []
+        if watched is not None and pattern in ("list-accumulation", "retained-grad-fn"):
+            stored = per_step(watched.stored, watched.steps)
         story, fix = tell(pattern, graph_grew=facts.graph_grew,
                           tensors=grown.tensors or tensors > 0,
                           has_chain=chain_path is not None)  # fmt: skip
-        dot = render_dot(chain_path, cycle_path, walker)
-        return Diagnosis(
-            pattern=pattern,
-            chain=chain,
-            cycle=cycle,
-            sites=sites,
-            notes=notes,
-            dot=dot,
-            stored_at=stored,
-            story=story,
-            fix=fix,
-        )
+        return Diagnosis(pattern, chain=chain, cycle=cycle, sites=sites, notes=notes,
+                         dot=render_dot(chain_path, cycle_path, walker), stored_at=stored,
+                         story=story, fix=fix)  # fmt: skip
     finally:
         if chain_path is not None:
             chain_path.clear()
@@ -392,11 +383,6 @@ def _sites(obs: Observation, node_seqs: list[int], runs: int) -> list[CreationSi
         if site is not None:
             counts[site] += 1
     return per_step(counts, runs, obs.site_via)
-
-
-def _count(items: list[Leaked]) -> str:
-    tensors = sum(1 for item in items if item.kind == TENSOR)
-    return f"{tensors} tensors and {len(items) - tensors} graph nodes"
 
 
 def _memory_sites(step: Callable[[], object], notes: list[str]) -> list[CreationSite]:

@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from typing import Any
 
 from pytest_graphleak.diagnose.edges import PROXY_TYPES, Edge
-from pytest_graphleak.heap.graphwalk import graph_inputs
 from pytest_graphleak.probes.torch_probe import fake_tensor_type
 
 #: Kinds of objects a backend recognises.
@@ -80,9 +79,6 @@ class Backend:
 
     def grad_fn(self, tensor: Any) -> Any:
         return getattr(tensor, "grad_fn", None)
-
-    def next_nodes(self, node: Any) -> list[Any]:
-        return graph_inputs(node)
 
 
 def _attr_edges(attrs: dict[Any, Any] | None) -> Iterator[tuple[Edge, object]]:

@@ -10,6 +10,7 @@ the plugin's or pytest's own objects.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
 import sys
@@ -41,6 +42,9 @@ _NO_WALK_TYPES = (
 )
 
 _MAX_REPR = 40
+#: How each kind of edge reads in a chain, its key put in for {}.
+_TEXTS = {"key": "[{}]", "index": "[{}]", "next": ".next_functions[{}]", "attr": ".{}",
+          "closure": " closure '{}'", "grad_fn": ".grad_fn"}  # fmt: skip
 _MAX_ITEMS = 20_000  # one container's items looked at, at most
 
 
@@ -52,18 +56,8 @@ class Edge:
     key: Any = None
 
     def text(self) -> str:
-        if self.kind == "key":
-            return f"[{short_repr(self.key)}]"
-        if self.kind in ("index", "next"):
-            prefix = ".next_functions" if self.kind == "next" else ""
-            return f"{prefix}[{self.key}]"
-        if self.kind == "attr":
-            return f".{self.key}"
-        if self.kind == "closure":
-            return f" closure '{self.key}'"
-        if self.kind == "grad_fn":
-            return ".grad_fn"
-        return ""
+        key = short_repr(self.key) if self.kind == "key" else self.key
+        return _TEXTS.get(self.kind, "").format(key)
 
     @property
     def named(self) -> bool:
@@ -72,12 +66,10 @@ class Edge:
 
 
 def short_repr(value: Any) -> str:
-    try:
-        text = repr(value) if isinstance(value, (str, int, float, bool, bytes)) else None
-    except Exception:
-        text = None
-    if text is None:
-        text = f"<{type(value).__name__}>"
+    text = f"<{type(value).__name__}>"
+    if isinstance(value, (str, int, float, bool, bytes)):
+        with contextlib.suppress(Exception):  # e.g. an int too long to print
+            text = repr(value)
     return text if len(text) <= _MAX_REPR else text[: _MAX_REPR - 3] + "..."
 
 
@@ -92,9 +84,7 @@ def is_private(obj: object) -> bool:
 
 def _user_class(obj: object) -> bool:
     """A class of the user's code (one whose module is unknown counts as the user's)."""
-    if not isinstance(obj, type):
-        return False
-    return is_user_module(getattr(obj, "__module__", None)) is not False
+    return isinstance(obj, type) and is_user_module(getattr(obj, "__module__", None)) is not False
 
 
 class ObjectEdges:

@@ -56,7 +56,7 @@ def _graph_size(tensor: Any, walker: ObjectEdges) -> tuple[int, str]:
     if found is None:
         return 0, "0"
     backend = found[0]
-    graph = GraphWalk(backend.next_nodes, new_per_walk=_GRAPH_LIMIT)
+    graph = GraphWalk(new_per_walk=_GRAPH_LIMIT)
     size = graph.count([backend.grad_fn(tensor)])
     return size, f"{size}+" if graph.truncated else str(size)
 

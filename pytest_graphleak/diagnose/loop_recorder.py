@@ -43,9 +43,7 @@ class LoopRecorder:
         self.backends: list[Backend] = active_backends()
         self._torch = next((b for b in self.backends if isinstance(b, TorchBackend)), None)
         self._mg = next((b for b in self.backends if isinstance(b, MinigradBackend)), None)
-        torch = self._torch.torch if self._torch is not None else None
-        self._mode: Any = make_torch_recorder(torch) if torch is not None else None
-        self._mode_on = False
+        self._mode: Any = make_torch_recorder(self._torch.torch) if self._torch else None
         self._mg_previous: bool | None = None
         # id -> (weak reference, backend, kind, step); step 0: alive before recording.
         self._made: dict[int, tuple[weakref.ref[Any], Backend, str, int]] = {}
@@ -64,7 +62,6 @@ class LoopRecorder:
             self._mg_previous = self._mg.mg.record_creation_sites(True)
         if self._mode is not None:
             self._mode.__enter__()
-            self._mode_on = True
         self.recording = True
 
     def stop_step(self) -> None:
@@ -75,11 +72,10 @@ class LoopRecorder:
             self._seq_hi = self._torch.current_sequence_nr()
 
     def _leave_modes(self) -> None:
-        self.recording = False
-        if self._mode_on:
-            self._mode_on = False
+        if self.recording and self._mode is not None:
             with contextlib.suppress(Exception):  # someone else's mode left on top of ours
                 self._mode.__exit__(None, None, None)
+        self.recording = False
         if self._mg is not None and self._mg_previous is not None:
             self._mg.mg.record_creation_sites(self._mg_previous)
             self._mg_previous = None
@@ -104,5 +100,3 @@ class LoopRecorder:
         self._made.clear()
         if self._mode is not None:
             self._mode.forget()
-            self._mode.node_sites.clear()
-            self._mode.pack_hooks.clear()

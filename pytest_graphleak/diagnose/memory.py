@@ -102,8 +102,15 @@ def survey(roots: Sequence[tuple[str, object]], walker: ObjectEdges) -> Survey:
                 chunk = list(islice(references, _CHUNK))
             except Exception:  # an object whose attributes raise: skip the rest of it
                 chunk = []
-            for edge, child in chunk:
-                _note_child(found, obj, edge, child, index, queues[index], charged, walker)
+            for edge, child in chunk:  # weigh array slots; queue within the root's share
+                size = array_bytes(child, walker)
+                if size is not None:
+                    found.slots[(id(obj), edge)] = (size, child)
+                share_left = charged[index] < MAX_PER_ROOT
+                if share_left and id(child) not in seen and walker.walkable(child):
+                    seen[id(child)] = child
+                    charged[index] += 1
+                    queues[index].append(child)
             expanding[index] = current if len(chunk) == _CHUNK else None
             if expanding[index] is not None or queues[index]:
                 turns.append(index)
@@ -112,22 +119,6 @@ def survey(roots: Sequence[tuple[str, object]], walker: ObjectEdges) -> Survey:
             queue.clear()
         expanding.clear()
     return found
-
-
-def _note_child(found: Survey, parent: object, edge: Edge, child: object, index: int,
-                queue: deque[object], charged: list[int], walker: ObjectEdges) -> None:  # fmt: skip
-    """Weigh an array slot, and queue the child for its root (within its share)."""
-    size = array_bytes(child, walker)
-    if size is not None:
-        found.slots[(id(parent), edge)] = (size, child)
-    if charged[index] >= MAX_PER_ROOT:
-        return
-    seen = found.held
-    if id(child) in seen or not walker.walkable(child):
-        return
-    seen[id(child)] = child
-    charged[index] += 1
-    queue.append(child)
 
 
 def _item_bytes(item: object, walker: ObjectEdges) -> int:

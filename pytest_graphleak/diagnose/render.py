@@ -11,6 +11,7 @@ described on its own (``list(len=12)``); tensors and graph nodes are always desc
 
 from __future__ import annotations
 
+import itertools
 import types
 from collections import deque
 from typing import Any
@@ -22,6 +23,7 @@ from pytest_graphleak.diagnose.search import Path
 _MAX_NODE_RUN = 4
 #: Nodes drawn in the DOT picture, at most.
 MAX_DOT_NODES = 40
+_SIZED = (list, tuple, dict, set, frozenset, deque)
 
 
 def describe(obj: Any, walker: ObjectEdges) -> str:
@@ -36,56 +38,43 @@ def describe(obj: Any, walker: ObjectEdges) -> str:
         return f"function {getattr(obj, '__qualname__', '?')}"
     if isinstance(obj, type):
         return f"class {obj.__qualname__}"
-    if isinstance(obj, (list, tuple, dict, set, frozenset, deque)):
+    if isinstance(obj, _SIZED):
         return f"{type(obj).__name__}(len={len(obj)})"
     return type(obj).__name__
 
 
 def _short_type(obj: Any, walker: ObjectEdges) -> str:
-    if isinstance(obj, (types.FunctionType, types.MethodType)):
-        return f"function {getattr(obj, '__qualname__', '?')}"
+    """``describe`` less a container's length, and a class without the word "class"."""
     if isinstance(obj, type):
         return obj.__qualname__
-    if walker.backend_of(obj) is not None:
-        return describe(obj, walker)
-    return type(obj).__name__
+    if isinstance(obj, _SIZED):
+        return type(obj).__name__
+    return describe(obj, walker)
 
 
 def _labels(objects: list[Any], edges: list[Edge], walker: ObjectEdges) -> list[str]:
-    """One label per object, merged with the edge that leaves it when that edge is named."""
+    """One label per object, merged with the edge that leaves it when that edge is named
+    (for a tensor or graph node: an attribute)."""
     labels: list[str] = []
     for i, obj in enumerate(objects):
         out = edges[i] if i < len(edges) else None
-        if walker.backend_of(obj) is not None:
-            label = describe(obj, walker)
-            if out is not None and out.kind == "attr":
-                label += out.text()
-        elif out is not None and out.named:
-            label = _short_type(obj, walker) + out.text()
+        ours = walker.backend_of(obj) is not None
+        if out is not None and (out.kind == "attr" if ours else out.named):
+            labels.append(_short_type(obj, walker) + out.text())
         else:
-            label = describe(obj, walker)
-        labels.append(label)
+            labels.append(describe(obj, walker))
     return labels
 
 
 def _elide_node_runs(labels: list[str], is_node: list[bool]) -> list[str]:
     """Shorten long runs of graph nodes: ``A -> B -> ... (7 more nodes) -> Z``."""
     out: list[str] = []
-    i = 0
-    while i < len(labels):
-        if not is_node[i]:
-            out.append(labels[i])
-            i += 1
-            continue
-        j = i
-        while j < len(labels) and is_node[j]:
-            j += 1
-        run = labels[i:j]
-        if len(run) > _MAX_NODE_RUN:
-            hidden = len(run) - 3
-            run = [*run[:2], f"... ({hidden} more graph nodes)", run[-1]]
+    pairs = zip(labels, is_node, strict=True)
+    for nodes, group in itertools.groupby(pairs, key=lambda pair: pair[1]):
+        run = [label for label, _ in group]
+        if nodes and len(run) > _MAX_NODE_RUN:
+            run = [*run[:2], f"... ({len(run) - 3} more graph nodes)", run[-1]]
         out.extend(run)
-        i = j
     return out
 
 

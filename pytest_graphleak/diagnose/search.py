@@ -37,29 +37,20 @@ class Path:
         self.edges.clear()
 
 
-@dataclass
-class SearchStats:
-    visited: int = 0
-    truncated: bool = False
-
-
 def shortest_path(
     roots: Sequence[tuple[str, object]],
     is_target: Callable[[object], bool],
     walker: ObjectEdges,
     *,
     max_visited: int = MAX_VISITED,
-    max_seconds: float = MAX_SECONDS,
-    stats: SearchStats | None = None,
 ) -> Path | None:
     """Shortest labelled path from any root to an object for which ``is_target`` holds.
 
     All roots start at depth 0, in the given order, so that on a tie the first root wins.
     Each object queued is charged to the root it was reached from; past ``MAX_PER_ROOT``
-    that root queues nothing more (the search is then marked truncated), so a root that
-    reaches a huge dataset cannot starve the others.
+    that root queues nothing more, so a root that reaches a huge dataset cannot starve
+    the others.
     """
-    stats = stats if stats is not None else SearchStats()
     # id -> (object, parent id or None, edge from the parent, root index)
     seen: dict[int, tuple[object, int | None, Edge | None, int]] = {}
     queue: deque[int] = deque()
@@ -73,17 +64,15 @@ def shortest_path(
             if is_target(obj):
                 return _path(seen, id(obj), labels)
             queue.append(id(obj))
-        deadline = time.perf_counter() + max_seconds
+        deadline = time.perf_counter() + MAX_SECONDS
+        visited = 0
         while queue:
             current = queue.popleft()
             obj, _, _, root_index = seen[current]
             if charged[root_index] >= MAX_PER_ROOT:
                 continue  # that root's share is spent: its queued objects stay unexpanded
-            stats.visited += 1
-            if stats.visited > max_visited or (
-                stats.visited % 1024 == 0 and time.perf_counter() > deadline
-            ):
-                stats.truncated = True
+            visited += 1
+            if visited > max_visited or (visited % 1024 == 0 and time.perf_counter() > deadline):
                 return None
             try:
                 out = list(walker.edges(obj))
@@ -91,18 +80,14 @@ def shortest_path(
                 continue
             for edge, child in out:
                 cid = id(child)
-                if cid in seen or not holds_references(child, walker):
-                    continue
-                if not walker.walkable(child):
+                if cid in seen or not holds_references(child, walker) or not walker.walkable(child):
                     continue
                 seen[cid] = (child, current, edge, root_index)
                 if is_target(child):
                     return _path(seen, cid, labels)
-                if charged[root_index] >= MAX_PER_ROOT:
-                    stats.truncated = True
-                    continue
-                charged[root_index] += 1
-                queue.append(cid)
+                if charged[root_index] < MAX_PER_ROOT:
+                    charged[root_index] += 1
+                    queue.append(cid)
         return None
     finally:
         seen.clear()
@@ -162,9 +147,7 @@ def find_cycle(start: object, walker: ObjectEdges, *, max_visited: int = 50_000)
                 cid = id(child)
                 if cid == target:
                     return _cycle(seen, current, edge, start)
-                if cid in seen or not holds_references(child, walker):
-                    continue
-                if not walker.walkable(child):
+                if cid in seen or not holds_references(child, walker) or not walker.walkable(child):
                     continue
                 seen[cid] = (child, current, edge)
                 queue.append(cid)

@@ -190,6 +190,8 @@ def make_torch_recorder(torch: Any) -> Any:
 
         def forget(self) -> None:
             self.tensor_sites.clear()
+            self.node_sites.clear()
+            self.pack_hooks.clear()
             self.via.clear()
 
     return TorchSiteRecorder()

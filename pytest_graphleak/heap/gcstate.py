@@ -73,7 +73,7 @@ class Settings:
 
 
 class Measuring:
-    """gc as a check needs it from ``begin()`` to ``end()`` (also a context manager).
+    """gc as a check needs it from ``begin()`` to ``end()``.
 
     ``objects()`` is the one "objects since the freeze" mechanism: the objects created
     since the last ``freeze()``, or the whole unfrozen heap when the user froze objects
@@ -121,10 +121,3 @@ class Measuring:
         if self._saved is not None:
             self._saved.restore()
             self._saved = None
-
-    def __enter__(self) -> Measuring:
-        self.begin()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.end()

@@ -28,26 +28,11 @@ from typing import Any
 NEW_PER_WALK = 10_000
 
 
-def graph_inputs(node: Any) -> list[Any]:
-    """The nodes a graph node feeds on (torch's and minigrad's ``next_functions``),
-    without the Nones."""
-    try:
-        pairs = node.next_functions
-    except Exception:  # a released, foreign or exotic node: nothing more to walk
-        return []
-    return [pair[0] for pair in pairs if pair[0] is not None]
-
-
 class GraphWalk:
-    """Walks over graph nodes, bounded per walk, remembered for one check."""
+    """Walks over graph nodes (torch's and minigrad's ``next_functions``), bounded per
+    walk, remembered for one check."""
 
-    def __init__(
-        self,
-        inputs: Callable[[Any], list[Any]] = graph_inputs,
-        *,
-        new_per_walk: int = NEW_PER_WALK,
-    ) -> None:
-        self._inputs = inputs
+    def __init__(self, *, new_per_walk: int = NEW_PER_WALK) -> None:
         self.new_per_walk = new_per_walk
         self._expanded: set[int] = set()  # ids only: never keeps a node alive
         self._cut: set[int] = set()
@@ -60,8 +45,7 @@ class GraphWalk:
         seen: dict[int, Any] = {}
         stack = [node for node in starts if node is not None]
         push = stack.append
-        expanded, cut, inputs = self._expanded, self._cut, self._inputs
-        pairs_of = inputs is graph_inputs  # the common case, inlined: this loop is hot
+        expanded, cut = self._expanded, self._cut
         budget = self.new_per_walk
         try:
             while stack:
@@ -81,18 +65,13 @@ class GraphWalk:
                         continue
                     budget -= 1
                     expanded.add(key)
-                if pairs_of:
-                    try:
-                        pairs = node.next_functions
-                    except Exception:  # a released, foreign or exotic node
-                        continue
-                    for child, _ in pairs:
-                        if child is not None and id(child) not in seen:
-                            push(child)
-                else:
-                    for child in inputs(node):
-                        if id(child) not in seen:
-                            push(child)
+                try:
+                    pairs = node.next_functions
+                except Exception:  # a released, foreign or exotic node: nothing more to walk
+                    continue
+                for child, _ in pairs:
+                    if child is not None and id(child) not in seen:
+                        push(child)
             return len(seen)
         finally:
             seen.clear()
