@@ -161,80 +161,60 @@ class Option:
 _PER_CHECK = frozenset({"pytest", "marker", "check", "track"})
 
 OPTIONS: tuple[Option, ...] = (
-    Option(
-        "enabled", "bool", False,
-        "run @pytest.mark.no_graph_growth tests warmup+steps times and fail them when "
-        "tensors, graph nodes, cyclic garbage or memory grow (default: off)",
-        frozenset({"pytest"}), "--graphleak", "graphleak", _bool,
-    ),
-    Option(
-        "steps", "int", DEFAULT_STEPS,
-        f"measured steps per checked test, after warmup (default: {DEFAULT_STEPS}; "
-        "12 or more catch a leak of one object every third step)",
-        _PER_CHECK, "--graphleak-steps", "graphleak_steps",
-        _int_at_least(1), metavar="N", command_flag="--steps",
-    ),
-    Option(
-        "warmup", "int", DEFAULT_WARMUP,
-        f"unmeasured warmup steps before the measured ones (default: {DEFAULT_WARMUP})",
-        _PER_CHECK, "--graphleak-warmup", "graphleak_warmup",
-        _int_at_least(0), metavar="N", command_flag="--warmup",
-    ),
-    Option(
-        "rss_tolerance", "size", float(DEFAULT_RSS_TOLERANCE),
-        "process RSS (and CUDA reserved) growth per step that is still allocator noise, "
-        "in bytes or with a unit like 512KiB or 2MiB (default: 1MiB)",
-        _PER_CHECK, "--graphleak-rss-tolerance", "graphleak_rss_tolerance",
-        _byte_size, metavar="SIZE", command_flag="--rss-tolerance",
-    ),
-    Option(
-        "probes", "names", None,
-        f"probes to sample among {', '.join(PROBE_NAMES)} (comma-separated, or a list in "
-        "an ini/TOML file), or 'all' (default: all whose library is already imported)",
-        _PER_CHECK, "--graphleak-probes", "graphleak_probes",
-        _probes, metavar="NAMES", command_flag="--probes",
-    ),
-    Option(
-        "start_scan", "choice", "roots",
-        "how a check finds the tensors alive before its first step, whose graphs can grow "
-        "in place (total += loss): 'roots' walks what the test reaches (fixture values, "
-        "self, the step's closure and globals, the user's modules) and records the tensors "
-        "the warmup steps pass to torch operations (with warmup=0: no recording, and past "
-        "100k objects the walk falls back to 'heap'); 'heap' scans every object, O(heap) "
-        "per check: needed only for a tensor the walk does not reach (a library's globals, "
-        "past its limit) that no warmup step passes to a torch operation (default: roots)",
-        _PER_CHECK, "--graphleak-start-scan", "graphleak_start_scan",
-        _start_scan, metavar="roots|heap", command_flag="--start-scan",
-    ),
-    Option(
-        "diagnose", "bool", True,
-        "diagnose each leak: referrer chain, creation sites (on by default; the flag, or "
-        "the ini key set to false, turns it off, and the failure then names the pattern "
-        "from the counts alone)",
-        _PER_CHECK, "--graphleak-no-diagnose", "graphleak_diagnose",
-        _bool, flag_value=False, command_flag="--no-diagnose",
-    ),
-    Option(
-        "warn_only", "bool", False,
-        "report leaks (warning, summary, reports) without failing the tests",
-        frozenset({"pytest"}), "--graphleak-warn-only", "graphleak_warn_only", _bool,
-    ),
-    Option(
-        "report", "path", None,
-        "write a JSON report of every graphleak check to PATH (schema in the docs); an "
-        "existing file is replaced only if it is a graphleak JSON report. Relative paths: "
-        "to the current directory, or to an ini file's own directory",
-        frozenset({"pytest"}), "--graphleak-report", "graphleak_report",
-        _path, metavar="PATH", command_flag="--json",
-    ),
-    Option(
-        "html", "path", None,
-        "write a self-contained HTML report (charts, culprit chains, graph drawings) of "
-        "every graphleak check to PATH; existing files and relative paths as for the JSON "
-        "report",
-        frozenset({"pytest"}), "--graphleak-html", "graphleak_html",
-        _path, metavar="PATH", command_flag="--html",
-    ),
+    Option("enabled", "bool", False,
+           "run @pytest.mark.no_graph_growth tests warmup+steps times and fail them when "
+           "tensors, graph nodes, cyclic garbage or memory grow (default: off)",
+           frozenset({"pytest"}), "--graphleak", "graphleak", _bool),
+    Option("steps", "int", DEFAULT_STEPS,
+           f"measured steps per checked test, after warmup (default: {DEFAULT_STEPS}; "
+           "12 or more catch a leak of one object every third step)",
+           _PER_CHECK, "--graphleak-steps", "graphleak_steps",
+           _int_at_least(1), metavar="N", command_flag="--steps"),
+    Option("warmup", "int", DEFAULT_WARMUP,
+           f"unmeasured warmup steps before the measured ones (default: {DEFAULT_WARMUP})",
+           _PER_CHECK, "--graphleak-warmup", "graphleak_warmup",
+           _int_at_least(0), metavar="N", command_flag="--warmup"),
+    Option("rss_tolerance", "size", float(DEFAULT_RSS_TOLERANCE),
+           "process RSS (and CUDA reserved) growth per step that is still allocator noise, "
+           "in bytes or with a unit like 512KiB or 2MiB (default: 1MiB)",
+           _PER_CHECK, "--graphleak-rss-tolerance", "graphleak_rss_tolerance",
+           _byte_size, metavar="SIZE", command_flag="--rss-tolerance"),
+    Option("probes", "names", None,
+           f"probes to sample among {', '.join(PROBE_NAMES)} (comma-separated, or a list in "
+           "an ini/TOML file), or 'all' (default: all whose library is already imported)",
+           _PER_CHECK, "--graphleak-probes", "graphleak_probes",
+           _probes, metavar="NAMES", command_flag="--probes"),
+    Option("start_scan", "choice", "roots",
+           "how a check finds the tensors alive before its first step, whose graphs can grow "
+           "in place (total += loss): 'roots' walks what the test reaches (fixture values, "
+           "self, the step's closure and globals, the user's modules) and records the tensors "
+           "the warmup steps pass to torch operations (with warmup=0: no recording, and past "
+           "100k objects the walk falls back to 'heap'); 'heap' scans every object, O(heap) "
+           "per check: needed only for a tensor the walk does not reach (a library's globals, "
+           "past its limit) that no warmup step passes to a torch operation (default: roots)",
+           _PER_CHECK, "--graphleak-start-scan", "graphleak_start_scan",
+           _start_scan, metavar="roots|heap", command_flag="--start-scan"),
+    Option("diagnose", "bool", True,
+           "diagnose each leak: referrer chain, creation sites (on by default; the flag, or "
+           "the ini key set to false, turns it off, and the failure then names the pattern "
+           "from the counts alone)",
+           _PER_CHECK, "--graphleak-no-diagnose", "graphleak_diagnose",
+           _bool, flag_value=False, command_flag="--no-diagnose"),
+    Option("warn_only", "bool", False,
+           "report leaks (warning, summary, reports) without failing the tests",
+           frozenset({"pytest"}), "--graphleak-warn-only", "graphleak_warn_only", _bool),
+    Option("report", "path", None,
+           "write a JSON report of every graphleak check to PATH (schema in the docs); an "
+           "existing file is replaced only if it is a graphleak JSON report. Relative paths: "
+           "to the current directory, or to an ini file's own directory",
+           frozenset({"pytest"}), "--graphleak-report", "graphleak_report",
+           _path, metavar="PATH", command_flag="--json"),
+    Option("html", "path", None,
+           "write a self-contained HTML report (charts, culprit chains, graph drawings) of "
+           "every graphleak check to PATH; existing files and relative paths as for the JSON "
+           "report",
+           frozenset({"pytest"}), "--graphleak-html", "graphleak_html",
+           _path, metavar="PATH", command_flag="--html"),
 )  # fmt: skip
 
 OPTIONS_BY_KEY: dict[str, Option] = {option.key: option for option in OPTIONS}

@@ -155,8 +155,7 @@ class Sampler:
         try:
             measuring.begin()
             self._probes = make_probes(self._probe_names)
-            for probe in self._probes:
-                self.result.metrics.update((metric.name, metric) for metric in probe.metrics)
+            self.result.metrics.update((m.name, m) for probe in self._probes for m in probe.metrics)
             # Watches for libraries the step uses that no probe measures (no silent pass).
             self._coverage = Coverage(self._probe_names, self._probes)
             self._probes.extend(self._coverage.watchers)
@@ -189,10 +188,8 @@ class Sampler:
         found = None
         if walk:
             limit = RECORDING_WALK_LIMIT if record else DEFAULT_LIMIT
-            try:
+            with contextlib.suppress(Exception):  # an object breaks the walk's rules: no walk
                 found = reachable(roots or [], limit=limit)
-            except Exception:  # an object that breaks the walk's rules: another way
-                found = None
         if record:
             self._recorder = WarmupTensors()
             self.result.start_scan = "warmup" if found is None else "roots+warmup"

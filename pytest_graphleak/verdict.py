@@ -57,21 +57,16 @@ class Limits:
         return float(self.noise) if metric.noisy else 0.0
 
 
-def judged_window(values: Sequence[float], warmup: int) -> list[float]:
-    """The baseline (last warmup sample, if any) followed by the measured samples."""
-    start = warmup - 1 if warmup >= 1 else 0
-    return [float(v) for v in values[start:]]
-
-
 def measured_samples(values: Sequence[float], warmup: int) -> list[float]:
     """The samples the rule judges: the measured steps, without the baseline.
 
-    The baseline is whatever the warmup left (a lazily created state, a spike), so it
-    takes part only when there is a single measured step to compare it with.
+    The baseline (the last warmup sample) is whatever the warmup left (a lazily created
+    state, a spike), so it takes part only when there is a single measured step to
+    compare it with.
     """
-    window = judged_window(values, warmup)
     if warmup == 0:  # no warmup, no baseline: every sample is a measured step
-        return window
+        return [float(v) for v in values]
+    window = [float(v) for v in values[warmup - 1 :]]
     return window if len(window) <= 2 else window[1:]
 
 
@@ -117,10 +112,10 @@ def metric_grows(values: Sequence[float], warmup: int, tolerance: float = 0.0) -
 
 
 def growth_of(metric: str, values: Sequence[float], warmup: int) -> Growth:
-    """From-what-to-what over the measured steps, and the floor's mean rise per step
-    (never thrown off by a warmup spike in the baseline or a spike in one step)."""
-    window = judged_window(values, warmup)
-    measured = [float(v) for v in values[warmup:]] or window
+    """From-what-to-what over the measured steps (``judge`` checked there is one), and
+    the floor's mean rise per step (never thrown off by a warmup spike in the baseline or
+    a spike in one step)."""
+    measured = [float(v) for v in values[warmup:]]
     floors = suffix_floor(measured_samples(values, warmup))
     per_step = (floors[-1] - floors[0]) / max(1, len(floors) - 1)
     return Growth(metric=metric, start=measured[0], end=measured[-1], per_step=per_step)
