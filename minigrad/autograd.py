@@ -23,7 +23,7 @@ import functools
 import threading
 import weakref
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, ParamSpec, TypeVar
 
 import numpy as np
 
@@ -32,7 +32,8 @@ from minigrad.counters import COUNTS, NODE_CREATED, NODE_FREED, RECORDING, user_
 if TYPE_CHECKING:
     from minigrad.tensor import AutogradMeta, Tensor
 
-F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 # --------------------------------------------------------------------------- grad mode
@@ -63,15 +64,15 @@ class set_grad_enabled:
     def __exit__(self, *exc: object) -> None:
         GRAD_MODE.enabled = self._previous.pop()
 
-    def __call__(self, fn: F) -> F:
+    def __call__(self, fn: Callable[P, R]) -> Callable[P, R]:
         mode = self.mode
 
         @functools.wraps(fn)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
+        def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
             with set_grad_enabled(mode):
                 return fn(*args, **kwargs)
 
-        return wrapper  # type: ignore[return-value]
+        return wrapper
 
 
 class no_grad(set_grad_enabled):
@@ -237,7 +238,7 @@ def run_backward(root: Node, grad: np.ndarray, retain_graph: bool = False) -> No
     deps: dict[Node, int] = {root: 0}
     stack = [root]
     while stack:
-        for child in stack.pop().next_nodes:  # type: ignore[union-attr]
+        for child in stack.pop().next_nodes or ():  # (None only once released: not here)
             if child is None:
                 continue
             n = deps.get(child)
@@ -262,7 +263,7 @@ def run_backward(root: Node, grad: np.ndarray, retain_graph: bool = False) -> No
             outs = node.backward(g)
         if children and not retain_graph:
             node.release()
-        for i, child in enumerate(children):  # type: ignore[arg-type]
+        for i, child in enumerate(children or ()):
             if child is None:
                 continue
             if outs is not None:
@@ -312,6 +313,7 @@ class FunctionCtx:
 
     saved_tensors: tuple[Any, ...]
     needs_input_grad: tuple[bool, ...]
+    _input_shapes: tuple[tuple[int, ...], ...]  # checked against backward's gradients
 
     def __init__(self) -> None:
         self.saved_tensors = ()
@@ -337,7 +339,7 @@ class FunctionNode(Node):
                 f"{fn.__name__}.backward returned {len(grads)} gradient(s) for "
                 f"{len(edges)} input(s) of forward()"
             )
-        shapes = ctx._input_shapes  # type: ignore[attr-defined]
+        shapes = ctx._input_shapes
         out: list[np.ndarray | None] = []
         for i, (gi, edge) in enumerate(zip(grads, edges, strict=True)):
             if edge is None or gi is None:
@@ -390,7 +392,7 @@ class Function:
         edges = tuple(grad_edge(a) if recording and isinstance(a, Tensor) else None for a in args)
         ctx = FunctionCtx()
         ctx.needs_input_grad = tuple(e is not None for e in edges)
-        ctx._input_shapes = tuple(np.shape(a) for a in arrays)  # type: ignore[attr-defined]
+        ctx._input_shapes = tuple(np.shape(a) for a in arrays)
         out = cls.forward(ctx, *arrays)
         if isinstance(out, Tensor) or not isinstance(out, (np.ndarray, np.generic, float, int)):
             raise TypeError(

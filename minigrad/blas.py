@@ -40,7 +40,7 @@ def _libraries() -> list[ctypes.CDLL]:
     return libs
 
 
-def _find(names: tuple[str, ...]) -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
+def _find(names: tuple[str, ...]) -> ctypes._NamedFuncPointer | None:
     for lib in _libraries():
         for name in names:
             fn = getattr(lib, name, None)

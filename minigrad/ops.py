@@ -12,8 +12,8 @@ Non-tensor operands (Python numbers, numpy arrays) are constants: no edge, no gr
 from __future__ import annotations
 
 import builtins
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -46,12 +46,25 @@ def _data(x: Any) -> Any:
     raise TypeError(f"minigrad op: unsupported operand of type {type(x).__name__}: {x!r}")
 
 
+class OpNode(Node):
+    """A node of a built-in op: its ``forward`` on arrays sits beside its ``backward``."""
+
+    __slots__ = ()
+    forward: ClassVar[Callable[..., tuple[Array, Any]]]
+
+    @property
+    def edges(self) -> tuple[Node | None, ...]:
+        """``next_nodes`` while backward can still run (it never runs on a released node)."""
+        assert self.next_nodes is not None, "backward through a released node"
+        return self.next_nodes
+
+
 def _edge(x: Any) -> Node | None:
     return grad_edge(x) if isinstance(x, Tensor) else None
 
 
-def unary(cls: type[Node], x: Tensor, *args: Any) -> Tensor:
-    out, saved = cls.forward(x._impl.data, *args)  # type: ignore[attr-defined]
+def unary(cls: type[OpNode], x: Tensor, *args: Any) -> Tensor:
+    out, saved = cls.forward(x._impl.data, *args)
     if GRAD_MODE.enabled and x._meta is not None:
         edge = grad_edge(x)
         if edge is not None:
@@ -61,8 +74,8 @@ def unary(cls: type[Node], x: Tensor, *args: Any) -> Tensor:
     return make_tensor(out, None)
 
 
-def binary(cls: type[Node], a: Any, b: Any) -> Tensor:
-    out, saved = cls.forward(_data(a), _data(b))  # type: ignore[attr-defined]
+def binary(cls: type[OpNode], a: Any, b: Any) -> Tensor:
+    out, saved = cls.forward(_data(a), _data(b))
     if GRAD_MODE.enabled:
         ea, eb = _edge(a), _edge(b)
         if ea is not None or eb is not None:
@@ -72,8 +85,8 @@ def binary(cls: type[Node], a: Any, b: Any) -> Tensor:
     return make_tensor(out, None)
 
 
-def nary(cls: type[Node], inputs: Sequence[Any], *args: Any) -> Tensor:
-    out, saved = cls.forward(*[_data(x) for x in inputs], *args)  # type: ignore[attr-defined]
+def nary(cls: type[OpNode], inputs: Sequence[Any], *args: Any) -> Tensor:
+    out, saved = cls.forward(*[_data(x) for x in inputs], *args)
     if GRAD_MODE.enabled:
         edges = tuple(_edge(x) for x in inputs)
         if any(e is not None for e in edges):
@@ -83,13 +96,13 @@ def nary(cls: type[Node], inputs: Sequence[Any], *args: Any) -> Tensor:
     return make_tensor(out, None)
 
 
-def inplace(cls: type[Node], t: Tensor, other: Any, what: str) -> Tensor:
+def inplace(cls: type[OpNode], t: Tensor, other: Any, what: str) -> Tensor:
     """``t <op>= other`` in place: t's storage is rebound to the result and its version
     bumped; under grad mode t's grad_fn becomes the op's node (its old graph is an input),
     which is how ``total.add_(loss)`` keeps every step's graph alive."""
     t._check_inplace(what)
     data = t._impl.data
-    out, saved = cls.forward(data, _data(other))  # type: ignore[attr-defined]
+    out, saved = cls.forward(data, _data(other))
     if out.shape != data.shape:
         raise ValueError(f"{what}: result shape {out.shape} cannot be written into {data.shape}")
     out = out.astype(data.dtype, copy=False)
@@ -111,7 +124,7 @@ def inplace(cls: type[Node], t: Tensor, other: Any, what: str) -> Tensor:
 
 
 # --------------------------------------------------------------------------- arithmetic
-class AddBackward(Node):
+class AddBackward(OpNode):
     __slots__ = ()
 
     @staticmethod
@@ -120,14 +133,14 @@ class AddBackward(Node):
 
     def backward(self, g: Array) -> Grads:
         sa, sb = self.saved
-        na, nb = self.next_nodes  # type: ignore[misc]
+        na, nb = self.edges
         return (
             unbroadcast(g, sa) if na is not None else None,
             unbroadcast(g, sb) if nb is not None else None,
         )
 
 
-class SubBackward(Node):
+class SubBackward(OpNode):
     __slots__ = ()
 
     @staticmethod
@@ -136,14 +149,14 @@ class SubBackward(Node):
 
     def backward(self, g: Array) -> Grads:
         sa, sb = self.saved
-        na, nb = self.next_nodes  # type: ignore[misc]
+        na, nb = self.edges
         return (
             unbroadcast(g, sa) if na is not None else None,
             unbroadcast(-g, sb) if nb is not None else None,
         )
 
 
-class MulBackward(Node):
+class MulBackward(OpNode):
     __slots__ = ()
 
     @staticmethod
@@ -152,14 +165,14 @@ class MulBackward(Node):
 
     def backward(self, g: Array) -> Grads:
         a, b = self.saved
-        na, nb = self.next_nodes  # type: ignore[misc]
+        na, nb = self.edges
         return (
             unbroadcast(g * b, np.shape(a)) if na is not None else None,
             unbroadcast(g * a, np.shape(b)) if nb is not None else None,
         )
 
 
-class DivBackward(Node):
+class DivBackward(OpNode):
     __slots__ = ()
 
     @staticmethod
@@ -168,14 +181,14 @@ class DivBackward(Node):
 
     def backward(self, g: Array) -> Grads:
         a, b = self.saved
-        na, nb = self.next_nodes  # type: ignore[misc]
+        na, nb = self.edges
         return (
             unbroadcast(g / b, np.shape(a)) if na is not None else None,
             unbroadcast(-g * a / (b * b), np.shape(b)) if nb is not None else None,
         )
 
 
-class PowBackward(Node):
+class PowBackward(OpNode):
     __slots__ = ()
 
     @staticmethod
@@ -185,7 +198,7 @@ class PowBackward(Node):
 
     def backward(self, g: Array) -> Grads:
         a, b, out = self.saved
-        na, nb = self.next_nodes  # type: ignore[misc]
+        na, nb = self.edges
         ga = gb = None
         if na is not None:
             ga = unbroadcast(g * b * np.power(a, b - 1), np.shape(a))
@@ -196,7 +209,7 @@ class PowBackward(Node):
         return ga, gb
 
 
-class NegBackward(Node):
+class NegBackward(OpNode):
     __slots__ = ()
 
     @staticmethod
@@ -207,7 +220,7 @@ class NegBackward(Node):
         return (-g,)
 
 
-class MatmulBackward(Node):
+class MatmulBackward(OpNode):
     __slots__ = ()
 
     @staticmethod
@@ -216,7 +229,7 @@ class MatmulBackward(Node):
 
     def backward(self, g: Array) -> Grads:
         a, b = self.saved
-        na, nb = self.next_nodes  # type: ignore[misc]
+        na, nb = self.edges
         # 1-d operands are promoted to matrices (as matmul does), then squeezed back.
         a2 = a.reshape(1, -1) if a.ndim == 1 else a
         b2 = b.reshape(-1, 1) if b.ndim == 1 else b
@@ -233,7 +246,7 @@ class MatmulBackward(Node):
         return ga, gb
 
 
-class LinearBackward(Node):
+class LinearBackward(OpNode):
     """``x @ weight.T + bias`` in one node (weight is ``(out, in)``, as torch)."""
 
     __slots__ = ()
@@ -247,14 +260,14 @@ class LinearBackward(Node):
 
     def backward(self, g: Array) -> Grads:
         x, w = self.saved
-        edges = self.next_nodes
-        nx, nw = edges[0], edges[1]  # type: ignore[index]
+        edges = self.edges
+        nx, nw = edges[0], edges[1]
         g2 = g.reshape(-1, g.shape[-1])
         gx = g @ w if nx is not None else None
         gw = g2.T @ x.reshape(-1, x.shape[-1]) if nw is not None else None
-        if len(edges) == 2:  # type: ignore[arg-type]
+        if len(edges) == 2:
             return gx, gw
-        gb = g2.sum(axis=0) if edges[2] is not None else None  # type: ignore[index]
+        gb = g2.sum(axis=0) if edges[2] is not None else None
         return gx, gw, gb
 
 
@@ -276,7 +289,7 @@ def _expand(g: Array, shape: tuple[int, ...], axes: tuple[int, ...], keepdims: b
     return np.broadcast_to(g, shape)
 
 
-class SumBackward(Node):
+class SumBackward(OpNode):
     __slots__ = ()
 
     @staticmethod
@@ -289,7 +302,7 @@ class SumBackward(Node):
         return (_expand(g, shape, axes, keepdims),)
 
 
-class MeanBackward(Node):
+class MeanBackward(OpNode):
     __slots__ = ()
 
     @staticmethod
@@ -305,7 +318,7 @@ class MeanBackward(Node):
         return (_expand(g / count, shape, axes, keepdims),)
 
 
-class MaxBackward(Node):
+class MaxBackward(OpNode):
     """Max over axes; ties share the gradient equally."""
 
     __slots__ = ()
@@ -325,7 +338,7 @@ class MaxBackward(Node):
 
 
 # --------------------------------------------------------------------------- elementwise
-class ExpBackward(Node):
+class ExpBackward(OpNode):
     __slots__ = ()
 
     @staticmethod
@@ -337,7 +350,7 @@ class ExpBackward(Node):
         return (g * self.saved,)
 
 
-class LogBackward(Node):
+class LogBackward(OpNode):
     __slots__ = ()
 
     @staticmethod
@@ -348,7 +361,7 @@ class LogBackward(Node):
         return (g / self.saved,)
 
 
-class SqrtBackward(Node):
+class SqrtBackward(OpNode):
     __slots__ = ()
 
     @staticmethod
@@ -360,7 +373,7 @@ class SqrtBackward(Node):
         return (g / (2 * self.saved),)
 
 
-class TanhBackward(Node):
+class TanhBackward(OpNode):
     __slots__ = ()
 
     @staticmethod
@@ -373,7 +386,7 @@ class TanhBackward(Node):
         return (g * (1 - out * out),)
 
 
-class ReluBackward(Node):
+class ReluBackward(OpNode):
     __slots__ = ()
 
     @staticmethod
@@ -385,7 +398,7 @@ class ReluBackward(Node):
         return (g * (self.saved > 0),)
 
 
-class SigmoidBackward(Node):
+class SigmoidBackward(OpNode):
     __slots__ = ()
 
     @staticmethod
@@ -401,7 +414,7 @@ class SigmoidBackward(Node):
 
 
 # --------------------------------------------------------------------------- shape
-class ReshapeBackward(Node):
+class ReshapeBackward(OpNode):
     __slots__ = ()
 
     @staticmethod
@@ -412,7 +425,7 @@ class ReshapeBackward(Node):
         return (g.reshape(self.saved),)
 
 
-class PermuteBackward(Node):
+class PermuteBackward(OpNode):
     __slots__ = ()
 
     @staticmethod
@@ -423,16 +436,16 @@ class PermuteBackward(Node):
         return (np.transpose(g, self.saved),)
 
 
-class TransposeBackward(Node):
+class TransposeBackward(OpNode):
     """Swap two axes (or reverse all of them)."""
 
     __slots__ = ()
 
     @staticmethod
     def forward(a: Array, d0: int | None, d1: int | None) -> tuple[Array, Any]:
-        if d0 is None:
+        if d0 is None or d1 is None:  # transpose(): all axes reversed
             return a.T, None
-        return np.swapaxes(a, d0, d1), (d0, d1)  # type: ignore[arg-type]
+        return np.swapaxes(a, d0, d1), (d0, d1)
 
     def backward(self, g: Array) -> Grads:
         if self.saved is None:
@@ -465,7 +478,7 @@ def _plain_index(index: Any) -> Any:
     return index
 
 
-class IndexBackward(Node):
+class IndexBackward(OpNode):
     """``a[index]`` with ints, slices, None, Ellipsis, integer arrays and boolean masks."""
 
     __slots__ = ()
@@ -484,7 +497,7 @@ class IndexBackward(Node):
         return (ga,)
 
 
-class CatBackward(Node):
+class CatBackward(OpNode):
     __slots__ = ()
 
     @staticmethod
@@ -498,7 +511,7 @@ class CatBackward(Node):
         return tuple(np.split(g, bounds, axis=axis))
 
 
-class StackBackward(Node):
+class StackBackward(OpNode):
     __slots__ = ()
 
     @staticmethod
@@ -512,7 +525,7 @@ class StackBackward(Node):
 
 
 # --------------------------------------------------------------------------- fused NN ops
-class SoftmaxBackward(Node):
+class SoftmaxBackward(OpNode):
     __slots__ = ()
 
     @staticmethod
@@ -526,7 +539,7 @@ class SoftmaxBackward(Node):
         return (out * (g - (g * out).sum(axis=axis, keepdims=True)),)
 
 
-class LogSoftmaxBackward(Node):
+class LogSoftmaxBackward(OpNode):
     """Stable: ``x - max - log(sum(exp(x - max)))``."""
 
     __slots__ = ()
@@ -542,7 +555,7 @@ class LogSoftmaxBackward(Node):
         return (g - np.exp(out) * g.sum(axis=axis, keepdims=True),)
 
 
-class CrossEntropyBackward(Node):
+class CrossEntropyBackward(OpNode):
     """Mean (or sum) negative log-likelihood of integer targets under a stable log-softmax
     over the last axis; ``logits (..., C)``, ``targets (...)``."""
 
@@ -580,7 +593,7 @@ class CrossEntropyBackward(Node):
         return grad.reshape(shape), None
 
 
-class LayerNormBackward(Node):
+class LayerNormBackward(OpNode):
     """Normalize over the last axis, then scale and shift: one node instead of eight."""
 
     __slots__ = ()
@@ -596,7 +609,7 @@ class LayerNormBackward(Node):
 
     def backward(self, g: Array) -> Grads:
         xhat, rstd, w = self.saved
-        nx, nw, nb = self.next_nodes  # type: ignore[misc]
+        nx, nw, nb = self.edges
         lead = tuple(range(g.ndim - 1))
         gw = (g * xhat).sum(axis=lead) if nw is not None else None
         gb = g.sum(axis=lead) if nb is not None else None
@@ -611,7 +624,7 @@ class LayerNormBackward(Node):
         return gx, gw, gb
 
 
-class EmbeddingBackward(Node):
+class EmbeddingBackward(OpNode):
     """Rows of a weight table: ``weight[indices]``."""
 
     __slots__ = ()

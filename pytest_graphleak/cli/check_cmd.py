@@ -126,6 +126,7 @@ def _print_step_error(exc: BaseException) -> None:
     traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
     what = "the step raised"
     if isinstance(exc, SystemExit):
-        what = f"the step called sys.exit({exc.code!r}) at step {exc.graphleak_step}"  # type: ignore[attr-defined]
+        step = getattr(exc, "graphleak_step", None)  # set by check() on the step's errors
+        what = f"the step called sys.exit({exc.code!r}) at step {step}"
     print(f"graphleak check: {what}, so there is no leak verdict (exit code 3)",
           file=sys.stderr)

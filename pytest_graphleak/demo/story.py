@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 
 from pytest_graphleak.cli.exits import EXIT_CLEAN, EXIT_LEAK, UsageError
 from pytest_graphleak.demo.backends import Backend, Counter, minigrad_backend, torch_backend
@@ -142,14 +143,14 @@ def _plot_path(path: str | None) -> Path | None:
     return target
 
 
-def _run_variant(variant: Variant, backend: Backend, script: object, display: Display, *,
+def _run_variant(variant: Variant, backend: Backend, script: ModuleType, display: Display, *,
                  steps: int, warmup: int, every: int) -> RunOutcome:
     from pytest_graphleak import GraphLeakError, check
 
     parts = backend.build(SEED)
     recorder = PhaseRecorder()
     # The diagnosis names this local in its reference chain ("local 'trainer'").
-    trainer = script.Trainer(  # type: ignore[attr-defined]
+    trainer = script.Trainer(
         parts.model, parts.optimizer, parts.loss_fn, parts.next_batch, recorder.record
     )
     del parts
