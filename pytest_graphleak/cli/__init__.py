@@ -22,17 +22,10 @@ import importlib
 import os
 import sys
 import textwrap
-import traceback
 from collections.abc import Sequence
 
 from pytest_graphleak import __version__
-from pytest_graphleak.cli.exits import (
-    EXIT_INTERRUPTED,
-    EXIT_USAGE,
-    EXIT_USER_CODE,
-    UsageError,
-    UserCodeError,
-)
+from pytest_graphleak.cli.exits import EXIT_INTERRUPTED, EXIT_USAGE, UsageError
 
 __all__ = ["build_parser", "main"]
 
@@ -194,12 +187,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         print(f"graphleak {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except UserCodeError as exc:
-        cause = exc.__cause__
-        if cause is not None:
-            traceback.print_exception(type(cause), cause, cause.__traceback__, file=sys.stderr)
-        print(f"graphleak {args.command}: {exc}", file=sys.stderr)
-        return EXIT_USER_CODE
     except KeyboardInterrupt:
         print(f"\ngraphleak {args.command}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

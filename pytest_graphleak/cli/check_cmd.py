@@ -10,14 +10,15 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
+from pytest_graphleak.api import GraphLeakError, UnmeasuredError, check, error_result
 from pytest_graphleak.cli.exits import UsageError, UserCodeError, exit_code
 from pytest_graphleak.cli.outputs import checked_outputs, document_for, write_report
-from pytest_graphleak.cli.summary import render_result, verdict_line
 from pytest_graphleak.cli.target import Target, resolve, running_as
 from pytest_graphleak.options import OptionError, Settings, settings_from_command
 from pytest_graphleak.report.environment import describe_run
 from pytest_graphleak.report.html import render_html
 from pytest_graphleak.report.json_doc import dumps
+from pytest_graphleak.report.text import render_result, verdict_line
 from pytest_graphleak.result import CheckResult
 
 
@@ -39,11 +40,8 @@ def run_check(args: argparse.Namespace) -> int:
             target, targets[number] = targets[number], None  # hold no step once checked
             if isinstance(target, Target):
                 with running_as(target.script):
-                    result, raised = _measure(target.func, target.name, settings)
+                    result = _measure(target.func, target.name, settings)
                 del target
-                if raised is not None:
-                    _print_step_error(raised)
-                    del raised
             else:
                 assert target is not None
                 result = target  # its module could not be imported
@@ -65,8 +63,6 @@ def run_check(args: argparse.Namespace) -> int:
 def _load(spec: str, settings: Settings) -> Target | CheckResult:
     """The target, or an error result when importing its module failed (the user's code:
     exit code 3, with a row in the reports); a bad spec is a UsageError."""
-    from pytest_graphleak.api import error_result
-
     try:
         return resolve(spec)
     except UserCodeError as exc:
@@ -97,36 +93,28 @@ def _write_reports(
         write_report(html_path, render_html(document, environment=environment), "--html")
 
 
-def _measure(
-    step: Callable[[], object], name: str, settings: Settings
-) -> tuple[CheckResult, BaseException | None]:
-    """Run the check; a raising step gives an error result and its exception.
+def _measure(step: Callable[[], object], name: str, settings: Settings) -> CheckResult:
+    """Run the check; a raising step gives an error result (its traceback on stderr).
 
     This frame's locals are what the diagnosis sees as "local" roots, so it holds
     nothing but the step.
     """
-    from pytest_graphleak.api import GraphLeakError, UnmeasuredError, check, error_result
     try:
-        return check(step, name=name, raise_on_leak=True, settings=settings), None
+        return check(step, name=name, raise_on_leak=True, settings=settings)
     except (GraphLeakError, UnmeasuredError) as leak:
-        if leak.result is None:  # pragma: no cover - check() always attaches it
-            raise
-        return leak.result, None
+        assert leak.result is not None  # check() always attaches it
+        return leak.result
     except (Exception, SystemExit) as exc:  # sys.exit() in a step is no clean exit
-        if getattr(exc, "graphleak_step", None) is None:
+        at_step = getattr(exc, "graphleak_step", None)  # set by check() on the step's errors
+        if at_step is None:
             # Not raised by the step: check() rejected an option before running it.
             if isinstance(exc, ValueError):
                 raise UsageError(str(exc)) from None
             raise
-        error = error_result(name, steps=settings.steps, warmup=settings.warmup, exc=exc)
-        return error, exc
-
-
-def _print_step_error(exc: BaseException) -> None:
-    traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
-    what = "the step raised"
-    if isinstance(exc, SystemExit):
-        step = getattr(exc, "graphleak_step", None)  # set by check() on the step's errors
-        what = f"the step called sys.exit({exc.code!r}) at step {step}"
-    print(f"graphleak check: {what}, so there is no leak verdict (exit code 3)",
-          file=sys.stderr)
+        traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
+        what = "the step raised"
+        if isinstance(exc, SystemExit):
+            what = f"the step called sys.exit({exc.code!r}) at step {at_step}"
+        print(f"graphleak check: {what}, so there is no leak verdict (exit code 3)",
+              file=sys.stderr)
+        return error_result(name, steps=settings.steps, warmup=settings.warmup, exc=exc)

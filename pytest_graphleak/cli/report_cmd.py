@@ -9,9 +9,9 @@ from typing import Any
 
 from pytest_graphleak.cli.exits import UsageError, exit_code
 from pytest_graphleak.cli.outputs import checked_outputs, write_report
-from pytest_graphleak.cli.summary import render_result
 from pytest_graphleak.report.html import render_html
 from pytest_graphleak.report.json_doc import DOCUMENT_SCHEMA_VERSION, load_schema
+from pytest_graphleak.report.text import render_result
 from pytest_graphleak.report.validate import SchemaError, validate
 from pytest_graphleak.result import CheckResult
 

@@ -49,37 +49,28 @@ def running_as(script: str) -> Iterator[None]:
 def resolve(spec: str) -> Target:
     """Import the module named by ``spec`` and return its zero-argument step function."""
     spec = spec.strip()
-    if "::" in spec:
-        file_part, attr = spec.split("::", 1)
+    load: Callable[[str], ModuleType]
+    if "::" in spec:  # the script: its file, or its module's name
+        script, attr = spec.split("::", 1)
         attr = attr.replace("::", ".")  # FILE.py::Class::method, as pytest writes node ids
-        script = file_part
-        with running_as(script):
-            module = _import_file(file_part)
-        where = file_part
+        where, load = script, _import_file
     elif ":" in spec and not _looks_like_windows_path(spec):
-        module_name, attr = spec.split(":", 1)
-        _current_directory_importable()
-        script = module_name
-        with running_as(script):
-            module = _import_module(module_name)
-        where = f"module '{module_name}'"
+        script, attr = spec.split(":", 1)
+        if "" not in sys.path and os.getcwd() not in sys.path:
+            sys.path.insert(0, os.getcwd())  # first, as ``python -m`` puts it
+        where, load = f"module '{script}'", _import_module
     elif spec.endswith(".py") or "/" in spec or "\\" in spec:
         raise UsageError(f"name the step function too: '{spec}::FUNCTION'")
     else:
         raise UsageError(
             f"'{spec}' does not name a step function: write FILE.py::FUNCTION or MODULE:FUNCTION"
         )
+    with running_as(script):
+        module = load(script)
     if not attr or any(not part.isidentifier() for part in attr.split(".")):
         raise UsageError(f"'{attr}' in '{spec}' is not a function name")
     func = _require_plain_zero_arg(_lookup(module, attr, where), spec)
     return Target(name=spec, func=func, script=script)
-
-
-def _current_directory_importable() -> None:
-    """``python -m`` puts the current directory first on sys.path; so do we."""
-    cwd = os.getcwd()
-    if "" not in sys.path and cwd not in sys.path:
-        sys.path.insert(0, cwd)
 
 
 def _looks_like_windows_path(spec: str) -> bool:

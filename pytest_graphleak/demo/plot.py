@@ -39,17 +39,10 @@ class Metric:
 
 
 def render_plot(
-    title: str,
-    leaky_runs: Sequence[PlotRun],
-    fixed: PlotRun,
-    metrics: Sequence[Metric],
-    *,
-    cell_w: int = 380,
-    cell_h: int = 170,
+    title: str, leaky_runs: Sequence[PlotRun], fixed: PlotRun, metrics: Sequence[Metric]
 ) -> str:
-    columns = max(len(leaky_runs), 1)
-    header = 58
-    width = cell_w * columns + 20
+    cell_w, cell_h, header = 380, 170, 58
+    width = cell_w * max(len(leaky_runs), 1) + 20
     height = header + cell_h * len(metrics) + 10
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '

@@ -15,14 +15,7 @@ from pytest_graphleak.report.scale import ticks, value_range
 
 
 def series_chart(
-    values: Sequence[float],
-    *,
-    warmup: int,
-    title: str,
-    unit: str,
-    highlight: bool = False,
-    width: int = 420,
-    height: int = 150,
+    values: Sequence[float], *, warmup: int, title: str, unit: str, highlight: bool = False
 ) -> str:
     """One metric over all steps as an inline ``<svg>``: warmup steps shaded, one dot
     per step with a tooltip, round y-axis ticks on an honest scale (``report.scale``:
@@ -31,7 +24,7 @@ def series_chart(
 
     ``highlight`` draws the line in the alarm colour (the metric grew).
     """
-    left, right, top, bottom = 64, 12, 22, 24
+    width, height, left, right, top, bottom = 420, 150, 64, 12, 22, 24
     plot_w, plot_h = width - left - right, height - top - bottom
     base = _base(values, warmup) if unit == "bytes" else 0.0
     shown = [float(v) - base if finite(v) else math.nan for v in values]
