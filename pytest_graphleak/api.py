@@ -59,12 +59,10 @@ def judged(series: tracker.Series, settings: Settings) -> Verdict:
 
 
 def step_error_text(exc: BaseException) -> str:
-    step = getattr(exc, "graphleak_step", None)
-    at = f" at step {step}" if step else ""
-    if step and getattr(exc, "graphleak_measuring", False):
-        at = f" while measuring after step {step}"
+    """``ValueError: boom at step 3``: the step's exception, placed by the tracker."""
+    where = getattr(exc, "graphleak_where", "")
     message = str(exc).replace("\n" + getattr(exc, "graphleak_note", "\0"), "")
-    return f"{type(exc).__name__}: {message}{at}"
+    return f"{type(exc).__name__}: {message}" + (f" {where}" if where else "")
 
 
 def error_result(name: str, *, steps: int, warmup: int, exc: BaseException) -> CheckResult:
@@ -120,8 +118,8 @@ def measure(
     series = tracker.run(step, steps=settings.steps, warmup=settings.warmup,
                          probes=settings.probes, start_scan=settings.start_scan,
                          roots=list(roots().values()) if roots else ())  # fmt: skip
-    return conclude(series, settings=settings, name=name, steps=settings.steps,
-                     diagnose_step=diagnose_step, roots=roots, exclude=exclude)  # fmt: skip
+    return conclude(series, settings=settings, name=name, diagnose_step=diagnose_step,
+                    roots=roots, exclude=exclude)  # fmt: skip
 
 
 def conclude(
@@ -129,7 +127,6 @@ def conclude(
     *,
     settings: Settings,
     name: str,
-    steps: int,
     diagnose_step: Callable[[], object] | None,
     roots: Callable[[], Mapping[str, object]] | None,
     exclude: Collection[int],
@@ -137,21 +134,14 @@ def conclude(
     verdict: Verdict | None = None,
 ) -> CheckResult:
     """verdict (``judged``, unless given) -> (leak only) diagnosis -> CheckResult, from a
-    measured series."""
+    series measured over ``settings.warmup`` and then the judged steps."""
     verdict = _recheck(verdict or judged(series, settings), series)
     if series.notes and (not verdict.leaked or verdict.pattern == "memory-growth"):
         # What the measurement could not see matters when it found no graph growth.
         verdict.reason = "; ".join([verdict.reason, *series.notes])
-    result = CheckResult(
-        name=name,
-        steps=steps,
-        warmup=settings.warmup,
-        series=series.series,
-        units=series.units,
-        verdict=verdict,
-        duration_s=series.duration_s,
-        notes=list(series.probe_notes),
-    )
+    result = CheckResult(name=name, steps=series.calls - settings.warmup, warmup=settings.warmup,
+                         series=series.series, units=series.units, verdict=verdict,
+                         duration_s=series.duration_s, notes=list(series.probe_notes))  # fmt: skip
     remarks = list(series.coverage_notes)
     if series.unmeasured and not verdict.leaked:
         result.unmeasured = series.unmeasured  # no clean verdict without a measurement
@@ -314,17 +304,16 @@ class Track:
         assert check is not None
         warmup = self._settings.warmup
         if exc is not None:
-            calls = check.calls
             check.close()
             if isinstance(exc, GraphLeakError):
                 return  # the check's own verdict, raised at its judged step
             # The block ended by raising (anything, pytest.fail() and timeouts included):
             # its own exception propagates, and unless the check was judged already, an
             # error result says at which step it was raised.
-            tracker.annotate_step_error(exc, calls + 1, warmup, None)
+            tracker.annotate_step_error(exc, check.calls + 1, warmup, None)
             if check.result is None:
-                error = error_result(self._name, steps=max(0, calls - warmup), warmup=warmup,
-                                     exc=exc)  # fmt: skip
+                error = error_result(self._name, steps=max(0, check.calls - warmup),
+                                     warmup=warmup, exc=exc)  # fmt: skip
                 check.results.append(error)
                 if self._on_result is not None:
                     self._on_result(error)
@@ -332,10 +321,9 @@ class Track:
         if not check.active:
             return  # judged inside the loop (steps=N)
         if check.calls - warmup < 1 or check.calls < 2:
-            calls = check.calls
             check.close()
             raise ValueError(
-                f"{self._name}: track(warmup={warmup}) saw {calls} t.step() calls; "
+                f"{self._name}: track(warmup={warmup}) saw {check.calls} t.step() calls; "
                 f"it needs at least warmup + 2 (and warmup + 12 to catch slow leaks)"
             )
         check.finish()

@@ -272,9 +272,8 @@ class LoopCheck:
             window.coverage_notes = whole.coverage_notes
         try:
             result = api.conclude(
-                window, settings=settings, name=self._result_name(), steps=window.calls - warmup,
-                diagnose_step=None, roots=self._roots, exclude=(id(self),),
-                observation=observation, verdict=verdict,
+                window, settings=settings, name=self._result_name(), diagnose_step=None,
+                roots=self._roots, exclude=(id(self),), observation=observation, verdict=verdict,
             )  # fmt: skip
         finally:
             if observation is not None:

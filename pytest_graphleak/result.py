@@ -169,18 +169,12 @@ class CheckResult:
             diag["stored_at"] = [CreationSite(**s) for s in diag.get("stored_at", [])]
             diagnosis = Diagnosis(**diag)
         return cls(
-            name=data["name"],
-            steps=data["steps"],
-            warmup=data["warmup"],
+            name=data["name"], steps=data["steps"], warmup=data["warmup"],
             series={k: [_number(x) for x in v] for k, v in data["series"].items()},
-            units=dict(data["units"]),
-            verdict=Verdict(**verdict_data),
-            diagnosis=diagnosis,
-            duration_s=data.get("duration_s", 0.0),
-            error=data.get("error"),
-            unmeasured=data.get("unmeasured"),
-            notes=list(data.get("notes", [])),
-        )
+            units=dict(data["units"]), verdict=Verdict(**verdict_data), diagnosis=diagnosis,
+            duration_s=data.get("duration_s", 0.0), error=data.get("error"),
+            unmeasured=data.get("unmeasured"), notes=list(data.get("notes", [])),
+        )  # fmt: skip
 
 
 def _number(value: Any) -> Any:

@@ -105,7 +105,7 @@ def annotate_step_error(
     where = f"while measuring after step {call}" if measuring else f"at step {call}"
     note = f"graphleak: raised {where}{of} ({phase}; warmup={warmup})"
     exc.graphleak_step = call  # type: ignore[attr-defined]
-    exc.graphleak_measuring = measuring  # type: ignore[attr-defined]
+    exc.graphleak_where = where  # type: ignore[attr-defined]
     exc.graphleak_note = note  # type: ignore[attr-defined]
     if getattr(exc, "pytrace", True) is False and isinstance(getattr(exc, "msg", None), str):
         # pytest.fail(..., pytrace=False) shows only its message, never the notes.

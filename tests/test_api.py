@@ -157,9 +157,11 @@ def recheck_run(recheck: Recheck | Exception) -> CheckResult:
         series={cached.name: [float(i * 2**20) for i in range(19)]},
         metrics={cached.name: cached},
         rechecking=[probe],
+        calls=19,
     )
-    result = api.conclude(series, settings=Settings(diagnose=False), name="n", steps=16,
+    result = api.conclude(series, settings=Settings(diagnose=False), name="n",
                            diagnose_step=None, roots=None, exclude=())  # fmt: skip
+    assert (result.steps, result.warmup) == (16, 3)
     assert probe.calls == 1
     assert series.rechecking == []  # dropped after use: it held the probe
     return result

@@ -89,8 +89,7 @@ class FrameworkCheck:
             on_leak = "warn"
         node = plugin.running_nodeid() if plugin is not None else None
         name = f"{node}::{self.framework}({label})" if node else f"{self.framework}({label})"
-        if self._check is not None:
-            self._check.close()
+        self.close()
         self._check = LoopCheck(settings, name=name, steps=self.steps, window=self.window,
                                 on_leak=on_leak, on_result=_record_in_pytest)  # fmt: skip
         self._check.start(length=length, roots=roots)
@@ -102,8 +101,8 @@ class FrameworkCheck:
 
     def _run_ended(self) -> None:
         __tracebackhide__ = True
-        if self._check is not None and self._check.active:
-            self._check.finish()
+        if self._check is not None:
+            self._check.finish()  # nothing to do once judged
 
 
 def _record_in_pytest(result: CheckResult) -> None:

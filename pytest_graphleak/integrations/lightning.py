@@ -18,6 +18,7 @@ Lightning flavour already imported when it is made (``lightning.pytorch`` and/or
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import sys
 from typing import Any
@@ -31,11 +32,9 @@ def _callback_bases() -> tuple[type, ...]:
     imported = [sys.modules[name] for name in _FLAVOURS if name in sys.modules]
     if not imported:
         for name in _FLAVOURS:
-            try:
+            with contextlib.suppress(ImportError):
                 imported = [importlib.import_module(name)]
                 break
-            except ImportError:
-                continue
     if not imported:
         raise ImportError(
             "GraphLeakCallback needs Lightning: pip install lightning (or pytorch-lightning)"
