@@ -1,15 +1,6 @@
-"""The ``graphleak`` command: a demo that tells the story, and leak checks outside pytest.
-
-::
-
-    graphleak demo [--steps N] [--torch] [--plot PATH]
-    graphleak check FILE.py::FUNCTION | MODULE:FUNCTION [--steps N] [--warmup N]
-                    [--json PATH] [--html PATH]
-    graphleak report PATH.json [--html OUT]
-
-Exit codes (``pytest_graphleak.cli.exits``): 0 clean, 1 leak, 2 bad usage, 3 the user's
-code raised (importing the target or running the step), 4 no verdict (the probes measured
-nothing the step uses), 130 interrupted.
+"""The ``graphleak`` command: ``demo`` tells the story, ``check`` checks a step outside
+pytest, ``report`` shows a saved report (usage and exit codes: the help texts below and
+``cli.exits``).
 
 Each command's module is imported only when that command runs, so ``--help`` is quick and
 the demo never imports torch unless asked to.
@@ -26,6 +17,7 @@ from collections.abc import Sequence
 
 from pytest_graphleak import __version__
 from pytest_graphleak.cli.exits import EXIT_INTERRUPTED, EXIT_USAGE, UsageError
+from pytest_graphleak.options import OptionError, add_command_flags
 
 __all__ = ["build_parser", "main"]
 
@@ -97,8 +89,6 @@ def positive_int(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from pytest_graphleak.options import add_command_flags
-
     formatter = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(
         prog="graphleak",
@@ -184,7 +174,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     module, function = args.run  # imported only now: see the module docstring
     try:
         return int(getattr(importlib.import_module(module), function)(args))
-    except UsageError as exc:
+    except (UsageError, OptionError) as exc:
         print(f"graphleak {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:

@@ -12,22 +12,19 @@ from pathlib import Path
 
 from pytest_graphleak.api import GraphLeakError, UnmeasuredError, check, error_result
 from pytest_graphleak.cli.exits import UsageError, UserCodeError, exit_code
-from pytest_graphleak.cli.outputs import checked_outputs, document_for, write_report
+from pytest_graphleak.cli.outputs import checked_outputs, write_report
 from pytest_graphleak.cli.target import Target, resolve, running_as
-from pytest_graphleak.options import OptionError, Settings, settings_from_command
+from pytest_graphleak.options import Settings, settings_from_command
 from pytest_graphleak.report.environment import describe_run
 from pytest_graphleak.report.html import render_html
-from pytest_graphleak.report.json_doc import dumps
+from pytest_graphleak.report.json_doc import CheckedTest, build_document, dumps
 from pytest_graphleak.report.text import render_result, verdict_line
 from pytest_graphleak.result import CheckResult
 
 
 def run_check(args: argparse.Namespace) -> int:
     # Everything the command line can get wrong fails before the first step runs.
-    try:
-        settings = settings_from_command(args)
-    except OptionError as exc:
-        raise UsageError(str(exc)) from None
+    settings = settings_from_command(args)  # (an OptionError is a usage error)
     outputs = checked_outputs(
         ("--json", settings.report, "json"), ("--html", settings.html, "html")
     )
@@ -75,17 +72,16 @@ def _load(spec: str, settings: Settings) -> Target | CheckResult:
         return result
 
 
-def _write_reports(
-    args: argparse.Namespace,
-    outputs: list[Path | None],
-    results: list[CheckResult],
-    notes: list[str],
-    started: float,
-) -> None:
+def _write_reports(args: argparse.Namespace, outputs: list[Path | None],
+                   results: list[CheckResult], notes: list[str], started: float) -> None:
     json_path, html_path = outputs  # checked before the first step ran
     if json_path is None and html_path is None:
         return
-    document = document_for(results, notes)
+    # One test per checked step, as the session report writes them (a leak or a raising
+    # step is a failed test).
+    tests = [CheckedTest(r.name, "failed" if (r.leaked or r.error) else "passed", [r.to_dict()])
+             for r in results]
+    document = build_document(tests, generated_by="graphleak check", notes=notes)
     if json_path is not None:
         write_report(json_path, dumps(document), "--json")
     if html_path is not None:

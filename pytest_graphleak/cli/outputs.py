@@ -1,16 +1,14 @@
-"""The reports the ``graphleak`` command writes: the same JSON document and HTML file as
-``pytest --graphleak-report`` / ``--graphleak-html`` (``report.json_doc``, ``report.html``)."""
+"""Files the ``graphleak`` command writes (reports, the demo's plot): each path checked
+before anything runs, each file written whole."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
 
 from pytest_graphleak.cli.exits import UsageError
 from pytest_graphleak.output_paths import Output, OutputPathError, check_outputs
-from pytest_graphleak.report.json_doc import CheckedTest, build_document, write_text_atomic
-from pytest_graphleak.result import CheckResult
+from pytest_graphleak.report.json_doc import write_text_atomic
 
 
 def checked_outputs(*outputs: tuple[str, str | None, str]) -> list[Path | None]:
@@ -23,17 +21,6 @@ def checked_outputs(*outputs: tuple[str, str | None, str]) -> list[Path | None]:
     except OutputPathError as exc:
         raise UsageError(str(exc)) from None
     return [Path(path) if path else None for _, path, _ in outputs]
-
-
-def document_for(results: list[CheckResult], notes: list[str]) -> dict[str, Any]:
-    """A report document with one test per checked step, as the plugin's session report
-    writes them (a leak or a raising step is a failed test)."""
-    tests = [
-        CheckedTest(result.name, "failed" if (result.leaked or result.error) else "passed",
-                    [result.to_dict()])
-        for result in results
-    ]
-    return build_document(tests, generated_by="graphleak check", notes=notes)
 
 
 def write_report(path: Path, text: str, option: str) -> None:

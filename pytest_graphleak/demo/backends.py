@@ -9,7 +9,6 @@ imported only by ``torch_backend()``.
 from __future__ import annotations
 
 import gc
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -17,18 +16,19 @@ from typing import Any, Protocol
 import numpy as np
 
 from pytest_graphleak.cli.exits import UsageError
+from pytest_graphleak.probes.torch_probe import WeakBaseline, count_nodes, tensors_among
 
 # The tiny character transformer: small enough for ~80 steps in a few seconds.
 D_MODEL, HEADS, LAYERS, BLOCK, BATCH = 32, 4, 1, 16, 8
 
 
 class Counter(Protocol):
+    """Made just before a run's check, after its model; read inside each step."""
+
     #: alive-count key -> plot metric ("tensors" / "nodes")
     plot_keys: dict[str, str]
 
-    def begin(self) -> None: ...
     def read(self) -> tuple[dict[str, int], dict[str, int]]: ...  # alive, created
-    def end(self) -> None: ...
 
 
 @dataclass
@@ -43,7 +43,7 @@ class Parts:
 class Backend:
     name: str
     build: Callable[[int], Parts]  # seed -> a fresh model, optimizer and data
-    counter: Counter
+    counter: type[Counter]
     close: Callable[[], None] = lambda: None  # undo process-wide settings made for the demo
 
 
@@ -59,9 +59,6 @@ def _text_batches(seed: int) -> tuple[int, Callable[[], tuple[np.ndarray, np.nda
 class MinigradCounter:
     plot_keys = {"TensorImpl": "tensors", "Node": "nodes"}  # noqa: RUF012
 
-    def begin(self) -> None:
-        pass
-
     def read(self) -> tuple[dict[str, int], dict[str, int]]:
         import minigrad as mg
 
@@ -69,9 +66,6 @@ class MinigradCounter:
         alive = {kind: stats[kind]["alive"] for kind in ("TensorImpl", "Node", "AutogradMeta")}
         created = {kind: stats[kind]["created"] for kind in ("TensorImpl", "Node")}
         return alive, created
-
-    def end(self) -> None:
-        pass
 
 
 def minigrad_backend() -> Backend:
@@ -86,60 +80,39 @@ def minigrad_backend() -> Backend:
         optimizer = mg.optim.Adam(model.parameters(), lr=3e-3)
         return Parts(model, optimizer, mg.functional.cross_entropy, next_batch)
 
-    return Backend("minigrad", build, MinigradCounter())
+    return Backend("minigrad", build, MinigradCounter)
 
 
 class TorchCounter:
     """Alive tensors and graph nodes on PyTorch, read inside the step.
 
     The check freezes the heap it starts from, so a scan during the step sees only the
-    objects made since; every tensor seen is remembered weakly (by id), which covers
-    the tensors frozen at the end of warmup too. Nodes are counted by the torch probe's
-    own walk of ``grad_fn.next_functions``.
+    objects made since; every tensor seen is remembered weakly (the torch probe's
+    ``WeakBaseline``), which covers the tensors frozen at the end of warmup too. Nodes
+    are counted by the torch probe's own walk of ``grad_fn.next_functions``.
     """
 
     plot_keys = {"Tensor": "tensors", "Node": "nodes"}  # noqa: RUF012
 
     def __init__(self) -> None:
-        self._seen: dict[int, weakref.ref[Any]] = {}
-        self._is_tensor: dict[type, bool] = {}
-
-    def begin(self) -> None:
-        self._seen = {}
+        self._seen = WeakBaseline()
         gc.collect()
         self._absorb()
 
     def _absorb(self) -> None:
-        import torch
-
         objects = gc.get_objects()
         try:
-            for obj in objects:
-                kind = type(obj)
-                flag = self._is_tensor.get(kind)
-                if flag is None:
-                    flag = self._is_tensor[kind] = issubclass(kind, torch.Tensor)
-                if flag:
-                    known = self._seen.get(id(obj))
-                    if known is None or known() is not obj:
-                        self._seen[id(obj)] = weakref.ref(obj)
+            self._seen.add(tensors_among(objects))  # (add() empties the list)
         finally:
             objects.clear()
 
     def read(self) -> tuple[dict[str, int], dict[str, int]]:
-        from pytest_graphleak.probes.torch_probe import count_nodes
-
         self._absorb()
-        tensors = [t for t in (ref() for ref in self._seen.values()) if t is not None]
+        tensors = list(self._seen.alive())
         try:
-            self._seen = {id(t): self._seen[id(t)] for t in tensors}
             return {"Tensor": len(tensors), "Node": count_nodes(tensors, ())}, {}
         finally:
             tensors.clear()
-
-    def end(self) -> None:
-        self._seen = {}
-        self._is_tensor.clear()
 
 
 def torch_backend() -> Backend:
@@ -166,4 +139,4 @@ def torch_backend() -> Backend:
         return Parts(model, optimizer, torch_model.loss_fn,
                      lambda: torch_model.as_batch(*numpy_batch()))
 
-    return Backend("torch", build, TorchCounter(), lambda: torch.set_num_threads(threads))
+    return Backend("torch", build, TorchCounter, lambda: torch.set_num_threads(threads))

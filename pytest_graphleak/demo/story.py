@@ -12,16 +12,18 @@ import argparse
 import gc
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
+from pytest_graphleak.api import GraphLeakError, check
 from pytest_graphleak.cli.exits import EXIT_CLEAN, EXIT_LEAK, UsageError
 from pytest_graphleak.cli.outputs import checked_outputs
 from pytest_graphleak.demo.backends import Backend, Counter, minigrad_backend, torch_backend
 from pytest_graphleak.demo.plot import Metric, PlotRun, render_plot
 from pytest_graphleak.demo.progress import PHASES, Display, StepRecord, bar, format_line, rss_mb
 from pytest_graphleak.demo.user_code import load_training_script
+from pytest_graphleak.report.text import render_result
 from pytest_graphleak.result import CheckResult
 
 DEFAULT_STEPS = 24
@@ -52,7 +54,7 @@ VARIANTS = (
 class RunOutcome:
     variant: Variant
     result: CheckResult
-    records: list[StepRecord] = field(default_factory=list)
+    records: list[StepRecord]
 
     @property
     def as_expected(self) -> bool:
@@ -130,8 +132,6 @@ def run_demo(args: argparse.Namespace) -> int:
 
 def _run_variant(variant: Variant, backend: Backend, script: ModuleType, display: Display, *,
                  steps: int, warmup: int, every: int) -> RunOutcome:
-    from pytest_graphleak import GraphLeakError, check
-
     parts = backend.build(SEED)
     recorder = PhaseRecorder()
     # The diagnosis names this local in its reference chain ("local 'trainer'").
@@ -139,9 +139,8 @@ def _run_variant(variant: Variant, backend: Backend, script: ModuleType, display
         parts.model, parts.optimizer, parts.loss_fn, parts.next_batch, recorder.record
     )
     del parts
-    logged = LoggedStep(getattr(trainer, variant.method), recorder, backend.counter, display,
+    logged = LoggedStep(getattr(trainer, variant.method), recorder, backend.counter(), display,
                         label=variant.label, warmup=warmup, total=warmup + steps, every=every)
-    backend.counter.begin()
     try:
         # raise_on_leak: a step that raises is a bug of the demo; let its traceback show.
         result = check(logged, steps=steps, warmup=warmup, name=f"demo: {variant.label}",
@@ -150,7 +149,6 @@ def _run_variant(variant: Variant, backend: Backend, script: ModuleType, display
         assert leak.result is not None
         result = leak.result
     finally:
-        backend.counter.end()
         display.clear_status()
     records = logged.records
     del logged, trainer
@@ -159,8 +157,6 @@ def _run_variant(variant: Variant, backend: Backend, script: ModuleType, display
 
 
 def _show_verdict(outcome: RunOutcome, display: Display) -> None:
-    from pytest_graphleak.report.text import render_result
-
     result, variant = outcome.result, outcome.variant
     verdict = "LEAK" if result.leaked else ("ERROR" if result.error else "CLEAN")
     colour = "green" if outcome.as_expected else "red"
@@ -203,10 +199,8 @@ def _write_plot(path: Path, outcomes: list[RunOutcome], backend: Backend) -> Non
         run.series["rss"] = [value - rss[0] for value in rss] if rss else []
         return run
 
-    runs = [plot_run(o) for o in outcomes]
-    pairs = list(zip(runs, outcomes, strict=True))
-    fixed = next((run for run, o in pairs if not o.variant.expect_leak), runs[-1])
-    leaky = [run for run, o in pairs if o.variant.expect_leak]
+    leaky = [plot_run(o) for o in outcomes if o.variant.expect_leak]
+    fixed = next(plot_run(o) for o in outcomes if not o.variant.expect_leak)
     names = {v: k for k, v in keys.items()}
     metrics = [Metric("tensors", f"alive {names['tensors']}", "objects"),
                Metric("nodes", f"alive {names['nodes']}", "objects"),

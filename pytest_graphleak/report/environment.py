@@ -12,14 +12,9 @@ import time
 from collections.abc import Sequence
 from importlib import metadata
 
-#: Distributions named when installed: (label, distribution, module that must be loaded).
-_VERSIONS = (
-    ("pytest-graphleak", "pytest-graphleak", None),
-    ("pytest", "pytest", None),
-    ("torch", "torch", "torch"),
-    ("numpy", "numpy", "numpy"),
-    ("pytest-xdist", "pytest-xdist", "xdist"),
-)
+#: Distributions named when installed -> the module the run must have loaded, if any.
+_VERSIONS = {"pytest-graphleak": None, "pytest": None, "torch": "torch", "numpy": "numpy",
+             "pytest-xdist": "xdist"}  # fmt: skip
 
 
 def describe_run(
@@ -28,11 +23,11 @@ def describe_run(
     """Label -> text, in display order. ``started``/``finished`` are ``time.time()``."""
     stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(started))
     versions = [f"Python {platform.python_version()}"]
-    for label, dist, module in _VERSIONS:
+    for dist, module in _VERSIONS.items():
         if module is not None and module not in sys.modules:
             continue
         try:
-            versions.append(f"{label} {metadata.version(dist)}")
+            versions.append(f"{dist} {metadata.version(dist)}")
         except metadata.PackageNotFoundError:
             continue
     return {

@@ -100,11 +100,10 @@ def render_html(
     creation-site paths for their source lines.
     """
     tests: Sequence[Mapping[str, Any]] = document.get("tests", [])
-    summary = document.get("summary", {})
     body = [
         "<h1>graphleak report</h1>",
         f'<p class="muted">{escape(str(document.get("generated_by", "")))} &middot; '
-        f"{_summary_line(summary, bool(document.get('warn_only')))}</p>",
+        f"{_summary_line(document.get('summary', {}), bool(document.get('warn_only')))}</p>",
     ]
     body.extend(f'<p class="note">{escape(str(note))}</p>' for note in document.get("notes", []))
     body.append(_environment_block(environment or {}, tests))
@@ -117,8 +116,7 @@ def render_html(
             tests, key=lambda t: (_STATUS_ORDER.get(str(t.get("status")), 9), t["nodeid"])
         )
         body.append(_index(tests))
-        for number, test in enumerate(tests):
-            body.append(_test_section(test, f"t{number}", draw, root))
+        body += [_test_section(test, f"t{n}", draw, root) for n, test in enumerate(tests)]
     return (
         "<!DOCTYPE html>\n"
         '<html lang="en"><head><meta charset="utf-8">'

@@ -48,8 +48,7 @@ def render_text(result: CheckResult) -> str:
     ]
     growths = result.verdict.growths
     width = max(len(g.metric) for g in growths) if growths else 0
-    for growth in growths:
-        lines.append(_growth_row(result, growth, width))
+    lines.extend(_growth_row(result, growth, width) for growth in growths)
     lines.append("  series (warmup | measured):")
     for growth in growths:
         values = result.series.get(growth.metric, [])
@@ -63,8 +62,7 @@ def render_text(result: CheckResult) -> str:
             lines.append(f"  held by: {' -> '.join(diagnosis.chain)}")
         if diagnosis.cycle:
             lines.append(f"  cycle: {' -> '.join(diagnosis.cycle)}")
-        for site in diagnosis.sites:
-            lines.append(f"  created at: {site_text(site)}  ({site.count} per step)")
+        lines.extend(f"  created at: {site_text(s)}  ({s.count} per step)" for s in diagnosis.sites)
         for site in diagnosis.stored_at:
             times = "once" if site.count == 1 else f"{site.count} times"
             lines.append(f"  stored at: {site_text(site)}  ({times} per step)")

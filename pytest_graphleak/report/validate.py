@@ -38,7 +38,6 @@ class SchemaError(ValueError):
     def __init__(self, field: str, problem: str) -> None:
         super().__init__(f"{field or 'the document'}: {problem}")
         self.field = field
-        self.problem = problem
 
 
 def validate(document: object, schema: Mapping[str, Any]) -> None:
