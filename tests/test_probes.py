@@ -214,3 +214,39 @@ def test_storage_bytes_reuses_the_baseline_table_while_no_address_changes() -> N
     assert storage_bytes([fresh], baseline, list(baseline.alive())) == 32 + 16 + 12
     del base, a
     assert storage_bytes([fresh], baseline, list(baseline.alive())) == 16 + 12
+
+
+def test_baseline_fakes_are_counted_but_not_asked_for_a_data_pointer() -> None:
+    """A FakeTensor in the start set counts as a tensor in every sample, but the
+    baseline's storage table never reads its data pointer (it warns) nor its bytes."""
+    import warnings
+
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        fake = torch.ones(4)
+    real = torch.ones(4)
+    probe = TorchProbe()
+    probe.start([fake, real])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(2):  # the table is built, then reused
+            values = probe.sample([])
+            assert values["torch.tensors"] == 2
+            assert values["torch.storage_bytes"] == 16
+    probe.stop()
+
+
+def test_a_baseline_tensor_whose_graph_grows_in_place_is_counted_every_sample() -> None:
+    """``total += loss`` on a tensor of the start set: no new Python object, yet the
+    graph behind the baseline tensor grows, and every sample sees it."""
+    probe = TorchProbe()
+    total, weight = torch.zeros(()), torch.ones(2, requires_grad=True)
+    probe.start([total, weight])
+    nodes = []
+    for _ in range(3):
+        total += (weight * 2).sum()
+        nodes.append(probe.sample([])["torch.nodes"])
+    assert nodes[1] - nodes[0] == nodes[2] - nodes[1] > 0
+    del total
+    probe.stop()

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import sys
 import weakref
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from itertools import chain, compress
 from typing import Any
 
@@ -105,7 +105,7 @@ class TorchProbe(ProbeBase):
             known = set(map(id, tensors))
             tensors.extend(t for t in self._adopted.alive()
                            if id(t) not in known and not self._baseline.holds(t))  # fmt: skip
-        base = list(self._baseline.alive())
+        base = self._baseline.alive()
         try:
             return {
                 TENSORS.name: float(len(tensors) + len(base) + self._baseline.unweakrefable),
@@ -148,12 +148,15 @@ class WeakBaseline:
         #: id -> the storage key and bytes of a remembered tensor, with the tensor's
         #: ``data_ptr()`` when they were read (see ``storage_bytes``).
         self.storages: dict[int, tuple[int, tuple[int, int], int]] = {}
-        #: (ids and addresses of the alive tensors, their storage table and its total).
-        self._table: tuple[tuple[list[int], list[int]], dict[tuple[int, int], int], int] | None
+        #: ((remembered count, addresses of the alive tensors), their storage table, total)
+        self._table: tuple[tuple[int, list[int]], dict[tuple[int, int], int], int] | None
         self._table = None
+        #: Some remembered tensor is a fake (found once here, not in every sample).
+        self.fakes = False
 
     def add(self, tensors: list[Any]) -> None:
         """Remember ``tensors`` (each once) and empty the list, so the caller keeps none."""
+        self.fakes = self.fakes or bool(_fake_kinds(tensors))
         refs = self._refs
         forget = refs.pop
         forget_storage = self.storages.pop
@@ -179,12 +182,9 @@ class WeakBaseline:
         finally:
             tensors.clear()
 
-    def alive(self) -> Iterator[Any]:
-        """The remembered tensors still alive (strong references while iterated)."""
-        for ref in list(self._refs.values()):
-            tensor = ref()
-            if tensor is not None:
-                yield tensor
+    def alive(self) -> list[Any]:
+        """The remembered tensors still alive (strong references: clear the list)."""
+        return [tensor for ref in list(self._refs.values()) if (tensor := ref()) is not None]
 
     def remembers(self, key: int) -> bool:
         return key in self._refs
@@ -194,13 +194,14 @@ class WeakBaseline:
         return ref is not None and ref() is tensor
 
     def table(self, tensors: list[Any]) -> tuple[dict[tuple[int, int], int], int]:
-        """``(storage key -> bytes, total)`` for ``tensors``, this baseline's alive ones in
-        ``alive()`` order; reused whole while they are the same tensors at the same
+        """``(storage key -> bytes, total)`` for ``tensors``: this baseline's ``alive()``
+        tensors, in that order (fakes left out). Reused whole while they sit at the same
         addresses (parameters and optimizer state, sampled after every step of a long
-        run): two C-speed passes instead of the per-tensor loop. A death changes the ids;
-        ``add()`` drops the table (a reused id). Shared: only read it."""
+        run): one C-speed pass instead of the per-tensor loop. They are the same tensors
+        while no one died (a death shrinks ``_refs``; ``add()`` drops the table).
+        Shared: only read it."""
         try:
-            stamp = (list(map(id, tensors)), list(map(_data_ptr(), tensors)))
+            stamp = (len(self._refs), list(map(_data_ptr(), tensors)))
         except Exception:  # a tensor without an address (sparse, nested): no reuse
             sizes = _storage_sizes(tensors, self)
             return sizes, sum(sizes.values())
@@ -246,15 +247,23 @@ def count_nodes(
     """Distinct autograd nodes reachable from the tensors' grad_fn and the held nodes
     (within ``graph``'s bound: a lower bound once ``graph.truncated``)."""
     starts = list(held_nodes)
-    for tensor in tensors:
-        try:
-            starts.append(tensor.grad_fn)
-        except Exception:  # exotic subclasses may refuse; they simply carry no graph here
-            continue
+    items = list(tensors)
+    try:  # a comprehension: one attribute read per tensor, no call (a sample's hot loop)
+        starts += [node for tensor in items if (node := tensor.grad_fn) is not None]
+    except Exception:  # exotic subclasses may refuse; they simply carry no graph here
+        starts += [node for tensor in items if (node := _grad_fn(tensor)) is not None]
+    items.clear()
     try:
         return (graph or GraphWalk()).count(starts)
     finally:
         starts.clear()
+
+
+def _grad_fn(tensor: Any) -> Any:
+    try:
+        return tensor.grad_fn
+    except Exception:
+        return None
 
 
 def fake_tensor_type() -> type | None:
@@ -283,7 +292,9 @@ def storage_bytes(
     sizes = _storage_sizes(_without_fakes(list(tensors)), baseline)
     if baseline is None or not baseline_tensors:
         return sum(sizes.values())
-    known, total = baseline.table(_without_fakes(baseline_tensors))
+    known, total = baseline.table(
+        _without_fakes(baseline_tensors) if baseline.fakes else baseline_tensors
+    )
     # Two storages at one address (a view of a parameter, say): the larger counts.
     return total + sum(max(0, nbytes - known.get(key, 0)) for key, nbytes in sizes.items())
 
@@ -292,13 +303,16 @@ def _data_ptr() -> Any:
     return sys.modules["torch"].Tensor.data_ptr
 
 
-def _without_fakes(items: list[Any]) -> list[Any]:
+def _fake_kinds(items: list[Any]) -> set[type]:
     fake = fake_tensor_type()
-    if fake is not None:  # torch.compile's stand-ins own no memory (and warn when asked)
-        fakes = {kind for kind in set(map(type, items)) if issubclass(kind, fake)}
-        if fakes:
-            return [tensor for tensor in items if type(tensor) not in fakes]
-    return items
+    if fake is None:
+        return set()
+    return {kind for kind in set(map(type, items)) if issubclass(kind, fake)}
+
+
+def _without_fakes(items: list[Any]) -> list[Any]:
+    fakes = _fake_kinds(items)  # torch.compile's stand-ins own no memory (and warn when asked)
+    return [tensor for tensor in items if type(tensor) not in fakes] if fakes else items
 
 
 def _storage_sizes(
