@@ -112,10 +112,10 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=_DEMO_EPILOG,
         formatter_class=formatter,
     )
-    demo.add_argument("--steps", type=positive_int, default=None, metavar="N",
-                      help="measured steps per run (default: 24)")
-    demo.add_argument("--warmup", type=positive_int, default=None, metavar="N",
-                      help="warmup steps per run, not judged (default: 3)")
+    demo.add_argument("--steps", type=positive_int, default=24, metavar="N",
+                      help="measured steps per run (default: %(default)s)")
+    demo.add_argument("--warmup", type=positive_int, default=3, metavar="N",
+                      help="warmup steps per run, not judged (default: %(default)s)")
     demo.add_argument("--torch", action="store_true",
                       help="run the story on PyTorch instead of minigrad (needs torch)")
     demo.add_argument("--plot", metavar="PATH", default=None,

@@ -29,20 +29,19 @@ def run_check(args: argparse.Namespace) -> int:
         ("--json", settings.report, "json"), ("--html", settings.html, "html")
     )
     started = time.time()  # for the HTML page's environment block
-    targets: list[Target | CheckResult | None] = [_load(spec, settings) for spec in args.targets]
+    pending = [_load(spec, settings) for spec in args.targets][::-1]  # popped in order
 
     results: list[CheckResult] = []
     try:
-        for number in range(len(targets)):
-            target, targets[number] = targets[number], None  # hold no step once checked
+        while pending:
+            target = pending.pop()  # hold no step once checked
             if isinstance(target, Target):
                 with running_as(target.script):
                     result = _measure(target.func, target.name, settings)
-                del target
             else:
-                assert target is not None
                 result = target  # its module could not be imported
-            if number and not args.quiet:
+            del target
+            if results and not args.quiet:
                 print()
             print(verdict_line(result) if args.quiet else render_result(result), flush=True)
             results.append(result)

@@ -119,7 +119,7 @@ def _import_module(module_name: str, shown: str | None = None) -> ModuleType:
         missing = exc.name or ""
         if module_name == missing or module_name.startswith(missing + "."):
             raise UsageError(f"no module named '{module_name}'") from None
-        raise UserCodeError(f"importing {shown} raised {type(exc).__name__}: {exc}") from exc
+        raise UserCodeError(_import_failure(shown, exc)) from exc
     except (Exception, SystemExit) as exc:
         raise UserCodeError(_import_failure(shown, exc)) from exc
 
@@ -158,13 +158,9 @@ def _lookup(module: ModuleType, attr: str, where: str) -> object:
 
 
 def _suggest(module: ModuleType, attr: str) -> str:
-    functions = {
-        name: value
-        for name, value in vars(module).items()
-        if inspect.isfunction(value)
-        and getattr(value, "__module__", None) == module.__name__
-        and not name.startswith("_")
-    }
+    functions = {name: value for name, value in vars(module).items()
+                 if inspect.isfunction(value) and value.__module__ == module.__name__
+                 and not name.startswith("_")}  # fmt: skip
     close = difflib.get_close_matches(attr, sorted(functions), n=3)
     if close:
         return f" (did you mean {', '.join(close)}?)"
@@ -190,18 +186,13 @@ def _require_plain_zero_arg(func: object, spec: str) -> Callable[[], object]:
     if inspect.iscoroutinefunction(func) or inspect.isasyncgenfunction(func):
         raise UsageError(f"'{spec}' is async: graphleak check calls a plain function")
     if inspect.isgeneratorfunction(func):
-        raise UsageError(
-            f"'{spec}' is a generator function: calling it would not run its body"
-        )
+        raise UsageError(f"'{spec}' is a generator function: calling it would not run its body")
     try:
         signature = inspect.signature(func)
     except (TypeError, ValueError):
         return func  # builtins without a signature: let the call itself decide
-    required = [
-        p.name
-        for p in signature.parameters.values()
-        if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
-    ]
+    required = [p.name for p in signature.parameters.values()
+                if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
     if required:
         raise UsageError(
             f"'{spec}' needs arguments ({', '.join(required)}): graphleak check calls the "

@@ -54,8 +54,7 @@ def render_plot(
     ]
     for row, metric in enumerate(metrics):
         for col, run in enumerate(leaky_runs):
-            x = 10 + col * cell_w
-            y = header + row * cell_h
+            x, y = 10 + col * cell_w, header + row * cell_h
             out.append(_panel(x, y, cell_w - 10, cell_h - 12, metric, run, fixed))
     out.append("</svg>")
     return "\n".join(out) + "\n"

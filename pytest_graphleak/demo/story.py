@@ -26,8 +26,6 @@ from pytest_graphleak.demo.user_code import load_training_script
 from pytest_graphleak.report.text import render_result
 from pytest_graphleak.result import CheckResult
 
-DEFAULT_STEPS = 24
-DEFAULT_WARMUP = 3
 SEED = 0
 
 
@@ -98,8 +96,7 @@ class LoggedStep:
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    steps = args.steps or DEFAULT_STEPS
-    warmup = args.warmup or DEFAULT_WARMUP
+    steps, warmup = args.steps, args.warmup
     (plot_path,) = checked_outputs(("--plot", args.plot, "svg"))  # never over a non-plot
     backend = torch_backend() if args.torch else minigrad_backend()
     script = load_training_script()

@@ -35,9 +35,7 @@ def render_text(result: CheckResult) -> str:
         return f"graphleak: {result.name}: the step raised {result.error}"
     notes = [f"  note: {note}" for note in result.notes]
     if result.unmeasured and not result.leaked:
-        return (
-            f"graphleak: {result.name}: not measured, so no verdict: {result.unmeasured}"
-        )
+        return f"graphleak: {result.name}: not measured, so no verdict: {result.unmeasured}"
     if not result.leaked:
         return "\n".join([f"graphleak: {result.name}: no leak ({result.verdict.reason})", *notes])
     pattern = result.pattern or "memory-growth"

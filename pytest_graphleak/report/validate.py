@@ -4,7 +4,7 @@ The schema is the contract for what the plugin and ``graphleak check --json`` wr
 what ``graphleak report`` reads), so the reader validates against the same file instead
 of a second, hand-written description. This is the subset of JSON Schema that
 ``schema.json`` uses (type, enum, const, required, properties, additionalProperties,
-items, minItems, minLength, minimum, oneOf, anyOf, $ref into ``$defs``), so reading a
+items, minItems, minLength, minimum, oneOf, $ref into ``$defs``), so reading a
 report needs no third-party package; a keyword outside the subset is an error, not
 silently ignored (the tests run every document the plugin writes through it).
 """
@@ -18,7 +18,7 @@ from typing import Any
 _ANNOTATIONS = frozenset({"$schema", "$id", "$defs", "title", "description"})
 _CHECKED = frozenset({
     "type", "enum", "const", "required", "properties", "additionalProperties", "items",
-    "minItems", "minLength", "minimum", "oneOf", "anyOf", "$ref",
+    "minItems", "minLength", "minimum", "oneOf", "$ref",
 })  # fmt: skip
 
 _TYPES: dict[str, Any] = {
@@ -60,9 +60,8 @@ def _check(value: object, rule: Mapping[str, Any], root: Mapping[str, Any], at: 
     if "enum" in rule and not any(_same(value, option) for option in rule["enum"]):
         choices = ", ".join("null" if o is None else repr(o) for o in rule["enum"])
         raise SchemaError(at, f"expected one of {choices}, got {_shown(value)}")
-    for keyword in ("oneOf", "anyOf"):
-        if keyword in rule:
-            _one_of(value, rule[keyword], root, at, exactly_one=keyword == "oneOf")
+    if "oneOf" in rule:
+        _one_of(value, rule["oneOf"], root, at)
     if isinstance(value, dict):
         _check_object(value, rule, root, at)
     if isinstance(value, list):
@@ -95,9 +94,7 @@ def _check_object(
             _check(item, extra, root, where)
 
 
-def _one_of(
-    value: object, options: list[Any], root: Mapping[str, Any], at: str, *, exactly_one: bool
-) -> None:
+def _one_of(value: object, options: list[Any], root: Mapping[str, Any], at: str) -> None:
     errors: list[SchemaError] = []
     for option in options:
         try:
@@ -108,7 +105,7 @@ def _one_of(
     if matched == 0:
         # The deepest complaint is the useful one (a bad field inside the object).
         raise max(errors, key=lambda e: len(e.field))
-    if exactly_one and matched > 1:
+    if matched > 1:
         raise SchemaError(at, f"matches {matched} of the alternatives, expected one")
 
 
