@@ -35,8 +35,9 @@ from pytest_graphleak.diagnose.holders import (
     thread_holders,
     unrooted_holder,
 )
+from pytest_graphleak.diagnose.loop_recorder import Leaked, Observation
 from pytest_graphleak.diagnose.memory import growing_holder
-from pytest_graphleak.diagnose.observe import RECORDED_RUNS, RUNS, Leaked, Observation, observe
+from pytest_graphleak.diagnose.observe import RECORDED_RUNS, RUNS, observe
 from pytest_graphleak.diagnose.render import render_chain, render_cycle, render_dot
 from pytest_graphleak.diagnose.roots import (
     Roots,

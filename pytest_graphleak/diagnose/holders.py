@@ -23,7 +23,7 @@ from typing import Any
 
 from pytest_graphleak.diagnose.backends import TENSOR
 from pytest_graphleak.diagnose.edges import Edge, ObjectEdges, items_of
-from pytest_graphleak.diagnose.observe import Leaked, Observation
+from pytest_graphleak.diagnose.loop_recorder import Leaked, Observation
 from pytest_graphleak.diagnose.search import Path, extend, find_cycle
 from pytest_graphleak.result import display_path
 

@@ -1,19 +1,19 @@
-"""Record what the last few steps of a running loop make: ``observe()`` for a loop that
-cannot be re-run (``track(steps=N)``, the framework callbacks).
+"""Record what steps make and leave alive: for the diagnosis's own re-run steps
+(``observe``) and for the last few steps of a loop that cannot be re-run
+(``track(steps=N)``, the framework callbacks), which runs its own steps and tells the
+recorder where each ends.
 
-``observe`` runs the step itself; here the loop runs its own steps and tells the recorder
-where each ends. The recorder records creation sites during a few steps (torch's
-``TorchSiteRecorder`` mode, minigrad's creation-site recording), then a few more
-steps run unrecorded: what a recorded step made and is still alive after them is what
-the loop leaks, exactly as in ``observe``. ``observation()`` returns it as an
-``Observation`` for ``diagnose``.
+The recorder records creation sites during a few steps (torch's ``TorchSiteRecorder``
+mode, minigrad's creation-site recording), then a few more steps run unrecorded: what a
+recorded step made and is still alive after them is what the loop leaks.
+``observation()`` returns it as an ``Observation`` for ``diagnose``.
 
 It never runs during a sample (the loop's checker calls ``stop_step`` before sampling
 and ``start_step`` after), and it remembers objects by weak reference (torch nodes by
-autograd sequence number), so it keeps nothing alive. The tracker collects cyclic
-garbage after every step, so what only the cyclic GC frees is gone by then: the
-observation holds the objects kept by live references, and the verdict's
-cyclic-garbage series tells the cycles.
+autograd sequence number: the counter that numbers nodes as they are made, per thread),
+so it keeps nothing alive. The tracker collects cyclic garbage after every step, so what
+only the cyclic GC frees is gone by then: a loop's observation holds the objects kept by
+live references, and the verdict's cyclic-garbage series tells the cycles.
 """
 
 from __future__ import annotations
@@ -21,32 +21,85 @@ from __future__ import annotations
 import contextlib
 import gc
 import weakref
+from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_graphleak.diagnose.backends import (
+    NODE,
     Backend,
     MinigradBackend,
     TorchBackend,
     active_backends,
 )
+from pytest_graphleak.diagnose.sites import Site, function_at, make_torch_recorder
 
-# The same package's helpers: a recorded loop step is noted exactly as a re-run step.
-from pytest_graphleak.diagnose.observe import Leaked, Observation, note_new
-from pytest_graphleak.diagnose.sites import make_torch_recorder
+#: id -> (weak reference, backend, kind, step); a weakref tells a reused id apart.
+Made = dict[int, tuple[weakref.ref[Any], Backend, str, int]]
+
+
+@dataclass
+class Leaked:
+    """One leaked object, held strongly until ``Observation.release()``."""
+
+    obj: Any
+    backend: Backend
+    kind: str  # "tensor" | "node"
+    run: int  # which recorded step made it (1-based)
+    site: Site | None
+
+
+@dataclass
+class Observation:
+    #: steps run, and how many of them recorded what they made
+    runs: int
+    recorded_runs: int
+    alive: list[Leaked] = field(default_factory=list)  # held by live references
+    cyclic: list[Leaked] = field(default_factory=list)  # found only by the cyclic GC
+    #: Range of torch autograd sequence numbers of the recorded runs: [lo, hi).
+    torch_seq: tuple[int, int] | None = None
+    node_sites: dict[int, Site] = field(default_factory=dict)
+    pack_hooks: dict[int, Any] = field(default_factory=dict)
+    #: user site -> library line that made a tensor for it ("via"), when there was one
+    site_via: dict[Site, str] = field(default_factory=dict)
+    #: The other objects the collector found with the cyclic ones (plain objects of a
+    #: cycle that holds a leaked tensor), kept to draw that cycle.
+    garbage: list[Any] = field(default_factory=list)
+    #: The creation sites of graph nodes were recorded for the first nodes only.
+    node_sites_truncated: bool = False
+    runs_done: int = 0
+    error: str | None = None
+
+    def release(self) -> None:
+        self.alive.clear()
+        self.cyclic.clear()
+        self.garbage.clear()
+
+    @property
+    def leaked(self) -> list[Leaked]:
+        return [*self.cyclic, *self.alive]
+
+    def take_sites(self, recorder: Any) -> None:
+        """The creation sites of the leaked objects: from the torch ``recorder`` (None
+        without torch) and from minigrad's own record."""
+        if recorder is not None:
+            self.node_sites = dict(recorder.node_sites)
+            self.pack_hooks = dict(recorder.pack_hooks)
+            self.site_via = dict(recorder.via)
+        for leaked in self.leaked:
+            leaked.site = _site_of(leaked, recorder)
 
 
 class LoopRecorder:
     """``start_step()`` before a recorded step, ``stop_step()`` after it (before the sample);
     ``observation()`` once a few more steps have run; ``close()`` always."""
 
-    def __init__(self) -> None:
-        self.backends: list[Backend] = active_backends()
+    def __init__(self, backends: list[Backend] | None = None) -> None:
+        self.backends = backends if backends is not None else active_backends()
         self._torch = next((b for b in self.backends if isinstance(b, TorchBackend)), None)
         self._mg = next((b for b in self.backends if isinstance(b, MinigradBackend)), None)
-        self._mode: Any = make_torch_recorder(self._torch.torch) if self._torch else None
+        self.mode: Any = make_torch_recorder(self._torch.torch) if self._torch else None
         self._mg_previous: bool | None = None
-        # id -> (weak reference, backend, kind, step); step 0: alive before recording.
-        self._made: dict[int, tuple[weakref.ref[Any], Backend, str, int]] = {}
+        self.made: Made = {}  # step 0: alive before the recording
         self._seq_lo: int | None = None
         self._seq_hi: int | None = None
         self.steps_recorded = 0
@@ -55,48 +108,85 @@ class LoopRecorder:
     def start_step(self) -> None:
         if self.steps_recorded == 0:
             # What is alive now is older than the recording: step 0, dropped at the end.
-            note_new(gc.get_objects(), self.backends, self._made, 0)
+            note_new(gc.get_objects(), self.backends, self.made, 0)
             if self._torch is not None:
                 self._seq_lo = self._torch.current_sequence_nr()
         if self._mg is not None:
             self._mg_previous = self._mg.mg.record_creation_sites(True)
-        if self._mode is not None:
-            self._mode.__enter__()
+        if self.mode is not None:
+            self.mode.__enter__()
         self.recording = True
 
     def stop_step(self) -> None:
-        self._leave_modes()
+        self.leave_modes()
         self.steps_recorded += 1
-        note_new(gc.get_objects(), self.backends, self._made, self.steps_recorded)
+        note_new(gc.get_objects(), self.backends, self.made, self.steps_recorded)
         if self._torch is not None:
             self._seq_hi = self._torch.current_sequence_nr()
 
-    def _leave_modes(self) -> None:
-        if self.recording and self._mode is not None:
+    def leave_modes(self) -> None:
+        if self.recording and self.mode is not None:
             with contextlib.suppress(Exception):  # someone else's mode left on top of ours
-                self._mode.__exit__(None, None, None)
+                self.mode.__exit__(None, None, None)
         self.recording = False
         if self._mg is not None and self._mg_previous is not None:
             self._mg.mg.record_creation_sites(self._mg_previous)
             self._mg_previous = None
 
+    @property
+    def torch_seq(self) -> tuple[int, int] | None:
+        """The autograd sequence numbers of the recorded steps' nodes: [lo, hi)."""
+        if self._seq_lo is None or self._seq_hi is None:
+            return None
+        return self._seq_lo, self._seq_hi
+
     def observation(self, *, later_steps: int) -> Observation:
         """What the recorded steps made that is still alive (call after a collection)."""
-        obs = Observation(runs=self.steps_recorded + later_steps, recorded_runs=self.steps_recorded)
+        obs = Observation(self.steps_recorded + later_steps, self.steps_recorded)
         obs.runs_done = obs.runs
-        if self._seq_lo is not None and self._seq_hi is not None:
-            obs.torch_seq = (self._seq_lo, self._seq_hi)
-        for ref, backend, kind, step in self._made.values():
+        obs.torch_seq = self.torch_seq
+        for ref, backend, kind, step in self.made.values():
             obj = ref()
             if obj is not None and step > 0:
                 obs.alive.append(Leaked(obj, backend, kind, step, None))
-        obs.take_sites(self._mode)
-        self._made.clear()
+        obs.take_sites(self.mode)
+        self.made.clear()
         return obs
 
     def close(self) -> None:
         """Leave every recording mode and forget everything (also on error)."""
-        self._leave_modes()
-        self._made.clear()
-        if self._mode is not None:
-            self._mode.forget()
+        self.leave_modes()
+        self.made.clear()
+        if self.mode is not None:
+            self.mode.forget()
+
+
+def note_new(objects: list[Any], backends: list[Backend], made: Made, run: int) -> None:
+    for obj in objects:
+        for backend in backends:
+            kind = backend.kind(obj)
+            if kind is None:
+                continue
+            known = made.get(id(obj))
+            if known is not None and known[0]() is obj:
+                break
+            # torch graph nodes refuse weak references: found later by sequence number.
+            with contextlib.suppress(TypeError):
+                made[id(obj)] = (weakref.ref(obj), backend, kind, run)
+            break
+
+
+def _site_of(leaked: Leaked, recorder: Any) -> Site | None:
+    backend = leaked.backend
+    if isinstance(backend, MinigradBackend):
+        found = backend.creation_site(leaked.obj)
+        if found is None:
+            return None
+        filename, lineno = found
+        return filename, lineno, function_at(filename, lineno)
+    if recorder is not None and isinstance(backend, TorchBackend):
+        if leaked.kind == NODE:
+            seq = backend.sequence_nr(leaked.obj)
+            return recorder.node_sites.get(seq) if seq is not None else None
+        return recorder.site_of_tensor(leaked.obj)
+    return None
