@@ -28,25 +28,12 @@ from pytest_graphleak.diagnose.backends import NODE, TENSOR, Backend, TorchBacke
 from pytest_graphleak.diagnose.classify import Facts, Grown, grown_of, pattern_of
 from pytest_graphleak.diagnose.edges import Edge, ObjectEdges, items_of
 from pytest_graphleak.diagnose.heap import diagnose_heap
-from pytest_graphleak.diagnose.holders import (
-    UNROOTED,
-    no_holder_note,
-    plain_cycle,
-    thread_holders,
-    unrooted_holder,
-)
+from pytest_graphleak.diagnose.holders import plain_cycle, unrooted
 from pytest_graphleak.diagnose.loop_recorder import Leaked, Observation
 from pytest_graphleak.diagnose.memory import growing_holder
 from pytest_graphleak.diagnose.observe import RECORDED_RUNS, RUNS, observe
 from pytest_graphleak.diagnose.render import render_chain, render_cycle, render_dot
-from pytest_graphleak.diagnose.roots import (
-    Roots,
-    closure_roots,
-    given_roots,
-    global_roots,
-    user_functions,
-    user_modules,
-)
+from pytest_graphleak.diagnose.roots import all_roots
 from pytest_graphleak.diagnose.search import Path, find_cycle, shortest_path
 from pytest_graphleak.diagnose.sites import Site, memory_sites, per_step
 from pytest_graphleak.diagnose.stored import watch_holder
@@ -114,12 +101,14 @@ def _diagnose_with_step(
             notes.append(f"the step raised during diagnosis: {obs.error}")
         torch = next((b for b in backends if isinstance(b, TorchBackend)), None)
         is_target = _target_test(obs, torch)
-        all_roots = _all_roots(roots, step, obs)
+        site_files = {leaked.site[0] for leaked in obs.leaked if leaked.site is not None}
+        site_files.update(site[0] for site in obs.node_sites.values())
+        roots_known = all_roots(roots, step, site_files)
         # Only memory grew and no tensor stayed alive: no graph node to look for either
         # (the memory survey below finds the holder), so the chain search is skipped.
         alive = bool(obs.alive) or obs.torch_seq is not None
         searching = alive and not (grown.memory_only and not obs.alive)
-        chain_path = shortest_path(all_roots, is_target, walker) if searching else None
+        chain_path = shortest_path(roots_known, is_target, walker) if searching else None
 
         cycle: list[str] = []
         hanging: tuple[Edge, object] | None = None
@@ -148,7 +137,7 @@ def _diagnose_with_step(
                     cycle, note = held
                     notes.append(note)
                 else:
-                    chain_path = _unrooted(obs, walker, notes)
+                    chain_path = unrooted(obs, walker, notes)
         if cycle_path is not None:
             cycle = render_cycle(cycle_path, walker, hanging)
             notes.extend(_cycle_notes(cycle, obs.cyclic != []))
@@ -200,7 +189,7 @@ def _diagnose_with_step(
             )
         if step is not None and pattern == "memory-growth" and grown.memory_only and not obs.error:
             if chain_path is None:
-                chain_path = growing_holder(all_roots, step, walker, notes)
+                chain_path = growing_holder(roots_known, step, walker, notes)
                 chain = render_chain(chain_path, walker) if chain_path is not None else []
             sites = _memory_sites(step, notes)
         stored = []
@@ -220,29 +209,6 @@ def _diagnose_with_step(
         obs.release()
 
 
-def _unrooted(obs: Observation, walker: ObjectEdges, notes: list[str]) -> Path | None:
-    """No root reaches the leak: a container that holds it anyway, a thread's locals,
-    or a note that says nothing was found and why that may be."""
-    path = unrooted_holder(obs, walker)
-    if path is not None:
-        notes.append(
-            "no chain from a fixture, global, closure or self reaches the leaked objects: "
-            f"the chain ({UNROOTED} -> ...) starts at what holds them, found by asking who "
-            "refers to them (e.g. a fixture fetched with request.getfixturevalue, or a "
-            "library's own list)"
-        )
-        return path
-    threads = thread_holders(obs)
-    if threads:
-        notes.append(
-            "held by the local variables of a thread that is still running: "
-            + "; ".join(threads)
-        )
-    else:
-        notes.append(no_holder_note(obs))
-    return None
-
-
 def _target_test(obs: Observation, torch: TorchBackend | None) -> Callable[[object], bool]:
     ids = {id(leaked.obj) for leaked in obs.alive}
     lo, hi = obs.torch_seq if obs.torch_seq is not None else (0, 0)
@@ -256,16 +222,6 @@ def _target_test(obs: Observation, torch: TorchBackend | None) -> Callable[[obje
         return False
 
     return is_target
-
-
-def _all_roots(
-    roots: Mapping[str, object], step: Callable[[], object] | None, obs: Observation
-) -> Roots:
-    functions = user_functions(step)
-    site_files = [leaked.site[0] for leaked in obs.leaked if leaked.site is not None]
-    site_files.extend(site[0] for site in obs.node_sites.values())
-    modules = user_modules(functions, set(site_files))
-    return [*given_roots(roots), *closure_roots(functions), *global_roots(modules)]
 
 
 def _grew_during_loop(path: Path, obs: Observation, notes: list[str]) -> bool:

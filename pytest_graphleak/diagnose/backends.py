@@ -77,9 +77,6 @@ class Backend:
     def node_name(self, node: Any) -> str:
         return type(node).__name__
 
-    def grad_fn(self, tensor: Any) -> Any:
-        return getattr(tensor, "grad_fn", None)
-
 
 def _attr_edges(attrs: dict[Any, Any] | None) -> Iterator[tuple[Edge, object]]:
     """One ``attr`` edge per user attribute (a copy: the dict may change meanwhile)."""

@@ -52,12 +52,10 @@ def _accumulates(obj: object, walker: ObjectEdges, *, graph: bool) -> bool:
 
 def _graph_size(tensor: Any, walker: ObjectEdges) -> tuple[int, str]:
     """The number of nodes of the tensor's graph, and as text ("5012+" past the bound)."""
-    found = walker.backend_of(tensor)
-    if found is None:
+    if walker.backend_of(tensor) is None:
         return 0, "0"
-    backend = found[0]
     graph = GraphWalk(new_per_walk=_GRAPH_LIMIT)
-    size = graph.count([backend.grad_fn(tensor)])
+    size = graph.count([getattr(tensor, "grad_fn", None)])
     return size, f"{size}+" if graph.truncated else str(size)
 
 

@@ -4,7 +4,7 @@ The chain search starts from roots the user knows (fixtures, ``self``, closure c
 module globals). Some holders are none of these: a fixture fetched with
 ``request.getfixturevalue``, a list kept by a library, a thread's local variables, a
 numpy array made with ``.numpy()`` (its ``base`` is the tensor, a link the cyclic GC
-does not see). Here:
+does not see). ``unrooted`` tries, in order:
 
 - ``unrooted_holder``: a container that refers to a leaked object (``gc.get_referrers``,
   two calls at most: each costs a scan of the heap), and what refers to that container;
@@ -23,7 +23,7 @@ from typing import Any
 
 from pytest_graphleak.diagnose.backends import TENSOR
 from pytest_graphleak.diagnose.edges import Edge, ObjectEdges, items_of
-from pytest_graphleak.diagnose.loop_recorder import Leaked, Observation
+from pytest_graphleak.diagnose.loop_recorder import Observation
 from pytest_graphleak.diagnose.search import Path, extend, find_cycle
 from pytest_graphleak.result import display_path
 
@@ -33,14 +33,10 @@ _CONTAINERS = (list, dict, deque, set)
 _LOOKED_AT = 20  # leaked objects whose referrers are asked for
 
 
-def _first_leaked(obs: Observation) -> list[Leaked]:
-    return sorted(obs.alive, key=lambda item: item.kind != TENSOR)[:_LOOKED_AT]
-
-
 def unrooted_holder(obs: Observation, walker: ObjectEdges) -> Path | None:
     """``parent -> container -> leaked object`` for a container that holds a leaked
     object (``parent`` only when one refers to the container)."""
-    chosen = _first_leaked(obs)
+    chosen = sorted(obs.alive, key=lambda item: item.kind != TENSOR)[:_LOOKED_AT]
     held = [item.obj for item in chosen]
     mine = {id(held), id(chosen), id(obs.alive), id(obs), *(id(item) for item in obs.alive)}
     try:
@@ -168,3 +164,26 @@ def no_holder_note(obs: Observation) -> str:
         "array made with .numpy() (the array keeps its tensor alive; Python's gc does "
         "not see that link)"
     )
+
+
+def unrooted(obs: Observation, walker: ObjectEdges, notes: list[str]) -> Path | None:
+    """No root reaches the leak: a container that holds it anyway, a thread's locals,
+    or a note that says nothing was found and why that may be."""
+    path = unrooted_holder(obs, walker)
+    if path is not None:
+        notes.append(
+            "no chain from a fixture, global, closure or self reaches the leaked objects: "
+            f"the chain ({UNROOTED} -> ...) starts at what holds them, found by asking who "
+            "refers to them (e.g. a fixture fetched with request.getfixturevalue, or a "
+            "library's own list)"
+        )
+        return path
+    threads = thread_holders(obs)
+    if threads:
+        notes.append(
+            "held by the local variables of a thread that is still running: "
+            + "; ".join(threads)
+        )
+    else:
+        notes.append(no_holder_note(obs))
+    return None

@@ -10,6 +10,7 @@ globals of the modules where the leaked objects were made.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sys
@@ -18,6 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from pytest_graphleak.diagnose.edges import is_private
+from pytest_graphleak.heap.usercode import is_private_module
 
 Roots = list[tuple[str, object]]
 
@@ -59,36 +61,13 @@ def user_functions(step: Callable[[], object] | None, *, depth: int = 3) -> list
     return found
 
 
-def closure_roots(functions: Iterable[Any]) -> Roots:
-    roots: Roots = []
-    for fn in functions:
-        for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or (), strict=False):
-            try:
-                content = cell.cell_contents
-            except ValueError:
-                continue
-            roots.append((f"closure '{name}'", content))
-    return roots
-
-
-def _module_by_file() -> dict[str, types.ModuleType]:
-    table: dict[str, types.ModuleType] = {}
-    for module in list(sys.modules.values()):
-        path = getattr(module, "__file__", None)
-        if isinstance(path, str):
-            table[os.path.abspath(path)] = module
-    return table
-
-
-def user_modules(functions: Iterable[Any], filenames: Iterable[str]) -> list[types.ModuleType]:
+def _user_modules(functions: Iterable[Any], filenames: Iterable[str]) -> list[types.ModuleType]:
     """Modules of the user's functions and of the files where leaked objects were made."""
     modules: list[types.ModuleType] = []
     seen: set[str] = set()
 
     def add(module: types.ModuleType | None) -> None:
-        if module is None or module.__name__ in seen:
-            return
-        if module.__name__.startswith(("pytest_graphleak", "_pytest", "pluggy")):
+        if module is None or module.__name__ in seen or is_private_module(module.__name__):
             return
         seen.add(module.__name__)
         modules.append(module)
@@ -97,22 +76,35 @@ def user_modules(functions: Iterable[Any], filenames: Iterable[str]) -> list[typ
         add(sys.modules.get(getattr(fn, "__module__", "") or ""))
     wanted = {os.path.abspath(f) for f in filenames if f and not f.startswith("<")}
     if wanted:
-        by_file = _module_by_file()
+        by_file: dict[str, types.ModuleType] = {}
+        for module in list(sys.modules.values()):
+            path = getattr(module, "__file__", None)
+            if isinstance(path, str):
+                by_file[os.path.abspath(path)] = module
         for path in sorted(wanted):
             add(by_file.get(path))
     return modules
 
 
-def global_roots(modules: Iterable[types.ModuleType]) -> Roots:
-    roots: Roots = []
-    for module in modules:
-        for name, value in list(vars(module).items()):
-            if name.startswith("__") or isinstance(value, _SKIP_GLOBAL_TYPES):
-                continue
-            roots.append((f"global '{name}'", value))
-    return roots
-
-
 def given_roots(roots: Mapping[str, object]) -> Roots:
     """The caller's labelled roots, minus pytest's and the plugin's own objects."""
     return [(label, value) for label, value in roots.items() if not is_private(value)]
+
+
+def all_roots(
+    roots: Mapping[str, object], step: Callable[[], object] | None, site_files: set[str]
+) -> Roots:
+    """The given roots, the closure cells of the user's functions behind ``step``, and the
+    globals of their modules and of the files in ``site_files`` (where leaked objects
+    were made)."""
+    functions = user_functions(step)
+    found = given_roots(roots)
+    for fn in functions:
+        for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or (), strict=False):
+            with contextlib.suppress(ValueError):  # a cell not filled yet
+                found.append((f"closure '{name}'", cell.cell_contents))
+    for module in _user_modules(functions, site_files):
+        for name, value in list(vars(module).items()):
+            if not name.startswith("__") and not isinstance(value, _SKIP_GLOBAL_TYPES):
+                found.append((f"global '{name}'", value))
+    return found

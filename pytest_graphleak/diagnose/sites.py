@@ -111,14 +111,11 @@ class PackHook:
     filename: str
     lineno: int
 
-
-def _describe_hook(fn: Any) -> PackHook:
-    code = getattr(fn, "__code__", None)
-    return PackHook(
-        name=getattr(fn, "__qualname__", type(fn).__name__),
-        filename=getattr(code, "co_filename", "?"),
-        lineno=getattr(code, "co_firstlineno", 0),
-    )
+    @classmethod
+    def of(cls, fn: Any) -> PackHook:
+        code = getattr(fn, "__code__", None)
+        name = getattr(fn, "__qualname__", type(fn).__name__)
+        return cls(name, getattr(code, "co_filename", "?"), getattr(code, "co_firstlineno", 0))
 
 
 def make_torch_recorder(torch: Any) -> Any:
@@ -175,7 +172,7 @@ def make_torch_recorder(torch: Any) -> Any:
                     if top_hooks is not None and seq not in self.pack_hooks:
                         hooks = top_hooks(False)
                         if hooks is not None:
-                            self.pack_hooks[seq] = _describe_hook(hooks[0])
+                            self.pack_hooks[seq] = PackHook.of(hooks[0])
             return out
 
         def site_of_tensor(self, t: Any) -> Site | None:

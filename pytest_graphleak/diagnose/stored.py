@@ -40,34 +40,17 @@ _MISSING = object()
 
 
 @dataclass
-class Growth:
-    """A container on the chain that grew: its type name, lengths, steps it took."""
-
-    type_name: str
-    before: int
-    after: int
-    steps: int
-
-
-@dataclass
 class Watched:
-    grown: list[Growth] = field(default_factory=list)
+    #: the containers on the chain that grew, as notes ("list on the chain grows by ...")
+    grown: list[str] = field(default_factory=list)
     #: user lines after which the holder changed, with how often (over ``steps``)
     stored: Counter[Site] = field(default_factory=Counter)
     steps: int = 0
     error: str | None = None
 
     def notes(self) -> list[str]:
-        notes: list[str] = []
-        for growth in self.grown:
-            every = "per step" if growth.steps == 1 else f"over {growth.steps} steps"
-            notes.append(
-                f"{growth.type_name} on the chain grows by {growth.after - growth.before} "
-                f"{every} (len {growth.before} -> {growth.after})"
-            )
-        if self.error:
-            notes.append(f"the step raised during diagnosis: {self.error}")
-        return notes
+        raised = [f"the step raised during diagnosis: {self.error}"] if self.error else []
+        return [*self.grown, *raised]
 
 
 def _follow(obj: Any, edge: Edge) -> Any:
@@ -98,7 +81,7 @@ def _fingerprint(path: Path, walker: ObjectEdges) -> list[Any]:
         found = walker.backend_of(current)
         if found is not None:
             if found[1] == TENSOR:
-                parts.append(found[0].grad_fn(current))
+                parts.append(getattr(current, "grad_fn", None))
             break
         if index >= len(path.edges):
             break
@@ -171,8 +154,13 @@ def watch_holder(
                 sys.settrace(previous)
             watch.check()
             watched.steps = done
-            grown = [(o, before, len(o)) for o, before in sized if len(o) > before]
-            watched.grown = [Growth(type(o).__name__, b, a, done) for o, b, a in grown]
+            every = "per step" if done == 1 else f"over {done} steps"
+            watched.grown = [
+                f"{type(o).__name__} on the chain grows by {len(o) - before} {every} "
+                f"(len {before} -> {len(o)})"
+                for o, before in sized
+                if len(o) > before
+            ]
             if watched.grown or watch.changes:
                 break
         watched.stored = watch.changes
