@@ -542,20 +542,19 @@ def _stop(procs: list[Any], finished: Collection[int]) -> None:
     """No rank outlives the call: ranks that finished get a moment to exit on their own;
     the others (hung, or blocked on a failed peer) are terminated, then killed."""
     deadline = time.monotonic() + _EXIT_GRACE_S
-    for rank, proc in enumerate(procs):
-        if proc.pid is not None and rank in finished:
-            proc.join(max(0.0, deadline - time.monotonic()))
+    for rank in finished:  # each sent "done", so it was started
+        procs[rank].join(max(0.0, deadline - time.monotonic()))
     for proc in procs:
         if proc.is_alive():
             proc.terminate()
     for proc in procs:
-        if proc.pid is not None:
-            proc.join(2.0)
+        if proc.pid is None:
+            continue  # never started
+        proc.join(2.0)
         if proc.is_alive():
             proc.kill()
             proc.join(2.0)
-    for proc in procs:
-        if proc.pid is not None and not proc.is_alive():
+        if not proc.is_alive():
             proc.close()
 
 
@@ -569,12 +568,9 @@ def _rank_main(job: _Job, rank: int, messages: Any) -> None:
         faulthandler.register(_STACKS_SIGNAL, file=stacks, all_threads=True)
     index = 0
     try:
-        os.environ.update(
-            RANK=str(rank),
-            LOCAL_RANK=str(rank),
-            WORLD_SIZE=str(job.world_size),
-            LOCAL_WORLD_SIZE=str(job.world_size),
-        )
+        size = str(job.world_size)
+        os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=size,
+                          LOCAL_WORLD_SIZE=size)  # fmt: skip
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         import torch
         import torch.distributed as dist

@@ -189,17 +189,8 @@ def _check_marked(
             found["self"] = instance
         return found
 
-    def measure() -> CheckResult:
-        return api.measure(
-            step,
-            settings=settings,
-            name=item.nodeid,
-            diagnose_step=step,
-            roots=roots,
-            exclude=(id(arguments), id(funcargs)),
-        )
-
-    _run_and_record(item, measure, settings=settings, from_marker=True)
+    exclude = (id(arguments), id(funcargs))
+    _measure_and_record(item, step, settings, item.nodeid, roots, exclude, from_marker=True)
 
 
 def _check_marked_on_ranks(
@@ -324,23 +315,26 @@ def _swap_unittest_method(item: pytest.Item) -> Any:
     return method
 
 
-def _run_and_record(
+def _measure_and_record(
     item: pytest.Item,
-    run: Callable[[], CheckResult],
-    *,
+    step: Callable[[], object],
     settings: Settings,
+    name: str,
+    roots: Callable[[], Mapping[str, object]],
+    exclude: tuple[int, ...],
+    *,
     from_marker: bool,
-    name: str | None = None,
 ) -> CheckResult:
+    """Check ``step``, record the result on the test, fail (or warn) on a leak."""
     __tracebackhide__ = True
     try:
-        result = run()
+        result = api.measure(step, settings=settings, name=name, diagnose_step=step,
+                             roots=roots, exclude=exclude)  # fmt: skip
     except (pytest.skip.Exception, pytest.xfail.Exception):
         raise  # the test declared its own outcome (skip, xfail): pytest reports it
     except BaseException as exc:
         # Every way a step ends gets a row: an assert, pytest.fail(), SystemExit, a
         # pytest-timeout at step k, Ctrl-C.
-        name = name or item.nodeid
         _record(item, api.error_result(name, steps=settings.steps, warmup=settings.warmup, exc=exc))
         raise
     _record(item, result)
@@ -479,18 +473,10 @@ class GraphleakFixture:
             raise TypeError(f"graphleak.check(step): step must be callable, got {step!r}")
         settings = self.resolve("check()", options)
         self._checks += 1
-        label = getattr(step, "__qualname__", "step")
-        name = f"{self._item.nodeid}::check({label})"
+        name = f"{self._item.nodeid}::check({getattr(step, '__qualname__', 'step')})"
         roots = api.roots_of_frame(sys._getframe(1), exclude=(id(self),))
-
-        def measure() -> CheckResult:
-            return api.measure(
-                step, settings=settings, name=name, diagnose_step=step, roots=roots,
-                exclude=(id(self),),
-            )  # fmt: skip
-
-        return _run_and_record(self._item, measure, settings=settings, from_marker=False,
-                               name=name)  # fmt: skip
+        return _measure_and_record(self._item, step, settings, name, roots, (id(self),),
+                                   from_marker=False)  # fmt: skip
 
     def track(self, **options: Unpack[TrackOptions]) -> Track:
         """``with graphleak.track(warmup=3) as t:`` ... ``t.step()`` after each step;

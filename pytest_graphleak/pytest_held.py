@@ -39,14 +39,10 @@ def _plain(value: object) -> bool:
     return False
 
 
-def _extras(record: logging.LogRecord) -> dict[str, Any]:
-    return {k: v for k, v in record.__dict__.items() if k not in _RECORD_FIELDS}
-
-
 def released_record(record: logging.LogRecord) -> logging.LogRecord:
     """``record`` itself when it holds only text and numbers, else a copy that keeps its
     text (formatted message, rendered exception) and drops the objects."""
-    extras = _extras(record)
+    extras = {k: v for k, v in record.__dict__.items() if k not in _RECORD_FIELDS}
     if (
         isinstance(record.msg, str)
         and _plain(record.args)

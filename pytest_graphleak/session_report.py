@@ -387,16 +387,12 @@ def _outcome(report: pytest.TestReport) -> str:
 
 def _culprit(diagnosis: Mapping[str, Any] | None) -> str:
     """The chain's last link (the leaked object), with the root it hangs from."""
-    if not diagnosis:
-        return ""
-    chain: Sequence[str] = diagnosis.get("chain") or []
+    chain: Sequence[str] = (diagnosis or {}).get("chain") or []
+    cycle: Sequence[str] = (diagnosis or {}).get("cycle") or []
     if chain:
         via = f" (from {chain[0]})" if len(chain) > 1 else ""
         return f"held: {chain[-1]}{via}"
-    cycle: Sequence[str] = diagnosis.get("cycle") or []
-    if cycle:
-        return f"cycle through {cycle[0]}"
-    return ""
+    return f"cycle through {cycle[0]}" if cycle else ""
 
 
 def _count_line(rows: Sequence[CheckedTest]) -> str:
