@@ -164,8 +164,7 @@ def _check_marked(
     *,
     instance: object | None,
 ) -> None:
-    """The marker's check: ``function(**arguments)`` is one step, run warmup + steps
-    times; the result is recorded on the item and a leak fails (or warns)."""
+    """The marker's check: ``function(**arguments)`` is one step."""
     __tracebackhide__ = True
     funcargs = item.funcargs
     progress = terminal.Progress(item.config, settings.warmup + settings.steps)
@@ -196,12 +195,9 @@ def _check_marked(
 def _check_marked_on_ranks(
     item: pytest.Function, settings: Settings, *, world_size: int, checking: bool
 ) -> None:
-    """``@pytest.mark.no_graph_growth(world_size=N)``: the marked test function is the
-    step factory. It runs in each spawned rank (after the process group is up: read the
-    rank from ``torch.distributed.get_rank()``, or take ``(rank, world_size)``) and
-    returns that rank's step. Without checking (no ``--graphleak``) each rank runs it
-    once, unjudged, as a plain test would. It cannot take fixtures or be parametrized:
-    fixture values live in this process, not in the ranks."""
+    """``@pytest.mark.no_graph_growth(world_size=N)``: the marked test function is each
+    spawned rank's step factory; without ``--graphleak`` each rank runs it once, unjudged.
+    It cannot take fixtures or be parametrized: fixture values live in this process."""
     __tracebackhide__ = True
     function = item.obj
     where = f"{item.nodeid}: @pytest.mark.{MARKER}(world_size={world_size})"
@@ -271,24 +267,16 @@ def record_result(result: CheckResult) -> bool:
     return True
 
 
-def _is_unittest_item(item: pytest.Item) -> bool:
-    unittest = sys.modules.get("unittest")
-    cls = getattr(item, "cls", None)
-    return (
-        unittest is not None
-        and isinstance(item, pytest.Function)
-        and isinstance(cls, type)
-        and issubclass(cls, unittest.TestCase)
-    )
-
-
 def _swap_unittest_method(item: pytest.Item) -> Any:
     """Put the checking wrapper in place of a marked TestCase method; the method it
     replaced, or None when nothing was swapped."""
     settings = item.stash.get(ITEM_SETTINGS_KEY, None)
-    if settings is None or not _is_unittest_item(item):
+    unittest = sys.modules.get("unittest")
+    cls = getattr(item, "cls", None)
+    if settings is None or unittest is None or not isinstance(item, pytest.Function):
         return None
-    assert isinstance(item, pytest.Function)
+    if not (isinstance(cls, type) and issubclass(cls, unittest.TestCase)):
+        return None
     checking = settings_of(item.config).enabled
     world_size = item.stash.get(WORLD_SIZE_KEY, 1)
     if not checking and world_size == 1:

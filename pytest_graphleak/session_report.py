@@ -130,8 +130,9 @@ class GraphleakSessionReport:
     # ``pytest_report_teststatus``), and the reports must say what pytest says.
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> Generator[None, None, None]:
-        if not self.is_worker and report.when != "call":
-            self._collect(report)
+        if report.when == "teardown" and report.nodeid in self._junit_pending:
+            properties = self._junit_pending.pop(report.nodeid)
+            report.user_properties = [*report.user_properties, *properties]
         self._logging = report
         yield
         self._logging = None
@@ -142,21 +143,28 @@ class GraphleakSessionReport:
                 del report.graphleak  # pop: kept as text
 
     def _collect(self, report: pytest.TestReport) -> None:
-        if report.when == "teardown" and report.nodeid in self._junit_pending:
-            properties = self._junit_pending.pop(report.nodeid)
-            report.user_properties = [*report.user_properties, *properties]
-        if report.when != "call":
-            return
+        """Record a call report's checks (see ``pytest_runtest_logreport``)."""
         self._leaked.discard(report.nodeid)  # of a rerun test, the last attempt decides
         if report.outcome == _RERUN:
             # pytest-rerunfailures runs this test again: only its final attempt counts.
             # (It logs no teardown for this attempt, so nothing else would drop these.)
             self._junit_pending.pop(report.nodeid, None)
             return
-        if _has_leak(getattr(report, "graphleak", None)):
+        data = getattr(report, "graphleak", None)
+        if _has_leak(data):
             self._leaked.add(report.nodeid)
-        checks = self._checks_of(report)
-        if not checks:
+        if not data:
+            return
+        try:
+            if not isinstance(data, list):
+                raise TypeError(f"expected a list of check dicts, got {type(data).__name__}")
+            # The round trip checks the layout and gives every check the same keys.
+            checks = [CheckResult.from_dict(check).to_dict() for check in data]
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            self.notes.append(
+                f"ignored malformed graphleak results of {report.nodeid}: "
+                f"{type(exc).__name__}: {exc}"
+            )
             return
         test = CheckedTest(report.nodeid, _outcome(report), checks)
         try:  # NaN stays NaN: this text is read back by json, not by others
@@ -171,22 +179,6 @@ class GraphleakSessionReport:
             return
         if self._junit:
             self._junit_pending[report.nodeid] = junit_properties(test)
-
-    def _checks_of(self, report: pytest.TestReport) -> list[dict[str, Any]]:
-        data = getattr(report, "graphleak", None)
-        if not data:
-            return []
-        try:
-            if not isinstance(data, list):
-                raise TypeError(f"expected a list of check dicts, got {type(data).__name__}")
-            # The round trip checks the layout and gives every check the same keys.
-            return [CheckResult.from_dict(check).to_dict() for check in data]
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            self.notes.append(
-                f"ignored malformed graphleak results of {report.nodeid}: "
-                f"{type(exc).__name__}: {exc}"
-            )
-            return []
 
     def pytest_report_teststatus(
         self, report: pytest.TestReport, config: pytest.Config
@@ -287,7 +279,9 @@ class GraphleakSessionReport:
         if not rows:
             tr.write_line("no test ran a graphleak check")
         else:
-            tr.write_line(_count_line(rows))
+            counts = Counter(test.status for test in rows)
+            parts = ", ".join(f"{counts[s]} {s}" for s in STATUSES if s in counts)
+            tr.write_line(f"graphleak: {len(rows)} checked: {parts}")
         for output in self.outputs:
             if output.error:
                 tr.write_line(f"ERROR: {output.error}", red=True, bold=True)
@@ -307,7 +301,7 @@ def summary_lines(
         if len(test.checks) > 1:
             label = check["name"] if check["name"] != test.nodeid else f"check {index + 1}"
             name = f"{test.nodeid} [{label}]"
-        status = _check_status(check, test)
+        status = CheckedTest(test.nodeid, test.outcome, [check]).status  # of this check
         word, markup = _STATUS_STYLE[status]
         head = f"{word} {name}"
         if check.get("leaked"):
@@ -359,16 +353,6 @@ _STATUS_STYLE: dict[str, tuple[str, dict[str, bool]]] = {
 }
 
 
-def _check_status(check: Mapping[str, Any], test: CheckedTest) -> str:
-    if check.get("leaked"):
-        if test.outcome == "failed":
-            return "leaked"
-        return "xfailed" if test.outcome == _XFAILED else "warned"
-    if check.get("error"):
-        return "error"
-    return "unmeasured" if check.get("unmeasured") else "clean"
-
-
 def _reach(check: Mapping[str, Any]) -> str:
     """``; catches 1 object every 5 steps``: the slowest leak a clean check could see."""
     period = (check.get("verdict") or {}).get("slowest_leak_steps")
@@ -393,12 +377,6 @@ def _culprit(diagnosis: Mapping[str, Any] | None) -> str:
         via = f" (from {chain[0]})" if len(chain) > 1 else ""
         return f"held: {chain[-1]}{via}"
     return f"cycle through {cycle[0]}" if cycle else ""
-
-
-def _count_line(rows: Sequence[CheckedTest]) -> str:
-    counts = Counter(test.status for test in rows)
-    parts = [f"{counts[s]} {s}" for s in STATUSES if s in counts]
-    return f"graphleak: {len(rows)} checked: " + ", ".join(parts)
 
 
 def junit_properties(test: CheckedTest) -> list[tuple[str, str]]:

@@ -201,3 +201,38 @@ def test_runxfail_with_warn_only_warns_as_usual(pytester: pytest.Pytester) -> No
     # --runxfail: xfail marks are ignored, so the known leak is an ordinary warn-only leak
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
     result.assert_outcomes(passed=2, warnings=2)
+
+
+XFAIL_RAISES = '''
+import pytest
+import minigrad as mg
+
+KEEP = []
+
+def leak():
+    KEEP.append(mg.Tensor([1.0], requires_grad=True) * 2.0)
+
+@pytest.mark.xfail(raises=AssertionError, strict=True)
+@pytest.mark.no_graph_growth(steps=6, warmup=1)
+def test_admits_an_assertion():
+    leak()
+
+@pytest.mark.xfail(raises=(KeyError, AssertionError), strict=True)
+@pytest.mark.no_graph_growth(steps=6, warmup=1)
+def test_admits_it_in_a_tuple():
+    leak()
+
+@pytest.mark.xfail(raises=KeyError)
+@pytest.mark.no_graph_growth(steps=6, warmup=1)
+def test_expects_another_error():
+    leak()
+'''
+
+
+def test_warn_only_follows_the_xfail_raises_argument(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_raises=XFAIL_RAISES)
+    result = pytester.runpytest_subprocess(*FAST, "--graphleak", "--graphleak-warn-only")
+    # raises= admitting an AssertionError makes the leak the expected failure; raises=KeyError
+    # does not, so the leak only warns and the (non-strict) xfail test passes: XPASS.
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    result.assert_outcomes(xfailed=2, xpassed=1, warnings=1)
