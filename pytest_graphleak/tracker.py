@@ -141,10 +141,6 @@ class Sampler:
         self._coverage: Coverage | None = None
         self.result = Series()
 
-    @property
-    def calls(self) -> int:
-        return self.result.calls
-
     def begin(self, roots: list[object] | None = None) -> None:
         """Start measuring. ``roots``: what the step can reach (its function, fixture
         values, the caller's locals); with ``start_scan="roots"`` the probes' start set
