@@ -94,7 +94,7 @@ class TorchProbe(ProbeBase):
 
     def collectable(self, fresh: Sequence[object]) -> int:
         # Only fresh tensors can be cyclic garbage: frozen objects are never collected.
-        # Called twice per sample (around gc.collect()), so one counting pass, no list.
+        # Called around gc.collect() in every sample, so one counting pass, no list.
         # (Empty when only the gc probe was asked for: then this probe was never started.)
         kinds = self._tensor_types or _subclasses(sys.modules["torch"].Tensor)
         return sum(map(kinds.__contains__, map(type, fresh)))
