@@ -251,34 +251,31 @@ class Track:
         on_result: Callable[[CheckResult], None] | None = None,
         steps: int | None = None,
     ) -> None:
-        self._settings = settings
-        self._name = name
-        self._raise = raise_on_leak
+        from pytest_graphleak.loop import LoopCheck  # loop builds on this module
+
+        self._check = LoopCheck(settings, name=name, steps=steps, on_result=on_result,
+                                on_leak="raise" if raise_on_leak else "return")  # fmt: skip
         self._on_result = on_result
-        self._steps = steps
-        self._check: Any = None
+        self._entered = False
 
     @property
     def calls(self) -> int:
         """Steps marked so far."""
-        return self._check.calls if self._check is not None else 0
+        return self._check.calls
 
     @property
     def result(self) -> CheckResult | None:
-        return self._check.result if self._check is not None else None
+        return self._check.result
 
     def __enter__(self) -> Track:
-        from pytest_graphleak.loop import LoopCheck
-
-        if self._check is not None:
+        if self._entered:
             raise RuntimeError("a track() block cannot be entered twice")
-        self._check = LoopCheck(self._settings, name=self._name, steps=self._steps,
-                                on_leak="raise" if self._raise else "return",
-                                on_result=self._on_result)  # fmt: skip
+        self._entered = True
+        check = self._check
         # The loop's state is in the caller's locals and globals: walk from them.
         frame = sys._getframe(1)
-        self._check.start(
-            length=None if self._steps is None else self._settings.warmup + self._steps,
+        check.start(
+            length=None if check.steps is None else check.settings.warmup + check.steps,
             roots=roots_of_frame(frame, (id(self),)),
             start_objects=[*frame.f_locals.values(), frame.f_globals],
         )
@@ -289,7 +286,7 @@ class Track:
         """Mark the end of one step: collect garbage and sample every probe."""
         __tracebackhide__ = True
         check = self._check
-        if check is None or (not check.active and check.result is None):
+        if not self._entered or (not check.active and check.result is None):
             raise RuntimeError("t.step() called outside its `with graphleak.track() as t:` block")
         check.after_step()
 
@@ -301,8 +298,7 @@ class Track:
     ) -> None:
         __tracebackhide__ = True
         check = self._check
-        assert check is not None
-        warmup = self._settings.warmup
+        warmup = check.settings.warmup
         if exc is not None:
             check.close()
             if isinstance(exc, GraphLeakError):
@@ -312,7 +308,7 @@ class Track:
             # error result says at which step it was raised.
             tracker.annotate_step_error(exc, check.calls + 1, warmup, None)
             if check.result is None:
-                error = error_result(self._name, steps=max(0, check.calls - warmup),
+                error = error_result(check.name, steps=max(0, check.calls - warmup),
                                      warmup=warmup, exc=exc)  # fmt: skip
                 check.results.append(error)
                 if self._on_result is not None:
@@ -323,7 +319,7 @@ class Track:
         if check.calls - warmup < 1 or check.calls < 2:
             check.close()
             raise ValueError(
-                f"{self._name}: track(warmup={warmup}) saw {check.calls} t.step() calls; "
+                f"{check.name}: track(warmup={warmup}) saw {check.calls} t.step() calls; "
                 f"it needs at least warmup + 2 (and warmup + 12 to catch slow leaks)"
             )
         check.finish()

@@ -140,6 +140,8 @@ def judge(
     """
     if warmup < 0:
         raise ValueError(f"warmup must be >= 0, got {warmup}")
+    if not series:
+        return Verdict(leaked=False, reason="no metric was measured, so none could grow")
     limits = limits or Limits()
     growths: list[Growth] = []
     for metric in sorted(series):
@@ -152,15 +154,13 @@ def judge(
             raise ValueError(f"series {metric!r} has no declaration among the metrics given")
         if metric_grows(values, warmup, limits.for_metric(metrics[metric])):
             growths.append(growth_of(metric, values, warmup))
-    steps = min((len(v) - warmup for v in series.values()), default=0)
-    slowest = max_leak_period(steps) if series and steps > 0 else 0
-    if not series:
-        return Verdict(leaked=False, reason="no metric was measured, so none could grow")
+    steps = min(len(v) - warmup for v in series.values())  # >= 1: checked above
+    slowest = max_leak_period(steps)
     if not growths:
         return Verdict(
             leaked=False,
-            reason=f"no metric grew: no floor rose every k <= {max_leak_period(steps)} "
-            f"steps over {steps} measured steps ({len(series)} metrics judged)",
+            reason=f"no metric grew: no floor rose every k <= {slowest} steps over {steps} "
+            f"measured steps ({len(series)} metrics judged)",
             slowest_leak_steps=slowest,
         )
     pattern = first_pattern(metrics[g.metric] for g in growths)
