@@ -20,6 +20,7 @@ stack is always left as the step left it, minus this mode.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import weakref
 from collections.abc import Callable
@@ -65,10 +66,9 @@ class WarmupTensors:
         key = id(tensor)
         ref = self._seen.get(key)
         if ref is None or ref() is not tensor:
-            try:
+            # A tensor type without weak references cannot be held safely: left out.
+            with contextlib.suppress(TypeError):
                 self._seen[key] = weakref.ref(tensor)
-            except TypeError:  # a tensor type without weak references: cannot hold it safely
-                return
 
 
 def _remove_mode(mode: Any) -> None:

@@ -62,11 +62,23 @@ class Backend:
         return "Tensor"
 
     def edges(self, obj: Any) -> Iterator[tuple[Edge, object]]:
+        """Backend-specific references first, then user attributes (a custom Function's
+        ctx on a torch node); a node's inputs come first of all."""
         kind = self.kind(obj)
         if kind == TENSOR:
             yield from self._tensor_edges(obj)
         elif kind == NODE:
+            try:
+                pairs = obj.next_functions
+            except Exception:  # a released, foreign or exotic node
+                pairs = ()
+            for i, (child, _) in enumerate(pairs):
+                if child is not None:
+                    yield Edge("next", i), child
             yield from self._node_edges(obj)
+        if kind is not None and isinstance(attrs := getattr(obj, "__dict__", None), dict):
+            for key, value in list(attrs.items()):  # a copy: the dict may change meanwhile
+                yield Edge("attr", str(key)), value
 
     def _tensor_edges(self, t: Any) -> Iterator[tuple[Edge, object]]:
         raise NotImplementedError
@@ -76,13 +88,6 @@ class Backend:
 
     def node_name(self, node: Any) -> str:
         return type(node).__name__
-
-
-def _attr_edges(attrs: dict[Any, Any] | None) -> Iterator[tuple[Edge, object]]:
-    """One ``attr`` edge per user attribute (a copy: the dict may change meanwhile)."""
-    if attrs:
-        for key, value in list(attrs.items()):
-            yield Edge("attr", str(key)), value
 
 
 class TorchBackend(Backend):
@@ -135,21 +140,11 @@ class TorchBackend(Backend):
             base = None
         if base is not None:
             yield Edge("attr", "_base"), base
-        yield from _attr_edges(getattr(t, "__dict__", None))
 
     def _node_edges(self, node: Any) -> Iterator[tuple[Edge, object]]:
-        try:
-            pairs = node.next_functions
-        except Exception:
-            pairs = ()
-        for i, pair in enumerate(pairs):
-            if pair[0] is not None:
-                yield Edge("next", i), pair[0]
         variable = getattr(node, "variable", None)  # AccumulateGrad -> its leaf
         if variable is not None:
             yield Edge("attr", "variable"), variable
-        # ctx attributes of a custom Function
-        yield from _attr_edges(getattr(node, "__dict__", None))
 
 
 class MinigradBackend(Backend):
@@ -183,12 +178,8 @@ class MinigradBackend(Backend):
                 yield Edge("attr", "grad"), meta.grad
             if meta.hooks:
                 yield Edge("attr", "hooks"), meta.hooks
-        yield from _attr_edges(t.__dict__)
 
     def _node_edges(self, node: Any) -> Iterator[tuple[Edge, object]]:
-        for i, child in enumerate(node.next_nodes or ()):
-            if child is not None:
-                yield Edge("next", i), child
         if node.pre_hooks:
             yield Edge("attr", "pre_hooks"), node.pre_hooks
         saved = node.saved

@@ -143,10 +143,8 @@ class ObjectEdges:
             for key, value in obj.keywords.items():
                 yield Edge("key", key), value
         elif tp is types.CellType:
-            try:
+            with contextlib.suppress(ValueError):  # an empty cell
                 yield Edge("attr", "cell_contents"), obj.cell_contents
-            except ValueError:  # empty cell
-                return
         elif _array_base(obj) is not None:
             yield Edge("attr", "base"), _array_base(obj)
         elif isinstance(obj, type):
@@ -219,10 +217,8 @@ def holds_references(obj: object, walker: ObjectEdges) -> bool:
 def _function_edges(fn: types.FunctionType) -> Iterator[tuple[Edge, object]]:
     closure = fn.__closure__ or ()
     for name, cell in zip(fn.__code__.co_freevars, closure, strict=False):
-        try:
+        with contextlib.suppress(ValueError):  # a cell not filled yet
             yield Edge("closure", name), cell.cell_contents
-        except ValueError:  # cell not filled yet
-            continue
     for i, default in enumerate(fn.__defaults__ or ()):
         yield Edge("attr", f"__defaults__[{i}]"), default
     for key, default in (fn.__kwdefaults__ or {}).items():

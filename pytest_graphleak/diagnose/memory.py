@@ -24,7 +24,7 @@ from itertools import islice
 from typing import Any
 
 from pytest_graphleak.diagnose.backends import TENSOR
-from pytest_graphleak.diagnose.edges import Edge, ObjectEdges
+from pytest_graphleak.diagnose.edges import Edge, ObjectEdges, items_of
 from pytest_graphleak.diagnose.search import MAX_PER_ROOT, Path, shortest_path
 from pytest_graphleak.metrics import BYTES, format_amount
 
@@ -133,12 +133,9 @@ def _item_bytes(item: object, walker: ObjectEdges) -> int:
 def _added_bytes(container: Any, before: int, after: int, walker: ObjectEdges) -> int:
     """Bytes of what a container gained (its newest entries, weighed up to a sample)."""
     added = after - before
-    if isinstance(container, dict):
-        newest = list(islice(reversed(container.values()), min(added, _SAMPLE_ITEMS)))
-    elif isinstance(container, (list, deque)):
-        newest = list(islice(reversed(container), min(added, _SAMPLE_ITEMS)))
-    else:  # a set: no order, any members are as good a sample
-        newest = list(islice(container, min(added, _SAMPLE_ITEMS)))
+    # A set has no order: any members are as good a sample.
+    items = container if isinstance(container, set) else reversed(items_of(container))
+    newest = list(islice(items, min(added, _SAMPLE_ITEMS)))
     if not newest:
         return 0
     weighed = sum(_item_bytes(item, walker) for item in newest)

@@ -130,10 +130,9 @@ def render_dot(chain_path: Path | None, cycle_path: Path | None, walker: ObjectE
         return ids[key]
 
     if chain_path is not None:
-        root = f"r{len(ids)}"
-        lines.append(f"  {root} [label={_quote(chain_path.root_label)}, style=filled, "
-                     'fillcolor="#dde8ff"];')  # fmt: skip
-        lines.append(f"  {root} -> {node_id(path.objects[0])};")
+        label = _quote(chain_path.root_label)
+        lines.append(f'  r0 [label={label}, style=filled, fillcolor="#dde8ff"];')
+        lines.append(f"  r0 -> {node_id(path.objects[0])};")
     for i, edge in enumerate(path.edges):
         a, b = node_id(path.objects[i]), node_id(path.objects[i + 1])
         lines.append(f"  {a} -> {b} [label={_quote(edge.text().strip() or ' ')}];")

@@ -62,7 +62,7 @@ def shortest_path(
                 continue
             seen[id(obj)] = (obj, None, None, index)
             if is_target(obj):
-                return _path(seen, id(obj), labels)
+                return _walk_back(Path(labels[index]), seen, id(obj))
             queue.append(id(obj))
         deadline = time.perf_counter() + MAX_SECONDS
         visited = 0
@@ -84,7 +84,7 @@ def shortest_path(
                     continue
                 seen[cid] = (child, current, edge, root_index)
                 if is_target(child):
-                    return _path(seen, cid, labels)
+                    return _walk_back(Path(labels[root_index]), seen, cid)
                 if charged[root_index] < MAX_PER_ROOT:
                     charged[root_index] += 1
                     queue.append(cid)
@@ -94,16 +94,9 @@ def shortest_path(
         queue.clear()
 
 
-def _path(
-    seen: dict[int, tuple[object, int | None, Edge | None, int]], last: int, labels: list[str]
-) -> Path:
-    path = Path(labels[seen[last][3]])
-    _walk_back(path, seen, last)
-    return path
-
-
-def _walk_back(path: Path, seen: Mapping[int, tuple[Any, ...]], last: int | None) -> None:
-    """Prepend the objects and edges from the search's start to ``last`` to ``path``."""
+def _walk_back(path: Path, seen: Mapping[int, tuple[Any, ...]], last: int | None) -> Path:
+    """``path`` with the objects and edges from the search's start to ``last`` put in
+    front (``seen``: id -> (object, parent id, edge from the parent, ...))."""
     objects: list[object] = []
     edges: list[Edge] = []
     while last is not None:
@@ -113,6 +106,7 @@ def _walk_back(path: Path, seen: Mapping[int, tuple[Any, ...]], last: int | None
             edges.append(edge)
     path.objects[:0] = reversed(objects)
     path.edges[:0] = reversed(edges)
+    return path
 
 
 def extend(path: Path, obj: object) -> None:
@@ -145,8 +139,8 @@ def find_cycle(start: object, walker: ObjectEdges, *, max_visited: int = 50_000)
                 continue
             for edge, child in out:
                 cid = id(child)
-                if cid == target:
-                    return _cycle(seen, current, edge, start)
+                if cid == target:  # objects: start ... current, start (at both ends)
+                    return _walk_back(Path("", [start], [edge]), seen, current)
                 if cid in seen or not holds_references(child, walker) or not walker.walkable(child):
                     continue
                 seen[cid] = (child, current, edge)
@@ -155,15 +149,3 @@ def find_cycle(start: object, walker: ObjectEdges, *, max_visited: int = 50_000)
     finally:
         seen.clear()
         queue.clear()
-
-
-def _cycle(
-    seen: dict[int, tuple[object, int | None, Edge | None]],
-    last: int,
-    closing: Edge,
-    start: object,
-) -> Path:
-    # objects: start ... last, start  (start appears at both ends)
-    path = Path("", [start], [closing])
-    _walk_back(path, seen, last)
-    return path

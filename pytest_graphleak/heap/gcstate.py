@@ -22,7 +22,6 @@ from __future__ import annotations
 import gc
 import subprocess
 import sys
-from dataclasses import dataclass
 from functools import cache
 
 _FRESH_FROZEN = "import gc; gc.collect(); print(gc.get_freeze_count())"
@@ -54,24 +53,6 @@ def user_frozen_count() -> int:
     return max(0, frozen - interpreter_frozen()) if frozen else 0
 
 
-@dataclass(frozen=True)
-class Settings:
-    """What the user set: automatic collection, thresholds, debug flags."""
-
-    enabled: bool
-    threshold: tuple[int, ...]
-    debug: int
-
-    @classmethod
-    def now(cls) -> Settings:
-        return cls(gc.isenabled(), gc.get_threshold(), gc.get_debug())
-
-    def restore(self) -> None:
-        gc.set_debug(self.debug)
-        gc.set_threshold(*self.threshold)
-        (gc.enable if self.enabled else gc.disable)()
-
-
 class Measuring:
     """gc as a check needs it from ``begin()`` to ``end()``.
 
@@ -80,12 +61,13 @@ class Measuring:
     (``whole_heap``; then ``freeze()`` does nothing)."""
 
     def __init__(self) -> None:
-        self._saved: Settings | None = None
+        #: what the user set: automatic collection, thresholds, debug flags
+        self._saved: tuple[bool, tuple[int, ...], int] | None = None
         self._froze = False
         self.whole_heap = False
 
     def begin(self) -> None:
-        self._saved = Settings.now()
+        self._saved = (gc.isenabled(), gc.get_threshold(), gc.get_debug())
         self.whole_heap = user_frozen_count() > 0
         gc.disable()
         gc.set_debug(0)
@@ -119,5 +101,8 @@ class Measuring:
             gc.unfreeze()
             self._froze = False
         if self._saved is not None:
-            self._saved.restore()
+            enabled, threshold, debug = self._saved
+            gc.set_debug(debug)
+            gc.set_threshold(*threshold)
+            (gc.enable if enabled else gc.disable)()
             self._saved = None
