@@ -89,14 +89,10 @@ def diagnose_heap(
             story, fix = tell("memory-growth", graph_grew=False, tensors=True, has_chain=False)
             return Diagnosis("memory-growth", notes=notes, story=story, fix=fix)
         best: tuple[tuple[int, str], Path] | None = None
-        for label, value in labelled:
-            if not _tensor(value, walker, graph=True):
-                candidate = shortest_path(
-                    [(label, value)], lambda o: _tensor(o, walker, graph=True), walker,
-                    max_visited=20_000,
-                )
-            else:
-                candidate = Path(label, [value], [])
+        for root in labelled:  # a root that is itself a graph tensor is its own path
+            candidate = shortest_path(
+                [root], lambda o: _tensor(o, walker, graph=True), walker, max_visited=20_000
+            )
             if candidate is None:
                 continue
             size = _graph_size(candidate.objects[-1], walker)

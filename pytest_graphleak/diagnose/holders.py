@@ -89,24 +89,23 @@ def plain_cycle(obs: Observation, walker: ObjectEdges) -> tuple[Path, tuple[Edge
     to a cyclic leaked object: the cycle from that object back to itself, and the edge
     from it to the leaked object (``Record.out -> Tensor``)."""
     leaked = {id(item.obj): item.obj for item in obs.cyclic}
-    for holder in obs.garbage:
-        if walker.backend_of(holder) is not None or not walker.walkable(holder):
-            continue
-        try:
-            edges = list(walker.edges(holder))
-        except Exception:  # an object whose attributes raise
-            continue
-        for edge, child in edges:
-            if leaked.get(id(child)) is child:
-                path = find_cycle(holder, walker, max_visited=5_000)
-                if path is not None:
-                    edges.clear()
-                    leaked.clear()
-                    return path, (edge, child)
-                break
-        edges.clear()
-    leaked.clear()
-    return None
+    try:
+        for holder in obs.garbage:
+            if walker.backend_of(holder) is not None or not walker.walkable(holder):
+                continue
+            try:
+                edges = list(walker.edges(holder))
+            except Exception:  # an object whose attributes raise
+                continue
+            for edge, child in edges:
+                if leaked.get(id(child)) is child:
+                    path = find_cycle(holder, walker, max_visited=5_000)
+                    if path is not None:
+                        return path, (edge, child)
+                    break
+        return None
+    finally:
+        leaked.clear()
 
 
 def thread_holders(obs: Observation) -> list[str]:

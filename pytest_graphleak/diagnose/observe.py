@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from pytest_graphleak.diagnose.backends import Backend
-from pytest_graphleak.diagnose.loop_recorder import Leaked, LoopRecorder, Made, Observation
+from pytest_graphleak.diagnose.loop_recorder import Leaked, LoopRecorder, Observation
 from pytest_graphleak.heap.gcstate import Measuring
 
 #: Steps run by the diagnosis, and how many of them record creation sites.
@@ -63,7 +63,21 @@ def observe(
             result.torch_seq = recorder.torch_seq
         made = recorder.made
         candidates = {oid for oid, (ref, _, _, run) in made.items() if run and ref() is not None}
-        _sort_by_collector(result, candidates, made, measuring)
+        # The candidates that only the cyclic GC frees go to result.cyclic.
+        garbage = measuring.collect_saving()
+        try:
+            for obj in garbage:
+                info = made.get(id(obj))
+                if info is None or id(obj) not in candidates:
+                    continue
+                _, backend, kind, run = info
+                if backend.kind(obj) == kind:  # the same object (its weakref is cleared now)
+                    result.cyclic.append(Leaked(obj, backend, kind, run, None))
+                    candidates.discard(id(obj))
+            if result.cyclic:
+                result.garbage = [o for o in garbage if id(o) not in made][:_MAX_GARBAGE]
+        finally:
+            garbage.clear()
         for oid, (ref, backend, kind, run) in made.items():
             obj = ref()
             if obj is not None and oid in candidates:
@@ -74,27 +88,3 @@ def observe(
     finally:
         recorder.close()
         measuring.end()
-
-
-def _sort_by_collector(
-    result: Observation,
-    candidates: set[int],
-    made: Made,
-    measuring: Measuring,
-) -> None:
-    """Move the candidates that only the cyclic GC would free into ``result.cyclic``."""
-    garbage = measuring.collect_saving()
-    try:
-        for obj in garbage:
-            info = made.get(id(obj))
-            if info is None or id(obj) not in candidates:
-                continue
-            _, backend, kind, run = info
-            if backend.kind(obj) == kind:  # the same object (its weakref is cleared now)
-                result.cyclic.append(Leaked(obj, backend, kind, run, None))
-                candidates.discard(id(obj))
-        if result.cyclic:
-            made_ids = set(made)
-            result.garbage = [o for o in garbage if id(o) not in made_ids][:_MAX_GARBAGE]
-    finally:
-        garbage.clear()
