@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import sys
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, KeysView, Sequence
+from functools import partial
 from itertools import chain, compress
 from typing import Any
 
@@ -103,8 +104,8 @@ class TorchProbe(ProbeBase):
         tensors, held_nodes = self._kinds(fresh)
         if self._adopted.count():
             known = set(map(id, tensors))
-            tensors.extend(t for t in self._adopted.alive()
-                           if id(t) not in known and not self._baseline.holds(t))  # fmt: skip
+            known.update(self._baseline.ids())
+            tensors.extend(t for t in self._adopted.alive() if id(t) not in known)
         base = self._baseline.alive()
         try:
             return {
@@ -157,26 +158,17 @@ class WeakBaseline:
     def add(self, tensors: list[Any]) -> None:
         """Remember ``tensors`` (each once) and empty the list, so the caller keeps none."""
         self.fakes = self.fakes or bool(_fake_kinds(tensors))
-        refs = self._refs
-        forget = refs.pop
-        forget_storage = self.storages.pop
-
-        def died(key: int) -> None:
-            forget(key, None)
-            forget_storage(key, None)
-
         self._table = None
         try:
             for tensor in tensors:
                 key = id(tensor)
-                if key in refs:
+                if key in self._refs:
                     continue
-                def drop(_ref: object, key: int = key) -> None:
-                    died(key)
-
+                # Runs when the tensor dies, before its id can be reused. It holds the two
+                # dicts, not this baseline, so the baseline is in no reference cycle.
+                forget = partial(_forget, self._refs, self.storages, key)
                 try:
-                    # The callback runs when the tensor dies, before its id can be reused.
-                    refs[key] = weakref.ref(tensor, drop)
+                    self._refs[key] = weakref.ref(tensor, forget)
                 except TypeError:
                     self.unweakrefable += 1
         finally:
@@ -186,12 +178,9 @@ class WeakBaseline:
         """The remembered tensors still alive (strong references: clear the list)."""
         return [tensor for ref in list(self._refs.values()) if (tensor := ref()) is not None]
 
-    def remembers(self, key: int) -> bool:
-        return key in self._refs
-
-    def holds(self, tensor: Any) -> bool:
-        ref = self._refs.get(id(tensor))
-        return ref is not None and ref() is tensor
+    def ids(self) -> KeysView[int]:
+        """The ids of the remembered tensors alive now (a death forgets its id at once)."""
+        return self._refs.keys()
 
     def table(self, tensors: list[Any]) -> tuple[dict[tuple[int, int], int], int]:
         """``(storage key -> bytes, total)`` for ``tensors``: this baseline's ``alive()``
@@ -213,6 +202,11 @@ class WeakBaseline:
     def count(self) -> int:
         """Remembered tensors alive now, the unweakrefable ones included."""
         return len(self._refs) + self.unweakrefable
+
+
+def _forget(refs: dict[int, Any], storages: dict[int, Any], key: int, _ref: object) -> None:
+    refs.pop(key, None)
+    storages.pop(key, None)
 
 
 def tensors_among(objects: Sequence[object]) -> list[Any]:
@@ -332,7 +326,7 @@ def _storage_sizes(
                     continue
                 key = (tensor.get_device(), pointer)
                 nbytes = storage.nbytes()
-                if baseline is not None and baseline.remembers(id(tensor)):
+                if baseline is not None and id(tensor) in baseline.ids():
                     known[id(tensor)] = (tensor.data_ptr(), key, nbytes)
         except Exception:  # sparse, nested or meta tensors have no plain storage
             continue
