@@ -47,13 +47,9 @@ _ABSENT = {
 
 def minigrad_created() -> int | None:
     """Tensors minigrad has made so far (None when it is not imported)."""
-    module = sys.modules.get("minigrad")
-    stats = getattr(module, "stats", None)
-    if stats is None:
-        return None
     try:
-        return int(stats()["TensorImpl"]["created"])
-    except Exception:
+        return int(sys.modules["minigrad"].stats()["TensorImpl"]["created"])
+    except Exception:  # not imported, or a minigrad without these stats
         return None
 
 
@@ -63,8 +59,7 @@ class TorchUse(ProbeBase):
     and stops looking once it has seen one."""
 
     name = "torch-use"
-    metrics = ()  # measures nothing the verdict judges
-    needs_heap = True
+    needs_heap = True  # no metrics: it measures nothing the verdict judges
 
     def __init__(self) -> None:
         self.seen = ""
@@ -173,9 +168,8 @@ class Coverage:
 
     def _used(self, series: Mapping[str, Sequence[float]]) -> dict[str, list[str]]:
         used = {lib: list(why) for lib, why in self._evidence.items()}
-        created = minigrad_created()
-        if created is not None and created > (self._created or 0):
-            made = created - (self._created or 0)
+        made = (minigrad_created() or 0) - (self._created or 0)
+        if made > 0:
             used.setdefault("minigrad", []).append(f"the step made {made} minigrad tensors")
         for watcher in self.watchers:
             if watcher.seen:

@@ -1,26 +1,21 @@
 """Check a training step that runs on several processes (``torch.distributed`` ranks).
 
-``check_distributed(step_factory, world_size=2)`` spawns ``world_size`` fresh processes,
-joins them in one process group (gloo on CPU by default), and in each rank calls
-``step_factory(rank, world_size)`` to build that rank's step (a DDP model, its optimizer,
-its data), then runs the same tracker and verdict as the plugin on it
-(``pytest_graphleak.check``). Each rank sends back its ``CheckResult.to_dict()``; the caller
-gets one result per rank and fails if any rank leaks, naming the rank.
+``check_distributed(step_factory, world_size=2)`` spawns the ranks; each builds its step
+with ``step_factory(rank, world_size)`` and runs ``pytest_graphleak.check`` on it, and the
+caller gets one result per rank (the user's guide: ``docs/distributed.md``).
 
 Why the design looks the way it does:
 
-- Ranks are *spawned*, never forked: a forked child would inherit the test process's
-  threads, CUDA context and tracked objects. A spawned rank imports the step factory by
-  reference ("module:function" or "FILE.py::function", or a module-level function, which
-  is turned into such a reference), so closures and lambdas are refused up front.
-- Ranks must call collectives in lockstep, but the tracker may call the step a few more
-  times on one rank only (diagnosis after a leak verdict): ``_Lockstep`` keeps them paired.
+- Ranks are *spawned*, never forked (a forked child would inherit the test process's
+  threads, CUDA context and tracked objects), so a rank imports the step factory by
+  reference (``FactoryRef``): closures and lambdas are refused up front.
+- The tracker may call the step a few more times on one rank only (diagnosis after a
+  leak verdict): ``_Lockstep`` keeps the ranks' collectives paired.
 - Rendezvous goes through a file store in a private temporary directory, so parallel test
   workers (pytest-xdist) never race for a TCP port.
 - A hung rank never hangs the test suite: the group runs under deadlines (start-up, then
-  the checks); a rank that has not reported by then is asked for its Python stacks
-  (faulthandler on SIGUSR1) and the caller reports them; every child process is
-  terminated, then killed, in ``finally``.
+  the checks), a silent rank is asked for its Python stacks (faulthandler on SIGUSR1),
+  and every child process is terminated, then killed, in ``finally``.
 """
 
 from __future__ import annotations
@@ -675,8 +670,6 @@ class _Lockstep:
                 self.step_traceback = traceback.format_exc()
                 raise
 
-        lockstep_step.__name__ = getattr(step, "__name__", "step")
-        lockstep_step.__qualname__ = getattr(step, "__qualname__", "step")
         return lockstep_step
 
     def serve(self, step: Callable[[], object]) -> None:

@@ -219,18 +219,13 @@ class GraphleakSessionReport:
             ]
         return self._rows
 
-    def document(self) -> dict[str, Any]:
-        return build_document(
-            self.rows(),
-            generated_by=_generated_by(),
-            warn_only=self.settings.warn_only,
-            notes=sorted(self.notes),
-        )
-
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if not self.outputs:  # none on a worker: the controller writes the reports
             return
-        document = self.document()
+        document = build_document(
+            self.rows(), generated_by=_generated_by(), warn_only=self.settings.warn_only,
+            notes=sorted(self.notes),
+        )  # fmt: skip
         json_text = dumps(document)
         failed = False
         for output in self.outputs:
