@@ -144,16 +144,11 @@ class CheckResult:
 
     @property
     def pattern(self) -> str | None:
-        if self.diagnosis is not None:
-            return self.diagnosis.pattern
-        return self.verdict.pattern
+        return self.diagnosis.pattern if self.diagnosis is not None else self.verdict.pattern
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["schema"] = SCHEMA_VERSION
-        data["leaked"] = self.leaked
-        data["pattern"] = self.pattern
-        return data
+        return {**asdict(self), "schema": SCHEMA_VERSION, "leaked": self.leaked,
+                "pattern": self.pattern}  # fmt: skip
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CheckResult:
