@@ -12,7 +12,7 @@ from pathlib import Path
 
 from pytest_graphleak.api import GraphLeakError, UnmeasuredError, check, error_result
 from pytest_graphleak.cli.exits import UsageError, UserCodeError, exit_code
-from pytest_graphleak.cli.outputs import checked_outputs, write_report
+from pytest_graphleak.cli.outputs import checked_outputs, write_output
 from pytest_graphleak.cli.target import Target, resolve, running_as
 from pytest_graphleak.options import Settings, settings_from_command
 from pytest_graphleak.report.environment import describe_run
@@ -82,10 +82,12 @@ def _write_reports(args: argparse.Namespace, outputs: list[Path | None],
              for r in results]
     document = build_document(tests, generated_by="graphleak check", notes=notes)
     if json_path is not None:
-        write_report(json_path, dumps(document), "--json")
+        write_output(json_path, dumps(document), "--json")
+        print(f"graphleak: JSON report written to {json_path}", file=sys.stderr)
     if html_path is not None:
         environment = describe_run(args.command_line, os.getcwd(), started, time.time())
-        write_report(html_path, render_html(document, environment=environment), "--html")
+        write_output(html_path, render_html(document, environment=environment), "--html")
+        print(f"graphleak: HTML report written to {html_path}", file=sys.stderr)
 
 
 def _measure(step: Callable[[], object], name: str, settings: Settings) -> CheckResult:

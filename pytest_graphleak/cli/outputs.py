@@ -3,7 +3,6 @@ before anything runs, each file written whole."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from pytest_graphleak.cli.exits import UsageError
@@ -23,11 +22,9 @@ def checked_outputs(*outputs: tuple[str, str | None, str]) -> list[Path | None]:
     return [Path(path) if path else None for _, path, _ in outputs]
 
 
-def write_report(path: Path, text: str, option: str) -> None:
-    """Write one report whole (atomically); an OSError is a UsageError naming the option."""
+def write_output(path: Path, text: str, option: str) -> None:
+    """Write one output whole (atomically); an OSError is a UsageError naming the option."""
     try:
         write_text_atomic(path, text)
     except OSError as exc:
         raise UsageError(f"{option} {path}: cannot write: {exc.strerror or exc}") from None
-    kind = "JSON" if option == "--json" else "HTML"
-    print(f"graphleak: {kind} report written to {path}", file=sys.stderr)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from pytest_graphleak.cli.exits import UsageError, exit_code
-from pytest_graphleak.cli.outputs import checked_outputs, write_report
+from pytest_graphleak.cli.outputs import checked_outputs, write_output
 from pytest_graphleak.report.html import render_html
 from pytest_graphleak.report.json_doc import DOCUMENT_SCHEMA_VERSION, load_schema
 from pytest_graphleak.report.text import render_result
@@ -21,7 +23,8 @@ def run_report(args: argparse.Namespace) -> int:
     document, pairs = load_report(args.path)
     results = [result for _, result in pairs]
     if html_path is not None:
-        write_report(html_path, render_html(document), "--html")
+        write_output(html_path, render_html(document), "--html")
+        print(f"graphleak: HTML report written to {html_path}", file=sys.stderr)
         return exit_code(results, errors=False)
 
     generated_by = document.get("generated_by", "unknown")
@@ -39,15 +42,10 @@ def run_report(args: argparse.Namespace) -> int:
 def _counts(results: list[CheckResult]) -> str:
     if not results:
         return "no checked tests"
-    leaked = sum(1 for r in results if r.leaked)
-    errors = sum(1 for r in results if r.error and not r.leaked)
-    unmeasured = sum(1 for r in results if r.unmeasured and not r.leaked and not r.error)
-    clean = len(results) - leaked - errors - unmeasured
-    parts = [f"{len(results)} checked", f"{leaked} leaked", f"{clean} clean"]
-    if errors:
-        parts.append(f"{errors} raised")
-    if unmeasured:
-        parts.append(f"{unmeasured} unmeasured")
+    kinds = Counter("leaked" if r.leaked else "raised" if r.error else
+                    "unmeasured" if r.unmeasured else "clean" for r in results)  # fmt: skip
+    parts = [f"{len(results)} checked", f"{kinds['leaked']} leaked", f"{kinds['clean']} clean"]
+    parts += [f"{kinds[kind]} {kind}" for kind in ("raised", "unmeasured") if kinds[kind]]
     return ", ".join(parts)
 
 

@@ -62,9 +62,7 @@ _COLOURS = {"red": "31", "green": "32", "yellow": "33", "bold": "1", "dim": "2"}
 class Display:
     def __init__(self, stream: TextIO | None = None, *, live: bool | None = None) -> None:
         self.stream = stream if stream is not None else sys.stdout
-        if live is None:
-            live = _is_terminal(self.stream)
-        self.live = live
+        self.live = _is_terminal(self.stream) if live is None else live
         self._status = ""
 
     def line(self, text: str = "") -> None:

@@ -17,8 +17,8 @@ from pathlib import Path
 from types import ModuleType
 
 from pytest_graphleak.api import GraphLeakError, check
-from pytest_graphleak.cli.exits import EXIT_CLEAN, EXIT_LEAK, UsageError
-from pytest_graphleak.cli.outputs import checked_outputs
+from pytest_graphleak.cli.exits import EXIT_CLEAN, EXIT_LEAK
+from pytest_graphleak.cli.outputs import checked_outputs, write_output
 from pytest_graphleak.demo.backends import Backend, Counter, minigrad_backend, torch_backend
 from pytest_graphleak.demo.plot import Metric, PlotRun, render_plot
 from pytest_graphleak.demo.progress import PHASES, Display, StepRecord, bar, format_line, rss_mb
@@ -203,8 +203,4 @@ def _write_plot(path: Path, outcomes: list[RunOutcome], backend: Backend) -> Non
                Metric("nodes", f"alive {names['nodes']}", "objects"),
                Metric("rss", "RSS growth since step 1", "bytes")]
     title = f"graphleak demo on {backend.name}: alive objects and RSS per step, leaky vs fixed"
-    svg = render_plot(title, leaky, fixed, metrics)
-    try:
-        path.write_text(svg, encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(f"--plot {path}: cannot write: {exc.strerror or exc}") from None
+    write_output(path, render_plot(title, leaky, fixed, metrics), "--plot")

@@ -24,9 +24,6 @@ from pytest_graphleak.metrics import finite
 #: Version of the document layout (``"schema"`` key); bump on incompatible changes.
 DOCUMENT_SCHEMA_VERSION = 1
 
-#: The JSON Schema of the document (installed as package data beside this module).
-SCHEMA_PATH = Path(__file__).with_name("schema.json")
-
 #: A test's status in the reports, from its checks and its pytest outcome.
 STATUSES = ("leaked", "warned", "xfailed", "error", "unmeasured", "clean")
 
@@ -135,8 +132,9 @@ def dumps(document: Mapping[str, Any]) -> str:
 
 
 def load_schema() -> dict[str, Any]:
-    """The JSON Schema (draft 2020-12) that every document validates against."""
-    schema: dict[str, Any] = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+    """The JSON Schema (draft 2020-12) that every document validates against: package
+    data beside this module."""
+    schema: dict[str, Any] = json.loads(Path(__file__).with_name("schema.json").read_bytes())
     return schema
 
 

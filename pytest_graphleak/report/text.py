@@ -141,12 +141,8 @@ def metric_rows(result: CheckResult) -> list[str]:
     rows = []
     for metric, values in sorted(shown.items()):
         unit = result.units.get(metric, "objects")
-        measured = values[result.warmup:] or values
-        span = (
-            f"{format_amount(measured[0], unit)} -> {format_amount(measured[-1], unit)}"
-            if measured
-            else "no samples"
-        )
+        measured = values[result.warmup:] or values  # not empty: empty series are zeros
+        span = f"{format_amount(measured[0], unit)} -> {format_amount(measured[-1], unit)}"
         spark = sparkline(values, unit, warmup=result.warmup)
         rows.append(f"  {metric:<{width}}  {span:<24} {spark}")
     if zeros:
