@@ -60,9 +60,9 @@ def only_memory_grew(verdict: Verdict, metrics: Mapping[str, Metric]) -> bool:
 
 
 def grown_of(verdict: Verdict, metrics: Mapping[str, Metric]) -> Grown:
-    """``period``: a leak of one tensor every 4th step grew the count by 0.25 per step, so
-    it needs up to 4 steps to show. (From graph nodes alone this is a lower bound: a step
-    may leak several nodes at once.)"""
+    """What grew, by the declarations. ``period``: a leak of one tensor every 4th step grew
+    the count by 0.25 per step, so it needs up to 4 steps to show. (From graph nodes alone
+    this is a lower bound: a step may leak several nodes at once.)"""
     declared = [(g.per_step, metrics.get(g.metric)) for g in verdict.growths]
     counts = {m.counts for _, m in declared if m is not None}
     rates = [r for r, m in declared if m is not None and m.counts in ("tensors", "nodes") and r > 0]

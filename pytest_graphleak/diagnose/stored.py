@@ -22,6 +22,7 @@ function (a debugger, coverage) is restored afterwards.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import types
 from collections import Counter
@@ -55,19 +56,16 @@ class Watched:
 
 def _follow(obj: Any, edge: Edge) -> Any:
     """The object ``edge`` leads to from ``obj`` now (``_MISSING`` when it cannot say)."""
-    try:
+    with contextlib.suppress(Exception):
         if edge.kind == "attr":
             attrs = getattr(obj, "__dict__", None)
             if isinstance(attrs, dict) and edge.key in attrs:
                 return attrs[edge.key]
-            return _MISSING
-        if edge.kind == "key" and isinstance(obj, dict):
+        elif edge.kind == "key" and isinstance(obj, dict):
             return obj.get(edge.key, _MISSING)
-        if edge.kind == "closure" and isinstance(obj, types.FunctionType):
+        elif edge.kind == "closure" and isinstance(obj, types.FunctionType):
             names = obj.__code__.co_freevars
             return obj.__closure__[names.index(edge.key)].cell_contents  # type: ignore[index]
-    except Exception:
-        return _MISSING
     return _MISSING
 
 
