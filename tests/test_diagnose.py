@@ -502,3 +502,18 @@ def test_dead_and_live_weak_proxies_on_the_heap_do_not_break_the_diagnosis() -> 
     assert d.pattern == "list-accumulation"
     assert d.chain[0] in ("closure 'kept'", "fixture 'holder'"), d.chain
     assert d.chain[-2].startswith("list(len="), d.chain
+
+
+def test_creation_sites_with_equal_counts_are_listed_in_source_order() -> None:
+    # The walk meets tensors in address order, which reused memory makes vary from run to
+    # run; the listed sites must not.
+    from collections import Counter
+
+    from pytest_graphleak.diagnose.sites import MAX_SITES, per_step
+
+    counts = Counter({("b.py", 9, "f"): 4, ("a.py", 51, "f"): 4, ("a.py", 49, "f"): 4,
+                      ("a.py", 7, "g"): 8})  # fmt: skip
+    listed = [(site.filename, site.lineno) for site in per_step(counts, steps=4)]
+    assert listed == [("a.py", 7), ("a.py", 49), ("a.py", 51), ("b.py", 9)][:MAX_SITES]
+    reversed_insertion = Counter(dict(reversed(list(counts.items()))))
+    assert [(s.filename, s.lineno) for s in per_step(reversed_insertion, steps=4)] == listed

@@ -226,7 +226,7 @@ def memory_sites(step: Callable[[], object], *, runs: int = 2) -> list[CreationS
         key = (user.filename, user.lineno, function_at(user.filename, user.lineno))
         grown[key] += stat.size_diff
         counts[key] += max(stat.count_diff, 0)
-    return [creation_site(key, counts[key]) for key, _ in grown.most_common(MAX_SITES)]
+    return [creation_site(key, counts[key]) for key, _ in most_common(grown)]
 
 
 def creation_site(site: Site, count: int, via: str = "") -> CreationSite:
@@ -241,5 +241,12 @@ def per_step(counts: Counter[Site], steps: int, via: Mapping[Site, str] | None =
     steps = max(1, steps)
     return [
         creation_site(site, max(1, math.ceil(total / steps)), (via or {}).get(site, ""))
-        for site, total in counts.most_common(MAX_SITES)
+        for site, total in most_common(counts)
     ]
+
+
+def most_common(counts: Counter[Site]) -> list[tuple[Site, int]]:
+    """The ``MAX_SITES`` largest counts, ties in source order: the order in which the heap
+    was walked depends on reused addresses, and the report must not."""
+    ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0][0], item[0][1]))
+    return ranked[:MAX_SITES]
