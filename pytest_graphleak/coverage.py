@@ -1,15 +1,14 @@
-"""Did the check measure what the step uses? No silent clean verdict.
+"""Did the check measure what the step uses? No silent clean verdict (the user's side:
+``docs/limits.md``, "Probes that measure nothing the step uses").
 
 A probe is chosen when the check starts, for the libraries imported by then, so a check
-can end up measuring nothing the step uses: torch imported inside the step,
-``probes=minigrad`` on a torch step, ``probes=cuda`` on a machine without a GPU. Its
-verdict would read "clean" with nothing behind it. ``Coverage`` watches for this while
-the check runs:
+can end up measuring nothing the step uses (torch imported inside the step,
+``probes=minigrad`` on a torch step, ``probes=cuda`` without a GPU). ``Coverage`` watches:
 
 * an autograd library imported during the first step is measured from the end of that
   step on (its probe starts late, with a full series: nothing of the library existed
-  before the step imported it); imported during a later step, the samples before are
-  missing, so the check is *unmeasured*;
+  before); imported during a later step, the samples before are missing, so the check
+  is *unmeasured*;
 * a loaded library without a probe is *used* by the step when the step makes its
   tensors (minigrad's ``created`` counter moves), reaches or keeps them (a torch tensor
   in the start set or among the objects the step leaves alive), or when the step's own
@@ -18,9 +17,6 @@ the check runs:
   library without a probe and no autograd probe measured anything the step uses (unless
   the probes asked for were memory only: ``probes=process`` is a choice, not a blind
   spot). A used library left unmeasured beside a measured one only adds a note.
-
-An unmeasured check has no leak verdict: the plugin fails (or in warn-only mode warns)
-with the reason, and the ``graphleak`` command exits with its own code.
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -373,7 +373,7 @@ def check_distributed_many(
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="graphleak-dist-", ignore_cleanup_errors=True) as tmp:
         job = _Job(refs, list(names), world_size, backend, start_timeout, timeout, resolved, tmp)
-        collected = _run_group(job)
+        collected = _Group(job).run()
     elapsed = time.perf_counter() - started
     results = [
         DistributedResult(name, world_size, ranks, elapsed)
@@ -413,53 +413,51 @@ class _Job:
     workdir: str
 
 
-def _run_group(job: _Job) -> list[list[RankResult]]:
-    """Spawn the ranks, gather their messages until done, failed or past the deadline."""
-    try:
-        pickle.dumps(job)
-    except Exception as exc:
-        raise TypeError(
-            "the step factory's bound arguments or the check options cannot be sent to the "
-            f"spawned ranks: {type(exc).__name__}: {exc}"
-        ) from exc
-    ctx = multiprocessing.get_context("spawn")
-    messages: Any = ctx.Queue()
-    procs = [
-        ctx.Process(target=_rank_main, args=(job, rank, messages), name=f"graphleak-rank-{rank}")
-        for rank in range(job.world_size)
-    ]
-    gathering = _Gathering(procs, job)
-    try:
-        for proc in procs:
-            proc.start()
-        gathering.gather(messages)
-        gathering.explain_missing()
-    finally:
-        _stop(procs, gathering.done)
-        messages.close()
-        messages.join_thread()
-    return gathering.table
+class _Group:
+    """The caller's view of the spawned ranks: what each reported, and when to stop waiting."""
 
-
-class _Gathering:
-    """The caller's view of the ranks: what each reported, and when to stop waiting."""
-
-    def __init__(self, procs: list[Any], job: _Job) -> None:
-        self.procs = procs
+    def __init__(self, job: _Job) -> None:
+        try:
+            pickle.dumps(job)
+        except Exception as exc:
+            raise TypeError(
+                "the step factory's bound arguments or the check options cannot be sent to "
+                f"the spawned ranks: {type(exc).__name__}: {exc}"
+            ) from exc
+        ctx = multiprocessing.get_context("spawn")
         self.job = job
-        self.table = [[RankResult(rank) for rank in range(len(procs))] for _ in job.refs]
+        self.messages: Any = ctx.Queue()
+        self.procs = [
+            ctx.Process(target=_rank_main, args=(job, rank, self.messages),
+                        name=f"graphleak-rank-{rank}")
+            for rank in range(job.world_size)
+        ]  # fmt: skip
+        self.table = [[RankResult(rank) for rank in range(job.world_size)] for _ in job.refs]
         self.ready: set[int] = set()
         self.done: set[int] = set()
         self.failures = 0
 
-    def gather(self, messages: Any) -> None:
+    def run(self) -> list[list[RankResult]]:
+        """Spawn the ranks, gather their messages until done, failed or past the deadline."""
+        try:
+            for proc in self.procs:
+                proc.start()
+            self._gather()
+            self._explain_missing()
+        finally:
+            self._stop()
+            self.messages.close()
+            self.messages.join_thread()
+        return self.table
+
+    def _gather(self) -> None:
         deadline = time.monotonic() + self.job.start_timeout
         while len(self.done) < len(self.procs):
             now = time.monotonic()
             if now >= deadline:
                 return
             try:
-                kind, rank, index, payload = messages.get(timeout=min(0.2, deadline - now))
+                kind, rank, index, payload = self.messages.get(timeout=min(0.2, deadline - now))
             except queue.Empty:
                 if all(p.exitcode is not None for p in self.procs):
                     # Every rank exited: drain what is still in flight, then stop waiting.
@@ -483,11 +481,19 @@ class _Gathering:
                     # Its peers are likely blocked in a collective it will never join.
                     deadline = min(deadline, time.monotonic() + FAILURE_GRACE_S)
 
-    def explain_missing(self) -> None:
+    def _explain_missing(self) -> None:
         """Give every rank that did not report a reason: exit code, stacks, a failed peer."""
         failed = sorted({r.rank for row in self.table for r in row if r.failed})
         silent = [rank for rank in range(len(self.procs)) if rank not in self.done]
-        _request_stacks([self.procs[rank] for rank in silent if rank in self.ready])
+        asked = False  # for the stacks of live ranks (their faulthandler listens on SIGUSR1)
+        for rank in silent:
+            proc = self.procs[rank]
+            if _STACKS_SIGNAL and rank in self.ready and proc.pid is not None and proc.is_alive():
+                with contextlib.suppress(OSError):
+                    os.kill(proc.pid, _STACKS_SIGNAL)
+                    asked = True
+        if asked:
+            time.sleep(0.3)  # faulthandler writes from its signal handler: almost at once
         for rank in silent:
             why = self._why_silent(rank, self.procs[rank], failed)
             with contextlib.suppress(OSError):
@@ -521,36 +527,24 @@ class _Gathering:
         return f"rank {rank} did not finish within the {self.job.timeout:g} s timeout (hung?)"
 
 
-def _request_stacks(procs: list[Any]) -> None:
-    """Ask live ranks to write their stacks (their faulthandler listens on SIGUSR1)."""
-    asked = False
-    for proc in procs:
-        if _STACKS_SIGNAL is not None and proc.is_alive() and proc.pid is not None:
-            with contextlib.suppress(OSError):
-                os.kill(proc.pid, _STACKS_SIGNAL)
-                asked = True
-    if asked:
-        time.sleep(0.3)  # faulthandler writes from its signal handler: almost at once
-
-
-def _stop(procs: list[Any], finished: Collection[int]) -> None:
-    """No rank outlives the call: ranks that finished get a moment to exit on their own;
-    the others (hung, or blocked on a failed peer) are terminated, then killed."""
-    deadline = time.monotonic() + _EXIT_GRACE_S
-    for rank in finished:  # each sent "done", so it was started
-        procs[rank].join(max(0.0, deadline - time.monotonic()))
-    for proc in procs:
-        if proc.is_alive():
-            proc.terminate()
-    for proc in procs:
-        if proc.pid is None:
-            continue  # never started
-        proc.join(2.0)
-        if proc.is_alive():
-            proc.kill()
+    def _stop(self) -> None:
+        """No rank outlives the call: ranks that finished get a moment to exit on their
+        own; the others (hung, or blocked on a failed peer) are terminated, then killed."""
+        deadline = time.monotonic() + _EXIT_GRACE_S
+        for rank in self.done:  # each sent "done", so it was started
+            self.procs[rank].join(max(0.0, deadline - time.monotonic()))
+        for proc in self.procs:
+            if proc.is_alive():
+                proc.terminate()
+        for proc in self.procs:
+            if proc.pid is None:
+                continue  # never started
             proc.join(2.0)
-        if not proc.is_alive():
-            proc.close()
+            if proc.is_alive():
+                proc.kill()
+                proc.join(2.0)
+            if not proc.is_alive():
+                proc.close()
 
 
 # --------------------------------------------------------------------------- the rank side

@@ -9,11 +9,9 @@ one process. Workers write nothing. It also works without the core plugin
 
 "Pop rather than get": once every hook has seen it, ``report.graphleak`` is taken off
 the report (pytest's terminal reporter keeps every report to the end), also on a worker
-after pytest-xdist has sent it. Each checked test's results are kept as one compact JSON
-text, about 1-2 KiB, until the end of the session, when every report is written once,
-atomically (``benchmarks/results/session_rows.md``: a temporary spool file saved only
-that). Besides, the node ids of leaked tests are kept (for the status word in pytest's
-short summary), and JUnit properties only when a JUnit XML file is written.
+after pytest-xdist has sent it. What is kept instead (``docs/reports.md``, "Memory"): one
+compact JSON text per checked test, the node ids of leaked tests (for the status word in
+pytest's short summary), and JUnit properties only when a JUnit XML file is written.
 
 An expected failure (``@pytest.mark.xfail``, ``unittest.expectedFailure``) is recorded
 with the outcome ``xfailed``, so that its leak reads as expected, not as a leak on a
