@@ -249,6 +249,8 @@ class LoopCheck:
             metrics=dict(whole.metrics),
             calls=self._calls - self._window_start,
             duration_s=time.perf_counter() - self._window_began,
+            notes=list(whole.notes),  # what the start walk and the probes could not see
+            probe_notes=sampler.probe_notes(),
         )
         warmup = self._window_warmup
         settings = dataclasses.replace(self.settings, warmup=warmup)

@@ -280,6 +280,14 @@ class Sampler:
             values.update(found)
         return values
 
+    def probe_notes(self) -> list[str]:
+        """What the probes could not measure exactly so far (``Probe.notes``)."""
+        notes: list[str] = []
+        for probe in self._probes:
+            with contextlib.suppress(Exception):
+                notes.extend(probe.notes())
+        return notes
+
     def end(self) -> None:
         """Stop every probe and restore the gc state; safe to call more than once."""
         try:
@@ -291,11 +299,9 @@ class Sampler:
                 with contextlib.suppress(Exception):  # never in the way of restoring gc
                     found = coverage.conclude(self.result.series)
                     self.result.unmeasured, self.result.coverage_notes = found
+            self.result.probe_notes += self.probe_notes()  # end() may run twice
             for probe in self._probes:
-                # one probe failing must not leave gc frozen or disabled
-                with contextlib.suppress(Exception):
-                    self.result.probe_notes.extend(probe.notes())
-                with contextlib.suppress(Exception):
+                with contextlib.suppress(Exception):  # must not leave gc frozen or disabled
                     probe.stop()
                 if any(metric.recheck for metric in probe.metrics):
                     self.result.rechecking.append(probe)

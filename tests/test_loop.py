@@ -132,3 +132,20 @@ def test_a_check_left_open_is_closed_and_gc_restored() -> None:
     assert close_open_checks() == 1
     assert gc.isenabled()
     assert check.result is None and not check.active
+
+
+def test_a_loop_result_says_what_the_probes_could_not_count_exactly() -> None:
+    # A graph held for the whole loop, larger than one walk may expand: the node count is a
+    # lower bound, and a loop's result must say so as check()'s does.
+    leaf = torch.zeros(1, requires_grad=True)
+    held = leaf
+    for _ in range(12_000):
+        held = held + 1
+    module = Module()
+    with track(steps=3, warmup=1) as t:
+        for _ in range(4):
+            module.step(keep=False)
+            t.step()
+    assert t.result is not None and not t.result.leaked
+    assert any("is a lower bound" in note for note in t.result.notes), t.result.notes
+    assert held.grad_fn is not None  # the graph stayed alive through the loop
