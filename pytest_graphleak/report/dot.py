@@ -27,12 +27,9 @@ def quote(label: str) -> str:
 def chain_to_dot(chain: Sequence[str], *, name: str = "chain") -> str:
     """The reference chain from a known root to a leaked object, root first."""
     lines = [f"digraph {quote(name)} {{", "  rankdir=LR;", f"  {_NODE_STYLE};"]
-    for i, label in enumerate(chain):
-        extra = ""
-        if i == 0:
-            extra = ', fillcolor="#dde8ff"'
-        elif i == len(chain) - 1:
-            extra = ', fillcolor="#ffd9d9"'
+    for i, label in enumerate(chain):  # the root blue, the leaked object red
+        colour = "#dde8ff" if i == 0 else "#ffd9d9" if i == len(chain) - 1 else ""
+        extra = f', fillcolor="{colour}"' if colour else ""
         lines.append(f"  n{i} [label={quote(label)}{extra}];")
     lines.extend(f"  n{i} -> n{i + 1};" for i in range(len(chain) - 1))
     lines.append("}")
@@ -43,9 +40,7 @@ def cycle_to_dot(cycle: Sequence[str], *, name: str = "cycle") -> str:
     """The objects of a reference cycle in order; the last one points back to the first."""
     lines = [f"digraph {quote(name)} {{", f"  {_NODE_STYLE};"]
     lines.extend(f"  n{i} [label={quote(label)}];" for i, label in enumerate(cycle))
-    for i in range(len(cycle)):
-        if len(cycle) > 1 or i == 0:
-            lines.append(f"  n{i} -> n{(i + 1) % len(cycle)};")
+    lines.extend(f"  n{i} -> n{(i + 1) % len(cycle)};" for i in range(len(cycle)))
     lines.append("}")
     return "\n".join(lines) + "\n"
 
