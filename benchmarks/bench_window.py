@@ -15,6 +15,11 @@ process, runs alternating (plain, checked) ``REPEATS`` times:
 The model is a BERT built from a config (nothing downloaded): 2 layers, hidden 128,
 sequences of 64 tokens, batches of 8: tens of ms per step on one CPU thread.
 
+Before them, one short unmeasured run of each kind (``QUICK_STEPS`` steps, windows of
+``QUICK_WINDOW``) warms the process: the imports a first run makes (transformers' own, and
+the diagnosis modules the callback imports when it first records creation sites) are a
+cost per process, not per step; the checked warm-up's callback time is reported apart.
+
 Also recorded: the gc state the training code sees (``gc.isenabled()``, frozen objects)
 inside a step, during a window and after the run.
 
@@ -45,6 +50,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 STEPS, WINDOW, REPEATS = 600, 200, 2
 QUICK_STEPS, QUICK_WINDOW, QUICK_REPEATS = 40, 10, 1
 TARGET_SHARE = 0.01
+_BYTECODE = ", compiled from source: this Python writes no bytecode cache"
 
 
 def build_trainer(steps: int, callbacks: list[Any], out_dir: str) -> Any:
@@ -151,6 +157,7 @@ def main() -> None:
 
     transformers.logging.set_verbosity_error()
     step_clock, timed_callback = make_callbacks(window)
+    _, warm_callback = make_callbacks(QUICK_WINDOW)
     wall = {"plain": [], "checked": []}  # type: dict[str, list[float]]
     cpu = {"plain": [], "checked": []}  # type: dict[str, list[float]]
     hook_costs: list[float] = []
@@ -160,6 +167,10 @@ def main() -> None:
     gc_during: set[tuple[bool, int]] = set()
     gc_plain: set[tuple[bool, int]] = set()
     with tempfile.TemporaryDirectory() as out_dir:
+        build_trainer(QUICK_STEPS, [step_clock()], out_dir).train()  # warm-up, unmeasured
+        first = warm_callback()
+        build_trainer(QUICK_STEPS, [step_clock(), first], out_dir).train()
+        first_cpu = sum(first.cpu_spent.values())
         for _ in range(repeats):
             for kind in ("plain", "checked"):
                 clock = step_clock()
@@ -205,6 +216,11 @@ def main() -> None:
         ("callback wall time per step (median: one sample)", Stats.of(hook_costs).fmt("ms")),
         (f"callback wall time per step ({everything})", _ms(hook_wall)),
         (f"callback CPU time per step ({everything})", _ms(hook_cpu)),
+        (
+            "first checked run in the process (warm-up, not above): callback CPU time",
+            f"{_ms(first_cpu)} over {QUICK_STEPS} steps (windows of {QUICK_WINDOW}; incl. "
+            f"the first use's imports{_BYTECODE if sys.dont_write_bytecode else ''})",
+        ),
         ("window judgements (last run)", "; ".join(windows)),
     ]
     table = markdown_table(("cost", "value"), rows)
@@ -226,7 +242,8 @@ def main() -> None:
     )  # fmt: skip
     body = (
         f"transformers Trainer, BERT from a config (2 layers, hidden 128, 64 tokens, batch 8), "
-        f"{steps} optimizer steps per run, {repeats} runs of each kind alternating; "
+        f"{steps} optimizer steps per run, {repeats} runs of each kind alternating, after "
+        f"one unmeasured warm-up run of each kind ({QUICK_STEPS} steps); "
         f'`GraphLeakCallback(window={window}, on_leak="warn")`. CPU times are the main '
         "thread's (`time.thread_time()`; one torch thread, the data loaded in the main "
         "thread): unlike wall time they do not count the time other processes of a shared "
