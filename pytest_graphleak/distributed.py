@@ -43,7 +43,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Union
 
-from pytest_graphleak.api import GraphLeakError, check
+from pytest_graphleak.api import GraphLeakError, UnmeasuredError, check
 from pytest_graphleak.options import CheckOptions, OptionError, Settings
 from pytest_graphleak.report.text import render_text
 from pytest_graphleak.result import CheckResult
@@ -228,6 +228,10 @@ class RankResult:
     def failed(self) -> bool:
         return self.error is not None or (self.result is not None and self.result.error is not None)
 
+    @property
+    def unmeasured(self) -> bool:
+        return self.result is not None and bool(self.result.unmeasured)
+
 
 @dataclass
 class DistributedResult:
@@ -250,6 +254,11 @@ class DistributedResult:
     def failed_ranks(self) -> list[int]:
         return [r.rank for r in self.ranks if r.failed]
 
+    @property
+    def unmeasured_ranks(self) -> list[int]:
+        """Ranks whose probes measured nothing the step uses: no clean verdict there."""
+        return [r.rank for r in self.ranks if r.unmeasured]
+
     def results(self) -> list[CheckResult]:
         """The per-rank CheckResults that came back (named '<name> [rank r/N]')."""
         return [r.result for r in self.ranks if r.result is not None]
@@ -258,11 +267,14 @@ class DistributedResult:
         return [result.to_dict() for result in self.results()]
 
     def raise_for_failure(self) -> None:
-        """RankError if a rank raised/crashed/hung, else GraphLeakError if a rank leaked."""
+        """RankError if a rank raised/crashed/hung, else GraphLeakError if a rank leaked,
+        else UnmeasuredError if a rank measured nothing."""
         if self.failed_ranks:
             raise RankError(self.failure_text())
         if self.leaked:
             raise GraphLeakError(self.leak_text())
+        if self.unmeasured_ranks:
+            raise UnmeasuredError(self.unmeasured_text())
 
     def failure_text(self) -> str:
         """Each failed rank's traceback, the first failure first: the later ones are
@@ -294,6 +306,17 @@ class DistributedResult:
         return "\n".join(lines)
 
 
+    def unmeasured_text(self) -> str:
+        lines = [
+            f"not measured on rank(s) {_ranks(self.unmeasured_ranks)} of {self.world_size} "
+            f"in distributed step {self.name!r}"
+        ]
+        for rank in self.ranks:
+            if rank.unmeasured and rank.result is not None:
+                lines += [f"--- rank {rank.rank} ---", render_text(rank.result).rstrip()]
+        return "\n".join(lines)
+
+
 def _ranks(ranks: Sequence[int]) -> str:
     return ", ".join(str(r) for r in ranks) or "none"
 
@@ -318,8 +341,9 @@ def check_distributed(
 
     ``settings`` with the check options applied (``pytest_graphleak.options``, place
     "check") go to ``pytest_graphleak.check`` in every rank. With ``raise_on_leak`` (the
-    default) a leak on any rank raises GraphLeakError naming the rank; a rank that
-    raised, crashed or hung always raises RankError with that rank's traceback.
+    default) a leak on any rank raises GraphLeakError naming the rank, and a rank whose
+    probes measured nothing the step uses raises UnmeasuredError; a rank that raised,
+    crashed or hung always raises RankError with that rank's traceback.
     ``on_result`` is called with each rank's CheckResult (the pytest fixture uses it to
     attach the results to the test report).
     """

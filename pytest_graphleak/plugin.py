@@ -376,17 +376,22 @@ def _check_on_ranks(
     **group: Any,
 ) -> distributed.DistributedResult:
     """Every rank's result goes into the test's report; with ``judge``, a leak on any rank
-    fails the test naming the rank (warns in warn-only mode)."""
+    fails the test naming the rank (warns in warn-only mode), and so does a rank that
+    measured nothing, as a single-process check does."""
     __tracebackhide__ = True
     result = distributed.check_distributed(
         factory, raise_on_leak=False, on_result=functools.partial(_record, item),
         settings=settings, **group,
     )  # fmt: skip
-    if judge and result.leaked:
-        if warns_instead(item, settings):
-            warnings.warn(GraphLeakWarning(result.leak_text()), stacklevel=2)
-        else:
-            raise GraphLeakError(result.leak_text())
+    if not judge or not (result.leaked or result.unmeasured_ranks):
+        return result
+    text = result.leak_text() if result.leaked else result.unmeasured_text()
+    if warns_instead(item, settings):
+        warnings.warn(GraphLeakWarning(text), stacklevel=2)
+    elif result.leaked:
+        raise GraphLeakError(text)
+    else:
+        raise UnmeasuredError(text)
     return result
 
 

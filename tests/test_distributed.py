@@ -271,3 +271,32 @@ def test_fixture_and_marker_fail_naming_the_rank(pytester: pytest.Pytester) -> N
         "test_ranks.py::test_ranks::check_distributed(make_step) [rank 0/2]",
         "test_ranks.py::test_ranks::check_distributed(make_step) [rank 1/2]",
     ]
+
+
+def test_a_rank_that_measured_nothing_is_no_clean_verdict() -> None:
+    """probes="cuda" on a CPU group measures nothing the step uses: as in a
+    single-process check, that is no clean verdict (UnmeasuredError), and the result
+    names the rank."""
+    from pytest_graphleak import UnmeasuredError
+
+    result = check_distributed(make_plain_step, world_size=1, steps=3, warmup=1,
+                               probes="cuda", raise_on_leak=False)  # fmt: skip
+    assert not result.leaked and result.unmeasured_ranks == [0]
+    assert result.unmeasured_text().startswith("not measured on rank(s) 0 of 1")
+    with pytest.raises(UnmeasuredError, match=r"not measured on rank\(s\) 0 of 1"):
+        result.raise_for_failure()
+
+
+def test_the_marker_fails_a_rank_that_measured_nothing(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_cuda_on_cpu="""
+        import pytest
+
+        @pytest.mark.no_graph_growth(world_size=2, steps=3, warmup=1, probes="cuda")
+        def test_marked():
+            return lambda: None
+        """
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q", "--graphleak")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*not measured on rank(s) 0, 1 of 2*"])
