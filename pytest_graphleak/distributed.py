@@ -296,23 +296,17 @@ class DistributedResult:
         return "\n".join(lines)
 
     def leak_text(self) -> str:
-        lines = [
-            f"graph leak on rank(s) {_ranks(self.leaking_ranks)} of {self.world_size} "
-            f"in distributed step {self.name!r}"
-        ]
-        for rank in self.ranks:
-            if rank.leaked and rank.result is not None:
-                lines += [f"--- rank {rank.rank} ---", render_text(rank.result).rstrip()]
-        return "\n".join(lines)
-
+        return self._ranks_text("graph leak", self.leaking_ranks)
 
     def unmeasured_text(self) -> str:
-        lines = [
-            f"not measured on rank(s) {_ranks(self.unmeasured_ranks)} of {self.world_size} "
-            f"in distributed step {self.name!r}"
-        ]
+        return self._ranks_text("not measured", self.unmeasured_ranks)
+
+    def _ranks_text(self, what: str, ranks: list[int]) -> str:
+        """``what`` on the named ranks, then each of those ranks' full report."""
+        lines = [f"{what} on rank(s) {_ranks(ranks)} of {self.world_size} "
+                 f"in distributed step {self.name!r}"]  # fmt: skip
         for rank in self.ranks:
-            if rank.unmeasured and rank.result is not None:
+            if rank.rank in ranks and rank.result is not None:
                 lines += [f"--- rank {rank.rank} ---", render_text(rank.result).rstrip()]
         return "\n".join(lines)
 
