@@ -108,8 +108,8 @@ def split_check(builder: str, checks: int) -> dict[str, Stats]:
     """Where the time of one check goes, per call of the step: the tracker driven by hand."""
     import _common
 
+    from pytest_graphleak.engine.tracker import Sampler
     from pytest_graphleak.options import DEFAULT_STEPS, DEFAULT_WARMUP
-    from pytest_graphleak.tracker import Sampler
 
     step = getattr(_common, builder)()
     for _ in range(3):

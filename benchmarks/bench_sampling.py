@@ -88,7 +88,7 @@ class Scenario:
         self.left.extend([i] for i in range(NEW_OBJECTS - NEW_OBJECTS // 2))
 
     def sampler(self, start_scan: str = "roots") -> Any:
-        from pytest_graphleak.tracker import Sampler
+        from pytest_graphleak.engine.tracker import Sampler
 
         return Sampler(warmup=1, start_scan=start_scan)
 

@@ -182,7 +182,7 @@ def make_step(module: types.ModuleType, step: Callable[[], float]) -> Callable[[
 
 def start_and_sample(test: Callable[[], float], repeat: int) -> dict[str, Any]:
     """``Sampler.begin([test])`` timed per check; ``after_step`` timed after clean steps."""
-    from pytest_graphleak.tracker import Sampler
+    from pytest_graphleak.engine.tracker import Sampler
 
     starts: list[float] = []
     samples: list[float] = []
@@ -255,7 +255,7 @@ def recording_cost(rounds: int) -> dict[str, Any]:
     """A check's warmup, 3 steps, with and without the recording, interleaved."""
     import _common
 
-    from pytest_graphleak.warmup_tensors import WarmupTensors
+    from pytest_graphleak.engine.warmup_tensors import WarmupTensors
 
     step = _common.torch_transformer_step()
     for _ in range(5):

@@ -10,7 +10,8 @@ The pytest plugin itself lives in ``pytest_graphleak.plugin``.
 
 from __future__ import annotations
 
-from pytest_graphleak.api import GraphLeakError, GraphLeakWarning, UnmeasuredError, check, track
+from pytest_graphleak.api import check, track
+from pytest_graphleak.pipeline import GraphLeakError, GraphLeakWarning, UnmeasuredError
 from pytest_graphleak.result import CheckResult
 
 __version__ = "0.1.0"

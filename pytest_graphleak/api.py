@@ -15,165 +15,24 @@ propagates (with a note naming the step).
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Callable, Collection, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from pytest_graphleak import tracker
-from pytest_graphleak.metrics import Metric
+from pytest_graphleak.engine import tracker
+from pytest_graphleak.loop import LoopCheck
 from pytest_graphleak.options import CheckOptions, OptionError, Settings, TrackOptions
+from pytest_graphleak.pipeline import (
+    GraphLeakError,
+    UnmeasuredError,
+    error_result,
+    measure,
+)
 from pytest_graphleak.report.text import render_text
-from pytest_graphleak.result import PATTERNS, CheckResult, Diagnosis, Verdict
-from pytest_graphleak.verdict import Limits, confirm, judge, needs_recheck
+from pytest_graphleak.result import CheckResult
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
-
-
-class GraphLeakWarning(UserWarning):
-    """A leak reported without failing: warn-only mode, ``on_leak="warn"``."""
-
-
-class _ReportError(AssertionError):
-    def __init__(self, message: str, result: CheckResult | None = None) -> None:
-        super().__init__(message)
-        #: Plain data only (no measured object), safe to keep.
-        self.result = result
-
-
-class GraphLeakError(_ReportError):
-    """A checked step leaked; the message is the full report (``render_text``)."""
-
-
-class UnmeasuredError(_ReportError):
-    """A check measured nothing its step uses (``result.unmeasured`` says why), so it
-    has no verdict to give: "clean" would be a silent pass."""
-
-
-def judged(series: tracker.Series, settings: Settings) -> Verdict:
-    """The verdict on a measured series; noisy metrics (as their probes declare them)
-    get the RSS tolerance."""
-    limits = Limits(noise=settings.rss_tolerance)
-    return judge(series.series, series.metrics, warmup=settings.warmup, limits=limits)
-
-
-def step_error_text(exc: BaseException) -> str:
-    """``ValueError: boom at step 3``: the step's exception, placed by the tracker."""
-    where = getattr(exc, "graphleak_where", "")
-    message = str(exc).replace("\n" + getattr(exc, "graphleak_note", "\0"), "")
-    return f"{type(exc).__name__}: {message}" + (f" {where}" if where else "")
-
-
-def error_result(name: str, *, steps: int, warmup: int, exc: BaseException) -> CheckResult:
-    """The result of a check whose step raised: no series and no verdict."""
-    verdict = Verdict(leaked=False, reason="the step raised; no verdict")
-    return CheckResult(name=name, steps=steps, warmup=warmup, series={}, units={},
-                       verdict=verdict, error=step_error_text(exc))  # fmt: skip
-
-
-def explain(
-    verdict: Verdict,
-    *,
-    metrics: Mapping[str, Metric],
-    step: Callable[[], object] | None,
-    roots: Mapping[str, object],
-    exclude: Collection[int] = (),
-    observation: Any = None,
-) -> Diagnosis:
-    """Run the diagnosis of a leak verdict; never hides the verdict behind its errors.
-    ``observation``: what a running loop's last steps made (see ``loop``)."""
-    # Imported on a leak only: a passing test never pays for loading the heap walker.
-    from pytest_graphleak.diagnose import diagnose
-
-    counted = verdict.pattern or "memory-growth"
-    try:
-        diagnosis = diagnose(verdict, metrics=metrics, step=step, roots=roots, exclude=exclude,
-                             observation=observation)  # fmt: skip
-        if not isinstance(diagnosis, Diagnosis):
-            raise TypeError(f"diagnose() returned {diagnosis!r}")
-    except Exception as exc:
-        return Diagnosis(counted, notes=[f"diagnosis failed: {type(exc).__name__}: {exc}"])
-    if diagnosis.pattern not in PATTERNS:
-        diagnosis.notes.append(f"diagnosis gave pattern {diagnosis.pattern!r}; kept the count's")
-        diagnosis.pattern = counted
-    return diagnosis
-
-
-def measure(
-    step: Callable[[], object],
-    *,
-    settings: Settings,
-    name: str,
-    diagnose_step: Callable[[], object] | None = None,
-    roots: Callable[[], Mapping[str, object]] | None = None,
-    exclude: Collection[int] = (),
-) -> CheckResult:
-    """tracker -> verdict -> diagnosis. The step's own exception propagates (annotated).
-
-    ``roots`` gives what the step can reach: its values are walked once at the start
-    (the tensors alive before the check, see ``reach``) and, on a leak, labelled in the
-    diagnosis's reference chains.
-    """
-    series = tracker.run(step, steps=settings.steps, warmup=settings.warmup,
-                         probes=settings.probes, start_scan=settings.start_scan,
-                         roots=list(roots().values()) if roots else ())  # fmt: skip
-    return conclude(series, settings=settings, name=name, diagnose_step=diagnose_step,
-                    roots=roots, exclude=exclude)  # fmt: skip
-
-
-def conclude(
-    series: tracker.Series,
-    *,
-    settings: Settings,
-    name: str,
-    diagnose_step: Callable[[], object] | None,
-    roots: Callable[[], Mapping[str, object]] | None,
-    exclude: Collection[int],
-    observation: Any = None,
-    verdict: Verdict | None = None,
-) -> CheckResult:
-    """verdict (``judged``, unless given) -> (leak only) diagnosis -> CheckResult, from a
-    series measured over ``settings.warmup`` and then the judged steps."""
-    verdict = _recheck(verdict or judged(series, settings), series)
-    if series.notes and (not verdict.leaked or verdict.pattern == "memory-growth"):
-        # What the measurement could not see matters when it found no graph growth.
-        verdict.reason = "; ".join([verdict.reason, *series.notes])
-    result = CheckResult(name=name, steps=series.calls - settings.warmup, warmup=settings.warmup,
-                         series=series.series, units=series.units, verdict=verdict,
-                         duration_s=series.duration_s, notes=list(series.probe_notes))  # fmt: skip
-    remarks = list(series.coverage_notes)
-    if series.unmeasured and not verdict.leaked:
-        result.unmeasured = series.unmeasured  # no clean verdict without a measurement
-    elif series.unmeasured:
-        remarks.append(series.unmeasured)
-    if remarks:
-        verdict.reason += "; " + "; ".join(remarks)
-    if verdict.leaked and settings.diagnose:
-        started = time.perf_counter()
-        result.diagnosis = explain(
-            verdict, metrics=series.metrics, step=diagnose_step,
-            roots=roots() if roots else {}, exclude=exclude, observation=observation,
-        )  # fmt: skip
-        result.duration_s += time.perf_counter() - started
-    return result
-
-
-def _recheck(verdict: Verdict, series: tracker.Series) -> Verdict:
-    """A leak on a metric that declares a recheck (CUDA: is the growth only the
-    allocator's cache?): its probe measures again, the verdict decides."""
-    probes, series.rechecking = series.rechecking, []
-    for probe in probes:
-        if not needs_recheck(verdict, {metric.name: metric for metric in probe.metrics}):
-            continue
-        try:
-            found = probe.recheck()
-        except Exception as exc:  # a failing re-check never hides the leak
-            verdict.reason += f"; re-check failed: {type(exc).__name__}: {exc}"
-            continue
-        if found is not None:
-            verdict = confirm(verdict, series.metrics, found)
-    return verdict
 
 
 def _settings(
@@ -251,8 +110,6 @@ class Track:
         on_result: Callable[[CheckResult], None] | None = None,
         steps: int | None = None,
     ) -> None:
-        from pytest_graphleak.loop import LoopCheck  # loop builds on this module
-
         self._check = LoopCheck(settings, name=name, steps=steps, on_result=on_result,
                                 on_leak="raise" if raise_on_leak else "return")  # fmt: skip
         self._on_result = on_result
@@ -338,9 +195,3 @@ def track(
     resolved = _settings(name, settings, options, "track")
     steps = resolved.steps if options.get("steps") is not None else None
     return Track(settings=resolved, name=name, raise_on_leak=raise_on_leak, steps=steps)
-
-
-# Shown as ``pytest_graphleak.GraphLeakError`` in failures, where users import it from.
-GraphLeakError.__module__ = "pytest_graphleak"
-GraphLeakWarning.__module__ = "pytest_graphleak"
-UnmeasuredError.__module__ = "pytest_graphleak"

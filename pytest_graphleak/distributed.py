@@ -43,8 +43,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Union
 
-from pytest_graphleak.api import GraphLeakError, UnmeasuredError, check
+from pytest_graphleak.api import check
 from pytest_graphleak.options import CheckOptions, OptionError, Settings
+from pytest_graphleak.pipeline import GraphLeakError, UnmeasuredError
 from pytest_graphleak.report.text import render_text
 from pytest_graphleak.result import CheckResult
 

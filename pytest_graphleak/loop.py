@@ -30,9 +30,10 @@ import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from pytest_graphleak import api, tracker
-from pytest_graphleak.api import GraphLeakError, GraphLeakWarning
+from pytest_graphleak import pipeline
+from pytest_graphleak.engine import tracker
 from pytest_graphleak.options import Settings
+from pytest_graphleak.pipeline import GraphLeakError, GraphLeakWarning
 from pytest_graphleak.report.text import render_text
 from pytest_graphleak.result import CheckResult
 
@@ -254,7 +255,7 @@ class LoopCheck:
         )
         warmup = self._window_warmup
         settings = dataclasses.replace(self.settings, warmup=warmup)
-        verdict = api.judged(window, settings)
+        verdict = pipeline.judged(window, settings)
         final = (
             at_end
             or self.window is None
@@ -273,7 +274,7 @@ class LoopCheck:
             window.unmeasured = whole.unmeasured  # known once the sampler has ended
             window.coverage_notes = whole.coverage_notes
         try:
-            result = api.conclude(
+            result = pipeline.conclude(
                 window, settings=settings, name=self._result_name(), diagnose_step=None,
                 roots=self._roots, exclude=(id(self),), observation=observation, verdict=verdict,
             )  # fmt: skip
@@ -293,7 +294,7 @@ class LoopCheck:
         if result.leaked:
             self._report(result, GraphLeakError)
         elif result.unmeasured:  # no probe measured what the loop uses: not a clean verdict
-            self._report(result, api.UnmeasuredError)
+            self._report(result, pipeline.UnmeasuredError)
         return result
 
     def _end_sampler(self) -> None:
@@ -343,7 +344,7 @@ class LoopCheck:
             result.verdict.reason += "; " + note
 
     def _report(
-        self, result: CheckResult, error: type[GraphLeakError | api.UnmeasuredError]
+        self, result: CheckResult, error: type[GraphLeakError | pipeline.UnmeasuredError]
     ) -> None:
         __tracebackhide__ = True
         text = render_text(result)

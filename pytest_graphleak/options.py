@@ -30,8 +30,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypedDict
 
+from pytest_graphleak.engine.tracker import START_SCANS
 from pytest_graphleak.probes import PROBE_NAMES
-from pytest_graphleak.tracker import START_SCANS
 
 DEFAULT_STEPS = 16
 DEFAULT_WARMUP = 3

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 import pytest_graphleak
-from pytest_graphleak import CheckResult, GraphLeakError, api, check, track, tracker
+from pytest_graphleak import CheckResult, GraphLeakError, check, pipeline, track
+from pytest_graphleak.engine import tracker
 from pytest_graphleak.metrics import Metric, Recheck
 from pytest_graphleak.options import Settings
 from pytest_graphleak.probes.base import ProbeBase
@@ -159,7 +160,7 @@ def recheck_run(recheck: Recheck | Exception) -> CheckResult:
         rechecking=[probe],
         calls=19,
     )
-    result = api.conclude(series, settings=Settings(diagnose=False), name="n",
+    result = pipeline.conclude(series, settings=Settings(diagnose=False), name="n",
                            diagnose_step=None, roots=None, exclude=())  # fmt: skip
     assert (result.steps, result.warmup) == (16, 3)
     assert probe.calls == 1

@@ -463,7 +463,7 @@ os.access = _refuse_read_only
 #: disk, a directory made read-only during the run).
 WRITE_FAILS_CONFTEST = """
 import errno
-from pytest_graphleak import session_report
+from pytest_graphleak.plugin import session_report
 
 _write = session_report.write_text_atomic
 

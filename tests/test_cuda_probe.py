@@ -16,6 +16,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from pytest_graphleak.engine.tracker import run  # noqa: E402
 from pytest_graphleak.metrics import Recheck  # noqa: E402
 from pytest_graphleak.probes import TorchProbe, make_probes  # noqa: E402
 from pytest_graphleak.probes.cuda_probe import (  # noqa: E402
@@ -27,7 +28,6 @@ from pytest_graphleak.probes.cuda_probe import (  # noqa: E402
     device_metric,
 )
 from pytest_graphleak.result import Growth, Verdict  # noqa: E402
-from pytest_graphleak.tracker import run  # noqa: E402
 from pytest_graphleak.verdict import confirm, judge, needs_recheck  # noqa: E402
 
 MiB = 1 << 20

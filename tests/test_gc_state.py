@@ -21,7 +21,7 @@ import pytest
 from pytest_graphleak.heap.gcstate import user_frozen_count
 
 mg = pytest.importorskip("minigrad")
-tracker = pytest.importorskip("pytest_graphleak.tracker")
+tracker = pytest.importorskip("pytest_graphleak.engine.tracker")
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_graphleak.output_paths import Output, OutputPathError, check_outputs
+from pytest_graphleak.report.output_paths import Output, OutputPathError, check_outputs
 
 FAST = ("-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:xdist")
 

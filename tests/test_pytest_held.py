@@ -13,7 +13,7 @@ import warnings
 
 import pytest
 
-from pytest_graphleak.pytest_held import released_property, released_record, released_warning
+from pytest_graphleak.plugin.pytest_held import released_property, released_record, released_warning
 
 FAST = ("-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:xdist")
 

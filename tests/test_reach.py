@@ -1,4 +1,4 @@
-"""The start walk (``pytest_graphleak.reach``): what it enters, what it leaves, its limit."""
+"""The start walk (``pytest_graphleak.engine.reach``): what it enters, what it leaves, its limit."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import sys
 import weakref
 
-from pytest_graphleak.reach import Reach, reachable
+from pytest_graphleak.engine.reach import Reach, reachable
 
 
 class Marker:

@@ -21,8 +21,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from pytest_graphleak import session_report
 from pytest_graphleak.options import Settings
+from pytest_graphleak.plugin import session_report
 from pytest_graphleak.report.json_doc import load_schema
 from pytest_graphleak.result import CheckResult, Verdict
 
@@ -33,7 +33,7 @@ import json
 
 import pytest
 
-from pytest_graphleak import session_report
+from pytest_graphleak.plugin import session_report
 from pytest_graphleak.result import CheckResult, CreationSite, Diagnosis, Growth, Verdict
 
 WARMUP, STEPS = 2, 6

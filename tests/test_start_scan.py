@@ -15,7 +15,7 @@ import textwrap
 import pytest
 
 import pytest_graphleak
-from pytest_graphleak import tracker
+from pytest_graphleak.engine import tracker
 
 torch = pytest.importorskip("torch")
 

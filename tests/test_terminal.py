@@ -6,8 +6,8 @@ from types import SimpleNamespace
 from typing import Any
 
 from pytest_graphleak.options import Settings
+from pytest_graphleak.plugin.terminal import Progress, header_line, short_message, unchecked_hint
 from pytest_graphleak.result import CheckResult, Diagnosis, Growth, Verdict
-from pytest_graphleak.terminal import Progress, header_line, short_message, unchecked_hint
 
 
 def _result(pattern: str, growths: list[Growth], diagnosis: Diagnosis | None) -> CheckResult:

@@ -7,7 +7,7 @@ import gc
 import numpy as np
 import pytest
 
-from pytest_graphleak import tracker
+from pytest_graphleak.engine import tracker
 from pytest_graphleak.heap.gcstate import user_frozen_count
 
 mg = pytest.importorskip("minigrad")
@@ -79,7 +79,7 @@ def test_objects_frozen_before_the_check_stay_frozen(restore_gc) -> None:
 def test_user_frozen_heap_still_catches_leaks_and_passes_clean_steps(restore_gc) -> None:
     """With objects frozen by the user the tracker samples the whole unfrozen heap: counts
     must be exact (no frozen baseline counted twice, nothing missed)."""
-    from pytest_graphleak import api
+    from pytest_graphleak import pipeline
     from pytest_graphleak.options import Settings
 
     torch = pytest.importorskip("torch")
@@ -98,7 +98,7 @@ def test_user_frozen_heap_still_catches_leaks_and_passes_clean_steps(restore_gc)
         kept.append((weights * 2.0).sum())  # one tensor + its graph per step
 
     settings = Settings(steps=8, warmup=2, diagnose=False)
-    ok = api.measure(clean, settings=settings, name="clean")
+    ok = pipeline.measure(clean, settings=settings, name="clean")
     assert not ok.leaked, ok.verdict.reason
     for metric in ("torch.tensors", "torch.nodes", "minigrad.tensors", "minigrad.nodes"):
         assert len(set(ok.series[metric][2:])) == 1, (metric, ok.series[metric])
@@ -107,7 +107,7 @@ def test_user_frozen_heap_still_catches_leaks_and_passes_clean_steps(restore_gc)
     assert ok.series["torch.tensors"][-1] == unfrozen  # each counted once, frozen ones not
     assert gc.get_freeze_count() == frozen
 
-    bad = api.measure(leaky, settings=settings, name="leaky")
+    bad = pipeline.measure(leaky, settings=settings, name="leaky")
     assert bad.leaked and bad.verdict.pattern == "list-accumulation", bad.verdict.reason
     tensors = bad.series["torch.tensors"]
     assert np.diff(tensors).tolist() == [1.0] * 9, tensors  # exactly one more per step

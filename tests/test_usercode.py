@@ -11,7 +11,7 @@ import types
 import pytest
 
 import minigrad
-import pytest_graphleak.tracker
+import pytest_graphleak.engine.tracker
 from pytest_graphleak.diagnose.edges import is_private
 from pytest_graphleak.heap.usercode import (
     is_private_module,
@@ -32,7 +32,7 @@ SITE = sysconfig.get_paths()["purelib"]
         contextlib.__file__,
         pytest.__file__,
         minigrad.__file__,
-        pytest_graphleak.tracker.__file__,
+        pytest_graphleak.engine.tracker.__file__,
         "<frozen importlib._bootstrap>",
         "",
         None,
@@ -61,7 +61,8 @@ def test_library_label_is_relative_to_the_install_root() -> None:
     assert library_label(path) == "transformers/models/bert/modeling_bert.py"
     assert library_label(contextlib.__file__) == "contextlib.py"
     assert library_label(minigrad.__file__) == "minigrad/__init__.py"
-    assert library_label(pytest_graphleak.tracker.__file__) == "pytest_graphleak/tracker.py"
+    tracker_file = pytest_graphleak.engine.tracker.__file__
+    assert library_label(tracker_file) == "pytest_graphleak/engine/tracker.py"
 
 
 def test_modules_by_exact_package_name(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,4 +1,4 @@
-"""The warmup recording (``pytest_graphleak.warmup_tensors``): what it sees, what it holds,
+"""The warmup recording (``pytest_graphleak.engine.warmup_tensors``): what it sees, what it holds,
 and torch's function-mode stack left as it was found."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import weakref
 
 import pytest
 
-from pytest_graphleak import tracker
-from pytest_graphleak.warmup_tensors import WarmupTensors
+from pytest_graphleak.engine import tracker
+from pytest_graphleak.engine.warmup_tensors import WarmupTensors
 
 torch = pytest.importorskip("torch")
 

@@ -10,11 +10,12 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-from pytest_graphleak.api import GraphLeakError, UnmeasuredError, check, error_result
+from pytest_graphleak.api import check
 from pytest_graphleak.cli.exits import UsageError, UserCodeError, exit_code
 from pytest_graphleak.cli.outputs import checked_outputs, write_output
 from pytest_graphleak.cli.target import Target, resolve, running_as
 from pytest_graphleak.options import Settings, settings_from_command
+from pytest_graphleak.pipeline import GraphLeakError, UnmeasuredError, error_result
 from pytest_graphleak.report.environment import describe_run
 from pytest_graphleak.report.html import render_html
 from pytest_graphleak.report.json_doc import CheckedTest, build_document, dumps

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from pytest_graphleak.cli.exits import UsageError
-from pytest_graphleak.output_paths import Output, OutputPathError, check_outputs
 from pytest_graphleak.report.json_doc import write_text_atomic
+from pytest_graphleak.report.output_paths import Output, OutputPathError, check_outputs
 
 
 def checked_outputs(*outputs: tuple[str, str | None, str]) -> list[Path | None]:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from html import escape
 
 from pytest_graphleak.metrics import format_amount
-from pytest_graphleak.output_paths import PLOT_MARK
+from pytest_graphleak.report.output_paths import PLOT_MARK
 from pytest_graphleak.report.scale import ticks, value_range
 
 LEAKY_COLOUR = "#d62728"

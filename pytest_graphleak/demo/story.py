@@ -16,13 +16,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-from pytest_graphleak.api import GraphLeakError, check
+from pytest_graphleak.api import check
 from pytest_graphleak.cli.exits import EXIT_CLEAN, EXIT_LEAK
 from pytest_graphleak.cli.outputs import checked_outputs, write_output
 from pytest_graphleak.demo.backends import Backend, Counter, minigrad_backend, torch_backend
 from pytest_graphleak.demo.plot import Metric, PlotRun, render_plot
 from pytest_graphleak.demo.progress import PHASES, Display, StepRecord, bar, format_line, rss_mb
 from pytest_graphleak.demo.user_code import load_training_script
+from pytest_graphleak.pipeline import GraphLeakError
 from pytest_graphleak.report.text import render_result
 from pytest_graphleak.result import CheckResult
 

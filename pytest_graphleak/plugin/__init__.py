@@ -19,11 +19,14 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_graphleak import api, distributed, options, terminal, tracker
-from pytest_graphleak.api import GraphLeakError, GraphLeakWarning, Track, UnmeasuredError
+from pytest_graphleak import api, distributed, options, pipeline
+from pytest_graphleak.api import Track
+from pytest_graphleak.engine import tracker
 from pytest_graphleak.heap.usercode import is_pytest_module
 from pytest_graphleak.options import CheckOptions, OptionError, Settings, TrackOptions
-from pytest_graphleak.pytest_held import PytestHeld
+from pytest_graphleak.pipeline import GraphLeakError, GraphLeakWarning, UnmeasuredError
+from pytest_graphleak.plugin import terminal
+from pytest_graphleak.plugin.pytest_held import PytestHeld
 from pytest_graphleak.report.text import render_text
 from pytest_graphleak.result import CheckResult
 
@@ -66,7 +69,7 @@ def pytest_configure(config: pytest.Config) -> None:
     except OptionError as exc:
         raise pytest.UsageError(f"graphleak: {exc}") from None
     if not config.pluginmanager.has_plugin("graphleak-session-report"):
-        from pytest_graphleak.session_report import GraphleakSessionReport
+        from pytest_graphleak.plugin.session_report import GraphleakSessionReport
 
         reporter = GraphleakSessionReport(config, settings_of(config))
         config.pluginmanager.register(reporter, "graphleak-session-report")
@@ -316,14 +319,15 @@ def _measure_and_record(
     """Check ``step``, record the result on the test, fail (or warn) on a leak."""
     __tracebackhide__ = True
     try:
-        result = api.measure(step, settings=settings, name=name, diagnose_step=step,
+        result = pipeline.measure(step, settings=settings, name=name, diagnose_step=step,
                              roots=roots, exclude=exclude)  # fmt: skip
     except (pytest.skip.Exception, pytest.xfail.Exception):
         raise  # the test declared its own outcome (skip, xfail): pytest reports it
     except BaseException as exc:
         # Every way a step ends gets a row: an assert, pytest.fail(), SystemExit, a
         # pytest-timeout at step k, Ctrl-C.
-        _record(item, api.error_result(name, steps=settings.steps, warmup=settings.warmup, exc=exc))
+        error = pipeline.error_result(name, steps=settings.steps, warmup=settings.warmup, exc=exc)
+        _record(item, error)
         raise
     _record(item, result)
     if not result.leaked and not result.unmeasured:

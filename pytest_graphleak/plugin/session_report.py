@@ -37,7 +37,7 @@ import pytest
 from pytest_graphleak import options
 from pytest_graphleak.metrics import format_amount, format_rate
 from pytest_graphleak.options import Settings
-from pytest_graphleak.output_paths import Output, OutputPathError, check_outputs
+from pytest_graphleak.plugin.terminal import detail_lines
 from pytest_graphleak.report.environment import describe_run
 from pytest_graphleak.report.html import render_html
 from pytest_graphleak.report.json_doc import (
@@ -48,9 +48,9 @@ from pytest_graphleak.report.json_doc import (
     metric_summary,
     write_text_atomic,
 )
+from pytest_graphleak.report.output_paths import Output, OutputPathError, check_outputs
 from pytest_graphleak.report.scale import sparkline
 from pytest_graphleak.result import CheckResult
-from pytest_graphleak.terminal import detail_lines
 from pytest_graphleak.verdict import slowest_leak_text
 
 #: pytest 8 and later read a ``(word, markup)`` status word wherever they print it;

@@ -33,13 +33,13 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_graphleak.coverage import Coverage
+from pytest_graphleak.engine.coverage import Coverage
+from pytest_graphleak.engine.reach import DEFAULT_LIMIT, reachable
+from pytest_graphleak.engine.warmup_tensors import WarmupTensors
 from pytest_graphleak.heap.gcstate import Measuring
 from pytest_graphleak.metrics import Metric
 from pytest_graphleak.probes import GcProbe, Probe, make_probes
 from pytest_graphleak.probes.torch_probe import TorchProbe
-from pytest_graphleak.reach import DEFAULT_LIMIT, reachable
-from pytest_graphleak.warmup_tensors import WarmupTensors
 
 #: How a check finds what was alive before it (``Sampler.begin``).
 START_SCANS = ("roots", "heap")
