@@ -16,6 +16,7 @@ import textwrap
 from collections.abc import Sequence
 
 from pytest_graphleak import __version__
+from pytest_graphleak.cli.encoding import degrade_to_ascii
 from pytest_graphleak.cli.exits import EXIT_INTERRUPTED, EXIT_USAGE, UsageError
 from pytest_graphleak.options import OptionError, add_command_flags
 
@@ -161,6 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``graphleak`` command; return its exit code (see the module docstring)."""
+    degrade_to_ascii()  # a non-UTF-8 stdout shows "_.-=+*%#", never a UnicodeEncodeError
     parser = build_parser()
     try:
         args = parser.parse_args(None if argv is None else list(argv))
