@@ -20,7 +20,7 @@ from typing import TextIO
 HANDLER = "graphleak-ascii"
 
 _LOOK_ALIKES = {
-    **dict(zip("▁▂▃▄▅▆▇█", "_.-=+*%#")),  # sparkline levels, low to high
+    **dict(zip("▁▂▃▄▅▆▇█", "_.-=+*%#", strict=True)),  # sparkline levels, low to high
     "—": "--", "–": "-", "…": "...", "→": "->", "←": "<-", "↑": "^", "↓": "v",
     "×": "x", "≤": "<=", "≥": ">=", "≈": "~", "µ": "u", "·": ".", "•": "*",
     "‘": "'", "’": "'", "“": '"', "”": '"', "\u00a0": " ",
