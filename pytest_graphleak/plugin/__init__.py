@@ -326,8 +326,8 @@ def _measure_and_record(
     except BaseException as exc:
         # Every way a step ends gets a row: an assert, pytest.fail(), SystemExit, a
         # pytest-timeout at step k, Ctrl-C.
-        error = pipeline.error_result(name, steps=settings.steps, warmup=settings.warmup, exc=exc)
-        _record(item, error)
+        _record(item, pipeline.error_result(name, steps=settings.steps, warmup=settings.warmup,
+                                            exc=exc))  # fmt: skip
         raise
     _record(item, result)
     if not result.leaked and not result.unmeasured:
