@@ -146,28 +146,45 @@ def test_every_series_gets_a_chart_with_the_warmup_shaded() -> None:
     ]
     assert len(page.all("rect", class_="warmup")) == len(charts)
     assert len(page.all("polyline", class_="series grew")) == 2  # the two leaks' grown metric
-    assert len(page.all("polyline")) == len(charts)
-    # The clean test folds away; the leaks stay open (the DOT texts fold away too, with
-    # no Graphviz to draw them).
-    folded = [d for d in page.all("details") if d.get("class") != "env"]
-    assert len(folded) == 1 + 2
-    assert "Install Graphviz" in "".join(page.text)
+    assert len(page.all("polyline", class_="series")) + 2 == len(charts)
+    # The clean test folds away; the leaks stay open (their full-size drawings fold
+    # away; with the chain and the cycle drawn, no DOT text is shown).
+    folded = [d for d in page.all("details") if d.get("class") not in ("env", "fullsize")]
+    assert len(folded) == 1
+    assert len(page.all("details", class_="fullsize")) == 2
 
 
 def test_leaks_come_first_and_the_verdict_chain_sites_are_shown() -> None:
     page = Page(render_html(document(), draw=None))
     text = "".join(page.text)
-    headings = [a["id"] for a in page.all("section", class_="test")]
+    headings = [a["id"] for a in page.all("section")]
     assert headings == ["t0", "t1", "t2"]
     assert text.index("test_evil") < text.index("test_cycle") < text.index("t.py::test_ok")
     assert "list-accumulation" in text
-    assert "usual fix: store plain numbers" in text
-    assert "culprit chain (root first)" in text and "fixture 'state'" in text
+    assert "store plain numbers" in text
+    assert "held by (root first)" in text and "fixture 'state'" in text
     assert "reference cycle" in text and "closure 'fn'" in text
-    assert "t.py:4" in text and "creation sites" in text
+    assert "t.py:4" in text and "created at" in text
 
 
-def test_retained_graph_drawn_by_the_renderer_or_shown_as_dot_text() -> None:
+def test_retained_graph_drawn_without_graphviz_fitted_with_a_full_size_view() -> None:
+    html = render_html(document(), draw=None)
+    page = Page(html)
+    drawings = page.all("svg", class_="graph-drawing")
+    # The chain and the cycle, each three times: page layout, phone layout, full size.
+    assert len(drawings) == 2 * 3
+    assert all(d["viewbox"].startswith("0 0 ") for d in drawings)
+    assert ".graph svg { max-width: 100%; height: auto;" in html
+    assert len(page.all("details", class_="fullsize")) == 2
+    assert "@media (max-width: 640px)" in html and ".graph.narrow { display: block; }" in html
+    marked = [a["class"] for a in page.all("g") if a.get("class", "").startswith("node")]
+    assert "node root" in marked and "node leaked" in marked
+    text = "".join(page.text)
+    assert f"dict['{EVIL}']" in text and "closure 'fn'" in text
+    assert "Install Graphviz" not in text
+
+
+def test_graphviz_drawing_is_an_option_beside_the_own_drawing() -> None:
     seen: list[str] = []
 
     def fake_draw(text: str) -> str:
@@ -176,16 +193,54 @@ def test_retained_graph_drawn_by_the_renderer_or_shown_as_dot_text() -> None:
 
     drawn = Page(render_html(document(), draw=fake_draw))
     assert len(drawn.all("svg", class_="drawn")) == 2  # the chain and the cycle
+    assert len(drawn.all("svg", class_="graph-drawing")) == 2 * 3
     assert any("closure 'fn'" in text for text in seen)
-    as_text = Page(render_html(document(), draw=None))
-    dot_text = "".join(as_text.pre_text)
-    assert "digraph" in dot_text and f"dict['{EVIL}']" in dot_text
+    # Without Graphviz, a diagnosis' own DOT drawing is kept as text to draw elsewhere.
+    own = CheckedTest("t.py::test_dot", "failed", [leak("d", chain=[], dot="digraph {a -> b}")])
+    page = Page(render_html(build_document([own], generated_by="x"), draw=None))
+    assert "digraph {a -> b}" in "".join(page.pre_text)
     refused = Page(render_html(document(), draw=lambda text: None))
-    assert "digraph" in "".join(refused.pre_text)
-    assert "Install Graphviz" in "".join(refused.text)
-    # A drawing sits at its natural size in a scrolling box, with a legend.
-    assert '<div class="graph"><svg class="drawn">' in render_html(document(), draw=fake_draw)
-    assert "what the leak keeps alive" in "".join(drawn.text)
+    assert not refused.pre_text or "digraph" not in "".join(refused.pre_text)
+    assert "what the leak keeps" in "".join(drawn.text)
+
+
+def test_what_to_change_comes_first_with_relative_paths(tmp_path: Path) -> None:
+    site = CreationSite(str(tmp_path / "pkg" / "train.py"), 7, "state.append(loss)", 1, "step")
+    result = CheckResult(
+        name="t", steps=4, warmup=1,
+        series={"minigrad.tensors": [1.0, 2.0, 3.0, 4.0, 5.0]},
+        units={"minigrad.tensors": "objects"},
+        verdict=Verdict(True, [Growth("minigrad.tensors", 2.0, 5.0, 1.0)], "list-accumulation"),
+        diagnosis=Diagnosis("list-accumulation", chain=["fixture 'state'", "list(len=4)"],
+                            sites=[site], stored_at=[site], fix="append loss.item()"),
+    ).to_dict()  # fmt: skip
+    doc = build_document([CheckedTest("t.py::t", "failed", [result])], generated_by="x")
+    html = render_html(doc, draw=None, environment={"rootdir": str(tmp_path)})
+    text = "".join(Page(html).text)
+    change = text.index("what to change")
+    assert change < text.index("measured steps") < text.index("minigrad.tensors")
+    block = text[change : text.index("measured steps")]
+    for line in ("pattern", "list-accumulation", "held by", "fixture 'state' -> list(len=4)",
+                 "stored at", "pkg/train.py:7 in step: state.append(loss)", "fix",
+                 "append loss.item()"):  # fmt: skip
+        assert line in block, line
+    assert str(tmp_path) not in text[change:]  # only the environment block names rootdir
+    assert 'class="fix"' in html
+
+
+def test_dark_mode_and_a_filter_without_script() -> None:
+    html = render_html(document(), draw=None)
+    page = Page(html)
+    assert "@media (prefers-color-scheme: dark)" in html
+    radios = page.all("input", type="radio")
+    assert [r["id"] for r in radios] == ["show-all", "show-leaks", "show-unmeasured", "show-clean"]
+    assert "checked" in radios[0]
+    labels = [a["for"] for a in page.all("label")]
+    assert labels == ["show-all", "show-leaks", "show-unmeasured", "show-clean"]
+    sections = [a["class"] for a in page.all("section")]
+    assert sections == ["test g-leaks", "test g-leaks", "test g-clean"]
+    assert "#show-leaks:checked ~ main .g-clean" in html
+    assert "leaked (2)" in "".join(page.text) and "clean (1)" in "".join(page.text)
 
 
 @pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz dot not on PATH")
@@ -293,18 +348,35 @@ def test_all_zero_series_are_listed_but_not_drawn() -> None:
     assert "torch.tensors" in text.split("zero throughout")[0]  # still in the metrics table
 
 
-def test_bytes_are_drawn_as_growth_and_small_jitter_draws_flat() -> None:
+def test_noisy_bytes_are_drawn_as_growth_with_the_tolerance_band() -> None:
     base = 235.3 * 1024**2
-    page = Page(series_chart([base, base + 12288], warmup=0, title="rss", unit="bytes"))
+    page = Page(series_chart([base, base + 12288], warmup=0, title="rss", unit="bytes",
+                             noise=1024**2))  # fmt: skip
     assert page.all("svg", class_="chart")[0]["aria-label"] == "rss"
-    assert "rss: growth from 235.3 MiB" in page.text
+    assert "bytes, growth from 235.3 MiB" in page.text
     labels = [t for t in page.text if t.startswith(("+", "-"))]
-    assert labels[0] == "+0" and "+256.0 KiB" in labels  # round ticks, growth from base
-    # 12 KiB against the 1 MiB-per-step minimum span: the line rises by about 1% of
-    # the plot, not from bottom to top.
+    assert labels[0] == "+0 B" and "+256.0 KiB" in labels  # round ticks, growth from base
+    # 12 KiB against one step's 1 MiB tolerance: a ripple, not a bottom-to-top ramp,
+    # inside the band the verdict calls noise.
     points = page.all("polyline")[0]["points"].split()
     ys = [float(point.split(",")[1]) for point in points]
     assert 0 < ys[0] - ys[1] < 2
+    assert len(page.all("polygon", class_="band")) == 1
+
+
+def test_exact_bytes_are_drawn_on_their_own_range() -> None:
+    """torch.storage_bytes 88 B -> 148 B fills the chart on a byte axis, not a MiB one."""
+    values = [88.0 + 4 * i for i in range(16)]
+    page = Page(series_chart(values, warmup=1, title="torch.storage_bytes", unit="bytes",
+                             highlight=True))  # fmt: skip
+    labels = [t for t in page.text if t.startswith("+")]
+    assert labels and all(label.endswith(" B") for label in labels), labels
+    ys = [float(p.split(",")[1]) for p in page.all("polyline")[0]["points"].split()]
+    assert ys[1] - ys[-1] > 80  # drawn growing over most of the plot's height
+    assert not page.all("polygon", class_="band")
+    steps = [t for t in page.text if t.isdigit() or t == "step 1"]
+    assert steps[0] == "step 1" and steps[-1] == "16" and len(steps) >= 4  # a few x ticks
+    assert "bytes, growth from 92 B" in page.text  # the y axis' unit
 
 
 def test_source_context_around_a_creation_site(tmp_path: Path) -> None:
@@ -325,6 +397,6 @@ def test_environment_block_and_narrow_layout() -> None:
     assert "pytest --graphleak" in text and "2026-11-23 14:00:00 UTC" in text
     assert "took" in text  # check durations summed up
     html = render_html(document(), draw=None)
-    assert "@media (max-width: 600px)" in html and 'class="scroll"' in html
+    assert "@media (max-width: 640px)" in html and 'class="scroll"' in html
 
 

@@ -17,7 +17,7 @@ from html import escape
 
 from pytest_graphleak.metrics import format_amount
 from pytest_graphleak.report.output_paths import PLOT_MARK
-from pytest_graphleak.report.scale import ticks, value_range
+from pytest_graphleak.report.scale import BYTES_PER_STEP, ticks, value_range
 
 LEAKY_COLOUR = "#d62728"
 FIXED_COLOUR = "#2ca02c"
@@ -87,9 +87,10 @@ def _panel(x: float, y: float, w: float, h: float, metric: Metric, leaky: PlotRu
     if not values or count < 2:
         parts.append(f'<text x="{left}" y="{top + plot_h / 2:.0f}">no samples</text></g>')
         return "".join(parts)
-    # An honest scale (report.scale): jitter below one object, or below the RSS
-    # tolerance per step, draws flat instead of filling the panel.
-    low, high = value_range(values, metric.unit) or (0.0, 1.0)
+    # An honest scale (report.scale): the demo's byte panel is RSS, a noisy metric, so
+    # jitter below one step's default tolerance stays a ripple instead of filling it.
+    noise = BYTES_PER_STEP if metric.unit == "bytes" else 0.0
+    low, high = value_range(values, metric.unit, noise) or (0.0, 1.0)
     if metric.unit != "bytes" and high - low <= 1:
         low, high = low - 0.5, high + 0.5  # a flat count sits mid-panel, not on an edge
 

@@ -49,7 +49,7 @@ from pytest_graphleak.report.json_doc import (
     write_text_atomic,
 )
 from pytest_graphleak.report.output_paths import Output, OutputPathError, check_outputs
-from pytest_graphleak.report.scale import sparkline
+from pytest_graphleak.report.scale import BYTES_PER_STEP, noise_of, sparkline
 from pytest_graphleak.result import CheckResult
 from pytest_graphleak.verdict import slowest_leak_text
 
@@ -228,8 +228,9 @@ class GraphleakSessionReport:
         failed = False
         for output in self.outputs:
             text = json_text if output.kind == "JSON" else render_html(
-                document, environment=self._environment()
-            )
+                document, environment=self._environment(),
+                rss_tolerance=getattr(self.settings, "rss_tolerance", BYTES_PER_STEP),
+            )  # fmt: skip
             failed |= not _write(output, text)
         if failed and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
@@ -319,7 +320,8 @@ def summary_lines(
                 f"{format_amount(info['start'], info['unit'])} -> "
                 f"{format_amount(info['end'], info['unit'])}",
                 format_rate(info["per_step"], info["unit"]),
-                sparkline(check["series"][metric], info["unit"], warmup=check["warmup"]),
+                sparkline(check["series"][metric], info["unit"], warmup=check["warmup"],
+                          noise=noise_of(metric)),
             )
             for metric, info in metric_summary(check).items()
             if info["grew"]

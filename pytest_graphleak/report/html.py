@@ -1,27 +1,35 @@
 """The HTML report: one self-contained file rendered from the JSON document.
 
-No script, no network: styles inline in ``<head>``, charts as inline SVG, the
-retained graph as Graphviz's SVG at its natural size in a scrolling box (or, when
-``dot`` is not on PATH, a line saying so with the DOT text folded away). An
-environment block (time, versions, command, durations) and a few source lines around
-each creation site come from the run that renders the page, when it has them.
-Every piece of text that came from a test (node ids, chains, source lines, DOT)
-is escaped. The layout holds at 480 px: wide tables and drawings scroll in place.
+No script, no network: styles inline in ``<head>``, charts as inline SVG, the holder
+chain and the cycle drawn by the plugin itself (``report.graph_svg``, fitted to the
+page, one column on a phone, a full-size view in ``<details>``); Graphviz's drawing
+of the retained graph as well when ``dot`` is on PATH. Each leak opens with what to
+change (pattern, held by, stored at, fix). A filter (leaked / unmeasured / clean) is
+radio inputs and CSS; light and dark follow ``prefers-color-scheme``. Paths are shown
+relative to the rootdir, as the terminal shows them. An environment block and a few
+source lines around each creation site come from the run that renders the page, when
+it has them. Every piece of text that came from a test (node ids, chains, source
+lines, DOT) is escaped. The layout holds at 360 px: wide tables scroll in place.
 """
 
 from __future__ import annotations
 
+import contextlib
 import linecache
 import os
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from html import escape
 from typing import Any
 
 from pytest_graphleak.metrics import format_amount, format_rate
 from pytest_graphleak.report.dot import diagnosis_dot, render_svg
+from pytest_graphleak.report.graph_svg import chain_svg, cycle_svg
 from pytest_graphleak.report.json_doc import STATUSES
+from pytest_graphleak.report.scale import BYTES_PER_STEP, noise_of
 from pytest_graphleak.report.svg import series_chart
-from pytest_graphleak.result import FIXES
+from pytest_graphleak.report.text import MEANINGS
+from pytest_graphleak.result import FIXES, display_path
 
 #: Renders DOT text to an inline ``<svg>``; None means "show the DOT text instead".
 DotRenderer = Callable[[str], "str | None"]
@@ -37,51 +45,112 @@ _STATUS_WORDS = {
 
 _STATUS_ORDER = {status: number for number, status in enumerate(STATUSES)}
 
+#: What the filter shows: its label, and the statuses in it.
+_FILTERS = (
+    ("leaks", "leaked", ("leaked", "warned", "xfailed")),
+    ("unmeasured", "unmeasured", ("error", "unmeasured")),
+    ("clean", "clean", ("clean",)),
+)
+_GROUP = {status: group for group, _, statuses in _FILTERS for status in statuses}
+
 _STYLE = """
-body { font-family: system-ui, sans-serif; margin: 1.5rem; color: #1d1d24; max-width: 1100px; }
+:root { color-scheme: light dark; --fg: #1d1d24; --bg: #ffffff; --muted: #5c5c66;
+  --line: #dcdce4; --panel: #f4f4f8; --accent: #3b5bdb; --alarm: #c62828; --here: #ffe3a3;
+  --change: #fff7e0; --change-line: #e0a800; }
+@media (prefers-color-scheme: dark) {
+  :root { --fg: #e6e6ee; --bg: #16161c; --muted: #a6a6b4; --line: #3a3a46;
+    --panel: #23232c; --accent: #8ea8ff; --alarm: #ff8a80; --here: #5a4a12;
+    --change: #2b2615; --change-line: #b08a00; }
+}
+body { font-family: system-ui, sans-serif; margin: 1.5rem auto; padding: 0 1.5rem;
+       color: var(--fg); background: var(--bg); max-width: 1100px; line-height: 1.4; }
+a { color: var(--accent); }
 h1 { font-size: 1.5rem; margin-bottom: .2rem; }
-h2 { font-size: 1.1rem; margin: 0; word-break: break-all; }
+h2 { font-size: 1.1rem; margin: 0; overflow-wrap: anywhere; }
 h3 { font-size: 1rem; margin: 1rem 0 .4rem; }
 code, pre, .mono { font-family: ui-monospace, monospace; font-size: .85rem; }
-pre { background: #f4f4f8; padding: .6rem; overflow-x: auto; }
-.muted { color: #666; }
+.mono, code { overflow-wrap: anywhere; }
+pre { background: var(--panel); padding: .6rem; overflow-x: auto; }
+.muted { color: var(--muted); }
 .badge { display: inline-block; padding: .1rem .5rem; border-radius: .6rem; font-size: .8rem;
-         font-weight: 600; margin-right: .5rem; color: #fff; }
-.leaked { background: #c62828; } .warned { background: #c77800; } .xfailed { background: #8d6e00; }
+         font-weight: 600; margin-right: .5rem; color: #fff; white-space: nowrap; }
+.leaked { background: #c62828; } .warned { background: #a85f00; } .xfailed { background: #7a6000; }
 .error, .unmeasured { background: #6a1b9a; } .clean { background: #2e7d32; }
-section.test { border: 1px solid #ddd; border-radius: .4rem; padding: .8rem 1rem; margin: 1rem 0; }
+section.test { border: 1px solid var(--line); border-radius: .4rem; padding: .8rem 1rem;
+               margin: 1rem 0; }
 table { border-collapse: collapse; margin: .4rem 0; }
-td, th { border-bottom: 1px solid #e4e4ea; padding: .2rem .6rem; text-align: left; }
-td.num { text-align: right; font-variant-numeric: tabular-nums; }
-tr.grew td { color: #b71c1c; font-weight: 600; }
+td, th { border-bottom: 1px solid var(--line); padding: .2rem .6rem; text-align: left;
+         vertical-align: top; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+tr.grew td { color: var(--alarm); font-weight: 600; }
+.change { background: var(--change); border-left: 4px solid var(--change-line);
+          padding: .4rem .8rem; margin: .6rem 0; }
+.change h3 { margin-top: .2rem; }
+.change dl { display: grid; grid-template-columns: max-content 1fr; gap: .25rem .8rem;
+             margin: .2rem 0; }
+.change dt { font-weight: 600; }
+.change dd { margin: 0; overflow-wrap: anywhere; }
+.change dd.fix { font-weight: 600; }
 .charts { display: flex; flex-wrap: wrap; gap: .6rem; }
-svg.chart { background: #fff; border: 1px solid #e4e4ea; }
-svg.chart .chart-title { font: 600 12px sans-serif; fill: #1d1d24; }
-svg.chart .tick { font: 10px sans-serif; fill: #555; }
-svg.chart .axis { stroke: #999; stroke-width: 1; }
-svg.chart .warmup { fill: #e9e9f0; }
-svg.chart polyline.series { fill: none; stroke: #3b5bdb; stroke-width: 1.6; }
-svg.chart polyline.grew { stroke: #c62828; }
-svg.chart circle.series { fill: #3b5bdb; } svg.chart circle.grew { fill: #c62828; }
-svg.chart .grid { stroke: #eeeef3; stroke-width: 1; }
-svg.chart { max-width: 100%; height: auto; }
-ol.chain li { font-family: ui-monospace, monospace; font-size: .85rem; }
-.graph { overflow: auto; max-height: 90vh; border: 1px solid #e4e4ea; background: #fff; }
-.graph svg { max-width: none; height: auto; }
-.legend { font-size: .85rem; color: #444; }
+svg.chart { background: var(--bg); border: 1px solid var(--line); max-width: 100%;
+            height: auto; }
+svg.chart .chart-title { font: 600 12px sans-serif; fill: var(--fg); }
+svg.chart .tick { font: 10px sans-serif; fill: var(--muted); }
+svg.chart text { fill: var(--fg); }
+svg.chart text.tick { fill: var(--muted); }
+svg.chart .axis { stroke: var(--muted); stroke-width: 1; }
+svg.chart .warmup { fill: var(--panel); }
+svg.chart .band { fill: #2e7d32; fill-opacity: .16; }
+svg.chart polyline.series { fill: none; stroke: var(--accent); stroke-width: 1.6; }
+svg.chart polyline.grew { stroke: var(--alarm); }
+svg.chart circle.series { fill: var(--accent); } svg.chart circle.grew { fill: var(--alarm); }
+svg.chart .grid { stroke: var(--line); stroke-width: 1; }
+.graph svg { max-width: 100%; height: auto; display: block; }
+.graph.narrow { display: none; }
+.fullsize > div { overflow-x: auto; }
+.fullsize svg { max-width: none; }
+.graphviz svg { width: 100%; height: auto; }
+svg.graph-drawing { background: var(--bg); }
+svg.graph-drawing .node rect { fill: var(--panel); stroke: var(--muted); }
+svg.graph-drawing .node.root rect { fill: #dde8ff; stroke: #3b5bdb; }
+svg.graph-drawing .node.leaked rect { fill: #fde2e2; stroke: #c62828; }
+svg.graph-drawing .node text { fill: var(--fg); }
+svg.graph-drawing .node.root text, svg.graph-drawing .node.leaked text { fill: #1d1d24; }
+svg.graph-drawing .node text.tag { fill: var(--muted); }
+svg.graph-drawing .edge { stroke: var(--muted); }
+svg.graph-drawing .arrowhead { fill: var(--muted); }
+.legend { font-size: .85rem; color: var(--muted); }
 .legend span { display: inline-block; margin-right: 1rem; }
 .swatch { display: inline-block; width: .9rem; height: .9rem; vertical-align: middle;
           margin-right: .25rem; border: 1px solid #999; }
 .env { font-size: .85rem; }
-.env td:first-child { color: #666; white-space: nowrap; }
+.env td:first-child { color: var(--muted); white-space: nowrap; }
 pre.source { margin: .2rem 0 .6rem; }
-pre.source .here { background: #ffe3a3; display: inline-block; width: 100%; }
+pre.source .here { background: var(--here); display: inline-block; width: 100%; }
 .scroll { overflow-x: auto; max-width: 100%; }
-@media (max-width: 600px) {
-  body { margin: .6rem; }
+input.show { position: absolute; opacity: 0; pointer-events: none; }
+.filter { display: flex; flex-wrap: wrap; gap: .4rem; margin: .8rem 0; align-items: center; }
+.filter label { border: 1px solid var(--line); border-radius: 1rem; padding: .2rem .7rem;
+                cursor: pointer; font-size: .9rem; }
+#show-all:checked ~ header label[for=show-all],
+#show-leaks:checked ~ header label[for=show-leaks],
+#show-unmeasured:checked ~ header label[for=show-unmeasured],
+#show-clean:checked ~ header label[for=show-clean] {
+  background: var(--accent); border-color: var(--accent); color: var(--bg); }
+input.show:focus-visible ~ header .filter { outline: 2px solid var(--accent); }
+#show-leaks:checked ~ main .g-unmeasured, #show-leaks:checked ~ main .g-clean,
+#show-unmeasured:checked ~ main .g-leaks, #show-unmeasured:checked ~ main .g-clean,
+#show-clean:checked ~ main .g-leaks, #show-clean:checked ~ main .g-unmeasured {
+  display: none; }
+@media (max-width: 640px) {
+  body { padding: 0 .6rem; margin: .6rem auto; }
   section.test { padding: .5rem; }
   td, th { padding: .2rem .3rem; }
   .charts { display: block; }
+  .change dl { grid-template-columns: 1fr; }
+  .change dd { margin-bottom: .3rem; }
+  .graph.wide { display: none; }
+  .graph.narrow { display: block; }
 }
 """
 
@@ -91,38 +160,53 @@ def render_html(
     *,
     draw: DotRenderer | None = render_svg,
     environment: Mapping[str, str] | None = None,
+    rss_tolerance: float = BYTES_PER_STEP,
 ) -> str:
     """The whole report page for a document from ``json_doc.build_document``.
 
     ``draw`` turns DOT text into inline SVG (default: Graphviz when on PATH); pass
-    None to never draw. ``environment`` (label -> text: time, versions, command, ...)
-    is shown as the run's environment block; ``rootdir`` in it also locates relative
-    creation-site paths for their source lines.
+    None to never draw with Graphviz (the plugin's own drawing of the chain and the
+    cycle is always there). ``environment`` (label -> text: time, versions, command,
+    ...) is shown as the run's environment block; ``rootdir`` in it also makes paths
+    relative and locates creation sites for their source lines. ``rss_tolerance`` is
+    the noise band drawn on the charts of noisy metrics (process RSS, CUDA reserved).
     """
     tests: Sequence[Mapping[str, Any]] = document.get("tests", [])
-    body = [
+    root = (environment or {}).get("rootdir")
+    view = _View(draw, root, float(rss_tolerance))
+    # Leaks first, then by node id: the order is the same on every run and under xdist.
+    tests = sorted(tests, key=lambda t: (_STATUS_ORDER.get(str(t.get("status")), 9), t["nodeid"]))
+    groups = Counter(_GROUP.get(str(t.get("status")), "unmeasured") for t in tests)
+    header = [
         "<h1>graphleak report</h1>",
         f'<p class="muted">{escape(str(document.get("generated_by", "")))} &middot; '
         f"{_summary_line(document.get('summary', {}), bool(document.get('warn_only')))}</p>",
     ]
-    body.extend(f'<p class="note">{escape(str(note))}</p>' for note in document.get("notes", []))
-    body.append(_environment_block(environment or {}, tests))
-    root = (environment or {}).get("rootdir")
-    if not tests:
-        body.append("<p>No test ran a graphleak check.</p>")
+    header.extend(f'<p class="note">{escape(str(note))}</p>' for note in document.get("notes", []))
+    header.append(_environment_block(environment or {}, tests))
+    inputs = "".join(
+        f'<input type="radio" name="show" class="show" id="show-{group}"'
+        f'{" checked" if group == "all" else ""} aria-label="show {label}">'
+        for group, label in (("all", "all tests"), *((g, lbl) for g, lbl, _ in _FILTERS))
+    )
+    if tests:
+        labels = [f'<label for="show-all">all ({len(tests)})</label>']
+        labels += [f'<label for="show-{group}">{label} ({groups[group]})</label>'
+                   for group, label, _ in _FILTERS]  # fmt: skip
+        labels.insert(0, '<span class="muted">show:</span>')
+        header.append(f'<nav class="filter">{"".join(labels)}</nav>')
+        main = [_index(tests)]
+        main += [view.test_section(test, f"t{n}") for n, test in enumerate(tests)]
     else:
-        # Leaks first, then by node id: the order is the same on every run and under xdist.
-        tests = sorted(
-            tests, key=lambda t: (_STATUS_ORDER.get(str(t.get("status")), 9), t["nodeid"])
-        )
-        body.append(_index(tests))
-        body += [_test_section(test, f"t{n}", draw, root) for n, test in enumerate(tests)]
+        main = ["<p>No test ran a graphleak check.</p>"]
     return (
         "<!DOCTYPE html>\n"
         '<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         "<title>graphleak report</title>"
-        f"<style>{_STYLE}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n"
+        f"<style>{_STYLE}</style></head><body>\n{inputs}\n"
+        "<header>\n" + "\n".join(header) + "\n</header>\n"
+        "<main>\n" + "\n".join(main) + "\n</main>\n</body></html>\n"
     )
 
 
@@ -140,7 +224,7 @@ def _index(tests: Sequence[Mapping[str, Any]]) -> str:
         status = str(test.get("status", "clean"))
         patterns = sorted({str(c["pattern"]) for c in test.get("checks", []) if c.get("pattern")})
         rows.append(
-            f"<tr><td>{_badge(status)}</td>"
+            f'<tr class="g-{_GROUP.get(status, "unmeasured")}"><td>{_badge(status)}</td>'
             f'<td class="mono"><a href="#t{number}">{escape(str(test.get("nodeid", "")))}</a></td>'
             f"<td>{escape(', '.join(patterns))}</td></tr>"
         )
@@ -170,53 +254,190 @@ def _badge(status: str) -> str:
     return f'<span class="badge {css}">{escape(_STATUS_WORDS.get(status, status))}</span>'
 
 
-def _test_section(
-    test: Mapping[str, Any], anchor: str, draw: DotRenderer | None, root: str | None
-) -> str:
-    status = str(test.get("status", "clean"))
-    head = (
-        f'<section class="test" id="{anchor}"><h2>{_badge(status)}'
-        f"{escape(str(test.get('nodeid', '')))}</h2>"
-        f'<p class="muted">pytest outcome: {escape(str(test.get("outcome", "")))}</p>'
-    )
-    body = "".join(_check_block(check, test, draw, root) for check in test.get("checks", []))
-    if status == "clean":  # clean tests fold away; leaks stay open
-        body = f"<details><summary>series and charts</summary>{body}</details>"
-    return head + body + "</section>"
+def shown_path(filename: str, root: str | None) -> str:
+    """A path as the terminal shows it: relative to the rootdir (or the working
+    directory) when the file is under it, else as it is."""
+    if root and os.path.isabs(filename):
+        with contextlib.suppress(ValueError):  # another drive (Windows)
+            relative = os.path.relpath(filename, root)
+            if not relative.startswith(os.pardir):
+                return relative
+    return display_path(filename)
 
 
-def _check_block(
-    check: Mapping[str, Any], test: Mapping[str, Any], draw: DotRenderer | None, root: str | None
-) -> str:
-    parts: list[str] = []
-    name = str(check.get("name", ""))
-    if len(test.get("checks", [])) > 1 or (name and name != str(test.get("nodeid", ""))):
-        parts.append(f"<h3>check <code>{escape(name)}</code></h3>")
-    leaked, pattern = check.get("leaked"), check.get("pattern")
-    line = f"{check.get('steps', 0)} measured steps after {check.get('warmup', 0)} warmup steps"
-    if check.get("duration_s"):
-        line += f" ({float(check['duration_s']):.2f} s)"
-    line = escape(line)
-    if leaked:
-        line = f"<strong>{escape(str(pattern or 'leak'))}</strong> &middot; {line}"
-    parts.append(f"<p>{line}</p>")
-    if (check.get("verdict") or {}).get("reason"):
-        parts.append(f"<p>verdict: {escape(str(check['verdict']['reason']))}</p>")
-    if check.get("error"):
-        parts.append(f"<p>the step raised: <code>{escape(str(check['error']))}</code></p>")
-    if check.get("unmeasured") and not leaked:
-        parts.append(f"<p>not measured, so no verdict: {escape(str(check['unmeasured']))}</p>")
-    diagnosis = check.get("diagnosis") or {}
-    if leaked and diagnosis.get("story"):
-        parts.append(f"<p>what the numbers say: {escape(str(diagnosis['story']))}</p>")
-    if leaked and diagnosis.get("fix"):
-        parts.append(f"<p>fix: {escape(str(diagnosis['fix']))}</p>")
-    elif leaked and pattern in FIXES:
-        parts.append(f"<p>usual fix: {escape(FIXES[str(pattern)])}</p>")
-    parts += [_metrics_table(check.get("metrics", {})), _charts(check)]
-    if diagnosis:
-        parts.append(_diagnosis_block(diagnosis, draw, root))
-    return "".join(parts)
+class _View:
+    """How the page draws a test: the Graphviz renderer, the rootdir that paths are
+    shown relative to, and the noise band of noisy metrics. Each block of a check is
+    one method returning HTML text, so a new section is one more method and one more
+    line in ``check_block``."""
+
+    def __init__(self, draw: DotRenderer | None, root: str | None, tolerance: float) -> None:
+        self.draw = draw
+        self.root = root
+        self.tolerance = tolerance
+
+    def test_section(self, test: Mapping[str, Any], anchor: str) -> str:
+        status = str(test.get("status", "clean"))
+        head = (
+            f'<section class="test g-{_GROUP.get(status, "unmeasured")}" id="{anchor}">'
+            f"<h2>{_badge(status)}{escape(str(test.get('nodeid', '')))}</h2>"
+            f'<p class="muted">pytest outcome: {escape(str(test.get("outcome", "")))}</p>'
+        )
+        checks = test.get("checks", [])
+        body = "".join(self.check_block(check, test) for check in checks)
+        if status == "clean":  # clean tests fold away; leaks stay open
+            body = f"<details><summary>series and charts</summary>{body}</details>"
+        return head + body + "</section>"
+
+    def check_block(self, check: Mapping[str, Any], test: Mapping[str, Any]) -> str:
+        """What to change first, then the numbers, then the evidence."""
+        parts: list[str] = []
+        name = str(check.get("name", ""))
+        if len(test.get("checks", [])) > 1 or (name and name != str(test.get("nodeid", ""))):
+            parts.append(f"<h3>check <code>{escape(name)}</code></h3>")
+        diagnosis = check.get("diagnosis") or {}
+        if check.get("leaked"):
+            parts.append(self.what_to_change(check, diagnosis))
+        parts.append(self.outcome_lines(check))
+        parts += [_metrics_table(check.get("metrics", {})), self.charts(check)]
+        if diagnosis:
+            parts.append(self.evidence(diagnosis))
+        return "".join(parts)
+
+    def what_to_change(self, check: Mapping[str, Any], diagnosis: Mapping[str, Any]) -> str:
+        """The lines to act on: pattern, held by, cycle, stored at, fix."""
+        pattern = str(check.get("pattern") or "memory-growth")
+        why = str(diagnosis.get("story") or MEANINGS.get(pattern, ""))
+        rows = [("pattern", f"<strong>{escape(pattern)}</strong>"
+                 + (f" &middot; {escape(why)}" if why else ""), "")]  # fmt: skip
+        if diagnosis.get("chain"):
+            rows.append(("held by", escape(" -> ".join(map(str, diagnosis["chain"]))), "mono"))
+        if diagnosis.get("cycle"):
+            rows.append(("cycle", escape(" -> ".join(map(str, diagnosis["cycle"]))), "mono"))
+        for site in diagnosis.get("stored_at") or []:
+            rows.append(("stored at", escape(self.site_text(site)), "mono"))
+        if not diagnosis.get("stored_at"):
+            for site in (diagnosis.get("sites") or [])[:1]:
+                rows.append(("created at", escape(self.site_text(site)), "mono"))
+        fix = diagnosis.get("fix") or FIXES.get(pattern, "")
+        if fix:
+            rows.append(("fix", escape(str(fix)), "fix"))
+        cells = "".join(f'<dt>{label}</dt><dd class="{css}">{text}</dd>' for label, text, css in rows)  # noqa: E501
+        return f'<div class="change"><h3>what to change</h3><dl>{cells}</dl></div>'
+
+    def site_text(self, site: Mapping[str, Any]) -> str:
+        function = f" in {site['function']}" if site.get("function") else ""
+        via = f"  (via {site['via']})" if site.get("via") else ""
+        where = shown_path(str(site.get("filename", "")), self.root)
+        return f"{where}:{site.get('lineno', '')}{function}: {site.get('line', '')}{via}"
+
+    def outcome_lines(self, check: Mapping[str, Any]) -> str:
+        parts = []
+        line = f"{check.get('steps', 0)} measured steps after {check.get('warmup', 0)} warmup steps"
+        if check.get("duration_s"):
+            line += f" ({float(check['duration_s']):.2f} s)"
+        parts.append(f"<p>{escape(line)}</p>")
+        if (check.get("verdict") or {}).get("reason"):
+            parts.append(f"<p>verdict: {escape(str(check['verdict']['reason']))}</p>")
+        if check.get("error"):
+            parts.append(f"<p>the step raised: <code>{escape(str(check['error']))}</code></p>")
+        if check.get("unmeasured") and not check.get("leaked"):
+            parts.append(f"<p>not measured, so no verdict: {escape(str(check['unmeasured']))}</p>")
+        return "".join(parts)
+
+    def charts(self, check: Mapping[str, Any]) -> str:
+        series: Mapping[str, Sequence[float]] = check.get("series", {})
+        metrics: Mapping[str, Mapping[str, Any]] = check.get("metrics", {})
+        units: Mapping[str, str] = check.get("units", {})
+        drawn = [m for m in _ordered(metrics or dict.fromkeys(series)) if m in series]
+        # A probe with nothing to count (torch.* in a minigrad test) would only add flat zeros.
+        zeros = [m for m in drawn if not any(v for v in series[m])]
+        warmup = int(check.get("warmup", 0))
+        noises = {m: noise_of(m, self.tolerance) for m in drawn}
+        charts = [
+            series_chart(series[m], warmup=warmup, title=m, unit=units.get(m, "objects"),
+                         highlight=bool(metrics.get(m, {}).get("grew")), noise=noises[m])
+            for m in drawn
+            if m not in zeros
+        ]  # fmt: skip
+        if not charts:
+            return ""
+        legend = ("each chart on its own scale; shaded: warmup steps (not judged); bytes drawn "
+                  "as growth from the first measured step")  # fmt: skip
+        if any(noises[m] for m in drawn if m not in zeros):
+            legend += (f"; green band: the noise tolerance of RSS and CUDA reserved "
+                       f"({format_amount(self.tolerance, 'bytes')}/step), growth inside it "
+                       "is not a leak")  # fmt: skip
+        if zeros:
+            legend += f"; zero throughout, not drawn: {', '.join(zeros)}"
+        return f'<p class="muted">{escape(legend)}</p><div class="charts">{"".join(charts)}</div>'
+
+    def evidence(self, diagnosis: Mapping[str, Any]) -> str:
+        """The drawing, the creation and storing sites with their source, the notes."""
+        parts = [self.graph(diagnosis)]
+        for key, title, count_header in (
+            ("sites", "created at", "objects/step"),
+            ("stored_at", "stored at (the line that puts it in its holder)", "times/step"),
+        ):
+            if diagnosis.get(key):
+                parts.append(self.sites_block(title, count_header, diagnosis[key]))
+        notes = diagnosis.get("notes") or []
+        if notes:
+            parts.append("<ul>" + "".join(f"<li>{escape(str(n))}</li>" for n in notes) + "</ul>")
+        return "".join(parts)
+
+    def graph(self, diagnosis: Mapping[str, Any]) -> str:
+        """The plugin's own drawing of the chain and the cycle, fitted to the page (one
+        column on a phone) with a full-size view; Graphviz's drawing of the retained
+        graph as well when ``dot`` is on PATH (or its DOT text when only it has one)."""
+        parts = []
+        for key, title, draw in (("chain", "held by (root first)", chain_svg),
+                                 ("cycle", "reference cycle", cycle_svg)):  # fmt: skip
+            labels = [str(x) for x in diagnosis.get(key) or []]
+            if not labels:
+                continue
+            wide = draw(labels, columns=4)
+            parts.append(
+                f"<h3>{title}</h3>{_GRAPH_LEGEND}"
+                f'<div class="graph wide">{wide}</div>'
+                f'<div class="graph narrow">{draw(labels, columns=1)}</div>'
+                f'<details class="fullsize"><summary>full size</summary><div>{wide}</div>'
+                "</details>"
+            )
+        dot_text = diagnosis_dot(diagnosis)
+        if dot_text:
+            svg = self.draw(dot_text) if self.draw is not None else None
+            if svg is not None:
+                parts.append(
+                    "<details class=\"graphviz\"><summary>Graphviz's drawing of the retained "
+                    f'graph</summary><div class="graph">{svg}</div></details>'
+                )
+            elif diagnosis.get("dot") or not parts:
+                parts.append(
+                    "<details><summary>the retained graph as DOT text (draw it with "
+                    "Graphviz: <code>dot -Tsvg</code>)</summary>"
+                    f"<pre>{escape(dot_text)}</pre></details>"
+                )
+        return "".join(parts)
+
+    def sites_block(self, title: str, count_header: str, sites: Sequence[Mapping[str, Any]]) -> str:
+        """The sites as a table, then a few source lines around each."""
+        rows = [
+            f'<tr><td class="mono">{escape(shown_path(str(s.get("filename", "")), self.root))}:'
+            f"{escape(str(s.get('lineno', '')))}</td>"
+            f'<td class="mono">{escape(str(s.get("function", "")))}</td>'
+            f'<td class="num">{escape(str(s.get("count", "")))}</td>'
+            f"<td><code>{escape(str(s.get('line', '')))}</code>"
+            + (f' <span class="muted">(via {escape(str(s["via"]))})</span>' if s.get("via") else "")
+            + "</td></tr>"
+            for s in sites
+        ]
+        sources = (
+            source_context(str(s.get("filename", "")), int(s.get("lineno") or 0), self.root)
+            for s in sites
+        )
+        table = _table(("where", "function", count_header, "line"), rows)
+        return f"<h3>{escape(title)}</h3>{table}" + "".join(sources)
 
 
 def _metrics_table(metrics: Mapping[str, Mapping[str, Any]]) -> str:
@@ -237,95 +458,19 @@ def _metrics_table(metrics: Mapping[str, Mapping[str, Any]]) -> str:
     return _table(("metric", "start", "end", "growth", ""), rows)
 
 
-def _charts(check: Mapping[str, Any]) -> str:
-    series: Mapping[str, Sequence[float]] = check.get("series", {})
-    metrics: Mapping[str, Mapping[str, Any]] = check.get("metrics", {})
-    units: Mapping[str, str] = check.get("units", {})
-    drawn = [m for m in _ordered(metrics or dict.fromkeys(series)) if m in series]
-    # A probe with nothing to count (torch.* in a minigrad test) would only add flat zeros.
-    zeros = [m for m in drawn if not any(v for v in series[m])]
-    warmup = int(check.get("warmup", 0))
-    charts = [
-        series_chart(series[m], warmup=warmup, title=m, unit=units.get(m, "objects"),
-                     highlight=bool(metrics.get(m, {}).get("grew")))
-        for m in drawn
-        if m not in zeros
-    ]
-    if not charts:
-        return ""
-    legend = "shaded: warmup steps (not judged); bytes drawn as growth from the first measured step"
-    if zeros:
-        legend += f"; zero throughout, not drawn: {', '.join(zeros)}"
-    return f'<p class="muted">{escape(legend)}</p><div class="charts">{"".join(charts)}</div>'
-
-
 def _ordered(metrics: Mapping[str, Any]) -> list[str]:
     """Grown metrics first, then by name."""
     return sorted(metrics, key=lambda m: (not (metrics[m] or {}).get("grew"), m))
 
 
-def _sites_block(
-    title: str, count_header: str, sites: Sequence[Mapping[str, Any]], root: str | None
-) -> str:
-    """The sites as a table, then a few source lines around each."""
-    rows = [
-        f'<tr><td class="mono">{escape(str(s.get("filename", "")))}:'
-        f"{escape(str(s.get('lineno', '')))}</td>"
-        f'<td class="mono">{escape(str(s.get("function", "")))}</td>'
-        f'<td class="num">{escape(str(s.get("count", "")))}</td>'
-        f"<td><code>{escape(str(s.get('line', '')))}</code>"
-        + (f' <span class="muted">(via {escape(str(s["via"]))})</span>' if s.get("via") else "")
-        + "</td></tr>"
-        for s in sites
-    ]
-    sources = (
-        source_context(str(s.get("filename", "")), int(s.get("lineno") or 0), root) for s in sites
-    )
-    table = _table(("where", "function", count_header, "line"), rows)
-    return f"<h3>{escape(title)}</h3>{table}" + "".join(sources)
-
-
-def _diagnosis_block(
-    diagnosis: Mapping[str, Any], draw: DotRenderer | None, root: str | None
-) -> str:
-    parts = []
-    for key, title in (("chain", "culprit chain (root first)"), ("cycle", "reference cycle")):
-        if diagnosis.get(key):
-            items = "".join(f"<li>{escape(str(link))}</li>" for link in diagnosis[key])
-            parts.append(f'<h3>{title}</h3><ol class="chain">{items}</ol>')
-    for key, title, count_header in (
-        ("sites", "creation sites", "objects/step"),
-        ("stored_at", "stored at (the line that puts it in its holder)", "times/step"),
-    ):
-        if diagnosis.get(key):
-            parts.append(_sites_block(title, count_header, diagnosis[key], root))
-    notes = diagnosis.get("notes") or []
-    if notes:
-        parts.append("<ul>" + "".join(f"<li>{escape(str(n))}</li>" for n in notes) + "</ul>")
-    dot_text = diagnosis_dot(diagnosis)
-    if dot_text:
-        svg = draw(dot_text) if draw is not None else None
-        if svg is not None:
-            parts.append(f'<h3>retained graph</h3>{_GRAPH_LEGEND}<div class="graph">{svg}</div>')
-        else:
-            parts.append(
-                "<h3>retained graph</h3><p>Install Graphviz (<code>dot</code> on PATH, e.g. "
-                "<code>apt-get install graphviz</code>) to draw this graph here.</p>"
-                f"<details><summary>its DOT text</summary><pre>{escape(dot_text)}</pre></details>"
-            )
-    return "".join(parts)
-
-
 _GRAPH_LEGEND = (
     '<p class="legend">'
-    '<span><i class="swatch" style="background:#fde2e2"></i>what the leak keeps alive '
-    "(autograd graph nodes outlined red)</span>"
-    '<span><i class="swatch" style="background:#dde8ff"></i>where the chain starts: a '
-    "fixture, self, a global, a local</span>"
-    "<span>&rarr; solid: a reference (attribute, item, closure)</span>"
-    "<span>&#8674; dashed: an autograd edge (grad_fn, next_functions)</span>"
-    "<span>scroll to see all of it</span></p>"
+    '<span><i class="swatch" style="background:#dde8ff"></i>root: where the chain starts '
+    "(a fixture, self, a global, a local)</span>"
+    '<span><i class="swatch" style="background:#fde2e2"></i>leaked: what the leak keeps '
+    "alive</span><span>&rarr; a reference (attribute, item, closure, autograd edge)</span></p>"
 )
+
 
 #: Source lines shown on each side of a creation site.
 CONTEXT_LINES = 2
@@ -348,5 +493,5 @@ def source_context(filename: str, lineno: int, root: str | None = None) -> str:
             break
         row = f"{number:>{width}}  {escape(text.rstrip())}"
         shown.append(f'<span class="here">{row}</span>' if number == lineno else row)
-    caption = f'<div class="mono muted">{escape(filename)}:{lineno}</div>'
+    caption = f'<div class="mono muted">{escape(shown_path(filename, root))}:{lineno}</div>'
     return f'{caption}<pre class="source">' + "\n".join(shown) + "</pre>"

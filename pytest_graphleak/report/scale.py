@@ -1,12 +1,15 @@
 """Honest scales for every picture of a series: sparklines, HTML charts, the demo plot.
 
-A picture scaled from its own minimum to its maximum turns any jitter into a full-height
-ramp: 12 KiB of RSS noise on 50 MiB would look like a leak of thousands of nodes. So each
-picture spans at least a minimum that means something for its unit:
+Each metric is drawn on a scale that fits its own data, as the verdict reads it:
 
-- counts (tensors, graph nodes, cyclic garbage): one object over the whole series;
-- bytes: the default RSS tolerance (1 MiB) per step, the growth the verdict treats as
-  allocator noise for RSS; less than that, over the series, draws nearly flat.
+- exact metrics (tensor and node counts, cyclic garbage, ``torch.storage_bytes``, CUDA
+  allocated bytes) are a leak at any sustained rise, so they span their own range: 88 B
+  -> 148 B fills the picture. A flat series spans one unit (one object, one byte);
+- noisy metrics (process RSS, CUDA reserved bytes; ``Metric.noisy``) span their own range
+  widened to at least one step's tolerance (``--graphleak-rss-tolerance``): 12 KiB of
+  allocator jitter on 50 MiB stays a ripple instead of a full-height ramp, and a growth
+  the verdict flags (at least the tolerance per step) still fills the picture. The HTML
+  chart also draws the tolerance as a band (``tolerance_band``).
 
 Pure functions of numbers: no I/O.
 """
@@ -14,13 +17,17 @@ Pure functions of numbers: no I/O.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 
 from pytest_graphleak.metrics import finite
+from pytest_graphleak.probes import METRICS
 
-#: Bytes per step below which a byte series draws (nearly) flat. The option's default,
-#: spelled here because the report layer does not import the option table.
+#: The RSS tolerance's default (bytes per step), for pictures drawn without the run's
+#: settings (``graphleak report`` from a JSON file). Spelled here because the report
+#: layer does not import the option table.
 BYTES_PER_STEP = 1024.0 * 1024.0
+_DEVICE_SUFFIX = re.compile(r"\.\d+$")
 
 #: Widest sparkline, in characters; longer series are averaged into this many cells.
 SPARK_WIDTH = 40
@@ -28,21 +35,32 @@ SPARK_WIDTH = 40
 _BARS = "▁▂▃▄▅▆▇█"
 
 
-def min_span(unit: str, count: int) -> float:
-    """The smallest range a picture of ``count`` samples in ``unit`` is drawn over."""
-    if unit == "bytes":
-        return BYTES_PER_STEP * max(count - 1, 1)
-    return 1.0
+def noise_of(metric: str, tolerance: float = BYTES_PER_STEP) -> float:
+    """The growth per step the verdict tolerates for ``metric``: ``tolerance`` for a
+    noisy metric (per-GPU names such as ``cuda.reserved_bytes.1`` read as their total's
+    declaration), 0 for an exact one or a name no probe declares."""
+    declared = METRICS.get(metric) or METRICS.get(_DEVICE_SUFFIX.sub("", metric))
+    return float(tolerance) if declared is not None and declared.noisy else 0.0
 
 
-def value_range(values: Sequence[float], unit: str) -> tuple[float, float] | None:
+def min_span(noise: float = 0.0) -> float:
+    """The smallest range a picture is drawn over: one step's tolerance for a noisy
+    metric, one unit (an object, a byte) for an exact one."""
+    return max(float(noise), 1.0)
+
+
+def value_range(
+    values: Sequence[float], unit: str = "objects", noise: float = 0.0
+) -> tuple[float, float] | None:
     """(low, high) to draw ``values`` over: their own range, widened upwards to at least
-    ``min_span``; None when no value is finite."""
+    ``min_span(noise)``; None when no value is finite. ``unit`` is not used: bytes and
+    objects follow the same rule; it is kept so callers read alike."""
+    del unit
     numbers = [float(v) for v in values if finite(v)]
     if not numbers:
         return None
     low, high = min(numbers), max(numbers)
-    return low, max(high, low + min_span(unit, len(values)))
+    return low, max(high, low + min_span(noise))
 
 
 def sparkline(
@@ -51,12 +69,13 @@ def sparkline(
     *,
     warmup: int = 0,
     width: int = SPARK_WIDTH,
+    noise: float = 0.0,
 ) -> str:
-    """One bar per value (or per group of values past ``width``), on an honest scale:
-    jitter below ``min_span`` draws flat. With ``warmup`` a ``|`` marks where the
-    measured steps begin."""
+    """One bar per value (or per group of values past ``width``), on the metric's own
+    scale (``value_range``: a noisy metric's jitter below one step's ``noise`` draws
+    nearly flat). With ``warmup`` a ``|`` marks where the measured steps begin."""
     shown, cut = _fit(list(values), warmup, width)
-    bounds = value_range(shown, unit) if shown else None
+    bounds = value_range(shown, unit, noise) if shown else None
     bars = []
     for value in shown:
         if bounds is None or not finite(value):
@@ -84,7 +103,7 @@ def _fit(values: list[float], warmup: int, width: int) -> tuple[list[float], int
 
 def ticks(low: float, high: float, unit: str, count: int = 4) -> list[float]:
     """Round tick values between ``low`` and ``high`` (about ``count`` of them): in bytes
-    on powers of two, in objects on 1, 2, 5 x 10^k (whole objects only)."""
+    on powers of two, in objects on 1, 2, 5 x 10^k (whole units only)."""
     span = high - low
     if span <= 0 or not math.isfinite(span):
         return [low]
@@ -94,7 +113,7 @@ def ticks(low: float, high: float, unit: str, count: int = 4) -> list[float]:
     else:
         magnitude = 10.0 ** math.floor(math.log10(raw))
         step = min((m * magnitude for m in (1, 2, 5, 10)), key=lambda s: abs(s - raw))
-        step = max(step, 1.0)
+    step = max(step, 1.0)  # whole objects, whole bytes
     first = math.ceil(low / step) * step
     out = []
     value = first
@@ -103,3 +122,15 @@ def ticks(low: float, high: float, unit: str, count: int = 4) -> list[float]:
         value += step
     return out
 
+
+
+def step_ticks(count: int, most: int = 6) -> list[int]:
+    """A few round step numbers (1-based) for an x axis of ``count`` steps: step 1, the
+    last step, and multiples of 1, 2, 5 x 10^k between them."""
+    if count <= 1:
+        return [1] if count == 1 else []
+    raw = (count - 1) / max(most - 1, 1)
+    magnitude = 10 ** math.floor(math.log10(raw)) if raw >= 1 else 1
+    step = next((m * magnitude for m in (1, 2, 5, 10) if m * magnitude >= raw), 10 * magnitude)
+    inner = [n for n in range(step, count, step) if n - 1 > step / 2 and count - n > step / 2]
+    return [1, *inner, count]

@@ -1,79 +1,97 @@
 """Inline SVG line charts of one metric over all steps.
 
 The charts are plain SVG text (no script, no external font or stylesheet) so that
-the HTML report stays one self-contained file that opens offline.
+the HTML report stays one self-contained file that opens offline. Colours come from
+the page's classes, so a dark page recolours them.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from html import escape
 
 from pytest_graphleak.metrics import finite, format_amount
-from pytest_graphleak.report.scale import ticks, value_range
+from pytest_graphleak.report.scale import step_ticks, ticks, value_range
+
+_WIDTH, _HEIGHT = 420, 164
+_LEFT, _RIGHT, _TOP, _BOTTOM = 64, 14, 32, 26
 
 
 def series_chart(
-    values: Sequence[float], *, warmup: int, title: str, unit: str, highlight: bool = False
+    values: Sequence[float],
+    *,
+    warmup: int,
+    title: str,
+    unit: str,
+    highlight: bool = False,
+    noise: float = 0.0,
 ) -> str:
-    """One metric over all steps as an inline ``<svg>``: warmup steps shaded, one dot
-    per step with a tooltip, round y-axis ticks on an honest scale (``report.scale``:
-    jitter below a unit's minimum span draws flat). Bytes are drawn as growth from the
-    first measured value, which the title states.
+    """One metric over all steps as an inline ``<svg>`` on the metric's own scale
+    (``report.scale.value_range``): warmup steps shaded, one dot per step with a
+    tooltip, the unit above the y axis, a few step numbers on the x axis. Bytes are
+    drawn as growth from the first measured value, which the unit label states.
 
-    ``highlight`` draws the line in the alarm colour (the metric grew).
+    ``noise`` (a noisy metric's tolerated growth per step) draws the tolerance as a band
+    rising from the first measured value: a line inside it is what the verdict calls
+    noise. ``highlight`` draws the line in the alarm colour (the metric grew).
     """
-    width, height, left, right, top, bottom = 420, 150, 64, 12, 22, 24
-    plot_w, plot_h = width - left - right, height - top - bottom
+    plot_w, plot_h = _WIDTH - _LEFT - _RIGHT, _HEIGHT - _TOP - _BOTTOM
     base = _base(values, warmup) if unit == "bytes" else 0.0
     shown = [float(v) - base if finite(v) else math.nan for v in values]
     points = [(i, v) for i, v in enumerate(shown) if finite(v)]
-    heading = title
+    unit_label = "objects" if unit != "bytes" else "bytes"
     if unit == "bytes" and points:
-        heading = f"{title}: growth from {format_amount(base, unit)}"
+        unit_label = f"bytes, growth from {format_amount(base, unit)}"
     parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" width="{width}" '
-        f'height="{height}" viewBox="0 0 {width} {height}" role="img" '
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" width="{_WIDTH}" '
+        f'height="{_HEIGHT}" viewBox="0 0 {_WIDTH} {_HEIGHT}" role="img" '
         f'aria-label="{escape(title)}">',
-        f'<text x="{left}" y="14" class="chart-title">{escape(heading)}</text>',
+        f'<text x="6" y="14" class="chart-title">{escape(title)}</text>',
+        f'<text x="6" y="{_TOP - 8}" class="tick">{escape(unit_label)}</text>',
     ]
-    bounds = value_range(shown, unit)
+    bounds = value_range(shown, unit, noise)
     if bounds is None:
-        parts.append(f'<text x="{left}" y="{top + plot_h / 2:.1f}">no samples</text></svg>')
+        parts.append(f'<text x="{_LEFT}" y="{_TOP + plot_h / 2:.1f}">no samples</text></svg>')
         return "".join(parts)
     low, high = bounds
     count = max(len(values), 2)
 
     def x_of(i: float) -> float:
-        return left + plot_w * i / (count - 1)
+        return _LEFT + plot_w * i / (count - 1)
 
     def y_of(v: float) -> float:
-        return top + plot_h * (1 - (v - low) / (high - low))
+        return _TOP + plot_h * (1 - (v - low) / (high - low))
 
     if warmup > 0:
         shade_end = x_of(min(warmup, count - 1) - 0.5)
         parts.append(
-            f'<rect class="warmup" x="{left}" y="{top}" width="{shade_end - left:.1f}" '
+            f'<rect class="warmup" x="{_LEFT}" y="{_TOP}" width="{shade_end - _LEFT:.1f}" '
             f'height="{plot_h}"><title>warmup: steps 1-{warmup} are not judged</title></rect>'
         )
+    if noise > 0 and points:
+        parts.append(_band(shown, warmup, noise, (low, high), x_of, y_of))
+    bottom = _TOP + plot_h
     parts.append(
-        f'<line class="axis" x1="{left}" y1="{top + plot_h}" x2="{left + plot_w}" '
-        f'y2="{top + plot_h}"/>'
-        f'<line class="axis" x1="{left}" y1="{top}" x2="{left}" y2="{top + plot_h}"/>'
+        f'<line class="axis" x1="{_LEFT}" y1="{bottom}" x2="{_LEFT + plot_w}" y2="{bottom}"/>'
+        f'<line class="axis" x1="{_LEFT}" y1="{_TOP}" x2="{_LEFT}" y2="{bottom}"/>'
     )
     for v in ticks(low, high, unit):
         y = y_of(v)
         parts.append(
-            f'<line class="grid" x1="{left}" y1="{y:.1f}" x2="{left + plot_w}" y2="{y:.1f}"/>'
-            f'<text class="tick" x="{left - 4}" y="{y + 4:.1f}" text-anchor="end">'
+            f'<line class="grid" x1="{_LEFT}" y1="{y:.1f}" x2="{_LEFT + plot_w}" y2="{y:.1f}"/>'
+            f'<text class="tick" x="{_LEFT - 4}" y="{y + 4:.1f}" text-anchor="end">'
             f"{escape(_tick_label(v, unit))}</text>"
         )
-    parts.append(
-        f'<text class="tick" x="{left}" y="{height - 6}">step 1</text>'
-        f'<text class="tick" x="{left + plot_w}" y="{height - 6}" text-anchor="end">'
-        f"step {len(values)}</text>"
-    )
+    for n, step in enumerate(step_ticks(len(values))):
+        x = x_of(step - 1)
+        anchor = "start" if n == 0 else "middle" if step < len(values) else "end"
+        label = f"step {step}" if n == 0 else str(step)
+        parts.append(
+            f'<line class="axis" x1="{x:.1f}" y1="{bottom}" x2="{x:.1f}" y2="{bottom + 4}"/>'
+            f'<text class="tick" x="{x:.1f}" y="{bottom + 15}" text-anchor="{anchor}">'
+            f"{label}</text>"
+        )
     line_class = "series grew" if highlight else "series"
     coords = " ".join(f"{x_of(i):.1f},{y_of(v):.1f}" for i, v in points)
     parts.append(f'<polyline class="{line_class}" points="{coords}"/>')
@@ -91,6 +109,39 @@ def series_chart(
     return "".join(parts)
 
 
+def _band(
+    shown: Sequence[float],
+    warmup: int,
+    noise: float,
+    bounds: tuple[float, float],
+    x_of: Callable[[float], float],
+    y_of: Callable[[float], float],
+) -> str:
+    """The tolerated growth as a wedge: from the first measured value, ``noise`` more per
+    step, cut at the top of the plot."""
+    low, high = bounds
+    first = next((i for i in range(min(warmup, len(shown) - 1), len(shown)) if finite(shown[i])),
+                 None)  # fmt: skip
+    if first is None:
+        return ""
+    start = max(shown[first], low)
+    last = len(shown) - 1
+    top = [(float(first), start)]
+    reach = start + noise * (last - first)
+    if reach > high:  # the wedge leaves the plot before the last step
+        cross = first + (high - start) / noise
+        top += [(cross, high), (float(last), high)]
+    else:
+        top.append((float(last), reach))
+    corners = [*top, (float(last), start)]
+    coords = " ".join(f"{x_of(i):.1f},{y_of(v):.1f}" for i, v in corners)
+    tolerance = format_amount(noise, "bytes")
+    return (
+        f'<polygon class="band" points="{coords}"><title>tolerance: growth below '
+        f"{escape(tolerance)}/step from the first measured step is noise</title></polygon>"
+    )
+
+
 def _base(values: Sequence[float], warmup: int) -> float:
     """The first measured value (the first finite one when that is missing)."""
     measured = [float(v) for v in values[warmup:] if finite(v)]
@@ -102,6 +153,5 @@ def _tick_label(value: float, unit: str) -> str:
     if unit != "bytes":
         return format_amount(value, unit)
     if value == 0:
-        return "+0"
+        return "+0 B"
     return format_amount(value, unit, signed=True)
-

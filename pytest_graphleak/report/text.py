@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pytest_graphleak.metrics import format_amount, format_rate
-from pytest_graphleak.report.scale import sparkline
+from pytest_graphleak.report.scale import noise_of, sparkline
 from pytest_graphleak.result import FIXES, CheckResult, CreationSite, Growth, display_path
 from pytest_graphleak.verdict import slowest_leak_text
 
@@ -83,7 +83,8 @@ def _growth_row(result: CheckResult, growth: Growth, width: int) -> str:
     unit = result.units.get(growth.metric, "objects")
     span = f"{format_amount(growth.start, unit)} -> {format_amount(growth.end, unit)}"
     rate = format_rate(growth.per_step, unit)
-    spark = sparkline(result.series.get(growth.metric, []), unit, warmup=result.warmup)
+    spark = sparkline(result.series.get(growth.metric, []), unit, warmup=result.warmup,
+                      noise=noise_of(growth.metric))
     return f"    {growth.metric:<{width}}  {span:<24} {rate:<16} {spark}"
 
 
@@ -143,7 +144,7 @@ def metric_rows(result: CheckResult) -> list[str]:
         unit = result.units.get(metric, "objects")
         measured = values[result.warmup:] or values  # not empty: empty series are zeros
         span = f"{format_amount(measured[0], unit)} -> {format_amount(measured[-1], unit)}"
-        spark = sparkline(values, unit, warmup=result.warmup)
+        spark = sparkline(values, unit, warmup=result.warmup, noise=noise_of(metric))
         rows.append(f"  {metric:<{width}}  {span:<24} {spark}")
     if zeros:
         rows.append(f"  (0 at every step, not shown: {', '.join(zeros)})")
