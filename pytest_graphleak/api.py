@@ -14,6 +14,7 @@ propagates (with a note naming the step).
 
 from __future__ import annotations
 
+import inspect
 import sys
 from collections.abc import Callable, Collection, Mapping
 from types import TracebackType
@@ -54,6 +55,26 @@ def roots_of_frame(frame: Any, exclude: Collection[int] = ()) -> Callable[[], Ma
     }
 
 
+def require_runnable(step: object, where: str) -> None:
+    """TypeError unless calling ``step`` runs its body: not callable, an ``async def``
+    (calling it only makes a coroutine) or a generator function (only makes a generator)
+    would be checked as an empty step and always found clean."""
+    if not callable(step):
+        raise TypeError(f"{where}: step must be callable, got {step!r}")
+    calls = (step, type(step).__call__.__get__(step))  # a function, or an object's __call__
+    if any(inspect.iscoroutinefunction(c) or inspect.isasyncgenfunction(c) for c in calls):
+        raise TypeError(
+            f"{where}: step is an async function, so calling it would not run its body; "
+            "check a plain function that runs it (asyncio.run(step()) or your event "
+            "loop's equivalent)"
+        )
+    if any(inspect.isgeneratorfunction(c) for c in calls):
+        raise TypeError(
+            f"{where}: step is a generator function, so calling it would not run its "
+            "body; check a plain function that runs it (for _ in step(): pass)"
+        )
+
+
 def check(
     step: Callable[[], object],
     *,
@@ -71,8 +92,7 @@ def check(
     unmeasured check UnmeasuredError (message: the full report), and a raising step
     propagates its own exception.
     """
-    if not callable(step):
-        raise TypeError(f"check(step): step must be callable, got {step!r}")
+    require_runnable(step, "check(step)")
     label = name or getattr(step, "__qualname__", None) or repr(step)
     resolved = _settings(f"check({label})", settings, options, "check")
     try:
@@ -112,6 +132,7 @@ class Track:
     ) -> None:
         self._check = LoopCheck(settings, name=name, steps=steps, on_result=on_result,
                                 on_leak="raise" if raise_on_leak else "return")  # fmt: skip
+        self._check.scoped = True  # ended by __exit__, even with a track() nested inside
         self._on_result = on_result
         self._entered = False
 

@@ -49,12 +49,15 @@ LATER_STEPS = 2
 _OPEN: list[LoopCheck] = []
 
 
-def close_open_checks() -> int:
-    """End every open check without a verdict and restore the gc state; how many."""
+def close_open_checks(*, keep_scoped: bool = False) -> int:
+    """End every open check without a verdict and restore the gc state; how many.
+    ``keep_scoped``: leave the checks of ``with`` blocks still running (``scoped``): their
+    block ends them, and a ``track()`` nested in another's block must not end the outer."""
     closed = 0
-    while _OPEN:
-        _OPEN[-1].close()
-        closed += 1
+    for check in _OPEN[::-1]:
+        if not (keep_scoped and check.scoped):
+            check.close()
+            closed += 1
     return closed
 
 
@@ -111,6 +114,8 @@ class LoopCheck:
         self._window_began = 0.0
         self._leaks = 0
         self._last_recorded = 0
+        #: Ended by its own ``with`` block (``track()``), never as a leftover of another.
+        self.scoped = False
 
     # -- lifecycle --------------------------------------------------------------------
     @property
@@ -138,7 +143,7 @@ class LoopCheck:
         ``start_objects`` (default: the roots' values) is where the start walk begins."""
         if self._sampler is not None or self._done:
             raise RuntimeError(f"{self.name}: this check was started already")
-        close_open_checks()  # a loop that raised through a framework left one open
+        close_open_checks(keep_scoped=True)  # a loop that raised through a framework left one
         self._length = int(length) if length is not None and 0 < length < math.inf else None
         self._roots = roots or dict
         self._judge_at = self._plan(first=True)

@@ -195,9 +195,9 @@ OPTIONS: tuple[Option, ...] = (
            _PER_CHECK, "--graphleak-start-scan", "graphleak_start_scan",
            _start_scan, metavar="roots|heap", command_flag="--start-scan"),
     Option("diagnose", "bool", True,
-           "diagnose each leak: referrer chain, creation sites (on by default; the flag, or "
-           "the ini key set to false, turns it off, and the failure then names the pattern "
-           "from the counts alone)",
+           "turn off the diagnosis of each leak (its referrer chain and creation sites), "
+           "as the ini key set to false does: the failure then names the pattern from the "
+           "counts alone (default: every leak is diagnosed)",
            _PER_CHECK, "--graphleak-no-diagnose", "graphleak_diagnose",
            _bool, flag_value=False, command_flag="--no-diagnose"),
     Option("warn_only", "bool", False,

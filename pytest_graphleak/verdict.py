@@ -70,6 +70,10 @@ def measured_samples(values: Sequence[float], warmup: int) -> list[float]:
     return window if len(window) <= 2 else window[1:]
 
 
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
 def max_leak_period(steps: int) -> int:
     """The slowest leak (one object every k steps) caught for sure in ``steps`` steps."""
     settles_refuted = (steps + 1) // 2 - 1  # a flat second half holds a pair this far apart
@@ -159,8 +163,8 @@ def judge(
     if not growths:
         return Verdict(
             leaked=False,
-            reason=f"no metric grew: no floor rose every k <= {slowest} steps over {steps} "
-            f"measured steps ({len(series)} metrics judged)",
+            reason=f"no metric grew: no floor rose every k <= {slowest} steps over "
+            f"{_count(steps, 'measured step')} ({_count(len(series), 'metric')} judged)",
             slowest_leak_steps=slowest,
         )
     pattern = first_pattern(metrics[g.metric] for g in growths)

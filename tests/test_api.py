@@ -179,3 +179,54 @@ def test_a_probe_recheck_can_withdraw_or_confirm_a_byte_growth() -> None:
     result = recheck_run(RuntimeError("driver gone"))
     assert result.leaked
     assert "re-check failed: RuntimeError: driver gone" in result.verdict.reason
+
+
+async def _async_step() -> None:
+    pass
+
+
+def _generator_step():  # type: ignore[no-untyped-def]
+    yield
+
+
+class _AsyncCallable:
+    async def __call__(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("step", "kind"),
+    [(_async_step, "an async function"), (_generator_step, "a generator function"),
+     (_AsyncCallable(), "an async function")],
+)  # fmt: skip
+def test_check_refuses_a_step_whose_call_would_not_run_its_body(step: object, kind: str) -> None:
+    with pytest.raises(TypeError, match=f"check\\(step\\): step is {kind}, so calling it would"):
+        check(step)  # type: ignore[arg-type]
+
+
+def test_a_step_returning_a_coroutine_is_an_error_not_clean() -> None:
+    result = check(lambda: _async_step(), steps=2, warmup=0)
+    assert not result.leaked
+    assert result.error is not None
+    assert "returned a coroutine, so its body did not run" in result.error
+
+
+def test_nested_track_blocks_each_measure_the_loop() -> None:
+    w = mg.Tensor(np.ones(3), requires_grad=True)
+    kept: list[object] = []
+    with track(warmup=2, name="outer") as outer, track(warmup=2, name="inner") as inner:
+        for _ in range(12):
+            kept.append((w * 2).sum())
+            inner.step()
+            outer.step()  # raised "called outside its with block": the inner start ended it
+    assert outer.result is not None and outer.result.leaked
+    assert inner.result is not None and inner.result.leaked
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+
+
+def test_an_outer_track_block_without_steps_is_an_error() -> None:
+    with pytest.raises(ValueError, match=r"outer: track.* saw 0 t.step.. calls"), \
+            track(name="outer"), track(warmup=1) as inner:  # fmt: skip
+        for _ in range(4):
+            inner.step()
+    assert gc.isenabled() and gc.get_freeze_count() == 0

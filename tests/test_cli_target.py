@@ -78,7 +78,7 @@ def test_default_arguments_are_fine(tree: Path) -> None:
         ("train_e.py::stpe", "has no function 'stpe' (did you mean step?)"),
         ("train_e.py::nothing_like_it", "zero-argument functions there: step)"),
         ("train_e.py::needs_args", "needs arguments (model, batch)"),
-        ("train_e.py::CONSTANT", "is a int, not a function"),
+        ("train_e.py::CONSTANT", "is an int, not a function"),
         ("train_e.py::agen", "is async"),
         ("train_e.py::coro", "is async"),
         ("train_e.py::gen", "is a generator function"),
@@ -113,3 +113,21 @@ def test_module_that_raises_on_import_is_user_code(tree: Path) -> None:
     # A missing dependency of the target is the user's code failing, not a bad target.
     with pytest.raises(UserCodeError, match="not_installed_dep_xyz"):
         resolve("needs_dep_f.py::step")
+
+
+def test_a_class_is_refused_not_checked_as_its_constructor(tree: Path) -> None:
+    write(tree / "model_cls.py", "class Trainer:\n    def __init__(self):\n        pass\n"
+                                  "\nLIMIT = 3\n")  # fmt: skip
+    with pytest.raises(UsageError, match=r"'model_cls.py::Trainer' is a class, not a function"):
+        resolve("model_cls.py::Trainer")
+    with pytest.raises(UsageError, match=r"'model_cls.py::LIMIT' is an int, not a function"):
+        resolve("model_cls.py::LIMIT")
+
+
+@pytest.mark.parametrize("file", ["dir with space/step_sp.py", "pkg with space/step_sp2.py",
+                                  "train-v2.py"])  # fmt: skip
+def test_a_path_that_is_no_module_name_is_loaded_by_path(tree: Path, file: str) -> None:
+    write(tree / file, "def step():\n    return 7\n")
+    if file.startswith("pkg"):
+        write(tree / "pkg with space" / "__init__.py", "")
+    assert resolve(f"{file}::step").func() == 7

@@ -73,6 +73,11 @@ def resolve(spec: str) -> Target:
     return Target(name=spec, func=func, script=script)
 
 
+def _a(noun: str) -> str:
+    """``noun`` with its article: "an int", "a str"."""
+    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
+
+
 def _looks_like_windows_path(spec: str) -> bool:
     return len(spec) > 2 and spec[1] == ":" and spec[2] in "\\/"
 
@@ -95,12 +100,14 @@ def _import_file(file_part: str) -> ModuleType:
         base = base.parent
     module_name = ".".join(parts)
     loaded = sys.modules.get(module_name)
-    if module_name and (loaded is None or _same_file(loaded, path)):
+    importable = all(part.isidentifier() for part in parts)  # "dir with space": not
+    if module_name and importable and (loaded is None or _same_file(loaded, path)):
         if str(base) not in sys.path:
             sys.path.insert(0, str(base))
         return _import_module(module_name, shown=file_part)
-    # The name is taken by another module (a file called json.py, say): load it under a
-    # private name instead of shadowing the real one.
+    # The name is taken by another module (a file called json.py, say), or is no module
+    # name (a package folder "my steps", a file "train-v2.py"): load it under a private
+    # name instead.
     return _import_by_path(path, f"_graphleak_target_{path.stem}", shown=file_part)
 
 
@@ -181,8 +188,13 @@ def _is_plain_zero_arg(func: object) -> bool:
 def _require_plain_zero_arg(func: object, spec: str) -> Callable[[], object]:
     """``func`` itself, once it is known to be a plain function callable without
     arguments."""
+    if isinstance(func, type):
+        raise UsageError(
+            f"'{spec}' is a class, not a function: graphleak check would only check its "
+            "constructor; name a zero-argument function that runs one training step"
+        )
     if not callable(func):
-        raise UsageError(f"'{spec}' is a {type(func).__name__}, not a function")
+        raise UsageError(f"'{spec}' is {_a(type(func).__name__)}, not a function")
     if inspect.iscoroutinefunction(func) or inspect.isasyncgenfunction(func):
         raise UsageError(f"'{spec}' is async: graphleak check calls a plain function")
     if inspect.isgeneratorfunction(func):

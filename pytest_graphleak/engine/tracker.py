@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import inspect
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -324,6 +325,19 @@ def _recording_only_note(warmup: int) -> str:
     )
 
 
+def refuse_unrun(outcome: object) -> None:
+    """TypeError when a step returned a coroutine or a generator: its body never ran
+    (a ``lambda: train_async()``), so measuring it would find an empty step clean."""
+    if inspect.isawaitable(outcome) or inspect.isgenerator(outcome) or inspect.isasyncgen(outcome):
+        if inspect.iscoroutine(outcome) or inspect.isgenerator(outcome):
+            outcome.close()  # no "coroutine was never awaited" warning on top of the error
+        raise TypeError(
+            f"the step returned a {type(outcome).__name__}, so its body did not run: "
+            "check a plain function that runs it to the end (asyncio.run(...), or "
+            "iterate the generator)"
+        )
+
+
 def run(
     step: Callable[[], object],
     *,
@@ -348,7 +362,9 @@ def run(
     try:
         for call in range(1, planned + 1):
             try:
-                step()
+                outcome = step()
+                if outcome is not None:
+                    refuse_unrun(outcome)
             except BaseException as exc:
                 annotate_step_error(exc, call, warmup, planned)
                 raise

@@ -26,7 +26,9 @@ from pytest_graphleak.heap.usercode import is_pytest_module
 from pytest_graphleak.options import CheckOptions, OptionError, Settings, TrackOptions
 from pytest_graphleak.pipeline import GraphLeakError, GraphLeakWarning, UnmeasuredError
 from pytest_graphleak.plugin import terminal
+from pytest_graphleak.plugin.failure_repr import one_line_repr
 from pytest_graphleak.plugin.pytest_held import PytestHeld
+from pytest_graphleak.plugin.subtests_once import subtests_reported_once
 from pytest_graphleak.report.text import render_text
 from pytest_graphleak.result import CheckResult
 
@@ -192,7 +194,8 @@ def _check_marked(
         return found
 
     exclude = (id(arguments), id(funcargs))
-    _measure_and_record(item, step, settings, item.nodeid, roots, exclude, from_marker=True)
+    with subtests_reported_once(funcargs, item.config):
+        _measure_and_record(item, step, settings, item.nodeid, roots, exclude, from_marker=True)
 
 
 def _check_marked_on_ranks(
@@ -425,6 +428,9 @@ def pytest_runtest_makereport(
     if crash is not None and excinfo.value.result is not None:
         # pytest's short summary line reads this: say what leaked, not the exception type.
         crash.message = terminal.short_message(excinfo.value.result)
+        if item.config.getoption("tbstyle", "auto") == "line":
+            # One line per failure, at the user's line: not the leak text, not ours.
+            report.longrepr = one_line_repr(item, excinfo, crash.message)
 
 
 @pytest.hookimpl(tryfirst=True)  # pytest prints header lines in reverse: ours comes last
@@ -466,8 +472,7 @@ class GraphleakFixture:
         """Run ``step`` warmup + steps times; fail the test if it leaks. Keywords: the
         options that apply to "check" (``pytest_graphleak.options``)."""
         __tracebackhide__ = True
-        if not callable(step):
-            raise TypeError(f"graphleak.check(step): step must be callable, got {step!r}")
+        api.require_runnable(step, f"graphleak.check(step) in {self._item.nodeid}")
         settings = self.resolve("check()", options)
         self._checks += 1
         name = f"{self._item.nodeid}::check({getattr(step, '__qualname__', 'step')})"
