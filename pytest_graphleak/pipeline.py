@@ -15,7 +15,8 @@ from typing import Any
 from pytest_graphleak.engine import tracker
 from pytest_graphleak.metrics import Metric
 from pytest_graphleak.options import Settings
-from pytest_graphleak.result import PATTERNS, CheckResult, Diagnosis, Verdict
+from pytest_graphleak.patterns import FALLBACK, PATTERNS
+from pytest_graphleak.result import CheckResult, Diagnosis, Verdict
 from pytest_graphleak.verdict import Limits, confirm, judge, needs_recheck
 
 
@@ -74,7 +75,7 @@ def explain(
     # Imported on a leak only: a passing test never pays for loading the heap walker.
     from pytest_graphleak.diagnose import diagnose
 
-    counted = verdict.pattern or "memory-growth"
+    counted = verdict.pattern or FALLBACK
     try:
         diagnosis = diagnose(verdict, metrics=metrics, step=step, roots=roots, exclude=exclude,
                              observation=observation)  # fmt: skip

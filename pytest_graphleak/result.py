@@ -9,32 +9,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
-
-#: The exact pattern words of the public contract (ARCHITECTURE.md section 4).
-PATTERNS = ("list-accumulation", "retained-grad-fn", "cycle", "memory-growth")
-Pattern = Literal["list-accumulation", "retained-grad-fn", "cycle", "memory-growth"]
-
-#: The usual fix for each pattern, shown in every failure text.
-FIXES: dict[str, str] = {
-    "list-accumulation": (
-        "store plain numbers, not graph-carrying tensors: append loss.item() "
-        "(or loss.detach()) instead of loss"
-    ),
-    "retained-grad-fn": (
-        "cut the graph of long-lived tensors each step: total += loss.item(), "
-        "hidden = hidden.detach() (or unchain_backward()), update running stats under no_grad()"
-    ),
-    "cycle": (
-        "break the reference cycle: hold tensors weakly in hooks and closures, remove "
-        "hooks after use, detach in saved-tensor pack hooks"
-    ),
-    "memory-growth": (
-        "memory grows while tensor and node counts stay flat: bound caches and buffers, "
-        "keep running metrics instead of concatenating every step's outputs "
-        "(torch.cat / np.concatenate into a kept array), free allocations outside autograd"
-    ),
-}
+from typing import Any
 
 #: Schema version of ``CheckResult.to_dict()``; bump on any incompatible change.
 SCHEMA_VERSION = 1
@@ -111,7 +86,7 @@ class Diagnosis:
     #: What the numbers say the pattern means here, when it differs from the pattern's
     #: usual meaning (e.g. the kept tensors carry no graph); "" for the usual one.
     story: str = ""
-    #: The fix that applies here; "" for the pattern's usual fix (``FIXES``).
+    #: The fix that applies here; "" for the pattern's usual fix (``patterns.FIXES``).
     fix: str = ""
 
 

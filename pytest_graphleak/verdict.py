@@ -40,10 +40,8 @@ from dataclasses import dataclass, replace
 from itertools import accumulate
 
 from pytest_graphleak.metrics import Metric, Recheck, format_rate
+from pytest_graphleak.patterns import guess
 from pytest_graphleak.result import Growth, Verdict
-
-#: The first guess from what grew, strongest evidence first; bytes alone: memory-growth.
-_PATTERN_OF = (("cycles", "cycle"), ("tensors", "list-accumulation"), ("nodes", "retained-grad-fn"))
 
 
 @dataclass(frozen=True)
@@ -127,8 +125,7 @@ def growth_of(metric: str, values: Sequence[float], warmup: int) -> Growth:
 
 def first_pattern(grown: Iterable[Metric]) -> str:
     """The pattern a leak suggests from what its grown metrics count (diagnosis refines it)."""
-    counted = {metric.counts for metric in grown}
-    return next((pattern for counts, pattern in _PATTERN_OF if counts in counted), "memory-growth")
+    return guess(metric.counts for metric in grown)
 
 
 def judge(

@@ -24,9 +24,9 @@ from types import ModuleType
 import pytest
 
 import pytest_graphleak
+from pytest_graphleak.patterns import PATTERNS
 from pytest_graphleak.probes import METRICS
 from pytest_graphleak.report.text import render_text
-from pytest_graphleak.result import PATTERNS
 
 pytest.importorskip("torch")
 

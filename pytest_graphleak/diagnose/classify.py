@@ -25,7 +25,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from pytest_graphleak.metrics import Metric
-from pytest_graphleak.result import PATTERNS, Verdict
+from pytest_graphleak.patterns import PATTERNS
+from pytest_graphleak.result import Verdict
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from itertools import islice
 from typing import Any
 
 from pytest_graphleak.diagnose.backends import TENSOR
+from pytest_graphleak.diagnose.classify import Facts, pattern_of
 from pytest_graphleak.diagnose.edges import ObjectEdges, items_of
 from pytest_graphleak.diagnose.render import render_chain, render_dot
 from pytest_graphleak.diagnose.roots import given_roots
@@ -59,6 +60,18 @@ def _graph_size(tensor: Any, walker: ObjectEdges) -> tuple[int, str]:
     return size, f"{size}+" if graph.truncated else str(size)
 
 
+def _diagnosis(
+    verdict: Verdict, facts: Facts, notes: list[str], path: Path | None, walker: ObjectEdges
+) -> Diagnosis:
+    """The diagnosis of what the walk found: the word is ``pattern_of``'s."""
+    pattern = pattern_of(verdict, facts)
+    story, fix = tell(pattern, graph_grew=facts.graph_grew, tensors=True, has_chain=facts.has_chain)
+    if path is None:
+        return Diagnosis(pattern, notes=notes, story=story, fix=fix)
+    return Diagnosis(pattern, chain=render_chain(path, walker), notes=notes,
+                     dot=render_dot(path, None, walker), story=story, fix=fix)  # fmt: skip
+
+
 def diagnose_heap(
     verdict: Verdict,
     roots: Mapping[str, object],
@@ -73,7 +86,8 @@ def diagnose_heap(
     ]
     labelled = given_roots(roots)
     # Tensors grew and graph nodes did not: a container of tensors the roots reach is
-    # list-accumulation, else memory-growth; never retained-grad-fn (no graph grew).
+    # list-accumulation, else memory-growth; never retained-grad-fn (no graph grew). The
+    # word is pattern_of's, the one decider, from what this walk found.
     graph = graph_grew or memory_only
     path = shortest_path(labelled, lambda o: _accumulates(o, walker, graph=graph), walker)
     try:
@@ -82,14 +96,15 @@ def diagnose_heap(
             extend(path, next(t for t in items_of(container) if _tensor(t, walker, graph=graph)))
             what = "graph-carrying items" if graph else "tensors without a graph"
             notes.append(f"{type(container).__name__} of {len(container)} {what}")
-            story, fix = tell("list-accumulation", graph_grew=graph, tensors=True, has_chain=True)
-            return Diagnosis("list-accumulation", chain=render_chain(path, walker), notes=notes,
-                             dot=render_dot(path, None, walker), story=story, fix=fix)  # fmt: skip
+            found = Facts(has_chain=True, container_grew=True, graph_grew=graph)
+            return _diagnosis(verdict, found, notes, path, walker)
         if not graph:
-            story, fix = tell("memory-growth", graph_grew=False, tensors=True, has_chain=False)
-            return Diagnosis("memory-growth", notes=notes, story=story, fix=fix)
+            return _diagnosis(verdict, Facts(graph_grew=False), notes, None, walker)
+        # The verdict's own evidence of cycles (cyclic garbage grew) outranks a graph the
+        # roots reach: no search for one then.
+        cyclic = int(verdict.pattern == "cycle")
         best: tuple[tuple[int, str], Path] | None = None
-        for root in labelled:  # a root that is itself a graph tensor is its own path
+        for root in labelled if not cyclic else ():  # a graph tensor root is its own path
             candidate = shortest_path(
                 [root], lambda o: _tensor(o, walker, graph=True), walker, max_visited=20_000
             )
@@ -102,20 +117,14 @@ def diagnose_heap(
                 best = (size, candidate)
             else:
                 candidate.clear()
-        if best is not None and verdict.pattern != "cycle":
+        if best is not None:
             size, path = best
             notes.append(f"its autograd graph has {size[1]} nodes")
-            return Diagnosis(
-                "retained-grad-fn",
-                chain=render_chain(path, walker),
-                notes=notes,
-                dot=render_dot(path, None, walker),
-            )
-        if verdict.pattern == "cycle":
+            return _diagnosis(verdict, Facts(leaked_count=1, has_chain=True), notes, path, walker)
+        if cyclic:
             notes.append("tensors or nodes were freed only by gc.collect(): a reference cycle")
-            return Diagnosis("cycle", notes=notes)
-        pattern = "memory-growth" if memory_only else (verdict.pattern or "retained-grad-fn")
-        return Diagnosis(pattern, notes=notes)
+        found = Facts(cyclic_count=cyclic, memory_only=memory_only)
+        return _diagnosis(verdict, found, notes, None, walker)
     finally:
         if path is not None:
             path.clear()

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_graphleak import api, distributed, options, pipeline
+from pytest_graphleak import api, distributed, options, patterns, pipeline
 from pytest_graphleak.api import Track
 from pytest_graphleak.engine import tracker
 from pytest_graphleak.heap.usercode import is_pytest_module
@@ -50,8 +50,8 @@ _INTERNAL_FIXTURES = frozenset({"request", "graphleak", "pytestconfig"})
 _MARKER_HELP = (
     "the test body is ONE training step. With --graphleak it is called warmup + steps "
     "times with the same fixture values and fails when alive tensors, graph nodes, cyclic "
-    "garbage or memory keep growing; the failure names the pattern (list-accumulation, "
-    "retained-grad-fn, cycle, memory-growth). Without --graphleak the test runs once. "
+    "garbage or memory keep growing; the failure names the pattern "
+    f"({patterns.words_text()}). Without --graphleak the test runs once. "
     "world_size=N > 1: the test function is a step factory run on N torch.distributed "
     "ranks (gloo), each rank checked."
 )

@@ -16,20 +16,13 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pytest_graphleak.metrics import format_amount
+from pytest_graphleak.patterns import BY_WORD, FIXES
 from pytest_graphleak.probes import METRICS
 from pytest_graphleak.report.text import site_text
-from pytest_graphleak.result import FIXES, CheckResult, CreationSite
+from pytest_graphleak.result import CheckResult, CreationSite
 
 MARKER = "no_graph_growth"
 
-#: What a pattern is best told by: the declared ``counts`` of a grown metric, first found
-#: wins (``metrics.Metric``; the probes own the names).
-_TELLING = {
-    "list-accumulation": ("tensors", "nodes", "memory"),
-    "retained-grad-fn": ("nodes", "tensors"),
-    "cycle": ("cycles", "tensors", "nodes"),
-    "memory-growth": ("memory",),
-}
 _NOUNS = {"tensors": ("tensor", "tensors"), "nodes": ("graph node", "graph nodes")}
 #: A chain link that is an object's description (``list(len=3)``, ``Tensor(...)``),
 #: not a name or an accessor: the short message stops before it.
@@ -62,7 +55,7 @@ def short_message(result: CheckResult) -> str:
     pattern = result.pattern or "leak"
     growths = {g.metric: g for g in result.verdict.growths}
     metric = next(
-        (m for kind in _TELLING.get(pattern, ()) for m in sorted(growths)
+        (m for kind in _told_by(pattern) for m in sorted(growths)
          if _counts(m, result.units) == kind),
         next(iter(sorted(growths)), None),
     )  # fmt: skip
@@ -77,6 +70,12 @@ def short_message(result: CheckResult) -> str:
     elif diagnosis is not None and diagnosis.cycle:
         parts.append("kept by a reference cycle")
     return ", ".join(parts)
+
+
+def _told_by(pattern: str) -> tuple[str, ...]:
+    """The declared ``counts`` of a grown metric that best tell ``pattern``, first found wins."""
+    facts = BY_WORD.get(pattern)
+    return facts.told_by if facts is not None else ()
 
 
 def _counts(metric: str, units: Mapping[str, str]) -> str:

@@ -23,13 +23,13 @@ from html import escape
 from typing import Any
 
 from pytest_graphleak.metrics import format_amount, format_rate
+from pytest_graphleak.patterns import FALLBACK, FIXES, MEANINGS
 from pytest_graphleak.report.dot import diagnosis_dot, render_svg
 from pytest_graphleak.report.graph_svg import chain_svg, cycle_svg
 from pytest_graphleak.report.json_doc import STATUSES
 from pytest_graphleak.report.scale import BYTES_PER_STEP, noise_of
 from pytest_graphleak.report.svg import series_chart
-from pytest_graphleak.report.text import MEANINGS
-from pytest_graphleak.result import FIXES, display_path
+from pytest_graphleak.result import display_path
 
 #: Renders DOT text to an inline ``<svg>``; None means "show the DOT text instead".
 DotRenderer = Callable[[str], "str | None"]
@@ -306,7 +306,7 @@ class _View:
 
     def what_to_change(self, check: Mapping[str, Any], diagnosis: Mapping[str, Any]) -> str:
         """The lines to act on: pattern, held by, cycle, stored at, fix."""
-        pattern = str(check.get("pattern") or "memory-growth")
+        pattern = str(check.get("pattern") or FALLBACK)
         why = str(diagnosis.get("story") or MEANINGS.get(pattern, ""))
         rows = [("pattern", f"<strong>{escape(pattern)}</strong>"
                  + (f" &middot; {escape(why)}" if why else ""), "")]  # fmt: skip

@@ -11,19 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pytest_graphleak.metrics import format_amount, format_rate
+from pytest_graphleak.patterns import FALLBACK, FIXES, MEANINGS
 from pytest_graphleak.report.scale import noise_of, sparkline
-from pytest_graphleak.result import FIXES, CheckResult, CreationSite, Growth, display_path
+from pytest_graphleak.result import CheckResult, CreationSite, Growth, display_path
 from pytest_graphleak.verdict import slowest_leak_text
-
-#: One line per pattern word: what it means (ARCHITECTURE section 4).
-MEANINGS: dict[str, str] = {
-    "list-accumulation": "each step adds graph-carrying tensors to a container that keeps growing",
-    "retained-grad-fn": "a bounded set of live tensors reaches an autograd graph that grows "
-    "every step (running total, hidden state or in-place accumulation not detached)",
-    "cycle": "tensors or graph nodes of each step are kept only by reference cycles, freed "
-    "by the cyclic GC or never",
-    "memory-growth": "process or device memory grows while tensor and node counts stay flat",
-}
 
 #: Series longer than this are shown as head ... tail.
 _MAX_SHOWN = 24
@@ -38,7 +29,7 @@ def render_text(result: CheckResult) -> str:
         return f"graphleak: {result.name}: not measured, so no verdict: {result.unmeasured}"
     if not result.leaked:
         return "\n".join([f"graphleak: {result.name}: no leak ({result.verdict.reason})", *notes])
-    pattern = result.pattern or "memory-growth"
+    pattern = result.pattern or FALLBACK
     lines = [
         f"graphleak: {result.name} leaks: {pattern}",
         f"  {result.steps} measured steps after {result.warmup} warmup steps "

@@ -21,7 +21,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-PATTERN_WORDS = ("list-accumulation", "retained-grad-fn", "cycle", "memory-growth")
+from pytest_graphleak.patterns import PATTERNS
+
+PATTERN_WORDS = PATTERNS
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
 

@@ -1,0 +1,137 @@
+"""The pattern words and everything said about them: one row per word (bottom layer, plain data).
+
+The words are the public contract (ARCHITECTURE.md section 4): the verdict's first guess,
+the diagnosis, every report, the JSON schema's enums and the marker's help all read them
+here. A new pattern is one row below plus its rule in ``diagnose/classify.pattern_of``
+(the one decider); ``tests/test_patterns.py`` checks the schema against this table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+
+@dataclass(frozen=True)
+class PatternFacts:
+    """What is known about one pattern word."""
+
+    word: str
+    #: One line: what the word means (the failure text's ``pattern:`` line).
+    meaning: str
+    #: The usual fix, shown in every failure text unless the diagnosis found a better one.
+    fix: str
+    #: The grown metrics' declared ``counts`` (``metrics.Metric.counts``) that make the
+    #: verdict guess this pattern before any diagnosis; the first row (in ``GUESS_ORDER``)
+    #: whose counts grew wins.
+    suggested_by: tuple[str, ...]
+    #: Which grown metric the one-line message names: the first declared ``counts`` found.
+    told_by: tuple[str, ...]
+    #: When the kept tensors carry no autograd graph (no graph node grew), the usual
+    #: meaning and fix are wrong (``.detach()`` is what the user already did): what the
+    #: numbers say instead and the fix that applies ("" = this word has no such variant).
+    no_graph_meaning: str = ""
+    no_graph_fix: str = ""
+
+
+#: Fix for tensors kept without a graph: never ``.detach()``, which changes nothing.
+_NO_GRAPH_KEPT_FIX = (
+    "the kept tensors are already detached, so .detach() changes nothing: store plain "
+    "numbers (loss.item()), bound or clear the container (collections.deque(maxlen=N), "
+    "or clear it at the end of each epoch), and for metrics keep a fixed-size state "
+    "(binned thresholds instead of every prediction; compute() and reset() each epoch)"
+)
+
+TABLE: tuple[PatternFacts, ...] = (
+    PatternFacts(
+        word="list-accumulation",
+        meaning="each step adds graph-carrying tensors to a container that keeps growing",
+        fix=(
+            "store plain numbers, not graph-carrying tensors: append loss.item() "
+            "(or loss.detach()) instead of loss"
+        ),
+        suggested_by=("tensors",),
+        told_by=("tensors", "nodes", "memory"),
+        no_graph_meaning=(
+            "each step adds tensors to a container that keeps growing; the kept tensors "
+            "carry no autograd graph (no graph node grew), so what grows is their data"
+        ),
+        no_graph_fix=_NO_GRAPH_KEPT_FIX,
+    ),
+    PatternFacts(
+        word="retained-grad-fn",
+        meaning=(
+            "a bounded set of live tensors reaches an autograd graph that grows every step "
+            "(running total, hidden state or in-place accumulation not detached)"
+        ),
+        fix=(
+            "cut the graph of long-lived tensors each step: total += loss.item(), "
+            "hidden = hidden.detach() (or unchain_backward()), update running stats under "
+            "no_grad()"
+        ),
+        suggested_by=("nodes",),
+        told_by=("nodes", "tensors"),
+    ),
+    PatternFacts(
+        word="cycle",
+        meaning=(
+            "tensors or graph nodes of each step are kept only by reference cycles, freed "
+            "by the cyclic GC or never"
+        ),
+        fix=(
+            "break the reference cycle: hold tensors weakly in hooks and closures, remove "
+            "hooks after use, detach in saved-tensor pack hooks"
+        ),
+        suggested_by=("cycles",),
+        told_by=("cycles", "tensors", "nodes"),
+    ),
+    PatternFacts(
+        word="memory-growth",
+        meaning="process or device memory grows while tensor and node counts stay flat",
+        fix=(
+            "memory grows while tensor and node counts stay flat: bound caches and buffers, "
+            "keep running metrics instead of concatenating every step's outputs "
+            "(torch.cat / np.concatenate into a kept array), free allocations outside autograd"
+        ),
+        suggested_by=("memory",),
+        told_by=("memory",),
+        no_graph_meaning=(
+            "tensors that carry no autograd graph stay alive every step (no graph node grew)"
+        ),
+        no_graph_fix=(
+            "find what keeps each step's tensors (see the notes) and let go of them: "
+            "store plain numbers (loss.item()), bound or clear what collects them "
+            "(collections.deque(maxlen=N), clear at the end of each epoch), join threads "
+            "that hold them, keep no .numpy() views of step outputs"
+        ),
+    ),
+)
+
+#: The exact words, in the table's order (the order the docs and the schema list them).
+PATTERNS: tuple[str, ...] = tuple(row.word for row in TABLE)
+Pattern = Literal["list-accumulation", "retained-grad-fn", "cycle", "memory-growth"]
+BY_WORD: dict[str, PatternFacts] = {row.word: row for row in TABLE}
+
+#: The verdict's first guess: strongest evidence first (a cycle explains growing tensors
+#: and nodes; tensors explain growing nodes); bytes alone are memory-growth.
+GUESS_ORDER: tuple[str, ...] = ("cycle", "list-accumulation", "retained-grad-fn", "memory-growth")
+#: The word when nothing more specific is known (only memory grew).
+FALLBACK = "memory-growth"
+
+MEANINGS: dict[str, str] = {row.word: row.meaning for row in TABLE}
+FIXES: dict[str, str] = {row.word: row.fix for row in TABLE}
+
+
+def guess(counted: Iterable[str]) -> str:
+    """The pattern a leak suggests from the declared ``counts`` of its grown metrics."""
+    grown = set(counted)
+    return next(
+        (word for word in GUESS_ORDER if grown.intersection(BY_WORD[word].suggested_by)),
+        FALLBACK,
+    )
+
+
+def words_text() -> str:
+    """``list-accumulation, retained-grad-fn, cycle, memory-growth`` (help texts)."""
+    return ", ".join(PATTERNS)

@@ -1,0 +1,65 @@
+"""The patterns table is the one home of the pattern words: the JSON schema, the verdict's
+first guess, the help texts and the failure texts all agree with it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pytest_graphleak import patterns
+from pytest_graphleak.diagnose.classify import Facts, pattern_of
+from pytest_graphleak.diagnose.story import tell
+from pytest_graphleak.metrics import Metric
+from pytest_graphleak.result import Verdict
+from pytest_graphleak.verdict import first_pattern
+
+SCHEMA = Path(patterns.__file__).parent / "report" / "schema.json"
+
+
+def test_schema_enums_are_the_table_words() -> None:
+    defs = json.loads(SCHEMA.read_text(encoding="utf-8"))["$defs"]
+    assert defs["pattern_or_null"]["enum"] == [*patterns.PATTERNS, None]
+    assert defs["diagnosis"]["properties"]["pattern"]["enum"] == list(patterns.PATTERNS)
+
+
+def test_every_row_is_complete_and_the_orders_cover_the_words() -> None:
+    assert sorted(patterns.GUESS_ORDER) == sorted(patterns.PATTERNS)
+    assert patterns.FALLBACK in patterns.PATTERNS
+    assert patterns.Pattern.__args__ == patterns.PATTERNS  # type: ignore[attr-defined]
+    for row in patterns.TABLE:
+        assert row.meaning and row.fix and row.suggested_by and row.told_by, row.word
+        assert bool(row.no_graph_meaning) == bool(row.no_graph_fix), row.word
+        # tensors kept without a graph: .detach() is never the advice
+        assert ".detach()" not in row.no_graph_fix.replace(".detach() changes nothing", "")
+
+
+@pytest.mark.parametrize("row", patterns.TABLE, ids=lambda row: row.word)
+def test_the_verdict_guesses_each_word_from_its_counts(row: patterns.PatternFacts) -> None:
+    grown = [Metric(f"p.{counts}", "objects", counts) for counts in row.suggested_by]  # type: ignore[arg-type]
+    assert first_pattern(grown) == row.word
+
+
+def test_the_no_graph_story_and_fix_come_from_the_table() -> None:
+    kept = patterns.BY_WORD["list-accumulation"]
+    assert tell("list-accumulation", graph_grew=False, tensors=True, has_chain=True) == (
+        kept.no_graph_meaning, kept.no_graph_fix)  # fmt: skip
+    assert "loss.item()" in kept.no_graph_fix and "deque(maxlen=N)" in kept.no_graph_fix
+    story, fix = tell("memory-growth", graph_grew=False, tensors=True, has_chain=False)
+    assert fix == patterns.BY_WORD["memory-growth"].no_graph_fix
+    assert story.startswith(patterns.BY_WORD["memory-growth"].no_graph_meaning)
+    assert tell("retained-grad-fn", graph_grew=False, tensors=True, has_chain=True) == ("", "")
+
+
+def test_the_one_decider_only_gives_table_words() -> None:
+    facts = [Facts(), Facts(cyclic_count=1), Facts(has_chain=True, container_grew=True),
+             Facts(graph_grew=False), Facts(leaked_count=2), Facts(memory_only=True)]  # fmt: skip
+    for fact in facts:
+        for guess in (*patterns.PATTERNS, None):
+            assert pattern_of(Verdict(True, [], guess), fact) in patterns.PATTERNS
+
+
+def test_marker_help_names_every_word(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--markers")
+    assert f"({patterns.words_text()})" in result.stdout.str().replace("\n", " ")
