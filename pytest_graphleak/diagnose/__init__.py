@@ -26,21 +26,22 @@ from typing import Any
 
 from pytest_graphleak.diagnose.backends import NODE, TENSOR, Backend, TorchBackend, active_backends
 from pytest_graphleak.diagnose.classify import Facts, Grown, grown_of, pattern_of
+from pytest_graphleak.diagnose.cycles import cycle_story, find_first, pack_hook_cycle
 from pytest_graphleak.diagnose.edges import Edge, ObjectEdges, items_of
 from pytest_graphleak.diagnose.heap import diagnose_heap
 from pytest_graphleak.diagnose.holders import plain_cycle, unrooted
-from pytest_graphleak.diagnose.loop_recorder import Leaked, Observation
+from pytest_graphleak.diagnose.loop_recorder import Observation
 from pytest_graphleak.diagnose.memory import growing_holder
 from pytest_graphleak.diagnose.observe import RECORDED_RUNS, RUNS, observe
 from pytest_graphleak.diagnose.render import render_chain, render_cycle, render_dot
 from pytest_graphleak.diagnose.roots import all_roots
-from pytest_graphleak.diagnose.search import Path, find_cycle, shortest_path
+from pytest_graphleak.diagnose.search import Path, shortest_path
 from pytest_graphleak.diagnose.sites import Site, memory_sites, per_step
 from pytest_graphleak.diagnose.stored import watch_holder
 from pytest_graphleak.diagnose.story import tell
 from pytest_graphleak.heap.graphwalk import NEW_PER_WALK, GraphWalk
 from pytest_graphleak.metrics import Metric
-from pytest_graphleak.result import CreationSite, Diagnosis, Verdict, display_path
+from pytest_graphleak.result import CreationSite, Diagnosis, Verdict
 
 __all__ = ["diagnose"]
 
@@ -66,9 +67,8 @@ def diagnose(
     walker = ObjectEdges(backends, exclude=[*exclude, id(roots)])
     grown = grown_of(verdict, metrics)
     if step is None and observation is None:  # a hand-written loop: the heap as it is
-        diagnosis = diagnose_heap(
-            verdict, roots, walker, memory_only=grown.memory_only, graph_grew=grown.nodes
-        )
+        diagnosis = diagnose_heap(verdict, roots, walker, memory_only=grown.memory_only,
+                                  graph_grew=grown.nodes, only_cycles=grown.only_cycles)  # fmt: skip
     else:
         diagnosis = _diagnose_with_step(verdict, grown, step, roots, walker, backends, observation)
     diagnosis.notes.append(f"diagnosis took {time.perf_counter() - started:.2f} s")
@@ -113,7 +113,7 @@ def _diagnose_with_step(
         cycle: list[str] = []
         hanging: tuple[Edge, object] | None = None
         if obs.cyclic:
-            cycle_path = _first_cycle(obs.cyclic, walker)
+            cycle_path = find_first(obs.cyclic, walker)
             if cycle_path is None:  # a cycle of plain objects, the tensor hangs off it
                 found = plain_cycle(obs, walker)
                 if found is not None:
@@ -125,22 +125,24 @@ def _diagnose_with_step(
                 "by a reference cycle"
             )
         elif obs.alive and chain_path is None:
-            cycle_path = _first_cycle(obs.alive, walker)
+            cycle_path = find_first(obs.alive, walker)
             if cycle_path is not None:
                 notes.append(
                     "no root reaches the leaked objects: a reference cycle that the "
                     "collector cannot free holds them (part of it is inside torch)"
                 )
             else:
-                held = _pack_hook_cycle(obs, torch)
+                held = pack_hook_cycle(obs, torch)
                 if held:
                     cycle, note = held
                     notes.append(note)
                 else:
                     chain_path = unrooted(obs, walker, notes)
+        cycle_fix = ""
         if cycle_path is not None:
             cycle = render_cycle(cycle_path, walker, hanging)
-            notes.extend(_cycle_notes(cycle, obs.cyclic != []))
+            told, cycle_fix = cycle_story(cycle_path, walker, collectable=obs.cyclic != [])
+            notes.extend(told)
             if hanging is not None:  # drawn too: the DOT shows the tensor's graph
                 cycle_path.edges.append(hanging[0])
                 cycle_path.objects.append(hanging[1])
@@ -172,6 +174,7 @@ def _diagnose_with_step(
             cycle_held=bool(cycle),  # with no chain: a cycle or pack hook holds them
             memory_only=grown.memory_only,
             graph_grew=graph_nodes > 0 or grown.nodes,
+            only_cycles=grown.only_cycles,
         )
         pattern = pattern_of(verdict, facts)
         steps_word = "diagnostic steps" if step is not None else "recorded steps of the loop"
@@ -198,6 +201,8 @@ def _diagnose_with_step(
         story, fix = tell(pattern, graph_grew=facts.graph_grew,
                           tensors=grown.tensors or tensors > 0,
                           has_chain=chain_path is not None)  # fmt: skip
+        if pattern == "cycle" and cycle_fix:
+            fix = cycle_fix
         return Diagnosis(pattern, chain=chain, cycle=cycle, sites=sites, notes=notes,
                          dot=render_dot(chain_path, cycle_path, walker), stored_at=stored,
                          story=story, fix=fix)  # fmt: skip
@@ -244,63 +249,6 @@ def _grew_during_loop(path: Path, obs: Observation, notes: list[str]) -> bool:
             )
             return True
     return False
-
-
-def _first_cycle(leaked: list[Leaked], walker: ObjectEdges) -> Path | None:
-    """A cycle through one of the leaked objects; tensors are tried first."""
-    ordered = sorted(leaked, key=lambda item: item.kind != TENSOR)
-    for item in ordered[:8]:
-        path = find_cycle(item.obj, walker)
-        if path is not None:
-            return path
-    return None
-
-
-def _cycle_notes(cycle: list[str], collectable: bool) -> list[str]:
-    text = " ".join(cycle)
-    notes: list[str] = []
-    if "_backward_hooks" in text or ".hooks" in text or ".pre_hooks" in text:
-        where = "a tensor hook (register_hook) whose closure refers back to its own tensor"
-        if not collectable:
-            where += "; torch holds the hook from C++, so not even gc.collect() frees it"
-        notes.append(f"the cycle runs through {where}")
-    if "run_function" in text:
-        notes.append(
-            "the cycle runs through the ctx of a reentrant torch.utils.checkpoint, which keeps "
-            "run_function (and what its closure captures) until the graph is freed"
-        )
-    return notes
-
-
-def _pack_hook_cycle(obs: Observation, torch: TorchBackend | None) -> tuple[list[str], str] | None:
-    """A tensor kept by its own grad_fn through a saved-tensor pack hook (C++ only)."""
-    if torch is None or not obs.pack_hooks:
-        return None
-    for leaked in obs.alive:
-        if leaked.kind != TENSOR or leaked.backend is not torch:
-            continue
-        grad_fn = getattr(leaked.obj, "grad_fn", None)
-        if grad_fn is None:
-            continue
-        seq = torch.sequence_nr(grad_fn)
-        hook = obs.pack_hooks.get(seq) if seq is not None else None
-        if hook is None or not hasattr(grad_fn, "_saved_result"):
-            continue
-        desc = torch.describe(leaked.obj)
-        node = torch.node_name(grad_fn)
-        where = f"pack hook {hook.name} ({display_path(hook.filename)}:{hook.lineno})"
-        cycle = [
-            f"{desc}.grad_fn",
-            f"{node}._saved_result (packed by saved-tensor {where})",
-            f"{desc} (the same object: the cycle closes)",
-        ]
-        note = (
-            f"held from C++ by its own grad_fn {node}: the saved-tensor {where} returned the "
-            "tensor itself, so the saved output refers back to its grad_fn; detach it in the "
-            "pack hook"
-        )
-        return cycle, note
-    return None
 
 
 def _torch_leaked_nodes(

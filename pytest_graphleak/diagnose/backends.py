@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from pytest_graphleak.diagnose.edges import PROXY_TYPES, Edge
+from pytest_graphleak.diagnose.torch_hooks import NodeHooks
 from pytest_graphleak.probes.torch_probe import fake_tensor_type
 
 #: Kinds of objects a backend recognises.
@@ -96,6 +97,17 @@ class TorchBackend(Backend):
     def __init__(self, torch: Any) -> None:
         super().__init__()
         self.torch = torch
+        #: Set while a search reads the hooks torch keeps on nodes in C++ (``torch_hooks``).
+        self.node_hooks: NodeHooks | None = None
+        self._ctx_type: type | None = getattr(torch.autograd.function, "BackwardCFunction", None)
+
+    def is_ctx(self, node: object) -> bool:
+        """The node of a custom ``torch.autograd.Function``: the ``ctx`` of its forward."""
+        return self._ctx_type is not None and isinstance(node, self._ctx_type)
+
+    def describe(self, obj: Any) -> str:
+        text = super().describe(obj)
+        return f"{text} (ctx)" if self.kind(obj) == NODE and self.is_ctx(obj) else text
 
     def _kind_of_type(self, tp: type, obj: object) -> str | None:
         if issubclass(tp, self.torch.Tensor):
@@ -145,6 +157,9 @@ class TorchBackend(Backend):
         variable = getattr(node, "variable", None)  # AccumulateGrad -> its leaf
         if variable is not None:
             yield Edge("attr", "variable"), variable
+        if self.node_hooks is not None:  # grad_fn.register_hook / register_prehook
+            for name, table in self.node_hooks.of(node):
+                yield Edge("attr", name), table
 
 
 class MinigradBackend(Backend):

@@ -3,7 +3,9 @@
 Order of evidence, strongest first:
 
 1. leaked tensors/nodes that only the cyclic GC frees, or that live on with no chain
-   from any root while a reference cycle (or a saved-tensor pack hook) holds them:
+   from any root while a reference cycle (or a saved-tensor pack hook) holds them, or a
+   series in which only the cyclic garbage grew (what the collector freed each step was
+   gone before the diagnosis could look, as in a loop that collects after every step):
    ``cycle``;
 2. a chain from a root through a container whose length grew during a step:
    ``list-accumulation``;
@@ -38,6 +40,7 @@ class Facts:
     cycle_held: bool = False  # no chain, but a cycle or pack hook keeps them alive
     memory_only: bool = False  # the verdict saw only memory grow (``only_memory_grew``)
     graph_grew: bool = True  # graph nodes grew (a nodes metric) or leaked (diagnosis)
+    only_cycles: bool = False  # the only grown metrics count cyclic garbage
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,7 @@ class Grown:
     period: int  # steps it takes to see one more leaked object
     nodes: bool  # a metric that counts graph nodes grew
     tensors: bool  # a metric that counts tensors grew
+    only_cycles: bool = False  # every grown metric counts cyclic garbage
 
 
 #: Most steps run to see a container on the chain grow (a leak every k-th step).
@@ -68,11 +72,12 @@ def grown_of(verdict: Verdict, metrics: Mapping[str, Metric]) -> Grown:
     counts = {m.counts for _, m in declared if m is not None}
     rates = [r for r, m in declared if m is not None and m.counts in ("tensors", "nodes") and r > 0]
     period = max(1, min(_MAX_GROWTH_STEPS, math.ceil(1 / min(rates) - 1e-9))) if rates else 1
-    return Grown(only_memory_grew(verdict, metrics), period, "nodes" in counts, "tensors" in counts)
+    return Grown(only_memory_grew(verdict, metrics), period, "nodes" in counts, "tensors" in counts,
+                 only_cycles=counts == {"cycles"} and None not in (m for _, m in declared))  # fmt: skip
 
 
 def pattern_of(verdict: Verdict, facts: Facts) -> str:
-    if facts.cyclic_count > 0 or (facts.cycle_held and not facts.has_chain):
+    if facts.cyclic_count > 0 or facts.only_cycles or (facts.cycle_held and not facts.has_chain):
         return "cycle"
     if facts.has_chain and facts.container_grew:
         return "list-accumulation"

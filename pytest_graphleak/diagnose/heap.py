@@ -6,7 +6,9 @@ roots hold now still names the culprit in the common cases:
 - a container holding several graph-carrying tensors -> ``list-accumulation``;
 - otherwise the root-reachable tensor with the largest autograd graph ->
   ``retained-grad-fn``;
-- the verdict's own evidence of cycles (cyclic garbage grew) -> ``cycle``.
+- the verdict's own evidence of cycles (only the cyclic garbage grew, or the verdict's
+  guess) -> ``cycle``: the collector freed each step's cycle when the step was sampled,
+  so the heap holds nothing of it to draw.
 """
 
 from __future__ import annotations
@@ -29,6 +31,11 @@ from pytest_graphleak.result import Diagnosis, Verdict
 _CONTAINERS = (list, dict, set, frozenset, deque, tuple)
 _MIN_ACCUMULATED = 2
 _GRAPH_LIMIT = 5_000
+_CYCLES_FREED = (
+    "each step's tensors or graph nodes were freed only by gc.collect(): a reference cycle "
+    "holds them, and the check's own collection after each step freed it before the "
+    "diagnosis could draw it; graphleak.check(step) re-runs the step and draws the cycle"
+)
 
 
 def _tensor(obj: Any, walker: ObjectEdges, *, graph: bool) -> bool:
@@ -79,11 +86,15 @@ def diagnose_heap(
     *,
     memory_only: bool,
     graph_grew: bool,
+    only_cycles: bool = False,
 ) -> Diagnosis:
     notes = [
         "no step to re-run (hand-written loop): the diagnosis looked at the heap as it is; "
         "use graphleak.check(step) to get creation sites"
     ]
+    if only_cycles:  # containers of older tensors the roots reach are not what grew
+        notes.append(_CYCLES_FREED)
+        return _diagnosis(verdict, Facts(graph_grew=False, only_cycles=True), notes, None, walker)
     labelled = given_roots(roots)
     # Tensors grew and graph nodes did not: a container of tensors the roots reach is
     # list-accumulation, else memory-growth; never retained-grad-fn (no graph grew). The
@@ -122,7 +133,7 @@ def diagnose_heap(
             notes.append(f"its autograd graph has {size[1]} nodes")
             return _diagnosis(verdict, Facts(leaked_count=1, has_chain=True), notes, path, walker)
         if cyclic:
-            notes.append("tensors or nodes were freed only by gc.collect(): a reference cycle")
+            notes.append(_CYCLES_FREED)
         found = Facts(cyclic_count=cyclic, memory_only=memory_only)
         return _diagnosis(verdict, found, notes, None, walker)
     finally:

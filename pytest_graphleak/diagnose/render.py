@@ -34,7 +34,9 @@ def describe(obj: Any, walker: ObjectEdges) -> str:
             return found[0].describe(obj)
         except Exception:
             return type(obj).__name__
-    if isinstance(obj, (types.FunctionType, types.MethodType)):
+    if isinstance(obj, types.MethodType):
+        return f"bound method {getattr(obj, '__qualname__', '?')}"
+    if isinstance(obj, types.FunctionType):
         return f"function {getattr(obj, '__qualname__', '?')}"
     if isinstance(obj, type):
         return f"class {obj.__qualname__}"

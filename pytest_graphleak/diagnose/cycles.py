@@ -1,0 +1,200 @@
+"""Cycles that hold leaked objects: find one, and say which link of it is the bug.
+
+The links that make a training step's tensors cyclic run through autograd's own objects,
+most of them kept in C++ where the collector cannot see them:
+
+- a custom ``torch.autograd.Function`` whose forward stores a tensor on ``ctx`` as an
+  attribute (``ctx.out = out``): the output's ``grad_fn`` *is* that ctx, so
+  ``out -> grad_fn (ctx) -> .out -> out`` (pytorch/pytorch#25340);
+- a hook on a tensor (``register_hook``) or on its ``grad_fn`` (``register_hook``,
+  ``register_prehook``) whose closure or bound method refers back to the tensor, or to
+  the object that holds it; torch keeps node hooks in C++ (``torch_hooks`` reads them
+  for the search);
+- a reentrant checkpoint's ctx, which keeps ``run_function``;
+- a saved-tensor pack hook that returns the tensor itself (no Python link at all:
+  ``pack_hook_cycle`` finds it from the hook recorded when the node was made).
+
+``find_first`` searches a cycle through the leaked objects (node hooks read while it
+runs); ``cycle_story`` reads the found cycle's links and returns the notes and the fix
+for the link that makes it.
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Sequence
+from typing import Any
+
+from pytest_graphleak.diagnose.backends import NODE, TENSOR, Backend, TorchBackend
+from pytest_graphleak.diagnose.edges import ObjectEdges
+from pytest_graphleak.diagnose.loop_recorder import Leaked, Observation
+from pytest_graphleak.diagnose.search import Path, find_cycle
+from pytest_graphleak.diagnose.torch_hooks import reading
+from pytest_graphleak.result import display_path
+
+#: Leaked objects a cycle is searched from, at most (tensors first).
+_STARTS = 8
+#: Attributes of a node that are hook tables, and the call that fills each.
+_NODE_HOOKS = {"post_hooks": "register_hook", "pre_hooks": "register_prehook"}
+_NO_COLLECT = "; torch holds the hook from C++, so not even gc.collect() frees it"
+
+
+def find_first(leaked: Sequence[Leaked], walker: ObjectEdges) -> Path | None:
+    """A cycle through one of the leaked objects; tensors are tried first. The hooks torch
+    keeps on graph nodes are links of the search."""
+    torch = next((b for b in walker.backends if isinstance(b, TorchBackend)), None)
+    ordered = sorted(leaked, key=lambda item: item.kind != TENSOR)[:_STARTS]
+    if torch is None:
+        return _search(ordered, walker)
+    with reading(torch.torch) as hooks:
+        torch.node_hooks = hooks
+        try:
+            return _search(ordered, walker)
+        finally:
+            torch.node_hooks = None
+
+
+def _search(ordered: list[Leaked], walker: ObjectEdges) -> Path | None:
+    for item in ordered:
+        path = find_cycle(item.obj, walker)
+        if path is not None:
+            return path
+    return None
+
+
+def cycle_story(path: Path, walker: ObjectEdges, *, collectable: bool) -> tuple[list[str], str]:
+    """``(notes, fix)`` for the link of the cycle that the user wrote; ``fix`` is "" when
+    the pattern's usual fix applies."""
+    for i, edge in enumerate(path.edges):
+        obj = path.objects[i]
+        if edge.kind == "attr" and edge.key == "run_function":
+            return [_CHECKPOINT], ""
+        found = walker.backend_of(obj)
+        if found is None or edge.kind != "attr":
+            continue
+        backend, kind = found
+        key = str(edge.key)
+        hook = path.objects[i + 2] if i + 2 < len(path.objects) else None
+        if kind == NODE and key in _NODE_HOOKS and backend.name == "torch":
+            node = backend.node_name(obj)
+            where = f"{node} with grad_fn.{_NODE_HOOKS[key]}()"
+            return _hook_story(where, hook, walker, held_in_cpp=not collectable)
+        if (kind == TENSOR and key in ("_backward_hooks", "hooks")) or (
+            kind == NODE and key == "pre_hooks"  # minigrad: a non-leaf tensor's hooks
+        ):
+            return _hook_story("the tensor with register_hook()", hook, walker,
+                               held_in_cpp=backend.name == "torch" and not collectable)  # fmt: skip
+        ctx = _ctx_attribute(backend, obj, kind, key)
+        if ctx is not None:
+            return _ctx_story(backend, obj, ctx, path.objects[i + 1], walker, collectable)
+    return [], ""
+
+
+_CHECKPOINT = (
+    "the cycle runs through the ctx of a reentrant torch.utils.checkpoint, which keeps "
+    "run_function (and what its closure captures) until the graph is freed"
+)
+
+
+def _ctx_attribute(backend: Backend, node: Any, kind: str, key: str) -> str | None:
+    """The ctx attribute this link reads (``out`` for ``ctx.out``), or None."""
+    if kind != NODE:
+        return None
+    if isinstance(backend, TorchBackend):
+        return key if backend.is_ctx(node) and key != "run_function" else None
+    return key.removeprefix("ctx.") if key.startswith("ctx.") else None
+
+
+def _function_name(backend: Backend, node: Any) -> str:
+    forward = getattr(node, "_forward_cls", None) or getattr(type(node), "function", None)
+    return getattr(forward, "__name__", "") or backend.node_name(node).removesuffix("Backward")
+
+
+def _ctx_story(
+    backend: Backend, node: Any, attr: str, value: object, walker: ObjectEdges, collectable: bool
+) -> tuple[list[str], str]:
+    fn = _function_name(backend, node)
+    found = walker.backend_of(value)
+    holds_tensor = found is not None and found[1] == TENSOR
+    what = "a tensor" if holds_tensor else f"a {type(value).__name__} that leads back to its output"
+    freed = "freed only by gc.collect()" if collectable else "never freed"
+    note = (
+        f"the cycle runs through the ctx of the custom autograd Function {fn}: its forward "
+        f"stored {what} as ctx.{attr}, and the output's grad_fn is that ctx itself, so "
+        f"each call's output and graph are {freed} (pytorch/pytorch#25340)"
+    )
+    if backend.name == "torch" and holds_tensor:
+        fix = (
+            f"in {fn}.forward, save the tensor with ctx.save_for_backward({attr}) instead of "
+            f"ctx.{attr} = {attr}, and read it back with ctx.saved_tensors in backward; keep "
+            "only non-tensor values as ctx attributes (pytorch/pytorch#25340)"
+        )
+    else:
+        fix = (
+            f"in {fn}.forward, keep on ctx only what backward needs (arrays through "
+            "ctx.save_for_backward(...), plain numbers), not an object that holds the "
+            f"Function's output: drop ctx.{attr}, or hold it with weakref.ref"
+        )
+    return [note], fix
+
+
+def _hook_story(
+    where: str, hook: object, walker: ObjectEdges, *, held_in_cpp: bool
+) -> tuple[list[str], str]:
+    if isinstance(hook, types.MethodType):
+        owner = type(hook.__self__).__name__
+        name = getattr(hook, "__qualname__", "the hook")
+        note = (
+            f"the cycle runs through a hook registered on {where}: the bound method {name} "
+            f"holds its {owner}, which holds the tensor"
+        )
+        fix = (
+            f"let the hook hold its {owner} weakly (register a function that calls "
+            "weakref.WeakMethod(self._on_grad)() or looks self up through weakref.ref), "
+            "remove the hook with the handle that register_hook returns once it has run, or "
+            f"keep the tensor on the {owner} detached (self.x = y.detach()) when it needs no "
+            "graph"
+        )
+    else:
+        note = (
+            f"the cycle runs through a hook registered on {where} whose closure refers "
+            "back to its own tensor"
+        )
+        fix = (
+            "capture tensor.detach() (or a weakref.ref) in the hook instead of the tensor, "
+            "or remove the hook with the handle that register_hook returns once it has run"
+        )
+    if held_in_cpp:
+        note += _NO_COLLECT
+    return [note], fix
+
+
+def pack_hook_cycle(obs: Observation, torch: TorchBackend | None) -> tuple[list[str], str] | None:
+    """A tensor kept by its own grad_fn through a saved-tensor pack hook (C++ only)."""
+    if torch is None or not obs.pack_hooks:
+        return None
+    for leaked in obs.alive:
+        if leaked.kind != TENSOR or leaked.backend is not torch:
+            continue
+        grad_fn = getattr(leaked.obj, "grad_fn", None)
+        if grad_fn is None:
+            continue
+        seq = torch.sequence_nr(grad_fn)
+        hook = obs.pack_hooks.get(seq) if seq is not None else None
+        if hook is None or not hasattr(grad_fn, "_saved_result"):
+            continue
+        desc = torch.describe(leaked.obj)
+        node = torch.node_name(grad_fn)
+        where = f"pack hook {hook.name} ({display_path(hook.filename)}:{hook.lineno})"
+        cycle = [
+            f"{desc}.grad_fn",
+            f"{node}._saved_result (packed by saved-tensor {where})",
+            f"{desc} (the same object: the cycle closes)",
+        ]
+        note = (
+            f"held from C++ by its own grad_fn {node}: the saved-tensor {where} returned the "
+            "tensor itself, so the saved output refers back to its grad_fn; detach it in the "
+            "pack hook"
+        )
+        return cycle, note
+    return None

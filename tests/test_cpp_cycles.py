@@ -1,0 +1,147 @@
+"""Cycles through autograd's C++ objects: a custom Function's ctx attribute, and hooks on a
+graph node (``grad_fn.register_hook`` / ``register_prehook``) whose bound method holds the
+object that holds the tensor. Each is ``cycle``, drawn with the link named, created at the
+user's line, with the fix for that link; the node hook reader leaves torch as it was.
+
+The catalogue pairs (``examples/torch_function_ctx_attribute.py``,
+``examples/torch_grad_fn_hook_cache.py``) cover ``check()`` and the marker.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import pytest_graphleak
+from pytest_graphleak.diagnose import diagnose
+from pytest_graphleak.diagnose.classify import Facts, pattern_of
+from pytest_graphleak.diagnose.torch_hooks import reading
+from pytest_graphleak.probes import METRICS
+from pytest_graphleak.report.text import render_text
+from pytest_graphleak.result import Growth, Verdict
+
+torch = pytest.importorskip("torch")
+
+
+class MeanCache:
+    """Keeps a tensor's mean and logs its gradient from a hook on the mean's grad_fn."""
+
+    def __init__(self, y: Any, how: str) -> None:
+        self.seen = 0
+        self.mean = y.mean()
+        getattr(self.mean.grad_fn, how)(self._on_grad)
+
+    def _on_grad(self, *grads: Any) -> None:
+        self.seen += 1
+
+
+def _hook_step(how: str) -> Any:
+    lin = torch.nn.Linear(4, 4)
+
+    def step() -> None:
+        y = lin(torch.randn(8, 4))
+        cache = MeanCache(y, how)
+        (y.pow(2).sum() + cache.mean).backward()
+
+    return step
+
+
+@pytest.mark.parametrize(("how", "table"), [("register_hook", "post_hooks"),
+                                            ("register_prehook", "pre_hooks")])  # fmt: skip
+def test_grad_fn_hook_with_a_bound_method_is_a_cycle(how: str, table: str) -> None:
+    result = pytest_graphleak.check(_hook_step(how), steps=8)
+    text = render_text(result)
+    d = result.diagnosis
+    assert d is not None and d.pattern == "cycle", text
+    cycle = " -> ".join(d.cycle)
+    assert f"MeanBackward0.{table}" in cycle and "bound method MeanCache._on_grad" in cycle, text
+    assert "MeanCache.mean" in cycle and "the cycle closes" in cycle, text
+    assert any(f"grad_fn.{how}()" in n and "not even gc.collect()" in n for n in d.notes), text
+    assert "weakref" in d.fix and "handle" in d.fix, text
+    assert any("self.mean = y.mean()" in s.line and s.filename == __file__ for s in d.sites), text
+
+
+class Doubling(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: Any) -> Any:
+        out = x * 2
+        ctx.out = out
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad: Any) -> Any:
+        return grad * 2
+
+
+def _ctx_step() -> Any:
+    lin = torch.nn.Linear(3, 3)
+
+    def step() -> None:
+        y = Doubling.apply(lin(torch.randn(2, 3)))
+        y.sum().backward()
+
+    return step
+
+
+def test_ctx_attribute_is_a_cycle_with_the_save_for_backward_fix() -> None:
+    result = pytest_graphleak.check(_ctx_step(), steps=8)
+    text = render_text(result)
+    d = result.diagnosis
+    assert d is not None and d.pattern == "cycle", text
+    assert d.cycle[0].startswith("Tensor(shape=(2, 3), grad_fn=DoublingBackward)"), text
+    assert d.cycle[1] == "DoublingBackward (ctx).out", text
+    assert "ctx.save_for_backward(out)" in d.fix and "pytorch/pytorch#25340" in d.fix, text
+    assert any("Doubling.apply(" in s.line and s.filename == __file__ for s in d.sites), text
+
+
+def test_a_loop_judged_without_a_step_calls_cyclic_growth_a_cycle() -> None:
+    step = _ctx_step()
+    with pytest_graphleak.track() as t:
+        for _ in range(16):
+            step()
+            t.step()
+    assert t.result is not None and t.result.leaked
+    d = t.result.diagnosis
+    assert d is not None and d.pattern == "cycle", render_text(t.result)
+    assert not d.chain  # a container of older tensors is not what grew
+
+
+def test_only_cyclic_growth_decides_cycle() -> None:
+    verdict = Verdict(leaked=True, growths=[Growth("gc.cyclic_garbage", 1, 20, 1)])
+    assert pattern_of(verdict, Facts(graph_grew=False, only_cycles=True)) == "cycle"
+    assert pattern_of(verdict, Facts(graph_grew=False)) == "memory-growth"
+
+
+def test_reading_node_hooks_changes_nothing() -> None:
+    mixin = torch.autograd.function._HookMixin
+    original = vars(mixin)["_register_hook"]
+    x = torch.ones(3, requires_grad=True)
+    hooked, bare = x.exp(), x.sin()
+    calls: list[int] = []
+    hooked.grad_fn.register_prehook(lambda *g: calls.append(1))
+    with reading(torch) as hooks:
+        assert hooks is not None
+        found = hooks.of(hooked.grad_fn)
+        assert [name for name, _ in found] == ["pre_hooks"] and len(found[0][1]) == 1
+        assert hooks.of(bare.grad_fn) == [] and hooks.of(bare.grad_fn) == []
+        # the user's own registrations pass through while the reader is installed
+        bare.grad_fn.register_hook(lambda *g: calls.append(2))
+    assert vars(mixin)["_register_hook"] is original
+    (hooked.sum() + bare.sum()).backward()
+    assert sorted(calls) == [1, 2]  # the placeholder was never registered anywhere
+
+
+def test_diagnose_restores_the_hook_registration_on_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    import pytest_graphleak.diagnose.cycles as cycles
+
+    original = vars(torch.autograd.function._HookMixin)["_register_hook"]
+
+    def boom(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("search failed")
+
+    monkeypatch.setattr(cycles, "_search", boom)
+    verdict = Verdict(leaked=True, growths=[Growth("torch.tensors", 1, 20, 1)])
+    with pytest.raises(RuntimeError, match="search failed"):
+        diagnose(verdict, metrics=METRICS, step=_hook_step("register_hook"), roots={})
+    assert vars(torch.autograd.function._HookMixin)["_register_hook"] is original
