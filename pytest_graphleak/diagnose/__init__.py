@@ -67,8 +67,10 @@ def diagnose(
     walker = ObjectEdges(backends, exclude=[*exclude, id(roots)])
     grown = grown_of(verdict, metrics)
     if step is None and observation is None:  # a hand-written loop: the heap as it is
-        diagnosis = diagnose_heap(verdict, roots, walker, memory_only=grown.memory_only,
-                                  graph_grew=grown.nodes, only_cycles=grown.only_cycles)  # fmt: skip
+        diagnosis = diagnose_heap(
+            verdict, roots, walker,
+            memory_only=grown.memory_only, graph_grew=grown.nodes, only_cycles=grown.only_cycles,
+        )  # fmt: skip
     else:
         diagnosis = _diagnose_with_step(verdict, grown, step, roots, walker, backends, observation)
     diagnosis.notes.append(f"diagnosis took {time.perf_counter() - started:.2f} s")

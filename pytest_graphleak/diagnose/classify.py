@@ -72,8 +72,9 @@ def grown_of(verdict: Verdict, metrics: Mapping[str, Metric]) -> Grown:
     counts = {m.counts for _, m in declared if m is not None}
     rates = [r for r, m in declared if m is not None and m.counts in ("tensors", "nodes") and r > 0]
     period = max(1, min(_MAX_GROWTH_STEPS, math.ceil(1 / min(rates) - 1e-9))) if rates else 1
+    cycles_only = counts == {"cycles"} and all(m is not None for _, m in declared)
     return Grown(only_memory_grew(verdict, metrics), period, "nodes" in counts, "tensors" in counts,
-                 only_cycles=counts == {"cycles"} and None not in (m for _, m in declared))  # fmt: skip
+                 only_cycles=cycles_only)  # fmt: skip
 
 
 def pattern_of(verdict: Verdict, facts: Facts) -> str:
