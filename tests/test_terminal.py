@@ -1,12 +1,22 @@
-"""Terminal lines: the short message of a leak, the header, the unchecked hint, progress."""
+"""Terminal lines: the short message of a leak, the header, the unchecked hint, progress,
+the failure text's colours."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
 from pytest_graphleak.options import Settings
-from pytest_graphleak.plugin.terminal import Progress, header_line, short_message, unchecked_hint
+from pytest_graphleak.plugin.terminal import (
+    Progress,
+    colour_failure,
+    header_line,
+    line_markup,
+    short_message,
+    unchecked_hint,
+)
 from pytest_graphleak.result import CheckResult, Diagnosis, Growth, Verdict
 
 
@@ -84,3 +94,52 @@ def test_progress_only_with_verbose_and_past_its_delay() -> None:
     late = Progress(_Config(1, written := []), total=2, after_s=60)
     late.tick()
     assert written == []
+
+
+def test_failure_lines_are_coloured_by_their_label() -> None:
+    assert line_markup("  fix: append loss.item()") == {"green": True, "bold": True}
+    assert line_markup("  stored at: t.py:3 in f: x") == {"cyan": True, "bold": True}
+    assert line_markup("  held by: fixture 'state'") == {"yellow": True, "bold": True}
+    assert line_markup("  pattern: cycle (...)") == {"red": True}
+    assert line_markup("  created at: t.py:3") == {} == line_markup("    torch.nodes  1 -> 2")
+
+
+LEAKY = """
+import pytest
+import minigrad as mg
+kept = []
+
+@pytest.mark.no_graph_growth(steps=4, warmup=1)
+def test_leaks():
+    kept.append(mg.Tensor([1.0], requires_grad=True) * 2)
+"""
+
+
+def test_the_failure_text_is_coloured_when_pytest_colours(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_leak=LEAKY)
+    result = pytester.runpytest("--graphleak", "--color=yes", "-p", "no:randomly")
+    out = result.stdout.str()
+    assert result.ret == 1
+    assert "\x1b[32m\x1b[1m  fix: " in out and "\x1b[33m\x1b[1m  held by: " in out
+
+
+@pytest.mark.parametrize("markup", [True, False])
+def test_coloured_entries_write_markup_only_when_the_writer_has_it(markup: bool) -> None:
+    """pytest decides (``--color``, ``NO_COLOR``, a terminal) through ``hasmarkup``."""
+    import io
+
+    from _pytest._code.code import ExceptionChainRepr, ReprEntry, ReprTraceback
+    from _pytest._io import TerminalWriter
+
+    entry = ReprEntry(["graphleak: t leaks: cycle", "  x", "  fix: do it"], None, None, None,
+                      "value")  # fmt: skip
+    longrepr = ExceptionChainRepr([(ReprTraceback([entry], None, "value"), None, None)])
+    colour_failure(longrepr)
+    buffer = io.StringIO()
+    writer = TerminalWriter(buffer)
+    writer.hasmarkup = markup
+    longrepr.toterminal(writer)
+    text = buffer.getvalue()
+    assert "  fix: do it" in text and "  x" in text
+    assert ("\x1b[32m\x1b[1m  fix: do it" in text) is markup
+    assert ("\x1b[" in text) is markup

@@ -6,7 +6,13 @@
   running the catalogue under ``pytest --graphleak`` (cached by the sources' hash in
   ``.cache/graphleak-docs/``: a rebuild with unchanged sources takes no run at all);
 - the ``graphleak`` command's help texts in ``cli.md`` and minigrad's public names in
-  ``minigrad.md`` (markers ``<!-- graphleak: ... -->`` in those pages).
+  ``minigrad.md`` (markers ``<!-- graphleak: ... -->`` in those pages);
+- real outputs in any page: ``<!-- graphleak: example test -->`` and ``<!-- graphleak:
+  example output -->`` (the README's 30-second example, ``scripts/update_readme_example.py``,
+  run under ``pytest --graphleak``, cached by the sources' hash as the catalogue is) and
+  ``<!-- graphleak: catalogue output NAME.py -->`` (that example's failure text from the
+  catalogue's run). The build also compares the README's copy of the example's output
+  with the real run and warns (so ``--strict`` fails) when it is stale.
 
 Pages that other parts of the project add (``diagnosis.md``, ``limits.md``, ``cost.md``,
 ``integrations/*.md``) are in the nav; one that does not exist yet is left out of the
@@ -17,6 +23,8 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import html
+import importlib.util
 import json
 import logging
 import os
@@ -79,6 +87,7 @@ def on_files(files: Files, config: Any) -> Files:
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
+    markdown = _REAL_OUTPUT.sub(lambda match: real_output(match.group(1)), markdown)
     if "<!-- graphleak: cli help -->" in markdown:
         markdown = markdown.replace("<!-- graphleak: cli help -->", cli_help())
     if "<!-- graphleak: minigrad api -->" in markdown:
@@ -123,9 +132,11 @@ def options_page() -> str:
         flag = option.flag + (f"={metavar}" if metavar else "")
         lines.append(
             f"| `{option.key}` | {getattr(option, 'type', '')} | {_default(option)} "
-            f"| `{_escape_md(flag)}` | `{option.ini}` | {where(option)} |"
+            f"| {_code_cell(flag)} | `{option.ini}` | {where(option)} |"
         )
-    lines.append("")
+    lines.insert(lines.index("| setting | type | default | command line | ini key | also as "
+                             "keyword of |"), '<div class="options-table" markdown>\n')
+    lines += ["", "</div>", ""]
     for option in options.OPTIONS:
         lines += [f"## `{option.key}`", "", f"`{option.flag}`, ini `{option.ini}`", ""]
         lines += [_escape_md(option.help[:1].upper() + option.help[1:]) + ".", ""]
@@ -160,6 +171,12 @@ def _paragraph(doc: str, first_word: str) -> str:
 
 def _escape_md(text: str) -> str:
     return text.replace("|", "\\|")
+
+
+def _code_cell(text: str) -> str:
+    """Code in a table cell: an HTML ``<code>`` whose ``|`` is an entity (a backslash
+    before it would show literally inside a Markdown code span)."""
+    return f"<code>{html.escape(text).replace('|', '&#124;')}</code>"
 
 
 # -- JSON report ---------------------------------------------------------------------------
@@ -254,10 +271,7 @@ def catalogue_page() -> str:
     examples = sorted(
         path for path in (ROOT / "examples").glob("*.py") if _constants(path).get("SOURCE")
     )
-    started = time.perf_counter()
-    texts, ran_for = _catalogue_texts(examples)
-    seconds = time.perf_counter() - started
-    how = f"taken from the cache; the run took {ran_for:.1f} s" if ran_for else "run now"
+    texts = _catalogue_texts(examples)
     lines = [
         "# The leak catalogue",
         "",
@@ -272,8 +286,8 @@ def catalogue_page() -> str:
         "```",
         "",
         "The failure texts below are **real output**: the site build runs that command",
-        f"and prints each `test_leaky`'s failure text ({how}; this build: {seconds:.1f} s).",
-        "Paths are shown relative to the repository.",
+        "and prints each `test_leaky`'s failure text. Paths are shown relative to the",
+        "repository.",
         "",
         "| example | report | expected pattern | what keeps the graph |",
         "|---|---|---|---|",
@@ -281,7 +295,7 @@ def catalogue_page() -> str:
     for path in examples:
         consts = _constants(path)
         lines.append(
-            f"| [`{path.name}`](#{path.stem}) | {consts.get('SOURCE', '')} "
+            f"| [`{path.name}`](#{path.stem}) | {_source_link(consts.get('SOURCE', ''))} "
             f"| `{consts.get('EXPECTED_PATTERN', '')}` | `{consts.get('CULPRIT', '')}` |"
         )
     for path in examples:
@@ -308,8 +322,16 @@ def _constants(path: Path) -> dict[str, str]:
     return found
 
 
-def _sources_hash(examples: list[Path]) -> str:
-    digest = hashlib.sha256(sys.version.encode())
+def _source_link(source: str) -> str:
+    """``owner/repo#123`` as a link to that issue or pull request; other text as it is."""
+    match = re.fullmatch(r"([\w.-]+/[\w.-]+)#(\d+)", source.strip())
+    if match is None:
+        return source
+    return f"[{source}](https://github.com/{match.group(1)}/issues/{match.group(2)})"
+
+
+def _sources_hash(examples: list[Path], extra: str = "") -> str:
+    digest = hashlib.sha256(sys.version.encode() + extra.encode())
     files = [*examples, *sorted((ROOT / "pytest_graphleak").rglob("*.py")),
              *sorted((ROOT / "minigrad").rglob("*.py"))]  # fmt: skip
     for path in files:
@@ -318,11 +340,11 @@ def _sources_hash(examples: list[Path]) -> str:
     return digest.hexdigest()[:16]
 
 
-def _catalogue_texts(examples: list[Path]) -> tuple[dict[str, str], str]:
+def _catalogue_texts(examples: list[Path]) -> dict[str, str]:
     cached = CACHE / f"catalogue-{_sources_hash(examples)}.json"
     if cached.exists():
         data = json.loads(cached.read_text(encoding="utf-8"))
-        return data["texts"], data["seconds"]
+        return dict(data["texts"])
     from pytest_graphleak.report.text import render_text
     from pytest_graphleak.result import CheckResult
 
@@ -347,7 +369,76 @@ def _catalogue_texts(examples: list[Path]) -> tuple[dict[str, str], str]:
     CACHE.mkdir(parents=True, exist_ok=True)
     data = {"seconds": seconds, "texts": texts}
     cached.write_text(json.dumps(data, indent=1, sort_keys=True), encoding="utf-8")
-    return texts, 0.0
+    return texts
+
+
+# -- real outputs in pages: the 30-second example, catalogue failure texts -----------------
+_REAL_OUTPUT = re.compile(r"<!-- graphleak: (example test|example output|catalogue output \S+) -->")
+
+
+def _readme_script() -> Any:
+    spec = importlib.util.spec_from_file_location(
+        "_update_readme_example", ROOT / "scripts" / "update_readme_example.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def example_output() -> str:
+    """pytest's output for the README's example (FAILURES to the end), from a real run
+    cached by the sources' hash."""
+    script = _readme_script()
+    examples = sorted((ROOT / "examples").glob("*.py"))
+    cached = CACHE / f"example-{_sources_hash(examples, script.EXAMPLE)}.txt"
+    if cached.exists():
+        return cached.read_text(encoding="utf-8")
+    text = str(script.run_example())
+    CACHE.mkdir(parents=True, exist_ok=True)
+    cached.write_text(text, encoding="utf-8")
+    return text
+
+
+def real_output(what: str) -> str:
+    """The fenced block a ``<!-- graphleak: ... -->`` marker stands for."""
+    if what == "example test":
+        return f"```python\n{_readme_script().EXAMPLE.rstrip()}\n```"
+    if what == "example output":
+        return f"```text\n{example_output().rstrip()}\n```"
+    name = what.removeprefix("catalogue output ").strip()
+    examples = sorted(p for p in (ROOT / "examples").glob("*.py") if _constants(p).get("SOURCE"))
+    text = _catalogue_texts(examples).get(name)
+    if text is None:
+        log.warning("graphleak docs: no catalogue output for %s (not run in this build?)", name)
+        return f"(no output: {name} did not run in this build)"
+    return f"```text\n{text.rstrip()}\n```"
+
+
+def comparable(output: str) -> str:
+    """An output with what differs between two runs of the same code left out: durations
+    and the banners' padding (which follows the summary's length)."""
+    text = re.sub(r"\d+(\.\d+)?\s?s\b", "N s", output)
+    text = re.sub(r"(\d+(\.\d+)?)s\b", "N s", text)
+    return "\n".join(line.strip("=_ ") for line in text.splitlines()).strip()
+
+
+def readme_is_current() -> bool:
+    """The README's example test and output are those of a real run (durations aside)."""
+    script = _readme_script()
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = re.search(r"<!-- example:output -->\n```text\n(.*?)\n```", readme, re.S)
+    return (
+        block is not None
+        and script.replace_block(readme, "test", "python", script.EXAMPLE) == readme
+        and comparable(block.group(1)) == comparable(example_output())
+    )
+
+
+def on_post_build(config: Any) -> None:
+    if not readme_is_current():
+        log.warning("graphleak docs: README.md's 30-second example or its output differs from "
+                    "a real run: run scripts/update_readme_example.py")  # fmt: skip
 
 
 # -- CLI help and minigrad names -----------------------------------------------------------

@@ -8,12 +8,15 @@ Pure text from plain data, apart from ``Progress`` and ``warn_leak``, which writ
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import re
 import time
 import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any
+
+from _pytest._code import code as _code
 
 from pytest_graphleak.metrics import format_amount
 from pytest_graphleak.patterns import BY_WORD, FIXES
@@ -176,3 +179,47 @@ class Progress:
         suspended = getattr(self._capture, "global_and_fixture_disabled", contextlib.nullcontext)
         with suspended():  # the test's output is being captured: write past it
             self._reporter_write(f"[{what}, {now:.0f} s] ")
+
+
+#: How each line of a failure text is coloured when pytest colours (``--color``,
+#: ``NO_COLOR``, a terminal): by its label, the first match wins.
+LINE_MARKUP: tuple[tuple[str, dict[str, bool]], ...] = (
+    ("graphleak: ", {"red": True, "bold": True}),
+    ("pattern: ", {"red": True}),
+    ("held by: ", {"yellow": True, "bold": True}),
+    ("cycle: ", {"yellow": True, "bold": True}),
+    ("stored at: ", {"cyan": True, "bold": True}),
+    ("fix: ", {"green": True, "bold": True}),
+)
+
+
+def line_markup(line: str) -> dict[str, bool]:
+    """The TerminalWriter markup of one failure-text line (``{}``: plain)."""
+    text = line.lstrip()
+    return next((dict(markup) for label, markup in LINE_MARKUP if text.startswith(label)), {})
+
+
+class ReprEntry(_code.ReprEntry):
+    """pytest's entry of a value-style failure (the marker's report, no traceback), its
+    lines coloured by ``line_markup``. Named as pytest's own class, so that pytest-xdist
+    serializes it as one (the controller then prints it plain)."""
+
+    def _write_entry_lines(self, tw: Any) -> None:
+        if self.style != "value":
+            super()._write_entry_lines(tw)
+            return
+        for line in self.lines:
+            tw.write(line, **line_markup(line))
+            tw.write("\n")
+
+
+def colour_failure(longrepr: Any) -> None:
+    """Let the value-style entries of ``longrepr`` colour their lines (in place)."""
+    for element in getattr(longrepr, "chain", ()):
+        entries = getattr(element[0], "reprentries", None)
+        if entries is None:
+            continue
+        for index, entry in enumerate(entries):
+            if type(entry) is _code.ReprEntry and entry.style == "value":
+                fields = {f.name: getattr(entry, f.name) for f in dataclasses.fields(entry)}
+                entries[index] = ReprEntry(**fields)

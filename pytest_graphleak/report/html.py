@@ -69,7 +69,7 @@ h1 { font-size: 1.5rem; margin-bottom: .2rem; }
 h2 { font-size: 1.1rem; margin: 0; overflow-wrap: anywhere; }
 h3 { font-size: 1rem; margin: 1rem 0 .4rem; }
 code, pre, .mono { font-family: ui-monospace, monospace; font-size: .85rem; }
-.mono, code { overflow-wrap: anywhere; }
+.mono, code { overflow-wrap: break-word; }
 pre { background: var(--panel); padding: .6rem; overflow-x: auto; }
 .muted { color: var(--muted); }
 .badge { display: inline-block; padding: .1rem .5rem; border-radius: .6rem; font-size: .8rem;
@@ -83,6 +83,7 @@ td, th { border-bottom: 1px solid var(--line); padding: .2rem .6rem; text-align:
          vertical-align: top; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 tr.grew td { color: var(--alarm); font-weight: 600; }
+td .mark { font: 600 .75rem system-ui, sans-serif; }
 .change { background: var(--change); border-left: 4px solid var(--change-line);
           padding: .4rem .8rem; margin: .6rem 0; }
 .change h3 { margin-top: .2rem; }
@@ -149,6 +150,7 @@ input.show:focus-visible ~ header .filter { outline: 2px solid var(--accent); }
   .charts { display: block; }
   .change dl { grid-template-columns: 1fr; }
   .change dd { margin-bottom: .3rem; }
+  table.sites td:nth-child(4), table.sites th:nth-child(4) { display: none; }
   .graph.wide { display: none; }
   .graph.narrow { display: block; }
 }
@@ -225,7 +227,8 @@ def _index(tests: Sequence[Mapping[str, Any]]) -> str:
         patterns = sorted({str(c["pattern"]) for c in test.get("checks", []) if c.get("pattern")})
         rows.append(
             f'<tr class="g-{_GROUP.get(status, "unmeasured")}"><td>{_badge(status)}</td>'
-            f'<td class="mono"><a href="#t{number}">{escape(str(test.get("nodeid", "")))}</a></td>'
+            f'<td class="mono"><a href="#t{number}">'
+            f'{_breakable(str(test.get("nodeid", "")))}</a></td>'
             f"<td>{escape(', '.join(patterns))}</td></tr>"
         )
     return _table(("status", "test", "pattern"), rows)
@@ -243,10 +246,20 @@ def _environment_block(environment: Mapping[str, str], tests: Sequence[Mapping[s
     return f'<details class="env"><summary>environment</summary>{_table((), cells)}</details>'
 
 
-def _table(headers: Sequence[str], rows: Sequence[str]) -> str:
+def _table(headers: Sequence[str], rows: Sequence[str], css: str = "") -> str:
     """A table that scrolls sideways on a narrow screen; ``headers`` are escaped."""
     head = f"<tr>{''.join(f'<th>{escape(h)}</th>' for h in headers)}</tr>" if headers else ""
-    return f'<div class="scroll"><table>{head}{"".join(rows)}</table></div>'
+    attr = f' class="{css}"' if css else ""
+    return f'<div class="scroll"><table{attr}>{head}{"".join(rows)}</table></div>'
+
+
+def _breakable(text: str) -> str:
+    """Escaped, with break opportunities after ``::``, ``/`` and ``.`` (node ids, paths,
+    metric names wrap between their parts on a phone, not inside a word)."""
+    out = escape(text)
+    for separator in ("::", "/", "."):
+        out = out.replace(separator, separator + "<wbr>")
+    return out
 
 
 def _badge(status: str) -> str:
@@ -423,7 +436,7 @@ class _View:
     def sites_block(self, title: str, count_header: str, sites: Sequence[Mapping[str, Any]]) -> str:
         """The sites as a table, then a few source lines around each."""
         rows = [
-            f'<tr><td class="mono">{escape(shown_path(str(s.get("filename", "")), self.root))}:'
+            f'<tr><td class="mono">{_breakable(shown_path(str(s.get("filename", "")), self.root))}:'
             f"{escape(str(s.get('lineno', '')))}</td>"
             f'<td class="mono">{escape(str(s.get("function", "")))}</td>'
             f'<td class="num">{escape(str(s.get("count", "")))}</td>'
@@ -436,7 +449,7 @@ class _View:
             source_context(str(s.get("filename", "")), int(s.get("lineno") or 0), self.root)
             for s in sites
         )
-        table = _table(("where", "function", count_header, "line"), rows)
+        table = _table(("where", "function", count_header, "line"), rows, css="sites")
         return f"<h3>{escape(title)}</h3>{table}" + "".join(sources)
 
 
@@ -448,14 +461,14 @@ def _metrics_table(metrics: Mapping[str, Mapping[str, Any]]) -> str:
         info = metrics[metric]
         unit = str(info.get("unit", "objects"))
         css = ' class="grew"' if info.get("grew") else ""
+        mark = ' <span class="mark">grew</span>' if info.get("grew") else ""
         rows.append(
-            f'<tr{css}><td class="mono">{escape(metric)}</td>'
+            f'<tr{css}><td class="mono">{_breakable(metric)}{mark}</td>'
             f'<td class="num">{escape(format_amount(info.get("start"), unit))}</td>'
             f'<td class="num">{escape(format_amount(info.get("end"), unit))}</td>'
-            f'<td class="num">{escape(format_rate(info.get("per_step"), unit))}</td>'
-            f"<td>{'grew' if info.get('grew') else ''}</td></tr>"
+            f'<td class="num">{escape(format_rate(info.get("per_step"), unit))}</td></tr>'
         )
-    return _table(("metric", "start", "end", "growth", ""), rows)
+    return _table(("metric", "start", "end", "growth"), rows)
 
 
 def _ordered(metrics: Mapping[str, Any]) -> list[str]:
