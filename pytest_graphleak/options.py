@@ -36,6 +36,8 @@ from pytest_graphleak.probes import PROBE_NAMES
 DEFAULT_STEPS = 16
 DEFAULT_WARMUP = 3
 DEFAULT_RSS_TOLERANCE = 1024 * 1024  # bytes per step; see README "How the verdict decides"
+#: ``--graphleak-github``: the GitHub Actions gate (``report/github.py``)
+GITHUB_MODES = ("auto", "on", "off")
 
 #: Where an option can be given (see the module docstring).
 PLACES = ("pytest", "marker", "check", "track", "command")
@@ -103,10 +105,13 @@ def _probes(key: str, value: object) -> tuple[str, ...] | None:
     return tuple(names)
 
 
-def _start_scan(key: str, value: object) -> str:
-    if value not in START_SCANS:
-        raise OptionError(f"{key} must be one of {', '.join(START_SCANS)}, got {value!r}")
-    return str(value)
+def _one_of(choices: Sequence[str]) -> Callable[[str, object], str]:
+    def check(key: str, value: object) -> str:
+        if value not in choices:
+            raise OptionError(f"{key} must be one of {', '.join(choices)}, got {value!r}")
+        return str(value)
+
+    return check
 
 
 def _path(key: str, value: object) -> str:
@@ -193,7 +198,7 @@ OPTIONS: tuple[Option, ...] = (
            "per check: needed only for a tensor the walk does not reach (a library's globals, "
            "past its limit) that no warmup step passes to a torch operation (default: roots)",
            _PER_CHECK, "--graphleak-start-scan", "graphleak_start_scan",
-           _start_scan, metavar="roots|heap", command_flag="--start-scan"),
+           _one_of(START_SCANS), metavar="roots|heap", command_flag="--start-scan"),
     Option("diagnose", "bool", True,
            "turn off the diagnosis of each leak (its referrer chain and creation sites), "
            "as the ini key set to false does: the failure then names the pattern from the "
@@ -215,6 +220,14 @@ OPTIONS: tuple[Option, ...] = (
            "report",
            frozenset({"pytest"}), "--graphleak-html", "graphleak_html",
            _path, metavar="PATH", command_flag="--html"),
+    Option("github", "choice", "auto",
+           "on GitHub Actions: one ::error workflow command per leak and per unmeasured "
+           "check, on the line that stores the leaked object (else the line that created it, "
+           "else the test's), and a table of the checked tests appended to "
+           "$GITHUB_STEP_SUMMARY; 'auto' (the default) when GITHUB_ACTIONS=true, 'on' always, "
+           "'off' never",
+           frozenset({"pytest"}), "--graphleak-github", "graphleak_github",
+           _one_of(GITHUB_MODES), metavar="auto|on|off", command_flag="--github"),
 )  # fmt: skip
 
 OPTIONS_BY_KEY: dict[str, Option] = {option.key: option for option in OPTIONS}
@@ -277,6 +290,7 @@ class Settings:
     warn_only: bool = False
     report: str | None = None
     html: str | None = None
+    github: str = "auto"
     #: key -> where the value came from, for error messages ("default" when absent).
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 

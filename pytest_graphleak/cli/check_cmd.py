@@ -14,23 +14,23 @@ from pytest_graphleak.api import check
 from pytest_graphleak.cli.exits import UsageError, UserCodeError, exit_code
 from pytest_graphleak.cli.outputs import checked_outputs, write_output
 from pytest_graphleak.cli.target import Target, resolve, running_as
-from pytest_graphleak.options import Settings, settings_from_command
+from pytest_graphleak.options import OPTIONS_BY_KEY, Settings, settings_from_command
 from pytest_graphleak.pipeline import GraphLeakError, UnmeasuredError, error_result
 from pytest_graphleak.report.environment import describe_run
-from pytest_graphleak.report.html import render_html
-from pytest_graphleak.report.json_doc import CheckedTest, build_document, dumps
+from pytest_graphleak.report.json_doc import CheckedTest, build_document
 from pytest_graphleak.report.text import render_result, verdict_line
+from pytest_graphleak.report.writers import WRITERS, Run, Writer
 from pytest_graphleak.result import CheckResult
 
 
 def run_check(args: argparse.Namespace) -> int:
     # Everything the command line can get wrong fails before the first step runs.
     settings = settings_from_command(args)  # (an OptionError is a usage error)
-    outputs = checked_outputs(
-        ("--json", settings.report, "json"), ("--html", settings.html, "html")
-    )
+    outputs = _file_outputs(settings)
     started = time.time()  # for the HTML page's environment block
     pending = [_load(spec, settings) for spec in args.targets][::-1]  # popped in order
+    #: check name -> (file, line) of its step function: where a GitHub annotation goes
+    locations = {t.name: _where(t.func) for t in pending if isinstance(t, Target)}
 
     results: list[CheckResult] = []
     try:
@@ -51,9 +51,9 @@ def run_check(args: argparse.Namespace) -> int:
         missing = args.targets[len(results):]
         note = (f"interrupted (Ctrl-C) while checking {missing[0]}: no result for "
                 f"{', '.join(missing)}")  # fmt: skip
-        _write_reports(args, outputs, results, [note], started)
+        _write_reports(args, settings, outputs, results, [note], started, locations)
         raise
-    _write_reports(args, outputs, results, [], started)
+    _write_reports(args, settings, outputs, results, [], started, locations)
     return exit_code(results, errors=True)
 
 
@@ -72,23 +72,42 @@ def _load(spec: str, settings: Settings) -> Target | CheckResult:
         return result
 
 
-def _write_reports(args: argparse.Namespace, outputs: list[Path | None],
-                   results: list[CheckResult], notes: list[str], started: float) -> None:
-    json_path, html_path = outputs  # checked before the first step ran
-    if json_path is None and html_path is None:
+def _file_outputs(settings: Settings) -> list[tuple[Writer, str, Path | None]]:
+    """Each file writer (``writers.WRITERS``) with its flag and checked path (None: off)."""
+    files = [(w, OPTIONS_BY_KEY[w.option].command_flag or w.option) for w in WRITERS
+             if w.to_file]  # fmt: skip
+    paths = checked_outputs(*((flag, getattr(settings, w.option), w.kind) for w, flag in files))
+    return [(writer, flag, path) for (writer, flag), path in zip(files, paths, strict=True)]
+
+
+def _where(func: Callable[[], object]) -> tuple[str, int]:
+    code = getattr(func, "__code__", None)
+    return (os.path.abspath(code.co_filename), code.co_firstlineno) if code else ("", 0)
+
+
+def _write_reports(args: argparse.Namespace, settings: Settings,
+                   outputs: list[tuple[Writer, str, Path | None]], results: list[CheckResult],
+                   notes: list[str], started: float,
+                   locations: dict[str, tuple[str, int]]) -> None:  # fmt: skip
+    publishers = [w for w in WRITERS
+                  if w.wanted is not None and w.wanted(getattr(settings, w.option), os.environ)]
+    if not publishers and all(path is None for _, _, path in outputs):
         return
     # One test per checked step, as the session report writes them (a leak or a raising
     # step is a failed test).
     tests = [CheckedTest(r.name, "failed" if (r.leaked or r.error) else "passed", [r.to_dict()])
              for r in results]
     document = build_document(tests, generated_by="graphleak check", notes=notes)
-    if json_path is not None:
-        write_output(json_path, dumps(document), "--json")
-        print(f"graphleak: JSON report written to {json_path}", file=sys.stderr)
-    if html_path is not None:
-        environment = describe_run(args.command_line, os.getcwd(), started, time.time())
-        write_output(html_path, render_html(document, environment=environment), "--html")
-        print(f"graphleak: HTML report written to {html_path}", file=sys.stderr)
+    environment = describe_run(args.command_line, os.getcwd(), started, time.time())
+    run = Run(environment=environment, locations=locations)
+    for writer, flag, path in outputs:
+        if path is not None and writer.render is not None:
+            write_output(path, writer.render(document, run), flag)
+            print(f"graphleak: {writer.label} report written to {path}", file=sys.stderr)
+    for writer in publishers:
+        assert writer.publish is not None
+        for problem in writer.publish(document, run):
+            print(f"graphleak check: {problem}", file=sys.stderr)
 
 
 def _measure(step: Callable[[], object], name: str, settings: Settings) -> CheckResult:

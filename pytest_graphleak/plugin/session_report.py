@@ -39,7 +39,6 @@ from pytest_graphleak.metrics import format_amount, format_rate
 from pytest_graphleak.options import Settings
 from pytest_graphleak.plugin.terminal import detail_lines
 from pytest_graphleak.report.environment import describe_run
-from pytest_graphleak.report.html import render_html
 from pytest_graphleak.report.json_doc import (
     STATUSES,
     CheckedTest,
@@ -50,6 +49,7 @@ from pytest_graphleak.report.json_doc import (
 )
 from pytest_graphleak.report.output_paths import Output, OutputPathError, check_outputs
 from pytest_graphleak.report.scale import BYTES_PER_STEP, noise_of, sparkline
+from pytest_graphleak.report.writers import WRITER_OPTIONS, WRITERS, Run, Writer
 from pytest_graphleak.result import CheckResult
 from pytest_graphleak.verdict import slowest_leak_text
 
@@ -63,7 +63,7 @@ _XFAILED = "xfailed"
 #: The outcome pytest-rerunfailures gives an attempt that it is going to run again.
 _RERUN = "rerun"
 
-REPORT_OPTIONS = ("report", "html")
+REPORT_OPTIONS = WRITER_OPTIONS
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -74,7 +74,7 @@ def add_options(parser: pytest.Parser) -> None:
 
 @dataclass
 class _Output:
-    kind: str  # "JSON" or "HTML"
+    writer: Writer  # a file writer (``writers.WRITERS``)
     path: Path
     source: str  # where the path was given, for a usage error
     written_to: Path | None = None  # where it ended up (the fallback after a failed write)
@@ -111,11 +111,20 @@ class GraphleakSessionReport:
         self._started = time.time()  # for the HTML page's environment block
         if self.is_worker:
             return
+        #: node id -> (absolute file, 1-based line) of each checked test (the GitHub gate)
+        self._locations: dict[str, tuple[str, int]] = {}
         self.outputs = [
-            _Output(kind, path, settings.source(key))
-            for kind, key in (("JSON", "report"), ("HTML", "html"))
-            if (path := _configured_path(config, settings, key)) is not None
+            _Output(writer, path, settings.source(writer.option))
+            for writer in WRITERS
+            if writer.to_file
+            and (path := _configured_path(config, settings, writer.option)) is not None
         ]
+        #: Writers that are no file and are on for this run (GitHub Actions).
+        self.publishers = [
+            writer for writer in WRITERS
+            if writer.wanted is not None
+            and writer.wanted(getattr(settings, writer.option), os.environ)
+        ]  # fmt: skip
         _refuse_unsafe_outputs(config, self.outputs)
 
     # -- collecting ---------------------------------------------------------------
@@ -165,6 +174,7 @@ class GraphleakSessionReport:
             )
             return
         test = CheckedTest(report.nodeid, _outcome(report), checks)
+        self._locations[report.nodeid] = _location(self.config, report)
         try:  # NaN stays NaN: this text is read back by json, not by others
             self._results[report.nodeid] = json.dumps(
                 [test.outcome, test.checks], separators=(",", ":")
@@ -217,26 +227,29 @@ class GraphleakSessionReport:
             ]
         return self._rows
 
-    def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        if not self.outputs:  # none on a worker: the controller writes the reports
-            return
-        document = build_document(
+    def document(self) -> dict[str, Any]:
+        return build_document(
             self.rows(), generated_by=_generated_by(), warn_only=self.settings.warn_only,
             notes=sorted(self.notes),
         )  # fmt: skip
-        json_text = dumps(document)
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if not self.outputs:  # none on a worker: the controller writes the reports
+            return
+        document = self.document()
+        run = Run(
+            environment=self._environment(),
+            rss_tolerance=getattr(self.settings, "rss_tolerance", BYTES_PER_STEP),
+        )
         failed = False
         for output in self.outputs:
-            text = json_text if output.kind == "JSON" else render_html(
-                document, environment=self._environment(),
-                rss_tolerance=getattr(self.settings, "rss_tolerance", BYTES_PER_STEP),
-            )  # fmt: skip
-            failed |= not _write(output, text)
+            assert output.writer.render is not None  # a file writer
+            failed |= not _write(output, output.writer.render(document, run))
         if failed and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
         if failed and all(o.written_to is None for o in self.outputs):
             # Neither the file nor its fallback could be written: keep the data in the log.
-            sys.stdout.write("graphleak JSON report follows:\n" + json_text)
+            sys.stdout.write("graphleak JSON report follows:\n" + dumps(document))
 
     def _environment(self) -> dict[str, str]:
         command = ["pytest", *self.config.invocation_params.args]
@@ -280,7 +293,18 @@ class GraphleakSessionReport:
             if output.error:
                 tr.write_line(f"ERROR: {output.error}", red=True, bold=True)
             elif output.written_to is not None:
-                tr.write_line(f"{output.kind} report: {output.written_to}")
+                tr.write_line(f"{output.writer.label} report: {output.written_to}")
+        if rows:
+            self._publish(tr)
+
+    def _publish(self, tr: pytest.TerminalReporter) -> None:
+        """The writers that deliver themselves (the GitHub gate), each line through the
+        terminal reporter, which starts it on a line of its own."""
+        run = Run(locations=self._locations, print_line=tr.write_line)
+        for writer in self.publishers:
+            assert writer.publish is not None
+            for problem in writer.publish(self.document(), run):
+                tr.write_line(f"ERROR: {problem}", red=True, bold=True)
 
 
 def summary_lines(
@@ -356,6 +380,12 @@ def _reach(check: Mapping[str, Any]) -> str:
     return f"; catches {slowest_leak_text(int(period))} or faster"
 
 
+def _location(config: pytest.Config, report: pytest.TestReport) -> tuple[str, int]:
+    """The test's file (absolute) and 1-based line, from pytest's report location."""
+    path, lineno, _ = report.location
+    return str(config.rootpath / path), (lineno + 1 if lineno is not None else 0)
+
+
 def _outcome(report: pytest.TestReport) -> str:
     """pytest's call outcome, except that an expected failure (which pytest reports
     as skipped with ``wasxfail``) is ``xfailed``: its leak was expected."""
@@ -411,7 +441,7 @@ def _refuse_unsafe_outputs(config: pytest.Config, reports: Sequence[_Output]) ->
     """A report path that cannot be written, would replace a file graphleak did not
     write, or is shared with another output of this run (JUnit XML, pytest-reportlog)
     is a usage error now, before the suite runs, not a lost file at the end."""
-    outputs = [Output(report.source, report.path, report.kind.lower()) for report in reports]
+    outputs = [Output(report.source, report.path, report.writer.kind) for report in reports]
     for dest, label in (("xmlpath", "--junitxml"), ("report_log", "--report-log")):
         value = config.getoption(dest, default=None)
         if value:
@@ -432,7 +462,7 @@ def _write(output: _Output, text: str) -> bool:
         return True
     except OSError as exc:
         output.error = (
-            f"could not write the graphleak {output.kind} report to {str(output.path)!r} "
+            f"could not write the graphleak {output.writer.label} report to {str(output.path)!r} "
             f"({type(exc).__name__}: {exc.strerror or exc})"
         )
     try:

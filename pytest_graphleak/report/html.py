@@ -20,13 +20,14 @@ import os
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from html import escape
+from pathlib import Path
 from typing import Any
 
 from pytest_graphleak.metrics import format_amount, format_rate
 from pytest_graphleak.patterns import FALLBACK, FIXES, MEANINGS
 from pytest_graphleak.report.dot import diagnosis_dot, render_svg
 from pytest_graphleak.report.graph_svg import chain_svg, cycle_svg
-from pytest_graphleak.report.json_doc import STATUSES
+from pytest_graphleak.report.json_doc import STATUSES, file_head
 from pytest_graphleak.report.scale import BYTES_PER_STEP, noise_of
 from pytest_graphleak.report.svg import series_chart
 from pytest_graphleak.result import display_path
@@ -210,6 +211,12 @@ def render_html(
         "<header>\n" + "\n".join(header) + "\n</header>\n"
         "<main>\n" + "\n".join(main) + "\n</main>\n</body></html>\n"
     )
+
+
+def is_html_report(path: Path) -> bool:
+    """A page written by ``--graphleak-html``, ``graphleak check --html`` or ``report``."""
+    head = file_head(path)
+    return head.startswith("<!DOCTYPE html>") and "<title>graphleak report</title>" in head
 
 
 def _summary_line(summary: Mapping[str, Any], warn_only: bool) -> str:

@@ -157,6 +157,29 @@ def write_text_atomic(path: Path, text: str) -> None:
         raise
 
 
+def file_head(path: Path, size: int = 4096) -> str:
+    """The first ``size`` bytes of a file as text ("" when it cannot be read)."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(size).decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def is_json_report(path: Path) -> bool:
+    """A JSON document written by ``--graphleak-report`` or ``graphleak check --json``."""
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
+    return (
+        isinstance(document, dict)
+        and "tests" in document
+        and "schema" in document
+        and str(document.get("generated_by", "")).startswith(("pytest-graphleak", "graphleak"))
+    )
+
+
 def _one_line(value: Any) -> str:
     try:  # the common case: every number finite, no second walk over the values
         return json.dumps(value, sort_keys=True, allow_nan=False)

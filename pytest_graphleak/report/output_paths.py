@@ -16,11 +16,13 @@ call ``check_outputs``; each turns ``OutputPathError`` into its own usage error.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from pytest_graphleak.report.json_doc import file_head
+from pytest_graphleak.report.writers import WRITERS
 
 #: Marks the SVG that ``graphleak demo --plot`` writes, so a second run may replace it.
 PLOT_MARK = "<!-- graphleak demo plot -->"
@@ -34,8 +36,9 @@ class OutputPathError(ValueError):
 class Output:
     label: str  # how the user gave it: "--json", "command line option --graphleak-report"
     path: Path  # as the tool will write it (absolute, or relative to the current directory)
-    #: "json", "html", "svg"; "other" is another tool's file (JUnit XML, a report log):
-    #: only checked for collisions, never for its content.
+    #: a file writer's kind (``writers.WRITERS``: "json", "html") or the demo's "svg";
+    #: "other" is another tool's file (JUnit XML, a report log): only checked for
+    #: collisions, never for its content.
     kind: str
 
 
@@ -94,40 +97,13 @@ def _is_empty(path: Path) -> bool:
         return False
 
 
-def _head(path: Path, size: int = 4096) -> str:
-    try:
-        with open(path, "rb") as handle:
-            return handle.read(size).decode("utf-8", errors="replace")
-    except OSError:
-        return ""
-
-
-def is_json_report(path: Path) -> bool:
-    """A JSON document written by ``--graphleak-report`` or ``graphleak check --json``."""
-    try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
-        return False
-    return (
-        isinstance(document, dict)
-        and "tests" in document
-        and "schema" in document
-        and str(document.get("generated_by", "")).startswith(("pytest-graphleak", "graphleak"))
-    )
-
-
-def is_html_report(path: Path) -> bool:
-    head = _head(path)
-    return head.startswith("<!DOCTYPE html>") and "<title>graphleak report</title>" in head
-
-
 def is_demo_plot(path: Path) -> bool:
-    return PLOT_MARK in _head(path, 512)
+    return PLOT_MARK in file_head(path, 512)
 
 
-#: kind -> (does graphleak's own file of that kind lie at the path?, what it is called)
+#: kind -> (does graphleak's own file of that kind lie at the path?, what it is called):
+#: the report writers' (``writers.WRITERS``) and the demo's plot.
 _OWN: dict[str, tuple[Callable[[Path], bool], str]] = {
-    "json": (is_json_report, "a graphleak JSON report"),
-    "html": (is_html_report, "a graphleak HTML report"),
+    **{w.kind: (w.recognise, w.what) for w in WRITERS if w.recognise is not None},
     "svg": (is_demo_plot, "a graphleak demo plot"),
 }

@@ -1,0 +1,216 @@
+"""The CI gate native on GitHub Actions: a workflow command on the line to change, per
+leak and per unmeasured check, and a table of the checked tests in the step summary.
+
+With ``--graphleak-github=auto`` (the default) it is on when ``GITHUB_ACTIONS=true``:
+
+* ``::error file=tests/test_x.py,line=12,title=graphleak: list-accumulation::<summary>``
+  on stdout, one per leaked or unmeasured check (``::warning`` where the test passed:
+  warn-only mode, a caught GraphLeakError). The line is where the leaked object is
+  stored (``losses.append(loss)``), else where the user's code created it, else the
+  test's own line; the path is relative to ``$GITHUB_WORKSPACE`` (else the current
+  directory). GitHub shows it on that line of the pull request's diff.
+* a markdown table of every checked test appended to ``$GITHUB_STEP_SUMMARY``.
+
+The writer takes generic ``Row``s: the document's checks give theirs (``document_rows``),
+and other parts of a run may add their own (``writers.Run.rows``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pytest_graphleak.metrics import format_rate
+from pytest_graphleak.result import FIXES
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the gate: a checked test's check, or a finding of another kind."""
+
+    test: str  # pytest node id, or the checked step's name
+    status: str  # leaked, warned, xfailed, error, unmeasured, clean (json_doc.STATUSES)
+    title: str  # after "graphleak: ": the pattern, or "unmeasured"
+    file: str  # absolute (or relative to the current directory); "" when unknown
+    line: int  # 1-based; 0 when unknown
+    summary: str  # one line, without the test's name
+    #: "error" / "warning": the workflow command this row gets; "" for none (a clean check)
+    level: str = ""
+
+
+def wanted(mode: Any, environ: Mapping[str, str]) -> bool:
+    """``on``; or ``auto`` (the default) inside a GitHub Actions job."""
+    if mode == "on":
+        return True
+    return mode in (None, "auto") and environ.get("GITHUB_ACTIONS") == "true"
+
+
+def publish(document: Mapping[str, Any], run: Any) -> list[str]:
+    """Print the workflow commands (``run.print_line``) and append the table to the step
+    summary; returns what went wrong (the summary file could not be written)."""
+    rows = [*document_rows(document, run.locations), *run.rows]
+    workspace = run.environ.get("GITHUB_WORKSPACE") or os.getcwd()
+    for line in commands(rows, workspace):
+        run.print_line(line)
+    problems = []
+    summary_path = run.environ.get("GITHUB_STEP_SUMMARY")
+    if summary_path:
+        try:
+            with open(summary_path, "a", encoding="utf-8") as handle:
+                handle.write(step_summary(rows, workspace))
+        except OSError as exc:
+            problems.append(
+                f"could not append the graphleak table to $GITHUB_STEP_SUMMARY "
+                f"({summary_path!r}: {exc.strerror or exc})"
+            )
+    return problems
+
+
+def document_rows(
+    document: Mapping[str, Any], locations: Mapping[str, tuple[str, int]]
+) -> list[Row]:
+    """One row per check of every test in a report document."""
+    rows = []
+    for test in document.get("tests", []):
+        nodeid = str(test["nodeid"])
+        checks = test.get("checks", [])
+        for check in checks:
+            name = str(check.get("name") or nodeid)
+            label = nodeid if len(checks) == 1 or name == nodeid else f"{nodeid} [{name}]"
+            status = _status(test, check)
+            place = locations.get(nodeid) or locations.get(name) or ("", 0)
+            rows.append(_check_row(label, status, str(test["outcome"]), check, place))
+    return rows
+
+
+def _status(test: Mapping[str, Any], check: Mapping[str, Any]) -> str:
+    """This check's status, by the document's rule for a test (``CheckedTest.status``)."""
+    from pytest_graphleak.report.json_doc import CheckedTest
+
+    return CheckedTest(str(test["nodeid"]), str(test["outcome"]), [dict(check)]).status
+
+
+def _check_row(
+    label: str, status: str, outcome: str, check: Mapping[str, Any], test_place: tuple[str, int]
+) -> Row:
+    # An error where the test failed; a warning where it passed (warn-only mode, a caught
+    # GraphLeakError); none for an expected failure.
+    level = {"failed": "error", "passed": "warning"}.get(outcome, "")
+    if check.get("leaked"):
+        pattern = str(check.get("pattern") or "leak")
+        file, line = _line_to_change(check.get("diagnosis") or {}, test_place)
+        return Row(label, status, pattern, file, line, _leak_summary(check, pattern), level)
+    if check.get("unmeasured"):
+        return Row(label, status, "unmeasured", *test_place,
+                   f"not measured: {check['unmeasured']}", level)  # fmt: skip
+    if check.get("error"):
+        return Row(label, status, "error", *test_place, f"step raised: {check['error']}")
+    steps, warmup = check.get("steps"), check.get("warmup")
+    return Row(label, status, "clean", *test_place, f"{steps} steps after {warmup} warmup")
+
+
+def _line_to_change(diagnosis: Mapping[str, Any], test_place: tuple[str, int]) -> tuple[str, int]:
+    """Where the leaked object is stored, else where the user's code created it."""
+    for key in ("stored_at", "sites"):
+        for site in diagnosis.get(key) or []:
+            if site.get("filename") and not str(site["filename"]).startswith("<"):
+                return str(site["filename"]), int(site.get("lineno") or 0)
+    return test_place
+
+
+def _leak_summary(check: Mapping[str, Any], pattern: str) -> str:
+    metrics: Mapping[str, Mapping[str, Any]] = check.get("metrics") or {}
+    grown = [
+        f"{metric} {format_rate(info.get('per_step'), str(info.get('unit', 'objects')))}"
+        for metric, info in metrics.items()
+        if info.get("grew")
+    ]
+    diagnosis = check.get("diagnosis") or {}
+    parts = [f"grows {', '.join(grown)}" if grown else "leaks"]
+    chain: Sequence[str] = diagnosis.get("chain") or []
+    cycle: Sequence[str] = diagnosis.get("cycle") or []
+    if chain:
+        parts.append(f"held: {chain[-1]}" + (f" (from {chain[0]})" if len(chain) > 1 else ""))
+    elif cycle:
+        parts.append(f"cycle through {cycle[0]}")
+    stored: Sequence[Mapping[str, Any]] = diagnosis.get("stored_at") or []
+    if stored and stored[0].get("line"):
+        parts.append(f"stored by `{stored[0]['line']}`")
+    fix = diagnosis.get("fix") or FIXES.get(pattern, "")
+    if fix:
+        parts.append(f"fix: {fix}")
+    return "; ".join(parts)
+
+
+# -- workflow commands ---------------------------------------------------------------
+def commands(rows: Iterable[Row], workspace: str) -> list[str]:
+    """``::error file=...,line=...,title=...::message``, one per row with a level."""
+    lines = []
+    for row in rows:
+        if not row.level:
+            continue
+        properties = []
+        path = relative_path(row.file, workspace)
+        if path:
+            properties.append(f"file={_property(path)}")
+            if row.line > 0:
+                properties.append(f"line={row.line}")
+        properties.append(f"title={_property(f'graphleak: {row.title}')}")
+        message = _data(f"{row.test}: {row.summary}")
+        lines.append(f"::{row.level} {','.join(properties)}::{message}")
+    return lines
+
+
+def relative_path(file: str, workspace: str) -> str:
+    """``file`` relative to the workspace, with ``/``; "" for a file outside it (GitHub
+    can place an annotation only on a file of the repository)."""
+    if not file or file.startswith("<"):
+        return ""
+    try:
+        relative = os.path.relpath(os.path.abspath(file), os.path.abspath(workspace))
+    except ValueError:  # another drive (Windows)
+        return ""
+    if relative == os.pardir or relative.startswith(os.pardir + os.sep):
+        return ""
+    return relative.replace(os.sep, "/")
+
+
+def _data(text: str) -> str:
+    """A command's message, escaped as GitHub's toolkit does (``escapeData``)."""
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _property(text: str) -> str:
+    """A command's property value (``escapeProperty``): ``:`` and ``,`` too."""
+    return _data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+# -- the step summary ----------------------------------------------------------------
+_ORDER = {"leaked": 0, "unmeasured": 1, "error": 2, "warned": 3, "xfailed": 4, "clean": 5}
+
+
+def step_summary(rows: Sequence[Row], workspace: str) -> str:
+    """A markdown section: counts, then one table row per checked test's check."""
+    counts: dict[str, int] = {}
+    for row in rows:
+        counts[row.status] = counts.get(row.status, 0) + 1
+    parts = ", ".join(
+        f"{counts[status]} {status}" for status in sorted(counts, key=lambda s: _ORDER.get(s, 9))
+    )
+    head = f"### graphleak: {len(rows)} checked" + (f": {parts}" if parts else "")
+    if not rows:
+        return f"{head}\n\nNo test ran a graphleak check.\n\n"
+    lines = [head, "", "| Status | Test | Pattern | Line | Details |", "|---|---|---|---|---|"]
+    for row in sorted(rows, key=lambda r: (_ORDER.get(r.status, 9), r.test)):
+        path = relative_path(row.file, workspace)
+        where = f"{path}:{row.line}" if path and row.line > 0 else path
+        cells = [row.status, f"`{row.test}`", row.title, f"`{where}`" if where else "",
+                 row.summary]  # fmt: skip
+        lines.append("| " + " | ".join(_cell(cell) for cell in cells) + " |")
+    return "\n".join(lines) + "\n\n"
+
+
+def _cell(text: str) -> str:
+    return " ".join(text.split()).replace("|", "\\|")
