@@ -221,9 +221,10 @@ OPTIONS: tuple[Option, ...] = (
            frozenset({"pytest"}), "--graphleak-html", "graphleak_html",
            _path, metavar="PATH", command_flag="--html"),
     Option("github", "choice", "auto",
-           "on GitHub Actions: one ::error workflow command per leak and per unmeasured "
-           "check, on the line that stores the leaked object (else the line that created it, "
-           "else the test's), and a table of the checked tests appended to "
+           "on GitHub Actions: a workflow command (::error, or ::warning where the test "
+           "passed) per leak and per unmeasured check, on the line that stores the leaked "
+           "object (else the line that created it, else the test's), and a table of the "
+           "checked tests appended to "
            "$GITHUB_STEP_SUMMARY; 'auto' (the default) when GITHUB_ACTIONS=true, 'on' always, "
            "'off' never",
            frozenset({"pytest"}), "--graphleak-github", "graphleak_github",

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_graphleak.metrics import format_rate
-from pytest_graphleak.result import FIXES
+from pytest_graphleak.patterns import FIXES
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,196 @@
+"""The GitHub Actions gate (``report/github.py``), a writer of the registry: workflow
+commands on the line to change and a table in the step summary, from pytest (in one
+process and under pytest-xdist) and from ``graphleak check``, with a fake GitHub
+environment."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import minigrad  # noqa: F401  (loaded before pytester runs in-process: numpy loads once)
+import pytest
+
+from pytest_graphleak.report import github
+from pytest_graphleak.report.github import Row
+from pytest_graphleak.report.writers import WRITER_OPTIONS, WRITERS, WRITERS_BY_KIND
+
+pytest_plugins = ["pytester"]
+
+TESTS = """\
+import minigrad as mg
+import minigrad  # noqa: F401  (loaded before pytester runs in-process: numpy loads once)
+import pytest
+
+losses = []
+
+@pytest.mark.no_graph_growth(steps=6, warmup=2)
+def test_accumulates():
+    x = mg.Tensor([1.0, 2.0], requires_grad=True)
+    loss = (x * 2).sum()
+    losses.append(loss)  # stored here
+
+@pytest.mark.no_graph_growth(steps=6, warmup=2)
+def test_clean():
+    x = mg.Tensor([1.0, 2.0], requires_grad=True)
+    (x * 2).sum().backward()
+
+@pytest.mark.no_graph_growth(steps=6, warmup=2, probes="cuda")
+def test_unmeasured():
+    mg.Tensor([1.0], requires_grad=True) * 2
+"""
+STORED_LINE = TESTS.splitlines().index("    losses.append(loss)  # stored here") + 1
+UNMEASURED_LINE = TESTS.splitlines().index('@pytest.mark.no_graph_growth(steps=6, warmup=2, probes="cuda")') + 1  # fmt: skip
+
+
+@pytest.fixture
+def github_env(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A GitHub Actions job: the workspace is the test directory; the step summary a
+    file that already holds an earlier step's text (the gate appends)."""
+    summary = pytester.path / "step_summary.md"
+    summary.write_text("earlier step\n")
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    monkeypatch.setenv("GITHUB_WORKSPACE", str(pytester.path))
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    pytester.makepyfile(test_gate=TESTS)
+    return summary
+
+
+def _commands(lines: list[str]) -> list[str]:
+    return [line for line in lines if line.startswith("::")]
+
+
+def test_annotation_on_the_storing_line_and_the_step_summary(
+    pytester: pytest.Pytester, github_env: Path
+) -> None:
+    result = pytester.runpytest("--graphleak", "-p", "no:randomly")
+    result.assert_outcomes(passed=1, failed=2)
+    commands = _commands(result.outlines)
+    assert len(commands) == 2, result.outlines
+    leak = next(c for c in commands if "list-accumulation" in c)
+    assert leak.startswith(
+        f"::error file=test_gate.py,line={STORED_LINE},title=graphleak%3A list-accumulation::"
+        "test_gate.py::test_accumulates: grows minigrad.tensors +1/step"
+    )
+    assert "stored by `losses.append(loss)  # stored here`" in leak
+    unmeasured = next(c for c in commands if "unmeasured" in c)
+    assert unmeasured.startswith(
+        f"::error file=test_gate.py,line={UNMEASURED_LINE},title=graphleak%3A unmeasured::"
+        "test_gate.py::test_unmeasured: not measured: "
+    )
+    summary = github_env.read_text()
+    assert summary.startswith("earlier step\n### graphleak: 3 checked: 1 leaked, 1 unmeasured, 1 clean\n")  # fmt: skip
+    assert "| Status | Test | Pattern | Line | Details |" in summary
+    assert (f"| leaked | `test_gate.py::test_accumulates` | list-accumulation | "
+            f"`test_gate.py:{STORED_LINE}` | grows minigrad.tensors") in summary  # fmt: skip
+    assert "| clean | `test_gate.py::test_clean` | clean |" in summary
+
+
+@pytest.mark.parametrize(
+    ("flag", "environ", "expected"),
+    [(None, "true", True), ("off", "true", False), (None, "", False), ("on", "", True)],
+)
+def test_auto_on_off(
+    pytester: pytest.Pytester, github_env: Path, monkeypatch: pytest.MonkeyPatch,
+    flag: str | None, environ: str, expected: bool,
+) -> None:  # fmt: skip
+    monkeypatch.setenv("GITHUB_ACTIONS", environ)
+    args = ["--graphleak", "-p", "no:randomly", "-k", "unmeasured"]  # no diagnosis: fast
+    if flag == "off":
+        pytester.makeini("[pytest]\ngraphleak_github = off\n")  # the ini twin
+    elif flag:
+        args.append(f"--graphleak-github={flag}")
+    result = pytester.runpytest(*args)
+    assert bool(_commands(result.outlines)) is expected
+    assert ("### graphleak" in github_env.read_text()) is expected
+
+
+def test_bad_mode_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--graphleak-github=yes")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--graphleak-github=yes*must be one of auto, on, off*"])
+
+
+def test_warn_only_leak_is_a_warning(pytester: pytest.Pytester, github_env: Path) -> None:
+    result = pytester.runpytest("--graphleak", "--graphleak-warn-only", "-p", "no:randomly")
+    commands = _commands(result.outlines)
+    assert len(commands) == 2 and all(c.startswith("::warning file=") for c in commands)
+
+
+def test_under_xdist_the_controller_annotates_once(
+    pytester: pytest.Pytester, github_env: Path
+) -> None:
+    pytest.importorskip("xdist")
+    result = pytester.runpytest("--graphleak", "-p", "no:randomly", "-n", "2")
+    commands = _commands(result.outlines)
+    assert len(commands) == 2, result.outlines
+    assert any(f"file=test_gate.py,line={STORED_LINE}," in c for c in commands)
+    assert github_env.read_text().count("### graphleak: 3 checked") == 1
+
+
+def test_graphleak_check_annotates_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pytest_graphleak.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.path", list(__import__("sys").path))
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    monkeypatch.delenv("GITHUB_WORKSPACE", raising=False)  # then: the current directory
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    (tmp_path / "gate_steps.py").write_text(
+        "import minigrad as mg\nkept = []\n\ndef step():\n"
+        "    kept.append(mg.Tensor([1.0], requires_grad=True) * 2)\n"
+    )
+    try:
+        code = main(["check", "gate_steps.py::step", "--steps", "6", "--warmup", "2"])
+    finally:
+        __import__("sys").modules.pop("gate_steps", None)
+    out = capsys.readouterr().out
+    assert code == 1
+    assert re.search(r"^::error file=gate_steps\.py,line=5,title=graphleak%3A "
+                     r"list-accumulation::gate_steps\.py::step: ", out, re.M), out  # fmt: skip
+
+
+# -- the writer on its own: rows in, commands and a table out ------------------------
+def test_escaping_as_github_specifies(tmp_path: Path) -> None:
+    row = Row("t.py::test[a,b:c]", "leaked", "cycle, 100%: x", str(tmp_path / "a,b.py"), 3,
+              "line one\nline two\r 50%", "error")  # fmt: skip
+    (command,) = github.commands([row], str(tmp_path))
+    assert command == (
+        "::error file=a%2Cb.py,line=3,title=graphleak%3A cycle%2C 100%25%3A x::"
+        "t.py::test[a,b:c]: line one%0Aline two%0D 50%25"
+    )
+
+
+def test_generic_rows_from_another_part_of_the_run(tmp_path: Path) -> None:
+    """Another audit adds its rows: they become commands and table rows like a check's;
+    a file outside the workspace gets no file property, a clean row no command."""
+    rows = [
+        Row("t.py::test_a", "leaked", "outlived its test", str(tmp_path / "t.py"), 7,
+            "a tensor made by this test is still alive after its teardown", "error"),
+        Row("t.py::test_b", "clean", "clean", "/elsewhere/t.py", 2, "16 steps"),
+        Row("t.py::test_c", "warned", "cycle", "/elsewhere/t.py", 2, "kept", "warning"),
+    ]  # fmt: skip
+    assert github.commands(rows, str(tmp_path)) == [
+        "::error file=t.py,line=7,title=graphleak%3A outlived its test::t.py::test_a: "
+        "a tensor made by this test is still alive after its teardown",
+        "::warning title=graphleak%3A cycle::t.py::test_c: kept",
+    ]
+    table = github.step_summary(rows, str(tmp_path))
+    assert table.splitlines()[0] == "### graphleak: 3 checked: 1 leaked, 1 warned, 1 clean"
+    assert "| leaked | `t.py::test_a` | outlived its test | `t.py:7` |" in table
+
+
+def test_the_registry_names_every_writer_once() -> None:
+    """A format is one module plus one entry: its option is in the options table, a file
+    writer has a recogniser, a writer that is no file publishes itself."""
+    from pytest_graphleak.options import OPTIONS_BY_KEY
+    from pytest_graphleak.report.output_paths import _OWN
+
+    assert len(WRITERS_BY_KIND) == len(WRITERS)
+    assert set(WRITER_OPTIONS) <= set(OPTIONS_BY_KEY)
+    for writer in WRITERS:
+        assert (writer.render is None) == (writer.publish is not None)
+        if writer.to_file:
+            assert _OWN[writer.kind][0] is writer.recognise
