@@ -99,7 +99,7 @@ def _write_reports(args: argparse.Namespace, settings: Settings,
              for r in results]
     document = build_document(tests, generated_by="graphleak check", notes=notes)
     environment = describe_run(args.command_line, os.getcwd(), started, time.time())
-    run = Run(environment=environment, locations=locations)
+    run = Run(environment=environment, locations=locations, rss_tolerance=settings.rss_tolerance)
     for writer, flag, path in outputs:
         if path is not None and writer.render is not None:
             write_output(path, writer.render(document, run), flag)
