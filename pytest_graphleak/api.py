@@ -92,6 +92,7 @@ def check(
     unmeasured check UnmeasuredError (message: the full report), and a raising step
     propagates its own exception.
     """
+    __tracebackhide__ = True  # pytest shows the step's frames, not the path to them
     require_runnable(step, "check(step)")
     label = name or getattr(step, "__qualname__", None) or repr(step)
     resolved = _settings(f"check({label})", settings, options, "check")

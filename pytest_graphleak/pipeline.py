@@ -104,6 +104,7 @@ def measure(
     (the tensors alive before the check, see ``reach``) and, on a leak, labelled in the
     diagnosis's reference chains.
     """
+    __tracebackhide__ = True  # pytest shows the step's frames, not the path to them
     series = tracker.run(step, steps=settings.steps, warmup=settings.warmup,
                          probes=settings.probes, start_scan=settings.start_scan,
                          roots=list(roots().values()) if roots else ())  # fmt: skip

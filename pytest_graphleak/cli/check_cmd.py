@@ -6,7 +6,6 @@ import argparse
 import os
 import sys
 import time
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 
@@ -14,6 +13,7 @@ from pytest_graphleak.api import check
 from pytest_graphleak.cli.exits import UsageError, UserCodeError, exit_code
 from pytest_graphleak.cli.outputs import checked_outputs, write_output
 from pytest_graphleak.cli.target import Target, resolve, running_as
+from pytest_graphleak.cli.user_traceback import print_user_traceback
 from pytest_graphleak.options import OPTIONS_BY_KEY, Settings, settings_from_command
 from pytest_graphleak.pipeline import GraphLeakError, UnmeasuredError, error_result
 from pytest_graphleak.report.environment import describe_run
@@ -65,7 +65,7 @@ def _load(spec: str, settings: Settings) -> Target | CheckResult:
     except UserCodeError as exc:
         cause = exc.__cause__
         if cause is not None and not isinstance(cause, SystemExit):
-            traceback.print_exception(type(cause), cause, cause.__traceback__, file=sys.stderr)
+            print_user_traceback(cause)
         print(f"graphleak check: {exc}", file=sys.stderr)
         result = error_result(spec, steps=settings.steps, warmup=settings.warmup, exc=exc)
         result.error = str(exc)
@@ -128,7 +128,7 @@ def _measure(step: Callable[[], object], name: str, settings: Settings) -> Check
             if isinstance(exc, ValueError):
                 raise UsageError(str(exc)) from None
             raise
-        traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
+        print_user_traceback(exc)
         what = "the step raised"
         if isinstance(exc, SystemExit):
             what = f"the step called sys.exit({exc.code!r}) at step {at_step}"

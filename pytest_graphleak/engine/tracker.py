@@ -354,6 +354,7 @@ def run(
     run; its exception propagates unchanged, with a note saying at which call it was
     raised.
     """
+    __tracebackhide__ = True  # pytest shows the step's frames, not the path to them
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ValueError(f"steps must be an integer >= 1, got {steps!r}")
     sampler = Sampler(warmup=warmup, probes=probes, start_scan=start_scan)
