@@ -9,7 +9,7 @@ the diagnosis never imports torch just to look.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from pytest_graphleak.diagnose.edges import PROXY_TYPES, Edge
@@ -204,13 +204,25 @@ class MinigradBackend(Backend):
                     yield Edge("attr", f"ctx.{key}"), value
 
 
+def _torch(torch: Any) -> Backend | None:
+    return TorchBackend(torch) if hasattr(torch, "autograd") else None
+
+
+def _minigrad(mg: Any) -> Backend | None:
+    return MinigradBackend(mg) if hasattr(mg, "Tensor") and hasattr(mg, "Node") else None
+
+
+#: The diagnosis engine of each autograd library a probe measures (``probes.BACKENDS``;
+#: ``tests/test_probes.py`` holds the two to each other): the imported module -> its
+#: backend, or None for a module that is not the library (a stub of the same name).
+ENGINES: dict[str, Callable[[Any], Backend | None]] = {"torch": _torch, "minigrad": _minigrad}
+
+
 def active_backends() -> list[Backend]:
     """Backends whose library is already imported (never imports one to look)."""
     found: list[Backend] = []
-    torch = sys.modules.get("torch")
-    if torch is not None and hasattr(torch, "autograd"):
-        found.append(TorchBackend(torch))
-    mg = sys.modules.get("minigrad")
-    if mg is not None and hasattr(mg, "Tensor") and hasattr(mg, "Node"):
-        found.append(MinigradBackend(mg))
+    for library, engine in ENGINES.items():
+        module = sys.modules.get(library)
+        if module is not None and (backend := engine(module)) is not None:
+            found.append(backend)
     return found

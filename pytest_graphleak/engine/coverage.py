@@ -26,19 +26,9 @@ import types
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+from pytest_graphleak.probes import ABSENT as _ABSENT
+from pytest_graphleak.probes import BACKENDS
 from pytest_graphleak.probes.base import ProbeBase
-
-#: The autograd libraries a probe can measure, in ``PROBE_NAMES`` order.
-BACKENDS = ("minigrad", "torch")
-
-#: Why a probe named in ``probes=`` may be absent.
-_ABSENT = {
-    "minigrad": "minigrad is not imported",
-    "torch": "torch is not imported",
-    "gc": "no autograd library is imported for it to count through",
-    "process": "psutil cannot read this process",
-    "cuda": "no CUDA device is in use (torch.cuda is not available or not initialised)",
-}
 
 
 def minigrad_created() -> int | None:

@@ -80,6 +80,13 @@ class ProbeBase:
     name = ""
     metrics: tuple[Metric, ...] = ()
     needs_heap = False
+    #: Why this probe, when asked for, may not run (``engine/coverage``'s texts).
+    absent = ""
+    #: The autograd library (module name, also the probe's name) it measures: a *backend*
+    #: probe, which the gc probe counts through and ``coverage`` watches; None otherwise.
+    library: str | None = None
+    #: Built with the backend probes that run (``GcProbe(backends)``); otherwise with none.
+    takes_backends = False
 
     def start(self, heap: Sequence[object]) -> None:
         return None

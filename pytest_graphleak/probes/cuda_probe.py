@@ -78,6 +78,7 @@ _TOTALS = (*byte_metrics(ALLOCATED, RESERVED), Metric(TENSORS, OBJECTS, "tensors
 
 class CudaProbe(ProbeBase):
     name = "cuda"
+    absent = "no CUDA device is in use (torch.cuda is not available or not initialised)"
     #: and per-device byte metrics with several GPUs (``available``)
     metrics: tuple[Metric, ...] = _TOTALS
     needs_heap = True  # CUDA tensors alive before the check form its baseline

@@ -21,6 +21,8 @@ CYCLIC_GARBAGE = Metric("gc.cyclic_garbage", OBJECTS, "cycles")
 
 class GcProbe(ProbeBase):
     name = "gc"
+    absent = "no autograd library is imported for it to count through"
+    takes_backends = True
     metrics = (CYCLIC_GARBAGE,)
     needs_heap = False  # counts through the backends, on fresh objects only
 

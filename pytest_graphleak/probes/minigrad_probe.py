@@ -24,6 +24,8 @@ AUTOGRAD_META = Metric("minigrad.autograd_meta", OBJECTS, "tensors")
 
 class MinigradProbe(ProbeBase):
     name = "minigrad"
+    library = "minigrad"
+    absent = "minigrad is not imported"
     metrics = (TENSORS, NODES, AUTOGRAD_META)
 
     def available(self) -> bool:

@@ -24,6 +24,7 @@ RSS = Metric("process.rss_bytes", BYTES, "memory", noisy=True)
 
 class ProcessProbe(ProbeBase):
     name = "process"
+    absent = "psutil cannot read this process"
     metrics = (RSS,)
 
     def __init__(self) -> None:

@@ -31,6 +31,8 @@ STORAGE_BYTES = Metric("torch.storage_bytes", BYTES, "memory")
 
 class TorchProbe(ProbeBase):
     name = "torch"
+    library = "torch"
+    absent = "torch is not imported"
     metrics = (TENSORS, NODES, STORAGE_BYTES)
     #: Tensors alive before the check (``total`` in ``total += loss``) carry graphs that
     #: grow without any new Python object: they are found once, in the start set.
