@@ -1,12 +1,17 @@
 """Check a running loop from inside: one sample per step, judged at a planned step.
 
 ``LoopCheck`` is what ``track()`` and the framework callbacks share. The loop runs its
-own steps and calls ``after_step()`` after each one. When the loop's length is known
-(``track(steps=N)``, a trainer's ``max_steps``), the check is judged *at* its last step,
-inside the loop, and a leak is diagnosed right there, before the framework's teardown
-(an ``on_train_epoch_end`` that clears a list) can free the evidence. Creation sites are
-recorded during a few steps just before that (``LoopRecorder``): a loop has no step to
-re-run. Without a known length the check is judged when the loop ends (``finish()``).
+own steps and calls ``after_step()`` after each one. With ``steps=N`` the check is
+judged *at* step warmup + N, inside the loop, and a leak is diagnosed right there, before
+the framework's teardown (an ``on_train_epoch_end`` that clears a list) can free the
+evidence. Creation sites are recorded during a few steps just before that
+(``LoopRecorder``): a loop has no step to re-run.
+
+Without ``steps`` (``track()`` of unknown length, a callback measuring the whole run) the
+check rolls: judged at warmup + ``settings.steps`` (what a marker test measures), then
+window after window of ``settings.steps`` to the end of the run, each judged inside the
+loop; only a tail too short to judge on its own is left to ``finish()`` (or, when the
+length is known, folded into the last window).
 
 Window mode (``window=N``) judges each consecutive window of N steps of a long run:
 a clean window moves the baseline forward (``Sampler.rebase``), a leaky one is
@@ -45,6 +50,11 @@ ON_LEAK = ("raise", "warn", "return")
 RECORDED_STEPS = 3
 LATER_STEPS = 2
 
+#: A rolling check's last window, when shorter than this, is folded into the one before
+#: (known length) or judged only if nothing was judged yet (unknown length): with fewer
+#: measured steps a series that settles looks like a slow leak (see ``verdict``).
+ROLLING_TAIL = 5
+
 #: Checks started and not yet ended (gc is disabled and frozen while one is open).
 _OPEN: list[LoopCheck] = []
 
@@ -75,9 +85,11 @@ def check_count(key: str, value: object, *, minimum: int) -> int | None:
 class LoopCheck:
     """``start()`` -> ``after_step()`` per step -> ``finish()`` (or ``close()`` on error).
 
-    ``steps``: measured steps after warmup (None: to the end of the loop); ``window``:
-    judge every ``window`` steps instead (exclusive with ``steps``). ``on_leak``: "raise"
-    (GraphLeakError from the step that was judged) or "warn" (GraphLeakWarning).
+    ``steps``: measured steps after warmup, judged once (None: rolling, judged every
+    ``settings.steps`` steps to the end of the loop, and measuring stops at the first
+    leak); ``window``: judge every ``window`` steps and go on after a leak (exclusive with
+    ``steps``). ``on_leak``: "raise" (GraphLeakError from the step that was judged),
+    "warn" (GraphLeakWarning) or "return".
     ``on_result`` gets every result (the pytest plugin records them).
     """
 
@@ -98,6 +110,9 @@ class LoopCheck:
         if on_leak not in ON_LEAK:
             raise ValueError(f"{name}: on_leak must be one of {ON_LEAK}, got {on_leak!r}")
         self.settings = settings
+        #: steps=None and no window: judged every settings.steps steps, to the end.
+        self.rolling = self.steps is None and self.window is None
+        self._span = self.window if self.window is not None else settings.steps
         self.name = name
         self.on_leak = on_leak
         self._on_result = on_result
@@ -120,8 +135,10 @@ class LoopCheck:
     # -- lifecycle --------------------------------------------------------------------
     @property
     def result(self) -> CheckResult | None:
-        """The latest result (None before the first judgement)."""
-        return self.results[-1] if self.results else None
+        """The latest leaky result, else the latest (None before the first judgement):
+        a clean window after a leaky one does not hide the leak."""
+        leaky = [result for result in self.results if result.leaked]
+        return leaky[-1] if leaky else self.results[-1] if self.results else None
 
     @property
     def calls(self) -> int:
@@ -175,13 +192,11 @@ class LoopCheck:
         start = self._window_start
         length = self._length if self._length is not None and self._length > start else None
         warm = self.settings.warmup if first else 0
-        if self.window is None:
-            planned = start + warm + self.steps if self.steps is not None else length
-            if planned is not None and length is not None:
-                planned = min(planned, length)
-            return planned
-        planned = start + warm + self.window
-        if length is not None and length - planned < 2:
+        if self.steps is not None:
+            planned = start + warm + self.steps
+            return planned if length is None else min(planned, length)
+        planned = start + warm + self._span
+        if length is not None and length - planned < (ROLLING_TAIL if self.rolling else 2):
             planned = length  # fold a short tail into this window
         return planned
 
@@ -206,7 +221,8 @@ class LoopCheck:
         if self._sampler is None:
             return None
         measured = self._calls - self._window_start - self._window_warmup
-        if self._calls - self._window_start < 2 or measured < 1:
+        short = self.rolling and self.results and measured < ROLLING_TAIL
+        if self._calls - self._window_start < 2 or measured < 1 or short:
             self.close()
             if not self.results:
                 raise ValueError(
@@ -232,8 +248,11 @@ class LoopCheck:
         ``RECORDED_STEPS`` steps, then ``LATER_STEPS`` more before the judged step."""
         if self._judge_at is None or not self.settings.diagnose:
             return
-        if self.window is not None and not self._leaks and self._judge_at != self._length:
-            return  # window mode records only after a first leak or in the run's last window
+        first_window = self.rolling and self._window_start == 0
+        last_window = self._judge_at == self._length
+        if self._is_windowed and not (self._leaks or first_window or last_window):
+            # Later windows record only after a first leak or in the run's last window.
+            return
         upcoming = self._calls + 1
         first = self._judge_at - LATER_STEPS - RECORDED_STEPS + 1
         if not max(first, self._window_start + 1) <= upcoming <= self._judge_at - LATER_STEPS:
@@ -263,9 +282,9 @@ class LoopCheck:
         verdict = pipeline.judged(window, settings)
         final = (
             at_end
-            or self.window is None
+            or not self._is_windowed
             or self._calls == self._length
-            or (verdict.leaked and self.on_leak == "raise")
+            or (verdict.leaked and (self.on_leak == "raise" or self.rolling))
         )
         observation = None
         recorder, self._recorder = self._recorder, None
@@ -280,8 +299,9 @@ class LoopCheck:
             window.coverage_notes = whole.coverage_notes
         try:
             result = pipeline.conclude(
-                window, settings=settings, name=self._result_name(), diagnose_step=None,
-                roots=self._roots, exclude=(id(self),), observation=observation, verdict=verdict,
+                window, settings=settings, name=self._result_name(final=final),
+                diagnose_step=None, roots=self._roots, exclude=(id(self),),
+                observation=observation, verdict=verdict,
             )  # fmt: skip
         finally:
             if observation is not None:
@@ -324,19 +344,33 @@ class LoopCheck:
         self._judge_at = self._plan(first=False)
         self._maybe_record_next()
 
-    def _result_name(self) -> str:
-        if self.window is None:
-            return self.name
+    @property
+    def _is_windowed(self) -> bool:
+        return self.window is not None or self.rolling
+
+    def _result_name(self, *, final: bool) -> str:
+        if not self._is_windowed or (self.rolling and self._window_start == 0 and final):
+            return self.name  # a rolling check judged once: as a steps=N check
         return f"{self.name} steps {self._window_start + 1}-{self._calls}"
 
     def _add_note(self, result: CheckResult) -> None:
         """Judged after the loop ended: say why the holder may be missing."""
-        if self._length is None:
+        if self.rolling:
+            judged = self._calls - self._window_start
             note = (
-                "the loop's length was not known, so it was judged after the loop ended: "
-                "teardown (an epoch-end hook clearing a list) may have freed the holder; "
-                "give the length (track(steps=N), a trainer's max_steps) to judge and "
-                "diagnose inside the loop"
+                f"the loop ended after {self._calls} steps, so its last {judged} were judged "
+                "after it ended: teardown (an epoch-end hook clearing a list) may have "
+                "freed the holder"
+            )
+            if not self.results:
+                note += (
+                    f"; a loop of warmup + {self.settings.steps} steps or more is judged "
+                    "and diagnosed inside the loop"
+                )
+        elif self._length is None:  # steps=N, and the loop ended before warmup + N
+            note = (
+                f"the loop ended after {self._calls} of {self._judge_at} planned steps: "
+                "judged after it ended, when teardown may have freed the holder"
             )
         else:
             note = (

@@ -70,6 +70,49 @@ def test_track_without_length_says_teardown_may_have_freed_the_holder() -> None:
     assert "held by" not in render_text(t.result)
 
 
+def test_track_without_steps_is_judged_inside_the_loop_before_teardown() -> None:
+    # Judged at warmup + steps (a marker test's numbers), while the list is alive.
+    module = Module()
+    with track(warmup=3) as t:
+        for _ in range(60):
+            module.step()
+            t.step()
+        module.step_losses.clear()
+    assert t.calls == 19 and t.result is not None and t.result.leaked
+    text = render_text(t.result)
+    assert "held by: local 'module' -> Module.step_losses -> list(len=19) -> Tensor(" in text
+    assert "loss = self.net(torch.randn(2, 4)).pow(2).mean()" in text and "teardown" not in text
+    assert t.result.name == "track()" and gc.isenabled()
+
+
+def test_a_rolling_check_judges_window_after_window_and_keeps_the_leak() -> None:
+    module = Module()
+    check = LoopCheck(Settings(warmup=2, steps=8), name="run", on_leak="warn")
+    check.start(length=None, roots=lambda: {"module": module})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i in range(40):
+            module.step(keep=18 <= i < 27)  # clean for two windows, then leaks
+            check.after_step()
+        check.finish()
+    names = [(result.name, result.leaked) for result in check.results]
+    assert names == [("run steps 1-10", False), ("run steps 11-18", False),
+                     ("run steps 19-26", True)]  # fmt: skip
+    assert len([w for w in caught if issubclass(w.category, GraphLeakWarning)]) == 1
+    assert check.result is check.results[-1] and not check.active and gc.isenabled()
+
+
+def test_a_rolling_check_judges_a_long_tail_when_the_loop_ends() -> None:
+    module = Module()
+    check = LoopCheck(Settings(warmup=2, steps=8), name="run")
+    check.start(length=None, roots=lambda: {"module": module})
+    for _ in range(25):  # 10 + 8, then a tail of 7 (6 measured): judged at the end
+        module.step(keep=False)
+        check.after_step()
+    check.finish()
+    assert [(r.steps, r.leaked) for r in check.results] == [(8, False), (7, False), (6, False)]
+
+
 def test_track_that_ends_early_is_judged_at_the_end_with_a_note() -> None:
     module = Module()
     with track(steps=50, warmup=2) as t:

@@ -4,10 +4,13 @@
     handler.attach(trainer)         # an ignite Engine
     trainer.run(data, max_epochs=3) # GraphLeakError on a leak; handler.result
 
-One sample after every iteration (``Events.ITERATION_COMPLETED``: the update function
-makes one optimizer step per iteration). The run's length is ``state.max_iters`` or
-``epoch_length * max_epochs``: the check is judged, and a leak diagnosed, at the last
-iteration, before ``EPOCH_COMPLETED`` / ``COMPLETED`` handlers run. The diagnosis
+One sample after every iteration (``Events.ITERATION_COMPLETED``: one training batch,
+whatever number of optimizer steps the update function makes). Without ``steps=`` the
+check is judged at warmup + the session's steps, inside the loop, then window after
+window to the end of the run (see ``loop``), so a leak is diagnosed while the holder is
+alive, before ``EPOCH_COMPLETED`` / ``COMPLETED`` handlers run; the run's length
+(``state.max_iters`` or ``epoch_length * max_epochs``) folds a short last window into
+the one before. The diagnosis
 starts its chains from the engine and the closure of its update function (``model``,
 ``optimizer``, ... as named there).
 

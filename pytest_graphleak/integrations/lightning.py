@@ -4,11 +4,14 @@
     trainer = L.Trainer(max_steps=30, callbacks=[cb])
     trainer.fit(model, data)        # GraphLeakError on a leak; cb.result: the CheckResult
 
-One sample after every optimizer step (``on_train_batch_end`` when
-``trainer.global_step`` moved, so gradient accumulation samples once per step). The run's
-length is ``trainer.estimated_stepping_batches`` (``max_steps``, or epochs x batches /
-accumulation): the check is judged, and a leak diagnosed, at the last training batch,
-before ``on_train_epoch_end`` and the trainer's teardown.
+One sample per training batch (``on_train_batch_end``): a batch that accumulates
+gradients is one step, and so is one that runs several optimizers (manual optimization,
+where ``trainer.global_step`` moves once per ``optimizer.step()``). Without ``steps=`` the
+check is judged at warmup + the session's steps, inside the loop, then window after
+window to the end of the run (see ``loop``), so a leak is diagnosed while the holder is
+alive, before ``on_train_epoch_end`` and the trainer's teardown. The run's length in
+batches (known when one batch is one optimizer step, or from ``max_epochs`` x the
+batches of an epoch) folds a short last window into the one before.
 
 Both installs work: the callback is an instance of the ``Callback`` class of every
 Lightning flavour already imported when it is made (``lightning.pytorch`` and/or
@@ -48,15 +51,15 @@ _CONCRETE: dict[tuple[type, tuple[type, ...]], type] = {}
 class GraphLeakCallback(FrameworkCheck):
     """A Lightning Callback that fails ``trainer.fit()`` when training leaks graphs.
 
-    ``steps``: measured optimizer steps after ``warmup`` (None: every step to the end of
-    the run); ``window``: judge each consecutive window of that many steps instead (long
-    runs); ``rss_tolerance``, ``probes``, ``start_scan``: as for ``check()``;
-    ``on_leak``: "raise" (``GraphLeakError`` out of ``fit()``) or "warn"
-    (``GraphLeakWarning``, training goes on). ``.result``: the ``CheckResult``.
+    ``steps``: measured training batches after ``warmup``, judged once (None: every batch
+    to the end of the run, judged window after window); ``window``: judge each
+    consecutive window of that many batches instead (long runs); ``rss_tolerance``,
+    ``probes``, ``start_scan``: as for ``check()``; ``on_leak``: "raise"
+    (``GraphLeakError`` out of ``fit()``) or "warn" (``GraphLeakWarning``, training goes
+    on). ``.result``: the ``CheckResult``.
     """
 
     framework = "lightning"
-    _last_global_step = 0  # trainer.global_step at the last sample
 
     def __new__(cls, *args: Any, **kwargs: Any) -> GraphLeakCallback:
         bases = _callback_bases()
@@ -74,14 +77,8 @@ class GraphLeakCallback(FrameworkCheck):
 
     # -- Lightning hooks -------------------------------------------------------------------
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
-        self._last_global_step = trainer.global_step
-        try:
-            total = trainer.estimated_stepping_batches
-        except Exception:  # accumulation that changes per epoch: no single length
-            total = None
-        length = remaining(total, trainer.global_step)
         self._run_started(
-            length=length,
+            length=_batches_left(trainer, pl_module),
             roots=lambda: {"pl_module": pl_module, "trainer": trainer},
             label=type(pl_module).__name__,
         )
@@ -90,9 +87,6 @@ class GraphLeakCallback(FrameworkCheck):
         self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         __tracebackhide__ = True
-        if trainer.global_step == self._last_global_step:
-            return  # accumulating gradients: no optimizer step in this batch
-        self._last_global_step = trainer.global_step
         self._step_ended()
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
@@ -101,6 +95,23 @@ class GraphLeakCallback(FrameworkCheck):
 
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
         self.close()
+
+
+def _batches_left(trainer: Any, pl_module: Any) -> float | None:
+    """Training batches left in the run (None: not known). ``max_steps`` and
+    ``estimated_stepping_batches`` count optimizer steps: batches only when every batch
+    makes exactly one (automatic optimization, no accumulation)."""
+    with contextlib.suppress(Exception):  # a trainer without these: the length is not known
+        one_step_per_batch = (
+            getattr(pl_module, "automatic_optimization", True)
+            and trainer.accumulate_grad_batches == 1
+        )
+        if one_step_per_batch:
+            return remaining(trainer.estimated_stepping_batches, trainer.global_step)
+        per_epoch = trainer.num_training_batches
+        if trainer.max_steps in (None, -1) and trainer.max_epochs not in (None, -1):
+            return remaining(per_epoch * trainer.max_epochs, per_epoch * trainer.current_epoch)
+    return None
 
 
 def _rebuild(cls: Any, state: dict[str, Any]) -> Any:

@@ -4,9 +4,13 @@
     trainer = Trainer(model=model, args=args, train_dataset=data, callbacks=[cb])
     trainer.train()                 # GraphLeakError on a leak; cb.result: the CheckResult
 
-One sample after every optimizer step (``on_step_end``, after gradient accumulation).
-The run's length is ``state.max_steps``: the check is judged, and a leak diagnosed, at
-the last step, inside the loop, before ``on_train_end``. The diagnosis starts its chains
+One sample per training batch (``on_substep_end`` for a batch that accumulates
+gradients, ``on_step_end`` for the one that ends with the optimizer step). Without
+``steps=`` the check is judged at warmup + the session's steps, inside the loop, then
+window after window to the end of the run (see ``loop``), so a leak is diagnosed while
+the holder is alive, before ``on_train_end``; the run's length in batches
+(``state.max_steps`` x ``gradient_accumulation_steps``, an upper bound) folds a short
+last window into the one before. The diagnosis starts its chains
 from the Trainer (found on the call stack of ``on_train_begin``: callbacks are not given
 it), the model, the optimizer and the LR scheduler.
 
@@ -39,9 +43,13 @@ class GraphLeakCallback(FrameworkCheck, transformers.TrainerCallback):
                 "lr_scheduler": kwargs.get("lr_scheduler")}  # fmt: skip
         roots = {label: value for label, value in held.items() if value is not None}
         label = type(trainer).__name__ if trainer is not None else type(model).__name__
-        self._run_started(
-            length=remaining(state.max_steps, state.global_step), roots=lambda: roots, label=label
-        )
+        left = remaining(state.max_steps, state.global_step)
+        batches = left * max(1, int(args.gradient_accumulation_steps or 1)) if left else None
+        self._run_started(length=batches, roots=lambda: roots, label=label)
+
+    def on_substep_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        __tracebackhide__ = True
+        self._step_ended()  # a batch that accumulated gradients: one step too
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         __tracebackhide__ = True
