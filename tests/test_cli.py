@@ -306,3 +306,30 @@ class _Tags(HTMLParser):
 
     def handle_starttag(self, tag: str, attrs: object) -> None:
         self.tags[tag] = self.tags.get(tag, 0) + 1
+
+
+def test_check_progress_is_drawn_on_a_terminal_only() -> None:
+    """``graphleak check`` redraws ``step k/N`` on stderr on a TTY (then ``diagnosing``)
+    and erases it; in a pipe or with -q the step is not even wrapped."""
+    import io
+
+    from pytest_graphleak.cli.check_cmd import StepProgress
+
+    calls: list[int] = []
+
+    def step() -> None:
+        calls.append(1)
+
+    stream = io.StringIO()
+    with StepProgress("mod:step", 2, live=True, stream=stream, after_s=0, every_s=0) as progress:
+        counted = progress.counted(step)
+        for _ in range(3):
+            counted()
+    text = stream.getvalue()
+    assert len(calls) == 3
+    assert "graphleak check: mod:step: step 1/2" in text and "step 2/2" in text
+    assert "mod:step: diagnosing" in text and text.endswith("\r\x1b[K")
+    quiet = io.StringIO()
+    with StepProgress("m", 2, live=False, stream=quiet, after_s=0, every_s=0) as progress:
+        assert progress.counted(step) is step
+    assert quiet.getvalue() == ""

@@ -52,7 +52,7 @@ def fixed_step():
 
 DEMO = ["-m", "pytest_graphleak", "demo", "--steps", "6", "--warmup", "2"]
 LOG_LINE = re.compile(
-    r"^Step +\d+ \| Loss \d+\.\d{4} \| RSS MB [\d.]+/[\d.]+/[\d.]+/[\d.]+ \| "
+    r"^Step +\d+ \| Loss \d+\.\d{4} \| RSS MiB pre [\d.]+ fwd [\d.]+ bwd [\d.]+ opt [\d.]+ \| "
     r"alive TensorImpl=\d+ Node=\d+ AutogradMeta=\d+ \| created TensorImpl=\d+ Node=\d+"
 )
 

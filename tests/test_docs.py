@@ -72,3 +72,18 @@ def test_every_field_of_the_json_report_is_described(hooks: ModuleType) -> None:
         if line.startswith("| `") and line.rstrip().endswith(("|  |", "| (optional) |"))
     ]
     assert not undescribed, f"schema.json fields without a description: {undescribed}"
+
+
+def test_outputs_compare_without_their_durations(hooks: ModuleType) -> None:
+    """The build warns when README's example output is stale; a rerun that differs only
+    in durations (and the banner padding that follows them) is the same output."""
+    one = ("== FAILURES ==\n  16 steps (0.36 s); grew:\n  note: diagnosis took 0.04 s\n"
+           "== 1 failed in 14.53s ==")
+    two = ("= FAILURES =\n  16 steps (0.44 s); grew:\n  note: diagnosis took 0.06 s\n"
+           "=== 1 failed in 9.1s ===")
+    assert hooks.comparable(one) == hooks.comparable(two)
+    assert hooks.comparable(one) != hooks.comparable(one.replace("16 steps", "17 steps"))
+    link = "[owner/repo#12](https://github.com/owner/repo/issues/12)"
+    assert hooks._source_link("owner/repo#12") == link
+    assert hooks._source_link("seed engine (issue 2)") == "seed engine (issue 2)"
+    assert hooks._code_cell("--x=a|b") == "<code>--x=a&#124;b</code>"

@@ -373,7 +373,9 @@ def _catalogue_texts(examples: list[Path]) -> dict[str, str]:
 
 
 # -- real outputs in pages: the 30-second example, catalogue failure texts -----------------
-_REAL_OUTPUT = re.compile(r"<!-- graphleak: (example test|example output|catalogue output \S+) -->")
+_REAL_OUTPUT = re.compile(
+    r"<!-- graphleak: (example test|example output|demo log|demo verdict|catalogue output \S+) -->"
+)
 
 
 def _readme_script() -> Any:
@@ -400,12 +402,48 @@ def example_output() -> str:
     return text
 
 
+def demo_output() -> str:
+    """``graphleak demo``'s whole output (minigrad; piped, so no status line), from a
+    real run cached by the sources' hash."""
+    examples = sorted((ROOT / "examples").glob("*.py"))
+    cached = CACHE / f"demo-{_sources_hash(examples, 'demo')}.txt"
+    if cached.exists():
+        return cached.read_text(encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-m", "pytest_graphleak", "demo"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
+    if done.returncode != 0:
+        log.warning("graphleak docs: graphleak demo exited %s:\n%s", done.returncode,
+                    done.stdout[-2000:] + done.stderr[-2000:])  # fmt: skip
+    CACHE.mkdir(parents=True, exist_ok=True)
+    cached.write_text(done.stdout, encoding="utf-8")
+    return done.stdout
+
+
+def demo_excerpt(what: str) -> str:
+    """``demo log``: the first run's steps 8 and 16; ``demo verdict``: the first run's
+    verdict with its chain, sites and fix, then the summary table."""
+    lines = demo_output().splitlines()
+    if what == "demo log":
+        steps = [line for line in lines if line.startswith(("Step  8 |", "Step 16 |"))]
+        return "\n".join(steps[:2])
+    start = next((i for i, line in enumerate(lines) if line.startswith("-- verdict")), 0)
+    end = next((i for i in range(start + 1, len(lines)) if not lines[i].strip()), len(lines))
+    wanted = ("-- verdict", "  held by:", "  created at:", "  stored at:", "  fix:")
+    picked = [line for line in lines[start:end] if line.startswith(wanted)]
+    summary = next((i for i, line in enumerate(lines) if line.startswith("Summary")), len(lines))
+    table = [line for line in lines[summary:] if line.strip() and not line.startswith("done in")]
+    return "\n".join([*picked, "...", *table])
+
+
 def real_output(what: str) -> str:
     """The fenced block a ``<!-- graphleak: ... -->`` marker stands for."""
     if what == "example test":
         return f"```python\n{_readme_script().EXAMPLE.rstrip()}\n```"
     if what == "example output":
         return f"```text\n{example_output().rstrip()}\n```"
+    if what in ("demo log", "demo verdict"):
+        return f"```text\n{demo_excerpt(what).rstrip()}\n```"
     name = what.removeprefix("catalogue output ").strip()
     examples = sorted(p for p in (ROOT / "examples").glob("*.py") if _constants(p).get("SOURCE"))
     text = _catalogue_texts(examples).get(name)

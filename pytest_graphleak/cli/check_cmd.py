@@ -8,6 +8,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TextIO
 
 from pytest_graphleak.api import check
 from pytest_graphleak.cli.exits import UsageError, UserCodeError, exit_code
@@ -37,8 +38,11 @@ def run_check(args: argparse.Namespace) -> int:
         while pending:
             target = pending.pop()  # hold no step once checked
             if isinstance(target, Target):
-                with running_as(target.script):
-                    result = _measure(target.func, target.name, settings)
+                progress = StepProgress(target.name, settings.warmup + settings.steps,
+                                        live=not args.quiet and _is_terminal(sys.stderr))
+                with running_as(target.script), progress:
+                    result = _measure(progress.counted(target.func), target.name, settings)
+                del progress
             else:
                 result = target  # its module could not be imported
             del target
@@ -55,6 +59,60 @@ def run_check(args: argparse.Namespace) -> int:
         raise
     _write_reports(args, settings, outputs, results, [], started, locations)
     return exit_code(results, errors=True)
+
+
+class StepProgress:
+    """``graphleak check: NAME: step 7/19`` on stderr, redrawn in place while a check runs
+    (then ``diagnosing`` for the diagnosis' own steps) and erased when it ends. Only on a
+    terminal and without ``-q``: in a pipe or a log nothing is written. Shown from
+    ``after_s`` on, at most every ``every_s``, so a fast check prints nothing."""
+
+    def __init__(self, name: str, total: int, *, live: bool, stream: TextIO | None = None,
+                 after_s: float = 0.5, every_s: float = 0.1) -> None:  # fmt: skip
+        self.name, self.total, self.live = name, total, live
+        self.stream = stream if stream is not None else sys.stderr
+        self.after_s, self.every_s = after_s, every_s
+        self.calls = 0
+        self._start = self._last = 0.0
+        self._shown = False
+
+    def counted(self, step: Callable[[], object]) -> Callable[[], object]:
+        """``step``, counting its calls; the step itself when not live."""
+        if not self.live:
+            return step
+
+        def counted_step() -> object:
+            self.tick()
+            return step()
+
+        return counted_step
+
+    def tick(self) -> None:
+        self.calls += 1
+        now = time.perf_counter()
+        if now - self._start < self.after_s or now - self._last < self.every_s:
+            return
+        self._last = now
+        what = f"step {self.calls}/{self.total}" if self.calls <= self.total else "diagnosing"
+        self.stream.write(f"\r\x1b[Kgraphleak check: {self.name}: {what}")
+        self.stream.flush()
+        self._shown = True
+
+    def __enter__(self) -> StepProgress:
+        self._start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._shown:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
+
+
+def _is_terminal(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # a closed or replaced stream
+        return False
 
 
 def _load(spec: str, settings: Settings) -> Target | CheckResult:

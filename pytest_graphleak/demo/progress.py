@@ -1,10 +1,11 @@
 """Output for the demo: the per-step log, and a live status line on a terminal.
 
-The log line of the seed engine: ``Step 12 | Loss 3.1416 | RSS MB 85.1/86.0/86.4/86.4 |
-alive TensorImpl=69 Node=46 AutogradMeta=30 | created TensorImpl=2345 Node=1890`` -- RSS
-is read at four points of the step: before the forward pass (pre), after it (fwd), after
-backward (bwd) and after the optimizer step (opt), so a leak shows in which phase memory
-is taken and never given back.
+The log line, after the seed engine's: ``Step 12 | Loss 3.1416 | RSS MiB pre 85.1 fwd 86.0
+bwd 86.4 opt 86.4 | alive TensorImpl=69 Node=46 AutogradMeta=30 | created TensorImpl=2345
+Node=1890`` -- RSS is read at four points of the step, each labelled: before the forward
+pass (pre), after it (fwd), after backward (bwd) and after the optimizer step (opt), so a
+leak shows in which phase memory is taken and never given back. MiB, as everywhere else
+in the tool.
 
 On a TTY the log scrolls and one status line stays at the bottom (redrawn in place with
 a carriage return and an erase-line escape); when stdout is a pipe or a file there is no
@@ -42,11 +43,11 @@ class StepRecord:
 
 
 def format_line(record: StepRecord, width: int = 3) -> str:
-    rss = "/".join(f"{record.rss.get(phase, float('nan')):.1f}" for phase in PHASES)
+    rss = " ".join(f"{phase} {record.rss.get(phase, float('nan')):.1f}" for phase in PHASES)
     parts = [
         f"Step {record.step:>{width}}",
         f"Loss {record.loss:.4f}",
-        f"RSS MB {rss}",
+        f"RSS MiB {rss}",
         "alive " + " ".join(f"{k}={v}" for k, v in record.alive.items()),
     ]
     if record.created:

@@ -167,7 +167,7 @@ def _show_verdict(outcome: RunOutcome, display: Display) -> None:
 
 def _show_summary(outcomes: list[RunOutcome], display: Display) -> None:
     display.line(display.paint("Summary (first -> last measured step)", "bold"))
-    rows = [("run", "alive", "RSS MB", "verdict")]
+    rows = [("run", "alive", "RSS MiB (after opt)", "verdict")]
     for outcome in outcomes:
         measured = [r for r in outcome.records if not r.warmup] or outcome.records
         first, last = measured[0], measured[-1]

@@ -67,7 +67,7 @@ body { font-family: system-ui, sans-serif; margin: 1.5rem auto; padding: 0 1.5re
        color: var(--fg); background: var(--bg); max-width: 1100px; line-height: 1.4; }
 a { color: var(--accent); }
 h1 { font-size: 1.5rem; margin-bottom: .2rem; }
-h2 { font-size: 1.1rem; margin: 0; overflow-wrap: anywhere; }
+h2 { font-size: 1.1rem; margin: 0; overflow-wrap: break-word; }
 h3 { font-size: 1rem; margin: 1rem 0 .4rem; }
 code, pre, .mono { font-family: ui-monospace, monospace; font-size: .85rem; }
 .mono, code { overflow-wrap: break-word; }
@@ -147,7 +147,9 @@ input.show:focus-visible ~ header .filter { outline: 2px solid var(--accent); }
 @media (max-width: 640px) {
   body { padding: 0 .6rem; margin: .6rem auto; }
   section.test { padding: .5rem; }
-  td, th { padding: .2rem .3rem; }
+  td, th { padding: .2rem .25rem; }
+  table { font-size: .8rem; }
+  td.num code, table .mono { font-size: .75rem; }
   .charts { display: block; }
   .change dl { grid-template-columns: 1fr; }
   .change dd { margin-bottom: .3rem; }
@@ -300,7 +302,7 @@ class _View:
         status = str(test.get("status", "clean"))
         head = (
             f'<section class="test g-{_GROUP.get(status, "unmeasured")}" id="{anchor}">'
-            f"<h2>{_badge(status)}{escape(str(test.get('nodeid', '')))}</h2>"
+            f"<h2>{_badge(status)}{_breakable(str(test.get('nodeid', '')))}</h2>"
             f'<p class="muted">pytest outcome: {escape(str(test.get("outcome", "")))}</p>'
         )
         checks = test.get("checks", [])
