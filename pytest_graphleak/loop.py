@@ -206,10 +206,12 @@ class LoopCheck:
         if self._done or self._sampler is None:
             return None  # past the judged step: not measured
         self._calls += 1
+        collect = None
         if self._recorder is not None and self._recorder.recording:
             self._recorder.stop_step()
             self._last_recorded = self._calls
-        self._sampler.after_step()
+            collect = self._recorder.collect  # sees the cycles the sample's collection frees
+        self._sampler.after_step(collect)
         if self._calls == self._judge_at:
             return self._judge(at_end=False)
         self._maybe_record_next()

@@ -9,6 +9,7 @@ The catalogue pairs (``examples/torch_function_ctx_attribute.py``,
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pytest
@@ -105,6 +106,28 @@ def test_a_loop_judged_without_a_step_calls_cyclic_growth_a_cycle() -> None:
     d = t.result.diagnosis
     assert d is not None and d.pattern == "cycle", render_text(t.result)
     assert not d.chain  # a container of older tensors is not what grew
+
+
+@pytest.mark.parametrize("shape", ["ctx", "hook"])
+def test_a_loop_of_known_length_draws_the_cycle_its_collections_freed(shape: str) -> None:
+    step = _ctx_step() if shape == "ctx" else _hook_step("register_hook")
+    with pytest_graphleak.track(steps=10) as t:
+        for _ in range(16):
+            step()
+            t.step()
+    assert t.result is not None and t.result.leaked
+    text = render_text(t.result)
+    d = t.result.diagnosis
+    assert d is not None and d.pattern == "cycle", text
+    if shape == "ctx":  # freed by the check's own collection after each step
+        assert d.cycle[1] == "DoublingBackward (ctx).out", text
+        assert any("freed only by the check's gc.collect()" in n for n in d.notes), text
+        assert any("Doubling.apply(" in s.line and s.filename == __file__ for s in d.sites), text
+    else:  # never freed: alive at the judged step
+        assert any("MeanBackward0.post_hooks" in link for link in d.cycle), text
+        assert any("self.mean = y.mean()" in s.line for s in d.sites), text
+    series = t.result.series["gc.cyclic_garbage"] if shape == "ctx" else []
+    assert all(b > a for a, b in itertools.pairwise(series)), series  # every step counted
 
 
 def test_only_cyclic_growth_decides_cycle() -> None:

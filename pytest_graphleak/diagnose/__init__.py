@@ -145,6 +145,17 @@ def _diagnose_with_step(
             cycle = render_cycle(cycle_path, walker, hanging)
             told, cycle_fix = cycle_story(cycle_path, walker, collectable=obs.cyclic != [])
             notes.extend(told)
+        seen = obs.seen_cycle if not obs.cyclic else None  # a loop's collections saw it
+        if seen is not None:
+            notes.append(
+                f"{seen.freed} tensors and graph nodes made by the recorded steps of the loop "
+                "were freed only by the check's gc.collect() after each step: they are kept "
+                "by a reference cycle"
+            )
+            if not cycle and seen.cycle:
+                cycle, cycle_fix = list(seen.cycle), seen.fix
+                notes.extend(seen.notes)
+        if cycle_path is not None:
             if hanging is not None:  # drawn too: the DOT shows the tensor's graph
                 cycle_path.edges.append(hanging[0])
                 cycle_path.objects.append(hanging[1])
@@ -165,12 +176,12 @@ def _diagnose_with_step(
         graph = GraphWalk()
         nodes = _torch_leaked_nodes(obs, torch, chain_path, graph)
         runs = max(1, min(obs.recorded_runs, obs.runs_done))
-        sites = _sites(obs, nodes, runs)
+        sites = _sites(obs, nodes, runs, seen.sites if seen is not None else {})
         tensors = sum(1 for item in obs.leaked if item.kind == TENSOR)
         graph_nodes = len(obs.leaked) - tensors + len(nodes)
         facts = Facts(
             leaked_count=len(obs.leaked) + len(nodes),
-            cyclic_count=len(obs.cyclic),
+            cyclic_count=len(obs.cyclic) + (seen.freed if seen is not None else 0),
             has_chain=chain_path is not None,
             container_grew=grew,
             cycle_held=bool(cycle),  # with no chain: a cycle or pack hook holds them
@@ -205,9 +216,9 @@ def _diagnose_with_step(
                           has_chain=chain_path is not None)  # fmt: skip
         if pattern == "cycle" and cycle_fix:
             fix = cycle_fix
-        return Diagnosis(pattern, chain=chain, cycle=cycle, sites=sites, notes=notes,
-                         dot=render_dot(chain_path, cycle_path, walker), stored_at=stored,
-                         story=story, fix=fix)  # fmt: skip
+        dot = render_dot(chain_path, cycle_path, walker) or (seen.dot if seen else "")
+        return Diagnosis(pattern, chain=chain, cycle=cycle, sites=sites, notes=notes, dot=dot,
+                         stored_at=stored, story=story, fix=fix)  # fmt: skip
     finally:
         if chain_path is not None:
             chain_path.clear()
@@ -280,7 +291,9 @@ def _torch_leaked_nodes(
         frontier.clear()
 
 
-def _sites(obs: Observation, node_seqs: list[int], runs: int) -> list[CreationSite]:
+def _sites(
+    obs: Observation, node_seqs: list[int], runs: int, freed: Mapping[Site, int]
+) -> list[CreationSite]:
     # Counted in a loop: Counter(iterable) here freed a few objects that the user had
     # frozen with gc.freeze() (tests/test_gc_state.py), and a check must leave them be.
     counts: Counter[Site] = Counter()
@@ -289,6 +302,8 @@ def _sites(obs: Observation, node_seqs: list[int], runs: int) -> list[CreationSi
     for site in sites:
         if site is not None:
             counts[site] += 1
+    for site, count in freed.items():  # what a loop's collections freed (``SeenCycle``)
+        counts[site] += count
     return per_step(counts, runs, obs.site_via)
 
 

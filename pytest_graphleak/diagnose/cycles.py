@@ -27,7 +27,8 @@ from typing import Any
 
 from pytest_graphleak.diagnose.backends import NODE, TENSOR, Backend, TorchBackend
 from pytest_graphleak.diagnose.edges import ObjectEdges
-from pytest_graphleak.diagnose.loop_recorder import Leaked, Observation
+from pytest_graphleak.diagnose.loop_recorder import Leaked, Observation, SeenCycle
+from pytest_graphleak.diagnose.render import render_cycle, render_dot
 from pytest_graphleak.diagnose.search import Path, find_cycle
 from pytest_graphleak.diagnose.torch_hooks import reading
 from pytest_graphleak.result import display_path
@@ -60,6 +61,31 @@ def _search(ordered: list[Leaked], walker: ObjectEdges) -> Path | None:
         if path is not None:
             return path
     return None
+
+
+def see_cycle(
+    cyclic: list[Leaked], backends: list[Backend], seen: SeenCycle | None
+) -> SeenCycle:
+    """``seen`` with the objects one collection of a running loop freed added: counted with
+    their sites, and the first cycle through them drawn (plain text: they are freed next)."""
+    if seen is None:
+        seen = SeenCycle(cycle=[], dot="", notes=[], fix="")
+    seen.freed += len(cyclic)
+    for item in cyclic:
+        if item.site is not None:
+            seen.sites[item.site] = seen.sites.get(item.site, 0) + 1
+    if seen.cycle:
+        return seen
+    walker = ObjectEdges(backends)
+    path = find_first(cyclic, walker)
+    if path is not None:
+        try:
+            seen.cycle = render_cycle(path, walker)
+            seen.notes, seen.fix = cycle_story(path, walker, collectable=True)
+            seen.dot = render_dot(None, path, walker)
+        finally:
+            path.clear()
+    return seen
 
 
 def cycle_story(path: Path, walker: ObjectEdges, *, collectable: bool) -> tuple[list[str], str]:

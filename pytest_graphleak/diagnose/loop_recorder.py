@@ -12,8 +12,9 @@ It never runs during a sample (the loop's checker calls ``stop_step`` before sam
 and ``start_step`` after), and it remembers objects by weak reference (torch nodes by
 autograd sequence number: the counter that numbers nodes as they are made, per thread),
 so it keeps nothing alive. The tracker collects cyclic garbage after every step, so what
-only the cyclic GC frees is gone by then: a loop's observation holds the objects kept by
-live references, and the verdict's cyclic-garbage series tells the cycles.
+only the cyclic GC frees is gone by the judgement: the collection after a recorded step runs
+through ``collect()``, which looks at what it frees first and keeps the first cycle found
+among this loop's objects as plain text (``SeenCycle``), then frees it all.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from pytest_graphleak.diagnose.backends import (
     active_backends,
 )
 from pytest_graphleak.diagnose.sites import Site, function_at, make_torch_recorder
+from pytest_graphleak.heap.gcstate import Measuring
 
 #: id -> (weak reference, backend, kind, step); a weakref tells a reused id apart.
 Made = dict[int, tuple[weakref.ref[Any], Backend, str, int]]
@@ -46,6 +48,19 @@ class Leaked:
     kind: str  # "tensor" | "node"
     run: int  # which recorded step made it (1-based)
     site: Site | None
+
+
+@dataclass
+class SeenCycle:
+    """A cycle among a loop's recorded objects, seen as the collector freed it: plain data."""
+
+    cycle: list[str]  # rendered, as ``Diagnosis.cycle``
+    dot: str
+    notes: list[str]
+    fix: str  # "" for the pattern's usual fix
+    #: tensors and graph nodes of the recorded steps that only the collector freed
+    freed: int = 0
+    sites: dict[Site, int] = field(default_factory=dict)  # their creation sites, counted
 
 
 @dataclass
@@ -68,6 +83,8 @@ class Observation:
     node_sites_truncated: bool = False
     runs_done: int = 0
     error: str | None = None
+    #: What a loop's collections freed of its recorded objects (see ``LoopRecorder``).
+    seen_cycle: SeenCycle | None = None
 
     def release(self) -> None:
         self.alive.clear()
@@ -104,6 +121,7 @@ class LoopRecorder:
         self._seq_hi: int | None = None
         self.steps_recorded = 0
         self.recording = False
+        self.seen_cycle: SeenCycle | None = None
 
     def start_step(self) -> None:
         if self.steps_recorded == 0:
@@ -123,6 +141,40 @@ class LoopRecorder:
         note_new(gc.get_objects(), self.backends, self.made, self.steps_recorded)
         if self._torch is not None:
             self._seq_hi = self._torch.current_sequence_nr()
+
+    def collect(self) -> None:
+        """The full collection after a recorded step: what it frees of the recorded steps'
+        objects is looked at (the first cycle drawn, the rest counted), then freed."""
+        # Imported here: cycles builds on this module's Leaked and Observation.
+        from pytest_graphleak.diagnose.cycles import see_cycle
+
+        # The collector clears the weak references of what it frees: read the tensors'
+        # sites while they are alive (ids stay theirs while the saved garbage holds them).
+        sites = self.mode.alive_tensor_sites() if self.mode is not None else {}
+        garbage = Measuring().collect_saving()
+        cyclic = self._recorded_among(garbage, sites)
+        garbage.clear()
+        sites.clear()
+        try:
+            if cyclic:
+                self.seen_cycle = see_cycle(cyclic, self.backends, self.seen_cycle)
+        finally:
+            cyclic.clear()
+        gc.collect()  # what it saved is garbage again: freed now, before the sample counts
+
+    def _recorded_among(self, garbage: list[Any], tensor_sites: dict[int, Site]) -> list[Leaked]:
+        """The recorded steps' objects in ``garbage`` (no loop variable outlives the call:
+        it would keep one of them alive through the next collection)."""
+        found: list[Leaked] = []
+        for obj in garbage:
+            info = self.made.get(id(obj))
+            if info is None or not info[3]:
+                continue
+            _, backend, kind, step = info
+            if backend.kind(obj) == kind:  # the same object (its weakref is cleared now)
+                site = tensor_sites.get(id(obj)) or _site_of_made(obj, backend, kind, self.mode)
+                found.append(Leaked(obj, backend, kind, step, site))
+        return found
 
     def leave_modes(self) -> None:
         if self.recording and self.mode is not None:
@@ -150,6 +202,7 @@ class LoopRecorder:
             if obj is not None and step > 0:
                 obs.alive.append(Leaked(obj, backend, kind, step, None))
         obs.take_sites(self.mode)
+        obs.seen_cycle, self.seen_cycle = self.seen_cycle, None
         self.made.clear()
         return obs
 
@@ -177,16 +230,19 @@ def note_new(objects: list[Any], backends: list[Backend], made: Made, run: int) 
 
 
 def _site_of(leaked: Leaked, recorder: Any) -> Site | None:
-    backend = leaked.backend
+    return _site_of_made(leaked.obj, leaked.backend, leaked.kind, recorder)
+
+
+def _site_of_made(obj: Any, backend: Backend, kind: str, recorder: Any) -> Site | None:
     if isinstance(backend, MinigradBackend):
-        found = backend.creation_site(leaked.obj)
+        found = backend.creation_site(obj)
         if found is None:
             return None
         filename, lineno = found
         return filename, lineno, function_at(filename, lineno)
     if recorder is not None and isinstance(backend, TorchBackend):
-        if leaked.kind == NODE:
-            seq = backend.sequence_nr(leaked.obj)
+        if kind == NODE:
+            seq = backend.sequence_nr(obj)
             return recorder.node_sites.get(seq) if seq is not None else None
-        return recorder.site_of_tensor(leaked.obj)
+        return recorder.site_of_tensor(obj)
     return None

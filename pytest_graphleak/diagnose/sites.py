@@ -52,12 +52,23 @@ def site_and_via(frame: types.FrameType | None) -> tuple[Site | None, str]:
     while frame is not None:
         code = frame.f_code
         filename = code.co_filename
-        if is_user_file(filename):
+        if is_user_file(filename) and not _custom_forward(frame):
             return (filename, frame.f_lineno, code.co_name), via
         if not via and _names_a_library(filename):
             via = f"{library_label(filename)}:{frame.f_lineno}"
         frame = frame.f_back
     return None, ""
+
+
+def _custom_forward(frame: types.FrameType) -> bool:
+    """The ``forward`` of a custom ``torch.autograd.Function``, called by its ``apply``:
+    what it makes is made by the user's ``MyFn.apply(...)`` line, further out."""
+    caller = frame.f_back
+    return (
+        caller is not None
+        and caller.f_code.co_name == "apply"
+        and caller.f_code.co_filename.replace("\\", "/").endswith("torch/autograd/function.py")
+    )
 
 
 def _names_a_library(filename: str) -> bool:
@@ -174,6 +185,11 @@ def make_torch_recorder(torch: Any) -> Any:
                         if hooks is not None:
                             self.pack_hooks[seq] = PackHook.of(hooks[0])
             return out
+
+        def alive_tensor_sites(self) -> dict[int, Site]:
+            """id -> site of every recorded tensor alive now."""
+            known = self.tensor_sites.items()
+            return {key: site for key, (ref, site) in known if ref() is not None}
 
         def site_of_tensor(self, t: Any) -> Site | None:
             known = self.tensor_sites.get(id(t))

@@ -224,8 +224,10 @@ class Sampler:
         finally:
             objects.clear()
 
-    def after_step(self) -> None:
-        """Sample every probe; at the end of warmup, move the baseline forward."""
+    def after_step(self, collect: Callable[[], object] | None = None) -> None:
+        """Sample every probe; at the end of warmup, move the baseline forward.
+        ``collect``: what runs the sample's full collection instead of ``gc.collect``
+        (a loop's recorder looks at what it frees); it must free what gc.collect frees."""
         self.result.calls += 1
         if self.result.calls == self.warmup:
             # Before the last warmup sample, so it counts what the measured ones count.
@@ -235,7 +237,7 @@ class Sampler:
                 hook()
         if self._coverage is not None:
             self._start_late(self._coverage.after_step(self.result.calls))
-        values = self._sample()
+        values = self._sample(collect or gc.collect)
         for metric, value in values.items():
             self.result.series.setdefault(metric, []).append(value)
         if self.result.calls == self.warmup:
@@ -273,9 +275,9 @@ class Sampler:
         if not self._gc.whole_heap:
             self._gc.freeze()
 
-    def _sample(self) -> dict[str, float]:
+    def _sample(self, collect: Callable[[], object]) -> dict[str, float]:
         self._call_probes("before_collect", Measuring.objects())  # emptied before collecting
-        gc.collect()
+        collect()
         values: dict[str, float] = {}
         for found in self._call_probes("sample", Measuring.objects()):
             values.update(found)
