@@ -11,6 +11,8 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from pytest_graphleak.status import check_status
+
 #: Schema version of ``CheckResult.to_dict()``; bump on any incompatible change.
 SCHEMA_VERSION = 1
 
@@ -116,6 +118,11 @@ class CheckResult:
     @property
     def leaked(self) -> bool:
         return self.verdict.leaked
+
+    @property
+    def status(self) -> str:
+        """``leaked``, ``error``, ``unmeasured`` or ``clean``: the one rule, ``status.py``."""
+        return check_status(leaked=self.leaked, error=self.error, unmeasured=self.unmeasured)
 
     @property
     def pattern(self) -> str | None:

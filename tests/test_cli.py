@@ -138,7 +138,7 @@ def test_several_targets_quiet_json_html_and_report_round_trip(
     assert len(lines) == 2
     assert lines[0].startswith(f"CLEAN {clean}: nothing grew over 6 steps after 2 warmup; "
                               "catches 1 object every 2 steps or faster (")
-    assert lines[1].startswith(f"LEAK  {leaky}: list-accumulation (")
+    assert lines[1].startswith(f"LEAKED {leaky}: list-accumulation (")
     assert "JSON report written to out.json" in err
 
     document = json.loads(Path("out.json").read_text())

@@ -78,5 +78,5 @@ def test_check_gives_every_catalogue_example_its_expected_verdict(tmp_path: Path
                           if by_check.get(nodeid) != verdict]  # fmt: skip
     assert not disagreements, "\n".join(disagreements)
     # The terminal output names each verdict too, one line per step in -q mode.
-    assert proc.stdout.count("LEAK  examples/") == len(examples), proc.stdout[-3000:]
+    assert proc.stdout.count("LEAKED examples/") == len(examples), proc.stdout[-3000:]
     assert proc.stdout.count("CLEAN examples/") == len(examples), proc.stdout[-3000:]

@@ -99,7 +99,7 @@ def test_a_library_imported_inside_the_step(pytester: pytest.Pytester) -> None:
     assert clean["status"] == "clean" and clean["unmeasured"] is None
     assert clean["verdict"]["slowest_leak_steps"] == 2
     result.stdout.fnmatch_lines(
-        ["clean   test_lazy.py::test_pure_python_clean  (6 steps after 1 warmup; catches "
+        ["CLEAN   test_lazy.py::test_pure_python_clean  (6 steps after 1 warmup; catches "
          "1 object every 2 steps or faster)"]
     )  # fmt: skip
 
@@ -260,5 +260,5 @@ def test_reports_show_an_unmeasured_check() -> None:
     jsonschema = pytest.importorskip("jsonschema")
     jsonschema.validate(document, load_schema())
     page = render_html(document, draw=None)
-    assert "NOT MEASURED" in page
+    assert "UNMEASURED" in page
     assert "not measured, so no verdict: no probe measured anything" in page

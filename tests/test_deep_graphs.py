@@ -80,7 +80,7 @@ def test_a_deep_graph_held_by_a_fixture_is_measured_and_freed(pytester: pytest.P
     assert result.ret == 0, result.stdout.str()  # 139 (SIGSEGV) before the bounded walk
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(
-        ["clean *test_a_clean_step*", "    note: torch.nodes is a lower bound*"]
+        ["CLEAN *test_a_clean_step*", "    note: torch.nodes is a lower bound*"]
     )
     (check,) = _checks(pytester)
     assert not check["leaked"]

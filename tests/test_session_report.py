@@ -210,7 +210,7 @@ def test_verbose_run_summary_status_json_html_junit(pytester: pytest.Pytester) -
             "    minigrad.tensors *12 -> 17  +1/step  *",
             "    minigrad.nodes *8 -> 18  +2/step  *",
             "ERROR   test_fake.py::test_raised  step raised: ValueError: bad batch at step 3",
-            "clean   test_fake.py::test_two_checks[[]1[]] [[]check_a[]]  (6 steps after 2 warmup)",
+            "CLEAN   test_fake.py::test_two_checks[[]1[]] [[]check_a[]]  (6 steps after 2 warmup)",
             "LEAKED  test_fake.py::test_two_checks[[]1[]] [[]check_b[]]  list-accumulation*",
             "WARNING test_fake.py::test_warned  list-accumulation*(test passed)",
             "note: ignored malformed graphleak results of test_fake.py::test_malformed: KeyError*",
@@ -223,7 +223,7 @@ def test_verbose_run_summary_status_json_html_junit(pytester: pytest.Pytester) -
     assert "▁" in text and "█" in text
     assert "process.rss_bytes" not in text
     # With -v the clean test has its one line.
-    assert "clean   test_fake.py::test_clean  (6 steps after 2 warmup)" in text
+    assert "CLEAN   test_fake.py::test_clean  (6 steps after 2 warmup)" in text
 
     document = json.loads((pytester.path / "out/r.json").read_text())
     jsonschema.validate(document, load_schema())

@@ -221,7 +221,7 @@ def test_only_the_final_attempt_of_a_rerun_test_counts(pytester: pytest.Pytester
     section = _section(result)
     pytest.LineMatcher(section).fnmatch_lines(
         [
-            "clean   test_rerun.py::test_flaky_marker  (* steps after * warmup; catches 1 "
+            "CLEAN   test_rerun.py::test_flaky_marker  (* steps after * warmup; catches 1 "
             "object every * steps or faster)",
             "LEAKED  test_rerun.py::test_leaks_twice  list-accumulation*",
             "graphleak: 2 checked: 1 leaked, 1 clean",

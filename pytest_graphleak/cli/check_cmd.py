@@ -22,6 +22,7 @@ from pytest_graphleak.report.json_doc import CheckedTest, build_document
 from pytest_graphleak.report.text import render_result, verdict_line
 from pytest_graphleak.report.writers import WRITERS, Run, Writer
 from pytest_graphleak.result import CheckResult
+from pytest_graphleak.status import outcome_of
 
 
 def run_check(args: argparse.Namespace) -> int:
@@ -58,7 +59,7 @@ def run_check(args: argparse.Namespace) -> int:
         _write_reports(args, settings, outputs, results, [note], started, locations)
         raise
     _write_reports(args, settings, outputs, results, [], started, locations)
-    return exit_code(results, errors=True)
+    return exit_code(results)
 
 
 class StepProgress:
@@ -151,10 +152,9 @@ def _write_reports(args: argparse.Namespace, settings: Settings,
                   if w.wanted is not None and w.wanted(getattr(settings, w.option), os.environ)]
     if not publishers and all(path is None for _, _, path in outputs):
         return
-    # One test per checked step, as the session report writes them (a leak or a raising
-    # step is a failed test).
-    tests = [CheckedTest(r.name, "failed" if (r.leaked or r.error) else "passed", [r.to_dict()])
-             for r in results]
+    # One test per checked step, as the session report writes them: failed or passed as
+    # pytest would end it (a leak, a raising step and an unmeasured check fail).
+    tests = [CheckedTest(r.name, outcome_of(r.status), [r.to_dict()]) for r in results]
     document = build_document(tests, generated_by="graphleak check", notes=notes)
     environment = describe_run(args.command_line, os.getcwd(), started, time.time())
     run = Run(environment=environment, locations=locations, rss_tolerance=settings.rss_tolerance)

@@ -40,7 +40,6 @@ from pytest_graphleak.options import Settings
 from pytest_graphleak.plugin.terminal import detail_lines
 from pytest_graphleak.report.environment import describe_run
 from pytest_graphleak.report.json_doc import (
-    STATUSES,
     CheckedTest,
     build_document,
     dumps,
@@ -51,6 +50,8 @@ from pytest_graphleak.report.output_paths import Output, OutputPathError, check_
 from pytest_graphleak.report.scale import BYTES_PER_STEP, noise_of, sparkline
 from pytest_graphleak.report.writers import WRITER_OPTIONS, WRITERS, Run, Writer
 from pytest_graphleak.result import CheckResult
+from pytest_graphleak.status import STATUSES
+from pytest_graphleak.status import TABLE as STATUS_TABLE
 from pytest_graphleak.verdict import slowest_leak_text
 
 #: pytest 8 and later read a ``(word, markup)`` status word wherever they print it;
@@ -362,13 +363,17 @@ def summary_lines(
     return lines
 
 
+#: The terminal's word of each status (``status.TABLE``), padded, and its colours.
+_MARKUP: dict[str, dict[str, bool]] = {
+    "leaked": {"red": True, "bold": True},
+    "warned": {"yellow": True, "bold": True},
+    "xfailed": {"yellow": True},
+    "error": {"red": True},
+    "unmeasured": {"red": True},
+    "clean": {"green": True},
+}
 _STATUS_STYLE: dict[str, tuple[str, dict[str, bool]]] = {
-    "leaked": ("LEAKED ", {"red": True, "bold": True}),
-    "warned": ("WARNING", {"yellow": True, "bold": True}),
-    "xfailed": ("XFAIL  ", {"yellow": True}),
-    "error": ("ERROR  ", {"red": True}),
-    "unmeasured": ("UNMEASURED", {"red": True}),
-    "clean": ("clean  ", {"green": True}),
+    row.word: (f"{row.label:<7}", _MARKUP[row.word]) for row in STATUS_TABLE
 }
 
 

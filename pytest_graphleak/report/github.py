@@ -24,6 +24,7 @@ from typing import Any
 
 from pytest_graphleak.metrics import format_rate
 from pytest_graphleak.patterns import FIXES
+from pytest_graphleak.status import STATUSES, status_of_dict, status_of_test
 
 
 @dataclass(frozen=True)
@@ -31,7 +32,7 @@ class Row:
     """One line of the gate: a checked test's check, or a finding of another kind."""
 
     test: str  # pytest node id, or the checked step's name
-    status: str  # leaked, warned, xfailed, error, unmeasured, clean (json_doc.STATUSES)
+    status: str  # leaked, warned, xfailed, error, unmeasured, clean (status.STATUSES)
     title: str  # after "graphleak: ": the pattern, or "unmeasured"
     file: str  # absolute (or relative to the current directory); "" when unknown
     line: int  # 1-based; 0 when unknown
@@ -86,10 +87,8 @@ def document_rows(
 
 
 def _status(test: Mapping[str, Any], check: Mapping[str, Any]) -> str:
-    """This check's status, by the document's rule for a test (``CheckedTest.status``)."""
-    from pytest_graphleak.report.json_doc import CheckedTest
-
-    return CheckedTest(str(test["nodeid"]), str(test["outcome"]), [dict(check)]).status
+    """This check's status, by the one rule for a test (``status.status_of_test``)."""
+    return status_of_test([status_of_dict(check)], str(test["outcome"]))
 
 
 def _check_row(
@@ -188,7 +187,8 @@ def _property(text: str) -> str:
 
 
 # -- the step summary ----------------------------------------------------------------
-_ORDER = {"leaked": 0, "unmeasured": 1, "error": 2, "warned": 3, "xfailed": 4, "clean": 5}
+#: Rows and counts in the one status order (``status.STATUSES``, worst first).
+_ORDER = {word: number for number, word in enumerate(STATUSES)}
 
 
 def step_summary(rows: Sequence[Row], workspace: str) -> str:

@@ -27,22 +27,18 @@ from pytest_graphleak.metrics import format_amount, format_rate
 from pytest_graphleak.patterns import FALLBACK, FIXES, MEANINGS
 from pytest_graphleak.report.dot import diagnosis_dot, render_svg
 from pytest_graphleak.report.graph_svg import chain_svg, cycle_svg
-from pytest_graphleak.report.json_doc import STATUSES, file_head
+from pytest_graphleak.report.json_doc import file_head
 from pytest_graphleak.report.scale import BYTES_PER_STEP, noise_of
 from pytest_graphleak.report.svg import series_chart
 from pytest_graphleak.result import display_path
+from pytest_graphleak.status import STATUSES
+from pytest_graphleak.status import TABLE as STATUS_TABLE
 
 #: Renders DOT text to an inline ``<svg>``; None means "show the DOT text instead".
 DotRenderer = Callable[[str], "str | None"]
 
-_STATUS_WORDS = {
-    "leaked": "LEAKED",
-    "warned": "LEAK (warning only)",
-    "xfailed": "LEAK (expected: xfail)",
-    "error": "STEP RAISED",
-    "unmeasured": "NOT MEASURED",
-    "clean": "clean",
-}
+#: The badge of each status: its word in the terminal (``status.TABLE``).
+_STATUS_WORDS = {row.word: row.label for row in STATUS_TABLE}
 
 _STATUS_ORDER = {status: number for number, status in enumerate(STATUSES)}
 

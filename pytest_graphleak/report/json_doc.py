@@ -20,12 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from pytest_graphleak.metrics import finite
+from pytest_graphleak.status import STATUSES, status_of_dict, status_of_test
 
 #: Version of the document layout (``"schema"`` key); bump on incompatible changes.
 DOCUMENT_SCHEMA_VERSION = 1
 
-#: A test's status in the reports, from its checks and its pytest outcome.
-STATUSES = ("leaked", "warned", "xfailed", "error", "unmeasured", "clean")
 
 
 @dataclass
@@ -44,16 +43,8 @@ class CheckedTest:
         but the test passed (warn-only mode, or the GraphLeakError was caught);
         ``xfailed``: a check leaked and the test was expected to fail;
         ``error``: a step raised; ``unmeasured``: a check's probes measured nothing the
-        step uses, so it has no verdict; ``clean`` otherwise."""
-        if any(check.get("leaked") for check in self.checks):
-            if self.outcome == "failed":
-                return "leaked"
-            return "xfailed" if self.outcome == "xfailed" else "warned"
-        if any(check.get("error") for check in self.checks):
-            return "error"
-        if any(check.get("unmeasured") for check in self.checks):
-            return "unmeasured"
-        return "clean"
+        step uses, so it has no verdict; ``clean`` otherwise (the rule: ``status.py``)."""
+        return status_of_test((status_of_dict(check) for check in self.checks), self.outcome)
 
 
 def metric_summary(check: Mapping[str, Any]) -> dict[str, dict[str, Any]]:

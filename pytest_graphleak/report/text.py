@@ -14,6 +14,7 @@ from pytest_graphleak.metrics import format_amount, format_rate
 from pytest_graphleak.patterns import FALLBACK, FIXES, MEANINGS
 from pytest_graphleak.report.scale import noise_of, sparkline
 from pytest_graphleak.result import CheckResult, CreationSite, Growth, display_path
+from pytest_graphleak.status import BY_WORD as STATUS_WORDS
 from pytest_graphleak.verdict import slowest_leak_text
 
 #: Series longer than this are shown as head ... tail.
@@ -22,12 +23,13 @@ _MAX_SHOWN = 24
 
 def render_text(result: CheckResult) -> str:
     """The report of one check: what grew, from what to what, the pattern and the fix."""
-    if result.error:
+    status = result.status  # the one rule: a leak outranks an error, an error no verdict
+    if status == "error":
         return f"graphleak: {result.name}: the step raised {result.error}"
     notes = [f"  note: {note}" for note in result.notes]
-    if result.unmeasured and not result.leaked:
+    if status == "unmeasured":
         return f"graphleak: {result.name}: not measured, so no verdict: {result.unmeasured}"
-    if not result.leaked:
+    if status == "clean":
         return "\n".join([f"graphleak: {result.name}: no leak ({result.verdict.reason})", *notes])
     pattern = result.pattern or FALLBACK
     lines = [
@@ -91,34 +93,37 @@ def compact_series(values: Sequence[float], warmup: int, unit: str = "objects") 
 
 
 def verdict_line(result: CheckResult) -> str:
-    """One line: LEAK / UNMEASURED / CLEAN / ERROR, the name, and why."""
-    if result.error:
-        # An import failure says so itself ("importing x.py raised ..."); a step's error
-        # is its exception ("ValueError: ... at step 3").
-        raised = "" if result.error.startswith("importing ") else "the step raised "
-        return f"ERROR {result.name}: {raised}{result.error}"
-    if result.leaked:
+    """One line: the status's word (LEAKED / ERROR / UNMEASURED / CLEAN), the name, why."""
+    status = result.status
+    label = STATUS_WORDS[status].label
+    if status == "leaked":
         grown = ", ".join(
             f"{g.metric} {format_rate(g.per_step, result.units.get(g.metric, 'objects'))}"
             for g in result.verdict.growths
         )
-        return f"LEAK  {result.name}: {result.pattern} ({grown})"
-    if result.unmeasured:
-        return f"UNMEASURED {result.name}: no verdict: {result.unmeasured}"
+        return f"{label} {result.name}: {result.pattern} ({grown})"
+    if status == "error":
+        # An import failure says so itself ("importing x.py raised ..."); a step's error
+        # is its exception ("ValueError: ... at step 3").
+        error = str(result.error)
+        raised = "" if error.startswith("importing ") else "the step raised "
+        return f"{label} {result.name}: {raised}{error}"
+    if status == "unmeasured":
+        return f"{label} {result.name}: no verdict: {result.unmeasured}"
     period = result.verdict.slowest_leak_steps
     catches = f"; catches {slowest_leak_text(period)} or faster" if period else ""
     return (
-        f"CLEAN {result.name}: nothing grew over {result.steps} steps after "
+        f"{label} {result.name}: nothing grew over {result.steps} steps after "
         f"{result.warmup} warmup{catches} ({result.duration_s:.1f} s)"
     )
 
 
 def render_result(result: CheckResult) -> str:
     """The full terminal report of one result."""
-    if result.leaked:
+    if result.status == "leaked":
         return render_text(result)
     lines = [verdict_line(result)]
-    if result.verdict.reason and not result.error and not result.unmeasured:
+    if result.verdict.reason and result.status == "clean":
         lines.append(f"  {result.verdict.reason}")
     lines.extend(metric_rows(result))
     return "\n".join(lines)
