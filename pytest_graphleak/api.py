@@ -31,6 +31,7 @@ from pytest_graphleak.pipeline import (
 )
 from pytest_graphleak.report.text import render_text
 from pytest_graphleak.result import CheckResult
+from pytest_graphleak.verdict import fewest_steps, too_few_steps_text
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -195,11 +196,11 @@ class Track:
             return
         if not check.active:
             return  # judged inside the loop (steps=N)
-        if check.calls - warmup < 1 or check.calls < 2:
+        if check.calls - warmup < fewest_steps(warmup):
             check.close()
             raise ValueError(
-                f"{check.name}: track(warmup={warmup}) saw {check.calls} t.step() calls; "
-                f"it needs at least warmup + 2 (and warmup + 12 to catch slow leaks)"
+                f"{check.name}: track() saw {check.calls} t.step() calls; "
+                f"{too_few_steps_text(warmup)}"
             )
         check.finish()
 

@@ -41,6 +41,7 @@ from pytest_graphleak.options import Settings
 from pytest_graphleak.pipeline import GraphLeakError, GraphLeakWarning
 from pytest_graphleak.report.text import render_text
 from pytest_graphleak.result import CheckResult
+from pytest_graphleak.verdict import fewest_steps, too_few_steps_text
 
 #: "return": only give the result back (``track()`` outside pytest without raise_on_leak).
 ON_LEAK = ("raise", "warn", "return")
@@ -164,11 +165,11 @@ class LoopCheck:
         self._length = int(length) if length is not None and 0 < length < math.inf else None
         self._roots = roots or dict
         self._judge_at = self._plan(first=True)
-        if self._judge_at is not None and self._judge_at - self.settings.warmup < 2:
+        warmup = self.settings.warmup
+        if self._judge_at is not None and self._judge_at - warmup < fewest_steps(warmup):
             raise ValueError(
-                f"{self.name}: the loop runs {self._length} steps, but warmup="
-                f"{self.settings.warmup} needs at least warmup + 2 (and warmup + 12 to "
-                "catch slow leaks)"
+                f"{self.name}: the loop runs {self._length} steps, but "
+                f"{too_few_steps_text(warmup)}"
             )
         self._begin_sampler(warmup=self.settings.warmup, start_objects=start_objects)
         self._maybe_record_next()
@@ -196,7 +197,9 @@ class LoopCheck:
             planned = start + warm + self.steps
             return planned if length is None else min(planned, length)
         planned = start + warm + self._span
-        if length is not None and length - planned < (ROLLING_TAIL if self.rolling else 2):
+        if length is not None and length - planned < (
+            ROLLING_TAIL if self.rolling else fewest_steps(0)
+        ):
             planned = length  # fold a short tail into this window
         return planned
 
@@ -224,13 +227,12 @@ class LoopCheck:
             return None
         measured = self._calls - self._window_start - self._window_warmup
         short = self.rolling and self.results and measured < ROLLING_TAIL
-        if self._calls - self._window_start < 2 or measured < 1 or short:
+        if measured < fewest_steps(self._window_warmup) or short:
             self.close()
             if not self.results:
                 raise ValueError(
-                    f"{self.name}: the loop ended after {self._calls} steps; warmup="
-                    f"{self.settings.warmup} needs at least warmup + 2 (and warmup + 12 to "
-                    "catch slow leaks)"
+                    f"{self.name}: the loop ended after {self._calls} steps; "
+                    f"{too_few_steps_text(self.settings.warmup)}"
                 )
             return None
         return self._judge(at_end=True)

@@ -32,6 +32,7 @@ from typing import Any, Literal, TypedDict
 
 from pytest_graphleak.engine.tracker import START_SCANS
 from pytest_graphleak.probes import PROBE_NAMES
+from pytest_graphleak.verdict import fewest_steps, steps_to_catch
 
 DEFAULT_STEPS = 16
 DEFAULT_WARMUP = 3
@@ -172,7 +173,8 @@ OPTIONS: tuple[Option, ...] = (
            frozenset({"pytest"}), "--graphleak", "graphleak", _bool),
     Option("steps", "int", DEFAULT_STEPS,
            f"measured steps per checked test, after warmup (default: {DEFAULT_STEPS}; "
-           "12 or more catch a leak of one object every third step)",
+           f"{steps_to_catch(3)} or more catch a leak of one object every third step, "
+           f"{steps_to_catch(5)} or more every fifth)",
            _PER_CHECK, "--graphleak-steps", "graphleak_steps",
            _int_at_least(1), metavar="N", command_flag="--steps"),
     Option("warmup", "int", DEFAULT_WARMUP,
@@ -270,7 +272,7 @@ class CallbackOptions(_StepOptions, total=False):
 
 def _can_flag_a_leak(settings: Settings, where: str) -> None:
     """One sample (steps=1 after no warmup) has nothing to be compared with."""
-    if settings.steps == 1 and settings.warmup == 0:
+    if settings.steps < fewest_steps(settings.warmup):
         raise OptionError(
             f"{where}: steps=1 with warmup=0 can never flag a leak (a single sample has "
             "nothing to be compared with; steps from "

@@ -78,6 +78,31 @@ def max_leak_period(steps: int) -> int:
     return max(1, min(max(3, steps // 3), settles_refuted))
 
 
+def steps_to_catch(period: int) -> int:
+    """The fewest measured steps that catch one more object every ``period`` steps for
+    sure (``max_leak_period`` inverted): 1 -> 1, 2 -> 5, 3 -> 7, 5 -> 15."""
+    steps = 1
+    while max_leak_period(steps) < period:
+        steps += 1
+    return steps
+
+
+def fewest_steps(warmup: int) -> int:
+    """The fewest measured steps a verdict can judge: one, compared with the last warmup
+    step's sample; two without warmup (one sample alone has nothing to be compared with).
+    Every front end (options, ``check``, ``track``, the loops and callbacks) asks here."""
+    return 1 if warmup >= 1 else 2
+
+
+def too_few_steps_text(warmup: int) -> str:
+    """What a too-short run needed, for its error message."""
+    needed = warmup + fewest_steps(warmup)
+    return (
+        f"warmup={warmup} needs at least {needed} steps (warmup + {fewest_steps(warmup)}), "
+        f"and warmup + {steps_to_catch(3)} to catch a leak of one object every third step"
+    )
+
+
 def slowest_leak_text(period: int) -> str:
     """``5`` -> ``"1 object every 5 steps"``: the slowest leak a verdict catches for sure."""
     return "1 object per step" if period == 1 else f"1 object every {period} steps"

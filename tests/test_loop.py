@@ -163,9 +163,30 @@ def test_bad_arguments_and_a_run_too_short_say_what_is_wrong() -> None:
     with pytest.raises(ValueError, match="on_leak must be"):
         LoopCheck(Settings(), name="cb", on_leak="explode")
     check = LoopCheck(Settings(warmup=3), name="cb")
-    with pytest.raises(ValueError, match="the loop runs 4 steps"):
-        check.start(length=4)
+    with pytest.raises(ValueError, match=r"the loop runs 3 steps, but warmup=3 needs at "
+                       r"least 4 steps \(warmup \+ 1\), and warmup \+ 7 to catch"):
+        check.start(length=3)
     assert gc.isenabled() and not check.active
+
+
+def test_one_minimum_for_a_loop_its_end_and_track() -> None:
+    """warmup + 1 steps (one measured step against the last warmup sample) is enough
+    everywhere: the loop's start refused it while its end and track() took it."""
+    from pytest_graphleak import track
+
+    check = LoopCheck(Settings(warmup=2, steps=1), name="short loop")
+    check.start(length=3)
+    for _ in range(3):
+        check.after_step()
+    assert [r.steps for r in check.results] == [1] and not check.active
+    with track(warmup=2) as t:
+        for _ in range(3):
+            t.step()
+    assert t.result is not None and t.result.steps == 1
+    too_short = r"saw 2 t.step\(\) calls; warmup=2 needs at least 3"
+    with pytest.raises(ValueError, match=too_short), track(warmup=2) as t:
+        for _ in range(2):
+            t.step()
 
 
 def test_a_check_left_open_is_closed_and_gc_restored() -> None:

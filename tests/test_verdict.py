@@ -213,3 +213,15 @@ def test_a_new_probes_metric_is_judged_by_its_declaration_alone() -> None:
     assert not quiet.leaked
     with pytest.raises(ValueError, match=r"'jax\.arrays' has no declaration"):
         judge({"jax.arrays": leak_every(1)}, OBJ, warmup=3)
+
+
+def test_steps_to_catch_inverts_max_leak_period_and_the_steps_help_agrees() -> None:
+    from pytest_graphleak.options import OPTIONS_BY_KEY
+    from pytest_graphleak.verdict import fewest_steps, max_leak_period, steps_to_catch
+
+    for period in range(1, 8):
+        steps = steps_to_catch(period)
+        assert max_leak_period(steps) >= period > max_leak_period(steps - 1) or steps == 1
+    assert [fewest_steps(w) for w in (0, 1, 3)] == [2, 1, 1]
+    # The help said "12 or more catch a leak of one object every third step": 7 do.
+    assert "7 or more catch a leak of one object every third step" in OPTIONS_BY_KEY["steps"].help
