@@ -8,6 +8,7 @@ does). Results travel on the call-phase report as ``report.graphleak``: a list o
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import inspect
@@ -25,7 +26,7 @@ from pytest_graphleak.engine import tracker
 from pytest_graphleak.heap.usercode import is_pytest_module
 from pytest_graphleak.options import CheckOptions, OptionError, Settings, TrackOptions
 from pytest_graphleak.pipeline import GraphLeakError, GraphLeakWarning, UnmeasuredError
-from pytest_graphleak.plugin import terminal
+from pytest_graphleak.plugin import async_tests, terminal
 from pytest_graphleak.plugin.failure_repr import one_line_repr
 from pytest_graphleak.plugin.pytest_held import PytestHeld
 from pytest_graphleak.plugin.subtests_once import subtests_reported_once
@@ -236,8 +237,15 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, None]:
     # released before every sample of a check in this test: it is not the user's leak.
     held = PytestHeld(item)
     tracker.BEFORE_SAMPLE.append(held.release)
+    checked_async = _checks_marker(item) and async_tests.is_async_test(item)
     try:
-        yield
+        with contextlib.ExitStack() as during:
+            if checked_async:
+                during.enter_context(async_tests.anyio_steps(item))
+            outcome = yield
+        if checked_async and outcome.excinfo is None and not item.stash.get(RESULTS_KEY, None):
+            # A plugin ran the coroutine itself, once: no silent pass.
+            pytest.fail(async_tests.unchecked_refusal(item, MARKER), pytrace=False)
     finally:
         tracker.BEFORE_SAMPLE.remove(held.release)
         held.close()
@@ -247,6 +255,15 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, None]:
         from pytest_graphleak.loop import close_open_checks
 
         close_open_checks()  # a loop that raised through a framework left one open
+
+
+def _checks_marker(item: pytest.Item) -> bool:
+    """A marked test that ``--graphleak`` checks in this process (not on spawned ranks)."""
+    return (
+        item.stash.get(ITEM_SETTINGS_KEY, None) is not None
+        and item.stash.get(WORLD_SIZE_KEY, 1) == 1
+        and settings_of(item.config).enabled
+    )
 
 
 #: The test whose call phase is running (a list: nothing outlives the call).
