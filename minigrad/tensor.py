@@ -112,16 +112,24 @@ def grad_edge(t: Tensor) -> Node | None:
     return None
 
 
+#: numpy dtype kinds a tensor can hold: bool, signed, unsigned, float, complex.
+_NUMERIC_KINDS = frozenset("biufc")
+
+
 def _as_array(data: Any, dtype: Any) -> np.ndarray:
     if isinstance(data, Tensor):
         return np.array(data._impl.data, dtype=dtype)  # a new tensor never aliases another
     if isinstance(data, np.ndarray):
-        return data if dtype is None else data.astype(dtype, copy=False)
-    arr = np.asarray(data, dtype=dtype)
-    if dtype is None and arr.dtype == np.float64:
-        arr = arr.astype(np.float32)  # Python floats default to float32, as in torch
-    if arr.dtype == object:
-        raise TypeError(f"mg.Tensor: cannot make a tensor from {type(data).__name__} {data!r}")
+        arr = data if dtype is None else data.astype(dtype, copy=False)
+    else:
+        arr = np.asarray(data, dtype=dtype)
+        if dtype is None and arr.dtype == np.float64:
+            arr = arr.astype(np.float32)  # Python floats default to float32, as in torch
+    if arr.dtype.kind not in _NUMERIC_KINDS:  # text, bytes, objects, dates: as torch refuses
+        raise TypeError(
+            f"mg.Tensor: cannot make a tensor from {type(data).__name__} {data!r} "
+            f"(numpy dtype {arr.dtype}): tensors hold numbers or booleans"
+        )
     return arr
 
 

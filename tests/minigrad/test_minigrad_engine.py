@@ -346,3 +346,15 @@ def test_optimizer_and_module_argument_errors() -> None:
         model.load_state_dict({})
     model.load_state_dict(state)
     assert model.num_parameters() == 2 * 3 + 3 + 3 + 1
+
+
+@pytest.mark.parametrize("data", ["abc", ["a", "b"], b"xy", np.array(["a"]), [object()],
+                                  np.array(["2024-01-01"], dtype="datetime64[D]")])  # fmt: skip
+def test_a_tensor_holds_numbers_only(data: object) -> None:
+    with pytest.raises(TypeError, match="mg.Tensor: cannot make a tensor from"):
+        mg.Tensor(data)
+
+
+def test_numbers_booleans_and_complex_make_tensors() -> None:
+    for data in (1, 2.5, True, [1, 2], np.array([1 + 2j]), np.arange(3, dtype=np.uint8)):
+        assert mg.Tensor(data).shape == np.shape(data)
