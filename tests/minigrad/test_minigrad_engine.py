@@ -351,7 +351,7 @@ def test_optimizer_and_module_argument_errors() -> None:
 @pytest.mark.parametrize("data", ["abc", ["a", "b"], b"xy", np.array(["a"]), [object()],
                                   np.array(["2024-01-01"], dtype="datetime64[D]")])  # fmt: skip
 def test_a_tensor_holds_numbers_only(data: object) -> None:
-    with pytest.raises(TypeError, match="mg.Tensor: cannot make a tensor from"):
+    with pytest.raises(TypeError, match=r"mg\.Tensor: cannot make a tensor from"):
         mg.Tensor(data)
 
 
