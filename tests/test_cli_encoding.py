@@ -5,6 +5,7 @@ encoding of a real stdout is what is tested."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -61,3 +62,20 @@ def test_check_and_report_on_a_narrow_stdout(tmp_path: Path, encoding: str) -> N
 def test_look_alikes() -> None:
     assert "".join(map(ascii_look_alike, "▁▂▃▄▅▆▇█")) == "_.-=+*%#"
     assert [ascii_look_alike(c) for c in "—→é€a"] == ["--", "->", "e", "?", "a"]
+
+
+class _Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_dumb_terminal_gets_no_redrawn_lines(monkeypatch: pytest.MonkeyPatch) -> None:
+    """TERM=dumb (an editor's shell, a CI log viewer) cannot erase a line: the check's
+    step counter and the demo's status line stay off, as in a pipe."""
+    from pytest_graphleak.cli.check_cmd import _is_terminal
+    from pytest_graphleak.demo.progress import Display
+
+    monkeypatch.setenv("TERM", "xterm")
+    assert _is_terminal(_Tty()) and Display(_Tty()).live
+    monkeypatch.setenv("TERM", "dumb")
+    assert not _is_terminal(_Tty()) and not Display(_Tty()).live

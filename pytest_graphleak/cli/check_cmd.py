@@ -110,6 +110,10 @@ class StepProgress:
 
 
 def _is_terminal(stream: TextIO) -> bool:
+    """A terminal that redraws a line (``\r``, erase-line): not a pipe, not TERM=dumb (an
+    editor's shell, a CI log viewer), as the demo decides."""
+    if os.environ.get("TERM") == "dumb":
+        return False
     try:
         return stream.isatty()
     except (AttributeError, ValueError):  # a closed or replaced stream
