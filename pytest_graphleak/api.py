@@ -137,6 +137,7 @@ class Track:
         self._check.scoped = True  # ended by __exit__, even with a track() nested inside
         self._on_result = on_result
         self._entered = False
+        self._exited = False
 
     @property
     def calls(self) -> int:
@@ -166,7 +167,7 @@ class Track:
         """Mark the end of one step: collect garbage and sample every probe."""
         __tracebackhide__ = True
         check = self._check
-        if not self._entered or (not check.active and check.result is None):
+        if not self._entered or self._exited:
             raise RuntimeError("t.step() called outside its `with graphleak.track() as t:` block")
         check.after_step()
 
@@ -177,6 +178,7 @@ class Track:
         tb: TracebackType | None,
     ) -> None:
         __tracebackhide__ = True
+        self._exited = True
         check = self._check
         warmup = check.settings.warmup
         if exc is not None:
@@ -195,7 +197,8 @@ class Track:
                     self._on_result(error)
             return
         if not check.active:
-            return  # judged inside the loop (steps=N)
+            check.finish()  # judged inside the loop: a leak watched after it is reported
+            return
         if check.calls - warmup < fewest_steps(warmup):
             check.close()
             raise ValueError(

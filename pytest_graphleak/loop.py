@@ -56,6 +56,17 @@ LATER_STEPS = 2
 #: measured steps a series that settles looks like a slow leak (see ``verdict``).
 ROLLING_TAIL = 5
 
+#: Why a loop's leak has no ``stored at:`` line (the diagnosis's notes).
+LOOP_ENDED = (
+    "the loop ended at the judged step: no later step ran in which to see the line that "
+    "stores the leak (stored at)"
+)
+LOOP_RAISED = "the loop raised during the step after the judged one: no stored-at line"
+NOT_STORED_NEXT_STEP = (
+    "no user line changed the holder during the loop's next step, so no stored-at line "
+    "(stored less often than once a step, or by library code that no user line calls)"
+)
+
 #: Checks started and not yet ended (gc is disabled and frozen while one is open).
 _OPEN: list[LoopCheck] = []
 
@@ -130,6 +141,8 @@ class LoopCheck:
         self._window_began = 0.0
         self._leaks = 0
         self._last_recorded = 0
+        #: a judged leak and the holder's watch, reported after the next step
+        self._pending: tuple[CheckResult, Any] | None = None
         #: Ended by its own ``with`` block (``track()``), never as a leftover of another.
         self.scoped = False
 
@@ -206,6 +219,8 @@ class LoopCheck:
     def after_step(self) -> CheckResult | None:
         """Sample after one step; at the planned step, judge (and raise or warn)."""
         __tracebackhide__ = True
+        if self._pending is not None:
+            self._settle(note=None, report=True)
         if self._done or self._sampler is None:
             return None  # past the judged step: not measured
         self._calls += 1
@@ -223,6 +238,8 @@ class LoopCheck:
     def finish(self) -> CheckResult | None:
         """The loop ended: judge the open window if it has two measured steps or more."""
         __tracebackhide__ = True
+        if self._pending is not None:
+            self._settle(note=LOOP_ENDED, report=True)
         if self._sampler is None:
             return None
         measured = self._calls - self._window_start - self._window_warmup
@@ -238,7 +255,10 @@ class LoopCheck:
         return self._judge(at_end=True)
 
     def close(self) -> None:
-        """End measuring without a verdict (the loop raised); restores the gc state."""
+        """End measuring (the loop raised: no verdict on the open window, and a judged
+        leak is recorded without raising); restores the gc state."""
+        if self._pending is not None:
+            self._settle(note=LOOP_RAISED, report=False)
         if self._recorder is not None:
             self._recorder.close()
             self._recorder = None
@@ -294,6 +314,7 @@ class LoopCheck:
         recorder, self._recorder = self._recorder, None
         if verdict.leaked and recorder is not None and recorder.steps_recorded and not at_end:
             observation = recorder.observation(later_steps=self._calls - self._last_recorded)
+            observation.wants_follow = True  # the holder is watched during the next step
         if recorder is not None:
             recorder.close()
         if final or verdict.leaked:
@@ -308,23 +329,60 @@ class LoopCheck:
                 observation=observation, verdict=verdict,
             )  # fmt: skip
         finally:
+            follow = observation.follow if observation is not None else None
             if observation is not None:
+                observation.follow = None
                 observation.release()
+        watch = self._live_watch(follow) if follow is not None else None
         if at_end:
             self._add_note(result)
         if final:
             self.close()  # the sampler has ended: marks it done and lets go of the roots
         else:
             self._next_window(leaked=result.leaked)
+        if watch is not None:
+            # Reported after the next step, which shows the line that stores the leak.
+            self._pending = (result, watch)
+            watch.start()
+            return result
+        self._publish(result, report=True)
+        return result
+
+    def _live_watch(self, follow: tuple[Any, Any]) -> Any:
+        from pytest_graphleak.diagnose.stored import LiveWatch, root_reader
+
+        path, walker = follow
+        return LiveWatch(path, walker, root_reader(path, self._roots))
+
+    def _settle(self, *, note: str | None, report: bool) -> None:
+        """The judged step's leak, watched during the step after it: its ``stored at:``
+        lines (or a note saying why there are none), then reported."""
+        __tracebackhide__ = True
+        from pytest_graphleak.diagnose.sites import per_step
+
+        assert self._pending is not None
+        result, watch = self._pending
+        self._pending = None
+        changes = watch.stop()
+        diagnosis = result.diagnosis
+        if diagnosis is not None and changes:
+            diagnosis.stored_at = per_step(changes, 1)
+        elif diagnosis is not None:
+            diagnosis.notes.append(note or NOT_STORED_NEXT_STEP)
+        self._publish(result, report=report)
+
+    def _publish(self, result: CheckResult, *, report: bool) -> None:
+        __tracebackhide__ = True
         self.results.append(result)
         self._leaks += result.leaked
         if self._on_result is not None:
             self._on_result(result)
+        if not report:
+            return
         if result.leaked:
             self._report(result, GraphLeakError)
         elif result.unmeasured:  # no probe measured what the loop uses: not a clean verdict
             self._report(result, pipeline.UnmeasuredError)
-        return result
 
     def _end_sampler(self) -> None:
         sampler, self._sampler = self._sampler, None

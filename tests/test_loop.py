@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import sys
 import warnings
 
 import pytest
@@ -82,7 +83,34 @@ def test_track_without_steps_is_judged_inside_the_loop_before_teardown() -> None
     text = render_text(t.result)
     assert "held by: local 'module' -> Module.step_losses -> list(len=19) -> Tensor(" in text
     assert "loss = self.net(torch.randn(2, 4)).pow(2).mean()" in text and "teardown" not in text
-    assert t.result.name == "track()" and gc.isenabled()
+    # Watched during the step after the judged one: the line that stores it.
+    assert "stored at: " in text and "self.step_losses.append(loss)  (once per step)" in text
+    assert t.result.name == "track()" and gc.isenabled() and sys.gettrace() is None
+
+
+def test_a_loop_local_rebound_each_step_is_stored_by_the_loops_own_line() -> None:
+    net = torch.nn.Linear(4, 1)
+    total = torch.zeros(())
+    with track(warmup=2, steps=8) as t:
+        for _ in range(12):
+            total = total + net(torch.randn(2, 4)).sum()
+            t.step()
+    assert t.result is not None
+    text = render_text(t.result)
+    assert "held by: local 'total' -> Tensor(shape=(), grad_fn=AddBackward0)" in text
+    assert "stored at: " in text and "total = total + net(torch.randn(2, 4)).sum()" in text
+
+
+def test_a_loop_that_ends_at_the_judged_step_says_why_no_line_stores_it() -> None:
+    module = Module()
+    with track(warmup=2, steps=8) as t:
+        for _ in range(10):
+            module.step()
+            t.step()
+    assert t.result is not None and t.result.leaked
+    text = render_text(t.result)
+    assert "stored at" in text and "the loop ended at the judged step" in text
+    assert "stored at: " not in text and sys.gettrace() is None
 
 
 def test_a_rolling_check_judges_window_after_window_and_keeps_the_leak() -> None:

@@ -47,6 +47,9 @@ __all__ = ["diagnose"]
 
 _SIZED = (list, dict, set, frozenset, tuple)
 
+#: The patterns whose holder a user line stores (``stored at:``).
+STORING = ("list-accumulation", "retained-grad-fn")
+
 
 def diagnose(
     verdict: Verdict,
@@ -209,7 +212,7 @@ def _diagnose_with_step(
                 chain = render_chain(chain_path, walker) if chain_path is not None else []
             sites = _memory_sites(step, notes)
         stored = []
-        if watched is not None and pattern in ("list-accumulation", "retained-grad-fn"):
+        if watched is not None and pattern in STORING:
             stored = per_step(watched.stored, watched.steps)
         story, fix = tell(pattern, graph_grew=facts.graph_grew,
                           tensors=grown.tensors or tensors > 0,
@@ -217,8 +220,12 @@ def _diagnose_with_step(
         if pattern == "cycle" and cycle_fix:
             fix = cycle_fix
         dot = render_dot(chain_path, cycle_path, walker) or (seen.dot if seen else "")
-        return Diagnosis(pattern, chain=chain, cycle=cycle, sites=sites, notes=notes, dot=dot,
-                         stored_at=stored, story=story, fix=fix)  # fmt: skip
+        diagnosis = Diagnosis(pattern, chain=chain, cycle=cycle, sites=sites, notes=notes,
+                              dot=dot, stored_at=stored, story=story, fix=fix)  # fmt: skip
+        if step is None and obs.wants_follow and chain_path is not None and pattern in STORING:
+            obs.follow = (chain_path, walker)  # the loop watches it during its next step
+            chain_path = None
+        return diagnosis
     finally:
         if chain_path is not None:
             chain_path.clear()

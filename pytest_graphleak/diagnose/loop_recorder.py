@@ -85,6 +85,10 @@ class Observation:
     error: str | None = None
     #: What a loop's collections freed of its recorded objects (see ``LoopRecorder``).
     seen_cycle: SeenCycle | None = None
+    #: Set by a loop that can watch its next step: the diagnosis leaves the chain it
+    #: found in ``follow`` (path, walker) for ``stored.LiveWatch``, instead of freeing it.
+    wants_follow: bool = False
+    follow: Any = None
 
     def release(self) -> None:
         self.alive.clear()

@@ -18,15 +18,22 @@ are charged to the user line that called into it.
 The fingerprint holds the objects it compares (``is``, not ``id``: a freed object's id
 can be reused); everything is dropped when the watch returns. The caller's trace
 function (a debugger, coverage) is restored afterwards.
+
+A loop that cannot be re-run (``track()``, the framework callbacks) is watched live
+(``LiveWatch``): the loop's checker starts the watch after the judged step and stops it
+after the next one. Its frames already running (the loop's body) are traced too, and the
+chain's root is read again after every line (``root_reader``), so rebinding a loop
+local (``total = total + loss``) or a module global counts as storing.
 """
 
 from __future__ import annotations
 
 import contextlib
+import gc
 import sys
 import types
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,10 +76,18 @@ def _follow(obj: Any, edge: Edge) -> Any:
     return _MISSING
 
 
-def _fingerprint(path: Path, walker: ObjectEdges) -> list[Any]:
-    """What the chain's holder looks like now (see module docstring)."""
+def _fingerprint(
+    path: Path, walker: ObjectEdges, root: Callable[[], object] | None = None
+) -> list[Any]:
+    """What the chain's holder looks like now (see module docstring); ``root`` reads the
+    chain's root again (a rebound name holds a new object)."""
     parts: list[Any] = []
     current: Any = path.objects[0]
+    if root is not None:
+        current = root()
+        if current is _MISSING:
+            current = path.objects[0]
+        parts.append(current)
     for index in range(len(path.objects)):
         if isinstance(current, _SIZED):
             parts.append(len(current))
@@ -100,15 +115,18 @@ def _same(a: list[Any], b: list[Any]) -> bool:
 class _LineWatch:
     """The trace functions: fingerprint after every user line, charge changes to it."""
 
-    def __init__(self, path: Path, walker: ObjectEdges) -> None:
+    def __init__(
+        self, path: Path, walker: ObjectEdges, root: Callable[[], object] | None = None
+    ) -> None:
         self.path = path
         self.walker = walker
+        self.root = root
         self.last: Site | None = None
-        self.seen = _fingerprint(path, walker)
+        self.seen = _fingerprint(path, walker, root)
         self.changes: Counter[Site] = Counter()
 
     def check(self) -> None:
-        now = _fingerprint(self.path, self.walker)
+        now = _fingerprint(self.path, self.walker, self.root)
         if not _same(now, self.seen):
             if self.last is not None:
                 self.changes[self.last] += 1
@@ -167,3 +185,81 @@ def watch_holder(
         sys.settrace(previous)
         watch.seen = []
         sized.clear()
+
+
+def root_reader(
+    path: Path, given: Callable[[], Mapping[str, object]]
+) -> Callable[[], object] | None:
+    """How to read the chain's root again: from the loop's own roots (``local 'x'``, a
+    trainer), the module dict of a ``global 'x'`` or the cell of a ``closure 'x'``; None
+    when the root cannot be re-read (the first object then stands for it)."""
+    label, first = path.root_label, path.objects[0]
+    with contextlib.suppress(Exception):
+        if label in given():
+            return lambda: given().get(label, _MISSING)
+    kind, _, rest = label.partition(" ")
+    name = rest.strip("'")
+    if kind == "global":
+        for holder in gc.get_referrers(first):
+            if isinstance(holder, dict) and "__name__" in holder and holder.get(name) is first:
+                return lambda: holder.get(name, _MISSING)
+    elif kind == "closure":
+        for holder in gc.get_referrers(first):
+            if isinstance(holder, types.CellType):
+                return lambda: _cell_contents(holder)
+    return None
+
+
+def _cell_contents(cell: types.CellType) -> object:
+    try:
+        return cell.cell_contents
+    except ValueError:  # emptied
+        return _MISSING
+
+
+class LiveWatch:
+    """Watch the holder while a running loop's next step runs: ``start()`` after the
+    judged step, ``stop()`` after the next one. Traces the user's frames already running
+    (the loop's body) and those the step calls; the caller's trace function is restored
+    and the chain let go by ``stop()``."""
+
+    def __init__(
+        self, path: Path, walker: ObjectEdges, root: Callable[[], object] | None
+    ) -> None:
+        self._path = path
+        self._watch: _LineWatch | None = _LineWatch(path, walker, root)
+        self._previous: Any = None
+        self._frames: list[types.FrameType] = []
+        self.watching = False
+
+    def start(self) -> None:
+        watch = self._watch
+        assert watch is not None
+        self._previous = sys.gettrace()
+        frame = sys._getframe(1)
+        while frame is not None:
+            if is_user_file(frame.f_code.co_filename) and frame.f_trace is None:
+                frame.f_trace = watch.on_line
+                self._frames.append(frame)
+            frame = frame.f_back  # type: ignore[assignment]
+        sys.settrace(watch.on_call)
+        self.watching = True
+
+    def stop(self) -> Counter[Site]:
+        """The user lines after which the holder changed (empty: none, or not started)."""
+        watch, self._watch = self._watch, None
+        if self.watching:
+            sys.settrace(self._previous)
+        self.watching = False
+        for frame in self._frames:
+            frame.f_trace = None
+        self._frames.clear()
+        self._previous = None
+        if watch is None:
+            return Counter()
+        try:
+            watch.check()
+            return watch.changes
+        finally:
+            watch.seen = []
+            self._path.clear()

@@ -111,6 +111,7 @@ def test_a_kept_list_fails_inside_the_loop_naming_the_holder_and_the_line(
     assert "held by: pl_module -> Regressor.step_losses -> list(len=19) -> Tensor(" in text
     assert "created at: " in text and "test_lightning.py" in text
     assert "loss = torch.nn.functional.mse_loss(preds, y)" in text
+    assert "stored at: " in text and "self.step_losses.append(loss)  (once per step)" in text
     assert cb.result is info.value.result or cb.result == info.value.result
     assert recorded and recorded[-1].leaked and gc.isenabled()
 
