@@ -300,3 +300,27 @@ def test_the_marker_fails_a_rank_that_measured_nothing(pytester: pytest.Pytester
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q", "--graphleak")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*not measured on rank(s) 0, 1 of 2*"])
+
+
+def test_ranks_send_named_events_the_caller_handles_by_name() -> None:
+    """xdist-style events: a name plus keyword fields, each handled by ``Group.on_<name>``
+    with exactly those fields; the rank side imports nothing of the caller side."""
+    import ast
+    import inspect
+    import queue
+
+    from pytest_graphleak.distributed import caller, messages, rank
+
+    channel: queue.Queue[object] = queue.Queue()
+    messages.send(channel, "result", rank=1, index=0, result={"name": "x"})
+    assert channel.get_nowait() == ("result", {"rank": 1, "index": 0, "result": {"name": "x"}})
+    with pytest.raises(TypeError, match="expected \\('rank', 'index', 'result'\\)"):
+        messages.send(channel, "result", rank=1)
+    with pytest.raises(TypeError):
+        messages.send(channel, "finished", rank=1)
+    for name, fields in messages.EVENTS.items():
+        handler = getattr(caller.Group, f"on_{name}")
+        assert tuple(inspect.signature(handler).parameters)[1:] == fields
+    tree = ast.parse(Path(rank.__file__).read_text(encoding="utf-8"))
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert "pytest_graphleak.distributed.caller" not in imported
