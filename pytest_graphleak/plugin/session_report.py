@@ -35,24 +35,21 @@ from typing import Any
 import pytest
 
 from pytest_graphleak import options
-from pytest_graphleak.metrics import format_amount, format_rate
 from pytest_graphleak.options import Settings
-from pytest_graphleak.plugin.terminal import detail_lines
+from pytest_graphleak.plugin.terminal import summary_lines
 from pytest_graphleak.report.environment import describe_run
 from pytest_graphleak.report.json_doc import (
     CheckedTest,
     build_document,
     dumps,
-    metric_summary,
     write_text_atomic,
 )
+from pytest_graphleak.report.junit import junit_properties
 from pytest_graphleak.report.output_paths import Output, OutputPathError, check_outputs
-from pytest_graphleak.report.scale import BYTES_PER_STEP, noise_of, sparkline
+from pytest_graphleak.report.scale import BYTES_PER_STEP
 from pytest_graphleak.report.writers import WRITER_OPTIONS, WRITERS, Run, Writer
 from pytest_graphleak.result import CheckResult
 from pytest_graphleak.status import STATUSES
-from pytest_graphleak.status import TABLE as STATUS_TABLE
-from pytest_graphleak.verdict import slowest_leak_text
 
 #: pytest 8 and later read a ``(word, markup)`` status word wherever they print it;
 #: pytest 7 only while a report is logged (progress and verbose lines), and prints
@@ -308,83 +305,6 @@ class GraphleakSessionReport:
                 tr.write_line(f"ERROR: {problem}", red=True, bold=True)
 
 
-def summary_lines(
-    test: CheckedTest, width: int, warn_only: bool
-) -> list[tuple[str, dict[str, bool]]]:
-    """The terminal rows of one checked test: a head line with status, node id,
-    pattern and culprit, then each grown metric with start -> end, growth per step
-    and a sparkline of the whole series."""
-    lines: list[tuple[str, dict[str, bool]]] = []
-    for index, check in enumerate(test.checks):
-        name = test.nodeid
-        if len(test.checks) > 1:
-            label = check["name"] if check["name"] != test.nodeid else f"check {index + 1}"
-            name = f"{test.nodeid} [{label}]"
-        status = CheckedTest(test.nodeid, test.outcome, [check]).status  # of this check
-        word, markup = _STATUS_STYLE[status]
-        head = f"{word} {name}"
-        if check.get("leaked"):
-            head += f"  {check.get('pattern') or 'leak'}"
-            culprit = _culprit(check.get("diagnosis"))
-            if culprit:
-                head += f"  {culprit}"
-            if status == "warned":
-                head += "  (warn-only: not failed)" if warn_only else "  (test passed)"
-            elif status == "xfailed":
-                head += "  (expected to fail)"
-        elif check.get("error"):
-            head += f"  step raised: {check['error']}"
-        elif check.get("unmeasured"):
-            head += f"  not measured: {check['unmeasured']}"
-        else:
-            head += f"  ({check['steps']} steps after {check['warmup']} warmup{_reach(check)})"
-        lines.append((head, markup))
-        cells = [
-            (
-                metric,
-                f"{format_amount(info['start'], info['unit'])} -> "
-                f"{format_amount(info['end'], info['unit'])}",
-                format_rate(info["per_step"], info["unit"]),
-                sparkline(check["series"][metric], info["unit"], warmup=check["warmup"],
-                          noise=noise_of(metric)),
-            )
-            for metric, info in metric_summary(check).items()
-            if info["grew"]
-        ]
-        span = max((len(c[1]) for c in cells), default=0)
-        rate = max((len(c[2]) for c in cells), default=0)
-        lines.extend(
-            (f"    {m:<{width}}  {r:>{span}}  {g:>{rate}}  {spark}", {}) for m, r, g, spark in cells
-        )
-        # what the numbers cannot say (a count that is a lower bound)
-        lines.extend((f"    note: {note}", {"yellow": True}) for note in check.get("notes", []))
-        if status == "warned":  # no failure text shows these: the warning is one line
-            lines.extend((f"    {line}", {}) for line in detail_lines(check))
-    return lines
-
-
-#: The terminal's word of each status (``status.TABLE``), padded, and its colours.
-_MARKUP: dict[str, dict[str, bool]] = {
-    "leaked": {"red": True, "bold": True},
-    "warned": {"yellow": True, "bold": True},
-    "xfailed": {"yellow": True},
-    "error": {"red": True},
-    "unmeasured": {"red": True},
-    "clean": {"green": True},
-}
-_STATUS_STYLE: dict[str, tuple[str, dict[str, bool]]] = {
-    row.word: (f"{row.label:<7}", _MARKUP[row.word]) for row in STATUS_TABLE
-}
-
-
-def _reach(check: Mapping[str, Any]) -> str:
-    """``; catches 1 object every 5 steps``: the slowest leak a clean check could see."""
-    period = (check.get("verdict") or {}).get("slowest_leak_steps")
-    if not period:
-        return ""
-    return f"; catches {slowest_leak_text(int(period))} or faster"
-
-
 def _location(config: pytest.Config, report: pytest.TestReport) -> tuple[str, int]:
     """The test's file (absolute) and 1-based line, from pytest's report location."""
     path, lineno, _ = report.location
@@ -397,35 +317,6 @@ def _outcome(report: pytest.TestReport) -> str:
     if report.skipped and hasattr(report, "wasxfail"):
         return _XFAILED
     return report.outcome
-
-
-def _culprit(diagnosis: Mapping[str, Any] | None) -> str:
-    """The chain's last link (the leaked object), with the root it hangs from."""
-    chain: Sequence[str] = (diagnosis or {}).get("chain") or []
-    cycle: Sequence[str] = (diagnosis or {}).get("cycle") or []
-    if chain:
-        via = f" (from {chain[0]})" if len(chain) > 1 else ""
-        return f"held: {chain[-1]}{via}"
-    return f"cycle through {cycle[0]}" if cycle else ""
-
-
-def junit_properties(test: CheckedTest) -> list[tuple[str, str]]:
-    """JUnit XML properties of one test: status, pattern and every metric's growth per
-    step (``graphleak.<metric>.per_step``). With several checks in one test, each
-    check's names get its 1-based index: ``graphleak.2.<metric>.per_step``."""
-    properties = [("graphleak.status", test.status)]
-    several = len(test.checks) > 1
-    for index, check in enumerate(test.checks, start=1):
-        prefix = f"graphleak.{index}" if several else "graphleak"
-        if several:
-            properties.append((f"{prefix}.name", str(check["name"])))
-        properties.append((f"{prefix}.leaked", "true" if check.get("leaked") else "false"))
-        if check.get("pattern"):
-            properties.append((f"{prefix}.pattern", str(check["pattern"])))
-        for metric, info in metric_summary(check).items():
-            if info["per_step"] is not None:
-                properties.append((f"{prefix}.{metric}.per_step", f"{info['per_step']:.6g}"))
-    return properties
 
 
 def _configured_path(config: pytest.Config, settings: Settings, key: str) -> Path | None:

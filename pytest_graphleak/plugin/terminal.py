@@ -1,6 +1,7 @@
 """What a person reads in the terminal: the header line, the one-line message of a leak
-(pytest's short summary, the warn-only warning), the hint for marked tests that ran
-unchecked, and ``-v`` progress of long checks and diagnoses.
+(pytest's short summary, the warn-only warning), the rows of the ``graphleak report``
+summary section, the hint for marked tests that ran unchecked, and ``-v`` progress of long
+checks and diagnoses.
 
 Pure text from plain data, apart from ``Progress`` and ``warn_leak``, which write.
 """
@@ -18,11 +19,15 @@ from typing import Any
 
 from _pytest._code import code as _code
 
-from pytest_graphleak.metrics import format_amount
-from pytest_graphleak.patterns import BY_WORD, FIXES
+from pytest_graphleak.metrics import format_amount, format_rate
+from pytest_graphleak.patterns import BY_WORD, FALLBACK
 from pytest_graphleak.probes import METRICS
-from pytest_graphleak.report.text import site_text
-from pytest_graphleak.result import CheckResult, CreationSite
+from pytest_graphleak.report.json_doc import CheckedTest, metric_summary
+from pytest_graphleak.report.scale import noise_of, sparkline
+from pytest_graphleak.report.view import culprit, diagnosis_view
+from pytest_graphleak.result import CheckResult
+from pytest_graphleak.status import TABLE as STATUS_TABLE
+from pytest_graphleak.verdict import slowest_leak_text
 
 MARKER = "no_graph_growth"
 
@@ -114,21 +119,12 @@ def warn_leak(item: Any, result: CheckResult, category: type[Warning]) -> None:
 
 
 def detail_lines(check: Mapping[str, Any]) -> list[str]:
-    """The failure text's diagnosis lines for a check kept as plain data (what a warned
-    check shows in the summary section instead of a failure)."""
-    diagnosis = check.get("diagnosis") or {}
-    lines = []
-    if diagnosis.get("chain"):
-        lines.append("held by: " + " -> ".join(map(str, diagnosis["chain"])))
-    if diagnosis.get("cycle"):
-        lines.append("cycle: " + " -> ".join(map(str, diagnosis["cycle"])))
-    for label, key in (("created at", "sites"), ("stored at", "stored_at")):
-        for site in diagnosis.get(key) or []:
-            lines.append(f"{label}: {site_text(CreationSite(**site))}")
-    fix = diagnosis.get("fix") or FIXES.get(str(check.get("pattern")))
-    if fix:
-        lines.append(f"fix: {fix}")
-    return lines
+    """The failure text's diagnosis lines (held by, cycle, created at, stored at, fix) for
+    a check kept as plain data: what a warned check shows in the summary section instead
+    of a failure. The pattern heads the summary's line; notes have their own lines."""
+    pattern = str(check.get("pattern") or FALLBACK)
+    view = diagnosis_view(pattern, check.get("diagnosis"))
+    return [line.plain() for line in view if line.kind not in ("pattern", "note")]
 
 
 def unchecked_hint(reports: Iterable[Any]) -> str | None:
@@ -223,3 +219,81 @@ def colour_failure(longrepr: Any) -> None:
             if type(entry) is _code.ReprEntry and entry.style == "value":
                 fields = {f.name: getattr(entry, f.name) for f in dataclasses.fields(entry)}
                 entries[index] = ReprEntry(**fields)
+
+
+# -- the graphleak report section -----------------------------------------------------
+def summary_lines(
+    test: CheckedTest, width: int, warn_only: bool
+) -> list[tuple[str, dict[str, bool]]]:
+    """The terminal rows of one checked test: a head line with status, node id,
+    pattern and culprit, then each grown metric with start -> end, growth per step
+    and a sparkline of the whole series."""
+    lines: list[tuple[str, dict[str, bool]]] = []
+    for index, check in enumerate(test.checks):
+        name = test.nodeid
+        if len(test.checks) > 1:
+            label = check["name"] if check["name"] != test.nodeid else f"check {index + 1}"
+            name = f"{test.nodeid} [{label}]"
+        status = CheckedTest(test.nodeid, test.outcome, [check]).status  # of this check
+        word, markup = _STATUS_STYLE[status]
+        head = f"{word} {name}"
+        if check.get("leaked"):
+            head += f"  {check.get('pattern') or 'leak'}"
+            found = culprit(check.get("diagnosis"))
+            if found:
+                head += f"  {found}"
+            if status == "warned":
+                head += "  (warn-only: not failed)" if warn_only else "  (test passed)"
+            elif status == "xfailed":
+                head += "  (expected to fail)"
+        elif check.get("error"):
+            head += f"  step raised: {check['error']}"
+        elif check.get("unmeasured"):
+            head += f"  not measured: {check['unmeasured']}"
+        else:
+            head += f"  ({check['steps']} steps after {check['warmup']} warmup{_reach(check)})"
+        lines.append((head, markup))
+        cells = [
+            (
+                metric,
+                f"{format_amount(info['start'], info['unit'])} -> "
+                f"{format_amount(info['end'], info['unit'])}",
+                format_rate(info["per_step"], info["unit"]),
+                sparkline(check["series"][metric], info["unit"], warmup=check["warmup"],
+                          noise=noise_of(metric)),
+            )
+            for metric, info in metric_summary(check).items()
+            if info["grew"]
+        ]
+        span = max((len(c[1]) for c in cells), default=0)
+        rate = max((len(c[2]) for c in cells), default=0)
+        lines.extend(
+            (f"    {m:<{width}}  {r:>{span}}  {g:>{rate}}  {spark}", {}) for m, r, g, spark in cells
+        )
+        # what the numbers cannot say (a count that is a lower bound)
+        lines.extend((f"    note: {note}", {"yellow": True}) for note in check.get("notes", []))
+        if status == "warned":  # no failure text shows these: the warning is one line
+            lines.extend((f"    {line}", {}) for line in detail_lines(check))
+    return lines
+
+
+#: The terminal's word of each status (``status.TABLE``), padded, and its colours.
+_MARKUP: dict[str, dict[str, bool]] = {
+    "leaked": {"red": True, "bold": True},
+    "warned": {"yellow": True, "bold": True},
+    "xfailed": {"yellow": True},
+    "error": {"red": True},
+    "unmeasured": {"red": True},
+    "clean": {"green": True},
+}
+_STATUS_STYLE: dict[str, tuple[str, dict[str, bool]]] = {
+    row.word: (f"{row.label:<7}", _MARKUP[row.word]) for row in STATUS_TABLE
+}
+
+
+def _reach(check: Mapping[str, Any]) -> str:
+    """``; catches 1 object every 5 steps``: the slowest leak a clean check could see."""
+    period = (check.get("verdict") or {}).get("slowest_leak_steps")
+    if not period:
+        return ""
+    return f"; catches {slowest_leak_text(int(period))} or faster"

@@ -24,15 +24,20 @@ from pathlib import Path
 from typing import Any
 
 from pytest_graphleak.metrics import format_amount, format_rate
-from pytest_graphleak.patterns import FALLBACK, FIXES, MEANINGS
+from pytest_graphleak.patterns import FALLBACK
 from pytest_graphleak.report.dot import diagnosis_dot, render_svg
 from pytest_graphleak.report.graph_svg import chain_svg, cycle_svg
 from pytest_graphleak.report.json_doc import file_head
 from pytest_graphleak.report.scale import BYTES_PER_STEP, noise_of
 from pytest_graphleak.report.svg import series_chart
+from pytest_graphleak.report.view import ViewLine, diagnosis_view, to_change
 from pytest_graphleak.result import display_path
 from pytest_graphleak.status import STATUSES
 from pytest_graphleak.status import TABLE as STATUS_TABLE
+
+#: How each kind of diagnosis line is set (``report.view``).
+_VIEW_CSS = {"held-by": "mono", "cycle": "mono", "stored-at": "mono", "created-at": "mono",
+             "fix": "fix"}  # fmt: skip
 
 #: Renders DOT text to an inline ``<svg>``; None means "show the DOT text instead".
 DotRenderer = Callable[[str], "str | None"]
@@ -323,31 +328,22 @@ class _View:
         return "".join(parts)
 
     def what_to_change(self, check: Mapping[str, Any], diagnosis: Mapping[str, Any]) -> str:
-        """The lines to act on: pattern, held by, cycle, stored at, fix."""
+        """The lines to act on (``view.to_change``): pattern, held by, cycle, stored at, fix."""
         pattern = str(check.get("pattern") or FALLBACK)
-        why = str(diagnosis.get("story") or MEANINGS.get(pattern, ""))
-        rows = [("pattern", f"<strong>{escape(pattern)}</strong>"
-                 + (f" &middot; {escape(why)}" if why else ""), "")]  # fmt: skip
-        if diagnosis.get("chain"):
-            rows.append(("held by", escape(" -> ".join(map(str, diagnosis["chain"]))), "mono"))
-        if diagnosis.get("cycle"):
-            rows.append(("cycle", escape(" -> ".join(map(str, diagnosis["cycle"]))), "mono"))
-        for site in diagnosis.get("stored_at") or []:
-            rows.append(("stored at", escape(self.site_text(site)), "mono"))
-        if not diagnosis.get("stored_at"):
-            for site in (diagnosis.get("sites") or [])[:1]:
-                rows.append(("created at", escape(self.site_text(site)), "mono"))
-        fix = diagnosis.get("fix") or FIXES.get(pattern, "")
-        if fix:
-            rows.append(("fix", escape(str(fix)), "fix"))
+        lines = to_change(diagnosis_view(pattern, diagnosis, path=self.shown))
+        rows = [(line.label, self.view_cell(line), _VIEW_CSS.get(line.kind, "")) for line in lines]
         cells = "".join(f'<dt>{label}</dt><dd class="{css}">{text}</dd>' for label, text, css in rows)  # noqa: E501
         return f'<div class="change"><h3>what to change</h3><dl>{cells}</dl></div>'
 
-    def site_text(self, site: Mapping[str, Any]) -> str:
-        function = f" in {site['function']}" if site.get("function") else ""
-        via = f"  (via {site['via']})" if site.get("via") else ""
-        where = shown_path(str(site.get("filename", "")), self.root)
-        return f"{where}:{site.get('lineno', '')}{function}: {site.get('line', '')}{via}"
+    def view_cell(self, line: ViewLine) -> str:
+        """One line of the diagnosis view as HTML: the pattern word strong, then its meaning."""
+        if line.kind != "pattern":
+            return escape(line.text)
+        why = f" &middot; {escape(line.detail)}" if line.detail else ""
+        return f"<strong>{escape(line.text)}</strong>{why}"
+
+    def shown(self, filename: str) -> str:
+        return shown_path(filename, self.root)
 
     def outcome_lines(self, check: Mapping[str, Any]) -> str:
         parts = []

@@ -9,11 +9,14 @@ what was measured (``render_result``) otherwise.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import asdict
 
 from pytest_graphleak.metrics import format_amount, format_rate
-from pytest_graphleak.patterns import FALLBACK, FIXES, MEANINGS
+from pytest_graphleak.patterns import FALLBACK
 from pytest_graphleak.report.scale import noise_of, sparkline
-from pytest_graphleak.result import CheckResult, CreationSite, Growth, display_path
+from pytest_graphleak.report.view import diagnosis_view
+from pytest_graphleak.report.view import site_text as view_site_text
+from pytest_graphleak.result import CheckResult, CreationSite, Growth
 from pytest_graphleak.status import BY_WORD as STATUS_WORDS
 from pytest_graphleak.verdict import slowest_leak_text
 
@@ -45,31 +48,21 @@ def render_text(result: CheckResult) -> str:
         values = result.series.get(growth.metric, [])
         unit = result.units.get(growth.metric, "objects")
         lines.append(f"    {growth.metric:<{width}}  {compact_series(values, result.warmup, unit)}")
-    diagnosis = result.diagnosis
-    story = diagnosis.story if diagnosis is not None and diagnosis.story else None
-    lines.append(f"  pattern: {pattern} ({story or MEANINGS.get(pattern, '')})")
-    if diagnosis is not None:
-        if diagnosis.chain:
-            lines.append(f"  held by: {' -> '.join(diagnosis.chain)}")
-        if diagnosis.cycle:
-            lines.append(f"  cycle: {' -> '.join(diagnosis.cycle)}")
-        lines.extend(f"  created at: {site_text(s)}  ({s.count} per step)" for s in diagnosis.sites)
-        for site in diagnosis.stored_at:
-            times = "once" if site.count == 1 else f"{site.count} times"
-            lines.append(f"  stored at: {site_text(site)}  ({times} per step)")
-        lines.extend(f"  note: {note}" for note in diagnosis.notes)
-    lines.extend(notes)
-    fix = diagnosis.fix if diagnosis is not None and diagnosis.fix else FIXES.get(pattern, "")
-    lines.append(f"  fix: {fix}")
+    diagnosis = asdict(result.diagnosis) if result.diagnosis is not None else None
+    view = diagnosis_view(pattern, diagnosis)
+    for line in view:
+        if line.kind == "fix":
+            lines.extend(notes)  # the check's own notes (what it could not measure) before
+        lines.append(f"  {line.plain()}")
+    if not any(line.kind == "fix" for line in view):
+        lines.extend(notes)
     return "\n".join(lines)
 
 
 def site_text(site: CreationSite) -> str:
     """``path.py:42 in fn: <source line>  (via lib/module.py:7)``, the path relative to
     the working directory when the file is under it."""
-    in_function = f" in {site.function}" if site.function else ""
-    via = f"  (via {site.via})" if site.via else ""
-    return f"{display_path(site.filename)}:{site.lineno}{in_function}: {site.line}{via}"
+    return view_site_text(asdict(site))
 
 
 def _growth_row(result: CheckResult, growth: Growth, width: int) -> str:

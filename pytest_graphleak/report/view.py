@@ -1,0 +1,118 @@
+"""One view of a diagnosis: the ordered lines every surface draws.
+
+``diagnosis_view`` turns a check's pattern and diagnosis (plain data, as ``to_dict()``
+writes it) into tagged lines, in this order: pattern, held by, cycle, created at, stored
+at, note, fix. The failure text (``report.text``), the session summary (``plugin``), and
+the HTML page (``report.html``) only choose which kinds they show and format or colour
+them by ``kind``; none of them words a line itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pytest_graphleak.patterns import FIXES, MEANINGS
+from pytest_graphleak.result import display_path
+
+Kind = Literal["pattern", "held-by", "cycle", "created-at", "stored-at", "note", "fix"]
+
+#: Every kind, in the view's order, with the label a line of that kind starts with.
+LABELS: dict[str, str] = {
+    "pattern": "pattern",
+    "held-by": "held by",
+    "cycle": "cycle",
+    "created-at": "created at",
+    "stored-at": "stored at",
+    "note": "note",
+    "fix": "fix",
+}
+
+#: What a reader acts on first (the HTML page's "what to change").
+TO_CHANGE: tuple[str, ...] = ("pattern", "held-by", "cycle", "stored-at", "fix")
+
+
+@dataclass(frozen=True)
+class ViewLine:
+    """One line of the view: ``{label}: {text}`` and, after it, ``detail``."""
+
+    kind: Kind
+    text: str  # the pattern word, the chain, a site, a note or the fix
+    #: What qualifies the text: the pattern's meaning here, how often a site acts per step
+    #: (``1 per step``, ``once per step``); "" for none.
+    detail: str = ""
+
+    @property
+    def label(self) -> str:
+        return LABELS[self.kind]
+
+    def plain(self) -> str:
+        """``stored at: train.py:12 in step: kept.append(loss)  (once per step)``."""
+        if not self.detail:
+            return f"{self.label}: {self.text}"
+        gap = " " if self.kind == "pattern" else "  "
+        return f"{self.label}: {self.text}{gap}({self.detail})"
+
+
+def site_text(site: Mapping[str, Any], path: Callable[[str], str] = display_path) -> str:
+    """``path.py:42 in fn: <source line>  (via lib/module.py:7)``; ``path`` shortens the
+    file name (relative to the working directory by default)."""
+    function = f" in {site['function']}" if site.get("function") else ""
+    via = f"  (via {site['via']})" if site.get("via") else ""
+    where = path(str(site.get("filename", "")))
+    return f"{where}:{site.get('lineno', '')}{function}: {site.get('line', '')}{via}"
+
+
+def diagnosis_view(
+    pattern: str,
+    diagnosis: Mapping[str, Any] | None,
+    *,
+    path: Callable[[str], str] = display_path,
+) -> list[ViewLine]:
+    """The lines of one leak: its pattern (with what it means here), then what the
+    diagnosis found, then the fix that applies (the pattern's usual one when the diagnosis
+    names none). ``diagnosis`` is None when diagnosing was off."""
+    found = diagnosis or {}
+    lines = [ViewLine("pattern", pattern, str(found.get("story") or MEANINGS.get(pattern, "")))]
+    if found.get("chain"):
+        lines.append(ViewLine("held-by", _linked(found["chain"])))
+    if found.get("cycle"):
+        lines.append(ViewLine("cycle", _linked(found["cycle"])))
+    for site in found.get("sites") or []:
+        lines.append(ViewLine("created-at", site_text(site, path), f"{site.get('count')} per step"))
+    for site in found.get("stored_at") or []:
+        count = site.get("count")
+        times = "once" if count == 1 else f"{count} times"
+        lines.append(ViewLine("stored-at", site_text(site, path), f"{times} per step"))
+    lines.extend(ViewLine("note", str(note)) for note in found.get("notes") or [])
+    fix = str(found.get("fix") or FIXES.get(pattern, ""))
+    if fix:
+        lines.append(ViewLine("fix", fix))
+    return lines
+
+
+def to_change(lines: Sequence[ViewLine]) -> list[ViewLine]:
+    """The lines a reader acts on: pattern, holder, cycle, where it is stored (or, with no
+    stored-at line, the first created-at line), and the fix."""
+    chosen = [line for line in lines if line.kind in TO_CHANGE]
+    if not any(line.kind == "stored-at" for line in lines):
+        created = next((line for line in lines if line.kind == "created-at"), None)
+        if created is not None:
+            at = next((i for i, line in enumerate(chosen) if line.kind == "fix"), len(chosen))
+            chosen.insert(at, created)
+    return chosen
+
+
+def culprit(diagnosis: Mapping[str, Any] | None) -> str:
+    """``held: <the chain's last link> (from <its root>)`` or ``cycle through <first>``."""
+    chain: Sequence[str] = (diagnosis or {}).get("chain") or []
+    cycle: Sequence[str] = (diagnosis or {}).get("cycle") or []
+    if chain:
+        via = f" (from {chain[0]})" if len(chain) > 1 else ""
+        return f"held: {chain[-1]}{via}"
+    return f"cycle through {cycle[0]}" if cycle else ""
+
+
+def _linked(links: Sequence[Any]) -> str:
+    return " -> ".join(map(str, links))
