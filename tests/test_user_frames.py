@@ -75,9 +75,19 @@ def test_pytest_shows_the_users_line_for_warnings_and_errors(pytester: pytest.Py
 
         def test_raise(graphleak):
             graphleak.check(lambda: torch.ones(3) @ torch.ones(4), steps=2, warmup=2)
+
+        kept = []
+
+        def test_recorded_loop(graphleak):  # creation sites recorded in the loop's steps
+            with graphleak.track(warmup=2, steps=8) as t:
+                for _ in range(10):
+                    kept.append(torch.tensor(w) * w)
+                    t.step()
     """)
     result = pytester.runpytest("--graphleak", "-p", "no:randomly")
-    result.assert_outcomes(passed=1, failed=1)
+    result.assert_outcomes(passed=1, failed=2)
     out = result.stdout.str()
-    assert "warmup_tensors.py" not in out and "tracker.py" not in out, out
-    result.stdout.fnmatch_lines(["*test_frames.py:6: UserWarning: To copy construct*"])
+    for ours in ("warmup_tensors.py", "tracker.py", "sites.py", "op_warnings.py"):
+        assert ours not in out, out
+    result.stdout.fnmatch_lines(["*test_frames.py:6: UserWarning: To copy construct*",
+                                 "*test_frames.py:16: UserWarning: To copy construct*"])

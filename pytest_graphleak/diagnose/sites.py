@@ -32,6 +32,7 @@ from typing import Any
 
 import pytest_graphleak
 from pytest_graphleak.heap.graphwalk import NEW_PER_WALK
+from pytest_graphleak.heap.op_warnings import catch_op_warnings, release_op_warnings
 from pytest_graphleak.heap.usercode import INSTALLED_MARKERS, is_user_file, library_label
 from pytest_graphleak.result import CreationSite
 
@@ -156,9 +157,16 @@ def make_torch_recorder(torch: Any) -> Any:
         def __torch_function__(
             self, func: Any, types: Any, args: Any = (), kwargs: Any = None
         ) -> Any:
-            out = func(*args, **(kwargs or {}))
+            __tracebackhide__ = True  # pytest shows the user's line that called torch
             if is_compiling():  # dynamo traces this mode: keep its frames out of the graph
-                return out
+                return func(*args, **(kwargs or {}))
+            caught = catch_op_warnings()  # placed at the user's line, not this frame
+            try:
+                out = func(*args, **(kwargs or {}))
+            except BaseException:
+                release_op_warnings(caught, raising=True)
+                raise
+            release_op_warnings(caught, raising=False)
             if getattr(func, "__name__", "") == "__get__":  # attribute reads make nothing
                 return out
             site: Site | None = None

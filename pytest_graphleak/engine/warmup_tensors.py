@@ -21,13 +21,13 @@ stack is always left as the step left it, minus this mode.
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
-import warnings
 import weakref
 from collections.abc import Callable
 from functools import cache
 from typing import Any
+
+from pytest_graphleak.heap.op_warnings import catch_op_warnings, release_op_warnings
 
 
 class WarmupTensors:
@@ -88,63 +88,6 @@ def _remove_mode(mode: Any) -> None:
             torch_c._push_on_torch_function_stack(other)
 
 
-# -- warnings torch raises inside an operation ------------------------------------------
-# A warning raised in torch's C++ code (``torch.tensor(t)``'s copy-construct warning) is
-# placed at the innermost Python frame: this module's ``__torch_function__``, not the
-# user's line, and that is where pytest's warnings summary would show it. So what an
-# operation warns is caught (the warning filters still decide first, as for any
-# warning: "error" raises inside the operation, "ignore" drops it) and warned again at
-# the frame that called torch, where the user's filters and once-per-line registry apply.
-# The filters are left alone: changing them resets every module's once-per-line registry,
-# so each warmup step would repeat the warning.
-_WARNINGS: Any = warnings  # its private hooks, set as catch_warnings(record=True) sets them
-_HERE = __file__
-_OVERRIDES = os.path.join("torch", "overrides.py")
-
-
-def _catch_warnings() -> tuple[Any, Any, list[Any]]:
-    """The hooks ``warnings.catch_warnings(record=True)`` swaps, at a fraction of its cost
-    (this runs for every torch operation of a warmup step)."""
-    module = _WARNINGS
-    caught: list[Any] = []
-    saved = (module.showwarning, module._showwarnmsg_impl, caught)
-    module.showwarning = module._showwarning_orig
-    module._showwarnmsg_impl = caught.append
-    return saved
-
-
-def _release_warnings(saved: tuple[Any, Any, list[Any]], *, raising: bool) -> None:
-    """Restore the hooks; warn each caught warning again where it belongs."""
-    __tracebackhide__ = True
-    module = _WARNINGS
-    module.showwarning, module._showwarnmsg_impl, caught = saved
-    for message in caught:
-        # An operation that raised keeps its own exception (an "error" filter's exception
-        # would replace it).
-        with contextlib.suppress(Warning) if raising else contextlib.nullcontext():
-            if message.filename != _HERE:  # placed deeper, by torch's Python code: kept
-                warnings.warn_explicit(message.message, message.category, message.filename,
-                                       message.lineno, source=message.source)  # fmt: skip
-                continue
-            caller = _torch_caller(sys._getframe(2))  # 2: above __torch_function__
-            where = caller.f_globals
-            warnings.warn_explicit(
-                message.message, message.category, caller.f_code.co_filename,
-                caller.f_lineno, module=where.get("__name__"),
-                registry=where.setdefault("__warningregistry__", {}), module_globals=where,
-            )  # fmt: skip
-
-
-def _torch_caller(frame: Any) -> Any:
-    """The frame that called torch, seen from the one above ``__torch_function__``: that
-    frame itself for an operation in C++; for a torch function written in Python
-    (``F.softmax``) dispatched through ``torch.overrides.handle_torch_function``, the
-    caller of that function, where the warning lands without the recording."""
-    if frame.f_code.co_filename.endswith(_OVERRIDES) and frame.f_back is not None:
-        frame = frame.f_back.f_back or frame.f_back
-    return frame
-
-
 @cache
 def _mode_class() -> type:
     """The mode's class, made once per process (classes live in reference cycles)."""
@@ -183,13 +126,13 @@ def _mode_class() -> type:
                 self.note(value)
             for value in kwargs.values():
                 self.note(value)
-            caught = _catch_warnings()
+            caught = catch_op_warnings()
             try:
                 result = func(*args, **kwargs)
             except BaseException:
-                _release_warnings(caught, raising=True)
+                release_op_warnings(caught, raising=True)
                 raise
-            _release_warnings(caught, raising=False)
+            release_op_warnings(caught, raising=False)
             return result
 
     return RecordTensors
