@@ -25,6 +25,8 @@ EXPECTED_PATTERN = "cycle"
 CULPRIT = "(ctx).out"
 #: No ``stored at:`` line: that line is given for list-accumulation and retained-grad-fn.
 STORED_AT = None
+#: The line ``created at:`` must name first.
+CREATED_AT = "pred = clip.apply(reg.model(x))"
 
 CLIP = 3.0
 

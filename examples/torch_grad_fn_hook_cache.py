@@ -29,6 +29,8 @@ EXPECTED_PATTERN = "cycle"
 CULPRIT = "FeatureStats._on_grad"
 #: No ``stored at:`` line: that line is given for list-accumulation and retained-grad-fn.
 STORED_AT = None
+#: The line ``created at:`` must name first.
+CREATED_AT = "self.mean = features.mean(dim=0)"
 
 
 class FeatureStats:

@@ -24,6 +24,8 @@ EXPECTED_PATTERN = "memory-growth"
 CULPRIT = "preds_host"
 #: No ``stored at:`` line: that line is given for list-accumulation and retained-grad-fn.
 STORED_AT = None
+#: The line ``created at:`` must name first.
+CREATED_AT = "torch.cat((loop.preds_host, logits), dim=0)"
 
 CLASSES = 2_000  # a vocabulary-sized head: one batch of logits is 16 x 2000 floats
 

@@ -104,6 +104,9 @@ def test_leak_is_diagnosed(path: Path) -> None:
     assert module.CULPRIT in explained, text
     mine = [site for site in diagnosis.sites if Path(site.filename).resolve() == path.resolve()]
     assert mine, text
+    created = getattr(module, "CREATED_AT", None)
+    if created is not None:  # the line that makes what grows comes first
+        assert created in diagnosis.sites[0].line, text
     assert all(site.line for site in diagnosis.sites)
     if module.STORED_AT is not None:
         stored = [s for s in diagnosis.stored_at if Path(s.filename).resolve() == path.resolve()]

@@ -168,3 +168,4 @@ def test_diagnose_restores_the_hook_registration_on_error(monkeypatch: pytest.Mo
     with pytest.raises(RuntimeError, match="search failed"):
         diagnose(verdict, metrics=METRICS, step=_hook_step("register_hook"), roots={})
     assert vars(torch.autograd.function._HookMixin)["_register_hook"] is original
+

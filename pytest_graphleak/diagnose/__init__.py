@@ -207,10 +207,14 @@ def _diagnose_with_step(
                 f"{NEW_PER_WALK:,} nodes have a creation site"
             )
         if step is not None and pattern == "memory-growth" and grown.memory_only and not obs.error:
+            made: list[CreationSite] = []
             if chain_path is None:
-                chain_path = growing_holder(roots_known, step, walker, notes)
+                chain_path, made = growing_holder(roots_known, step, walker, notes)
                 chain = render_chain(chain_path, walker) if chain_path is not None else []
-            sites = _memory_sites(step, notes)
+            if made:
+                notes.append("sites: the lines that made what grows (the grown tensor or "
+                             "array, or the growing container's newest entries)")
+            sites = made or _memory_sites(step, notes)
         stored = []
         if watched is not None and pattern in STORING:
             stored = per_step(watched.stored, watched.steps)

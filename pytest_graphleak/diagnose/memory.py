@@ -11,22 +11,37 @@ Two surveys of what the roots reach, one step apart, find it:
 
 The holder is what grew by the most bytes; the chain to it is searched like any other
 chain. Both surveys are bounded in objects and seconds, and drop everything on return.
+
+The step between the surveys records where tensors are made (the torch site recorder)
+and runs under ``tracemalloc`` (numpy arrays), so the line that made what grows (the
+``torch.cat`` that rebuilt the buffer, the ``append``'s argument) is that of the grown
+array, or of the container's newest entries: not the lines every step runs
+(``loss.backward()``, ``optimizer.step()``), which also allocate.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
+import tracemalloc
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
 
-from pytest_graphleak.diagnose.backends import TENSOR
+from pytest_graphleak.diagnose.backends import TENSOR, TorchBackend
 from pytest_graphleak.diagnose.edges import Edge, ObjectEdges, items_of
 from pytest_graphleak.diagnose.search import MAX_PER_ROOT, Path, shortest_path
+from pytest_graphleak.diagnose.sites import (
+    Site,
+    creation_site,
+    make_torch_recorder,
+    user_frame_of,
+)
 from pytest_graphleak.metrics import BYTES, format_amount
+from pytest_graphleak.result import CreationSite
 
 _CONTAINERS = (list, dict, deque, set)
 _MAX_OBJECTS = 100_000
@@ -147,18 +162,25 @@ def growing_holder(
     step: Callable[[], object],
     walker: ObjectEdges,
     notes: list[str],
-) -> Path | None:
+) -> tuple[Path | None, list[CreationSite]]:
     """The chain to the container or array slot that grew by the most bytes over one
-    step, or None; a note says by how much."""
+    step (or None; a note says by how much), and the lines that made what it gained."""
     before = survey(roots, walker)
     after: Survey | None = None
     target: object = None
+    added: list[object] = []
+    tracing = not tracemalloc.is_tracing()
+    torch = next((b for b in walker.backends if isinstance(b, TorchBackend)), None)
+    recorder = make_torch_recorder(torch.torch) if torch is not None else None
+    if tracing:
+        tracemalloc.start(25)
     try:
         try:
-            step()
+            with recorder if recorder is not None else contextlib.nullcontext():
+                step()
         except Exception as exc:
             notes.append(f"the step raised during diagnosis: {type(exc).__name__}: {exc}")
-            return None
+            return None, []
         after = survey(roots, walker)
         best = 0
         what = ""
@@ -177,15 +199,41 @@ def growing_holder(
             if grown > best:
                 best, target = grown, container
                 what = f"{type(container).__name__} of {old_length} -> {length} entries"
+                added = _newest(container, length - old_length)
         if target is None:
-            return None
+            return None, []
+        made = _made_at(added or [target], recorder)
         path = shortest_path(roots, lambda obj: obj is target, walker)
         if path is not None:
             notes.append(f"grows by {format_amount(best, BYTES)} per step: {what}")
-        return path
+        return path, made
     finally:
+        if tracing:
+            tracemalloc.stop()
+        if recorder is not None:
+            recorder.forget()
         target = None
+        added.clear()
         before.release()
         if after is not None:
             after.release()
 
+
+def _newest(container: Any, count: int) -> list[object]:
+    items = container if isinstance(container, set) else reversed(items_of(container))
+    return list(islice(items, min(count, _SAMPLE_ITEMS)))
+
+
+def _made_at(objects: list[object], recorder: Any) -> list[CreationSite]:
+    """The user lines that made ``objects``: a tensor's as the torch recorder saw it, any
+    other object's from its allocation record (tracemalloc)."""
+    counts: dict[Site, int] = {}
+    for obj in objects:
+        site = recorder.site_of_tensor(obj) if recorder is not None else None
+        if site is None:
+            traceback = tracemalloc.get_object_traceback(obj)
+            site = user_frame_of(traceback) if traceback is not None else None
+        if site is not None:
+            counts[site] = counts.get(site, 0) + 1
+    ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0][0], item[0][1]))
+    return [creation_site(site, count) for site, count in ranked]

@@ -233,24 +233,38 @@ def memory_sites(step: Callable[[], object], *, runs: int = 2) -> list[CreationS
             tracemalloc.stop()
     grown: Counter[Site] = Counter()
     counts: Counter[Site] = Counter()
-    plugin = os.path.join(os.path.dirname(os.path.abspath(pytest_graphleak.__file__)), "")
+    plugin = _plugin_dir()
     for stat in after.compare_to(before, "traceback"):
         if stat.size_diff <= 0:
             continue
         # Frames run from the oldest to the most recent. Only what runs below this
         # function's call of the step counts (not the snapshots it takes itself); of
         # that, the most recent user frame made the allocation.
-        called = list(stat.traceback)
-        ours = [i for i, f in enumerate(called) if os.path.abspath(f.filename).startswith(plugin)]
-        if ours:
-            called = called[ours[-1] + 1 :]
-        user = next((f for f in reversed(called) if is_user_file(f.filename)), None)
-        if user is None:
+        key = user_frame_of(stat.traceback, plugin)
+        if key is None:
             continue
-        key = (user.filename, user.lineno, function_at(user.filename, user.lineno))
         grown[key] += stat.size_diff
         counts[key] += max(stat.count_diff, 0)
     return [creation_site(key, counts[key]) for key, _ in most_common(grown)]
+
+
+def _plugin_dir() -> str:
+    return os.path.join(os.path.dirname(os.path.abspath(pytest_graphleak.__file__)), "")
+
+
+def user_frame_of(traceback: tracemalloc.Traceback, plugin: str = "") -> Site | None:
+    """The most recent user frame of an allocation's traceback that runs below this
+    plugin's last frame (the step it called, not the plugin's own work)."""
+    plugin = plugin or _plugin_dir()
+    # Frames run from the oldest to the most recent.
+    called = list(traceback)
+    ours = [i for i, f in enumerate(called) if os.path.abspath(f.filename).startswith(plugin)]
+    if ours:
+        called = called[ours[-1] + 1 :]
+    user = next((f for f in reversed(called) if is_user_file(f.filename)), None)
+    if user is None:
+        return None
+    return user.filename, user.lineno, function_at(user.filename, user.lineno)
 
 
 def creation_site(site: Site, count: int, via: str = "") -> CreationSite:
