@@ -15,14 +15,21 @@ length is known, folded into the last window).
 
 Window mode (``window=N``) judges each consecutive window of N steps of a long run:
 a clean window moves the baseline forward (``Sampler.rebase``), a leaky one is
-reported (raise or warn) and a fresh window starts.
+reported (raise or warn) and a fresh window starts. After the warmup a window is sampled
+every ``stride`` steps (``engine.stride``: chosen from the CPU time the steps and the
+samples took, so that the check stays a small share of a fast step; ``sample_every``
+fixes it), the samples aligned on the judged step; the verdict states its rates and its
+slowest catchable leak per step.
 
-gc state: from ``start()`` to the last judgement, automatic collection is off and every
-step ends with the tracker's ``gc.collect()`` of the objects made since the last
-baseline (older ones are frozen); the state is restored by the final judgement,
-``finish()`` or ``close()``. A check left open by a loop that raised through a framework
-without an exception hook is closed by ``close_open_checks()`` (the pytest plugin calls
-it after every test) or when the next check starts.
+gc state: from ``start()`` to the last judgement, objects alive at the baseline are
+frozen and every sample runs the tracker's ``gc.collect()`` of the objects made since.
+Automatic collection is off during every step that ends in a sample (so that collection
+counts what the step left to the cyclic gc) and during the few steps recorded for a
+diagnosis; in window mode, between samples, it is as the user set it. The state is
+restored by the final judgement, ``finish()`` or ``close()``. A check left open by a loop
+that raised through a framework without an exception hook is closed by
+``close_open_checks()`` (the pytest plugin calls it after every test) or when the next
+check starts.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ from typing import Any
 
 from pytest_graphleak import pipeline
 from pytest_graphleak.engine import tracker
+from pytest_graphleak.engine.stride import MIN_SAMPLES, CpuLedger
 from pytest_graphleak.options import Settings
 from pytest_graphleak.pipeline import GraphLeakError, GraphLeakWarning
 from pytest_graphleak.report.text import render_text
@@ -86,6 +94,22 @@ def close_open_checks(*, keep_scoped: bool = False) -> int:
 atexit.register(close_open_checks)
 
 
+def check_sample_every(value: object, window: int | None, *, where: str) -> int | None:
+    """``sample_every``: None (chosen from the steps' cost), or 1 to ``window // 2``."""
+    every = check_count("sample_every", value, minimum=1)
+    if every is None:
+        return None
+    if window is None:
+        raise ValueError(f"{where}: sample_every= applies to window mode only (give window=)")
+    if every > window // 2:
+        raise ValueError(
+            f"{where}: sample_every={every} leaves fewer than 2 samples in a window of "
+            f"{window} steps; at most {window // 2} (window // {MIN_SAMPLES} keeps the "
+            "verdict's slowest catchable leak near window / 3 steps)"
+        )
+    return every
+
+
 def check_count(key: str, value: object, *, minimum: int) -> int | None:
     if value is None:
         return None
@@ -100,8 +124,10 @@ class LoopCheck:
     ``steps``: measured steps after warmup, judged once (None: rolling, judged every
     ``settings.steps`` steps to the end of the loop, and measuring stops at the first
     leak); ``window``: judge every ``window`` steps and go on after a leak (exclusive with
-    ``steps``). ``on_leak``: "raise" (GraphLeakError from the step that was judged),
-    "warn" (GraphLeakWarning) or "return".
+    ``steps``); ``sample_every``: in window mode, sample every that many steps after
+    warmup (None: chosen from the steps' CPU time, see ``engine.stride``). ``on_leak``:
+    "raise" (GraphLeakError from the step that was judged), "warn" (GraphLeakWarning) or
+    "return".
     ``on_result`` gets every result (the pytest plugin records them).
     """
 
@@ -112,6 +138,7 @@ class LoopCheck:
         name: str,
         steps: int | None = None,
         window: int | None = None,
+        sample_every: int | None = None,
         on_leak: str = "raise",
         on_result: Callable[[CheckResult], None] | None = None,
     ) -> None:
@@ -119,6 +146,7 @@ class LoopCheck:
         self.window = check_count("window", window, minimum=2)
         if self.steps is not None and self.window is not None:
             raise ValueError(f"{name}: give steps= or window=, not both")
+        self.sample_every = check_sample_every(sample_every, self.window, where=name)
         if on_leak not in ON_LEAK:
             raise ValueError(f"{name}: on_leak must be one of {ON_LEAK}, got {on_leak!r}")
         self.settings = settings
@@ -145,6 +173,9 @@ class LoopCheck:
         self._pending: tuple[CheckResult, Any] | None = None
         #: Ended by its own ``with`` block (``track()``), never as a leftover of another.
         self.scoped = False
+        #: Steps per sample in the current window (1 during warmup and outside window mode).
+        self.stride = 1
+        self._ledger: CpuLedger | None = None  # window mode: what steps and samples cost
 
     # -- lifecycle --------------------------------------------------------------------
     @property
@@ -185,6 +216,10 @@ class LoopCheck:
                 f"{too_few_steps_text(warmup)}"
             )
         self._begin_sampler(warmup=self.settings.warmup, start_objects=start_objects)
+        if self.window is not None:
+            self._ledger = CpuLedger()
+            if self.settings.warmup == 0:
+                self._choose_stride()
         self._maybe_record_next()
 
     def _begin_sampler(self, *, warmup: int, start_objects: list[object] | None = None) -> None:
@@ -229,11 +264,51 @@ class LoopCheck:
             self._recorder.stop_step()
             self._last_recorded = self._calls
             collect = self._recorder.collect  # sees the cycles the sample's collection frees
-        self._sampler.after_step(collect)
+        if not self._samples(self._calls):
+            if collect is not None:
+                collect()  # a recorded step that no sample follows: its cycles looked at here
+            self._maybe_record_next()
+            self._gc_for_next_step()
+            return None
+        ledger = self._ledger
+        if ledger is None:
+            self._sampler.after_step(collect)
+        else:
+            began = ledger.steps_done(self._calls)
+            self._sampler.after_step(collect)
+            ledger.sampled(began)
         if self._calls == self._judge_at:
             return self._judge(at_end=False)
+        if ledger is not None and self._window_start == 0 and self._calls == self.settings.warmup:
+            self._choose_stride()  # the end of warmup: sampled every step so far
         self._maybe_record_next()
+        self._gc_for_next_step()
         return None
+
+    def _samples(self, call: int) -> bool:
+        """Whether step ``call`` ends in a sample: every step during warmup and outside
+        window mode, else every ``stride``-th step, counted back from the judged one."""
+        if self.stride == 1 or self._judge_at is None:
+            return True
+        return (self._judge_at - call) % self.stride == 0
+
+    def _choose_stride(self) -> None:
+        """The stride for the window ahead: ``sample_every`` or what the steps cost."""
+        assert self.window is not None and self._ledger is not None
+        fixed = self.sample_every
+        self.stride = fixed if fixed is not None else self._ledger.stride(self.window)
+        self._ledger.reset()
+
+    def _gc_for_next_step(self) -> None:
+        """The user's automatic gc for a step that no sample follows; off for one that
+        ends in a sample or is recorded for the diagnosis."""
+        sampler = self._sampler
+        if sampler is None or self.stride == 1:
+            return
+        if self._recorder is not None or self._samples(self._calls + 1):
+            sampler.hold_gc()
+        else:
+            sampler.release_gc()
 
     def finish(self) -> CheckResult | None:
         """The loop ended: judge the open window if it has two measured steps or more."""
@@ -242,7 +317,10 @@ class LoopCheck:
             self._settle(note=LOOP_ENDED, report=True)
         if self._sampler is None:
             return None
-        measured = self._calls - self._window_start - self._window_warmup
+        measured = self._calls - self._window_start
+        if self.stride > 1:  # steps not sampled: count the samples
+            measured = min(measured, self._window_samples())
+        measured -= self._window_warmup
         short = self.rolling and self.results and measured < ROLLING_TAIL
         if measured < fewest_steps(self._window_warmup) or short:
             self.close()
@@ -265,6 +343,11 @@ class LoopCheck:
         self._done = True
         self._roots = dict  # the caller's frame, a trainer: nothing outlives the check
         self._end_sampler()
+
+    def _window_samples(self) -> int:
+        """Samples in the open window's series (with the baseline kept from the last)."""
+        assert self._sampler is not None
+        return len(next(iter(self._sampler.result.series.values()), []))
 
     # -- creation sites ---------------------------------------------------------------
     def _maybe_record_next(self) -> None:
@@ -290,6 +373,16 @@ class LoopCheck:
     # -- judgement --------------------------------------------------------------------
     def _judge(self, *, at_end: bool) -> CheckResult:
         __tracebackhide__ = True
+        ledger = self._ledger
+        began = ledger.steps_done(self._calls) if ledger is not None else 0.0
+        try:
+            return self._judge_window(at_end=at_end)
+        finally:
+            if ledger is not None:
+                ledger.window_work(began)
+
+    def _judge_window(self, *, at_end: bool) -> CheckResult:
+        __tracebackhide__ = True
         sampler = self._sampler
         assert sampler is not None
         whole = sampler.result
@@ -297,6 +390,7 @@ class LoopCheck:
             series={metric: values[:] for metric, values in whole.series.items()},
             metrics=dict(whole.metrics),
             calls=self._calls - self._window_start,
+            sample_every=self.stride,
             duration_s=time.perf_counter() - self._window_began,
             notes=list(whole.notes),  # what the start walk and the probes could not see
             probe_notes=sampler.probe_notes(),
@@ -404,7 +498,10 @@ class LoopCheck:
                 del values[: max(0, last)]  # keep the last sample: the next baseline
             self._open_window(1)
         self._judge_at = self._plan(first=False)
+        if self._ledger is not None:
+            self._choose_stride()
         self._maybe_record_next()
+        self._gc_for_next_step()
 
     @property
     def _is_windowed(self) -> bool:

@@ -264,9 +264,11 @@ TrackOptions = CheckOptions
 
 class CallbackOptions(_StepOptions, total=False):
     """Keywords of the framework callbacks: ``check()``'s but ``diagnose``, and their own
-    ``window`` (judge each window of that many steps) and ``on_leak``."""
+    ``window`` (judge each window of that many steps), ``sample_every`` (in window mode,
+    sample every that many steps; None: chosen from the steps' CPU time) and ``on_leak``."""
 
     window: int | None
+    sample_every: int | None
     on_leak: Literal["raise", "warn"]
 
 

@@ -44,7 +44,8 @@ def judged(series: tracker.Series, settings: Settings) -> Verdict:
     """The verdict on a measured series; noisy metrics (as their probes declare them)
     get the RSS tolerance."""
     limits = Limits(noise=settings.rss_tolerance)
-    return judge(series.series, series.metrics, warmup=settings.warmup, limits=limits)
+    return judge(series.series, series.metrics, warmup=settings.warmup, limits=limits,
+                 every=series.sample_every)  # fmt: skip
 
 
 def step_error_text(exc: BaseException) -> str:
@@ -131,7 +132,8 @@ def conclude(
         verdict.reason = "; ".join([verdict.reason, *series.notes])
     result = CheckResult(name=name, steps=series.calls - settings.warmup, warmup=settings.warmup,
                          series=series.series, units=series.units, verdict=verdict,
-                         duration_s=series.duration_s, notes=list(series.probe_notes))  # fmt: skip
+                         duration_s=series.duration_s, notes=list(series.probe_notes),
+                         sample_every=series.sample_every)  # fmt: skip
     remarks = list(series.coverage_notes)
     if series.unmeasured and not verdict.leaked:
         result.unmeasured = series.unmeasured  # no clean verdict without a measurement

@@ -100,7 +100,7 @@ class CheckResult:
     steps: int
     warmup: int
     #: metric name ("<probe>.<metric>", as the probe declares it) -> one sample after
-    #: each call (len == warmup + steps)
+    #: each call (len == warmup + steps), or after every ``sample_every``-th measured step
     series: dict[str, list[float]]
     units: dict[str, str]  # metric name -> "objects" | "bytes"
     verdict: Verdict
@@ -114,6 +114,9 @@ class CheckResult:
     #: What the probes could not measure exactly, e.g. a graph-node count that is a
     #: lower bound (the walk over a huge graph is bounded).
     notes: list[str] = field(default_factory=list)
+    #: Steps per measured sample: 1, or k when a long run was sampled every k-th step
+    #: (window mode on fast steps); rates and the slowest leak are per step either way.
+    sample_every: int = 1
 
     @property
     def leaked(self) -> bool:
@@ -151,6 +154,7 @@ class CheckResult:
             units=dict(data["units"]), verdict=Verdict(**verdict_data), diagnosis=diagnosis,
             duration_s=data.get("duration_s", 0.0), error=data.get("error"),
             unmeasured=data.get("unmeasured"), notes=list(data.get("notes", [])),
+            sample_every=int(data.get("sample_every", 1)),
         )  # fmt: skip
 
 

@@ -27,6 +27,11 @@ hand-written series. The rule (also in the README, "How the verdict decides"):
 * Exact metrics (object counts, tensor storages, CUDA allocated bytes) are a leak at any
   floor rise; noisy ones (process RSS, CUDA reserved) only when the floor rises by at
   least the noise tolerance per step between every pair.
+* A series sampled every ``every`` steps (a long run in window mode) is judged the same
+  way over its samples; a period of ``k`` samples is ``k * every`` steps, so a leak of
+  one object every ``p <= max_leak_period(samples) * every`` steps raises the floor
+  between every sample and the one ``ceil(p / every)`` later and is caught, and rates
+  and tolerances are per step.
 
 What a metric is (unit, exact or noisy, what it counts) comes from its probe's
 declaration (``metrics.Metric``); no metric name is known here.
@@ -138,13 +143,13 @@ def metric_grows(values: Sequence[float], warmup: int, tolerance: float = 0.0) -
     return rising_period(suffix_floor(samples), max_leak_period(steps), tolerance) > 0
 
 
-def growth_of(metric: str, values: Sequence[float], warmup: int) -> Growth:
+def growth_of(metric: str, values: Sequence[float], warmup: int, every: int = 1) -> Growth:
     """From-what-to-what over the measured steps (``judge`` checked there is one), and
     the floor's mean rise per step (never thrown off by a warmup spike in the baseline or
-    a spike in one step)."""
+    a spike in one step); ``every``: steps per sample."""
     measured = [float(v) for v in values[warmup:]]
     floors = suffix_floor(measured_samples(values, warmup))
-    per_step = (floors[-1] - floors[0]) / max(1, len(floors) - 1)
+    per_step = (floors[-1] - floors[0]) / max(1, len(floors) - 1) / every
     return Growth(metric=metric, start=measured[0], end=measured[-1], per_step=per_step)
 
 
@@ -159,13 +164,17 @@ def judge(
     *,
     warmup: int,
     limits: Limits | None = None,
+    every: int = 1,
 ) -> Verdict:
     """Decide whether the series show a leak. Pure: same input, same verdict.
 
-    ``metrics``: the probes' declaration of every series (``Series.metrics``).
+    ``metrics``: the probes' declaration of every series (``Series.metrics``); ``every``:
+    steps per sample (``warmup`` counts samples).
     """
     if warmup < 0:
         raise ValueError(f"warmup must be >= 0, got {warmup}")
+    if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+        raise ValueError(f"every must be an integer >= 1, got {every!r}")
     if not series:
         return Verdict(leaked=False, reason="no metric was measured, so none could grow")
     limits = limits or Limits()
@@ -178,15 +187,20 @@ def judge(
             )
         if metric not in metrics:
             raise ValueError(f"series {metric!r} has no declaration among the metrics given")
-        if metric_grows(values, warmup, limits.for_metric(metrics[metric])):
-            growths.append(growth_of(metric, values, warmup))
-    steps = min(len(v) - warmup for v in series.values())  # >= 1: checked above
-    slowest = max_leak_period(steps)
+        if metric_grows(values, warmup, limits.for_metric(metrics[metric]) * every):
+            growths.append(growth_of(metric, values, warmup, every))
+    samples = min(len(v) - warmup for v in series.values())  # >= 1: checked above
+    slowest = max_leak_period(samples) * every
+    measured = (
+        _count(samples, "measured step")
+        if every == 1
+        else f"{_count(samples, 'sample')}, one every {every} steps"
+    )
     if not growths:
         return Verdict(
             leaked=False,
-            reason=f"no metric grew: no floor rose every k <= {slowest} steps over "
-            f"{_count(steps, 'measured step')} ({_count(len(series), 'metric')} judged)",
+            reason=f"no metric grew: no floor rose every k <= {slowest} steps over {measured} "
+            f"({_count(len(series), 'metric')} judged)",
             slowest_leak_steps=slowest,
         )
     pattern = first_pattern(metrics[g.metric] for g in growths)

@@ -63,6 +63,9 @@ class Series:
     #: metric name -> its probe's declaration
     metrics: dict[str, Metric] = field(default_factory=dict)
     calls: int = 0
+    #: Steps per sample: 1, or k when a long run is sampled every k-th step (window mode,
+    #: see ``loop``); the verdict states its rates and its slowest leak per step.
+    sample_every: int = 1
     duration_s: float = 0.0
     #: Stopped probes that declare a recheck (the CUDA allocator-cache rule), for a leak
     #: verdict on their metrics; after ``stop`` they hold plain numbers only.
@@ -275,7 +278,19 @@ class Sampler:
         if not self._gc.whole_heap:
             self._gc.freeze()
 
+    def hold_gc(self) -> None:
+        """gc as a sample needs it (off) from now on: called before the step that ends in a
+        sample, so the sample's collection sees what that step left to the cyclic gc."""
+        if self._gc is not None and not self._gc.held:
+            self._gc.hold()
+
+    def release_gc(self) -> None:
+        """The user's automatic collection back until ``hold_gc()`` (steps not sampled)."""
+        if self._gc is not None:
+            self._gc.release()
+
     def _sample(self, collect: Callable[[], object]) -> dict[str, float]:
+        self.hold_gc()  # a caller that released gc and sampled without holding it first
         self._call_probes("before_collect", Measuring.objects())  # emptied before collecting
         collect()
         values: dict[str, float] = {}

@@ -4,7 +4,9 @@ A check changes gc while it measures and must leave it exactly as the user had i
 after a clean run, a leak, a step that raises and a Ctrl-C:
 
 * automatic collection is off, so cyclic garbage waits for the check's own
-  ``gc.collect()`` (that is what the cyclic-garbage probe counts);
+  ``gc.collect()`` (that is what the cyclic-garbage probe counts); a check that samples
+  only every k-th step (window mode) gives the user's collection back between samples
+  (``release``) and takes it again for the step that ends in a sample (``hold``);
 * debug flags are cleared (``DEBUG_SAVEALL`` would keep every collected object alive);
 * ``gc.freeze()`` makes ``gc.get_objects()`` return only the objects created since, so a
   sample costs O(new objects), not O(heap).
@@ -65,12 +67,34 @@ class Measuring:
         self._saved: tuple[bool, tuple[int, ...], int] | None = None
         self._froze = False
         self.whole_heap = False
+        #: gc is as the check needs it (off, no debug flags); False between ``release()``
+        #: and ``hold()``.
+        self.held = False
 
     def begin(self) -> None:
         self._saved = (gc.isenabled(), gc.get_threshold(), gc.get_debug())
         self.whole_heap = user_frozen_count() > 0
+        self.hold()
+
+    def hold(self) -> None:
+        """Automatic collection off and debug flags cleared, until ``release()``."""
         gc.disable()
         gc.set_debug(0)
+        self.held = True
+
+    def release(self) -> None:
+        """The user's automatic collection and debug flags back while the check waits
+        for its next sample; the freeze stays (it is what makes a sample cheap)."""
+        if self._saved is not None and self.held:
+            self._restore()
+
+    def _restore(self) -> None:
+        assert self._saved is not None
+        enabled, threshold, debug = self._saved
+        gc.set_debug(debug)
+        gc.set_threshold(*threshold)
+        (gc.enable if enabled else gc.disable)()
+        self.held = False
 
     def freeze(self) -> None:
         """Move the baseline: later ``objects()`` see only what is created from now on."""
@@ -101,8 +125,5 @@ class Measuring:
             gc.unfreeze()
             self._froze = False
         if self._saved is not None:
-            enabled, threshold, debug = self._saved
-            gc.set_debug(debug)
-            gc.set_threshold(*threshold)
-            (gc.enable if enabled else gc.disable)()
+            self._restore()
             self._saved = None

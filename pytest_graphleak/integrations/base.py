@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from pytest_graphleak.loop import LoopCheck, check_count
+from pytest_graphleak.loop import LoopCheck, check_count, check_sample_every
 from pytest_graphleak.options import CallbackOptions, Settings
 from pytest_graphleak.result import CheckResult
 
@@ -40,11 +40,14 @@ class FrameworkCheck:
                                 f"{', '.join(accepted)}")  # fmt: skip
         values: dict[str, Any] = dict(options)
         self.window: int | None = values.pop("window", None)
+        self.sample_every: int | None = values.pop("sample_every", None)
         self.on_leak: str = values.pop("on_leak", "raise")
         self.steps: int | None = values.get("steps")
         try:
             Settings().override(values, where=where)  # fail here, not mid-run
             check_count("window", self.window, minimum=2)
+            if self.steps is None or self.window is None:  # "not both" is said below
+                check_sample_every(self.sample_every, self.window, where=where)
         except ValueError as exc:  # OptionError included
             raise ValueError(str(exc) if where in str(exc) else f"{where}: {exc}") from None
         if self.on_leak not in ON_LEAK:
@@ -91,7 +94,8 @@ class FrameworkCheck:
         name = f"{node}::{self.framework}({label})" if node else f"{self.framework}({label})"
         self.close()
         self._check = LoopCheck(settings, name=name, steps=self.steps, window=self.window,
-                                on_leak=on_leak, on_result=_record_in_pytest)  # fmt: skip
+                                sample_every=self.sample_every, on_leak=on_leak,
+                                on_result=_record_in_pytest)  # fmt: skip
         self._check.start(length=length, roots=roots)
 
     def _step_ended(self) -> None:

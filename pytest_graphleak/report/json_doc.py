@@ -52,7 +52,8 @@ def metric_summary(check: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     and whether the verdict judged it grown.
 
     ``per_step`` is the verdict's robust estimate for a grown metric and the plain
-    slope ``(end - start) / (steps - 1)`` over the measured calls otherwise.
+    slope ``(end - start) / (samples - 1)`` over the measured samples otherwise, per step
+    (a check that sampled every k-th step divides by k).
     """
     warmup = int(check.get("warmup", 0))
     units: Mapping[str, str] = check.get("units", {})
@@ -65,7 +66,8 @@ def metric_summary(check: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
         if metric in grown:
             per_step = float(grown[metric]["per_step"])
         elif len(measured) > 1:
-            per_step = (measured[-1] - measured[0]) / (len(measured) - 1)
+            every = int(check.get("sample_every", 1))  # steps per sample
+            per_step = (measured[-1] - measured[0]) / (len(measured) - 1) / every
         summary[metric] = {
             "unit": units.get(metric, "objects"),
             "start": measured[0] if measured else None,

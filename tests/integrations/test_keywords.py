@@ -1,6 +1,7 @@
 """The keywords of the three framework callbacks (issue 15's fixed API): exactly
 ``steps``, ``warmup``, ``window``, ``rss_tolerance``, ``probes``, ``start_scan`` and
-``on_leak``; anything else is refused where the callback is made, naming it."""
+``on_leak``, and ``sample_every`` (issue 28); anything else is refused where the callback
+is made, naming it."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ ACCEPTED = {
     "steps": 5,
     "warmup": 2,
     "window": 10,
+    "sample_every": 2,
     "rss_tolerance": "2MiB",
     "probes": "gc",
     "start_scan": "heap",
@@ -43,7 +45,7 @@ def test_each_callback_takes_exactly_its_keywords(framework: str, module: str, n
     assert set(REFUSED).isdisjoint(ACCEPTED)
     assert {o.key for o in OPTIONS} <= set(ACCEPTED) | set(REFUSED)  # each option decided
     for key, value in ACCEPTED.items():
-        callback = cls(**{key: value})
+        callback = cls(**{key: value}, **({"window": 10} if key == "sample_every" else {}))
         assert callback.result is None and callback.results == []
     callback = cls(steps=5, warmup=2, rss_tolerance=1024, probes=["gc"], start_scan="roots")
     assert (callback.steps, callback.window, callback.on_leak) == (5, None, "raise")
@@ -68,6 +70,10 @@ def test_bad_values_name_the_callback_and_the_keyword(
         cls(window=1)
     with pytest.raises(ValueError, match=where + "give steps= or window=, not both"):
         cls(steps=5, window=10)
+    with pytest.raises(ValueError, match=where + "sample_every= applies to window mode only"):
+        cls(sample_every=3)
+    with pytest.raises(ValueError, match=where + "sample_every=6 leaves fewer than 2 samples"):
+        cls(window=10, sample_every=6)
     with pytest.raises(ValueError, match=where + "on_leak must be 'raise' or 'warn', got 'x'"):
         cls(on_leak="x")
     with pytest.raises(ValueError, match=where + "probes: unknown probe 'nope'"):

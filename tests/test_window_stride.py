@@ -1,0 +1,154 @@
+"""Window mode sampled every k-th step: the same detection, rates per step, the user's gc
+between samples, and the stride chosen from what the steps cost."""
+
+from __future__ import annotations
+
+import gc
+import warnings
+
+import pytest
+
+from pytest_graphleak import GraphLeakWarning
+from pytest_graphleak.engine.stride import MIN_SAMPLES, choose_stride, max_stride
+from pytest_graphleak.loop import LoopCheck
+from pytest_graphleak.options import Settings
+from pytest_graphleak.probes import METRICS
+from pytest_graphleak.verdict import judge, max_leak_period
+
+torch = pytest.importorskip("torch")
+
+
+class Module:
+    def __init__(self) -> None:
+        self.net = torch.nn.Linear(4, 1)
+        self.opt = torch.optim.SGD(self.net.parameters(), lr=0.01)
+        self.kept: list[object] = []
+        self.gc_seen: list[bool] = []
+
+    def step(self, keep: bool = False, cycle: bool = False) -> None:
+        self.gc_seen.append(gc.isenabled())
+        loss = self.net(torch.randn(2, 4)).pow(2).mean()
+        self.opt.zero_grad()
+        loss.backward()
+        self.opt.step()
+        if keep:
+            self.kept.append(loss.detach())
+        if cycle:  # a tensor kept only by a reference cycle: freed by the cyclic gc alone
+            holder: dict[str, object] = {"t": torch.ones(3)}
+            holder["self"] = holder
+
+
+def run_windows(
+    module: Module, steps: int, *, window: int, every: int | None, warmup: int = 2, **step: object
+) -> LoopCheck:
+    check = LoopCheck(Settings(warmup=warmup), name="run", window=window, sample_every=every,
+                      on_leak="warn")  # fmt: skip
+    check.start(length=steps, roots=lambda: {"module": module})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", GraphLeakWarning)
+        for i in range(steps):
+            module.step(**{key: rule(i) for key, rule in step.items()})  # type: ignore[operator]
+            check.after_step()
+    return check
+
+
+def test_a_leak_every_third_step_is_caught_when_sampled_every_fourth() -> None:
+    module = Module()
+    check = run_windows(module, 62, window=30, every=4, keep=lambda i: i % 3 == 0)
+    assert [r.name for r in check.results] == ["run steps 1-32", "run steps 33-62"]
+    assert [r.leaked for r in check.results] == [True, True]
+    assert check.results[0].pattern == "list-accumulation"
+    first = check.results[0]
+    assert first.sample_every == 4 and first.steps == 30
+    # warmup 2 + samples at steps 4, 8, ..., 32 (aligned on the judged step)
+    assert len(first.series["torch.tensors"]) == 2 + 8
+    assert first.verdict.slowest_leak_steps == max_leak_period(8) * 4
+    growth = next(g for g in first.verdict.growths if g.metric == "torch.tensors")
+    assert growth.per_step == pytest.approx(1 / 3, rel=0.25)  # per step, not per sample
+
+
+def test_a_leak_of_one_tensor_per_step_reads_one_per_step_with_a_stride() -> None:
+    module = Module()
+    check = run_windows(module, 42, window=40, every=5, keep=lambda i: True)
+    (result,) = check.results
+    assert result.leaked and result.sample_every == 5
+    growth = next(g for g in result.verdict.growths if g.metric == "torch.tensors")
+    assert growth.per_step == pytest.approx(1.0)
+
+
+def test_a_clean_strided_window_states_its_stride_and_slowest_leak() -> None:
+    check = run_windows(Module(), 42, window=40, every=5)
+    (result,) = check.results
+    assert not result.leaked
+    assert "8 samples, one every 5 steps" in result.verdict.reason
+    assert result.verdict.slowest_leak_steps == 15  # 3 samples of 5 steps
+    assert "catches 1 object every 15 steps" in _clean_line(result)
+
+
+def test_a_cycle_every_step_is_caught_with_the_users_gc_between_samples() -> None:
+    module = Module()
+    gc_was = gc.isenabled()
+    gc.enable()
+    try:
+        check = run_windows(module, 42, window=40, every=4, cycle=lambda i: True)
+    finally:
+        (gc.enable if gc_was else gc.disable)()
+    (result,) = check.results
+    assert result.leaked and "gc.cyclic_garbage" in [g.metric for g in result.verdict.growths]
+    # Samples at steps 6, 10, ..., 42 (aligned on the judged step 42): each such step runs
+    # with gc off, steps 3 to 37 between them with the user's gc (on); 38-42 are recorded
+    # for the diagnosis, with gc off as well.
+    assert module.gc_seen[2:37] == [(step - 6) % 4 != 0 for step in range(3, 38)]
+    assert not any(module.gc_seen[37:]) and gc.isenabled()
+
+
+def test_gc_stays_off_between_samples_when_the_user_had_it_off() -> None:
+    module = Module()
+    gc_was = gc.isenabled()
+    gc.disable()
+    try:
+        run_windows(module, 22, window=20, every=2)
+        assert not any(module.gc_seen) and not gc.isenabled()
+    finally:
+        (gc.enable if gc_was else gc.disable)()
+
+
+def test_a_fast_step_gets_the_largest_stride_a_window_allows() -> None:
+    check = run_windows(Module(), 102, window=100, every=None)
+    assert check.results[0].sample_every == max_stride(100) == 100 // MIN_SAMPLES
+
+
+def test_choose_stride_keeps_the_check_within_its_share() -> None:
+    # 20 ms steps, 0.25 ms samples, windows of 100: 0.15% of 2 s is 3 ms = 12 samples
+    assert choose_stride(window=100, step_cpu=0.020, sample_cpu=0.00025, share=0.0015) == 9
+    assert choose_stride(window=100, step_cpu=0.5, sample_cpu=0.00025) == 1  # slow steps
+    assert choose_stride(window=100, step_cpu=0.0001, sample_cpu=0.00025) == 10  # capped
+    assert choose_stride(window=100, step_cpu=0.0, sample_cpu=0.00025) == 1  # not measured
+    # once-a-window work takes its part of the budget first
+    assert choose_stride(window=100, step_cpu=0.020, sample_cpu=0.00025,
+                         window_cpu=0.002) == 10  # fmt: skip
+
+
+def test_sample_every_is_checked_where_the_check_is_made() -> None:
+    with pytest.raises(ValueError, match="sample_every= applies to window mode only"):
+        LoopCheck(Settings(), name="cb", sample_every=3)
+    with pytest.raises(ValueError, match="sample_every=6 leaves fewer than 2 samples"):
+        LoopCheck(Settings(), name="cb", window=10, sample_every=6)
+    with pytest.raises(ValueError, match="sample_every must be an integer >= 1"):
+        LoopCheck(Settings(), name="cb", window=10, sample_every=0)
+
+
+def test_the_verdict_scales_rates_and_periods_by_the_stride() -> None:
+    metrics = {"torch.tensors": METRICS["torch.tensors"]}
+    rising = {"torch.tensors": [10.0, 10.0] + [10.0 + 4 * i for i in range(1, 11)]}
+    verdict = judge(rising, metrics, warmup=2, every=4)
+    assert verdict.leaked and verdict.growths[0].per_step == pytest.approx(1.0)
+    assert verdict.slowest_leak_steps == max_leak_period(10) * 4
+    with pytest.raises(ValueError, match="every must be an integer >= 1"):
+        judge(rising, metrics, warmup=2, every=0)
+
+
+def _clean_line(result: object) -> str:
+    from pytest_graphleak.report.text import verdict_line
+
+    return verdict_line(result)  # type: ignore[arg-type]
