@@ -49,6 +49,7 @@ def run_windows(
         for i in range(steps):
             module.step(**{key: rule(i) for key, rule in step.items()})  # type: ignore[operator]
             check.after_step()
+        check.finish()
     return check
 
 
