@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Regenerate the README's picture of the HTML report: one command, headless Chromium.
 
-    python scripts/screenshot_report.py [--out docs/images/report.png] [--width 900 --height 900]
+    python scripts/screenshot_report.py [--out docs/images/report.png] [--width 900 --height 1440]
 
 Runs the README's example test and its fixed twin with
 ``pytest --graphleak --graphleak-html=...`` in a temporary directory (real results, not a
@@ -54,7 +54,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "images" / "report.png")
     parser.add_argument("--width", type=int, default=900)
-    parser.add_argument("--height", type=int, default=900)
+    parser.add_argument("--height", type=int, default=1440)  # down to the first charts
     args = parser.parse_args()
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:

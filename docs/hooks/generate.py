@@ -124,18 +124,19 @@ def options_page() -> str:
         "",
         _paragraph(options.__doc__ or "", "Precedence"),
         "",
-        "| setting | type | default | command line | ini key | also as keyword of |",
-        "|---|---|---|---|---|---|",
+        "| setting | command line, ini key | default (type) | also a keyword of |",
+        "|---|---|---|---|",
     ]
     for option in options.OPTIONS:
         metavar = getattr(option, "metavar", None)
         flag = option.flag + (f"={metavar}" if metavar else "")
+        kind = getattr(option, "type", "")
         lines.append(
-            f"| `{option.key}` | {getattr(option, 'type', '')} | {_default(option)} "
-            f"| {_code_cell(flag)} | `{option.ini}` | {where(option)} |"
+            f"| [`{option.key}`](#{option.key}) | {_code_cell(flag)}<br>`{option.ini}` "
+            f"| {_default(option)}{f' ({kind})' if kind else ''} | {where(option)} |"
         )
-    lines.insert(lines.index("| setting | type | default | command line | ini key | also as "
-                             "keyword of |"), '<div class="options-table" markdown>\n')
+    lines.insert(lines.index("| setting | command line, ini key | default (type) | also a "
+                             "keyword of |"), '<div class="names-table" markdown>\n')
     lines += ["", "</div>", ""]
     for option in options.OPTIONS:
         lines += [f"## `{option.key}`", "", f"`{option.flag}`, ini `{option.ini}`", ""]
@@ -289,6 +290,8 @@ def catalogue_page() -> str:
         "and prints each `test_leaky`'s failure text. Paths are shown relative to the",
         "repository.",
         "",
+        '<div class="names-table" markdown>',
+        "",
         "| example | report | expected pattern | what keeps the graph |",
         "|---|---|---|---|",
     ]
@@ -298,6 +301,7 @@ def catalogue_page() -> str:
             f"| [`{path.name}`](#{path.stem}) | {_source_link(consts.get('SOURCE', ''))} "
             f"| `{consts.get('EXPECTED_PATTERN', '')}` | `{consts.get('CULPRIT', '')}` |"
         )
+    lines += ["", "</div>"]
     for path in examples:
         consts = _constants(path)
         doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
@@ -441,7 +445,7 @@ def real_output(what: str) -> str:
     if what == "example test":
         return f"```python\n{_readme_script().EXAMPLE.rstrip()}\n```"
     if what == "example output":
-        return f"```text\n{example_output().rstrip()}\n```"
+        return f"```text\n{narrow_banners(example_output()).rstrip()}\n```"
     if what in ("demo log", "demo verdict"):
         return f"```text\n{demo_excerpt(what).rstrip()}\n```"
     name = what.removeprefix("catalogue output ").strip()
@@ -451,6 +455,17 @@ def real_output(what: str) -> str:
         log.warning("graphleak docs: no catalogue output for %s (not run in this build?)", name)
         return f"(no output: {name} did not run in this build)"
     return f"```text\n{text.rstrip()}\n```"
+
+
+def narrow_banners(output: str, width: int = 48) -> str:
+    """pytest's section banners (``==== FAILURES ====``, ``____ test ____``) padded to
+    ``width`` instead of the terminal's 120 columns, so they fit the page (a phone too)."""
+
+    def banner(match: re.Match[str]) -> str:
+        fill, title = match.group(1)[0], match.group(2)
+        return f" {title} ".center(width, fill) if title else fill * width
+
+    return re.sub(r"^([=_])\1{9,} ?(.*?) ?[=_]*$", banner, output, flags=re.M)
 
 
 def comparable(output: str) -> str:

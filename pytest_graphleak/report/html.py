@@ -96,7 +96,8 @@ td .mark { font: 600 .75rem system-ui, sans-serif; }
 .change dd.fix { font-weight: 600; }
 .charts { display: flex; flex-wrap: wrap; gap: .6rem; }
 svg.chart { background: var(--bg); border: 1px solid var(--line); max-width: 100%;
-            height: auto; }
+            height: auto; flex: 1 1 340px; width: 340px; }
+.charts { max-width: 980px; }
 svg.chart .chart-title { font: 600 12px sans-serif; fill: var(--fg); }
 svg.chart .tick { font: 10px sans-serif; fill: var(--muted); }
 svg.chart text { fill: var(--fg); }
@@ -152,6 +153,7 @@ input.show:focus-visible ~ header .filter { outline: 2px solid var(--accent); }
   table { font-size: .8rem; }
   td.num code, table .mono { font-size: .75rem; }
   .charts { display: block; }
+  svg.chart { width: 100%; }
   .change dl { grid-template-columns: 1fr; }
   .change dd { margin-bottom: .3rem; }
   table.sites td:nth-child(4), table.sites th:nth-child(4) { display: none; }
@@ -313,7 +315,7 @@ class _View:
         return head + body + "</section>"
 
     def check_block(self, check: Mapping[str, Any], test: Mapping[str, Any]) -> str:
-        """What to change first, then the numbers, then the evidence."""
+        """What to change first, the chain drawn, then the numbers, then the sites."""
         parts: list[str] = []
         name = str(check.get("name", ""))
         if len(test.get("checks", [])) > 1 or (name and name != str(test.get("nodeid", ""))):
@@ -321,6 +323,8 @@ class _View:
         diagnosis = check.get("diagnosis") or {}
         if check.get("leaked"):
             parts.append(self.what_to_change(check, diagnosis))
+        if diagnosis:
+            parts.append(self.graph(diagnosis))
         parts.append(self.outcome_lines(check))
         parts += [_metrics_table(check.get("metrics", {})), self.charts(check)]
         if diagnosis:
@@ -387,8 +391,8 @@ class _View:
         return f'<p class="muted">{escape(legend)}</p><div class="charts">{"".join(charts)}</div>'
 
     def evidence(self, diagnosis: Mapping[str, Any]) -> str:
-        """The drawing, the creation and storing sites with their source, the notes."""
-        parts = [self.graph(diagnosis)]
+        """The creation and storing sites with their source, the notes."""
+        parts = []
         for key, title, count_header in (
             ("sites", "created at", "objects/step"),
             ("stored_at", "stored at (the line that puts it in its holder)", "times/step"),
