@@ -116,8 +116,10 @@ def test_leaks():
 
 
 def test_the_failure_text_is_coloured_when_pytest_colours(pytester: pytest.Pytester) -> None:
+    # A subprocess: an in-process run drops minigrad and numpy from sys.modules after
+    # it, and numpy cannot be imported twice in one process.
     pytester.makepyfile(test_leak=LEAKY)
-    result = pytester.runpytest("--graphleak", "--color=yes", "-p", "no:randomly")
+    result = pytester.runpytest_subprocess("--graphleak", "--color=yes", "-p", "no:randomly")
     out = result.stdout.str()
     assert result.ret == 1
     assert "\x1b[32m\x1b[1m  fix: " in out and "\x1b[33m\x1b[1m  held by: " in out
