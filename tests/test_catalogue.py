@@ -126,6 +126,35 @@ def _graph_grew(result: pytest_graphleak.CheckResult) -> bool:
     return any(m is not None and m.counts == "nodes" for m in declared)
 
 
+STORING = [p for p in CATALOGUE if p.stem in {
+    "torch_running_mean_forward", "minigrad_running_mean_forward", "torch_feature_queue_cat",
+    "torch_cache_dict", "minigrad_cache_dict", "torch_hf_tr_loss", "torch_tntorch_history",
+}]  # fmt: skip
+
+
+@pytest.mark.parametrize("steps", [8, None], ids=["track(steps=8)", "track()"])
+@pytest.mark.parametrize("path", STORING, ids=lambda p: p.stem)
+def test_a_loop_of_leaky_steps_is_diagnosed_inside_the_loop(path: Path, steps: int | None) -> None:
+    """A loop cannot be re-run: the holder, creation and storing lines come from the
+    loop's own steps (``stored at:`` from the step after the judged one)."""
+    module = load(path)
+    module.leaky_step()  # the state, made before the loop
+    options = {"steps": steps} if steps is not None else {}
+    with pytest_graphleak.track(warmup=2, **options) as t:
+        for _ in range(30):
+            module.leaky_step()
+            t.step()
+    result = t.result
+    assert result is not None and result.leaked and result.diagnosis is not None
+    text = render_text(result)
+    assert t.calls == 2 + (steps or 16), text  # judged inside the loop, in both forms
+    assert result.diagnosis.pattern == module.EXPECTED_PATTERN, text
+    assert module.CULPRIT in " -> ".join(result.diagnosis.chain), text
+    assert any(Path(s.filename).resolve() == path.resolve() for s in result.diagnosis.sites), text
+    stored = [s for s in result.diagnosis.stored_at if Path(s.filename).resolve() == path.resolve()]
+    assert any(module.STORED_AT in s.line for s in stored), text
+
+
 @pytest.mark.parametrize("path", CATALOGUE, ids=lambda p: p.stem)
 def test_fixed_twin_is_clean(path: Path) -> None:
     module = load(path)
