@@ -169,3 +169,39 @@ def test_diagnose_restores_the_hook_registration_on_error(monkeypatch: pytest.Mo
         diagnose(verdict, metrics=METRICS, step=_hook_step("register_hook"), roots={})
     assert vars(torch.autograd.function._HookMixin)["_register_hook"] is original
 
+
+
+def test_minigrad_function_keeping_its_output_through_ctx_is_a_cycle() -> None:
+    """minigrad's forward works on arrays, so ``ctx.out = out`` keeps an array; the cycle
+    needs an object on ctx that holds the output, and lives while no backward releases the
+    node (a forward-only evaluation)."""
+    import numpy as np
+
+    import minigrad as mg
+
+    class Record:
+        out: Any = None
+
+    class Scale(mg.Function):
+        @staticmethod
+        def forward(ctx: Any, x: Any, record: Any) -> Any:
+            ctx.record = record
+            return x * 2
+
+        @staticmethod
+        def backward(ctx: Any, grad: Any) -> Any:
+            return grad * 2, None
+
+    w = mg.Tensor(np.ones(3, dtype=np.float32), requires_grad=True)
+
+    def step() -> None:
+        record = Record()
+        record.out = Scale.apply(w * 1.0, record)
+
+    result = pytest_graphleak.check(step, steps=8)
+    text = render_text(result)
+    d = result.diagnosis
+    assert d is not None and d.pattern == "cycle", text
+    assert any(".ctx.record" in link for link in d.cycle) and "Record.out" in " ".join(d.cycle)
+    assert "Scale.forward" in d.fix and "ctx.record" in d.fix, text
+    assert any("record.out = Scale.apply(w * 1.0, record)" in s.line for s in d.sites), text

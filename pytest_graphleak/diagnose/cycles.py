@@ -144,12 +144,14 @@ def _ctx_story(
     holds_tensor = found is not None and found[1] == TENSOR
     what = "a tensor" if holds_tensor else f"a {type(value).__name__} that leads back to its output"
     freed = "freed only by gc.collect()" if collectable else "never freed"
+    torch = backend.name == "torch"
+    link = "is that ctx itself" if torch else "keeps that ctx"
     note = (
         f"the cycle runs through the ctx of the custom autograd Function {fn}: its forward "
-        f"stored {what} as ctx.{attr}, and the output's grad_fn is that ctx itself, so "
-        f"each call's output and graph are {freed} (pytorch/pytorch#25340)"
+        f"stored {what} as ctx.{attr}, and the output's grad_fn {link}, so each call's "
+        f"output and graph are {freed}" + (" (pytorch/pytorch#25340)" if torch else "")
     )
-    if backend.name == "torch" and holds_tensor:
+    if torch and holds_tensor:
         fix = (
             f"in {fn}.forward, save the tensor with ctx.save_for_backward({attr}) instead of "
             f"ctx.{attr} = {attr}, and read it back with ctx.saved_tensors in backward; keep "
