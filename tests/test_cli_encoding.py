@@ -8,14 +8,15 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from pytest_graphleak.cli.encoding import ascii_look_alike
 from pytest_graphleak.cli.exits import EXIT_CLEAN, EXIT_LEAK
+from pytest_graphleak.report.ascii_text import ascii_look_alike
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -79,3 +80,22 @@ def test_a_dumb_terminal_gets_no_redrawn_lines(monkeypatch: pytest.MonkeyPatch) 
     assert _is_terminal(_Tty()) and Display(_Tty()).live
     monkeypatch.setenv("TERM", "dumb")
     assert not _is_terminal(_Tty()) and not Display(_Tty()).live
+
+
+def test_pytest_output_on_a_narrow_stdout(pytester: pytest.Pytester,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """pytest's own writer escapes what its stdout cannot encode (``\\u2581``); with the
+    plugin its terminal shows the ASCII look-alikes, as the commands do."""
+    monkeypatch.setenv("PYTHONIOENCODING", "ascii")
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    pytester.makepyfile(test_narrow=_STEPS + """
+import pytest
+
+@pytest.mark.no_graph_growth(steps=5, warmup=2)
+def test_leaky():
+    leaky_step()
+""")
+    result = pytester.runpytest_subprocess("--graphleak", "-p", "no:randomly")
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    assert "\\u2581" not in out and re.search(r"  [_.=+*%#-]+\|[_.=+*%#-]+\n", out), out

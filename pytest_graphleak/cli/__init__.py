@@ -16,9 +16,9 @@ import textwrap
 from collections.abc import Sequence
 
 from pytest_graphleak import __version__
-from pytest_graphleak.cli.encoding import degrade_to_ascii
 from pytest_graphleak.cli.exits import EXIT_INTERRUPTED, EXIT_USAGE, UsageError
 from pytest_graphleak.options import OptionError, add_command_flags
+from pytest_graphleak.report.ascii_text import degrade_to_ascii
 
 __all__ = ["build_parser", "main"]
 

@@ -30,6 +30,7 @@ from pytest_graphleak.plugin import async_tests, terminal
 from pytest_graphleak.plugin.failure_repr import one_line_repr
 from pytest_graphleak.plugin.pytest_held import PytestHeld
 from pytest_graphleak.plugin.subtests_once import subtests_reported_once
+from pytest_graphleak.report.ascii_text import degrade_to_ascii, restore
 from pytest_graphleak.report.text import render_text
 from pytest_graphleak.result import CheckResult
 
@@ -43,6 +44,7 @@ SETTINGS_KEY = pytest.StashKey[Settings]()
 ITEM_SETTINGS_KEY = pytest.StashKey[Settings]()
 RESULTS_KEY = pytest.StashKey["list[dict[str, Any]]"]()
 WORLD_SIZE_KEY = pytest.StashKey[int]()
+ASCII_KEY = pytest.StashKey["list[tuple[Any, str]]"]()
 
 #: Fixture values never offered to the diagnosis as roots (pytest's own objects).
 _INTERNAL_FIXTURES = frozenset({"request", "graphleak", "pytestconfig"})
@@ -76,6 +78,20 @@ def pytest_configure(config: pytest.Config) -> None:
 
         reporter = GraphleakSessionReport(config, settings_of(config))
         config.pluginmanager.register(reporter, "graphleak-session-report")
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    config = session.config
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    terminal_file = getattr(getattr(reporter, "_tw", None), "_file", None)
+    if terminal_file is not None and config.getoption("capture", "fd") != "no":
+        # pytest's terminal on a stdout that is not UTF-8 (its writer's file, which the
+        # test's own output never reaches while captured): sparklines in ASCII, not "\u2581".
+        config.stash[ASCII_KEY] = degrade_to_ascii(terminal_file)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    restore(config.stash.get(ASCII_KEY, []))
 
 
 def settings_of(config: pytest.Config) -> Settings:
