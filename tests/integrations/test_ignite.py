@@ -23,7 +23,8 @@ from pytest_graphleak.integrations.ignite import GraphLeakHandler  # noqa: E402
 def make_engine(leak: str = "", accumulate: int = 1) -> tuple[Engine, dict[str, object]]:
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    state: dict[str, object] = {"history": [], "total": torch.zeros(()), "outputs": []}
+    state: dict[str, object] = {"history": [], "total": torch.zeros(()), "outputs": [],
+                                "cache": {}, "queue": torch.zeros(0, 1)}  # fmt: skip
 
     def update(engine: Engine, batch: tuple[object, object]) -> float:
         x, y = batch
@@ -39,6 +40,10 @@ def make_engine(leak: str = "", accumulate: int = 1) -> tuple[Engine, dict[str, 
             state["total"] = state["total"] + loss  # type: ignore[operator]
         elif leak == "outputs":
             state["outputs"].append({"loss": loss, "preds": preds})  # type: ignore[attr-defined]
+        elif leak == "cache":
+            state["cache"][engine.state.iteration] = preds  # type: ignore[index]
+        elif leak == "queue":
+            state["queue"] = torch.cat([preds, state["queue"]])[:16]  # type: ignore[list-item]
         return loss.item()
 
     engine = Engine(update)
@@ -80,19 +85,24 @@ HELD = "held by: closure 'state' of update -> "
 
 
 @pytest.mark.parametrize(
-    ("leak", "pattern", "holder"),
+    ("leak", "pattern", "holder", "stored"),
     [
-        ("list", "list-accumulation", HELD + "dict['history'] -> list(len=19) -> Tensor("),
-        (
-            "total",
-            "retained-grad-fn",
-            HELD + "dict['total'] -> Tensor(shape=(), grad_fn=AddBackward0)",
-        ),
-        ("outputs", "list-accumulation", HELD + "dict['outputs'] -> list(len=19) -> dict["),
+        ("list", "list-accumulation", HELD + "dict['history'] -> list(len=19) -> Tensor(",
+         'state["history"].append(loss)'),
+        ("total", "retained-grad-fn",
+         HELD + "dict['total'] -> Tensor(shape=(), grad_fn=AddBackward0)",
+         'state["total"] = state["total"] + loss'),
+        ("outputs", "list-accumulation", HELD + "dict['outputs'] -> list(len=19) -> dict[",
+         'state["outputs"].append({"loss": loss, "preds": preds})'),
+        ("cache", "list-accumulation", HELD + "dict['cache'] -> dict[",
+         'state["cache"][engine.state.iteration] = preds'),
+        ("queue", "retained-grad-fn",
+         HELD + "dict['queue'] -> Tensor(shape=(16, 1), grad_fn=SliceBackward0)",
+         'state["queue"] = torch.cat([preds, state["queue"]])[:16]'),
     ],
-)
+)  # fmt: skip
 def test_the_usual_leaks_fail_inside_the_run(
-    leak: str, pattern: str, holder: str, recorded: list[CheckResult]
+    leak: str, pattern: str, holder: str, stored: str, recorded: list[CheckResult]
 ) -> None:
     handler = GraphLeakHandler(warmup=3)
     with pytest.raises(GraphLeakError) as info:
@@ -100,6 +110,8 @@ def test_the_usual_leaks_fail_inside_the_run(
     text = str(info.value).split("\n", 1)[1]  # the first line names the test, holder included
     assert pattern in text and holder in text, text
     assert "test_ignite.py" in text and "in update: " in text
+    stored_at = [line for line in text.splitlines() if "stored at: " in line]
+    assert stored_at and "test_ignite.py" in stored_at[0] and stored in stored_at[0], text
     assert recorded[-1].leaked and gc.isenabled()
 
 

@@ -148,6 +148,107 @@ def test_warn_lets_training_go_on_and_window_mode_judges_each_window(
     assert recorded == cb.results
 
 
+class Centered(torch.nn.Module):
+    """A layer that keeps a running mean of its input in ``forward`` (Lightning calls it
+    through the LightningModule), without ``no_grad()``: the leak."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.running_mean = torch.zeros(16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        m = 0.1
+        self.running_mean = (1 - m) * self.running_mean + m * x.mean(0)
+        return x - self.running_mean.detach()
+
+
+class Pooled(Regressor):
+    """``leak``: "running_mean" (a submodule's forward) or "pool" (a list filled by a
+    Lightning hook with what ``training_step`` made)."""
+
+    def __init__(self, leak: str) -> None:
+        super().__init__(leak)
+        if leak == "running_mean":
+            self.net.insert(1, Centered())
+        self.pool: list[object] = []
+        self.last_preds: object = None
+
+    def training_step(self, batch: object, batch_idx: int) -> object:
+        x, y = batch  # type: ignore[misc]
+        self.last_preds = preds = self.net(x)
+        return torch.nn.functional.mse_loss(preds, y)
+
+    def on_train_batch_end(self, outputs: object, batch: object, batch_idx: int) -> None:
+        if self.leak == "pool":
+            self.pool.append(self.last_preds)
+
+
+@pytest.mark.parametrize(
+    ("leak", "holder", "stored"),
+    [
+        ("running_mean",
+         "held by: pl_module -> Pooled.net -> Sequential.1 -> Centered.running_mean -> Tensor(",
+         "self.running_mean = (1 - m) * self.running_mean + m * x.mean(0)"),
+        ("pool", "held by: pl_module -> Pooled.pool -> list(len=19) -> Tensor(",
+         "self.pool.append(self.last_preds)"),
+    ],
+)  # fmt: skip
+def test_a_leak_stored_in_forward_or_in_a_hook_names_the_storing_line(
+    leak: str, holder: str, stored: str, recorded: list[CheckResult]
+) -> None:
+    cb = GraphLeakCallback(warmup=3)
+    with pytest.raises(GraphLeakError) as info:
+        fit(Pooled(leak), cb, batches=40)
+    text = str(info.value)
+    assert holder in text, text
+    stored_at = [line for line in text.splitlines() if "stored at: " in line]
+    assert stored_at and "test_lightning.py" in stored_at[0] and stored in stored_at[0], text
+    assert "created at: " in text and "judged after" not in text
+
+
+class TwoOptimizers(L.LightningModule):
+    """A GAN-shaped module: manual optimization, two optimizer steps per batch (global_step
+    moves by 2), and the discriminator's losses kept in a list."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.automatic_optimization = False
+        self.g = torch.nn.Linear(8, 8)
+        self.d = torch.nn.Linear(8, 1)
+        self.d_losses: list[object] = []
+
+    def training_step(self, batch: object, batch_idx: int) -> None:
+        x, _ = batch  # type: ignore[misc]
+        opt_g, opt_d = self.optimizers()  # type: ignore[misc]
+        d_loss = self.d(self.g(x).detach()).mean() - self.d(x).mean()
+        opt_d.zero_grad()
+        self.manual_backward(d_loss)
+        opt_d.step()
+        g_loss = -self.d(self.g(x)).mean()
+        opt_g.zero_grad()
+        self.manual_backward(g_loss)
+        opt_g.step()
+        self.d_losses.append(d_loss)
+
+    def configure_optimizers(self) -> object:
+        return [torch.optim.SGD(self.g.parameters(), lr=0.01),
+                torch.optim.SGD(self.d.parameters(), lr=0.01)]  # fmt: skip
+
+
+def test_manual_optimization_with_two_optimizers_is_judged_per_batch_inside_the_loop(
+    recorded: list[CheckResult],
+) -> None:
+    cb = GraphLeakCallback(warmup=3)
+    with pytest.raises(GraphLeakError) as info:
+        fit(TwoOptimizers(), cb, batches=40, max_steps=60)  # type: ignore[arg-type]
+    text = str(info.value)
+    assert "held by: pl_module -> TwoOptimizers.d_losses -> list(len=19) -> Tensor(" in text
+    assert "d_loss = self.d(self.g(x).detach()).mean() - self.d(x).mean()" in text
+    stored_at = [line for line in text.splitlines() if "stored at: " in line]
+    assert stored_at and "self.d_losses.append(d_loss)" in stored_at[0], text
+    assert "judged after" not in text and cb.result is not None and cb.result.steps == 16
+
+
 def test_both_lightning_installs_accept_the_callback() -> None:
     pl = pytest.importorskip("pytorch_lightning")
     cb = GraphLeakCallback(warmup=2)
