@@ -96,16 +96,17 @@ def test_ctx_attribute_is_a_cycle_with_the_save_for_backward_fix() -> None:
     assert any("Doubling.apply(" in s.line and s.filename == __file__ for s in d.sites), text
 
 
-def test_a_loop_judged_without_a_step_calls_cyclic_growth_a_cycle() -> None:
+def test_a_loop_of_unknown_length_draws_the_cycle_inside_the_loop() -> None:
     step = _ctx_step()
     with pytest_graphleak.track() as t:
-        for _ in range(16):
+        for _ in range(40):
             step()
             t.step()
     assert t.result is not None and t.result.leaked
     d = t.result.diagnosis
     assert d is not None and d.pattern == "cycle", render_text(t.result)
     assert not d.chain  # a container of older tensors is not what grew
+    assert d.cycle[1] == "DoublingBackward (ctx).out", render_text(t.result)
 
 
 @pytest.mark.parametrize("shape", ["ctx", "hook"])
@@ -128,6 +129,17 @@ def test_a_loop_of_known_length_draws_the_cycle_its_collections_freed(shape: str
         assert any("self.mean = y.mean()" in s.line for s in d.sites), text
     series = t.result.series["gc.cyclic_garbage"] if shape == "ctx" else []
     assert all(b > a for a, b in itertools.pairwise(series)), series  # every step counted
+
+
+def test_the_heap_as_it_is_calls_only_cyclic_growth_a_cycle() -> None:
+    """No step, no recorded steps: a list of older tensors the roots reach is not what
+    grew (it read list-accumulation of an optimizer's parameter list before)."""
+    model = torch.nn.Linear(3, 3)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    verdict = Verdict(leaked=True, growths=[Growth("gc.cyclic_garbage", 1, 20, 1)])
+    d = diagnose(verdict, metrics=METRICS, step=None, roots={"local 'opt'": opt})
+    assert d.pattern == "cycle" and not d.chain, d
+    assert any("graphleak.check(step)" in note for note in d.notes), d.notes
 
 
 def test_only_cyclic_growth_decides_cycle() -> None:
