@@ -400,3 +400,33 @@ def test_environment_block_and_narrow_layout() -> None:
     assert "@media (max-width: 640px)" in html and 'class="scroll"' in html
 
 
+
+
+def test_own_drawing_lays_out_chains_and_cycles() -> None:
+    from pytest_graphleak.report.graph_svg import (
+        LINE_CHARS,
+        MAX_LINES,
+        chain_svg,
+        cycle_svg,
+        wrap_label,
+    )
+
+    chain = Page(chain_svg([f"n{i}" for i in range(6)], columns=4))
+    assert len(chain.all("polyline", class_="edge")) == 5
+    assert len(chain.all("polygon", class_="arrowhead")) == 5
+    kinds = [a["class"] for a in chain.all("g")]
+    assert kinds == ["node root", *["node "] * 4, "node leaked"]
+    # Two rows of four columns: the edge into the second row turns (four corners).
+    wrapped = [a["points"] for a in chain.all("polyline") if len(a["points"].split()) == 4]
+    assert len(wrapped) == 1
+    one = Page(cycle_svg(["self"]))
+    assert len(one.all("polyline", class_="edge")) == 1  # back to itself
+    column = Page(cycle_svg(["a", "b", "c"], columns=1))
+    assert len(column.all("polyline", class_="edge")) == 3
+    assert float(column.all("svg")[0]["width"]) < 300  # a phone's column
+    lines = wrap_label("x" * 500)
+    assert len(lines) == MAX_LINES and lines[-1].endswith("\u2026")
+    assert all(len(line) <= LINE_CHARS for line in lines)
+    hostile = Page(chain_svg([EVIL, "b"]))
+    assert not hostile.all("script") and EVIL in "".join(hostile.text)
+    assert chain_svg([]) == "" == cycle_svg([])

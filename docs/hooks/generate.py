@@ -312,7 +312,7 @@ def catalogue_page() -> str:
             lines += ["!!! warning", "    No failure text: this example did not run in the "
                       "site build (its backend is not installed?).", ""]  # fmt: skip
             continue
-        lines += ["```text", text, "```"]
+        lines += [output_block(text)]
     return "\n".join(lines) + "\n"
 
 
@@ -378,7 +378,8 @@ def _catalogue_texts(examples: list[Path]) -> dict[str, str]:
 
 # -- real outputs in pages: the 30-second example, catalogue failure texts -----------------
 _REAL_OUTPUT = re.compile(
-    r"<!-- graphleak: (example test|example output|demo log|demo verdict|catalogue output \S+) -->"
+    r"<!-- graphleak: (example test|example output|example summary|demo log|demo verdict"
+    r"|catalogue output \S+) -->"
 )
 
 
@@ -445,19 +446,31 @@ def real_output(what: str) -> str:
     if what == "example test":
         return f"```python\n{_readme_script().EXAMPLE.rstrip()}\n```"
     if what == "example output":
-        return f"```text\n{narrow_banners(example_output()).rstrip()}\n```"
+        return output_block(narrow_banners(example_output()))
+    if what == "example summary":  # the graphleak report section of the same run
+        lines = narrow_banners(example_output()).splitlines()
+        start = next((i for i, line in enumerate(lines) if " graphleak report " in line), 0)
+        end = next((i for i, line in enumerate(lines) if "short test summary" in line),
+                   len(lines))  # fmt: skip
+        return output_block("\n".join(lines[start:end]))
     if what in ("demo log", "demo verdict"):
-        return f"```text\n{demo_excerpt(what).rstrip()}\n```"
+        return output_block(demo_excerpt(what))
     name = what.removeprefix("catalogue output ").strip()
     examples = sorted(p for p in (ROOT / "examples").glob("*.py") if _constants(p).get("SOURCE"))
     text = _catalogue_texts(examples).get(name)
     if text is None:
         log.warning("graphleak docs: no catalogue output for %s (not run in this build?)", name)
         return f"(no output: {name} did not run in this build)"
-    return f"```text\n{text.rstrip()}\n```"
+    return output_block(text)
 
 
-def narrow_banners(output: str, width: int = 48) -> str:
+def output_block(text: str) -> str:
+    """A text block in a ``div.output``: the extra CSS wraps its lines (the highlighter
+    gives ```text and ```python blocks the same classes, so the div tells them apart)."""
+    return f'<div class="output" markdown>\n\n```text\n{text.rstrip()}\n```\n\n</div>'
+
+
+def narrow_banners(output: str, width: int = 40) -> str:
     """pytest's section banners (``==== FAILURES ====``, ``____ test ____``) padded to
     ``width`` instead of the terminal's 120 columns, so they fit the page (a phone too)."""
 

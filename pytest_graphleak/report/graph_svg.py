@@ -17,7 +17,7 @@ from html import escape
 
 #: Characters per line of a box, lines per box (the full label is the box's tooltip).
 LINE_CHARS, MAX_LINES = 26, 4
-_CHAR_W, _LINE_H, _PAD = 7.4, 16, 8
+_CHAR_W, _LINE_H, _PAD = 7.7, 16, 8  # a monospace glyph is ~0.6 em of 12.5 px
 _BOX_W = round(LINE_CHARS * _CHAR_W + 2 * _PAD)
 _GAP_X, _GAP_Y, _MARGIN = 44, 40, 26
 
