@@ -12,11 +12,12 @@ Two surveys of what the roots reach, one step apart, find it:
 The holder is what grew by the most bytes; the chain to it is searched like any other
 chain. Both surveys are bounded in objects and seconds, and drop everything on return.
 
-The step between the surveys records where tensors are made (the torch site recorder)
-and runs under ``tracemalloc`` (numpy arrays), so the line that made what grows (the
-``torch.cat`` that rebuilt the buffer, the ``append``'s argument) is that of the grown
-array, or of the container's newest entries: not the lines every step runs
-(``loss.backward()``, ``optimizer.step()``), which also allocate.
+The step between the surveys records where tensors are made (the torch site recorder;
+without torch it runs under ``tracemalloc``, for numpy arrays), so the line that made what
+grows (the ``torch.cat`` that rebuilt the buffer, the ``append``'s argument) is that of the
+grown tensor, or of the container's newest entries: not the lines every step runs
+(``loss.backward()``, ``optimizer.step()``), which also allocate. When it cannot tell (a
+numpy array while torch is loaded), the caller falls back on ``sites.memory_sites``.
 """
 
 from __future__ import annotations
@@ -169,9 +170,10 @@ def growing_holder(
     after: Survey | None = None
     target: object = None
     added: list[object] = []
-    tracing = not tracemalloc.is_tracing()
     torch = next((b for b in walker.backends if isinstance(b, TorchBackend)), None)
     recorder = make_torch_recorder(torch.torch) if torch is not None else None
+    # Not both: the recorder's own work under tracemalloc made an Adam step 70x slower.
+    tracing = recorder is None and not tracemalloc.is_tracing()
     if tracing:
         tracemalloc.start(25)
     try:
@@ -230,7 +232,7 @@ def _made_at(objects: list[object], recorder: Any) -> list[CreationSite]:
     counts: dict[Site, int] = {}
     for obj in objects:
         site = recorder.site_of_tensor(obj) if recorder is not None else None
-        if site is None:
+        if site is None and tracemalloc.is_tracing():
             traceback = tracemalloc.get_object_traceback(obj)
             site = user_frame_of(traceback) if traceback is not None else None
         if site is not None:
