@@ -176,6 +176,9 @@ class LoopCheck:
         #: Steps per sample in the current window (1 during warmup and outside window mode).
         self.stride = 1
         self._ledger: CpuLedger | None = None  # window mode: what steps and samples cost
+        #: Steps up to this one need nothing but counting (between two samples): the fast
+        #: path of ``after_step``, whose cost a fast step pays every time.
+        self._quiet_until = 0
 
     # -- lifecycle --------------------------------------------------------------------
     @property
@@ -254,6 +257,9 @@ class LoopCheck:
     def after_step(self) -> CheckResult | None:
         """Sample after one step; at the planned step, judge (and raise or warn)."""
         __tracebackhide__ = True
+        if self._calls < self._quiet_until and self._pending is None:
+            self._calls += 1
+            return None
         if self._pending is not None:
             self._settle(note=None, report=True)
         if self._done or self._sampler is None:
@@ -303,12 +309,17 @@ class LoopCheck:
         """The user's automatic gc for a step that no sample follows; off for one that
         ends in a sample or is recorded for the diagnosis."""
         sampler = self._sampler
-        if sampler is None or self.stride == 1:
+        if sampler is None or self.stride == 1 or self._judge_at is None:
             return
         if self._recorder is not None or self._samples(self._calls + 1):
             sampler.hold_gc()
-        else:
-            sampler.release_gc()
+            return
+        sampler.release_gc()
+        # Quiet: the steps before the one that ends in the next sample (its predecessor
+        # holds gc for it), and before any step that could be recorded for a diagnosis.
+        after = (self._judge_at - self._calls) % self.stride or self.stride
+        recorded = self._judge_at - LATER_STEPS - RECORDED_STEPS
+        self._quiet_until = min(self._calls + after - 2, recorded - 1)
 
     def finish(self) -> CheckResult | None:
         """The loop ended: judge the open window if it has two measured steps or more."""
@@ -341,6 +352,7 @@ class LoopCheck:
             self._recorder.close()
             self._recorder = None
         self._done = True
+        self._quiet_until = 0
         self._roots = dict  # the caller's frame, a trainer: nothing outlives the check
         self._end_sampler()
 
