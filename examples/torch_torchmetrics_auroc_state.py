@@ -31,6 +31,8 @@ EXPECTED_PATTERN = "list-accumulation"
 CULPRIT = "preds"
 #: Text of the line that stores the leaked tensor (the ``stored at:`` line).
 STORED_AT = "state.auroc.update(probabilities.detach(), labels)"
+#: The store happens inside the library: the ``stored at:`` line names where, as "via".
+STORED_VIA = "torchmetrics/classification/precision_recall_curve.py:"
 #: The kept tensors carry no autograd graph: the text must say so.
 NO_GRAPH = True
 

@@ -469,10 +469,10 @@ class LoopCheck:
         assert self._pending is not None
         result, watch = self._pending
         self._pending = None
-        changes = watch.stop()
+        changes, via = watch.stop()
         diagnosis = result.diagnosis
         if diagnosis is not None and changes:
-            diagnosis.stored_at = per_step(changes, 1)
+            diagnosis.stored_at = per_step(changes, 1, via)
         elif diagnosis is not None:
             diagnosis.notes.append(note or NOT_STORED_NEXT_STEP)
         self._publish(result, report=report)

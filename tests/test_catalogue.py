@@ -112,6 +112,8 @@ def test_leak_is_diagnosed(path: Path) -> None:
         stored = [s for s in diagnosis.stored_at if Path(s.filename).resolve() == path.resolve()]
         assert any(module.STORED_AT in s.line for s in stored), text
         assert "  stored at: " in text
+        if getattr(module, "STORED_VIA", None):  # stored inside a library: named as "via"
+            assert any(s.via.startswith(module.STORED_VIA) for s in stored), text
     else:
         assert not diagnosis.stored_at, text
     if getattr(module, "NO_GRAPH", False):

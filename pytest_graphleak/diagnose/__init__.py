@@ -217,7 +217,7 @@ def _diagnose_with_step(
             sites = made or _memory_sites(step, notes)
         stored = []
         if watched is not None and pattern in STORING:
-            stored = per_step(watched.stored, watched.steps)
+            stored = per_step(watched.stored, watched.steps, watched.via)
         story, fix = tell(pattern, graph_grew=facts.graph_grew,
                           tensors=grown.tensors or tensors > 0,
                           has_chain=chain_path is not None)  # fmt: skip

@@ -55,7 +55,7 @@ def site_and_via(frame: types.FrameType | None) -> tuple[Site | None, str]:
         filename = code.co_filename
         if is_user_file(filename) and not _custom_forward(frame):
             return (filename, frame.f_lineno, code.co_name), via
-        if not via and _names_a_library(filename):
+        if not via and names_a_library(filename):
             via = f"{library_label(filename)}:{frame.f_lineno}"
         frame = frame.f_back
     return None, ""
@@ -72,7 +72,7 @@ def _custom_forward(frame: types.FrameType) -> bool:
     )
 
 
-def _names_a_library(filename: str) -> bool:
+def names_a_library(filename: str) -> bool:
     """Is this frame's file worth naming as the library line that made a tensor?"""
     if not any(marker in filename for marker in INSTALLED_MARKERS):
         return False

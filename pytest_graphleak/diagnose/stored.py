@@ -40,8 +40,8 @@ from typing import Any
 from pytest_graphleak.diagnose.backends import TENSOR
 from pytest_graphleak.diagnose.edges import Edge, ObjectEdges
 from pytest_graphleak.diagnose.search import Path
-from pytest_graphleak.diagnose.sites import Site, site_and_via
-from pytest_graphleak.heap.usercode import is_user_file
+from pytest_graphleak.diagnose.sites import Site, names_a_library, site_and_via
+from pytest_graphleak.heap.usercode import is_user_file, library_label
 
 _SIZED = (list, dict, set, frozenset, tuple)
 _MISSING = object()
@@ -53,6 +53,8 @@ class Watched:
     grown: list[str] = field(default_factory=list)
     #: user lines after which the holder changed, with how often (over ``steps``)
     stored: Counter[Site] = field(default_factory=Counter)
+    #: user line -> the library line that changed the holder for it ("via")
+    via: dict[Site, str] = field(default_factory=dict)
     steps: int = 0
     error: str | None = None
 
@@ -124,28 +126,45 @@ class _LineWatch:
         self.last: Site | None = None
         self.seen = _fingerprint(path, walker, root)
         self.changes: Counter[Site] = Counter()
+        self.via: dict[Site, str] = {}
+        self.library_line = ""  # the library line run last since the last user line
 
     def check(self) -> None:
         now = _fingerprint(self.path, self.walker, self.root)
         if not _same(now, self.seen):
             if self.last is not None:
                 self.changes[self.last] += 1
+                if self.library_line:
+                    self.via.setdefault(self.last, self.library_line)
             self.seen = now
 
     def on_call(self, frame: types.FrameType, event: str, arg: Any) -> Any:
-        if event == "call" and is_user_file(frame.f_code.co_filename):
+        if event != "call":
+            return None
+        filename = frame.f_code.co_filename
+        if is_user_file(filename):
             return self.on_line
-        return None
+        # A library's own store (a metric's update, a trainer's list): its line is the
+        # "via" of the user line that called it. The tensor engine's are not named.
+        return self.on_library_line if names_a_library(filename) else None
+
+    def on_library_line(self, frame: types.FrameType, event: str, arg: Any) -> Any:
+        if event in ("line", "return"):
+            self.check()
+            self.library_line = f"{library_label(frame.f_code.co_filename)}:{frame.f_lineno}"
+        return self.on_library_line
 
     def on_line(self, frame: types.FrameType, event: str, arg: Any) -> Any:
         if event == "line":
             self.check()
+            self.library_line = ""
             self.last = (frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)
         elif event == "return":
             self.check()
             # The user line the function goes back to, through library frames: a change
             # made there belongs to the user line that called the library.
             self.last = site_and_via(frame.f_back)[0]
+            self.library_line = ""
         return self.on_line
 
 
@@ -180,6 +199,7 @@ def watch_holder(
             if watched.grown or watch.changes:
                 break
         watched.stored = watch.changes
+        watched.via = watch.via
         return watched
     finally:
         sys.settrace(previous)
@@ -245,8 +265,9 @@ class LiveWatch:
         sys.settrace(watch.on_call)
         self.watching = True
 
-    def stop(self) -> Counter[Site]:
-        """The user lines after which the holder changed (empty: none, or not started)."""
+    def stop(self) -> tuple[Counter[Site], dict[Site, str]]:
+        """The user lines after which the holder changed (empty: none, or not started),
+        and the library line that changed it for each, where one did."""
         watch, self._watch = self._watch, None
         if self.watching:
             sys.settrace(self._previous)
@@ -256,10 +277,10 @@ class LiveWatch:
         self._frames.clear()
         self._previous = None
         if watch is None:
-            return Counter()
+            return Counter(), {}
         try:
             watch.check()
-            return watch.changes
+            return watch.changes, watch.via
         finally:
             watch.seen = []
             self._path.clear()
