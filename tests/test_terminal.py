@@ -145,3 +145,20 @@ def test_coloured_entries_write_markup_only_when_the_writer_has_it(markup: bool)
     assert "  fix: do it" in text and "  x" in text
     assert ("\x1b[32m\x1b[1m  fix: do it" in text) is markup
     assert ("\x1b[" in text) is markup
+
+
+def test_warned_detail_lines_are_coloured_as_the_failure_text() -> None:
+    from pytest_graphleak.plugin.terminal import summary_lines
+    from pytest_graphleak.report.json_doc import CheckedTest
+
+    growth = Growth("minigrad.tensors", 1.0, 4.0, 1.0)
+    check = CheckResult(
+        name="t.py::t", steps=3, warmup=1, series={"minigrad.tensors": [1.0, 2.0, 3.0, 4.0]},
+        units={"minigrad.tensors": "objects"},
+        verdict=Verdict(True, [growth], "list-accumulation", "grew"),
+        diagnosis=Diagnosis("list-accumulation", chain=["fixture 'x'", "list(len=3)"],
+                            fix="append loss.item()"),
+    ).to_dict()  # fmt: skip
+    lines = dict(summary_lines(CheckedTest("t.py::t", "passed", [check]), 20, True))
+    assert lines["    fix: append loss.item()"] == {"green": True, "bold": True}
+    assert lines["    held by: fixture 'x' -> list(len=3)"] == {"yellow": True, "bold": True}

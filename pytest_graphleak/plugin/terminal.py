@@ -273,7 +273,7 @@ def summary_lines(
         # what the numbers cannot say (a count that is a lower bound)
         lines.extend((f"    note: {note}", {"yellow": True}) for note in check.get("notes", []))
         if status == "warned":  # no failure text shows these: the warning is one line
-            lines.extend((f"    {line}", {}) for line in detail_lines(check))
+            lines.extend((f"    {line}", line_markup(line)) for line in detail_lines(check))
     return lines
 
 
