@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_graphleak.engine import tracker
 from pytest_graphleak.loop import LoopCheck
-from pytest_graphleak.options import CheckOptions, OptionError, Settings, TrackOptions
+from pytest_graphleak.options import CheckOptions, Settings, TrackOptions, call_settings
 from pytest_graphleak.pipeline import (
     GraphLeakError,
-    UnmeasuredError,
     error_result,
     measure,
+    raise_or_warn,
 )
 from pytest_graphleak.report.text import render_text
 from pytest_graphleak.result import CheckResult
@@ -35,15 +35,6 @@ from pytest_graphleak.verdict import fewest_steps, too_few_steps_text
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
-
-
-def _settings(
-    where: str, base: Settings | None, values: Mapping[str, object], place: str
-) -> Settings:
-    try:
-        return (base or Settings()).override(values, where=where, place=place)
-    except OptionError as exc:
-        raise ValueError(str(exc)) from None
 
 
 def roots_of_frame(frame: Any, exclude: Collection[int] = ()) -> Callable[[], Mapping[str, object]]:
@@ -96,7 +87,7 @@ def check(
     __tracebackhide__ = True  # pytest shows the step's frames, not the path to them
     require_runnable(step, "check(step)")
     label = name or getattr(step, "__qualname__", None) or repr(step)
-    resolved = _settings(f"check({label})", settings, options, "check")
+    resolved = call_settings(settings, options, where=f"check({label})")
     try:
         result = measure(step, settings=resolved, name=label, diagnose_step=step,
                          roots=roots_of_frame(sys._getframe(1)))  # fmt: skip
@@ -104,10 +95,8 @@ def check(
         if raise_on_leak:
             raise
         return error_result(label, steps=resolved.steps, warmup=resolved.warmup, exc=exc)
-    if raise_on_leak and result.leaked:
-        raise GraphLeakError(render_text(result), result)
-    if raise_on_leak and result.unmeasured:
-        raise UnmeasuredError(render_text(result), result)
+    if raise_on_leak and (result.leaked or result.unmeasured):
+        raise_or_warn(render_text(result), leaked=result.leaked, result=result)
     return result
 
 
@@ -218,6 +207,6 @@ def track(
     """A context manager measuring a hand-written loop; see ``Track``. ``options``: the
     keywords that apply to "track" in ``pytest_graphleak.options``; without ``steps`` the
     loop is judged when the block exits."""
-    resolved = _settings(name, settings, options, "track")
+    resolved = call_settings(settings, options, where=name, place="track")
     steps = resolved.steps if options.get("steps") is not None else None
     return Track(settings=resolved, name=name, raise_on_leak=raise_on_leak, steps=steps)

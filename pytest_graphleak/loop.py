@@ -38,7 +38,6 @@ import atexit
 import dataclasses
 import math
 import time
-import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -46,9 +45,9 @@ from pytest_graphleak import pipeline
 from pytest_graphleak.engine import tracker
 from pytest_graphleak.engine.stride import MIN_SAMPLES, CpuLedger
 from pytest_graphleak.options import Settings
-from pytest_graphleak.pipeline import GraphLeakError, GraphLeakWarning
 from pytest_graphleak.report.text import render_text
 from pytest_graphleak.result import CheckResult
+from pytest_graphleak.values import optional_int_at_least
 from pytest_graphleak.verdict import fewest_steps, too_few_steps_text
 
 #: "return": only give the result back (``track()`` outside pytest without raise_on_leak).
@@ -111,11 +110,7 @@ def check_sample_every(value: object, window: int | None, *, where: str) -> int 
 
 
 def check_count(key: str, value: object, *, minimum: int) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{key} must be an integer >= {minimum} (or None), got {value!r}")
-    return value
+    return optional_int_at_least(key, value, minimum)
 
 
 class LoopCheck:
@@ -485,10 +480,9 @@ class LoopCheck:
             self._on_result(result)
         if not report:
             return
-        if result.leaked:
-            self._report(result, GraphLeakError)
-        elif result.unmeasured:  # no probe measured what the loop uses: not a clean verdict
-            self._report(result, pipeline.UnmeasuredError)
+        # unmeasured: no probe measured what the loop uses, which is no clean verdict
+        if result.leaked or result.unmeasured:
+            self._report(result)
 
     def _end_sampler(self) -> None:
         sampler, self._sampler = self._sampler, None
@@ -553,12 +547,8 @@ class LoopCheck:
         elif result.leaked:
             result.verdict.reason += "; " + note
 
-    def _report(
-        self, result: CheckResult, error: type[GraphLeakError | pipeline.UnmeasuredError]
-    ) -> None:
+    def _report(self, result: CheckResult) -> None:
         __tracebackhide__ = True
-        text = render_text(result)
-        if self.on_leak == "warn":
-            warnings.warn(GraphLeakWarning(text), stacklevel=3)
-        elif self.on_leak == "raise":
-            raise error(text, result)
+        if self.on_leak in ("warn", "raise"):
+            pipeline.raise_or_warn(render_text(result), leaked=result.leaked, result=result,
+                                   warn=self.on_leak == "warn", stacklevel=3)  # fmt: skip

@@ -32,6 +32,7 @@ from typing import Any, Literal, TypedDict
 
 from pytest_graphleak.engine.tracker import START_SCANS
 from pytest_graphleak.probes import PROBE_NAMES
+from pytest_graphleak.values import OptionError, flag, int_at_least, one_of
 from pytest_graphleak.verdict import fewest_steps, steps_to_catch
 
 DEFAULT_STEPS = 16
@@ -44,24 +45,13 @@ GITHUB_MODES = ("auto", "on", "off")
 PLACES = ("pytest", "marker", "check", "track", "command")
 
 
-class OptionError(ValueError):
-    """A setting with a bad value; the message says which, what and where from."""
-
-
 # -- value checks: Python value (from a marker, a call or a typed ini value) -> normalised
+# (the shared ones in ``values``; sizes, probe names and paths are the table's own)
 def _int_at_least(minimum: int) -> Callable[[str, object], int]:
-    def check(key: str, value: object) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise OptionError(f"{key} must be an integer >= {minimum}, got {value!r}")
-        return value
-
-    return check
+    return lambda key, value: int_at_least(key, value, minimum)
 
 
-def _bool(key: str, value: object) -> bool:
-    if not isinstance(value, bool):
-        raise OptionError(f"{key} must be True or False, got {value!r}")
-    return value
+_bool = flag
 
 
 _BYTE_UNITS = {
@@ -107,12 +97,7 @@ def _probes(key: str, value: object) -> tuple[str, ...] | None:
 
 
 def _one_of(choices: Sequence[str]) -> Callable[[str, object], str]:
-    def check(key: str, value: object) -> str:
-        if value not in choices:
-            raise OptionError(f"{key} must be one of {', '.join(choices)}, got {value!r}")
-        return str(value)
-
-    return check
+    return lambda key, value: one_of(key, value, choices)
 
 
 def _path(key: str, value: object) -> str:
@@ -332,6 +317,18 @@ class Settings:
         if "steps" in changes or (place != "track" and "warmup" in changes):
             _can_flag_a_leak(resolved, where)
         return resolved
+
+
+def call_settings(
+    base: Settings | None, values: Mapping[str, object], *, where: str, place: str = "check"
+) -> Settings:
+    """``base`` (default: the defaults) with a call's keywords applied (``check()``,
+    ``track()``, ``check_distributed()``). A bad keyword is the caller's own mistake: a
+    plain ValueError naming ``where``, raised before anything runs."""
+    try:
+        return (base or Settings()).override(values, where=where, place=place)
+    except OptionError as exc:
+        raise ValueError(str(exc)) from None
 
 
 # -- pytest: flags and typed ini keys -------------------------------------------------

@@ -9,6 +9,7 @@ each front end only decides when to call them and what to do with the result.
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
@@ -38,6 +39,25 @@ class GraphLeakError(_ReportError):
 class UnmeasuredError(_ReportError):
     """A check measured nothing its step uses (``result.unmeasured`` says why), so it
     has no verdict to give: "clean" would be a silent pass."""
+
+
+def failure(text: str, *, leaked: bool, result: CheckResult | None = None) -> _ReportError:
+    """The error a failed check raises: GraphLeakError for a leak, UnmeasuredError for a
+    check that measured nothing its step uses; ``text`` is its report."""
+    return GraphLeakError(text, result) if leaked else UnmeasuredError(text, result)
+
+
+def raise_or_warn(
+    text: str, *, leaked: bool, result: CheckResult | None = None, warn: bool = False,
+    stacklevel: int = 1,
+) -> None:  # fmt: skip
+    """Fail a check (``failure``), or with ``warn`` report it as a GraphLeakWarning with
+    the same text; ``stacklevel`` counts from the caller, as ``warnings.warn``'s does."""
+    __tracebackhide__ = True
+    if warn:
+        warnings.warn(GraphLeakWarning(text), stacklevel=stacklevel + 1)
+        return
+    raise failure(text, leaked=leaked, result=result)
 
 
 def judged(series: tracker.Series, settings: Settings) -> Verdict:

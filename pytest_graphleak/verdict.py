@@ -47,6 +47,7 @@ from itertools import accumulate
 from pytest_graphleak.metrics import Metric, Recheck, format_rate
 from pytest_graphleak.patterns import guess
 from pytest_graphleak.result import Growth, Verdict
+from pytest_graphleak.values import int_at_least
 
 
 @dataclass(frozen=True)
@@ -171,10 +172,8 @@ def judge(
     ``metrics``: the probes' declaration of every series (``Series.metrics``); ``every``:
     steps per sample (``warmup`` counts samples).
     """
-    if warmup < 0:
-        raise ValueError(f"warmup must be >= 0, got {warmup}")
-    if isinstance(every, bool) or not isinstance(every, int) or every < 1:
-        raise ValueError(f"every must be an integer >= 1, got {every!r}")
+    int_at_least("warmup", warmup, 0)
+    int_at_least("every", every, 1)
     if not series:
         return Verdict(leaked=False, reason="no metric was measured, so none could grow")
     limits = limits or Limits()

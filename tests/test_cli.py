@@ -235,7 +235,7 @@ def test_importing_a_broken_module_exits_3(
         (["report", "future.json"], "has report schema 99"),
         (["report", "broken_check.json"],
          "broken_check.json is not a valid graphleak report: the document: the field"),
-        (["demo", "--steps", "0"], "argument --steps: must be at least 1"),
+        (["demo", "--steps", "0"], "argument --steps: must be an integer >= 1, got 0"),
         (["demo", "--plot", "nodir/plot.svg"], "--plot 'nodir/plot.svg': directory 'nodir'"),
         (["frobnicate"], "invalid choice: 'frobnicate'"),
         ([], "usage: graphleak"),

@@ -184,10 +184,10 @@ def test_factory_references_are_checked_before_spawning(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"world_size": 0}, "world_size: expected an int >= 1, got 0"),
-        ({"world_size": True}, "world_size: expected an int >= 1, got True"),
-        ({"timeout": -1}, "timeout: expected seconds > 0, got -1"),
-        ({"start_timeout": "soon"}, "start_timeout: expected seconds > 0, got 'soon'"),
+        ({"world_size": 0}, "world_size must be an integer >= 1, got 0"),
+        ({"world_size": True}, "world_size must be an integer >= 1, got True"),
+        ({"timeout": -1}, "timeout must be a number of seconds > 0, got -1"),
+        ({"start_timeout": "soon"}, "start_timeout must be a number of seconds > 0, got 'soon'"),
         ({"steps": 0}, "check_distributed(): steps must be an integer >= 1, got 0"),
         ({"warmup": -2}, "check_distributed(): warmup must be an integer >= 0, got -2"),
         ({"warmup": 0, "steps": 1}, "steps=1 with warmup=0 can never flag a leak"),

@@ -19,6 +19,7 @@ from pytest_graphleak import __version__
 from pytest_graphleak.cli.exits import EXIT_INTERRUPTED, EXIT_USAGE, UsageError
 from pytest_graphleak.options import OptionError, add_command_flags
 from pytest_graphleak.report.ascii_text import degrade_to_ascii
+from pytest_graphleak.values import int_at_least
 
 __all__ = ["build_parser", "main"]
 
@@ -79,14 +80,15 @@ Reads a report written by `pytest --graphleak-report=PATH` or `graphleak check -
 
 
 def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1."""
+    """argparse type: an integer >= 1 (argparse names the flag)."""
     try:
-        value = int(text, 10)
+        value: object = int(text, 10)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got '{text}'") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
+        value = text
+    try:
+        return int_at_least("", value, 1)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:

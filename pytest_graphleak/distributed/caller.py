@@ -18,8 +18,9 @@ from pytest_graphleak.distributed.factory import FactoryLike, factory_ref
 from pytest_graphleak.distributed.messages import Job
 from pytest_graphleak.distributed.rank import STACKS_SIGNAL, rank_main
 from pytest_graphleak.distributed.results import DistributedResult, RankResult, ranks_text
-from pytest_graphleak.options import CheckOptions, OptionError, Settings
+from pytest_graphleak.options import CheckOptions, Settings, call_settings
 from pytest_graphleak.result import CheckResult
+from pytest_graphleak.values import int_at_least, seconds
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -85,18 +86,13 @@ def check_distributed_many(
     ``start_timeout`` bounds spawning, importing torch and joining. With ``raise_on_leak``,
     every factory is checked before the first failure is raised.
     """
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-        raise ValueError(f"world_size: expected an int >= 1, got {world_size!r}")
+    int_at_least("world_size", world_size, 1)
     if not isinstance(backend, str) or not backend:
         raise ValueError(f"backend: expected a torch.distributed backend name, got {backend!r}")
-    try:  # validated here, once, so that a bad keyword never spawns a rank
-        resolved = (settings or Settings()).override(
-            options, where="check_distributed()", place="check"
-        )
-    except OptionError as exc:
-        raise ValueError(str(exc)) from None
-    start_timeout = _seconds("start_timeout", start_timeout)
-    timeout = _seconds("timeout", timeout)
+    # validated here, once, so that a bad keyword never spawns a rank
+    resolved = call_settings(settings, options, where="check_distributed()")
+    start_timeout = seconds("start_timeout", start_timeout)
+    timeout = seconds("timeout", timeout)
     refs = [factory_ref(f) for f in step_factories]
     if not refs:
         raise ValueError("check_distributed_many: give at least one step factory")
@@ -122,10 +118,6 @@ def check_distributed_many(
     return results
 
 
-def _seconds(label: str, value: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ValueError(f"{label}: expected seconds > 0, got {value!r}")
-    return float(value)
 
 
 

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_graphleak.pipeline import GraphLeakError, UnmeasuredError
+from pytest_graphleak.pipeline import raise_or_warn
 from pytest_graphleak.report.text import render_text
 from pytest_graphleak.result import CheckResult
 
@@ -80,10 +80,9 @@ class DistributedResult:
         else UnmeasuredError if a rank measured nothing."""
         if self.failed_ranks:
             raise RankError(self.failure_text())
-        if self.leaked:
-            raise GraphLeakError(self.leak_text())
-        if self.unmeasured_ranks:
-            raise UnmeasuredError(self.unmeasured_text())
+        if self.leaked or self.unmeasured_ranks:
+            text = self.leak_text() if self.leaked else self.unmeasured_text()
+            raise_or_warn(text, leaked=self.leaked)
 
     def failure_text(self) -> str:
         """Each failed rank's traceback, the first failure first: the later ones are

@@ -41,6 +41,7 @@ from pytest_graphleak.heap.gcstate import Measuring
 from pytest_graphleak.metrics import Metric
 from pytest_graphleak.probes import GcProbe, Probe, make_probes
 from pytest_graphleak.probes.torch_probe import TorchProbe
+from pytest_graphleak.values import int_at_least, one_of
 
 #: How a check finds what was alive before it (``Sampler.begin``).
 START_SCANS = ("roots", "heap")
@@ -131,10 +132,8 @@ class Sampler:
     def __init__(
         self, *, warmup: int, probes: Sequence[str] | None = None, start_scan: str = "roots"
     ) -> None:
-        if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
-            raise ValueError(f"warmup must be an integer >= 0, got {warmup!r}")
-        if start_scan not in START_SCANS:
-            raise ValueError(f"start_scan must be one of {START_SCANS}, got {start_scan!r}")
+        int_at_least("warmup", warmup, 0)
+        one_of("start_scan", start_scan, START_SCANS)
         self.warmup = warmup
         self.start_scan = start_scan
         self._probe_names = probes
@@ -372,8 +371,7 @@ def run(
     raised.
     """
     __tracebackhide__ = True  # pytest shows the step's frames, not the path to them
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"steps must be an integer >= 1, got {steps!r}")
+    int_at_least("steps", steps, 1)
     sampler = Sampler(warmup=warmup, probes=probes, start_scan=start_scan)
     planned = warmup + steps
     sampler.begin([step, *roots])  # a temporary list: begin() empties it

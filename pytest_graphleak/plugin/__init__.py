@@ -13,7 +13,6 @@ import dataclasses
 import functools
 import inspect
 import sys
-import warnings
 from collections.abc import Callable, Generator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,6 +32,7 @@ from pytest_graphleak.plugin.subtests_once import subtests_reported_once
 from pytest_graphleak.report.ascii_text import degrade_to_ascii, restore
 from pytest_graphleak.report.text import render_text
 from pytest_graphleak.result import CheckResult
+from pytest_graphleak.values import int_at_least
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -117,8 +117,10 @@ def marker_settings(item: pytest.Item, base: Settings) -> Settings | None:
             )
         values.update(marker.kwargs)
     world_size = values.pop("world_size", 1)
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-        raise OptionError(f"{where}: world_size must be an integer >= 1, got {world_size!r}")
+    try:
+        world_size = int_at_least("world_size", world_size, 1)
+    except OptionError as exc:
+        raise OptionError(f"{where}: {exc}") from None
     item.stash[WORLD_SIZE_KEY] = world_size
     shown = ", ".join(f"{key}={value!r}" for key, value in values.items())
     return base.override(values, where=f"@pytest.mark.{MARKER}({shown}) on {item.nodeid}")
@@ -374,10 +376,7 @@ def _measure_and_record(
         terminal.warn_leak(item, result, GraphLeakWarning)
         return result
     # An unmeasured check fails too: "clean" with nothing measured is a silent pass.
-    text = render_text(result)
-    error: AssertionError = (
-        GraphLeakError(text, result) if result.leaked else UnmeasuredError(text, result)
-    )
+    error = pipeline.failure(render_text(result), leaked=result.leaked, result=result)
     error.graphleak_plain = from_marker  # type: ignore[attr-defined]
     raise error
 
@@ -428,12 +427,8 @@ def _check_on_ranks(
     if not judge or not (result.leaked or result.unmeasured_ranks):
         return result
     text = result.leak_text() if result.leaked else result.unmeasured_text()
-    if warns_instead(item, settings):
-        warnings.warn(GraphLeakWarning(text), stacklevel=2)
-    elif result.leaked:
-        raise GraphLeakError(text)
-    else:
-        raise UnmeasuredError(text)
+    pipeline.raise_or_warn(text, leaked=result.leaked, warn=warns_instead(item, settings),
+                           stacklevel=2)  # fmt: skip
     return result
 
 

@@ -1,0 +1,56 @@
+"""The value checks that every place taking a setting shares: one per type of value.
+
+The options table (``options.py``), the tracker, the loops, the marker's ``world_size``,
+``check_distributed()`` and the ``graphleak`` command all check their numbers and words
+here, so that the same mistake reads the same everywhere: ``steps must be an integer >= 1,
+got 0``. Bottom layer: no import of the rest of the package.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class OptionError(ValueError):
+    """A setting with a bad value; the message says which, what and where from."""
+
+
+def _named(key: str, text: str) -> str:
+    return f"{key} {text}" if key else text
+
+
+def int_at_least(key: str, value: object, minimum: int) -> int:
+    """``value`` when it is an int (not a bool) >= ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise OptionError(_named(key, f"must be an integer >= {minimum}, got {value!r}"))
+    return value
+
+
+def optional_int_at_least(key: str, value: object, minimum: int) -> int | None:
+    """None (the configured value), or an int >= ``minimum``."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise OptionError(
+            _named(key, f"must be an integer >= {minimum} (or None), got {value!r}")
+        )
+    return value
+
+
+def flag(key: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise OptionError(_named(key, f"must be True or False, got {value!r}"))
+    return value
+
+
+def one_of(key: str, value: object, choices: Sequence[str]) -> str:
+    if value not in choices:
+        raise OptionError(_named(key, f"must be one of {', '.join(choices)}, got {value!r}"))
+    return str(value)
+
+
+def seconds(key: str, value: object) -> float:
+    """A duration in seconds, > 0."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise OptionError(_named(key, f"must be a number of seconds > 0, got {value!r}"))
+    return float(value)
