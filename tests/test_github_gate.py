@@ -196,3 +196,28 @@ def test_the_registry_names_every_writer_once() -> None:
         assert (writer.render is None) == (writer.publish is not None)
         if writer.to_file:
             assert _OWN[writer.kind][0] is writer.recognise
+
+
+def test_another_part_of_the_run_adds_rows_through_the_session_report(
+    pytester: pytest.Pytester, github_env: Path
+) -> None:
+    """An audit of its own (helper 27's after-teardown one, say) appends generic rows to
+    ``extra_rows`` on the controller; they are annotated beside the checks'."""
+    pytester.makeconftest(
+        """
+        from pytest_graphleak.report.github import Row
+
+        def pytest_sessionfinish(session):
+            report = session.config.pluginmanager.get_plugin("graphleak-session-report")
+            report.extra_rows.append(Row(
+                "test_gate.py::test_clean", "leaked", "outlived its test",
+                str(session.config.rootpath / "test_gate.py"), 3,
+                "a tensor made by this test is still alive after its teardown", "error"))
+        """
+    )
+    result = pytester.runpytest("--graphleak", "-p", "no:randomly", "-k", "clean")
+    assert _commands(result.outlines) == [
+        "::error file=test_gate.py,line=3,title=graphleak%3A outlived its test::"
+        "test_gate.py::test_clean: a tensor made by this test is still alive after its teardown"
+    ]
+    assert "| leaked | `test_gate.py::test_clean` | outlived its test |" in github_env.read_text()

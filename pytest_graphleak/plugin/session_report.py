@@ -38,6 +38,7 @@ from pytest_graphleak import options
 from pytest_graphleak.options import Settings
 from pytest_graphleak.plugin.terminal import summary_lines
 from pytest_graphleak.report.environment import describe_run
+from pytest_graphleak.report.github import Row
 from pytest_graphleak.report.json_doc import (
     CheckedTest,
     build_document,
@@ -106,6 +107,10 @@ class GraphleakSessionReport:
         #: The report being logged now: where pytest 7 understands a (word, markup) word.
         self._logging: pytest.TestReport | None = None
         self.outputs: list[_Output] = []
+        #: Findings of other kinds for the writers that are no file (an after-teardown
+        #: audit, say): each a ``report.github.Row``, annotated and tabled like a check's.
+        self.extra_rows: list[Row] = []
+        self.publishers: list[Writer] = []
         self._started = time.time()  # for the HTML page's environment block
         if self.is_worker:
             return
@@ -292,13 +297,13 @@ class GraphleakSessionReport:
                 tr.write_line(f"ERROR: {output.error}", red=True, bold=True)
             elif output.written_to is not None:
                 tr.write_line(f"{output.writer.label} report: {output.written_to}")
-        if rows:
+        if rows or self.extra_rows:
             self._publish(tr)
 
     def _publish(self, tr: pytest.TerminalReporter) -> None:
         """The writers that deliver themselves (the GitHub gate), each line through the
         terminal reporter, which starts it on a line of its own."""
-        run = Run(locations=self._locations, print_line=tr.write_line)
+        run = Run(locations=self._locations, rows=self.extra_rows, print_line=tr.write_line)
         for writer in self.publishers:
             assert writer.publish is not None
             for problem in writer.publish(self.document(), run):
