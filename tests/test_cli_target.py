@@ -131,3 +131,19 @@ def test_a_path_that_is_no_module_name_is_loaded_by_path(tree: Path, file: str) 
     if file.startswith("pkg"):
         write(tree / "pkg with space" / "__init__.py", "")
     assert resolve(f"{file}::step").func() == 7
+
+
+def test_one_reader_of_a_reference_for_the_command_and_the_ranks(tmp_path: Path) -> None:
+    """``graphleak check`` and ``check_distributed`` read ``FILE.py::Class::method`` and
+    ``module:function`` the same way (``targets.parse_target``)."""
+    from pytest_graphleak.distributed import factory_ref
+    from pytest_graphleak.targets import TargetSpec, parse_target
+
+    assert parse_target(" steps.py::Steps::make ") == TargetSpec("steps.py", "", "Steps.make")
+    assert parse_target("pkg.mod:make") == TargetSpec("", "pkg.mod", "make")
+    assert parse_target("C:\\\\work\\\\steps.py") is None and parse_target("steps.py") is None
+    file = tmp_path / "factories.py"
+    file.write_text("class Steps:\n    @staticmethod\n    def make(rank, size):\n"
+                    "        return lambda: None\n")  # fmt: skip
+    ref = factory_ref(f"{file}::Steps::make")
+    assert (ref.file, ref.qualname) == (str(file.resolve()), "Steps.make")

@@ -26,6 +26,7 @@ from pathlib import Path
 from types import ModuleType
 
 from pytest_graphleak.cli.exits import UsageError, UserCodeError
+from pytest_graphleak.targets import parse_target, walk
 
 
 @dataclass(frozen=True)
@@ -50,12 +51,12 @@ def resolve(spec: str) -> Target:
     """Import the module named by ``spec`` and return its zero-argument step function."""
     spec = spec.strip()
     load: Callable[[str], ModuleType]
-    if "::" in spec:  # the script: its file, or its module's name
-        script, attr = spec.split("::", 1)
-        attr = attr.replace("::", ".")  # FILE.py::Class::method, as pytest writes node ids
+    parts = parse_target(spec)
+    if parts is not None and parts.file:  # the script: its file, or its module's name
+        script, attr = parts.file, parts.attr
         where, load = script, _import_file
-    elif ":" in spec and not _looks_like_windows_path(spec):
-        script, attr = spec.split(":", 1)
+    elif parts is not None:
+        script, attr = parts.module, parts.attr
         if "" not in sys.path and os.getcwd() not in sys.path:
             sys.path.insert(0, os.getcwd())  # first, as ``python -m`` puts it
         where, load = f"module '{script}'", _import_module
@@ -76,10 +77,6 @@ def resolve(spec: str) -> Target:
 def _a(noun: str) -> str:
     """``noun`` with its article: "an int", "a str"."""
     return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
-
-
-def _looks_like_windows_path(spec: str) -> bool:
-    return len(spec) > 2 and spec[1] == ":" and spec[2] in "\\/"
 
 
 def _import_file(file_part: str) -> ModuleType:
@@ -154,14 +151,11 @@ def _import_failure(shown: str, exc: BaseException) -> str:
 
 
 def _lookup(module: ModuleType, attr: str, where: str) -> object:
-    obj: object = module
-    for part in attr.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            hint = _suggest(module, attr)
-            raise UsageError(f"{where} has no function '{attr}'{hint}") from None
-    return obj
+    try:
+        return walk(module, attr)
+    except AttributeError:
+        hint = _suggest(module, attr)
+        raise UsageError(f"{where} has no function '{attr}'{hint}") from None
 
 
 def _suggest(module: ModuleType, attr: str) -> str:

@@ -15,6 +15,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Union
 
+from pytest_graphleak.targets import parse_target, walk
+
 #: ``(rank, world_size) -> step``: builds one rank's zero-argument training step.
 StepFactory = Callable[[int, int], Callable[[], object]]
 #: What the caller may pass: a module-level factory, a ``functools.partial`` of one,
@@ -38,14 +40,13 @@ class FactoryRef:
 
     def load(self) -> Callable[..., Callable[[], object]]:
         module = _load_module(self.module, self.file)
-        target: Any = module
-        for part in self.qualname.split("."):
-            try:
-                target = getattr(target, part)
-            except AttributeError:
-                raise LookupError(
-                    f"step factory {self.label!r}: {module.__name__!r} has no attribute {part!r}"
-                ) from None
+        try:
+            target: Any = walk(module, self.qualname)
+        except AttributeError as missing:
+            raise LookupError(
+                f"step factory {self.label!r}: {module.__name__!r} has no attribute "
+                f"{str(missing)!r}"
+            ) from None
         if not callable(target):
             raise TypeError(f"step factory {self.label!r} is not callable: {type(target).__name__}")
         if self.args or self.kwargs:
@@ -101,18 +102,17 @@ def _ref_from_function(func: Any) -> FactoryRef:
 
 
 def _ref_from_string(spec: str) -> FactoryRef:
-    if "::" in spec:
-        file_part, _, attr = spec.partition("::")
-        path = Path(file_part)
+    parts = parse_target(spec)
+    if parts is not None and parts.file:
+        path = Path(parts.file)
         if path.suffix != ".py" or not path.is_file():
-            raise ValueError(f"step factory {spec!r}: {file_part!r} is not a Python file")
-        return FactoryRef("", str(path.resolve()), attr.replace("::", "."))
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
+            raise ValueError(f"step factory {spec!r}: {parts.file!r} is not a Python file")
+        return FactoryRef("", str(path.resolve()), parts.attr)
+    if parts is None or not parts.module or not parts.attr:
         raise ValueError(
             f"step factory {spec!r}: write 'package.module:function' or 'FILE.py::function'"
         )
-    return FactoryRef(module_name, "", attr)
+    return FactoryRef(parts.module, "", parts.attr)
 
 
 def _load_module(module_name: str, file: str) -> ModuleType:
