@@ -41,7 +41,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from pytest_graphleak import pipeline
+from pytest_graphleak import pipeline, session
 from pytest_graphleak.engine import tracker
 from pytest_graphleak.engine.stride import MIN_SAMPLES, CpuLedger
 from pytest_graphleak.options import Settings
@@ -74,16 +74,12 @@ NOT_STORED_NEXT_STEP = (
     "(stored less often than once a step, or by library code that no user line calls)"
 )
 
-#: Checks started and not yet ended (gc is disabled and frozen while one is open).
-_OPEN: list[LoopCheck] = []
-
-
 def close_open_checks(*, keep_scoped: bool = False) -> int:
     """End every open check without a verdict and restore the gc state; how many.
     ``keep_scoped``: leave the checks of ``with`` blocks still running (``scoped``): their
     block ends them, and a ``track()`` nested in another's block must not end the outer."""
     closed = 0
-    for check in _OPEN[::-1]:
+    for check in session.current().open_checks[::-1]:
         if not (keep_scoped and check.scoped):
             check.close()
             closed += 1
@@ -157,6 +153,8 @@ class LoopCheck:
         self._roots: Callable[[], Mapping[str, object]] = dict
         self._length: int | None = None
         self._done = False
+        #: The session's list of open checks this check is on while its sampler runs.
+        self._listed_in: list[LoopCheck] = []
         self._calls = 0  # steps seen since start()
         self._window_start = 0  # calls before the current window
         self._window_warmup = settings.warmup  # samples of the window that are not judged
@@ -226,7 +224,8 @@ class LoopCheck:
         )
         sampler.begin(start_objects if start_objects is not None else list(self._roots().values()))
         self._sampler = sampler
-        _OPEN.append(self)
+        self._listed_in = session.current().open_checks  # ended from any context
+        self._listed_in.append(self)
         self._open_window(warmup)
 
     def _open_window(self, warmup: int) -> None:
@@ -486,8 +485,8 @@ class LoopCheck:
 
     def _end_sampler(self) -> None:
         sampler, self._sampler = self._sampler, None
-        if self in _OPEN:
-            _OPEN.remove(self)
+        if self in self._listed_in:
+            self._listed_in.remove(self)
         if sampler is not None:
             sampler.end()
 

@@ -165,3 +165,85 @@ def test_metric_names_appear_only_in_the_probes() -> None:
         if metric in line
     ]
     assert found == []
+
+
+#: The layers, lowest first (docs/DESIGN.md, "The layers"): a module imports only its own
+#: layer and the layers below; keyed by the package's top-level module or folder.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("metrics", "patterns", "status", "result", "session"),  # plain data
+    ("verdict",),  # the pure judgement
+    ("heap", "probes"),  # what is measured, gc state, user code
+    ("engine", "diagnose"),  # the measuring engine; the diagnosis of a leak
+    ("options",),  # the options table
+    ("report",),  # renderings of results
+    ("pipeline",),  # measure -> judge -> explain
+    ("loop",),  # a check inside a running loop
+    ("api", "distributed", "__init__"),  # the public front ends
+    ("integrations", "cli", "demo", "plugin", "__main__"),  # the outer front ends
+)
+LAYER_OF = {part: level for level, parts in enumerate(LAYERS) for part in parts}
+
+
+def top_part(name: str) -> str:
+    parts = name.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def runtime_dependencies(name: str) -> set[str]:
+    """What ``name`` imports when it runs: ``if TYPE_CHECKING:`` blocks left out."""
+    tree = MODULES[name][1]
+    checking = [
+        node for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+    ]  # fmt: skip
+    hidden = {id(inner) for node in checking for inner in ast.walk(node)}
+    kept = ast.Module(
+        [node for node in ast.walk(tree)
+         if isinstance(node, (ast.Import, ast.ImportFrom)) and id(node) not in hidden],
+        [],
+    )  # fmt: skip
+    return {module for module, _ in imported_modules(name, kept) if module in MODULES} - {name}
+
+
+def test_every_part_of_the_package_has_a_layer() -> None:
+    assert {top_part(name) for name in MODULES} <= set(LAYER_OF)
+
+
+def test_no_layer_imports_a_higher_one() -> None:
+    found = [
+        f"{name} -> {dep}"
+        for name in MODULES
+        for dep in runtime_dependencies(name)
+        if LAYER_OF.get(top_part(dep), 0) > LAYER_OF.get(top_part(name), 0)
+    ]
+    assert found == []
+
+
+def test_the_package_has_no_import_circle() -> None:
+    graph = {name: runtime_dependencies(name) for name in MODULES}
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    circles: list[str] = []
+
+    def visit(name: str, path: list[str]) -> None:
+        state[name] = 1
+        for dep in sorted(graph[name]):
+            if state.get(dep) == 1:
+                circles.append(" -> ".join([*path[path.index(dep):], dep]))
+            elif dep not in state:
+                visit(dep, [*path, dep])
+        state[name] = 2
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [name])
+    assert circles == []
+
+
+def test_no_module_finds_the_plugin_or_a_session_through_sys_modules() -> None:
+    """State is handed over (``session.current()``), never looked up by module name."""
+    found = [
+        name for name, (path, _) in MODULES.items()
+        if 'sys.modules.get("pytest_graphleak' in path.read_text(encoding="utf-8")
+        or "sys.modules['pytest_graphleak" in path.read_text(encoding="utf-8")
+    ]  # fmt: skip
+    assert found == []

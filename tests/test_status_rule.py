@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+# Imported before any in-process pytester run, which drops the modules first imported
+# inside it (numpy then refuses a second import in this process).
+import minigrad  # noqa: F401
 from pytest_graphleak import status
 from pytest_graphleak.cli import main
 from pytest_graphleak.cli.exits import EXIT_LEAK, EXIT_UNMEASURED, EXIT_USER_CODE, exit_code
@@ -83,8 +86,9 @@ def test_an_unmeasured_cli_check_is_failed_not_passed(
 ) -> None:
     code = main(["check", lazy_step, "--steps", "4", "--warmup", "1", "--probes", "torch",
                  "--json", "u.json", "-q"])  # fmt: skip
-    out = capsys.readouterr().out
-    assert code == EXIT_UNMEASURED and out.startswith(f"UNMEASURED {lazy_step}: no verdict")
+    out, err = capsys.readouterr()
+    assert code == EXIT_UNMEASURED, (out, err)
+    assert out.startswith(f"UNMEASURED {lazy_step}: no verdict"), out
     (test,) = json.loads(Path("u.json").read_text())["tests"]
     assert (test["outcome"], test["status"]) == ("failed", "unmeasured")
     assert main(["report", "u.json"]) == EXIT_UNMEASURED

@@ -23,15 +23,33 @@ from __future__ import annotations
 
 import types
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from pytest_graphleak.diagnose.backends import NODE, TENSOR, Backend, TorchBackend
 from pytest_graphleak.diagnose.edges import ObjectEdges
-from pytest_graphleak.diagnose.loop_recorder import Leaked, Observation, SeenCycle
 from pytest_graphleak.diagnose.render import render_cycle, render_dot
 from pytest_graphleak.diagnose.search import Path, find_cycle
+from pytest_graphleak.diagnose.sites import Site
 from pytest_graphleak.diagnose.torch_hooks import reading
 from pytest_graphleak.result import display_path
+
+if TYPE_CHECKING:  # cycles is below the recorder: the recorder hands these in
+    from pytest_graphleak.diagnose.loop_recorder import Leaked, Observation
+
+@dataclass
+class SeenCycle:
+    """A cycle among a loop's recorded objects, seen as the collector freed it: plain data."""
+
+    cycle: list[str]  # rendered, as ``Diagnosis.cycle``
+    dot: str
+    notes: list[str]
+    fix: str  # "" for the pattern's usual fix
+    #: tensors and graph nodes of the recorded steps that only the collector freed
+    freed: int = 0
+    sites: dict[Site, int] = field(default_factory=dict)  # their creation sites, counted
+
+
 
 #: Leaked objects a cycle is searched from, at most (tensors first).
 _STARTS = 8

@@ -32,6 +32,7 @@ from pytest_graphleak.diagnose.backends import (
     TorchBackend,
     active_backends,
 )
+from pytest_graphleak.diagnose.cycles import SeenCycle, see_cycle
 from pytest_graphleak.diagnose.sites import Site, function_at, make_torch_recorder
 from pytest_graphleak.heap.gcstate import Measuring
 
@@ -48,19 +49,6 @@ class Leaked:
     kind: str  # "tensor" | "node"
     run: int  # which recorded step made it (1-based)
     site: Site | None
-
-
-@dataclass
-class SeenCycle:
-    """A cycle among a loop's recorded objects, seen as the collector freed it: plain data."""
-
-    cycle: list[str]  # rendered, as ``Diagnosis.cycle``
-    dot: str
-    notes: list[str]
-    fix: str  # "" for the pattern's usual fix
-    #: tensors and graph nodes of the recorded steps that only the collector freed
-    freed: int = 0
-    sites: dict[Site, int] = field(default_factory=dict)  # their creation sites, counted
 
 
 @dataclass
@@ -149,9 +137,6 @@ class LoopRecorder:
     def collect(self) -> None:
         """The full collection after a recorded step: what it frees of the recorded steps'
         objects is looked at (the first cycle drawn, the rest counted), then freed."""
-        # Imported here: cycles builds on this module's Leaked and Observation.
-        from pytest_graphleak.diagnose.cycles import see_cycle
-
         # The collector clears the weak references of what it frees: read the tensors'
         # sites while they are alive (ids stay theirs while the saved garbage holds them).
         sites = self.mode.alive_tensor_sites() if self.mode is not None else {}

@@ -30,7 +30,6 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import pytest_graphleak
 from pytest_graphleak.heap.graphwalk import NEW_PER_WALK
 from pytest_graphleak.heap.op_warnings import catch_op_warnings, release_op_warnings
 from pytest_graphleak.heap.usercode import INSTALLED_MARKERS, is_user_file, library_label
@@ -40,6 +39,8 @@ Site = tuple[str, int, str]  # filename, line number, function name
 
 #: Installed packages that are the tensor engine (or its array library): a tensor is
 #: always made inside them, so naming them as the "via" line would say nothing.
+#: This package's own directory (diagnose/ is one level below it).
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _ENGINE_PACKAGES = frozenset({"torch", "numpy", "minigrad", "pytest_graphleak"})
 #: Sites shown for one diagnosis, at most.
 MAX_SITES = 5
@@ -249,7 +250,7 @@ def memory_sites(step: Callable[[], object], *, runs: int = 2) -> list[CreationS
 
 
 def _plugin_dir() -> str:
-    return os.path.join(os.path.dirname(os.path.abspath(pytest_graphleak.__file__)), "")
+    return os.path.join(_PACKAGE_DIR, "")
 
 
 def user_frame_of(traceback: tracemalloc.Traceback, plugin: str = "") -> Site | None:

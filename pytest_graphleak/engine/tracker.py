@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_graphleak import session
 from pytest_graphleak.engine.coverage import Coverage
 from pytest_graphleak.engine.reach import DEFAULT_LIMIT, reachable
 from pytest_graphleak.engine.warmup_tensors import WarmupTensors
@@ -49,12 +50,6 @@ START_SCANS = ("roots", "heap")
 #: The start walk's limit when the warmup recording finds the tensors the step uses:
 #: the walk only adds what the recording cannot see, and must stay cheap (~ms).
 RECORDING_WALK_LIMIT = 10_000
-
-#: Called before every sample to drop what the test runner, not the step, keeps of each
-#: step's objects (the pytest plugin releases pytest's captured log records here, see
-#: ``pytest_held``). A hook that fails is skipped: it can only add what pytest keeps.
-BEFORE_SAMPLE: list[Callable[[], None]] = []
-
 
 @dataclass
 class Series:
@@ -234,7 +229,7 @@ class Sampler:
         if self.result.calls == self.warmup:
             # Before the last warmup sample, so it counts what the measured ones count.
             self._adopt_recorded()
-        for hook in BEFORE_SAMPLE:
+        for hook in list(session.current().before_sample):  # what pytest keeps of a step
             with contextlib.suppress(Exception):
                 hook()
         if self._coverage is not None:

@@ -9,10 +9,10 @@ keywords; ``--graphleak-warn-only`` turns ``on_leak="raise"`` into a warning the
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from pytest_graphleak import session
 from pytest_graphleak.loop import LoopCheck, check_count, check_sample_every
 from pytest_graphleak.options import CallbackOptions, Settings
 from pytest_graphleak.result import CheckResult
@@ -84,18 +84,19 @@ class FrameworkCheck:
         roots: Callable[[], Mapping[str, object]],
         label: str,
     ) -> None:
-        plugin = sys.modules.get("pytest_graphleak.plugin")
-        session: Settings | None = plugin.running_settings() if plugin is not None else None
-        settings = (session or Settings()).override(self._values, where=self._where)
+        test = session.current().test  # the pytest test running now (None: no test)
+        base = test.settings if test is not None else Settings()
+        settings = base.override(self._values, where=self._where)
         on_leak = self.on_leak
-        if session is not None and session.warn_only and on_leak == "raise":
+        if test is not None and test.settings.warn_only and on_leak == "raise":
             on_leak = "warn"
-        node = plugin.running_nodeid() if plugin is not None else None
+        node = test.nodeid if test is not None else None
         name = f"{node}::{self.framework}({label})" if node else f"{self.framework}({label})"
         self.close()
+        record = test.record if test is not None else None  # the result joins the test's
         self._check = LoopCheck(settings, name=name, steps=self.steps, window=self.window,
                                 sample_every=self.sample_every, on_leak=on_leak,
-                                on_result=_record_in_pytest)  # fmt: skip
+                                on_result=record)  # fmt: skip
         self._check.start(length=length, roots=roots)
 
     def _step_ended(self) -> None:
@@ -107,12 +108,6 @@ class FrameworkCheck:
         __tracebackhide__ = True
         if self._check is not None:
             self._check.finish()  # nothing to do once judged
-
-
-def _record_in_pytest(result: CheckResult) -> None:
-    plugin = sys.modules.get("pytest_graphleak.plugin")
-    if plugin is not None:
-        plugin.record_result(result)
 
 
 def remaining(total: Any, done: Any) -> float | None:

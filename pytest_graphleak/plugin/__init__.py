@@ -21,7 +21,6 @@ import pytest
 
 from pytest_graphleak import api, distributed, options, patterns, pipeline
 from pytest_graphleak.api import Track
-from pytest_graphleak.engine import tracker
 from pytest_graphleak.heap.usercode import is_pytest_module
 from pytest_graphleak.options import CheckOptions, OptionError, Settings, TrackOptions
 from pytest_graphleak.pipeline import GraphLeakError, GraphLeakWarning, UnmeasuredError
@@ -32,6 +31,7 @@ from pytest_graphleak.plugin.subtests_once import subtests_reported_once
 from pytest_graphleak.report.ascii_text import degrade_to_ascii, restore
 from pytest_graphleak.report.text import render_text
 from pytest_graphleak.result import CheckResult
+from pytest_graphleak.session import RunningTest, Session, entered
 from pytest_graphleak.values import int_at_least
 
 if TYPE_CHECKING:
@@ -252,29 +252,30 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, None]:
     wrapper for the call phase makes the method one step, run warmup + steps times
     between one setUp and one tearDown (as fixtures are set up once for plain tests)."""
     original = _swap_unittest_method(item)
-    _RUNNING.append(item)
     # What pytest keeps of each step (captured log records, warnings, properties) is
     # released before every sample of a check in this test: it is not the user's leak.
     held = PytestHeld(item)
-    tracker.BEFORE_SAMPLE.append(held.release)
+    record = functools.partial(record_result, item)
+    test = RunningTest(item.nodeid, settings_of(item.config), record)
     checked_async = _checks_marker(item) and async_tests.is_async_test(item)
-    try:
-        with contextlib.ExitStack() as during:
-            if checked_async:
-                during.enter_context(async_tests.anyio_steps(item))
-            outcome = yield
-        if checked_async and outcome.excinfo is None and not item.stash.get(RESULTS_KEY, None):
-            # A plugin ran the coroutine itself, once: no silent pass.
-            pytest.fail(async_tests.unchecked_refusal(item, MARKER), pytrace=False)
-    finally:
-        tracker.BEFORE_SAMPLE.remove(held.release)
-        held.close()
-        _RUNNING.remove(item)
-        if original is not None:
-            item.obj = original  # type: ignore[attr-defined]
-        from pytest_graphleak.loop import close_open_checks
+    # The checks of this call (the marker's, the fixture's, a framework callback's) reach
+    # the test through this session, handed over by a context variable.
+    with entered(Session(test=test, before_sample=[held.release])):
+        try:
+            with contextlib.ExitStack() as during:
+                if checked_async:
+                    during.enter_context(async_tests.anyio_steps(item))
+                outcome = yield
+            if checked_async and outcome.excinfo is None and not item.stash.get(RESULTS_KEY, None):
+                # A plugin ran the coroutine itself, once: no silent pass.
+                pytest.fail(async_tests.unchecked_refusal(item, MARKER), pytrace=False)
+        finally:
+            held.close()
+            if original is not None:
+                item.obj = original  # type: ignore[attr-defined]
+            from pytest_graphleak.loop import close_open_checks
 
-        close_open_checks()  # a loop that raised through a framework left one open
+            close_open_checks()  # a loop that raised through a framework left one open
 
 
 def _checks_marker(item: pytest.Item) -> bool:
@@ -286,28 +287,11 @@ def _checks_marker(item: pytest.Item) -> bool:
     )
 
 
-#: The test whose call phase is running (a list: nothing outlives the call).
-_RUNNING: list[pytest.Item] = []
-
-
-def running_nodeid() -> str | None:
-    """The node id of the test running now; None outside a test's call."""
-    return _RUNNING[-1].nodeid if _RUNNING else None
-
-
-def running_settings() -> Settings | None:
-    """The graphleak settings of the test running now; None outside a test's call."""
-    return settings_of(_RUNNING[-1].config) if _RUNNING else None
-
-
-def record_result(result: CheckResult) -> bool:
+def record_result(item: pytest.Item, result: CheckResult) -> None:
     """Add a result made outside the marker and the fixture (a framework callback) to
-    the running test's graphleak results: its report, the JSON and the summary. False
-    when no test is running (a script, a notebook)."""
-    if not _RUNNING:
-        return False
-    _record(_RUNNING[-1], result)
-    return True
+    the test's graphleak results: its report, the JSON and the summary (what
+    ``session.RunningTest.record`` calls)."""
+    _record(item, result)
 
 
 def _swap_unittest_method(item: pytest.Item) -> Any:

@@ -31,9 +31,9 @@ def recorded(monkeypatch: pytest.MonkeyPatch) -> list[CheckResult]:
     (a leak made on purpose must not show up as this test's own warning)."""
     results: list[CheckResult] = []
 
-    def record(result: CheckResult) -> bool:
+    def record(item: pytest.Item, result: CheckResult) -> None:
         results.append(result)
-        return True
 
+    # set before the call phase, where the plugin hands it to the test's session
     monkeypatch.setattr(plugin, "record_result", record)
     return results
