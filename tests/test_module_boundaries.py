@@ -170,7 +170,7 @@ def test_metric_names_appear_only_in_the_probes() -> None:
 #: The layers, lowest first (docs/DESIGN.md, "The layers"): a module imports only its own
 #: layer and the layers below; keyed by the package's top-level module or folder.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("metrics", "patterns", "status", "result", "session", "values"),  # plain data, checks
+    ("metrics", "patterns", "status", "result", "session", "values", "targets"),  # plain data
     ("verdict",),  # the pure judgement
     ("heap", "probes"),  # what is measured, gc state, user code
     ("engine", "diagnose"),  # the measuring engine; the diagnosis of a leak
