@@ -162,6 +162,8 @@ class LoopCheck:
         self._window_began = 0.0
         self._leaks = 0
         self._last_recorded = 0
+        #: a rolling window's leak verdict, judged again once creation sites are recorded
+        self._deferred: Any = None
         #: a judged leak and the holder's watch, reported after the next step
         self._pending: tuple[CheckResult, Any] | None = None
         #: Ended by its own ``with`` block (``track()``), never as a leftover of another.
@@ -363,7 +365,8 @@ class LoopCheck:
             return
         first_window = self.rolling and self._window_start == 0
         last_window = self._judge_at == self._length
-        if self._is_windowed and not (self._leaks or first_window or last_window):
+        deferred = self._deferred is not None
+        if self._is_windowed and not (self._leaks or first_window or last_window or deferred):
             # Later windows record only after a first leak or in the run's last window.
             return
         upcoming = self._calls + 1
@@ -377,7 +380,7 @@ class LoopCheck:
         self._recorder.start_step()
 
     # -- judgement --------------------------------------------------------------------
-    def _judge(self, *, at_end: bool) -> CheckResult:
+    def _judge(self, *, at_end: bool) -> CheckResult | None:
         __tracebackhide__ = True
         ledger = self._ledger
         began = ledger.steps_done(self._calls) if ledger is not None else 0.0
@@ -387,7 +390,7 @@ class LoopCheck:
             if ledger is not None:
                 ledger.window_work(began)
 
-    def _judge_window(self, *, at_end: bool) -> CheckResult:
+    def _judge_window(self, *, at_end: bool) -> CheckResult | None:
         __tracebackhide__ = True
         sampler = self._sampler
         assert sampler is not None
@@ -404,6 +407,11 @@ class LoopCheck:
         warmup = self._window_warmup
         settings = dataclasses.replace(self.settings, warmup=warmup)
         verdict = pipeline.judged(window, settings)
+        if self._defer(verdict, at_end=at_end):
+            return None
+        if self._deferred is not None:  # the leak seen before the recorded steps counts
+            verdict = verdict if verdict.leaked else self._deferred
+            self._deferred = None
         final = (
             at_end
             or not self._is_windowed
@@ -447,6 +455,23 @@ class LoopCheck:
             return result
         self._publish(result, report=True)
         return result
+
+    def _defer(self, verdict: Any, *, at_end: bool) -> bool:
+        """A rolling check's later window leaked with no creation sites recorded (only the
+        first window records them ahead): judge again after recording the next steps,
+        so the report has its created-at and stored-at lines."""
+        recorded = self._recorder is not None and self._recorder.steps_recorded
+        more = RECORDED_STEPS + LATER_STEPS
+        if (
+            not verdict.leaked or not self.rolling or at_end or recorded
+            or self._deferred is not None or not self.settings.diagnose
+            or (self._length is not None and self._calls + more > self._length)
+        ):  # fmt: skip
+            return False
+        self._deferred = verdict
+        self._judge_at = self._calls + more
+        self._maybe_record_next()
+        return True
 
     def _live_watch(self, follow: tuple[Any, Any]) -> Any:
         from pytest_graphleak.diagnose.stored import LiveWatch, root_reader

@@ -120,13 +120,19 @@ def test_a_rolling_check_judges_window_after_window_and_keeps_the_leak() -> None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for i in range(40):
-            module.step(keep=18 <= i < 27)  # clean for two windows, then leaks
+            module.step(keep=i >= 18)  # clean for two windows, then leaks
             check.after_step()
         check.finish()
     names = [(result.name, result.leaked) for result in check.results]
+    # The leaky window had no recorded steps: judged again 5 steps later, after
+    # recording 3 of them, so the report names the lines too.
     assert names == [("run steps 1-10", False), ("run steps 11-18", False),
-                     ("run steps 19-26", True)]  # fmt: skip
-    assert len([w for w in caught if issubclass(w.category, GraphLeakWarning)]) == 1
+                     ("run steps 19-31", True)]  # fmt: skip
+    leaks = [w for w in caught if issubclass(w.category, GraphLeakWarning)]
+    assert len(leaks) == 1
+    text = str(leaks[0].message)
+    assert "created at: " in text and "loss = self.net(torch.randn(2, 4)).pow(2).mean()" in text
+    assert "stored at: " in text and "self.step_losses.append(loss)" in text
     assert check.result is check.results[-1] and not check.active and gc.isenabled()
 
 
