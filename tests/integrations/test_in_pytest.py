@@ -104,7 +104,10 @@ def test_outside_pytest_a_script_gets_the_error_and_the_result(tmp_path: Path) -
                           timeout=300, check=False)  # fmt: skip
     assert done.returncode == 0, done.stderr
     out = done.stdout
-    assert "raised at iteration 12" in out  # warmup 2 + steps 10, inside the run
+    # Judged at iteration 12 (warmup 2 + steps 10), inside the run, and raised after the
+    # next one, which shows the line that stores the loss.
+    assert "raised at iteration 13" in out
+    assert "stored at: " in out
     assert "graphleak: ignite(update) leaks: list-accumulation" in out
     assert "held by: global 'kept' -> list(len=12) -> Tensor(" in out
     assert "result: True list-accumulation ignite(update)" in out
