@@ -2,7 +2,7 @@
 
 Each metric is drawn on a scale that fits its own data, as the verdict reads it:
 
-- exact metrics (tensor and node counts, cyclic garbage, ``torch.storage_bytes``, CUDA
+- exact metrics (tensor and node counts, cyclic garbage, torch's storage bytes, CUDA
   allocated bytes) are a leak at any sustained rise, so they span their own range: 88 B
   -> 148 B fills the picture. A flat series spans one unit (one object, one byte);
 - noisy metrics (process RSS, CUDA reserved bytes; ``Metric.noisy``) span their own range
@@ -37,8 +37,8 @@ _BARS = "▁▂▃▄▅▆▇█"
 
 def noise_of(metric: str, tolerance: float = BYTES_PER_STEP) -> float:
     """The growth per step the verdict tolerates for ``metric``: ``tolerance`` for a
-    noisy metric (per-GPU names such as ``cuda.reserved_bytes.1`` read as their total's
-    declaration), 0 for an exact one or a name no probe declares."""
+    noisy metric (a per-GPU name, the total's name with ``.<device>`` after it, reads as
+    the total's declaration), 0 for an exact one or a name no probe declares."""
     declared = METRICS.get(metric) or METRICS.get(_DEVICE_SUFFIX.sub("", metric))
     return float(tolerance) if declared is not None and declared.noisy else 0.0
 
