@@ -176,8 +176,9 @@ def _refuse_async(item: pytest.Item, function: Callable[..., object]) -> None:
             f"{item.nodeid}: @pytest.mark.{MARKER} needs a plain (synchronous, "
             "non-generator) test function: its body is called as one training step. "
             "Move the step into a plain function, or use the graphleak fixture; an "
-            "async def test is checked when an async test plugin runs it "
-            "(pytest-asyncio, pytest-trio, anyio: @pytest.mark.anyio).",
+            "async def test function (not a unittest.IsolatedAsyncioTestCase method) is "
+            "checked when an async test plugin runs it (pytest-asyncio, pytest-trio, "
+            "anyio: @pytest.mark.anyio).",
             pytrace=False,
         )
 
