@@ -3,6 +3,7 @@
 Public API (see README): ``check(step, ...)`` -> CheckResult, ``track(...)`` context
 manager for a hand-written loop, ``GraphLeakError`` (an AssertionError whose message
 is the full report), ``GraphLeakWarning`` (a leak reported without failing),
+``GraphOutliveWarning`` / ``GraphOutliveError`` (a test left graphs alive after it),
 ``UnmeasuredError`` (a check whose probes measured nothing the step uses).
 Framework callbacks: ``pytest_graphleak.integrations.{lightning,transformers,ignite}``.
 The pytest plugin itself lives in ``pytest_graphleak.plugin``.
@@ -11,7 +12,13 @@ The pytest plugin itself lives in ``pytest_graphleak.plugin``.
 from __future__ import annotations
 
 from pytest_graphleak.api import check, track
-from pytest_graphleak.pipeline import GraphLeakError, GraphLeakWarning, UnmeasuredError
+from pytest_graphleak.pipeline import (
+    GraphLeakError,
+    GraphLeakWarning,
+    GraphOutliveError,
+    GraphOutliveWarning,
+    UnmeasuredError,
+)
 from pytest_graphleak.result import CheckResult
 
 __version__ = "0.1.0"
@@ -20,6 +27,8 @@ __all__ = [
     "CheckResult",
     "GraphLeakError",
     "GraphLeakWarning",
+    "GraphOutliveError",
+    "GraphOutliveWarning",
     "UnmeasuredError",
     "__version__",
     "check",

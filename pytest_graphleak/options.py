@@ -100,6 +100,33 @@ def _one_of(choices: Sequence[str]) -> Callable[[str, object], str]:
     return lambda key, value: one_of(key, value, choices)
 
 
+OUTLIVE_MODES = ("warn", "fail", "off")
+
+
+def _outlive(key: str, value: object) -> str:
+    if value not in OUTLIVE_MODES:
+        raise OptionError(f"{key} must be one of {', '.join(OUTLIVE_MODES)}, got {value!r}")
+    return str(value)
+
+
+def _holder_names(key: str, value: object) -> tuple[str, ...]:
+    # As probe names: "a.b,c.d", a TOML list, or ini lines split as shell words.
+    if isinstance(value, str):
+        value = [value]
+    if not (isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)):
+        raise OptionError(
+            f"{key} must be dotted holder names like 'mypkg.cache.CACHE', got {value!r}"
+        )
+    names = tuple(part.strip() for v in value for part in v.split(",") if part.strip())
+    bad = [name for name in names if not re.fullmatch(r"[\w.*?\[\]]+", name)]
+    if bad:
+        raise OptionError(
+            f"{key}: {', '.join(map(repr, bad))} is not a dotted name "
+            "(module.NAME, module.Class.NAME or a fixture's name; * and ? match any text)"
+        )
+    return names
+
+
 def _path(key: str, value: object) -> str:
     if not isinstance(value, str) or not value.strip():
         raise OptionError(f"{key} must be a file path, got {value!r}")
@@ -195,6 +222,19 @@ OPTIONS: tuple[Option, ...] = (
     Option("warn_only", "bool", False,
            "report leaks (warning, summary, reports) without failing the tests",
            frozenset({"pytest"}), "--graphleak-warn-only", "graphleak_warn_only", _bool),
+    Option("outlive", "choice", "warn",
+           "with --graphleak, audit every test (marked or not) after its teardown for autograd "
+           "graphs it made that are still alive: 'warn' (GraphOutliveWarning), 'fail' (an "
+           "error at the test's teardown) or 'off' (default: warn)",
+           frozenset({"pytest"}), "--graphleak-outlive", "graphleak_outlive",
+           _outlive, metavar="warn|fail|off"),
+    Option("outlive_keep", "names", (),
+           "holders meant to keep graphs past a test (a deliberate cache), which the outlive "
+           "audit does not report: dotted names of module globals (mypkg.cache.CACHE), class "
+           "attributes (tests.test_x.TestModel.cache) or fixtures (state); * and ? match any "
+           "text (default: none)",
+           frozenset({"pytest"}), "--graphleak-outlive-keep", "graphleak_outlive_keep",
+           _holder_names, metavar="NAMES"),
     Option("report", "path", None,
            "write a JSON report of every graphleak check to PATH (schema in the docs); an "
            "existing file is replaced only if it is a graphleak JSON report. Relative paths: "
@@ -278,6 +318,8 @@ class Settings:
     start_scan: str = "roots"
     diagnose: bool = True
     warn_only: bool = False
+    outlive: str = "warn"
+    outlive_keep: tuple[str, ...] = ()
     report: str | None = None
     html: str | None = None
     github: str = "auto"

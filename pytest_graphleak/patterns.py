@@ -33,6 +33,9 @@ class PatternFacts:
     #: numbers say instead and the fix that applies ("" = this word has no such variant).
     no_graph_meaning: str = ""
     no_graph_fix: str = ""
+    #: What the word means for a graph that outlived its test (the outlive audit saw it
+    #: kept once, not grow); "" for words the audit never gives.
+    outlive_meaning: str = ""
 
 
 #: Fix for tensors kept without a graph: never ``.detach()``, which changes nothing.
@@ -58,6 +61,10 @@ TABLE: tuple[PatternFacts, ...] = (
             "carry no autograd graph (no graph node grew), so what grows is their data"
         ),
         no_graph_fix=_NO_GRAPH_KEPT_FIX,
+        outlive_meaning=(
+            "the test put a graph-carrying tensor into a container that outlives it; code "
+            "that does this once per step grows without bound"
+        ),
     ),
     PatternFacts(
         word="retained-grad-fn",
@@ -72,6 +79,10 @@ TABLE: tuple[PatternFacts, ...] = (
         ),
         suggested_by=("nodes",),
         told_by=("nodes", "tensors"),
+        outlive_meaning=(
+            "a long-lived name or attribute refers to a tensor that carries the test's "
+            "autograd graph"
+        ),
     ),
     PatternFacts(
         word="cycle",

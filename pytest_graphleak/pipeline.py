@@ -25,6 +25,17 @@ class GraphLeakWarning(UserWarning):
     """A leak reported without failing: warn-only mode, ``on_leak="warn"``."""
 
 
+class GraphOutliveWarning(UserWarning):
+    """``--graphleak-outlive=warn``: a test left autograd graphs alive after its teardown.
+    A category of its own, so ``filterwarnings`` can select it (``error::...`` fails the
+    test at teardown, ``ignore::...`` silences it)."""
+
+
+class GraphOutliveError(AssertionError):
+    """``--graphleak-outlive=fail``: a test left autograd graphs alive after its teardown
+    (raised at teardown, so pytest reports an error at the teardown of that test)."""
+
+
 class _ReportError(AssertionError):
     def __init__(self, message: str, result: CheckResult | None = None) -> None:
         super().__init__(message)

@@ -117,6 +117,9 @@ class CheckResult:
     #: Steps per measured sample: 1, or k when a long run was sampled every k-th step
     #: (window mode on fast steps); rates and the slowest leak are per step either way.
     sample_every: int = 1
+    #: "step": a check of repeated steps (marker, fixture, ``check()``, a callback);
+    #: "outlive": the audit of a test's graphs still alive after its teardown (no series).
+    kind: str = "step"
 
     @property
     def leaked(self) -> bool:
@@ -155,6 +158,7 @@ class CheckResult:
             duration_s=data.get("duration_s", 0.0), error=data.get("error"),
             unmeasured=data.get("unmeasured"), notes=list(data.get("notes", [])),
             sample_every=int(data.get("sample_every", 1)),
+            kind=data.get("kind", "step"),
         )  # fmt: skip
 
 

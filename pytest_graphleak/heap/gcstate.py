@@ -24,6 +24,7 @@ from __future__ import annotations
 import gc
 import subprocess
 import sys
+from collections.abc import Callable
 from functools import cache
 
 _FRESH_FROZEN = "import gc; gc.collect(); print(gc.get_freeze_count())"
@@ -72,6 +73,9 @@ class Measuring:
         self.held = False
 
     def begin(self) -> None:
+        if self._saved is None:
+            for held in HELD:  # a check sees the heap as the user froze it, not the audit
+                held.lift()
         self._saved = (gc.isenabled(), gc.get_threshold(), gc.get_debug())
         self.whole_heap = user_frozen_count() > 0
         self.hold()
@@ -127,3 +131,65 @@ class Measuring:
         if self._saved is not None:
             self._restore()
             self._saved = None
+            for held in HELD:
+                held.resume()
+
+
+class HeldFreeze:
+    """A freeze held across one test by the outlive audit (``engine/outlive``), so that
+    after the test ``gc.get_objects()`` returns only what the test made and kept.
+
+    A check that begins inside the test (the marker, the fixture, a framework callback)
+    lifts it: the check must see the heap as the user froze it. ``on_lift`` runs first
+    (the audit notes what the test made so far), and the freeze comes back when the
+    last check ends, so what the test makes after it is seen again. Never held when the
+    user has frozen objects: gc cannot unfreeze ours alone.
+    """
+
+    def __init__(self, on_lift: Callable[[], None]) -> None:
+        self._on_lift = on_lift
+        self._depth = 0  # checks running now
+        self._frozen = 0  # gc.get_freeze_count() right after our freeze; 0: not frozen
+        self.held = False
+
+    def hold(self) -> bool:
+        """Freeze and register; False (nothing done) when the user froze objects."""
+        if user_frozen_count() > 0:
+            return False
+        gc.freeze()
+        self._frozen = gc.get_freeze_count()
+        self.held = True
+        HELD.append(self)
+        return True
+
+    def lift(self) -> None:
+        self._depth += 1
+        if self._depth == 1 and self._frozen:
+            self._on_lift()
+            gc.unfreeze()
+            self._frozen = 0
+
+    def resume(self) -> None:
+        self._depth = max(0, self._depth - 1)
+        if self._depth == 0 and self.held and not self._frozen:
+            gc.freeze()
+            self._frozen = gc.get_freeze_count()
+
+    def intact(self) -> bool:
+        """Nobody else froze or unfroze since: the unfrozen objects are what the test made.
+        (Frozen objects can only die meanwhile, so the count cannot grow by itself.)"""
+        count = gc.get_freeze_count()
+        return self.held and 0 < count <= self._frozen
+
+    def release(self) -> None:
+        """Unfreeze (when the freeze is still only ours) and unregister; safe twice."""
+        if self in HELD:
+            HELD.remove(self)
+        if self.held and self.intact():
+            gc.unfreeze()
+        self.held = False
+        self._frozen = 0
+
+
+#: The freezes held now (at most one: the running test's audit).
+HELD: list[HeldFreeze] = []

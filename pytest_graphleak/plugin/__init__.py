@@ -24,7 +24,7 @@ from pytest_graphleak.api import Track
 from pytest_graphleak.heap.usercode import is_pytest_module
 from pytest_graphleak.options import CheckOptions, OptionError, Settings, TrackOptions
 from pytest_graphleak.pipeline import GraphLeakError, GraphLeakWarning, UnmeasuredError
-from pytest_graphleak.plugin import async_tests, terminal
+from pytest_graphleak.plugin import async_tests, audit, terminal
 from pytest_graphleak.plugin.failure_repr import one_line_repr
 from pytest_graphleak.plugin.pytest_held import PytestHeld
 from pytest_graphleak.plugin.subtests_once import subtests_reported_once
@@ -69,10 +69,15 @@ def pytest_configure(config: pytest.Config) -> None:
     # The keywords come from the options table; world_size is the marker's own.
     signature = f"{options.marker_signature()}, world_size=N"
     config.addinivalue_line("markers", f"{MARKER}({signature}): {_MARKER_HELP}")
+    config.addinivalue_line("markers", audit.OPT_OUT_HELP)
     try:
         config.stash[SETTINGS_KEY] = options.settings_from_config(config)
     except OptionError as exc:
         raise pytest.UsageError(f"graphleak: {exc}") from None
+    settings = settings_of(config)
+    auditing = settings.enabled and settings.outlive != "off"
+    if auditing and not config.pluginmanager.has_plugin("graphleak-outlive-audit"):
+        config.pluginmanager.register(audit.OutliveAudit(settings), "graphleak-outlive-audit")
     if not config.pluginmanager.has_plugin("graphleak-session-report"):
         from pytest_graphleak.plugin.session_report import GraphleakSessionReport
 

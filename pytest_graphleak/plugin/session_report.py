@@ -103,6 +103,9 @@ class GraphleakSessionReport:
         #: when a JUnit XML file is written (its writer keeps every test until then anyway).
         self._junit = bool(config.getoption("xmlpath", default=None))
         self._junit_pending: dict[str, list[tuple[str, str]]] = {}
+        #: node id -> pytest's call outcome, from its call report to its teardown report
+        #: (the outlive audit's results come with the teardown).
+        self._call_outcomes: dict[str, str] = {}
         self._rows: list[CheckedTest] | None = None  # decoded once, at the end
         #: The report being logged now: where pytest 7 understands a (word, markup) word.
         self._logging: pytest.TestReport | None = None
@@ -140,17 +143,18 @@ class GraphleakSessionReport:
     # ``pytest_report_teststatus``), and the reports must say what pytest says.
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> Generator[None, None, None]:
+        if report.when == "teardown" and not self.is_worker:
+            self._collect_teardown(report)
         if report.when == "teardown" and report.nodeid in self._junit_pending:
             properties = self._junit_pending.pop(report.nodeid)
             report.user_properties = [*report.user_properties, *properties]
         self._logging = report
         yield
         self._logging = None
-        if report.when == "call":
-            if not self.is_worker:
-                self._collect(report)
-            if hasattr(report, "graphleak"):
-                del report.graphleak  # pop: kept as text
+        if report.when == "call" and not self.is_worker:
+            self._collect(report)
+        if report.when in ("call", "teardown") and hasattr(report, "graphleak"):
+            del report.graphleak  # pop: kept as text
 
     def _collect(self, report: pytest.TestReport) -> None:
         """Record a call report's checks (see ``pytest_runtest_logreport``)."""
@@ -160,6 +164,7 @@ class GraphleakSessionReport:
             # (It logs no teardown for this attempt, so nothing else would drop these.)
             self._junit_pending.pop(report.nodeid, None)
             return
+        self._call_outcomes[report.nodeid] = _outcome(report)  # until its teardown
         data = getattr(report, "graphleak", None)
         if _has_leak(data):
             self._leaked.add(report.nodeid)
@@ -188,6 +193,35 @@ class GraphleakSessionReport:
                 f"data: {type(exc).__name__}: {exc}"
             )
             return
+        if self._junit:
+            self._junit_pending[report.nodeid] = junit_properties(test)
+
+    def _collect_teardown(self, report: pytest.TestReport) -> None:
+        """Add the outlive audit's results (on the teardown report) to the test's row.
+        The outcome is the call's, or ``failed`` when the audit failed the teardown."""
+        outcome = self._call_outcomes.pop(report.nodeid, "passed")
+        data = getattr(report, "graphleak", None)
+        if not data or not isinstance(data, list):
+            return
+        if report.failed:
+            outcome = "failed"
+        try:
+            found = [CheckResult.from_dict(check).to_dict() for check in data]
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            self.notes.append(
+                f"ignored malformed graphleak outlive results of {report.nodeid}: "
+                f"{type(exc).__name__}: {exc}"
+            )
+            return
+        checks: list[dict[str, Any]] = []
+        if report.nodeid in self._results:
+            earlier, checks = json.loads(self._results[report.nodeid])
+            outcome = "failed" if report.failed else earlier
+        test = CheckedTest(report.nodeid, outcome, [*checks, *found])
+        self._locations.setdefault(report.nodeid, _location(self.config, report))
+        self._results[report.nodeid] = json.dumps(
+            [test.outcome, test.checks], separators=(",", ":")
+        )
         if self._junit:
             self._junit_pending[report.nodeid] = junit_properties(test)
 

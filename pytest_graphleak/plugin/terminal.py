@@ -123,7 +123,7 @@ def detail_lines(check: Mapping[str, Any]) -> list[str]:
     a check kept as plain data: what a warned check shows in the summary section instead
     of a failure. The pattern heads the summary's line; notes have their own lines."""
     pattern = str(check.get("pattern") or FALLBACK)
-    view = diagnosis_view(pattern, check.get("diagnosis"))
+    view = diagnosis_view(pattern, check.get("diagnosis"), outlive=check.get("kind") == "outlive")
     return [line.plain() for line in view if line.kind not in ("pattern", "note")]
 
 
@@ -238,7 +238,8 @@ def summary_lines(
         word, markup = _STATUS_STYLE[status]
         head = f"{word} {name}"
         if check.get("leaked"):
-            head += f"  {check.get('pattern') or 'leak'}"
+            outlive = "outlived the test: " if check.get("kind") == "outlive" else ""
+            head += f"  {outlive}{check.get('pattern') or 'leak'}"
             found = culprit(check.get("diagnosis"))
             if found:
                 head += f"  {found}"

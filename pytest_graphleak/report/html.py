@@ -334,7 +334,8 @@ class _View:
     def what_to_change(self, check: Mapping[str, Any], diagnosis: Mapping[str, Any]) -> str:
         """The lines to act on (``view.to_change``): pattern, held by, cycle, stored at, fix."""
         pattern = str(check.get("pattern") or FALLBACK)
-        lines = to_change(diagnosis_view(pattern, diagnosis, path=self.shown))
+        outlive = check.get("kind") == "outlive"
+        lines = to_change(diagnosis_view(pattern, diagnosis, path=self.shown, outlive=outlive))
         rows = [(line.label, self.view_cell(line), _VIEW_CSS.get(line.kind, "")) for line in lines]
         cells = "".join(f'<dt>{label}</dt><dd class="{css}">{text}</dd>' for label, text, css in rows)  # noqa: E501
         return f'<div class="change"><h3>what to change</h3><dl>{cells}</dl></div>'
@@ -352,6 +353,8 @@ class _View:
     def outcome_lines(self, check: Mapping[str, Any]) -> str:
         parts = []
         line = f"{check.get('steps', 0)} measured steps after {check.get('warmup', 0)} warmup steps"
+        if check.get("kind") == "outlive":  # the audit after teardown: no steps, no series
+            line = "outlived the test: still alive after its teardown"
         if check.get("duration_s"):
             line += f" ({float(check['duration_s']):.2f} s)"
         parts.append(f"<p>{escape(line)}</p>")

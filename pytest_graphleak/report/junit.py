@@ -15,6 +15,8 @@ def junit_properties(test: CheckedTest) -> list[tuple[str, str]]:
         prefix = f"graphleak.{index}" if several else "graphleak"
         if several:
             properties.append((f"{prefix}.name", str(check["name"])))
+        if check.get("kind", "step") != "step":  # the outlive audit's row
+            properties.append((f"{prefix}.kind", str(check["kind"])))
         properties.append((f"{prefix}.leaked", "true" if check.get("leaked") else "false"))
         if check.get("pattern"):
             properties.append((f"{prefix}.pattern", str(check["pattern"])))

@@ -29,6 +29,8 @@ def render_text(result: CheckResult) -> str:
     status = result.status  # the one rule: a leak outranks an error, an error no verdict
     if status == "error":
         return f"graphleak: {result.name}: the step raised {result.error}"
+    if result.kind == "outlive":
+        return render_outlive(result)
     notes = [f"  note: {note}" for note in result.notes]
     if status == "unmeasured":
         return f"graphleak: {result.name}: not measured, so no verdict: {result.unmeasured}"
@@ -56,6 +58,21 @@ def render_text(result: CheckResult) -> str:
         lines.append(f"  {line.plain()}")
     if not any(line.kind == "fix" for line in view):
         lines.extend(notes)
+    return "\n".join(lines)
+
+
+def render_outlive(result: CheckResult) -> str:
+    """The outlive audit's report of one holder: what the test left alive and why."""
+    nodeid = result.name.removesuffix("::outlive")
+    pattern = result.pattern or "retained-grad-fn"
+    lines = [f"graphleak: {nodeid} left autograd graphs alive after its teardown (outlive)",
+             f"  {result.verdict.reason}"]  # fmt: skip
+    diagnosis = asdict(result.diagnosis) if result.diagnosis is not None else None
+    lines.extend(f"  {line.plain()}" for line in diagnosis_view(pattern, diagnosis, outlive=True))
+    lines.append(
+        "  kept on purpose? mark the test @pytest.mark.graphleak_outlive_ok, or list the "
+        "holder in graphleak_outlive_keep"
+    )
     return "\n".join(lines)
 
 

@@ -69,18 +69,21 @@ def diagnosis_view(
     diagnosis: Mapping[str, Any] | None,
     *,
     path: Callable[[str], str] = display_path,
+    outlive: bool = False,
 ) -> list[ViewLine]:
     """The lines of one leak: its pattern (with what it means here), then what the
     diagnosis found, then the fix that applies (the pattern's usual one when the diagnosis
-    names none). ``diagnosis`` is None when diagnosing was off."""
+    names none). ``diagnosis`` is None when diagnosing was off. ``outlive``: the outlive
+    audit's finding (graphs kept after the test, counted once, not per step)."""
     found = diagnosis or {}
+    made = "of the kept tensors and nodes" if outlive else "per step"
     lines = [ViewLine("pattern", pattern, str(found.get("story") or MEANINGS.get(pattern, "")))]
     if found.get("chain"):
         lines.append(ViewLine("held-by", _linked(found["chain"])))
     if found.get("cycle"):
         lines.append(ViewLine("cycle", _linked(found["cycle"])))
     for site in found.get("sites") or []:
-        lines.append(ViewLine("created-at", site_text(site, path), f"{site.get('count')} per step"))
+        lines.append(ViewLine("created-at", site_text(site, path), f"{site.get('count')} {made}"))
     for site in found.get("stored_at") or []:
         count = site.get("count")
         times = "once" if count == 1 else f"{count} times"

@@ -11,6 +11,9 @@ Two parts, both written to ``benchmarks/results/soak.md``:
    (large temporary numpy arrays, many medium ones, Python containers): the RSS rule must
    not trip. The leaky steps are checked under the same pressure and must still be caught.
 
+Every catalogue run audits every test for graphs that outlive it, in fail mode
+(``--outlive``): a graph the audit names on any test is a problem of that run.
+
 Not part of the default test run (no ``test_`` prefix). Run it alone:
 
     .venv/bin/python tests/soak/run_soak.py                  # 50 runs + pressure
@@ -99,9 +102,12 @@ class PressureRow:
 
 
 def catalogue_run(
-    run: int, seed: int, xdist: bool, files: Sequence[Path], workdir: Path
+    run: int, seed: int, xdist: bool, files: Sequence[Path], workdir: Path,
+    outlive: str = "fail",
 ) -> CatalogueRow:
-    args = ["-p", "soak_shuffle", f"--soak-seed={seed}"]
+    # The outlive audit in fail mode: a graph named on any test is an error, so a false
+    # alarm of the audit shows as a problem of the run.
+    args = ["-p", "soak_shuffle", f"--soak-seed={seed}", f"--graphleak-outlive={outlive}"]
     if xdist:
         args += ["-n", "2"]
     env = dict(os.environ)
@@ -355,6 +361,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--levels", default=",".join(LEVELS), help=f"pressure levels among {', '.join(LEVELS)}"
     )
+    parser.add_argument(
+        "--outlive", choices=("fail", "warn", "off"), default="fail",
+        help="the outlive audit of every test (default fail: any graph it names is an error)",
+    )  # fmt: skip
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
@@ -383,7 +393,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for i in range(args.runs):
             seed = args.first_seed + i
             xdist = args.xdist == "always" or (args.xdist == "alternate" and i % 2 == 1)
-            row = catalogue_run(i + 1, seed, xdist, files, workdir)
+            row = catalogue_run(i + 1, seed, xdist, files, workdir, args.outlive)
             rows.append(row)
             s = row.score
             print(

@@ -1,0 +1,218 @@
+"""What the outlive audit costs per test: 1,000 unmarked torch tests, a 150k-object heap.
+
+With ``--graphleak`` every test is audited after its teardown for autograd graphs it made
+that are still alive (``pytest_graphleak/plugin/audit.py``): a ``gc.freeze()`` when its
+call phase begins, one collection of what it made and kept, a type check of the
+survivors, the freeze lifted. This runs the same generated suite (1,000 tests, each a
+forward and backward pass of a small torch model; every tenth keeps ``loss.item()`` in a
+module list; a conftest that imports torch and fills the heap with 150,000 objects) three
+ways, interleaved over rounds, each a fresh ``pytest`` process:
+
+* plain ``pytest`` (no ``--graphleak``);
+* ``pytest --graphleak --graphleak-outlive=off`` (the plugin on, the audit off);
+* ``pytest --graphleak`` (the audit on, its default ``warn``);
+
+and times each test's whole protocol (setup, call, teardown and the audit) with a
+hookwrapper of the conftest. It also times the census alone in this process, around one
+torch step, on heaps of 10k to 1M objects.
+
+    .venv/bin/python benchmarks/bench_outlive.py [--quick] [--out PATH]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import (
+    REPO_ROOT,
+    fill_heap,
+    fmt_num,
+    markdown_table,
+    parse_args,
+    pin_threads,
+    tracked_object_count,
+    write_results,
+)
+
+TESTS = 1_000
+QUICK_TESTS = 200
+HEAP_OBJECTS = 150_000
+ROUNDS = 5
+QUICK_ROUNDS = 1
+TARGET_MS = 1.0
+MODES = {
+    "plain pytest": [],
+    "--graphleak --graphleak-outlive=off": ["--graphleak", "--graphleak-outlive=off"],
+    "--graphleak (audit on)": ["--graphleak"],
+}
+
+CONFTEST = f"""
+import json, os, time
+import pytest
+import torch
+
+torch.set_num_threads(1)
+HEAP = [{{"i": i}} for i in range({HEAP_OBJECTS})]
+TIMES = []
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item, nextitem):
+    start = time.perf_counter()
+    yield
+    TIMES.append(time.perf_counter() - start)
+
+
+def pytest_sessionfinish(session):
+    with open(os.environ["BENCH_OUTLIVE_TIMES"], "w") as out:
+        json.dump({{"times": TIMES, "objects": len(__import__("gc").get_objects())}}, out)
+"""
+
+SUITE = """
+import pytest
+import torch
+
+MODEL = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+LOSSES = []
+
+
+@pytest.mark.parametrize("i", range({tests}))
+def test_step(i):
+    x = torch.randn(8, 16)
+    loss = MODEL(x).pow(2).mean()
+    loss.backward()
+    MODEL.zero_grad(set_to_none=True)
+    if i % 10 == 0:
+        LOSSES.append(loss.item())
+    assert loss.item() >= 0
+"""
+
+
+def _run_suite(folder: Path, args: list[str]) -> tuple[list[float], int, float]:
+    """Per-test protocol times (s), gc-tracked objects at the end, session wall time."""
+    times_file = folder / "times.json"
+    env = {**os.environ, "BENCH_OUTLIVE_TIMES": str(times_file),
+           "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1"}  # fmt: skip
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "-p",
+               "no:cacheprovider", "-W", "error::pytest_graphleak.GraphOutliveWarning",
+               *args, str(folder)]  # fmt: skip
+    started = time.perf_counter()
+    done = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - started
+    if done.returncode != 0:
+        raise SystemExit(f"bench_outlive: {' '.join(args) or 'plain'} failed:\n{done.stdout}")
+    data = json.loads(times_file.read_text())
+    return data["times"], int(data["objects"]), wall
+
+
+def _suite_table(tests: int, rounds: int) -> tuple[str, dict[str, float]]:
+    per_test: dict[str, list[float]] = {mode: [] for mode in MODES}
+    walls: dict[str, list[float]] = {mode: [] for mode in MODES}
+    objects = 0
+    with tempfile.TemporaryDirectory(prefix="bench-outlive-") as tmp:
+        folder = Path(tmp)
+        (folder / "conftest.py").write_text(textwrap.dedent(CONFTEST))
+        (folder / "test_suite.py").write_text(SUITE.format(tests=tests))
+        for _ in range(rounds):
+            for mode, args in MODES.items():
+                times, objects, wall = _run_suite(folder, args)
+                per_test[mode].append(statistics.median(times))
+                walls[mode].append(wall)
+    medians = {mode: statistics.median(values) * 1e3 for mode, values in per_test.items()}
+    plain = medians["plain pytest"]
+    rows = []
+    for mode in MODES:
+        wall = statistics.median(walls[mode])
+        extra = medians[mode] - plain
+        rows.append([mode, f"{fmt_num(medians[mode])} ms", f"{fmt_num(extra)} ms",
+                     f"{medians[mode] / plain:.2f}x", f"{fmt_num(wall)} s"])  # fmt: skip
+    audit = medians["--graphleak (audit on)"] - plain
+    verdict = "**met**" if audit <= TARGET_MS else "**not met**"
+    head = ["run", "per test (median of round medians)", "over plain pytest", "ratio",
+            "session wall time"]  # fmt: skip
+    table = markdown_table(head, rows)
+    target = markdown_table(
+        ["tests", "heap (gc objects at the end)", "audit on, over plain pytest, per test",
+         f"per test <= {TARGET_MS:g} ms"],
+        [[f"{tests:,}", f"{objects:,}", f"{fmt_num(audit)} ms", verdict]],
+    )  # fmt: skip
+    return table + "\n\n" + target, medians
+
+
+def _census_table(quick: bool) -> str:
+    """The census alone, around one torch step, in this process (heap filled here)."""
+    import gc
+
+    import torch
+
+    from pytest_graphleak.engine.outlive import Census
+
+    pin_threads()
+    model = torch.nn.Linear(16, 1)
+    rows = []
+    heap: list[object] = []
+    for size in (10_000, 100_000) if quick else (10_000, 100_000, 1_000_000):
+        heap.extend(fill_heap(size - len(heap)))
+        gc.collect()
+        plain, audited = [], []
+        for _ in range(30 if quick else 300):
+            start = time.perf_counter()
+            model(torch.randn(4, 16)).sum().backward()
+            plain.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            census = Census()
+            census.begin()
+            model(torch.randn(4, 16)).sum().backward()
+            found = census.finish()
+            audited.append(time.perf_counter() - start)
+            assert not found
+        step, both = statistics.median(plain) * 1e3, statistics.median(audited) * 1e3
+        rows.append([f"{tracked_object_count():,}", f"{fmt_num(step)} ms",
+                     f"{fmt_num(both)} ms", f"{fmt_num(both - step)} ms"])  # fmt: skip
+    heap.clear()
+    return markdown_table(
+        ["gc-tracked objects", "torch step alone", "step inside begin() .. finish()",
+         "census cost"], rows,
+    )  # fmt: skip
+
+
+def main() -> None:
+    args = parse_args(__doc__ or "")
+    tests = QUICK_TESTS if args.quick else TESTS
+    rounds = QUICK_ROUNDS if args.quick else ROUNDS
+    suite, _ = _suite_table(tests, rounds)
+    census = _census_table(args.quick)
+    body = f"""
+{tests:,} unmarked torch tests (forward and backward of a 16-32-1 MLP; every tenth keeps
+`loss.item()` in a module list), a conftest that imports torch and holds {HEAP_OBJECTS:,}
+more objects; each run a fresh `pytest` process, the three runs interleaved over {rounds}
+rounds. Per test: the whole protocol (setup, call, teardown, the audit), timed by a
+hookwrapper of the conftest; the median of each run, then the median over rounds. The
+audited runs use `-W error::pytest_graphleak.GraphOutliveWarning`: no test is named.
+
+{suite}
+
+The census alone (`engine/outlive.Census`, in this process: `begin()` freezes, `finish()`
+collects what was made since and checks its types), around one torch step, medians:
+
+{census}
+
+Reading: the audit costs the same on every heap size because the frozen heap is neither
+collected nor listed: its work is O(objects the test made and kept).
+"""
+    write_results("outlive", "Outlive audit: cost per unmarked test", body,
+                  out=args.out, quick=args.quick)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,220 @@
+"""Who keeps the graphs a test left alive (``engine/outlive``'s census), told as a leak.
+
+``explain(found, holders, ...)`` searches from the roots the plugin offers (the test
+module's globals, the test class's attributes, the user's other modules, the wider-scope
+fixtures still alive) for the graph objects the test made, and makes one
+``CheckResult`` (``kind="outlive"``) per holder: how many tensors and graph nodes it
+keeps, ``held by:`` (the chain from the root), ``created at:`` (minigrad's recorded
+sites), the pattern and the fix.
+
+Only what a root reaches is reported. What nothing of the user's reaches is pytest's
+(a failing test's traceback and its frames in ``sys.last_value``, captured logs and
+warnings, the item's stash), a library's (torch's caches) or held from C++ only: none of
+it is named (``docs/limits.md``). A graph that only a wider-scope fixture keeps is not
+the test's leak while that fixture lives: it is handed back as ``Deferred`` and judged
+when the fixture is torn down.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import weakref
+from collections import Counter, deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pytest_graphleak.diagnose.backends import NODE, TENSOR, Backend, MinigradBackend
+from pytest_graphleak.diagnose.edges import ObjectEdges
+from pytest_graphleak.diagnose.render import render_chain, render_dot
+from pytest_graphleak.diagnose.search import Path, shortest_path
+from pytest_graphleak.diagnose.sites import Site, creation_site, function_at, most_common
+from pytest_graphleak.heap.graphwalk import GraphWalk
+from pytest_graphleak.patterns import BY_WORD, FIXES
+from pytest_graphleak.result import CheckResult, Diagnosis, Verdict
+
+#: Holders reported per test, objects walked to count what one holder keeps, and the
+#: objects one search may visit (the user's module globals can reach big datasets).
+MAX_HOLDERS = 3
+MAX_COUNTED = 50_000
+MAX_VISITED = 100_000
+_CONTAINERS = (list, dict, set, frozenset, deque, tuple)
+
+
+@dataclass
+class Holder:
+    """A root the plugin offers: its label in the chain, its dotted name (matched by the
+    ``graphleak_outlive_keep`` list) and its value."""
+
+    label: str
+    qualified: str
+    value: object
+    #: A wider-scope fixture that is still alive: what only it keeps is judged later.
+    fixture: bool = False
+
+
+@dataclass
+class Deferred:
+    """Graph tensors the test made that only a live wider-scope fixture keeps."""
+
+    nodeid: str
+    fixture: str  # the holder's label
+    tensors: list[weakref.ref[Any]] = field(default_factory=list)
+
+    def alive(self) -> list[Any]:
+        return [obj for ref in self.tensors if (obj := ref()) is not None]
+
+
+@dataclass
+class Explained:
+    results: list[CheckResult] = field(default_factory=list)
+    deferred: list[Deferred] = field(default_factory=list)
+
+
+def explain(
+    found: list[Any],
+    holders: Sequence[Holder],
+    *,
+    nodeid: str,
+    backends: list[Backend],
+    made_by: str = "",
+    fixture: str = "",
+) -> Explained:
+    """One result per holder (at most ``MAX_HOLDERS``) of the graph objects in ``found``.
+    ``made_by``: the test that made them, when it is not ``nodeid`` (a deferred graph
+    judged after the teardown of ``fixture``, which kept it until then). Holds nothing
+    after it returns."""
+    targets: dict[int, Any] = {id(obj): obj for obj in found}
+    walker = ObjectEdges(backends, exclude=[id(found), id(targets), id(holders)])
+    outcome = Explained()
+    plain = [(h.label, h.value) for h in holders if not h.fixture]
+    fixtures = [(h.label, h.value) for h in holders if h.fixture]
+    try:
+        while targets and len(outcome.results) < MAX_HOLDERS:
+            path = _search(plain, targets, walker)
+            if path is None:
+                path = _search(fixtures, targets, walker)
+                if path is None:
+                    break
+                kept = _kept_by(path.objects[0], targets, walker)
+                outcome.deferred.append(Deferred(made_by or nodeid, path.root_label,
+                                                 _weak(kept, backends)))  # fmt: skip
+            else:
+                kept = _kept_by(path.objects[0], targets, walker)
+                outcome.results.append(
+                    _result(path, kept, walker, backends, nodeid, made_by, fixture)
+                )
+            plain = [root for root in plain if root[0] != path.root_label]
+            fixtures = [root for root in fixtures if root[0] != path.root_label]
+            path.clear()
+            for obj in kept:
+                targets.pop(id(obj), None)
+            kept.clear()
+        return outcome
+    finally:
+        targets.clear()
+
+
+def _search(
+    roots: list[tuple[str, object]], targets: dict[int, Any], walker: ObjectEdges
+) -> Path | None:
+    if not roots:
+        return None
+    return shortest_path(roots, lambda obj: id(obj) in targets, walker, max_visited=MAX_VISITED)
+
+
+def _kept_by(root: object, targets: dict[int, Any], walker: ObjectEdges) -> list[Any]:
+    """The targets that ``root`` reaches (a bounded walk)."""
+    seen = {id(root)}
+    queue: deque[Any] = deque([root])
+    kept: list[Any] = []
+    try:
+        while queue and len(seen) < MAX_COUNTED:
+            obj = queue.popleft()
+            if id(obj) in targets:
+                kept.append(obj)
+            for _, child in walker.edges(obj):
+                if id(child) not in seen and (id(child) in targets or walker.walkable(child)):
+                    seen.add(id(child))
+                    queue.append(child)
+        return kept
+    finally:
+        queue.clear()
+
+
+def _weak(objects: list[Any], backends: list[Backend]) -> list[weakref.ref[Any]]:
+    refs = []
+    for obj in objects:
+        with contextlib.suppress(TypeError):  # a torch node: no weak references
+            refs.append(weakref.ref(obj))
+    return refs
+
+
+def _result(
+    path: Path,
+    kept: list[Any],
+    walker: ObjectEdges,
+    backends: list[Backend],
+    nodeid: str,
+    made_by: str,
+    fixture: str,
+) -> CheckResult:
+    tensors = [obj for obj in kept if _kind(obj, backends) == TENSOR]
+    nodes = [obj for obj in kept if _kind(obj, backends) == NODE]
+    graph = GraphWalk()
+    node_count = graph.count([*(getattr(t, "grad_fn", None) for t in tensors), *nodes])
+    pattern = "list-accumulation" if _through_container(path) else "retained-grad-fn"
+    sites = _sites(tensors, nodes, backends)
+    maker = made_by or nodeid
+    counted = f"{node_count:,}{'+' if graph.truncated else ''}"
+    nouns = "tensor" if len(tensors) == 1 else "tensors"
+    what = (f"{len(tensors)} graph-carrying {nouns} ({counted} graph nodes)" if tensors
+            else f"{counted} graph nodes")  # fmt: skip
+    reason = f"{what} made during {maker} still alive after its teardown"
+    notes: list[str] = []
+    if made_by:
+        notes.append(f"made during {made_by}; kept by {fixture} until its teardown")
+    if not sites:
+        notes.append(
+            "created at: unknown (sites are recorded for minigrad's graphs only; "
+            "the test is not run again)"
+        )
+    diagnosis = Diagnosis(
+        pattern, chain=render_chain(path, walker), sites=sites, notes=notes,
+        dot=render_dot(path, None, walker),
+        story=BY_WORD[pattern].outlive_meaning,
+        fix=FIXES[pattern],
+    )  # fmt: skip
+    tensors.clear()
+    nodes.clear()
+    return CheckResult(
+        name=f"{nodeid}::outlive", steps=0, warmup=0, series={}, units={},
+        verdict=Verdict(leaked=True, pattern=pattern, reason=reason),
+        diagnosis=diagnosis, kind="outlive",
+    )  # fmt: skip
+
+
+def _kind(obj: object, backends: list[Backend]) -> str | None:
+    for backend in backends:
+        kind = backend.kind(obj)
+        if kind is not None:
+            return kind
+    return None
+
+
+def _through_container(path: Path) -> bool:
+    """A container on the chain: the test added its graph to a collection."""
+    return any(isinstance(obj, _CONTAINERS) for obj in path.objects[:-1])
+
+
+def _sites(tensors: list[Any], nodes: list[Any], backends: list[Backend]) -> list[Any]:
+    """Where minigrad recorded that the kept tensors and nodes were made."""
+    mg = next((b for b in backends if isinstance(b, MinigradBackend)), None)
+    if mg is None:
+        return []
+    counts: Counter[Site] = Counter()
+    for obj in [*tensors, *nodes]:
+        site = mg.creation_site(obj)
+        if site is not None:
+            counts[(site[0], site[1], function_at(site[0], site[1]))] += 1
+    return [creation_site(site, count) for site, count in most_common(counts)]

@@ -1,0 +1,120 @@
+"""The outlive census: autograd graph objects a test made that are still alive after it.
+
+``Census.begin()`` when the test's call phase starts: one ``gc.freeze()`` (O(1)), so
+that after the test ``gc.get_objects()`` lists only the objects made since. ``finish()``
+after its teardown: one ``gc.collect()`` of those objects only (the frozen heap is not
+scanned), then a look at each survivor's type: tensors that carry a graph (``grad_fn``)
+and graph nodes held directly, torch's and minigrad's. Then the freeze is lifted. The
+cost is O(objects the test made and kept), whatever the heap holds
+(``benchmarks/bench_outlive.py``).
+
+A check that runs inside the test lifts the freeze while it measures (``HeldFreeze``);
+the graph objects made before it are remembered by weak reference, and what the check's
+own steps made and kept is the check's to judge, not the census's.
+
+Minigrad's creation sites are recorded while the census runs (one frame walk per new
+tensor or node), so a finding can say where it was made without running anything again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import sys
+import weakref
+from typing import Any
+
+from pytest_graphleak.diagnose.backends import NODE, TENSOR, Backend, active_backends
+from pytest_graphleak.heap.gcstate import HeldFreeze
+
+
+def _graph_objects(objects: list[Any], backends: list[Backend]) -> list[Any]:
+    """The tensors with a ``grad_fn`` and the graph nodes among ``objects``."""
+    found: list[Any] = []
+    for obj in objects:
+        for backend in backends:
+            kind = backend.kind(obj)
+            if kind is None:
+                continue
+            if kind == NODE:
+                found.append(obj)
+            elif kind == TENSOR:
+                try:
+                    if obj.grad_fn is not None:
+                        found.append(obj)
+                except Exception:  # an exotic subclass: not the user's graph
+                    pass
+            break
+    return found
+
+
+class Census:
+    """One test's census (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._freeze = HeldFreeze(self._note_before_check)
+        self._before_check: list[weakref.ref[Any]] = []
+        self._recording: bool | None = None  # minigrad's setting before the test
+        #: Why this test could not be counted ("" when it was).
+        self.skipped = ""
+        self.backends: list[Backend] = []
+
+    def begin(self) -> bool:
+        """Start counting; False when the user froze objects (gc cannot tell ours apart)."""
+        if not self._freeze.hold():
+            self.skipped = "the test session froze objects with gc.freeze()"
+            return False
+        mg = sys.modules.get("minigrad")
+        if mg is not None and hasattr(mg, "record_creation_sites"):
+            self._recording = mg.record_creation_sites(True)
+        return True
+
+    def stop_recording(self) -> None:
+        """Creation sites are recorded during the call phase only."""
+        if self._recording is not None:
+            sys.modules["minigrad"].record_creation_sites(self._recording)
+            self._recording = None
+
+    def _note_before_check(self) -> None:
+        """A check begins: remember (weakly) the graph tensors the test made so far."""
+        fresh = gc.get_objects()
+        try:
+            for obj in _graph_objects(fresh, active_backends()):
+                # a torch node has no weak references: the check judges it
+                with contextlib.suppress(TypeError):
+                    self._before_check.append(weakref.ref(obj))
+        finally:
+            fresh.clear()
+
+    def finish(self) -> list[Any]:
+        """The graph objects the test made that are alive now. The caller owns the list
+        and must clear it; the freeze is lifted here, also on error."""
+        self.stop_recording()
+        try:
+            if not self._freeze.held:
+                return []
+            if not self._freeze.intact():
+                self.skipped = "the test froze or unfroze objects itself (gc.freeze())"
+                return []
+            gc.collect()  # the frozen heap is not scanned: O(what the test made)
+            self.backends = active_backends()
+            fresh = gc.get_objects()
+            try:
+                found = _graph_objects(fresh, self.backends)
+            finally:
+                fresh.clear()
+            seen = {id(obj) for obj in found}
+            for ref in self._before_check:
+                obj = ref()
+                if obj is not None and id(obj) not in seen:
+                    found.append(obj)
+            return found
+        finally:
+            self._before_check.clear()
+            self._freeze.release()
+
+    def abandon(self) -> None:
+        """Lift the freeze without counting (the test was not run, or is opted out)."""
+        self.stop_recording()
+        self._before_check.clear()
+        self._freeze.release()

@@ -1,0 +1,270 @@
+"""The outlive audit: with ``--graphleak``, every test (marked or not) is checked after
+its teardown for autograd graphs it made that are still alive (docs/getting-started.md,
+"Checking a whole suite").
+
+pytest wiring only: the census is ``engine/outlive``'s (a freeze when the call phase
+begins, one young collection and a type check of the survivors after the teardown), the
+explanation ``diagnose/outlive``'s. This module picks the roots (the test module's
+globals, the test class's attributes, the user's other modules, the wider-scope
+fixtures still alive), applies the opt-outs (``@pytest.mark.graphleak_outlive_ok``, the
+``graphleak_outlive_keep`` list), and warns (``GraphOutliveWarning``) or fails the test
+at its teardown (``GraphOutliveError``). Results travel on the teardown report as
+``report.graphleak`` (plain data, so they cross pytest-xdist), where the session
+reporter adds them to the test's row.
+
+A graph that only a wider-scope fixture keeps is the fixture's while it lives; it is
+judged again after the teardown that finalises that fixture, and named then (with the
+test that made it) if something of the user's still keeps it.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import sys
+import types
+import warnings
+from collections.abc import Generator, Iterable
+from typing import Any
+
+import pytest
+
+from pytest_graphleak.diagnose.outlive import Deferred, Holder, explain
+from pytest_graphleak.engine.outlive import Census
+from pytest_graphleak.heap.usercode import is_user_module
+from pytest_graphleak.options import Settings
+from pytest_graphleak.pipeline import GraphOutliveError, GraphOutliveWarning
+from pytest_graphleak.report.text import render_text
+from pytest_graphleak.result import CheckResult
+
+OPT_OUT = "graphleak_outlive_ok"
+OPT_OUT_HELP = (
+    f"{OPT_OUT}(reason=''): with --graphleak, do not audit this test for autograd graphs "
+    "that outlive it (it keeps them on purpose: a cache, a graph handed to a later test)"
+)
+
+_CENSUS_KEY = pytest.StashKey[Census]()
+_FOUND_KEY = pytest.StashKey["list[dict[str, Any]]"]()
+#: Roots of the chains of this test's leaked step checks: the audit does not repeat them.
+_CHECKED_ROOTS_KEY = pytest.StashKey["set[str]"]()
+
+_SKIP_GLOBALS = (types.ModuleType, types.BuiltinFunctionType, type(sys))
+
+
+class OutliveAudit:
+    """The plugin object, registered when ``--graphleak`` is on and the audit is not off."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.mode = settings.outlive
+        self.keep = settings.outlive_keep
+        #: Graphs kept only by a wider-scope fixture, with that fixture's definition.
+        self._pending: list[tuple[Deferred, Any]] = []
+        #: Why some tests could not be audited (shown once in the summary).
+        self.notes: set[str] = set()
+
+    # -- the census -------------------------------------------------------------------
+    @pytest.hookimpl(hookwrapper=True, tryfirst=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, Any, None]:
+        census = None
+        if item.get_closest_marker(OPT_OUT) is None:
+            census = Census()
+            if census.begin():
+                item.stash[_CENSUS_KEY] = census
+            else:
+                self.notes.add(f"outlive audit skipped: {census.skipped}")
+                census = None
+        try:
+            yield
+        finally:
+            if census is not None:
+                census.stop_recording()
+
+    # trylast: after pytest's own teardown has finalised the fixtures. A plain hook, not
+    # a wrapper, so that a failure is the teardown's error; when the teardown itself
+    # raised, this does not run and the census is abandoned in makereport.
+    @pytest.hookimpl(trylast=True)
+    def pytest_runtest_teardown(self, item: pytest.Item, nextitem: pytest.Item | None) -> None:
+        census = item.stash.get(_CENSUS_KEY, None)
+        if census is not None:
+            del item.stash[_CENSUS_KEY]
+        results = self._audit(item, census) if census is not None else []
+        results.extend(self._judge_pending(item))
+        if not results:
+            return
+        item.stash[_FOUND_KEY] = [result.to_dict() for result in results]
+        text = "\n".join(render_text(result) for result in results)
+        if self.mode == "fail":
+            raise GraphOutliveError(text)
+        _warn(item, text)
+
+    def _audit(self, item: pytest.Item, census: Census) -> list[CheckResult]:
+        found = census.finish()
+        if census.skipped:
+            self.notes.add(f"outlive audit skipped in some tests: {census.skipped}")
+        if not found:
+            return []
+        try:
+            explained = explain(found, self._holders(item), nodeid=item.nodeid,
+                                backends=census.backends)  # fmt: skip
+        finally:
+            found.clear()
+        for deferred in explained.deferred:
+            fixturedef = _fixturedefs(item).get(_fixture_name(deferred.fixture))
+            if fixturedef is not None and deferred.tensors:
+                self._pending.append((deferred, fixturedef))
+        checked = item.stash.get(_CHECKED_ROOTS_KEY, set())
+        return [r for r in explained.results if _root(r) not in checked]
+
+    def _judge_pending(self, item: pytest.Item) -> list[CheckResult]:
+        """Graphs a wider-scope fixture kept: once it is torn down, what still keeps them?"""
+        results: list[CheckResult] = []
+        still: list[tuple[Deferred, Any]] = []
+        for deferred, fixturedef in self._pending:
+            if getattr(fixturedef, "cached_result", None) is not None:
+                still.append((deferred, fixturedef))
+                continue
+            alive = deferred.alive()
+            if not alive:
+                continue
+            try:
+                explained = explain(alive, self._holders(item, fixtures=False),
+                                    nodeid=item.nodeid, made_by=deferred.nodeid,
+                                    fixture=deferred.fixture,
+                                    backends=_backends())  # fmt: skip
+            finally:
+                alive.clear()
+            results.extend(explained.results)
+        self._pending = still
+        return results
+
+    # -- roots --------------------------------------------------------------------------
+    def _holders(self, item: pytest.Item, *, fixtures: bool = True) -> list[Holder]:
+        module = getattr(item, "module", None)
+        holders: list[Holder] = []
+        if isinstance(module, types.ModuleType):
+            holders.extend(_globals(module))
+        cls = getattr(item, "cls", None)
+        if isinstance(cls, type):
+            holders.extend(_class_attributes(cls))
+        for name, other in list(sys.modules.items()):
+            if other is not module and isinstance(other, types.ModuleType) and is_user_module(name):
+                holders.extend(_globals(other))
+        if fixtures:
+            holders.extend(_live_fixtures(item))
+        return [h for h in holders if not self._kept_on_purpose(h.qualified)]
+
+    def _kept_on_purpose(self, qualified: str) -> bool:
+        return any(fnmatch.fnmatchcase(qualified, pattern) for pattern in self.keep)
+
+    # -- reports --------------------------------------------------------------------------
+    @pytest.hookimpl(hookwrapper=True, tryfirst=True)
+    def pytest_runtest_makereport(
+        self, item: pytest.Item, call: pytest.CallInfo[None]
+    ) -> Generator[None, Any, None]:
+        outcome = yield
+        report: pytest.TestReport = outcome.get_result()
+        if call.when == "call":
+            checks = getattr(report, "graphleak", None) or []
+            roots = {_chain_root(c) for c in checks if isinstance(c, dict) and c.get("leaked")}
+            item.stash[_CHECKED_ROOTS_KEY] = {root for root in roots if root}
+            return
+        if call.when != "teardown":
+            return
+        census = item.stash.get(_CENSUS_KEY, None)
+        if census is not None:  # the teardown raised before the audit ran
+            del item.stash[_CENSUS_KEY]
+            census.abandon()
+        found = item.stash.get(_FOUND_KEY, None)
+        if found:
+            del item.stash[_FOUND_KEY]  # pop: nothing outlives the report
+            report.graphleak = found  # type: ignore[attr-defined]
+        excinfo = call.excinfo
+        if excinfo is not None and isinstance(excinfo.value, GraphOutliveError):
+            report.longrepr = excinfo.getrepr(style="value")
+            crash = getattr(report.longrepr, "reprcrash", None)
+            if crash is not None and found:  # pytest's short summary line reads this
+                crash.message = _short(found[0])
+
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        for note in sorted(self.notes):
+            terminalreporter.write_line(f"graphleak: {note}", yellow=True)
+
+
+def _warn(item: pytest.Item, text: str) -> None:
+    """The warning, attributed to the test's definition (not to the plugin)."""
+    function = getattr(item, "function", None)
+    code = getattr(function, "__code__", None)
+    filename = code.co_filename if code is not None else str(getattr(item, "path", "?"))
+    lineno = code.co_firstlineno if code is not None else 0
+    module = getattr(getattr(item, "module", None), "__name__", "graphleak")
+    warnings.warn_explicit(
+        GraphOutliveWarning(text), GraphOutliveWarning, filename, lineno, module=module
+    )
+
+
+def _globals(module: types.ModuleType) -> Iterable[Holder]:
+    prefix = module.__name__
+    for name, value in list(vars(module).items()):
+        if not name.startswith("__") and not isinstance(value, _SKIP_GLOBALS):
+            yield Holder(f"global '{prefix}.{name}'", f"{prefix}.{name}", value)
+
+
+def _class_attributes(cls: type) -> Iterable[Holder]:
+    for klass in cls.__mro__:
+        if klass is object or is_user_module(klass.__module__) is False:
+            continue
+        for name, value in list(vars(klass).items()):
+            if name.startswith("__") or isinstance(value, (types.FunctionType, staticmethod,
+                                                           classmethod, property)):  # fmt: skip
+                continue
+            qualified = f"{klass.__module__}.{klass.__qualname__}.{name}"
+            yield Holder(f"class attribute '{klass.__qualname__}.{name}'", qualified, value)
+
+
+def _fixturedefs(item: pytest.Item) -> dict[str, Any]:
+    """name -> the fixture definition this test used (the closest one)."""
+    info = getattr(item, "_fixtureinfo", None)
+    defs = getattr(info, "name2fixturedefs", None) or {}
+    return {name: chain[-1] for name, chain in defs.items() if chain}
+
+
+def _live_fixtures(item: pytest.Item) -> Iterable[Holder]:
+    for name, fixturedef in _fixturedefs(item).items():
+        scope = getattr(fixturedef, "scope", "function")
+        cached = getattr(fixturedef, "cached_result", None)
+        if scope == "function" or not cached or cached[2] is not None:
+            continue
+        if name in ("request", "pytestconfig", "graphleak"):
+            continue
+        yield Holder(f"fixture '{name}' ({scope} scope)", name, cached[0], fixture=True)
+
+
+def _fixture_name(label: str) -> str:
+    return label.split("'")[1] if label.count("'") >= 2 else label
+
+
+def _short(check: dict[str, Any]) -> str:
+    chain = (check.get("diagnosis") or {}).get("chain") or ["no root"]
+    return f"graphleak: outlived the test: {check.get('pattern')}, held by {chain[0]}"
+
+
+def _holder_key(label: str) -> str:
+    """``global 'losses'`` (a step check's root) and ``global 'tests.test_x.losses'`` (the
+    audit's) name the same holder: the kind of root and its last name."""
+    kind, _, rest = label.partition(" '")
+    return f"{kind} {rest.split(chr(39))[0].rsplit('.', 1)[-1]}" if rest else label
+
+
+def _chain_root(check: dict[str, Any]) -> str:
+    chain = (check.get("diagnosis") or {}).get("chain") or []
+    return _holder_key(str(chain[0])) if chain else ""
+
+
+def _root(result: CheckResult) -> str:
+    chain = result.diagnosis.chain if result.diagnosis is not None else []
+    return _holder_key(chain[0]) if chain else ""
+
+
+def _backends() -> list[Any]:
+    from pytest_graphleak.diagnose.backends import active_backends
+
+    return active_backends()

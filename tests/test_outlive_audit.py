@@ -1,0 +1,311 @@
+"""The outlive audit: with --graphleak every test, marked or not, is checked after its
+teardown for autograd graphs it made that are still alive (issue 27).
+
+In-process pytester runs (cheap); one subprocess under pytest-xdist, where the results
+must cross from the workers.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+
+import jsonschema
+import pytest
+
+import minigrad as mg
+from pytest_graphleak.engine.outlive import Census
+from pytest_graphleak.heap.gcstate import HELD, Measuring
+from pytest_graphleak.report.json_doc import load_schema
+
+pytest_plugins = ["pytester"]
+
+# The acceptance suite: plain unmarked tests; one appends its loss to a module list.
+SUITE = """
+import pytest
+import minigrad as mg
+
+history = []
+floats = []
+
+
+@pytest.fixture(scope="session")
+def model():
+    return mg.nn.Linear(3, 1)
+
+
+def _loss(model):
+    return (model(mg.Tensor([[1.0, 2.0, 3.0]])) ** 2).mean()
+
+
+def test_trains_session_model(model):
+    opt = mg.optim.SGD(model.parameters(), lr=0.01)
+    for _ in range(3):
+        opt.zero_grad()
+        loss = _loss(model)
+        loss.backward()
+        opt.step()
+
+
+def test_keeps_floats(model):
+    loss = _loss(model)
+    floats.append(loss.item())
+
+
+def test_appends_loss(model):
+    loss = _loss(model)
+    history.append(loss)
+
+
+def test_fails_on_its_assert(model):
+    loss = _loss(model)
+    assert loss.item() < -1.0
+"""
+
+
+def _outlive_warnings(result: pytest.RunResult) -> list[str]:
+    return [line for line in result.outlines if "GraphOutliveWarning" in line]
+
+
+def test_warns_naming_the_test_and_the_list(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_suite=SUITE)
+    result = pytester.runpytest("--graphleak", "-p", "no:randomly")
+    result.assert_outcomes(passed=3, failed=1, warnings=1)
+    found = _outlive_warnings(result)
+    assert len(found) == 1, result.outlines
+    assert "test_suite.py::test_appends_loss left autograd graphs alive" in found[0]
+    result.stdout.fnmatch_lines([
+        "*held by: global 'test_suite.history' -> list(len=1) -> Tensor(*grad_fn=*",
+        "*created at: test_suite.py:14 in _loss: return (model(*",
+        "*pattern: list-accumulation*",
+        "*WARNING test_suite.py::test_appends_loss  outlived the test: list-accumulation*",
+    ])  # fmt: skip
+    for quiet in ("test_trains_session_model", "test_keeps_floats", "test_fails_on_its_assert"):
+        assert not any(f"{quiet} left" in line for line in result.outlines)
+
+
+def test_fail_mode_fails_the_test_at_teardown(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_suite=SUITE)
+    result = pytester.runpytest("--graphleak", "--graphleak-outlive=fail", "-p", "no:randomly")
+    result.assert_outcomes(passed=3, failed=1, errors=1)
+    result.stdout.fnmatch_lines([
+        "*ERROR at teardown of test_appends_loss*",
+        "graphleak: test_suite.py::test_appends_loss left autograd graphs alive after its *",
+        "ERROR test_suite.py::test_appends_loss - graphleak: outlived the test*",
+    ])  # fmt: skip
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--graphleak-outlive=off",),
+        ("-o", "graphleak_outlive_keep=test_suite.hist*"),
+        ("-W", "ignore::pytest_graphleak.GraphOutliveWarning"),
+    ],
+    ids=["off", "keep-list", "filterwarnings-ignore"],
+)
+def test_ways_to_accept_a_kept_graph(pytester: pytest.Pytester, args: tuple[str, ...]) -> None:
+    pytester.makepyfile(test_suite=SUITE)
+    result = pytester.runpytest("--graphleak", "-p", "no:randomly", *args)
+    result.assert_outcomes(passed=3, failed=1)
+    assert not _outlive_warnings(result)
+
+
+def test_opt_out_marker_and_no_audit_without_graphleak(pytester: pytest.Pytester) -> None:
+    marked = SUITE.replace(
+        "def test_appends_loss",
+        "@pytest.mark.graphleak_outlive_ok(reason='a cache')\ndef test_appends_loss",
+    )
+    pytester.makepyfile(test_suite=marked)
+    result = pytester.runpytest("--graphleak", "-p", "no:randomly")
+    result.assert_outcomes(passed=3, failed=1)
+    assert not _outlive_warnings(result)
+    pytester.makepyfile(test_suite=SUITE)
+    plain = pytester.runpytest("-p", "no:randomly")
+    plain.assert_outcomes(passed=3, failed=1)
+    assert not _outlive_warnings(plain)
+
+
+def test_warning_as_error_fails_the_teardown(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_suite=SUITE)
+    result = pytester.runpytest(
+        "--graphleak", "-p", "no:randomly", "-W", "error::pytest_graphleak.GraphOutliveWarning"
+    )
+    result.assert_outcomes(passed=3, failed=1, errors=1)
+    result.stdout.fnmatch_lines(["*ERROR at teardown of test_appends_loss*"])
+
+
+WIDER = """
+import pytest
+import minigrad as mg
+
+KEPT = []
+
+
+@pytest.fixture(scope="module")
+def cache():
+    return {}
+
+
+@pytest.fixture(scope="module")
+def kept():
+    yield KEPT
+
+
+def test_stores_in_module_fixture(cache):
+    cache["out"] = (mg.Tensor([1.0], requires_grad=True) * 2).sum()
+
+
+def test_reads_it(cache):
+    assert cache["out"].grad_fn is not None
+
+
+def test_stores_in_fixture_that_is_a_global(kept):
+    kept.append(mg.Tensor([1.0], requires_grad=True) * 3)
+
+
+class TestCase:
+    seen = {}
+
+    def test_class_attribute(self):
+        self.seen["x"] = mg.Tensor([2.0], requires_grad=True) * 2
+"""
+
+
+def test_wider_fixture_keeps_its_graph_and_globals_are_named(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_wider=WIDER)
+    result = pytester.runpytest("--graphleak", "-p", "no:randomly")
+    result.assert_outcomes(passed=4, warnings=2)
+    found = _outlive_warnings(result)
+    assert len(found) == 2, found
+    assert "test_stores_in_fixture_that_is_a_global left" in found[0]
+    assert "TestCase::test_class_attribute left" in found[1]
+    result.stdout.fnmatch_lines([
+        "*held by: global 'test_wider.KEPT' -> list(len=1) -> Tensor*",
+        "*held by: class attribute 'TestCase.seen' -> dict?'x'? -> Tensor*",
+    ])  # fmt: skip
+
+
+def test_graph_outliving_its_module_fixture_is_named_at_its_teardown(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(
+        test_late="""
+        import pytest
+        import minigrad as mg
+
+        LATER = []
+
+        @pytest.fixture(scope="module")
+        def box():
+            box = {}
+            yield box
+            LATER.append(box)  # the fixture's teardown hands the graph to a global
+
+        def test_fills_box(box):
+            box["loss"] = (mg.Tensor([1.0], requires_grad=True) * 2).sum()
+
+        def test_last():
+            pass
+        """
+    )
+    result = pytester.runpytest("--graphleak", "-p", "no:randomly")
+    result.assert_outcomes(passed=2, warnings=1)
+    result.stdout.fnmatch_lines([
+        "*test_late.py::test_last left autograd graphs alive*",
+        "*held by: global 'test_late.LATER' -> list(len=1) -> dict?'loss'? -> Tensor*",
+        "*made during test_late.py::test_fills_box; kept by fixture 'box' (module scope) until*",
+    ])  # fmt: skip
+
+
+def test_marked_test_is_not_reported_twice(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_marked="""
+        import pytest
+        import minigrad as mg
+
+        losses = []
+
+        @pytest.mark.no_graph_growth(steps=6, warmup=1)
+        def test_leaks():
+            losses.append((mg.Tensor([1.0], requires_grad=True) * 2).sum())
+        """
+    )
+    result = pytester.runpytest("--graphleak", "-p", "no:randomly")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*list-accumulation*"])
+    assert not _outlive_warnings(result)
+    assert not any("outlived the test" in line for line in result.outlines)
+
+
+def test_graph_made_before_a_check_in_the_test_is_audited(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_fixture_check="""
+        import minigrad as mg
+
+        early = []
+
+        def test_check_after_a_kept_graph(graphleak):
+            early.append(mg.Tensor([1.0], requires_grad=True) * 5)
+            w = mg.Tensor([1.0], requires_grad=True)
+
+            def step():
+                (w * 2).sum().backward()
+
+            graphleak.check(step, steps=4, warmup=1)
+        """
+    )
+    result = pytester.runpytest("--graphleak", "-p", "no:randomly")
+    result.assert_outcomes(passed=1, warnings=1)
+    result.stdout.fnmatch_lines(["*held by: global 'test_fixture_check.early' -> list*"])
+
+
+def test_reports_under_xdist(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_suite=SUITE)
+    result = pytester.runpytest_subprocess(
+        "--graphleak", "-p", "no:randomly", "-n", "2", "--graphleak-report=out.json",
+        "--junitxml=junit.xml",
+    )  # fmt: skip
+    result.assert_outcomes(passed=3, failed=1)
+    document = json.loads((pytester.path / "out.json").read_text())
+    jsonschema.validate(document, load_schema())
+    (test,) = [t for t in document["tests"] if t["nodeid"].endswith("test_appends_loss")]
+    (check,) = test["checks"]
+    assert (test["status"], check["kind"], check["pattern"]) == (
+        "warned", "outlive", "list-accumulation"
+    )  # fmt: skip
+    assert check["diagnosis"]["chain"][0] == "global 'test_suite.history'"
+    junit = (pytester.path / "junit.xml").read_text()
+    assert '<property name="graphleak.kind" value="outlive"' in junit
+
+
+def test_census_sees_what_a_test_keeps_and_restores_gc() -> None:
+    """Direct: the freeze is lifted around a check and handed back; nothing stays frozen."""
+    kept: list[object] = []
+    frozen_before = gc.get_freeze_count()
+    census = Census()
+    assert census.begin()
+    kept.append(mg.Tensor([1.0], requires_grad=True) * 2)  # before a check
+    measuring = Measuring()
+    measuring.begin()
+    assert gc.get_freeze_count() == 0  # the check sees the heap as the user froze it
+    measuring.end()
+    kept.append(mg.Tensor([1.0], requires_grad=True) * 3)  # after it
+    found = census.finish()
+    try:
+        assert {id(obj) for obj in kept} <= {id(obj) for obj in found}
+    finally:
+        found.clear()
+    assert gc.get_freeze_count() == frozen_before and not HELD
+
+
+def test_census_steps_aside_when_the_user_froze_objects() -> None:
+    gc.freeze()
+    try:
+        census = Census()
+        assert not census.begin()
+        assert "gc.freeze()" in census.skipped
+        assert census.finish() == []
+    finally:
+        gc.unfreeze()
