@@ -261,8 +261,11 @@ def test_graph_made_before_a_check_in_the_test_is_audited(pytester: pytest.Pytes
     result.stdout.fnmatch_lines(["*held by: global 'test_fixture_check.early' -> list*"])
 
 
-def test_reports_under_xdist(pytester: pytest.Pytester) -> None:
+def test_reports_under_xdist(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     pytester.makepyfile(test_suite=SUITE)
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    monkeypatch.setenv("GITHUB_WORKSPACE", str(pytester.path))
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(pytester.path / "summary.md"))
     result = pytester.runpytest_subprocess(
         "--graphleak", "-p", "no:randomly", "-n", "2", "--graphleak-report=out.json",
         "--junitxml=junit.xml",
@@ -278,6 +281,12 @@ def test_reports_under_xdist(pytester: pytest.Pytester) -> None:
     assert check["diagnosis"]["chain"][0] == "global 'test_suite.history'"
     junit = (pytester.path / "junit.xml").read_text()
     assert '<property name="graphleak.kind" value="outlive"' in junit
+    # The GitHub Actions gate: a warning (the test passed) on the line that made the graph.
+    result.stdout.fnmatch_lines([
+        "::warning file=test_suite.py,line=14,title=graphleak%3A list-accumulation::"
+        "test_suite.py::test_appends_loss: outlived the test: 1 graph-carrying tensor*",
+    ])  # fmt: skip
+    assert "test_appends_loss" in (pytester.path / "summary.md").read_text()
 
 
 def test_census_sees_what_a_test_keeps_and_restores_gc() -> None:

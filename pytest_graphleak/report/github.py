@@ -127,7 +127,10 @@ def _leak_summary(check: Mapping[str, Any], pattern: str) -> str:
         if info.get("grew")
     ]
     diagnosis = check.get("diagnosis") or {}
-    parts = [f"grows {', '.join(grown)}" if grown else "leaks"]
+    if check.get("kind") == "outlive":  # the audit after teardown: kept, not seen to grow
+        parts = [f"outlived the test: {(check.get('verdict') or {}).get('reason', '')}"]
+    else:
+        parts = [f"grows {', '.join(grown)}" if grown else "leaks"]
     chain: Sequence[str] = diagnosis.get("chain") or []
     cycle: Sequence[str] = diagnosis.get("cycle") or []
     if chain:
