@@ -110,7 +110,8 @@ def _run_suite(folder: Path, args: list[str]) -> tuple[list[float], int, float]:
     done = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - started
     if done.returncode != 0:
-        raise SystemExit(f"bench_outlive: {' '.join(args) or 'plain'} failed:\n{done.stdout}")
+        what = " ".join(args) or "plain"
+        raise SystemExit(f"bench_outlive: {what} failed:\n{done.stdout}{done.stderr}")
     data = json.loads(times_file.read_text())
     return data["times"], int(data["objects"]), wall
 
