@@ -103,12 +103,6 @@ def _one_of(choices: Sequence[str]) -> Callable[[str, object], str]:
 OUTLIVE_MODES = ("warn", "fail", "off")
 
 
-def _outlive(key: str, value: object) -> str:
-    if value not in OUTLIVE_MODES:
-        raise OptionError(f"{key} must be one of {', '.join(OUTLIVE_MODES)}, got {value!r}")
-    return str(value)
-
-
 def _holder_names(key: str, value: object) -> tuple[str, ...]:
     # As probe names: "a.b,c.d", a TOML list, or ini lines split as shell words.
     if isinstance(value, str):
@@ -227,7 +221,7 @@ OPTIONS: tuple[Option, ...] = (
            "graphs it made that are still alive: 'warn' (GraphOutliveWarning), 'fail' (an "
            "error at the test's teardown) or 'off' (default: warn)",
            frozenset({"pytest"}), "--graphleak-outlive", "graphleak_outlive",
-           _outlive, metavar="warn|fail|off"),
+           _one_of(OUTLIVE_MODES), metavar="warn|fail|off"),
     Option("outlive_keep", "names", (),
            "holders meant to keep graphs past a test (a deliberate cache), which the outlive "
            "audit does not report: dotted names of module globals (mypkg.cache.CACHE), class "
