@@ -96,6 +96,8 @@ def test_losses_kept_by_a_trainer_subclass_name_the_trainer(
     text = str(info.value)
     assert "list-accumulation" in text
     assert "held by: trainer -> MyTrainer.step_losses -> list(len=19) -> Tensor(" in text
+    stored_at = [line for line in text.splitlines() if "stored at: " in line]
+    assert stored_at and "self.step_losses.append(loss)" in stored_at[0], text
     assert "test_transformers.py" in text and "in compute_loss: " in text
     assert recorded[-1].leaked and gc.isenabled()
 
