@@ -148,6 +148,18 @@ def test_warn_lets_training_go_on_and_window_mode_judges_each_window(
     assert recorded == cb.results
 
 
+def test_window_mode_sampled_every_third_batch_still_catches_and_names_the_holder(
+    recorded: list[CheckResult],
+) -> None:
+    cb = GraphLeakCallback(warmup=2, window=12, sample_every=3, on_leak="warn")
+    with pytest.warns(GraphLeakWarning, match="list-accumulation") as caught:
+        fit(Regressor("list"), cb, batches=40, max_steps=26)
+    assert [(r.leaked, r.sample_every) for r in cb.results] == [(True, 3), (True, 3)]
+    leaks = [str(w.message) for w in caught if issubclass(w.category, GraphLeakWarning)]
+    assert "held by: pl_module -> Regressor." in leaks[0]
+    assert recorded == cb.results
+
+
 class Centered(torch.nn.Module):
     """A layer that keeps a running mean of its input in ``forward`` (Lightning calls it
     through the LightningModule), without ``no_grad()``: the leak."""
