@@ -451,6 +451,8 @@ class LoopCheck:
         if watch is not None:
             # Reported after the next step, which shows the line that stores the leak.
             self._pending = (result, watch)
+            if self not in self._listed_in:  # a loop that raises without telling us:
+                self._listed_in.append(self)  # close_open_checks removes the tracer
             watch.start()
             return result
         self._publish(result, report=True)
@@ -489,6 +491,8 @@ class LoopCheck:
         result, watch = self._pending
         self._pending = None
         changes, via = watch.stop()
+        if self._sampler is None and self in self._listed_in:
+            self._listed_in.remove(self)
         diagnosis = result.diagnosis
         if diagnosis is not None and changes:
             diagnosis.stored_at = per_step(changes, 1, via)

@@ -223,6 +223,21 @@ def test_one_minimum_for_a_loop_its_end_and_track() -> None:
             t.step()
 
 
+def test_a_leak_watched_in_a_loop_that_then_raises_is_closed_with_its_tracer() -> None:
+    # A framework without an exception hook: the step after the judged one raises, and
+    # only close_open_checks() (the plugin calls it after every test) ends the watch.
+    module = Module()
+    check = LoopCheck(Settings(warmup=2, steps=8), name="run", steps=8, on_leak="warn")
+    check.start(length=None, roots=lambda: {"module": module})
+    for _ in range(10):
+        module.step()
+        check.after_step()
+    assert sys.gettrace() is not None and check.result is None  # watching the next step
+    assert close_open_checks() == 1
+    assert sys.gettrace() is None and check.result is not None and check.result.leaked
+    assert "the loop raised during the step after the judged one" in render_text(check.result)
+
+
 def test_a_check_left_open_is_closed_and_gc_restored() -> None:
     check = LoopCheck(Settings(warmup=1), name="left open")
     check.start(length=100)
