@@ -92,12 +92,17 @@ def test_demo_without_torch_tells_the_story_in_plain_lines(
     runs = out.split("== Run ")[1:]
     assert len(runs) == 3
     keeps, retains, fixed = runs
-    assert "-- verdict: LEAK (list-accumulation) as expected" in keeps
+    assert "-- verdict: LEAKED (list-accumulation) as expected" in keeps
     assert "held by: local 'trainer' -> Trainer.losses -> list" in keeps
     assert "train_script.py>:" in keeps and "loss = self.loss_fn(self.model(x), y)" in keeps
-    assert "-- verdict: LEAK (retained-grad-fn) as expected" in retains
+    assert "-- verdict: LEAKED (retained-grad-fn) as expected" in retains
     assert "Trainer.running_loss" in retains
     assert "-- verdict: CLEAN as expected" in fixed
+    # The summary table says the status table's labels, as every other surface does.
+    table = out.split("Summary (first -> last measured step)")[1].splitlines()
+    assert [row.split("  ")[-1].strip() for row in table if row.startswith("  ")][1:] == [
+        "LEAKED list-accumulation", "LEAKED retained-grad-fn", "CLEAN"
+    ]
     # The log itself shows the leak: alive Node grows in the leaky runs, not in the fixed one.
     assert _alive_nodes(keeps)[-1] > _alive_nodes(keeps)[0]
     assert len(set(_alive_nodes(fixed))) == 1

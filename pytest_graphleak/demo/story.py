@@ -26,6 +26,7 @@ from pytest_graphleak.demo.user_code import load_training_script
 from pytest_graphleak.pipeline import GraphLeakError
 from pytest_graphleak.report.text import render_result
 from pytest_graphleak.result import CheckResult
+from pytest_graphleak.status import BY_WORD
 
 SEED = 0
 
@@ -156,7 +157,7 @@ def _run_variant(variant: Variant, backend: Backend, script: ModuleType, display
 
 def _show_verdict(outcome: RunOutcome, display: Display) -> None:
     result, variant = outcome.result, outcome.variant
-    verdict = "LEAK" if result.leaked else ("ERROR" if result.error else "CLEAN")
+    verdict = BY_WORD[result.status].label  # the word every other surface says
     colour = "green" if outcome.as_expected else "red"
     expected = "leak" if variant.expect_leak else "clean"
     display.line(display.paint(
@@ -175,8 +176,8 @@ def _show_summary(outcomes: list[RunOutcome], display: Display) -> None:
         rss = f"{first.rss.get('opt', 0):.1f}->{last.rss.get('opt', 0):.1f}"
         rss += f" ({last.rss.get('opt', 0) - first.rss.get('opt', 0):+.1f})"
         result = outcome.result
-        verdict = (f"LEAK {result.pattern}" if result.leaked
-                   else "ERROR" if result.error else "clean")
+        verdict = BY_WORD[result.status].label
+        verdict += f" {result.pattern}" if result.leaked else ""
         rows.append((outcome.variant.label, alive, rss, verdict))
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     for row in rows:
