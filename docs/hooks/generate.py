@@ -379,7 +379,7 @@ def _catalogue_texts(examples: list[Path]) -> dict[str, str]:
 # -- real outputs in pages: the 30-second example, catalogue failure texts -----------------
 _REAL_OUTPUT = re.compile(
     r"<!-- graphleak: (example test|example output|example summary|demo log|demo verdict"
-    r"|catalogue output \S+) -->"
+    r"|github test|github commands|github summary|catalogue output \S+) -->"
 )
 
 
@@ -425,6 +425,60 @@ def demo_output() -> str:
     return done.stdout
 
 
+# The reports page's GitHub Actions example: run under GITHUB_ACTIONS=true, its workflow
+# commands (stdout lines starting "::") and its step summary are shown as they came.
+GITHUB_EXAMPLE = """\
+import minigrad as mg
+import pytest
+
+losses = []
+
+@pytest.mark.no_graph_growth(steps=8)
+def test_accumulates():
+    x = mg.Tensor([1.0, 2.0], requires_grad=True)
+    loss = (x * 2).sum()
+    losses.append(loss)
+
+@pytest.mark.no_graph_growth(steps=8)
+def test_clean():
+    x = mg.Tensor([1.0, 2.0], requires_grad=True)
+    (x * 2).sum().backward()
+"""
+
+
+def github_outputs() -> dict[str, str]:
+    """``commands`` and ``summary`` of a real ``GITHUB_ACTIONS=true pytest --graphleak -q``
+    run of GITHUB_EXAMPLE, cached by the sources' hash."""
+    cached = CACHE / f"github-{_sources_hash([], GITHUB_EXAMPLE)}.json"
+    if cached.exists():
+        return dict(json.loads(cached.read_text(encoding="utf-8")))
+    with tempfile.TemporaryDirectory() as tmp:
+        Path(tmp, "test_leak.py").write_text(GITHUB_EXAMPLE, encoding="utf-8")
+        summary = Path(tmp, "step_summary.md")
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1",
+               "GITHUB_ACTIONS": "true", "GITHUB_WORKSPACE": tmp,
+               "GITHUB_STEP_SUMMARY": str(summary)}  # fmt: skip
+        env.pop("PYTEST_ADDOPTS", None)
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "--graphleak", "-q", "-p", "no:cacheprovider",
+             "-p", "no:randomly", "test_leak.py"],
+            cwd=tmp, env=env, capture_output=True, text=True, timeout=300, check=False,
+        )  # fmt: skip
+        commands = [line for line in done.stdout.splitlines() if line.startswith("::")]
+        text = summary.read_text(encoding="utf-8") if summary.exists() else ""
+    if done.returncode != 1 or not commands or not text:
+        log.warning("graphleak docs: the GitHub example did not leak as expected (exit %s):\n%s",
+                    done.returncode, done.stdout[-2000:] + done.stderr[-2000:])  # fmt: skip
+    stored = GITHUB_EXAMPLE.splitlines().index("    losses.append(loss)") + 1
+    if commands and f",line={stored}," not in commands[0]:  # the page's prose names the line
+        log.warning("graphleak docs: the GitHub annotation is not on line %s: %s", stored,
+                    commands[0])  # fmt: skip
+    data = {"commands": "\n".join(commands), "summary": text}
+    CACHE.mkdir(parents=True, exist_ok=True)
+    cached.write_text(json.dumps(data, indent=1), encoding="utf-8")
+    return data
+
+
 def demo_excerpt(what: str) -> str:
     """``demo log``: the first run's steps 8 and 16; ``demo verdict``: the first run's
     verdict with its chain, sites and fix, then the summary table."""
@@ -453,6 +507,13 @@ def real_output(what: str) -> str:
         end = next((i for i, line in enumerate(lines) if "short test summary" in line),
                    len(lines))  # fmt: skip
         return output_block("\n".join(lines[start:end]))
+    if what == "github test":
+        return f"```python\n{GITHUB_EXAMPLE.rstrip()}\n```"
+    if what == "github commands":
+        return output_block(github_outputs()["commands"])
+    if what == "github summary":  # markdown, shown as GitHub renders it, its heading one
+        # level down so that it sits under the page's section instead of beside it
+        return re.sub(r"^(#+) ", r"#\1 ", github_outputs()["summary"].strip(), flags=re.M)
     if what in ("demo log", "demo verdict"):
         return output_block(demo_excerpt(what))
     name = what.removeprefix("catalogue output ").strip()
