@@ -87,6 +87,7 @@ def on_files(files: Files, config: Any) -> Files:
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
+    markdown = _PYTEST_FAILURE.sub(lambda match: page_test_failure(markdown, match), markdown)
     markdown = _REAL_OUTPUT.sub(lambda match: real_output(match.group(1)), markdown)
     if "<!-- graphleak: cli help -->" in markdown:
         markdown = markdown.replace("<!-- graphleak: cli help -->", cli_help())
@@ -477,6 +478,59 @@ def github_outputs() -> dict[str, str]:
     CACHE.mkdir(parents=True, exist_ok=True)
     cached.write_text(json.dumps(data, indent=1), encoding="utf-8")
     return data
+
+
+# `<!-- graphleak: pytest failure test_x.py [full] -->`: the failure of the page's own
+# ```python block that starts with `# test_x.py`, from a real `pytest` run of it (torch and
+# the framework are dev dependencies). Default: the error line, held by, created at,
+# stored at; `full`: every `E` line from the error on.
+_PYTEST_FAILURE = re.compile(r"<!-- graphleak: pytest failure (\S+)( full)? -->")
+_SHORT = ("held by:", "created at:", "stored at:")
+
+
+def page_test_failure(markdown: str, match: re.Match[str]) -> str:
+    name, full = match.group(1), bool(match.group(2))
+    block = re.search(rf"```python\n(# {re.escape(name)}\n.*?)```", markdown, re.S)
+    if block is None:
+        log.warning("graphleak docs: no ```python block starting '# %s' on the page", name)
+        return f"(no output: no test {name} on this page)"
+    source = block.group(1)
+    cached = CACHE / f"pytest-{_sources_hash([], name + source)}.txt"
+    if cached.exists():
+        out = cached.read_text(encoding="utf-8")
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            Path(tmp, name).write_text(source, encoding="utf-8")
+            env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "120",
+                   "OMP_NUM_THREADS": "1"}  # fmt: skip
+            env.pop("PYTEST_ADDOPTS", None)
+            done = subprocess.run(
+                [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly",
+                 "-W", "ignore", name],
+                cwd=tmp, env=env, capture_output=True, text=True, timeout=600, check=False,
+            )  # fmt: skip
+        out = done.stdout.replace(os.path.realpath(tmp) + os.sep, "").replace(tmp + os.sep, "")
+        if done.returncode != 1 or "GraphLeakError" not in out:
+            log.warning("graphleak docs: %s did not fail with a leak (exit %s):\n%s", name,
+                        done.returncode, out[-3000:] + done.stderr[-2000:])  # fmt: skip
+            return f"(no output: {name} did not fail with a leak in this build)"
+        CACHE.mkdir(parents=True, exist_ok=True)
+        cached.write_text(out, encoding="utf-8")
+    lines = out.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith("E   ")
+                  and "GraphLeakError: graphleak:" in line), None)  # fmt: skip
+    if start is None:
+        log.warning("graphleak docs: no GraphLeakError line in the run of %s", name)
+        return f"(no output: {name} printed no GraphLeakError line)"
+    error = [line for line in lines[start:] if line.startswith("E ")]
+    error = error[: next((i for i, line in enumerate(error[1:], 1)
+                          if not line.startswith("E     ")), len(error))]  # fmt: skip
+    if not full:
+        short = [line for line in error if line[2:].strip().startswith(_SHORT)]
+        indent = len(short[0]) - len(short[0][2:].lstrip()) if short else 6
+        error = [error[0], "E" + " " * (indent - 1) + "...", *short]
+    extra = len(error[0]) - len(error[0][1:].lstrip()) - 4  # pytest's indentation of the frame
+    return output_block("\n".join("E" + line[1 + max(extra, 0):] for line in error))
 
 
 def demo_excerpt(what: str) -> str:
