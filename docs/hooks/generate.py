@@ -483,9 +483,9 @@ def github_outputs() -> dict[str, str]:
 # `<!-- graphleak: pytest failure test_x.py [full] -->`: the failure of the page's own
 # ```python block that starts with `# test_x.py`, from a real `pytest` run of it (torch and
 # the framework are dev dependencies). Default: the error line, held by, created at,
-# stored at; `full`: every `E` line from the error on.
+# stored at (and a rank's heading); `full`: every `E` line from the error on.
 _PYTEST_FAILURE = re.compile(r"<!-- graphleak: pytest failure (\S+)( full)? -->")
-_SHORT = ("held by:", "created at:", "stored at:")
+_SHORT = ("held by:", "created at:", "stored at:", "--- rank", "graphleak:")
 
 
 def page_test_failure(markdown: str, match: re.Match[str]) -> str:
@@ -518,17 +518,21 @@ def page_test_failure(markdown: str, match: re.Match[str]) -> str:
         cached.write_text(out, encoding="utf-8")
     lines = out.splitlines()
     start = next((i for i, line in enumerate(lines) if line.startswith("E   ")
-                  and "GraphLeakError: graphleak:" in line), None)  # fmt: skip
+                  and "GraphLeakError: " in line), None)  # fmt: skip
     if start is None:
         log.warning("graphleak docs: no GraphLeakError line in the run of %s", name)
         return f"(no output: {name} printed no GraphLeakError line)"
     error = [line for line in lines[start:] if line.startswith("E ")]
     error = error[: next((i for i, line in enumerate(error[1:], 1)
                           if not line.startswith("E     ")), len(error))]  # fmt: skip
-    if not full:
-        short = [line for line in error if line[2:].strip().startswith(_SHORT)]
-        indent = len(short[0]) - len(short[0][2:].lstrip()) if short else 6
-        error = [error[0], "E" + " " * (indent - 1) + "...", *short]
+    if not full:  # the kept lines, and "..." where lines were left out
+        kept: list[str] = []
+        for number, line in enumerate(error):
+            if number == 0 or line[1:].strip().startswith(_SHORT):
+                kept.append(line)
+            elif kept[-1][1:].strip() != "...":
+                kept.append(line[: len(line) - len(line[1:].lstrip())] + "...")
+        error = kept
     extra = len(error[0]) - len(error[0][1:].lstrip()) - 4  # pytest's indentation of the frame
     return output_block("\n".join("E" + line[1 + max(extra, 0):] for line in error))
 
