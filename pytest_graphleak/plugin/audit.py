@@ -30,6 +30,7 @@ import pytest
 
 from pytest_graphleak.diagnose.outlive import Deferred, Holder, explain
 from pytest_graphleak.engine.outlive import Census
+from pytest_graphleak.heap.gcstate import HELD
 from pytest_graphleak.heap.usercode import is_user_module
 from pytest_graphleak.options import Settings
 from pytest_graphleak.pipeline import GraphOutliveError, GraphOutliveWarning
@@ -183,6 +184,13 @@ class OutliveAudit:
             crash = getattr(report.longrepr, "reprcrash", None)
             if crash is not None and found:  # pytest's short summary line reads this
                 crash.message = _short(found[0])
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        """A run stopped between a test's call and its teardown (Ctrl-C, -x in a
+        teardown) leaves its freeze held: lift it, so nothing stays frozen."""
+        for held in list(HELD):
+            held.release()
+        self._pending.clear()
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         for note in sorted(self.notes):
