@@ -484,12 +484,19 @@ def github_outputs() -> dict[str, str]:
 # ```python block that starts with `# test_x.py`, from a real `pytest` run of it (torch and
 # the framework are dev dependencies). Default: the error line, held by, created at,
 # stored at (and a rank's heading); `full`: every `E` line from the error on.
-_PYTEST_FAILURE = re.compile(r"<!-- graphleak: pytest failure (\S+)( full)? -->")
+# `<!-- graphleak: pytest failure test_x.py sites of PAGE.md -->` (indented in a list item):
+# the held by / created at / stored at lines of that page's test, as a plain indented block.
+_PYTEST_FAILURE = re.compile(
+    r"^( *)<!-- graphleak: pytest failure (\S+)( full| sites of \S+\.md)? -->", re.M
+)
 _SHORT = ("held by:", "created at:", "stored at:", "--- rank", "graphleak:")
 
 
 def page_test_failure(markdown: str, match: re.Match[str]) -> str:
-    name, full = match.group(1), bool(match.group(2))
+    indent, name, mode = match.group(1), match.group(2), (match.group(3) or "").strip()
+    full, sites = mode == "full", mode.startswith("sites of ")
+    if sites:
+        markdown = (ROOT / "docs" / mode.removeprefix("sites of ")).read_text(encoding="utf-8")
     block = re.search(rf"```python\n(# {re.escape(name)}\n.*?)```", markdown, re.S)
     if block is None:
         log.warning("graphleak docs: no ```python block starting '# %s' on the page", name)
@@ -525,6 +532,9 @@ def page_test_failure(markdown: str, match: re.Match[str]) -> str:
     error = [line for line in lines[start:] if line.startswith("E ")]
     error = error[: next((i for i, line in enumerate(error[1:], 1)
                           if not line.startswith("E     ")), len(error))]  # fmt: skip
+    if sites:
+        picked = [line[1:].strip() for line in error if line[1:].strip().startswith(_SHORT[:3])]
+        return "\n".join(indent + line for line in ["```text", *picked, "```"])
     if not full:  # the kept lines, and "..." where lines were left out
         kept: list[str] = []
         for number, line in enumerate(error):
@@ -534,7 +544,7 @@ def page_test_failure(markdown: str, match: re.Match[str]) -> str:
                 kept.append(line[: len(line) - len(line[1:].lstrip())] + "...")
         error = kept
     extra = len(error[0]) - len(error[0][1:].lstrip()) - 4  # pytest's indentation of the frame
-    return output_block("\n".join("E" + line[1 + max(extra, 0):] for line in error))
+    return indent + output_block("\n".join("E" + line[1 + max(extra, 0):] for line in error))
 
 
 def demo_excerpt(what: str) -> str:
