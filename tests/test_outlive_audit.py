@@ -318,3 +318,27 @@ def test_census_steps_aside_when_the_user_froze_objects() -> None:
         assert census.finish() == []
     finally:
         gc.unfreeze()
+
+
+def test_graph_made_after_a_loop_check_is_audited(pytester: pytest.Pytester) -> None:
+    """A loop checked inside a test (track(), as the framework callbacks do) lifts the
+    audit's freeze while it runs and hands it back: what the test keeps after it is named."""
+    pytester.makepyfile(
+        test_loop_then_keep="""
+        import minigrad as mg
+        from pytest_graphleak import track
+
+        late = []
+
+        def test_loop_then_keep():
+            w = mg.Tensor([1.0], requires_grad=True)
+            with track(warmup=1, steps=4) as t:
+                for _ in range(5):
+                    (w * 2).sum().backward()
+                    t.step()
+            late.append(w * 3)
+        """
+    )
+    result = pytester.runpytest("--graphleak", "-p", "no:randomly")
+    result.assert_outcomes(passed=1, warnings=1)
+    result.stdout.fnmatch_lines(["*held by: global 'test_loop_then_keep.late' -> list*"])
