@@ -87,3 +87,31 @@ def test_outputs_compare_without_their_durations(hooks: ModuleType) -> None:
     assert hooks._source_link("owner/repo#12") == link
     assert hooks._source_link("seed engine (issue 2)") == "seed engine (issue 2)"
     assert hooks._code_cell("--x=a|b") == "<code>--x=a&#124;b</code>"
+
+
+def test_a_pages_test_failure_is_cut_from_pytests_output(hooks: ModuleType) -> None:
+    """`pytest failure` markers show the GraphLeakError's lines of a real run: dedented to
+    the test's own frame, "..." once per left-out gap, nothing past the error."""
+    out = "\n".join([
+        "    def test_x():", ">       trainer.fit()", "",
+        "E           pytest_graphleak.GraphLeakError: graphleak: t.py::test_x leaks: lists",
+        "E             16 measured steps after 3 warmup steps (0.1 s); grew:",
+        "E               torch.nodes  14 -> 59  +3/step",
+        "E             held by: trainer -> T.losses -> list(len=19) -> Tensor(shape=())",
+        "E             created at: t.py:5 in step: loss = f(x)  (2 per step)",
+        "E             fix: store plain numbers",
+        "", "t.py:9: GraphLeakError", "E             held by: another test's failure",
+    ])  # fmt: skip
+    error = "E   pytest_graphleak.GraphLeakError: graphleak: t.py::test_x leaks: lists"
+    assert hooks.failure_lines(out, "short") == [
+        error, "E     ...",
+        "E     held by: trainer -> T.losses -> list(len=19) -> Tensor(shape=())",
+        "E     created at: t.py:5 in step: loss = f(x)  (2 per step)", "E     ...",
+    ]  # fmt: skip
+    full = hooks.failure_lines(out, "full")
+    assert full[0] == error and full[-1] == "E     fix: store plain numbers" and len(full) == 6
+    assert hooks.failure_lines(out, "sites") == [
+        "held by: trainer -> T.losses -> list(len=19) -> Tensor(shape=())",
+        "created at: t.py:5 in step: loss = f(x)  (2 per step)",
+    ]
+    assert hooks.failure_lines("1 passed", "full") == []

@@ -523,19 +523,30 @@ def page_test_failure(markdown: str, match: re.Match[str]) -> str:
             return f"(no output: {name} did not fail with a leak in this build)"
         CACHE.mkdir(parents=True, exist_ok=True)
         cached.write_text(out, encoding="utf-8")
+    picked = failure_lines(out, "sites" if sites else "full" if full else "short")
+    if not picked:
+        log.warning("graphleak docs: no GraphLeakError line in the run of %s", name)
+        return f"(no output: {name} printed no GraphLeakError line)"
+    if sites:
+        return "\n".join(indent + line for line in ["```text", *picked, "```"])
+    return indent + output_block("\n".join(picked))
+
+
+def failure_lines(out: str, mode: str) -> list[str]:
+    """The GraphLeakError's ``E`` lines of pytest's output, indented as in a test's own frame:
+    ``full`` all of them, ``short`` the error and the _SHORT lines with "..." for each gap,
+    ``sites`` the held by / created at / stored at lines without the ``E``. [] without one."""
     lines = out.splitlines()
     start = next((i for i, line in enumerate(lines) if line.startswith("E   ")
                   and "GraphLeakError: " in line), None)  # fmt: skip
     if start is None:
-        log.warning("graphleak docs: no GraphLeakError line in the run of %s", name)
-        return f"(no output: {name} printed no GraphLeakError line)"
-    error = [line for line in lines[start:] if line.startswith("E ")]
-    error = error[: next((i for i, line in enumerate(error[1:], 1)
-                          if not line.startswith("E     ")), len(error))]  # fmt: skip
-    if sites:
-        picked = [line[1:].strip() for line in error if line[1:].strip().startswith(_SHORT[:3])]
-        return "\n".join(indent + line for line in ["```text", *picked, "```"])
-    if not full:  # the kept lines, and "..." where lines were left out
+        return []
+    end = next((i for i in range(start + 1, len(lines)) if not lines[i].startswith("E     ")),
+               len(lines))  # fmt: skip
+    error = lines[start:end]  # one contiguous block: another test's failure is not in it
+    if mode == "sites":
+        return [line[1:].strip() for line in error if line[1:].strip().startswith(_SHORT[:3])]
+    if mode == "short":  # the kept lines, and "..." where lines were left out
         kept: list[str] = []
         for number, line in enumerate(error):
             if number == 0 or line[1:].strip().startswith(_SHORT):
@@ -544,7 +555,7 @@ def page_test_failure(markdown: str, match: re.Match[str]) -> str:
                 kept.append(line[: len(line) - len(line[1:].lstrip())] + "...")
         error = kept
     extra = len(error[0]) - len(error[0][1:].lstrip()) - 4  # pytest's indentation of the frame
-    return indent + output_block("\n".join("E" + line[1 + max(extra, 0):] for line in error))
+    return ["E" + line[1 + max(extra, 0):] for line in error]
 
 
 def demo_excerpt(what: str) -> str:
