@@ -115,3 +115,18 @@ def test_a_pages_test_failure_is_cut_from_pytests_output(hooks: ModuleType) -> N
         "created at: t.py:5 in step: loss = f(x)  (2 per step)",
     ]
     assert hooks.failure_lines("1 passed", "full") == []
+
+
+def test_a_pages_outlive_warning_is_cut_from_the_warnings_summary(hooks: ModuleType) -> None:
+    source = "history = []\n\ndef test_one_step():\n    history.append(loss)\n"
+    out = "\n".join([
+        "tests/test_train.py::test_one_step",
+        "  /tmp/x/tests/test_train.py:3: GraphOutliveWarning: graphleak: t left graphs (outlive)",
+        "    held by: global 'test_train.history' -> list(len=1)",
+        "    def test_one_step():", "", "-- Docs: https://docs.pytest.org",
+    ])  # fmt: skip
+    assert hooks.outlive_lines(out, source) == [
+        "GraphOutliveWarning: graphleak: t left graphs (outlive)",
+        "  held by: global 'test_train.history' -> list(len=1)",
+    ]
+    assert hooks.outlive_lines("1 passed", source) == []

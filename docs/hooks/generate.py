@@ -486,8 +486,11 @@ def github_outputs() -> dict[str, str]:
 # stored at (and a rank's heading); `full`: every `E` line from the error on.
 # `<!-- graphleak: pytest failure test_x.py sites of PAGE.md -->` (indented in a list item):
 # the held by / created at / stored at lines of that page's test, as a plain indented block.
+# `<!-- graphleak: pytest warning tests/test_x.py outlive -->`: the GraphOutliveWarning of
+# a `pytest --graphleak` run of the page's test (which passes).
 _PYTEST_FAILURE = re.compile(
-    r"^( *)<!-- graphleak: pytest failure (\S+)( full| sites of \S+\.md)? -->", re.M
+    r"^( *)<!-- graphleak: pytest (?:failure|warning) (\S+)( full| sites of \S+\.md| outlive)? -->",
+    re.M,
 )
 _SHORT = ("held by:", "created at:", "stored at:", "--- rank", "graphleak:")
 
@@ -501,28 +504,15 @@ def page_test_failure(markdown: str, match: re.Match[str]) -> str:
     if block is None:
         log.warning("graphleak docs: no ```python block starting '# %s' on the page", name)
         return f"(no output: no test {name} on this page)"
-    source = block.group(1)
-    cached = CACHE / f"pytest-{_sources_hash([], name + source)}.txt"
-    if cached.exists():
-        out = cached.read_text(encoding="utf-8")
-    else:
-        with tempfile.TemporaryDirectory() as tmp:
-            Path(tmp, name).write_text(source, encoding="utf-8")
-            env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "120",
-                   "OMP_NUM_THREADS": "1"}  # fmt: skip
-            env.pop("PYTEST_ADDOPTS", None)
-            done = subprocess.run(
-                [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly",
-                 "-W", "ignore", name],
-                cwd=tmp, env=env, capture_output=True, text=True, timeout=600, check=False,
-            )  # fmt: skip
-        out = done.stdout.replace(os.path.realpath(tmp) + os.sep, "").replace(tmp + os.sep, "")
-        if done.returncode != 1 or "GraphLeakError" not in out:
-            log.warning("graphleak docs: %s did not fail with a leak (exit %s):\n%s", name,
-                        done.returncode, out[-3000:] + done.stderr[-2000:])  # fmt: skip
-            return f"(no output: {name} did not fail with a leak in this build)"
-        CACHE.mkdir(parents=True, exist_ok=True)
-        cached.write_text(out, encoding="utf-8")
+    if mode == "outlive":  # the test passes: its GraphOutliveWarning is the output
+        out = _run_page_test(name, block.group(1), ["--graphleak"], 0, "GraphOutliveWarning")
+        picked = outlive_lines(out, block.group(1)) if out is not None else []
+        if not picked:
+            return f"(no output: {name} gave no GraphOutliveWarning in this build)"
+        return indent + output_block("\n".join(picked))
+    out = _run_page_test(name, block.group(1), ["-W", "ignore"], 1, "GraphLeakError")
+    if out is None:
+        return f"(no output: {name} did not fail with a leak in this build)"
     picked = failure_lines(out, "sites" if sites else "full" if full else "short")
     if not picked:
         log.warning("graphleak docs: no GraphLeakError line in the run of %s", name)
@@ -530,6 +520,47 @@ def page_test_failure(markdown: str, match: re.Match[str]) -> str:
     if sites:
         return "\n".join(indent + line for line in ["```text", *picked, "```"])
     return indent + output_block("\n".join(picked))
+
+
+def _run_page_test(name: str, source: str, args: list[str], code: int, want: str) -> str | None:
+    """pytest's stdout for a page's test file run alone (cached by the sources' hash), or
+    None, with a warning (so --strict fails), when it does not exit `code` printing `want`."""
+    cached = CACHE / f"pytest-{_sources_hash([], name + source + ' '.join(args))}.txt"
+    if cached.exists():
+        return cached.read_text(encoding="utf-8")
+    with tempfile.TemporaryDirectory() as tmp:
+        Path(tmp, name).parent.mkdir(parents=True, exist_ok=True)
+        Path(tmp, name).write_text(source, encoding="utf-8")
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "120", "OMP_NUM_THREADS": "1"}
+        env.pop("PYTEST_ADDOPTS", None)
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly",
+             *args, name],
+            cwd=tmp, env=env, capture_output=True, text=True, timeout=600, check=False,
+        )  # fmt: skip
+    out = done.stdout.replace(os.path.realpath(tmp) + os.sep, "").replace(tmp + os.sep, "")
+    if done.returncode != code or want not in out:
+        log.warning("graphleak docs: %s did not exit %s with %s (exit %s):\n%s", name, code,
+                    want, done.returncode, out[-3000:] + done.stderr[-2000:])  # fmt: skip
+        return None
+    CACHE.mkdir(parents=True, exist_ok=True)
+    cached.write_text(out, encoding="utf-8")
+    return out
+
+
+def outlive_lines(out: str, source: str) -> list[str]:
+    """The GraphOutliveWarning of pytest's warnings summary, from its category on, without
+    the location before it and the source line pytest echoes after it."""
+    lines = out.splitlines()
+    start = next((i for i, line in enumerate(lines) if "GraphOutliveWarning: " in line), None)
+    if start is None:
+        return []
+    end = next((i for i in range(start + 1, len(lines)) if not lines[i].strip()), len(lines))
+    picked = [lines[start][lines[start].index("GraphOutliveWarning: "):]]
+    picked += [line[2:] for line in lines[start + 1 : end]]
+    if len(picked) > 1 and any(picked[-1].strip() == line.strip() for line in source.splitlines()):
+        picked.pop()
+    return picked
 
 
 def failure_lines(out: str, mode: str) -> list[str]:
