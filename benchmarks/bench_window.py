@@ -285,8 +285,8 @@ def main() -> None:
         f'`GraphLeakCallback(window={window}, on_leak="warn")`. CPU times are the main '
         "thread's (`time.thread_time()`; one torch thread, the data loaded in the main "
         "thread): unlike wall time they do not count the time other processes of a shared "
-        "machine held the core, so they compare fairly across runs. Other work (other "
-        "sessions' test runs) ran beside this one on the machine.\n\n"
+        "machine held the core, so they compare fairly across runs (the load average above "
+        "says how busy the machine was).\n\n"
         f"{table}\n\n{target}\n\n{gc_table}\n\n"
         "Between samples automatic gc is as the training had it (here: enabled); it is off "
         "during the step that ends in a sample (every k-th, and every step of the warmup), "
