@@ -14,6 +14,7 @@ from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from pytest_graphleak.engine import tracker
+from pytest_graphleak.heap.gcstate import audit_freeze_lifted
 from pytest_graphleak.metrics import Metric
 from pytest_graphleak.options import Settings
 from pytest_graphleak.patterns import FALLBACK, PATTERNS
@@ -137,11 +138,12 @@ def measure(
     diagnosis's reference chains.
     """
     __tracebackhide__ = True  # pytest shows the step's frames, not the path to them
-    series = tracker.run(step, steps=settings.steps, warmup=settings.warmup,
-                         probes=settings.probes, start_scan=settings.start_scan,
-                         roots=list(roots().values()) if roots else ())  # fmt: skip
-    return conclude(series, settings=settings, name=name, diagnose_step=diagnose_step,
-                    roots=roots, exclude=exclude)  # fmt: skip
+    with audit_freeze_lifted():
+        series = tracker.run(step, steps=settings.steps, warmup=settings.warmup,
+                             probes=settings.probes, start_scan=settings.start_scan,
+                             roots=list(roots().values()) if roots else ())  # fmt: skip
+        return conclude(series, settings=settings, name=name, diagnose_step=diagnose_step,
+                        roots=roots, exclude=exclude)  # fmt: skip
 
 
 def conclude(
@@ -174,10 +176,11 @@ def conclude(
         verdict.reason += "; " + "; ".join(remarks)
     if verdict.leaked and settings.diagnose:
         started = time.perf_counter()
-        result.diagnosis = explain(
-            verdict, metrics=series.metrics, step=diagnose_step,
-            roots=roots() if roots else {}, exclude=exclude, observation=observation,
-        )  # fmt: skip
+        with audit_freeze_lifted():  # referrers among the audit's frozen objects
+            result.diagnosis = explain(
+                verdict, metrics=series.metrics, step=diagnose_step,
+                roots=roots() if roots else {}, exclude=exclude, observation=observation,
+            )  # fmt: skip
         result.duration_s += time.perf_counter() - started
     return result
 

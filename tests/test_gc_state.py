@@ -195,16 +195,19 @@ def test_user_frozen_objects_stay_frozen() -> None:
     """Frozen stays frozen, exactly: after every kind of run the freeze count is theirs."""
     gc.collect()
     gc.freeze()
-    before = gc.get_freeze_count()
-    for make in RUNS.values():
-        step, raised = make()
-        if raised is None:
-            tracker.run(step, steps=6, warmup=2)
-        else:
-            with pytest.raises(raised):
+    try:
+        before = gc.get_freeze_count()
+        for make in RUNS.values():
+            step, raised = make()
+            if raised is None:
                 tracker.run(step, steps=6, warmup=2)
-        assert gc.get_freeze_count() == before
-    _history.clear()
+            else:
+                with pytest.raises(raised):
+                    tracker.run(step, steps=6, warmup=2)
+            assert gc.get_freeze_count() == before
+    finally:
+        _history.clear()
+        gc.unfreeze()  # the rest of the session (an xdist worker's next tests) runs unfrozen
 
 
 FROZEN_BEFORE_IMPORT = """

@@ -55,6 +55,9 @@ class Census:
         self._freeze = HeldFreeze(self._note_before_check)
         self._before_check: list[weakref.ref[Any]] = []
         self._recording: bool | None = None  # minigrad's setting before the test
+        #: The minigrad module recording was switched on in: a test may remove it from
+        #: sys.modules (a lazy-import test does), and the setting must still go back.
+        self._minigrad: Any = None
         #: Why this test could not be counted ("" when it was).
         self.skipped = ""
         self.backends: list[Backend] = []
@@ -67,13 +70,14 @@ class Census:
         mg = sys.modules.get("minigrad")
         if mg is not None and hasattr(mg, "record_creation_sites"):
             self._recording = mg.record_creation_sites(True)
+            self._minigrad = mg
         return True
 
     def stop_recording(self) -> None:
         """Creation sites are recorded during the call phase only."""
         if self._recording is not None:
-            sys.modules["minigrad"].record_creation_sites(self._recording)
-            self._recording = None
+            self._minigrad.record_creation_sites(self._recording)
+            self._recording, self._minigrad = None, None
 
     def _note_before_check(self) -> None:
         """A check begins: remember (weakly) the graph tensors the test made so far."""

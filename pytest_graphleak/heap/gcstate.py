@@ -21,10 +21,11 @@ O(unfrozen heap) per sample, and the freeze count stays theirs.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import cache
 
 _FRESH_FROZEN = "import gc; gc.collect(); print(gc.get_freeze_count())"
@@ -222,3 +223,19 @@ class HeldFreeze:
 
 #: The freezes held now (at most one: the running test's audit).
 HELD: list[HeldFreeze] = []
+
+
+@contextlib.contextmanager
+def audit_freeze_lifted() -> Iterator[None]:
+    """The freezes held now (the outlive audit's) lifted for a whole check, its diagnosis
+    included: ``gc.get_referrers`` and ``gc.get_objects`` never look at frozen objects, so
+    under the audit's freeze a diagnosis would find no referrer of what the test made
+    before the check (a fixture's dict: "no holder found"). Nested lifts count."""
+    held = list(HELD)
+    for freeze in held:
+        freeze.lift()
+    try:
+        yield
+    finally:
+        for freeze in held:
+            freeze.resume()
