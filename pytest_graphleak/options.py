@@ -101,6 +101,8 @@ def _one_of(choices: Sequence[str]) -> Callable[[str, object], str]:
 
 
 OUTLIVE_MODES = ("warn", "fail", "off")
+#: ``--graphleak-outlive-sites``: how the audit finds where a kept torch graph was made
+OUTLIVE_SITES = ("off", "rerun")
 
 
 def _holder_names(key: str, value: object) -> tuple[str, ...]:
@@ -229,6 +231,16 @@ OPTIONS: tuple[Option, ...] = (
            "text (default: none)",
            frozenset({"pytest"}), "--graphleak-outlive-keep", "graphleak_outlive_keep",
            _holder_names, metavar="NAMES"),
+    Option("outlive_sites", "choice", "off",
+           "how the outlive audit finds where a kept graph was made and stored: 'rerun' runs "
+           "each test that left a graph alive once more (its function-scoped fixtures too), "
+           "recording where torch made each tensor (created at) and which line stored it in "
+           "its holder (stored at); that run is not reported and does not change the test's "
+           "outcome, but what it does to module state and wider-scope fixtures happens "
+           "twice. 'off': minigrad's creation sites only, recorded while the test runs "
+           "(default: off)",
+           frozenset({"pytest"}), "--graphleak-outlive-sites", "graphleak_outlive_sites",
+           _one_of(OUTLIVE_SITES), metavar="off|rerun"),
     Option("report", "path", None,
            "write a JSON report of every graphleak check to PATH (schema in the docs); an "
            "existing file is replaced only if it is a graphleak JSON report. Relative paths: "
@@ -314,6 +326,7 @@ class Settings:
     warn_only: bool = False
     outlive: str = "warn"
     outlive_keep: tuple[str, ...] = ()
+    outlive_sites: str = "off"
     report: str | None = None
     html: str | None = None
     github: str = "auto"

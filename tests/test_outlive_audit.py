@@ -20,6 +20,14 @@ from pytest_graphleak.report.json_doc import load_schema
 
 pytest_plugins = ["pytester"]
 
+try:  # imported here, once: an in-process pytester run drops the modules it imported, and
+    # torch cannot be imported a second time in one process
+    import torch
+except ImportError:  # minigrad alone: the torch tests skip
+    torch = None
+
+needs_torch = pytest.mark.skipif(torch is None, reason="torch is not installed")
+
 # The acceptance suite: plain unmarked tests; one appends its loss to a module list.
 SUITE = """
 import pytest
@@ -342,3 +350,164 @@ def test_graph_made_after_a_loop_check_is_audited(pytester: pytest.Pytester) -> 
     result = pytester.runpytest("--graphleak", "-p", "no:randomly")
     result.assert_outcomes(passed=1, warnings=1)
     result.stdout.fnmatch_lines(["*held by: global 'test_loop_then_keep.late' -> list*"])
+
+
+# Real torch: in-place growth of tensors alive before the test, and the opt-in re-run
+# that finds where torch graphs were made and stored.
+TORCH_SUITE = """
+import pytest
+import torch
+
+history = []
+floats = []
+TOTAL = torch.zeros(())
+
+
+@pytest.fixture(scope="session")
+def model():
+    return torch.nn.Linear(3, 1)
+
+
+@pytest.fixture(scope="session")
+def state():
+    return {"total": torch.zeros(())}
+
+
+@pytest.fixture
+def batch():
+    print("batch set up")
+    return torch.ones(2, 3)
+
+
+def _loss(model, batch):
+    return model(batch).pow(2).mean()
+
+
+def test_trains_session_model(model, batch):
+    for _ in range(2):  # SGD by hand (torch.optim imports modules pytester would drop)
+        _loss(model, batch).backward()
+        with torch.no_grad():
+            for p in model.parameters():
+                p -= 0.01 * p.grad
+                p.grad = None
+
+
+def test_keeps_floats(model, batch):
+    floats.append(_loss(model, batch).item())
+
+
+def test_appends_loss(model, batch):
+    loss = _loss(model, batch)
+    history.append(loss)
+
+
+def test_adds_to_global_total(model, batch):
+    global TOTAL
+    TOTAL += _loss(model, batch)
+
+
+def test_adds_to_session_total(model, state, batch):
+    state["total"] += _loss(model, batch)
+
+
+def test_fails_on_its_assert(model, batch):
+    assert _loss(model, batch).item() < -1.0
+"""
+
+_NAMED = ("test_appends_loss", "test_adds_to_global_total", "test_adds_to_session_total")
+_QUIET = ("test_trains_session_model", "test_keeps_floats", "test_fails_on_its_assert")
+
+
+def _warned(result: pytest.RunResult) -> list[str]:
+    return [name for name in (*_NAMED, *_QUIET) if any(f"{name} left" in line
+                                                          for line in _outlive_warnings(result))]
+
+
+@needs_torch
+def test_torch_graphs_grown_in_place_on_old_tensors_are_named(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_torch_suite=TORCH_SUITE)
+    result = pytester.runpytest("--graphleak", "-p", "no:randomly")
+    result.assert_outcomes(passed=5, failed=1, warnings=3)
+    assert _warned(result) == list(_NAMED)
+    result.stdout.fnmatch_lines(["*held by: global 'test_torch_suite.history' -> list(len=1) -> "
+                                 "Tensor*"])
+    result.stdout.fnmatch_lines([
+        "*a tensor alive before test_torch_suite.py::test_adds_to_global_total now carrying a "
+        "graph it made*",
+        "*pattern: retained-grad-fn*",
+        "*held by: global 'test_torch_suite.TOTAL' -> Tensor(shape=(), grad_fn=AddBackward0)",
+        "*note: the tensor existed before the test, which extended its graph in place*",
+        "*held by: fixture 'state' (session scope) -> dict?'total'? -> Tensor(*grad_fn=Add*",
+    ])  # fmt: skip
+    # torch records no site while a test runs: the story says so and how to get them
+    result.stdout.fnmatch_lines(["*created at: unknown (torch's creation sites are not "
+                                 "recorded while a test runs; --graphleak-outlive-sites=rerun*"])
+
+
+@needs_torch
+def test_rerun_finds_torch_sites_without_changing_the_outcome(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_torch_suite=TORCH_SUITE)
+    result = pytester.runpytest("--graphleak", "--graphleak-outlive-sites=rerun", "-rP",
+                                "-p", "no:randomly")  # fmt: skip
+    result.assert_outcomes(passed=5, failed=1, warnings=3)
+    assert _warned(result) == list(_NAMED)
+    result.stdout.fnmatch_lines([
+        "*test_appends_loss left autograd graphs alive*",
+        "*created at: test_torch_suite.py:26 in _loss: return model(batch).pow(2).mean()*",
+        "*stored at: test_torch_suite.py:* in test_appends_loss: history.append(loss)  "
+        "(once in the test's re-run)",
+        "*note: created at and stored at: from one more run of the test*",
+    ])  # fmt: skip
+    result.stdout.fnmatch_lines([
+        "*test_adds_to_global_total left*",
+        "*stored at: test_torch_suite.py:* in test_adds_to_global_total: TOTAL += _loss(*",
+    ])  # fmt: skip
+    result.stdout.fnmatch_lines([
+        "*test_adds_to_session_total left*",
+        "*stored at: test_torch_suite.py:* in test_adds_to_session_total: state*total*+=*",
+    ])  # fmt: skip
+    # each of the six tests shows its captured setup output once (the re-run's is dropped)
+    assert result.stdout.str().count("batch set up") == 6
+
+
+@needs_torch
+def test_rerun_that_leaves_nothing_and_one_that_is_refused_say_so(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(
+        test_once="""
+        import pytest
+        import torch
+
+        kept = []
+
+        @pytest.fixture(scope="module")
+        def weight():
+            return torch.ones(2, requires_grad=True)
+
+        def test_keeps_on_its_first_run_only():
+            if not kept:
+                kept.append(torch.ones(2, requires_grad=True) * 2)
+
+        def test_last_user_of_a_module_fixture(weight):
+            kept.append(weight * 3)
+        """
+    )
+    result = pytester.runpytest("--graphleak", "--graphleak-outlive-sites=rerun",
+                                "-p", "no:randomly")  # fmt: skip
+    result.assert_outcomes(passed=2, warnings=2)
+    result.stdout.fnmatch_lines([
+        "*test_keeps_on_its_first_run_only left*",
+        "*note: the test ran once more to find where its graphs were made, and that run left "
+        "none in this holder: created at and stored at unknown",
+        "*test_last_user_of_a_module_fixture left*",
+        "*note: the test is not run again to find its sites: its module-scoped fixture "
+        "'weight' was torn down after it*",
+    ])  # fmt: skip
+
+
+def test_outlive_sites_option_is_checked(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_x="def test_x():\n    pass\n")
+    result = pytester.runpytest("--graphleak", "--graphleak-outlive-sites=always")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*graphleak-outlive-sites*'always'*"])

@@ -7,8 +7,9 @@ Order of evidence, strongest first:
    series in which only the cyclic garbage grew (what the collector freed each step was
    gone before the diagnosis could look, as in a loop that collects after every step):
    ``cycle``;
-2. a chain from a root through a container whose length grew during a step:
-   ``list-accumulation``;
+2. a chain from a root through a container whose length grew during a step, or (the
+   outlive audit, which sees a graph kept once, not growing) through a container that
+   holds a tensor the test made: ``list-accumulation``;
 3. no graph node grew (neither a metric that counts nodes nor among the leaked
    objects): tensors without a graph pile up, and nothing on a chain grows:
    ``memory-growth`` (never ``retained-grad-fn``, which means a growing graph);
@@ -41,6 +42,9 @@ class Facts:
     memory_only: bool = False  # the verdict saw only memory grow (``only_memory_grew``)
     graph_grew: bool = True  # graph nodes grew (a nodes metric) or leaked (diagnosis)
     only_cycles: bool = False  # the only grown metrics count cyclic garbage
+    #: The outlive audit: a container on the chain holds a graph tensor the test made
+    #: (seen kept once; ``container_grew`` needs growth seen over steps).
+    kept_in_container: bool = False
 
 
 @dataclass(frozen=True)
@@ -80,7 +84,7 @@ def grown_of(verdict: Verdict, metrics: Mapping[str, Metric]) -> Grown:
 def pattern_of(verdict: Verdict, facts: Facts) -> str:
     if facts.cyclic_count > 0 or facts.only_cycles or (facts.cycle_held and not facts.has_chain):
         return "cycle"
-    if facts.has_chain and facts.container_grew:
+    if facts.has_chain and (facts.container_grew or facts.kept_in_container):
         return "list-accumulation"
     if not facts.graph_grew:
         return "memory-growth"

@@ -195,6 +195,14 @@ class LoopRecorder:
         self.made.clear()
         return obs
 
+    def site_of(self, obj: Any) -> Site | None:
+        """Where a recorded step made ``obj`` (None: not recorded)."""
+        for backend in self.backends:
+            kind = backend.kind(obj)
+            if kind is not None:
+                return _site_of_made(obj, backend, kind, self.mode)
+        return None
+
     def close(self) -> None:
         """Leave every recording mode and forget everything (also on error)."""
         self.leave_modes()

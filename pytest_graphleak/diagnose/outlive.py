@@ -4,8 +4,14 @@
 module's globals, the test class's attributes, the user's other modules, the wider-scope
 fixtures still alive) for the graph objects the test made, and makes one
 ``CheckResult`` (``kind="outlive"``) per holder: how many tensors and graph nodes it
-keeps, ``held by:`` (the chain from the root), ``created at:`` (minigrad's recorded
-sites), the pattern and the fix.
+keeps, ``held by:`` (the chain from the root), ``created at:`` (minigrad's sites recorded
+during the test, or ``site_of``: the sites a re-run of the test recorded), the pattern
+(``classify.pattern_of``, the one decider) and the fix.
+
+A tensor alive before the test whose graph the test extended in place (``total +=
+loss`` on a module's or a session fixture's tensor: ``grown``) is the test's to answer
+for at once, even when a wider-scope fixture holds it: the next test chains its graph
+onto the same one.
 
 Only what a root reaches is reported. What nothing of the user's reaches is pytest's
 (a failing test's traceback and its frames in ``sys.last_value``, captured logs and
@@ -20,11 +26,12 @@ from __future__ import annotations
 import contextlib
 import weakref
 from collections import Counter, deque
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_graphleak.diagnose.backends import NODE, TENSOR, Backend, MinigradBackend
+from pytest_graphleak.diagnose.classify import Facts, pattern_of
 from pytest_graphleak.diagnose.edges import ObjectEdges
 from pytest_graphleak.diagnose.render import render_chain, render_dot
 from pytest_graphleak.diagnose.search import Path, shortest_path
@@ -51,6 +58,10 @@ class Holder:
     value: object
     #: A wider-scope fixture that is still alive: what only it keeps is judged later.
     fixture: bool = False
+    #: Reads the root again (a module global rebound by the test); None: ``value`` stands.
+    read: Callable[[], object] | None = None
+    #: Another module's global (not walked for tensors grown in place: ``Census``).
+    far: bool = False
 
 
 @dataclass
@@ -65,10 +76,24 @@ class Deferred:
         return [obj for ref in self.tensors if (obj := ref()) is not None]
 
 
+#: Where an object was made, in user code (None: not recorded).
+SiteOf = Callable[[Any], Site | None]
+
+
 @dataclass
 class Explained:
     results: list[CheckResult] = field(default_factory=list)
     deferred: list[Deferred] = field(default_factory=list)
+    #: With ``keep_paths``: each result's chain (same order), for a re-run to watch; the
+    #: caller must ``release()``.
+    paths: list[Path] = field(default_factory=list)
+    walker: ObjectEdges | None = None
+
+    def release(self) -> None:
+        for path in self.paths:
+            path.clear()
+        self.paths.clear()
+        self.walker = None
 
 
 def explain(
@@ -79,14 +104,21 @@ def explain(
     backends: list[Backend],
     made_by: str = "",
     fixture: str = "",
+    grown: Collection[int] = (),
+    site_of: SiteOf | None = None,
+    keep_paths: bool = False,
 ) -> Explained:
     """One result per holder (at most ``MAX_HOLDERS``) of the graph objects in ``found``.
     ``made_by``: the test that made them, when it is not ``nodeid`` (a deferred graph
-    judged after the teardown of ``fixture``, which kept it until then). Holds nothing
-    after it returns."""
+    judged after the teardown of ``fixture``, which kept it until then). ``grown``: ids
+    of tensors in ``found`` that existed before the test and whose graph it extended in
+    place. ``site_of``: where an object was made (default: minigrad's record). Holds
+    nothing after it returns, but the chains when ``keep_paths``."""
     targets: dict[int, Any] = {id(obj): obj for obj in found}
+    made = set(targets).difference(grown)
     walker = ObjectEdges(backends, exclude=[id(found), id(targets), id(holders)])
-    outcome = Explained()
+    outcome = Explained(walker=walker if keep_paths else None)
+    where = site_of or _recorded_site(backends)
     plain = [(h.label, h.value) for h in holders if not h.fixture]
     fixtures = [(h.label, h.value) for h in holders if h.fixture]
     try:
@@ -97,16 +129,22 @@ def explain(
                 if path is None:
                     break
                 kept = _kept_by(path.objects[0], targets, walker)
-                outcome.deferred.append(Deferred(made_by or nodeid, path.root_label,
-                                                 _weak(kept, backends)))  # fmt: skip
+                if not _in_place(path, made, backends):  # the fixture's while it lives
+                    outcome.deferred.append(Deferred(made_by or nodeid, path.root_label,
+                                                     _weak(kept, backends)))  # fmt: skip
+                    kept = []
             else:
                 kept = _kept_by(path.objects[0], targets, walker)
-                outcome.results.append(
-                    _result(path, kept, walker, backends, nodeid, made_by, fixture)
-                )
+            if kept:
+                in_place = _in_place(path, made, backends)
+                outcome.results.append(_result(path, kept, walker, backends, nodeid, made_by,
+                                               fixture, in_place, where))  # fmt: skip
             plain = [root for root in plain if root[0] != path.root_label]
             fixtures = [root for root in fixtures if root[0] != path.root_label]
-            path.clear()
+            if kept and keep_paths:
+                outcome.paths.append(path)
+            else:
+                path.clear()
             for obj in kept:
                 targets.pop(id(obj), None)
             kept.clear()
@@ -158,26 +196,35 @@ def _result(
     nodeid: str,
     made_by: str,
     fixture: str,
+    in_place: bool,
+    site_of: SiteOf,
 ) -> CheckResult:
     tensors = [obj for obj in kept if _kind(obj, backends) == TENSOR]
     nodes = [obj for obj in kept if _kind(obj, backends) == NODE]
     graph = GraphWalk()
     node_count = graph.count([*(getattr(t, "grad_fn", None) for t in tensors), *nodes])
-    pattern = "list-accumulation" if _through_container(path) else "retained-grad-fn"
-    sites = _sites(tensors, nodes, backends)
+    reason_seen = Verdict(leaked=True)
+    facts = Facts(leaked_count=len(kept), has_chain=True,
+                  kept_in_container=not in_place and _through_container(path))  # fmt: skip
+    pattern = pattern_of(reason_seen, facts)
+    sites = _sites(tensors, nodes, site_of)
     maker = made_by or nodeid
     counted = f"{node_count:,}{'+' if graph.truncated else ''}"
     nouns = "tensor" if len(tensors) == 1 else "tensors"
     what = (f"{len(tensors)} graph-carrying {nouns} ({counted} graph nodes)" if tensors
             else f"{counted} graph nodes")  # fmt: skip
     reason = f"{what} made during {maker} still alive after its teardown"
+    if in_place:
+        old = "a tensor" if len(tensors) <= 1 else f"{len(tensors)} tensors"
+        reason = (f"{old} alive before {maker} now carrying a graph it made "
+                  f"({counted} graph nodes), still alive after its teardown")  # fmt: skip
     notes: list[str] = []
     if made_by:
         notes.append(f"made during {made_by}; kept by {fixture} until its teardown")
-    if not sites:
+    if in_place:
         notes.append(
-            "created at: unknown (sites are recorded for minigrad's graphs only; "
-            "the test is not run again)"
+            "the tensor existed before the test, which extended its graph in place "
+            "(+=, add_()): each test that does so chains its graph onto the same one"
         )
     diagnosis = Diagnosis(
         pattern, chain=render_chain(path, walker), sites=sites, notes=notes,
@@ -202,19 +249,38 @@ def _kind(obj: object, backends: list[Backend]) -> str | None:
     return None
 
 
+def _in_place(path: Path, made: set[int], backends: list[Backend]) -> bool:
+    """The chain ends at a tensor the test did not make (its graph grew in place), or at
+    a node the test made, held by such a tensor (minigrad's ``grad_fn``)."""
+    last = path.objects[-1]
+    if id(last) not in made:
+        return True
+    before = path.objects[-2] if len(path.objects) > 1 else None
+    return (before is not None and _kind(last, backends) == NODE
+            and _kind(before, backends) == TENSOR and id(before) not in made)  # fmt: skip
+
+
 def _through_container(path: Path) -> bool:
     """A container on the chain: the test added its graph to a collection."""
     return any(isinstance(obj, _CONTAINERS) for obj in path.objects[:-1])
 
 
-def _sites(tensors: list[Any], nodes: list[Any], backends: list[Backend]) -> list[Any]:
-    """Where minigrad recorded that the kept tensors and nodes were made."""
-    mg = next((b for b in backends if isinstance(b, MinigradBackend)), None)
-    if mg is None:
-        return []
+def _sites(tensors: list[Any], nodes: list[Any], site_of: SiteOf) -> list[Any]:
+    """Where the kept tensors and nodes were made, most common first."""
     counts: Counter[Site] = Counter()
     for obj in [*tensors, *nodes]:
-        site = mg.creation_site(obj)
+        site = site_of(obj)
         if site is not None:
-            counts[(site[0], site[1], function_at(site[0], site[1]))] += 1
+            counts[site] += 1
     return [creation_site(site, count) for site, count in most_common(counts)]
+
+
+def _recorded_site(backends: list[Backend]) -> SiteOf:
+    """Minigrad's sites, recorded while the test ran (torch records none then)."""
+    mg = next((b for b in backends if isinstance(b, MinigradBackend)), None)
+
+    def site_of(obj: Any) -> Site | None:
+        site = mg.creation_site(obj) if mg is not None else None
+        return None if site is None else (site[0], site[1], function_at(site[0], site[1]))
+
+    return site_of

@@ -14,6 +14,15 @@ own steps made and kept is the check's to judge, not the census's.
 
 Minigrad's creation sites are recorded while the census runs (one frame walk per new
 tensor or node), so a finding can say where it was made without running anything again.
+
+A torch tensor alive before the test whose graph the test extended in place (``TOTAL +=
+loss``, ``state["total"].add_(loss)``) is no new object, so the scan of the young
+generation misses it. ``grown_in_place(roots)`` finds it: the census notes torch's
+autograd sequence counter when the test starts and after its teardown; when it moved
+(the test made graph nodes at all), a walk of at most ``WALK_MAX`` objects, ``WALK_DEPTH``
+references deep from the roots (the test module's globals, the class's attributes, the
+live wider-scope fixtures) looks for tensors whose ``grad_fn`` was numbered in between.
+A test that made no graph node pays two reads of the counter only.
 """
 
 from __future__ import annotations
@@ -21,10 +30,12 @@ from __future__ import annotations
 import contextlib
 import gc
 import sys
+import types
 import weakref
+from collections.abc import Iterable
 from typing import Any
 
-from pytest_graphleak.diagnose.backends import NODE, TENSOR, Backend, active_backends
+from pytest_graphleak.diagnose.backends import NODE, TENSOR, Backend, TorchBackend, active_backends
 from pytest_graphleak.heap.gcstate import HeldFreeze
 
 
@@ -48,6 +59,36 @@ def _graph_objects(objects: list[Any], backends: list[Backend]) -> list[Any]:
     return found
 
 
+#: The walk for tensors grown in place: references deep from a root, objects at most,
+#: items read from one container.
+WALK_DEPTH = 3
+WALK_MAX = 2_000
+WALK_ITEMS = 200
+_ATOMS = (int, float, complex, str, bytes, bool, type(None), range)
+_OPAQUE = (types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType,
+           types.MethodType, weakref.ProxyType, weakref.CallableProxyType)  # fmt: skip
+
+
+def _children(obj: Any) -> Iterable[Any]:
+    """What the in-place walk follows: container items and instance attributes."""
+    if isinstance(obj, dict):
+        values: Iterable[Any] = obj.values()
+    elif isinstance(obj, (list, tuple, set, frozenset)) or type(obj).__name__ == "deque":
+        values = obj
+    else:
+        attrs = getattr(obj, "__dict__", None)
+        if not isinstance(attrs, dict):
+            return []
+        values = attrs.values()
+    found = []
+    for value in values:
+        if not isinstance(value, _ATOMS):
+            found.append(value)
+            if len(found) >= WALK_ITEMS:
+                break
+    return found
+
+
 class Census:
     """One test's census (see the module docstring)."""
 
@@ -61,12 +102,20 @@ class Census:
         #: Why this test could not be counted ("" when it was).
         self.skipped = ""
         self.backends: list[Backend] = []
+        #: torch's autograd sequence counter at the start and after the teardown.
+        self._torch: TorchBackend | None = None
+        self._seq: tuple[int, int] | None = None
 
     def begin(self) -> bool:
         """Start counting; False when the user froze objects (gc cannot tell ours apart)."""
         if not self._freeze.hold():
             self.skipped = "the test session froze objects with gc.freeze()"
             return False
+        torch = sys.modules.get("torch")
+        if torch is not None and hasattr(torch, "autograd"):
+            with contextlib.suppress(Exception):  # a torch without the counter: no walk
+                self._torch = TorchBackend(torch)
+                self._seq = (self._torch.current_sequence_nr(), 0)
         mg = sys.modules.get("minigrad")
         if mg is not None and hasattr(mg, "record_creation_sites"):
             self._recording = mg.record_creation_sites(True)
@@ -104,6 +153,9 @@ class Census:
             # freeze is lifted. What the test made that reached the oldest generation and
             # is garbage now is not collected here: no root reaches it, so it is never named.
             gc.collect(1)
+            if self._seq is not None and self._torch is not None:
+                with contextlib.suppress(Exception):
+                    self._seq = (self._seq[0], self._torch.current_sequence_nr() - 1)
             fresh = self._freeze.fresh_objects()
             intact = fresh is not None
             if fresh is None:
@@ -123,6 +175,45 @@ class Census:
         finally:
             self._before_check.clear()
             self._freeze.release(intact=intact)
+
+    @property
+    def made_torch_nodes(self) -> bool:
+        """torch numbered graph nodes during the test (read after ``finish()``)."""
+        return self._seq is not None and self._seq[1] > self._seq[0]
+
+    def grown_in_place(self, roots: Iterable[object], found: list[Any]) -> list[Any]:
+        """Torch tensors reachable from ``roots``, not in ``found`` (so alive before the
+        test), whose graph the test extended in place (see the module docstring). Call
+        after ``finish()``; the caller owns the list and must clear it."""
+        torch, seq = self._torch, self._seq
+        if torch is None or seq is None or seq[1] <= seq[0]:
+            return []  # no graph node was made during the test
+        lo, hi = seq
+        tensor_type = torch.torch.Tensor
+        skip = {id(obj) for obj in found}
+        seen: set[int] = set()
+        grown: list[Any] = []
+        frontier = [root for root in roots if not isinstance(root, _ATOMS)]
+        try:
+            for depth in range(WALK_DEPTH + 1):
+                following: list[Any] = []
+                for obj in frontier:
+                    if id(obj) in seen or len(seen) >= WALK_MAX or isinstance(obj, _OPAQUE):
+                        continue
+                    seen.add(id(obj))
+                    if isinstance(obj, tensor_type):
+                        grad_fn = getattr(obj, "grad_fn", None)
+                        number = torch.sequence_nr(grad_fn) if grad_fn is not None else None
+                        if number is not None and lo <= number < hi and id(obj) not in skip:
+                            grown.append(obj)
+                    elif depth < WALK_DEPTH:
+                        with contextlib.suppress(Exception):  # an object that refuses reads
+                            following.extend(_children(obj))
+                frontier.clear()
+                frontier = following
+            return grown
+        finally:
+            frontier.clear()
 
     def abandon(self) -> None:
         """Lift the freeze without counting (the test was not run, or is opted out)."""

@@ -15,6 +15,9 @@ reporter adds them to the test's row.
 A graph that only a wider-scope fixture keeps is the fixture's while it lives; it is
 judged again after the teardown that finalises that fixture, and named then (with the
 test that made it) if something of the user's still keeps it.
+
+With ``--graphleak-outlive-sites=rerun`` a test with a finding runs once more, unreported,
+to find where its graphs were made and stored (``plugin/outlive_rerun``).
 """
 
 from __future__ import annotations
@@ -23,17 +26,18 @@ import fnmatch
 import sys
 import types
 import warnings
-from collections.abc import Generator, Iterable
+from collections.abc import Generator, Iterable, Mapping
 from typing import Any
 
 import pytest
 
-from pytest_graphleak.diagnose.outlive import Deferred, Holder, explain
+from pytest_graphleak.diagnose.outlive import Deferred, Explained, Holder, explain
 from pytest_graphleak.engine.outlive import Census
 from pytest_graphleak.heap.gcstate import HELD
 from pytest_graphleak.heap.usercode import is_user_module
 from pytest_graphleak.options import Settings
 from pytest_graphleak.pipeline import GraphOutliveError, GraphOutliveWarning
+from pytest_graphleak.plugin import outlive_rerun
 from pytest_graphleak.report.text import render_text
 from pytest_graphleak.result import CheckResult
 
@@ -57,6 +61,9 @@ class OutliveAudit:
     def __init__(self, settings: Settings) -> None:
         self.mode = settings.outlive
         self.keep = settings.outlive_keep
+        self.sites = settings.outlive_sites
+        #: The re-run in progress (``--graphleak-outlive-sites=rerun``): its hooks record.
+        self._rerun: outlive_rerun.SiteRun | None = None
         #: Graphs kept only by a wider-scope fixture, with that fixture's definition.
         self._pending: list[tuple[Deferred, Any]] = []
         #: Why some tests could not be audited (shown once in the summary).
@@ -65,6 +72,14 @@ class OutliveAudit:
     # -- the census -------------------------------------------------------------------
     @pytest.hookimpl(hookwrapper=True, tryfirst=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, Any, None]:
+        rerun = self._rerun
+        if rerun is not None:  # the test's second run: record its sites
+            rerun.call_begins()
+            try:
+                yield
+            finally:
+                rerun.call_ends()
+            return
         census = None
         if item.get_closest_marker(OPT_OUT) is None:
             census = Census()
@@ -84,10 +99,12 @@ class OutliveAudit:
     # raised, this does not run and the census is abandoned in makereport.
     @pytest.hookimpl(trylast=True)
     def pytest_runtest_teardown(self, item: pytest.Item, nextitem: pytest.Item | None) -> None:
+        if self._rerun is not None:
+            return  # the re-run's teardown: judged by the run that started it
         census = item.stash.get(_CENSUS_KEY, None)
         if census is not None:
             del item.stash[_CENSUS_KEY]
-        results = self._audit(item, census) if census is not None else []
+        results = self._audit(item, census, nextitem) if census is not None else []
         results.extend(self._judge_pending(item))
         if not results:
             return
@@ -97,23 +114,101 @@ class OutliveAudit:
             raise GraphOutliveError(text)
         _warn(item, text)
 
-    def _audit(self, item: pytest.Item, census: Census) -> list[CheckResult]:
+    def _audit(
+        self, item: pytest.Item, census: Census, nextitem: pytest.Item | None
+    ) -> list[CheckResult]:
+        rerun = self.sites == "rerun"
+        explained = self._census_explained(item, census, keep_paths=rerun)
+        try:
+            for deferred in explained.deferred:
+                fixturedef = _fixturedefs(item).get(_fixture_name(deferred.fixture))
+                if fixturedef is not None and deferred.tensors:
+                    self._pending.append((deferred, fixturedef))
+            checked = item.stash.get(_CHECKED_ROOTS_KEY, set())
+            paths: list[Any] = list(explained.paths) or [None] * len(explained.results)
+            kept = [(r, p) for r, p in zip(explained.results, paths, strict=True)
+                    if _root(r) not in checked]  # fmt: skip
+            paths.clear()
+            results = [r for r, _ in kept]
+            if rerun and results:
+                self._sites_from_rerun(item, nextitem, results, kept[0][1], explained)
+            kept.clear()
+            for result in results:
+                _note_unknown_sites(result, rerun)
+            return results
+        finally:
+            explained.release()
+
+    def _census_explained(
+        self, item: pytest.Item, census: Census, *, keep_paths: bool = False,
+        site_of: Any = None,
+    ) -> Explained:  # fmt: skip
+        """What the census found, in place-grown tensors included, explained."""
         found = census.finish()
         if census.skipped:
             self.notes.add(f"outlive audit skipped in some tests: {census.skipped}")
-        if not found:
-            return []
+        holders: list[Holder] | None = None
+        grown: list[Any] = []
         try:
-            explained = explain(found, self._holders(item), nodeid=item.nodeid,
-                                backends=census.backends)  # fmt: skip
+            if census.made_torch_nodes:
+                holders = self._holders(item)
+                near = [h.value for h in holders if not h.far]
+                grown = census.grown_in_place(near, found)
+                near.clear()
+            if not found and not grown:
+                return Explained()
+            return explain([*found, *grown], holders or self._holders(item),
+                           nodeid=item.nodeid, backends=census.backends,
+                           grown={id(t) for t in grown}, keep_paths=keep_paths,
+                           site_of=site_of)  # fmt: skip
         finally:
             found.clear()
-        for deferred in explained.deferred:
-            fixturedef = _fixturedefs(item).get(_fixture_name(deferred.fixture))
-            if fixturedef is not None and deferred.tensors:
-                self._pending.append((deferred, fixturedef))
-        checked = item.stash.get(_CHECKED_ROOTS_KEY, set())
-        return [r for r in explained.results if _root(r) not in checked]
+            grown.clear()
+
+    def _sites_from_rerun(
+        self,
+        item: pytest.Item,
+        nextitem: pytest.Item | None,
+        results: list[CheckResult],
+        watched: Any,
+        explained: Explained,
+    ) -> None:
+        """Run the test once more under the site recorders (``outlive_rerun``)."""
+        why = outlive_rerun.refusal(item, _fixturedefs(item))
+        if why:
+            for result in results:
+                if result.diagnosis is not None:
+                    result.diagnosis.notes.append(f"the test is not run again to find its "
+                                                  f"sites: {why}")  # fmt: skip
+            return
+        root = None
+        if watched is not None:
+            reader = {h.label: h.read for h in self._holders(item)}
+            root = reader.get(watched.root_label)
+        run = self._rerun = outlive_rerun.SiteRun(watched, explained.walker, root)
+        try:
+            reports = outlive_rerun.run_again(item, nextitem)
+        finally:
+            self._rerun = None
+            run.call_ends()
+        try:
+            failed = outlive_rerun.failed_phase(reports)
+            if not run.called or not run.counted or failed:
+                why = f"its {failed} failed" if failed else "its call phase did not run"
+                for result in results:
+                    if result.diagnosis is not None:
+                        result.diagnosis.notes.append(
+                            f"the test ran once more to find its sites, but {why}: "
+                            "created at and stored at unknown"
+                        )
+                return
+            again = self._census_explained(item, run.census, site_of=run.site_of)
+            run.counted = False  # the census is finished
+            outlive_rerun.amend(results, again.results, watched=watched.root_label
+                                if watched is not None else "", stored=run.stored,
+                                via=run.via)  # fmt: skip
+        finally:
+            run.close()
 
     def _judge_pending(self, item: pytest.Item) -> list[CheckResult]:
         """Graphs a wider-scope fixture kept: once it is torn down, what still keeps them?"""
@@ -133,6 +228,12 @@ class OutliveAudit:
                                     backends=_backends())  # fmt: skip
             finally:
                 alive.clear()
+            for result in explained.results:
+                if result.diagnosis is not None and not result.diagnosis.sites:
+                    result.diagnosis.notes.append(
+                        "created at: unknown (sites are recorded for minigrad's graphs only, "
+                        "and the test that made it ran before)"
+                    )
             results.extend(explained.results)
         self._pending = still
         return results
@@ -146,11 +247,11 @@ class OutliveAudit:
         cls = getattr(item, "cls", None)
         if isinstance(cls, type):
             holders.extend(_class_attributes(cls))
-        for name, other in list(sys.modules.items()):
-            if other is not module and isinstance(other, types.ModuleType) and is_user_module(name):
-                holders.extend(_globals(other))
         if fixtures:
             holders.extend(_live_fixtures(item))
+        for name, other in list(sys.modules.items()):
+            if other is not module and isinstance(other, types.ModuleType) and is_user_module(name):
+                holders.extend(_globals(other, far=True))
         return [h for h in holders if not self._kept_on_purpose(h.qualified)]
 
     def _kept_on_purpose(self, qualified: str) -> bool:
@@ -162,6 +263,8 @@ class OutliveAudit:
         self, item: pytest.Item, call: pytest.CallInfo[None]
     ) -> Generator[None, Any, None]:
         outcome = yield
+        if self._rerun is not None:
+            return  # the re-run's reports are dropped
         report: pytest.TestReport = outcome.get_result()
         if call.when == "call":
             checks = getattr(report, "graphleak", None) or []
@@ -209,11 +312,33 @@ def _warn(item: pytest.Item, text: str) -> None:
     )
 
 
-def _globals(module: types.ModuleType) -> Iterable[Holder]:
+def _globals(module: types.ModuleType, *, far: bool = False) -> Iterable[Holder]:
+    """``far``: another module than the test's (not walked for tensors grown in place)."""
     prefix = module.__name__
-    for name, value in list(vars(module).items()):
+    names = vars(module)
+    for name, value in list(names.items()):
         if not name.startswith("__") and not isinstance(value, _SKIP_GLOBALS):
-            yield Holder(f"global '{prefix}.{name}'", f"{prefix}.{name}", value)
+            yield Holder(f"global '{prefix}.{name}'", f"{prefix}.{name}", value,
+                         read=_reader(names, name, value), far=far)  # fmt: skip
+
+
+def _reader(names: Mapping[str, Any], name: str, value: object) -> Any:
+    return lambda: names.get(name, value)
+
+
+def _note_unknown_sites(result: CheckResult, rerun: bool) -> None:
+    diagnosis = result.diagnosis
+    if diagnosis is None or diagnosis.sites:
+        return
+    if rerun:
+        if not any("ran once more" in n or "not run again" in n for n in diagnosis.notes):
+            diagnosis.notes.append("created at: unknown (no site recorded for what it keeps)")
+        return
+    diagnosis.notes.append(
+        "created at: unknown (torch's creation sites are not recorded while a test runs; "
+        "--graphleak-outlive-sites=rerun runs a test with a finding once more to find "
+        "them and the line that stored the graph)"
+    )
 
 
 def _class_attributes(cls: type) -> Iterable[Holder]:
@@ -225,7 +350,8 @@ def _class_attributes(cls: type) -> Iterable[Holder]:
                                                            classmethod, property)):  # fmt: skip
                 continue
             qualified = f"{klass.__module__}.{klass.__qualname__}.{name}"
-            yield Holder(f"class attribute '{klass.__qualname__}.{name}'", qualified, value)
+            yield Holder(f"class attribute '{klass.__qualname__}.{name}'", qualified, value,
+                         read=_reader(klass.__dict__, name, value))  # fmt: skip
 
 
 def _fixturedefs(item: pytest.Item) -> dict[str, Any]:

@@ -87,7 +87,8 @@ def diagnosis_view(
     for site in found.get("stored_at") or []:
         count = site.get("count")
         times = "once" if count == 1 else f"{count} times"
-        lines.append(ViewLine("stored-at", site_text(site, path), f"{times} per step"))
+        per = "in the test's re-run" if outlive else "per step"
+        lines.append(ViewLine("stored-at", site_text(site, path), f"{times} {per}"))
     lines.extend(ViewLine("note", str(note)) for note in found.get("notes") or [])
     fix = str(found.get("fix") or FIXES.get(pattern, ""))
     if fix:

@@ -24,7 +24,8 @@ ACCEPTED = {
 #: Keywords of check(), the fixture or the marker that a callback does not take.
 REFUSED = {"diagnose": False, "name": "x", "settings": None, "raise_on_leak": True,
            "stepz": 3, "enabled": True, "warn_only": True, "report": "r.json",
-           "html": "r.html", "github": "on", "outlive": "warn", "outlive_keep": 3}  # fmt: skip
+           "html": "r.html", "github": "on", "outlive": "warn", "outlive_keep": 3,
+           "outlive_sites": "rerun"}  # fmt: skip
 
 CALLBACKS = [
     ("lightning", "lightning", "GraphLeakCallback"),
