@@ -1,23 +1,32 @@
 """What a check running now is handed: the session it belongs to (bottom layer).
 
-The pytest plugin makes one ``Session`` per test call and enters it (``entered``) around the
-call; the tracker, the loop checks and the framework integrations reach it through
-``current()``, a context variable, never through a module-level list or a ``sys.modules``
-lookup of the plugin. Outside pytest (a script, a notebook) ``current()`` makes a session
-on first use in that context, as ``decimal.getcontext()`` does, so a check there still has
-a place to be listed while it is open.
+The pytest plugin makes one ``Session`` per test and enters it (``entered``) around the
+test's setup, call and teardown; the tracker, the loop checks, the framework integrations
+and gc's state (``heap.gcstate``) reach it through ``current()``, a context variable, never
+through a module-level list or a ``sys.modules`` lookup of the plugin. Outside pytest (a
+script, a notebook) ``current()`` makes a session on first use in that context, as
+``decimal.getcontext()`` does, so a check there still has a place to be listed while it
+is open.
 
-A context variable follows the test into its coroutines (an async test's tasks copy it);
-a thread the test starts begins with no session, and its checks then run as outside pytest.
+A context variable follows the test into its coroutines (an async test's tasks copy it).
+A new thread begins with an empty context; inside ``threads_inherit()`` (the plugin
+wraps each test in it) a thread starts in a copy of its starter's context instead, as
+Python 3.14 does with ``-X thread_inherit_context=1``, so a thread the test starts belongs
+to the test. A session ends with its test (``end``): a thread still running later, a
+pool's worker, is no longer the test's and its checks run as outside pytest
+(docs/limits.md, "Threads").
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import functools
+import threading
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:  # for annotations only: this module imports nothing of the package
     from pytest_graphleak.options import Settings
@@ -35,11 +44,22 @@ class RunningTest:
     record: Callable[[CheckResult], None]
 
 
+class Freeze(Protocol):
+    """A ``gc.freeze()`` held across a test (``heap.gcstate.HeldFreeze``, the outlive
+    audit's): a check lifts it while it measures and resumes it after."""
+
+    def lift(self) -> None: ...
+
+    def resume(self) -> None: ...
+
+    def release(self) -> None: ...
+
+
 @dataclass
 class Session:
     """The state checks share while they run: plain references, handed over explicitly."""
 
-    #: The test this session runs for; None outside pytest.
+    #: The test whose call phase runs now; None outside it and outside pytest.
     test: RunningTest | None = None
     #: Called before every sample to drop what the test runner, not the step, keeps of
     #: each step's objects (the pytest plugin releases pytest's captured log records, see
@@ -48,6 +68,21 @@ class Session:
     #: Loop checks started and not yet ended (gc is disabled and frozen while one is open);
     #: ``loop.close_open_checks`` ends them.
     open_checks: list[Any] = field(default_factory=list)
+    #: Freezes held across the test (the outlive audit's), lifted by every check.
+    freezes: list[Freeze] = field(default_factory=list)
+    #: The test is over: a context that still holds this session (a thread started
+    #: during the test) gets a session of its own from ``current()``.
+    ended: bool = False
+
+    def end(self) -> None:
+        """The test is over: release what is still held (a run stopped between a test's
+        call and its teardown leaves the audit's freeze) and let go of the rest."""
+        for freeze in self.freezes[::-1]:
+            freeze.release()
+        self.freezes.clear()
+        self.before_sample.clear()
+        self.test = None
+        self.ended = True
 
 
 _CURRENT: ContextVar[Session] = ContextVar("pytest_graphleak_session")
@@ -55,12 +90,11 @@ _CURRENT: ContextVar[Session] = ContextVar("pytest_graphleak_session")
 
 def current() -> Session:
     """This context's session: the running test's, else one made here on first use."""
-    try:
-        return _CURRENT.get()
-    except LookupError:
-        made = Session()
-        _CURRENT.set(made)
-        return made
+    found = _CURRENT.get(None)
+    if found is None or found.ended:
+        found = Session()
+        _CURRENT.set(found)
+    return found
 
 
 @contextlib.contextmanager
@@ -71,3 +105,22 @@ def entered(session: Session) -> Iterator[Session]:
         yield session
     finally:
         _CURRENT.reset(token)
+
+
+@contextlib.contextmanager
+def threads_inherit() -> Iterator[None]:
+    """A ``threading.Thread`` started inside the block runs in a copy of the context of
+    the code that starts it (so in its session); ``Thread.start`` is restored after."""
+    original = threading.Thread.start
+
+    def start(self: threading.Thread) -> None:
+        context = contextvars.copy_context()
+        self.run = functools.partial(context.run, self.run)  # type: ignore[method-assign]
+        original(self)
+
+    threading.Thread.start = start  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        if threading.Thread.start is start:  # else someone patched it after us: theirs stays
+            threading.Thread.start = original  # type: ignore[method-assign]

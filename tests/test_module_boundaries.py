@@ -1,4 +1,5 @@
-"""Modules talk through public names, and the plugin is in no import cycle.
+"""Modules talk through public names, in the layer order of docs/DESIGN.md, with no
+import circle and no session state kept at module level.
 
 An ast scan of ``pytest_graphleak/`` (no import of the package): a reach-in such as
 ``plugin._record`` or ``fixture._item`` from another module means a function lives in
@@ -247,3 +248,213 @@ def test_no_module_finds_the_plugin_or_a_session_through_sys_modules() -> None:
         or "sys.modules['pytest_graphleak" in path.read_text(encoding="utf-8")
     ]  # fmt: skip
     assert found == []
+
+
+# -- no module-level session state ------------------------------------------------------
+#: Module-level names that keep mutable state on purpose, and why. Each is a cache of a
+#: pure function (same question, same answer, the whole run long). Anything else that
+#: lives for a session belongs to ``session.Session`` (reached through
+#: ``session.current()``) or to the object that owns it (a plugin instance, a check).
+MODULE_STATE_ALLOWED: dict[str, str] = {
+    "pytest_graphleak.integrations.lightning._CONCRETE":
+        "cache: one class per (callback class, imported Lightning flavours)",
+    "pytest_graphleak.engine.reach._REACH":
+        "cache: is_user_module by module name (never by object: keeps nothing alive)",
+}  # fmt: skip
+#: Functions cached with ``functools.cache``/``lru_cache``: pure, or reading what does not
+#: change during a run (the interpreter, its install, source files), never a test's data.
+PURE_CACHES = {
+    "pytest_graphleak.heap.gcstate.interpreter_frozen",  # a fresh interpreter's freeze count
+    "pytest_graphleak.heap.usercode._stdlib_dirs",
+    "pytest_graphleak.heap.usercode._internal_dirs",
+    "pytest_graphleak.heap.usercode.is_user_file",
+    "pytest_graphleak.engine.warmup_tensors._mode_class",  # a class, made once
+    "pytest_graphleak.diagnose.sites._scopes",  # a source file's function scopes
+}
+_CONTAINERS = {
+    "list", "dict", "set", "bytearray", "defaultdict", "OrderedDict", "Counter", "deque",
+    "WeakSet", "WeakKeyDictionary", "WeakValueDictionary",
+}  # fmt: skip
+_MUTATORS = {
+    "append", "extend", "insert", "remove", "pop", "popitem", "clear", "update", "add",
+    "discard", "setdefault", "sort", "reverse", "appendleft", "popleft", "extendleft",
+}  # fmt: skip
+
+
+def _module_level(body: list[ast.stmt]) -> Iterator[ast.stmt]:
+    """The statements that run at import, inside top-level ``if``/``try`` blocks too."""
+    for node in body:
+        if isinstance(node, (ast.If, ast.Try)):
+            yield from _module_level(node.body)
+            yield from _module_level(node.orelse)
+            for handler in getattr(node, "handlers", []):
+                yield from _module_level(handler.body)
+            yield from _module_level(getattr(node, "finalbody", []))
+        else:
+            yield node
+
+
+def _mutable_classes(tree: ast.Module) -> set[str]:
+    """Classes of this module whose instances can change (not frozen dataclasses,
+    named tuples, enums, exceptions)."""
+    names = set()
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef):
+            decorators = " ".join(ast.unparse(d) for d in node.decorator_list)
+            bases = " ".join(ast.unparse(b) for b in node.bases)
+            if "frozen=True" not in decorators and not any(
+                word in bases for word in ("NamedTuple", "Enum", "Error", "Warning", "Protocol")
+            ):
+                names.add(node.name)
+    return names
+
+
+def module_containers(tree: ast.Module) -> tuple[set[str], set[str]]:
+    """(names bound at module level to a mutable container, names bound to an instance
+    of one of the module's own mutable classes)."""
+    containers, instances = set(), set()
+    classes = _mutable_classes(tree)
+    for node in _module_level(tree.body):
+        if not isinstance(node, (ast.Assign, ast.AnnAssign)) or node.value is None:
+            continue
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        names = {t.id for t in targets if isinstance(t, ast.Name)}
+        value = node.value
+        called = value.func if isinstance(value, ast.Call) else None
+        callee = (
+            called.id if isinstance(called, ast.Name)
+            else called.attr if isinstance(called, ast.Attribute) else None
+        )  # fmt: skip
+        literals = (ast.List, ast.Dict, ast.Set, ast.ListComp, ast.DictComp, ast.SetComp)
+        if isinstance(value, literals) or callee in _CONTAINERS:
+            containers |= names
+        elif callee in classes:
+            instances |= names
+    return containers, instances
+
+
+def _local_names(function: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
+    args = function.args
+    every = [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]
+    local = {a.arg for a in every if a is not None}
+    declared = {n for node in ast.walk(function) if isinstance(node, ast.Global)
+                for n in node.names}  # fmt: skip
+    for node in ast.walk(function):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            local.add(node.id)
+    return local - declared
+
+
+def _changed(node: ast.AST) -> ast.expr | None:
+    """What ``node`` changes in place: ``x`` of ``x.append(...)``, ``x[k] = ...``,
+    ``del x[k]``, ``x[k] += ...``, ``x.attr = ...``."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        return node.func.value if node.func.attr in _MUTATORS else None
+    targets: list[ast.expr] = []
+    if isinstance(node, (ast.Assign, ast.Delete)):
+        targets = list(node.targets)
+    elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+        targets = [node.target]
+    for target in targets:
+        if isinstance(target, (ast.Subscript, ast.Attribute)):
+            return target.value
+    return None
+
+
+def module_state(trees: dict[str, ast.Module]) -> list[str]:
+    """Module-level state changed at run time, as ``module.NAME: why`` lines: a mutable
+    container that a function (of any module) changes in place, an instance of a
+    module's own mutable class kept at module level, a ``global`` statement."""
+    held = {name: module_containers(tree) for name, tree in trees.items()}
+    found = {
+        f"{name}.{instance}: a module-level instance of a mutable class"
+        for name, (_, instances) in held.items()
+        for instance in instances
+    }
+    for name, tree in trees.items():
+        names: dict[str, tuple[str, str]] = {n: (name, n) for n in held[name][0]}
+        modules: dict[str, str] = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                for alias in node.names:
+                    full = f"{node.module}.{alias.name}"
+                    if full in trees:
+                        modules[alias.asname or alias.name] = full
+                    elif node.module in trees and alias.name in held[node.module][0]:
+                        names[alias.asname or alias.name] = (node.module, alias.name)
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.asname and alias.name in trees:
+                        modules[alias.asname] = alias.name
+        for function in ast.walk(tree):
+            if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            local = _local_names(function)
+            for node in ast.walk(function):
+                if isinstance(node, ast.Global):
+                    found |= {f"{name}.{n}: rebound by 'global' in {function.name}()"
+                              for n in node.names}  # fmt: skip
+                target = _changed(node)
+                owner: tuple[str, str] | None = None
+                if isinstance(target, ast.Name) and target.id not in local:
+                    owner = names.get(target.id)
+                elif (
+                    isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)
+                    and modules.get(target.value.id) in held
+                    and target.attr in held[modules[target.value.id]][0]
+                ):  # fmt: skip
+                    owner = (modules[target.value.id], target.attr)
+                if owner is not None:
+                    found.add(f"{owner[0]}.{owner[1]}: changed in {name}.{function.name}()")
+    return sorted(found)
+
+
+def _state_name(line: str) -> str:
+    return line.split(":", 1)[0]
+
+
+def test_no_module_level_session_state() -> None:
+    """What lives for a session is handed over (``session.current()``), never kept in a
+    module-level list, dict, set, counter or object: only the listed caches are."""
+    found = module_state({name: tree for name, (_, tree) in MODULES.items()})
+    assert [line for line in found if _state_name(line) not in MODULE_STATE_ALLOWED] == []
+    assert set(MODULE_STATE_ALLOWED) <= {_state_name(line) for line in found}  # none stale
+
+
+def test_every_function_cache_is_declared_pure() -> None:
+    cached = {
+        f"{name}.{node.name}"
+        for name, (_, tree) in MODULES.items()
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and any("cache" in ast.unparse(d) for d in node.decorator_list)
+    }
+    assert cached == PURE_CACHES
+
+
+def test_the_state_scan_sees_module_level_state() -> None:
+    """The shapes session state has had in this package: a list another module changes
+    (``gcstate.HELD``), a dict changed in place, a counter rebound with ``global``, a
+    module-level object; constants read only are not state."""
+    trees = {
+        "pkg.gcstate": ast.parse(
+            "HELD: list[object] = []\n_SEEN = {}\nTABLE = {'a': 1}\nWORDS = ('a',)\n"
+            "_COUNT = 0\nclass Box:\n    pass\n_BOX = Box()\n"
+            "def hold(x):\n    HELD.append(x)\n    _SEEN[x] = TABLE['a']\n"
+            "def count():\n    global _COUNT\n    _COUNT += 1\n"
+            "def shadow(HELD):\n    HELD.append(1)\n"
+        ),
+        "pkg.audit": ast.parse(
+            "import pkg.gcstate as g\nfrom pkg.gcstate import HELD\n"
+            "def finish():\n    for held in list(HELD):\n        HELD.remove(held)\n"
+            "def reset():\n    g._SEEN.clear()\n"
+        ),
+    }
+    assert module_state(trees) == [
+        "pkg.gcstate.HELD: changed in pkg.audit.finish()",
+        "pkg.gcstate.HELD: changed in pkg.gcstate.hold()",
+        "pkg.gcstate._BOX: a module-level instance of a mutable class",
+        "pkg.gcstate._COUNT: rebound by 'global' in count()",
+        "pkg.gcstate._SEEN: changed in pkg.audit.reset()",
+        "pkg.gcstate._SEEN: changed in pkg.gcstate.hold()",
+    ]

@@ -14,8 +14,9 @@ import jsonschema
 import pytest
 
 import minigrad as mg
+from pytest_graphleak import session
 from pytest_graphleak.engine.outlive import Census
-from pytest_graphleak.heap.gcstate import HELD, Measuring
+from pytest_graphleak.heap.gcstate import Measuring
 from pytest_graphleak.report.json_doc import load_schema
 
 pytest_plugins = ["pytester"]
@@ -314,7 +315,7 @@ def test_census_sees_what_a_test_keeps_and_restores_gc() -> None:
         assert {id(obj) for obj in kept} <= {id(obj) for obj in found}
     finally:
         found.clear()
-    assert gc.get_freeze_count() == frozen_before and not HELD
+    assert gc.get_freeze_count() == frozen_before and not session.current().freezes
 
 
 def test_census_steps_aside_when_the_user_froze_objects() -> None:

@@ -3,7 +3,10 @@ through a context variable, restored after its block, and private to a thread.""
 
 from __future__ import annotations
 
+import _thread
 import threading
+
+import pytest
 
 from pytest_graphleak import session
 from pytest_graphleak.options import Settings
@@ -24,11 +27,117 @@ def test_entered_hands_a_session_over_and_gives_the_one_before_back() -> None:
     assert session.current() is before
 
 
-def test_a_thread_starts_with_no_test() -> None:
+def test_a_thread_starts_in_its_starters_session_inside_threads_inherit() -> None:
     seen: list[session.Session] = []
     test = session.RunningTest("t.py::test_x", Settings(), lambda result: None)
-    with session.entered(session.Session(test=test)):
+    inner = session.Session(test=test)
+    before = threading.Thread.start
+    with session.entered(inner), session.threads_inherit():
         worker = threading.Thread(target=lambda: seen.append(session.current()))
         worker.start()
         worker.join()
-    assert seen and seen[0].test is None
+    assert seen == [inner]
+    assert threading.Thread.start is before  # the one before the block, given back
+
+
+def test_a_thread_not_started_through_threading_thread_has_a_session_of_its_own() -> None:
+    """Python's own rule (3.11 to 3.13): a new thread begins with an empty context;
+    ``threads_inherit`` hands the session over only through ``threading.Thread.start``."""
+    seen: list[session.Session] = []
+    done = threading.Event()
+    inner = session.Session()
+
+    def run() -> None:
+        seen.append(session.current())
+        done.set()
+
+    with session.entered(inner), session.threads_inherit():
+        _thread.start_new_thread(run, ())
+        assert done.wait(10)
+    assert len(seen) == 1 and seen[0] is not inner and seen[0].test is None
+
+
+def test_an_ended_session_is_not_handed_out_again() -> None:
+    """A thread started during a test and still running later (a pool's worker) keeps
+    that test's context: once the test ended, its checks get a session of their own."""
+    released: list[str] = []
+
+    class Freeze:
+        def lift(self) -> None: ...
+
+        def resume(self) -> None: ...
+
+        def release(self) -> None:
+            released.append("released")
+
+    test = session.RunningTest("t.py::test_x", Settings(), lambda result: None)
+    old = session.Session(test=test, before_sample=[lambda: None], freezes=[Freeze()])
+    with session.entered(old):
+        old.end()
+        assert released == ["released"] and old.freezes == [] and old.before_sample == []
+        fresh = session.current()
+        assert fresh is not old and fresh.test is None and not fresh.ended
+        assert session.current() is fresh
+
+
+THREADED = """
+import contextvars
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import minigrad as mg
+from pytest_graphleak import check, session
+
+kept = []
+POOL = ThreadPoolExecutor(max_workers=1)
+
+
+def leaky_step():
+    w = mg.Tensor([1.0], requires_grad=True)
+    kept.append(w * 2)
+
+
+def in_a_thread(work):
+    found = []
+
+    def run():
+        try:
+            found.append(work())
+        except BaseException as exc:
+            found.append(exc)
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    worker.join()
+    if isinstance(found[0], BaseException):
+        raise found[0]
+    return found[0]
+
+
+def test_check_in_a_thread():
+    in_a_thread(lambda: check(leaky_step, steps=6, warmup=2, raise_on_leak=True))
+
+
+def test_pool_started_here():
+    assert POOL.submit(lambda: session.current().test.nodeid).result().endswith("started_here")
+
+
+def test_pool_worker_of_an_earlier_test():
+    assert POOL.submit(lambda: session.current().test).result() is None
+    handed = contextvars.copy_context()
+    nodeid = POOL.submit(handed.run, lambda: session.current().test.nodeid).result()
+    assert nodeid.endswith("of_an_earlier_test")
+"""
+
+
+def test_a_thread_the_test_starts_is_the_tests(pytester: pytest.Pytester) -> None:
+    """A check in a thread the test started lifts the outlive audit's freeze (its
+    diagnosis finds the module's list, made before the test and so frozen by the audit)
+    and sees the test; a pool's worker started by an earlier test does not, unless the
+    session is handed to it (``contextvars.copy_context().run``)."""
+    pytester.makepyfile(test_threaded=THREADED)
+    result = pytester.runpytest("--graphleak", "-p", "no:randomly", "-p", "no:cacheprovider")
+    # No GraphOutliveWarning: the check's own steps are the check's to judge (the audit's
+    # freeze, lifted while the check ran in the thread, takes them in when it resumes).
+    result.assert_outcomes(failed=1, passed=2, warnings=0)
+    result.stdout.fnmatch_lines(["*held by: global 'kept' -> list*"])

@@ -28,6 +28,8 @@ import sys
 from collections.abc import Callable, Iterator
 from functools import cache
 
+from pytest_graphleak import session
+
 _FRESH_FROZEN = "import gc; gc.collect(); print(gc.get_freeze_count())"
 
 
@@ -72,10 +74,13 @@ class Measuring:
         #: gc is as the check needs it (off, no debug flags); False between ``release()``
         #: and ``hold()``.
         self.held = False
+        #: The session's freezes this check lifted (``HeldFreeze``), resumed by ``end()``.
+        self._lifted: list[session.Freeze] = []
 
     def begin(self) -> None:
-        if self._saved is None:
-            for held in HELD:  # a check sees the heap as the user froze it, not the audit
+        if self._saved is None:  # a check sees the heap as the user froze it, not the audit
+            self._lifted = list(session.current().freezes)
+            for held in self._lifted:
                 held.lift()
         self._saved = (gc.isenabled(), gc.get_threshold(), gc.get_debug())
         self.whole_heap = user_frozen_count() > 0
@@ -132,7 +137,8 @@ class Measuring:
         if self._saved is not None:
             self._restore()
             self._saved = None
-            for held in HELD:
+            lifted, self._lifted = self._lifted, []
+            for held in lifted:
                 held.resume()
 
 
@@ -144,7 +150,9 @@ class HeldFreeze:
     lifts it: the check must see the heap as the user froze it. ``on_lift`` runs first
     (the audit notes what the test made so far), and the freeze comes back when the
     last check ends, so what the test makes after it is seen again. Never held when the
-    user has frozen objects: gc cannot unfreeze ours alone.
+    user has frozen objects: gc cannot unfreeze ours alone. Held, it is listed in the
+    session (``session.current().freezes``), where the checks of the test, its threads
+    included, find it, and which releases it if the test ends still holding it.
 
     ``gc.get_freeze_count()`` walks the whole frozen heap (0.2 s on 200k objects), so
     whether someone else froze or unfroze meanwhile is told by two markers instead: one
@@ -158,14 +166,17 @@ class HeldFreeze:
         self._before: list[None] | None = None
         self._after: list[None] | None = None
         self.held = False
+        self._listed_in: list[session.Freeze] | None = None
 
     def hold(self) -> bool:
-        """Freeze and register; False (nothing done) when the user froze objects."""
+        """Freeze and list it in this context's session; False (nothing done) when the
+        user froze objects."""
         if user_frozen_count() > 0:  # O(frozen objects): none, as a rule
             return False
         self._freeze()
         self.held = True
-        HELD.append(self)
+        self._listed_in = session.current().freezes
+        self._listed_in.append(self)
         return True
 
     def _freeze(self) -> None:
@@ -205,9 +216,10 @@ class HeldFreeze:
 
     def release(self, *, intact: bool | None = None) -> None:
         """Unfreeze (when the freeze is still ours alone: ``intact``, or looked up) and
-        unregister; safe twice."""
-        if self in HELD:
-            HELD.remove(self)
+        take it off the session's list; safe twice."""
+        if self._listed_in is not None and self in self._listed_in:
+            self._listed_in.remove(self)
+        self._listed_in = None
         if self.held and self._frozen:
             if intact is None:
                 fresh = self.fresh_objects()
@@ -221,17 +233,13 @@ class HeldFreeze:
         self._before = self._after = None
 
 
-#: The freezes held now (at most one: the running test's audit).
-HELD: list[HeldFreeze] = []
-
-
 @contextlib.contextmanager
 def audit_freeze_lifted() -> Iterator[None]:
-    """The freezes held now (the outlive audit's) lifted for a whole check, its diagnosis
+    """The session's freezes (the outlive audit's) lifted for a whole check, its diagnosis
     included: ``gc.get_referrers`` and ``gc.get_objects`` never look at frozen objects, so
     under the audit's freeze a diagnosis would find no referrer of what the test made
     before the check (a fixture's dict: "no holder found"). Nested lifts count."""
-    held = list(HELD)
+    held = list(session.current().freezes)
     for freeze in held:
         freeze.lift()
     try:

@@ -31,7 +31,7 @@ from pytest_graphleak.plugin.subtests_once import subtests_reported_once
 from pytest_graphleak.report.ascii_text import degrade_to_ascii, restore
 from pytest_graphleak.report.text import render_text
 from pytest_graphleak.result import CheckResult
-from pytest_graphleak.session import RunningTest, Session, entered
+from pytest_graphleak.session import RunningTest, Session, current, entered, threads_inherit
 from pytest_graphleak.values import int_at_least
 
 if TYPE_CHECKING:
@@ -249,6 +249,20 @@ def _check_marked_on_ranks(
     _check_on_ranks(item, ref, settings, judge=checking, world_size=world_size, name=item.nodeid)
 
 
+# -- one session per test ---------------------------------------------------------------
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, Any, None]:
+    """The checks of a test (its fixtures', its call's, a framework callback's, the outlive
+    audit's freeze) and of the threads it starts share one session, handed over by a
+    context variable; it ends with the test, releasing what is still held."""
+    test_session = Session()
+    try:
+        with entered(test_session), threads_inherit():
+            yield
+    finally:
+        test_session.end()
+
+
 # -- the marker on unittest.TestCase methods --------------------------------------------
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, None]:
@@ -265,23 +279,28 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, None]:
     test = RunningTest(item.nodeid, settings_of(item.config), record)
     checked_async = _checks_marker(item) and async_tests.is_async_test(item)
     # The checks of this call (the marker's, the fixture's, a framework callback's) reach
-    # the test through this session, handed over by a context variable.
-    with entered(Session(test=test, before_sample=[held.release])):
-        try:
-            with contextlib.ExitStack() as during:
-                if checked_async:
-                    during.enter_context(async_tests.anyio_steps(item))
-                outcome = yield
-            if checked_async and outcome.excinfo is None and not item.stash.get(RESULTS_KEY, None):
-                # A plugin ran the coroutine itself, once: no silent pass.
-                pytest.fail(async_tests.unchecked_refusal(item, MARKER), pytrace=False)
-        finally:
-            held.close()
-            if original is not None:
-                item.obj = original  # type: ignore[attr-defined]
-            from pytest_graphleak.loop import close_open_checks
+    # the test through the test's session.
+    running = current()
+    running.test = test
+    running.before_sample.append(held.release)
+    try:
+        with contextlib.ExitStack() as during:
+            if checked_async:
+                during.enter_context(async_tests.anyio_steps(item))
+            outcome = yield
+        if checked_async and outcome.excinfo is None and not item.stash.get(RESULTS_KEY, None):
+            # A plugin ran the coroutine itself, once: no silent pass.
+            pytest.fail(async_tests.unchecked_refusal(item, MARKER), pytrace=False)
+    finally:
+        running.test = None
+        with contextlib.suppress(ValueError):
+            running.before_sample.remove(held.release)
+        held.close()
+        if original is not None:
+            item.obj = original  # type: ignore[attr-defined]
+        from pytest_graphleak.loop import close_open_checks
 
-            close_open_checks()  # a loop that raised through a framework left one open
+        close_open_checks()  # a loop that raised through a framework left one open
 
 
 def _checks_marker(item: pytest.Item) -> bool:

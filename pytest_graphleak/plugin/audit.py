@@ -33,7 +33,6 @@ import pytest
 
 from pytest_graphleak.diagnose.outlive import Deferred, Explained, Holder, explain
 from pytest_graphleak.engine.outlive import Census
-from pytest_graphleak.heap.gcstate import HELD
 from pytest_graphleak.heap.usercode import is_user_module
 from pytest_graphleak.options import Settings
 from pytest_graphleak.pipeline import GraphOutliveError, GraphOutliveWarning
@@ -289,10 +288,8 @@ class OutliveAudit:
                 crash.message = _short(found[0])
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        """A run stopped between a test's call and its teardown (Ctrl-C, -x in a
-        teardown) leaves its freeze held: lift it, so nothing stays frozen."""
-        for held in list(HELD):
-            held.release()
+        # A run stopped between a test's call and its teardown (Ctrl-C) leaves its census
+        # unfinished: the test's session released its freeze when the test ended.
         self._pending.clear()
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
