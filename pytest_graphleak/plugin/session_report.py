@@ -170,31 +170,11 @@ class GraphleakSessionReport:
             self._leaked.add(report.nodeid)
         if not data:
             return
-        try:
-            if not isinstance(data, list):
-                raise TypeError(f"expected a list of check dicts, got {type(data).__name__}")
-            # The round trip checks the layout and gives every check the same keys.
-            checks = [CheckResult.from_dict(check).to_dict() for check in data]
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            self.notes.append(
-                f"ignored malformed graphleak results of {report.nodeid}: "
-                f"{type(exc).__name__}: {exc}"
-            )
+        checks = self._checks_of(data, report.nodeid, "results")
+        if checks is None:
             return
-        test = CheckedTest(report.nodeid, _outcome(report), checks)
         self._locations[report.nodeid] = _location(self.config, report)
-        try:  # NaN stays NaN: this text is read back by json, not by others
-            self._results[report.nodeid] = json.dumps(
-                [test.outcome, test.checks], separators=(",", ":")
-            )
-        except (TypeError, ValueError) as exc:
-            self.notes.append(
-                f"ignored graphleak results of {report.nodeid} that are not JSON "
-                f"data: {type(exc).__name__}: {exc}"
-            )
-            return
-        if self._junit:
-            self._junit_pending[report.nodeid] = junit_properties(test)
+        self._keep(CheckedTest(report.nodeid, _outcome(report), checks))
 
     def _collect_teardown(self, report: pytest.TestReport) -> None:
         """Add the outlive audit's results (on the teardown report) to the test's row.
@@ -205,25 +185,45 @@ class GraphleakSessionReport:
             return
         if report.failed:
             outcome = "failed"
-        try:
-            found = [CheckResult.from_dict(check).to_dict() for check in data]
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            self.notes.append(
-                f"ignored malformed graphleak outlive results of {report.nodeid}: "
-                f"{type(exc).__name__}: {exc}"
-            )
+        found = self._checks_of(data, report.nodeid, "outlive results")
+        if found is None:
             return
         checks: list[dict[str, Any]] = []
         if report.nodeid in self._results:
             earlier, checks = json.loads(self._results[report.nodeid])
             outcome = "failed" if report.failed else earlier
-        test = CheckedTest(report.nodeid, outcome, [*checks, *found])
         self._locations.setdefault(report.nodeid, _location(self.config, report))
-        self._results[report.nodeid] = json.dumps(
-            [test.outcome, test.checks], separators=(",", ":")
-        )
+        self._keep(CheckedTest(report.nodeid, outcome, [*checks, *found]))
+
+    def _checks_of(self, data: object, nodeid: str, what: str) -> list[dict[str, Any]] | None:
+        """A report's ``graphleak`` checks, round-tripped through ``CheckResult`` (which
+        checks the layout and gives every check the same keys); None, and a note naming
+        ``what`` was ignored, when they are malformed."""
+        try:
+            if not isinstance(data, list):
+                raise TypeError(f"expected a list of check dicts, got {type(data).__name__}")
+            return [CheckResult.from_dict(check).to_dict() for check in data]
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            self.notes.append(
+                f"ignored malformed graphleak {what} of {nodeid}: {type(exc).__name__}: {exc}"
+            )
+            return None
+
+    def _keep(self, test: CheckedTest) -> None:
+        """The test's row, kept as JSON text until the session ends (and its JUnit
+        properties); a note instead when its checks are not JSON data."""
+        try:  # NaN stays NaN: this text is read back by json, not by others
+            self._results[test.nodeid] = json.dumps(
+                [test.outcome, test.checks], separators=(",", ":")
+            )
+        except (TypeError, ValueError) as exc:
+            self.notes.append(
+                f"ignored graphleak results of {test.nodeid} that are not JSON "
+                f"data: {type(exc).__name__}: {exc}"
+            )
+            return
         if self._junit:
-            self._junit_pending[report.nodeid] = junit_properties(test)
+            self._junit_pending[test.nodeid] = junit_properties(test)
 
     def pytest_report_teststatus(
         self, report: pytest.TestReport, config: pytest.Config
