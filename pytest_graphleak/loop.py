@@ -486,6 +486,7 @@ class LoopCheck:
         lines (or a note saying why there are none), then reported."""
         __tracebackhide__ = True
         from pytest_graphleak.diagnose.sites import per_step
+        from pytest_graphleak.diagnose.stored_fix import fix_for_stored
 
         assert self._pending is not None
         result, watch = self._pending
@@ -496,6 +497,7 @@ class LoopCheck:
         diagnosis = result.diagnosis
         if diagnosis is not None and changes:
             diagnosis.stored_at = per_step(changes, 1, via)
+            diagnosis.fix = diagnosis.fix or fix_for_stored(diagnosis.pattern, diagnosis.stored_at)
         elif diagnosis is not None:
             diagnosis.notes.append(note or NOT_STORED_NEXT_STEP)
         self._publish(result, report=report)

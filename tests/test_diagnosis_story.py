@@ -82,7 +82,9 @@ def test_graph_carrying_accumulation_keeps_the_usual_story() -> None:
     v = verdict("torch.tensors", "torch.nodes")
     d = diagnose(v, metrics=METRICS, step=step, roots={"fixture 'state'": state})
     assert d.pattern == "list-accumulation"
-    assert d.story == "" and d.fix == ""
+    assert d.story == ""  # the usual meaning; the fix is worded for the stored line:
+    assert d.fix.startswith("store (w * 2).sum().detach() (or (w * 2).sum().item() for a")
+    assert d.fix.endswith(': state["losses"].append((w * 2).sum().detach())')
     assert "graph-carrying" in text_of(d, v)
 
 

@@ -38,6 +38,7 @@ from pytest_graphleak.diagnose.roots import all_roots
 from pytest_graphleak.diagnose.search import Path, shortest_path
 from pytest_graphleak.diagnose.sites import Site, memory_sites, per_step
 from pytest_graphleak.diagnose.stored import watch_holder
+from pytest_graphleak.diagnose.stored_fix import STORING, fix_for_stored
 from pytest_graphleak.diagnose.story import tell
 from pytest_graphleak.heap.graphwalk import NEW_PER_WALK, GraphWalk
 from pytest_graphleak.metrics import Metric
@@ -46,9 +47,6 @@ from pytest_graphleak.result import CreationSite, Diagnosis, Verdict
 __all__ = ["diagnose"]
 
 _SIZED = (list, dict, set, frozenset, tuple)
-
-#: The patterns whose holder a user line stores (``stored at:``).
-STORING = ("list-accumulation", "retained-grad-fn")
 
 
 def diagnose(
@@ -223,6 +221,7 @@ def _diagnose_with_step(
                           has_chain=chain_path is not None)  # fmt: skip
         if pattern == "cycle" and cycle_fix:
             fix = cycle_fix
+        fix = fix or fix_for_stored(pattern, stored)  # worded for the user's own line
         dot = render_dot(chain_path, cycle_path, walker) or (seen.dot if seen else "")
         diagnosis = Diagnosis(pattern, chain=chain, cycle=cycle, sites=sites, notes=notes,
                               dot=dot, stored_at=stored, story=story, fix=fix)  # fmt: skip

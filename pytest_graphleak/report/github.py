@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_graphleak.metrics import format_rate
-from pytest_graphleak.patterns import FIXES
+from pytest_graphleak.report.view import fix_of
 from pytest_graphleak.status import STATUSES, status_of_dict, status_of_test
 
 
@@ -140,7 +140,7 @@ def _leak_summary(check: Mapping[str, Any], pattern: str) -> str:
     stored: Sequence[Mapping[str, Any]] = diagnosis.get("stored_at") or []
     if stored and stored[0].get("line"):
         parts.append(f"stored by `{stored[0]['line']}`")
-    fix = diagnosis.get("fix") or FIXES.get(pattern, "")
+    fix = fix_of(pattern, diagnosis)
     if fix:
         parts.append(f"fix: {fix}")
     return "; ".join(parts)

@@ -90,10 +90,16 @@ def diagnosis_view(
         per = "in the test's re-run" if outlive else "per step"
         lines.append(ViewLine("stored-at", site_text(site, path), f"{times} {per}"))
     lines.extend(ViewLine("note", str(note)) for note in found.get("notes") or [])
-    fix = str(found.get("fix") or FIXES.get(pattern, ""))
+    fix = fix_of(pattern, found)
     if fix:
         lines.append(ViewLine("fix", fix))
     return lines
+
+
+def fix_of(pattern: str, diagnosis: Mapping[str, Any] | None) -> str:
+    """The fix that applies: the diagnosis's own (worded for the ``stored at:`` line, a
+    cycle's link, or the no-graph story) or else the pattern's usual one."""
+    return str((diagnosis or {}).get("fix") or FIXES.get(pattern, ""))
 
 
 def to_change(lines: Sequence[ViewLine]) -> list[ViewLine]:

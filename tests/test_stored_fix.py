@@ -1,0 +1,178 @@
+"""The fix is worded for the ``stored at:`` line, with the user's own expressions.
+
+Unit tests of ``diagnose.stored_fix`` for each shape it knows (and the lines it leaves to
+the pattern's usual fix), then real leaks through the public ``check()`` / ``track()``
+with torch and minigrad: the one fix reaches the text, the JSON data, the view and the
+GitHub summary alike.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import minigrad as mg
+from pytest_graphleak import check, track
+from pytest_graphleak.diagnose.stored_fix import stored_fix
+from pytest_graphleak.patterns import FIXES
+from pytest_graphleak.report.github import document_rows
+from pytest_graphleak.report.text import render_text
+from pytest_graphleak.report.view import diagnosis_view
+from pytest_graphleak.result import CheckResult
+
+LIST, RETAINED = "list-accumulation", "retained-grad-fn"
+
+
+@pytest.mark.parametrize(
+    ("pattern", "line", "fix"),
+    [
+        (LIST, "preds.append(out)",
+         "store out.detach() (or out.item() for a scalar) instead of out, so that preds "
+         "keeps no graph: preds.append(out.detach())"),
+        (LIST, "self.history.append(logits)  # kept for the plot",
+         "store logits.detach() (or logits.item() for a scalar) instead of logits, so that "
+         "self.history keeps no graph: self.history.append(logits.detach())"),
+        (LIST, "if keep: kept.append(a + b)",
+         "store (a + b).detach() (or (a + b).item() for a scalar) instead of a + b, so that "
+         "kept keeps no graph: kept.append((a + b).detach())"),
+        (LIST, "cache[k] = feats",
+         "store feats.detach() (or feats.item() for a scalar) instead of feats, so that "
+         "cache keeps no graph: cache[k] = feats.detach()"),
+        (LIST, "outputs += [out]",
+         "store out.detach() (or out.item() for a scalar) instead of out, so that outputs "
+         "keeps no graph: outputs += [out.detach()]"),
+        (LIST, "preds.append((out, y))",
+         "store (out, y) in preds with its graph-carrying tensors detached (.detach(), or "
+         ".item() for a scalar)"),
+        (LIST, "self.queue = torch.cat([keys, self.queue])[: self.size]",
+         "join keys.detach() instead of keys, so that self.queue keeps no graph: "
+         "self.queue = torch.cat([keys.detach(), self.queue])[: self.size]"),
+        (RETAINED, "total += loss",
+         "cut the graph that total keeps: total += loss.item() for a scalar (or "
+         "loss.detach() to keep a tensor) instead of total += loss"),
+        (RETAINED, "self.avg.add_(loss)",
+         "update self.avg with loss.detach() so that it keeps no graph: "
+         "self.avg.add_(loss.detach()) (or make the update under no_grad())"),
+        (RETAINED, "self.m = 0.9 * self.m + 0.1 * x.mean(0)",
+         "cut the graph that self.m keeps: self.m = (0.9 * self.m + 0.1 * x.mean(0)).detach() "
+         "(or compute it under no_grad())"),
+        (RETAINED, "h = self.cell(x, h)[0] + h",
+         "detach h once per step (h = h.detach() at the start or end of each step: truncated "
+         "backprop through time), so that it carries no graph from one step to the next"),
+        (RETAINED, "out, h = self.rnn(x, h)",
+         "detach h once per step (h = h.detach() at the start or end of each step: truncated "
+         "backprop through time), so that it carries no graph from one step to the next"),
+    ],
+)  # fmt: skip
+def test_each_known_shape_is_worded_with_the_lines_own_names(
+    pattern: str, line: str, fix: str
+) -> None:
+    assert stored_fix(pattern, line) == fix
+
+
+@pytest.mark.parametrize(
+    ("pattern", "line"),
+    [
+        (LIST, "preds.append("),  # cut off inside a multi-line statement
+        (LIST, "kept.append(out.detach().cpu())"),  # nothing of a graph is kept there
+        (LIST, "total += loss.item()"),
+        (LIST, "kept.append(float(loss))"),
+        (LIST, "record(loss)"),  # a call into the user's function: its shape is unknown
+        (LIST, "metric.update(preds, target)"),
+        (LIST, "a.append(x); b.append(y)"),  # two stores: which one is unknown
+        (LIST, "loss = model(x).sum()"),  # a fresh local each step stores nothing
+            (RETAINED, "h, c = self.rnn(x, h, c)"),  # two states: which one is unknown
+        ("memory-growth", "preds.append(out)"),  # no stored-at line for this pattern
+        ("cycle", "preds.append(out)"),
+    ],
+)
+def test_other_lines_keep_the_usual_fix(pattern: str, line: str) -> None:
+    assert stored_fix(pattern, line) == ""
+
+
+# -- real leaks through the public API ----------------------------------------------------
+def _agree(result: CheckResult, pattern: str, fix: str) -> str:
+    """The one fix everywhere: the JSON data, the view, the text and the GitHub row."""
+    assert result.leaked and result.diagnosis is not None, result
+    assert result.diagnosis.pattern == pattern, result.diagnosis.notes
+    data = result.to_dict()
+    assert data["diagnosis"]["fix"] == fix
+    view = diagnosis_view(pattern, data["diagnosis"])
+    assert [line.text for line in view if line.kind == "fix"] == [fix]
+    assert f"  fix: {fix}\n" in render_text(result) + "\n"
+    document = {"tests": [{"nodeid": "t.py::test", "outcome": "failed", "checks": [data]}]}
+    assert f"fix: {fix}" in document_rows(document, {})[0].summary
+    assert FIXES[pattern] not in render_text(result)
+    return fix
+
+
+class _Model:
+    def __init__(self, backend: str) -> None:
+        self.backend = backend
+        self.history: list[Any] = []
+        self.cache: dict[int, Any] = {}
+        self.total: Any = 0.0
+        self.step_no = 0
+        if backend == "torch":
+            torch = pytest.importorskip("torch")
+            self.w = torch.ones(4, requires_grad=True)
+        else:
+            self.w = mg.Tensor([1.0, 1.0, 1.0, 1.0], requires_grad=True)
+
+    def forward(self) -> Any:
+        return (self.w * 2.0).sum()
+
+    def keep_history(self) -> None:
+        logits = self.forward()
+        self.history.append(logits)
+
+    def keep_cache(self) -> None:
+        self.step_no += 1
+        feats = self.forward()
+        self.cache[self.step_no] = feats
+
+    def keep_total(self) -> None:
+        out = self.forward()
+        self.total += out
+
+
+@pytest.mark.parametrize("backend", ["torch", "minigrad"])
+@pytest.mark.parametrize(
+    ("method", "pattern", "fix"),
+    [
+        ("keep_history", LIST,
+         "store logits.detach() (or logits.item() for a scalar) instead of logits, so that "
+         "self.history keeps no graph: self.history.append(logits.detach())"),
+        ("keep_cache", LIST,
+         "store feats.detach() (or feats.item() for a scalar) instead of feats, so that "
+         "self.cache keeps no graph: self.cache[self.step_no] = feats.detach()"),
+        ("keep_total", RETAINED,
+         "cut the graph that self.total keeps: self.total += out.item() for a scalar (or "
+         "out.detach() to keep a tensor) instead of self.total += out"),
+    ],
+)  # fmt: skip
+def test_check_words_the_fix_for_the_stored_line(
+    backend: str, method: str, pattern: str, fix: str
+) -> None:
+    model = _Model(backend)
+    result = check(getattr(model, method), steps=8, warmup=2)
+    _agree(result, pattern, fix)
+
+
+def test_a_loop_words_the_fix_for_the_line_seen_in_its_next_step() -> None:
+    torch = pytest.importorskip("torch")
+    net = torch.nn.Linear(4, 1)
+    preds = []
+    with track(warmup=2, steps=8) as t:
+        for _ in range(12):
+            out = net(torch.randn(2, 4))
+            preds.append(out)
+            t.step()
+    assert t.result is not None
+    _agree(
+        t.result,
+        LIST,
+        "store out.detach() (or out.item() for a scalar) instead of out, so that preds keeps "
+        "no graph: preds.append(out.detach())",
+    )
