@@ -497,7 +497,8 @@ class LoopCheck:
         diagnosis = result.diagnosis
         if diagnosis is not None and changes:
             diagnosis.stored_at = per_step(changes, 1, via)
-            diagnosis.fix = diagnosis.fix or fix_for_stored(diagnosis.pattern, diagnosis.stored_at)
+            worded = fix_for_stored(diagnosis.pattern, diagnosis.stored_at, diagnosis.chain)
+            diagnosis.fix = diagnosis.fix or worded
         elif diagnosis is not None:
             diagnosis.notes.append(note or NOT_STORED_NEXT_STEP)
         self._publish(result, report=report)

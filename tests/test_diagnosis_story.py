@@ -83,8 +83,10 @@ def test_graph_carrying_accumulation_keeps_the_usual_story() -> None:
     d = diagnose(v, metrics=METRICS, step=step, roots={"fixture 'state'": state})
     assert d.pattern == "list-accumulation"
     assert d.story == ""  # the usual meaning; the fix is worded for the stored line:
-    assert d.fix.startswith("store (w * 2).sum().detach() (or (w * 2).sum().item() for a")
-    assert d.fix.endswith(': state["losses"].append((w * 2).sum().detach())')
+    assert d.fix == (
+        "store (w * 2).sum().item() (a plain number) instead of (w * 2).sum(), so that "
+        'state["losses"] keeps no graph: state["losses"].append((w * 2).sum().item())'
+    )
     assert "graph-carrying" in text_of(d, v)
 
 

@@ -91,6 +91,45 @@ def test_other_lines_keep_the_usual_fix(pattern: str, line: str) -> None:
     assert stored_fix(pattern, line) == ""
 
 
+SCALAR = "Tensor(shape=(), grad_fn=MeanBackward0)"
+MATRIX = "Tensor(shape=(2, 4), grad_fn=AddmmBackward0)"
+LOSSES = ["fixture 'state'", "dict['losses']", "list(len=24)", SCALAR]
+
+
+@pytest.mark.parametrize(
+    ("line", "chain", "fix"),
+    [
+        # A scalar in the chain: .item() is the fix; a larger tensor: .detach().
+        ('state["losses"].append(loss)', LOSSES,
+         'store loss.item() (a plain number) instead of loss, so that state["losses"] keeps no '
+         'graph: state["losses"].append(loss.item())'),
+        ("cache[k] = emb", ["local 'cache'", "dict[3]", MATRIX],
+         "store emb.detach() instead of emb, so that cache keeps no graph: "
+         "cache[k] = emb.detach()"),
+        ("total += loss", ["local 'total'", SCALAR, "MeanBackward0"],
+         "cut the graph that total keeps: total += loss.item() instead of total += loss"),
+        # A record of several tensors, made elsewhere: the chain shows the dict.
+        ("outputs.append(record)", ["self", "Loop.outputs", "list(len=24)", "dict['loss']", SCALAR],
+         "store record in outputs with its graph-carrying tensors detached (.detach(), or "
+         ".item() for a scalar)"),
+        ("kept.append(pair)", ["local 'kept'", "list(len=24)", "tuple(len=2)", SCALAR],
+         "store pair in kept with its graph-carrying tensors detached (.detach(), or .item() "
+         "for a scalar)"),
+        # The chain disagrees with the line's shape: the usual fix stays.
+        ("kept.append(x)", ["local 'box'", "Box.x", SCALAR], ""),
+        ("cache[k] = emb", ["local 'cache'", "dict[3]", "tuple(len=2)", SCALAR], ""),
+        ("total += loss", ["local 'other'", SCALAR], ""),
+        ("h, c = self.rnn(x, h, c)", ["self", "Net.c", SCALAR],
+         "detach c once per step (c = c.detach() at the start or end of each step: truncated "
+         "backprop through time), so that it carries no graph from one step to the next"),
+    ],
+)  # fmt: skip
+def test_the_holder_chain_picks_item_or_detach_and_vetoes_a_shape_it_contradicts(
+    line: str, chain: list[str], fix: str
+) -> None:
+    assert stored_fix(LIST, line, chain) == fix
+
+
 # -- real leaks through the public API ----------------------------------------------------
 def _agree(result: CheckResult, pattern: str, fix: str) -> str:
     """The one fix everywhere: the JSON data, the view, the text and the GitHub row."""
@@ -129,7 +168,7 @@ class _Model:
 
     def keep_cache(self) -> None:
         self.step_no += 1
-        feats = self.forward()
+        feats = self.w * 2.0  # not a scalar: .detach(), not .item()
         self.cache[self.step_no] = feats
 
     def keep_total(self) -> None:
@@ -142,14 +181,14 @@ class _Model:
     ("method", "pattern", "fix"),
     [
         ("keep_history", LIST,
-         "store logits.detach() (or logits.item() for a scalar) instead of logits, so that "
-         "self.history keeps no graph: self.history.append(logits.detach())"),
+         "store logits.item() (a plain number) instead of logits, so that self.history keeps "
+         "no graph: self.history.append(logits.item())"),
         ("keep_cache", LIST,
-         "store feats.detach() (or feats.item() for a scalar) instead of feats, so that "
-         "self.cache keeps no graph: self.cache[self.step_no] = feats.detach()"),
+         "store feats.detach() instead of feats, so that self.cache keeps no graph: "
+         "self.cache[self.step_no] = feats.detach()"),
         ("keep_total", RETAINED,
-         "cut the graph that self.total keeps: self.total += out.item() for a scalar (or "
-         "out.detach() to keep a tensor) instead of self.total += out"),
+         "cut the graph that self.total keeps: self.total += out.item() instead of "
+         "self.total += out"),
     ],
 )  # fmt: skip
 def test_check_words_the_fix_for_the_stored_line(
@@ -166,13 +205,13 @@ def test_a_loop_words_the_fix_for_the_line_seen_in_its_next_step() -> None:
     preds = []
     with track(warmup=2, steps=8) as t:
         for _ in range(12):
-            out = net(torch.randn(2, 4))
+            out = net(torch.randn(2, 4))  # shape (2, 1): .detach()
             preds.append(out)
             t.step()
     assert t.result is not None
     _agree(
         t.result,
         LIST,
-        "store out.detach() (or out.item() for a scalar) instead of out, so that preds keeps "
-        "no graph: preds.append(out.detach())",
+        "store out.detach() instead of out, so that preds keeps no graph: "
+        "preds.append(out.detach())",
     )

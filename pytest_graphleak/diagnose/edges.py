@@ -44,7 +44,9 @@ _NO_WALK_TYPES = (
 _MAX_REPR = 40
 #: How each kind of edge reads in a chain, its key put in for {}.
 _TEXTS = {"key": "[{}]", "index": "[{}]", "next": ".next_functions[{}]", "attr": ".{}",
-          "closure": " closure '{}'", "grad_fn": ".grad_fn"}  # fmt: skip
+          "closure": " closure '{}'", "local": " local '{}'", "grad_fn": ".grad_fn"}  # fmt: skip
+#: Objects that keep a paused frame: their references are that frame's local variables.
+SUSPENDED = (types.GeneratorType, types.CoroutineType, types.AsyncGeneratorType)
 _MAX_ITEMS = 20_000  # one container's items looked at, at most
 
 
@@ -52,7 +54,7 @@ _MAX_ITEMS = 20_000  # one container's items looked at, at most
 class Edge:
     """How one object refers to the next: kind and key/index/name."""
 
-    kind: str  # key | index | member | attr | closure | grad_fn | next | ref
+    kind: str  # key | index | member | attr | closure | local | grad_fn | next | ref
     key: Any = None
 
     def text(self) -> str:
@@ -62,7 +64,7 @@ class Edge:
     @property
     def named(self) -> bool:
         """True when the edge carries a name worth showing (a key, attribute, cell)."""
-        return self.kind in ("key", "attr", "closure")
+        return self.kind in ("key", "attr", "closure", "local")
 
 
 def short_repr(value: Any) -> str:
@@ -145,6 +147,8 @@ class ObjectEdges:
         elif tp is types.CellType:
             with contextlib.suppress(ValueError):  # an empty cell
                 yield Edge("attr", "cell_contents"), obj.cell_contents
+        elif isinstance(obj, SUSPENDED):
+            yield from _frame_local_edges(obj)
         elif _array_base(obj) is not None:
             yield Edge("attr", "base"), _array_base(obj)
         elif isinstance(obj, type):
@@ -188,6 +192,31 @@ class ObjectEdges:
         for ref in gc.get_referents(obj):
             if id(ref) not in seen and not isinstance(ref, type):
                 yield Edge("ref"), ref
+
+
+def paused_frame(obj: object) -> types.FrameType | None:
+    """The frame of a generator, coroutine or async generator (None once it finished)."""
+    for name in ("gi_frame", "cr_frame", "ag_frame"):
+        frame = getattr(obj, name, None)
+        if isinstance(frame, types.FrameType):
+            return frame
+    return None
+
+
+def _frame_local_edges(obj: object) -> Iterator[tuple[Edge, object]]:
+    """A generator's references by the name of its local (``local 'losses'``), then what
+    else it holds (``gc.get_referents`` names nothing: the chain read ``generator ->``)."""
+    seen: set[int] = set()
+    frame = paused_frame(obj)
+    if frame is not None:
+        local_vars = frame.f_locals
+        seen.add(id(local_vars))
+        for name, value in list(local_vars.items()):
+            seen.add(id(value))
+            yield Edge("local", name), value
+    for ref in gc.get_referents(obj):
+        if id(ref) not in seen and not isinstance(ref, type):
+            yield Edge("ref"), ref
 
 
 def _array_base(obj: object) -> object | None:

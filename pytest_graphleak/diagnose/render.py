@@ -16,7 +16,7 @@ import types
 from collections import deque
 from typing import Any
 
-from pytest_graphleak.diagnose.edges import Edge, ObjectEdges
+from pytest_graphleak.diagnose.edges import SUSPENDED, Edge, ObjectEdges
 from pytest_graphleak.diagnose.search import Path
 
 #: Longest run of graph nodes written out in a chain before the middle is elided.
@@ -34,6 +34,8 @@ def describe(obj: Any, walker: ObjectEdges) -> str:
             return found[0].describe(obj)
         except Exception:
             return type(obj).__name__
+    if isinstance(obj, SUSPENDED):  # generator train_loop()
+        return f"{type(obj).__name__} {getattr(obj, '__qualname__', '?')}()"
     if isinstance(obj, types.MethodType):
         return f"bound method {getattr(obj, '__qualname__', '?')}"
     if isinstance(obj, types.FunctionType):

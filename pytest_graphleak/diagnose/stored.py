@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_graphleak.diagnose.backends import TENSOR
-from pytest_graphleak.diagnose.edges import Edge, ObjectEdges
+from pytest_graphleak.diagnose.edges import Edge, ObjectEdges, paused_frame
 from pytest_graphleak.diagnose.search import Path
 from pytest_graphleak.diagnose.sites import Site, names_a_library, site_and_via
 from pytest_graphleak.heap.usercode import is_user_file, library_label
@@ -72,6 +72,10 @@ def _follow(obj: Any, edge: Edge) -> Any:
                 return attrs[edge.key]
         elif edge.kind == "key" and isinstance(obj, dict):
             return obj.get(edge.key, _MISSING)
+        elif edge.kind == "local":  # a generator's local, rebound while it is paused
+            frame = paused_frame(obj)
+            if frame is not None:
+                return frame.f_locals.get(edge.key, _MISSING)
         elif edge.kind == "closure" and isinstance(obj, types.FunctionType):
             names = obj.__code__.co_freevars
             return obj.__closure__[names.index(edge.key)].cell_contents  # type: ignore[index]

@@ -21,6 +21,7 @@ an object; the words come from the line's own text only, so no name is invented.
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator, Sequence
 
 from pytest_graphleak.result import CreationSite
@@ -39,14 +40,44 @@ _OPERATORS: dict[type[ast.operator], str] = {ast.Add: "+", ast.Sub: "-", ast.Mul
 _PRIMARY = (ast.Name, ast.Attribute, ast.Call, ast.Subscript)
 #: Only the patterns whose holder a line stores have a ``stored at:`` line.
 STORING = ("list-accumulation", "retained-grad-fn")
+#: A tensor's link in the holder chain (``render.describe``): ``Tensor(shape=(), ...``.
+_TENSOR_LINK = re.compile(r"^\w+\(shape=(\([^)]*\))")
+#: The chain's link that holds the tensor, for ``kept.append(x)`` / ``cache[k] = x``.
+_SEQUENCE_LINK = re.compile(r"^(list|deque|set)\(len=")
+_MAPPING_LINK = re.compile(r"^(\w*[dD]ict\[|list\(len=)")
+#: A record of several values put into a container (``{"loss": loss, "out": out}``).
+_RECORD_LINK = re.compile(r"^(\w*[dD]ict\[|tuple\(len=|list\(len=)")
 
 
 class _Line:
-    """One parsed source line and the text of its parts."""
+    """One parsed source line, the text of its parts, and what the holder chain says:
+    the link that holds the first tensor (None: no chain to compare with) and whether
+    that tensor is a scalar (None: not known)."""
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, chain: Sequence[str] | None) -> None:
         self.text = text
         self.tree = ast.parse(text)
+        self.holder_link: str | None = None
+        self.outer_link = ""
+        self.scalar: bool | None = None
+        if chain is not None:
+            found = [(i, m) for i, link in enumerate(chain) if (m := _TENSOR_LINK.match(link))]
+            at, shape = found[0] if found else (0, None)
+            self.holder_link = chain[at - 1] if at else ""  # "": no tensor held by a link
+            #: the link before it: ``list(len=24)`` of ``list(len=24) -> dict['loss']``
+            self.outer_link = chain[at - 2] if at >= 2 else ""
+            if shape is not None:
+                self.scalar = shape.group(1) == "()"
+
+    def holds(self, pattern: re.Pattern[str]) -> bool:
+        """Does the chain's tensor sit right in a container of this kind (or no chain)?"""
+        return self.holder_link is None or bool(pattern.match(self.holder_link))
+
+    def names(self, target: ast.expr) -> bool:
+        """Is the chain's tensor held by the name ``target`` binds (or no chain)?"""
+        last = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
+        link = self.holder_link
+        return link is None or (bool(last) and link.endswith((f".{last}", f"'{last}'")))
 
     def of(self, node: ast.AST) -> str:
         return ast.get_source_segment(self.text, node) or ast.unparse(node)
@@ -62,18 +93,20 @@ def _offset(text: str, node: ast.AST) -> int:
     return len(text.encode()[: getattr(node, "col_offset", 0)].decode(errors="ignore"))
 
 
-def fix_for_stored(pattern: str, stored: Sequence[CreationSite]) -> str:
+def fix_for_stored(pattern: str, stored: Sequence[CreationSite], chain: Sequence[str]) -> str:
     """The fix worded for the first (most frequent) ``stored at:`` line; "" for none."""
-    return stored_fix(pattern, stored[0].line) if stored else ""
+    return stored_fix(pattern, stored[0].line, chain) if stored else ""
 
 
-def stored_fix(pattern: str, line: str) -> str:
+def stored_fix(pattern: str, line: str, chain: Sequence[str] | None = None) -> str:
     """The fix worded for the stored line ``line``; "" when its shape is not one known
-    here (or ``pattern`` is not one a line stores), so the usual fix applies."""
+    here, when the holder ``chain`` (``Diagnosis.chain``) shows the tensor kept otherwise
+    than the line's shape says (``kept.append(pair)`` of a tuple), or when ``pattern`` is
+    not one a line stores: the usual fix applies then."""
     if pattern not in STORING:
         return ""
     try:
-        parsed = _Line(line.strip())
+        parsed = _Line(line.strip(), chain)
     except (SyntaxError, ValueError):  # cut off inside a statement, or not Python
         return ""
     found = {_fix(parsed, statement) for statement in _simple_statements(parsed.tree)} - {""}
@@ -105,14 +138,23 @@ def _call_fix(line: _Line, statement: ast.stmt, call: ast.Call) -> str:
     if not isinstance(func, ast.Attribute) or not call.args or call.keywords:
         return ""
     holder = line.of(func.value)
-    if func.attr in _PUTS:
+    if func.attr in _PUTS and line.holds(_SEQUENCE_LINK):
         return _store(line, statement, call.args[-1], holder)
+    if func.attr in _PUTS and _SEQUENCE_LINK.match(line.outer_link):  # kept.append(record)
+        value = call.args[-1]
+        if _cut(value) or not line.holds(_RECORD_LINK):
+            return ""
+        return (
+            f"store {line.of(value)} in {holder} with its graph-carrying tensors detached "
+            "(.detach(), or .item() for a scalar)"
+        )
     if func.attr == "extend" and isinstance(call.args[0], (ast.List, ast.Tuple)):
         items = call.args[0].elts
-        return _store(line, statement, items[0], holder) if len(items) == 1 else ""
+        one = len(items) == 1 and line.holds(_SEQUENCE_LINK)
+        return _store(line, statement, items[0], holder) if one else ""
     if func.attr.endswith("_") and not func.attr.startswith("_"):  # in place: add_, lerp_
         value = call.args[0]
-        if _cut(value) or isinstance(value, ast.Constant):
+        if _cut(value) or isinstance(value, ast.Constant) or not line.names(func.value):
             return ""
         detached = line.replaced(statement, value, _detached(line, value))
         return (
@@ -126,16 +168,21 @@ def _augmented_fix(line: _Line, statement: ast.AugAssign) -> str:
     """``total += loss`` and ``outputs += [out]``."""
     target, value = line.of(statement.target), statement.value
     if isinstance(value, (ast.List, ast.Tuple)):
-        return _store(line, statement, value.elts[0], target) if len(value.elts) == 1 else ""
-    if _cut(value) or isinstance(value, ast.Constant):
-        return ""
+        one = len(value.elts) == 1 and line.holds(_SEQUENCE_LINK)
+        return _store(line, statement, value.elts[0], target) if one else ""
     op = _OPERATORS.get(type(statement.op))
-    if op is None:
+    if _cut(value) or isinstance(value, ast.Constant) or op is None:
         return ""
-    primary = _primary(line, value)
+    if not line.names(statement.target):
+        return ""
+    primary, was = _primary(line, value), f"instead of {target} {op}= {line.of(value)}"
+    if line.scalar:
+        return f"cut the graph that {target} keeps: {target} {op}= {primary}.item() {was}"
+    if line.scalar is False:
+        return f"cut the graph that {target} keeps: {target} {op}= {primary}.detach() {was}"
     return (
         f"cut the graph that {target} keeps: {target} {op}= {primary}.item() for a scalar "
-        f"(or {primary}.detach() to keep a tensor) instead of {target} {op}= {line.of(value)}"
+        f"(or {primary}.detach() to keep a tensor) {was}"
     )
 
 
@@ -143,10 +190,18 @@ def _assign_fix(line: _Line, statement: ast.stmt, target: ast.expr, value: ast.e
     """``cache[k] = x``, ``q = torch.cat([q, x])``, ``m = 0.9 * m + x``, ``h = rnn(x, h)``."""
     names = _target_texts(line, target)
     if not any(_mentions(line, value, name) for name in names):  # a fresh value each step
-        if isinstance(target, ast.Subscript):  # cache[key] = x: the holder is cache
+        if isinstance(target, ast.Subscript) and line.holds(_MAPPING_LINK):  # cache[k] = x
             return _store(line, statement, value, line.of(target.value))
-        if isinstance(target, ast.Attribute):
+        if isinstance(target, ast.Attribute) and line.names(target):
             return _store(line, statement, value, line.of(target))
+        return ""
+    if isinstance(target, (ast.Tuple, ast.List)):
+        names = [
+            line.of(item) for item in target.elts if line.of(item) in names and line.names(item)
+        ]
+    elif not line.names(target):
+        names = []
+    if not names:  # the chain's tensor is not the one this line binds
         return ""
     joined = _join_call(value)
     if joined is not None:  # q = torch.cat([q, x])[-n:]
@@ -187,10 +242,12 @@ def _store(line: _Line, statement: ast.stmt, value: ast.expr, holder: str) -> st
             "(.detach(), or .item() for a scalar)"
         )
     text, primary = line.of(value), _primary(line, value)
-    detached = line.replaced(statement, value, f"{primary}.detach()")
+    cut = f"{primary}.item()" if line.scalar else f"{primary}.detach()"
+    which = f" (or {primary}.item() for a scalar)" if line.scalar is None else ""
+    which = " (a plain number)" if line.scalar else which
     return (
-        f"store {primary}.detach() (or {primary}.item() for a scalar) instead of {text}, "
-        f"so that {holder} keeps no graph: {detached}"
+        f"store {cut}{which} instead of {text}, so that {holder} keeps no graph: "
+        f"{line.replaced(statement, value, cut)}"
     )
 
 
