@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -32,6 +33,12 @@ def test_options_page_lists_every_declared_option(hooks: ModuleType) -> None:
     for option in OPTIONS:
         assert f"## `{option.key}`" in page and f"`{option.ini}`" in page
     assert "Precedence: marker" in page
+    # Every flag is one unbreakable unit (extra.css: code.flag), never split at a hyphen.
+    assert '<code class="flag">graphleak check --rss-tolerance</code>' in page
+    assert '<code class="flag">--graphleak-rss-tolerance=SIZE</code>' in page
+    assert not re.search(r"`--", page)  # no flag left as a plain code span
+    css = (REPO / "docs/stylesheets/extra.css").read_text(encoding="utf-8")
+    assert re.search(r"code\.flag \{\s*white-space: nowrap;", css)
 
 
 def test_json_page_lists_every_schema_property(hooks: ModuleType) -> None:
@@ -115,6 +122,20 @@ def test_a_pages_test_failure_is_cut_from_pytests_output(hooks: ModuleType) -> N
         "created at: t.py:5 in step: loss = f(x)  (2 per step)",
     ]
     assert hooks.failure_lines("1 passed", "full") == []
+
+
+def test_a_marked_tests_failure_text_is_cut_from_the_failures_section(hooks: ModuleType) -> None:
+    out = "\n".join([
+        "test_lazy.py F", "", "=== FAILURES ===", "___ test_step ___",
+        "graphleak: test_lazy.py::test_step: not measured, so no verdict: no probe measured",
+        "  note: more", "=== graphleak report ===",
+        "graphleak: 1 checked: 1 unmeasured",
+    ])  # fmt: skip
+    assert hooks.marker_failure_lines(out) == [
+        "graphleak: test_lazy.py::test_step: not measured, so no verdict: no probe measured",
+        "  note: more",
+    ]
+    assert hooks.marker_failure_lines("graphleak: 1 checked: 1 clean\n1 passed") == []
 
 
 def test_a_pages_outlive_warning_is_cut_from_the_warnings_summary(hooks: ModuleType) -> None:

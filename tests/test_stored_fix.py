@@ -58,11 +58,13 @@ LIST, RETAINED = "list-accumulation", "retained-grad-fn"
          "cut the graph that self.m keeps: self.m = (0.9 * self.m + 0.1 * x.mean(0)).detach() "
          "(or compute it under no_grad())"),
         (RETAINED, "h = self.cell(x, h)[0] + h",
-         "detach h once per step (h = h.detach() at the start or end of each step: truncated "
-         "backprop through time), so that it carries no graph from one step to the next"),
+         "detach h once per step (h = h.detach() at the start or end of each step), so that "
+         "it carries no graph from one step to the next; if nothing backpropagates through "
+         "it, compute it under no_grad()"),
         (RETAINED, "out, h = self.rnn(x, h)",
-         "detach h once per step (h = h.detach() at the start or end of each step: truncated "
-         "backprop through time), so that it carries no graph from one step to the next"),
+         "detach h once per step (h = h.detach() at the start or end of each step), so that "
+         "it carries no graph from one step to the next; if nothing backpropagates through "
+         "it, compute it under no_grad()"),
     ],
 )  # fmt: skip
 def test_each_known_shape_is_worded_with_the_lines_own_names(
@@ -115,13 +117,20 @@ LOSSES = ["fixture 'state'", "dict['losses']", "list(len=24)", SCALAR]
         ("kept.append(pair)", ["local 'kept'", "list(len=24)", "tuple(len=2)", SCALAR],
          "store pair in kept with its graph-carrying tensors detached (.detach(), or .item() "
          "for a scalar)"),
+        # docs/cuda.md's recorded CUDA leak: its stored-at line and chain.
+        ("state[\"outputs\"].append(out)  # the leak: each step's output and its graph",
+         ["fixture 'state'", "dict['outputs']", "list(len=24)",
+          "Tensor(shape=(64, 256), grad_fn=AddmmBackward0)"],
+         'store out.detach() instead of out, so that state["outputs"] keeps no graph: '
+         'state["outputs"].append(out.detach())'),
         # The chain disagrees with the line's shape: the usual fix stays.
         ("kept.append(x)", ["local 'box'", "Box.x", SCALAR], ""),
         ("cache[k] = emb", ["local 'cache'", "dict[3]", "tuple(len=2)", SCALAR], ""),
         ("total += loss", ["local 'other'", SCALAR], ""),
         ("h, c = self.rnn(x, h, c)", ["self", "Net.c", SCALAR],
-         "detach c once per step (c = c.detach() at the start or end of each step: truncated "
-         "backprop through time), so that it carries no graph from one step to the next"),
+         "detach c once per step (c = c.detach() at the start or end of each step), so that "
+         "it carries no graph from one step to the next; if nothing backpropagates through "
+         "it, compute it under no_grad()"),
     ],
 )  # fmt: skip
 def test_the_holder_chain_picks_item_or_detach_and_vetoes_a_shape_it_contradicts(

@@ -112,7 +112,7 @@ def options_page() -> str:
             places.append("`track()`")
         command = getattr(option, "command_flag", None)
         if command and _applies(option, "command"):
-            places.append(f"`graphleak check {command}`")
+            places.append(_flag_code(f"graphleak check {command}"))
         return ", ".join(places) or "–"
 
     lines = [
@@ -133,14 +133,14 @@ def options_page() -> str:
         flag = option.flag + (f"={metavar}" if metavar else "")
         kind = getattr(option, "type", "")
         lines.append(
-            f"| [`{option.key}`](#{option.key}) | {_code_cell(flag)}<br>`{option.ini}` "
+            f"| [`{option.key}`](#{option.key}) | {_flag_code(flag)}<br>`{option.ini}` "
             f"| {_default(option)}{f' ({kind})' if kind else ''} | {where(option)} |"
         )
     lines.insert(lines.index("| setting | command line, ini key | default (type) | also a "
                              "keyword of |"), '<div class="names-table" markdown>\n')
     lines += ["", "</div>", ""]
     for option in options.OPTIONS:
-        lines += [f"## `{option.key}`", "", f"`{option.flag}`, ini `{option.ini}`", ""]
+        lines += [f"## `{option.key}`", "", f"{_flag_code(option.flag)}, ini `{option.ini}`", ""]
         lines += [_escape_md(option.help[:1].upper() + option.help[1:]) + ".", ""]
     return "\n".join(lines)
 
@@ -173,6 +173,13 @@ def _paragraph(doc: str, first_word: str) -> str:
 
 def _escape_md(text: str) -> str:
     return text.replace("|", "\\|")
+
+
+def _flag_code(text: str) -> str:
+    """A flag as code that never breaks at its hyphens (``--graphleak-rss-tolerance``
+    broke after ``--rss-``): ``code.flag`` is ``white-space: nowrap`` in extra.css. The
+    hyphens stay real hyphens, so a copied flag still works."""
+    return _code_cell(text).replace("<code>", '<code class="flag">', 1)
 
 
 def _code_cell(text: str) -> str:
@@ -488,8 +495,12 @@ def github_outputs() -> dict[str, str]:
 # the held by / created at / stored at lines of that page's test, as a plain indented block.
 # `<!-- graphleak: pytest warning tests/test_x.py outlive -->`: the GraphOutliveWarning of
 # a `pytest --graphleak` run of the page's test (which passes).
+# `<!-- graphleak: pytest failure test_x.py marker -->`: the failure text that a
+# `pytest --graphleak` run of the page's marked test prints in its FAILURES section (a
+# leak, or a check that measured nothing: no GraphLeakError there).
 _PYTEST_FAILURE = re.compile(
-    r"^( *)<!-- graphleak: pytest (?:failure|warning) (\S+)( full| sites of \S+\.md| outlive)? -->",
+    r"^( *)<!-- graphleak: pytest (?:failure|warning) (\S+)"
+    r"( full| sites of \S+\.md| outlive| marker)? -->",
     re.M,
 )
 _SHORT = ("held by:", "created at:", "stored at:", "--- rank", "graphleak:")
@@ -509,6 +520,13 @@ def page_test_failure(markdown: str, match: re.Match[str]) -> str:
         picked = outlive_lines(out, block.group(1)) if out is not None else []
         if not picked:
             return f"(no output: {name} gave no GraphOutliveWarning in this build)"
+        return indent + output_block("\n".join(picked))
+    if mode == "marker":  # the marker's own failure text, not an exception
+        args = ["--graphleak", "-W", "ignore"]
+        out = _run_page_test(name, block.group(1), args, 1, "graphleak: ")
+        picked = marker_failure_lines(out) if out is not None else []
+        if not picked:
+            return f"(no output: {name} printed no graphleak failure in this build)"
         return indent + output_block("\n".join(picked))
     out = _run_page_test(name, block.group(1), ["-W", "ignore"], 1, "GraphLeakError")
     if out is None:
@@ -561,6 +579,22 @@ def outlive_lines(out: str, source: str) -> list[str]:
     if len(picked) > 1 and any(picked[-1].strip() == line.strip() for line in source.splitlines()):
         picked.pop()
     return picked
+
+
+def marker_failure_lines(out: str) -> list[str]:
+    """The first test's failure text in pytest's FAILURES section: from its ``graphleak:``
+    line to the next banner. [] without one."""
+    lines = out.splitlines()
+    failures = next((i for i, line in enumerate(lines) if " FAILURES " in line), None)
+    if failures is None:
+        return []
+    start = next((i for i in range(failures, len(lines)) if lines[i].startswith("graphleak: ")),
+                 None)  # fmt: skip
+    if start is None:
+        return []
+    end = next((i for i in range(start + 1, len(lines)) if re.match(r"[=_]{3}", lines[i])),
+               len(lines))  # fmt: skip
+    return lines[start:end]
 
 
 def failure_lines(out: str, mode: str) -> list[str]:

@@ -221,8 +221,8 @@ def _assign_fix(line: _Line, statement: ast.stmt, target: ast.expr, value: ast.e
         state = passed.pop()
         return (
             f"detach {state} once per step ({state} = {state}.detach() at the start "
-            "or end of each step: truncated backprop through time), so that it "
-            "carries no graph from one step to the next"
+            "or end of each step), so that it carries no graph from one step to the "
+            "next; if nothing backpropagates through it, compute it under no_grad()"
         )
     if passed:
         return ""
