@@ -8,6 +8,7 @@ GitHub summary alike.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import pytest
@@ -15,6 +16,8 @@ import pytest
 import minigrad as mg
 from pytest_graphleak import check, track
 from pytest_graphleak.diagnose.stored_fix import stored_fix
+from pytest_graphleak.loop import LoopCheck
+from pytest_graphleak.options import Settings
 from pytest_graphleak.patterns import FIXES
 from pytest_graphleak.report.github import document_rows
 from pytest_graphleak.report.text import render_text
@@ -224,3 +227,30 @@ def test_a_loop_words_the_fix_for_the_line_seen_in_its_next_step() -> None:
         "store out.detach() instead of out, so that preds keeps no graph: "
         "preds.append(out.detach())",
     )
+
+
+def test_a_window_modes_first_leak_says_why_it_has_no_lines_and_keeps_the_usual_fix() -> None:
+    # Window mode records nothing before its first leak (docs/limits.md): that window's
+    # report names no line, says why, and its fix names no variable of the user's.
+    torch = pytest.importorskip("torch")
+    net = torch.nn.Linear(4, 1)
+    kept: list[Any] = []
+    loop = LoopCheck(Settings(warmup=2), name="run", on_leak="warn", window=20, sample_every=2)
+    loop.start(length=None, roots=lambda: {"kept": kept})
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        for i in range(70):  # a step after the second window: its stored-at line
+            loss = net(torch.randn(2, 4)).pow(2).mean()
+            if i >= 25:
+                kept.append(loss)
+            loop.after_step()
+        loop.finish()
+    first, later = loop.results[1], loop.results[2]
+    assert (first.name, later.name) == ("run steps 23-42", "run steps 43-62")
+    text = render_text(first)
+    assert "created at: " not in text and "stored at: " not in text
+    assert "no created-at or stored-at line: a running loop's steps cannot be re-run" in text
+    assert f"  fix: {FIXES[LIST]}" in text
+    later_text = render_text(later)
+    assert "stored at: " in later_text and "kept.append(loss)" in later_text
+    assert "fix: store loss.item() (a plain number) instead of loss" in later_text

@@ -89,8 +89,9 @@ def diagnose_heap(
     only_cycles: bool = False,
 ) -> Diagnosis:
     notes = [
-        "no step to re-run (hand-written loop): the diagnosis looked at the heap as it is; "
-        "use graphleak.check(step) to get creation sites"
+        "no created-at or stored-at line: a running loop's steps cannot be re-run and none "
+        "was recorded before this judgement, so the diagnosis looked at the heap as it is "
+        "(graphleak.check(step) re-runs a step and names the lines)"
     ]
     if only_cycles:  # containers of older tensors the roots reach are not what grew
         notes.append(_CYCLES_FREED)
