@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import functools
 import threading
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
@@ -115,8 +114,27 @@ def threads_inherit() -> Iterator[None]:
 
     def start(self: threading.Thread) -> None:
         context = contextvars.copy_context()
-        self.run = functools.partial(context.run, self.run)  # type: ignore[method-assign]
-        original(self)
+        run = self.run
+        had = vars(self).get("run")  # a ``run`` set on the thread itself (by an outer block)
+
+        def put_back() -> None:
+            # The thread referring to itself would make it cyclic garbage once dropped
+            # (which the gc probe counts): the stand-in goes as soon as the thread runs.
+            if had is None:
+                vars(self).pop("run", None)
+            else:
+                self.run = had  # type: ignore[method-assign]
+
+        def run_in_context() -> None:
+            put_back()
+            context.run(run)
+
+        self.run = run_in_context  # type: ignore[method-assign]
+        try:
+            original(self)
+        except BaseException:  # not started (started twice, no thread left): as it was
+            put_back()
+            raise
 
     threading.Thread.start = start  # type: ignore[method-assign]
     try:

@@ -4,6 +4,7 @@ through a context variable, restored after its block, and private to a thread.""
 from __future__ import annotations
 
 import _thread
+import gc
 import threading
 
 import pytest
@@ -38,6 +39,27 @@ def test_a_thread_starts_in_its_starters_session_inside_threads_inherit() -> Non
         worker.join()
     assert seen == [inner]
     assert threading.Thread.start is before  # the one before the block, given back
+
+
+def test_a_thread_started_inside_threads_inherit_leaves_no_cyclic_garbage() -> None:
+    """A step that starts a thread must not make garbage that the gc probe counts; a
+    thread that cannot start is left as it was."""
+
+    def one_thread() -> threading.Thread:
+        worker = threading.Thread(target=lambda: None)
+        worker.start()
+        worker.join()
+        return worker
+
+    gc.collect()
+    with session.threads_inherit():
+        started = one_thread()
+        for _ in range(3):
+            one_thread()
+        assert gc.collect() == 0
+        with pytest.raises(RuntimeError, match="once"):
+            started.start()
+    assert "run" not in vars(started)
 
 
 def test_a_thread_not_started_through_threading_thread_has_a_session_of_its_own() -> None:
