@@ -40,6 +40,41 @@ def test_records_tensors_passed_to_functions_methods_and_sequences() -> None:
     assert id(unused) not in found
 
 
+def test_a_warmup_sample_runs_the_probes_unrecorded() -> None:
+    # The probes read every tensor's storage in a sample; through the recording mode each
+    # read was a Python call (3x the sample's cost on a BERT step). Paused while sampling,
+    # recording again for the next step.
+    seen: list[object] = []
+
+    class Counting(WarmupTensors):
+        def remember(self, tensor: object) -> None:
+            seen.append(tensor)
+            super().remember(tensor)
+
+    used, probed = torch.ones(2), torch.ones(2)
+    recorder = Counting()
+    recorder.start()
+    try:
+        with recorder.paused():
+            probed.untyped_storage()
+            probed.data_ptr()
+        assert seen == []
+        used.add_(1)
+        assert any(tensor is used for tensor in seen)
+        seen.clear()
+        sampler = tracker.Sampler(warmup=2, probes=["torch"])
+        sampler.begin([used])
+        try:
+            assert sampler._recorder is not None  # its mode above ours
+            sampler.after_step()  # a warmup sample: the probes' torch calls unrecorded
+            assert seen == []
+        finally:
+            sampler.end()
+    finally:
+        recorder.stop()
+        seen.clear()
+
+
 def test_holds_no_tensor_alive() -> None:
     recorder = WarmupTensors()
     recorder.start()

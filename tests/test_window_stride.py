@@ -103,6 +103,24 @@ def test_a_cycle_every_step_is_caught_with_the_users_gc_between_samples() -> Non
     assert not any(module.gc_seen[37:]) and gc.isenabled()
 
 
+def test_a_clean_last_window_records_no_creation_sites_a_leaky_one_does() -> None:
+    # Recording (gc held, a slower step) starts in the run's last window only once an
+    # exact metric rose above the window's baseline: a clean run pays nothing for it.
+    module = Module()
+    gc_was = gc.isenabled()
+    gc.enable()
+    try:
+        run_windows(module, 42, window=40, every=4)
+        leaky = run_windows(Module(), 42, window=40, every=4, keep=lambda i: i % 2 == 0)
+    finally:
+        (gc.enable if gc_was else gc.disable)()
+    # gc off only on the steps that end in a sample (6, 10, ..., 42), up to the last one
+    assert module.gc_seen[2:] == [(step - 6) % 4 != 0 for step in range(3, 43)]
+    (result,) = leaky.results
+    assert result.leaked and result.diagnosis is not None
+    assert result.diagnosis.sites, "the leaky last window recorded its creation sites"
+
+
 def test_gc_stays_off_between_samples_when_the_user_had_it_off() -> None:
     module = Module()
     gc_was = gc.isenabled()
@@ -121,13 +139,38 @@ def test_a_fast_step_gets_the_largest_stride_a_window_allows() -> None:
 
 def test_choose_stride_keeps_the_check_within_its_share() -> None:
     # 20 ms steps, 0.25 ms samples, windows of 100: 0.15% of 2 s is 3 ms = 12 samples
-    assert choose_stride(window=100, step_cpu=0.020, sample_cpu=0.00025, share=0.0015) == 9
+    assert choose_stride(window=100, step_cpu=0.020, sample_cpu=0.00025, share=0.0015,
+                         hook_cpu=0.0) == 9  # fmt: skip
     assert choose_stride(window=100, step_cpu=0.5, sample_cpu=0.00025) == 1  # slow steps
-    assert choose_stride(window=100, step_cpu=0.0001, sample_cpu=0.00025) == 10  # capped
+    assert choose_stride(window=100, step_cpu=0.0001, sample_cpu=0.00025) == 20  # capped
     assert choose_stride(window=100, step_cpu=0.0, sample_cpu=0.00025) == 1  # not measured
     # once-a-window work takes its part of the budget first
     assert choose_stride(window=100, step_cpu=0.020, sample_cpu=0.00025,
-                         window_cpu=0.002) == 10  # fmt: skip
+                         window_cpu=0.002) == max_stride(100) == 20  # fmt: skip
+    # and so do the calls on the steps between samples: 40 ms steps, 0.4 ms samples,
+    # 0.5 ms judgements: 4 ms - 0.5 ms = 8.75 samples (k = 12); less 100 x 8 us: 6.75 (15)
+    assert choose_stride(window=100, step_cpu=0.040, sample_cpu=0.0004, window_cpu=0.0005,
+                         hook_cpu=0.0) == 12  # fmt: skip
+    assert choose_stride(window=100, step_cpu=0.040, sample_cpu=0.0004,
+                         window_cpu=0.0005) == 15  # fmt: skip
+
+
+def test_every_stride_up_to_the_cap_catches_a_leak_every_k_steps_and_states_it() -> None:
+    # The cap keeps MIN_SAMPLES samples: the slowest leak a window catches for sure is
+    # at most window / 2 steps whatever the stride (40 at the cap for window=100), and a
+    # leak that appears only every k-th step (aligned or not) is caught.
+    metrics = {"torch.tensors": METRICS["torch.tensors"]}
+    window = 100
+    for every in range(1, max_stride(window) + 1):
+        samples = -(-window // every)
+        assert max_leak_period(samples) * every <= window // 2
+        for phase in range(every):  # one tensor every `every` steps, at any offset
+            steps = [10.0 + (step + phase) // every for step in range(window + 1)]
+            series = {"torch.tensors": [steps[0], *steps[window % every or every :: every]]}
+            assert len(series["torch.tensors"]) == samples + 1
+            verdict = judge(series, metrics, warmup=1, every=every)
+            assert verdict.leaked, (every, phase)
+    assert max_leak_period(MIN_SAMPLES) * max_stride(window) == 40
 
 
 def test_sample_every_is_checked_where_the_check_is_made() -> None:

@@ -1,17 +1,20 @@
 """How often a long run is sampled: every k-th step, k chosen from what steps cost.
 
-A sample costs about the same whatever the step (~0.1-0.25 ms: the probes' reads and one
+A sample costs about the same whatever the step (~0.1-0.5 ms: the probes' reads and one
 ``gc.collect()`` over the objects made since the baseline), so on a fast step sampling
 after every one is a large share of the step. A window of a long run (``window=N``) is
 therefore sampled every ``k`` steps, with ``k`` the smallest stride that keeps the check's
-own CPU time within ``TARGET_SHARE`` of the steps' CPU time, as measured in the steps
-before (the warmup, then each window for the next).
+own CPU time per window (its samples, its judgement, and its call on every step between
+samples) within ``TARGET_SHARE`` of the steps' CPU time, as measured in the steps before
+(the warmup, then each window for the next).
 
 Detection is kept: a leak of one object every ``p`` steps still raises the count between
 samples ``ceil(p / k)`` apart, and ``k`` is at most ``window // MIN_SAMPLES``, so a window
-keeps enough samples for the verdict's rule (``verdict.max_leak_period``); the slowest
-leak it catches for sure stays near ``window / 3`` steps. Where the cap binds (very fast
-steps, short windows) the check costs more than the target rather than catching less.
+keeps enough samples for the verdict's rule (``verdict.max_leak_period``), which the
+verdict states per step for the stride in use (``slowest_leak_steps``): at the cap, 2 of
+the 5 samples, ``2 * window / 5`` steps (40 at ``window=100``; 30 with 10 samples, 33
+with every step sampled). Where the cap binds (very fast steps, short windows) the check
+costs more than the target rather than catching less.
 
 CPU time is the calling thread's (``time.thread_time``): the check runs in the loop's
 thread, and unlike wall time it does not count what other processes of a busy machine
@@ -24,15 +27,21 @@ import math
 import statistics
 import time
 
-#: The samples' CPU time per step the stride aims at, as a share of a step's CPU time:
-#: a third of the 0.3% the check must stay under, leaving room for what the ledger does
-#: not see (the few microseconds every step's hook costs on cold caches, the creation
-#: sites recorded in a run's last window) and for noise.
+#: The check's own CPU time per window the stride aims at, as a share of the steps' CPU
+#: time: a third of the 0.3% the check must stay under, leaving room for what a run pays
+#: once (the start walk, the warmup samples) and for noise.
 TARGET_SHARE = 0.001
 
-#: Samples a window keeps at least (``window // MIN_SAMPLES`` caps the stride): with 9 or
-#: more, a series that settles is refuted and a leak every ``samples // 3`` samples caught.
-MIN_SAMPLES = 10
+#: The check's CPU time on a step between samples (a counter compare, and the call into
+#: the callback on caches the step has just flushed): ~8 us measured in a transformers
+#: Trainer. Not timed per step (a thread-CPU clock read costs ~2 us); taken from the
+#: budget, for every step of the window, before the samples.
+STEP_HOOK_CPU = 8e-6
+
+#: Samples a window keeps at least (``window // MIN_SAMPLES`` caps the stride): with 5,
+#: a leak is caught when the count rises every 2 samples (``max_leak_period(5)``), and a
+#: series that settles in the first half of the window is still refuted.
+MIN_SAMPLES = 5
 
 
 def max_stride(window: int) -> int:
@@ -46,14 +55,16 @@ def choose_stride(
     step_cpu: float,
     sample_cpu: float,
     window_cpu: float = 0.0,
+    hook_cpu: float = STEP_HOOK_CPU,
     share: float = TARGET_SHARE,
 ) -> int:
-    """The smallest stride whose samples (``sample_cpu`` seconds each) and once-a-window
-    work (``window_cpu``: the judgement, moving the baseline) cost at most ``share`` of
-    the window's steps (``step_cpu`` seconds each), capped by ``max_stride(window)``."""
+    """The smallest stride whose samples (``sample_cpu`` seconds each), once-a-window
+    work (``window_cpu``: the judgement, moving the baseline) and calls on the steps
+    between samples (``hook_cpu`` each) cost at most ``share`` of the window's steps
+    (``step_cpu`` seconds each), capped by ``max_stride(window)``."""
     if step_cpu <= 0 or sample_cpu <= 0:
         return 1  # nothing measured yet (or a clock too coarse): sample every step
-    budget = share * step_cpu * window - window_cpu
+    budget = share * step_cpu * window - window_cpu - hook_cpu * window
     if budget <= 0:
         return max_stride(window)
     samples = max(1.0, budget / sample_cpu)

@@ -229,12 +229,14 @@ class Sampler:
         if self.result.calls == self.warmup:
             # Before the last warmup sample, so it counts what the measured ones count.
             self._adopt_recorded()
-        for hook in list(session.current().before_sample):  # what pytest keeps of a step
-            with contextlib.suppress(Exception):
-                hook()
-        if self._coverage is not None:
-            self._start_late(self._coverage.after_step(self.result.calls))
-        values = self._sample(collect or gc.collect)
+        recording = self._recorder  # a warmup sample: the probes' torch calls unrecorded
+        with recording.paused() if recording is not None else contextlib.nullcontext():
+            for hook in list(session.current().before_sample):  # what pytest keeps of a step
+                with contextlib.suppress(Exception):
+                    hook()
+            if self._coverage is not None:
+                self._start_late(self._coverage.after_step(self.result.calls))
+            values = self._sample(collect or gc.collect)
         for metric, value in values.items():
             self.result.series.setdefault(metric, []).append(value)
         if self.result.calls == self.warmup:

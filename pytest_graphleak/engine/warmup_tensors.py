@@ -64,6 +64,12 @@ class WarmupTensors:
         finally:
             seen.clear()
 
+    def paused(self) -> Any:
+        """A context in which the mode records nothing: the check's own torch calls (a
+        sample reads every tensor's storage) are not the step's, and through the mode
+        each costs a Python call."""
+        return sys.modules["torch"]._C.DisableTorchFunction()
+
     def remember(self, tensor: Any) -> None:
         key = id(tensor)
         ref = self._seen.get(key)
