@@ -115,3 +115,29 @@ def test_reach_holds_nothing(fake_module) -> None:
     assert [ref() for ref in refs] == [None, None, None]
     # the caches key on module names only
     assert all(isinstance(key, str) for key in walker._user_module)
+
+
+def test_loggers_are_reached_not_entered_but_a_users_handler_is() -> None:
+    # The logging manager lists every logger of the process (~1,500 objects under
+    # transformers, 60% of a Trainer's start walk); a user's subclass is entered.
+    import logging
+
+    kept = Marker()
+
+    class Keeper(logging.Handler):
+        def __init__(self) -> None:
+            super().__init__()
+            self.kept = [kept]
+
+        def emit(self, record: logging.LogRecord) -> None:
+            pass
+
+    logger = logging.getLogger("graphleak.test_reach")
+    handler = Keeper()
+    logger.addHandler(handler)
+    try:
+        found = ids(reachable([Holder(logger), Holder(handler)]))
+    finally:
+        logger.removeHandler(handler)
+    assert id(logger) in found and id(kept) in found
+    assert id(logger.manager) not in found and id(logger.handlers) not in found
