@@ -24,12 +24,16 @@ cost per process, not per step; the checked warm-up's callback time is reported 
 Also recorded: the gc state the training code sees (``gc.isenabled()``, frozen objects)
 inside a step, during a window and after the run.
 
-Target: the callback's own CPU time per step (everything it does, averaged over the
-run) <= 0.3% of the plain step's median CPU time. CPU time (``time.thread_time()``, and
-``time.process_time()`` beside it) is used because on a shared machine the wall time of a
-0.5 ms hook is often a 10 ms wait for the core. Every hook the callback defines is timed
-(``on_train_begin``, ``on_step_end``, ``on_train_end``); the others are
-``TrainerCallback``'s empty methods.
+After them, ``SHORT_REPEATS`` checked runs of ``SHORT_STEPS`` steps: what a run pays once
+(the start walk, the warmup samples) weighs more per step in a shorter run.
+
+Targets (issue 28): the callback's own CPU time per step (everything it does, averaged
+over the run) <= 0.3% of a 20 ms step, i.e. <= 0.060 ms, in the 600-step runs and in the
+short ones; and <= 0.3% of this run's plain step (median CPU time). CPU time
+(``time.thread_time()``, read innermost around each hook, and ``time.process_time()``
+beside it) is used because on a shared machine the wall time of a 0.5 ms hook is often a
+10 ms wait for the core. Every hook the callback defines is timed (``on_train_begin``,
+``on_step_end``, ``on_train_end``); the others are ``TrainerCallback``'s empty methods.
 """
 
 from __future__ import annotations
@@ -51,8 +55,11 @@ from _common import Stats, fmt_num, markdown_table, parse_args, pin_threads, wri
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 STEPS, WINDOW, REPEATS = 600, 100, 2
+SHORT_STEPS, SHORT_REPEATS = 200, 2
 QUICK_STEPS, QUICK_WINDOW, QUICK_REPEATS = 40, 10, 1
 TARGET_SHARE = 0.003
+#: The step the issue states the target against: 0.3% of 20 ms = 0.060 ms per step.
+TARGET_STEP_MS = 20.0
 #: Step times the docs state the cost against (the cost per step is this run's).
 SHARE_OF_MS = (20.0, 100.0)
 _BYTECODE = ", compiled from source: this Python writes no bytecode cache"
@@ -135,13 +142,18 @@ def make_callbacks(window: int) -> tuple[type, type]:
             self.step_costs: list[float] = []
 
         def _timed(self, hook: str, *args: Any, **kwargs: Any) -> None:
-            started, cpu_started = time.perf_counter(), time.thread_time()
-            process_started = time.process_time()
-            getattr(super(), hook)(*args, **kwargs)
+            method = getattr(super(), hook)
+            # Thread CPU innermost: a clock read costs ~2 us of CPU here (a system call),
+            # and only the callback's own time is wanted.
+            started, process_started = time.perf_counter(), time.process_time()
+            cpu_started = time.thread_time()
+            method(*args, **kwargs)
+            cpu = time.thread_time() - cpu_started
+            process = time.process_time() - process_started
             spent = time.perf_counter() - started
             self.spent[hook] += spent
-            self.cpu_spent[hook] += time.thread_time() - cpu_started
-            self.process_spent[hook] += time.process_time() - process_started
+            self.cpu_spent[hook] += cpu
+            self.process_spent[hook] += process
             if hook == "on_step_end":
                 self.step_costs.append(spent)
 
@@ -167,6 +179,7 @@ def main() -> None:
     steps, window, repeats = (
         (QUICK_STEPS, QUICK_WINDOW, QUICK_REPEATS) if options.quick else (STEPS, WINDOW, REPEATS)
     )
+    short_steps, short_repeats = (QUICK_STEPS, 1) if options.quick else (SHORT_STEPS, SHORT_REPEATS)
     pin_threads()
     warnings.filterwarnings("ignore")
     import transformers
@@ -182,6 +195,7 @@ def main() -> None:
     process_spent: dict[str, float] = {}
     windows: list[str] = []
     strides: list[int] = []
+    short_cpu: list[float] = []  # callback CPU per step of each short run
     gc_steps: list[bool] = []
     gc_during: set[tuple[bool, int]] = set()
     gc_plain: set[tuple[bool, int]] = set()
@@ -211,13 +225,18 @@ def main() -> None:
                         )
                     windows = [
                         f"{r.name.split(' ', 1)[1]}: {'LEAK' if r.leaked else 'clean'}, "
-                        f"sampled every {r.sample_every}"
+                        f"sampled every {r.sample_every} (catches 1 object every "
+                        f"{r.verdict.slowest_leak_steps} steps)"
                         for r in graphleak.results
                     ]
                     strides.extend(r.sample_every for r in graphleak.results)
                     gc_during.update(trainer.gc_seen)
                     gc_steps.extend(trainer.gc_steps)
                 del trainer
+        for _ in range(short_repeats):
+            graphleak = timed_callback()
+            build_trainer(short_steps, [step_clock(), graphleak], out_dir).train()
+            short_cpu.append(sum(graphleak.cpu_spent.values()) / short_steps)
     after = (gc.isenabled(), gc.get_freeze_count())
 
     steps_done = steps * repeats
@@ -249,6 +268,10 @@ def main() -> None:
         ("callback CPU time per step, by hook (thread CPU)", by_hook),
         ("callback CPU time per step (process CPU: every thread)", _ms(hook_process)),
         ("the same cost per step as a share of other step times", at),
+        (
+            f"callback CPU time per step, {short_steps}-step runs (thread CPU, each run)",
+            ", ".join(_ms(cost) for cost in short_cpu),
+        ),
         ("stride (steps per sample) chosen per window", ", ".join(map(str, sorted(set(strides))))),
         (
             "first checked run in the process (warm-up, not above): callback CPU time",
@@ -270,20 +293,37 @@ def main() -> None:
     gc_table = markdown_table(
         ("what the training code sees", "gc.isenabled(), frozen objects"), gc_rows
     )
+    limit = TARGET_SHARE * TARGET_STEP_MS / 1e3  # 0.060 ms
+    worst_short = max(short_cpu)
     target = markdown_table(
         ("target", "measured", "result"),
-        [(
-            "window-mode callback CPU time per step <= 0.3% of the plain step's CPU time",
-            f"{share * 100:.2f}% ({_ms(hook_cpu)} of {_ms(plain_cpu.median)})",
-            "**met**" if share <= TARGET_SHARE else "**not met**",
-        )],
-    )  # fmt: skip
+        [
+            (
+                f"callback CPU time per step <= 0.3% of a {TARGET_STEP_MS:g} ms step "
+                f"({_ms(limit)}), {steps}-step runs",
+                f"{_ms(hook_cpu)} = {hook_cpu * 1e3 / TARGET_STEP_MS * 100:.2f}%",
+                _met(hook_cpu <= limit),
+            ),
+            (
+                f"the same, {short_steps}-step runs (the slower of {len(short_cpu)})",
+                f"{_ms(worst_short)} = {worst_short * 1e3 / TARGET_STEP_MS * 100:.2f}%",
+                _met(worst_short <= limit),
+            ),
+            (
+                "callback CPU time per step <= 0.3% of this run's plain step (CPU median)",
+                f"{share * 100:.2f}% ({_ms(hook_cpu)} of {_ms(plain_cpu.median)})",
+                _met(share <= TARGET_SHARE),
+            ),
+        ],
+    )
     body = (
         f"transformers Trainer, BERT from a config (2 layers, hidden 128, 64 tokens, batch 8), "
         f"{steps} optimizer steps per run, {repeats} runs of each kind alternating, after "
-        f"one unmeasured warm-up run of each kind ({QUICK_STEPS} steps); "
+        f"one unmeasured warm-up run of each kind ({QUICK_STEPS} steps), then "
+        f"{short_repeats} checked runs of {short_steps} steps; "
         f'`GraphLeakCallback(window={window}, on_leak="warn")`. CPU times are the main '
-        "thread's (`time.thread_time()`; one torch thread, the data loaded in the main "
+        "thread's (`time.thread_time()`, read innermost around each hook: one read, ~2 us "
+        "here, is in every hook's time; one torch thread, the data loaded in the main "
         "thread): unlike wall time they do not count the time other processes of a shared "
         "machine held the core, so they compare fairly across runs (the load average above "
         "says how busy the machine was).\n\n"
@@ -291,7 +331,9 @@ def main() -> None:
         "Between samples automatic gc is as the training had it (here: enabled); it is off "
         "during the step that ends in a sample (every k-th, and every step of the warmup), "
         "so that the sample's `gc.collect()` counts what that step left to the cyclic gc, "
-        "and during the few steps recorded for a diagnosis (the run's last window). Objects "
+        "and during the few steps recorded for a diagnosis (every window after a leak, and "
+        "the run's last window once a measured count rose above its baseline: none in these "
+        "clean runs). Objects "
         "alive at a window's start stay frozen (`gc.freeze()`) until the run ends: a "
         "sample then costs O(objects made since), not O(heap); automatic gc does not look "
         "at frozen objects. A clean window moves the baseline forward (freezing what is "
@@ -301,6 +343,10 @@ def main() -> None:
     )
     write_results("window", "Window mode on a transformers training run", body,
                   out=options.out, quick=options.quick)  # fmt: skip
+
+
+def _met(met: bool) -> str:
+    return "**met**" if met else "**not met**"
 
 
 def _ms(seconds: float) -> str:
