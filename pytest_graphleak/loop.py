@@ -520,8 +520,9 @@ class LoopCheck:
         diagnosis = result.diagnosis
         if diagnosis is not None and changes:
             diagnosis.stored_at = per_step(changes, 1, via)
-            worded = fix_for_stored(diagnosis.pattern, diagnosis.stored_at, diagnosis.chain)
-            diagnosis.fix = diagnosis.fix or worded
+            worded = fix_for_stored(diagnosis.pattern, diagnosis.stored_at, diagnosis.chain,
+                                    graph=not diagnosis.story)  # fmt: skip
+            diagnosis.fix = worded or diagnosis.fix
         elif diagnosis is not None:
             diagnosis.notes.append(note or NOT_STORED_NEXT_STEP)
         self._publish(result, report=report)

@@ -15,7 +15,7 @@ import pytest
 
 import minigrad as mg
 from pytest_graphleak import check, track
-from pytest_graphleak.diagnose.stored_fix import stored_fix
+from pytest_graphleak.diagnose.stored_fix import kept_fix, stored_fix
 from pytest_graphleak.loop import LoopCheck
 from pytest_graphleak.options import Settings
 from pytest_graphleak.patterns import FIXES
@@ -254,3 +254,56 @@ def test_a_window_modes_first_leak_says_why_it_has_no_lines_and_keeps_the_usual_
     later_text = render_text(later)
     assert "stored at: " in later_text and "kept.append(loss)" in later_text
     assert "fix: store loss.item() (a plain number) instead of loss" in later_text
+
+
+# -- tensors kept without a graph: the container to bound or clear is named ----------------
+NO_GRAPH = "the kept tensors are already detached, so .detach() changes nothing: "
+METRICS_TAIL = (
+    "and for metrics keep a fixed-size state (binned thresholds instead of every "
+    "prediction; compute() and reset() each epoch)"
+)
+
+
+@pytest.mark.parametrize(
+    ("line", "chain", "fix"),
+    [
+        ('state["losses"].append(loss.detach())', LOSSES,
+         NO_GRAPH + 'store loss.item() instead, or bound or clear state["losses"] '
+         '(collections.deque(maxlen=N), or state["losses"].clear() at the end of each '
+         "epoch), " + METRICS_TAIL),
+        ("preds.append(logits.detach().cpu())", ["local 'preds'", "list(len=24)", MATRIX],
+         NO_GRAPH + "bound or clear preds (collections.deque(maxlen=N), or preds.clear() at "
+         "the end of each epoch), " + METRICS_TAIL),
+        ("loop.outputs.append(output)",
+         ["self", "Loop.outputs", "list(len=24)", "dict['prediction']", MATRIX],
+         NO_GRAPH + "bound or clear loop.outputs (collections.deque(maxlen=N), or "
+         "loop.outputs.clear() at the end of each epoch), " + METRICS_TAIL),
+        ("state.auroc.update(probs.detach(), labels)", ["x", "BinaryAUROC.preds",
+         "list(len=24)", MATRIX], ""),  # a call into a library: the table's wording
+        ("preds.append(logits.detach())", ["local 'box'", "Box.x", MATRIX], ""),
+    ],
+)  # fmt: skip
+def test_kept_without_graph_names_the_container_to_bound(
+    line: str, chain: list[str], fix: str
+) -> None:
+    assert kept_fix(LIST, line, chain) == fix
+    assert kept_fix(RETAINED, line, chain) == ""
+
+
+@pytest.mark.parametrize("backend", ["torch", "minigrad"])
+def test_check_names_the_container_of_detached_tensors(backend: str) -> None:
+    model = _Model(backend)
+
+    def keep_detached() -> None:
+        loss = model.forward()
+        model.history.append(loss.detach())
+
+    result = check(keep_detached, steps=8, warmup=2)
+    assert result.diagnosis is not None and result.diagnosis.story, result.diagnosis
+    _agree(
+        result,
+        LIST,
+        NO_GRAPH + "store loss.item() instead, or bound or clear model.history "
+        "(collections.deque(maxlen=N), or model.history.clear() at the end of each epoch), "
+        + METRICS_TAIL,
+    )

@@ -221,7 +221,8 @@ def _diagnose_with_step(
                           has_chain=chain_path is not None)  # fmt: skip
         if pattern == "cycle" and cycle_fix:
             fix = cycle_fix
-        fix = fix or fix_for_stored(pattern, stored, chain)  # worded for the user's own line
+        # Worded for the user's own line (a cycle's fix stays: no stored-at line there).
+        fix = fix_for_stored(pattern, stored, chain, graph=not story) or fix
         dot = render_dot(chain_path, cycle_path, walker) or (seen.dot if seen else "")
         diagnosis = Diagnosis(pattern, chain=chain, cycle=cycle, sites=sites, notes=notes,
                               dot=dot, stored_at=stored, story=story, fix=fix)  # fmt: skip

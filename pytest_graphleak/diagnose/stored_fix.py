@@ -33,6 +33,9 @@ _JOINS = frozenset({"cat", "concat", "concatenate", "stack", "hstack", "vstack",
                     "column_stack", "dstack"})  # fmt: skip
 #: Calls whose result carries no graph: what they are given is stored already cut off.
 _CUTS = frozenset({"detach", "item", "tolist", "numpy", "float", "int", "bool"})
+#: Calls that only detach, move or copy a tensor (``out.detach().cpu()``).
+_COPIES = frozenset({"detach", "cpu", "cuda", "clone", "to", "float", "double", "half",
+                     "contiguous"})  # fmt: skip
 #: The augmented assignments a running value is kept with (``total += loss``).
 _OPERATORS: dict[type[ast.operator], str] = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*",
                                              ast.Div: "/"}  # fmt: skip
@@ -93,9 +96,79 @@ def _offset(text: str, node: ast.AST) -> int:
     return len(text.encode()[: getattr(node, "col_offset", 0)].decode(errors="ignore"))
 
 
-def fix_for_stored(pattern: str, stored: Sequence[CreationSite], chain: Sequence[str]) -> str:
-    """The fix worded for the first (most frequent) ``stored at:`` line; "" for none."""
-    return stored_fix(pattern, stored[0].line, chain) if stored else ""
+def fix_for_stored(
+    pattern: str, stored: Sequence[CreationSite], chain: Sequence[str], *, graph: bool = True
+) -> str:
+    """The fix worded for the first (most frequent) ``stored at:`` line; "" for none.
+    ``graph=False``: the kept tensors carry no graph (``story.tell``'s no-graph fix)."""
+    if not stored:
+        return ""
+    if not graph:
+        return kept_fix(pattern, stored[0].line, chain)
+    return stored_fix(pattern, stored[0].line, chain)
+
+
+def kept_fix(pattern: str, line: str, chain: Sequence[str] | None = None) -> str:
+    """The no-graph fix (``patterns``' ``no_graph_fix``) worded for the line that puts
+    already detached tensors into a container: that container is the one to bound or
+    clear. "" when the line is not such a put (the table's wording stays)."""
+    if pattern != "list-accumulation":
+        return ""
+    try:
+        parsed = _Line(line.strip(), chain)
+    except (SyntaxError, ValueError):
+        return ""
+    found = {_put(parsed, statement) for statement in _simple_statements(parsed.tree)} - {None}
+    if len(found) != 1:
+        return ""
+    holder, value = found.pop()  # type: ignore[misc]
+    base = _uncut(value)
+    number = ""
+    if parsed.holds(_SEQUENCE_LINK) and isinstance(base, _PRIMARY) and parsed.scalar is not False:
+        item = f"{parsed.of(base)}.item()"
+        number = (
+            f"store {item} instead, or " if parsed.scalar else f"store {item} for a scalar, or "
+        )
+    return (
+        f"the kept tensors are already detached, so .detach() changes nothing: {number}bound "
+        f"or clear {holder} (collections.deque(maxlen=N), or {holder}.clear() at the end of "
+        "each epoch), and for metrics keep a fixed-size state (binned thresholds instead of "
+        "every prediction; compute() and reset() each epoch)"
+    )
+
+
+def _put(line: _Line, statement: ast.stmt) -> tuple[str, ast.expr] | None:
+    """``(holder, value)`` of a line that puts ``value`` into the container ``holder``,
+    where the chain shows the tensor in that container (or in a record put there)."""
+    holder: ast.expr | None = None
+    value: ast.expr | None = None
+    if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call):
+        call, func = statement.value, statement.value.func
+        if isinstance(func, ast.Attribute) and func.attr in _PUTS and call.args:
+            holder, value = func.value, call.args[-1]
+    elif isinstance(statement, ast.AugAssign) and isinstance(statement.value, ast.List):
+        if len(statement.value.elts) == 1:
+            holder, value = statement.target, statement.value.elts[0]
+    elif isinstance(statement, ast.Assign) and len(statement.targets) == 1:
+        target = statement.targets[0]
+        if isinstance(target, ast.Subscript) and line.holds(_MAPPING_LINK):
+            return line.of(target.value), statement.value
+    if holder is None or value is None:
+        return None
+    in_record = _SEQUENCE_LINK.match(line.outer_link) and line.holds(_RECORD_LINK)
+    return (line.of(holder), value) if line.holds(_SEQUENCE_LINK) or in_record else None
+
+
+def _uncut(node: ast.expr) -> ast.expr:
+    """``logits`` of ``logits.detach().cpu()``: the expression before the calls that
+    only copy or detach it."""
+    while (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in _COPIES
+    ):
+        node = node.func.value
+    return node
 
 
 def stored_fix(pattern: str, line: str, chain: Sequence[str] | None = None) -> str:
