@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import _thread
 import gc
+import json
 import threading
 
 import pytest
@@ -163,3 +164,52 @@ def test_a_thread_the_test_starts_is_the_tests(pytester: pytest.Pytester) -> Non
     # freeze, lifted while the check ran in the thread, takes them in when it resumes).
     result.assert_outcomes(failed=1, passed=2, warnings=0)
     result.stdout.fnmatch_lines(["*held by: global 'kept' -> list*"])
+
+
+FIT_IN_A_THREAD = """
+import threading
+
+import torch
+from ignite.engine import Engine
+from pytest_graphleak.integrations.ignite import GraphLeakHandler
+
+
+def test_fit_in_a_thread():
+    model = torch.nn.Linear(4, 1)
+    kept = []
+
+    def update(engine, batch):
+        loss = model(batch).pow(2).mean()
+        loss.backward()
+        kept.append(loss)
+        return loss.item()
+
+    engine = Engine(update)
+    GraphLeakHandler(warmup=2).attach(engine)
+    batches = [torch.randn(2, 4) for _ in range(20)]
+    worker = threading.Thread(target=engine.run, args=(batches,), kwargs={"max_epochs": 1})
+    worker.start()
+    worker.join()
+"""
+
+
+def test_a_framework_callback_in_a_thread_takes_the_runs_options_and_joins_the_report(
+    pytester: pytest.Pytester,
+) -> None:
+    """A trainer run in a thread the test started: its callback's check reads the run's
+    ``--graphleak-warn-only`` (a warning, not an error in the thread) and its result is
+    the test's row in the JSON report."""
+    pytest.importorskip("torch")
+    pytest.importorskip("ignite")
+    pytester.makepyfile(test_fit=FIT_IN_A_THREAD)
+    result = pytester.runpytest(
+        "--graphleak-warn-only", "--graphleak-report=r.json", "-p", "no:randomly",
+        "-p", "no:cacheprovider",
+    )  # fmt: skip
+    result.assert_outcomes(passed=1, warnings=1)
+    result.stdout.fnmatch_lines(["*GraphLeakWarning: graphleak: test_fit.py::test_fit_in_a_thread"
+                                 "::ignite(update) leaks: list-accumulation*"])  # fmt: skip
+    document = json.loads((pytester.path / "r.json").read_text())
+    assert [(t["nodeid"], t["status"]) for t in document["tests"]] == [
+        ("test_fit.py::test_fit_in_a_thread", "warned")
+    ]
