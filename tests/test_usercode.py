@@ -90,3 +90,18 @@ def test_objects_of_a_user_module_named_like_pytest_are_walked(
     holder = type("Holder", (), {"__module__": "pytest_helpers"})()
     assert not is_private(holder)
     assert is_private(pytest.MonkeyPatch())
+
+
+def test_either_spelling_in_a_library_makes_a_library_file(tmp_path: object) -> None:
+    # A user's path that is a symlink into site-packages is the library's; a symlink
+    # from site-packages' spelling is settled by the absolute spelling alone.
+    from pathlib import Path
+
+    assert isinstance(tmp_path, Path)
+    library_dir = Path(SITE)
+    target = next(library_dir.glob("*.py"), None) or next(library_dir.rglob("*.py"))
+    link = tmp_path / "linked.py"
+    link.symlink_to(target)
+    is_user_file.cache_clear()
+    assert not is_user_file(str(link))
+    assert is_user_file(str(tmp_path / "plain.py"))

@@ -79,14 +79,21 @@ def is_user_file(path: object) -> bool:
         return False
     if path.startswith("<"):
         return not path.startswith("<frozen")
-    for spelled in _spellings(path):
-        if any(marker in spelled for marker in INSTALLED_MARKERS):
-            return False
-        if spelled.startswith(_stdlib_dirs()):
-            return False
-        if any(spelled.startswith(package) for package, _ in _internal_dirs()):
-            return False
-    return True
+    # Either spelling in a library makes it a library's. The absolute one first: it
+    # settles most files (site-packages) without realpath's system call per path part.
+    absolute = os.path.abspath(path)
+    if _library_spelling(absolute):
+        return False
+    real = os.path.realpath(path)
+    return real == absolute or not _library_spelling(real)
+
+
+def _library_spelling(spelled: str) -> bool:
+    if any(marker in spelled for marker in INSTALLED_MARKERS):
+        return True
+    if spelled.startswith(_stdlib_dirs()):
+        return True
+    return any(spelled.startswith(package) for package, _ in _internal_dirs())
 
 
 def is_user_module(name: object) -> bool | None:
