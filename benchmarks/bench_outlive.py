@@ -14,7 +14,9 @@ ways, interleaved over rounds, each a fresh ``pytest`` process:
 
 and times each test's whole protocol (setup, call, teardown and the audit) with a
 hookwrapper of the conftest. It also times the census alone in this process, around one
-torch step, on heaps of 10k to 1M objects.
+torch step, on heaps of 10k to 1M objects (with the walk for tensors grown in place from
+a module global that holds the model), and what ``--graphleak-outlive-sites=rerun``
+costs a test the audit names (50 tests that each append their loss to a module list).
 
     .venv/bin/python benchmarks/bench_outlive.py [--quick] [--out PATH]
 """
@@ -50,6 +52,13 @@ HEAP_OBJECTS = 150_000
 ROUNDS = 5
 QUICK_ROUNDS = 1
 TARGET_MS = 1.0
+OFFENDERS = 50
+RERUN_MODES = {
+    "plain pytest": [],
+    "--graphleak (sites off)": ["--graphleak"],
+    "--graphleak --graphleak-outlive-sites=rerun": ["--graphleak",
+                                                    "--graphleak-outlive-sites=rerun"],
+}
 MODES = {
     "plain pytest": [],
     "--graphleak --graphleak-outlive=off": ["--graphleak", "--graphleak-outlive=off"],
@@ -98,14 +107,33 @@ def test_step(i):
 """
 
 
-def _run_suite(folder: Path, args: list[str]) -> tuple[list[float], int, float]:
-    """Per-test protocol times (s), gc-tracked objects at the end, session wall time."""
+OFFENDING = """
+import pytest
+import torch
+
+MODEL = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+LOSSES = []
+
+
+@pytest.mark.parametrize("i", range({tests}))
+def test_step(i):
+    x = torch.randn(8, 16)
+    loss = MODEL(x).pow(2).mean()
+    LOSSES.append(loss)
+"""
+
+
+def _run_suite(
+    folder: Path, args: list[str], *, strict: bool = True
+) -> tuple[list[float], int, float]:
+    """Per-test protocol times (s), gc-tracked objects at the end, session wall time.
+    ``strict``: an outlive warning fails the run (no test may be named)."""
     times_file = folder / "times.json"
     env = {**os.environ, "BENCH_OUTLIVE_TIMES": str(times_file),
            "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1"}  # fmt: skip
+    strictly = ["-W", "error::pytest_graphleak.GraphOutliveWarning"] if strict else []
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "-p",
-               "no:cacheprovider", "-W", "error::pytest_graphleak.GraphOutliveWarning",
-               *args, str(folder)]  # fmt: skip
+               "no:cacheprovider", *strictly, *args, str(folder)]  # fmt: skip
     started = time.perf_counter()
     done = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - started
@@ -160,6 +188,7 @@ def _census_table(quick: bool) -> str:
 
     pin_threads()
     model = torch.nn.Linear(16, 1)
+    roots = {"MODEL": model, "LOSSES": [0.5] * 100}  # what a test module's globals hold
     rows = []
     heap: list[object] = []
     for size in (10_000, 100_000) if quick else (10_000, 100_000, 1_000_000):
@@ -175,8 +204,9 @@ def _census_table(quick: bool) -> str:
             census.begin()
             model(torch.randn(4, 16)).sum().backward()
             found = census.finish()
+            grown = census.grown_in_place([model, roots], found)
             audited.append(time.perf_counter() - start)
-            assert not found
+            assert not found and not grown
         step, both = statistics.median(plain) * 1e3, statistics.median(audited) * 1e3
         rows.append([f"{size:,}", f"{tracked_object_count():,}", f"{fmt_num(step)} ms",
                      f"{fmt_num(both)} ms", f"{fmt_num(both - step)} ms"])  # fmt: skip
@@ -187,12 +217,32 @@ def _census_table(quick: bool) -> str:
     )  # fmt: skip
 
 
+def _rerun_table(rounds: int) -> str:
+    """Per named test: the audit with sites off, and with one re-run for its sites."""
+    per_test: dict[str, list[float]] = {mode: [] for mode in RERUN_MODES}
+    with tempfile.TemporaryDirectory(prefix="bench-outlive-rerun-") as tmp:
+        folder = Path(tmp)
+        (folder / "conftest.py").write_text(textwrap.dedent(CONFTEST))
+        (folder / "test_offending.py").write_text(OFFENDING.format(tests=OFFENDERS))
+        for _ in range(rounds):
+            for mode, args in RERUN_MODES.items():
+                times, _, _ = _run_suite(folder, args, strict=False)
+                per_test[mode].append(statistics.median(times))
+    medians = {mode: statistics.median(values) * 1e3 for mode, values in per_test.items()}
+    plain = medians["plain pytest"]
+    rows = [[mode, f"{fmt_num(medians[mode])} ms", f"{fmt_num(medians[mode] - plain)} ms"]
+            for mode in RERUN_MODES]  # fmt: skip
+    return markdown_table(["run", "per named test (median of round medians)",
+                           "over plain pytest"], rows)  # fmt: skip
+
+
 def main() -> None:
     args = parse_args(__doc__ or "")
     tests = QUICK_TESTS if args.quick else TESTS
     rounds = QUICK_ROUNDS if args.quick else ROUNDS
     suite, _ = _suite_table(tests, rounds)
     census = _census_table(args.quick)
+    rerun = _rerun_table(rounds)
     body = f"""
 {tests:,} unmarked torch tests (forward and backward of a 16-32-1 MLP; every tenth keeps
 `loss.item()` in a module list), a conftest that imports torch and holds {HEAP_OBJECTS:,}
@@ -203,10 +253,20 @@ audited runs use `-W error::pytest_graphleak.GraphOutliveWarning`: no test is na
 
 {suite}
 
-The census alone (`engine/outlive.Census`, in this process: `begin()` freezes, `finish()`
-collects what was made since and checks its types), around one torch step, medians:
+The census alone (`engine/outlive.Census`, in this process: `begin()` freezes and reads
+torch's autograd sequence counter, `finish()` collects what was made since, checks its
+types and reads the counter again; then `grown_in_place()` walks a module's globals that
+hold the model for tensors grown in place, as the audit does when the test made graph
+nodes), around one torch step, medians:
 
 {census}
+
+What a test the audit names pays for its sites: {OFFENDERS} tests that each append their
+loss to a module list (each is named), the same conftest, {rounds} rounds. With
+`--graphleak-outlive-sites=rerun` each named test runs once more under the site recorder
+and the line tracer (`plugin/outlive_rerun.py`); tests the audit does not name never pay it.
+
+{rerun}
 
 Reading: the census costs the same on every heap size because the frozen heap is neither
 collected nor listed: its work is O(objects the test made and kept). The whole-suite rows

@@ -105,6 +105,19 @@ def test_fail_mode_fails_the_test_at_teardown(pytester: pytest.Pytester) -> None
     assert result.ret == pytest.ExitCode.TESTS_FAILED
 
 
+def test_rerun_in_fail_mode_adds_stored_at_to_minigrad_sites(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_suite=SUITE)
+    result = pytester.runpytest("--graphleak", "--graphleak-outlive=fail",
+                                "--graphleak-outlive-sites=rerun", "-p", "no:randomly")  # fmt: skip
+    result.assert_outcomes(passed=3, failed=1, errors=1)  # as without the re-run
+    result.stdout.fnmatch_lines([
+        "*ERROR at teardown of test_appends_loss*",
+        "*created at: test_suite.py:14 in _loss: return (model(*",
+        "*stored at: test_suite.py:* in test_appends_loss: history.append(loss)  (once in the "
+        "test's re-run)",
+    ])  # fmt: skip
+
+
 @pytest.mark.parametrize(
     "args",
     [

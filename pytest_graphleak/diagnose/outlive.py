@@ -60,8 +60,6 @@ class Holder:
     fixture: bool = False
     #: Reads the root again (a module global rebound by the test); None: ``value`` stands.
     read: Callable[[], object] | None = None
-    #: Another module's global (not walked for tensors grown in place: ``Census``).
-    far: bool = False
 
 
 @dataclass
@@ -124,24 +122,23 @@ def explain(
     try:
         while targets and len(outcome.results) < MAX_HOLDERS:
             path = _search(plain, targets, walker)
+            deferred = False
             if path is None:
                 path = _search(fixtures, targets, walker)
                 if path is None:
                     break
-                kept = _kept_by(path.objects[0], targets, walker)
-                if not _in_place(path, made, backends):  # the fixture's while it lives
-                    outcome.deferred.append(Deferred(made_by or nodeid, path.root_label,
-                                                     _weak(kept, backends)))  # fmt: skip
-                    kept = []
+                deferred = not _in_place(path, made, backends)  # the fixture's while it lives
+            kept = _kept_by(path.objects[0], targets, walker)
+            if deferred:
+                outcome.deferred.append(Deferred(made_by or nodeid, path.root_label,
+                                                 _weak(kept, backends)))  # fmt: skip
             else:
-                kept = _kept_by(path.objects[0], targets, walker)
-            if kept:
                 in_place = _in_place(path, made, backends)
                 outcome.results.append(_result(path, kept, walker, backends, nodeid, made_by,
                                                fixture, in_place, where))  # fmt: skip
             plain = [root for root in plain if root[0] != path.root_label]
             fixtures = [root for root in fixtures if root[0] != path.root_label]
-            if kept and keep_paths:
+            if keep_paths and not deferred:
                 outcome.paths.append(path)
             else:
                 path.clear()

@@ -146,17 +146,15 @@ class OutliveAudit:
         found = census.finish()
         if census.skipped:
             self.notes.add(f"outlive audit skipped in some tests: {census.skipped}")
-        holders: list[Holder] | None = None
         grown: list[Any] = []
         try:
-            if census.made_torch_nodes:
-                holders = self._holders(item)
-                near = [h.value for h in holders if not h.far]
+            if census.made_torch_nodes:  # the test module's roots only: no sys.modules scan
+                near = [h.value for h in self._holders(item, others=False)]
                 grown = census.grown_in_place(near, found)
                 near.clear()
             if not found and not grown:
                 return Explained()
-            return explain([*found, *grown], holders or self._holders(item),
+            return explain([*found, *grown], self._holders(item),
                            nodeid=item.nodeid, backends=census.backends,
                            grown={id(t) for t in grown}, keep_paths=keep_paths,
                            site_of=site_of)  # fmt: skip
@@ -185,15 +183,16 @@ class OutliveAudit:
             reader = {h.label: h.read for h in self._holders(item)}
             root = reader.get(watched.root_label)
         run = self._rerun = outlive_rerun.SiteRun(watched, explained.walker, root)
-        try:
-            reports = outlive_rerun.run_again(item, nextitem)
-        finally:
-            self._rerun = None
-            run.call_ends()
-        try:
+        try:  # the freeze and the trace function are given back whatever happens
+            try:
+                reports = outlive_rerun.run_again(item, nextitem)
+            finally:
+                self._rerun = None
+                run.call_ends()
             failed = outlive_rerun.failed_phase(reports)
             if not run.called or not run.counted or failed:
-                why = f"its {failed} failed" if failed else "its call phase did not run"
+                why = (f"its {failed} failed" if failed else "its call phase did not run"
+                       if not run.called else f"it could not be counted ({run.census.skipped})")
                 for result in results:
                     if result.diagnosis is not None:
                         result.diagnosis.notes.append(
@@ -238,7 +237,10 @@ class OutliveAudit:
         return results
 
     # -- roots --------------------------------------------------------------------------
-    def _holders(self, item: pytest.Item, *, fixtures: bool = True) -> list[Holder]:
+    def _holders(
+        self, item: pytest.Item, *, fixtures: bool = True, others: bool = True
+    ) -> list[Holder]:
+        """The roots; ``others``: the user's other modules' globals too."""
         module = getattr(item, "module", None)
         holders: list[Holder] = []
         if isinstance(module, types.ModuleType):
@@ -248,9 +250,9 @@ class OutliveAudit:
             holders.extend(_class_attributes(cls))
         if fixtures:
             holders.extend(_live_fixtures(item))
-        for name, other in list(sys.modules.items()):
+        for name, other in list(sys.modules.items()) if others else ():
             if other is not module and isinstance(other, types.ModuleType) and is_user_module(name):
-                holders.extend(_globals(other, far=True))
+                holders.extend(_globals(other))
         return [h for h in holders if not self._kept_on_purpose(h.qualified)]
 
     def _kept_on_purpose(self, qualified: str) -> bool:
@@ -309,14 +311,13 @@ def _warn(item: pytest.Item, text: str) -> None:
     )
 
 
-def _globals(module: types.ModuleType, *, far: bool = False) -> Iterable[Holder]:
-    """``far``: another module than the test's (not walked for tensors grown in place)."""
+def _globals(module: types.ModuleType) -> Iterable[Holder]:
     prefix = module.__name__
     names = vars(module)
     for name, value in list(names.items()):
         if not name.startswith("__") and not isinstance(value, _SKIP_GLOBALS):
             yield Holder(f"global '{prefix}.{name}'", f"{prefix}.{name}", value,
-                         read=_reader(names, name, value), far=far)  # fmt: skip
+                         read=_reader(names, name, value))  # fmt: skip
 
 
 def _reader(names: Mapping[str, Any], name: str, value: object) -> Any:
