@@ -309,28 +309,81 @@ def _mutable_classes(tree: ast.Module) -> set[str]:
     return names
 
 
+def _assigned(node: ast.AST) -> list[ast.expr]:
+    """The targets of an assignment (none for any other node)."""
+    if isinstance(node, ast.Assign):
+        return list(node.targets)
+    return [node.target] if isinstance(node, ast.AnnAssign) and node.value is not None else []
+
+
+def _callee(node: object) -> str:
+    """``f`` of ``f(...)`` or ``m.f(...)``; "" for anything else."""
+    called = node.func if isinstance(node, ast.Call) else None
+    if isinstance(called, ast.Name):
+        return called.id
+    return called.attr if isinstance(called, ast.Attribute) else ""
+
+
+def _makes_container(node: ast.AST) -> bool:
+    """An assignment of a mutable container: a literal, a comprehension, ``dict()``..."""
+    value = getattr(node, "value", None) if _assigned(node) else None
+    literals = (ast.List, ast.Dict, ast.Set, ast.ListComp, ast.DictComp, ast.SetComp)
+    return isinstance(value, literals) or (value is not None and _callee(value) in _CONTAINERS)
+
+
 def module_containers(tree: ast.Module) -> tuple[set[str], set[str]]:
     """(names bound at module level to a mutable container, names bound to an instance
     of one of the module's own mutable classes)."""
     containers, instances = set(), set()
     classes = _mutable_classes(tree)
     for node in _module_level(tree.body):
-        if not isinstance(node, (ast.Assign, ast.AnnAssign)) or node.value is None:
-            continue
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-        names = {t.id for t in targets if isinstance(t, ast.Name)}
-        value = node.value
-        called = value.func if isinstance(value, ast.Call) else None
-        callee = (
-            called.id if isinstance(called, ast.Name)
-            else called.attr if isinstance(called, ast.Attribute) else None
-        )  # fmt: skip
-        literals = (ast.List, ast.Dict, ast.Set, ast.ListComp, ast.DictComp, ast.SetComp)
-        if isinstance(value, literals) or callee in _CONTAINERS:
+        names = {t.id for t in _assigned(node) if isinstance(t, ast.Name)}
+        if _makes_container(node):
             containers |= names
-        elif callee in classes:
+        elif names and _callee(getattr(node, "value", None)) in classes:
             instances |= names
     return containers, instances
+
+
+def class_containers(tree: ast.Module) -> dict[str, set[str]]:
+    """Class name -> its class attributes bound to a mutable container (shared by every
+    instance: as much module-level state as a global), less those its instances rebind
+    (``self.x = ...``: each instance has its own)."""
+    found: dict[str, set[str]] = {}
+    for node in tree.body:
+        if not isinstance(node, ast.ClassDef):
+            continue
+        names = {
+            target.id for member in node.body if _makes_container(member)
+            for target in _assigned(member) if isinstance(target, ast.Name)
+        }  # fmt: skip
+        rebound = {
+            target.attr for inner in ast.walk(node) for target in _assigned(inner)
+            if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)
+            and target.value.id == "self"
+        }  # fmt: skip
+        if names - rebound:
+            found[node.name] = names - rebound
+    return found
+
+
+_Function = ast.FunctionDef | ast.AsyncFunctionDef
+
+
+def _functions(tree: ast.Module) -> Iterator[tuple[_Function, str]]:
+    """Every function with the class it is defined in ("" outside a class)."""
+
+    def visit(node: ast.AST, cls: str) -> Iterator[tuple[_Function, str]]:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.ClassDef):
+                yield from visit(child, child.name)
+            elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                yield child, cls
+                yield from visit(child, cls)
+            else:
+                yield from visit(child, cls)
+
+    yield from visit(tree, "")
 
 
 def _local_names(function: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
@@ -364,7 +417,9 @@ def _changed(node: ast.AST) -> ast.expr | None:
 def module_state(trees: dict[str, ast.Module]) -> list[str]:
     """Module-level state changed at run time, as ``module.NAME: why`` lines: a mutable
     container that a function (of any module) changes in place, an instance of a
-    module's own mutable class kept at module level, a ``global`` statement."""
+    module's own mutable class kept at module level, a class attribute bound to a
+    container and changed in place (``cls.x``, ``Class.x``, ``self.x`` never rebound),
+    a ``global`` statement."""
     held = {name: module_containers(tree) for name, tree in trees.items()}
     found = {
         f"{name}.{instance}: a module-level instance of a mutable class"
@@ -386,9 +441,8 @@ def module_state(trees: dict[str, ast.Module]) -> list[str]:
                 for alias in node.names:
                     if alias.asname and alias.name in trees:
                         modules[alias.asname] = alias.name
-        for function in ast.walk(tree):
-            if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                continue
+        shared = class_containers(tree)
+        for function, cls in _functions(tree):
             local = _local_names(function)
             for node in ast.walk(function):
                 if isinstance(node, ast.Global):
@@ -404,6 +458,10 @@ def module_state(trees: dict[str, ast.Module]) -> list[str]:
                     and target.attr in held[modules[target.value.id]][0]
                 ):  # fmt: skip
                     owner = (modules[target.value.id], target.attr)
+                elif isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name):
+                    klass = cls if target.value.id in ("cls", "self") else target.value.id
+                    if target.attr in shared.get(klass, ()):
+                        owner = (name, f"{klass}.{target.attr}")
                 if owner is not None:
                     found.add(f"{owner[0]}.{owner[1]}: changed in {name}.{function.name}()")
     return sorted(found)
@@ -443,6 +501,11 @@ def test_the_state_scan_sees_module_level_state() -> None:
             "def hold(x):\n    HELD.append(x)\n    _SEEN[x] = TABLE['a']\n"
             "def count():\n    global _COUNT\n    _COUNT += 1\n"
             "def shadow(HELD):\n    HELD.append(1)\n"
+            "class Registry:\n    ALL: list[object] = []\n    KINDS = {'a': 1}\n"
+            "    mine = []\n"
+            "    def __init__(self):\n        self.mine = []\n        self.ALL.append(self)\n"
+            "        self.mine.append(1)\n"
+            "    @classmethod\n    def forget(cls):\n        cls.ALL.clear()\n"
         ),
         "pkg.audit": ast.parse(
             "import pkg.gcstate as g\nfrom pkg.gcstate import HELD\n"
@@ -453,6 +516,8 @@ def test_the_state_scan_sees_module_level_state() -> None:
     assert module_state(trees) == [
         "pkg.gcstate.HELD: changed in pkg.audit.finish()",
         "pkg.gcstate.HELD: changed in pkg.gcstate.hold()",
+        "pkg.gcstate.Registry.ALL: changed in pkg.gcstate.__init__()",
+        "pkg.gcstate.Registry.ALL: changed in pkg.gcstate.forget()",
         "pkg.gcstate._BOX: a module-level instance of a mutable class",
         "pkg.gcstate._COUNT: rebound by 'global' in count()",
         "pkg.gcstate._SEEN: changed in pkg.audit.reset()",
