@@ -15,7 +15,7 @@ import pytest
 
 import minigrad as mg
 from pytest_graphleak import check, track
-from pytest_graphleak.diagnose.stored_fix import kept_fix, stored_fix
+from pytest_graphleak.diagnose.stored_fix import kept_fix, statement_text, stored_fix
 from pytest_graphleak.loop import LoopCheck
 from pytest_graphleak.options import Settings
 from pytest_graphleak.patterns import FIXES
@@ -306,4 +306,36 @@ def test_check_names_the_container_of_detached_tensors(backend: str) -> None:
         NO_GRAPH + "store loss.item() instead, or bound or clear model.history "
         "(collections.deque(maxlen=N), or model.history.clear() at the end of each epoch), "
         + METRICS_TAIL,
+    )
+
+
+# -- a statement over several lines: the whole statement is read from the file -------------
+def test_a_statement_over_several_lines_is_read_whole(tmp_path: Any) -> None:
+    source = tmp_path / "train.py"
+    lines = ["def step(kept, out):", "    kept.append(", "        out", "    )", "    total = 1"]
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    assert statement_text(str(source), 2) == "kept.append(out)"
+    assert statement_text(str(source), 3) == "kept.append(out)"  # a continuation line
+    assert statement_text(str(source), 5) == ""  # whole on its line: its text as written
+    assert statement_text(str(source), 1) == ""  # a def line: no simple statement
+    assert statement_text(str(tmp_path / "gone.py"), 2) == ""
+
+
+def test_check_words_the_fix_of_an_append_written_over_three_lines() -> None:
+    model = _Model("torch")
+
+    def keep() -> None:
+        logits = model.forward()
+        model.history.append(
+            logits
+        )  # fmt: skip
+
+    result = check(keep, steps=8, warmup=2)
+    assert result.diagnosis is not None
+    assert [site.line for site in result.diagnosis.stored_at] == ["model.history.append("]
+    _agree(
+        result,
+        LIST,
+        "store logits.item() (a plain number) instead of logits, so that model.history keeps "
+        "no graph: model.history.append(logits.item())",
     )

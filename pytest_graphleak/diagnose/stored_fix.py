@@ -13,14 +13,17 @@ expressions::
     h = self.rnn(x, h)          -> h = h.detach() once per step
     meter.sum.add_(loss)        -> meter.sum.add_(loss.detach())
 
-Any other line (a call into a function, a line cut off inside a multi-line statement, an
-expression that is detached already) gives "": the usual fix stays. Nothing here reads
-an object; the words come from the line's own text only, so no name is invented.
+A statement written over several lines is read whole from its file (``statement_text``).
+The holder chain (``Diagnosis.chain``) must agree with the line's shape, and picks
+``.item()`` for a scalar. Any other line (a call into a function, an expression that is
+detached already) gives "": the usual fix stays. Nothing here reads an object; the words
+come from the source text and the chain's labels only, so no name is invented.
 """
 
 from __future__ import annotations
 
 import ast
+import linecache
 import re
 from collections.abc import Iterator, Sequence
 
@@ -103,9 +106,33 @@ def fix_for_stored(
     ``graph=False``: the kept tensors carry no graph (``story.tell``'s no-graph fix)."""
     if not stored:
         return ""
+    line = statement_text(stored[0].filename, stored[0].lineno) or stored[0].line
     if not graph:
-        return kept_fix(pattern, stored[0].line, chain)
-    return stored_fix(pattern, stored[0].line, chain)
+        return kept_fix(pattern, line, chain)
+    return stored_fix(pattern, line, chain)
+
+
+def statement_text(filename: str, lineno: int) -> str:
+    """The simple statement of ``filename`` that spans line ``lineno`` when it spans more
+    lines than that one, on one line: ``kept.append(`` / ``out`` / ``)`` is read as
+    ``kept.append(out)`` (``ast.unparse``). "" when the statement is on its one line (its
+    text as written is used), or the file cannot be read or parsed."""
+    lines = linecache.getlines(filename)
+    if not 0 < lineno <= len(lines):
+        return ""
+    try:
+        tree = ast.parse("".join(lines))
+    except (SyntaxError, ValueError):
+        return ""
+    spanning = [
+        node
+        for node in _simple_statements(tree)
+        if node.lineno <= lineno <= (node.end_lineno or node.lineno)
+    ]
+    if not spanning:
+        return ""
+    innermost = min(spanning, key=lambda node: (node.end_lineno or node.lineno) - node.lineno)
+    return "" if innermost.end_lineno == innermost.lineno else ast.unparse(innermost)
 
 
 def kept_fix(pattern: str, line: str, chain: Sequence[str] | None = None) -> str:
