@@ -64,6 +64,9 @@ CASES = (
     "minigrad_micrograd_closure",
     "torch_hf_eval_preds_concat",
 )
+#: A quick run's leaks, both tables: one per backend, neither making a torch optimizer
+#: (the first one imports torch._dynamo, seconds) nor importing a framework.
+QUICK_CASES = ("torch_hf_eval_preds_concat", "minigrad_micrograd_closure")
 TARGET_S = 3.0
 #: Every catalogue example, diagnosed on the process's own heap.
 CATALOGUE_TARGET_S = 0.5
@@ -122,11 +125,13 @@ class _ExampleCall:
         self.right.append(result.pattern == self.module.EXPECTED_PATTERN and named and stored)
 
 
-def _catalogue_table(repeat: int) -> tuple[str, float]:
+def _catalogue_table(repeat: int, only: tuple[str, ...] | None = None) -> tuple[str, float]:
     rows = []
     worst = 0.0
     for path in catalogue_modules():
         if not path.name.startswith(("torch_", "minigrad_")):
+            continue
+        if only is not None and path.stem not in only:
             continue
         try:
             module = _load(path.stem)
@@ -151,10 +156,12 @@ def _catalogue_table(repeat: int) -> tuple[str, float]:
 def main() -> None:
     args = parse_args(__doc__.splitlines()[0])
     pin_threads()
-    repeat = 2 if args.quick else 5
+    repeat = 1 if args.quick else 5
     sizes = HEAP_SIZES[:1] if args.quick else HEAP_SIZES
-    catalogue_table, catalogue_worst = _catalogue_table(repeat)
-    modules = {stem: _load(stem) for stem in CASES}
+    cases = QUICK_CASES if args.quick else CASES
+    catalogue_table, catalogue_worst = _catalogue_table(
+        repeat, QUICK_CASES if args.quick else None)
+    modules = {stem: _load(stem) for stem in cases}
     for module in modules.values():
         for _ in range(3):  # past first use, as after the plugin's warmup
             module.leaky_step()
@@ -165,7 +172,7 @@ def main() -> None:
         filler = fill_heap(size)
         gc.collect()
         heap = tracked_object_count()
-        collect = time_calls(gc.collect, repeat=3)
+        collect = time_calls(gc.collect, repeat=min(3, repeat))  # 3 (1 in a quick run)
         for stem, module in modules.items():
             step = time_calls(module.leaky_step, repeat=repeat)
             plain_call = _DiagnosisCall(module, {})

@@ -64,6 +64,9 @@ LAYOUTS = {
     "stdlib": "1M objects off a stdlib module (`json`)",
     "user-global": "1M objects in a global of the test module",
 }
+#: A quick run's one pytest session (each imports torch: seconds); the in-process part
+#: still measures both layouts.
+QUICK_LAYOUT = "user-global"
 
 #: CPU time of each test's call phase, next to pytest's wall-clock durations: on a shared
 #: machine the wall clock also counts the time a process waits for a core, which neither
@@ -297,14 +300,15 @@ def main(argv: list[str] | None = None) -> None:
     import torch  # noqa: F401 - the torch probe is active only once torch is imported
 
     _common.pin_threads()
-    sessions = {layout: session_overhead(layout, rounds, heap) for layout in LAYOUTS}
+    layouts = [QUICK_LAYOUT] if args.quick else list(LAYOUTS)
+    sessions = {layout: session_overhead(layout, rounds, heap) for layout in layouts}
     local = in_process(heap, 3 if args.quick else 30)
     record = recording_cost(3 if args.quick else 30)
 
     rows = []
     all_met = True
-    for layout, label in LAYOUTS.items():
-        run, here = sessions[layout], local[layout]
+    for layout in layouts:
+        label, run, here = LAYOUTS[layout], sessions[layout], local[layout]
 
         def over(mode: str, kind: str = "", run: dict[str, Any] = run) -> float:
             return float(run[f"{mode}{kind}"].median - run[f"plain{kind}"].median)
@@ -341,7 +345,8 @@ def main(argv: list[str] | None = None) -> None:
           record["alive"]]])  # fmt: skip
     body = (
         f"A torch MLP step ({MLP['batch']}x{'-'.join(map(str, MLP['sizes']))}, SGD, one thread) "
-        f"with {heap:,} extra gc-tracked objects on the heap, in two layouts. Per step: "
+        f"with {heap:,} extra gc-tracked objects on the heap, in two layouts"
+        f"{f' (a quick run: the {QUICK_LAYOUT} session only)' if args.quick else ''}. Per step: "
         f"call-phase durations of one `pytest --graphleak` session per layout divided by "
         f"the {WARMUP + STEPS} calls of a check (warmup {WARMUP} + {STEPS} steps, as in "
         f"issue 18), medians over {rounds} interleaved rounds (IQR in brackets); the "
