@@ -298,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     previous_blas = blas_threads()
     pinned = set_blas_threads(1)
-    rounds, mlp_n, tr_n, warmup = (2, 5, 2, 2) if args.quick else (20, 25, 6, 10)
+    rounds, mlp_n, tr_n, warmup = (1, 3, 1, 1) if args.quick else (20, 25, 6, 10)
     plain = contextlib.nullcontext
     counted = "minigrad, counting patched out"
     try:
@@ -324,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
             tr_n,
             warmup,
         )
-        per_object = counting_cost_per_object(2_000 if args.quick else 50_000)
+        per_object = counting_cost_per_object(500 if args.quick else 50_000)
         objects = {
             "MLP": objects_per_step(mlp_steps[0]),
             "tiny transformer": objects_per_step(tr_steps[0]),

@@ -110,12 +110,17 @@ def _importable(module: str) -> bool:
     return module != "minigrad" or hasattr(imported, "Tensor")
 
 
+def few_repeats(repeat: int) -> int:
+    """Repeats of the O(heap) rows: a full run's 200 samples give 6, a quick run's give 1."""
+    return max(3, repeat // 30) if repeat >= 30 else 1
+
+
 def measure(extra: int, repeat: int) -> dict[str, Any]:
     scenario = Scenario(extra)
     try:
         tracked = len(gc.get_objects())
-        scan = time_calls(full_scan_tensor_count, repeat=max(3, repeat // 30))
-        few = max(3, repeat // 30)
+        few = few_repeats(repeat)
+        scan = time_calls(full_scan_tensor_count, repeat=few)
         begin = {
             "begin roots": _time_begin(scenario, few, "roots", scenario.roots),
             "begin reachable": _time_begin(
@@ -198,7 +203,7 @@ def _profile(fn: Callable[[], object], calls: int) -> str:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(__doc__.splitlines()[0], argv)
     sizes = HEAP_SIZES[:1] if args.quick else HEAP_SIZES
-    repeat = 5 if args.quick else 200
+    repeat = 3 if args.quick else 200
     import torch  # noqa: F401 - the torch probe is active only once torch is imported
 
     measured = {size: measure(size, repeat) for size in sizes}
@@ -256,7 +261,7 @@ def main(argv: list[str] | None = None) -> None:
     body = (
         f"The measured step left {NEW_OBJECTS} new gc-tracked objects ({NEW_OBJECTS // 2} "
         "graph-carrying tensors of 3 nodes each, the rest plain lists); medians over "
-        f"{repeat} samples ({max(3, repeat // 30)} for the O(heap) rows).\n\n{table}\n\n"
+        f"{repeat} samples ({few_repeats(repeat)} for the O(heap) rows).\n\n{table}\n\n"
         f"{targets}\n\n"
         "Per-step samples stay flat as the heap grows 100x because the tracker freezes the "
         "heap (`gc.freeze()`) at the start of the check and at the end of warm-up: later "
