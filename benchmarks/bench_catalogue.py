@@ -27,12 +27,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import (
     DURATIONS_CONFTEST,
-    NO_DEV_PLUGINS,
     REPO_ROOT,
     Stats,
     catalogue_modules,
     fmt_num,
     markdown_table,
+    no_dev_plugins,
     parse_args,
     profile_top,
     run_pytest,
@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> None:
                            BENCH_LOOP="1" if mode == "loop" else "0")
                 run = run_pytest(
                     sys.executable,
-                    ["-q", "-p", "no:cacheprovider", *NO_DEV_PLUGINS,
+                    ["-q", "-p", "no:cacheprovider", *no_dev_plugins(args.quick),
                      "-p", "bench_catalogue_plugin", *extra,
                      *[str(f.relative_to(REPO_ROOT)) for f in files]],
                     cwd=REPO_ROOT, env=env,

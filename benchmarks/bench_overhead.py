@@ -30,11 +30,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (
     BENCH_DIR,
     DURATIONS_CONFTEST,
-    NO_DEV_PLUGINS,
     REPO_ROOT,
     Stats,
     fmt_num,
     markdown_table,
+    no_dev_plugins,
     parse_args,
     profile_top,
     run_pytest,
@@ -178,8 +178,8 @@ def main(argv: list[str] | None = None) -> None:
         )
         env = dict(os.environ, BENCH_ROUNDS=str(rounds), PYTHONPATH=str(REPO_ROOT))
         run = run_pytest(sys.executable,
-                         ["-q", "-s", "-p", "no:cacheprovider", *NO_DEV_PLUGINS, "--graphleak",
-                          "test_overhead.py"],
+                         ["-q", "-s", "-p", "no:cacheprovider", *no_dev_plugins(args.quick),
+                          "--graphleak", "test_overhead.py"],
                          cwd=work, env=env)
     if run.returncode != 0:
         raise SystemExit(f"bench_overhead: the pytest session failed:\n{run.output[-4000:]}")

@@ -37,7 +37,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import REPO_ROOT, fmt_num, markdown_table, parse_args, write_results
+from _common import (
+    REPO_ROOT,
+    fmt_num,
+    markdown_table,
+    no_dev_plugins,
+    parse_args,
+    write_results,
+)
 
 SIZES = (1_000, 10_000)
 QUICK_SIZES = (1_000,)  # a size of the full run: the smoke test compares rows
@@ -217,7 +224,7 @@ def pytest_sessionfinish(session):
 """
 
 
-def _pytest_rss(n: int, workdir: Path) -> float:
+def _pytest_rss(n: int, workdir: Path, quick: bool) -> float:
     """RSS at the end of a real pytest session of n trivial tests (graphleak off)."""
     tests = workdir / f"n{n}"
     tests.mkdir()
@@ -229,7 +236,7 @@ def _pytest_rss(n: int, workdir: Path) -> float:
     out = tests / "rss.txt"
     subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:graphleak", "-p", "no:cacheprovider",
-         "-p", "no:randomly", "-p", "no:xdist", "-p", "no:hypothesispytest", str(tests)],
+         "-p", "no:randomly", *no_dev_plugins(quick), str(tests)],
         cwd=tests, capture_output=True, text=True, check=True, timeout=600,
         env={**os.environ, "BENCH_RSS_OUT": str(out), "PYTHONPATH": str(REPO_ROOT)},
     )  # fmt: skip
@@ -249,10 +256,11 @@ def main(argv: list[str] | None = None) -> None:
     rows, report_rows = [], []
     last: dict[str, dict[str, float]] = {}  # the largest size, per variant
     with tempfile.TemporaryDirectory(prefix="bench-pytest-") as directory:
-        base = _pytest_rss(1, Path(directory))
+        base = _pytest_rss(1, Path(directory), args.quick)
         for n in sizes:
             pytest_n = min(n, QUICK_PYTEST_TESTS) if args.quick else n
-            pytest_per_test = (_pytest_rss(pytest_n, Path(directory)) - base) / (pytest_n - 1)
+            pytest_rss = _pytest_rss(pytest_n, Path(directory), args.quick)
+            pytest_per_test = (pytest_rss - base) / (pytest_n - 1)
             cost = _document_cost(n, leak, ok)
             for name, layout in (("before", "indent=2, every value on its own line (before)"),
                                  ("now", "top level indented, one line per test (now)")):

@@ -41,12 +41,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (
     BENCH_DIR,
     DURATIONS_CONFTEST,
-    NO_DEV_PLUGINS,
     REPO_ROOT,
     Stats,
     fill_heap,
     fmt_num,
     markdown_table,
+    no_dev_plugins,
     parse_args,
     run_pytest,
     verdict_cell,
@@ -136,7 +136,7 @@ def test_step(mode):
 # ---------------------------------------------------------------- 1. pytest sessions
 
 
-def session_overhead(layout: str, rounds: int, heap: int) -> dict[str, Any]:
+def session_overhead(layout: str, rounds: int, heap: int, quick: bool) -> dict[str, Any]:
     """Per-step call-phase time (wall and CPU) of each kind of test in one pytest session."""
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -150,7 +150,7 @@ def session_overhead(layout: str, rounds: int, heap: int) -> dict[str, Any]:
                    BENCH_LAYOUT=layout, BENCH_CPU_JSON=str(cpu_json),
                    PYTHONPATH=str(REPO_ROOT))  # fmt: skip
         run = run_pytest(sys.executable,
-                         ["-q", "-p", "no:cacheprovider", *NO_DEV_PLUGINS, "--graphleak",
+                         ["-q", "-p", "no:cacheprovider", *no_dev_plugins(quick), "--graphleak",
                           "test_start.py"], cwd=work, env=env)  # fmt: skip
         if run.returncode != 0:
             raise SystemExit(f"bench_start: the {layout} session failed:\n{run.output[-4000:]}")
@@ -301,7 +301,8 @@ def main(argv: list[str] | None = None) -> None:
 
     _common.pin_threads()
     layouts = [QUICK_LAYOUT] if args.quick else list(LAYOUTS)
-    sessions = {layout: session_overhead(layout, rounds, heap) for layout in layouts}
+    sessions = {layout: session_overhead(layout, rounds, heap, args.quick)
+                for layout in layouts}
     local = in_process(heap, 3 if args.quick else 30)
     record = recording_cost(3 if args.quick else 30)
 
