@@ -41,6 +41,18 @@ from mkdocs.structure.files import File, Files
 ROOT = Path(__file__).resolve().parents[2]
 BLOB = "https://github.com/pytest-graphleak/pytest-graphleak/blob/main/"
 CACHE = ROOT / ".cache" / "graphleak-docs"
+
+
+def _store(cached: Path, text: str) -> None:
+    """Write a cache entry whole or not at all: the docs build and the test suite may run
+    the same page at once (.ci/run builds the site beside the tests), and a reader must
+    never see half a file."""
+    CACHE.mkdir(parents=True, exist_ok=True)
+    partial = cached.with_name(f"{cached.name}.{os.getpid()}.tmp")
+    partial.write_text(text, encoding="utf-8")
+    os.replace(partial, cached)
+
+
 log = logging.getLogger("mkdocs.hooks.graphleak")
 #: Pages in the nav that are not written yet (filled by on_config).
 MISSING: set[str] = set()
@@ -380,7 +392,7 @@ def _catalogue_texts(examples: list[Path]) -> dict[str, str]:
     seconds = time.perf_counter() - started
     CACHE.mkdir(parents=True, exist_ok=True)
     data = {"seconds": seconds, "texts": texts}
-    cached.write_text(json.dumps(data, indent=1, sort_keys=True), encoding="utf-8")
+    _store(cached, json.dumps(data, indent=1, sort_keys=True))
     return texts
 
 
@@ -410,8 +422,7 @@ def example_output() -> str:
     if cached.exists():
         return cached.read_text(encoding="utf-8")
     text = str(script.run_example())
-    CACHE.mkdir(parents=True, exist_ok=True)
-    cached.write_text(text, encoding="utf-8")
+    _store(cached, text)
     return text
 
 
@@ -428,8 +439,7 @@ def demo_output() -> str:
     if done.returncode != 0:
         log.warning("graphleak docs: graphleak demo exited %s:\n%s", done.returncode,
                     done.stdout[-2000:] + done.stderr[-2000:])  # fmt: skip
-    CACHE.mkdir(parents=True, exist_ok=True)
-    cached.write_text(done.stdout, encoding="utf-8")
+    _store(cached, done.stdout)
     return done.stdout
 
 
@@ -482,8 +492,7 @@ def github_outputs() -> dict[str, str]:
         log.warning("graphleak docs: the GitHub annotation is not on line %s: %s", stored,
                     commands[0])  # fmt: skip
     data = {"commands": "\n".join(commands), "summary": text}
-    CACHE.mkdir(parents=True, exist_ok=True)
-    cached.write_text(json.dumps(data, indent=1), encoding="utf-8")
+    _store(cached, json.dumps(data, indent=1))
     return data
 
 
@@ -561,8 +570,7 @@ def _run_page_test(name: str, source: str, args: list[str], code: int, want: str
         log.warning("graphleak docs: %s did not exit %s with %s (exit %s):\n%s", name, code,
                     want, done.returncode, out[-3000:] + done.stderr[-2000:])  # fmt: skip
         return None
-    CACHE.mkdir(parents=True, exist_ok=True)
-    cached.write_text(out, encoding="utf-8")
+    _store(cached, out)
     return out
 
 
