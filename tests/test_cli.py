@@ -76,7 +76,8 @@ def test_leaky_step_exits_1_with_the_report_and_clean_exits_0(
     assert code == EXIT_LEAK
     assert "leaks: list-accumulation" in out
     assert "minigrad.tensors" in out and "+1/step" in out
-    assert "fix: store plain numbers" in out
+    assert "fix: store loss.item() (a plain number) instead of loss" in out  # the stored line
+    assert "kept.append(loss.item())" in out
 
     code, out, _ = run(capsys, "check", f"{steps_file.name}::clean_step", *FAST)
     assert code == EXIT_CLEAN
