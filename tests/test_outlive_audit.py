@@ -525,3 +525,34 @@ def test_outlive_sites_option_is_checked(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest("--graphleak", "--graphleak-outlive-sites=always")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*graphleak-outlive-sites*'always'*"])
+
+
+@needs_torch
+def test_census_finds_old_tensors_grown_in_place_within_its_walk() -> None:
+    """Direct: the walk finds a tensor alive before the census whose graph grew in place,
+    within WALK_DEPTH references of a root; deeper, or with no graph made, it finds none."""
+    from pytest_graphleak.engine.outlive import WALK_DEPTH
+
+    near = {"total": torch.zeros(())}
+    deep: dict[str, object] = {"t": torch.zeros(())}
+    for _ in range(WALK_DEPTH):
+        deep = {"d": deep}
+    idle = Census()
+    assert idle.begin()
+    found = idle.finish()
+    assert not idle.made_torch_nodes and idle.grown_in_place([near], found) == []
+    census = Census()
+    assert census.begin()
+    w = torch.ones(2, requires_grad=True)
+    near["total"] += (w * 2).sum()
+    inner = deep
+    for _ in range(WALK_DEPTH):
+        inner = inner["d"]  # type: ignore[assignment]
+    inner["t"] += (w * 3).sum()  # type: ignore[operator]
+    found = census.finish()
+    grown = census.grown_in_place([near, deep], found)
+    try:
+        assert [id(t) for t in grown] == [id(near["total"])]
+    finally:
+        grown.clear()
+        found.clear()

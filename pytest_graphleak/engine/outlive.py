@@ -63,30 +63,91 @@ def _graph_objects(objects: list[Any], backends: list[Backend]) -> list[Any]:
 #: items read from one container.
 WALK_DEPTH = 3
 WALK_MAX = 2_000
-WALK_ITEMS = 200
-_ATOMS = (int, float, complex, str, bytes, bool, type(None), range)
-_OPAQUE = (types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType,
-           types.MethodType, weakref.ProxyType, weakref.CallableProxyType)  # fmt: skip
+WALK_ITEMS = 64
+_SKIP, _TENSOR, _ITEMS, _VALUES, _ATTRS = range(5)
+#: Skipped before any lookup: the values most containers hold.
+_ATOMS = frozenset({int, float, str, bool, type(None), bytes})
+_LEAVES = (int, float, complex, str, bytes, bool, type(None), range, types.ModuleType, type,
+           types.FunctionType, types.BuiltinFunctionType, types.MethodType, weakref.ProxyType,
+           weakref.CallableProxyType, weakref.ref)  # fmt: skip
 
 
-def _children(obj: Any) -> Iterable[Any]:
-    """What the in-place walk follows: container items and instance attributes."""
-    if isinstance(obj, dict):
-        values: Iterable[Any] = obj.values()
-    elif isinstance(obj, (list, tuple, set, frozenset)) or type(obj).__name__ == "deque":
-        values = obj
-    else:
-        attrs = getattr(obj, "__dict__", None)
-        if not isinstance(attrs, dict):
-            return []
-        values = attrs.values()
-    found = []
-    for value in values:
-        if not isinstance(value, _ATOMS):
-            found.append(value)
-            if len(found) >= WALK_ITEMS:
+class _Walk:
+    """The bounded walk: each object's type is classified once per census (a dict lookup
+    after that), and empty containers are never queued."""
+
+    def __init__(self, tensor_type: type) -> None:
+        self._tensor_type = tensor_type
+        self._kinds: dict[type, int] = {}
+
+    def kind(self, tp: type) -> int:
+        found = self._kinds.get(tp)
+        if found is None:
+            if issubclass(tp, _LEAVES):
+                found = _SKIP
+            elif issubclass(tp, self._tensor_type):
+                found = _TENSOR
+            elif issubclass(tp, dict):
+                found = _VALUES
+            elif issubclass(tp, (list, tuple, set, frozenset)) or tp.__name__ == "deque":
+                found = _ITEMS
+            else:
+                found = _ATTRS
+            self._kinds[tp] = found
+        return found
+
+    def children(self, obj: Any, kind: int, into: list[Any]) -> None:
+        """Queue what ``obj`` refers to (items, values or instance attributes)."""
+        if kind == _VALUES:
+            values: Iterable[Any] = obj.values()
+        elif kind == _ITEMS:
+            values = obj
+        else:
+            attrs = getattr(obj, "__dict__", None)
+            if type(attrs) is not dict:
+                return
+            values = attrs.values()
+        taken = 0
+        for value in values:
+            tp = type(value)
+            if tp in _ATOMS:
+                continue
+            kind = self.kind(tp)
+            if kind == _SKIP or (kind in (_ITEMS, _VALUES) and not len(value)):
+                continue
+            into.append(value)
+            taken += 1
+            if taken >= WALK_ITEMS:
                 break
-    return found
+
+    def grown(self, roots: Iterable[object], torch: TorchBackend, lo: int, hi: int,
+              skip: set[int]) -> list[Any]:  # fmt: skip
+        """Tensors within the bounds whose ``grad_fn`` torch numbered in [lo, hi)."""
+        seen: set[int] = set()
+        grown: list[Any] = []
+        frontier = list(roots)
+        try:
+            for depth in range(WALK_DEPTH + 1):
+                following: list[Any] = []
+                for obj in frontier:
+                    key = id(obj)
+                    if key in seen or len(seen) >= WALK_MAX:
+                        continue
+                    seen.add(key)
+                    kind = self.kind(type(obj))
+                    if kind == _TENSOR:
+                        grad_fn = getattr(obj, "grad_fn", None)
+                        number = torch.sequence_nr(grad_fn) if grad_fn is not None else None
+                        if number is not None and lo <= number < hi and key not in skip:
+                            grown.append(obj)
+                    elif kind != _SKIP and depth < WALK_DEPTH:
+                        with contextlib.suppress(Exception):  # an object that refuses reads
+                            self.children(obj, kind, following)
+                frontier.clear()
+                frontier = following
+            return grown
+        finally:
+            frontier.clear()
 
 
 class Census:
@@ -188,32 +249,8 @@ class Census:
         torch, seq = self._torch, self._seq
         if torch is None or seq is None or seq[1] <= seq[0]:
             return []  # no graph node was made during the test
-        lo, hi = seq
-        tensor_type = torch.torch.Tensor
-        skip = {id(obj) for obj in found}
-        seen: set[int] = set()
-        grown: list[Any] = []
-        frontier = [root for root in roots if not isinstance(root, _ATOMS)]
-        try:
-            for depth in range(WALK_DEPTH + 1):
-                following: list[Any] = []
-                for obj in frontier:
-                    if id(obj) in seen or len(seen) >= WALK_MAX or isinstance(obj, _OPAQUE):
-                        continue
-                    seen.add(id(obj))
-                    if isinstance(obj, tensor_type):
-                        grad_fn = getattr(obj, "grad_fn", None)
-                        number = torch.sequence_nr(grad_fn) if grad_fn is not None else None
-                        if number is not None and lo <= number < hi and id(obj) not in skip:
-                            grown.append(obj)
-                    elif depth < WALK_DEPTH:
-                        with contextlib.suppress(Exception):  # an object that refuses reads
-                            following.extend(_children(obj))
-                frontier.clear()
-                frontier = following
-            return grown
-        finally:
-            frontier.clear()
+        return _Walk(torch.torch.Tensor).grown(roots, torch, seq[0], seq[1],
+                                               {id(obj) for obj in found})
 
     def abandon(self) -> None:
         """Lift the freeze without counting (the test was not run, or is opted out)."""
