@@ -192,7 +192,9 @@ def test_user_frozen_objects_are_restored_exactly() -> None:
 
 @pytest.mark.usefixtures("restore_gc")
 def test_user_frozen_objects_stay_frozen() -> None:
-    """Frozen stays frozen, exactly: after every kind of run the freeze count is theirs."""
+    """Frozen stays frozen: after every kind of run what the user froze is still frozen and
+    nothing is frozen on top of it."""
+    sentinel: list[object] = []  # gc.get_objects() skips it while it is frozen
     gc.collect()
     gc.freeze()
     try:
@@ -204,7 +206,10 @@ def test_user_frozen_objects_stay_frozen() -> None:
             else:
                 with pytest.raises(raised):
                     tracker.run(step, steps=6, warmup=2)
-            assert gc.get_freeze_count() == before
+            # Nothing was unfrozen, nothing frozen on top. (At most: another thread of the
+            # process, e.g. an xdist worker's, may free frozen objects of its own meanwhile.)
+            assert not any(obj is sentinel for obj in gc.get_objects())
+            assert gc.get_freeze_count() <= before
     finally:
         _history.clear()
         gc.unfreeze()  # the rest of the session (an xdist worker's next tests) runs unfrozen
