@@ -556,3 +556,28 @@ def test_census_finds_old_tensors_grown_in_place_within_its_walk() -> None:
     finally:
         grown.clear()
         found.clear()
+
+
+def test_what_a_check_inside_the_test_grows_in_place_is_the_checks() -> None:
+    """Direct: a tensor a check's own steps grew (the check's freeze lift, then resume)
+    is the check's to judge, even though the freeze that comes back after the check makes
+    it look alive before the test; growth after the check is still found."""
+    from pytest_graphleak import session
+
+    during = {"total": torch.zeros(())}
+    after = {"total": torch.zeros(())}
+    w = torch.ones(2, requires_grad=True)
+    census = Census()
+    assert census.begin()
+    (held,) = session.current().freezes
+    held.lift()  # a check begins (pipeline's Measuring does this)
+    during["total"] += (w * 2).sum()
+    held.resume()  # ... and ends
+    after["total"] += (w * 3).sum()
+    found = census.finish()
+    grown = census.grown_in_place([during, after], found)
+    try:
+        assert [id(t) for t in grown] == [id(after["total"])]
+    finally:
+        grown.clear()
+        found.clear()

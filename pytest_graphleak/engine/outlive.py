@@ -121,8 +121,9 @@ class _Walk:
                 break
 
     def grown(self, roots: Iterable[object], torch: TorchBackend, lo: int, hi: int,
-              skip: set[int]) -> list[Any]:  # fmt: skip
-        """Tensors within the bounds whose ``grad_fn`` torch numbered in [lo, hi)."""
+              skip: set[int], checked: list[tuple[int, int]]) -> list[Any]:  # fmt: skip
+        """Tensors within the bounds whose ``grad_fn`` torch numbered in [lo, hi), outside
+        the ranges a check inside the test numbered (``checked``)."""
         seen: set[int] = set()
         grown: list[Any] = []
         frontier = list(roots)
@@ -138,7 +139,10 @@ class _Walk:
                     if kind == _TENSOR:
                         grad_fn = getattr(obj, "grad_fn", None)
                         number = torch.sequence_nr(grad_fn) if grad_fn is not None else None
-                        if number is not None and lo <= number < hi and key not in skip:
+                        if (
+                            number is not None and lo <= number < hi and key not in skip
+                            and not any(a <= number < b for a, b in checked)
+                        ):  # fmt: skip
                             grown.append(obj)
                     elif kind != _SKIP and depth < WALK_DEPTH:
                         with contextlib.suppress(Exception):  # an object that refuses reads
@@ -154,7 +158,11 @@ class Census:
     """One test's census (see the module docstring)."""
 
     def __init__(self) -> None:
-        self._freeze = HeldFreeze(self._note_before_check)
+        self._freeze = HeldFreeze(self._note_before_check, self._note_check_end)
+        #: torch's sequence numbers the checks inside the test used, [first, end): what
+        #: their steps grew is theirs to judge (their tensors are frozen again after them,
+        #: so they would pass for tensors alive before the test).
+        self._checked_seq: list[tuple[int, int]] = []
         self._before_check: list[weakref.ref[Any]] = []
         self._recording: bool | None = None  # minigrad's setting before the test
         #: The minigrad module recording was switched on in: a test may remove it from
@@ -166,6 +174,7 @@ class Census:
         #: torch's autograd sequence counter at the start and after the teardown.
         self._torch: TorchBackend | None = None
         self._seq: tuple[int, int] | None = None
+        self._check_start: int | None = None
 
     def begin(self) -> bool:
         """Start counting; False when the user froze objects (gc cannot tell ours apart)."""
@@ -189,8 +198,24 @@ class Census:
             self._minigrad.record_creation_sites(self._recording)
             self._recording, self._minigrad = None, None
 
+    def _sequence_nr(self) -> int | None:
+        if self._torch is None:
+            return None
+        try:
+            return self._torch.current_sequence_nr()
+        except Exception:  # a torch without the counter
+            return None
+
+    def _note_check_end(self) -> None:
+        """The last check running ends: close the sequence numbers it used."""
+        start, end = self._check_start, self._sequence_nr()
+        if start is not None and end is not None:
+            self._checked_seq.append((start, end))
+        self._check_start = None
+
     def _note_before_check(self) -> None:
         """A check begins: remember (weakly) the graph tensors the test made so far."""
+        self._check_start = self._sequence_nr()
         fresh = gc.get_objects()
         try:
             for obj in _graph_objects(fresh, active_backends()):
@@ -244,13 +269,14 @@ class Census:
 
     def grown_in_place(self, roots: Iterable[object], found: list[Any]) -> list[Any]:
         """Torch tensors reachable from ``roots``, not in ``found`` (so alive before the
-        test), whose graph the test extended in place (see the module docstring). Call
-        after ``finish()``; the caller owns the list and must clear it."""
+        test), whose graph the test extended in place (see the module docstring), outside
+        the checks that ran inside the test. Call after ``finish()``; the caller owns the
+        list and must clear it."""
         torch, seq = self._torch, self._seq
         if torch is None or seq is None or seq[1] <= seq[0]:
             return []  # no graph node was made during the test
         return _Walk(torch.torch.Tensor).grown(roots, torch, seq[0], seq[1],
-                                               {id(obj) for obj in found})
+                                               {id(obj) for obj in found}, self._checked_seq)
 
     def abandon(self) -> None:
         """Lift the freeze without counting (the test was not run, or is opted out)."""

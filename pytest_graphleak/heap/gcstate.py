@@ -149,18 +149,21 @@ class HeldFreeze:
     A check that begins inside the test (the marker, the fixture, a framework callback)
     lifts it: the check must see the heap as the user froze it. ``on_lift`` runs first
     (the audit notes what the test made so far), and the freeze comes back when the
-    last check ends, so what the test makes after it is seen again. Never held when the
-    user has frozen objects: gc cannot unfreeze ours alone. Held, it is listed in the
-    session (``session.current().freezes``), where the checks of the test, its threads
-    included, find it, and which releases it if the test ends still holding it.
+    last check ends (after ``on_resume``), so what the test makes after it is seen
+    again. Never held when the user has frozen objects: gc cannot unfreeze ours alone.
+    Held, it is listed in the session (``session.current().freezes``), where the checks
+    of the test, its threads included, find it, and which releases it if the test ends
+    still holding it.
 
     ``gc.get_freeze_count()`` walks the whole frozen heap (0.2 s on 200k objects), so
     whether someone else froze or unfroze meanwhile is told by two markers instead: one
     made just before our freeze (frozen by it) and one just after (left unfrozen).
     """
 
-    def __init__(self, on_lift: Callable[[], None]) -> None:
+    def __init__(self, on_lift: Callable[[], None],
+                 on_resume: Callable[[], None] = lambda: None) -> None:  # fmt: skip
         self._on_lift = on_lift
+        self._on_resume = on_resume
         self._depth = 0  # checks running now
         self._frozen = False
         self._before: list[None] | None = None
@@ -195,6 +198,7 @@ class HeldFreeze:
     def resume(self) -> None:
         self._depth = max(0, self._depth - 1)
         if self._depth == 0 and self.held and not self._frozen:
+            self._on_resume()
             self._freeze()
 
     def fresh_objects(self) -> list[object] | None:
