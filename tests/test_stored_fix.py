@@ -113,6 +113,12 @@ LOSSES = ["fixture 'state'", "dict['losses']", "list(len=24)", SCALAR]
          "cache[k] = emb.detach()"),
         ("total += loss", ["local 'total'", SCALAR, "MeanBackward0"],
          "cut the graph that total keeps: total += loss.item() instead of total += loss"),
+        # A module global and a dict entry grown in place (the outlive audit's chains).
+        ("TOTAL += loss", ["global 'train.TOTAL'", SCALAR],
+         "cut the graph that TOTAL keeps: TOTAL += loss.item() instead of TOTAL += loss"),
+        ('state["total"] += loss', ["fixture 'state' (session scope)", "dict['total']", SCALAR],
+         'cut the graph that state["total"] keeps: state["total"] += loss.item() instead of '
+         'state["total"] += loss'),
         # A record of several tensors, made elsewhere: the chain shows the dict.
         ("outputs.append(record)", ["self", "Loop.outputs", "list(len=24)", "dict['loss']", SCALAR],
          "store record in outputs with its graph-carrying tensors detached (.detach(), or "
@@ -130,6 +136,7 @@ LOSSES = ["fixture 'state'", "dict['losses']", "list(len=24)", SCALAR]
         ("kept.append(x)", ["local 'box'", "Box.x", SCALAR], ""),
         ("cache[k] = emb", ["local 'cache'", "dict[3]", "tuple(len=2)", SCALAR], ""),
         ("total += loss", ["local 'other'", SCALAR], ""),
+        ('state["total"] += loss', ["fixture 'state'", "dict['count']", SCALAR], ""),
         ("h, c = self.rnn(x, h, c)", ["self", "Net.c", SCALAR],
          "detach c once per step (c = c.detach() at the start or end of each step), so that "
          "it carries no graph from one step to the next; if nothing backpropagates through "

@@ -81,9 +81,15 @@ class _Line:
 
     def names(self, target: ast.expr) -> bool:
         """Is the chain's tensor held by the name ``target`` binds (or no chain)?"""
-        last = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
         link = self.holder_link
-        return link is None or (bool(last) and link.endswith((f".{last}", f"'{last}'")))
+        if link is None:
+            return True
+        if isinstance(target, ast.Subscript):  # state["total"]: dict['total']
+            key = target.slice
+            return isinstance(key, ast.Constant) and link.endswith(f"[{key.value!r}]")
+        last = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
+        # self.total, local 'total', global 'module.TOTAL'
+        return bool(last) and link.endswith((f".{last}", f"'{last}'", f".{last}'"))
 
     def of(self, node: ast.AST) -> str:
         return ast.get_source_segment(self.text, node) or ast.unparse(node)
