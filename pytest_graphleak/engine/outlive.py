@@ -198,7 +198,7 @@ class Census:
             self._minigrad.record_creation_sites(self._recording)
             self._recording, self._minigrad = None, None
 
-    def _sequence_nr(self) -> int | None:
+    def _counter_now(self) -> int | None:
         if self._torch is None:
             return None
         try:
@@ -208,14 +208,14 @@ class Census:
 
     def _note_check_end(self) -> None:
         """The last check running ends: close the sequence numbers it used."""
-        start, end = self._check_start, self._sequence_nr()
+        start, end = self._check_start, self._counter_now()
         if start is not None and end is not None:
             self._checked_seq.append((start, end))
         self._check_start = None
 
     def _note_before_check(self) -> None:
         """A check begins: remember (weakly) the graph tensors the test made so far."""
-        self._check_start = self._sequence_nr()
+        self._check_start = self._counter_now()
         fresh = gc.get_objects()
         try:
             for obj in _graph_objects(fresh, active_backends()):
