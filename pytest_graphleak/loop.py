@@ -509,7 +509,7 @@ class LoopCheck:
         lines (or a note saying why there are none), then reported."""
         __tracebackhide__ = True
         from pytest_graphleak.diagnose.sites import per_step
-        from pytest_graphleak.diagnose.stored_fix import fix_for_stored
+        from pytest_graphleak.diagnose.stored_fix import reword_fix
 
         assert self._pending is not None
         result, watch = self._pending
@@ -520,9 +520,7 @@ class LoopCheck:
         diagnosis = result.diagnosis
         if diagnosis is not None and changes:
             diagnosis.stored_at = per_step(changes, 1, via)
-            worded = fix_for_stored(diagnosis.pattern, diagnosis.stored_at, diagnosis.chain,
-                                    graph=not diagnosis.story)  # fmt: skip
-            diagnosis.fix = worded or diagnosis.fix
+            reword_fix(diagnosis)
         elif diagnosis is not None:
             diagnosis.notes.append(note or NOT_STORED_NEXT_STEP)
         self._publish(result, report=report)

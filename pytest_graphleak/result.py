@@ -90,6 +90,10 @@ class Diagnosis:
     story: str = ""
     #: The fix that applies here; "" for the pattern's usual fix (``patterns.FIXES``).
     fix: str = ""
+    #: Tensors were kept and none carries an autograd graph (no graph node grew or was
+    #: kept): set where the diagnosis is made, from its counts; the fix is then never
+    #: ``.detach()`` (``stored_fix.reword_fix``).
+    kept_without_graph: bool = False
 
 
 @dataclass

@@ -15,14 +15,14 @@ import pytest
 
 import minigrad as mg
 from pytest_graphleak import check, track
-from pytest_graphleak.diagnose.stored_fix import kept_fix, statement_text, stored_fix
+from pytest_graphleak.diagnose.stored_fix import kept_fix, reword_fix, statement_text, stored_fix
 from pytest_graphleak.loop import LoopCheck
 from pytest_graphleak.options import Settings
 from pytest_graphleak.patterns import FIXES
 from pytest_graphleak.report.github import document_rows
 from pytest_graphleak.report.text import render_text
 from pytest_graphleak.report.view import diagnosis_view
-from pytest_graphleak.result import CheckResult
+from pytest_graphleak.result import CheckResult, CreationSite, Diagnosis, Verdict
 
 LIST, RETAINED = "list-accumulation", "retained-grad-fn"
 
@@ -307,6 +307,7 @@ def test_check_names_the_container_of_detached_tensors(backend: str) -> None:
 
     result = check(keep_detached, steps=8, warmup=2)
     assert result.diagnosis is not None and result.diagnosis.story, result.diagnosis
+    assert result.diagnosis.kept_without_graph
     _agree(
         result,
         LIST,
@@ -314,6 +315,51 @@ def test_check_names_the_container_of_detached_tensors(backend: str) -> None:
         "(collections.deque(maxlen=N), or model.history.clear() at the end of each epoch), "
         + METRICS_TAIL,
     )
+
+
+def test_a_loop_names_the_container_of_detached_tensors_seen_in_its_next_step() -> None:
+    torch = pytest.importorskip("torch")
+    net = torch.nn.Linear(4, 1)
+    preds = []
+    with track(warmup=2, steps=8) as t:
+        for _ in range(12):
+            out = net(torch.randn(2, 4))
+            preds.append(out.detach())
+            t.step()
+    assert t.result is not None and t.result.diagnosis is not None
+    assert t.result.diagnosis.kept_without_graph and t.result.diagnosis.story
+    _agree(
+        t.result,
+        LIST,
+        NO_GRAPH + "bound or clear preds (collections.deque(maxlen=N), or preds.clear() at "
+        "the end of each epoch), " + METRICS_TAIL,
+    )
+
+
+def test_reword_fix_reads_the_graph_flag_not_the_story() -> None:
+    # The outlive audit's story is never "" and its tensors carry a graph: the fix is the
+    # graph one. The flag, set where the diagnosis is made, decides; the story does not.
+    def diagnosis(*, story: str, bare: bool) -> Diagnosis:
+        stored = [CreationSite("train.py", 3, "preds.append(out)", 1)]
+        chain = ["global 'preds'", "list(len=24)", MATRIX]
+        return Diagnosis(LIST, chain=chain, stored_at=stored, story=story, fix="usual",
+                         kept_without_graph=bare)  # fmt: skip
+
+    told = diagnosis(story="the test put a graph-carrying tensor into a container", bare=False)
+    reword_fix(told)
+    assert told.fix == (
+        "store out.detach() instead of out, so that preds keeps no graph: "
+        "preds.append(out.detach())"
+    )
+    bare = diagnosis(story="", bare=True)
+    reword_fix(bare)
+    assert bare.fix.startswith(NO_GRAPH + "bound or clear preds ")
+    none = Diagnosis(LIST, fix="usual")  # no stored-at line: the fix stays
+    reword_fix(none)
+    assert none.fix == "usual"
+    assert CheckResult.from_dict(
+        CheckResult("t", 0, 0, {}, {}, Verdict(leaked=True), diagnosis=bare).to_dict()
+    ).diagnosis == bare
 
 
 # -- a statement over several lines: the whole statement is read from the file -------------

@@ -38,7 +38,7 @@ from pytest_graphleak.diagnose.roots import all_roots
 from pytest_graphleak.diagnose.search import Path, shortest_path
 from pytest_graphleak.diagnose.sites import Site, memory_sites, per_step
 from pytest_graphleak.diagnose.stored import watch_holder
-from pytest_graphleak.diagnose.stored_fix import STORING, fix_for_stored
+from pytest_graphleak.diagnose.stored_fix import STORING, reword_fix
 from pytest_graphleak.diagnose.story import tell
 from pytest_graphleak.heap.graphwalk import NEW_PER_WALK, GraphWalk
 from pytest_graphleak.metrics import Metric
@@ -216,16 +216,16 @@ def _diagnose_with_step(
         stored = []
         if watched is not None and pattern in STORING:
             stored = per_step(watched.stored, watched.steps, watched.via)
-        story, fix = tell(pattern, graph_grew=facts.graph_grew,
-                          tensors=grown.tensors or tensors > 0,
+        kept_tensors = grown.tensors or tensors > 0
+        story, fix = tell(pattern, graph_grew=facts.graph_grew, tensors=kept_tensors,
                           has_chain=chain_path is not None)  # fmt: skip
         if pattern == "cycle" and cycle_fix:
             fix = cycle_fix
-        # Worded for the user's own line (a cycle's fix stays: no stored-at line there).
-        fix = fix_for_stored(pattern, stored, chain, graph=not story) or fix
         dot = render_dot(chain_path, cycle_path, walker) or (seen.dot if seen else "")
         diagnosis = Diagnosis(pattern, chain=chain, cycle=cycle, sites=sites, notes=notes,
-                              dot=dot, stored_at=stored, story=story, fix=fix)  # fmt: skip
+                              dot=dot, stored_at=stored, story=story, fix=fix,
+                              kept_without_graph=kept_tensors and not facts.graph_grew)  # fmt: skip
+        reword_fix(diagnosis)  # worded for the user's own line (a cycle's has none)
         if step is None and obs.wants_follow and chain_path is not None and pattern in STORING:
             obs.follow = (chain_path, walker)  # the loop watches it during its next step
             chain_path = None

@@ -73,10 +73,13 @@ def _diagnosis(
     """The diagnosis of what the walk found: the word is ``pattern_of``'s."""
     pattern = pattern_of(verdict, facts)
     story, fix = tell(pattern, graph_grew=facts.graph_grew, tensors=True, has_chain=facts.has_chain)
+    # Tensors grew or were found (tell's tensors=True), without a graph; only cycles: unknown.
+    bare = not facts.graph_grew and not facts.only_cycles
     if path is None:
-        return Diagnosis(pattern, notes=notes, story=story, fix=fix)
+        return Diagnosis(pattern, notes=notes, story=story, fix=fix, kept_without_graph=bare)
     return Diagnosis(pattern, chain=render_chain(path, walker), notes=notes,
-                     dot=render_dot(path, None, walker), story=story, fix=fix)  # fmt: skip
+                     dot=render_dot(path, None, walker), story=story, fix=fix,
+                     kept_without_graph=bare)  # fmt: skip
 
 
 def diagnose_heap(

@@ -228,6 +228,7 @@ def _result(
         dot=render_dot(path, None, walker),
         story=BY_WORD[pattern].outlive_meaning,
         fix=FIXES[pattern],
+        kept_without_graph=bool(tensors) and node_count == 0,  # the census keeps graph objects
     )  # fmt: skip
     tensors.clear()
     nodes.clear()

@@ -27,7 +27,7 @@ import linecache
 import re
 from collections.abc import Iterator, Sequence
 
-from pytest_graphleak.result import CreationSite
+from pytest_graphleak.result import CreationSite, Diagnosis
 
 #: Methods that put their (last) argument into the container they are called on.
 _PUTS = frozenset({"append", "appendleft", "add", "insert", "put", "put_nowait", "push"})
@@ -103,6 +103,15 @@ class _Line:
 
 def _offset(text: str, node: ast.AST) -> int:
     return len(text.encode()[: getattr(node, "col_offset", 0)].decode(errors="ignore"))
+
+
+def reword_fix(diagnosis: Diagnosis) -> None:
+    """Word ``diagnosis.fix`` for its first ``stored at:`` line once that line is known:
+    the one rule for a step check, a loop's next step and the outlive audit's re-run.
+    The fix stays when the line's shape is not one known here (or a cycle's: no line)."""
+    worded = fix_for_stored(diagnosis.pattern, diagnosis.stored_at, diagnosis.chain,
+                            graph=not diagnosis.kept_without_graph)  # fmt: skip
+    diagnosis.fix = worded or diagnosis.fix
 
 
 def fix_for_stored(

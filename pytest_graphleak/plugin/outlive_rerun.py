@@ -37,7 +37,7 @@ from pytest_graphleak.diagnose.loop_recorder import LoopRecorder
 from pytest_graphleak.diagnose.search import Path
 from pytest_graphleak.diagnose.sites import Site, per_step
 from pytest_graphleak.diagnose.stored import LiveWatch
-from pytest_graphleak.diagnose.stored_fix import fix_for_stored
+from pytest_graphleak.diagnose.stored_fix import reword_fix
 from pytest_graphleak.engine.outlive import Census
 from pytest_graphleak.result import CheckResult
 
@@ -200,9 +200,7 @@ def amend(
             diagnosis.stored_at = per_step(stored, 1, via)
             if not stored:
                 diagnosis.notes.append("stored at: no user line of the re-run changed the holder")
-            # The fix worded for the storing line, as a step check's is.
-            diagnosis.fix = (fix_for_stored(diagnosis.pattern, diagnosis.stored_at,
-                                            diagnosis.chain) or diagnosis.fix)  # fmt: skip
+            reword_fix(diagnosis)  # worded for the storing line, as a step check's is
         diagnosis.notes.append(FOUND_BY)
 
 
