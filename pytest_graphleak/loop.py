@@ -174,6 +174,9 @@ class LoopCheck:
         #: Steps up to this one need nothing but counting (between two samples): the fast
         #: path of ``after_step``, whose cost a fast step pays every time.
         self._quiet_until = 0
+        #: The step after which each sample of the open window's series was taken
+        #: (``CheckResult.sample_steps``).
+        self._sample_steps: list[int] = []
 
     # -- lifecycle --------------------------------------------------------------------
     @property
@@ -218,6 +221,8 @@ class LoopCheck:
             self._ledger = CpuLedger()
             if self.settings.warmup == 0:
                 self._choose_stride()
+            else:  # only the end of warmup is sampled: the baseline (see _samples)
+                self._window_warmup = 1
         self._maybe_record_next()
 
     def _begin_sampler(self, *, warmup: int, start_objects: list[object] | None = None) -> None:
@@ -228,9 +233,12 @@ class LoopCheck:
         self._sampler = sampler
         self._listed_in = session.current().open_checks  # ended from any context
         self._listed_in.append(self)
+        self._sample_steps = []
         self._open_window(warmup)
 
     def _open_window(self, warmup: int) -> None:
+        """A window begins after step ``self._calls``; ``warmup``: the samples at the
+        head of its series that are not judged (its baseline)."""
         self._window_start = self._calls
         self._window_warmup = warmup
         self._window_began = time.perf_counter()
@@ -266,18 +274,23 @@ class LoopCheck:
             self._recorder.stop_step()
             self._last_recorded = self._calls
             collect = self._recorder.collect  # sees the cycles the sample's collection frees
+        ledger = self._ledger
         if not self._samples(self._calls):
             if collect is not None:
                 collect()  # a recorded step that no sample follows: its cycles looked at here
+            if self._calls < self.settings.warmup and self._window_start == 0:
+                self._sampler.skip(step=self._calls)  # a warmup step in window mode
+                if ledger is not None:
+                    ledger.steps_done(self._calls)  # each warmup step's CPU: the stride's
             self._maybe_record_next()
             self._gc_for_next_step()
             return None
-        ledger = self._ledger
+        self._sample_steps.append(self._calls)
         if ledger is None:
-            self._sampler.after_step(collect)
+            self._sampler.after_step(collect, step=self._calls)
         else:
             began = ledger.steps_done(self._calls)
-            self._sampler.after_step(collect)
+            self._sampler.after_step(collect, step=self._calls)
             ledger.sampled(began)
         if self._calls == self._judge_at:
             return self._judge(at_end=False)
@@ -288,17 +301,27 @@ class LoopCheck:
         return None
 
     def _samples(self, call: int) -> bool:
-        """Whether step ``call`` ends in a sample: every step during warmup and outside
-        window mode, else every ``stride``-th step, counted back from the judged one."""
+        """Whether step ``call`` ends in a sample: every step outside window mode; in
+        window mode the last warmup step (the baseline: the verdict compares with it
+        alone, and a sample costs ~0.5-1 ms), then every ``stride``-th step, counted back
+        from the judged one."""
+        if self.window is not None and self._window_start == 0 and call < self.settings.warmup:
+            return False
         if self.stride == 1 or self._judge_at is None:
             return True
         return (self._judge_at - call) % self.stride == 0
 
     def _choose_stride(self) -> None:
-        """The stride for the window ahead: ``sample_every`` or what the steps cost."""
+        """The stride for the window ahead: ``sample_every`` or what the steps cost, for
+        the steps it has left (a run's last window may be shorter than ``window``): a
+        window keeps ``MIN_SAMPLES`` samples (2 with ``sample_every``) however short."""
         assert self.window is not None and self._ledger is not None
+        span = self.window if self._judge_at is None else self._judge_at - self._calls
         fixed = self.sample_every
-        self.stride = fixed if fixed is not None else self._ledger.stride(self.window)
+        if fixed is not None:
+            self.stride = max(1, min(fixed, span // 2))
+        else:
+            self.stride = self._ledger.stride(max(1, span))
         self._ledger.reset()
 
     def _gc_for_next_step(self) -> None:
@@ -324,10 +347,11 @@ class LoopCheck:
             self._settle(note=LOOP_ENDED, report=True)
         if self._sampler is None:
             return None
-        measured = self._calls - self._window_start
-        if self.stride > 1:  # steps not sampled: count the samples
-            measured = min(measured, self._window_samples())
-        measured -= self._window_warmup
+        measured = self._calls - self._window_start  # a later window's baseline: the last
+        if self._window_start == 0:  # step of the one before, so all of its steps count
+            measured -= self.settings.warmup
+        if self.window is not None:  # steps not sampled: count the measured samples
+            measured = min(measured, self._window_samples() - self._window_warmup)
         short = self.rolling and self.results and measured < ROLLING_TAIL
         if measured < fewest_steps(self._window_warmup) or short:
             self.close()
@@ -423,6 +447,8 @@ class LoopCheck:
             metrics=dict(whole.metrics),
             calls=self._calls - self._window_start,
             sample_every=self.stride,
+            warmup_steps=self.settings.warmup if self._window_start == 0 else 0,
+            sample_steps=self._numbered_samples(),
             duration_s=time.perf_counter() - self._window_began,
             notes=list(whole.notes),  # what the start walk and the probes could not see
             probe_notes=sampler.probe_notes(),
@@ -555,12 +581,18 @@ class LoopCheck:
             last = len(next(iter(sampler.result.series.values()), [])) - 1
             for values in sampler.result.series.values():
                 del values[: max(0, last)]  # keep the last sample: the next baseline
+            del self._sample_steps[:-1]
             self._open_window(1)
         self._judge_at = self._plan(first=False)
         if self._ledger is not None:
             self._choose_stride()
         self._maybe_record_next()
         self._gc_for_next_step()
+
+    def _numbered_samples(self) -> list[int] | None:
+        """The open window's sample steps, unless they are simply 1, 2, 3, ..."""
+        steps = self._sample_steps
+        return None if steps == list(range(1, len(steps) + 1)) else list(steps)
 
     @property
     def _is_windowed(self) -> bool:

@@ -163,10 +163,12 @@ def conclude(
     if series.notes and (not verdict.leaked or verdict.pattern == "memory-growth"):
         # What the measurement could not see matters when it found no graph growth.
         verdict.reason = "; ".join([verdict.reason, *series.notes])
-    result = CheckResult(name=name, steps=series.calls - settings.warmup, warmup=settings.warmup,
+    head = settings.warmup if series.warmup_steps is None else series.warmup_steps
+    result = CheckResult(name=name, steps=series.calls - head, warmup=settings.warmup,
                          series=series.series, units=series.units, verdict=verdict,
                          duration_s=series.duration_s, notes=list(series.probe_notes),
-                         sample_every=series.sample_every)  # fmt: skip
+                         sample_every=series.sample_every, sample_steps=series.sample_steps,
+                         warmup_steps=None if head == settings.warmup else head)  # fmt: skip
     remarks = list(series.coverage_notes)
     if series.unmeasured and not verdict.leaked:
         result.unmeasured = series.unmeasured  # no clean verdict without a measurement

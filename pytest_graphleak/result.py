@@ -121,6 +121,15 @@ class CheckResult:
     #: Steps per measured sample: 1, or k when a long run was sampled every k-th step
     #: (window mode on fast steps); rates and the slowest leak are per step either way.
     sample_every: int = 1
+    #: Steps run before the measured ones when the series' first ``warmup`` samples do
+    #: not stand for one warmup step each (window mode samples only the last warmup
+    #: step; a later window's one baseline sample is the last of the window before: 0).
+    #: None: ``warmup`` samples after ``warmup`` steps.
+    warmup_steps: int | None = None
+    #: The loop's step after which each sample was taken, when not 1, 2, 3, ... (window
+    #: mode, a rolling check's later windows); a series that starts later (a probe started
+    #: late) lines up with its end.
+    sample_steps: list[int] | None = None
     #: "step": a check of repeated steps (marker, fixture, ``check()``, a callback);
     #: "outlive": the audit of a test's graphs still alive after its teardown (no series).
     kind: str = "step"
@@ -162,6 +171,8 @@ class CheckResult:
             duration_s=data.get("duration_s", 0.0), error=data.get("error"),
             unmeasured=data.get("unmeasured"), notes=list(data.get("notes", [])),
             sample_every=int(data.get("sample_every", 1)),
+            warmup_steps=data.get("warmup_steps"),
+            sample_steps=data.get("sample_steps"),
             kind=data.get("kind", "step"),
         )  # fmt: skip
 

@@ -61,8 +61,13 @@ def test_a_leak_every_third_step_is_caught_when_sampled_every_fourth() -> None:
     assert check.results[0].pattern == "list-accumulation"
     first = check.results[0]
     assert first.sample_every == 4 and first.steps == 30
-    # warmup 2 + samples at steps 4, 8, ..., 32 (aligned on the judged step)
-    assert len(first.series["torch.tensors"]) == 2 + 8
+    # the end of warmup (the baseline), then samples at steps 4, 8, ..., 32 (aligned on the
+    # judged step): a warmup step before the last is not sampled
+    assert first.sample_steps == [2, *range(4, 33, 4)]
+    assert len(first.series["torch.tensors"]) == 1 + 8
+    assert (first.warmup, first.warmup_steps) == (1, 2)
+    second = check.results[1]  # its baseline is the first window's last sample (step 32)
+    assert second.steps == 30 and (second.warmup, second.warmup_steps) == (0, None)
     assert first.verdict.slowest_leak_steps == max_leak_period(8) * 4
     growth = next(g for g in first.verdict.growths if g.metric == "torch.tensors")
     assert growth.per_step == pytest.approx(1 / 3, rel=0.25)  # per step, not per sample
@@ -196,3 +201,52 @@ def _clean_line(result: object) -> str:
     from pytest_graphleak.report.text import verdict_line
 
     return verdict_line(result)  # type: ignore[arg-type]
+
+
+def test_window_mode_samples_only_the_last_warmup_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_graphleak.engine import coverage, tracker
+    from pytest_graphleak.report.text import render_text
+
+    sampled: list[int] = []
+    looked: list[int] = []
+    original_sample, original_look = tracker.Sampler._sample, coverage.Coverage.after_step
+
+    def sample(self: tracker.Sampler, collect: object) -> dict[str, float]:
+        sampled.append(check.calls)
+        return original_sample(self, collect)  # type: ignore[arg-type]
+
+    def look(self: coverage.Coverage, call: int) -> list[str]:
+        looked.append(call)
+        return original_look(self, call)
+
+    monkeypatch.setattr(tracker.Sampler, "_sample", sample)
+    monkeypatch.setattr(coverage.Coverage, "after_step", look)
+    module = Module()
+    check = LoopCheck(Settings(warmup=4), name="run", window=20, sample_every=5, on_leak="warn")
+    check.start(length=24, roots=lambda: {"module": module})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", GraphLeakWarning)
+        for i in range(24):
+            module.step(keep=i >= 4)
+            check.after_step()
+        check.finish()
+    (result,) = check.results
+    # One sample ends the warmup (the verdict compares with it alone); a library imported
+    # by an unsampled warmup step is still looked for after that step.
+    assert sampled == [4, 9, 14, 19, 24] == result.sample_steps
+    assert looked[:4] == [1, 2, 3, 4]
+    assert result.leaked and (result.steps, result.warmup, result.warmup_steps) == (20, 1, 4)
+    text = render_text(result)
+    assert "20 measured steps after 4 warmup steps, sampled every 5 steps" in text
+    assert "series (baseline | measured):" in text
+
+
+def test_a_short_last_window_is_sampled_often_enough_to_judge() -> None:
+    # After a leak a window starts afresh (no baseline); the run's last 7 steps at a stride
+    # of 10 would leave one sample, which can show no growth: the stride shrinks instead.
+    module = Module()
+    check = run_windows(module, 160, window=50, every=10, warmup=3, keep=lambda i: i >= 60)
+    last = check.results[-1]
+    assert last.name == "run steps 154-160" and last.steps == 7
+    assert last.sample_every == 3 and len(last.series["torch.tensors"]) == 3
+    assert last.leaked and last.pattern == "list-accumulation"

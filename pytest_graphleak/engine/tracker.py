@@ -62,6 +62,14 @@ class Series:
     #: Steps per sample: 1, or k when a long run is sampled every k-th step (window mode,
     #: see ``loop``); the verdict states its rates and its slowest leak per step.
     sample_every: int = 1
+    #: Steps run before the measured ones, when the series' head (the ``warmup`` samples
+    #: that are not judged) does not hold one sample for each: window mode samples only
+    #: the last warmup step, and a later window's baseline is the last sample of the one
+    #: before (0). None: one sample per warmup step.
+    warmup_steps: int | None = None
+    #: The step (counted from the loop's start) after which each sample was taken, when
+    #: not simply 1, 2, 3, ... (window mode, a rolling check's later windows).
+    sample_steps: list[int] | None = None
     duration_s: float = 0.0
     #: Stopped probes that declare a recheck (the CUDA allocator-cache rule), for a leak
     #: verdict on their metrics; after ``stop`` they hold plain numbers only.
@@ -221,10 +229,14 @@ class Sampler:
         finally:
             objects.clear()
 
-    def after_step(self, collect: Callable[[], object] | None = None) -> None:
+    def after_step(
+        self, collect: Callable[[], object] | None = None, *, step: int | None = None
+    ) -> None:
         """Sample every probe; at the end of warmup, move the baseline forward.
         ``collect``: what runs the sample's full collection instead of ``gc.collect``
-        (a loop's recorder looks at what it frees); it must free what gc.collect frees."""
+        (a loop's recorder looks at what it frees); it must free what gc.collect frees.
+        ``step``: the loop's step number when not every step is sampled (what a library
+        imported late is said to have been imported at)."""
         self.result.calls += 1
         if self.result.calls == self.warmup:
             # Before the last warmup sample, so it counts what the measured ones count.
@@ -235,12 +247,25 @@ class Sampler:
                 with contextlib.suppress(Exception):
                     hook()
             if self._coverage is not None:
-                self._start_late(self._coverage.after_step(self.result.calls))
+                self._start_late(self._coverage.after_step(step or self.result.calls))
             values = self._sample(collect or gc.collect)
         for metric, value in values.items():
             self.result.series.setdefault(metric, []).append(value)
         if self.result.calls == self.warmup:
             self.rebase()
+
+    def skip(self, *, step: int | None = None) -> None:
+        """A warmup step that no sample follows (a long run in window mode samples only
+        the end of its warmup): counted, so that warmup still ends at its last step, which
+        is always sampled; a library the step imported is still found (``Coverage``)."""
+        if self.result.calls + 1 >= self.warmup:
+            raise RuntimeError("the last warmup step and every measured step are sampled")
+        self.result.calls += 1
+        if self._coverage is None:
+            return
+        recording = self._recorder
+        with recording.paused() if recording is not None else contextlib.nullcontext():
+            self._start_late(self._coverage.after_step(step or self.result.calls))
 
     def _start_late(self, names: list[str]) -> None:
         """Probes for libraries the first step imported. Nothing of such a library existed

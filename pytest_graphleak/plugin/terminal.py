@@ -24,6 +24,7 @@ from pytest_graphleak.patterns import BY_WORD, FALLBACK
 from pytest_graphleak.probes import METRICS
 from pytest_graphleak.report.json_doc import CheckedTest, metric_summary
 from pytest_graphleak.report.scale import noise_of, sparkline
+from pytest_graphleak.report.span import span_text
 from pytest_graphleak.report.view import culprit, diagnosis_view
 from pytest_graphleak.result import CheckResult
 from pytest_graphleak.status import TABLE as STATUS_TABLE
@@ -252,7 +253,7 @@ def summary_lines(
         elif check.get("unmeasured"):
             head += f"  not measured: {check['unmeasured']}"
         else:
-            head += f"  ({check['steps']} steps after {check['warmup']} warmup{_reach(check)})"
+            head += f"  ({span_text(check, short=True)}{_reach(check)})"
         lines.append((head, markup))
         cells = [
             (

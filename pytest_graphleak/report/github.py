@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_graphleak.metrics import format_rate
+from pytest_graphleak.report.span import span_text
 from pytest_graphleak.report.view import fix_of
 from pytest_graphleak.status import STATUSES, status_of_dict, status_of_test
 
@@ -106,8 +107,7 @@ def _check_row(
                    f"not measured: {check['unmeasured']}", level)  # fmt: skip
     if check.get("error"):
         return Row(label, status, "error", *test_place, f"step raised: {check['error']}")
-    steps, warmup = check.get("steps"), check.get("warmup")
-    return Row(label, status, "clean", *test_place, f"{steps} steps after {warmup} warmup")
+    return Row(label, status, "clean", *test_place, span_text(check, short=True))
 
 
 def _line_to_change(diagnosis: Mapping[str, Any], test_place: tuple[str, int]) -> tuple[str, int]:

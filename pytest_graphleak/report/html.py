@@ -29,6 +29,7 @@ from pytest_graphleak.report.dot import diagnosis_dot, render_svg
 from pytest_graphleak.report.graph_svg import chain_svg, cycle_svg
 from pytest_graphleak.report.json_doc import file_head
 from pytest_graphleak.report.scale import BYTES_PER_STEP, noise_of
+from pytest_graphleak.report.span import head_label, span_text, step_numbers
 from pytest_graphleak.report.svg import series_chart
 from pytest_graphleak.report.view import ViewLine, diagnosis_view, to_change
 from pytest_graphleak.result import display_path
@@ -352,7 +353,7 @@ class _View:
 
     def outcome_lines(self, check: Mapping[str, Any]) -> str:
         parts = []
-        line = f"{check.get('steps', 0)} measured steps after {check.get('warmup', 0)} warmup steps"
+        line = span_text(check)
         if check.get("kind") == "outlive":  # the audit after teardown: no steps, no series
             line = "outlived the test: still alive after its teardown"
         if check.get("duration_s"):
@@ -375,15 +376,19 @@ class _View:
         zeros = [m for m in drawn if not any(v for v in series[m])]
         warmup = int(check.get("warmup", 0))
         noises = {m: noise_of(m, self.tolerance) for m in drawn}
+        head = head_label(check)
         charts = [
             series_chart(series[m], warmup=warmup, title=m, unit=units.get(m, "objects"),
-                         highlight=bool(metrics.get(m, {}).get("grew")), noise=noises[m])
+                         highlight=bool(metrics.get(m, {}).get("grew")), noise=noises[m],
+                         steps=step_numbers(check, len(series[m])), head=head)
             for m in drawn
             if m not in zeros
         ]  # fmt: skip
         if not charts:
             return ""
-        legend = ("each chart on its own scale; shaded: warmup steps (not judged); bytes drawn "
+        shaded = ("warmup steps" if head == "warmup" else
+                  "the baseline sample the measured ones are compared with")  # fmt: skip
+        legend = (f"each chart on its own scale; shaded: {shaded} (not judged); bytes drawn "
                   "as growth from the first measured step")  # fmt: skip
         if any(noises[m] for m in drawn if m not in zeros):
             legend += (f"; green band: the noise tolerance of RSS and CUDA reserved "

@@ -26,11 +26,18 @@ def series_chart(
     unit: str,
     highlight: bool = False,
     noise: float = 0.0,
+    steps: Sequence[int] | None = None,
+    head: str = "warmup",
 ) -> str:
     """One metric over all steps as an inline ``<svg>`` on the metric's own scale
     (``report.scale.value_range``): warmup steps shaded, one dot per step with a
     tooltip, the unit above the y axis, a few step numbers on the x axis. Bytes are
     drawn as growth from the first measured value, which the unit label states.
+
+    ``steps``: the step after which each sample was taken, when not 1, 2, 3, ...
+    (window mode samples every k-th step): the x axis is in steps, so the slope reads
+    per step; ``head`` names the shaded samples ("warmup", or "baseline": the one
+    sample the measured ones are compared with).
 
     ``noise`` (a noisy metric's tolerated growth per step) draws the tolerance as a band
     rising from the first measured value: a line inside it is what the verdict calls
@@ -55,22 +62,33 @@ def series_chart(
         parts.append(f'<text x="{_LEFT}" y="{_TOP + plot_h / 2:.1f}">no samples</text></svg>')
         return "".join(parts)
     low, high = bounds
-    count = max(len(values), 2)
+    at = list(steps) if steps is not None and len(steps) == len(values) else None
+    at = at or list(range(1, len(values) + 1))
+    first_step, span = at[0], max(at[-1] - at[0], 1)
 
-    def x_of(i: float) -> float:
-        return _LEFT + plot_w * i / (count - 1)
+    def x_at(step: float) -> float:  # a step number's x
+        return _LEFT + plot_w * (step - first_step) / span
+
+    def x_of(i: float) -> float:  # a sample's x, by index (fractions: between samples)
+        whole = min(max(math.floor(i), 0), len(at) - 1)
+        after = min(whole + 1, len(at) - 1)
+        return x_at(at[whole] + (at[after] - at[whole]) * (i - whole))
 
     def y_of(v: float) -> float:
         return _TOP + plot_h * (1 - (v - low) / (high - low))
 
     if warmup > 0:
-        shade_end = x_of(min(warmup, count - 1) - 0.5)
+        shade_end = x_of(min(warmup, max(len(values), 2) - 1) - 0.5)
+        judged = f"steps {at[0]}-{at[warmup - 1]} are" if warmup > 1 else f"step {at[0]} is"
+        title = (f"warmup: {judged} not judged" if head == "warmup" else
+                 f"baseline: the sample after step {at[warmup - 1]}, which the measured ones "
+                 "are compared with (not judged)")  # fmt: skip
         parts.append(
             f'<rect class="warmup" x="{_LEFT}" y="{_TOP}" width="{shade_end - _LEFT:.1f}" '
-            f'height="{plot_h}"><title>warmup: steps 1-{warmup} are not judged</title></rect>'
+            f'height="{plot_h}"><title>{escape(title)}</title></rect>'
         )
     if noise > 0 and points:
-        parts.append(_band(shown, warmup, noise, (low, high), x_of, y_of))
+        parts.append(_band(shown, warmup, noise, (low, high), x_at, y_of, at))
     bottom = _TOP + plot_h
     parts.append(
         f'<line class="axis" x1="{_LEFT}" y1="{bottom}" x2="{_LEFT + plot_w}" y2="{bottom}"/>'
@@ -83,9 +101,10 @@ def series_chart(
             f'<text class="tick" x="{_LEFT - 4}" y="{y + 4:.1f}" text-anchor="end">'
             f"{escape(_tick_label(v, unit))}</text>"
         )
-    for n, step in enumerate(step_ticks(len(values))):
-        x = x_of(step - 1)
-        anchor = "start" if n == 0 else "middle" if step < len(values) else "end"
+    for n, tick in enumerate(step_ticks(at[-1] - first_step + 1)):
+        step = first_step + tick - 1
+        x = x_at(step)
+        anchor = "start" if n == 0 else "middle" if step < at[-1] else "end"
         label = f"step {step}" if n == 0 else str(step)
         parts.append(
             f'<line class="axis" x1="{x:.1f}" y1="{bottom}" x2="{x:.1f}" y2="{bottom + 4}"/>'
@@ -102,7 +121,7 @@ def series_chart(
             shown_value += f" ({_tick_label(v, unit)})"
         parts.append(
             f'<circle class="{line_class}" cx="{x_of(i):.1f}" cy="{y_of(v):.1f}" r="2.5">'
-            f"<title>step {i + 1} ({phase}): {escape(shown_value)}</title>"
+            f"<title>step {at[i]} ({phase}): {escape(shown_value)}</title>"
             "</circle>"
         )
     parts.append("</svg>")
@@ -114,27 +133,28 @@ def _band(
     warmup: int,
     noise: float,
     bounds: tuple[float, float],
-    x_of: Callable[[float], float],
+    x_at: Callable[[float], float],
     y_of: Callable[[float], float],
+    at: Sequence[int],
 ) -> str:
     """The tolerated growth as a wedge: from the first measured value, ``noise`` more per
-    step, cut at the top of the plot."""
+    step (``at``: each sample's step, ``x_at``: a step's x), cut at the top of the plot."""
     low, high = bounds
     first = next((i for i in range(min(warmup, len(shown) - 1), len(shown)) if finite(shown[i])),
                  None)  # fmt: skip
     if first is None:
         return ""
     start = max(shown[first], low)
-    last = len(shown) - 1
-    top = [(float(first), start)]
-    reach = start + noise * (last - first)
+    begin, end = float(at[first]), float(at[-1])
+    top = [(begin, start)]
+    reach = start + noise * (end - begin)
     if reach > high:  # the wedge leaves the plot before the last step
-        cross = first + (high - start) / noise
-        top += [(cross, high), (float(last), high)]
+        cross = begin + (high - start) / noise
+        top += [(cross, high), (end, high)]
     else:
-        top.append((float(last), reach))
-    corners = [*top, (float(last), start)]
-    coords = " ".join(f"{x_of(i):.1f},{y_of(v):.1f}" for i, v in corners)
+        top.append((end, reach))
+    corners = [*top, (end, start)]
+    coords = " ".join(f"{x_at(step):.1f},{y_of(v):.1f}" for step, v in corners)
     tolerance = format_amount(noise, "bytes")
     return (
         f'<polygon class="band" points="{coords}"><title>tolerance: growth below '

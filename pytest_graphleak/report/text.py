@@ -14,6 +14,7 @@ from dataclasses import asdict
 from pytest_graphleak.metrics import format_amount, format_rate
 from pytest_graphleak.patterns import FALLBACK
 from pytest_graphleak.report.scale import noise_of, sparkline
+from pytest_graphleak.report.span import head_label, span_text
 from pytest_graphleak.report.view import diagnosis_view
 from pytest_graphleak.report.view import site_text as view_site_text
 from pytest_graphleak.result import CheckResult, CreationSite, Growth
@@ -39,13 +40,12 @@ def render_text(result: CheckResult) -> str:
     pattern = result.pattern or FALLBACK
     lines = [
         f"graphleak: {result.name} leaks: {pattern}",
-        f"  {result.steps} measured steps after {result.warmup} warmup steps "
-        f"({result.duration_s:.2f} s); grew:",
+        f"  {span_text(_span(result))} ({result.duration_s:.2f} s); grew:",
     ]
     growths = result.verdict.growths
     width = max(len(g.metric) for g in growths) if growths else 0
     lines.extend(_growth_row(result, growth, width) for growth in growths)
-    lines.append("  series (warmup | measured):")
+    lines.append(f"  series ({head_label(_span(result))} | measured):")
     for growth in growths:
         values = result.series.get(growth.metric, [])
         unit = result.units.get(growth.metric, "objects")
@@ -123,9 +123,15 @@ def verdict_line(result: CheckResult) -> str:
     period = result.verdict.slowest_leak_steps
     catches = f"; catches {slowest_leak_text(period)} or faster" if period else ""
     return (
-        f"{label} {result.name}: nothing grew over {result.steps} steps after "
-        f"{result.warmup} warmup{catches} ({result.duration_s:.1f} s)"
+        f"{label} {result.name}: nothing grew over {span_text(_span(result), short=True)}"
+        f"{catches} ({result.duration_s:.1f} s)"
     )
+
+
+def _span(result: CheckResult) -> dict[str, object]:
+    """The fields ``report.span`` words, as ``to_dict()`` writes them."""
+    return {"steps": result.steps, "warmup": result.warmup, "sample_every": result.sample_every,
+            "warmup_steps": result.warmup_steps}  # fmt: skip
 
 
 def render_result(result: CheckResult) -> str:

@@ -95,7 +95,7 @@ def test_a_clean_run_with_the_usual_features_passes(recorded: list[CheckResult])
     # first warmup + 16; the length in batches is not known with accumulation, so the last
     # window is judged when the run ends.
     windows = [(r.steps, r.leaked) for r in cb.results]
-    assert windows == [(16, False), (15, False), (15, False), (8, False)]
+    assert windows == [(16, False), (16, False), (16, False), (9, False)]
     assert recorded == cb.results
     assert gc.isenabled()
 

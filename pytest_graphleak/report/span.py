@@ -1,0 +1,51 @@
+"""What a check measured, in the words every surface uses (failure text, terminal rows,
+HTML, the GitHub summary): "100 measured steps after 3 warmup steps, sampled every 20
+steps".
+
+A check's series holds ``warmup`` samples that are not judged, then the measured ones.
+Usually that is one sample per step. Window mode is the exception:
+- it samples only the last warmup step, then every k-th step;
+- a later window's one head sample is the last sample of the window before.
+
+``CheckResult.warmup_steps`` and ``sample_steps`` say so (``None`` when the series is
+one sample per step). These words follow them, so no surface calls a baseline sample
+"warmup steps".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+
+def span_text(check: Mapping[str, Any], *, short: bool = False) -> str:
+    """``100 measured steps after 3 warmup steps`` (short: ``100 steps after 3 warmup``;
+    no "after" without warmup), ``50 measured steps after the window before`` for a later
+    window; with ``, sampled every k steps`` when not every step was sampled."""
+    steps, warmup = int(check.get("steps", 0)), int(check.get("warmup", 0))
+    before = check.get("warmup_steps")
+    text = f"{steps} steps" if short else f"{steps} measured steps"
+    if before == 0:  # one head sample: the window before's last
+        text += " after the window before"
+    elif (count := warmup if before is None else int(before)) > 0:
+        text += f" after {count} warmup" if short else f" after {count} warmup steps"
+    every = int(check.get("sample_every", 1) or 1)
+    if every > 1:
+        text += f", sampled every {every} steps"
+    return text
+
+
+def head_label(check: Mapping[str, Any]) -> str:
+    """What the series' unjudged head is: ``warmup`` (one sample per warmup step) or
+    ``baseline`` (one sample: the end of warmup, or the window before's last)."""
+    return "warmup" if check.get("warmup_steps") is None else "baseline"
+
+
+def step_numbers(check: Mapping[str, Any], count: int) -> list[int]:
+    """The step after which each of a series' last ``count`` samples was taken: the
+    check's ``sample_steps`` (a shorter series, from a probe started late, lines up with
+    their end), else 1, 2, 3, ..."""
+    known: Sequence[int] | None = check.get("sample_steps")
+    if known and len(known) >= count:
+        return [int(step) for step in known[len(known) - count :]]
+    return list(range(1, count + 1))
