@@ -11,13 +11,21 @@ from pathlib import Path
 
 import pytest
 
+#: Plugins that the pytest runs tests start do without (see ``_lean_subprocesses``).
+LEAN_ADDOPTS = "-p no:hypothesispytest -p no:trio -p no:anyio"
+
 
 @pytest.fixture(autouse=True)
-def _lean_subprocesses(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Each pytester/CLI subprocess would otherwise import hypothesis' pytest plugin
-    # (~1.5 s of CPU) and start one OpenMP thread per core for tiny models: on a small
-    # CI machine that contention, not the code under test, dominated the suite's time.
-    monkeypatch.setenv("PYTEST_ADDOPTS", "-p no:hypothesispytest")
+def _lean_subprocesses(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Each pytest run a test starts (pytester, the CLI, xdist workers) would otherwise
+    # import hypothesis' pytest plugin, pytest-trio's and anyio's (~0.6 s of CPU each
+    # time: trio, anyio and hypothesis) and start one OpenMP thread per core for tiny
+    # models: on a small CI machine that contention, not the code under test, dominated
+    # the suite's time. The tests of async plugins turn theirs back on (``-p trio``).
+    if "pytester" in request.fixturenames:
+        # Pytester deletes PYTEST_ADDOPTS when it starts: set it after that.
+        request.getfixturevalue("pytester")
+    monkeypatch.setenv("PYTEST_ADDOPTS", LEAN_ADDOPTS)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
 
 

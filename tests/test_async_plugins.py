@@ -35,12 +35,17 @@ def _installed(*modules: str) -> list[str]:
     return [m for m in modules if importlib.util.find_spec(m) is None]
 
 
-def _run(pytester: pytest.Pytester, source: str, *plugins: str) -> pytest.RunResult:
-    missing = _installed(*plugins)
+def _run(
+    pytester: pytest.Pytester, source: str, *modules: str, plugin: str | None = None
+) -> pytest.RunResult:
+    """Run ``source`` with the async test plugin ``plugin`` turned back on (the suite's
+    conftest turns pytest-trio and anyio off in the pytest runs tests start)."""
+    missing = _installed(*modules)
     if missing:
         pytest.skip(f"not installed: {', '.join(missing)}")
     pytester.makepyfile(test_async_steps=source)
-    return pytester.runpytest("--graphleak", "-p", "no:randomly")
+    enable = ["-p", plugin] if plugin is not None else []
+    return pytester.runpytest("--graphleak", "-p", "no:randomly", *enable)
 
 
 def _backends() -> list[str]:
@@ -60,7 +65,7 @@ async def ready(anyio_backend):  # an async fixture: set up once, on anyio's run
     yield 1
 """
     source = _STEPS.format(setup=setup, mark="@pytest.mark.anyio", args="ready")
-    result = _run(pytester, source, "anyio")
+    result = _run(pytester, source, "anyio", plugin="anyio")
     backends = len(_backends())
     result.assert_outcomes(passed=backends, failed=backends)
     result.stdout.fnmatch_lines([f"graphleak: {2 * backends} checked: {backends} leaked*"])
@@ -69,7 +74,7 @@ async def ready(anyio_backend):  # an async fixture: set up once, on anyio's run
 
 def test_pytest_trio_tests_are_checked(pytester: pytest.Pytester) -> None:
     source = _STEPS.format(setup="", mark="@pytest.mark.trio", args="")
-    result = _run(pytester, source, "trio", "pytest_trio")
+    result = _run(pytester, source, "trio", "pytest_trio", plugin="trio")
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["*test_leaky - list-accumulation*"])
 
