@@ -368,7 +368,7 @@ def test_xdist_gives_the_same_reports_as_one_process(pytester: pytest.Pytester) 
     pytest.importorskip("xdist")
     _fake_suite(pytester)
     alone = _run_fake_suite(pytester, "-p", "no:xdist")
-    # Byte for byte with -n 2 here; tests/test_xdist.py runs the real plugin with -n 4.
+    # Byte for byte with -n 2 here; tests/test_xdist.py runs the real plugin with -n 2.
     spread = _run_fake_suite(pytester, "-n", "2")
     assert spread[0] == alone[0], "outcomes differ"
     assert spread[1] == alone[1], "terminal summary differs"
