@@ -387,25 +387,23 @@ class LoopCheck:
         ``RECORDED_STEPS`` steps, then ``LATER_STEPS`` more before the judged step."""
         if self._judge_at is None or not self.settings.diagnose:
             return
-        first_window = self.rolling and self._window_start == 0
-        last_window = self._judge_at == self._length
-        deferred = self._deferred is not None
-        if self._is_windowed and not (self._leaks or first_window or last_window or deferred):
-            # Later windows record only after a first leak or in the run's last window.
-            return
-        if (
-            self.window is not None and last_window and not self._leaks
-            and self._recorder is None and not self._growing()
-        ):  # fmt: skip
-            # The last window of a clean run records only once a measured metric rose:
-            # recording costs a few ms of the check's own time (and slows the recorded
-            # steps). The verdict is the same; a leak not seen rising by then is reported
-            # without created-at lines, as in a middle window.
-            return
         upcoming = self._calls + 1
         first = self._judge_at - LATER_STEPS - RECORDED_STEPS + 1
         if not max(first, self._window_start + 1) <= upcoming <= self._judge_at - LATER_STEPS:
             return
+        if self.window is not None:
+            if not self._leaks and self._recorder is None and not self._growing():
+                # Before a first leak a window records only once a measured metric rose
+                # above its baseline: recording costs a few ms of the check's own time
+                # and slows the recorded steps, so a clean run records nothing, while the
+                # first leaky window still gets its created-at lines. The verdict is the
+                # same; a leak not seen rising by then is reported without them.
+                return
+        elif self.rolling and not (
+            self._leaks or self._window_start == 0 or self._judge_at == self._length
+            or self._deferred is not None
+        ):  # fmt: skip
+            return  # later rolling windows: after a first leak, in the last, or deferred
         if self._recorder is None:
             from pytest_graphleak.diagnose.loop_recorder import LoopRecorder
 

@@ -48,11 +48,14 @@ class CreationSite:
     filename: str
     lineno: int
     line: str  # the source line's text, stripped
-    count: int  # how many leaked objects were made there in one step
+    count: int  # how many leaked objects were made there in one step (in ``every`` steps)
     function: str = ""
     #: When the object was made inside a library called from this line: the library's
     #: own line, ``package/path/module.py:LINE`` (relative to its site-packages).
     via: str = ""
+    #: Steps that ``count`` is over: 1, or k when the line acted fewer times than the k
+    #: steps watched (a leak every third step: 1 in 3 steps, not "1 per step").
+    every: int = 1
 
 
 def display_path(filename: str) -> str:

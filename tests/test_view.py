@@ -68,3 +68,17 @@ def test_to_change_falls_back_to_the_first_creation_site() -> None:
     found = _leak(sites=[MADE, SITE]).to_dict()["diagnosis"]
     kinds = [line.kind for line in to_change(diagnosis_view("list-accumulation", found))]
     assert kinds == ["pattern", "created-at", "fix"]
+
+
+def test_a_line_that_acts_less_often_than_once_a_step_says_so() -> None:
+    from collections import Counter
+
+    from pytest_graphleak.diagnose.sites import per_step
+
+    site = ("train.py", 12, "step")
+    (rare,) = per_step(Counter({site: 1}), 3)  # once in the 3 steps watched
+    (often,) = per_step(Counter({site: 7}), 3)
+    assert (rare.count, rare.every) == (1, 3) and (often.count, often.every) == (3, 1)
+    found = _leak(sites=[rare], stored_at=[rare]).to_dict()["diagnosis"]
+    details = {line.kind: line.detail for line in diagnosis_view("list-accumulation", found)}
+    assert details["created-at"] == "1 in 3 steps" and details["stored-at"] == "once in 3 steps"

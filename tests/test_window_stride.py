@@ -60,6 +60,11 @@ def test_a_leak_every_third_step_is_caught_when_sampled_every_fourth() -> None:
     assert [r.leaked for r in check.results] == [True, True]
     assert check.results[0].pattern == "list-accumulation"
     first = check.results[0]
+    # the first leaky window recorded its sites (a count rose before its judged step); the
+    # recorded steps made one kept tensor, so the line says how often, not "1 per step"
+    assert first.diagnosis is not None and first.diagnosis.sites
+    assert "self.kept.append" in first.diagnosis.sites[0].line
+    assert (first.diagnosis.sites[0].count, first.diagnosis.sites[0].every) == (1, 3)
     assert first.sample_every == 4 and first.steps == 30
     # the end of warmup (the baseline), then samples at steps 4, 8, ..., 32 (aligned on the
     # judged step): a warmup step before the last is not sampled

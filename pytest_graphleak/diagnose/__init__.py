@@ -172,7 +172,7 @@ def _diagnose_with_step(
             grew = bool(watched.grown)
             notes.extend(watched.notes())
         else:  # a loop that cannot be re-run: its recorded steps may show the growth
-            grew = chain_path is not None and _grew_during_loop(chain_path, obs, notes)
+            grew = chain_path is not None and _grew_during_loop(chain_path, obs, notes, period)
 
         graph = GraphWalk()
         nodes = _torch_leaked_nodes(obs, torch, chain_path, graph)
@@ -195,7 +195,8 @@ def _diagnose_with_step(
         if obs.leaked or nodes:
             later = obs.runs - obs.recorded_runs
             notes.insert(0, f"made by {runs} {steps_word} and still alive {later}+ steps "
-                            f"later: {tensors} tensors, {graph_nodes} graph nodes")  # fmt: skip
+                            f"later: {tensors} tensor{'s' * (tensors != 1)}, {graph_nodes} graph "
+                            f"node{'s' * (graph_nodes != 1)}")  # fmt: skip
         elif not obs.error:
             notes.insert(0, f"no tensor or graph node made by the {steps_word} stayed alive")
         if graph.truncated or obs.node_sites_truncated:
@@ -253,9 +254,11 @@ def _target_test(obs: Observation, torch: TorchBackend | None) -> Callable[[obje
     return is_target
 
 
-def _grew_during_loop(path: Path, obs: Observation, notes: list[str]) -> bool:
+def _grew_during_loop(path: Path, obs: Observation, notes: list[str], period: int) -> bool:
     """Whether a container on the chain holds what several recorded loop steps made
-    (the loop cannot be re-run to watch it grow, but its recorded steps show it)."""
+    (the loop cannot be re-run to watch it grow, but its recorded steps show it), or,
+    for a leak slower than one object a step (``period`` > 1: the recorded steps may
+    make only one), what one of them made."""
     made_in = {id(leaked.obj): leaked.run for leaked in obs.leaked}
     for obj in path.objects:
         if not isinstance(obj, _SIZED):
@@ -270,6 +273,13 @@ def _grew_during_loop(path: Path, obs: Observation, notes: list[str]) -> bool:
             notes.append(
                 f"{type(obj).__name__} on the chain (len {len(obj)}) holds what each of "
                 f"{len(runs)} recorded steps made"
+            )
+            return True
+        if runs and period > 1:
+            notes.append(
+                f"{type(obj).__name__} on the chain (len {len(obj)}) holds what "
+                f"{len(runs)} of {obs.recorded_runs} recorded steps made, and the counts "
+                f"grow by about one every {period} steps"
             )
             return True
     return False

@@ -268,18 +268,21 @@ def user_frame_of(traceback: tracemalloc.Traceback, plugin: str = "") -> Site | 
     return user.filename, user.lineno, function_at(user.filename, user.lineno)
 
 
-def creation_site(site: Site, count: int, via: str = "") -> CreationSite:
+def creation_site(site: Site, count: int, via: str = "", every: int = 1) -> CreationSite:
     filename, lineno, function = site
     line = linecache.getline(filename, lineno).strip()
-    return CreationSite(filename, lineno, line, count, function, via)
+    return CreationSite(filename, lineno, line, count, function, via, every)
 
 
 def per_step(counts: Counter[Site], steps: int, via: Mapping[Site, str] | None = None
              ) -> list[CreationSite]:  # fmt: skip
-    """The most common sites, each with how often it occurs in one of ``steps`` steps."""
+    """The most common sites, each with how often it occurs in one of ``steps`` steps, or
+    (fewer times than the steps) in all of them: 1 in 3 steps."""
     steps = max(1, steps)
     return [
-        creation_site(site, max(1, math.ceil(total / steps)), (via or {}).get(site, ""))
+        creation_site(site, math.ceil(total / steps), (via or {}).get(site, ""))
+        if total >= steps
+        else creation_site(site, max(1, total), (via or {}).get(site, ""), every=steps)
         for site, total in most_common(counts)
     ]
 

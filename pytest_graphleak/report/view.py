@@ -83,17 +83,24 @@ def diagnosis_view(
     if found.get("cycle"):
         lines.append(ViewLine("cycle", _linked(found["cycle"])))
     for site in found.get("sites") or []:
-        lines.append(ViewLine("created-at", site_text(site, path), f"{site.get('count')} {made}"))
+        per = made if outlive else _per(site)
+        lines.append(ViewLine("created-at", site_text(site, path), f"{site.get('count')} {per}"))
     for site in found.get("stored_at") or []:
         count = site.get("count")
         times = "once" if count == 1 else f"{count} times"
-        per = "in the test's re-run" if outlive else "per step"
+        per = "in the test's re-run" if outlive else _per(site)
         lines.append(ViewLine("stored-at", site_text(site, path), f"{times} {per}"))
     lines.extend(ViewLine("note", str(note)) for note in found.get("notes") or [])
     fix = fix_of(pattern, found)
     if fix:
         lines.append(ViewLine("fix", fix))
     return lines
+
+
+def _per(site: Mapping[str, Any]) -> str:
+    """``per step``, or ``in 3 steps`` for a line that acted less often than once a step."""
+    every = int(site.get("every") or 1)
+    return "per step" if every <= 1 else f"in {every} steps"
 
 
 def fix_of(pattern: str, diagnosis: Mapping[str, Any] | None) -> str:
