@@ -68,7 +68,9 @@ async def ready(anyio_backend):  # an async fixture: set up once, on anyio's run
     result = _run(pytester, source, "anyio", plugin="anyio")
     backends = len(_backends())
     result.assert_outcomes(passed=backends, failed=backends)
-    result.stdout.fnmatch_lines([f"graphleak: {2 * backends} checked: {backends} leaked*"])
+    result.stdout.fnmatch_lines(
+        [f"graphleak: {2 * backends} tests with results: {backends} leaked*"]
+    )
     result.stdout.fnmatch_lines(["*test_leaky?asyncio? - list-accumulation*"])
 
 

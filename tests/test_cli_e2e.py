@@ -172,7 +172,7 @@ def test_check_then_report_as_a_user_runs_them(
 
     proc = graphleak("report", "r.json", env=env, cwd=tmp_path)
     assert proc.returncode == 1
-    assert "2 checked, 1 leaked, 1 clean" in proc.stdout
+    assert "2 checked: 1 leaked, 1 clean" in proc.stdout
     assert "held by: global 'history' -> list" in proc.stdout
 
     proc = graphleak("check", "train_e2e.py::fixed_step", "--steps", "abc", env=env,

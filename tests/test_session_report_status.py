@@ -179,7 +179,8 @@ def test_expected_failures_read_as_xfailed_and_status_words_print_plain(
             "(from fixture 'state')  (expected to fail)",
             "LEAKED  test_status.py::test_leaky  list-accumulation  held: *",
             "WARNING test_status.py::test_warned  list-accumulation  held: *(test passed)",
-            "graphleak: 4 checked: 1 leaked, 1 warned, 2 xfailed",
+            "graphleak: 4 tests with results: 1 leaked, 1 warned, 2 xfailed; 4 audited for graphs "
+            "that outlive them",
         ]
     )
     assert sum("WARNING" in line for line in section) == 1, section
@@ -192,7 +193,7 @@ def test_expected_failures_read_as_xfailed_and_status_words_print_plain(
     }
     assert document["summary"] == {
         "checked": 4, "leaked": 1, "warned": 1, "xfailed": 2, "error": 0, "unmeasured": 0,
-        "clean": 0,
+        "clean": 0, "audited": 4,
     }  # fmt: skip
     assert _junit_statuses(pytester) == {
         "test_expected_leak": ["xfailed"],
@@ -224,7 +225,9 @@ def test_only_the_final_attempt_of_a_rerun_test_counts(pytester: pytest.Pytester
             "CLEAN   test_rerun.py::test_flaky_marker  (* steps after * warmup; catches 1 "
             "object every * steps or faster)",
             "LEAKED  test_rerun.py::test_leaks_twice  list-accumulation*",
-            "graphleak: 2 checked: 1 leaked, 1 clean",
+            # each test audited once: after its final attempt
+            "graphleak: 2 tests with results: 1 leaked, 1 clean; 3 audited for graphs that "
+            "outlive them",
         ]
     )
     # The first attempt of test_flaky_fixture leaked, then its rerun ran no check.
@@ -233,6 +236,7 @@ def test_only_the_final_attempt_of_a_rerun_test_counts(pytester: pytest.Pytester
         "test_rerun.py::test_flaky_marker": ("passed", "clean"),
         "test_rerun.py::test_leaks_twice": ("failed", "leaked"),
     }
+    assert (document["summary"]["checked"], document["summary"]["audited"]) == (2, 3)
     assert _junit_statuses(pytester) == {
         "test_flaky_fixture": [],
         "test_flaky_marker": ["clean"],

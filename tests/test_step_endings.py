@@ -116,7 +116,9 @@ def test_fail_exit_timeout_and_raising_track_get_a_note_and_a_row(
         assert check["status"] == "error", name
         assert check["outcome"] == "failed", name
         assert check["leaked"] is False, name
-    result.stdout.fnmatch_lines(["graphleak: 6 checked: 6 error"])
+    result.stdout.fnmatch_lines(
+        ["graphleak: 6 tests with results: 6 error; 6 audited for graphs that outlive them"]
+    )
 
 
 SUBTESTS = '''

@@ -193,7 +193,8 @@ def test_same_verdicts_and_reports_alone_and_on_two_workers(pytester: pytest.Pyt
     alone.stdout.fnmatch_lines(["*test_leaks.py::test_list_accumulation LEAKED*"])
     spread.stdout.fnmatch_lines(["*LEAKED test_leaks.py::test_list_accumulation*"])
     assert _verdicts(doc_alone) == _verdicts(doc_spread)
-    assert _summary(alone) == _summary(spread)
+    assert _summary(alone) == _summary(spread)  # its count line: the workers' audits too
+    assert doc_alone["summary"] == doc_spread["summary"]
     assert _Sections(html_alone).shape == _Sections(html_spread).shape
 
     by_id = {t["nodeid"]: t for t in doc_alone["tests"]}
@@ -209,7 +210,8 @@ def test_same_verdicts_and_reports_alone_and_on_two_workers(pytester: pytest.Pyt
     assert by_id["test_leaks.py::test_fixed[1.0]"]["status"] == "clean"
     section = "\n".join(_summary(alone))
     assert "LEAKED test_leaks.py::test_list_accumulation list-accumulation held: " in section
-    assert "graphleak: 6 checked: 3 leaked, 1 error, 2 clean" in section
+    assert ("graphleak: 6 tests with results: 3 leaked, 1 error, 2 clean; 6 audited for "
+            "graphs that outlive them") in section
 
 
 def test_warn_only_reports_without_failing(pytester: pytest.Pytester) -> None:
@@ -223,7 +225,8 @@ def test_warn_only_reports_without_failing(pytester: pytest.Pytester) -> None:
             "*test_leaks.py::test_list_accumulation LEAK-WARNING*",
             "WARNING test_leaks.py::test_list_accumulation  list-accumulation  *"
             "(warn-only: not failed)",
-            "graphleak: 5 checked: 3 warned, 2 clean",
+            "graphleak: 5 tests with results: 3 warned, 2 clean; 5 audited for graphs that "
+            "outlive them",
         ]
     )
     assert document["warn_only"] is True
@@ -267,7 +270,8 @@ def test_catalogue_same_alone_and_on_two_workers(pytester: pytest.Pytester) -> N
     assert alone.ret == spread.ret == pytest.ExitCode.TESTS_FAILED
     assert alone.parseoutcomes() == spread.parseoutcomes()
     assert _verdicts(doc_alone) == _verdicts(doc_spread)
-    assert _summary(alone) == _summary(spread)
+    assert _summary(alone) == _summary(spread)  # its count line: the workers' audits too
+    assert doc_alone["summary"] == doc_spread["summary"]
     assert _Sections(html_alone).shape == _Sections(html_spread).shape
     statuses = {t["nodeid"].rsplit("::", 1)[1]: set() for t in doc_alone["tests"]}
     for test in doc_alone["tests"]:

@@ -37,6 +37,7 @@ from pytest_graphleak.heap.usercode import is_user_module
 from pytest_graphleak.options import Settings
 from pytest_graphleak.pipeline import GraphOutliveError, GraphOutliveWarning
 from pytest_graphleak.plugin import outlive_rerun
+from pytest_graphleak.plugin.session_report import AUDITED
 from pytest_graphleak.report.text import render_text
 from pytest_graphleak.result import CheckResult
 
@@ -50,6 +51,8 @@ _CENSUS_KEY = pytest.StashKey[Census]()
 _FOUND_KEY = pytest.StashKey["list[dict[str, Any]]"]()
 #: Roots of the chains of this test's leaked step checks: the audit does not repeat them.
 _CHECKED_ROOTS_KEY = pytest.StashKey["set[str]"]()
+#: The census ran to its end (the session report counts the tests audited).
+_AUDITED_KEY = pytest.StashKey[bool]()
 
 _SKIP_GLOBALS = (types.ModuleType, types.BuiltinFunctionType, type(sys))
 
@@ -104,6 +107,8 @@ class OutliveAudit:
         if census is not None:
             del item.stash[_CENSUS_KEY]
         results = self._audit(item, census, nextitem) if census is not None else []
+        if census is not None and not census.skipped:
+            item.stash[_AUDITED_KEY] = True
         results.extend(self._judge_pending(item))
         if not results:
             return
@@ -278,6 +283,9 @@ class OutliveAudit:
         if census is not None:  # the teardown raised before the audit ran
             del item.stash[_CENSUS_KEY]
             census.abandon()
+        if item.stash.get(_AUDITED_KEY, False):
+            del item.stash[_AUDITED_KEY]
+            setattr(report, AUDITED, True)
         found = item.stash.get(_FOUND_KEY, None)
         if found:
             del item.stash[_FOUND_KEY]  # pop: nothing outlives the report

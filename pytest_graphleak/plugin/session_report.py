@@ -26,7 +26,6 @@ import os
 import sys
 import tempfile
 import time
-from collections import Counter
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,9 +47,9 @@ from pytest_graphleak.report.json_doc import (
 from pytest_graphleak.report.junit import junit_properties
 from pytest_graphleak.report.output_paths import Output, OutputPathError, check_outputs
 from pytest_graphleak.report.scale import BYTES_PER_STEP
+from pytest_graphleak.report.summary import NOTHING_CHECKED, counts, sentence
 from pytest_graphleak.report.writers import WRITER_OPTIONS, WRITERS, Run, Writer
 from pytest_graphleak.result import CheckResult
-from pytest_graphleak.status import STATUSES
 
 #: pytest 8 and later read a ``(word, markup)`` status word wherever they print it;
 #: pytest 7 only while a report is logged (progress and verbose lines), and prints
@@ -63,6 +62,9 @@ _XFAILED = "xfailed"
 _RERUN = "rerun"
 
 REPORT_OPTIONS = WRITER_OPTIONS
+#: The flag the outlive audit sets on a teardown report when it looked at the test
+#: (plain data, so pytest-xdist carries it to the controller, which counts it).
+AUDITED = "graphleak_audited"
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -107,6 +109,9 @@ class GraphleakSessionReport:
         #: (the outlive audit's results come with the teardown).
         self._call_outcomes: dict[str, str] = {}
         self._rows: list[CheckedTest] | None = None  # decoded once, at the end
+        #: Node ids of the tests the outlive audit looked at (a set: of a test that
+        #: pytest-rerunfailures ran again, one).
+        self._audited: set[str] = set()
         #: The report being logged now: where pytest 7 understands a (word, markup) word.
         self._logging: pytest.TestReport | None = None
         self.outputs: list[_Output] = []
@@ -180,6 +185,8 @@ class GraphleakSessionReport:
         """Add the outlive audit's results (on the teardown report) to the test's row.
         The outcome is the call's, or ``failed`` when the audit failed the teardown."""
         outcome = self._call_outcomes.pop(report.nodeid, "passed")
+        if getattr(report, AUDITED, False):
+            self._audited.add(report.nodeid)
         data = getattr(report, "graphleak", None)
         if not data or not isinstance(data, list):
             return
@@ -267,7 +274,7 @@ class GraphleakSessionReport:
     def document(self) -> dict[str, Any]:
         return build_document(
             self.rows(), generated_by=_generated_by(), warn_only=self.settings.warn_only,
-            notes=sorted(self.notes),
+            notes=sorted(self.notes), audited=len(self._audited),
         )  # fmt: skip
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
@@ -294,6 +301,7 @@ class GraphleakSessionReport:
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         self._results.clear()
+        self._audited.clear()
         self._rows = None
 
     @pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: absent without it
@@ -320,12 +328,8 @@ class GraphleakSessionReport:
                 tr.write_line(line, **markup)
         for note in sorted(self.notes):
             tr.write_line(f"note: {note}", yellow=True)
-        if not rows:
-            tr.write_line("no test ran a graphleak check")
-        else:
-            counts = Counter(test.status for test in rows)
-            parts = ", ".join(f"{counts[s]} {s}" for s in STATUSES if s in counts)
-            tr.write_line(f"graphleak: {len(rows)} checked: {parts}")
+        told = sentence(counts((test.status for test in rows), audited=len(self._audited)))
+        tr.write_line(told if told == NOTHING_CHECKED else f"graphleak: {told}")
         for output in self.outputs:
             if output.error:
                 tr.write_line(f"ERROR: {output.error}", red=True, bold=True)

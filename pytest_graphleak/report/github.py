@@ -9,7 +9,8 @@ With ``--graphleak-github=auto`` (the default) it is on when ``GITHUB_ACTIONS=tr
   stored (``losses.append(loss)``), else where the user's code created it, else the
   test's own line; the path is relative to ``$GITHUB_WORKSPACE`` (else the current
   directory). GitHub shows it on that line of the pull request's diff.
-* a markdown table of every checked test appended to ``$GITHUB_STEP_SUMMARY``.
+* a markdown table of every check appended to ``$GITHUB_STEP_SUMMARY``, under the session's
+  counts (``summary.sentence``).
 
 The writer takes generic ``Row``s: the document's checks give theirs (``document_rows``),
 and other parts of a run may add their own (``writers.Run.rows``).
@@ -24,6 +25,7 @@ from typing import Any
 
 from pytest_graphleak.metrics import format_rate
 from pytest_graphleak.report.span import span_text
+from pytest_graphleak.report.summary import no_rows, sentence
 from pytest_graphleak.report.view import fix_of
 from pytest_graphleak.status import STATUSES, status_of_dict, status_of_test
 
@@ -61,7 +63,8 @@ def publish(document: Mapping[str, Any], run: Any) -> list[str]:
     if summary_path:
         try:
             with open(summary_path, "a", encoding="utf-8") as handle:
-                handle.write(step_summary(rows, workspace))
+                handle.write(step_summary(rows, workspace, document.get("summary") or {},
+                                          others=len(run.rows)))  # fmt: skip
         except OSError as exc:
             problems.append(
                 f"could not append the graphleak table to $GITHUB_STEP_SUMMARY "
@@ -190,21 +193,21 @@ def _property(text: str) -> str:
 
 
 # -- the step summary ----------------------------------------------------------------
-#: Rows and counts in the one status order (``status.STATUSES``, worst first).
+#: Rows in the one status order (``status.STATUSES``, worst first).
 _ORDER = {word: number for number, word in enumerate(STATUSES)}
 
 
-def step_summary(rows: Sequence[Row], workspace: str) -> str:
-    """A markdown section: counts, then one table row per checked test's check."""
-    counts: dict[str, int] = {}
-    for row in rows:
-        counts[row.status] = counts.get(row.status, 0) + 1
-    parts = ", ".join(
-        f"{counts[status]} {status}" for status in sorted(counts, key=lambda s: _ORDER.get(s, 9))
-    )
-    head = f"### graphleak: {len(rows)} checked" + (f": {parts}" if parts else "")
+def step_summary(
+    rows: Sequence[Row], workspace: str, summary: Mapping[str, Any], *, others: int = 0
+) -> str:
+    """A markdown section: the document's ``summary`` in the session's words
+    (``summary.sentence``: tests, not checks), then one table row per check. ``others``:
+    how many of ``rows`` are findings of other kinds (``writers.Run.rows``)."""
+    head = f"### graphleak: {sentence(summary)}"
+    if others:
+        head += f"; {others} other {'finding' if others == 1 else 'findings'}"
     if not rows:
-        return f"{head}\n\nNo test ran a graphleak check.\n\n"
+        return f"{head}\n\n{no_rows(summary)}\n\n"
     lines = [head, "", "| Status | Test | Pattern | Line | Details |", "|---|---|---|---|---|"]
     for row in sorted(rows, key=lambda r: (_ORDER.get(r.status, 9), r.test)):
         path = relative_path(row.file, workspace)

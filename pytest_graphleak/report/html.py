@@ -30,6 +30,7 @@ from pytest_graphleak.report.graph_svg import chain_svg, cycle_svg
 from pytest_graphleak.report.json_doc import file_head
 from pytest_graphleak.report.scale import BYTES_PER_STEP, noise_of
 from pytest_graphleak.report.span import head_label, span_text, step_numbers
+from pytest_graphleak.report.summary import no_rows, sentence
 from pytest_graphleak.report.svg import series_chart
 from pytest_graphleak.report.view import ViewLine, diagnosis_view, to_change
 from pytest_graphleak.result import display_path
@@ -207,7 +208,7 @@ def render_html(
         main = [_index(tests)]
         main += [view.test_section(test, f"t{n}") for n, test in enumerate(tests)]
     else:
-        main = ["<p>No test ran a graphleak check.</p>"]
+        main = [f"<p>{escape(no_rows(document.get('summary', {})))}</p>"]
     return (
         "<!DOCTYPE html>\n"
         '<html lang="en"><head><meta charset="utf-8">'
@@ -226,11 +227,10 @@ def is_html_report(path: Path) -> bool:
 
 
 def _summary_line(summary: Mapping[str, Any], warn_only: bool) -> str:
-    parts = [f"{summary.get('checked', 0)} checked"]
-    parts.extend(f"{summary[key]} {key}" for key in STATUSES if summary.get(key))
+    told = sentence(summary)
     if warn_only:
-        parts.append("warn-only mode: leaks do not fail tests")
-    return escape(", ".join(parts))
+        told += "; warn-only mode: leaks do not fail tests"
+    return escape(told)
 
 
 def _index(tests: Sequence[Mapping[str, Any]]) -> str:

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from pytest_graphleak.metrics import finite
-from pytest_graphleak.status import STATUSES, status_of_dict, status_of_test
+from pytest_graphleak.report.summary import counts
+from pytest_graphleak.status import status_of_dict, status_of_test
 
 #: Version of the document layout (``"schema"`` key); bump on incompatible changes.
 DOCUMENT_SCHEMA_VERSION = 1
@@ -84,17 +85,16 @@ def build_document(
     generated_by: str,
     warn_only: bool = False,
     notes: Iterable[str] = (),
+    audited: int = 0,
 ) -> dict[str, Any]:
-    """The report document, tests sorted by node id (deterministic under xdist)."""
+    """The report document, tests sorted by node id (deterministic under xdist).
+    ``audited``: the tests the outlive audit looked at (``summary.counts``)."""
     rows = sorted(tests, key=lambda t: t.nodeid)
-    counts = dict.fromkeys(STATUSES, 0)
-    for test in rows:
-        counts[test.status] += 1
     return {
         "schema": DOCUMENT_SCHEMA_VERSION,
         "generated_by": generated_by,
         "warn_only": warn_only,
-        "summary": {"checked": len(rows), **counts},
+        "summary": counts((test.status for test in rows), audited=audited),
         "notes": list(notes),
         "tests": [
             {

@@ -1,0 +1,57 @@
+"""The session's counts and the one sentence that tells them: the terminal summary, the
+HTML page, the GitHub step summary and ``graphleak report`` all say it.
+
+The numbers are the report document's ``summary`` (``counts``): ``checked`` counts the
+tests in the report, each a row with at least one result (it ran a graphleak check, or
+the outlive audit named a graph that outlived it); each status word (``status.STATUSES``)
+counts the tests that ended in it, so they add up to ``checked``; ``audited`` counts the
+tests the outlive audit looked at after their teardown. An audited test with nothing to
+report has no row, so with the audit on the rows are not all the tests looked at, and
+the sentence gives both numbers::
+
+    3 checked: 1 leaked, 2 clean                                    (no audit ran)
+    4 tests with results: 1 leaked, 3 warned; 5 audited for graphs that outlive them
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from pytest_graphleak.status import STATUSES
+
+#: The sentence for a session in which no test ran a check and the audit looked at none.
+NOTHING_CHECKED = "no test ran a graphleak check"
+
+
+def counts(statuses: Iterable[str], *, audited: int = 0) -> dict[str, int]:
+    """The document's ``summary``: the tests with results (one status each), how many
+    ended in each status, and how many the outlive audit looked at."""
+    by_status = dict.fromkeys(STATUSES, 0)
+    for status in statuses:
+        by_status[status] += 1
+    return {"checked": sum(by_status.values()), **by_status, "audited": audited}
+
+
+def sentence(summary: Mapping[str, object]) -> str:
+    """The counts of a document's ``summary`` in words (statuses that are 0 left out)."""
+    tests, audited = _count(summary, "checked"), _count(summary, "audited")
+    parts = ", ".join(f"{_count(summary, word)} {word}" for word in STATUSES
+                      if _count(summary, word))  # fmt: skip
+    if not audited:
+        return f"{tests} checked: {parts}" if tests else NOTHING_CHECKED
+    rows = f"{tests} {'test' if tests == 1 else 'tests'} with results" + (
+        f": {parts}" if parts else ""
+    )
+    return f"{rows}; {audited} audited for graphs that outlive them"
+
+
+def no_rows(summary: Mapping[str, object]) -> str:
+    """What a report with no rows says where its table would be (one sentence)."""
+    if _count(summary, "audited"):
+        return "No test ran a graphleak check, and the outlive audit named no graph."
+    return "No test ran a graphleak check."
+
+
+def _count(summary: Mapping[str, object], key: str) -> int:
+    value = summary.get(key)
+    return value if isinstance(value, int) else 0
