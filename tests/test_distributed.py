@@ -212,7 +212,9 @@ def test_unpicklable_bound_arguments_fail_before_spawning() -> None:
 def test_fixture_and_marker_fail_naming_the_rank(pytester: pytest.Pytester) -> None:
     """Through pytest: ``graphleak.check_distributed`` fails on a rank-1 leak, and every
     rank's result reaches the test report (``report.graphleak``); a test marked
-    ``no_graph_growth(world_size=2)`` is the step factory of each rank."""
+    ``no_graph_growth(world_size=2)`` is the step factory of each rank; a marked test
+    whose ranks measured nothing (probes="cuda" on CPU) fails, naming the ranks. One
+    pytest subprocess runs the three: each spawns its own group of ranks."""
     pytester.makeconftest(
         """
         import json
@@ -249,12 +251,19 @@ def test_fixture_and_marker_fail_naming_the_rank(pytester: pytest.Pytester) -> N
         def test_marked():
             import torch.distributed as dist
             return make_step(dist.get_rank(), dist.get_world_size())
-        """
+        """,
+        test_cuda_on_cpu="""
+        import pytest
+
+        @pytest.mark.no_graph_growth(world_size=2, steps=3, warmup=1, probes="cuda")
+        def test_marked():
+            return lambda: None
+        """,
     )
     result = pytester.runpytest_subprocess(
         "-p", "no:cacheprovider", "-q", "--graphleak", "--graphleak-steps=8"
     )
-    result.assert_outcomes(failed=2)
+    result.assert_outcomes(failed=3)
     result.stdout.fnmatch_lines(
         [
             "*graph leak on rank(s) 1 of 2 in distributed step*check_distributed(make_step)*",
@@ -264,8 +273,11 @@ def test_fixture_and_marker_fail_naming_the_rank(pytester: pytest.Pytester) -> N
         ],
         consecutive=False,
     )
+    result.stdout.fnmatch_lines(["*not measured on rank(s) 0, 1 of 2*"])
     recorded = json.loads((pytester.path / "recorded.json").read_text())
-    assert sorted(recorded) == [
+    assert sorted(recorded) == [  # the unmeasured ranks' results reach the report too
+        "test_cuda_on_cpu.py::test_marked [rank 0/2]",
+        "test_cuda_on_cpu.py::test_marked [rank 1/2]",
         "test_ranks.py::test_marked [rank 0/2]",
         "test_ranks.py::test_marked [rank 1/2]",
         "test_ranks.py::test_ranks::check_distributed(make_step) [rank 0/2]",
@@ -285,21 +297,6 @@ def test_a_rank_that_measured_nothing_is_no_clean_verdict() -> None:
     assert result.unmeasured_text().startswith("not measured on rank(s) 0 of 1")
     with pytest.raises(UnmeasuredError, match=r"not measured on rank\(s\) 0 of 1"):
         result.raise_for_failure()
-
-
-def test_the_marker_fails_a_rank_that_measured_nothing(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(
-        test_cuda_on_cpu="""
-        import pytest
-
-        @pytest.mark.no_graph_growth(world_size=2, steps=3, warmup=1, probes="cuda")
-        def test_marked():
-            return lambda: None
-        """
-    )
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q", "--graphleak")
-    result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*not measured on rank(s) 0, 1 of 2*"])
 
 
 def test_ranks_send_named_events_the_caller_handles_by_name() -> None:
