@@ -5,7 +5,8 @@
    plus the result row the session reporter keeps (compact JSON text, off pytest's
    reports).
 2. After a test, the plugin holds no measured tensor, no frame and no traceback: weak
-   references to what a clean, a leaky and a raising step made are dead in the next test.
+   references to what a clean, a leaky and a raising step made are dead in the next test;
+   what it keeps of each checked test (``report.graphleak``) is plain JSON data.
 """
 
 from __future__ import annotations
@@ -213,21 +214,40 @@ def test_nothing_is_held_afterwards():
 """
 
 
+# What the plugin keeps after a test (report.graphleak) must be plain JSON data.
+PLAIN_DATA_CONFTEST = """
+import json
+KEPT = []
+def pytest_runtest_logreport(report):
+    data = getattr(report, "graphleak", None)
+    if data is not None:
+        json.dumps(data)  # raises on any live object: an internal error, exit code 3
+        KEPT.append(report.nodeid)
+def pytest_sessionfinish(session):
+    with open("kept.json", "w") as fh:
+        json.dump(KEPT, fh)
+"""
+
+
 def test_plugin_holds_no_tensor_frame_or_traceback_after_a_test(
     pytester: pytest.Pytester,
 ) -> None:
-    """What the steps made is dead in the next test, unless pytest itself holds it.
+    """What the steps made is dead in the next test, unless pytest itself holds it, and
+    what the plugin keeps of each checked test (report.graphleak) is plain JSON data.
 
     The same file runs once without --graphleak as the control: pytest keeps the frame of
     a failed test alive on some versions (Python 3.10 here), which is not ours to fix;
     with --graphleak nothing more may be alive than in the control.
     """
     pytester.makeini("[pytest]\naddopts = -p no:cacheprovider -p no:randomly\n")
+    pytester.makeconftest(PLAIN_DATA_CONFTEST)
     pytester.makepyfile(test_hold=HOLD_CHECK)
     control = pytester.runpytest_subprocess("-rA")
     held_by_pytest = set(json.loads((pytester.path / "alive.json").read_text())["alive"])
+    assert json.loads((pytester.path / "kept.json").read_text()) == []
     result = pytester.runpytest_subprocess("--graphleak", "-rA")
     out = result.stdout.str()
+    assert result.ret == 1, out  # not 3: an internal error in a hook (json.dumps raised)
     assert "LEAKED test_hold.py::test_leaky" in out, out  # the leak status, not a plain failure
     assert "FAILED test_hold.py::test_raises - ValueError: step failed" in out, out
     assert result.parseoutcomes().get("failed") == 2, out
@@ -235,39 +255,5 @@ def test_plugin_holds_no_tensor_frame_or_traceback_after_a_test(
     assert len(report["remembered"]) >= 8, report  # every kind of object was made
     extra = set(report["alive"]) - held_by_pytest
     assert not extra, f"alive only with --graphleak: {sorted(extra)}; control: {control.outlines}"
-
-
-def test_result_data_is_plain(pytester: pytest.Pytester) -> None:
-    """What the plugin keeps after a test (report.graphleak) is plain JSON data."""
-    pytester.makeini("[pytest]\naddopts = -p no:cacheprovider -p no:randomly\n")
-    pytester.makeconftest(
-        """
-        import json
-        KEPT = []
-        def pytest_runtest_logreport(report):
-            data = getattr(report, "graphleak", None)
-            if data is not None:
-                json.dumps(data)  # raises on any live object
-                KEPT.append(report.nodeid)
-        def pytest_sessionfinish(session):
-            assert KEPT == ["test_plain.py::test_leaky", "test_plain.py::test_clean"], KEPT
-        """
-    )
-    pytester.makepyfile(
-        test_plain="""
-        import pytest
-        import minigrad as mg
-        HISTORY = []
-
-        @pytest.mark.no_graph_growth(steps=6, warmup=1)
-        def test_leaky():
-            HISTORY.append((mg.Tensor([1.0], requires_grad=True) * 2.0).sum())
-
-        @pytest.mark.no_graph_growth(steps=6, warmup=1)
-        def test_clean():
-            (mg.Tensor([1.0], requires_grad=True) * 2.0).sum().backward()
-        """
-    )
-    result = pytester.runpytest_subprocess("--graphleak")
-    result.assert_outcomes(passed=1, failed=1)
-    assert result.ret == 1  # not 3 (an internal error in a hook)
+    kept = json.loads((pytester.path / "kept.json").read_text())
+    assert kept == [f"test_hold.py::test_{name}" for name in ("clean", "leaky", "raises", "torch")]
