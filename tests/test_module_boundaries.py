@@ -266,7 +266,7 @@ MODULE_STATE_ALLOWED: dict[str, str] = {
 PURE_CACHES = {
     "pytest_graphleak.heap.gcstate.interpreter_frozen",  # a fresh interpreter's freeze count
     "pytest_graphleak.heap.usercode._stdlib_dirs",
-    "pytest_graphleak.heap.usercode._internal_dirs",
+    "pytest_graphleak.heap.usercode._dirs_of",  # by the set of those imported so far
     "pytest_graphleak.heap.usercode.is_user_file",
     "pytest_graphleak.engine.warmup_tensors._mode_class",  # a class, made once
     "pytest_graphleak.diagnose.sites._scopes",  # a source file's function scopes

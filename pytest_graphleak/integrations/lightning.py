@@ -87,7 +87,9 @@ class GraphLeakCallback(FrameworkCheck):
         self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         __tracebackhide__ = True
-        self._step_ended()
+        check = self._check  # not through _step_ended: one frame less on every step
+        if check is not None:
+            check.after_step()
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
         __tracebackhide__ = True
