@@ -29,6 +29,8 @@ except ImportError:  # the torch cases skip
     torch = None
 
 FAST = ("-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:xdist")
+# The other runs are in-process (pytester.runpytest): their files import torch and
+# minigrad at the top, as this process has, so a subprocess would test nothing more.
 
 LAZY = '''
 import pytest
@@ -72,7 +74,10 @@ def _statuses(path: Path) -> dict[str, dict[str, Any]]:
 
 def test_a_library_imported_inside_the_step(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_lazy=LAZY)
-    result = pytester.runpytest_subprocess(*FAST, "--graphleak", "-v", "--graphleak-report=r.json")
+    # A subprocess: minigrad must not be imported before the first step.
+    result = pytester.runpytest_subprocess(
+        *FAST, "--graphleak", "-v", "--graphleak-report=r.json"
+    )
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.assert_outcomes(passed=2, failed=2)
     checks = _statuses(pytester.path / "r.json")
@@ -135,7 +140,7 @@ def test_memory_only_by_choice():
 @pytest.mark.skipif(torch is None, reason="needs torch")
 def test_probes_that_leave_out_the_library_the_step_uses(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_chosen=CHOSEN)
-    result = pytester.runpytest_subprocess(
+    result = pytester.runpytest(
         *FAST, "--graphleak", "--graphleak-probes=minigrad", "--graphleak-report=r.json"
     )
     assert result.ret == pytest.ExitCode.TESTS_FAILED
@@ -161,7 +166,7 @@ def test_no_probe_at_all_and_warn_only(pytester: pytest.Pytester) -> None:
     if torch.cuda.is_available():
         pytest.skip("needs a machine without a CUDA device")
     pytester.makepyfile(test_chosen=CHOSEN)
-    result = pytester.runpytest_subprocess(
+    result = pytester.runpytest(
         *FAST, "--graphleak", "--graphleak-probes=cuda", "-k", "torch_leak or minigrad"
     )
     assert result.ret == pytest.ExitCode.TESTS_FAILED
@@ -170,7 +175,7 @@ def test_no_probe_at_all_and_warn_only(pytester: pytest.Pytester) -> None:
         ["*test_torch_leak: not measured, so no verdict: no probe measured anything (cuda: no "
          "CUDA device is in use*; yet the step's module imports torch*add torch to the probes"]
     )  # fmt: skip
-    warned = pytester.runpytest_subprocess(
+    warned = pytester.runpytest(
         *FAST, "--graphleak", "--graphleak-probes=cuda", "--graphleak-warn-only", "-k",
         "torch_leak",
     )  # fmt: skip
