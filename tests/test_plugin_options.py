@@ -7,6 +7,8 @@ from __future__ import annotations
 import pytest
 
 FAST = ("-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:xdist")
+# Runs are in-process (pytester.runpytest) where a fresh process adds nothing: options,
+# ini files, validation and help read the same in-process.
 
 COUNTING = """
 import pytest
@@ -24,29 +26,29 @@ def test_zz_count():
 def test_ini_sets_options_and_command_line_wins(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_count=COUNTING)
     pytester.makeini("[pytest]\ngraphleak = true\ngraphleak_steps = 5\ngraphleak_warmup = 1\n")
-    result = pytester.runpytest_subprocess("-s", *FAST)
+    result = pytester.runpytest("-s", *FAST)
     result.stdout.fnmatch_lines(["*CALLS=6*"])  # ini: checking on, 1 + 5 calls
-    result = pytester.runpytest_subprocess("-s", "--graphleak-steps=7", *FAST)
+    result = pytester.runpytest("-s", "--graphleak-steps=7", *FAST)
     result.stdout.fnmatch_lines(["*CALLS=8*"])  # the command line beats the ini file
     # --graphleak off in the ini and absent on the command line: runs once
     pytester.makeini("[pytest]\ngraphleak = false\ngraphleak_steps = 5\n")
-    result = pytester.runpytest_subprocess("-s", *FAST)
+    result = pytester.runpytest("-s", *FAST)
     result.stdout.fnmatch_lines(["*CALLS=1*"])
-    result = pytester.runpytest_subprocess("-s", "--graphleak", "--graphleak-warmup=0", *FAST)
+    result = pytester.runpytest("-s", "--graphleak", "--graphleak-warmup=0", *FAST)
     result.stdout.fnmatch_lines(["*CALLS=5*"])
 
 
 def test_bad_option_values_name_their_source(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_count=COUNTING)
     ini = pytester.makeini("[pytest]\ngraphleak_steps = many\n")
-    result = pytester.runpytest_subprocess(*FAST)
+    result = pytester.runpytest(*FAST)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
         [f"*graphleak: invalid graphleak_steps = many (from ini option graphleak_steps in {ini})"
          ": steps must be an integer >= 1, got 'many'"]
     )  # fmt: skip
     pytester.makeini("[pytest]\n")
-    result = pytester.runpytest_subprocess("--graphleak-rss-tolerance=-3", *FAST)
+    result = pytester.runpytest("--graphleak-rss-tolerance=-3", *FAST)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
         ["*invalid --graphleak-rss-tolerance=-3 (from command line option "
@@ -55,13 +57,13 @@ def test_bad_option_values_name_their_source(pytester: pytest.Pytester) -> None:
 
 
 def test_markers_and_help_document_every_option(pytester: pytest.Pytester) -> None:
-    result = pytester.runpytest_subprocess("--markers", *FAST)
+    result = pytester.runpytest("--markers", *FAST)
     result.stdout.fnmatch_lines(
         ["@pytest.mark.no_graph_growth(steps=N, warmup=N, rss_tolerance=SIZE, probes=NAMES, "
          "start_scan=roots|heap, diagnose=BOOL, world_size=N): the test body is ONE "
          "training step.*--graphleak*"]
     )  # fmt: skip
-    result = pytester.runpytest_subprocess("--help", *FAST)
+    result = pytester.runpytest("--help", *FAST)
     # one help text per option: the flag and its ini twin show the same words
     result.stdout.fnmatch_lines(
         [
@@ -85,6 +87,7 @@ def test_markers_and_help_document_every_option(pytester: pytest.Pytester) -> No
 
 def test_plugin_can_be_disabled(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_count=COUNTING)
+    # Subprocesses: in this process the marker stays known after the plugin registered it.
     result = pytester.runpytest_subprocess("-s", "-p", "no:graphleak", *FAST)
     result.stdout.fnmatch_lines(["*CALLS=1*"])
     result.assert_outcomes(passed=2, warnings=1)  # the marker is unknown without the plugin
