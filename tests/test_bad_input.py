@@ -22,6 +22,9 @@ pytest.importorskip("minigrad")
 pytest.importorskip("pytest_graphleak.plugin")
 
 INI = "[pytest]\naddopts = -p no:cacheprovider -p no:randomly\n"
+# Runs that change process state (gc settings, a KeyboardInterrupt, a conftest that patches
+# os.access or the report writer, hidden imports) are subprocesses; the others
+# (usage errors, unittest methods) run in-process, where they read the same.
 
 
 def only_line(text: str, needle: str) -> str:
@@ -104,7 +107,7 @@ def test_bad_marker_arguments_are_one_usage_error_naming_test_argument_and_sourc
 ) -> None:
     pytester.makeini(INI)
     pytester.makepyfile(test_bad=BAD_MARKERS)
-    result = pytester.runpytest_subprocess("--graphleak")
+    result = pytester.runpytest("--graphleak")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     text = result.stderr.str() + result.stdout.str()
     for nodeid, (argument, value, why) in EXPECTED_ERRORS.items():
@@ -367,7 +370,7 @@ def test_marked_unittest_method_is_checked(pytester: pytest.Pytester) -> None:
     """unittest items never reach pytest_pyfunc_call; the marker still checks them."""
     pytester.makeini(INI)
     pytester.makepyfile(test_unit=UNITTEST_CASES)
-    result = pytester.runpytest_subprocess("--graphleak", "-rA")
+    result = pytester.runpytest("--graphleak", "-rA")
     out = result.stdout.str()
     result.assert_outcomes(passed=2, failed=2, skipped=1, xfailed=1)
     result.stdout.fnmatch_lines_random([
@@ -439,7 +442,7 @@ def test_keyboard_interrupt_in_a_step_stops_the_run_and_restores_gc(
 def test_report_path_in_a_missing_directory_is_a_usage_error(pytester: pytest.Pytester) -> None:
     pytester.makeini(INI)
     pytester.makepyfile(test_ok="def test_ok(): pass")
-    result = pytester.runpytest_subprocess("--graphleak", "--graphleak-report=no/such/dir/r.json")
+    result = pytester.runpytest("--graphleak", "--graphleak-report=no/such/dir/r.json")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     line = only_line(result.stderr.str(), "--graphleak-report")
     assert "no/such/dir/r.json" in line and "does not exist" in line, line
