@@ -182,7 +182,7 @@ class _Tags(HTMLParser):
 def test_verbose_run_summary_status_json_html_junit(pytester: pytest.Pytester) -> None:
     _fake_suite(pytester)
     pytester.mkdir("out")
-    result = pytester.runpytest_subprocess(
+    result = pytester.runpytest(
         *BASE_ARGS, "-p", "no:xdist", "-v", "-rf",
         "--graphleak-report=out/r.json", "--graphleak-html=out/r.html",
         "--junitxml=out/junit.xml",
@@ -285,7 +285,7 @@ def test_quiet_run_with_ini_paths_and_letters(
     )
     # Run from a subdirectory: ini paths stay relative to the ini file's directory.
     monkeypatch.chdir(pytester.mkdir("sub"))
-    result = pytester.runpytest_subprocess(
+    result = pytester.runpytest(
         *BASE_ARGS, "-p", "no:xdist", str(pytester.path / "test_fake.py")
     )
     assert result.ret == pytest.ExitCode.TESTS_FAILED
@@ -305,7 +305,7 @@ def test_unwritable_report_path_is_a_usage_error_before_running(
     pytester: pytest.Pytester,
 ) -> None:
     _fake_suite(pytester)
-    result = pytester.runpytest_subprocess(
+    result = pytester.runpytest(
         *BASE_ARGS, "-p", "no:xdist", "--graphleak-report=missing/dir/r.json"
     )
     assert result.ret == pytest.ExitCode.USAGE_ERROR
@@ -329,7 +329,7 @@ def test_write_failure_at_the_end_falls_back_and_fails_the_run(
         """
     )
     pytester.mkdir("out")
-    result = pytester.runpytest_subprocess(
+    result = pytester.runpytest(
         *BASE_ARGS, "-p", "no:xdist", "--graphleak-report=out/r.json", "--graphleak-html=out/r.html"
     )
     # Every test passed, yet the report was not where CI expects it: not a green run.
