@@ -74,6 +74,13 @@ NOT_STORED_NEXT_STEP = (
     "(stored less often than once a step, or by library code that no user line calls)"
 )
 
+#: Why a loop's memory-growth names no holder (``loop_memory``'s note), by the note above.
+GROWTH_UNSEEN = {
+    LOOP_ENDED: "the loop ended at the judged step",
+    LOOP_RAISED: "the loop raised during the step after the judged one",
+}
+
+
 def close_open_checks(*, keep_scoped: bool = False) -> int:
     """End every open check without a verdict and restore the gc state; how many.
     ``keep_scoped``: leave the checks of ``with`` blocks still running (``scoped``): their
@@ -470,6 +477,11 @@ class LoopCheck:
         if verdict.leaked and recorder is not None and recorder.steps_recorded and not at_end:
             observation = recorder.observation(later_steps=self._calls - self._last_recorded)
             observation.wants_follow = True  # the holder is watched during the next step
+        elif verdict.leaked and self.settings.diagnose:
+            from pytest_graphleak.diagnose.loop_recorder import Observation
+
+            # Nothing recorded: the heap as it is, and (memory-growth) the next step.
+            observation = Observation(0, 0, wants_follow=not at_end)
         if recorder is not None:
             recorder.close()
         if final or verdict.leaked:
@@ -485,10 +497,14 @@ class LoopCheck:
             )  # fmt: skip
         finally:
             follow = observation.follow if observation is not None else None
+            growth = observation.growth if observation is not None else None
             if observation is not None:
-                observation.follow = None
+                observation.follow = observation.growth = None
                 observation.release()
         watch = self._live_watch(follow) if follow is not None else None
+        if growth is not None:  # memory-growth: the arrays the roots reach, weighed again
+            growth.roots = self._roots
+            watch = growth
         if at_end:
             self._add_note(result)
         if final:
@@ -532,6 +548,7 @@ class LoopCheck:
         """The judged step's leak, watched during the step after it: its ``stored at:``
         lines (or a note saying why there are none), then reported."""
         __tracebackhide__ = True
+        from pytest_graphleak.diagnose.loop_memory import GrowthWatch
         from pytest_graphleak.diagnose.sites import per_step
         from pytest_graphleak.diagnose.stored_fix import reword_fix
 
@@ -542,7 +559,13 @@ class LoopCheck:
         if self._sampler is None and self in self._listed_in:
             self._listed_in.remove(self)
         diagnosis = result.diagnosis
-        if diagnosis is not None and changes:
+        if isinstance(watch, GrowthWatch):
+            if diagnosis is None:
+                watch.release()
+            else:
+                watch.settle(diagnosis, ran=note is None, why=GROWTH_UNSEEN.get(note or "", ""))
+                reword_fix(diagnosis)
+        elif diagnosis is not None and changes:
             diagnosis.stored_at = per_step(changes, 1, via)
             reword_fix(diagnosis)
         elif diagnosis is not None:

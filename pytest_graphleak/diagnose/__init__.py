@@ -30,6 +30,7 @@ from pytest_graphleak.diagnose.cycles import cycle_story, find_first, pack_hook_
 from pytest_graphleak.diagnose.edges import Edge, ObjectEdges, items_of
 from pytest_graphleak.diagnose.heap import diagnose_heap
 from pytest_graphleak.diagnose.holders import plain_cycle, unrooted
+from pytest_graphleak.diagnose.loop_memory import watch_growth
 from pytest_graphleak.diagnose.loop_recorder import Observation
 from pytest_graphleak.diagnose.memory import growing_holder
 from pytest_graphleak.diagnose.observe import RECORDED_RUNS, RUNS, observe
@@ -67,13 +68,21 @@ def diagnose(
     backends = active_backends()
     walker = ObjectEdges(backends, exclude=[*exclude, id(roots)])
     grown = grown_of(verdict, metrics)
-    if step is None and observation is None:  # a hand-written loop: the heap as it is
+    recorded = observation is not None and observation.recorded_runs > 0
+    if step is None and not recorded:  # a hand-written loop: the heap as it is
         diagnosis = diagnose_heap(
             verdict, roots, walker,
             memory_only=grown.memory_only, graph_grew=grown.nodes, only_cycles=grown.only_cycles,
         )  # fmt: skip
     else:
         diagnosis = _diagnose_with_step(verdict, grown, step, roots, walker, backends, observation)
+    if (
+        step is None and observation is not None and grown.memory_only
+        and diagnosis.pattern == "memory-growth" and not diagnosis.chain
+    ):  # fmt: skip
+        # A running loop: the arrays its roots reach, weighed again after its next step.
+        observation.growth = watch_growth(diagnosis, roots, walker,
+                                          next_step=observation.wants_follow)  # fmt: skip
     diagnosis.notes.append(f"diagnosis took {time.perf_counter() - started:.2f} s")
     return diagnosis
 

@@ -31,6 +31,11 @@ from pytest_graphleak.result import Diagnosis, Verdict
 _CONTAINERS = (list, dict, set, frozenset, deque, tuple)
 _MIN_ACCUMULATED = 2
 _GRAPH_LIMIT = 5_000
+NO_LINES = (
+    "no created-at or stored-at line: a running loop's steps cannot be re-run and none "
+    "was recorded before this judgement, so the diagnosis looked at the heap as it is "
+    "(graphleak.check(step) re-runs a step and names the lines)"
+)
 _CYCLES_FREED = (
     "each step's tensors or graph nodes were freed only by gc.collect(): a reference cycle "
     "holds them, and the check's own collection after each step freed it before the "
@@ -91,11 +96,7 @@ def diagnose_heap(
     graph_grew: bool,
     only_cycles: bool = False,
 ) -> Diagnosis:
-    notes = [
-        "no created-at or stored-at line: a running loop's steps cannot be re-run and none "
-        "was recorded before this judgement, so the diagnosis looked at the heap as it is "
-        "(graphleak.check(step) re-runs a step and names the lines)"
-    ]
+    notes = [NO_LINES]
     if only_cycles:  # containers of older tensors the roots reach are not what grew
         notes.append(_CYCLES_FREED)
         return _diagnosis(verdict, Facts(graph_grew=False, only_cycles=True), notes, None, walker)

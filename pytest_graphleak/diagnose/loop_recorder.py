@@ -77,6 +77,9 @@ class Observation:
     #: found in ``follow`` (path, walker) for ``stored.LiveWatch``, instead of freeing it.
     wants_follow: bool = False
     follow: Any = None
+    #: A loop's memory-growth: the slots it weighs again after its next step
+    #: (``loop_memory.GrowthWatch``), left here by the diagnosis like ``follow``.
+    growth: Any = None
 
     def release(self) -> None:
         self.alive.clear()

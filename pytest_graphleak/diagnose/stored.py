@@ -248,10 +248,19 @@ class LiveWatch:
     and the chain let go by ``stop()``."""
 
     def __init__(
-        self, path: Path, walker: ObjectEdges, root: Callable[[], object] | None
+        self,
+        path: Path | None,
+        walker: ObjectEdges,
+        root: Callable[[], object] | None,
+        *,
+        lines: _LineWatch | None = None,
     ) -> None:
+        """``lines``: the line watch to run instead of one of ``path`` (None then)."""
         self._path = path
-        self._watch: _LineWatch | None = _LineWatch(path, walker, root)
+        self._watch: _LineWatch | None = lines
+        if lines is None:
+            assert path is not None
+            self._watch = _LineWatch(path, walker, root)
         self._previous: Any = None
         self._frames: list[types.FrameType] = []
         self.watching = False
@@ -287,4 +296,5 @@ class LiveWatch:
             return watch.changes, watch.via
         finally:
             watch.seen = []
-            self._path.clear()
+            if self._path is not None:
+                self._path.clear()

@@ -46,6 +46,8 @@ _OPERATORS: dict[type[ast.operator], str] = {ast.Add: "+", ast.Sub: "-", ast.Mul
 _PRIMARY = (ast.Name, ast.Attribute, ast.Call, ast.Subscript)
 #: Only the patterns whose holder a line stores have a ``stored at:`` line.
 STORING = ("list-accumulation", "retained-grad-fn")
+#: The pattern whose fix is worded from the line that rebuilds a growing array.
+GROWING = "memory-growth"
 #: A tensor's link in the holder chain (``render.describe``): ``Tensor(shape=(), ...``.
 _TENSOR_LINK = re.compile(r"^\w+\(shape=(\([^)]*\))")
 #: The chain's link that holds the tensor, for ``kept.append(x)`` / ``cache[k] = x``.
@@ -109,9 +111,51 @@ def reword_fix(diagnosis: Diagnosis) -> None:
     """Word ``diagnosis.fix`` for its first ``stored at:`` line once that line is known:
     the one rule for a step check, a loop's next step and the outlive audit's re-run.
     The fix stays when the line's shape is not one known here (or a cycle's: no line)."""
+    if diagnosis.pattern == GROWING:  # the line that rebuilds the buffer, stored or made
+        lines = diagnosis.stored_at or diagnosis.sites
+        diagnosis.fix = (growth_fix(_statement(lines[0])) if lines else "") or diagnosis.fix
+        return
     worded = fix_for_stored(diagnosis.pattern, diagnosis.stored_at, diagnosis.chain,
                             graph=not diagnosis.kept_without_graph)  # fmt: skip
     diagnosis.fix = worded or diagnosis.fix
+
+
+def _statement(site: CreationSite) -> str:
+    return statement_text(site.filename, site.lineno) or site.line
+
+
+def growth_fix(line: str) -> str:
+    """The memory-growth fix worded for a line that rebuilds a kept array one step's
+    output bigger (``preds = torch.cat([preds, out])``, also ``out if preds is None else
+    torch.cat(...)``); "" for any other line (the pattern's usual fix stays)."""
+    try:
+        tree = ast.parse(line.strip())
+    except (SyntaxError, ValueError):
+        return ""
+    found = {_growth_fix(line.strip(), node) for node in _simple_statements(tree)} - {""}
+    return found.pop() if len(found) == 1 else ""
+
+
+def _growth_fix(text: str, statement: ast.stmt) -> str:
+    if not isinstance(statement, ast.Assign) or len(statement.targets) != 1:
+        return ""
+    of = _Line(text, None).of
+    target, value = of(statement.targets[0]), statement.value
+    if isinstance(value, ast.IfExp):  # out if preds is None else torch.cat((preds, out))
+        value = value.orelse
+    joined = _join_call(value)
+    if joined is None or not any(of(item) == target for item in joined):
+        return ""
+    added = [item for item in joined if of(item) != target]
+    if len(added) != 1:
+        return ""
+    join = of(value.func) if isinstance(value, ast.Call) else "the join"
+    return (
+        f"{target} is rebuilt bigger every step ({join} of itself and {of(added[0])}), so "
+        f"it keeps every step's output: update running metrics (counts, sums) from "
+        f"{of(_uncut(added[0]))} step by step instead, or bound {target} (keep its last "
+        "rows) and reset it once its result is used (at the end of each epoch)"
+    )
 
 
 def fix_for_stored(

@@ -1,0 +1,335 @@
+"""What holds a running loop's growing memory (``memory-growth`` in a loop).
+
+A step check finds the holder by surveying what the roots reach, running the step once
+more and surveying again (``memory.growing_holder``). A loop cannot re-run a step, but
+it runs the next one itself: at the judgement (a leak verdict, so a clean run pays
+nothing) the arrays and tensors the roots reach are weighed, and the largest of them
+("slots": the object and the edge that lead to an array, e.g. ``TrainState.all_preds``,
+or a root that is an array itself) are weighed again after the loop's next step. The
+slot that grew by the most bytes is the holder (``preds = torch.cat([preds, out])`` puts
+a bigger tensor in the same slot every step).
+
+During that step the slots are watched line by line (``stored.LiveWatch``): the user line
+after which the growing slot held a new array is its ``stored at:`` line, and the array
+now there was made under the torch site recorder (or, for a numpy array, under
+``tracemalloc``): its ``created at:`` line. When the loop ends at the judged step, or
+raises during the next one, nothing is weighed again and the note says so.
+
+Everything held here (the slots' holders, the arrays now in them) is dropped by
+``settle``; the caller's trace function and tracemalloc state are restored by ``stop``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import tracemalloc
+import types
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pytest_graphleak.diagnose.backends import TENSOR, TorchBackend
+from pytest_graphleak.diagnose.edges import Edge, ObjectEdges
+from pytest_graphleak.diagnose.heap import NO_LINES
+from pytest_graphleak.diagnose.memory import array_bytes, survey
+from pytest_graphleak.diagnose.render import render_chain, render_dot
+from pytest_graphleak.diagnose.roots import Roots, all_roots
+from pytest_graphleak.diagnose.search import Path, shortest_path
+from pytest_graphleak.diagnose.sites import (
+    Site,
+    creation_site,
+    make_torch_recorder,
+    per_step,
+    user_frame_of,
+)
+from pytest_graphleak.diagnose.stored import _MISSING, LiveWatch, _follow, _LineWatch
+from pytest_graphleak.metrics import BYTES, format_amount
+from pytest_graphleak.result import Diagnosis
+
+#: The largest array slots weighed again after the next step (weights updated in place
+#: are among them; a buffer smaller than all of them is missed, and the note says so).
+SLOTS = 64
+
+LOOP_GONE = (
+    "no holder named: only memory grew, and a loop's growing array is found by weighing "
+    "the arrays its roots reach again after one more step; {why}"
+)
+
+
+@dataclass
+class Slot:
+    """Where an array sits: ``holder`` and the edge out of it, or a root (``holder`` None,
+    read again by its label)."""
+
+    label: str  # the root's label, for a root slot
+    holder: object
+    edge: Edge | None
+    nbytes: int
+    kind: str  # "tensor" or "array"
+    array: object = None  # what it holds now (at the judgement, then after each line)
+    #: after the next step: its bytes, and the line that made the array then held
+    nbytes_after: int | None = None
+    made_at: Site | None = None
+    lines: Counter[Site] = field(default_factory=Counter)
+
+
+def loop_roots(roots: Mapping[str, object]) -> Roots:
+    """The loop's roots, and the closure cells and module globals of the user functions
+    among them (``roots={"step": train_step}``: its state is a global)."""
+    found = all_roots(roots, None, set())
+    for value in list(roots.values()):
+        if isinstance(value, (types.FunctionType, types.MethodType)):
+            found.extend(item for item in all_roots({}, value, set()) if item not in found)
+    return found
+
+
+def weigh_slots(roots: Roots, walker: ObjectEdges) -> list[Slot]:
+    """The ``SLOTS`` largest array slots the roots reach, parameters left out (a weight
+    is updated in place: it never grows)."""
+    found = survey(roots, walker)
+    slots: list[Slot] = []
+    try:
+        for label, obj in roots:
+            size = array_bytes(obj, walker)
+            if size is not None and not _parameter(obj):
+                slots.append(Slot(label, None, None, size, _kind(obj, walker), obj))
+        for (holder_id, edge), (size, array) in found.slots.items():
+            if edge.kind in ("attr", "key", "closure", "local") and not _parameter(array):
+                holder = found.held.get(holder_id)
+                if holder is not None:
+                    slots.append(Slot("", holder, edge, size, _kind(array, walker), array))
+    finally:
+        found.release()
+    slots.sort(key=lambda slot: -slot.nbytes)
+    del slots[SLOTS:]
+    return slots
+
+
+def _kind(obj: object, walker: ObjectEdges) -> str:
+    found = walker.backend_of(obj)
+    return TENSOR if found is not None and found[1] == TENSOR else "array"
+
+
+def _parameter(obj: object) -> bool:
+    """A trained weight (a leaf that requires grad): updated in place, never rebuilt."""
+    return bool(getattr(obj, "requires_grad", False)) and getattr(obj, "grad_fn", 1) is None
+
+
+def _read_slot(holder: object, edge: Edge) -> object:
+    """What ``edge`` leads to from ``holder`` now; an nn.Module's buffer is read from its
+    table (``_buffers``), where ``self.preds = ...`` puts a registered one."""
+    found = _follow(holder, edge)
+    if found is _MISSING and edge.kind == "attr":
+        attrs = getattr(holder, "__dict__", None) or {}
+        for table in ("_buffers", "_parameters", "_modules"):
+            entries = attrs.get(table)
+            if isinstance(entries, dict) and edge.key in entries:
+                return entries[edge.key]
+    return found
+
+
+class _SlotLines(_LineWatch):
+    """``_LineWatch``'s trace functions, charging each change to the slot that changed."""
+
+    def __init__(self, slots: list[Slot], read: Callable[[], list[object]]) -> None:
+        # No chain to fingerprint: the fields the trace functions use, and the slots.
+        self.last: Site | None = None
+        self.changes: Counter[Site] = Counter()
+        self.via: dict[Site, str] = {}
+        self.library_line = ""
+        self.slots = slots
+        self.read = read
+
+    def check(self) -> None:
+        for slot, now in zip(self.slots, self.read(), strict=True):
+            if now is not slot.array:
+                if self.last is not None:
+                    slot.lines[self.last] += 1
+                    self.changes[self.last] += 1
+                    if self.library_line:
+                        self.via.setdefault(self.last, self.library_line)
+                slot.array = now
+
+
+class GrowthWatch:
+    """``start()`` after the judged step, ``stop()`` after the next one (as
+    ``stored.LiveWatch``), then ``settle(diagnosis, note)``."""
+
+    def __init__(
+        self,
+        slots: list[Slot],
+        walker: ObjectEdges,
+    ) -> None:
+        self.slots = slots
+        self.walker = walker
+        #: reads the loop's roots again (set by the loop before ``start``)
+        self.roots: Callable[[], Mapping[str, object]] = dict
+        self._lines = _SlotLines(slots, self._read_all)
+        self._live = LiveWatch(None, walker, None, lines=self._lines)
+        torch = next((b for b in walker.backends if isinstance(b, TorchBackend)), None)
+        tensors = any(slot.kind == TENSOR for slot in slots)
+        self._recorder: Any = make_torch_recorder(torch.torch) if torch and tensors else None
+        # Not both: the recorder's own work under tracemalloc slows a step many times.
+        arrays = any(slot.kind != TENSOR for slot in slots)
+        self._tracing = self._recorder is None and arrays and not tracemalloc.is_tracing()
+        self._entered = False
+        self.ran = False
+
+    def _read_all(self) -> list[object]:
+        """What each slot holds now (the roots read once: a loop's locals are a copy)."""
+        given: Mapping[str, object] | None = None
+        found: list[object] = []
+        for slot in self.slots:
+            if slot.holder is not None:
+                assert slot.edge is not None
+                found.append(_read_slot(slot.holder, slot.edge))
+                continue
+            if given is None:
+                try:
+                    given = self.roots()
+                except Exception:  # a reader that fails is as good as a missing root
+                    given = {}
+            found.append(given.get(slot.label, _MISSING))
+        return found
+
+    def start(self) -> None:
+        # Only slots that can be read again as they were found are watched (a change
+        # before the first line would otherwise be charged to it).
+        now = self._read_all()
+        self.slots[:] = [slot for slot, obj in zip(self.slots, now, strict=True)
+                         if obj is slot.array]  # fmt: skip
+        now.clear()
+        if self._tracing:
+            tracemalloc.start(25)
+        if self._recorder is not None:
+            self._recorder.__enter__()
+            self._entered = True
+        self._live.start()
+
+    def stop(self) -> tuple[Counter[Site], dict[Site, str]]:
+        """Weigh the slots again and read where their arrays were made (while the
+        recording runs), then restore the trace function, the mode and tracemalloc."""
+        try:
+            changes, via = self._live.stop()  # checks the slots once more first
+            for slot in self.slots:
+                now = slot.array
+                slot.nbytes_after = array_bytes(now, self.walker) if now is not _MISSING else None
+                slot.made_at = self._made_at(now) if slot.lines else None
+            return changes, via
+        finally:
+            if self._entered:
+                with contextlib.suppress(Exception):  # another mode left on top of ours
+                    self._recorder.__exit__(None, None, None)
+                self._entered = False
+            if self._tracing:
+                tracemalloc.stop()
+                self._tracing = False
+
+    def _made_at(self, obj: object) -> Site | None:
+        if self._recorder is not None:
+            site = self._recorder.site_of_tensor(obj)
+            if site is not None:
+                return site
+        if tracemalloc.is_tracing():
+            traceback = tracemalloc.get_object_traceback(obj)
+            return user_frame_of(traceback) if traceback is not None else None
+        return None
+
+    def settle(self, diagnosis: Diagnosis, *, ran: bool, why: str) -> None:
+        """Name the slot that grew (chain, created at, stored at) in ``diagnosis``; or
+        say why none is named. ``ran``: the next step ran to its end."""
+        try:
+            if not ran:
+                diagnosis.notes.append(LOOP_GONE.format(why=why))
+                return
+            self._name_grown(diagnosis)
+        finally:
+            self.release()
+
+    def _name_grown(self, diagnosis: Diagnosis) -> None:
+        grown = [
+            slot for slot in self.slots
+            if slot.nbytes_after is not None and slot.nbytes_after > slot.nbytes
+        ]  # fmt: skip
+        if not grown:
+            diagnosis.notes.append(
+                f"no holder named: none of the {len(self.slots)} largest arrays the loop's "
+                "roots reach grew during the loop's next step (what grows is smaller than "
+                "them, grows less often than once a step, or is held where the roots do "
+                "not lead)"
+            )
+            return
+        slot = max(grown, key=lambda s: (s.nbytes_after or 0) - s.nbytes)
+        path = self._path_to(slot)
+        if path is None:
+            diagnosis.notes.append("no holder named: the array that grew is no longer "
+                                   "reached from the loop's roots")  # fmt: skip
+            return
+        try:
+            diagnosis.chain = render_chain(path, self.walker)
+            diagnosis.dot = diagnosis.dot or render_dot(path, None, self.walker)
+        finally:
+            path.clear()
+        after = slot.nbytes_after or 0
+        added, now = format_amount(after - slot.nbytes, BYTES), format_amount(after, BYTES)
+        rebuilt = "a new array in the same place" if slot.lines else "the same array"
+        diagnosis.notes.append(
+            f"grew by {added} during the loop's next step (now {now}): {rebuilt}"
+        )
+        if slot.made_at is not None or slot.lines:  # the next step showed its lines
+            diagnosis.notes[:] = [note for note in diagnosis.notes if note != NO_LINES]
+        if slot.made_at is not None:
+            diagnosis.sites = [creation_site(slot.made_at, 1)]
+        if slot.lines:
+            diagnosis.stored_at = per_step(slot.lines, 1, self._lines.via)
+        else:
+            diagnosis.notes.append(
+                "no stored-at line: no user line put a new array in its place during the "
+                "loop's next step (it grew in place, or by library code)"
+            )
+
+    def _path_to(self, slot: Slot) -> Path | None:
+        """The chain to the slot's array: to its holder, then the slot's edge (a search
+        does not pass into a numpy array, so it is never a search's target)."""
+        if slot.holder is None:
+            return Path(slot.label, [slot.array])
+        holder = slot.holder
+        path = shortest_path(loop_roots(self.roots()), lambda o: o is holder, self.walker)
+        if path is not None:
+            assert slot.edge is not None
+            path.edges.append(slot.edge)
+            path.objects.append(slot.array)
+        return path
+
+    def release(self) -> None:
+        for slot in self.slots:
+            slot.holder = slot.array = None
+        self.slots.clear()
+        if self._recorder is not None:
+            self._recorder.forget()
+        self.roots = dict
+
+
+def watch_growth(
+    diagnosis: Diagnosis,
+    roots: Mapping[str, object],
+    walker: ObjectEdges,
+    *,
+    next_step: bool,
+) -> GrowthWatch | None:
+    """At a loop's memory-growth judgement: the largest slots to weigh after the next
+    step, or None with a note when no next step will be watched (``next_step`` False:
+    judged after the loop ended) or the roots reach no array."""
+    if not next_step:
+        diagnosis.notes.append(LOOP_GONE.format(why="the loop ended at the judged step"))
+        return None
+    slots = weigh_slots(loop_roots(roots), walker)
+    if not slots:
+        diagnosis.notes.append(
+            "no holder named: the loop's roots reach no tensor or array (a holder is "
+            "looked for from them: give track() or the callback the objects that keep "
+            "state)"
+        )
+        return None
+    return GrowthWatch(slots, walker)
