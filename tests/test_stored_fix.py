@@ -15,7 +15,13 @@ import pytest
 
 import minigrad as mg
 from pytest_graphleak import check, track
-from pytest_graphleak.diagnose.stored_fix import kept_fix, reword_fix, statement_text, stored_fix
+from pytest_graphleak.diagnose.stored_fix import (
+    growth_fix,
+    kept_fix,
+    reword_fix,
+    statement_text,
+    stored_fix,
+)
 from pytest_graphleak.loop import LoopCheck
 from pytest_graphleak.options import Settings
 from pytest_graphleak.patterns import FIXES
@@ -395,3 +401,32 @@ def test_check_words_the_fix_of_an_append_written_over_three_lines() -> None:
         "store logits.item() (a plain number) instead of logits, so that model.history keeps "
         "no graph: model.history.append(logits.item())",
     )
+
+
+@pytest.mark.parametrize(
+    ("line", "words"),
+    [
+        ("preds = torch.cat([preds, out.detach()])",
+         "preds is rebuilt bigger every step (torch.cat of itself and out.detach()), so it "
+         "keeps every step's output: update running metrics (counts, sums) from out step by "
+         "step instead, or bound preds (keep its last rows)"),
+        ("loop.preds_host = logits if loop.preds_host is None else "
+         "torch.cat((loop.preds_host, logits), dim=0)",
+         "loop.preds_host is rebuilt bigger every step (torch.cat of itself and logits)"),
+        ("self.rows = np.concatenate([self.rows, batch])",
+         "self.rows is rebuilt bigger every step (np.concatenate of itself and batch)"),
+        ("preds = torch.cat([preds, a, b])", ""),  # two added: which is the step's output?
+        ("preds = torch.cat([old, out])", ""),  # not rebuilt from itself
+        ("preds.append(out)", ""),
+        ("preds = torch.cat([preds,", ""),  # cut off inside the statement
+    ],
+)
+def test_a_memory_growth_fix_is_worded_for_the_line_that_rebuilds_the_buffer(
+    line: str, words: str
+) -> None:
+    fix = growth_fix(line)
+    assert fix.startswith(words) if words else fix == ""
+    diagnosis = Diagnosis("memory-growth", fix=FIXES["memory-growth"],
+                          sites=[CreationSite("f.py", 1, line, 1)])  # fmt: skip
+    reword_fix(diagnosis)  # from created at when no stored-at line is known
+    assert diagnosis.fix == (fix or FIXES["memory-growth"])

@@ -162,6 +162,8 @@ class GrowthWatch:
         walker: ObjectEdges,
     ) -> None:
         self.slots = slots
+        #: more arrays were found than are weighed (the smallest were left out)
+        self.cut = len(slots) >= SLOTS
         self.walker = walker
         #: reads the loop's roots again (set by the loop before ``start``)
         self.roots: Callable[[], Mapping[str, object]] = dict
@@ -253,11 +255,17 @@ class GrowthWatch:
             if slot.nbytes_after is not None and slot.nbytes_after > slot.nbytes
         ]  # fmt: skip
         if not grown:
+            count = len(self.slots)
+            which = (
+                f"none of the {count} largest arrays the loop's roots reach grew"
+                if self.cut else
+                f"none of the {count} arrays the loop's roots reach grew" if count > 1 else
+                "the one array the loop's roots reach did not grow"
+            )  # fmt: skip
+            smaller = "what grows is smaller than them, " if self.cut else ""
             diagnosis.notes.append(
-                f"no holder named: none of the {len(self.slots)} largest arrays the loop's "
-                "roots reach grew during the loop's next step (what grows is smaller than "
-                "them, grows less often than once a step, or is held where the roots do "
-                "not lead)"
+                f"no holder named: {which} during the loop's next step ({smaller}grows less "
+                "often than once a step, or is held where the roots do not lead)"
             )
             return
         slot = max(grown, key=lambda s: (s.nbytes_after or 0) - s.nbytes)

@@ -1,0 +1,119 @@
+"""A running loop whose memory grows while tensor and node counts stay flat (the buffer
+rebuilt bigger every step, ``preds = torch.cat([preds, out])``): its memory-growth
+report names the holder, the line that rebuilds it and a fix worded for that line."""
+
+from __future__ import annotations
+
+import sys
+import warnings
+
+import pytest
+
+from pytest_graphleak import GraphLeakWarning
+from pytest_graphleak.loop import LoopCheck
+from pytest_graphleak.options import Settings
+from pytest_graphleak.report import render_text
+
+torch = pytest.importorskip("torch")
+
+CAT_LINE = "self.preds = torch.cat([self.preds, out.detach()])"
+
+
+class Evaluator:
+    """Keeps every batch's outputs for a metric at the end: the leak."""
+
+    def __init__(self) -> None:
+        self.net = torch.nn.Linear(8, 64)
+        self.preds = torch.zeros(0, 64)
+
+    def step(self) -> None:
+        out = self.net(torch.randn(16, 8))
+        self.preds = torch.cat([self.preds, out.detach()])
+
+
+def run_windows(evaluator: Evaluator, *, steps: int, window: int) -> list[str]:
+    """The warnings' texts of a window-mode check over ``steps`` steps of a known length."""
+    check = LoopCheck(Settings(warmup=2), name="eval", window=window, on_leak="warn")
+    check.start(length=steps, roots=lambda: {"evaluator": evaluator})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(steps):
+            evaluator.step()
+            check.after_step()
+        check.finish()
+    assert not check.active and sys.gettrace() is None
+    return [str(w.message) for w in caught if issubclass(w.category, GraphLeakWarning)]
+
+
+def test_a_window_names_the_buffer_a_torch_cat_rebuilds_and_the_line_that_does() -> None:
+    evaluator = Evaluator()
+    leaks = run_windows(evaluator, steps=24, window=10)
+    first = leaks[0]
+    assert "pattern: memory-growth" in first
+    assert "held by: evaluator -> Evaluator.preds -> Tensor(shape=(" in first
+    created = first.split("created at: ")[1].split("\n")[0]
+    stored = first.split("stored at: ")[1].split("\n")[0]
+    assert "test_loop_memory.py:" in created and CAT_LINE in created
+    assert "test_loop_memory.py:" in stored and CAT_LINE in stored
+    assert "grew by 4.0 KiB during the loop's next step" in first  # 16 x 64 floats
+    assert (
+        "fix: self.preds is rebuilt bigger every step (torch.cat of itself and "
+        "out.detach()), so it keeps every step's output: update running metrics (counts, "
+        "sums) from out step by step instead"
+    ) in first
+    assert "no tensor or graph node made by the recorded steps" in first
+    # The last window is judged at the loop's last step: no later step to weigh it again.
+    assert "held by" not in leaks[-1]
+    assert "no holder named" in leaks[-1] and "the loop ended at the judged step" in leaks[-1]
+
+
+def test_a_buffer_that_stops_growing_after_the_judgement_is_not_named() -> None:
+    evaluator = Evaluator()
+    check = LoopCheck(Settings(warmup=2), name="eval", window=10, on_leak="return")
+    check.start(length=None, roots=lambda: {"evaluator": evaluator})
+    for _ in range(12):
+        evaluator.step()
+        check.after_step()
+    evaluator.net(torch.randn(16, 8))  # the next step keeps nothing
+    check.after_step()
+    check.close()
+    result = check.result
+    assert result is not None and result.leaked and result.diagnosis is not None
+    text = render_text(result)
+    assert "held by" not in text and "created at" not in text
+    assert (
+        "no holder named: the one array the loop's roots reach did not grow during the "
+        "loop's next step (grows less often than once a step, or is held where the roots "
+        "do not lead)"
+    ) in text
+
+
+def test_a_numpy_buffer_concatenated_every_step_is_named() -> None:
+    np = pytest.importorskip("numpy")
+
+    class Collector:
+        def __init__(self) -> None:
+            self.rows = np.zeros((0, 256))
+
+        def step(self) -> None:
+            batch = np.random.rand(512, 256)  # 1 MiB a step: resident memory shows it
+            self.rows = np.concatenate([self.rows, batch])
+
+    collector = Collector()
+    settings = Settings(warmup=2, probes=("process", "gc"))
+    check = LoopCheck(settings, name="collect", window=12, on_leak="return")
+    check.start(length=None, roots=lambda: {"collector": collector})
+    for _ in range(16):
+        collector.step()
+        check.after_step()
+    check.close()
+    result = check.result
+    assert result is not None and result.leaked
+    text = render_text(result)
+    assert "pattern: memory-growth" in text
+    assert "held by: collector -> Collector.rows -> ndarray" in text
+    assert "self.rows = np.concatenate([self.rows, batch])" in text
+    assert "stored at: " in text and "grew by 1.0 MiB during the loop's next step" in text
+    assert "fix: self.rows is rebuilt bigger every step (np.concatenate of itself" in text
+    # The next step showed its lines: the note that none could be seen is gone.
+    assert "no created-at or stored-at line" not in text
