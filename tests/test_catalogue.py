@@ -180,3 +180,28 @@ def test_plugin_reports_the_whole_catalogue(pytester: pytest.Pytester) -> None:
         assert f"created at: {path}:" in section, section
         if module.STORED_AT is not None:
             assert f"stored at: {path}:" in section and module.STORED_AT in section, section
+
+
+GROWING = [p for p in CATALOGUE if p.stem in {"torch_train_preds_cat",
+                                               "torch_hf_eval_preds_concat"}]  # fmt: skip
+
+
+@pytest.mark.parametrize("path", GROWING, ids=lambda p: p.stem)
+def test_a_loop_names_the_buffer_that_grows_and_the_line_that_rebuilds_it(path: Path) -> None:
+    """Only bytes grow: the loop weighs the arrays its roots reach again after the step
+    that follows the judged one (``diagnose.loop_memory``)."""
+    module = load(path)
+    assert module.EXPECTED_PATTERN == "memory-growth"
+    with pytest_graphleak.track(warmup=2) as t:
+        for _ in range(24):
+            module.leaky_step()
+            t.step()
+    result = t.result
+    assert result is not None and result.leaked and result.diagnosis is not None
+    text = render_text(result)
+    diagnosis = result.diagnosis
+    assert diagnosis.pattern == "memory-growth", text
+    assert f".{module.CULPRIT} -> Tensor(shape=(" in " -> ".join(diagnosis.chain), text
+    assert module.CREATED_AT in diagnosis.sites[0].line, text
+    assert diagnosis.stored_at and Path(diagnosis.stored_at[0].filename).resolve() == path.resolve()
+    assert "is rebuilt bigger every step (torch.cat of itself and " in diagnosis.fix, text

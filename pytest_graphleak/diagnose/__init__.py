@@ -81,7 +81,7 @@ def diagnose(
         and diagnosis.pattern == "memory-growth" and not diagnosis.chain
     ):  # fmt: skip
         # A running loop: the arrays its roots reach, weighed again after its next step.
-        observation.growth = watch_growth(diagnosis, roots, walker,
+        observation.growth = watch_growth(diagnosis, roots, walker, files=observation.made_in,
                                           next_step=observation.wants_follow)  # fmt: skip
     diagnosis.notes.append(f"diagnosis took {time.perf_counter() - started:.2f} s")
     return diagnosis

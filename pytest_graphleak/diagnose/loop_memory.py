@@ -25,7 +25,7 @@ import contextlib
 import tracemalloc
 import types
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,10 +74,11 @@ class Slot:
     lines: Counter[Site] = field(default_factory=Counter)
 
 
-def loop_roots(roots: Mapping[str, object]) -> Roots:
-    """The loop's roots, and the closure cells and module globals of the user functions
-    among them (``roots={"step": train_step}``: its state is a global)."""
-    found = all_roots(roots, None, set())
+def loop_roots(roots: Mapping[str, object], files: Collection[str] = ()) -> Roots:
+    """The loop's roots, the closure cells and module globals of the user functions among
+    them (``roots={"step": train_step}``: its state is a global), and the globals of the
+    modules of ``files`` (where the recorded steps made tensors)."""
+    found = all_roots(roots, None, set(files))
     for value in list(roots.values()):
         if isinstance(value, (types.FunctionType, types.MethodType)):
             found.extend(item for item in all_roots({}, value, set()) if item not in found)
@@ -167,6 +168,8 @@ class GrowthWatch:
         self.walker = walker
         #: reads the loop's roots again (set by the loop before ``start``)
         self.roots: Callable[[], Mapping[str, object]] = dict
+        #: files whose module globals are roots too (``loop_roots``)
+        self.files: set[str] = set()
         self._lines = _SlotLines(slots, self._read_all)
         self._live = LiveWatch(None, walker, None, lines=self._lines)
         torch = next((b for b in walker.backends if isinstance(b, TorchBackend)), None)
@@ -303,7 +306,8 @@ class GrowthWatch:
         if slot.holder is None:
             return Path(slot.label, [slot.array])
         holder = slot.holder
-        path = shortest_path(loop_roots(self.roots()), lambda o: o is holder, self.walker)
+        roots = loop_roots(self.roots(), self.files)
+        path = shortest_path(roots, lambda o: o is holder, self.walker)
         if path is not None:
             assert slot.edge is not None
             path.edges.append(slot.edge)
@@ -325,6 +329,7 @@ def watch_growth(
     walker: ObjectEdges,
     *,
     next_step: bool,
+    files: Collection[str] = (),
 ) -> GrowthWatch | None:
     """At a loop's memory-growth judgement: the largest slots to weigh after the next
     step, or None with a note when no next step will be watched (``next_step`` False:
@@ -332,7 +337,7 @@ def watch_growth(
     if not next_step:
         diagnosis.notes.append(LOOP_GONE.format(why="the loop ended at the judged step"))
         return None
-    slots = weigh_slots(loop_roots(roots), walker)
+    slots = weigh_slots(loop_roots(roots, files), walker)
     if not slots:
         diagnosis.notes.append(
             "no holder named: the loop's roots reach no tensor or array (a holder is "
@@ -340,4 +345,6 @@ def watch_growth(
             "state)"
         )
         return None
-    return GrowthWatch(slots, walker)
+    watch = GrowthWatch(slots, walker)
+    watch.files = set(files)
+    return watch

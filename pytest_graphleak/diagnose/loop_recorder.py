@@ -80,6 +80,8 @@ class Observation:
     #: A loop's memory-growth: the slots it weighs again after its next step
     #: (``loop_memory.GrowthWatch``), left here by the diagnosis like ``follow``.
     growth: Any = None
+    #: The files where the recorded steps made tensors (their module globals are roots).
+    made_in: set[str] = field(default_factory=set)
 
     def release(self) -> None:
         self.alive.clear()
@@ -194,6 +196,8 @@ class LoopRecorder:
             if obj is not None and step > 0:
                 obs.alive.append(Leaked(obj, backend, kind, step, None))
         obs.take_sites(self.mode)
+        if self.mode is not None:
+            obs.made_in = {site[0] for _, site in self.mode.tensor_sites.values()}
         obs.seen_cycle, self.seen_cycle = self.seen_cycle, None
         self.made.clear()
         return obs

@@ -30,6 +30,7 @@ class Regressor(L.LightningModule):
         self.step_losses: list[object] = []
         self.training_step_outputs: list[dict[str, object]] = []
         self.total = torch.zeros(())
+        self.all_preds = torch.zeros(0, 1)
 
     def training_step(self, batch: object, batch_idx: int) -> object:
         x, y = batch  # type: ignore[misc]
@@ -42,6 +43,8 @@ class Regressor(L.LightningModule):
             self.total = self.total + loss
         elif self.leak == "outputs":
             self.training_step_outputs.append({"loss": loss, "preds": preds})
+        elif self.leak == "cat":  # detached: only the bytes grow
+            self.all_preds = torch.cat([self.all_preds, preds.detach()])
         return loss
 
     def on_train_epoch_end(self) -> None:  # the teardown that hides leaks from track()
@@ -157,6 +160,20 @@ def test_window_mode_sampled_every_third_batch_still_catches_and_names_the_holde
     assert [(r.leaked, r.sample_every) for r in cb.results] == [(True, 3), (True, 3)]
     leaks = [str(w.message) for w in caught if issubclass(w.category, GraphLeakWarning)]
     assert "held by: pl_module -> Regressor." in leaks[0]
+    assert recorded == cb.results
+
+
+def test_window_mode_names_a_buffer_rebuilt_by_torch_cat_and_its_line(
+    recorded: list[CheckResult],
+) -> None:
+    cb = GraphLeakCallback(warmup=2, window=12, on_leak="warn")
+    with pytest.warns(GraphLeakWarning, match="memory-growth") as caught:
+        fit(Regressor("cat"), cb, batches=40, max_steps=20)
+    leak = next(str(w.message) for w in caught if issubclass(w.category, GraphLeakWarning))
+    assert "held by: pl_module -> Regressor.all_preds -> Tensor(shape=(" in leak
+    line = "self.all_preds = torch.cat([self.all_preds, preds.detach()])"
+    assert leak.count(line) == 2, leak  # created at and stored at
+    assert "fix: self.all_preds is rebuilt bigger every step (torch.cat of itself" in leak
     assert recorded == cb.results
 
 
