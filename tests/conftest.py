@@ -6,13 +6,23 @@ import os
 import sys
 import sysconfig
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 #: Plugins that the pytest runs tests start do without (see ``_lean_subprocesses``).
 LEAN_ADDOPTS = "-p no:hypothesispytest -p no:trio -p no:anyio"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _lean_environment() -> Iterator[None]:
+    """The lean settings below, set before module- and session-scoped fixtures run (two
+    start pytest runs of their own); each test sets them again (pytester deletes one)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PYTEST_ADDOPTS", LEAN_ADDOPTS)
+        patch.setenv("OMP_NUM_THREADS", "1")
+        yield
 
 
 @pytest.fixture(autouse=True)
