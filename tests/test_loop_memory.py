@@ -5,11 +5,12 @@ report names the holder, the line that rebuilds it and a fix worded for that lin
 from __future__ import annotations
 
 import sys
+import tracemalloc
 import warnings
 
 import pytest
 
-from pytest_graphleak import GraphLeakWarning
+from pytest_graphleak import GraphLeakWarning, track
 from pytest_graphleak.loop import LoopCheck
 from pytest_graphleak.options import Settings
 from pytest_graphleak.report import render_text
@@ -117,3 +118,18 @@ def test_a_numpy_buffer_concatenated_every_step_is_named() -> None:
     assert "fix: self.rows is rebuilt bigger every step (np.concatenate of itself" in text
     # The next step showed its lines: the note that none could be seen is gone.
     assert "no created-at or stored-at line" not in text
+
+
+def test_a_loop_that_raises_in_the_next_step_says_so_and_restores_the_tracer() -> None:
+    evaluator = Evaluator()
+    with pytest.raises(RuntimeError, match="loader died"), track(warmup=2, steps=8) as t:
+        for i in range(20):
+            if i == 10:  # the step after the judged one
+                raise RuntimeError("loader died")
+            evaluator.step()
+            t.step()
+    assert sys.gettrace() is None and not tracemalloc.is_tracing()
+    assert t.result is not None and t.result.leaked
+    text = render_text(t.result)
+    assert "held by" not in text
+    assert "no holder named" in text and "the loop raised during the step after" in text
