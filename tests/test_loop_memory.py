@@ -133,3 +133,19 @@ def test_a_loop_that_raises_in_the_next_step_says_so_and_restores_the_tracer() -
     text = render_text(t.result)
     assert "held by" not in text
     assert "no holder named" in text and "the loop raised during the step after" in text
+
+
+def test_a_loop_local_rebuilt_by_torch_cat_is_named_from_the_callers_frame() -> None:
+    net = torch.nn.Linear(3, 4)
+    preds = torch.zeros(0, 4)
+    with track(warmup=2, steps=8) as t:
+        for _ in range(14):
+            out = net(torch.randn(32, 3))
+            preds = torch.cat([preds, out.detach()])
+            t.step()
+    assert t.result is not None and t.result.diagnosis is not None
+    text = render_text(t.result)
+    assert "held by: local 'preds' -> Tensor(shape=(" in text
+    stored = t.result.diagnosis.stored_at
+    assert stored and stored[0].line == "preds = torch.cat([preds, out.detach()])", text
+    assert "fix: preds is rebuilt bigger every step (torch.cat of itself and out.detach())" in text
