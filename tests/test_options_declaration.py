@@ -21,7 +21,6 @@ from pytest_graphleak.options import (
 )
 
 FAST = ("-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:xdist")
-# pytest runs are in-process (pytester.runpytest): ini files and their errors read the same.
 
 COUNTING = """
 import pytest
@@ -137,7 +136,7 @@ def test_native_toml_table_with_bool_int_and_list(pytester: pytest.Pytester) -> 
         pyproject='[tool.pytest]\ngraphleak = true\ngraphleak_steps = 5\ngraphleak_warmup = 1\n'
         'graphleak_probes = ["minigrad", "gc"]\n',
     )
-    result = pytester.runpytest("-s", *FAST)
+    result = pytester.runpytest_subprocess("-s", *FAST)
     assert result.ret == 0, result.stderr.str()
     result.stdout.fnmatch_lines(["*CALLS=6*"])  # checking on: 1 warmup + 5 steps
 
@@ -149,7 +148,7 @@ def test_ini_options_table_with_a_probe_list_and_quoted_bool(pytester: pytest.Py
         pyproject='[tool.pytest.ini_options]\ngraphleak = "true"\ngraphleak_steps = "4"\n'
         'graphleak_warmup = "0"\ngraphleak_probes = ["minigrad", "gc"]\n',
     )
-    result = pytester.runpytest("-s", *FAST)
+    result = pytester.runpytest_subprocess("-s", *FAST)
     assert result.ret == 0, result.stderr.str()
     result.stdout.fnmatch_lines(["*CALLS=4*"])
 
@@ -157,11 +156,11 @@ def test_ini_options_table_with_a_probe_list_and_quoted_bool(pytester: pytest.Py
 def test_bad_ini_values_still_name_the_key_and_file(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_count=COUNTING)
     ini = pytester.makeini("[pytest]\ngraphleak = maybe\n")
-    result = pytester.runpytest(*FAST)
+    result = pytester.runpytest_subprocess(*FAST)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"*: invalid graphleak*(from ini option graphleak in {ini}*"])
     pytester.makeini("[pytest]\ngraphleak_steps = 1\ngraphleak_warmup = 0\n")
-    result = pytester.runpytest(*FAST)
+    result = pytester.runpytest_subprocess(*FAST)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*steps=1 with warmup=0 can never flag a leak*"])
 
