@@ -24,6 +24,7 @@ import pytest
 from pytest_graphleak.report.json_doc import load_schema
 
 pytest_plugins = ["pytester"]
+pytest.importorskip("minigrad")  # LEAKY_SUITE's; imported here for the in-process runs
 
 LEAKY_SUITE = """
 import pytest
@@ -80,10 +81,17 @@ def test_fixture_check(graphleak):
 ARGS = ("-p", "no:cacheprovider", "-p", "no:hypothesispytest", "-v")
 
 
-def _run(pytester: pytest.Pytester, *args: str) -> tuple[pytest.RunResult, dict[str, Any], str]:
+def _run(
+    pytester: pytest.Pytester, *args: str, subprocess: bool = True
+) -> tuple[pytest.RunResult, dict[str, Any], str]:
+    """A run and its reports. Runs compared with an xdist run are subprocesses, as its
+    workers are (what else lives in a process changes absolute counts); the others may
+    run in-process (minigrad, which LEAKY_SUITE imports, is imported here for them:
+    numpy cannot be imported twice in one process)."""
     out = pytester.path / "out"
     out.mkdir(exist_ok=True)
-    result = pytester.runpytest_subprocess(
+    run = pytester.runpytest_subprocess if subprocess else pytester.runpytest
+    result = run(
         *ARGS,
         "--graphleak-report=out/r.json",
         "--graphleak-html=out/r.html",
@@ -217,7 +225,8 @@ def test_same_verdicts_and_reports_alone_and_on_two_workers(pytester: pytest.Pyt
 def test_warn_only_reports_without_failing(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_leaks=LEAKY_SUITE)
     result, document, _ = _run(
-        pytester, "--graphleak", "--graphleak-warn-only", "-p", "no:xdist", "-k", "not raises"
+        pytester, "--graphleak", "--graphleak-warn-only", "-p", "no:xdist", "-k", "not raises",
+        subprocess=False,
     )
     assert result.ret == pytest.ExitCode.OK
     result.stdout.fnmatch_lines(
@@ -235,7 +244,7 @@ def test_warn_only_reports_without_failing(pytester: pytest.Pytester) -> None:
 
 def test_fixture_leak_fails_the_run_without_the_graphleak_flag(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_leaks=LEAKY_SUITE)
-    result, document, _ = _run(pytester, "-p", "no:xdist")
+    result, document, _ = _run(pytester, "-p", "no:xdist", subprocess=False)
     # Marked tests run once as plain tests; the fixture checks anyway and fails its test.
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     assert result.parseoutcomes() == {"failed": 1, "passed": 5}
