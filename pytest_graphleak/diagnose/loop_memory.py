@@ -43,7 +43,13 @@ from pytest_graphleak.diagnose.sites import (
     per_step,
     user_frame_of,
 )
-from pytest_graphleak.diagnose.stored import _MISSING, LiveWatch, _follow, _LineWatch
+from pytest_graphleak.diagnose.stored import (
+    _MISSING,
+    LiveWatch,
+    _follow,
+    _LineWatch,
+    root_reader,
+)
 from pytest_graphleak.metrics import BYTES, format_amount
 from pytest_graphleak.result import Diagnosis
 
@@ -68,6 +74,8 @@ class Slot:
     nbytes: int
     kind: str  # "tensor" or "array"
     array: object = None  # what it holds now (at the judgement, then after each line)
+    #: reads a root that is a module global or a closure cell again (None: a loop root)
+    reader: Callable[[], object] | None = None
     #: after the next step: its bytes, and the line that made the array then held
     nbytes_after: int | None = None
     made_at: Site | None = None
@@ -94,7 +102,10 @@ def weigh_slots(roots: Roots, walker: ObjectEdges) -> list[Slot]:
         for label, obj in roots:
             size = array_bytes(obj, walker)
             if size is not None and not _parameter(obj):
-                slots.append(Slot(label, None, None, size, _kind(obj, walker), obj))
+                slot = Slot(label, None, None, size, _kind(obj, walker), obj)
+                if label.startswith(("global ", "closure ")):  # not one of the loop's roots
+                    slot.reader = root_reader(Path(label, [obj]), dict)
+                slots.append(slot)
         for (holder_id, edge), (size, array) in found.slots.items():
             if edge.kind in ("attr", "key", "closure", "local") and not _parameter(array):
                 holder = found.held.get(holder_id)
@@ -189,6 +200,9 @@ class GrowthWatch:
             if slot.holder is not None:
                 assert slot.edge is not None
                 found.append(_read_slot(slot.holder, slot.edge))
+                continue
+            if slot.label.startswith(("global ", "closure ")):
+                found.append(slot.reader() if slot.reader is not None else _MISSING)
                 continue
             if given is None:
                 try:
@@ -316,7 +330,7 @@ class GrowthWatch:
 
     def release(self) -> None:
         for slot in self.slots:
-            slot.holder = slot.array = None
+            slot.holder = slot.array = slot.reader = None
         self.slots.clear()
         if self._recorder is not None:
             self._recorder.forget()
