@@ -44,10 +44,10 @@ from pytest_graphleak.diagnose.sites import (
     user_frame_of,
 )
 from pytest_graphleak.diagnose.stored import (
-    _MISSING,
+    MISSING,
+    LineWatch,
     LiveWatch,
-    _follow,
-    _LineWatch,
+    follow_edge,
     root_reader,
 )
 from pytest_graphleak.metrics import BYTES, format_amount
@@ -131,8 +131,8 @@ def _parameter(obj: object) -> bool:
 def _read_slot(holder: object, edge: Edge) -> object:
     """What ``edge`` leads to from ``holder`` now; an nn.Module's buffer is read from its
     table (``_buffers``), where ``self.preds = ...`` puts a registered one."""
-    found = _follow(holder, edge)
-    if found is _MISSING and edge.kind == "attr":
+    found = follow_edge(holder, edge)
+    if found is MISSING and edge.kind == "attr":
         attrs = getattr(holder, "__dict__", None) or {}
         for table in ("_buffers", "_parameters", "_modules"):
             entries = attrs.get(table)
@@ -141,8 +141,8 @@ def _read_slot(holder: object, edge: Edge) -> object:
     return found
 
 
-class _SlotLines(_LineWatch):
-    """``_LineWatch``'s trace functions, charging each change to the slot that changed."""
+class _SlotLines(LineWatch):
+    """``LineWatch``'s trace functions, charging each change to the slot that changed."""
 
     def __init__(self, slots: list[Slot], read: Callable[[], list[object]]) -> None:
         # No chain to fingerprint: the fields the trace functions use, and the slots.
@@ -202,14 +202,14 @@ class GrowthWatch:
                 found.append(_read_slot(slot.holder, slot.edge))
                 continue
             if slot.label.startswith(("global ", "closure ")):
-                found.append(slot.reader() if slot.reader is not None else _MISSING)
+                found.append(slot.reader() if slot.reader is not None else MISSING)
                 continue
             if given is None:
                 try:
                     given = self.roots()
                 except Exception:  # a reader that fails is as good as a missing root
                     given = {}
-            found.append(given.get(slot.label, _MISSING))
+            found.append(given.get(slot.label, MISSING))
         return found
 
     def start(self) -> None:
@@ -233,7 +233,7 @@ class GrowthWatch:
             changes, via = self._live.stop()  # checks the slots once more first
             for slot in self.slots:
                 now = slot.array
-                slot.nbytes_after = array_bytes(now, self.walker) if now is not _MISSING else None
+                slot.nbytes_after = array_bytes(now, self.walker) if now is not MISSING else None
                 slot.made_at = self._made_at(now) if slot.lines else None
             return changes, via
         finally:

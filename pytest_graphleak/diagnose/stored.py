@@ -44,7 +44,7 @@ from pytest_graphleak.diagnose.sites import Site, names_a_library, site_and_via
 from pytest_graphleak.heap.usercode import is_user_file, library_label
 
 _SIZED = (list, dict, set, frozenset, tuple)
-_MISSING = object()
+MISSING = object()
 
 
 @dataclass
@@ -63,23 +63,23 @@ class Watched:
         return [*self.grown, *raised]
 
 
-def _follow(obj: Any, edge: Edge) -> Any:
-    """The object ``edge`` leads to from ``obj`` now (``_MISSING`` when it cannot say)."""
+def follow_edge(obj: Any, edge: Edge) -> Any:
+    """The object ``edge`` leads to from ``obj`` now (``MISSING`` when it cannot say)."""
     with contextlib.suppress(Exception):
         if edge.kind == "attr":
             attrs = getattr(obj, "__dict__", None)
             if isinstance(attrs, dict) and edge.key in attrs:
                 return attrs[edge.key]
         elif edge.kind == "key" and isinstance(obj, dict):
-            return obj.get(edge.key, _MISSING)
+            return obj.get(edge.key, MISSING)
         elif edge.kind == "local":  # a generator's local, rebound while it is paused
             frame = paused_frame(obj)
             if frame is not None:
-                return frame.f_locals.get(edge.key, _MISSING)
+                return frame.f_locals.get(edge.key, MISSING)
         elif edge.kind == "closure" and isinstance(obj, types.FunctionType):
             names = obj.__code__.co_freevars
             return obj.__closure__[names.index(edge.key)].cell_contents  # type: ignore[index]
-    return _MISSING
+    return MISSING
 
 
 def _fingerprint(
@@ -91,7 +91,7 @@ def _fingerprint(
     current: Any = path.objects[0]
     if root is not None:
         current = root()
-        if current is _MISSING:
+        if current is MISSING:
             current = path.objects[0]
         parts.append(current)
     for index in range(len(path.objects)):
@@ -104,8 +104,8 @@ def _fingerprint(
             break
         if index >= len(path.edges):
             break
-        following = _follow(current, path.edges[index])
-        if following is _MISSING:
+        following = follow_edge(current, path.edges[index])
+        if following is MISSING:
             following = path.objects[index + 1]
         parts.append(following)
         current = following
@@ -118,7 +118,7 @@ def _same(a: list[Any], b: list[Any]) -> bool:
     )
 
 
-class _LineWatch:
+class LineWatch:
     """The trace functions: fingerprint after every user line, charge changes to it."""
 
     def __init__(
@@ -178,7 +178,7 @@ def watch_holder(
     """Run up to ``steps`` steps; stop after the first in which the holder changed."""
     watched = Watched()
     sized = [(obj, len(obj)) for obj in path.objects if isinstance(obj, _SIZED)]
-    watch = _LineWatch(path, walker)
+    watch = LineWatch(path, walker)
     previous = sys.gettrace()
     try:
         for done in range(1, steps + 1):
@@ -220,13 +220,13 @@ def root_reader(
     label, first = path.root_label, path.objects[0]
     with contextlib.suppress(Exception):
         if label in given():
-            return lambda: given().get(label, _MISSING)
+            return lambda: given().get(label, MISSING)
     kind, _, rest = label.partition(" ")
     name = rest.strip("'")
     if kind == "global":
         for holder in gc.get_referrers(first):
             if isinstance(holder, dict) and "__name__" in holder and holder.get(name) is first:
-                return lambda: holder.get(name, _MISSING)
+                return lambda: holder.get(name, MISSING)
     elif kind == "closure":
         for holder in gc.get_referrers(first):
             if isinstance(holder, types.CellType):
@@ -238,7 +238,7 @@ def _cell_contents(cell: types.CellType) -> object:
     try:
         return cell.cell_contents
     except ValueError:  # emptied
-        return _MISSING
+        return MISSING
 
 
 class LiveWatch:
@@ -253,14 +253,14 @@ class LiveWatch:
         walker: ObjectEdges,
         root: Callable[[], object] | None,
         *,
-        lines: _LineWatch | None = None,
+        lines: LineWatch | None = None,
     ) -> None:
         """``lines``: the line watch to run instead of one of ``path`` (None then)."""
         self._path = path
-        self._watch: _LineWatch | None = lines
+        self._watch: LineWatch | None = lines
         if lines is None:
             assert path is not None
-            self._watch = _LineWatch(path, walker, root)
+            self._watch = LineWatch(path, walker, root)
         self._previous: Any = None
         self._frames: list[types.FrameType] = []
         self.watching = False
