@@ -97,8 +97,8 @@ td .mark { font: 600 .75rem system-ui, sans-serif; }
 .change dd { margin: 0; overflow-wrap: anywhere; }
 .change dd.fix { font-weight: 600; }
 .charts { display: flex; flex-wrap: wrap; gap: .6rem; }
-svg.chart { background: var(--bg); border: 1px solid var(--line); max-width: 100%;
-            height: auto; flex: 1 1 340px; width: 340px; }
+svg.chart { background: var(--bg); border: 1px solid var(--line); height: auto;
+            flex: 1 1 340px; width: 340px; max-width: min(100%, 480px); }
 .charts { max-width: 980px; }
 svg.chart .chart-title { font: 600 12px sans-serif; fill: var(--fg); }
 svg.chart .tick { font: 10px sans-serif; fill: var(--muted); }

@@ -124,13 +124,15 @@ def ticks(low: float, high: float, unit: str, count: int = 4) -> list[float]:
 
 
 
-def step_ticks(count: int, most: int = 6) -> list[int]:
-    """A few round step numbers (1-based) for an x axis of ``count`` steps: step 1, the
-    last step, and multiples of 1, 2, 5 x 10^k between them."""
+def step_ticks(count: int, most: int = 6, first: int = 1) -> list[int]:
+    """A few round step numbers for an x axis of ``count`` steps from step ``first``: the
+    first step, the last, and multiples of 1, 2, 5 x 10^k between them."""
     if count <= 1:
-        return [1] if count == 1 else []
+        return [first] if count == 1 else []
+    last = first + count - 1
     raw = (count - 1) / max(most - 1, 1)
     magnitude = 10 ** math.floor(math.log10(raw)) if raw >= 1 else 1
     step = next((m * magnitude for m in (1, 2, 5, 10) if m * magnitude >= raw), 10 * magnitude)
-    inner = [n for n in range(step, count, step) if n - 1 > step / 2 and count - n > step / 2]
-    return [1, *inner, count]
+    start = (first // step + 1) * step
+    inner = [n for n in range(start, last, step) if n - first > step / 2 and last - n > step / 2]
+    return [first, *inner, last]

@@ -101,8 +101,7 @@ def series_chart(
             f'<text class="tick" x="{_LEFT - 4}" y="{y + 4:.1f}" text-anchor="end">'
             f"{escape(_tick_label(v, unit))}</text>"
         )
-    for n, tick in enumerate(step_ticks(at[-1] - first_step + 1)):
-        step = first_step + tick - 1
+    for n, step in enumerate(step_ticks(at[-1] - first_step + 1, first=first_step)):
         x = x_at(step)
         anchor = "start" if n == 0 else "middle" if step < at[-1] else "end"
         label = f"step {step}" if n == 0 else str(step)
