@@ -346,7 +346,7 @@ def main() -> None:
         f"{table}\n\n{target}\n\n{gc_table}\n\n"
         "Between samples automatic gc is as the training had it (here: enabled); it is off "
         "during the step that ends in a sample (every k-th, and every step of the warmup), "
-        "so that the sample's `gc.collect()` counts what that step left to the cyclic gc, "
+        "so that the sample's collection counts what that step left to the cyclic gc, "
         "and during the few steps recorded for a diagnosis (every window after a leak, and "
         "the run's last window once a measured count rose above its baseline: none in these "
         "clean runs). Objects "

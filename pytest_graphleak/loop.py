@@ -44,6 +44,7 @@ from typing import Any
 from pytest_graphleak import pipeline, session
 from pytest_graphleak.engine import tracker
 from pytest_graphleak.engine.stride import MIN_SAMPLES, CpuLedger
+from pytest_graphleak.heap import gcstate
 from pytest_graphleak.options import Settings
 from pytest_graphleak.report.text import render_text
 from pytest_graphleak.result import CheckResult
@@ -281,6 +282,8 @@ class LoopCheck:
             self._recorder.stop_step()
             self._last_recorded = self._calls
             collect = self._recorder.collect  # sees the cycles the sample's collection frees
+        elif self.stride > 1:  # window mode between warmup and the judged step: see there
+            collect = gcstate.collect_young
         ledger = self._ledger
         if not self._samples(self._calls):
             if collect is not None:
