@@ -246,8 +246,7 @@ class Sampler:
             for hook in list(session.current().before_sample):  # what pytest keeps of a step
                 with contextlib.suppress(Exception):
                     hook()
-            if self._coverage is not None:
-                self._start_late(self._coverage.after_step(step or self.result.calls))
+            self._look_for_libraries(step)
             values = self._sample(collect or gc.collect)
         for metric, value in values.items():
             self.result.series.setdefault(metric, []).append(value)
@@ -261,10 +260,14 @@ class Sampler:
         if self.result.calls + 1 >= self.warmup:
             raise RuntimeError("the last warmup step and every measured step are sampled")
         self.result.calls += 1
-        if self._coverage is None:
-            return
         recording = self._recorder
         with recording.paused() if recording is not None else contextlib.nullcontext():
+            self._look_for_libraries(step)
+
+    def _look_for_libraries(self, step: int | None) -> None:
+        """Probes for the libraries the step just run imported (``Coverage``); ``step``:
+        the loop's step number, when not every step is counted in ``result.calls``."""
+        if self._coverage is not None:
             self._start_late(self._coverage.after_step(step or self.result.calls))
 
     def _start_late(self, names: list[str]) -> None:
