@@ -584,3 +584,149 @@ def test_what_a_check_inside_the_test_grows_in_place_is_the_checks() -> None:
     finally:
         grown.clear()
         found.clear()
+
+
+# Weights that parametrizations recompute in a forward pre-hook (old weight_norm,
+# spectral_norm, prune): one small graph per layer, replaced at each forward.
+PARAMETRIZED = """
+import unittest
+import warnings
+
+import torch
+import torch.nn.utils.prune as prune
+
+warnings.simplefilter("ignore", FutureWarning)  # torch.nn.utils.weight_norm is deprecated
+
+WN = torch.nn.utils.weight_norm(torch.nn.Linear(4, 1))
+SN = torch.nn.utils.spectral_norm(torch.nn.Linear(4, 1))
+PR = torch.nn.Linear(4, 1)
+prune.l1_unstructured(PR, name="weight", amount=0.5)
+KEEP = []
+
+
+def test_weight_norm_step():
+    WN(torch.randn(8, 4)).pow(2).mean().backward()
+
+
+def test_spectral_norm_step():
+    SN(torch.randn(8, 4)).pow(2).mean().backward()
+
+
+def test_pruned_step():
+    PR(torch.randn(8, 4)).pow(2).mean().backward()
+
+
+def test_keeps_a_loss_of_the_weight_norm_model():
+    KEEP.append(WN(torch.randn(8, 4)).pow(2).mean())
+
+
+class TestGenerator(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.gen = torch.nn.Sequential(torch.nn.utils.spectral_norm(torch.nn.Linear(4, 4)),
+                                      torch.nn.Tanh())
+
+    def test_forward_backward(self):
+        self.gen(torch.randn(8, 4)).pow(2).mean().backward()
+"""
+
+
+@needs_torch
+def test_weights_recomputed_by_forward_pre_hooks_are_not_findings(
+    pytester: pytest.Pytester,
+) -> None:
+    """Issue 33 item 5: a model with weight_norm, spectral_norm or prune in a module global
+    or a setUpClass attribute is no finding; a loss kept in a list still is."""
+    pytester.makepyfile(test_parametrized=PARAMETRIZED)
+    result = pytester.runpytest_subprocess("--graphleak", "-p", "no:randomly",
+                                           "--graphleak-outlive=fail")  # fmt: skip
+    result.assert_outcomes(passed=5, errors=1)
+    result.stdout.fnmatch_lines([
+        "ERROR test_parametrized.py::test_keeps_a_loss_of_the_weight_norm_model*",
+    ])  # fmt: skip
+    assert "Linear.weight" not in result.stdout.str()
+
+
+@needs_torch
+def test_recomputed_attributes_need_a_hook_that_names_them_and_a_parameter_graph() -> None:
+    """Direct: the attribute is skipped only when a forward pre-hook carries its name and
+    its graph reaches nothing but the module's own parameters."""
+    from pytest_graphleak.diagnose.edges import recomputed_attributes
+
+    class Scale(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.raw = torch.nn.Parameter(torch.ones(2))
+
+    def recompute(name: str):  # a closure that carries the name, as a user's hook would
+        def hook(module, args):
+            setattr(module, name, module.raw * 2)
+        return hook
+
+    def forward_pre_hooks(module: torch.nn.Module) -> None:
+        for hook in list(module._forward_pre_hooks.values()):
+            hook(module, ())
+
+    own = Scale()
+    own.register_forward_pre_hook(recompute("scaled"))
+    forward_pre_hooks(own)
+    assert recomputed_attributes(own) == {"scaled"}
+
+    fed = Scale()  # the graph reaches a tensor that is not the module's parameter
+    other = torch.ones(2, requires_grad=True)
+    fed.register_forward_pre_hook(lambda module, args, name="scaled": setattr(
+        module, name, module.raw * other))  # fmt: skip
+    forward_pre_hooks(fed)
+    assert recomputed_attributes(fed) == set()
+
+    unnamed = Scale()  # no hook names the attribute
+    unnamed.scaled = unnamed.raw * 2
+    assert recomputed_attributes(unnamed) == set()
+
+
+MISSED = """
+import contextvars
+
+import numpy as np
+import minigrad as mg
+
+OBJ_ARR = np.empty((2, 2), dtype=object)
+CV = contextvars.ContextVar("last_loss")
+
+
+def _loss():
+    return (mg.Tensor([1.0, 2.0], requires_grad=True) * 2).sum()
+
+
+def test_numpy_object_array():
+    OBJ_ARR[1, 0] = _loss()
+
+
+def test_contextvar():
+    CV.set(_loss())
+
+
+def test_contextvar_with_a_plain_number():
+    CV.set(_loss().item())
+"""
+
+
+def test_graphs_in_numpy_object_arrays_and_contextvars_are_named(
+    pytester: pytest.Pytester,
+) -> None:
+    """Issue 33 item 9: a module-level numpy object array and a ContextVar's value (in the
+    context the test ran in) are holders like any other."""
+    pytester.makepyfile(test_missed=MISSED)
+    result = pytester.runpytest("--graphleak", "-p", "no:randomly")
+    result.assert_outcomes(passed=3, warnings=2)
+    found = _outlive_warnings(result)
+    assert [line.split("::")[1].split()[0] for line in found] == [
+        "test_numpy_object_array", "test_contextvar"]  # fmt: skip
+    result.stdout.fnmatch_lines([
+        "*held by: global 'test_missed.OBJ_ARR' -> ndarray(shape=(2, 2), dtype=object) -> "
+        "Tensor*",
+        "*WARNING test_missed.py::test_numpy_object_array  outlived the test: list-accumulation*",
+    ])  # fmt: skip
+    result.stdout.fnmatch_lines([
+        "*held by: global 'test_missed.CV' -> ContextVar('last_loss').get() -> Tensor*",
+    ])  # fmt: skip

@@ -11,6 +11,7 @@ the plugin's or pytest's own objects.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import gc
 import sys
@@ -44,7 +45,8 @@ _NO_WALK_TYPES = (
 _MAX_REPR = 40
 #: How each kind of edge reads in a chain, its key put in for {}.
 _TEXTS = {"key": "[{}]", "index": "[{}]", "next": ".next_functions[{}]", "attr": ".{}",
-          "closure": " closure '{}'", "local": " local '{}'", "grad_fn": ".grad_fn"}  # fmt: skip
+          "closure": " closure '{}'", "local": " local '{}'", "grad_fn": ".grad_fn",
+          "value": ".get()"}  # fmt: skip
 #: Objects that keep a paused frame: their references are that frame's local variables.
 SUSPENDED = (types.GeneratorType, types.CoroutineType, types.AsyncGeneratorType)
 _MAX_ITEMS = 20_000  # one container's items looked at, at most
@@ -54,7 +56,7 @@ _MAX_ITEMS = 20_000  # one container's items looked at, at most
 class Edge:
     """How one object refers to the next: kind and key/index/name."""
 
-    kind: str  # key | index | member | attr | closure | local | grad_fn | next | ref
+    kind: str  # key | index | member | attr | closure | local | grad_fn | next | ref | value
     key: Any = None
 
     def text(self) -> str:
@@ -64,7 +66,7 @@ class Edge:
     @property
     def named(self) -> bool:
         """True when the edge carries a name worth showing (a key, attribute, cell)."""
-        return self.kind in ("key", "attr", "closure", "local")
+        return self.kind in ("key", "attr", "closure", "local", "value")
 
 
 def short_repr(value: Any) -> str:
@@ -149,6 +151,17 @@ class ObjectEdges:
                 yield Edge("attr", "cell_contents"), obj.cell_contents
         elif isinstance(obj, SUSPENDED):
             yield from _frame_local_edges(obj)
+        elif tp is contextvars.ContextVar:
+            # Its value in the current context (the one the test ran in); the value lives
+            # in the context, which gc.get_referents(var) does not list.
+            value = obj.get(_NO_VALUE)
+            if value is not _NO_VALUE:
+                yield Edge("value"), value
+        elif tp is contextvars.Context:
+            for var, value in list(obj.items()):
+                yield Edge("key", var.name), value
+        elif (items := _object_array_items(obj)) is not None:
+            yield from items
         elif _array_base(obj) is not None:
             yield Edge("attr", "base"), _array_base(obj)
         elif isinstance(obj, type):
@@ -161,6 +174,7 @@ class ObjectEdges:
     def _instance_edges(self, obj: Any) -> Iterator[tuple[Edge, object]]:
         seen: set[int] = set()
         torch = self._torch
+        recomputed: set[str] = set()
         if torch is not None and torch.is_module(obj):  # type: ignore[attr-defined]
             # nn.Module: name parameters, buffers and submodules as plain attributes.
             for table in ("_parameters", "_buffers", "_modules"):
@@ -169,11 +183,12 @@ class ObjectEdges:
                 for key, value in entries.items():
                     if value is not None:
                         yield Edge("attr", key), value
+            recomputed = recomputed_attributes(obj)
         attrs = getattr(obj, "__dict__", None)
         if isinstance(attrs, dict):
             seen.add(id(attrs))
             for key, value in list(attrs.items()):
-                if id(value) not in seen:
+                if id(value) not in seen and key not in recomputed:
                     yield Edge("attr", str(key)), value
         for cls in type(obj).__mro__:
             slots = cls.__dict__.get("__slots__", ())
@@ -219,6 +234,103 @@ def _frame_local_edges(obj: object) -> Iterator[tuple[Edge, object]]:
             yield Edge("ref"), ref
 
 
+#: A ContextVar without a value in the current context.
+_NO_VALUE = object()
+#: Graph nodes a recomputed attribute's graph may have (spectral_norm's has 6).
+_RECOMPUTED_MAX_NODES = 32
+
+
+def recomputed_attributes(module: Any) -> set[str]:
+    """Attributes of a torch module that one of its forward pre-hooks sets anew before each
+    forward: the hook names the attribute (``WeightNorm.name``, ``SpectralNorm.name``,
+    prune's ``_tensor_name``, or a str in a hook function's closure) and the tensor there
+    carries a small graph that reaches only the module's own parameters
+    (``weight = g * v / |v|``, ``weight_orig / sigma``, ``weight_orig * weight_mask``).
+    That graph is the layer's weight, bounded and replaced at each forward: never a leak,
+    and no chain passes through it."""
+    attrs = module.__dict__
+    hooks = attrs.get("_forward_pre_hooks")
+    if not hooks:
+        return set()
+    names: set[str] = set()
+    with contextlib.suppress(Exception):  # an exotic hook: nothing recognised
+        for hook in list(hooks.values()):
+            names.update(_strings_of(hook))
+    names.intersection_update(attrs)
+    if not names:
+        return names
+    params = attrs.get("_parameters") or {}
+    own = {id(p) for p in params.values() if p is not None}
+    return {name for name in names if _graph_of_parameters(attrs[name], own)}
+
+
+def _strings_of(hook: Any) -> Iterator[str]:
+    """The strings a hook carries: an object's attributes, a function's closure cells and
+    defaults, a partial's arguments."""
+    if isinstance(hook, types.MethodType):
+        hook = hook.__self__
+    if isinstance(hook, functools.partial):
+        values: list[Any] = [*hook.args, *hook.keywords.values()]
+    elif isinstance(hook, types.FunctionType):
+        values = [*(hook.__defaults__ or ())]
+        for cell in hook.__closure__ or ():
+            with contextlib.suppress(ValueError):  # an empty cell
+                values.append(cell.cell_contents)
+    else:
+        attrs = getattr(hook, "__dict__", None)
+        values = list(attrs.values()) if isinstance(attrs, dict) else []
+    yield from (value for value in values if type(value) is str)
+
+
+def _graph_of_parameters(tensor: Any, own: set[int]) -> bool:
+    """``tensor``'s graph is small and its leaves are among ``own`` (ids of parameters)."""
+    grad_fn = getattr(tensor, "grad_fn", None)
+    if grad_fn is None or not hasattr(grad_fn, "next_functions"):
+        return False
+    seen = {id(grad_fn)}
+    queue = [grad_fn]
+    leaves = 0
+    try:
+        while queue:
+            node = queue.pop()
+            variable = getattr(node, "variable", None)
+            if variable is not None:  # AccumulateGrad: a leaf of the graph
+                if id(variable) not in own:
+                    return False
+                leaves += 1
+            for child, _ in node.next_functions:
+                if child is not None and id(child) not in seen:
+                    seen.add(id(child))
+                    if len(seen) > _RECOMPUTED_MAX_NODES:
+                        return False
+                    queue.append(child)
+        return leaves > 0
+    except Exception:  # a node that refuses reads: not recognised
+        return False
+    finally:
+        queue.clear()
+
+
+def _object_array_items(obj: object) -> Iterator[tuple[Edge, object]] | None:
+    """The items of a numpy array of ``dtype=object`` (None for any other object): such an
+    array holds references, but is not tracked by the cyclic GC, so
+    ``gc.get_referents`` lists none of them. Newest-first is not known: read in order."""
+    numpy = sys.modules.get("numpy")
+    if numpy is None or not isinstance(obj, numpy.ndarray) or obj.dtype != object:
+        return None
+    return _indexed(obj, numpy)
+
+
+def _indexed(array: Any, numpy: Any) -> Iterator[tuple[Edge, object]]:
+    shape = array.shape
+    flat = array.ravel(order="C") if array.flags.c_contiguous else array.flatten()
+    for i, item in enumerate(list(islice(flat, _MAX_ITEMS))):
+        if item is None or type(item) in (int, float, str, bool):
+            continue
+        key = i if len(shape) == 1 else ", ".join(str(n) for n in numpy.unravel_index(i, shape))
+        yield Edge("index", key), item
+
+
 def _array_base(obj: object) -> object | None:
     """The object a numpy array views (``t.numpy()`` -> the tensor ``t``), if any.
 
@@ -239,8 +351,9 @@ def holds_references(obj: object, walker: ObjectEdges) -> bool:
     """Can ``obj`` lead to another object? (gc-tracked objects, tensors and graph
     nodes, and numpy arrays that view another object)."""
     return gc.is_tracked(obj) or walker.backend_of(obj) is not None or (
-        _array_base(obj) is not None
-    )
+        _array_base(obj) is not None or type(obj) is contextvars.ContextVar
+        or _object_array_items(obj) is not None
+    )  # fmt: skip
 
 
 def _function_edges(fn: types.FunctionType) -> Iterator[tuple[Edge, object]]:

@@ -24,6 +24,7 @@ when the fixture is torn down.
 from __future__ import annotations
 
 import contextlib
+import sys
 import weakref
 from collections import Counter, deque
 from collections.abc import Callable, Collection, Sequence
@@ -259,8 +260,11 @@ def _in_place(path: Path, made: set[int], backends: list[Backend]) -> bool:
 
 
 def _through_container(path: Path) -> bool:
-    """A container on the chain: the test added its graph to a collection."""
-    return any(isinstance(obj, _CONTAINERS) for obj in path.objects[:-1])
+    """A container on the chain (a numpy object array too): the test added its graph to a
+    collection."""
+    numpy = sys.modules.get("numpy")
+    return any(isinstance(obj, _CONTAINERS) or (numpy is not None and isinstance(
+        obj, numpy.ndarray) and obj.dtype == object) for obj in path.objects[:-1])  # fmt: skip
 
 
 def _sites(tensors: list[Any], nodes: list[Any], site_of: SiteOf) -> list[Any]:

@@ -11,7 +11,9 @@ described on its own (``list(len=12)``); tensors and graph nodes are always desc
 
 from __future__ import annotations
 
+import contextvars
 import itertools
+import sys
 import types
 from collections import deque
 from typing import Any
@@ -44,6 +46,11 @@ def describe(obj: Any, walker: ObjectEdges) -> str:
         return f"class {obj.__qualname__}"
     if isinstance(obj, _SIZED):
         return f"{type(obj).__name__}(len={len(obj)})"
+    if type(obj) is contextvars.ContextVar:
+        return f"ContextVar({obj.name!r})"
+    numpy = sys.modules.get("numpy")
+    if numpy is not None and isinstance(obj, numpy.ndarray) and obj.dtype == object:
+        return f"{type(obj).__name__}(shape={obj.shape}, dtype={obj.dtype})"
     return type(obj).__name__
 
 
