@@ -228,7 +228,7 @@ OPTIONS: tuple[Option, ...] = (
            "holders meant to keep graphs past a test (a deliberate cache), which the outlive "
            "audit does not report: dotted names of module globals (mypkg.cache.CACHE), class "
            "attributes (tests.test_x.TestModel.cache) or fixtures (state); * and ? match any "
-           "text (default: none)",
+           "text; the object named is kept whatever alias reaches it (default: none)",
            frozenset({"pytest"}), "--graphleak-outlive-keep", "graphleak_outlive_keep",
            _holder_names, metavar="NAMES"),
     Option("outlive_sites", "choice", "off",

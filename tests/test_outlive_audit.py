@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import json
+from typing import ClassVar
 
 import jsonschema
 import pytest
@@ -730,3 +731,101 @@ def test_graphs_in_numpy_object_arrays_and_contextvars_are_named(
     result.stdout.fnmatch_lines([
         "*held by: global 'test_missed.CV' -> ContextVar('last_loss').get() -> Tensor*",
     ])  # fmt: skip
+
+
+KEPT_CACHE = """
+import minigrad as mg
+
+CACHE = {}
+
+
+def embed(n):
+    if n not in CACHE:
+        CACHE[n] = mg.Tensor([float(n)], requires_grad=True) * 2
+    return CACHE[n]
+"""
+
+
+@pytest.mark.parametrize(
+    "keep",
+    [
+        "mypkg.cache.CACHE,test_classattr.TestModel.cache",
+        "mypkg.cache.CAC?E,test_classattr.TestModel.*",  # patterns resolve to objects too
+    ],
+)
+def test_keep_list_matches_the_holder_object_whatever_alias_reaches_it(
+    pytester: pytest.Pytester, keep: str
+) -> None:
+    """Issue 33 item 6: the class attribute is also reached through its module global, the
+    cache through another module's `from mypkg.cache import CACHE`; both are listed."""
+    pytester.mkpydir("mypkg")
+    pytester.path.joinpath("mypkg", "cache.py").write_text(KEPT_CACHE)
+    pytester.makepyfile(
+        test_classattr="""
+        import minigrad as mg
+
+        class TestModel:
+            cache = []  # kept on purpose
+
+            def test_class_attr(self):
+                self.cache.append(mg.Tensor([1.0], requires_grad=True) * 2)
+        """,
+        test_fromimport="""
+        from mypkg.cache import CACHE, embed
+
+        def test_uses_cache():
+            embed(3)
+            assert 3 in CACHE
+        """,
+        test_modimport="""
+        import mypkg.cache as c
+
+        def test_uses_cache2():
+            c.embed(5)
+        """,
+    )
+    result = pytester.runpytest("--graphleak", "-p", "no:randomly",
+                                f"--graphleak-outlive-keep={keep}")  # fmt: skip
+    result.assert_outcomes(passed=3)
+    assert not _outlive_warnings(result)
+    # the control: without the list, all three are named
+    result = pytester.runpytest("--graphleak", "-p", "no:randomly")
+    result.assert_outcomes(passed=3, warnings=3)
+
+
+def test_keep_names_resolve_without_imports_or_computed_attributes() -> None:
+    """Direct: a keep entry is looked up in sys.modules and in attributes already set: no
+    import, no module ``__getattr__``, no property."""
+    import sys
+    import types
+
+    from pytest_graphleak.plugin.audit import resolve_name
+
+    calls: list[str] = []
+    module = types.ModuleType("graphleak_keep_probe")
+    module.__getattr__ = lambda name: calls.append(name)  # type: ignore[method-assign]
+
+    class Box:
+        items: ClassVar[list[int]] = []
+
+        @property
+        def computed(self) -> list[int]:
+            calls.append("computed")
+            return []
+
+    module.Box = Box  # type: ignore[attr-defined]
+    module.BOX = Box()  # type: ignore[attr-defined]
+    module.BOX.mine = {}  # type: ignore[attr-defined]
+    sys.modules[module.__name__] = module
+    try:
+        assert resolve_name("graphleak_keep_probe.Box.items") == [Box.items]
+        assert resolve_name("graphleak_keep_probe.BOX.mine") == [module.BOX.mine]  # type: ignore[attr-defined]
+        assert resolve_name("graphleak_keep_probe.BOX.computed") == []
+        assert resolve_name("graphleak_keep_probe.LAZY") == []
+        assert resolve_name("graphleak_keep_probe.B*") == [Box, module.BOX]  # type: ignore[attr-defined]
+        assert resolve_name("graphleak_not_imported.CACHE") == []
+        assert "graphleak_not_imported" not in sys.modules
+        assert resolve_name("state") == []  # a fixture's name: matched by name
+        assert calls == []
+    finally:
+        del sys.modules[module.__name__]

@@ -61,6 +61,9 @@ class Holder:
     fixture: bool = False
     #: Reads the root again (a module global rebound by the test); None: ``value`` stands.
     read: Callable[[], object] | None = None
+    #: Kept on purpose (``graphleak_outlive_keep``): not a root, and no search passes
+    #: through its value, whatever name or path reaches it.
+    kept: bool = False
 
 
 @dataclass
@@ -115,11 +118,13 @@ def explain(
     nothing after it returns, but the chains when ``keep_paths``."""
     targets: dict[int, Any] = {id(obj): obj for obj in found}
     made = set(targets).difference(grown)
-    walker = ObjectEdges(backends, exclude=[id(found), id(targets), id(holders)])
+    kept_on_purpose = [id(h.value) for h in holders if h.kept]
+    walker = ObjectEdges(backends, exclude=[id(found), id(targets), id(holders),
+                                            *kept_on_purpose])  # fmt: skip
     outcome = Explained(walker=walker if keep_paths else None)
     where = site_of or _recorded_site(backends)
-    plain = [(h.label, h.value) for h in holders if not h.fixture]
-    fixtures = [(h.label, h.value) for h in holders if h.fixture]
+    plain = [(h.label, h.value) for h in holders if not h.fixture and not h.kept]
+    fixtures = [(h.label, h.value) for h in holders if h.fixture and not h.kept]
     try:
         while targets and len(outcome.results) < MAX_HOLDERS:
             path = _search(plain, targets, walker)
@@ -170,7 +175,9 @@ def _kept_by(root: object, targets: dict[int, Any], walker: ObjectEdges) -> list
             if id(obj) in targets:
                 kept.append(obj)
             for _, child in walker.edges(obj):
-                if id(child) not in seen and (id(child) in targets or walker.walkable(child)):
+                if id(child) in seen or id(child) in walker.exclude:  # kept on purpose
+                    continue
+                if id(child) in targets or walker.walkable(child):
                     seen.add(id(child))
                     queue.append(child)
         return kept

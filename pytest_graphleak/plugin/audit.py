@@ -22,6 +22,7 @@ to find where its graphs were made and stored (``plugin/outlive_rerun``).
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import sys
 import types
@@ -258,7 +259,18 @@ class OutliveAudit:
         for name, other in list(sys.modules.items()) if others else ():
             if other is not module and isinstance(other, types.ModuleType) and is_user_module(name):
                 holders.extend(_globals(other))
-        return [h for h in holders if not self._kept_on_purpose(h.qualified)]
+        if not self.keep:
+            return holders
+        # graphleak_outlive_keep names holder OBJECTS: whatever alias or path reaches one
+        # (a class through its module global, `from mypkg.cache import CACHE` elsewhere),
+        # it is no root and no search passes through it.
+        kept = {id(obj): obj for pattern in self.keep for obj in resolve_name(pattern)}
+        for holder in holders:
+            if self._kept_on_purpose(holder.qualified):
+                kept.setdefault(id(holder.value), holder.value)
+        roots = [h for h in holders if id(h.value) not in kept]
+        roots.extend(Holder("kept on purpose", "", obj, kept=True) for obj in kept.values())
+        return roots
 
     def _kept_on_purpose(self, qualified: str) -> bool:
         return any(fnmatch.fnmatchcase(qualified, pattern) for pattern in self.keep)
@@ -358,6 +370,63 @@ def _class_attributes(cls: type) -> Iterable[Holder]:
             qualified = f"{klass.__module__}.{klass.__qualname__}.{name}"
             yield Holder(f"class attribute '{klass.__qualname__}.{name}'", qualified, value,
                          read=_reader(klass.__dict__, name, value))  # fmt: skip
+
+
+#: Objects one graphleak_outlive_keep entry may name (a pattern over many attributes).
+_MAX_RESOLVED = 256
+_MISSING = object()
+#: Values never excluded by identity: shared by everything, holding nothing.
+_ATOMS = (type(None), bool, int, float, complex, str, bytes, types.ModuleType)
+
+
+def resolve_name(pattern: str) -> list[object]:
+    """The objects a ``graphleak_outlive_keep`` entry names now: its longest dotted prefix
+    already in ``sys.modules``, then attributes already set there (a module's globals, a
+    class's attributes along its MRO, an instance's ``__dict__``; a part with ``*`` or
+    ``?`` matches names there). Nothing is imported and no attribute is computed (no
+    ``getattr``: a lazy module attribute or a property is not run). A fixture's name
+    resolves to nothing here: the audit matches it by name."""
+    parts = pattern.split(".")
+    found: list[object] = []
+    for cut in range(len(parts) - 1, 0, -1):
+        module = sys.modules.get(".".join(parts[:cut]))
+        if isinstance(module, types.ModuleType):
+            found = [module]
+            parts = parts[cut:]
+            break
+    else:
+        return []
+    for part in parts:
+        wild = any(c in part for c in "*?[")
+        following: list[object] = []
+        for obj in found:
+            for value in _attributes(obj, part, wild):
+                if len(following) < _MAX_RESOLVED:
+                    following.append(value)
+        found = following
+    return [obj for obj in found if not isinstance(obj, _ATOMS)]
+
+
+def _attributes(obj: object, part: str, wild: bool) -> Iterable[object]:
+    """``obj``'s attributes named ``part`` (a pattern when ``wild``), read statically."""
+    tables: list[Any] = []
+    if isinstance(obj, type):
+        tables = [vars(klass) for klass in obj.__mro__ if klass is not object]
+    else:
+        with contextlib.suppress(TypeError):  # no __dict__ (slots, builtins)
+            tables = [vars(obj)]
+    seen: set[str] = set()
+    for table in tables:
+        if not wild:
+            value = table.get(part, _MISSING)
+            if value is not _MISSING:
+                yield value
+                return
+            continue
+        for name, value in list(table.items()):
+            if isinstance(name, str) and name not in seen and fnmatch.fnmatchcase(name, part):
+                seen.add(name)
+                yield value
 
 
 def _fixturedefs(item: pytest.Item) -> dict[str, Any]:
