@@ -31,7 +31,6 @@ from pytest_graphleak.pipeline import (
 )
 from pytest_graphleak.report.text import render_text
 from pytest_graphleak.result import CheckResult
-from pytest_graphleak.verdict import fewest_steps, too_few_steps_text
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -110,6 +109,9 @@ class Track:
     ``steps`` it is judged when the block exits. ``t.result`` holds the CheckResult
     (None before the judgement); if the block raised before it, an error result
     (``result.error`` says what was raised at which step) while the exception propagates.
+    A block too short to judge (``verdict.loop_fewest_steps``) ends with an unmeasured
+    result: ``UnmeasuredError`` with ``raise_on_leak`` inside a pytest test, else a
+    ``GraphLeakWarning``.
     """
 
     def __init__(
@@ -124,6 +126,7 @@ class Track:
         self._check = LoopCheck(settings, name=name, steps=steps, on_result=on_result,
                                 on_leak="raise" if raise_on_leak else "return")  # fmt: skip
         self._check.scoped = True  # ended by __exit__, even with a track() nested inside
+        self._check.saw, self._check.unit = "track() saw", "t.step() call"
         self._on_result = on_result
         self._entered = False
         self._exited = False
@@ -185,15 +188,8 @@ class Track:
                 if self._on_result is not None:
                     self._on_result(error)
             return
-        if not check.active:
-            check.finish()  # judged inside the loop: a leak watched after it is reported
-            return
-        if check.calls - warmup < fewest_steps(warmup):
-            check.close()
-            raise ValueError(
-                f"{check.name}: track() saw {check.calls} t.step() calls; "
-                f"{too_few_steps_text(warmup)}"
-            )
+        # Judged inside the loop (a leak watched after it is reported here), judged now,
+        # or too short to judge: unmeasured, never a leak (see ``LoopCheck.finish``).
         check.finish()
 
 

@@ -11,7 +11,12 @@ Without ``steps`` (``track()`` of unknown length, a callback measuring the whole
 check rolls: judged at warmup + ``settings.steps`` (what a marker test measures), then
 window after window of ``settings.steps`` to the end of the run, each judged inside the
 loop; only a tail too short to judge on its own is left to ``finish()`` (or, when the
-length is known, folded into the last window).
+length is known, folded into the last window). A loop that ends with fewer measured steps
+than a loop is judged from (``verdict.loop_fewest_steps``: 3, or fewer when ``steps=`` /
+``window=`` ask for fewer) gets no leak verdict but an unmeasured result (``_too_short``):
+it fails a pytest test as an unmeasured check does, and warns in a real run, where a
+callback never stops training for it. A run announced that short is measured as one of
+unknown length, so that its end says how many steps really ran.
 
 Window mode (``window=N``) judges each consecutive window of N steps of a long run:
 a clean window moves the baseline forward (``Sampler.rebase``), a leaky one is
@@ -37,7 +42,10 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import math
+import os
+import sys
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -47,9 +55,9 @@ from pytest_graphleak.engine.stride import MIN_SAMPLES, CpuLedger
 from pytest_graphleak.heap import gcstate
 from pytest_graphleak.options import Settings
 from pytest_graphleak.report.text import render_text
-from pytest_graphleak.result import CheckResult
+from pytest_graphleak.result import CheckResult, Verdict
 from pytest_graphleak.values import optional_int_at_least
-from pytest_graphleak.verdict import fewest_steps, too_few_steps_text
+from pytest_graphleak.verdict import fewest_steps, loop_fewest_steps, too_short_loop_text
 
 #: "return": only give the result back (``track()`` outside pytest without raise_on_leak).
 ON_LEAK = ("raise", "warn", "return")
@@ -95,6 +103,37 @@ def close_open_checks(*, keep_scoped: bool = False) -> int:
 
 
 atexit.register(close_open_checks)
+
+
+def _under_pytest() -> bool:
+    """A pytest test is running in this process: its session's (the plugin's), or any
+    test phase (pytest sets PYTEST_CURRENT_TEST; a script that a test starts inherits the
+    variable but has not imported pytest's runner)."""
+    if session.current().test is not None:
+        return True
+    return bool(os.environ.get("PYTEST_CURRENT_TEST")) and "_pytest.runner" in sys.modules
+
+
+#: Packages whose frames a loop's warning skips: this one, and the frameworks that call
+#: a callback, so that the warning points at the user's ``fit()`` / ``run()`` line.
+_NOT_USER = frozenset({
+    "pytest_graphleak", "ignite", "lightning", "pytorch_lightning", "lightning_fabric",
+    "transformers", "accelerate", "torch",
+})  # fmt: skip
+
+
+def _user_stacklevel() -> int:
+    """``warnings.warn``'s stacklevel, for the function that calls this one, that points
+    at the first frame of user code (else the outermost frame)."""
+    frame = sys._getframe(1)
+    level = 1
+    while frame.f_back is not None:
+        module = str(frame.f_globals.get("__name__", ""))
+        if module.partition(".")[0] not in _NOT_USER:
+            break
+        frame = frame.f_back
+        level += 1
+    return level
 
 
 def check_sample_every(value: object, window: int | None, *, where: str) -> int | None:
@@ -185,6 +224,10 @@ class LoopCheck:
         #: The step after which each sample of the open window's series was taken
         #: (``CheckResult.sample_steps``).
         self._sample_steps: list[int] = []
+        #: How a too-short loop's length reads: "it ran 2 steps" (``track()``:
+        #: "track() saw 2 t.step() calls").
+        self.saw = "it ran"
+        self.unit = "step"
 
     # -- lifecycle --------------------------------------------------------------------
     @property
@@ -218,12 +261,11 @@ class LoopCheck:
         self._length = int(length) if length is not None and 0 < length < math.inf else None
         self._roots = roots or dict
         self._judge_at = self._plan(first=True)
-        warmup = self.settings.warmup
-        if self._judge_at is not None and self._judge_at - warmup < fewest_steps(warmup):
-            raise ValueError(
-                f"{self.name}: the loop runs {self._length} steps, but "
-                f"{too_few_steps_text(warmup)}"
-            )
+        if self._judge_at is not None and self._judge_at - self.settings.warmup < self.fewest:
+            # Too short to judge, by its announced length: measured as a loop of unknown
+            # length, so that its end (``finish``) says how many steps really ran.
+            self._length = None
+            self._judge_at = self._plan(first=True)
         self._begin_sampler(warmup=self.settings.warmup, start_objects=start_objects)
         if self.window is not None:
             self._ledger = CpuLedger()
@@ -362,16 +404,39 @@ class LoopCheck:
             measured -= self.settings.warmup
         if self.window is not None:  # steps not sampled: count the measured samples
             measured = min(measured, self._window_samples() - self._window_warmup)
+        if not self.results and measured < self.fewest:
+            self.close()
+            self._too_short()
+            return None
         short = self.rolling and self.results and measured < ROLLING_TAIL
         if measured < fewest_steps(self._window_warmup) or short:
-            self.close()
-            if not self.results:
-                raise ValueError(
-                    f"{self.name}: the loop ended after {self._calls} steps; "
-                    f"{too_few_steps_text(self.settings.warmup)}"
-                )
+            self.close()  # a tail after judged windows, too short to judge on its own
             return None
         return self._judge(at_end=True)
+
+    @property
+    def fewest(self) -> int:
+        """The fewest measured steps this loop is judged from (``loop_fewest_steps``)."""
+        asked = self.steps if self.steps is not None else self.window
+        return loop_fewest_steps(self.settings.warmup, asked)
+
+    def _too_short(self) -> None:
+        """The loop ended before it had the measured steps of a verdict: an unmeasured
+        result, never a leak. Under pytest it fails the test as any unmeasured check does
+        (``on_leak="raise"``); in a real run, or with "warn" / "return", it warns and
+        lets the loop's caller go on (a callback never stops training for it)."""
+        __tracebackhide__ = True
+        warmup = self.settings.warmup
+        why = too_short_loop_text(self._calls, warmup, self.fewest, saw=self.saw, unit=self.unit)
+        result = CheckResult(
+            name=self.name, steps=max(0, self._calls - warmup), warmup=warmup, series={},
+            units={}, verdict=Verdict(leaked=False, reason=f"no verdict: {why}"), unmeasured=why,
+        )  # fmt: skip
+        self._publish(result, report=False)
+        text = render_text(result)
+        if self.on_leak == "raise" and _under_pytest():
+            raise pipeline.failure(text, leaked=False, result=result)
+        warnings.warn(pipeline.GraphLeakWarning(text), stacklevel=_user_stacklevel())
 
     def close(self) -> None:
         """End measuring (the loop raised: no verdict on the open window, and a judged

@@ -115,8 +115,9 @@ class CheckResult:
     duration_s: float = 0.0
     #: Set when the step raised: "<ExcType>: message at step k" (no leak verdict then).
     error: str | None = None
-    #: Set when the check measured nothing the step uses (``coverage``): why. Such a
-    #: check has no clean verdict: it fails (or warns) with this text.
+    #: Set when the check measured nothing the step uses (``coverage``), or its loop was
+    #: too short to judge (``loop.LoopCheck.finish``): why. Such a check has no clean
+    #: verdict: under pytest it fails (or warns) with this text.
     unmeasured: str | None = None
     #: What the probes could not measure exactly, e.g. a graph-node count that is a
     #: lower bound (the walk over a huge graph is bounded).

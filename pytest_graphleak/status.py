@@ -2,9 +2,9 @@
 
 A check ends in one of four statuses, by this precedence: ``leaked`` (the verdict found a
 leak), ``error`` (a step raised), ``unmeasured`` (its probes measured nothing the step
-uses: no verdict), ``clean``. A test's status is its worst check's, where a leak on a test
-that pytest did not fail reads ``warned`` (warn-only mode, or the error was caught) and a
-leak on an expected failure ``xfailed``.
+uses, or its loop was too short to judge: no verdict), ``clean``. A test's status is its
+worst check's, where a leak on a test that pytest did not fail reads ``warned``
+(warn-only mode, or the error was caught) and a leak on an expected failure ``xfailed``.
 
 Every surface says the same word: the JSON report's ``status`` and summary, JUnit's
 ``graphleak.status``, the HTML badge, the terminal summary, ``graphleak check`` /
@@ -46,7 +46,8 @@ TABLE: tuple[StatusFacts, ...] = (
     StatusFacts("error", "ERROR", "a step raised, so there is no verdict", 3, True),
     StatusFacts(
         "unmeasured", "UNMEASURED",
-        "the check's probes measured nothing the step uses, so there is no verdict", 4, True,
+        "the check's probes measured nothing the step uses, or its loop was too short to "
+        "judge, so there is no verdict", 4, True,
     ),
     StatusFacts("clean", "CLEAN", "nothing grew", 0, False),
 )  # fmt: skip

@@ -100,12 +100,35 @@ def fewest_steps(warmup: int) -> int:
     return 1 if warmup >= 1 else 2
 
 
-def too_few_steps_text(warmup: int) -> str:
-    """What a too-short run needed, for its error message."""
-    needed = warmup + fewest_steps(warmup)
+#: The fewest measured steps a loop (``track()``, a framework callback) is judged from,
+#: unless its ``steps=`` / ``window=`` asked for fewer. A loop's length is what its data
+#: gives, not a chosen ``steps``: with one or two measured steps a single tensor made once
+#: (a cache keyed by batch size meeting an epoch's short last batch) rises between every
+#: pair of measured samples and reads as ``+1/step``; from three on a one-off lies
+#: between fewer than all of them and the verdict passes it. Shorter loops get no
+#: verdict (``loop_fewest_steps``).
+LOOP_FEWEST_STEPS = 3
+
+
+def loop_fewest_steps(warmup: int, asked: int | None = None) -> int:
+    """The fewest measured steps a loop is judged from: ``LOOP_FEWEST_STEPS``, or the
+    ``asked`` steps (its ``steps=`` or ``window=``) when fewer; never fewer than a marker
+    test's ``fewest_steps(warmup)``."""
+    wanted = LOOP_FEWEST_STEPS if asked is None else min(asked, LOOP_FEWEST_STEPS)
+    return max(fewest_steps(warmup), wanted)
+
+
+def too_short_loop_text(
+    ran: int, warmup: int, measured: int, *, saw: str = "it ran", unit: str = "step"
+) -> str:
+    """Why a loop that ran ``ran`` steps has no verdict, ``measured`` steps after
+    ``warmup`` being the fewest it is judged from; ``saw ran unit``: how the loop's length
+    reads ("it ran 5 steps", "track() saw 5 t.step() calls")."""
     return (
-        f"warmup={warmup} needs at least {needed} steps (warmup + {fewest_steps(warmup)}), "
-        f"and warmup + {steps_to_catch(3)} to catch a leak of one object every third step"
+        f"the loop is too short: {saw} {_count(ran, unit)}; a verdict needs at least "
+        f"{warmup + measured} (warmup={warmup} + {_count(measured, 'measured step')}: with "
+        "fewer, one tensor made once in a measured step would read as a leak), and warmup + "
+        f"{steps_to_catch(3)} catch a leak of one object every third step"
     )
 
 

@@ -8,7 +8,7 @@ import warnings
 
 import pytest
 
-from pytest_graphleak import GraphLeakError, GraphLeakWarning, track
+from pytest_graphleak import GraphLeakError, GraphLeakWarning, UnmeasuredError, track
 from pytest_graphleak.loop import LoopCheck, close_open_checks
 from pytest_graphleak.options import Settings
 from pytest_graphleak.report import render_text
@@ -196,31 +196,41 @@ def test_bad_arguments_and_a_run_too_short_say_what_is_wrong() -> None:
         LoopCheck(Settings(), name="cb", window=10, steps=3)
     with pytest.raises(ValueError, match="on_leak must be"):
         LoopCheck(Settings(), name="cb", on_leak="explode")
+    # A run announced too short is not refused (a callback never stops training for it):
+    # it runs measured, and its end says how many steps ran and how many a verdict needs.
     check = LoopCheck(Settings(warmup=3), name="cb")
-    with pytest.raises(ValueError, match=r"the loop runs 3 steps, but warmup=3 needs at "
-                       r"least 4 steps \(warmup \+ 1\), and warmup \+ 7 to catch"):
-        check.start(length=3)
-    assert gc.isenabled() and not check.active
-
-
-def test_one_minimum_for_a_loop_its_end_and_track() -> None:
-    """warmup + 1 steps (one measured step against the last warmup sample) is enough
-    everywhere: the loop's start refused it while its end and track() took it."""
-    from pytest_graphleak import track
-
-    check = LoopCheck(Settings(warmup=2, steps=1), name="short loop")
     check.start(length=3)
     for _ in range(3):
         check.after_step()
-    assert [r.steps for r in check.results] == [1] and not check.active
+    with pytest.raises(UnmeasuredError, match=r"cb: not measured, so no verdict: the loop is "
+                       r"too short: it ran 3 steps; a verdict needs at least 6 \(warmup=3 \+ "
+                       r"3 measured steps: .*\), and warmup \+ 7 catch"):
+        check.finish()
+    assert gc.isenabled() and not check.active
+    result = check.result
+    assert result is not None and result.status == "unmeasured" and result.steps == 0
+
+
+def test_one_minimum_for_a_loop_its_end_and_track() -> None:
+    """warmup + 3 steps is the shortest loop judged, whether its length is announced
+    (a callback), found at its end, or a track() block's; warmup + 2 gets no verdict."""
+    check = LoopCheck(Settings(warmup=2, steps=1), name="short loop")
+    check.start(length=5)
+    for _ in range(5):
+        check.after_step()
+    assert [r.steps for r in check.results] == [3] and not check.active
+    assert check.result is not None and check.result.status == "clean"
     with track(warmup=2) as t:
-        for _ in range(3):
+        for _ in range(5):
             t.step()
-    assert t.result is not None and t.result.steps == 1
-    too_short = r"saw 2 t.step\(\) calls; warmup=2 needs at least 3"
-    with pytest.raises(ValueError, match=too_short), track(warmup=2) as t:
-        for _ in range(2):
+    assert t.result is not None and t.result.steps == 3 and t.result.status == "clean"
+    warned = pytest.warns(GraphLeakWarning, match=r"track\(\) saw 4 t.step\(\) calls; a "
+                          r"verdict needs at least 5 \(warmup=2 \+ 3 measured steps")
+    with warned, track(warmup=2) as t:
+        for _ in range(4):
             t.step()
+    assert t.result is not None and t.result.status == "unmeasured" and t.result.steps == 2
+    assert gc.isenabled() and gc.get_freeze_count() == 0
 
 
 def test_a_leak_watched_in_a_loop_that_then_raises_is_closed_with_its_tracer() -> None:

@@ -44,7 +44,8 @@ class CheckedTest:
         but the test passed (warn-only mode, or the GraphLeakError was caught);
         ``xfailed``: a check leaked and the test was expected to fail;
         ``error``: a step raised; ``unmeasured``: a check's probes measured nothing the
-        step uses, so it has no verdict; ``clean`` otherwise (the rule: ``status.py``)."""
+        step uses, or its loop was too short to judge, so it has no verdict; ``clean``
+        otherwise (the rule: ``status.py``)."""
         return status_of_test((status_of_dict(check) for check in self.checks), self.outcome)
 
 

@@ -7,7 +7,7 @@ import gc
 
 import pytest
 
-from pytest_graphleak import GraphLeakError, GraphLeakWarning
+from pytest_graphleak import GraphLeakError, GraphLeakWarning, UnmeasuredError
 from pytest_graphleak.result import CheckResult
 
 torch = pytest.importorskip("torch")
@@ -287,3 +287,18 @@ def test_both_lightning_installs_accept_the_callback() -> None:
         GraphLeakCallback(warmup=-1)
     with pytest.raises(ValueError, match="on_leak must be 'raise' or 'warn'"):
         GraphLeakCallback(on_leak="ignore")
+
+
+def test_fast_dev_run_gets_no_verdict_saying_one_step(recorded: list[CheckResult]) -> None:
+    """One batch is too short to judge: unmeasured under pytest (it was a ValueError at
+    the run's start reading "the loop runs 1 steps"); on_leak="warn" lets training end."""
+    cb = GraphLeakCallback(warmup=3)
+    with pytest.raises(UnmeasuredError, match=r"not measured, so no verdict: the loop is too "
+                       r"short: it ran 1 step; a verdict needs at least 6 \(warmup=3"):
+        fit(Regressor(leak="list"), cb, batches=4, fast_dev_run=True)
+    assert [r.status for r in recorded] == ["unmeasured"] and gc.isenabled()
+    cb = GraphLeakCallback(warmup=3, on_leak="warn")
+    with pytest.warns(GraphLeakWarning, match=r"it ran 1 step; a verdict needs at least 6"):
+        fit(Regressor(), cb, batches=4, fast_dev_run=True)
+    assert cb.result is not None and cb.result.status == "unmeasured"
+    assert not cb.result.leaked and cb.result.steps == 0
