@@ -1,12 +1,13 @@
 """What the outlive audit costs per test: 1,000 unmarked torch tests, a 150k-object heap.
 
 With ``--graphleak`` every test is audited after its teardown for autograd graphs it made
-that are still alive (``pytest_graphleak/plugin/audit.py``): a ``gc.freeze()`` when its
-call phase begins, one collection of what it made and kept, a type check of the
-survivors, the freeze lifted. This runs the same generated suite (1,000 tests, each a
-forward and backward pass of a small torch model; every tenth keeps ``loss.item()`` in a
-module list; a conftest that imports torch and fills the heap with 150,000 objects) three
-ways, interleaved over rounds, each a fresh ``pytest`` process:
+that are still alive (``pytest_graphleak/plugin/audit.py``): each autograd library's
+node counter read when its call phase begins and after its teardown, and when the test
+made graph nodes, a search from the roots for graphs numbered in between. This runs the
+same generated suite (1,000 tests, each a forward and backward pass of a small torch
+model; every tenth keeps ``loss.item()`` in a module list; a conftest that imports torch
+and fills the heap with 150,000 objects) three ways, interleaved over rounds, each a
+fresh ``pytest`` process:
 
 * plain ``pytest`` (no ``--graphleak``);
 * ``pytest --graphleak --graphleak-outlive=off`` (the plugin on, the audit off);
@@ -14,9 +15,10 @@ ways, interleaved over rounds, each a fresh ``pytest`` process:
 
 and times each test's whole protocol (setup, call, teardown and the audit) with a
 hookwrapper of the conftest. It also times the census alone in this process, around one
-torch step, on heaps of 10k to 1M objects (with the walk for tensors grown in place from
-a module global that holds the model), and what ``--graphleak-outlive-sites=rerun``
-costs a test the audit names (50 tests that each append their loss to a module list).
+torch step, on heaps of 10k to 1M objects (with the search from a module global that
+holds the model), the peak RSS of a suite that leaves cyclic garbage, and what
+``--graphleak-outlive-sites=rerun`` costs a test the audit names (50 tests that each
+append their loss to a module list).
 
     .venv/bin/python benchmarks/bench_outlive.py [--quick] [--out PATH]
 """
@@ -52,7 +54,9 @@ QUICK_TESTS = 200  # quick: fewer tests, one round (the target row names no coun
 HEAP_OBJECTS = 150_000
 ROUNDS = 5
 QUICK_ROUNDS = 1
-TARGET_MS = 1.0
+TARGET_MS = 0.5
+GARBAGE_TESTS = 9_000
+QUICK_GARBAGE_TESTS = 2_000
 OFFENDERS = 50
 QUICK_OFFENDERS = 5  # the rows are the runs, not the count: a quick run needs a few
 RERUN_MODES = {
@@ -188,16 +192,20 @@ def _suite_table(
 
 
 def _census_table(quick: bool) -> str:
-    """The census alone, around one torch step, in this process (heap filled here)."""
+    """The census alone, around one torch step, in this process (heap filled here): the
+    counters read before and after, then the search from the roots that the audit runs
+    when the test made graph nodes (nothing is found: the step keeps no graph)."""
     import gc
 
     import torch
 
+    from pytest_graphleak.diagnose.outlive import Holder, explain
     from pytest_graphleak.engine.outlive import Census
 
     pin_threads()
     model = torch.nn.Linear(16, 1)
     roots = {"MODEL": model, "LOSSES": [0.5] * 100}  # what a test module's globals hold
+    holders = [Holder(f"global '{name}'", name, value) for name, value in roots.items()]
     rows = []
     heap: list[object] = []
     for size in (10_000, 100_000) if quick else (10_000, 100_000, 1_000_000):
@@ -212,18 +220,77 @@ def _census_table(quick: bool) -> str:
             census = Census()
             census.begin()
             model(torch.randn(4, 16)).sum().backward()
-            found = census.finish()
-            grown = census.grown_in_place([model, roots], found)
+            assert census.finish()
+            found = explain(census, holders, nodeid="t", backends=census.backends)
             audited.append(time.perf_counter() - start)
-            assert not found and not grown
+            assert not found.results and not found.deferred
         step, both = statistics.median(plain) * 1e3, statistics.median(audited) * 1e3
         rows.append([f"{size:,}", f"{tracked_object_count():,}", f"{fmt_num(step)} ms",
                      f"{fmt_num(both)} ms", f"{fmt_num(both - step)} ms"])  # fmt: skip
     heap.clear()
     return markdown_table(
         ["heap filled to", "gc-tracked objects", "torch step alone",
-         "step inside begin() .. finish()", "census cost"], rows,
+         "step inside begin() .. finish() and the search", "census cost"], rows,
     )  # fmt: skip
+
+
+GARBAGE_CONFTEST = """
+import json, os, resource
+import pytest
+
+
+class Node:
+    def __init__(self):
+        self.me = self  # a reference cycle: freed by the cyclic collector only
+        self.payload = bytearray(20_000)
+
+
+@pytest.fixture
+def cyclic():
+    return Node()
+
+
+def pytest_sessionfinish(session):
+    with open(os.environ["BENCH_OUTLIVE_TIMES"], "w") as out:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        json.dump({"times": [0.0], "objects": len(__import__("gc").get_objects()),
+                   "peak_mib": peak}, out)
+"""
+
+GARBAGE_SUITE = """
+import pytest
+
+
+@pytest.mark.parametrize("i", range({tests}))
+def test_uses_cyclic_fixture(cyclic, i):
+    assert cyclic.me is cyclic
+"""
+
+
+def _garbage_table(tests: int, rounds: int, plugins: tuple[str, ...]) -> str:
+    """Peak RSS of a suite whose every test leaves ~20 KB of cyclic garbage (a fixture's
+    value in a reference cycle): what the collector frees must be what it frees without
+    the plugin."""
+    modes = {"plain pytest": [], "--graphleak (audit on)": ["--graphleak"]}
+    peaks: dict[str, list[float]] = {mode: [] for mode in modes}
+    with tempfile.TemporaryDirectory(prefix="bench-outlive-garbage-") as tmp:
+        folder = Path(tmp)
+        (folder / "conftest.py").write_text(GARBAGE_CONFTEST)
+        (folder / "test_garbage.py").write_text(GARBAGE_SUITE.format(tests=tests))
+        for _ in range(rounds):
+            for mode, args in modes.items():
+                _run_suite(folder, args, plugins=plugins)
+                data = json.loads((folder / "times.json").read_text())
+                peaks[mode].append(float(data["peak_mib"]))
+    plain = statistics.median(peaks["plain pytest"])
+    rows = []
+    for mode in modes:
+        peak = statistics.median(peaks[mode])
+        rows.append([mode, f"{fmt_num(peak)} MiB", f"{peak / plain:.3f}x"])
+    audited = statistics.median(peaks["--graphleak (audit on)"])
+    verdict = "**met**" if audited <= plain * 1.05 else "**not met**"
+    rows.append(["target: audit on within 5% of plain pytest", "", verdict])
+    return markdown_table(["run", "peak RSS (median over rounds)", "ratio"], rows)
 
 
 def _rerun_table(
@@ -258,6 +325,8 @@ def main() -> None:
     rerun_modes = {m: a for m, a in RERUN_MODES.items() if not args.quick or m in QUICK_MODES}
     suite, _ = _suite_table(tests, rounds, plugins, modes)
     census = _census_table(args.quick)
+    garbage_tests = QUICK_GARBAGE_TESTS if args.quick else GARBAGE_TESTS
+    garbage = _garbage_table(garbage_tests, 1 if args.quick else 3, plugins)
     rerun = _rerun_table(rounds, offenders, plugins, rerun_modes)
     body = f"""
 {tests:,} unmarked torch tests (forward and backward of a 16-32-1 MLP; every tenth keeps
@@ -269,13 +338,17 @@ audited runs use `-W error::pytest_graphleak.GraphOutliveWarning`: no test is na
 
 {suite}
 
-The census alone (`engine/outlive.Census`, in this process: `begin()` freezes and reads
-torch's autograd sequence counter, `finish()` collects what was made since, checks its
-types and reads the counter again; then `grown_in_place()` walks a module's globals that
-hold the model for tensors grown in place, as the audit does when the test made graph
-nodes), around one torch step, medians:
+The census alone (`engine/outlive.Census`, in this process: `begin()` reads torch's
+autograd sequence counter, `finish()` reads it again, and since the step made graph
+nodes, `diagnose/outlive.explain` searches from a module's globals that hold the model
+for graphs numbered in between, as the audit does), around one torch step, medians:
 
 {census}
+
+Nothing is frozen or collected: {garbage_tests:,} tests that each leave a fixture's
+value of ~20 KB in a reference cycle, peak RSS of the whole session (`ru_maxrss`):
+
+{garbage}
 
 What a test the audit names pays for its sites: {offenders} tests that each append their
 loss to a module list (each is named), the same conftest, {rounds} rounds. With
@@ -284,8 +357,9 @@ and the line tracer (`plugin/outlive_rerun.py`); tests the audit does not name n
 
 {rerun}
 
-Reading: the census costs the same on every heap size because the frozen heap is neither
-collected nor listed: its work is O(objects the test made and kept). The whole-suite rows
+Reading: the census costs the same on every heap size because it never looks at the
+heap: its work is two readings of each library's node counter and, when the test made
+graph nodes, a search of what the roots reach. The whole-suite rows
 include everything else pytest does in a fresh process; on a shared machine their medians
 move between runs of the same code by more than the census costs (compare plain pytest
 with the plugin on and the audit off, which runs no census), so the target is judged on

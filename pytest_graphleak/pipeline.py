@@ -13,8 +13,8 @@ import warnings
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
+from pytest_graphleak import session
 from pytest_graphleak.engine import tracker
-from pytest_graphleak.heap.gcstate import audit_freeze_lifted
 from pytest_graphleak.metrics import Metric
 from pytest_graphleak.options import Settings
 from pytest_graphleak.patterns import FALLBACK, PATTERNS
@@ -138,7 +138,7 @@ def measure(
     diagnosis's reference chains.
     """
     __tracebackhide__ = True  # pytest shows the step's frames, not the path to them
-    with audit_freeze_lifted():
+    with session.check_span():  # what the check's steps make is its own, not the audit's
         series = tracker.run(step, steps=settings.steps, warmup=settings.warmup,
                              probes=settings.probes, start_scan=settings.start_scan,
                              roots=list(roots().values()) if roots else ())  # fmt: skip
@@ -178,11 +178,10 @@ def conclude(
         verdict.reason += "; " + "; ".join(remarks)
     if verdict.leaked and settings.diagnose:
         started = time.perf_counter()
-        with audit_freeze_lifted():  # referrers among the audit's frozen objects
-            result.diagnosis = explain(
-                verdict, metrics=series.metrics, step=diagnose_step,
-                roots=roots() if roots else {}, exclude=exclude, observation=observation,
-            )  # fmt: skip
+        result.diagnosis = explain(
+            verdict, metrics=series.metrics, step=diagnose_step,
+            roots=roots() if roots else {}, exclude=exclude, observation=observation,
+        )  # fmt: skip
         result.duration_s += time.perf_counter() - started
     return result
 

@@ -43,15 +43,15 @@ class RunningTest:
     record: Callable[[CheckResult], None]
 
 
-class Freeze(Protocol):
-    """A ``gc.freeze()`` held across a test (``heap.gcstate.HeldFreeze``, the outlive
-    audit's): a check lifts it while it measures and resumes it after."""
+class CheckSpan(Protocol):
+    """Told when a check inside the test begins and ends (the outlive audit's census:
+    what a check's own steps made is the check's to judge)."""
 
-    def lift(self) -> None: ...
+    def check_begins(self) -> None: ...
 
-    def resume(self) -> None: ...
+    def check_ends(self) -> None: ...
 
-    def release(self) -> None: ...
+    def abandon(self) -> None: ...
 
 
 @dataclass
@@ -67,18 +67,18 @@ class Session:
     #: Loop checks started and not yet ended (gc is disabled and frozen while one is open);
     #: ``loop.close_open_checks`` ends them.
     open_checks: list[Any] = field(default_factory=list)
-    #: Freezes held across the test (the outlive audit's), lifted by every check.
-    freezes: list[Freeze] = field(default_factory=list)
+    #: Told of every check's start and end (the outlive audit's census).
+    spans: list[CheckSpan] = field(default_factory=list)
     #: The test is over: a context that still holds this session (a thread started
     #: during the test) gets a session of its own from ``current()``.
     ended: bool = False
 
     def end(self) -> None:
-        """The test is over: release what is still held (a run stopped between a test's
-        call and its teardown leaves the audit's freeze) and let go of the rest."""
-        for freeze in self.freezes[::-1]:
-            freeze.release()
-        self.freezes.clear()
+        """The test is over: let go of what is still listed (a run stopped between a
+        test's call and its teardown leaves the audit's census)."""
+        for span in self.spans[::-1]:
+            span.abandon()
+        self.spans.clear()
         self.before_sample.clear()
         self.test = None
         self.ended = True
@@ -104,6 +104,20 @@ def entered(session: Session) -> Iterator[Session]:
         yield session
     finally:
         _CURRENT.reset(token)
+
+
+@contextlib.contextmanager
+def check_span() -> Iterator[None]:
+    """A check runs inside the block, its diagnosis included: the census of the running
+    test is told (``Session.spans``), so that what the check's steps make is its own."""
+    told = list(current().spans)
+    for span in told:
+        span.check_begins()
+    try:
+        yield
+    finally:
+        for span in told:
+            span.check_ends()
 
 
 @contextlib.contextmanager

@@ -17,7 +17,6 @@ import pytest
 import minigrad as mg
 from pytest_graphleak import session
 from pytest_graphleak.engine.outlive import Census
-from pytest_graphleak.heap.gcstate import Measuring
 from pytest_graphleak.report.json_doc import load_schema
 
 pytest_plugins = ["pytester"]
@@ -312,33 +311,45 @@ def test_reports_under_xdist(pytester: pytest.Pytester, monkeypatch: pytest.Monk
     assert "test_appends_loss" in (pytester.path / "summary.md").read_text()
 
 
-def test_census_sees_what_a_test_keeps_and_restores_gc() -> None:
-    """Direct: the freeze is lifted around a check and handed back; nothing stays frozen."""
-    kept: list[object] = []
-    frozen_before = gc.get_freeze_count()
+def test_census_tells_what_a_test_made_and_leaves_gc_alone() -> None:
+    """Direct: a graph made before the census, inside a check, or nowhere is not the
+    test's; one made before or after a check is. gc is never touched meanwhile."""
+    gc_state = (gc.isenabled(), gc.get_threshold(), gc.get_freeze_count())
+    older = mg.Tensor([1.0], requires_grad=True) * 2
     census = Census()
     assert census.begin()
-    kept.append(mg.Tensor([1.0], requires_grad=True) * 2)  # before a check
-    measuring = Measuring()
-    measuring.begin()
-    assert gc.get_freeze_count() == 0  # the check sees the heap as the user froze it
-    measuring.end()
-    kept.append(mg.Tensor([1.0], requires_grad=True) * 3)  # after it
-    found = census.finish()
-    try:
-        assert {id(obj) for obj in kept} <= {id(obj) for obj in found}
-    finally:
-        found.clear()
-    assert gc.get_freeze_count() == frozen_before and not session.current().freezes
+    assert (gc.isenabled(), gc.get_threshold(), gc.get_freeze_count()) == gc_state
+    before = mg.Tensor([1.0], requires_grad=True) * 3  # before a check
+    with session.check_span():  # a check runs: its steps' graphs are its own
+        inside = mg.Tensor([1.0], requires_grad=True) * 4
+    after = mg.Tensor([1.0], requires_grad=True) * 5
+    plain = mg.Tensor([1.0])
+    assert census.finish()
+    assert (gc.isenabled(), gc.get_threshold(), gc.get_freeze_count()) == gc_state
+    assert [census.made_during(t) for t in (older, before, inside, after, plain)] == [
+        False, True, False, True, False,
+    ]  # fmt: skip
+    assert census.made_during(after.grad_fn) and not census.grown_in_place(after)
+    assert not session.current().spans
 
 
-def test_census_steps_aside_when_the_user_froze_objects() -> None:
+def test_census_of_a_test_that_made_no_graph_looks_for_nothing() -> None:
+    census = Census()
+    assert census.begin()
+    mg.Tensor([1.0]) * 2  # no graph
+    assert not census.finish()
+    assert not session.current().spans
+
+
+def test_census_works_when_the_user_froze_objects() -> None:
+    """The user's own gc.freeze() changes nothing: no freeze is the census's."""
     gc.freeze()
     try:
         census = Census()
-        assert not census.begin()
-        assert "gc.freeze()" in census.skipped
-        assert census.finish() == []
+        assert census.begin()
+        kept = mg.Tensor([1.0], requires_grad=True) * 2
+        gc.freeze()  # and again inside the test
+        assert census.finish() and census.made_during(kept)
     finally:
         gc.unfreeze()
 
@@ -447,11 +458,11 @@ def test_torch_graphs_grown_in_place_on_old_tensors_are_named(pytester: pytest.P
     result.stdout.fnmatch_lines(["*held by: global 'test_torch_suite.history' -> list(len=1) -> "
                                  "Tensor*"])
     result.stdout.fnmatch_lines([
-        "*a tensor alive before test_torch_suite.py::test_adds_to_global_total now carrying a "
-        "graph it made*",
+        "*a tensor whose graph test_torch_suite.py::test_adds_to_global_total extended in "
+        "place*",
         "*pattern: retained-grad-fn*",
         "*held by: global 'test_torch_suite.TOTAL' -> Tensor(shape=(), grad_fn=AddBackward0)",
-        "*note: the tensor existed before the test, which extended its graph in place*",
+        "*note: an in-place op (+=, add_()) extended the graph of a tensor*",
         "*held by: fixture 'state' (session scope) -> dict?'total'? -> Tensor(*grad_fn=Add*",
     ])  # fmt: skip
     # torch records no site while a test runs: the story says so and how to get them
@@ -532,59 +543,28 @@ def test_outlive_sites_option_is_checked(pytester: pytest.Pytester) -> None:
 
 
 @needs_torch
-def test_census_finds_old_tensors_grown_in_place_within_its_walk() -> None:
-    """Direct: the walk finds a tensor alive before the census whose graph grew in place,
-    within WALK_DEPTH references of a root; deeper, or with no graph made, it finds none."""
-    from pytest_graphleak.engine.outlive import WALK_DEPTH
-
-    near = {"total": torch.zeros(())}
-    deep: dict[str, object] = {"t": torch.zeros(())}
-    for _ in range(WALK_DEPTH):
-        deep = {"d": deep}
-    idle = Census()
-    assert idle.begin()
-    found = idle.finish()
-    assert not idle.made_torch_nodes and idle.grown_in_place([near], found) == []
+def test_census_tells_tensors_grown_in_place_from_new_ones() -> None:
+    """Direct: an old tensor whose graph the test extended in place (``+=`` on a tensor
+    with no graph, or with an older one) is the test's and said to be grown in place; a
+    tensor the test made is not; a graph made in a check inside the test is the check's."""
+    w = torch.ones(2, requires_grad=True)
+    fresh_total = torch.zeros(())
+    chained = (w * 1).sum()  # a graph older than the test
+    during_check = torch.zeros(())
     census = Census()
     assert census.begin()
-    w = torch.ones(2, requires_grad=True)
-    near["total"] += (w * 2).sum()
-    inner = deep
-    for _ in range(WALK_DEPTH):
-        inner = inner["d"]  # type: ignore[assignment]
-    inner["t"] += (w * 3).sum()  # type: ignore[operator]
-    found = census.finish()
-    grown = census.grown_in_place([near, deep], found)
-    try:
-        assert [id(t) for t in grown] == [id(near["total"])]
-    finally:
-        grown.clear()
-        found.clear()
-
-
-def test_what_a_check_inside_the_test_grows_in_place_is_the_checks() -> None:
-    """Direct: a tensor a check's own steps grew (the check's freeze lift, then resume)
-    is the check's to judge, even though the freeze that comes back after the check makes
-    it look alive before the test; growth after the check is still found."""
-    from pytest_graphleak import session
-
-    during = {"total": torch.zeros(())}
-    after = {"total": torch.zeros(())}
-    w = torch.ones(2, requires_grad=True)
-    census = Census()
-    assert census.begin()
-    (held,) = session.current().freezes
-    held.lift()  # a check begins (pipeline's Measuring does this)
-    during["total"] += (w * 2).sum()
-    held.resume()  # ... and ends
-    after["total"] += (w * 3).sum()
-    found = census.finish()
-    grown = census.grown_in_place([during, after], found)
-    try:
-        assert [id(t) for t in grown] == [id(after["total"])]
-    finally:
-        grown.clear()
-        found.clear()
+    fresh_total += (w * 2).sum()
+    chained += (w * 3).sum()
+    made = (w * 4).sum()
+    with session.check_span():
+        during_check += (w * 5).sum()
+    assert census.finish()
+    assert [census.made_during(t) for t in (fresh_total, chained, made, during_check, w)] == [
+        True, True, True, False, False,
+    ]  # fmt: skip
+    assert [census.grown_in_place(t) for t in (fresh_total, chained, made)] == [
+        True, True, False,
+    ]  # fmt: skip
 
 
 # Weights that parametrizations recompute in a forward pre-hook (old weight_norm,

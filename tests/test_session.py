@@ -92,19 +92,19 @@ def test_an_ended_session_is_not_handed_out_again() -> None:
     that test's context: once the test ended, its checks get a session of their own."""
     released: list[str] = []
 
-    class Freeze:
-        def lift(self) -> None: ...
+    class Span:
+        def check_begins(self) -> None: ...
 
-        def resume(self) -> None: ...
+        def check_ends(self) -> None: ...
 
-        def release(self) -> None:
+        def abandon(self) -> None:
             released.append("released")
 
     test = session.RunningTest("t.py::test_x", Settings(), lambda result: None)
-    old = session.Session(test=test, before_sample=[lambda: None], freezes=[Freeze()])
+    old = session.Session(test=test, before_sample=[lambda: None], spans=[Span()])
     with session.entered(old):
         old.end()
-        assert released == ["released"] and old.freezes == [] and old.before_sample == []
+        assert released == ["released"] and old.spans == [] and old.before_sample == []
         fresh = session.current()
         assert fresh is not old and fresh.test is None and not fresh.ended
         assert session.current() is fresh

@@ -113,7 +113,9 @@ class TorchBackend(Backend):
         if issubclass(tp, self.torch.Tensor):
             fake = fake_tensor_type()  # torch.compile's stand-ins: not the user's tensors
             return None if fake is not None and issubclass(tp, fake) else TENSOR
-        if isinstance(obj, self.torch.autograd.graph.Node):
+        # issubclass, not isinstance: an instance check reads ``obj.__class__``, which
+        # some objects answer with a warning (torch.distributed.reduce_op).
+        if issubclass(tp, self.torch.autograd.graph.Node):
             return NODE
         return None
 

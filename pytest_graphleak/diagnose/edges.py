@@ -94,9 +94,13 @@ def _user_class(obj: object) -> bool:
 class ObjectEdges:
     """Lists the labelled edges out of an object, and decides what may be walked."""
 
-    def __init__(self, backends: list[Backend], exclude: Collection[int] = ()) -> None:
+    def __init__(
+        self, backends: list[Backend], exclude: Collection[int] = (), *, graphs: bool = True
+    ) -> None:
         self.backends = backends
         self.exclude = set(exclude)
+        #: Follow ``grad_fn`` and ``next_functions`` into autograd graphs.
+        self.graphs = graphs
         self._torch = next((b for b in backends if b.name == "torch"), None)
 
     def backend_of(self, obj: object) -> tuple[Backend, str] | None:
@@ -118,7 +122,9 @@ class ObjectEdges:
         """Labelled references out of ``obj`` (only to objects that can hold others)."""
         found = self.backend_of(obj)
         if found is not None:
-            yield from found[0].edges(obj)
+            for edge, child in found[0].edges(obj):
+                if self.graphs or edge.kind not in ("grad_fn", "next"):
+                    yield edge, child
             return
         tp = type(obj)
         # Containers are read newest entry first: what a leaking step appended last is

@@ -26,6 +26,7 @@ from pytest_graphleak.diagnose.roots import given_roots
 from pytest_graphleak.diagnose.search import Path, extend, shortest_path
 from pytest_graphleak.diagnose.story import tell
 from pytest_graphleak.heap.graphwalk import GraphWalk
+from pytest_graphleak.heap.quiet import silenced
 from pytest_graphleak.result import Diagnosis, Verdict
 
 _CONTAINERS = (list, dict, set, frozenset, deque, tuple)
@@ -87,6 +88,7 @@ def _diagnosis(
                      kept_without_graph=bare)  # fmt: skip
 
 
+@silenced
 def diagnose_heap(
     verdict: Verdict,
     roots: Mapping[str, object],

@@ -1,17 +1,17 @@
 """Who keeps the graphs a test left alive (``engine/outlive``'s census), told as a leak.
 
-``explain(found, holders, ...)`` searches from the roots the plugin offers (the test
+``explain(targets, holders, ...)`` searches from the roots the plugin offers (the test
 module's globals, the test class's attributes, the user's other modules, the wider-scope
-fixtures still alive) for the graph objects the test made, and makes one
+fixtures still alive) for the graph objects the test made (``targets``: the census,
+which tells them by their nodes' numbers), and makes one
 ``CheckResult`` (``kind="outlive"``) per holder: how many tensors and graph nodes it
 keeps, ``held by:`` (the chain from the root), ``created at:`` (minigrad's sites recorded
 during the test, or ``site_of``: the sites a re-run of the test recorded), the pattern
 (``classify.pattern_of``, the one decider) and the fix.
 
-A tensor alive before the test whose graph the test extended in place (``total +=
-loss`` on a module's or a session fixture's tensor: ``grown``) is the test's to answer
-for at once, even when a wider-scope fixture holds it: the next test chains its graph
-onto the same one.
+A tensor whose graph the test extended in place (``total += loss`` on a module's or a
+session fixture's tensor) is the test's to answer for at once, even when a wider-scope
+fixture holds it: the next test chains its graph onto the same one.
 
 Only what a root reaches is reported. What nothing of the user's reaches is pytest's
 (a failing test's traceback and its frames in ``sys.last_value``, captured logs and
@@ -27,9 +27,9 @@ import contextlib
 import sys
 import weakref
 from collections import Counter, deque
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from pytest_graphleak.diagnose.backends import NODE, TENSOR, Backend, MinigradBackend
 from pytest_graphleak.diagnose.classify import Facts, pattern_of
@@ -82,6 +82,33 @@ class Deferred:
 SiteOf = Callable[[Any], Site | None]
 
 
+class Targets(Protocol):
+    """What the search looks for: the census (``engine/outlive.Census``) or ``Listed``."""
+
+    def made_during(self, obj: object) -> bool: ...
+
+    def grown_in_place(self, obj: object) -> bool: ...
+
+
+class Listed:
+    """Targets given as objects: what the census found in the young generations, or the
+    graphs a wider-scope fixture kept, judged again. ``grown``: which of them are old
+    tensors whose graph the test extended in place."""
+
+    def __init__(
+        self, objects: list[Any], grown: Callable[[object], bool] = lambda obj: False
+    ) -> None:
+        self._ids = {id(obj) for obj in objects}
+        self._objects = objects  # keeps the ids unique while the search runs
+        self._grown = grown
+
+    def made_during(self, obj: object) -> bool:
+        return id(obj) in self._ids
+
+    def grown_in_place(self, obj: object) -> bool:
+        return id(obj) in self._ids and self._grown(obj)
+
+
 @dataclass
 class Explained:
     results: list[CheckResult] = field(default_factory=list)
@@ -99,72 +126,71 @@ class Explained:
 
 
 def explain(
-    found: list[Any],
+    targets: Targets,
     holders: Sequence[Holder],
     *,
     nodeid: str,
     backends: list[Backend],
     made_by: str = "",
     fixture: str = "",
-    grown: Collection[int] = (),
     site_of: SiteOf | None = None,
     keep_paths: bool = False,
 ) -> Explained:
-    """One result per holder (at most ``MAX_HOLDERS``) of the graph objects in ``found``.
-    ``made_by``: the test that made them, when it is not ``nodeid`` (a deferred graph
-    judged after the teardown of ``fixture``, which kept it until then). ``grown``: ids
-    of tensors in ``found`` that existed before the test and whose graph it extended in
-    place. ``site_of``: where an object was made (default: minigrad's record). Holds
-    nothing after it returns, but the chains when ``keep_paths``."""
-    targets: dict[int, Any] = {id(obj): obj for obj in found}
-    made = set(targets).difference(grown)
+    """One result per holder (at most ``MAX_HOLDERS``) of the graph objects the roots
+    reach that ``targets`` made. ``made_by``: the test that made them, when it is not
+    ``nodeid`` (a deferred graph judged after the teardown of ``fixture``, which kept it
+    until then). ``site_of``: where an object was made (default: minigrad's record).
+    Holds nothing after it returns, but the chains when ``keep_paths``."""
+    claimed: set[int] = set()
+
+    def wanted(obj: object) -> bool:
+        return id(obj) not in claimed and targets.made_during(obj)
+
+    # The search does not enter autograd graphs: a graph made before the test holds no
+    # node made during it, and one the test made is found at the tensor that carries it.
     kept_on_purpose = [id(h.value) for h in holders if h.kept]
-    walker = ObjectEdges(backends, exclude=[id(found), id(targets), id(holders),
-                                            *kept_on_purpose])  # fmt: skip
+    walker = ObjectEdges(backends, exclude=[id(targets), id(holders), id(claimed),
+                                            *kept_on_purpose], graphs=False)  # fmt: skip
     outcome = Explained(walker=walker if keep_paths else None)
     where = site_of or _recorded_site(backends)
     plain = [(h.label, h.value) for h in holders if not h.fixture and not h.kept]
     fixtures = [(h.label, h.value) for h in holders if h.fixture and not h.kept]
-    try:
-        while targets and len(outcome.results) < MAX_HOLDERS:
-            path = _search(plain, targets, walker)
-            deferred = False
+    while len(outcome.results) < MAX_HOLDERS:
+        path = _search(plain, wanted, walker)
+        deferred = False
+        if path is None:
+            path = _search(fixtures, wanted, walker)
             if path is None:
-                path = _search(fixtures, targets, walker)
-                if path is None:
-                    break
-                deferred = not _in_place(path, made, backends)  # the fixture's while it lives
-            kept = _kept_by(path.objects[0], targets, walker)
-            if deferred:
-                outcome.deferred.append(Deferred(made_by or nodeid, path.root_label,
-                                                 _weak(kept, backends)))  # fmt: skip
-            else:
-                in_place = _in_place(path, made, backends)
-                outcome.results.append(_result(path, kept, walker, backends, nodeid, made_by,
-                                               fixture, in_place, where))  # fmt: skip
-            plain = [root for root in plain if root[0] != path.root_label]
-            fixtures = [root for root in fixtures if root[0] != path.root_label]
-            if keep_paths and not deferred:
-                outcome.paths.append(path)
-            else:
-                path.clear()
-            for obj in kept:
-                targets.pop(id(obj), None)
-            kept.clear()
-        return outcome
-    finally:
-        targets.clear()
+                break
+            deferred = not _in_place(path, targets, backends)  # the fixture's while it lives
+        kept = _kept_by(path.objects[0], wanted, walker)
+        if deferred:
+            outcome.deferred.append(Deferred(made_by or nodeid, path.root_label,
+                                             _weak(kept, backends)))  # fmt: skip
+        else:
+            in_place = _in_place(path, targets, backends)
+            outcome.results.append(_result(path, kept, walker, backends, nodeid, made_by,
+                                           fixture, in_place, where))  # fmt: skip
+        plain = [root for root in plain if root[0] != path.root_label]
+        fixtures = [root for root in fixtures if root[0] != path.root_label]
+        if keep_paths and not deferred:
+            outcome.paths.append(path)
+        else:
+            path.clear()
+        claimed.update(id(obj) for obj in kept)
+        kept.clear()
+    return outcome
 
 
 def _search(
-    roots: list[tuple[str, object]], targets: dict[int, Any], walker: ObjectEdges
+    roots: list[tuple[str, object]], wanted: Callable[[object], bool], walker: ObjectEdges
 ) -> Path | None:
     if not roots:
         return None
-    return shortest_path(roots, lambda obj: id(obj) in targets, walker, max_visited=MAX_VISITED)
+    return shortest_path(roots, wanted, walker, max_visited=MAX_VISITED)
 
 
-def _kept_by(root: object, targets: dict[int, Any], walker: ObjectEdges) -> list[Any]:
+def _kept_by(root: object, wanted: Callable[[object], bool], walker: ObjectEdges) -> list[Any]:
     """The targets that ``root`` reaches (a bounded walk)."""
     seen = {id(root)}
     queue: deque[Any] = deque([root])
@@ -172,12 +198,12 @@ def _kept_by(root: object, targets: dict[int, Any], walker: ObjectEdges) -> list
     try:
         while queue and len(seen) < MAX_COUNTED:
             obj = queue.popleft()
-            if id(obj) in targets:
+            if wanted(obj):
                 kept.append(obj)
             for _, child in walker.edges(obj):
                 if id(child) in seen or id(child) in walker.exclude:  # kept on purpose
                     continue
-                if id(child) in targets or walker.walkable(child):
+                if wanted(child) or walker.walkable(child):
                     seen.add(id(child))
                     queue.append(child)
         return kept
@@ -221,15 +247,15 @@ def _result(
     reason = f"{what} made during {maker} still alive after its teardown"
     if in_place:
         old = "a tensor" if len(tensors) <= 1 else f"{len(tensors)} tensors"
-        reason = (f"{old} alive before {maker} now carrying a graph it made "
-                  f"({counted} graph nodes), still alive after its teardown")  # fmt: skip
+        reason = (f"{old} whose graph {maker} extended in place ({counted} graph nodes), "
+                  "still alive after its teardown")  # fmt: skip
     notes: list[str] = []
     if made_by:
         notes.append(f"made during {made_by}; kept by {fixture} until its teardown")
     if in_place:
         notes.append(
-            "the tensor existed before the test, which extended its graph in place "
-            "(+=, add_()): each test that does so chains its graph onto the same one"
+            "an in-place op (+=, add_()) extended the graph of a tensor that had none or an "
+            "older one: each test that does so chains its graph onto the same one"
         )
     diagnosis = Diagnosis(
         pattern, chain=render_chain(path, walker), sites=sites, notes=notes,
@@ -255,15 +281,9 @@ def _kind(obj: object, backends: list[Backend]) -> str | None:
     return None
 
 
-def _in_place(path: Path, made: set[int], backends: list[Backend]) -> bool:
-    """The chain ends at a tensor the test did not make (its graph grew in place), or at
-    a node the test made, held by such a tensor (minigrad's ``grad_fn``)."""
-    last = path.objects[-1]
-    if id(last) not in made:
-        return True
-    before = path.objects[-2] if len(path.objects) > 1 else None
-    return (before is not None and _kind(last, backends) == NODE
-            and _kind(before, backends) == TENSOR and id(before) not in made)  # fmt: skip
+def _in_place(path: Path, targets: Targets, backends: list[Backend]) -> bool:
+    """The chain ends at a tensor whose graph the test extended in place."""
+    return targets.grown_in_place(path.objects[-1])
 
 
 def _through_container(path: Path) -> bool:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_graphleak.diagnose.edges import Edge, ObjectEdges, holds_references
+from pytest_graphleak.heap.quiet import silenced
 
 #: Budgets of one search: objects visited and seconds spent.
 MAX_VISITED = 300_000
@@ -37,6 +38,7 @@ class Path:
         self.edges.clear()
 
 
+@silenced
 def shortest_path(
     roots: Sequence[tuple[str, object]],
     is_target: Callable[[object], bool],
@@ -122,6 +124,7 @@ def extend(path: Path, obj: object) -> None:
     path.objects.append(obj)
 
 
+@silenced
 def find_cycle(start: object, walker: ObjectEdges, *, max_visited: int = 50_000) -> Path | None:
     """The shortest labelled cycle from ``start`` back to itself, or None."""
     target = id(start)

@@ -1,28 +1,40 @@
-"""The outlive census: autograd graph objects a test made that are still alive after it.
+"""The outlive census: which autograd graphs a test made are still alive, told without
+touching the garbage collector's state.
 
-``Census.begin()`` when the test's call phase starts: one ``gc.freeze()`` (O(1)), so
-that after the test ``gc.get_objects()`` lists only the objects made since. ``finish()``
-after its teardown: one collection of the young generations (``gc.collect(1)``: the
-frozen heap is not scanned), then a look at each survivor's type: tensors that carry a
-graph (``grad_fn``) and graph nodes held directly, torch's and minigrad's. Then the
-freeze is lifted. The cost is O(objects the test made and kept), whatever the heap
-holds (``benchmarks/bench_outlive.py``).
+Every graph node carries its place in creation order: torch numbers its nodes
+(``_sequence_nr()``, one counter per thread), minigrad its own (``Node.sequence_nr``,
+process-wide). ``Census.begin()`` reads each library's counter when the test's call
+phase starts, ``finish()`` after its teardown; a tensor whose ``grad_fn`` was numbered
+in between, or a node so numbered, was made during the test (``made_during``). Nothing
+is frozen, collected or patched, so ``gc.collect()``, ``gc.get_objects()`` and
+``gc.freeze()`` inside the test do what they do without the plugin, and nothing the
+test leaves as garbage is kept a moment longer. A test that numbered no node costs two
+readings of the counters.
 
-A check that runs inside the test lifts the freeze while it measures (``HeldFreeze``);
-the graph objects made before it are remembered by weak reference, and what the check's
-own steps made and kept is the check's to judge, not the census's.
+Where to look: what the test made and kept sits in the collector's young generations
+(``gc.get_objects(0)`` and ``(1)``: a few thousand objects, whatever the heap holds)
+unless a collection of an older generation, or a ``gc.freeze()``, moved it on meanwhile.
+``begin()`` notes the collector's counts of those collections and puts a marker object
+in the youngest generation; ``young()`` lists the graph objects the test made from the
+young generations when both say nothing moved, and None otherwise: then the audit
+searches what its roots reach for graphs numbered during the test (bounded by the
+search's budgets, see ``diagnose/outlive``).
 
-Minigrad's creation sites are recorded while the census runs (one frame walk per new
-tensor or node), so a finding can say where it was made without running anything again.
+A tensor alive before the test whose graph the test extended in place (``TOTAL +=
+loss``) is an old object with a new ``grad_fn``: not in the young generations.
+``grown_near(roots)`` walks at most ``WALK_MAX`` objects, ``WALK_DEPTH`` references deep
+from the roots nearest the test (its module's globals, its class's attributes, the live
+wider-scope fixtures) for such tensors; ``grown_in_place`` tells them from new ones by
+torch's version counter (an in-place op ran on it) and the node its in-place op
+extended (none, or one numbered before the test).
 
-A torch tensor alive before the test whose graph the test extended in place (``TOTAL +=
-loss``, ``state["total"].add_(loss)``) is no new object, so the scan of the young
-generation misses it. ``grown_in_place(roots)`` finds it: the census notes torch's
-autograd sequence counter when the test starts and after its teardown; when it moved
-(the test made graph nodes at all), a walk of at most ``WALK_MAX`` objects, ``WALK_DEPTH``
-references deep from the roots (the test module's globals, the class's attributes, the
-live wider-scope fixtures) looks for tensors whose ``grad_fn`` was numbered in between.
-A test that made no graph node pays two reads of the counter only.
+A check that ran inside the test (the marker, the fixture, a framework callback) tells
+the census when it began and ended (``session.current().spans``): what its steps
+numbered is the check's to judge, not the audit's. Minigrad's creation sites are
+recorded while the census runs (one frame walk per new tensor or node).
+
+Limits (docs/limits.md): torch numbers nodes per thread, so graphs a test makes in
+another thread are not told apart.
 """
 
 from __future__ import annotations
@@ -35,28 +47,227 @@ import weakref
 from collections.abc import Iterable
 from typing import Any
 
+from pytest_graphleak import session
 from pytest_graphleak.diagnose.backends import NODE, TENSOR, Backend, TorchBackend, active_backends
-from pytest_graphleak.heap.gcstate import HeldFreeze
+from pytest_graphleak.heap.quiet import silenced
+
+#: (library, first number, end) of the spans the census ignores: the checks inside the test.
+_Span = tuple[str, int, int]
 
 
-def _graph_objects(objects: list[Any], backends: list[Backend]) -> list[Any]:
-    """The tensors with a ``grad_fn`` and the graph nodes among ``objects``."""
-    found: list[Any] = []
-    for obj in objects:
-        for backend in backends:
+class Census:
+    """One test's census (see the module docstring)."""
+
+    def __init__(self) -> None:
+        #: library -> its node counter when the test began (None: not imported then).
+        self._start: dict[str, int | None] = {}
+        #: library -> [start, end) of the numbers the test's nodes got (after ``finish``).
+        self._range: dict[str, tuple[int, int]] = {}
+        self._checked: list[_Span] = []
+        self._check_start: dict[str, int | None] | None = None
+        self._check_depth = 0
+        self._recording: bool | None = None  # minigrad's setting before the test
+        #: The minigrad module recording was switched on in: a test may remove it from
+        #: sys.modules (a lazy-import test does), and the setting must still go back.
+        self._minigrad: Any = None
+        self._listed_in: list[Any] | None = None
+        #: Why this test could not be counted ("" when it was).
+        self.skipped = ""
+        self.backends: list[Backend] = []
+        self._by_name: dict[str, Backend] = {}
+        #: A marker in the youngest generation, and the collector's count of collections
+        #: of the older ones, when the test began (``young``).
+        self._marker: list[None] | None = None
+        self._older_collections = 0
+
+    # -- the counters ---------------------------------------------------------------------
+    @staticmethod
+    def _counters(*, end: bool = False) -> dict[str, int | None]:
+        """Each autograd library's next node number now (None: not imported). torch's is
+        read by making one node: at an ``end`` it is that node's own number, so that the
+        reading is not counted as a node the test made."""
+        found: dict[str, int | None] = {"torch": None, "minigrad": None}
+        torch = sys.modules.get("torch")
+        if torch is not None and hasattr(torch, "autograd"):
+            with contextlib.suppress(Exception):  # a torch without the counter
+                found["torch"] = TorchBackend(torch).current_sequence_nr() - (1 if end else 0)
+        mg = sys.modules.get("minigrad")
+        stats = getattr(mg, "stats", None)
+        if callable(stats):
+            with contextlib.suppress(Exception):
+                found["minigrad"] = int(stats()["Node"]["created"])
+        return found
+
+    def begin(self) -> bool:
+        """Read the counters; True (the census never needs to step aside)."""
+        self._older_collections = _older_collections()
+        self._marker = [None]
+        self._start = self._counters()
+        mg = sys.modules.get("minigrad")
+        if mg is not None and hasattr(mg, "record_creation_sites"):
+            self._recording = mg.record_creation_sites(True)
+            self._minigrad = mg
+        self._listed_in = session.current().spans
+        self._listed_in.append(self)
+        return True
+
+    def stop_recording(self) -> None:
+        """Creation sites are recorded during the call phase only."""
+        if self._recording is not None:
+            self._minigrad.record_creation_sites(self._recording)
+            self._recording, self._minigrad = None, None
+
+    # -- checks inside the test (``session.current().spans``) -----------------------------
+    def check_begins(self) -> None:
+        self._check_depth += 1
+        if self._check_depth == 1:
+            self._check_start = self._counters()
+
+    def check_ends(self) -> None:
+        self._check_depth = max(0, self._check_depth - 1)
+        if self._check_depth or self._check_start is None:
+            return
+        end = self._counters(end=True)
+        for library, first in self._check_start.items():
+            last = end.get(library)
+            if last is not None:
+                self._checked.append((library, 0 if first is None else first, last))
+        self._check_start = None
+
+    # -- after the teardown ---------------------------------------------------------------
+    def finish(self) -> bool:
+        """Close the test's range; True when it numbered graph nodes (something to look
+        for). The backends are those of the libraries imported now."""
+        self.stop_recording()
+        self._unlist()
+        end = self._counters(end=True)
+        self._range = {}
+        for library, last in end.items():
+            if last is None:
+                continue
+            first = self._start.get(library)
+            first = 0 if first is None else first  # imported during the test: all its own
+            if last > first:
+                self._range[library] = (first, last)
+        if not self._range:
+            return False
+        self.backends = active_backends()
+        self._by_name = {b.name: b for b in self.backends}
+        return True
+
+    @silenced
+    def young(self) -> list[Any] | None:
+        """The graph objects the test made that the young generations hold (call after
+        ``finish()``; the caller owns the list and must clear it); None when an older
+        generation was collected or objects were frozen since ``begin()``: what the test
+        made may have moved out of them."""
+        marker, self._marker = self._marker, None
+        if marker is None or _older_collections() != self._older_collections:
+            return None
+        found: list[Any] = []
+        seen = False
+        kinds: dict[type, bool] = {}
+        for generation in (0, 1):
+            objects = gc.get_objects(generation)
+            try:
+                for obj in objects:
+                    if obj is marker:
+                        seen = True
+                        continue
+                    tp = type(obj)
+                    graphy = kinds.get(tp)
+                    if graphy is None:
+                        graphy = kinds[tp] = self.kind(obj) is not None
+                    if graphy and self.made_during(obj):
+                        found.append(obj)
+            finally:
+                objects.clear()
+        if not seen:  # frozen, or moved on by a collection the counts missed
+            found.clear()
+            return None
+        return found
+
+    @silenced
+    def grown_near(self, roots: Iterable[object]) -> list[Any]:
+        """Tensors within a short walk of ``roots`` whose graph the test extended in place
+        (old objects: not in the young generations). The caller owns the list."""
+        torch = self._by_name.get("torch")
+        if torch is None or "torch" not in self._range:
+            return []
+        return _Walk(torch).grown(roots, self)
+
+    def _number(self, backend: Backend, node: Any) -> int | None:
+        if isinstance(backend, TorchBackend):
+            return backend.sequence_nr(node)
+        number = getattr(node, "sequence_nr", None)
+        return number if isinstance(number, int) else None
+
+    def _made(self, library: str, number: int | None) -> bool:
+        span = self._range.get(library)
+        if number is None or span is None or not span[0] <= number < span[1]:
+            return False
+        return not any(lib == library and a <= number < b for lib, a, b in self._checked)
+
+    def made_during(self, obj: object) -> bool:
+        """A tensor whose graph, or a graph node that, the test made (outside its checks)."""
+        for backend in self.backends:
             kind = backend.kind(obj)
             if kind is None:
                 continue
-            if kind == NODE:
-                found.append(obj)
-            elif kind == TENSOR:
+            node: Any = obj
+            if kind == TENSOR:
                 try:
-                    if obj.grad_fn is not None:
-                        found.append(obj)
+                    node = obj.grad_fn  # type: ignore[attr-defined]
                 except Exception:  # an exotic subclass: not the user's graph
-                    pass
-            break
-    return found
+                    return False
+                if node is None:
+                    return False
+            return self._made(backend.name, self._number(backend, node))
+        return False
+
+    def grown_in_place(self, obj: object) -> bool:
+        """A torch tensor alive before the test whose graph it extended in place: an
+        in-place op ran on it (its version moved), and the node it extended is none (the
+        tensor had no graph) or one numbered before the test."""
+        torch = self._by_name.get("torch")
+        if torch is None or torch.kind(obj) != TENSOR:
+            return False
+        try:
+            if int(obj._version) == 0:  # type: ignore[attr-defined]
+                return False
+            pairs = obj.grad_fn.next_functions  # type: ignore[attr-defined]
+        except Exception:
+            return False
+        first = pairs[0][0] if pairs else None
+        if first is None:
+            return True
+        start = self._range.get("torch", (0, 0))[0]
+        number = torch.sequence_nr(first)  # type: ignore[attr-defined]
+        return number is not None and number < start and type(first).__name__ != "AccumulateGrad"
+
+    def kind(self, obj: object) -> str | None:
+        for backend in self.backends:
+            kind = backend.kind(obj)
+            if kind is not None:
+                return kind
+        return None
+
+    def _unlist(self) -> None:
+        if self._listed_in is not None and self in self._listed_in:
+            self._listed_in.remove(self)
+        self._listed_in = None
+
+    def abandon(self) -> None:
+        """Stop without counting (the test was not run, or its teardown raised)."""
+        self.stop_recording()
+        self._unlist()
+        self._checked.clear()
+
+
+def _older_collections() -> int:
+    """Collections of the two older generations so far (each moves young objects on)."""
+    stats = gc.get_stats()
+    return int(stats[1]["collections"]) + int(stats[2]["collections"])
 
 
 #: The walk for tensors grown in place: references deep from a root, objects at most,
@@ -73,19 +284,20 @@ _LEAVES = (int, float, complex, str, bytes, bool, type(None), range, types.Modul
 
 
 class _Walk:
-    """The bounded walk: each object's type is classified once per census (a dict lookup
-    after that), and empty containers are never queued."""
+    """The bounded walk: each object's type is classified once (a dict lookup after
+    that), and empty containers are never queued."""
 
-    def __init__(self, tensor_type: type) -> None:
-        self._tensor_type = tensor_type
+    def __init__(self, torch: Backend) -> None:
+        self._torch = torch
         self._kinds: dict[type, int] = {}
 
-    def kind(self, tp: type) -> int:
+    def kind(self, obj: object) -> int:
+        tp = type(obj)
         found = self._kinds.get(tp)
         if found is None:
             if issubclass(tp, _LEAVES):
                 found = _SKIP
-            elif issubclass(tp, self._tensor_type):
+            elif self._torch.kind(obj) == TENSOR:
                 found = _TENSOR
             elif issubclass(tp, dict):
                 found = _VALUES
@@ -109,10 +321,9 @@ class _Walk:
             values = attrs.values()
         taken = 0
         for value in values:
-            tp = type(value)
-            if tp in _ATOMS:
+            if type(value) in _ATOMS:
                 continue
-            kind = self.kind(tp)
+            kind = self.kind(value)
             if kind == _SKIP or (kind in (_ITEMS, _VALUES) and not len(value)):
                 continue
             into.append(value)
@@ -120,10 +331,7 @@ class _Walk:
             if taken >= WALK_ITEMS:
                 break
 
-    def grown(self, roots: Iterable[object], torch: TorchBackend, lo: int, hi: int,
-              skip: set[int], checked: list[tuple[int, int]]) -> list[Any]:  # fmt: skip
-        """Tensors within the bounds whose ``grad_fn`` torch numbered in [lo, hi), outside
-        the ranges a check inside the test numbered (``checked``)."""
+    def grown(self, roots: Iterable[object], census: Census) -> list[Any]:
         seen: set[int] = set()
         grown: list[Any] = []
         frontier = list(roots)
@@ -131,18 +339,12 @@ class _Walk:
             for depth in range(WALK_DEPTH + 1):
                 following: list[Any] = []
                 for obj in frontier:
-                    key = id(obj)
-                    if key in seen or len(seen) >= WALK_MAX:
+                    if id(obj) in seen or len(seen) >= WALK_MAX:
                         continue
-                    seen.add(key)
-                    kind = self.kind(type(obj))
+                    seen.add(id(obj))
+                    kind = self.kind(obj)
                     if kind == _TENSOR:
-                        grad_fn = getattr(obj, "grad_fn", None)
-                        number = torch.sequence_nr(grad_fn) if grad_fn is not None else None
-                        if (
-                            number is not None and lo <= number < hi and key not in skip
-                            and not any(a <= number < b for a, b in checked)
-                        ):  # fmt: skip
+                        if census.grown_in_place(obj) and census.made_during(obj):
                             grown.append(obj)
                     elif kind != _SKIP and depth < WALK_DEPTH:
                         with contextlib.suppress(Exception):  # an object that refuses reads
@@ -154,132 +356,4 @@ class _Walk:
             frontier.clear()
 
 
-class Census:
-    """One test's census (see the module docstring)."""
-
-    def __init__(self) -> None:
-        self._freeze = HeldFreeze(self._note_before_check, self._note_check_end)
-        #: torch's sequence numbers the checks inside the test used, [first, end): what
-        #: their steps grew is theirs to judge (their tensors are frozen again after them,
-        #: so they would pass for tensors alive before the test).
-        self._checked_seq: list[tuple[int, int]] = []
-        self._before_check: list[weakref.ref[Any]] = []
-        self._recording: bool | None = None  # minigrad's setting before the test
-        #: The minigrad module recording was switched on in: a test may remove it from
-        #: sys.modules (a lazy-import test does), and the setting must still go back.
-        self._minigrad: Any = None
-        #: Why this test could not be counted ("" when it was).
-        self.skipped = ""
-        self.backends: list[Backend] = []
-        #: torch's autograd sequence counter at the start and after the teardown.
-        self._torch: TorchBackend | None = None
-        self._seq: tuple[int, int] | None = None
-        self._check_start: int | None = None
-
-    def begin(self) -> bool:
-        """Start counting; False when the user froze objects (gc cannot tell ours apart)."""
-        if not self._freeze.hold():
-            self.skipped = "the test session froze objects with gc.freeze()"
-            return False
-        torch = sys.modules.get("torch")
-        if torch is not None and hasattr(torch, "autograd"):
-            with contextlib.suppress(Exception):  # a torch without the counter: no walk
-                self._torch = TorchBackend(torch)
-                self._seq = (self._torch.current_sequence_nr(), 0)
-        mg = sys.modules.get("minigrad")
-        if mg is not None and hasattr(mg, "record_creation_sites"):
-            self._recording = mg.record_creation_sites(True)
-            self._minigrad = mg
-        return True
-
-    def stop_recording(self) -> None:
-        """Creation sites are recorded during the call phase only."""
-        if self._recording is not None:
-            self._minigrad.record_creation_sites(self._recording)
-            self._recording, self._minigrad = None, None
-
-    def _counter_now(self) -> int | None:
-        if self._torch is None:
-            return None
-        try:
-            return self._torch.current_sequence_nr()
-        except Exception:  # a torch without the counter
-            return None
-
-    def _note_check_end(self) -> None:
-        """The last check running ends: close the sequence numbers it used."""
-        start, end = self._check_start, self._counter_now()
-        if start is not None and end is not None:
-            self._checked_seq.append((start, end))
-        self._check_start = None
-
-    def _note_before_check(self) -> None:
-        """A check begins: remember (weakly) the graph tensors the test made so far."""
-        self._check_start = self._counter_now()
-        fresh = gc.get_objects()
-        try:
-            for obj in _graph_objects(fresh, active_backends()):
-                # a torch node has no weak references: the check judges it
-                with contextlib.suppress(TypeError):
-                    self._before_check.append(weakref.ref(obj))
-        finally:
-            fresh.clear()
-
-    def finish(self) -> list[Any]:
-        """The graph objects the test made that are alive now. The caller owns the list
-        and must clear it; the freeze is lifted here, also on error."""
-        self.stop_recording()
-        intact: bool | None = None
-        try:
-            if not self._freeze.held:
-                return []
-            # The young generations only: O(what the test made), and no full collection,
-            # which would reset the collector's count of long-lived objects to the few
-            # unfrozen ones and so make it collect the whole heap again and again once the
-            # freeze is lifted. What the test made that reached the oldest generation and
-            # is garbage now is not collected here: no root reaches it, so it is never named.
-            gc.collect(1)
-            if self._seq is not None and self._torch is not None:
-                with contextlib.suppress(Exception):
-                    self._seq = (self._seq[0], self._torch.current_sequence_nr() - 1)
-            fresh = self._freeze.fresh_objects()
-            intact = fresh is not None
-            if fresh is None:
-                self.skipped = "the test froze or unfroze objects itself (gc.freeze())"
-                return []
-            self.backends = active_backends()
-            try:
-                found = _graph_objects(fresh, self.backends)
-            finally:
-                fresh.clear()
-            seen = {id(obj) for obj in found}
-            for ref in self._before_check:
-                obj = ref()
-                if obj is not None and id(obj) not in seen:
-                    found.append(obj)
-            return found
-        finally:
-            self._before_check.clear()
-            self._freeze.release(intact=intact)
-
-    @property
-    def made_torch_nodes(self) -> bool:
-        """torch numbered graph nodes during the test (read after ``finish()``)."""
-        return self._seq is not None and self._seq[1] > self._seq[0]
-
-    def grown_in_place(self, roots: Iterable[object], found: list[Any]) -> list[Any]:
-        """Torch tensors reachable from ``roots``, not in ``found`` (so alive before the
-        test), whose graph the test extended in place (see the module docstring), outside
-        the checks that ran inside the test. Call after ``finish()``; the caller owns the
-        list and must clear it."""
-        torch, seq = self._torch, self._seq
-        if torch is None or seq is None or seq[1] <= seq[0]:
-            return []  # no graph node was made during the test
-        return _Walk(torch.torch.Tensor).grown(roots, torch, seq[0], seq[1],
-                                               {id(obj) for obj in found}, self._checked_seq)
-
-    def abandon(self) -> None:
-        """Lift the freeze without counting (the test was not run, or is opted out)."""
-        self.stop_recording()
-        self._before_check.clear()
-        self._freeze.release()
+__all__ = ["NODE", "TENSOR", "Census"]

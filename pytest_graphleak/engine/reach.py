@@ -26,6 +26,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from pytest_graphleak.heap.quiet import silenced
 from pytest_graphleak.heap.usercode import is_private_module, is_user_module
 
 #: Objects walked before giving up (then the caller scans the whole heap instead).
@@ -111,6 +112,7 @@ class Reach:
         # library's globals through their methods.
         return self.user_module(getattr(obj, "__module__", None))
 
+    @silenced
     def walk(self, roots: Iterable[object], *, limit: int = DEFAULT_LIMIT) -> list[object] | None:
         """Every gc-tracked object reachable from ``roots`` under the rules above (roots
         included), or None when more than ``limit`` were reached or a container to enter

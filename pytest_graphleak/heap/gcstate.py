@@ -21,11 +21,9 @@ O(unfrozen heap) per sample, and the freeze count stays theirs.
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
 from functools import cache
 
 from pytest_graphleak import session
@@ -84,14 +82,14 @@ class Measuring:
         #: gc is as the check needs it (off, no debug flags); False between ``release()``
         #: and ``hold()``.
         self.held = False
-        #: The session's freezes this check lifted (``HeldFreeze``), resumed by ``end()``.
-        self._lifted: list[session.Freeze] = []
+        #: Told that this check began (the outlive audit's census), and told when it ends.
+        self._told: list[session.CheckSpan] = []
 
     def begin(self) -> None:
-        if self._saved is None:  # a check sees the heap as the user froze it, not the audit
-            self._lifted = list(session.current().freezes)
-            for held in self._lifted:
-                held.lift()
+        if self._saved is None:
+            self._told = list(session.current().spans)
+            for span in self._told:
+                span.check_begins()
         self._saved = (gc.isenabled(), gc.get_threshold(), gc.get_debug())
         self.whole_heap = user_frozen_count() > 0
         self.hold()
@@ -147,117 +145,6 @@ class Measuring:
         if self._saved is not None:
             self._restore()
             self._saved = None
-            lifted, self._lifted = self._lifted, []
-            for held in lifted:
-                held.resume()
-
-
-class HeldFreeze:
-    """A freeze held across one test by the outlive audit (``engine/outlive``), so that
-    after the test ``gc.get_objects()`` returns only what the test made and kept.
-
-    A check that begins inside the test (the marker, the fixture, a framework callback)
-    lifts it: the check must see the heap as the user froze it. ``on_lift`` runs first
-    (the audit notes what the test made so far), and the freeze comes back when the
-    last check ends (after ``on_resume``), so what the test makes after it is seen
-    again. Never held when the user has frozen objects: gc cannot unfreeze ours alone.
-    Held, it is listed in the session (``session.current().freezes``), where the checks
-    of the test, its threads included, find it, and which releases it if the test ends
-    still holding it.
-
-    ``gc.get_freeze_count()`` walks the whole frozen heap (0.2 s on 200k objects), so
-    whether someone else froze or unfroze meanwhile is told by two markers instead: one
-    made just before our freeze (frozen by it) and one just after (left unfrozen).
-    """
-
-    def __init__(self, on_lift: Callable[[], None],
-                 on_resume: Callable[[], None] = lambda: None) -> None:  # fmt: skip
-        self._on_lift = on_lift
-        self._on_resume = on_resume
-        self._depth = 0  # checks running now
-        self._frozen = False
-        self._before: list[None] | None = None
-        self._after: list[None] | None = None
-        self.held = False
-        self._listed_in: list[session.Freeze] | None = None
-
-    def hold(self) -> bool:
-        """Freeze and list it in this context's session; False (nothing done) when the
-        user froze objects."""
-        if user_frozen_count() > 0:  # O(frozen objects): none, as a rule
-            return False
-        self._freeze()
-        self.held = True
-        self._listed_in = session.current().freezes
-        self._listed_in.append(self)
-        return True
-
-    def _freeze(self) -> None:
-        self._before = [None]
-        gc.freeze()
-        self._after = [None]
-        self._frozen = True
-
-    def lift(self) -> None:
-        self._depth += 1
-        if self._depth == 1 and self._frozen:
-            self._on_lift()
-            gc.unfreeze()
-            self._frozen = False
-
-    def resume(self) -> None:
-        self._depth = max(0, self._depth - 1)
-        if self._depth == 0 and self.held and not self._frozen:
-            self._on_resume()
-            self._freeze()
-
-    def fresh_objects(self) -> list[object] | None:
-        """``gc.get_objects()``: the objects made since the freeze; None when it is not
-        ours alone any more (someone froze or unfroze meanwhile) or not held."""
-        if not (self.held and self._frozen):
-            return None
-        objects = gc.get_objects()
-        before = after = False
-        for obj in objects:
-            if obj is self._before:
-                before = True
-            elif obj is self._after:
-                after = True
-        if before or not after:
-            objects.clear()
-            return None
-        return objects
-
-    def release(self, *, intact: bool | None = None) -> None:
-        """Unfreeze (when the freeze is still ours alone: ``intact``, or looked up) and
-        take it off the session's list; safe twice."""
-        if self._listed_in is not None and self in self._listed_in:
-            self._listed_in.remove(self)
-        self._listed_in = None
-        if self.held and self._frozen:
-            if intact is None:
-                fresh = self.fresh_objects()
-                intact = fresh is not None
-                if fresh is not None:
-                    fresh.clear()
-            if intact:
-                gc.unfreeze()
-        self.held = False
-        self._frozen = False
-        self._before = self._after = None
-
-
-@contextlib.contextmanager
-def audit_freeze_lifted() -> Iterator[None]:
-    """The session's freezes (the outlive audit's) lifted for a whole check, its diagnosis
-    included: ``gc.get_referrers`` and ``gc.get_objects`` never look at frozen objects, so
-    under the audit's freeze a diagnosis would find no referrer of what the test made
-    before the check (a fixture's dict: "no holder found"). Nested lifts count."""
-    held = list(session.current().freezes)
-    for freeze in held:
-        freeze.lift()
-    try:
-        yield
-    finally:
-        for freeze in held:
-            freeze.resume()
+            told, self._told = self._told, []
+            for span in told:
+                span.check_ends()

@@ -2,15 +2,15 @@
 its teardown for autograd graphs it made that are still alive (docs/getting-started.md,
 "Checking a whole suite").
 
-pytest wiring only: the census is ``engine/outlive``'s (a freeze when the call phase
-begins, one young collection and a type check of the survivors after the teardown), the
-explanation ``diagnose/outlive``'s. This module picks the roots (the test module's
-globals, the test class's attributes, the user's other modules, the wider-scope
-fixtures still alive), applies the opt-outs (``@pytest.mark.graphleak_outlive_ok``, the
-``graphleak_outlive_keep`` list), and warns (``GraphOutliveWarning``) or fails the test
-at its teardown (``GraphOutliveError``). Results travel on the teardown report as
-``report.graphleak`` (plain data, so they cross pytest-xdist), where the session
-reporter adds them to the test's row.
+pytest wiring only: the census is ``engine/outlive``'s (each autograd library's node
+counter read when the call phase begins and after the teardown: nothing frozen,
+collected or patched), the search and the explanation ``diagnose/outlive``'s. This
+module picks the roots (the test module's globals, the test class's attributes, the
+user's other modules, the wider-scope fixtures still alive), applies the opt-outs
+(``@pytest.mark.graphleak_outlive_ok``, the ``graphleak_outlive_keep`` list), and warns
+(``GraphOutliveWarning``) or fails the test at its teardown (``GraphOutliveError``).
+Results travel on the teardown report as ``report.graphleak`` (plain data, so they cross
+pytest-xdist), where the session reporter adds them to the test's row.
 
 A graph that only a wider-scope fixture keeps is the fixture's while it lives; it is
 judged again after the teardown that finalises that fixture, and named then (with the
@@ -27,12 +27,19 @@ import fnmatch
 import sys
 import types
 import warnings
-from collections.abc import Generator, Iterable, Mapping
+from collections.abc import Generator, Iterable, Iterator, Mapping
 from typing import Any
 
 import pytest
 
-from pytest_graphleak.diagnose.outlive import Deferred, Explained, Holder, explain
+from pytest_graphleak.diagnose.outlive import (
+    Deferred,
+    Explained,
+    Holder,
+    Listed,
+    Targets,
+    explain,
+)
 from pytest_graphleak.engine.outlive import Census
 from pytest_graphleak.heap.usercode import is_user_module
 from pytest_graphleak.options import Settings
@@ -86,11 +93,8 @@ class OutliveAudit:
         census = None
         if item.get_closest_marker(OPT_OUT) is None:
             census = Census()
-            if census.begin():
-                item.stash[_CENSUS_KEY] = census
-            else:
-                self.notes.add(f"outlive audit skipped: {census.skipped}")
-                census = None
+            census.begin()
+            item.stash[_CENSUS_KEY] = census
         try:
             yield
         finally:
@@ -107,10 +111,13 @@ class OutliveAudit:
         census = item.stash.get(_CENSUS_KEY, None)
         if census is not None:
             del item.stash[_CENSUS_KEY]
-        results = self._audit(item, census, nextitem) if census is not None else []
-        if census is not None and not census.skipped:
-            item.stash[_AUDITED_KEY] = True
-        results.extend(self._judge_pending(item))
+        results: list[CheckResult] = []
+        with _quiet(self, item):
+            if census is not None:
+                results = self._audit(item, census, nextitem)
+                item.stash[_AUDITED_KEY] = True
+        with _quiet(self, item):
+            results.extend(self._judge_pending(item))
         if not results:
             return
         item.stash[_FOUND_KEY] = [result.to_dict() for result in results]
@@ -148,25 +155,25 @@ class OutliveAudit:
         self, item: pytest.Item, census: Census, *, keep_paths: bool = False,
         site_of: Any = None,
     ) -> Explained:  # fmt: skip
-        """What the census found, in place-grown tensors included, explained."""
-        found = census.finish()
-        if census.skipped:
-            self.notes.add(f"outlive audit skipped in some tests: {census.skipped}")
-        grown: list[Any] = []
+        """What the census found, explained from the roots."""
+        if not census.finish():
+            return Explained()  # the test numbered no graph node
+        targets: Targets = census  # a search of the roots for graphs the test numbered
+        found = census.young()
         try:
-            if census.made_torch_nodes:  # the test module's roots only: no sys.modules scan
+            if found is not None:  # what it made is listed: only those are looked for
                 near = [h.value for h in self._holders(item, others=False)]
-                grown = census.grown_in_place(near, found)
+                found.extend(census.grown_near(near))
                 near.clear()
-            if not found and not grown:
-                return Explained()
-            return explain([*found, *grown], self._holders(item),
-                           nodeid=item.nodeid, backends=census.backends,
-                           grown={id(t) for t in grown}, keep_paths=keep_paths,
+                if not found:
+                    return Explained()
+                targets = Listed(found, census.grown_in_place)
+            return explain(targets, self._holders(item), nodeid=item.nodeid,
+                           backends=census.backends, keep_paths=keep_paths,
                            site_of=site_of)  # fmt: skip
         finally:
-            found.clear()
-            grown.clear()
+            if found is not None:
+                found.clear()
 
     def _sites_from_rerun(
         self,
@@ -198,7 +205,7 @@ class OutliveAudit:
             failed = outlive_rerun.failed_phase(reports)
             if not run.called or not run.counted or failed:
                 why = (f"its {failed} failed" if failed else "its call phase did not run"
-                       if not run.called else f"it could not be counted ({run.census.skipped})")
+                       if not run.called else "it could not be counted")
                 for result in results:
                     if result.diagnosis is not None:
                         result.diagnosis.notes.append(
@@ -226,7 +233,7 @@ class OutliveAudit:
             if not alive:
                 continue
             try:
-                explained = explain(alive, self._holders(item, fixtures=False),
+                explained = explain(Listed(alive), self._holders(item, fixtures=False),
                                     nodeid=item.nodeid, made_by=deferred.nodeid,
                                     fixture=deferred.fixture,
                                     backends=_backends())  # fmt: skip
@@ -311,12 +318,25 @@ class OutliveAudit:
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         # A run stopped between a test's call and its teardown (Ctrl-C) leaves its census
-        # unfinished: the test's session released its freeze when the test ended.
+        # unfinished: the test's session let go of it when the test ended.
         self._pending.clear()
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         for note in sorted(self.notes):
             terminalreporter.write_line(f"graphleak: {note}", yellow=True)
+
+
+@contextlib.contextmanager
+def _quiet(audit: OutliveAudit, item: pytest.Item) -> Iterator[None]:
+    """The audit's walks touch the user's objects (a deprecated module attribute warns on
+    access): no warning of the plugin's making reaches the test's summary, and a failure
+    of the audit itself is a note in the summary, never the test's error."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    except Exception as exc:  # the audit must never fail a test by itself
+        audit.notes.add(f"outlive audit failed in {item.nodeid}: {type(exc).__name__}: {exc}")
 
 
 def _warn(item: pytest.Item, text: str) -> None:

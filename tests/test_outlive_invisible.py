@@ -1,0 +1,193 @@
+"""The outlive audit changes nothing a test can observe (issue 33): no freeze, no
+collection, no warning of its own making, and a failure of its own is a note, never the
+test's error. gc semantics and torch's lazy import need a fresh interpreter: those runs
+are subprocesses."""
+
+from __future__ import annotations
+
+import gc
+import textwrap
+
+import pytest
+
+import minigrad as mg
+from pytest_graphleak.engine.outlive import Census
+
+pytest_plugins = ["pytester"]
+
+try:
+    import torch
+except ImportError:
+    torch = None
+
+needs_torch = pytest.mark.skipif(torch is None, reason="torch is not installed")
+
+#: What users of a leak checker write: "freed after del", "count live objects".
+GC_TESTS = """
+import gc, weakref
+import pytest
+import minigrad as mg
+
+
+class Trainer:
+    def __init__(self):
+        self.me = self  # a reference cycle: only the cyclic collector frees it
+        self.w = mg.Tensor([1.0], requires_grad=True)
+
+
+@pytest.fixture
+def trainers():
+    return [Trainer()]
+
+
+def test_trainer_is_released(trainers):
+    ref = weakref.ref(trainers[0])
+    trainers.clear()
+    gc.collect()
+    assert ref() is None
+
+
+def test_fixture_objects_are_listed(trainers):
+    assert any(o is trainers[0] for o in gc.get_objects())
+    assert gc.get_freeze_count() == 0
+
+
+def test_user_freeze_and_unfreeze_work():
+    gc.freeze()
+    assert gc.get_freeze_count() > 0
+    gc.unfreeze()
+    assert gc.get_freeze_count() == 0
+"""
+
+
+@pytest.mark.parametrize("args", [(), ("--graphleak",)], ids=["plain", "graphleak"])
+def test_gc_in_tests_behaves_as_without_the_plugin(
+    pytester: pytest.Pytester, args: tuple[str, ...]
+) -> None:
+    pytester.makepyfile(test_gc=GC_TESTS)
+    result = pytester.runpytest_subprocess("-p", "no:randomly", *args)
+    result.assert_outcomes(passed=3)
+
+
+def test_the_census_freezes_and_collects_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Direct: no gc function that changes state is called between begin() and the end
+    of the search, on the young-generation path and on the roots' path."""
+    calls: list[str] = []
+    for name in ("freeze", "unfreeze", "collect", "disable", "enable", "set_threshold"):
+        original = getattr(gc, name)
+        monkeypatch.setattr(gc, name, lambda *a, _n=name, _o=original, **k: (calls.append(_n),
+                                                                               _o(*a, **k))[1])
+    kept: list[object] = []
+    census = Census()
+    census.begin()
+    kept.append(mg.Tensor([1.0], requires_grad=True) * 2)
+    assert census.finish()
+    young = census.young()
+    assert young is not None and any(obj is kept[0] for obj in young)
+    young.clear()
+    monkeypatch.undo()
+    assert calls == []
+
+
+def test_the_census_falls_back_to_the_roots_when_the_young_generations_moved_on() -> None:
+    """An older generation collected (or a freeze) during the test: ``young()`` says it
+    cannot tell, and the graph is still found from a root (the audit's search)."""
+    from pytest_graphleak.diagnose.outlive import Holder, explain
+
+    holder: list[object] = []
+    census = Census()
+    census.begin()
+    holder.append(mg.Tensor([1.0], requires_grad=True) * 2)
+    gc.collect()  # the user's own full collection moves the test's objects to the oldest
+    assert census.finish()
+    assert census.young() is None
+    found = explain(census, [Holder("global 'H'", "m.H", holder)], nodeid="t",
+                    backends=census.backends)  # fmt: skip
+    assert [r.diagnosis.chain[0] for r in found.results if r.diagnosis] == ["global 'H'"]
+
+
+@needs_torch
+def test_lazy_torch_import_under_filterwarnings_error(pytester: pytest.Pytester) -> None:
+    """A test that imports torch inside its body: no warning of the audit's making (the
+    walk touched torch.distributed.reduce_op, whose check warns), so no teardown error."""
+    pytester.makeini("[pytest]\nfilterwarnings = error\n")
+    pytester.makepyfile(test_lazy=textwrap.dedent("""
+        H = []
+
+        def test_imports_torch_inside():
+            import torch
+            H.append(torch.ones(2, requires_grad=True).sum())
+
+        def test_next():
+            assert True
+    """))
+    quiet = "ignore::pytest_graphleak.GraphOutliveWarning"
+    result = pytester.runpytest_subprocess("--graphleak", "-p", "no:randomly", "-W", quiet)
+    result.assert_outcomes(passed=2)
+    assert "FutureWarning" not in result.stdout.str()
+    plain = pytester.runpytest_subprocess("--graphleak", "-p", "no:randomly", "-W", "default")
+    plain.assert_outcomes(passed=2, warnings=1)  # the audit's own finding, nothing else
+    plain.stdout.fnmatch_lines(["*held by: global 'test_lazy.H' -> list(len=1) -> Tensor*"])
+    assert "FutureWarning" not in plain.stdout.str()
+
+
+@needs_torch
+def test_a_suite_that_freezes_its_heap_gets_the_full_story(pytester: pytest.Pytester) -> None:
+    """conftest freezes the heap (a common startup trick); -W error: the diagnosis still
+    names the holder, and the audit names what a test made in spite of the user's freeze."""
+    pytester.makeconftest("import gc\n\ndef pytest_configure(config):\n"
+                          "    gc.collect()\n    gc.freeze()\n")  # fmt: skip
+    pytester.makepyfile(test_f=textwrap.dedent("""
+        import gc
+        import pytest, torch
+        M = torch.nn.Linear(4, 1)
+        H = []
+
+        @pytest.fixture
+        def st():
+            return {"l": []}
+
+        @pytest.mark.no_graph_growth
+        def test_marked(st):
+            st["l"].append(M(torch.randn(2, 4)).sum())
+
+        def test_freeze_in_test():
+            gc.freeze()
+            H.append(M(torch.randn(2, 4)).sum())
+            gc.unfreeze()
+    """))
+    shown = "default::pytest_graphleak.GraphOutliveWarning"
+    result = pytester.runpytest_subprocess("--graphleak", "-p", "no:randomly", "-W", "error",
+                                           "-W", shown)  # fmt: skip
+    result.assert_outcomes(failed=1, passed=1, warnings=1)
+    out = result.stdout.str()
+    result.stdout.fnmatch_lines([
+        "*held by: fixture 'st' -> dict?'l'? -> list(len=*) -> Tensor*",
+        "*WARNING test_f.py::test_freeze_in_test  outlived the test: list-accumulation*",
+        "*held by: global 'test_f.H' -> list(len=1) -> Tensor*",
+    ])  # fmt: skip
+    assert "diagnosis failed" not in out and "audit skipped" not in out
+    assert "alive before" not in out and "FutureWarning" not in out
+
+
+def test_a_failure_inside_the_audit_is_a_note(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In-process: the audit's own error never becomes the test's."""
+    from pytest_graphleak.plugin import audit
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(audit, "explain", broken)
+    pytester.makepyfile(test_x=textwrap.dedent("""
+        import minigrad as mg
+        H = []
+
+        def test_keeps():
+            H.append(mg.Tensor([1.0], requires_grad=True) * 2)
+    """))
+    result = pytester.runpytest("--graphleak", "-p", "no:randomly")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["graphleak: outlive audit failed in test_x.py::test_keeps: "
+                                 "RuntimeError: boom"])  # fmt: skip
