@@ -62,7 +62,7 @@ examples:
   graphleak check train.py::step --json leak.json --html leak.html
   graphleak check train.py::step_a train.py::step_b -q
 
-One step after the other; the exit code is the worst of them (3, then 1, then 4, then 0).
+One step after the other; the exit code is the worst of them (1, then 3, then 4, then 0).
 The step is called warmup + steps times with no arguments; build the model,
 optimizer and data once at module level (or in a closure), as a training loop
 would. The same probes, verdict and diagnosis as `pytest --graphleak` decide.

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TextIO
 
 from pytest_graphleak.api import check
-from pytest_graphleak.cli.exits import UsageError, UserCodeError, exit_code
+from pytest_graphleak.cli.exits import EXIT_USER_CODE, UsageError, UserCodeError, exit_code
 from pytest_graphleak.cli.outputs import checked_outputs, write_output
 from pytest_graphleak.cli.target import Target, resolve, running_as
 from pytest_graphleak.cli.user_traceback import print_user_traceback
@@ -42,7 +42,8 @@ def run_check(args: argparse.Namespace) -> int:
                 progress = StepProgress(target.name, settings.warmup + settings.steps,
                                         live=not args.quiet and _is_terminal(sys.stderr))
                 with running_as(target.script), progress:
-                    result = _measure(progress.counted(target.func), target.name, settings)
+                    result = _measure(progress.counted(target.func), target.name, settings,
+                                      alone=len(args.targets) == 1)  # fmt: skip
                 del progress
             else:
                 result = target  # its module could not be imported
@@ -172,8 +173,12 @@ def _write_reports(args: argparse.Namespace, settings: Settings,
             print(f"graphleak check: {problem}", file=sys.stderr)
 
 
-def _measure(step: Callable[[], object], name: str, settings: Settings) -> CheckResult:
+def _measure(
+    step: Callable[[], object], name: str, settings: Settings, *, alone: bool
+) -> CheckResult:
     """Run the check; a raising step gives an error result (its traceback on stderr).
+    ``alone``: the only target, whose raising step makes the exit code 3 (with several,
+    the worst status decides it: a leak elsewhere makes it 1).
 
     This frame's locals are what the diagnosis sees as "local" roots, so it holds
     nothing but the step.
@@ -194,6 +199,6 @@ def _measure(step: Callable[[], object], name: str, settings: Settings) -> Check
         what = "the step raised"
         if isinstance(exc, SystemExit):
             what = f"the step called sys.exit({exc.code!r}) at step {at_step}"
-        print(f"graphleak check: {what}, so there is no leak verdict (exit code 3)",
-              file=sys.stderr)
+        code = f" (exit code {EXIT_USER_CODE})" if alone else ""
+        print(f"graphleak check: {what}, so there is no leak verdict{code}", file=sys.stderr)
         return error_result(name, steps=settings.steps, warmup=settings.warmup, exc=exc)

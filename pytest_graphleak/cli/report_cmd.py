@@ -11,8 +11,8 @@ from typing import Any
 from pytest_graphleak.cli.exits import UsageError, exit_code
 from pytest_graphleak.cli.outputs import checked_outputs, write_output
 from pytest_graphleak.report.html import render_html
-from pytest_graphleak.report.json_doc import DOCUMENT_SCHEMA_VERSION, load_schema
-from pytest_graphleak.report.summary import sentence
+from pytest_graphleak.report.json_doc import DOCUMENT_SCHEMA_VERSION, CheckedTest, load_schema
+from pytest_graphleak.report.summary import counts, sentence
 from pytest_graphleak.report.text import render_result
 from pytest_graphleak.report.validate import SchemaError, validate
 from pytest_graphleak.result import CheckResult
@@ -82,4 +82,29 @@ def load_report(path: str) -> tuple[dict[str, Any], list[tuple[dict[str, Any], C
                     f"{path}: tests[{index}].checks[{number}] is not a check result "
                     f"({type(exc).__name__}: {exc})"
                 ) from None
+    _check_counts(path, document)
     return document, pairs
+
+
+def _check_counts(path: str, document: dict[str, Any]) -> None:
+    """Every status and count the command prints is recounted from the checks, as the
+    writers count them (``CheckedTest.status``, ``summary.counts``), so that the count
+    line and the exit code (from the checks) agree: a file whose stored statuses or
+    summary say otherwise (edited by hand, or damaged) is refused, naming the file."""
+    statuses = []
+    for index, test in enumerate(document["tests"]):
+        status = CheckedTest(test["nodeid"], test["outcome"], test["checks"]).status
+        if test["status"] != status:
+            raise UsageError(
+                f"{path} is inconsistent: tests[{index}] ({test['nodeid']}) has status "
+                f"{test['status']!r}, but its checks and outcome make it {status!r}; "
+                "write the report again"
+            )
+        statuses.append(status)
+    stored = document["summary"]
+    recounted = counts(statuses, audited=stored.get("audited", 0))  # audited: no rows
+    if any(stored.get(key, 0) != number for key, number in recounted.items()):
+        raise UsageError(
+            f"{path} is inconsistent: its summary says {sentence(stored)!r}, but its tests "
+            f"count {sentence(recounted)!r}; write the report again"
+        )
