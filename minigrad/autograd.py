@@ -30,7 +30,7 @@ import numpy as np
 from minigrad.counters import COUNTS, NODE_CREATED, NODE_FREED, RECORDING, user_site
 
 if TYPE_CHECKING:
-    from minigrad.tensor import AutogradMeta, Tensor
+    from minigrad.tensor import AutogradMeta, Tensor, TensorImpl
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -146,18 +146,29 @@ class AccumulateGrad(Node):
 
     Owned (strongly) by the leaf's AutogradMeta; refers back to it weakly, so a leaf and its
     accumulator form no cycle. If the leaf is gone, the gradient is dropped.
+
+    The gradient takes the leaf's dtype, as torch's does (a float32 parameter used with a
+    float64 tensor gets a float32 ``.grad``, not the promoted float64), before the leaf's
+    hooks see it; ``impl_ref`` (weak) reads the leaf's storage's dtype as it is then, after
+    a ``.data = ...`` too.
     """
 
-    __slots__ = ("meta_ref",)
+    __slots__ = ("impl_ref", "meta_ref")
 
-    def __init__(self, meta: AutogradMeta) -> None:
+    def __init__(self, meta: AutogradMeta, impl: TensorImpl) -> None:
         super().__init__(())
         self.meta_ref = weakref.ref(meta)
+        self.impl_ref = weakref.ref(impl)
 
     def backward(self, grad: np.ndarray) -> tuple[np.ndarray | None, ...]:
         meta = self.meta_ref()
-        if meta is None:
+        impl = self.impl_ref()
+        if meta is None or impl is None:
             return ()
+        dtype = impl.data.dtype
+        del impl
+        if grad.dtype != dtype:
+            grad = grad.astype(dtype)  # a new array: writeable, shared with nothing
         if meta.hooks:
             grad = run_hooks(meta.hooks, grad)
         if not grad.flags.writeable:  # a broadcast view: .grad must be an ordinary array
@@ -166,7 +177,10 @@ class AccumulateGrad(Node):
 
         old = meta.grad
         # Never add in place: ``grad`` may be shared with another leaf's gradient.
-        meta.grad = make_tensor(grad if old is None else old._impl.data + grad, None)
+        total = grad if old is None else old._impl.data + grad
+        if total.dtype != dtype:  # a hook's gradient, or a .grad assigned, of another dtype
+            total = total.astype(dtype)
+        meta.grad = make_tensor(total, None)
         return ()
 
 

@@ -107,7 +107,7 @@ def grad_edge(t: Tensor) -> Node | None:
     if meta.requires_grad:
         acc = meta.grad_accumulator
         if acc is None:
-            acc = meta.grad_accumulator = AccumulateGrad(meta)
+            acc = meta.grad_accumulator = AccumulateGrad(meta, t._impl)
         return acc
     return None
 
