@@ -81,6 +81,12 @@ def format_amount(value: float | None, unit: str, *, signed: bool = False) -> st
     return f"{sign}{size:.2g}" if size < 10 else f"{sign}{size:.1f}"
 
 
+def count_of(number: int, noun: str, plural: str | None = None) -> str:
+    """``1 step``, ``2 steps``, ``0 steps``: a count whose noun agrees with it (``plural``
+    where adding an s is wrong)."""
+    return f"{number} {noun if number == 1 else plural or noun + 's'}"
+
+
 def format_rate(value: float | None, unit: str) -> str:
     """Growth per step with an explicit sign: ``"+1/step"``, ``"+2.0 MiB/step"``."""
     if value is None or not finite(value):

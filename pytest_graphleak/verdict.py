@@ -44,7 +44,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from itertools import accumulate
 
-from pytest_graphleak.metrics import Metric, Recheck, format_rate
+from pytest_graphleak.metrics import Metric, Recheck, count_of, format_rate
 from pytest_graphleak.patterns import guess
 from pytest_graphleak.result import Growth, Verdict
 from pytest_graphleak.values import int_at_least
@@ -72,10 +72,6 @@ def measured_samples(values: Sequence[float], warmup: int) -> list[float]:
         return [float(v) for v in values]
     window = [float(v) for v in values[warmup - 1 :]]
     return window if len(window) <= 2 else window[1:]
-
-
-def _count(number: int, noun: str) -> str:
-    return f"{number} {noun}{'' if number == 1 else 's'}"
 
 
 def max_leak_period(steps: int) -> int:
@@ -125,8 +121,8 @@ def too_short_loop_text(
     ``warmup`` being the fewest it is judged from; ``saw ran unit``: how the loop's length
     reads ("it ran 5 steps", "track() saw 5 t.step() calls")."""
     return (
-        f"the loop is too short: {saw} {_count(ran, unit)}; a verdict needs at least "
-        f"{warmup + measured} (warmup={warmup} + {_count(measured, 'measured step')}: with "
+        f"the loop is too short: {saw} {count_of(ran, unit)}; a verdict needs at least "
+        f"{warmup + measured} (warmup={warmup} + {count_of(measured, 'measured step')}: with "
         "fewer, one tensor made once in a measured step would read as a leak), and warmup + "
         f"{steps_to_catch(3)} catch a leak of one object every third step"
     )
@@ -205,7 +201,8 @@ def judge(
         values = series[metric]
         if len(values) <= warmup:
             raise ValueError(
-                f"series {metric!r} has {len(values)} samples; need more than warmup={warmup}"
+                f"series {metric!r} has {count_of(len(values), 'sample')}; need more than "
+                f"warmup={warmup}"
             )
         if metric not in metrics:
             raise ValueError(f"series {metric!r} has no declaration among the metrics given")
@@ -214,15 +211,16 @@ def judge(
     samples = min(len(v) - warmup for v in series.values())  # >= 1: checked above
     slowest = max_leak_period(samples) * every
     measured = (
-        _count(samples, "measured step")
+        count_of(samples, "measured step")
         if every == 1
-        else f"{_count(samples, 'sample')}, one every {every} steps"
+        else f"{count_of(samples, 'sample')}, one every {every} steps"
     )
     if not growths:
         return Verdict(
             leaked=False,
-            reason=f"no metric grew: no floor rose every k <= {slowest} steps over {measured} "
-            f"({_count(len(series), 'metric')} judged)",
+            reason=f"no metric grew: no floor rose every k <= {count_of(slowest, 'step')} over "
+            f"{measured} "
+            f"({count_of(len(series), 'metric')} judged)",
             slowest_leak_steps=slowest,
         )
     pattern = first_pattern(metrics[g.metric] for g in growths)

@@ -43,3 +43,9 @@ def test_a_strided_series_is_drawn_and_labelled_in_steps() -> None:
     assert "warmup: step 1 is not judged" in unstrided and "step 1 (warmup)" in unstrided
     three = series_chart([1.0, 2.0, 3.0, 4.0], warmup=3, title="m", unit="objects")
     assert "warmup: steps 1-3 are not judged" in three
+
+
+def test_one_step_is_a_step() -> None:
+    """Counts of one read in the singular (round4/minor_text #5, "1 steps")."""
+    assert span_text({"steps": 1, "warmup": 1}) == "1 measured step after 1 warmup step"
+    assert span_text({"steps": 1, "warmup": 1}, short=True) == "1 step after 1 warmup"

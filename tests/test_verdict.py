@@ -225,3 +225,13 @@ def test_steps_to_catch_inverts_max_leak_period_and_the_steps_help_agrees() -> N
     assert [fewest_steps(w) for w in (0, 1, 3)] == [2, 1, 1]
     # The help said "12 or more catch a leak of one object every third step": 7 do.
     assert "7 or more catch a leak of one object every third step" in OPTIONS_BY_KEY["steps"].help
+
+
+def test_a_verdict_on_one_measured_step_speaks_in_the_singular() -> None:
+    """round4/minor_text #5: no "1 steps" in what the verdict says."""
+    verdict = judge({"torch.tensors": [5.0, 5.0, 5.0, 5.0]}, OBJ, warmup=3)
+    assert verdict.reason == (
+        "no metric grew: no floor rose every k <= 1 step over 1 measured step (1 metric judged)"
+    )
+    with pytest.raises(ValueError, match="has 1 sample; need more than warmup=3"):
+        judge({"torch.tensors": [5.0]}, OBJ, warmup=3)

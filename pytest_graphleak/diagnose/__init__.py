@@ -42,7 +42,7 @@ from pytest_graphleak.diagnose.stored import watch_holder
 from pytest_graphleak.diagnose.stored_fix import STORING, reword_fix
 from pytest_graphleak.diagnose.story import tell
 from pytest_graphleak.heap.graphwalk import NEW_PER_WALK, GraphWalk
-from pytest_graphleak.metrics import Metric
+from pytest_graphleak.metrics import Metric, count_of
 from pytest_graphleak.result import CreationSite, Diagnosis, Verdict
 
 __all__ = ["diagnose"]
@@ -132,7 +132,8 @@ def _diagnose_with_step(
                     cycle_path, hanging = found
             cyclic_tensors = sum(1 for item in obs.cyclic if item.kind == TENSOR)
             notes.append(
-                f"{cyclic_tensors} tensors and {len(obs.cyclic) - cyclic_tensors} graph nodes "
+                f"{count_of(cyclic_tensors, 'tensor')} and "
+                f"{count_of(len(obs.cyclic) - cyclic_tensors, 'graph node')} "
                 "made by the diagnostic steps are freed only by gc.collect(): they are kept "
                 "by a reference cycle"
             )
@@ -158,9 +159,9 @@ def _diagnose_with_step(
         seen = obs.seen_cycle if not obs.cyclic else None  # a loop's collections saw it
         if seen is not None:
             notes.append(
-                f"{seen.freed} tensors and graph nodes made by the recorded steps of the loop "
-                "were freed only by the check's gc.collect() after each step: they are kept "
-                "by a reference cycle"
+                f"{count_of(seen.freed, 'tensor or graph node', 'tensors and graph nodes')} "
+                "made by the recorded steps of the loop were freed only by the check's "
+                "gc.collect() after each step: they are kept by a reference cycle"
             )
             if not cycle and seen.cycle:
                 cycle, cycle_fix = list(seen.cycle), seen.fix

@@ -137,7 +137,8 @@ def diagnose_heap(
                 candidate.clear()
         if best is not None:
             size, path = best
-            notes.append(f"its autograd graph has {size[1]} nodes")
+            nodes = "node" if size[1] == "1" else "nodes"  # the text: "5012+" past the bound
+            notes.append(f"its autograd graph has {size[1]} {nodes}")
             return _diagnosis(verdict, Facts(leaked_count=1, has_chain=True), notes, path, walker)
         if cyclic:
             notes.append(_CYCLES_FREED)

@@ -26,6 +26,7 @@ import types
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+from pytest_graphleak.metrics import count_of
 from pytest_graphleak.probes import ABSENT as _ABSENT
 from pytest_graphleak.probes import BACKENDS
 from pytest_graphleak.probes.base import ProbeBase
@@ -156,7 +157,8 @@ class Coverage:
         used = {lib: list(why) for lib, why in self._evidence.items()}
         made = (minigrad_created() or 0) - (self._created or 0)
         if made > 0:
-            used.setdefault("minigrad", []).append(f"the step made {made} minigrad tensors")
+            made_text = f"the step made {count_of(made, 'minigrad tensor')}"
+            used.setdefault("minigrad", []).append(made_text)
         for watcher in self.watchers:
             if watcher.seen:
                 used.setdefault("torch", []).append(watcher.seen)

@@ -17,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pytest_graphleak.metrics import count_of
+
 
 def span_text(check: Mapping[str, Any], *, short: bool = False) -> str:
     """``100 measured steps after 3 warmup steps`` (short: ``100 steps after 3 warmup``;
@@ -24,11 +26,11 @@ def span_text(check: Mapping[str, Any], *, short: bool = False) -> str:
     window; with ``, sampled every k steps`` when not every step was sampled."""
     steps, warmup = int(check.get("steps", 0)), int(check.get("warmup", 0))
     before = check.get("warmup_steps")
-    text = f"{steps} steps" if short else f"{steps} measured steps"
+    text = count_of(steps, "step") if short else count_of(steps, "measured step")
     if before == 0:  # one head sample: the window before's last
         text += " after the window before"
     elif (count := warmup if before is None else int(before)) > 0:
-        text += f" after {count} warmup" if short else f" after {count} warmup steps"
+        text += f" after {count} warmup" if short else f" after {count_of(count, 'warmup step')}"
     every = int(check.get("sample_every", 1) or 1)
     if every > 1:
         text += f", sampled every {every} steps"
