@@ -41,13 +41,12 @@ from pytest_graphleak.diagnose.sites import Site, memory_sites, per_step
 from pytest_graphleak.diagnose.stored import watch_holder
 from pytest_graphleak.diagnose.stored_fix import STORING, reword_fix
 from pytest_graphleak.diagnose.story import tell
+from pytest_graphleak.heap.containers import SIZED
 from pytest_graphleak.heap.graphwalk import NEW_PER_WALK, GraphWalk
 from pytest_graphleak.metrics import Metric, count_of
 from pytest_graphleak.result import CreationSite, Diagnosis, Verdict
 
 __all__ = ["diagnose"]
-
-_SIZED = (list, dict, set, frozenset, tuple)
 
 
 def diagnose(
@@ -271,13 +270,13 @@ def _grew_during_loop(path: Path, obs: Observation, notes: list[str], period: in
     make only one), what one of them made."""
     made_in = {id(leaked.obj): leaked.run for leaked in obs.leaked}
     for obj in path.objects:
-        if not isinstance(obj, _SIZED):
+        if not isinstance(obj, SIZED):
             continue
         runs: set[int] = set()
         for item in items_of(obj):
             if id(item) in made_in:
                 runs.add(made_in[id(item)])
-            elif isinstance(item, _SIZED):  # one record per step: {"loss": ..., "preds": ...}
+            elif isinstance(item, SIZED):  # one record per step: {"loss": ..., "preds": ...}
                 runs.update(made_in[id(sub)] for sub in items_of(item) if id(sub) in made_in)
         if len(runs) >= 2:
             notes.append(

@@ -13,7 +13,6 @@ roots hold now still names the culprit in the common cases:
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Mapping
 from itertools import islice
 from typing import Any
@@ -25,11 +24,11 @@ from pytest_graphleak.diagnose.render import render_chain, render_dot
 from pytest_graphleak.diagnose.roots import given_roots
 from pytest_graphleak.diagnose.search import Path, extend, shortest_path
 from pytest_graphleak.diagnose.story import tell
+from pytest_graphleak.heap.containers import SIZED
 from pytest_graphleak.heap.graphwalk import GraphWalk
 from pytest_graphleak.heap.quiet import silenced
 from pytest_graphleak.result import Diagnosis, Verdict
 
-_CONTAINERS = (list, dict, set, frozenset, deque, tuple)
 _MIN_ACCUMULATED = 2
 _GRAPH_LIMIT = 5_000
 NO_LINES = (
@@ -53,7 +52,7 @@ def _tensor(obj: Any, walker: ObjectEdges, *, graph: bool) -> bool:
 
 
 def _accumulates(obj: object, walker: ObjectEdges, *, graph: bool) -> bool:
-    if not isinstance(obj, _CONTAINERS) or len(obj) < _MIN_ACCUMULATED:
+    if not isinstance(obj, SIZED) or len(obj) < _MIN_ACCUMULATED:
         return False
     count = 0
     for item in islice(items_of(obj), 1000):

@@ -18,18 +18,17 @@ import gc
 import sys
 import threading
 import types
-from collections import deque
 from typing import Any
 
 from pytest_graphleak.diagnose.backends import TENSOR
 from pytest_graphleak.diagnose.edges import Edge, ObjectEdges, items_of
 from pytest_graphleak.diagnose.loop_recorder import Observation
 from pytest_graphleak.diagnose.search import Path, extend, find_cycle
+from pytest_graphleak.heap.containers import GROWABLE
 from pytest_graphleak.result import display_path
 
 #: The root label of a chain that starts at a holder no root reaches.
 UNROOTED = "unknown root"
-_CONTAINERS = (list, dict, deque, set)
 _LOOKED_AT = 20  # leaked objects whose referrers are asked for
 
 
@@ -43,7 +42,7 @@ def unrooted_holder(obs: Observation, walker: ObjectEdges) -> Path | None:
         referrers = gc.get_referrers(*held)
         containers = [
             r for r in referrers
-            if isinstance(r, _CONTAINERS) and id(r) not in mine and walker.walkable(r)
+            if isinstance(r, GROWABLE) and id(r) not in mine and walker.walkable(r)
         ]  # fmt: skip
         referrers.clear()
         if not containers:

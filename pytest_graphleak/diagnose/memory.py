@@ -41,10 +41,10 @@ from pytest_graphleak.diagnose.sites import (
     make_torch_recorder,
     user_frame_of,
 )
+from pytest_graphleak.heap.containers import GROWABLE
 from pytest_graphleak.metrics import BYTES, format_amount
 from pytest_graphleak.result import CreationSite
 
-_CONTAINERS = (list, dict, deque, set)
 _MAX_OBJECTS = 100_000
 _MAX_SECONDS = 1.0
 #: References of one object looked at per turn of a root (see ``survey``).
@@ -110,7 +110,7 @@ def survey(roots: Sequence[tuple[str, object]], walker: ObjectEdges) -> Survey:
             current = expanding[index]
             if current is None:
                 obj = queues[index].popleft()
-                if isinstance(obj, _CONTAINERS):
+                if isinstance(obj, GROWABLE):
                     found.lengths[id(obj)] = len(obj)
                 current = (obj, walker.edges(obj))
             obj, references = current

@@ -37,6 +37,7 @@ from pytest_graphleak.diagnose.edges import ObjectEdges
 from pytest_graphleak.diagnose.render import render_chain, render_dot
 from pytest_graphleak.diagnose.search import Path, shortest_path
 from pytest_graphleak.diagnose.sites import Site, creation_site, function_at, most_common
+from pytest_graphleak.heap.containers import SIZED
 from pytest_graphleak.heap.graphwalk import GraphWalk
 from pytest_graphleak.patterns import BY_WORD, FIXES
 from pytest_graphleak.result import CheckResult, Diagnosis, Verdict
@@ -46,7 +47,6 @@ from pytest_graphleak.result import CheckResult, Diagnosis, Verdict
 MAX_HOLDERS = 3
 MAX_COUNTED = 50_000
 MAX_VISITED = 100_000
-_CONTAINERS = (list, dict, set, frozenset, deque, tuple)
 
 
 @dataclass
@@ -290,7 +290,7 @@ def _through_container(path: Path) -> bool:
     """A container on the chain (a numpy object array too): the test added its graph to a
     collection."""
     numpy = sys.modules.get("numpy")
-    return any(isinstance(obj, _CONTAINERS) or (numpy is not None and isinstance(
+    return any(isinstance(obj, SIZED) or (numpy is not None and isinstance(
         obj, numpy.ndarray) and obj.dtype == object) for obj in path.objects[:-1])  # fmt: skip
 
 

@@ -20,12 +20,12 @@ from typing import Any
 
 from pytest_graphleak.diagnose.edges import SUSPENDED, Edge, ObjectEdges
 from pytest_graphleak.diagnose.search import Path
+from pytest_graphleak.heap.containers import SIZED
 
 #: Longest run of graph nodes written out in a chain before the middle is elided.
 _MAX_NODE_RUN = 4
 #: Nodes drawn in the DOT picture, at most.
 MAX_DOT_NODES = 40
-_SIZED = (list, tuple, dict, set, frozenset, deque)
 
 
 def describe(obj: Any, walker: ObjectEdges) -> str:
@@ -44,7 +44,7 @@ def describe(obj: Any, walker: ObjectEdges) -> str:
         return f"function {getattr(obj, '__qualname__', '?')}"
     if isinstance(obj, type):
         return f"class {obj.__qualname__}"
-    if isinstance(obj, _SIZED):
+    if isinstance(obj, SIZED):
         return f"{type(obj).__name__}(len={len(obj)})"
     if type(obj) is contextvars.ContextVar:
         return f"ContextVar({obj.name!r})"
@@ -58,7 +58,7 @@ def _short_type(obj: Any, walker: ObjectEdges) -> str:
     """``describe`` less a container's length, and a class without the word "class"."""
     if isinstance(obj, type):
         return obj.__qualname__
-    if isinstance(obj, _SIZED):
+    if isinstance(obj, SIZED):
         return type(obj).__name__
     return describe(obj, walker)
 

@@ -41,9 +41,9 @@ from pytest_graphleak.diagnose.backends import TENSOR
 from pytest_graphleak.diagnose.edges import Edge, ObjectEdges, paused_frame
 from pytest_graphleak.diagnose.search import Path
 from pytest_graphleak.diagnose.sites import Site, names_a_library, site_and_via
+from pytest_graphleak.heap.containers import length
 from pytest_graphleak.heap.usercode import is_user_file, library_label
 
-_SIZED = (list, dict, set, frozenset, tuple)
 MISSING = object()
 
 
@@ -95,13 +95,14 @@ def _fingerprint(
             current = path.objects[0]
         parts.append(current)
     for index in range(len(path.objects)):
-        if isinstance(current, _SIZED):
-            parts.append(len(current))
         found = walker.backend_of(current)
         if found is not None:
             if found[1] == TENSOR:
                 parts.append(getattr(current, "grad_fn", None))
             break
+        size = length(current)  # containers.length: a deque or a user's history too
+        if size is not None:
+            parts.append(size)
         if index >= len(path.edges):
             break
         following = follow_edge(current, path.edges[index])
@@ -177,7 +178,8 @@ def watch_holder(
 ) -> Watched:
     """Run up to ``steps`` steps; stop after the first in which the holder changed."""
     watched = Watched()
-    sized = [(obj, len(obj)) for obj in path.objects if isinstance(obj, _SIZED)]
+    sized = [(obj, size) for obj in path.objects
+             if walker.backend_of(obj) is None and (size := length(obj)) is not None]
     watch = LineWatch(path, walker)
     previous = sys.gettrace()
     try:
@@ -195,10 +197,10 @@ def watch_holder(
             watched.steps = done
             every = "per step" if done == 1 else f"over {done} steps"
             watched.grown = [
-                f"{type(o).__name__} on the chain grows by {len(o) - before} {every} "
-                f"(len {before} -> {len(o)})"
+                f"{type(o).__name__} on the chain grows by {now - before} {every} "
+                f"(len {before} -> {now})"
                 for o, before in sized
-                if len(o) > before
+                if (now := length(o) or 0) > before
             ]
             if watched.grown or watch.changes:
                 break

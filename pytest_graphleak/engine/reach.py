@@ -22,10 +22,10 @@ from __future__ import annotations
 import gc
 import sys
 import types
-from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from pytest_graphleak.heap.containers import c_length
 from pytest_graphleak.heap.quiet import silenced
 from pytest_graphleak.heap.usercode import is_private_module, is_user_module
 
@@ -57,14 +57,6 @@ _OPAQUE: frozenset[type] = frozenset(
 #: logger of the process: ~1,500 objects reached from a transformers Trainer, 60% of its
 #: start walk) hold configuration, not a step's tensors. A user's subclass is entered.
 _OPAQUE_MODULES = frozenset({"logging"})
-
-#: Containers whose size is known before listing them, by their C ``__len__`` (never
-#: user code, also for subclasses that override ``__len__``).
-_SIZED = (list, tuple, dict, set, frozenset, deque)
-
-
-def _sizer(kind: type) -> Callable[[Any], int] | None:
-    return next((base.__len__ for base in _SIZED if issubclass(kind, base)), None)
 
 
 class Reach:
@@ -139,7 +131,7 @@ class Reach:
                         rule = rules[kind] = self._rule(kind)
                     if rule == _ENTER or (rule == _LOOK and self._look(obj)):
                         if kind not in sizers:
-                            sizers[kind] = _sizer(kind)
+                            sizers[kind] = c_length(kind)
                         size = sizers[kind]
                         if size is not None:
                             listing += size(obj)

@@ -1,0 +1,75 @@
+"""One container rule (``heap.containers``): a container on the chain that grows with the
+steps makes ``list-accumulation``, with its ``stored at:`` line and a fix worded for it,
+whatever its type: a ``collections.deque`` gets what a list gets (it got
+``retained-grad-fn``, no ``stored at:`` and the generic fix, issue 34)."""
+
+from __future__ import annotations
+
+import collections
+from typing import Any
+
+import pytest
+
+import minigrad as mg
+from pytest_graphleak import check
+from pytest_graphleak.heap.containers import GROWABLE, SIZED, grows, length
+from pytest_graphleak.report.text import render_text
+
+
+class _History:  # the user's own class: its __len__ is read
+    def __init__(self) -> None:
+        self._rows: dict[int, object] = {}
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+
+def test_the_rule_names_every_container_that_can_grow() -> None:
+    for made in (list, collections.deque, dict, set, collections.OrderedDict, collections.Counter):
+        assert grows(made()), made
+        assert length(made()) == 0
+    assert collections.defaultdict in GROWABLE or grows(collections.defaultdict(list))
+    assert not grows(()) and not grows(frozenset())  # sized, but not grown in place
+    assert {tuple, frozenset} <= set(SIZED)
+    history = _History()
+    history._rows[0] = 1
+    assert length(history) == 1  # a user's object whose length can grow
+    assert length(object()) is None
+    assert length(mg.Tensor([1.0, 2.0])) is None  # a library object: its length is a shape
+
+
+def _step(holder: Any, backend: str) -> Any:
+    if backend == "torch":
+        torch = pytest.importorskip("torch")
+        w = torch.ones(4, requires_grad=True)
+    else:
+        w = mg.Tensor([1.0, 1.0, 1.0, 1.0], requires_grad=True)
+    state = {"recent": holder}
+
+    def step() -> None:
+        loss = (w * 2.0).sum()
+        state["recent"].append(loss)
+
+    return step
+
+
+@pytest.mark.parametrize("backend", ["torch", "minigrad"])
+def test_a_deque_gets_what_a_list_gets(backend: str) -> None:
+    texts = []
+    for holder in ([], collections.deque()):
+        result = check(_step(holder, backend), steps=8, warmup=2)
+        assert result.diagnosis is not None
+        diagnosis = result.diagnosis
+        assert diagnosis.pattern == "list-accumulation", diagnosis.notes
+        kind = type(holder).__name__
+        # The caller's local is the nearest root: ``local 'holder' -> deque(len=15) -> ...``
+        assert diagnosis.chain[0] == "local 'holder'"
+        assert diagnosis.chain[1].startswith(f"{kind}(len="), diagnosis.chain
+        assert diagnosis.chain[2].startswith("Tensor(shape=(), grad_fn=Sum")
+        assert [site.line for site in diagnosis.stored_at] == ['state["recent"].append(loss)']
+        assert diagnosis.fix == (
+            'store loss.item() (a plain number) instead of loss, so that state["recent"] '
+            'keeps no graph: state["recent"].append(loss.item())'
+        )
+        texts.append(render_text(result))
+    assert f"{kind} on the chain grows by 1 per step" in texts[1]
