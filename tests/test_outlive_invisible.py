@@ -191,3 +191,34 @@ def test_a_failure_inside_the_audit_is_a_note(
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["graphleak: outlive audit failed in test_x.py::test_keeps: "
                                  "RuntimeError: boom"])  # fmt: skip
+
+
+def test_a_graph_built_at_a_lazy_import_is_named_for_no_test(pytester: pytest.Pytester) -> None:
+    """A module first imported inside a test builds a graph at import: not the test's
+    (which test imports it first depends on the order), so not named; a graph a test
+    stores in a module imported before it is."""
+    pytester.makepyfile(
+        priors_lazy=textwrap.dedent("""
+            import minigrad as mg
+            BASELINE = mg.Tensor([1.0], requires_grad=True) * 2  # built at import
+        """),
+        kept_early=textwrap.dedent("""
+            KEEP = []
+        """),
+        test_lazy=textwrap.dedent("""
+            import minigrad as mg
+            import kept_early
+
+            def test_imports_priors_lazily():
+                import priors_lazy
+                assert priors_lazy.BASELINE.grad_fn is not None
+
+            def test_stores_in_an_early_module():
+                kept_early.KEEP.append(mg.Tensor([1.0], requires_grad=True) * 3)
+        """),
+    )
+    result = pytester.runpytest("--graphleak", "-p", "no:randomly")
+    result.assert_outcomes(passed=2, warnings=1)
+    result.stdout.fnmatch_lines(["*WARNING test_lazy.py::test_stores_in_an_early_module  "
+                                 "outlived the test*kept_early.KEEP*"])  # fmt: skip
+    assert "test_imports_priors_lazily  outlived" not in result.stdout.str()

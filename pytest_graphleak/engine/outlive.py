@@ -79,6 +79,8 @@ class Census:
         #: of the older ones, when the test began (``young``).
         self._marker: list[None] | None = None
         self._older_collections = 0
+        #: The newest module in sys.modules when the test began (``modules_imported``).
+        self._last_module: str | None = None
 
     # -- the counters ---------------------------------------------------------------------
     @staticmethod
@@ -102,6 +104,7 @@ class Census:
         """Read the counters; True (the census never needs to step aside)."""
         self._older_collections = _older_collections()
         self._marker = [None]
+        self._last_module = next(reversed(sys.modules), None)
         self._start = self._counters()
         mg = sys.modules.get("minigrad")
         if mg is not None and hasattr(mg, "record_creation_sites"):
@@ -154,6 +157,17 @@ class Census:
         self.backends = active_backends()
         self._by_name = {b.name: b for b in self.backends}
         return True
+
+    def modules_imported(self) -> set[str]:
+        """The modules first imported during the test: sys.modules keeps insertion order,
+        so they follow the newest one at its start (none known when that one was removed
+        from sys.modules meanwhile)."""
+        imported: set[str] = set()
+        for name in reversed(list(sys.modules)):
+            if name == self._last_module:
+                return imported
+            imported.add(name)
+        return set()
 
     @silenced
     def young(self) -> list[Any] | None:

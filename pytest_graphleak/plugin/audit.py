@@ -27,7 +27,7 @@ import fnmatch
 import sys
 import types
 import warnings
-from collections.abc import Generator, Iterable, Iterator, Mapping
+from collections.abc import Collection, Generator, Iterable, Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -168,7 +168,8 @@ class OutliveAudit:
                 if not found:
                     return Explained()
                 targets = Listed(found, census.grown_in_place)
-            return explain(targets, self._holders(item), nodeid=item.nodeid,
+            roots = self._holders(item, imported=census.modules_imported())
+            return explain(targets, roots, nodeid=item.nodeid,
                            backends=census.backends, keep_paths=keep_paths,
                            site_of=site_of)  # fmt: skip
         finally:
@@ -251,9 +252,12 @@ class OutliveAudit:
 
     # -- roots --------------------------------------------------------------------------
     def _holders(
-        self, item: pytest.Item, *, fixtures: bool = True, others: bool = True
-    ) -> list[Holder]:
-        """The roots; ``others``: the user's other modules' globals too."""
+        self, item: pytest.Item, *, fixtures: bool = True, others: bool = True,
+        imported: Collection[str] = (),
+    ) -> list[Holder]:  # fmt: skip
+        """The roots; ``others``: the user's other modules' globals too, but those of
+        the modules first ``imported`` during the test (what their import made is not
+        the test's: a graph built at import is named for no test)."""
         module = getattr(item, "module", None)
         holders: list[Holder] = []
         if isinstance(module, types.ModuleType):
@@ -264,7 +268,9 @@ class OutliveAudit:
         if fixtures:
             holders.extend(_live_fixtures(item))
         for name, other in list(sys.modules.items()) if others else ():
-            if other is not module and isinstance(other, types.ModuleType) and is_user_module(name):
+            if name in imported or other is module or not isinstance(other, types.ModuleType):
+                continue
+            if is_user_module(name):
                 holders.extend(_globals(other))
         if not self.keep:
             return holders
