@@ -222,3 +222,18 @@ def test_a_graph_built_at_a_lazy_import_is_named_for_no_test(pytester: pytest.Py
     result.stdout.fnmatch_lines(["*WARNING test_lazy.py::test_stores_in_an_early_module  "
                                  "outlived the test*kept_early.KEEP*"])  # fmt: skip
     assert "test_imports_priors_lazily  outlived" not in result.stdout.str()
+
+
+@needs_torch
+def test_the_census_reads_torch_under_inference_mode() -> None:
+    """A test run under inference_mode (entered by a fixture): the counter is still read,
+    so the census never takes every older graph for the test's."""
+    w = torch.ones(2, requires_grad=True)
+    older = (w * 2).sum()
+    census = Census()
+    with torch.inference_mode():
+        census.begin()
+    made = (w * 3).sum()
+    with torch.inference_mode():
+        assert census.finish()
+    assert census.made_during(made) and not census.made_during(older)

@@ -134,7 +134,8 @@ class TorchBackend(Backend):
     def current_sequence_nr(self) -> int:
         """The sequence number the next autograd node of this thread will get."""
         torch = self.torch
-        with torch.enable_grad():
+        # inference_mode(False): also under a test's own inference_mode, the probe gets a node
+        with torch.inference_mode(False), torch.enable_grad():
             probe = torch.zeros((), requires_grad=True).mul(1)
         return int(probe.grad_fn._sequence_nr()) + 1
 

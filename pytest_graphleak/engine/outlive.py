@@ -61,6 +61,8 @@ class Census:
     def __init__(self) -> None:
         #: library -> its node counter when the test began (None: not imported then).
         self._start: dict[str, int | None] = {}
+        #: library -> imported when the test began, but its counter could not be read.
+        self._unread: dict[str, bool] = {}
         #: library -> [start, end) of the numbers the test's nodes got (after ``finish``).
         self._range: dict[str, tuple[int, int]] = {}
         self._checked: list[_Span] = []
@@ -106,6 +108,7 @@ class Census:
         self._marker = [None]
         self._last_module = next(reversed(sys.modules), None)
         self._start = self._counters()
+        self._unread = {lib: n is None and lib in sys.modules for lib, n in self._start.items()}
         mg = sys.modules.get("minigrad")
         if mg is not None and hasattr(mg, "record_creation_sites"):
             self._recording = mg.record_creation_sites(True)
@@ -146,8 +149,8 @@ class Census:
         end = self._counters(end=True)
         self._range = {}
         for library, last in end.items():
-            if last is None:
-                continue
+            if last is None or self._unread.get(library):
+                continue  # not imported, or its counter could not be read at the start
             first = self._start.get(library)
             first = 0 if first is None else first  # imported during the test: all its own
             if last > first:
