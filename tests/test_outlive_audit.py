@@ -206,6 +206,11 @@ def test_wider_fixture_keeps_its_graph_and_globals_are_named(pytester: pytest.Py
     result.stdout.fnmatch_lines([
         "*held by: global 'test_wider.KEPT' -> list(len=1) -> Tensor*",
         "*held by: class attribute 'TestCase.seen' -> dict?'x'? -> Tensor*",
+        # the module fixture's dict still holds its graph when it is torn down (the last
+        # test's teardown): named then, with the test that stored it
+        "*made during test_wider.py::test_stores_in_module_fixture, still alive at the "
+        "teardown of fixture 'cache' (module scope)",
+        "*held by: fixture 'cache' (module scope) -> dict?'out'? -> Tensor*",
     ])  # fmt: skip
 
 
@@ -235,7 +240,10 @@ def test_graph_outliving_its_module_fixture_is_named_at_its_teardown(
     result = pytester.runpytest("--graphleak", "-p", "no:randomly")
     result.assert_outcomes(passed=2, warnings=1)
     result.stdout.fnmatch_lines([
-        "*test_late.py::test_last left autograd graphs alive*",
+        "*autograd graphs were still alive when a wider-scope fixture was torn down, at the "
+        "teardown of test_late.py::test_last (outlive)",
+        "*made during test_late.py::test_fills_box, still alive at the teardown of fixture "
+        "'box' (module scope)",
         "*held by: global 'test_late.LATER' -> list(len=1) -> dict?'loss'? -> Tensor*",
         "*made during test_late.py::test_fills_box; kept by fixture 'box' (module scope) until*",
     ])  # fmt: skip
@@ -809,3 +817,196 @@ def test_keep_names_resolve_without_imports_or_computed_attributes() -> None:
         assert calls == []
     finally:
         del sys.modules[module.__name__]
+
+
+CLASS_FIXTURES = """
+import unittest
+
+import pytest
+import minigrad as mg
+
+
+def loss():
+    return (mg.Tensor([1.0, 2.0], requires_grad=True) * 2).sum()
+
+
+@pytest.fixture(scope="class")
+def history(request):
+    request.cls.history = []
+    yield
+    request.cls.history.clear()
+
+
+@pytest.mark.usefixtures("history")
+class TestSeq:
+    def test_first(self):
+        self.history.append(loss())
+
+    def test_second(self):
+        self.history.append(loss())
+
+
+@pytest.fixture(scope="class")
+def hist2():
+    h = []
+    yield h
+    h.clear()
+
+
+class TestSeq2:
+    def test_first(self, hist2):
+        hist2.append(loss())
+
+    def test_second(self, hist2):
+        hist2.append(loss())
+
+
+class TestUnittest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.history = []
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.history.clear()
+
+    def test_first(self):
+        self.history.append(loss())
+
+    def test_second(self):
+        self.history.append(loss())
+
+
+@pytest.fixture(scope="class")
+def kept(request):
+    request.cls.kept = []
+    yield  # not cleared: the class attribute keeps the graphs after the class
+
+
+@pytest.mark.usefixtures("kept")
+class TestKeeps:
+    def test_first(self):
+        self.kept.append(loss())
+
+    def test_second(self):
+        pass
+"""
+
+
+def test_request_cls_attributes_are_judged_at_the_class_fixtures_teardown(
+    pytester: pytest.Pytester,
+) -> None:
+    """Issue 33 item 5: a class-scoped fixture's request.cls attributes (and setUpClass's)
+    are that fixture's while it lives, as its yielded value is: cleared at its teardown,
+    nothing is named; left filled, they are named then, with the test that filled them."""
+    pytester.makepyfile(test_cls=CLASS_FIXTURES)
+    result = pytester.runpytest("--graphleak", "-p", "no:randomly")
+    result.assert_outcomes(passed=8, warnings=1)
+    found = _outlive_warnings(result)
+    assert len(found) == 1, found
+    assert ("autograd graphs were still alive when a wider-scope fixture was torn down, at the "
+            "teardown of test_cls.py::TestKeeps::test_second") in found[0]  # fmt: skip
+    result.stdout.fnmatch_lines([
+        "*made during test_cls.py::TestKeeps::test_first, still alive at the teardown of "
+        "fixture 'kept' (class scope)",
+        "*held by: class attribute 'TestKeeps.kept' (set by fixture 'kept') -> list(len=1) -> "
+        "Tensor*",
+        "*note: fixture 'kept' still kept it after its own teardown code ran*",
+    ])  # fmt: skip
+    result = pytester.runpytest("--graphleak", "-p", "no:randomly", "--graphleak-outlive=fail")
+    result.assert_outcomes(passed=8, errors=1)
+    result.stdout.fnmatch_lines(["ERROR test_cls.py::TestKeeps::test_second*"])
+
+
+SESSION_VALUE = """
+import pytest
+import minigrad as mg
+
+
+def loss():
+    return (mg.Tensor([1.0, 2.0], requires_grad=True) * 2).sum()
+
+
+@pytest.fixture(scope="session")
+def store():
+    return {}
+
+
+@pytest.fixture(scope="session")
+def cleared():
+    box = []
+    yield box
+    box.clear()
+
+
+@pytest.fixture(scope="session")
+def own():
+    return {"mine": loss()}  # a graph the fixture made at its own setup: not a test's
+
+
+@pytest.fixture(scope="session")
+def model():
+    return mg.nn.Linear(2, 1)
+
+
+def test_stores(store, cleared, own, model):
+    store["loss"] = loss()
+    cleared.append(loss())
+    opt = mg.optim.SGD(model.parameters(), lr=0.1)  # a session model's parameters: leaves
+    model(mg.Tensor([[1.0, 2.0]])).sum().backward()
+    opt.step()
+
+
+def test_reads(store, cleared, own):
+    assert store["loss"].grad_fn is not None and cleared
+
+
+def test_last():
+    pass
+"""
+
+MODULE_VALUE = """
+import pytest
+import minigrad as mg
+
+
+@pytest.fixture(scope="module")
+def store():
+    return {}
+
+
+def test_only(store):  # the module's last test: the fixture is torn down in its teardown
+    store["loss"] = (mg.Tensor([1.0, 2.0], requires_grad=True) * 2).sum()
+"""
+
+
+def test_graph_kept_in_a_session_fixtures_value_is_named_at_its_teardown(
+    pytester: pytest.Pytester,
+) -> None:
+    """Issue 33 item 9: a session fixture's dict that a test stored a graph into still
+    holds it when the fixture is torn down (the last test's teardown): named then, with the
+    test that stored it. A fixture that clears its list there, a graph the fixture made
+    itself and a session model's parameters are not named."""
+    pytester.makepyfile(test_session_value=SESSION_VALUE)
+    result = pytester.runpytest("--graphleak", "-p", "no:randomly")
+    result.assert_outcomes(passed=3, warnings=1)
+    found = _outlive_warnings(result)
+    assert len(found) == 1, found
+    assert "at the teardown of test_session_value.py::test_last" in found[0]
+    result.stdout.fnmatch_lines([
+        "*1 graph-carrying tensor (* graph nodes) made during test_session_value.py::test_stores, "
+        "still alive at the teardown of fixture 'store' (session scope)",
+        "*held by: fixture 'store' (session scope) -> dict?'loss'? -> Tensor*",
+    ])  # fmt: skip
+    assert "'cleared'" not in result.stdout.str() and "'own'" not in result.stdout.str()
+    # the test that stored it is the last one of the fixture's scope: judged in its own
+    # teardown, before pytest drops the value
+    pytester.makepyfile(test_module_value=MODULE_VALUE)
+    result = pytester.runpytest("--graphleak", "-p", "no:randomly", "test_module_value.py")
+    result.assert_outcomes(passed=1, warnings=1)
+    result.stdout.fnmatch_lines([
+        "*made during test_module_value.py::test_only, still alive at the teardown of fixture "
+        "'store' (module scope)",
+        "*held by: fixture 'store' (module scope) -> dict?'loss'? -> Tensor*",
+        "*note: fixture 'store' still kept it after its own teardown code ran*",
+    ])  # fmt: skip

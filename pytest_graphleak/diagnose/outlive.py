@@ -40,7 +40,7 @@ from pytest_graphleak.diagnose.sites import Site, creation_site, function_at, mo
 from pytest_graphleak.heap.containers import SIZED
 from pytest_graphleak.heap.graphwalk import GraphWalk
 from pytest_graphleak.patterns import BY_WORD, FIXES
-from pytest_graphleak.result import CheckResult, Diagnosis, Verdict
+from pytest_graphleak.result import JUDGED_AT_FIXTURE_TEARDOWN, CheckResult, Diagnosis, Verdict
 
 #: Holders reported per test, objects walked to count what one holder keeps, and the
 #: objects one search may visit (the user's module globals can reach big datasets).
@@ -64,6 +64,12 @@ class Holder:
     #: Kept on purpose (``graphleak_outlive_keep``): not a root, and no search passes
     #: through its value, whatever name or path reaches it.
     kept: bool = False
+    #: The wider-scope fixture whose teardown judges what this root keeps (its value, or a
+    #: ``request.cls`` attribute it set); the plugin's object, opaque here.
+    owner: Any = None
+    #: A live fixture's own object (a ``request.cls`` attribute it set): no other root's
+    #: chain passes through it (the class is also a module global) while it lives.
+    exclusive: bool = False
 
 
 @dataclass
@@ -73,6 +79,8 @@ class Deferred:
     nodeid: str
     fixture: str  # the holder's label
     tensors: list[weakref.ref[Any]] = field(default_factory=list)
+    #: The holder's ``owner``: the fixture whose teardown judges these graphs.
+    owner: Any = None
 
     def alive(self) -> list[Any]:
         return [obj for ref in self.tensors if (obj := ref()) is not None]
@@ -135,12 +143,15 @@ def explain(
     fixture: str = "",
     site_of: SiteOf | None = None,
     keep_paths: bool = False,
+    judging: Any = None,
 ) -> Explained:
     """One result per holder (at most ``MAX_HOLDERS``) of the graph objects the roots
     reach that ``targets`` made. ``made_by``: the test that made them, when it is not
     ``nodeid`` (a deferred graph judged after the teardown of ``fixture``, which kept it
     until then). ``site_of``: where an object was made (default: minigrad's record).
-    Holds nothing after it returns, but the chains when ``keep_paths``."""
+    Holds nothing after it returns, but the chains when ``keep_paths``. ``judging``: the
+    fixture being torn down: the roots it owns are searched after the user's, and what
+    they keep is reported, no longer deferred."""
     claimed: set[int] = set()
 
     def wanted(obj: object) -> bool:
@@ -154,24 +165,35 @@ def explain(
     outcome = Explained(walker=walker if keep_paths else None)
     where = site_of or _recorded_site(backends)
     plain = [(h.label, h.value) for h in holders if not h.fixture and not h.kept]
-    fixtures = [(h.label, h.value) for h in holders if h.fixture and not h.kept]
+    live = [h for h in holders if h.fixture and not h.kept]
+    torn = [(h.label, h.value) for h in live if judging is not None and h.owner is judging]
+    fixtures = [(h.label, h.value) for h in live if judging is None or h.owner is not judging]
+    owned = {id(h.value) for h in holders if h.fixture and h.exclusive}.difference(
+        walker.exclude)  # fmt: skip
     while len(outcome.results) < MAX_HOLDERS:
+        walker.exclude.update(owned)  # the user's roots do not pass through them
         path = _search(plain, wanted, walker)
         deferred = False
+        if path is None:
+            walker.exclude.difference_update(owned)
+            path = _search(torn, wanted, walker)
         if path is None:
             path = _search(fixtures, wanted, walker)
             if path is None:
                 break
             deferred = not _in_place(path, targets, backends)  # the fixture's while it lives
         kept = _kept_by(path.objects[0], wanted, walker)
+        walker.exclude.difference_update(owned)
         if deferred:
+            owner = next((h.owner for h in holders if h.label == path.root_label), None)
             outcome.deferred.append(Deferred(made_by or nodeid, path.root_label,
-                                             _weak(kept, backends)))  # fmt: skip
+                                             _weak(kept, backends), owner))  # fmt: skip
         else:
             in_place = _in_place(path, targets, backends)
             outcome.results.append(_result(path, kept, walker, backends, nodeid, made_by,
                                            fixture, in_place, where))  # fmt: skip
         plain = [root for root in plain if root[0] != path.root_label]
+        torn = [root for root in torn if root[0] != path.root_label]
         fixtures = [root for root in fixtures if root[0] != path.root_label]
         if keep_paths and not deferred:
             outcome.paths.append(path)
@@ -179,6 +201,7 @@ def explain(
             path.clear()
         claimed.update(id(obj) for obj in kept)
         kept.clear()
+    walker.exclude.difference_update(owned)
     return outcome
 
 
@@ -245,6 +268,8 @@ def _result(
     what = (f"{len(tensors)} graph-carrying {nouns} ({counted} graph nodes)" if tensors
             else f"{counted} graph nodes")  # fmt: skip
     reason = f"{what} made during {maker} still alive after its teardown"
+    if made_by:  # judged at a wider-scope fixture's teardown, maybe for several tests
+        reason = f"{what} made during {maker}{JUDGED_AT_FIXTURE_TEARDOWN}{fixture}"
     if in_place:
         old = "a tensor" if len(tensors) <= 1 else f"{len(tensors)} tensors"
         reason = (f"{old} whose graph {maker} extended in place ({counted} graph nodes), "

@@ -76,6 +76,13 @@ class OutliveAudit:
         self._rerun: outlive_rerun.SiteRun | None = None
         #: Graphs kept only by a wider-scope fixture, with that fixture's definition.
         self._pending: list[tuple[Deferred, Any]] = []
+        #: Attributes a class-scoped fixture set on ``request.cls`` (the unittest
+        #: ``setUpClass`` fixture too), while it lives: id(class) -> (class, name -> def).
+        self._set_by: dict[int, tuple[type, dict[str, Any]]] = {}
+        #: The test whose protocol runs (a fixture's teardown is judged during it), and
+        #: what was judged at fixture teardowns during it, reported at its teardown.
+        self._item: pytest.Item | None = None
+        self._judged: list[CheckResult] = []
         #: Why some tests could not be audited (shown once in the summary).
         self.notes: set[str] = set()
 
@@ -116,6 +123,8 @@ class OutliveAudit:
             if census is not None:
                 results = self._audit(item, census, nextitem)
                 item.stash[_AUDITED_KEY] = True
+        results.extend(self._judged)  # judged at the fixture teardowns just done
+        self._judged.clear()
         with _quiet(self, item):
             results.extend(self._judge_pending(item))
         if not results:
@@ -133,7 +142,8 @@ class OutliveAudit:
         explained = self._census_explained(item, census, keep_paths=rerun)
         try:
             for deferred in explained.deferred:
-                fixturedef = _fixturedefs(item).get(_fixture_name(deferred.fixture))
+                fixturedef = deferred.owner or _fixturedefs(item).get(
+                    _fixture_name(deferred.fixture))  # fmt: skip
                 if fixturedef is not None and deferred.tensors:
                     self._pending.append((deferred, fixturedef))
             checked = item.stash.get(_CHECKED_ROOTS_KEY, set())
@@ -250,6 +260,122 @@ class OutliveAudit:
         self._pending = still
         return results
 
+    # -- wider-scope fixtures ----------------------------------------------------------
+    @pytest.hookimpl(hookwrapper=True, tryfirst=True)
+    def pytest_runtest_protocol(self, item: pytest.Item) -> Generator[None, Any, None]:
+        self._item = item
+        self._judged.clear()  # left by a teardown that raised before it was reported
+        try:
+            yield
+        finally:
+            self._item = None
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_fixture_setup(self, fixturedef: Any, request: Any) -> Generator[None, Any, None]:
+        """Note the ``request.cls`` attributes a class-scoped fixture sets: what they keep
+        is that fixture's while it lives, as its value is."""
+        cls = _request_cls(request) if fixturedef.scope == "class" else None
+        before = dict(vars(cls)) if cls is not None else {}
+        yield
+        if cls is None:
+            return
+        changed = [name for name, value in list(vars(cls).items())
+                   if not name.startswith("__")
+                   and before.get(name, _MISSING) is not value]  # fmt: skip
+        before.clear()
+        if changed:
+            names = self._set_by.setdefault(id(cls), (cls, {}))[1]
+            names.update(dict.fromkeys(changed, fixturedef))
+
+    def pytest_fixture_post_finalizer(self, fixturedef: Any, request: Any) -> None:
+        """A wider-scope fixture's finalizers ran and its value is still cached: what the
+        graphs the tests handed it are still kept by (its value, the ``request.cls``
+        attributes it set, or a root of the user's) is named now, with the tests that
+        made them. A fixture that cleared them at its teardown keeps nothing."""
+        owned = self._release(fixturedef)
+        item = self._item
+        if self._rerun is not None or item is None or fixturedef.scope == "function":
+            return  # torn down after the last test: nothing is left to report on
+        pending = [d for d, fd in self._pending if fd is fixturedef]
+        self._pending = [(d, fd) for d, fd in self._pending if fd is not fixturedef]
+        # torn down in this test's own teardown, before its audit: what it stored there
+        census = item.stash.get(_CENSUS_KEY, None)
+        now = census.so_far() if census is not None else None
+        alive = [obj for deferred in pending for obj in deferred.alive()]
+        if not alive and now is None:
+            return
+        results: list[CheckResult] = []
+        label = _fixture_label(fixturedef)
+        try:
+            with _quiet(self, item):  # a failure is a note, never the teardown's error
+                roots = self._teardown_roots(item, fixturedef, owned)
+                if alive:
+                    earlier = explain(Listed(alive), roots, nodeid=item.nodeid,
+                                      made_by=_tests(pending), fixture=label,
+                                      backends=_backends(), judging=fixturedef)  # fmt: skip
+                    for deferred in earlier.deferred:  # handed on to another live fixture
+                        if deferred.owner is not None and deferred.tensors:
+                            self._pending.append((deferred, deferred.owner))
+                    results.extend(earlier.results)
+                if now is not None:  # the user's roots are its audit's, after the teardown
+                    mine = {h.label for h in roots if h.owner is fixturedef}
+                    own = explain(now, roots, nodeid=item.nodeid, made_by=item.nodeid,
+                                  fixture=label, backends=now.backends,
+                                  judging=fixturedef)  # fmt: skip
+                    results.extend(r for r in own.results if _root(r, raw=True) in mine)
+        finally:
+            alive.clear()
+        for result in results:
+            diagnosis = result.diagnosis
+            if diagnosis is None:
+                continue
+            root = _root(result, raw=True)
+            if root == label or root.endswith(_owned_by(fixturedef)):
+                diagnosis.notes.append(
+                    f"{_still_kept(fixturedef)} (one that clears it there keeps nothing)"
+                )
+            if not diagnosis.sites:
+                diagnosis.notes.append("created at: unknown (torch's creation sites are not "
+                                       "recorded while a test runs)")  # fmt: skip
+        self._judged.extend(results)
+
+    def _release(self, fixturedef: Any) -> list[tuple[type, str]]:
+        """Forget (and return) the ``request.cls`` attributes ``fixturedef`` set."""
+        owned: list[tuple[type, str]] = []
+        for key, (cls, names) in list(self._set_by.items()):
+            mine = [name for name, fd in names.items() if fd is fixturedef]
+            owned.extend((cls, name) for name in mine)
+            for name in mine:
+                del names[name]
+            if not names:
+                del self._set_by[key]
+        return owned
+
+    def _teardown_roots(
+        self, item: pytest.Item, fixturedef: Any, owned: list[tuple[type, str]]
+    ) -> list[Holder]:
+        """The roots while ``fixturedef`` is torn down: the user's (other live wider-scope
+        fixtures stay deferred), then its value and the class attributes it set (searched
+        after the user's: a global it handed them to is the holder to name)."""
+        holders = [h for h in self._holders(item) if h.owner is not fixturedef]
+        mine: list[Holder] = []
+        cached = getattr(fixturedef, "cached_result", None)
+        if cached and cached[2] is None:
+            mine.append(Holder(_fixture_label(fixturedef), fixturedef.argname, cached[0],
+                               fixture=True, owner=fixturedef))  # fmt: skip
+        for cls, name in owned:
+            value = vars(cls).get(name, _MISSING)
+            if value is not _MISSING:
+                label = f"class attribute '{cls.__qualname__}.{name}'{_owned_by(fixturedef)}"
+                mine.append(Holder(label, f"{cls.__module__}.{cls.__qualname__}.{name}", value,
+                                   fixture=True, owner=fixturedef, exclusive=True))  # fmt: skip
+        if self.keep:  # the keep list applies to these too
+            kept = {id(h.value) for h in holders if h.kept}
+            mine = [h for h in mine if id(h.value) not in kept
+                    and not self._kept_on_purpose(h.qualified)]  # fmt: skip
+        values = {id(h.value) for h in mine}
+        return [*(h for h in holders if id(h.value) not in values), *mine]
+
     # -- roots --------------------------------------------------------------------------
     def _holders(
         self, item: pytest.Item, *, fixtures: bool = True, others: bool = True,
@@ -264,7 +390,7 @@ class OutliveAudit:
             holders.extend(_globals(module))
         cls = getattr(item, "cls", None)
         if isinstance(cls, type):
-            holders.extend(_class_attributes(cls))
+            holders.extend(_class_attributes(cls, self._set_by))
         if fixtures:
             holders.extend(_live_fixtures(item))
         for name, other in list(sys.modules.items()) if others else ():
@@ -385,17 +511,27 @@ def _note_unknown_sites(result: CheckResult, rerun: bool) -> None:
     )
 
 
-def _class_attributes(cls: type) -> Iterable[Holder]:
+def _class_attributes(
+    cls: type, set_by: Mapping[int, tuple[type, dict[str, Any]]] | None = None
+) -> Iterable[Holder]:
+    """The class's attributes (and its user bases'); one that a live class-scoped fixture
+    set on ``request.cls`` is that fixture's, as its value would be (``set_by``)."""
     for klass in cls.__mro__:
         if klass is object or is_user_module(klass.__module__) is False:
             continue
+        owners = (set_by or {}).get(id(klass), (klass, {}))[1]
         for name, value in list(vars(klass).items()):
             if name.startswith("__") or isinstance(value, (types.FunctionType, staticmethod,
                                                            classmethod, property)):  # fmt: skip
                 continue
             qualified = f"{klass.__module__}.{klass.__qualname__}.{name}"
-            yield Holder(f"class attribute '{klass.__qualname__}.{name}'", qualified, value,
-                         read=_reader(klass.__dict__, name, value))  # fmt: skip
+            label = f"class attribute '{klass.__qualname__}.{name}'"
+            owner = owners.get(name)
+            if owner is not None and getattr(owner, "cached_result", None) is not None:
+                yield Holder(label + _owned_by(owner), qualified, value, fixture=True,
+                             owner=owner, exclusive=True)  # fmt: skip
+                continue
+            yield Holder(label, qualified, value, read=_reader(klass.__dict__, name, value))
 
 
 #: Objects one graphleak_outlive_keep entry may name (a pattern over many attributes).
@@ -470,7 +606,49 @@ def _live_fixtures(item: pytest.Item) -> Iterable[Holder]:
             continue
         if name in ("request", "pytestconfig", "graphleak"):
             continue
-        yield Holder(f"fixture '{name}' ({scope} scope)", name, cached[0], fixture=True)
+        yield Holder(_fixture_label(fixturedef), name, cached[0], fixture=True, owner=fixturedef)
+
+
+#: The class-scoped fixture pytest runs a unittest class's setUpClass in, and its class.
+_SETUP_CLASS = "_unittest_setUpClass_fixture_"
+
+
+def _fixture_label(fixturedef: Any) -> str:
+    name = str(fixturedef.argname)
+    if name.startswith(_SETUP_CLASS):
+        return f"class {name.removeprefix(_SETUP_CLASS)} (setUpClass)"
+    return f"fixture '{name}' ({fixturedef.scope} scope)"
+
+
+def _owned_by(fixturedef: Any) -> str:
+    """The label's tail for a class attribute a class-scoped fixture set."""
+    name = str(fixturedef.argname)
+    if name.startswith(_SETUP_CLASS):
+        return " (set by setUpClass)"
+    return f" (set by fixture '{name}')"
+
+
+def _still_kept(fixturedef: Any) -> str:
+    name = str(fixturedef.argname)
+    if name.startswith(_SETUP_CLASS):
+        return f"{name.removeprefix(_SETUP_CLASS)} still kept it after tearDownClass ran"
+    return f"fixture '{name}' still kept it after its own teardown code ran"
+
+
+def _request_cls(request: Any) -> type | None:
+    try:
+        cls = request.cls
+    except Exception:  # no class in this scope
+        return None
+    return cls if isinstance(cls, type) else None
+
+
+def _tests(pending: list[Deferred]) -> str:
+    """The tests that made the graphs: ``a``, ``a and b``, ``a, b, c and 2 more tests``."""
+    names = list(dict.fromkeys(deferred.nodeid for deferred in pending))
+    if len(names) <= 3:
+        return " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
+    return f"{', '.join(names[:3])} and {len(names) - 3} more tests"
 
 
 def _fixture_name(label: str) -> str:
@@ -494,9 +672,12 @@ def _chain_root(check: dict[str, Any]) -> str:
     return _holder_key(str(chain[0])) if chain else ""
 
 
-def _root(result: CheckResult) -> str:
+def _root(result: CheckResult, *, raw: bool = False) -> str:
+    """The label of the chain's root (``raw``), or its holder key."""
     chain = result.diagnosis.chain if result.diagnosis is not None else []
-    return _holder_key(chain[0]) if chain else ""
+    if not chain:
+        return ""
+    return chain[0] if raw else _holder_key(chain[0])
 
 
 def _backends() -> list[Any]:

@@ -17,7 +17,7 @@ from pytest_graphleak.report.scale import noise_of, sparkline
 from pytest_graphleak.report.span import head_label, span_text
 from pytest_graphleak.report.view import diagnosis_view
 from pytest_graphleak.report.view import site_text as view_site_text
-from pytest_graphleak.result import CheckResult, CreationSite, Growth
+from pytest_graphleak.result import JUDGED_AT_FIXTURE_TEARDOWN, CheckResult, CreationSite, Growth
 from pytest_graphleak.status import BY_WORD as STATUS_WORDS
 from pytest_graphleak.verdict import slowest_leak_text
 
@@ -65,8 +65,11 @@ def render_outlive(result: CheckResult) -> str:
     """The outlive audit's report of one holder: what the test left alive and why."""
     nodeid = result.name.removesuffix("::outlive")
     pattern = result.pattern or "retained-grad-fn"
-    lines = [f"graphleak: {nodeid} left autograd graphs alive after its teardown (outlive)",
-             f"  {result.verdict.reason}"]  # fmt: skip
+    header = f"graphleak: {nodeid} left autograd graphs alive after its teardown (outlive)"
+    if JUDGED_AT_FIXTURE_TEARDOWN in result.verdict.reason:
+        header = (f"graphleak: autograd graphs were still alive when a wider-scope fixture "
+                  f"was torn down, at the teardown of {nodeid} (outlive)")  # fmt: skip
+    lines = [header, f"  {result.verdict.reason}"]
     diagnosis = asdict(result.diagnosis) if result.diagnosis is not None else None
     lines.extend(f"  {line.plain()}" for line in diagnosis_view(pattern, diagnosis, outlive=True))
     lines.append(
