@@ -41,7 +41,7 @@ class PatternFacts:
 #: Fix for tensors kept without a graph: never ``.detach()``, which changes nothing.
 _NO_GRAPH_KEPT_FIX = (
     "the kept tensors are already detached, so .detach() changes nothing: store plain "
-    "numbers (loss.item()), bound or clear the container (collections.deque(maxlen=N), "
+    "numbers (.item()), bound or clear the container (collections.deque(maxlen=N), "
     "or clear it at the end of each epoch), and for metrics keep a fixed-size state "
     "(binned thresholds instead of every prediction; compute() and reset() each epoch)"
 )
@@ -51,8 +51,8 @@ TABLE: tuple[PatternFacts, ...] = (
         word="list-accumulation",
         meaning="each step adds graph-carrying tensors to a container that keeps growing",
         fix=(
-            "store plain numbers, not graph-carrying tensors: append loss.item() "
-            "(or loss.detach()) instead of loss"
+            "store plain numbers (.item()) or detached tensors (.detach()) in the growing "
+            "container, not graph-carrying tensors"
         ),
         suggested_by=("tensors",),
         told_by=("tensors", "nodes", "memory"),
@@ -73,9 +73,9 @@ TABLE: tuple[PatternFacts, ...] = (
             "(running total, hidden state or in-place accumulation not detached)"
         ),
         fix=(
-            "cut the graph of long-lived tensors each step: total += loss.item(), "
-            "hidden = hidden.detach() (or unchain_backward()), update running stats under "
-            "no_grad()"
+            "cut the graph of long-lived tensors each step: update running totals with "
+            ".item() or .detach() values, detach carried hidden state once per step (or "
+            "unchain_backward()), update running stats under no_grad()"
         ),
         suggested_by=("nodes",),
         told_by=("nodes", "tensors"),
@@ -112,7 +112,7 @@ TABLE: tuple[PatternFacts, ...] = (
         ),
         no_graph_fix=(
             "find what keeps each step's tensors (see the notes) and let go of them: "
-            "store plain numbers (loss.item()), bound or clear what collects them "
+            "store plain numbers (.item()), bound or clear what collects them "
             "(collections.deque(maxlen=N), clear at the end of each epoch), join threads "
             "that hold them, keep no .numpy() views of step outputs"
         ),

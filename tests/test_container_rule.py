@@ -73,3 +73,27 @@ def test_a_deque_gets_what_a_list_gets(backend: str) -> None:
         )
         texts.append(render_text(result))
     assert f"{kind} on the chain grows by 1 per step" in texts[1]
+
+
+class _Rows:  # the user's own container: its length is what grows
+    def __init__(self) -> None:
+        self._by_step: dict[int, object] = {}
+
+    def __len__(self) -> int:
+        return len(self._by_step)
+
+    def add(self, value: object) -> None:
+        self._by_step[len(self._by_step)] = value
+
+
+def test_a_user_object_whose_length_grows_is_a_growing_container() -> None:
+    w = mg.Tensor([1.0, 1.0], requires_grad=True)
+    rows = _Rows()
+
+    def step() -> None:
+        loss = (w * 2.0).sum()
+        rows.add(loss)
+
+    result = check(step, steps=8, warmup=2)
+    assert result.diagnosis is not None and result.diagnosis.pattern == "list-accumulation"
+    assert "_Rows on the chain grows by 1 per step" in render_text(result)

@@ -45,7 +45,7 @@ def test_the_no_graph_story_and_fix_come_from_the_table() -> None:
     kept = patterns.BY_WORD["list-accumulation"]
     assert tell("list-accumulation", graph_grew=False, tensors=True, has_chain=True) == (
         kept.no_graph_meaning, kept.no_graph_fix)  # fmt: skip
-    assert "loss.item()" in kept.no_graph_fix and "deque(maxlen=N)" in kept.no_graph_fix
+    assert "(.item())" in kept.no_graph_fix and "deque(maxlen=N)" in kept.no_graph_fix
     story, fix = tell("memory-growth", graph_grew=False, tensors=True, has_chain=False)
     assert fix == patterns.BY_WORD["memory-growth"].no_graph_fix
     assert story.startswith(patterns.BY_WORD["memory-growth"].no_graph_meaning)

@@ -37,6 +37,7 @@ from pytest_graphleak.diagnose.edges import ObjectEdges
 from pytest_graphleak.diagnose.render import render_chain, render_dot
 from pytest_graphleak.diagnose.search import Path, shortest_path
 from pytest_graphleak.diagnose.sites import Site, creation_site, function_at, most_common
+from pytest_graphleak.diagnose.stored_fix import usual_fix
 from pytest_graphleak.heap.containers import SIZED
 from pytest_graphleak.heap.graphwalk import GraphWalk
 from pytest_graphleak.patterns import BY_WORD, FIXES
@@ -282,11 +283,12 @@ def _result(
             "an in-place op (+=, add_()) extended the graph of a tensor that had none or an "
             "older one: each test that does so chains its graph onto the same one"
         )
+    chain = render_chain(path, walker)
     diagnosis = Diagnosis(
-        pattern, chain=render_chain(path, walker), sites=sites, notes=notes,
+        pattern, chain=chain, sites=sites, notes=notes,
         dot=render_dot(path, None, walker),
         story=BY_WORD[pattern].outlive_meaning,
-        fix=FIXES[pattern],
+        fix=usual_fix(pattern, chain) or FIXES[pattern],  # the holder's name, none invented
         kept_without_graph=bool(tensors) and node_count == 0,  # the census keeps graph objects
     )  # fmt: skip
     tensors.clear()

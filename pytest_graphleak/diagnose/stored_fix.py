@@ -55,6 +55,12 @@ _SEQUENCE_LINK = re.compile(r"^(list|deque|set)\(len=")
 _MAPPING_LINK = re.compile(r"^(\w*[dD]ict\[|list\(len=)")
 #: A record of several values put into a container (``{"loss": loss, "out": out}``).
 _RECORD_LINK = re.compile(r"^(\w*[dD]ict\[|tuple\(len=|list\(len=)")
+#: Calls that split a tensor into the tensors ``extend`` puts (``out.unbind(0)``).
+_SPLITS = frozenset({"unbind", "split", "chunk", "tensor_split", "unflatten"})
+#: A chain's root that names the user's variable: ``fixture 'st'``, ``global 'mod.H'``.
+_ROOT_NAME = re.compile(r"^(?:fixture|local|closure|global) '(?:[\w.]*\.)?(\w+)'")
+#: A chain link left through a key or an attribute: ``dict['rows']``, ``Trainer.history``.
+_NAMED_LINK = re.compile(r"^[\w.]*?(\[(?:'[^']*'|\"[^\"]*\"|-?\d+)\]|\.[A-Za-z_]\w*)$")
 
 
 class _Line:
@@ -117,7 +123,51 @@ def reword_fix(diagnosis: Diagnosis) -> None:
         return
     worded = fix_for_stored(diagnosis.pattern, diagnosis.stored_at, diagnosis.chain,
                             graph=not diagnosis.kept_without_graph)  # fmt: skip
-    diagnosis.fix = worded or diagnosis.fix
+    diagnosis.fix = worded or diagnosis.fix or usual_fix(diagnosis.pattern, diagnosis.chain)
+
+
+def chain_holder(chain: Sequence[str], *, container: bool = True) -> str:
+    """The user's expression for what keeps the leaked tensor, read from the holder
+    chain: ``st['rows']`` for ``fixture 'st' -> dict['rows'] -> list(len=48) -> Tensor``,
+    ``HISTORY`` for ``global 'train.HISTORY' -> list(len=5) -> ...``, ``self.total`` for
+    ``self -> Model.total -> Tensor``; "" when a link has no such spelling.
+    ``container``: the container is wanted, ``cache`` of ``cache[3] -> Tensor`` (a
+    ``list-accumulation``), not the entry ``state['total']`` (a running total)."""
+    if not chain:
+        return ""
+    root = _ROOT_NAME.match(chain[0])
+    text = "self" if chain[0] == "self" else root.group(1) if root else ""
+    for at, link in enumerate(chain[1:], 1):
+        if not text or _TENSOR_LINK.match(link):
+            break
+        named = _NAMED_LINK.match(link)
+        if named is None:  # list(len=48): the container ``text`` leads to holds it
+            break
+        following = chain[at + 1] if at + 1 < len(chain) else ""
+        if container and named.group(1).startswith("[") and _TENSOR_LINK.match(following):
+            break  # cache[3] -> Tensor: the dict ``text`` is the holder
+        text += named.group(1)
+    return text
+
+
+def usual_fix(pattern: str, chain: Sequence[str]) -> str:
+    """The pattern's usual fix with the holder from the chain in it, when it has one ("":
+    the table's wording, which names no variable, stays)."""
+    holder = chain_holder(chain, container=pattern == "list-accumulation")
+    if not holder:
+        return ""
+    if pattern == "list-accumulation":
+        return (
+            f"store plain numbers (.item()) or detached tensors (.detach()) in {holder}, "
+            "not graph-carrying tensors"
+        )
+    if pattern == "retained-grad-fn":
+        return (
+            f"cut the graph that {holder} keeps, each step: update it with .item() or "
+            ".detach() values, detach it once per step if it is carried state (or "
+            "unchain_backward()), or update it under no_grad()"
+        )
+    return ""
 
 
 def _statement(site: CreationSite) -> str:
@@ -168,7 +218,7 @@ def fix_for_stored(
     line = statement_text(stored[0].filename, stored[0].lineno) or stored[0].line
     if not graph:
         return kept_fix(pattern, line, chain)
-    return stored_fix(pattern, line, chain)
+    return deferred_fix(pattern, stored[0], line, chain) or stored_fix(pattern, line, chain)
 
 
 def statement_text(filename: str, lineno: int) -> str:
@@ -311,6 +361,8 @@ def _call_fix(line: _Line, statement: ast.stmt, call: ast.Call) -> str:
         items = call.args[0].elts
         one = len(items) == 1 and line.holds(_SEQUENCE_LINK)
         return _store(line, statement, items[0], holder) if one else ""
+    if func.attr == "extend" and line.holds(_SEQUENCE_LINK):  # extend(out.unbind(0))
+        return _split_fix(line, statement, call.args[0], holder)
     if func.attr.endswith("_") and not func.attr.startswith("_"):  # in place: add_, lerp_
         value = call.args[0]
         if _cut(value) or isinstance(value, ast.Constant) or not line.names(func.value):
@@ -321,6 +373,17 @@ def _call_fix(line: _Line, statement: ast.stmt, call: ast.Call) -> str:
             f"{detached} (or make the update under no_grad())"
         )
     return ""
+
+
+def _split_fix(line: _Line, statement: ast.stmt, value: ast.expr, holder: str) -> str:
+    """``rows.extend(out.unbind(0))``: split the detached tensor instead."""
+    func = value.func if isinstance(value, ast.Call) else None
+    if not isinstance(func, ast.Attribute) or func.attr not in _SPLITS or _cut(func.value):
+        return ""
+    base = _detached(line, func.value)
+    split = base + line.of(value)[len(line.of(func.value)) :]  # the base comes first
+    fixed = line.replaced(statement, func.value, base)
+    return f"store {split} instead of {line.of(value)}, so that {holder} keeps no graph: {fixed}"
 
 
 def _augmented_fix(line: _Line, statement: ast.AugAssign) -> str:
@@ -457,3 +520,116 @@ def _join_call(value: ast.expr) -> list[ast.expr] | None:
     if name in _JOINS and isinstance(first, (ast.List, ast.Tuple)):
         return list(first.elts)
     return None
+
+
+def deferred_fix(pattern: str, site: CreationSite, line: str, chain: Sequence[str]) -> str:
+    """The fix for a container whose tensors a later backward uses (every 4th step:
+    ``torch.stack(pending[-4:]).mean().backward()``): ``.item()`` or ``.detach()`` would
+    break that backward, so the fix is to clear the container after it. "" when the
+    stored line is not a put into a container, or no later line of its function feeds
+    the container to a backward."""
+    if pattern != "list-accumulation":
+        return ""
+    try:
+        parsed = _Line(line.strip(), chain)
+    except (SyntaxError, ValueError):
+        return ""
+    found = {_put(parsed, statement) for statement in _simple_statements(parsed.tree)} - {None}
+    if len(found) != 1:
+        found = {_extended(parsed, statement) for statement in _simple_statements(parsed.tree)}
+        found -= {None}
+    if len(found) != 1:
+        return ""
+    holder = found.pop()[0]  # type: ignore[index]
+    later = _backward_after(site, holder)
+    if later is None:
+        return ""
+    lineno, text, sliced = later
+    bound = "" if sliced else ", or bound it with collections.deque(maxlen=N)"
+    return (
+        f"the tensors in {holder} are used with their graphs by a later backward (line "
+        f"{lineno}: {text}), so .item() or .detach() here would break it: clear {holder} "
+        f"right after that backward ({holder}.clear()), so that it keeps only what the next "
+        f"backward needs{bound}"
+    )
+
+
+def _extended(line: _Line, statement: ast.stmt) -> tuple[str, ast.expr] | None:
+    """``(holder, value)`` of ``holder.extend(value)`` into a sequence on the chain."""
+    if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call):
+        func, args = statement.value.func, statement.value.args
+        if isinstance(func, ast.Attribute) and func.attr == "extend" and len(args) == 1:
+            return (line.of(func.value), args[0]) if line.holds(_SEQUENCE_LINK) else None
+    return None
+
+
+def _backward_after(site: CreationSite, holder: str) -> tuple[int, str, bool] | None:
+    """``(line number, text, sliced)`` of the first statement after ``site`` in its
+    function that runs a backward through what ``holder`` keeps: ``holder`` (or a name
+    made from it) in the tensor a ``.backward()`` is called on, or in the arguments of
+    ``backward(...)`` / ``grad(...)``; ``sliced``: the function reads ``holder[a:b]``
+    (a deque would not do). None when there is none."""
+    try:
+        tree = ast.parse("".join(linecache.getlines(site.filename)))
+        wanted = ast.unparse(ast.parse(holder, mode="eval").body)
+    except (SyntaxError, ValueError):
+        return None
+    scopes = [node for node in ast.walk(tree)
+              if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+              and node.lineno <= site.lineno <= (node.end_lineno or node.lineno)]  # fmt: skip
+    if not scopes:
+        return None
+    scope = max(scopes, key=lambda node: node.lineno)  # the innermost
+    made = {wanted}  # holder, and names bound from it after the stored line
+    sliced = False
+    statements = sorted(
+        (node for node in ast.walk(scope) if isinstance(node, ast.stmt) and node is not scope),
+        key=lambda node: (node.lineno, node.col_offset),
+    )
+    for statement in statements:
+        for node in ast.walk(statement):
+            if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Slice):
+                sliced = sliced or ast.unparse(node.value) == wanted
+        if statement.lineno <= site.lineno or isinstance(statement, _COMPOUND):
+            later = statement.lineno > site.lineno
+            if isinstance(statement, ast.For) and later and _uses(statement.iter, made):
+                made.update(_names(statement.target))  # for x in pending: x.backward()
+            continue
+        for node in ast.walk(statement):
+            if isinstance(node, ast.Call) and _runs_backward(node, made):
+                text = ast.get_source_segment("".join(linecache.getlines(site.filename)),
+                                              statement) or ast.unparse(statement)  # fmt: skip
+                return statement.lineno, " ".join(text.split()), sliced
+        if isinstance(statement, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            value = statement.value
+            if value is not None and _uses(value, made):
+                targets = statement.targets if isinstance(statement, ast.Assign) else [
+                    statement.target]  # fmt: skip
+                for target in targets:
+                    made.update(_names(target))
+    return None
+
+
+#: Statements whose body holds statements of their own (walked one by one).
+_COMPOUND = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try,
+             ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)  # fmt: skip
+
+
+def _uses(node: ast.AST, made: set[str]) -> bool:
+    return any(
+        isinstance(sub, (ast.Name, ast.Attribute, ast.Subscript)) and ast.unparse(sub) in made
+        for sub in ast.walk(node)
+    )
+
+
+def _names(target: ast.expr) -> set[str]:
+    return {ast.unparse(node) for node in ast.walk(target) if isinstance(node, ast.Name)}
+
+
+def _runs_backward(call: ast.Call, made: set[str]) -> bool:
+    """``<made>.backward()``, ``torch.autograd.backward(<made>)``, ``autograd.grad(...)``."""
+    func = call.func
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+    if name == "backward" and isinstance(func, ast.Attribute) and _uses(func.value, made):
+        return True
+    return name in ("backward", "grad") and any(_uses(arg, made) for arg in call.args)
