@@ -317,12 +317,14 @@ class OutliveAudit:
                         if deferred.owner is not None and deferred.tensors:
                             self._pending.append((deferred, deferred.owner))
                     results.extend(earlier.results)
-                if now is not None:  # the user's roots are its audit's, after the teardown
-                    mine = {h.label for h in roots if h.owner is fixturedef}
+                if now is not None:
+                    # Only what the value keeps: pytest drops it next. The user's roots and
+                    # the class attributes the fixture set outlive it: the test's audit,
+                    # after the teardown, names what they keep.
                     own = explain(now, roots, nodeid=item.nodeid, made_by=item.nodeid,
                                   fixture=label, backends=now.backends,
                                   judging=fixturedef)  # fmt: skip
-                    results.extend(r for r in own.results if _root(r, raw=True) in mine)
+                    results.extend(r for r in own.results if _root(r, raw=True) == label)
         finally:
             alive.clear()
         for result in results:
