@@ -119,6 +119,8 @@ def test_leak_is_diagnosed(path: Path) -> None:
             assert any(s.via.startswith(module.STORED_VIA) for s in stored), text
     else:
         assert not diagnosis.stored_at, text
+    if getattr(module, "FIX", None) is not None:  # the fix line, exactly
+        assert diagnosis.fix == module.FIX, text
     if getattr(module, "NO_GRAPH", False):
         assert "carry no autograd graph" in diagnosis.story, text
         assert "graph-carrying" not in text and "(or loss.detach())" not in text, text
@@ -134,6 +136,7 @@ def _graph_grew(result: pytest_graphleak.CheckResult) -> bool:
 STORING = [p for p in CATALOGUE if p.stem in {
     "torch_running_mean_forward", "minigrad_running_mean_forward", "torch_feature_queue_cat",
     "torch_cache_dict", "minigrad_cache_dict", "torch_hf_tr_loss", "torch_tntorch_history",
+    "torch_recent_losses_deque", "torch_deferred_backward_list",
 }]  # fmt: skip
 
 
@@ -158,6 +161,8 @@ def test_a_loop_of_leaky_steps_is_diagnosed_inside_the_loop(path: Path, steps: i
     assert any(Path(s.filename).resolve() == path.resolve() for s in result.diagnosis.sites), text
     stored = [s for s in result.diagnosis.stored_at if Path(s.filename).resolve() == path.resolve()]
     assert any(module.STORED_AT in s.line for s in stored), text
+    if getattr(module, "FIX", None) is not None:  # worded in the loop as in a step check
+        assert result.diagnosis.fix == module.FIX, text
 
 
 @pytest.mark.slow

@@ -1,17 +1,25 @@
 """The fix, worded for the line that stores the leak (the ``stored at:`` line).
 
-The pattern's usual fix (``patterns.FIXES``) names ``loss`` because it cannot know the
+The pattern's usual fix (``patterns.FIXES``) names no variable: it cannot know the
 user's names. When the ``stored at:`` line is known, ``stored_fix`` parses it (``ast``)
 and, for the shapes it knows, says what to change on that line with the user's own
 expressions::
 
     preds.append(out)           -> store out.detach() (or out.item() for a scalar) ...
+    rows.extend(out.unbind(0))  -> rows.extend(out.detach().unbind(0))
     total += loss               -> total += loss.item() (or loss.detach() ...)
     cache[key] = emb            -> cache[key] = emb.detach()
     q = torch.cat([q, feats])   -> torch.cat([q, feats.detach()])
     self.m = 0.9 * self.m + x   -> self.m = (0.9 * self.m + x).detach()
     h = self.rnn(x, h)          -> h = h.detach() once per step
     meter.sum.add_(loss)        -> meter.sum.add_(loss.detach())
+
+Before any of these, ``deferred_fix`` reads the function that has the line: when a later
+line of it runs a backward through the container the line puts into
+(``torch.stack(pending[-4:]).mean().backward()``), ``.item()`` would break that
+backward, and the fix is to clear the container after it. Without a line of a known
+shape, ``usual_fix`` words the pattern's fix with the holder that the chain names
+(``st['rows']``, ``HISTORY``), or leaves the table's sentence.
 
 A statement written over several lines is read whole from its file (``statement_text``).
 The holder chain (``Diagnosis.chain``) must agree with the line's shape, and picks
