@@ -90,12 +90,13 @@ GROWTH_UNSEEN = {
 }
 
 
-def close_open_checks(*, keep_scoped: bool = False) -> int:
+def close_open_checks(*, keep_scoped: bool = False, of: session.Session | None = None) -> int:
     """End every open check without a verdict and restore the gc state; how many.
     ``keep_scoped``: leave the checks of ``with`` blocks still running (``scoped``): their
-    block ends them, and a ``track()`` nested in another's block must not end the outer."""
+    block ends them, and a ``track()`` nested in another's block must not end the outer.
+    ``of``: the checks of that session (default: ``session.current()``'s)."""
     closed = 0
-    for check in session.current().open_checks[::-1]:
+    for check in (of if of is not None else session.current()).open_checks[::-1]:
         if not (keep_scoped and check.scoped):
             check.close()
             closed += 1

@@ -10,11 +10,15 @@ is open.
 
 A context variable follows the test into its coroutines (an async test's tasks copy it).
 A new thread begins with an empty context; inside ``threads_inherit()`` (the plugin
-wraps each test in it) a thread starts in a copy of its starter's context instead, as
-Python 3.14 does with ``-X thread_inherit_context=1``, so a thread the test starts belongs
-to the test. A session ends with its test (``end``): a thread still running later, a
-pool's worker, is no longer the test's and its checks run as outside pytest
-(docs/limits.md, "Threads").
+wraps each test in it with ``--graphleak``) a thread starts in a copy of its starter's
+context instead, as Python 3.14 does with ``-X thread_inherit_context=1``, so a thread the
+test starts belongs to the test. A session ends with its test (``end``): a thread still
+running later, a pool's worker, is no longer the test's and its checks run as outside
+pytest (docs/limits.md, "Threads").
+
+Without ``--graphleak`` the plugin enters nothing and patches nothing per test: a check
+finds its test through the finder the plugin pushed (``push_finder``) when it first asks
+(``current()``), from any thread, and the plugin makes the test's session then.
 """
 
 from __future__ import annotations
@@ -84,22 +88,51 @@ class Session:
         self.ended = True
 
 
-_CURRENT: ContextVar[Session] = ContextVar("pytest_graphleak_session")
+#: This context's session, with the number of finders pushed when it was entered (-1: one
+#: ``current()`` made on first use, which a finder's test session always comes before).
+_CURRENT: ContextVar[tuple[Session, int]] = ContextVar("pytest_graphleak_session")
+
+#: The running pytest's way to the session of the test it runs now (``push_finder``):
+#: pushed when pytest is configured, removed when it is unconfigured (a stack: a pytest
+#: run can run another in its process, as pytester does). A finder returns None where
+#: its run enters its sessions itself (``--graphleak``) or no test runs now. Module
+#: state, because a thread the test starts has an empty context.
+_FINDERS: list[Callable[[], Session | None]] = []
+
+
+def push_finder(finder: Callable[[], Session | None]) -> None:
+    """``current()`` asks ``finder``, from every thread, until it is removed."""
+    _FINDERS.append(finder)
+
+
+def remove_finder(finder: Callable[[], Session | None]) -> None:
+    """Undo ``push_finder(finder)`` (by identity: a nested run removes its own)."""
+    with contextlib.suppress(ValueError):
+        _FINDERS.remove(finder)
 
 
 def current() -> Session:
-    """This context's session: the running test's, else one made here on first use."""
-    found = _CURRENT.get(None)
-    if found is None or found.ended:
-        found = Session()
-        _CURRENT.set(found)
-    return found
+    """This context's session when it was entered under the newest pytest run (or
+    outside any), else the test session that run's finder gives, else this context's,
+    else one made here on first use."""
+    held = _CURRENT.get(None)
+    if held is not None and not held[0].ended and held[1] == len(_FINDERS):
+        return held[0]
+    if _FINDERS:
+        found = _FINDERS[-1]()
+        if found is not None:
+            return found
+    if held is not None and not held[0].ended:
+        return held[0]
+    made = Session()
+    _CURRENT.set((made, -1))
+    return made
 
 
 @contextlib.contextmanager
 def entered(session: Session) -> Iterator[Session]:
     """``session`` is ``current()`` inside the block; the one before it after."""
-    token = _CURRENT.set(session)
+    token = _CURRENT.set((session, len(_FINDERS)))
     try:
         yield session
     finally:

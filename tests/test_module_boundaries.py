@@ -260,6 +260,10 @@ MODULE_STATE_ALLOWED: dict[str, str] = {
         "cache: one class per (callback class, imported Lightning flavours)",
     "pytest_graphleak.engine.reach._REACH":
         "cache: is_user_module by module name (never by object: keeps nothing alive)",
+    "pytest_graphleak.session._FINDERS":
+        "the configured pytest runs' finders of their running test (one per run, pushed "
+        "at configure, removed at unconfigure): how a check in any thread finds its test "
+        "without --graphleak, where nothing is set up per test",
 }  # fmt: skip
 #: Functions cached with ``functools.cache``/``lru_cache``: pure, or reading what does not
 #: change during a run (the interpreter, its install, source files), never a test's data.

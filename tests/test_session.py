@@ -22,6 +22,14 @@ except ImportError:  # minigrad alone: the torch test skips
     torch = None
 
 
+@pytest.fixture
+def outside_pytest(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rules of ``session`` alone, as outside pytest: this run's finder (which gives
+    the running test's session when the run has no --graphleak) is set aside."""
+    monkeypatch.setattr(session, "_FINDERS", [])
+
+
+@pytest.mark.usefixtures("outside_pytest")
 def test_entered_hands_a_session_over_and_gives_the_one_before_back() -> None:
     before = session.current()
     assert session.current() is before  # made once in this context, then kept
@@ -36,6 +44,7 @@ def test_entered_hands_a_session_over_and_gives_the_one_before_back() -> None:
     assert session.current() is before
 
 
+@pytest.mark.usefixtures("outside_pytest")
 def test_a_thread_starts_in_its_starters_session_inside_threads_inherit() -> None:
     seen: list[session.Session] = []
     test = session.RunningTest("t.py::test_x", Settings(), lambda result: None)
@@ -70,6 +79,7 @@ def test_a_thread_started_inside_threads_inherit_leaves_no_cyclic_garbage() -> N
     assert "run" not in vars(started)
 
 
+@pytest.mark.usefixtures("outside_pytest")
 def test_a_thread_not_started_through_threading_thread_has_a_session_of_its_own() -> None:
     """Python's own rule (3.11 to 3.13): a new thread begins with an empty context;
     ``threads_inherit`` hands the session over only through ``threading.Thread.start``."""
@@ -87,6 +97,7 @@ def test_a_thread_not_started_through_threading_thread_has_a_session_of_its_own(
     assert len(seen) == 1 and seen[0] is not inner and seen[0].test is None
 
 
+@pytest.mark.usefixtures("outside_pytest")
 def test_an_ended_session_is_not_handed_out_again() -> None:
     """A thread started during a test and still running later (a pool's worker) keeps
     that test's context: once the test ended, its checks get a session of their own."""

@@ -13,6 +13,7 @@ import dataclasses
 import functools
 import inspect
 import sys
+import threading
 from collections.abc import Callable, Generator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,7 +32,15 @@ from pytest_graphleak.plugin.subtests_once import subtests_reported_once
 from pytest_graphleak.report.ascii_text import degrade_to_ascii, restore
 from pytest_graphleak.report.text import render_text
 from pytest_graphleak.result import CheckResult
-from pytest_graphleak.session import RunningTest, Session, current, entered, threads_inherit
+from pytest_graphleak.session import (
+    RunningTest,
+    Session,
+    current,
+    entered,
+    push_finder,
+    remove_finder,
+    threads_inherit,
+)
 from pytest_graphleak.values import int_at_least
 
 if TYPE_CHECKING:
@@ -45,6 +54,15 @@ ITEM_SETTINGS_KEY = pytest.StashKey[Settings]()
 RESULTS_KEY = pytest.StashKey["list[CheckResult]"]()
 WORLD_SIZE_KEY = pytest.StashKey[int]()
 ASCII_KEY = pytest.StashKey["list[tuple[Any, str]]"]()
+FINDER_KEY = pytest.StashKey["_TestFinder"]()
+#: The session a test got when it first ran a check without --graphleak.
+LAZY_SESSION_KEY = pytest.StashKey[Session]()
+
+#: Plugin objects with per-test hooks, registered only where a run needs them.
+_CHECKING = "graphleak-checking"
+_REPORTS = "graphleak-reports"
+_REPORT_HOOKS = "graphleak-report-hooks"
+_SESSION_REPORT = "graphleak-session-report"
 
 #: Fixture values never offered to the diagnosis as roots (pytest's own objects).
 _INTERNAL_FIXTURES = frozenset({"request", "graphleak", "pytestconfig"})
@@ -61,8 +79,12 @@ _MARKER_HELP = (
 
 
 # -- configuration --------------------------------------------------------------------
-def pytest_addoption(parser: pytest.Parser) -> None:
+def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
     options.add_options(parser)
+    # The per-test hooks are registered now, with this module (before any conftest, whose
+    # tryfirst hooks then still come first), and taken off at configure without the flag.
+    if not pluginmanager.has_plugin(_CHECKING):
+        pluginmanager.register(_Checking(), _CHECKING)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -75,18 +97,53 @@ def pytest_configure(config: pytest.Config) -> None:
     except OptionError as exc:
         raise pytest.UsageError(f"graphleak: {exc}") from None
     settings = settings_of(config)
+    manager = config.pluginmanager
     auditing = settings.enabled and settings.outlive != "off"
-    if auditing and not config.pluginmanager.has_plugin("graphleak-outlive-audit"):
-        config.pluginmanager.register(audit.OutliveAudit(settings), "graphleak-outlive-audit")
-    if not config.pluginmanager.has_plugin("graphleak-session-report"):
-        from pytest_graphleak.plugin.session_report import GraphleakSessionReport
+    if auditing and not manager.has_plugin("graphleak-outlive-audit"):
+        manager.register(audit.OutliveAudit(settings), "graphleak-outlive-audit")
+    if not manager.has_plugin(_SESSION_REPORT):
+        from pytest_graphleak.plugin.session_report import SessionReport
 
-        reporter = GraphleakSessionReport(config, settings_of(config))
-        config.pluginmanager.register(reporter, "graphleak-session-report")
+        manager.register(SessionReport(config, settings), _SESSION_REPORT)
+    # Inert without --graphleak (as pytest-memray is without --memray): no hook of ours
+    # runs per test until a test runs a check; then it gets its session (_TestFinder).
+    if settings.enabled:
+        if not manager.has_plugin(_CHECKING):
+            manager.register(_Checking(), _CHECKING)
+        need_report_hooks(config)
+    elif isinstance(manager.get_plugin(_CHECKING), _Checking):
+        manager.unregister(name=_CHECKING)
+    finder = _TestFinder(lazy=not settings.enabled)
+    config.stash[FINDER_KEY] = finder
+    push_finder(finder)
+
+
+def need_report_hooks(config: pytest.Config) -> None:
+    """Register the per-test hooks that put a test's check results on its report and
+    read them into the session's reports (once a run needs them, they stay: pytest asks
+    a report's status word again at the end)."""
+    manager = config.pluginmanager
+    if not manager.has_plugin(_REPORTS) and not manager.has_plugin(_CHECKING):
+        manager.register(_Reports(), _REPORTS)
+    from pytest_graphleak.plugin.session_report import ReportHooks, SessionReport
+
+    reporter = manager.get_plugin(_SESSION_REPORT)
+    if (
+        isinstance(reporter, SessionReport)
+        and not isinstance(reporter, ReportHooks)  # a conftest's whole GraphleakSessionReport
+        and not manager.has_plugin(_REPORT_HOOKS)
+    ):
+        manager.register(ReportHooks(reporter), _REPORT_HOOKS)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     config = session.config
+    finder = config.stash.get(FINDER_KEY, None)
+    if finder is not None:
+        finder.session = session
+    if config.pluginmanager.has_plugin("dsession"):
+        # pytest-xdist's controller: the workers run the checks, their reports come here.
+        need_report_hooks(config)
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     terminal_file = getattr(getattr(reporter, "_tw", None), "_file", None)
     if terminal_file is not None and config.getoption("capture", "fd") != "no":
@@ -97,6 +154,10 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     restore(config.stash.get(ASCII_KEY, []))
+    finder = config.stash.get(FINDER_KEY, None)
+    if finder is not None:
+        remove_finder(finder)
+        finder.session = None
 
 
 def settings_of(config: pytest.Config) -> Settings:
@@ -135,7 +196,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Validate every marker before anything runs: a bad argument is a usage error."""
     base = settings_of(config)
     errors = []
+    on_ranks = False
     for item in items:
+        if MARKER not in item.keywords:  # a third of iter_markers' cost, on every test
+            continue
         try:
             settings = marker_settings(item, base)
         except OptionError as exc:
@@ -143,33 +207,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             continue
         if settings is not None:
             item.stash[ITEM_SETTINGS_KEY] = settings
+            on_ranks |= item.stash.get(WORLD_SIZE_KEY, 1) > 1
     if errors:
         raise pytest.UsageError("graphleak: " + "\ngraphleak: ".join(errors))
+    manager = config.pluginmanager
+    if on_ranks and not manager.has_plugin(_CHECKING):
+        # Without --graphleak a world_size=N marker still runs its ranks (unjudged).
+        manager.register(_Ranks(), _CHECKING)
+        need_report_hooks(config)
 
 
 # -- the marker -------------------------------------------------------------------------
-@pytest.hookimpl(tryfirst=True)
-def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
-    settings = pyfuncitem.stash.get(ITEM_SETTINGS_KEY, None)
-    world_size = pyfuncitem.stash.get(WORLD_SIZE_KEY, 1)
-    checking = settings_of(pyfuncitem.config).enabled
-    if settings is not None and world_size > 1:
-        # Spawned ranks run the test function even without --graphleak (unjudged).
-        _check_marked_on_ranks(pyfuncitem, settings, world_size=world_size, checking=checking)
-        return True
-    if settings is None or not checking:
-        return None  # unmarked, or checking is off: pytest runs the test once
-    function = pyfuncitem.obj
-    _refuse_async(pyfuncitem, function)
-    argnames = getattr(getattr(pyfuncitem, "_fixtureinfo", None), "argnames", None)
-    if argnames is None:
-        argnames = tuple(inspect.signature(function).parameters)
-    funcargs = pyfuncitem.funcargs
-    arguments = {name: funcargs[name] for name in argnames}
-    _check_marked(pyfuncitem, function, arguments, settings, instance=pyfuncitem.instance)
-    return True
-
-
 def _refuse_async(item: pytest.Item, function: Callable[..., object]) -> None:
     __tracebackhide__ = True
     if (
@@ -247,60 +295,6 @@ def _check_marked_on_ranks(
     if not checking:
         settings = dataclasses.replace(settings, steps=1, warmup=0, diagnose=False)
     _check_on_ranks(item, ref, settings, judge=checking, world_size=world_size, name=item.nodeid)
-
-
-# -- one session per test ---------------------------------------------------------------
-@pytest.hookimpl(hookwrapper=True, tryfirst=True)
-def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, Any, None]:
-    """The checks of a test (its fixtures', its call's, a framework callback's, the outlive
-    audit's freeze) and of the threads it starts share one session, handed over by a
-    context variable; it ends with the test, releasing what is still held."""
-    test_session = Session()
-    try:
-        with entered(test_session), threads_inherit():
-            yield
-    finally:
-        test_session.end()
-
-
-# -- the marker on unittest.TestCase methods --------------------------------------------
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, None]:
-    """unittest items never reach ``pytest_pyfunc_call``: their runtest calls
-    ``TestCase.run()``, which calls ``getattr(testcase, name)`` after pytest has set that
-    attribute to ``item.obj`` (pytest 7 to 9). Swapping ``item.obj`` for a checking
-    wrapper for the call phase makes the method one step, run warmup + steps times
-    between one setUp and one tearDown (as fixtures are set up once for plain tests)."""
-    original = _swap_unittest_method(item)
-    # What pytest keeps of each step (captured log records, warnings, properties) is
-    # released before every sample of a check in this test: it is not the user's leak.
-    held = PytestHeld(item)
-    record = functools.partial(record_result, item)
-    test = RunningTest(item.nodeid, settings_of(item.config), record)
-    checked_async = _checks_marker(item) and async_tests.is_async_test(item)
-    # The checks of this call (the marker's, the fixture's, a framework callback's) reach
-    # the test through the test's session.
-    running = current()
-    running.test = test
-    running.before_sample.append(held.release)
-    try:
-        with contextlib.ExitStack() as during:
-            if checked_async:
-                during.enter_context(async_tests.anyio_steps(item))
-            outcome = yield
-        if checked_async and outcome.excinfo is None and not item.stash.get(RESULTS_KEY, None):
-            # A plugin ran the coroutine itself, once: no silent pass.
-            pytest.fail(async_tests.unchecked_refusal(item, MARKER), pytrace=False)
-    finally:
-        running.test = None
-        with contextlib.suppress(ValueError):
-            running.before_sample.remove(held.release)
-        held.close()
-        if original is not None:
-            item.obj = original  # type: ignore[attr-defined]
-        from pytest_graphleak.loop import close_open_checks
-
-        close_open_checks()  # a loop that raised through a framework left one open
 
 
 def _checks_marker(item: pytest.Item) -> bool:
@@ -447,32 +441,202 @@ def _record(item: pytest.Item, result: CheckResult) -> None:
     item.stash.setdefault(RESULTS_KEY, []).append(result)
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(
-    item: pytest.Item, call: pytest.CallInfo[None]
-) -> Generator[None, Any, None]:
-    outcome = yield
-    report: pytest.TestReport = outcome.get_result()
-    if call.when != "call":
-        return
-    results = item.stash.get(RESULTS_KEY, None)
-    if results:
-        report.graphleak = [result.to_dict() for result in results]  # type: ignore[attr-defined]
-        del item.stash[RESULTS_KEY]  # pop, so nothing outlives the report
-    excinfo = call.excinfo
-    if excinfo is None or not isinstance(excinfo.value, (GraphLeakError, UnmeasuredError)):
-        return
-    if getattr(excinfo.value, "graphleak_plain", False):
-        # The marker's failure is the report itself: no traceback into the plugin.
-        report.longrepr = excinfo.getrepr(style="value")
-        terminal.colour_failure(report.longrepr)  # pattern, held by, stored at, fix
-    crash = getattr(report.longrepr, "reprcrash", None)
-    if crash is not None and excinfo.value.result is not None:
-        # pytest's short summary line reads this: say what leaked, not the exception type.
-        crash.message = terminal.short_message(excinfo.value.result)
-        if item.config.getoption("tbstyle", "auto") == "line":
-            # One line per failure, at the user's line: not the leak text, not ours.
-            report.longrepr = one_line_repr(item, excinfo, crash.message)
+# -- per-test hooks: registered only where a run needs them --------------------------------
+class _Reports:
+    """A test's check results go onto its call report (``report.graphleak``), and a leak's
+    failure reads as the leak. With --graphleak from the start; without it, from the first
+    test that runs a check (``need_report_hooks``)."""
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(
+        self, item: pytest.Item, call: pytest.CallInfo[None]
+    ) -> Generator[None, Any, None]:
+        outcome = yield
+        report: pytest.TestReport = outcome.get_result()
+        if call.when != "call":
+            return
+        results = item.stash.get(RESULTS_KEY, None)
+        if results:
+            report.graphleak = [result.to_dict() for result in results]  # type: ignore[attr-defined]
+            del item.stash[RESULTS_KEY]  # pop, so nothing outlives the report
+        excinfo = call.excinfo
+        if excinfo is None or not isinstance(excinfo.value, (GraphLeakError, UnmeasuredError)):
+            return
+        if getattr(excinfo.value, "graphleak_plain", False):
+            # The marker's failure is the report itself: no traceback into the plugin.
+            report.longrepr = excinfo.getrepr(style="value")
+            terminal.colour_failure(report.longrepr)  # pattern, held by, stored at, fix
+        crash = getattr(report.longrepr, "reprcrash", None)
+        if crash is not None and excinfo.value.result is not None:
+            # pytest's short summary line reads this: say what leaked, not the exception type.
+            crash.message = terminal.short_message(excinfo.value.result)
+            if item.config.getoption("tbstyle", "auto") == "line":
+                # One line per failure, at the user's line: not the leak text, not ours.
+                report.longrepr = one_line_repr(item, excinfo, crash.message)
+
+
+class _Ranks(_Reports):
+    """The marker's hooks: with --graphleak, or without it in a run that collected a
+    ``world_size=N`` marker (whose ranks run, unjudged, without the flag too)."""
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_pyfunc_call(self, pyfuncitem: pytest.Function) -> bool | None:
+        settings = pyfuncitem.stash.get(ITEM_SETTINGS_KEY, None)
+        world_size = pyfuncitem.stash.get(WORLD_SIZE_KEY, 1)
+        checking = settings_of(pyfuncitem.config).enabled
+        if settings is not None and world_size > 1:
+            # Spawned ranks run the test function even without --graphleak (unjudged).
+            _check_marked_on_ranks(pyfuncitem, settings, world_size=world_size,
+                                   checking=checking)  # fmt: skip
+            return True
+        if settings is None or not checking:
+            return None  # unmarked, or checking is off: pytest runs the test once
+        function = pyfuncitem.obj
+        _refuse_async(pyfuncitem, function)
+        argnames = getattr(getattr(pyfuncitem, "_fixtureinfo", None), "argnames", None)
+        if argnames is None:
+            argnames = tuple(inspect.signature(function).parameters)
+        funcargs = pyfuncitem.funcargs
+        arguments = {name: funcargs[name] for name in argnames}
+        _check_marked(pyfuncitem, function, arguments, settings, instance=pyfuncitem.instance)
+        return True
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, Any, None]:
+        """The marker on a unittest.TestCase method (see ``_Checking``'s)."""
+        original = _swap_unittest_method(item)
+        try:
+            yield
+        finally:
+            if original is not None:
+                item.obj = original  # type: ignore[attr-defined]
+
+
+class _Checking(_Ranks):
+    """--graphleak: every test has a session, entered for its setup, call and teardown
+    (the outlive audit holds its freeze in it), and the marker checks its test."""
+
+    @pytest.hookimpl(hookwrapper=True, tryfirst=True)
+    def pytest_runtest_protocol(self, item: pytest.Item) -> Generator[None, Any, None]:
+        """The checks of a test (its fixtures', its call's, a framework callback's, the
+        outlive audit's freeze) and of the threads it starts share one session, handed
+        over by a context variable; it ends with the test, releasing what is still held."""
+        test_session = Session()
+        try:
+            with entered(test_session), threads_inherit():
+                yield
+        finally:
+            test_session.end()
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, Any, None]:
+        """unittest items never reach ``pytest_pyfunc_call``: their runtest calls
+        ``TestCase.run()``, which calls ``getattr(testcase, name)`` after pytest has set
+        that attribute to ``item.obj`` (pytest 7 to 9). Swapping ``item.obj`` for a
+        checking wrapper for the call phase makes the method one step, run warmup + steps
+        times between one setUp and one tearDown (as fixtures are set up once for plain
+        tests)."""
+        original = _swap_unittest_method(item)
+        # What pytest keeps of each step (captured log records, warnings, properties) is
+        # released before every sample of a check in this test: it is not the user's leak.
+        held = PytestHeld(item)
+        record = functools.partial(record_result, item)
+        test = RunningTest(item.nodeid, settings_of(item.config), record)
+        checked_async = _checks_marker(item) and async_tests.is_async_test(item)
+        # The checks of this call (the marker's, the fixture's, a framework callback's)
+        # reach the test through the test's session.
+        running = current()
+        running.test = test
+        running.before_sample.append(held.release)
+        try:
+            with contextlib.ExitStack() as during:
+                if checked_async:
+                    during.enter_context(async_tests.anyio_steps(item))
+                outcome = yield
+            if (checked_async and outcome.excinfo is None
+                    and not item.stash.get(RESULTS_KEY, None)):  # fmt: skip
+                # A plugin ran the coroutine itself, once: no silent pass.
+                pytest.fail(async_tests.unchecked_refusal(item, MARKER), pytrace=False)
+        finally:
+            running.test = None
+            with contextlib.suppress(ValueError):
+                running.before_sample.remove(held.release)
+            held.close()
+            if original is not None:
+                item.obj = original  # type: ignore[attr-defined]
+            from pytest_graphleak.loop import close_open_checks
+
+            close_open_checks()  # a loop that raised through a framework left one open
+
+
+# -- without --graphleak: a test's session, made when it first runs a check ----------------
+class _TestFinder:
+    """What ``session.current()`` asks first (``session.push_finder``). With --graphleak
+    it finds nothing: ``_Checking`` enters every test's session. Without it, nothing is
+    set up per test: the test that pytest runs now (the item on top of pytest's setup
+    stack) gets its session when a check first asks for it, from whatever thread, and
+    the session ends at the test's teardown. ``session``: the pytest session, while
+    it runs."""
+
+    def __init__(self, *, lazy: bool) -> None:
+        self.lazy = lazy
+        self.session: pytest.Session | None = None
+        self._lock = threading.Lock()  # two threads of one test asking at once
+
+    def __call__(self) -> Session | None:
+        if not self.lazy:
+            return None
+        item = _running_item(self.session)
+        if item is None:
+            return None
+        found = item.stash.get(LAZY_SESSION_KEY, None)
+        if found is None:
+            with self._lock:
+                found = item.stash.get(LAZY_SESSION_KEY, None)
+                if found is None:
+                    found = _start_session(item)
+        return found
+
+
+def _running_item(session: pytest.Session | None) -> pytest.Item | None:
+    """The test pytest is setting up, running or has not yet begun to tear down: the
+    last node on pytest's setup stack when it is an item (pytest 7 to 9 keep one, a
+    dict; its teardown takes the item off before the item's finalizers run)."""
+    stack = getattr(getattr(session, "_setupstate", None), "stack", None)
+    if not stack:
+        return None
+    try:
+        node = next(reversed(stack))
+    except (TypeError, StopIteration, RuntimeError):  # changed meanwhile by pytest's thread
+        return None
+    return node if isinstance(node, pytest.Item) else None
+
+
+def _start_session(item: pytest.Item) -> Session:
+    """The session of a test that runs a check without --graphleak: what ``_Checking``
+    sets up for every test with it (the running test, pytest's kept objects released
+    before each sample), ended by a finalizer of the test. Its results need the report
+    hooks, registered now."""
+    held = PytestHeld(item)
+    test = RunningTest(item.nodeid, settings_of(item.config),
+                       functools.partial(record_result, item))  # fmt: skip
+    made = Session(test=test, before_sample=[held.release])
+    item.stash[LAZY_SESSION_KEY] = made
+    need_report_hooks(item.config)
+
+    def end() -> None:
+        from pytest_graphleak.loop import close_open_checks
+
+        with contextlib.suppress(KeyError):
+            del item.stash[LAZY_SESSION_KEY]
+        try:
+            close_open_checks(of=made)  # a loop that raised through a framework left one open
+        finally:
+            held.close()
+            made.end()
+
+    item.addfinalizer(end)
+    return made
 
 
 @pytest.hookimpl(tryfirst=True)  # pytest prints header lines in reverse: ours comes last
@@ -574,4 +738,7 @@ def graphleak(request: pytest.FixtureRequest) -> GraphleakFixture:
     loop (``with graphleak.track(warmup=) as t: ... t.step()``) for autograd graph leaks;
     fails the test with the same report as @pytest.mark.no_graph_growth. Works with or
     without --graphleak."""
+    # Without --graphleak the test's session is made now, before its body runs: the
+    # warnings list it releases is pytest's, not one the body opens (PytestHeld).
+    current()
     return GraphleakFixture(request.node, settings_of(request.config))

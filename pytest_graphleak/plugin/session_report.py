@@ -82,8 +82,11 @@ class _Output:
     error: str = ""
 
 
-class GraphleakSessionReport:
-    """The pytest plugin object that collects check results and writes the reports."""
+class SessionReport:
+    """Collects check results and writes the reports: the session's hooks. The per-test
+    hooks that feed it are ``ReportHooks(reporter)``, a plugin object of their own, so
+    that a run that checks nothing calls no hook of ours per test (the core plugin
+    registers them with ``--graphleak``, else when a test first runs a check)."""
 
     def __init__(self, config: pytest.Config, settings: Settings | None = None) -> None:
         self.config = config
@@ -146,8 +149,8 @@ class GraphleakSessionReport:
     # call report is recorded in the second half: pytest's own hooks may still change its
     # outcome while it is logged (pytest's subtests fail a test with a failed subtest in
     # ``pytest_report_teststatus``), and the reports must say what pytest says.
-    @pytest.hookimpl(hookwrapper=True)
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> Generator[None, None, None]:
+    def logreport(self, report: pytest.TestReport) -> Generator[None, None, None]:
+        """The body of ``pytest_runtest_logreport`` (a wrapper, see above)."""
         if report.when == "teardown" and not self.is_worker:
             self._collect_teardown(report)
         if report.when == "teardown" and report.nodeid in self._junit_pending:
@@ -232,13 +235,14 @@ class GraphleakSessionReport:
         if self._junit:
             self._junit_pending[test.nodeid] = junit_properties(test)
 
-    def pytest_report_teststatus(
-        self, report: pytest.TestReport, config: pytest.Config
+    def teststatus(
+        self, report: pytest.TestReport
     ) -> tuple[str, str, str | tuple[str, Mapping[str, bool]]] | None:
-        """``L``/``LEAKED`` for a test failed by a leak; ``l``/``LEAK-WARNING`` for a
-        leak reported on a passing test (warn-only). The category stays pytest's, so
-        a leaked test counts as failed and the exit code is non-zero. Expected failures
-        and reruns keep pytest's (or pytest-rerunfailures') own status."""
+        """``pytest_report_teststatus``: ``L``/``LEAKED`` for a test failed by a leak;
+        ``l``/``LEAK-WARNING`` for a leak reported on a passing test (warn-only). The
+        category stays pytest's, so a leaked test counts as failed and the exit code is
+        non-zero. Expected failures and reruns keep pytest's (or pytest-rerunfailures')
+        own status."""
         if report.when != "call" or hasattr(report, "wasxfail"):
             return None
         data = getattr(report, "graphleak", None)
@@ -328,6 +332,7 @@ class GraphleakSessionReport:
                 tr.write_line(line, **markup)
         for note in sorted(self.notes):
             tr.write_line(f"note: {note}", yellow=True)
+
         told = sentence(counts((test.status for test in rows), audited=len(self._audited)))
         tr.write_line(told if told == NOTHING_CHECKED else f"graphleak: {told}")
         for output in self.outputs:
@@ -429,3 +434,29 @@ def _generated_by() -> str:
         return f"pytest-graphleak {version('pytest-graphleak')}"
     except PackageNotFoundError:
         return "pytest-graphleak"
+
+
+class ReportHooks:
+    """The per-test hooks of a ``SessionReport``: they read each report's results."""
+
+    def __init__(self, reporter: SessionReport) -> None:
+        self.reporter = reporter
+
+    # A wrapper: see ``SessionReport.logreport``.
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> Generator[None, None, None]:
+        yield from self.reporter.logreport(report)
+
+    def pytest_report_teststatus(
+        self, report: pytest.TestReport, config: pytest.Config
+    ) -> tuple[str, str, str | tuple[str, Mapping[str, bool]]] | None:
+        return self.reporter.teststatus(report)
+
+
+class GraphleakSessionReport(SessionReport, ReportHooks):
+    """The whole reporter as one plugin object, for a conftest that uses it without the
+    core plugin (``add_options`` and ``GraphleakSessionReport(config)``)."""
+
+    def __init__(self, config: pytest.Config, settings: Settings | None = None) -> None:
+        SessionReport.__init__(self, config, settings)
+        ReportHooks.__init__(self, self)
