@@ -1,0 +1,69 @@
+"""The size budget (scripts/check_size.py) holds for the package and minigrad, and the
+script sees what breaks it: a long function or module, a listed one that grew, a stale
+exception."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "check_size.py"
+
+
+def _load() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("check_size", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+check_size = _load()
+
+
+def test_the_package_keeps_its_size_budget() -> None:
+    """No function over 80 lines, no module over 500, but the listed exceptions, none of
+    them over its ceiling and none stale (each entry's reason says what would split it)."""
+    assert check_size.problems(check_size.sizes()) == []
+    assert all(reason for _, reason in check_size.EXCEPTIONS.values())
+
+
+def _function(name: str, lines: int, indent: str = "") -> str:
+    body = "".join(f"{indent}    x = {i}\n" for i in range(lines - 1))
+    return f"{indent}def {name}():\n{body}"
+
+
+def test_the_budget_sees_long_functions_and_modules(tmp_path: Path) -> None:
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "a.py").write_text(
+        "import functools\n\n\n@functools.cache\n" + _function("long", 81)
+        + _function("fits", 80) + "class Box:\n" + _function("method", 90, "    ")
+        + _function("outer", 5) + "    " + _function("inner", 3).replace("\n    ", "\n        ")
+    )  # fmt: skip
+    (package / "big.py").write_text("x = 1\n" * 501)
+    (package / "small.py").write_text("x = 1\n" * 500)
+    measured = check_size.sizes(tmp_path, ("pkg",))
+    assert measured["pkg/a.py::long"] == 81  # from its def, not its decorator
+    assert measured["pkg/a.py::fits"] == 80
+    assert measured["pkg/a.py::outer.inner"] == 3
+    assert check_size.problems(measured, {}) == [
+        "pkg/a.py::Box.method: 90 lines, over 80",
+        "pkg/a.py::long: 81 lines, over 80",
+        "pkg/big.py: 501 lines, over 500",
+    ]
+
+
+def test_an_exception_is_a_ceiling_and_goes_when_it_fits() -> None:
+    measured = {"m.py": 600, "m.py::grew": 95, "m.py::shrank": 85, "m.py::fits": 40}
+    exceptions = {
+        "m.py": (600, "why"), "m.py::grew": (90, "why"), "m.py::shrank": (100, "why"),
+        "m.py::fits": (120, "why"), "m.py::gone": (99, "why"),
+    }  # fmt: skip
+    assert check_size.problems(measured, exceptions) == [
+        "m.py::grew: 95 lines, over its ceiling of 90",
+        "m.py::fits: 40 lines, within 80: remove its EXCEPTIONS entry",
+        "m.py::gone: listed in EXCEPTIONS but gone: remove the entry",
+    ]
+    assert check_size.shrunk(measured, exceptions) == ["m.py::shrank: 85 lines, ceiling 100"]
