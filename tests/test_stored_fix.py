@@ -601,3 +601,41 @@ def test_the_deferred_backward_repro_under_pytest(pytester: pytest.Pytester) -> 
     ):
         assert f"\n{line}\n" in out, line
     assert "append(loss.item())" not in result.stdout.str()
+
+
+def test_a_kept_object_whose_attribute_carries_the_graph_is_named_with_it() -> None:
+    """A trace or a distribution in a growing list (issue 34): the chain shows which
+    attribute carries the graph, and the fix names it, not an invented ``loss``."""
+    torch = pytest.importorskip("torch")
+    lin = torch.nn.Linear(4, 2)
+
+    class Trace:
+        def __init__(self, out: Any) -> None:
+            self.out = out
+
+    traces: list[Any] = []
+    dists: list[Any] = []
+
+    def keep_trace() -> None:
+        tr = Trace(lin(torch.randn(3, 4)))
+        traces.append(tr)
+
+    def keep_distribution() -> None:
+        out = lin(torch.randn(3, 4))
+        dists.append(torch.distributions.Normal(out, 1.0))
+
+    trace = check(keep_trace, steps=8, warmup=2)
+    _agree(trace, LIST,
+           "traces keeps each Trace with the graph that its .out carries: keep "
+           "tr.out.detach() instead of tr, or detach tr.out before it is stored")  # fmt: skip
+    dist = check(keep_distribution, steps=8, warmup=2)
+    _agree(dist, LIST,
+           "dists keeps each Normal with the graph that its .loc carries: build it from "
+           "detached tensors (.detach()), or keep only detached tensors taken from it")  # fmt: skip
+    for result, link, line in ((trace, "Trace.out", "traces.append(tr)"),
+                               (dist, "Normal.loc",
+                                "dists.append(torch.distributions.Normal(out, 1.0))")):
+        assert result.diagnosis is not None
+        assert result.diagnosis.chain[1:3] == [result.diagnosis.chain[1], link]
+        assert result.diagnosis.chain[1].startswith("list(len=")
+        assert [s.line for s in result.diagnosis.stored_at] == [line]

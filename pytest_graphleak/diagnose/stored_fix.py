@@ -63,6 +63,8 @@ _SEQUENCE_LINK = re.compile(r"^(list|deque|set)\(len=")
 _MAPPING_LINK = re.compile(r"^(\w*[dD]ict\[|list\(len=)")
 #: A record of several values put into a container (``{"loss": loss, "out": out}``).
 _RECORD_LINK = re.compile(r"^(\w*[dD]ict\[|tuple\(len=|list\(len=)")
+#: An object kept in a container whose attribute holds the tensor: ``Trace.out``.
+_OBJECT_LINK = re.compile(r"^(\w+)\.([A-Za-z_]\w*)$")
 #: Calls that split a tensor into the tensors ``extend`` puts (``out.unbind(0)``).
 _SPLITS = frozenset({"unbind", "split", "chunk", "tensor_split", "unflatten"})
 #: A chain's root that names the user's variable: ``fixture 'st'``, ``global 'mod.H'``.
@@ -359,6 +361,9 @@ def _call_fix(line: _Line, statement: ast.stmt, call: ast.Call) -> str:
         return _store(line, statement, call.args[-1], holder)
     if func.attr in _PUTS and _SEQUENCE_LINK.match(line.outer_link):  # kept.append(record)
         value = call.args[-1]
+        carrier = _OBJECT_LINK.match(line.holder_link or "")
+        if not _cut(value) and carrier is not None:  # traces.append(tr): Trace.out
+            return _object_fix(line, value, holder, carrier.group(1), carrier.group(2))
         if _cut(value) or not line.holds(_RECORD_LINK):
             return ""
         return (
@@ -381,6 +386,24 @@ def _call_fix(line: _Line, statement: ast.stmt, call: ast.Call) -> str:
             f"{detached} (or make the update under no_grad())"
         )
     return ""
+
+
+def _object_fix(line: _Line, value: ast.expr, holder: str, kind: str, attr: str) -> str:
+    """``traces.append(tr)`` where the chain shows ``Trace.out -> Tensor``: the kept
+    object is not a tensor, one of its attributes carries the graph."""
+    cut = ".item()" if line.scalar else ".detach()"
+    which = " (or .item() for a scalar)" if line.scalar is None else ""
+    if isinstance(value, _PRIMARY) and not isinstance(value, ast.Call):
+        kept = f"{line.of(value)}.{attr}"
+        return (
+            f"{holder} keeps each {kind} with the graph that its .{attr} carries: keep "
+            f"{kept}{cut}{which} instead of {line.of(value)}, or detach {kept} before it "
+            "is stored"
+        )
+    return (
+        f"{holder} keeps each {kind} with the graph that its .{attr} carries: build it "
+        "from detached tensors (.detach()), or keep only detached tensors taken from it"
+    )
 
 
 def _split_fix(line: _Line, statement: ast.stmt, value: ast.expr, holder: str) -> str:
