@@ -1,9 +1,14 @@
 """Modules talk through public names, in the layer order of docs/DESIGN.md, with no
 import circle and no session state kept at module level.
 
-An ast scan of ``pytest_graphleak/`` (no import of the package): a reach-in such as
-``plugin._record`` or ``fixture._item`` from another module means a function lives in
-the wrong place. The scan also checks that only the probes know metric names.
+An ast scan of ``pytest_graphleak/`` and ``minigrad/`` (no import of either): a reach-in
+such as ``plugin._record`` or ``fixture._item`` from another module means a function lives
+in the wrong place. The scan also checks that only the probes know metric names, that
+only ``heap/gcstate.py`` runs or changes the collector, that minigrad knows nothing of
+pytest or the plugin, and that docs/DESIGN.md describes this tree. An import is also one
+made by name (``import_module``, a dispatch string). Each exception is listed here, in
+one place, with its reason (``*_ALLOWED``, ``TYPE_ONLY_CIRCLES``, ...), and each scan has
+a test that feeds it a small synthetic source with the shapes it must catch.
 """
 
 from __future__ import annotations
@@ -647,7 +652,8 @@ METRIC_NAMES_ALLOWED: dict[str, str] = {
 def metric_name_uses(tree: ast.AST, metrics: Iterable[str]) -> set[str]:
     """String constants that spell a metric name or a piece of one: the name, its
     library prefix (``"torch."``), its suffix (``".nodes"``, an f-string's tail), and a
-    ``startswith``/``endswith``/``removeprefix`` argument that begins or ends one."""
+    ``startswith``/``endswith``/``removeprefix`` argument that begins or ends one, and a
+    word compared with a name cut at its dots (``name.split(".")[0] == "torch"``)."""
     names = set(metrics)
     pieces = names | {name.split(".")[0] + "." for name in names}
     pieces |= {"." + name.split(".", 1)[1] for name in names if "." in name}
@@ -670,7 +676,23 @@ def metric_name_uses(tree: ast.AST, metrics: Iterable[str]) -> set[str]:
                     )
                 ):
                     found.add(repr(text))
+        elif isinstance(node, ast.Compare) and _splits_a_name(node):
+            words = {word for name in names for word in name.split(".")}
+            found |= {
+                repr(side.value) for side in [node.left, *node.comparators]
+                if isinstance(side, ast.Constant) and side.value in words
+            }  # fmt: skip
     return found
+
+
+def _splits_a_name(node: ast.Compare) -> bool:
+    """A side of the comparison cuts a string at its dots (``name.split(".")[0]``)."""
+    return any(
+        isinstance(inner, ast.Call) and _callee(inner) in ("split", "rsplit", "partition",
+                                                            "rpartition")
+        and any(isinstance(arg, ast.Constant) and arg.value == "." for arg in inner.args)
+        for side in [node.left, *node.comparators] for inner in ast.walk(side)
+    )  # fmt: skip
 
 
 def test_metric_names_appear_only_in_the_probes() -> None:
@@ -700,6 +722,8 @@ def test_the_metric_scan_sees_pieces_of_names() -> None:
         "a = metric.startswith('torch.')\nb = name.endswith(('.nodes', '_bytes'))\n"
         "c = f'{library}.tensors'\nd = name.removeprefix('minigrad')\n"
         "e = 'the torch.nodes count'\nf = 'torch' in sys.modules\ng = x.startswith('_')\n"
+        "h = metric.split('.')[0] == 'process'\ni = 'rss_bytes' != name.rpartition('.')[2]\n"
+        "j = lib == 'torch'\nk = path.split('/')[0] == 'torch'\n"
     )
     metrics = ["torch.nodes", "torch.tensors", "minigrad.nodes", "process.rss_bytes"]
     assert metric_name_uses(ast.parse(code), metrics) == {
@@ -709,6 +733,8 @@ def test_the_metric_scan_sees_pieces_of_names() -> None:
         "'.tensors'",
         "'minigrad'",
         "'the torch.nodes count'",
+        "'process'",
+        "'rss_bytes'",
     }
 
 
