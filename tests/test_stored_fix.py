@@ -639,3 +639,22 @@ def test_a_kept_object_whose_attribute_carries_the_graph_is_named_with_it() -> N
         assert result.diagnosis.chain[1:3] == [result.diagnosis.chain[1], link]
         assert result.diagnosis.chain[1].startswith("list(len=")
         assert [s.line for s in result.diagnosis.stored_at] == [line]
+
+
+def test_a_loop_whose_backward_comes_before_the_store_in_its_body() -> None:
+    """The backward at the top of the loop body runs after the store, in the next turn;
+    the loop's own next step finds the stored line (``track()``)."""
+    torch = pytest.importorskip("torch")
+    lin = torch.nn.Linear(4, 1)
+    pending: list[Any] = []
+    with track(warmup=2, steps=12) as t:
+        for step in range(20):
+            if step % 4 == 3:
+                torch.stack(pending[-3:]).mean().backward()
+            loss = lin(torch.randn(2, 4)).pow(2).mean()
+            pending.append(loss)
+            t.step()
+    assert t.result is not None
+    first = test_a_loop_whose_backward_comes_before_the_store_in_its_body.__code__.co_firstlineno
+    _agree(t.result, LIST, _deferred_fix(
+        "pending", first + 9, "torch.stack(pending[-3:]).mean().backward()", bound=False))

@@ -34,6 +34,7 @@ import ast
 import linecache
 import re
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 from pytest_graphleak.result import CreationSite, Diagnosis
 
@@ -595,50 +596,68 @@ def _extended(line: _Line, statement: ast.stmt) -> tuple[str, ast.expr] | None:
 
 
 def _backward_after(site: CreationSite, holder: str) -> tuple[int, str, bool] | None:
-    """``(line number, text, sliced)`` of the first statement after ``site`` in its
-    function that runs a backward through what ``holder`` keeps: ``holder`` (or a name
-    made from it) in the tensor a ``.backward()`` is called on, or in the arguments of
-    ``backward(...)`` / ``grad(...)``; ``sliced``: the function reads ``holder[a:b]``
-    (a deque would not do). None when there is none."""
+    """``(line number, text, sliced)`` of a statement that runs after ``site`` in its
+    function (or module) and runs a backward through what ``holder`` keeps: ``holder``
+    (or a name made from it) in the tensor a ``.backward()`` is called on, or in the
+    arguments of ``backward(...)`` / ``grad(...)``. A statement earlier in the loop that
+    has the stored line runs after it too, in the next turn. ``sliced``: the code reads
+    ``holder[a:b]`` (a deque would not do). None when there is none."""
+    source = "".join(linecache.getlines(site.filename))
     try:
-        tree = ast.parse("".join(linecache.getlines(site.filename)))
+        tree = ast.parse(source)
         wanted = ast.unparse(ast.parse(holder, mode="eval").body)
     except (SyntaxError, ValueError):
         return None
-    scopes = [node for node in ast.walk(tree)
-              if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-              and node.lineno <= site.lineno <= (node.end_lineno or node.lineno)]  # fmt: skip
-    if not scopes:
-        return None
-    scope = max(scopes, key=lambda node: node.lineno)  # the innermost
-    made = {wanted}  # holder, and names bound from it after the stored line
-    sliced = False
+    scope = _innermost(tree, site.lineno, (ast.FunctionDef, ast.AsyncFunctionDef)) or tree
+    loop = _innermost(scope, site.lineno, (ast.For, ast.AsyncFor, ast.While))
     statements = sorted(
         (node for node in ast.walk(scope) if isinstance(node, ast.stmt) and node is not scope),
         key=lambda node: (node.lineno, node.col_offset),
     )
-    for statement in statements:
-        for node in ast.walk(statement):
-            if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Slice):
-                sliced = sliced or ast.unparse(node.value) == wanted
-        if statement.lineno <= site.lineno or isinstance(statement, _COMPOUND):
-            later = statement.lineno > site.lineno
-            if isinstance(statement, ast.For) and later and _uses(statement.iter, made):
-                made.update(_names(statement.target))  # for x in pending: x.backward()
-            continue
-        for node in ast.walk(statement):
-            if isinstance(node, ast.Call) and _runs_backward(node, made):
-                text = ast.get_source_segment("".join(linecache.getlines(site.filename)),
-                                              statement) or ast.unparse(statement)  # fmt: skip
-                return statement.lineno, " ".join(text.split()), sliced
-        if isinstance(statement, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
-            value = statement.value
-            if value is not None and _uses(value, made):
-                targets = statement.targets if isinstance(statement, ast.Assign) else [
-                    statement.target]  # fmt: skip
-                for target in targets:
-                    made.update(_names(target))
+    sliced = any(
+        isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Slice)
+        and ast.unparse(node.value) == wanted
+        for node in ast.walk(scope)
+    )  # fmt: skip
+    end = (loop.end_lineno or loop.lineno) if loop is not None else 0
+    after = [node for node in statements if node.lineno > site.lineno]
+    turn = [node for node in after if node.lineno <= end]  # the rest of this turn
+    if loop is not None:  # then the next turn, up to the stored line
+        turn += [node for node in statements if loop.lineno < node.lineno < site.lineno]
+    made = {wanted}  # holder, and names bound from it after the stored line
+    for statement in turn + [node for node in after if node.lineno > end]:
+        if _backward_in(statement, made):
+            text = ast.get_source_segment(source, statement) or ast.unparse(statement)
+            return statement.lineno, " ".join(text.split()), sliced
     return None
+
+
+def _innermost(tree: ast.AST, lineno: int, kinds: tuple[type[ast.AST], ...]) -> Any:
+    """The innermost node of ``kinds`` in ``tree`` whose lines hold ``lineno`` (None)."""
+    found: list[Any] = [node for node in ast.walk(tree)
+                        if isinstance(node, kinds) and node is not tree]  # fmt: skip
+    found = [node for node in found if node.lineno <= lineno <= (node.end_lineno or node.lineno)]
+    return max(found, key=lambda node: node.lineno, default=None)
+
+
+def _backward_in(statement: ast.stmt, made: set[str]) -> bool:
+    """Does this (simple) statement run a backward through ``made``? Names it binds from
+    ``made`` are added to it (``total = sum(pending)``, ``for x in pending:``)."""
+    if isinstance(statement, (ast.For, ast.AsyncFor)) and _uses(statement.iter, made):
+        made.update(_names(statement.target))  # for x in pending: x.backward()
+    if isinstance(statement, _COMPOUND):  # its body's statements are walked one by one
+        return False
+    if any(isinstance(node, ast.Call) and _runs_backward(node, made)
+           for node in ast.walk(statement)):  # fmt: skip
+        return True
+    if isinstance(statement, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+        value = statement.value
+        if value is not None and _uses(value, made):
+            targets = statement.targets if isinstance(statement, ast.Assign) else [
+                statement.target]  # fmt: skip
+            for target in targets:
+                made.update(_names(target))
+    return False
 
 
 #: Statements whose body holds statements of their own (walked one by one).
