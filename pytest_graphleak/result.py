@@ -141,6 +141,11 @@ class CheckResult:
     #: "step": a check of repeated steps (marker, fixture, ``check()``, a callback);
     #: "outlive": the audit of a test's graphs still alive after its teardown (no series).
     kind: str = "step"
+    #: The leak failed nothing: it was a warning (warn-only mode, the outlive audit's warn
+    #: mode) or the test failed for another reason (an assert, a timeout, ``sys.exit``),
+    #: was skipped, or caught the error. Its test's row reads ``warned`` whatever pytest's
+    #: outcome (``status.status_in_test``); set when the test's report is made.
+    warned: bool = False
 
     @property
     def leaked(self) -> bool:
@@ -181,7 +186,7 @@ class CheckResult:
             sample_every=int(data.get("sample_every", 1)),
             warmup_steps=data.get("warmup_steps"),
             sample_steps=data.get("sample_steps"),
-            kind=data.get("kind", "step"),
+            kind=data.get("kind", "step"), warned=bool(data.get("warned", False)),
         )  # fmt: skip
 
 

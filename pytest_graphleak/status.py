@@ -3,8 +3,10 @@
 A check ends in one of four statuses, by this precedence: ``leaked`` (the verdict found a
 leak), ``error`` (a step raised), ``unmeasured`` (its probes measured nothing the step
 uses, or its loop was too short to judge: no verdict), ``clean``. A test's status is its
-worst check's, where a leak on a test that pytest did not fail reads ``warned``
-(warn-only mode, or the error was caught) and a leak on an expected failure ``xfailed``.
+worst check's, where a leak reads ``leaked`` only where it failed the test: a leak that
+failed nothing (warn-only mode, the outlive audit's warn mode, a caught error, a test that
+failed, was skipped or passed for its own reasons: the check's ``warned`` flag, or a test
+pytest did not fail) reads ``warned``, and a leak on an expected failure ``xfailed``.
 
 Every surface says the same word: the JSON report's ``status`` and summary, JUnit's
 ``graphleak.status``, the HTML badge, the terminal summary, ``graphleak check`` /
@@ -35,10 +37,12 @@ class StatusFacts:
 
 
 TABLE: tuple[StatusFacts, ...] = (
-    StatusFacts("leaked", "LEAKED", "a check leaked and the test failed", 1, True),
+    StatusFacts("leaked", "LEAKED", "a check leaked and that failed the test", 1, True),
     StatusFacts(
         "warned", "WARNING",
-        "a check leaked but the test passed (warn-only mode, or the error was caught)", 1, False,
+        "a check leaked and that failed nothing (warn-only mode, the outlive audit's warn "
+        "mode, a caught error; the test passed, was skipped or failed for another reason)",
+        1, False,
     ),
     StatusFacts(
         "xfailed", "XFAIL", "a check leaked and the test was expected to fail", 1, False
@@ -84,13 +88,19 @@ def worst(statuses: Iterable[str]) -> str:
     return next((word for word in STATUSES if word in given), "clean")
 
 
-def status_of_test(check_statuses: Iterable[str], outcome: str) -> str:
-    """A test's status: its worst check's; a leak reads by pytest's outcome (``failed``:
-    leaked, ``xfailed``: xfailed, anything else: warned)."""
-    status = worst(check_statuses)
-    if status != "leaked" or outcome == "failed":
+def status_in_test(check: Mapping[str, Any], outcome: str) -> str:
+    """One check's status as its test reads it: a leak that failed nothing (the check's
+    ``warned``) is ``warned``; else a leak reads by pytest's outcome (``failed``: leaked,
+    ``xfailed``: xfailed, anything else: warned)."""
+    status = status_of_dict(check)
+    if status != "leaked" or (outcome == "failed" and not check.get("warned")):
         return status
-    return "xfailed" if outcome == "xfailed" else "warned"
+    return "xfailed" if outcome == "xfailed" and not check.get("warned") else "warned"
+
+
+def status_of_test(checks: Iterable[Mapping[str, Any]], outcome: str) -> str:
+    """A test's status: its worst check's, each read by ``status_in_test``."""
+    return worst(status_in_test(check, outcome) for check in checks)
 
 
 def outcome_of(status: str) -> str:

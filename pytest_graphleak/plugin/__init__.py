@@ -457,6 +457,7 @@ class _Reports:
             return
         results = item.stash.get(RESULTS_KEY, None)
         if results:
+            _mark_warned(results, call.excinfo)
             report.graphleak = [result.to_dict() for result in results]  # type: ignore[attr-defined]
             del item.stash[RESULTS_KEY]  # pop, so nothing outlives the report
         excinfo = call.excinfo
@@ -473,6 +474,35 @@ class _Reports:
             if item.config.getoption("tbstyle", "auto") == "line":
                 # One line per failure, at the user's line: not the leak text, not ours.
                 report.longrepr = one_line_repr(item, excinfo, crash.message)
+
+
+def _mark_warned(results: list[CheckResult], excinfo: pytest.ExceptionInfo[Any] | None) -> None:
+    """Mark the leaks that failed nothing (``CheckResult.warned``): all of them, unless
+    the call ended with a leak's error (or its warning raised as an error), in itself or
+    in its chain (a framework may wrap it); then all but the check that raised it, or
+    none when the error does not say which check it was. None either after an ``xfail``
+    exception: unittest's ``expectedFailure`` turns the method's error into one that
+    does not say what failed."""
+    if excinfo is not None and isinstance(excinfo.value, pytest.xfail.Exception):
+        return
+    failure = _leak_failure(excinfo.value) if excinfo is not None else None
+    raised = getattr(failure, "result", None)  # a GraphLeakWarning names no check
+    if failure is not None and raised is None:
+        return
+    for result in results:
+        if result.leaked and result is not raised:
+            result.warned = True
+
+
+def _leak_failure(exc: BaseException | None) -> BaseException | None:
+    """A leak's error (or warning raised as an error) in ``exc`` or its chain."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, (GraphLeakError, GraphLeakWarning)):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 class _Ranks(_Reports):

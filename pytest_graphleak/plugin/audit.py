@@ -440,11 +440,23 @@ class OutliveAudit:
             del item.stash[_AUDITED_KEY]
             setattr(report, AUDITED, True)
         found = item.stash.get(_FOUND_KEY, None)
+        excinfo = call.excinfo
+        # The findings failed the teardown (fail mode, or the warning raised as an error
+        # by a filter: -W error::pytest_graphleak.GraphOutliveWarning, filterwarnings =
+        # error), or they failed nothing and read as warnings whatever else failed the
+        # test (an assert, a timeout, sys.exit) or skipped it.
+        failed_by_them = excinfo is not None and isinstance(
+            excinfo.value, (GraphOutliveError, GraphOutliveWarning)
+        )
         if found:
             del item.stash[_FOUND_KEY]  # pop: nothing outlives the report
+            if not failed_by_them:
+                for check in found:
+                    check["warned"] = True
             report.graphleak = found  # type: ignore[attr-defined]
-        excinfo = call.excinfo
-        if excinfo is not None and isinstance(excinfo.value, GraphOutliveError):
+        if failed_by_them:
+            assert excinfo is not None
+            # The story only, as the fail mode's: no frames of the plugin's own source.
             report.longrepr = excinfo.getrepr(style="value")
             crash = getattr(report.longrepr, "reprcrash", None)
             if crash is not None and found:  # pytest's short summary line reads this

@@ -104,6 +104,8 @@ class SessionReport:
         #: Node ids whose last call report carried a leak: the status word of pytest's
         #: short summary is asked again at the end, when ``report.graphleak`` is gone.
         self._leaked: set[str] = set()
+        #: Of those, the ones whose leak failed the test (``LEAKED``, not pytest's word).
+        self._failed_by_leak: set[str] = set()
         #: JUnit properties go on the teardown report, which pytest keeps to the end: only
         #: when a JUnit XML file is written (its writer keeps every test until then anyway).
         self._junit = bool(config.getoption("xmlpath", default=None))
@@ -167,6 +169,7 @@ class SessionReport:
     def _collect(self, report: pytest.TestReport) -> None:
         """Record a call report's checks (see ``pytest_runtest_logreport``)."""
         self._leaked.discard(report.nodeid)  # of a rerun test, the last attempt decides
+        self._failed_by_leak.discard(report.nodeid)
         if report.outcome == _RERUN:
             # pytest-rerunfailures runs this test again: only its final attempt counts.
             # (It logs no teardown for this attempt, so nothing else would drop these.)
@@ -176,6 +179,8 @@ class SessionReport:
         data = getattr(report, "graphleak", None)
         if _has_leak(data):
             self._leaked.add(report.nodeid)
+        if _has_leak(data, failing=True):
+            self._failed_by_leak.add(report.nodeid)
         if not data:
             return
         checks = self._checks_of(data, report.nodeid, "results")
@@ -246,12 +251,13 @@ class SessionReport:
         if report.when != "call" or hasattr(report, "wasxfail"):
             return None
         data = getattr(report, "graphleak", None)
-        leaked = _has_leak(data) if data is not None else report.nodeid in self._leaked
-        if not leaked:
+        if report.failed:  # by a leak, not for its own reason with a leak that only warned
+            failing = data is not None and _has_leak(data, failing=True)
+            if failing or (data is None and report.nodeid in self._failed_by_leak):
+                return "failed", "L", self._word(report, "LEAKED", {"red": True})
             return None
-        if report.failed:
-            return "failed", "L", self._word(report, "LEAKED", {"red": True})
-        if report.passed:
+        leaked = _has_leak(data) if data is not None else report.nodeid in self._leaked
+        if leaked and report.passed:
             return "passed", "l", self._word(report, "LEAK-WARNING", {"yellow": True})
         return None
 
@@ -421,9 +427,12 @@ def _write(output: _Output, text: str) -> bool:
     return False
 
 
-def _has_leak(data: object) -> bool:
+def _has_leak(data: object, *, failing: bool = False) -> bool:
+    """A leaked check among a report's; ``failing``: one whose leak failed the test (not
+    marked ``warned``)."""
     return isinstance(data, list) and any(
-        isinstance(check, dict) and check.get("leaked") for check in data
+        isinstance(check, dict) and check.get("leaked") and not (failing and check.get("warned"))
+        for check in data
     )
 
 

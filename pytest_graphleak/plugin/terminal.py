@@ -223,6 +223,17 @@ def colour_failure(longrepr: Any) -> None:
 
 
 # -- the graphleak report section -----------------------------------------------------
+def _warned_why(outcome: str, warn_only: bool) -> str:
+    """Why a leak row is a warning, by the test's outcome (every one pytest gives)."""
+    if outcome == "passed":
+        return "warn-only: not failed" if warn_only else "test passed"
+    if outcome == "failed":
+        return "the test failed for another reason"
+    if outcome == "xfailed":
+        return "the test was expected to fail for another reason"
+    return f"test {outcome}"  # skipped
+
+
 def summary_lines(
     test: CheckedTest, width: int, warn_only: bool
 ) -> list[tuple[str, dict[str, bool]]]:
@@ -245,7 +256,7 @@ def summary_lines(
             if found:
                 head += f"  {found}"
             if status == "warned":
-                head += "  (warn-only: not failed)" if warn_only else "  (test passed)"
+                head += f"  ({_warned_why(test.outcome, warn_only)})"
             elif status == "xfailed":
                 head += "  (expected to fail)"
         elif check.get("error"):

@@ -4,11 +4,13 @@ leak and per unmeasured check, and a table of the checked tests in the step summ
 With ``--graphleak-github=auto`` (the default) it is on when ``GITHUB_ACTIONS=true``:
 
 * ``::error file=tests/test_x.py,line=12,title=graphleak: list-accumulation::<summary>``
-  on stdout, one per leaked or unmeasured check (``::warning`` where the test passed:
-  warn-only mode, a caught GraphLeakError). The line is where the leaked object is
-  stored (``losses.append(loss)``), else where the user's code created it, else the
-  test's own line; the path is relative to ``$GITHUB_WORKSPACE`` (else the current
-  directory). GitHub shows it on that line of the pull request's diff.
+  on stdout, one per leaked or unmeasured check (``::warning`` where the leak failed
+  nothing: warn-only mode, the outlive audit's warn mode, a caught GraphLeakError, a test
+  that passed, was skipped or failed for another reason; none for an expected failure).
+  The line is where the leaked object is stored (``losses.append(loss)``), else where the
+  user's code created it, else the test's own line; the path is relative to
+  ``$GITHUB_WORKSPACE`` (else the current directory). GitHub shows it on that line of
+  the pull request's diff.
 * a markdown table of every check appended to ``$GITHUB_STEP_SUMMARY``, under the session's
   counts (``summary.sentence``).
 
@@ -27,7 +29,7 @@ from pytest_graphleak.metrics import format_rate
 from pytest_graphleak.report.span import span_text
 from pytest_graphleak.report.summary import no_rows, sentence
 from pytest_graphleak.report.view import fix_of
-from pytest_graphleak.status import STATUSES, status_of_dict, status_of_test
+from pytest_graphleak.status import STATUSES, status_in_test
 
 
 @dataclass(frozen=True)
@@ -91,16 +93,28 @@ def document_rows(
 
 
 def _status(test: Mapping[str, Any], check: Mapping[str, Any]) -> str:
-    """This check's status, by the one rule for a test (``status.status_of_test``)."""
-    return status_of_test([status_of_dict(check)], str(test["outcome"]))
+    """This check's status, by the one rule for a test (``status.status_in_test``)."""
+    return status_in_test(check, str(test["outcome"]))
+
+
+#: The annotation of a leak, by its status: an error where it failed the test, a warning
+#: where it failed nothing, none for an expected failure.
+_LEAK_LEVEL = {"leaked": "error", "warned": "warning", "xfailed": ""}
+
+
+def _level(status: str, outcome: str) -> str:
+    """The annotation's level for every outcome pytest gives (passed, failed, skipped,
+    xfailed): a leak's by its status; an unmeasured check's by what it did to the test
+    (it fails the test, or warns in warn-only mode)."""
+    if status in _LEAK_LEVEL:
+        return _LEAK_LEVEL[status]
+    return {"failed": "error", "xfailed": ""}.get(outcome, "warning")
 
 
 def _check_row(
     label: str, status: str, outcome: str, check: Mapping[str, Any], test_place: tuple[str, int]
 ) -> Row:
-    # An error where the test failed; a warning where it passed (warn-only mode, a caught
-    # GraphLeakError); none for an expected failure.
-    level = {"failed": "error", "passed": "warning"}.get(outcome, "")
+    level = _level(status, outcome)
     if check.get("leaked"):
         pattern = str(check.get("pattern") or "leak")
         file, line = _line_to_change(check.get("diagnosis") or {}, test_place)

@@ -21,7 +21,7 @@ from typing import Any
 
 from pytest_graphleak.metrics import finite
 from pytest_graphleak.report.summary import counts
-from pytest_graphleak.status import status_of_dict, status_of_test
+from pytest_graphleak.status import status_of_test
 
 #: Version of the document layout (``"schema"`` key); bump on incompatible changes.
 DOCUMENT_SCHEMA_VERSION = 1
@@ -40,13 +40,14 @@ class CheckedTest:
 
     @property
     def status(self) -> str:
-        """``leaked``: a check leaked and the test failed; ``warned``: a check leaked
-        but the test passed (warn-only mode, or the GraphLeakError was caught);
+        """``leaked``: a check leaked and that failed the test; ``warned``: a check
+        leaked and that failed nothing (warn-only mode, the outlive audit's warn mode, a
+        caught GraphLeakError; the test passed, was skipped or failed for another reason);
         ``xfailed``: a check leaked and the test was expected to fail;
         ``error``: a step raised; ``unmeasured``: a check's probes measured nothing the
         step uses, or its loop was too short to judge, so it has no verdict; ``clean``
         otherwise (the rule: ``status.py``)."""
-        return status_of_test((status_of_dict(check) for check in self.checks), self.outcome)
+        return status_of_test(self.checks, self.outcome)
 
 
 def metric_summary(check: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
