@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import gc
 import sys
 import types
 import warnings
@@ -300,7 +301,9 @@ class OutliveAudit:
         self._pending = [(d, fd) for d, fd in self._pending if fd is not fixturedef]
         # torn down in this test's own teardown, before its audit: what it stored there
         census = item.stash.get(_CENSUS_KEY, None)
-        now = census.so_far() if census is not None else None
+        cached = getattr(fixturedef, "cached_result", None)
+        value = cached[0] if cached and cached[2] is None else None
+        now = census.so_far() if census is not None and _may_hold(value) else None
         alive = [obj for deferred in pending for obj in deferred.alive()]
         if not alive and now is None:
             return
@@ -321,10 +324,15 @@ class OutliveAudit:
                     # Only what the value keeps: pytest drops it next. The user's roots and
                     # the class attributes the fixture set outlive it: the test's audit,
                     # after the teardown, names what they keep.
-                    own = explain(now, roots, nodeid=item.nodeid, made_by=item.nodeid,
-                                  fixture=label, backends=now.backends,
-                                  judging=fixturedef)  # fmt: skip
-                    results.extend(r for r in own.results if _root(r, raw=True) == label)
+                    value_only = [h for h in roots if h.label == label]
+                    if explain(now, value_only, nodeid=item.nodeid, backends=now.backends,
+                               judging=fixturedef).results:  # fmt: skip
+                        # it keeps some: told from all roots, so that a graph a root of the
+                        # user's keeps too is left to the test's audit (no second report)
+                        own = explain(now, roots, nodeid=item.nodeid, made_by=item.nodeid,
+                                      fixture=label, backends=now.backends,
+                                      judging=fixturedef)  # fmt: skip
+                        results.extend(r for r in own.results if _root(r, raw=True) == label)
         finally:
             alive.clear()
         for result in results:
@@ -466,6 +474,8 @@ class OutliveAudit:
         # A run stopped between a test's call and its teardown (Ctrl-C) leaves its census
         # unfinished: the test's session let go of it when the test ended.
         self._pending.clear()
+        self._set_by.clear()  # fixtures pytest tears down after the last test: not judged
+        self._judged.clear()
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         for note in sorted(self.notes):
@@ -647,6 +657,16 @@ def _still_kept(fixturedef: Any) -> str:
     if name.startswith(_SETUP_CLASS):
         return f"{name.removeprefix(_SETUP_CLASS)} still kept it after tearDownClass ran"
     return f"fixture '{name}' still kept it after its own teardown code ran"
+
+
+def _may_hold(value: object) -> bool:
+    """Can a fixture's value hold a graph? (an empty dict or list, None, or numbers cannot:
+    CPython does not track such containers)."""
+    if value is None or isinstance(value, _ATOMS):
+        return False
+    numpy = sys.modules.get("numpy")
+    return gc.is_tracked(value) or (numpy is not None and isinstance(value, numpy.ndarray)
+                                    and value.dtype == object)  # fmt: skip
 
 
 def _request_cls(request: Any) -> type | None:
