@@ -588,6 +588,7 @@ warnings.simplefilter("ignore", FutureWarning)  # torch.nn.utils.weight_norm is 
 
 WN = torch.nn.utils.weight_norm(torch.nn.Linear(4, 1))
 SN = torch.nn.utils.spectral_norm(torch.nn.Linear(4, 1))
+GRU = torch.nn.utils.weight_norm(torch.nn.GRU(4, 4), name="weight_hh_l0")  # in _flat_weights too
 PR = torch.nn.Linear(4, 1)
 prune.l1_unstructured(PR, name="weight", amount=0.5)
 KEEP = []
@@ -603,6 +604,10 @@ def test_spectral_norm_step():
 
 def test_pruned_step():
     PR(torch.randn(8, 4)).pow(2).mean().backward()
+
+
+def test_weight_normed_gru_step():
+    GRU(torch.randn(3, 2, 4))[0].pow(2).mean().backward()
 
 
 def test_keeps_a_loss_of_the_weight_norm_model():
@@ -629,11 +634,11 @@ def test_weights_recomputed_by_forward_pre_hooks_are_not_findings(
     pytester.makepyfile(test_parametrized=PARAMETRIZED)
     result = pytester.runpytest_subprocess("--graphleak", "-p", "no:randomly",
                                            "--graphleak-outlive=fail")  # fmt: skip
-    result.assert_outcomes(passed=5, errors=1)
+    result.assert_outcomes(passed=6, errors=1)
     result.stdout.fnmatch_lines([
         "ERROR test_parametrized.py::test_keeps_a_loss_of_the_weight_norm_model*",
     ])  # fmt: skip
-    assert "Linear.weight" not in result.stdout.str()
+    assert "Linear.weight" not in result.stdout.str() and "_flat_weights" not in result.stdout.str()
 
 
 @needs_torch

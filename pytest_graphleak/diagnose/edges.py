@@ -99,6 +99,10 @@ class ObjectEdges:
     ) -> None:
         self.backends = backends
         self.exclude = set(exclude)
+        #: Tensors a module's forward pre-hook recomputes (``recomputed_attributes``), met
+        #: while walking: no chain passes through them, also not through another list of
+        #: the module's that holds them (an RNN's ``_flat_weights``).
+        self.recomputed: set[int] = set()
         #: Follow ``grad_fn`` and ``next_functions`` into autograd graphs.
         self.graphs = graphs
         self._torch = next((b for b in backends if b.name == "torch"), None)
@@ -113,6 +117,8 @@ class ObjectEdges:
     def walkable(self, obj: object) -> bool:
         """May a chain pass through ``obj``?"""
         if id(obj) in self.exclude or type(obj) in PROXY_TYPES:  # a proxy holds nothing
+            return False
+        if id(obj) in self.recomputed:
             return False
         if isinstance(obj, _NO_WALK_TYPES) and not _user_class(obj):
             return False
@@ -190,6 +196,8 @@ class ObjectEdges:
                     if value is not None:
                         yield Edge("attr", key), value
             recomputed = recomputed_attributes(obj)
+            # the module is listed before its other containers are expanded: mark them now
+            self.recomputed.update(id(obj.__dict__[name]) for name in recomputed)
         attrs = getattr(obj, "__dict__", None)
         if isinstance(attrs, dict):
             seen.add(id(attrs))

@@ -227,6 +227,8 @@ def _kept_by(root: object, wanted: Callable[[object], bool], walker: ObjectEdges
             for _, child in walker.edges(obj):
                 if id(child) in seen or id(child) in walker.exclude:  # kept on purpose
                     continue
+                if id(child) in walker.recomputed:  # a layer's weight, remade each forward
+                    continue
                 if wanted(child) or walker.walkable(child):
                     seen.add(id(child))
                     queue.append(child)
