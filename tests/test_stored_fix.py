@@ -658,3 +658,29 @@ def test_a_loop_whose_backward_comes_before_the_store_in_its_body() -> None:
     first = test_a_loop_whose_backward_comes_before_the_store_in_its_body.__code__.co_firstlineno
     _agree(t.result, LIST, _deferred_fix(
         "pending", first + 9, "torch.stack(pending[-3:]).mean().backward()", bound=False))
+
+
+def test_a_number_taken_from_the_container_feeds_no_backward(tmp_path: Any) -> None:
+    """``n = len(pending)`` then ``(loss / n).backward()``: the backward runs through
+    ``loss``, not through the kept tensors, so ``.item()`` on the stored line is right."""
+    from pytest_graphleak.diagnose.stored_fix import deferred_fix
+
+    source = tmp_path / "steps.py"
+    source.write_text(
+        "def step():\n"
+        "    loss = model(x)\n"
+        "    pending.append(loss)\n"
+        "    n = len(pending)\n"
+        "    print(torch.stack(pending).mean().item())\n"
+        "    (loss / n).backward()\n"
+    )
+    site = CreationSite(str(source), 3, "pending.append(loss)", 1)
+    chain = ["local 'pending'", "list(len=3)", SCALAR]
+    assert deferred_fix(LIST, site, "pending.append(loss)", chain) == ""
+    assert fix_of_line(site, chain).startswith("store loss.item() (a plain number)")
+
+
+def fix_of_line(site: CreationSite, chain: list[str]) -> str:
+    from pytest_graphleak.diagnose.stored_fix import fix_for_stored
+
+    return fix_for_stored(LIST, [site], chain)

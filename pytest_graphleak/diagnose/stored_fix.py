@@ -665,11 +665,21 @@ _COMPOUND = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, 
              ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)  # fmt: skip
 
 
+#: Calls whose result carries no graph of what they are given (``n = len(pending)``).
+_NO_GRAPH_OUT = _CUTS | {"len", "str", "repr", "print", "format", "isinstance", "id"}
+
+
 def _uses(node: ast.AST, made: set[str]) -> bool:
-    return any(
-        isinstance(sub, (ast.Name, ast.Attribute, ast.Subscript)) and ast.unparse(sub) in made
-        for sub in ast.walk(node)
-    )
+    """Does ``node`` read a tensor of ``made`` in a way that keeps its graph? A read
+    inside ``len(...)``, ``.item()``, ``.detach()``... does not count."""
+    if isinstance(node, ast.Call):
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        if name in _NO_GRAPH_OUT:
+            return False
+    if isinstance(node, (ast.Name, ast.Attribute, ast.Subscript)) and ast.unparse(node) in made:
+        return True
+    return any(_uses(child, made) for child in ast.iter_child_nodes(node))
 
 
 def _names(target: ast.expr) -> set[str]:
