@@ -97,3 +97,53 @@ def test_a_user_object_whose_length_grows_is_a_growing_container() -> None:
     result = check(step, steps=8, warmup=2)
     assert result.diagnosis is not None and result.diagnosis.pattern == "list-accumulation"
     assert "_Rows on the chain grows by 1 per step" in render_text(result)
+
+
+class _RowList(list):  # type: ignore[type-arg]
+    pass
+
+
+class _Store(dict):  # type: ignore[type-arg]
+    pass
+
+
+@pytest.mark.parametrize(
+    ("holder", "line", "fix"),
+    [
+        (_RowList(), "rows.append(loss)",
+         "store loss.item() (a plain number) instead of loss, so that rows keeps no graph: "
+         "rows.append(loss.item())"),
+        (_Store(), "rows[len(rows)] = loss",
+         "store loss.item() (a plain number) instead of loss, so that rows keeps no graph: "
+         "rows[len(rows)] = loss.item()"),
+    ],
+)  # fmt: skip
+def test_a_subclass_of_a_container_gets_the_words_its_base_gets(
+    holder: Any, line: str, fix: str
+) -> None:
+    w = mg.Tensor([1.0, 1.0], requires_grad=True)
+    rows = holder
+
+    def step() -> None:
+        loss = (w * 2.0).sum()
+        if isinstance(rows, list):
+            rows.append(loss)
+        else:
+            rows[len(rows)] = loss
+
+    result = check(step, steps=8, warmup=2)
+    assert result.diagnosis is not None and result.diagnosis.pattern == "list-accumulation"
+    assert [site.line for site in result.diagnosis.stored_at] == [line]
+    assert result.diagnosis.fix == fix
+
+
+def test_a_namedtuple_record_in_a_list_is_not_taken_for_the_list() -> None:
+    from pytest_graphleak.diagnose.stored_fix import stored_fix
+
+    chain = ["local 'kept'", "list(len=24)", "Batch(len=2)", "Tensor(shape=())"]
+    assert stored_fix("list-accumulation", "kept.append(Batch(x, y))", chain) == (
+        ""  # a record: which field to detach is not known from this line
+    )
+    assert stored_fix("list-accumulation", 'state["batch"] = Batch(x, y)',
+                      ["fixture 'state'", "dict['batch']", "Batch(len=2)",
+                       "Tensor(shape=())"]) == ""  # fmt: skip

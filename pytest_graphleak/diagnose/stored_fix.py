@@ -61,7 +61,11 @@ GROWING = "memory-growth"
 _TENSOR_LINK = re.compile(r"^\w+\(shape=(\([^)]*\))")
 #: The chain's link that holds the tensor, for ``kept.append(x)`` / ``cache[k] = x``.
 _SEQUENCE_LINK = re.compile(r"^(list|deque|set)\(len=")
-_MAPPING_LINK = re.compile(r"^(\w*[dD]ict\[|list\(len=)")
+#: A key edge (``dict['k']``, ``OrderedDict[3]``, a user's ``Store['k']``) is a mapping's.
+_MAPPING_LINK = re.compile(r"^(\w+\[|list\(len=)")
+#: A user's subclass of a sequence (``Rows(len=3)``); tuples are told apart by
+#: ``_Line.puts_into``.
+_SUBCLASS_LINK = re.compile(r"^(?!(?:tuple|frozenset|dict)\()\w+\(len=")
 #: A record of several values put into a container (``{"loss": loss, "out": out}``).
 _RECORD_LINK = re.compile(r"^(\w*[dD]ict\[|tuple\(len=|list\(len=)")
 #: An object kept in a container whose attribute holds the tensor: ``Trace.out``.
@@ -93,6 +97,16 @@ class _Line:
             self.outer_link = chain[at - 2] if at >= 2 else ""
             if shape is not None:
                 self.scalar = shape.group(1) == "()"
+
+    def puts_into(self) -> bool:
+        """Is the chain's tensor right in the container a put (``append``, ``add``,
+        ``extend``) fills? A list, deque or set, or a user's subclass of one
+        (``Rows(len=3)``) that no other container holds: a namedtuple record kept in a
+        list has the list outside it, and a tuple has no ``append``."""
+        if self.holds(_SEQUENCE_LINK):
+            return True
+        link = self.holder_link or ""
+        return bool(_SUBCLASS_LINK.match(link)) and "(len=" not in self.outer_link
 
     def holds(self, pattern: re.Pattern[str]) -> bool:
         """Does the chain's tensor sit right in a container of this kind (or no chain)?"""
@@ -271,7 +285,7 @@ def kept_fix(pattern: str, line: str, chain: Sequence[str] | None = None) -> str
     holder, value = found.pop()  # type: ignore[misc]
     base = _uncut(value)
     number = ""
-    if parsed.holds(_SEQUENCE_LINK) and isinstance(base, _PRIMARY) and parsed.scalar is not False:
+    if parsed.puts_into() and isinstance(base, _PRIMARY) and parsed.scalar is not False:
         item = f"{parsed.of(base)}.item()"
         number = (
             f"store {item} instead, or " if parsed.scalar else f"store {item} for a scalar, or "
@@ -303,7 +317,7 @@ def _put(line: _Line, statement: ast.stmt) -> tuple[str, ast.expr] | None:
     if holder is None or value is None:
         return None
     in_record = _SEQUENCE_LINK.match(line.outer_link) and line.holds(_RECORD_LINK)
-    return (line.of(holder), value) if line.holds(_SEQUENCE_LINK) or in_record else None
+    return (line.of(holder), value) if line.puts_into() or in_record else None
 
 
 def _uncut(node: ast.expr) -> ast.expr:
@@ -358,7 +372,7 @@ def _call_fix(line: _Line, statement: ast.stmt, call: ast.Call) -> str:
     if not isinstance(func, ast.Attribute) or not call.args or call.keywords:
         return ""
     holder = line.of(func.value)
-    if func.attr in _PUTS and line.holds(_SEQUENCE_LINK):
+    if func.attr in _PUTS and line.puts_into():
         return _store(line, statement, call.args[-1], holder)
     if func.attr in _PUTS and _SEQUENCE_LINK.match(line.outer_link):  # kept.append(record)
         value = call.args[-1]
@@ -373,9 +387,9 @@ def _call_fix(line: _Line, statement: ast.stmt, call: ast.Call) -> str:
         )
     if func.attr == "extend" and isinstance(call.args[0], (ast.List, ast.Tuple)):
         items = call.args[0].elts
-        one = len(items) == 1 and line.holds(_SEQUENCE_LINK)
+        one = len(items) == 1 and line.puts_into()
         return _store(line, statement, items[0], holder) if one else ""
-    if func.attr == "extend" and line.holds(_SEQUENCE_LINK):  # extend(out.unbind(0))
+    if func.attr == "extend" and line.puts_into():  # extend(out.unbind(0))
         return _split_fix(line, statement, call.args[0], holder)
     if func.attr.endswith("_") and not func.attr.startswith("_"):  # in place: add_, lerp_
         value = call.args[0]
@@ -591,7 +605,7 @@ def _extended(line: _Line, statement: ast.stmt) -> tuple[str, ast.expr] | None:
     if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call):
         func, args = statement.value.func, statement.value.args
         if isinstance(func, ast.Attribute) and func.attr == "extend" and len(args) == 1:
-            return (line.of(func.value), args[0]) if line.holds(_SEQUENCE_LINK) else None
+            return (line.of(func.value), args[0]) if line.puts_into() else None
     return None
 
 
