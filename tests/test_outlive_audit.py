@@ -792,7 +792,7 @@ def test_keep_names_resolve_without_imports_or_computed_attributes() -> None:
     import sys
     import types
 
-    from pytest_graphleak.plugin.audit import resolve_name
+    from pytest_graphleak.plugin.outlive_roots import resolve_name
 
     calls: list[str] = []
     module = types.ModuleType("graphleak_keep_probe")

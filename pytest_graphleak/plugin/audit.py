@@ -24,11 +24,10 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
-import gc
 import sys
 import types
 import warnings
-from collections.abc import Collection, Generator, Iterable, Iterator, Mapping
+from collections.abc import Collection, Generator, Iterator
 from typing import Any
 
 import pytest
@@ -46,6 +45,20 @@ from pytest_graphleak.heap.usercode import is_user_module
 from pytest_graphleak.options import Settings
 from pytest_graphleak.pipeline import GraphOutliveError, GraphOutliveWarning
 from pytest_graphleak.plugin import outlive_rerun
+from pytest_graphleak.plugin.outlive_roots import (
+    MISSING,
+    class_attributes,
+    fixture_label,
+    fixturedefs,
+    globals_of,
+    live_fixtures,
+    may_hold,
+    owned_by,
+    request_cls,
+    resolve_name,
+    still_kept,
+    tests_text,
+)
 from pytest_graphleak.plugin.session_report import AUDITED
 from pytest_graphleak.report.text import render_text
 from pytest_graphleak.result import CheckResult
@@ -62,8 +75,6 @@ _FOUND_KEY = pytest.StashKey["list[dict[str, Any]]"]()
 _CHECKED_ROOTS_KEY = pytest.StashKey["set[str]"]()
 #: The census ran to its end (the session report counts the tests audited).
 _AUDITED_KEY = pytest.StashKey[bool]()
-
-_SKIP_GLOBALS = (types.ModuleType, types.BuiltinFunctionType, type(sys))
 
 
 class OutliveAudit:
@@ -275,14 +286,14 @@ class OutliveAudit:
     def pytest_fixture_setup(self, fixturedef: Any, request: Any) -> Generator[None, Any, None]:
         """Note the ``request.cls`` attributes a class-scoped fixture sets: what they keep
         is that fixture's while it lives, as its value is."""
-        cls = _request_cls(request) if fixturedef.scope == "class" else None
+        cls = request_cls(request) if fixturedef.scope == "class" else None
         before = dict(vars(cls)) if cls is not None else {}
         yield
         if cls is None:
             return
         changed = [name for name, value in list(vars(cls).items())
                    if not name.startswith("__")
-                   and before.get(name, _MISSING) is not value]  # fmt: skip
+                   and before.get(name, MISSING) is not value]  # fmt: skip
         before.clear()
         if changed:
             names = self._set_by.setdefault(id(cls), (cls, {}))[1]
@@ -303,18 +314,18 @@ class OutliveAudit:
         census = item.stash.get(_CENSUS_KEY, None)
         cached = getattr(fixturedef, "cached_result", None)
         value = cached[0] if cached and cached[2] is None else None
-        now = census.so_far() if census is not None and _may_hold(value) else None
+        now = census.so_far() if census is not None and may_hold(value) else None
         alive = [obj for deferred in pending for obj in deferred.alive()]
         if not alive and now is None:
             return
         results: list[CheckResult] = []
-        label = _fixture_label(fixturedef)
+        label = fixture_label(fixturedef)
         try:
             with _quiet(self, item):  # a failure is a note, never the teardown's error
                 roots = self._teardown_roots(item, fixturedef, owned)
                 if alive:
                     earlier = explain(Listed(alive), roots, nodeid=item.nodeid,
-                                      made_by=_tests(pending), fixture=label,
+                                      made_by=tests_text(pending), fixture=label,
                                       backends=_backends(), judging=fixturedef)  # fmt: skip
                     for deferred in earlier.deferred:  # handed on to another live fixture
                         if deferred.owner is not None and deferred.tensors:
@@ -340,9 +351,9 @@ class OutliveAudit:
             if diagnosis is None:
                 continue
             root = _root(result, raw=True)
-            if root == label or root.endswith(_owned_by(fixturedef)):
+            if root == label or root.endswith(owned_by(fixturedef)):
                 diagnosis.notes.append(
-                    f"{_still_kept(fixturedef)} (one that clears it there keeps nothing)"
+                    f"{still_kept(fixturedef)} (one that clears it there keeps nothing)"
                 )
             if not diagnosis.sites:
                 diagnosis.notes.append("created at: unknown (torch's creation sites are not "
@@ -371,12 +382,12 @@ class OutliveAudit:
         mine: list[Holder] = []
         cached = getattr(fixturedef, "cached_result", None)
         if cached and cached[2] is None:
-            mine.append(Holder(_fixture_label(fixturedef), fixturedef.argname, cached[0],
+            mine.append(Holder(fixture_label(fixturedef), fixturedef.argname, cached[0],
                                fixture=True, owner=fixturedef))  # fmt: skip
         for cls, name in owned:
-            value = vars(cls).get(name, _MISSING)
-            if value is not _MISSING:
-                label = f"class attribute '{cls.__qualname__}.{name}'{_owned_by(fixturedef)}"
+            value = vars(cls).get(name, MISSING)
+            if value is not MISSING:
+                label = f"class attribute '{cls.__qualname__}.{name}'{owned_by(fixturedef)}"
                 mine.append(Holder(label, f"{cls.__module__}.{cls.__qualname__}.{name}", value,
                                    fixture=True, owner=fixturedef, exclusive=True))  # fmt: skip
         if self.keep:  # the keep list applies to these too
@@ -397,17 +408,17 @@ class OutliveAudit:
         module = getattr(item, "module", None)
         holders: list[Holder] = []
         if isinstance(module, types.ModuleType):
-            holders.extend(_globals(module))
+            holders.extend(globals_of(module))
         cls = getattr(item, "cls", None)
         if isinstance(cls, type):
-            holders.extend(_class_attributes(cls, self._set_by))
+            holders.extend(class_attributes(cls, self._set_by))
         if fixtures:
-            holders.extend(_live_fixtures(item))
+            holders.extend(live_fixtures(item))
         for name, other in list(sys.modules.items()) if others else ():
             if name in imported or other is module or not isinstance(other, types.ModuleType):
                 continue
             if is_user_module(name):
-                holders.extend(_globals(other))
+                holders.extend(globals_of(other))
         if not self.keep:
             return holders
         # graphleak_outlive_keep names holder OBJECTS: whatever alias or path reaches one
@@ -507,19 +518,6 @@ def _warn(item: pytest.Item, text: str) -> None:
     )
 
 
-def _globals(module: types.ModuleType) -> Iterable[Holder]:
-    prefix = module.__name__
-    names = vars(module)
-    for name, value in list(names.items()):
-        if not name.startswith("__") and not isinstance(value, _SKIP_GLOBALS):
-            yield Holder(f"global '{prefix}.{name}'", f"{prefix}.{name}", value,
-                         read=_reader(names, name, value))  # fmt: skip
-
-
-def _reader(names: Mapping[str, Any], name: str, value: object) -> Any:
-    return lambda: names.get(name, value)
-
-
 def _note_unknown_sites(result: CheckResult, rerun: bool) -> None:
     diagnosis = result.diagnosis
     if diagnosis is None or diagnosis.sites:
@@ -535,154 +533,7 @@ def _note_unknown_sites(result: CheckResult, rerun: bool) -> None:
     )
 
 
-def _class_attributes(
-    cls: type, set_by: Mapping[int, tuple[type, dict[str, Any]]] | None = None
-) -> Iterable[Holder]:
-    """The class's attributes (and its user bases'); one that a live class-scoped fixture
-    set on ``request.cls`` is that fixture's, as its value would be (``set_by``)."""
-    for klass in cls.__mro__:
-        if klass is object or is_user_module(klass.__module__) is False:
-            continue
-        owners = (set_by or {}).get(id(klass), (klass, {}))[1]
-        for name, value in list(vars(klass).items()):
-            if name.startswith("__") or isinstance(value, (types.FunctionType, staticmethod,
-                                                           classmethod, property)):  # fmt: skip
-                continue
-            qualified = f"{klass.__module__}.{klass.__qualname__}.{name}"
-            label = f"class attribute '{klass.__qualname__}.{name}'"
-            owner = owners.get(name)
-            if owner is not None and getattr(owner, "cached_result", None) is not None:
-                yield Holder(label + _owned_by(owner), qualified, value, fixture=True,
-                             owner=owner, exclusive=True)  # fmt: skip
-                continue
-            yield Holder(label, qualified, value, read=_reader(klass.__dict__, name, value))
-
-
-#: Objects one graphleak_outlive_keep entry may name (a pattern over many attributes).
-_MAX_RESOLVED = 256
-_MISSING = object()
-#: Values never excluded by identity: shared by everything, holding nothing.
-_ATOMS = (type(None), bool, int, float, complex, str, bytes, types.ModuleType)
-
-
-def resolve_name(pattern: str) -> list[object]:
-    """The objects a ``graphleak_outlive_keep`` entry names now: its longest dotted prefix
-    already in ``sys.modules``, then attributes already set there (a module's globals, a
-    class's attributes along its MRO, an instance's ``__dict__``; a part with ``*`` or
-    ``?`` matches names there). Nothing is imported and no attribute is computed (no
-    ``getattr``: a lazy module attribute or a property is not run). A fixture's name
-    resolves to nothing here: the audit matches it by name."""
-    parts = pattern.split(".")
-    found: list[object] = []
-    for cut in range(len(parts) - 1, 0, -1):
-        module = sys.modules.get(".".join(parts[:cut]))
-        if isinstance(module, types.ModuleType):
-            found = [module]
-            parts = parts[cut:]
-            break
-    else:
-        return []
-    for part in parts:
-        wild = any(c in part for c in "*?[")
-        following: list[object] = []
-        for obj in found:
-            for value in _attributes(obj, part, wild):
-                if len(following) < _MAX_RESOLVED:
-                    following.append(value)
-        found = following
-    return [obj for obj in found if not isinstance(obj, _ATOMS)]
-
-
-def _attributes(obj: object, part: str, wild: bool) -> Iterable[object]:
-    """``obj``'s attributes named ``part`` (a pattern when ``wild``), read statically."""
-    tables: list[Any] = []
-    if isinstance(obj, type):
-        tables = [vars(klass) for klass in obj.__mro__ if klass is not object]
-    else:
-        with contextlib.suppress(TypeError):  # no __dict__ (slots, builtins)
-            tables = [vars(obj)]
-    seen: set[str] = set()
-    for table in tables:
-        if not wild:
-            value = table.get(part, _MISSING)
-            if value is not _MISSING:
-                yield value
-                return
-            continue
-        for name, value in list(table.items()):
-            if isinstance(name, str) and name not in seen and fnmatch.fnmatchcase(name, part):
-                seen.add(name)
-                yield value
-
-
-def _fixturedefs(item: pytest.Item) -> dict[str, Any]:
-    """name -> the fixture definition this test used (the closest one)."""
-    info = getattr(item, "_fixtureinfo", None)
-    defs = getattr(info, "name2fixturedefs", None) or {}
-    return {name: chain[-1] for name, chain in defs.items() if chain}
-
-
-def _live_fixtures(item: pytest.Item) -> Iterable[Holder]:
-    for name, fixturedef in _fixturedefs(item).items():
-        scope = getattr(fixturedef, "scope", "function")
-        cached = getattr(fixturedef, "cached_result", None)
-        if scope == "function" or not cached or cached[2] is not None:
-            continue
-        if name in ("request", "pytestconfig", "graphleak"):
-            continue
-        yield Holder(_fixture_label(fixturedef), name, cached[0], fixture=True, owner=fixturedef)
-
-
-#: The class-scoped fixture pytest runs a unittest class's setUpClass in, and its class.
-_SETUP_CLASS = "_unittest_setUpClass_fixture_"
-
-
-def _fixture_label(fixturedef: Any) -> str:
-    name = str(fixturedef.argname)
-    if name.startswith(_SETUP_CLASS):
-        return f"class {name.removeprefix(_SETUP_CLASS)} (setUpClass)"
-    return f"fixture '{name}' ({fixturedef.scope} scope)"
-
-
-def _owned_by(fixturedef: Any) -> str:
-    """The label's tail for a class attribute a class-scoped fixture set."""
-    name = str(fixturedef.argname)
-    if name.startswith(_SETUP_CLASS):
-        return " (set by setUpClass)"
-    return f" (set by fixture '{name}')"
-
-
-def _still_kept(fixturedef: Any) -> str:
-    name = str(fixturedef.argname)
-    if name.startswith(_SETUP_CLASS):
-        return f"{name.removeprefix(_SETUP_CLASS)} still kept it after tearDownClass ran"
-    return f"fixture '{name}' still kept it after its own teardown code ran"
-
-
-def _may_hold(value: object) -> bool:
-    """Can a fixture's value hold a graph? (an empty dict or list, None, or numbers cannot:
-    CPython does not track such containers)."""
-    if value is None or isinstance(value, _ATOMS):
-        return False
-    numpy = sys.modules.get("numpy")
-    return gc.is_tracked(value) or (numpy is not None and isinstance(value, numpy.ndarray)
-                                    and value.dtype == object)  # fmt: skip
-
-
-def _request_cls(request: Any) -> type | None:
-    try:
-        cls = request.cls
-    except Exception:  # no class in this scope
-        return None
-    return cls if isinstance(cls, type) else None
-
-
-def _tests(pending: list[Deferred]) -> str:
-    """The tests that made the graphs: ``a``, ``a and b``, ``a, b, c and 2 more tests``."""
-    names = list(dict.fromkeys(deferred.nodeid for deferred in pending))
-    if len(names) <= 3:
-        return " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
-    return f"{', '.join(names[:3])} and {len(names) - 3} more tests"
+_fixturedefs = fixturedefs
 
 
 def _fixture_name(label: str) -> str:

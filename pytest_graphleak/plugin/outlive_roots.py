@@ -1,0 +1,186 @@
+"""The outlive audit's roots and opt-outs (``plugin/audit``): the test module's and the
+user's other modules' globals, the test class's attributes (a ``request.cls`` attribute
+that a live class-scoped fixture set is that fixture's), the live wider-scope fixtures,
+and the objects a ``graphleak_outlive_keep`` entry names, found without importing or
+computing anything.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import gc
+import sys
+import types
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import pytest
+
+from pytest_graphleak.diagnose.outlive import Deferred, Holder
+from pytest_graphleak.heap.usercode import is_user_module
+
+_SKIP_GLOBALS = (types.ModuleType, types.BuiltinFunctionType, type(sys))
+
+
+def globals_of(module: types.ModuleType) -> Iterable[Holder]:
+    prefix = module.__name__
+    names = vars(module)
+    for name, value in list(names.items()):
+        if not name.startswith("__") and not isinstance(value, _SKIP_GLOBALS):
+            yield Holder(f"global '{prefix}.{name}'", f"{prefix}.{name}", value,
+                         read=reader(names, name, value))  # fmt: skip
+
+
+def reader(names: Mapping[str, Any], name: str, value: object) -> Any:
+    return lambda: names.get(name, value)
+
+
+def class_attributes(
+    cls: type, set_by: Mapping[int, tuple[type, dict[str, Any]]] | None = None
+) -> Iterable[Holder]:
+    """The class's attributes (and its user bases'); one that a live class-scoped fixture
+    set on ``request.cls`` is that fixture's, as its value would be (``set_by``)."""
+    for klass in cls.__mro__:
+        if klass is object or is_user_module(klass.__module__) is False:
+            continue
+        owners = (set_by or {}).get(id(klass), (klass, {}))[1]
+        for name, value in list(vars(klass).items()):
+            if name.startswith("__") or isinstance(value, (types.FunctionType, staticmethod,
+                                                           classmethod, property)):  # fmt: skip
+                continue
+            qualified = f"{klass.__module__}.{klass.__qualname__}.{name}"
+            label = f"class attribute '{klass.__qualname__}.{name}'"
+            owner = owners.get(name)
+            if owner is not None and getattr(owner, "cached_result", None) is not None:
+                yield Holder(label + owned_by(owner), qualified, value, fixture=True,
+                             owner=owner, exclusive=True)  # fmt: skip
+                continue
+            yield Holder(label, qualified, value, read=reader(klass.__dict__, name, value))
+
+
+#: Objects one graphleak_outlive_keep entry may name (a pattern over many attributes).
+_MAX_RESOLVED = 256
+MISSING = object()
+#: Values never excluded by identity: shared by everything, holding nothing.
+_ATOMS = (type(None), bool, int, float, complex, str, bytes, types.ModuleType)
+
+
+def resolve_name(pattern: str) -> list[object]:
+    """The objects a ``graphleak_outlive_keep`` entry names now: its longest dotted prefix
+    already in ``sys.modules``, then attributes already set there (a module's globals, a
+    class's attributes along its MRO, an instance's ``__dict__``; a part with ``*`` or
+    ``?`` matches names there). Nothing is imported and no attribute is computed (no
+    ``getattr``: a lazy module attribute or a property is not run). A fixture's name
+    resolves to nothing here: the audit matches it by name."""
+    parts = pattern.split(".")
+    found: list[object] = []
+    for cut in range(len(parts) - 1, 0, -1):
+        module = sys.modules.get(".".join(parts[:cut]))
+        if isinstance(module, types.ModuleType):
+            found = [module]
+            parts = parts[cut:]
+            break
+    else:
+        return []
+    for part in parts:
+        wild = any(c in part for c in "*?[")
+        following: list[object] = []
+        for obj in found:
+            for value in static_attributes(obj, part, wild):
+                if len(following) < _MAX_RESOLVED:
+                    following.append(value)
+        found = following
+    return [obj for obj in found if not isinstance(obj, _ATOMS)]
+
+
+def static_attributes(obj: object, part: str, wild: bool) -> Iterable[object]:
+    """``obj``'s attributes named ``part`` (a pattern when ``wild``), read statically."""
+    tables: list[Any] = []
+    if isinstance(obj, type):
+        tables = [vars(klass) for klass in obj.__mro__ if klass is not object]
+    else:
+        with contextlib.suppress(TypeError):  # no __dict__ (slots, builtins)
+            tables = [vars(obj)]
+    seen: set[str] = set()
+    for table in tables:
+        if not wild:
+            value = table.get(part, MISSING)
+            if value is not MISSING:
+                yield value
+                return
+            continue
+        for name, value in list(table.items()):
+            if isinstance(name, str) and name not in seen and fnmatch.fnmatchcase(name, part):
+                seen.add(name)
+                yield value
+
+
+def fixturedefs(item: pytest.Item) -> dict[str, Any]:
+    """name -> the fixture definition this test used (the closest one)."""
+    info = getattr(item, "_fixtureinfo", None)
+    defs = getattr(info, "name2fixturedefs", None) or {}
+    return {name: chain[-1] for name, chain in defs.items() if chain}
+
+
+def live_fixtures(item: pytest.Item) -> Iterable[Holder]:
+    for name, fixturedef in fixturedefs(item).items():
+        scope = getattr(fixturedef, "scope", "function")
+        cached = getattr(fixturedef, "cached_result", None)
+        if scope == "function" or not cached or cached[2] is not None:
+            continue
+        if name in ("request", "pytestconfig", "graphleak"):
+            continue
+        yield Holder(fixture_label(fixturedef), name, cached[0], fixture=True, owner=fixturedef)
+
+
+#: The class-scoped fixture pytest runs a unittest class's setUpClass in, and its class.
+_SETUP_CLASS = "_unittest_setUpClass_fixture_"
+
+
+def fixture_label(fixturedef: Any) -> str:
+    name = str(fixturedef.argname)
+    if name.startswith(_SETUP_CLASS):
+        return f"class {name.removeprefix(_SETUP_CLASS)} (setUpClass)"
+    return f"fixture '{name}' ({fixturedef.scope} scope)"
+
+
+def owned_by(fixturedef: Any) -> str:
+    """The label's tail for a class attribute a class-scoped fixture set."""
+    name = str(fixturedef.argname)
+    if name.startswith(_SETUP_CLASS):
+        return " (set by setUpClass)"
+    return f" (set by fixture '{name}')"
+
+
+def still_kept(fixturedef: Any) -> str:
+    name = str(fixturedef.argname)
+    if name.startswith(_SETUP_CLASS):
+        return f"{name.removeprefix(_SETUP_CLASS)} still kept it after tearDownClass ran"
+    return f"fixture '{name}' still kept it after its own teardown code ran"
+
+
+def may_hold(value: object) -> bool:
+    """Can a fixture's value hold a graph? (an empty dict or list, None, or numbers cannot:
+    CPython does not track such containers)."""
+    if value is None or isinstance(value, _ATOMS):
+        return False
+    numpy = sys.modules.get("numpy")
+    return gc.is_tracked(value) or (numpy is not None and isinstance(value, numpy.ndarray)
+                                    and value.dtype == object)  # fmt: skip
+
+
+def request_cls(request: Any) -> type | None:
+    try:
+        cls = request.cls
+    except Exception:  # no class in this scope
+        return None
+    return cls if isinstance(cls, type) else None
+
+
+def tests_text(pending: list[Deferred]) -> str:
+    """The tests that made the graphs: ``a``, ``a and b``, ``a, b, c and 2 more tests``."""
+    names = list(dict.fromkeys(deferred.nodeid for deferred in pending))
+    if len(names) <= 3:
+        return " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
+    return f"{', '.join(names[:3])} and {len(names) - 3} more tests"
