@@ -584,10 +584,14 @@ def test_the_deferred_backward_repro_under_pytest(pytester: pytest.Pytester) -> 
     """shared/repros/round4/fix_item_breaks_deferred_backward, and its fix applied."""
     pytest.importorskip("torch")
     fixed = DEFERRED.replace(".backward()\n", '.backward()\n        st["pending"].clear()\n')
-    # One run: a second in-process run would import torch's modules a second time.
-    pytester.makepyfile(test_deferred=DEFERRED, test_deferred_fixed=fixed)
+    # One run: a second in-process run would import torch's modules a second time. The
+    # third file keeps a graph in a module list: the outlive audit, without its re-run,
+    # has no stored-at line and words the fix with the chain's holder, ``H``.
+    keep = "import torch\nM = torch.nn.Linear(4, 1)\nH = []\n\n\ndef test_keep():\n"
+    keep += "    H.append(M(torch.randn(2, 4)).sum())\n"
+    pytester.makepyfile(test_deferred=DEFERRED, test_deferred_fixed=fixed, test_keep=keep)
     result = pytester.runpytest("-p", "no:randomly", "--graphleak")
-    result.assert_outcomes(failed=1, passed=1)  # the fixed twin passes
+    result.assert_outcomes(failed=1, passed=2)  # the fixed twin passes; the audit warns
     out = result.stdout.str()
     fix = _deferred_fix('st["pending"]', 13, 'torch.stack(st["pending"][-4:]).mean().backward()',
                         bound=False)  # fmt: skip
@@ -598,6 +602,10 @@ def test_the_deferred_backward_repro_under_pytest(pytester: pytest.Pytester) -> 
         '  stored at: test_deferred.py:11 in test_deferred_backward: st["pending"].append(loss)'
         "  (once per step)",
         f"  fix: {fix}",
+        "    held by: global 'test_keep.H' -> list(len=1) -> "
+        "Tensor(shape=(), grad_fn=SumBackward0)",
+        "    fix: store plain numbers (.item()) or detached tensors (.detach()) in H, not "
+        "graph-carrying tensors",
     ):
         assert f"\n{line}\n" in out, line
     assert "append(loss.item())" not in result.stdout.str()
