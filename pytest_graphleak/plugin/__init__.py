@@ -25,7 +25,7 @@ from pytest_graphleak.api import Track
 from pytest_graphleak.heap.usercode import is_pytest_module
 from pytest_graphleak.options import CheckOptions, OptionError, Settings, TrackOptions
 from pytest_graphleak.pipeline import GraphLeakError, GraphLeakWarning, UnmeasuredError
-from pytest_graphleak.plugin import async_tests, audit, terminal
+from pytest_graphleak.plugin import async_tests, terminal
 from pytest_graphleak.plugin.failure_repr import one_line_repr
 from pytest_graphleak.plugin.pytest_held import PytestHeld
 from pytest_graphleak.plugin.subtests_once import subtests_reported_once
@@ -91,7 +91,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # The keywords come from the options table; world_size is the marker's own.
     signature = f"{options.marker_signature()}, world_size=N"
     config.addinivalue_line("markers", f"{MARKER}({signature}): {_MARKER_HELP}")
-    config.addinivalue_line("markers", audit.OPT_OUT_HELP)
+    config.addinivalue_line("markers", terminal.OPT_OUT_HELP)
     try:
         config.stash[SETTINGS_KEY] = options.settings_from_config(config)
     except OptionError as exc:
@@ -100,6 +100,8 @@ def pytest_configure(config: pytest.Config) -> None:
     manager = config.pluginmanager
     auditing = settings.enabled and settings.outlive != "off"
     if auditing and not manager.has_plugin("graphleak-outlive-audit"):
+        from pytest_graphleak.plugin import audit  # only when it runs: half of our import
+
         manager.register(audit.OutliveAudit(settings), "graphleak-outlive-audit")
     if not manager.has_plugin(_SESSION_REPORT):
         from pytest_graphleak.plugin.session_report import SessionReport

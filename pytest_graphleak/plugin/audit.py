@@ -60,14 +60,9 @@ from pytest_graphleak.plugin.outlive_roots import (
     tests_text,
 )
 from pytest_graphleak.plugin.session_report import AUDITED
+from pytest_graphleak.plugin.terminal import OPT_OUT
 from pytest_graphleak.report.text import render_text
 from pytest_graphleak.result import CheckResult
-
-OPT_OUT = "graphleak_outlive_ok"
-OPT_OUT_HELP = (
-    f"{OPT_OUT}(reason=''): with --graphleak, do not audit this test for autograd graphs "
-    "that outlive it (it keeps them on purpose: a cache, a graph handed to a later test)"
-)
 
 _CENSUS_KEY = pytest.StashKey[Census]()
 _FOUND_KEY = pytest.StashKey["list[dict[str, Any]]"]()

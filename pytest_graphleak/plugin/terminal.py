@@ -31,6 +31,13 @@ from pytest_graphleak.status import TABLE as STATUS_TABLE
 from pytest_graphleak.verdict import slowest_leak_text
 
 MARKER = "no_graph_growth"
+#: The outlive audit's opt-out marker (here, not in ``audit``: the plugin registers it in
+#: every run, and imports the audit only when it runs).
+OPT_OUT = "graphleak_outlive_ok"
+OPT_OUT_HELP = (
+    f"{OPT_OUT}(reason=''): with --graphleak, do not audit this test for autograd graphs "
+    "that outlive it (it keeps them on purpose: a cache, a graph handed to a later test)"
+)
 
 _NOUNS = {"tensors": ("tensor", "tensors"), "nodes": ("graph node", "graph nodes")}
 #: A chain link that is an object's description (``list(len=3)``, ``Tensor(...)``),
