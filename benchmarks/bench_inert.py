@@ -16,7 +16,7 @@ reports), divided by the number of tests; medians over rounds, their difference 
 ratio. Per session: the CPU time from the interpreter's start to ``pytest_sessionstart``
 (imports, plugin registration, configure).
 
-What the plugin itself does per test is measured exactly in one more session of each
+What the plugin itself does per test is measured directly in one more session of each
 kind: the number of its hook implementations that pytest calls while the tests run
 (pluggy's hook-call monitor), and the CPU time of its only per-item work without the flag,
 its ``pytest_collection_modifyitems`` (the marker check), called 50 times over the
@@ -224,7 +224,7 @@ def main(argv: list[str] | None = None) -> None:
         "the conftest, divided by the number of tests; per session: the CPU time from the "
         "interpreter's start to `pytest_sessionstart` (imports, plugin registration).\n\n"
         f"{table}\n\n"
-        "The plugin's own work per test, measured exactly in one more session of each kind: "
+        "The plugin's own work per test, measured directly in one more session of each kind: "
         "the hooks pytest calls while the tests run (pluggy's hook-call monitor, not timed), "
         "and the CPU time of its `pytest_collection_modifyitems` (called 50 times over the "
         "collected items). The target is judged on these; the side-by-side difference of two "
