@@ -584,13 +584,14 @@ def test_the_deferred_backward_repro_under_pytest(pytester: pytest.Pytester) -> 
     """shared/repros/round4/fix_item_breaks_deferred_backward, and its fix applied."""
     pytest.importorskip("torch")
     fixed = DEFERRED.replace(".backward()\n", '.backward()\n        st["pending"].clear()\n')
-    # One run: a second in-process run would import torch's modules a second time. The
-    # third file keeps a graph in a module list: the outlive audit, without its re-run,
-    # has no stored-at line and words the fix with the chain's holder, ``H``.
+    # A subprocess: an in-process run drops the torch modules it imported first
+    # (optimizer.step() imports torch._dynamo), and the next test to import them again
+    # fails. The third file keeps a graph in a module list: the outlive audit, without
+    # its re-run, has no stored-at line and words the fix with the chain's holder, ``H``.
     keep = "import torch\nM = torch.nn.Linear(4, 1)\nH = []\n\n\ndef test_keep():\n"
     keep += "    H.append(M(torch.randn(2, 4)).sum())\n"
     pytester.makepyfile(test_deferred=DEFERRED, test_deferred_fixed=fixed, test_keep=keep)
-    result = pytester.runpytest("-p", "no:randomly", "--graphleak")
+    result = pytester.runpytest_subprocess("-p", "no:randomly", "--graphleak")
     result.assert_outcomes(failed=1, passed=2)  # the fixed twin passes; the audit warns
     out = result.stdout.str()
     fix = _deferred_fix('st["pending"]', 13, 'torch.stack(st["pending"][-4:]).mean().backward()',
