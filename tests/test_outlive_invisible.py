@@ -237,3 +237,20 @@ def test_the_census_reads_torch_under_inference_mode() -> None:
     with torch.inference_mode():
         assert census.finish()
     assert census.made_during(made) and not census.made_during(older)
+
+
+@needs_torch
+def test_the_near_walk_reads_every_container_the_rule_names() -> None:
+    """A tensor grown in place inside a deque is found as inside a list (one rule)."""
+    from collections import deque
+
+    w = torch.ones(2, requires_grad=True)
+    near = {"recent": deque([torch.zeros(())]), "plain": [torch.zeros(())]}
+    census = Census()
+    census.begin()
+    near["recent"][0] += (w * 2).sum()
+    near["plain"][0] += (w * 3).sum()
+    assert census.finish()
+    grown = census.grown_near([near])
+    assert {id(t) for t in grown} == {id(near["recent"][0]), id(near["plain"][0])}
+    grown.clear()

@@ -49,6 +49,7 @@ from typing import Any
 
 from pytest_graphleak import session
 from pytest_graphleak.diagnose.backends import NODE, TENSOR, Backend, TorchBackend, active_backends
+from pytest_graphleak.heap.containers import SIZED
 from pytest_graphleak.heap.quiet import silenced
 
 #: (library, first number, end) of the spans the census ignores: the checks inside the test.
@@ -331,7 +332,7 @@ class _Walk:
                 found = _TENSOR
             elif issubclass(tp, dict):
                 found = _VALUES
-            elif issubclass(tp, (list, tuple, set, frozenset)) or tp.__name__ == "deque":
+            elif issubclass(tp, SIZED):  # the one container rule (heap/containers)
                 found = _ITEMS
             else:
                 found = _ATTRS
