@@ -31,6 +31,10 @@ class Metric:
     #: Judged with the noise tolerance (process RSS, an allocator's cache); exact
     #: metrics are a leak at any sustained rise.
     noisy: bool = False
+    #: The share of the noise tolerance a noisy metric is judged with: 1 for RSS, less
+    #: for a metric that counts kept bytes exactly (malloc's allocated bytes), so that a
+    #: step keeping the tolerance is caught when its count falls a few bytes short.
+    noise_share: float = 1.0
     #: Metrics the probe measures again after cleaning (``Probe.recheck``): this metric's
     #: growth stands only while every one of them stays above its clean baseline.
     recheck: tuple[str, ...] = ()

@@ -772,6 +772,7 @@ PURE_CACHES = {
     "pytest_graphleak.heap.usercode.is_user_file",
     "pytest_graphleak.engine.warmup_tensors._mode_class",  # a class, made once
     "pytest_graphleak.diagnose.sites._scopes",  # a source file's function scopes
+    "pytest_graphleak.probes.process_probe.mallinfo2",  # the C library's function, or None
 }
 _CONTAINERS = {
     "list", "dict", "set", "bytearray", "defaultdict", "OrderedDict", "Counter", "deque",

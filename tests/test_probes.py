@@ -10,7 +10,7 @@ import weakref
 import numpy as np
 import pytest
 
-from pytest_graphleak.probes import METRICS, PROBE_NAMES, GcProbe, make_probes
+from pytest_graphleak.probes import METRICS, PROBE_NAMES, GcProbe, make_probes, process_probe
 from pytest_graphleak.probes.minigrad_probe import MinigradProbe
 from pytest_graphleak.probes.process_probe import ProcessProbe
 from pytest_graphleak.probes.torch_probe import TorchProbe, count_nodes, storage_bytes
@@ -107,7 +107,8 @@ def test_process_probe_reads_this_process_resident_memory() -> None:
     psutil = pytest.importorskip("psutil")
     probe = ProcessProbe()
     assert probe.available()
-    (rss,) = probe.metrics
+    rss = probe.metrics[0]
+    assert rss.name == "process.rss_bytes"
     assert probe.sample([])[rss.name] == pytest.approx(psutil.Process().memory_info().rss,
                                                       abs=4 * 2**20)  # fmt: skip
     probe.start([])  # reads /proc/self/statm itself where there is one
@@ -117,6 +118,44 @@ def test_process_probe_reads_this_process_resident_memory() -> None:
         block = np.ones(64 * 2**20, dtype=np.uint8)  # written, so resident
         assert probe.sample([])[rss.name] - before >= 48 * 2**20
         del block
+    finally:
+        probe.stop()
+
+
+def test_process_probe_counts_malloc_bytes_wherever_they_lie_and_resident_or_not() -> None:
+    """A buffer kept is counted by its size even when it lands in pages that earlier code
+    freed and left resident (RSS flat), and a buffer freed is taken off."""
+    if process_probe.mallinfo2() is None:
+        pytest.skip("no glibc mallinfo2 here")
+    probe = ProcessProbe()
+    assert probe.available()
+    assert [m.name for m in probe.metrics] == ["process.rss_bytes", "process.malloc_bytes"]
+    probe.start([])
+    try:
+        before = probe.sample([])["process.malloc_bytes"]
+        block = np.empty(32 * 2**20, dtype=np.uint8)  # never written: not resident
+        grown = probe.sample([])["process.malloc_bytes"] - before
+        assert 32 * 2**20 <= grown < 33 * 2**20
+        del block
+        assert abs(probe.sample([])["process.malloc_bytes"] - before) < 2**20
+    finally:
+        probe.stop()
+
+
+def test_process_probe_leaves_malloc_bytes_out_where_counting_them_is_dear(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    if process_probe.mallinfo2() is None:
+        pytest.skip("no glibc mallinfo2 here")
+    monkeypatch.setattr(process_probe, "MAX_MALLINFO_S", -1.0)  # every call too dear
+    probe = ProcessProbe()
+    assert probe.available()
+    assert [m.name for m in probe.metrics] == ["process.rss_bytes"]
+    probe.start([])
+    try:
+        assert list(probe.sample([])) == ["process.rss_bytes"]
+        (note,) = probe.notes()
+        assert "process.malloc_bytes not sampled" in note and "RSS alone" in note
     finally:
         probe.stop()
 

@@ -38,9 +38,12 @@ _BARS = "▁▂▃▄▅▆▇█"
 def noise_of(metric: str, tolerance: float = BYTES_PER_STEP) -> float:
     """The growth per step the verdict tolerates for ``metric``: ``tolerance`` for a
     noisy metric (a per-GPU name, the total's name with ``.<device>`` after it, reads as
-    the total's declaration), 0 for an exact one or a name no probe declares."""
+    the total's declaration), times its ``noise_share``; 0 for an exact one or a name no
+    probe declares."""
     declared = METRICS.get(metric) or METRICS.get(_DEVICE_SUFFIX.sub("", metric))
-    return float(tolerance) if declared is not None and declared.noisy else 0.0
+    if declared is None or not declared.noisy:
+        return 0.0
+    return float(tolerance) * declared.noise_share
 
 
 def min_span(noise: float = 0.0) -> float:
