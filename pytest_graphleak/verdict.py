@@ -25,8 +25,22 @@ hand-written series. The rule (also in the README, "How the verdict decides"):
   and the verdict passes it. With one or two measured steps (too few to see settling)
   the only period is 1, and a single measured step is compared with the baseline.
 * Exact metrics (object counts, tensor storages, CUDA allocated bytes) are a leak at any
-  floor rise; noisy ones (process RSS, CUDA reserved) only when the floor rises by at
-  least the noise tolerance per step between every pair.
+  floor rise; noisy ones (process RSS, malloc's bytes, CUDA reserved) only when the floor
+  rises by at least the noise tolerance per step (times the metric's ``noise_share``)
+  between every pair.
+* A noisy metric's one dip: memory older than the judged steps, freed during them (a
+  buffer an earlier test made, or pages the allocator hands back), lowers every later
+  sample and so every floor before it, which hid a leak. The sample that falls furthest
+  below every earlier one, the baseline included, by more than the tolerance of one
+  sample, and never climbed back within it of the highest sample before it, is such a
+  dip: the samples from it on are lifted by its drop, and the pairs
+  across it (whose growth it hides) are not judged. Every other pair must rise, they
+  must be more than ``k`` (so no single step's rise lies in all of them), and one of them
+  must lie in the second half (where a series that settled is flat, dip or not). A
+  sawtooth's return is no such dip: its next period climbs back. So a leak is caught
+  whatever older memory is freed once during it, when the free is more than it grew
+  before or after the free (plus one sample's tolerance); a smaller free only shortens a
+  step, and the leak is caught when every pair still rises by the tolerance.
 * A series sampled every ``every`` steps (a long run in window mode) is judged the same
   way over its samples; a period of ``k`` samples is ``k * every`` steps, so a leak of
   one object every ``p <= max_leak_period(samples) * every`` steps raises the floor
@@ -58,7 +72,7 @@ class Limits:
     noise: float = 0.0
 
     def for_metric(self, metric: Metric) -> float:
-        return float(self.noise) if metric.noisy else 0.0
+        return float(self.noise) * metric.noise_share if metric.noisy else 0.0
 
 
 def measured_samples(values: Sequence[float], warmup: int) -> list[float]:
@@ -139,37 +153,96 @@ def suffix_floor(samples: Sequence[float]) -> list[float]:
     return floors[::-1]
 
 
-def rising_period(floors: Sequence[float], max_period: int, tolerance: float = 0.0) -> int:
+def rising_period(
+    floors: Sequence[float], max_period: int, tolerance: float = 0.0, skip: int | None = None
+) -> int:
     """The smallest k <= max_period such that the floor rises between every sample and
-    the one k later (by more than 0 and by at least ``tolerance`` per step); 0 if none."""
+    the one k later (by more than 0 and by at least ``tolerance`` per step); 0 if none.
+    ``skip``: a dip's index; the pairs across it are not judged, and the others must be
+    more than k, one of them within the second half."""
     for k in range(1, min(max_period, len(floors) - 1) + 1):
         needed = tolerance * k
+        pairs = [i for i in range(len(floors) - k) if skip is None or not i < skip <= i + k]
+        if skip is not None and (len(pairs) <= k or pairs[-1] < len(floors) // 2):
+            # Too few, so one step's rise could lie in all of them; or none in the second
+            # half, where a series that settled is flat.
+            continue
         # Stops at the first pair that does not rise: a flat (clean) series costs
         # O(max_period), not O(steps * max_period), which 200 steps made ~30 ms a check.
         if all(
             floors[i + k] - floors[i] > 0 and floors[i + k] - floors[i] >= needed
-            for i in range(len(floors) - k)
+            for i in pairs
         ):
             return k
     return 0
 
 
-def metric_grows(values: Sequence[float], warmup: int, tolerance: float = 0.0) -> bool:
-    """True when one metric's series shows sustained growth after warmup."""
+def dip(samples: Sequence[float], before: float, margin: float) -> int | None:
+    """The index of the sample that falls furthest below every earlier one (``before``:
+    the baseline's, or the first sample's), by more than ``margin``, when no later sample
+    climbs back to within ``margin`` of the highest before it (a sawtooth's return does:
+    its next period refills what it emptied); None when there is none."""
+    lowest, found, deepest = before, None, margin
+    for index, value in enumerate(samples):
+        if index and lowest - value > deepest:
+            found, deepest = index, lowest - value
+        lowest = min(lowest, value)
+    if found is None or max(samples[found:]) >= max(samples[:found]) - margin:
+        return None
+    return found
+
+
+def lifted(samples: Sequence[float], at: int) -> list[float]:
+    """``samples`` with those from ``at`` on raised by the drop at ``at``."""
+    drop = samples[at - 1] - samples[at]
+    return [v + drop if i >= at else v for i, v in enumerate(samples)]
+
+
+def _dip_of(values: Sequence[float], warmup: int, samples: Sequence[float],
+            margin: float | None) -> int | None:  # fmt: skip
+    if margin is None or len(samples) < 3:
+        return None
+    before = float(values[warmup - 1]) if warmup >= 1 else samples[0]
+    return dip(samples, min(before, samples[0]), margin)
+
+
+def metric_grows(
+    values: Sequence[float], warmup: int, tolerance: float = 0.0, *, dips: bool = False
+) -> bool:
+    """True when one metric's series shows sustained growth after warmup. ``dips``: a noisy
+    metric, whose one dip below every earlier sample is forgiven (module docstring)."""
     samples = measured_samples(values, warmup)
     if len(samples) < 2 or any(math.isnan(v) for v in samples):
         return False
     steps = len(values) - warmup
-    return rising_period(suffix_floor(samples), max_leak_period(steps), tolerance) > 0
+    period = max_leak_period(steps)
+    if rising_period(suffix_floor(samples), period, tolerance) > 0:
+        return True
+    at = _dip_of(values, warmup, samples, tolerance if dips else None)
+    if at is None:
+        return False
+    return rising_period(suffix_floor(lifted(samples, at)), period, tolerance, skip=at) > 0
 
 
-def growth_of(metric: str, values: Sequence[float], warmup: int, every: int = 1) -> Growth:
+def growth_of(
+    metric: str, values: Sequence[float], warmup: int, every: int = 1, *,
+    dip_margin: float | None = None,
+) -> Growth:  # fmt: skip
     """From-what-to-what over the measured steps (``judge`` checked there is one), and
     the floor's mean rise per step (never thrown off by a warmup spike in the baseline or
-    a spike in one step); ``every``: steps per sample."""
+    a spike in one step); ``every``: steps per sample. ``dip_margin``: a noisy metric's
+    tolerance per sample; a growth found only past a dip is measured without the dip's
+    step (``metric_grows``)."""
     measured = [float(v) for v in values[warmup:]]
-    floors = suffix_floor(measured_samples(values, warmup))
-    per_step = (floors[-1] - floors[0]) / max(1, len(floors) - 1) / every
+    samples = measured_samples(values, warmup)
+    floors = suffix_floor(samples)
+    gaps = max(1, len(floors) - 1)
+    at = _dip_of(values, warmup, samples, dip_margin)
+    if at is not None and rising_period(floors, max_leak_period(len(values) - warmup),
+                                        dip_margin or 0.0) == 0:  # fmt: skip
+        floors = suffix_floor(lifted(samples, at))
+        gaps = max(1, len(floors) - 2)  # the dip's step counts as no growth: left out
+    per_step = (floors[-1] - floors[0]) / gaps / every
     return Growth(metric=metric, start=measured[0], end=measured[-1], per_step=per_step)
 
 
@@ -206,8 +279,11 @@ def judge(
             )
         if metric not in metrics:
             raise ValueError(f"series {metric!r} has no declaration among the metrics given")
-        if metric_grows(values, warmup, limits.for_metric(metrics[metric]) * every):
-            growths.append(growth_of(metric, values, warmup, every))
+        declared = metrics[metric]
+        tolerance = limits.for_metric(declared) * every
+        if metric_grows(values, warmup, tolerance, dips=declared.noisy):
+            margin = tolerance if declared.noisy else None
+            growths.append(growth_of(metric, values, warmup, every, dip_margin=margin))
     samples = min(len(v) - warmup for v in series.values())  # >= 1: checked above
     slowest = max_leak_period(samples) * every
     measured = (

@@ -208,3 +208,88 @@ def test_the_verdict_is_pure(case: tuple[list[int], int], metric: str) -> None:
     first = verdict_of(metric, series, warmup)
     assert verdict_of(metric, series, warmup) == first
     assert series == before
+
+
+# ------------------------------------------- noisy bytes: one dip of older memory freed
+# A buffer made before the judged steps and freed during them (an earlier test's, or pages
+# the allocator hands back) lowers every later sample of a memory metric by ``dip``.
+
+MALLOC = "process.malloc_bytes"
+BYTE_METRICS = st.sampled_from((RSS, MALLOC))
+
+
+def lowered(series: list[float], at: int, dip: float) -> list[float]:
+    return [v - dip if i >= at else v for i, v in enumerate(series)]
+
+
+@SETTINGS
+@given(
+    steps=st.integers(min_value=5, max_value=64),
+    warmup=st.integers(min_value=0, max_value=5),
+    growth=st.integers(min_value=MIB, max_value=8 * MIB),
+    dip=st.integers(min_value=0, max_value=2**34),
+    where=st.floats(min_value=0.0, max_value=1.0),
+    metric=BYTE_METRICS,
+)
+@example(steps=6, warmup=2, growth=MIB, dip=64 * MIB, where=0.3, metric=MALLOC)
+def test_a_memory_leak_is_caught_whatever_older_memory_is_freed_during_it(
+    steps: int, warmup: int, growth: int, dip: int, where: float, metric: str
+) -> None:
+    """Growth of the tolerance a step (malloc's count: a KiB less, as its count may show),
+    with one free of any size of memory older than the judged steps, anywhere in them."""
+    short = 1024 if metric == MALLOC else 0
+    series = [float(500 * MIB + (growth - short) * i) for i in range(warmup + steps)]
+    at = warmup + min(steps - 1, int(where * steps))
+    verdict = judge({metric: lowered(series, at, dip)}, UNITS, warmup=warmup,
+                    limits=Limits(noise=growth))  # fmt: skip
+    # Freed: none, or more than the series grew over its measured steps and a step's
+    # tolerance. Less only shortens the dip's step (not promised).
+    if dip == 0 or dip > (steps + 1) * growth:
+        assert verdict.leaked, (steps, warmup, at, dip, verdict.reason)
+    if verdict.leaked:
+        (found,) = verdict.growths
+        assert found.per_step > 0.8 * growth  # the dip's step is left out of the rate
+
+
+@SETTINGS
+@given(
+    case=flat_after_prefix(),
+    dip=st.integers(min_value=0, max_value=2**34),
+    where=st.floats(min_value=0.0, max_value=1.0),
+    metric=BYTE_METRICS,
+)
+@example(case=([0, 0] + [30, 60, 90] + [100] * 5, 2), dip=10**6, where=0.8, metric=MALLOC)
+@example(case=(list(range(0, 80, 10)) + [80] * 8, 0), dip=100 * MIB, where=0.5, metric=MALLOC)
+def test_settling_then_freeing_older_memory_is_clean(
+    case: tuple[list[int], int], dip: int, where: float, metric: str
+) -> None:
+    """Flat after the first half, with older memory freed in the flat part (any size)."""
+    series, warmup = case
+    values = [float(v * MIB) for v in series]
+    steps = len(values) - warmup
+    settled = warmup + (steps + 1) // 2
+    at = settled + int(where * (len(values) - 1 - settled))
+    verdict = judge({metric: lowered(values, at, dip)}, UNITS, warmup=warmup, limits=RSS_LIMITS)
+    assert not verdict.leaked, (values, warmup, at, dip, verdict.reason)
+
+
+@SETTINGS
+@given(
+    case=periodic(),
+    dip=st.integers(min_value=0, max_value=2**34),
+    where=st.floats(min_value=0.0, max_value=1.0),
+    noise=st.lists(st.integers(0, MIB // 4), min_size=1, max_size=5),
+    metric=BYTE_METRICS,
+)
+@example(case=([0, 0, 0] + [3, 4, 0, 1, 2] * 3 + [3], 3), dip=2**30, where=0.5, noise=[0],
+         metric=MALLOC)  # fmt: skip
+def test_a_sawtooth_freeing_older_memory_is_clean(
+    case: tuple[list[int], int], dip: int, where: float, noise: list[int], metric: str
+) -> None:
+    """A bounded buffer filled and emptied (period <= max(3, steps / 3), MiB a step, any
+    phase, noise under a quarter of the tolerance) while older memory is freed once."""
+    series, warmup = case
+    values = [float(v * MIB + noise[i % len(noise)]) for i, v in enumerate(series)]
+    at = warmup + int(where * (len(values) - 1 - warmup))
+    verdict = judge({metric: lowered(values, at, dip)}, UNITS, warmup=warmup, limits=RSS_LIMITS)
+    assert not verdict.leaked, (values, warmup, at, dip, verdict.reason)
