@@ -156,7 +156,7 @@ def test_a_numpy_buffer_is_caught_in_pages_that_earlier_code_freed_and_left_resi
     np = pytest.importorskip("numpy")
     if mallinfo2() is None:
         pytest.skip("no glibc mallinfo2: RSS alone judges memory here")
-    np.ones(32 * 2**20 - 4096, dtype=np.uint8)  # freed at once: the mmap threshold rises
+    np.ones(16 * 2**20, dtype=np.uint8)  # freed at once: the mmap threshold rises to 16 MiB
     blocks = [np.ones(8 * 2**20, dtype=np.uint8) for _ in range(30)]  # on the heap now
     above = [np.ones(2**16, dtype=np.uint8)]  # made last: keeps the heap's top from shrinking
     blocks.clear()  # 240 MiB freed, resident

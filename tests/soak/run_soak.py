@@ -219,8 +219,11 @@ def pressure_runs(
                         if result.leaked:
                             row.false_positives += 1
                             mib = " ".join(f"{v / 2**20:.0f}" for v in rss)
+                            malloc = result.series.get("process.malloc_bytes") or []
+                            heap = " ".join(f"{v / 2**20:.0f}" for v in malloc)
                             row.notes.append(
                                 f"false positive: {result.verdict.reason}; RSS MiB: {mib}"
+                                + (f"; malloc MiB: {heap}" if heap else "")
                             )
                     else:
                         row.leaky_checks += 1
