@@ -215,7 +215,7 @@ def main(argv: list[str] | None = None) -> None:
         "probe torch": "torch probe `sample(fresh)`",
         "probe minigrad": "minigrad probe `sample`",
         "probe gc": "gc probe (count before + after)",
-        "probe process": "process probe (RSS)",
+        "probe process": "process probe (RSS + malloc bytes)",
         "gc.collect": "`gc.collect()` after freeze",
         "gc.get_objects": "`gc.get_objects()` after freeze",
         "begin roots": "per-check start: walk from the step's roots (default), once per check",
