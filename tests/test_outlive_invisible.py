@@ -254,3 +254,43 @@ def test_the_near_walk_reads_every_container_the_rule_names() -> None:
     grown = census.grown_near([near])
     assert {id(t) for t in grown} == {id(near["recent"][0]), id(near["plain"][0])}
     grown.clear()
+
+
+@needs_torch
+def test_a_background_threads_graphs_are_blamed_on_no_later_test(
+    pytester: pytest.Pytester,
+) -> None:
+    """A daemon thread keeps a bounded ring of graph-carrying outputs while unrelated
+    tests run: torch numbers that thread's nodes on its own counter, so no later test is
+    told it made them."""
+    pytester.makepyfile(test_bg=textwrap.dedent("""
+        import threading, time
+        import torch
+
+        M = torch.nn.Linear(4, 1)
+        STOP = threading.Event()
+        RING = []
+
+        def _producer():
+            while not STOP.is_set():
+                RING.append(M(torch.randn(2, 4)).sum())
+                if len(RING) > 5:
+                    RING.pop(0)
+                time.sleep(0.005)
+
+        def test_starts_producer():
+            threading.Thread(target=_producer, daemon=True).start()
+            time.sleep(0.05)
+
+        def test_innocent():
+            x = torch.ones(2, requires_grad=True)
+            (x * 2).sum().backward()  # makes graph nodes of its own, keeps none
+            time.sleep(0.05)
+
+        def test_stop():
+            STOP.set()
+            time.sleep(0.05)
+    """))
+    result = pytester.runpytest("--graphleak", "-p", "no:randomly")
+    result.assert_outcomes(passed=3)
+    assert "test_innocent  outlived" not in result.stdout.str()
