@@ -59,7 +59,7 @@ _Span = tuple[str, int, int]
 class Census:
     """One test's census (see the module docstring)."""
 
-    def __init__(self) -> None:
+    def __init__(self, kinds: dict[type, bool] | None = None) -> None:
         #: library -> its node counter when the test began (None: not imported then).
         self._start: dict[str, int | None] = {}
         #: library -> imported when the test began, but its counter could not be read.
@@ -80,7 +80,9 @@ class Census:
         self._by_name: dict[str, Backend] = {}
         #: A marker in the youngest generation, and the collector's count of collections
         #: of the older ones, when the test began (``young``).
-        self._marker: list[None] | None = None
+        self._marker: _Marker | None = None
+        #: type -> is it a tensor or graph node type (kept by the audit across tests).
+        self._kinds: dict[type, bool] = kinds if kinds is not None else {}
         self._older_collections = 0
         #: The newest module in sys.modules when the test began (``modules_imported``).
         self._last_module: str | None = None
@@ -106,7 +108,7 @@ class Census:
     def begin(self) -> bool:
         """Read the counters; True (the census never needs to step aside)."""
         self._older_collections = _older_collections()
-        self._marker = [None]
+        self._marker = _Marker()
         self._last_module = next(reversed(sys.modules), None)
         self._start = self._counters()
         self._unread = {lib: n is None and lib in sys.modules for lib, n in self._start.items()}
@@ -195,28 +197,28 @@ class Census:
         marker, self._marker = self._marker, None
         if marker is None or _older_collections() != self._older_collections:
             return None
-        found: list[Any] = []
-        seen = False
-        kinds: dict[type, bool] = {}
-        for generation in (0, 1):
-            objects = gc.get_objects(generation)
-            try:
-                for obj in objects:
-                    if obj is marker:
-                        seen = True
-                        continue
-                    tp = type(obj)
-                    graphy = kinds.get(tp)
-                    if graphy is None:
-                        graphy = kinds[tp] = self.kind(obj) is not None
-                    if graphy and self.made_during(obj):
-                        found.append(obj)
-            finally:
-                objects.clear()
-        if not seen:  # frozen, or moved on by a collection the counts missed
-            found.clear()
-            return None
-        return found
+        objects = gc.get_objects(0)
+        objects.extend(gc.get_objects(1))
+        try:
+            # One object per type first (a few hundred types for thousands of objects),
+            # so that only the objects of graph types are looked at one by one.
+            samples = {type(obj): obj for obj in objects}
+            if type(marker) not in samples:  # frozen, or moved on by a collection
+                return None
+            kinds = self._kinds
+            graph_types = set()
+            for tp, sample in samples.items():
+                graphy = kinds.get(tp)
+                if graphy is None:
+                    graphy = kinds[tp] = self.kind(sample) is not None
+                if graphy:
+                    graph_types.add(tp)
+            samples.clear()
+            if not graph_types:
+                return []
+            return [obj for obj in objects if type(obj) in graph_types and self.made_during(obj)]
+        finally:
+            objects.clear()
 
     @silenced
     def grown_near(self, roots: Iterable[object]) -> list[Any]:
@@ -293,6 +295,11 @@ class Census:
         self.stop_recording()
         self._unlist()
         self._checked.clear()
+
+
+class _Marker:
+    """Made when the test begins: while it is in the young generations, so is all that
+    the test made since (a collection or a freeze moves them on together)."""
 
 
 def _older_collections() -> int:

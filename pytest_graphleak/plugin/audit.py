@@ -92,6 +92,7 @@ class OutliveAudit:
         self._judged: list[CheckResult] = []
         #: Why some tests could not be audited (shown once in the summary).
         self.notes: set[str] = set()
+        self._kinds: dict[type, bool] = {}  # type -> a graph type? (censuses share it)
 
     # -- the census -------------------------------------------------------------------
     @pytest.hookimpl(hookwrapper=True, tryfirst=True)
@@ -106,7 +107,7 @@ class OutliveAudit:
             return
         census = None
         if item.get_closest_marker(OPT_OUT) is None:
-            census = Census()
+            census = Census(self._kinds)
             census.begin()
             item.stash[_CENSUS_KEY] = census
         try:
@@ -490,9 +491,8 @@ class OutliveAudit:
 
 @contextlib.contextmanager
 def _quiet(audit: OutliveAudit, item: pytest.Item) -> Iterator[None]:
-    """The audit's walks touch the user's objects (a deprecated module attribute warns on
-    access): no warning of the plugin's making reaches the test's summary, and a failure
-    of the audit itself is a note in the summary, never the test's error."""
+    """No warning of the audit's making (its walks touch deprecated attributes) reaches
+    the test's summary; a failure of the audit is a summary note, never the test's error."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
