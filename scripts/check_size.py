@@ -54,7 +54,7 @@ EXCEPTIONS: dict[str, tuple[int, str]] = {
         "the resolution could be its own module",
     ),
     "pytest_graphleak/diagnose/stored_fix.py": (
-        709,
+        707,
         "every container's fix line worded from regex reads of the rendered chain: "
         "typed facts and one words module (issue 37 item 1, facts first)",
     ),

@@ -33,7 +33,7 @@ from __future__ import annotations
 import ast
 import linecache
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from pytest_graphleak.result import CreationSite, Diagnosis
@@ -273,16 +273,11 @@ def kept_fix(pattern: str, line: str, chain: Sequence[str] | None = None) -> str
     """The no-graph fix (``patterns``' ``no_graph_fix``) worded for the line that puts
     already detached tensors into a container: that container is the one to bound or
     clear. "" when the line is not such a put (the table's wording stays)."""
-    if pattern != "list-accumulation":
+    parsed = _parsed(line, chain) if pattern == "list-accumulation" else None
+    found = _distinct(parsed, _put)
+    if parsed is None or len(found) != 1:
         return ""
-    try:
-        parsed = _Line(line.strip(), chain)
-    except (SyntaxError, ValueError):
-        return ""
-    found = {_put(parsed, statement) for statement in _simple_statements(parsed.tree)} - {None}
-    if len(found) != 1:
-        return ""
-    holder, value = found.pop()  # type: ignore[misc]
+    holder, value = found.pop()
     base = _uncut(value)
     number = ""
     if parsed.puts_into() and isinstance(base, _PRIMARY) and parsed.scalar is not False:
@@ -337,14 +332,23 @@ def stored_fix(pattern: str, line: str, chain: Sequence[str] | None = None) -> s
     here, when the holder ``chain`` (``Diagnosis.chain``) shows the tensor kept otherwise
     than the line's shape says (``kept.append(pair)`` of a tuple), or when ``pattern`` is
     not one a line stores: the usual fix applies then."""
-    if pattern not in STORING:
-        return ""
-    try:
-        parsed = _Line(line.strip(), chain)
-    except (SyntaxError, ValueError):  # cut off inside a statement, or not Python
-        return ""
-    found = {_fix(parsed, statement) for statement in _simple_statements(parsed.tree)} - {""}
+    found = _distinct(_parsed(line, chain) if pattern in STORING else None, _fix)
     return found.pop() if len(found) == 1 else ""
+
+
+def _parsed(line: str, chain: Sequence[str] | None) -> _Line | None:
+    """The stored line parsed; None when it is cut off inside a statement, or not Python."""
+    try:
+        return _Line(line.strip(), chain)
+    except (SyntaxError, ValueError):
+        return None
+
+
+def _distinct(parsed: _Line | None, read: Callable[[_Line, ast.stmt], Any]) -> set[Any]:
+    """What ``read`` finds in each simple statement of the line, empty answers left out."""
+    if parsed is None:
+        return set()
+    return {read(parsed, statement) for statement in _simple_statements(parsed.tree)} - {None, ""}
 
 
 def _simple_statements(tree: ast.Module) -> Iterator[ast.stmt]:
@@ -574,19 +578,13 @@ def deferred_fix(pattern: str, site: CreationSite, line: str, chain: Sequence[st
     break that backward, so the fix is to clear the container after it. "" when the
     stored line is not a put into a container, or no later line of its function feeds
     the container to a backward."""
-    if pattern != "list-accumulation":
-        return ""
-    try:
-        parsed = _Line(line.strip(), chain)
-    except (SyntaxError, ValueError):
-        return ""
-    found = {_put(parsed, statement) for statement in _simple_statements(parsed.tree)} - {None}
+    parsed = _parsed(line, chain) if pattern == "list-accumulation" else None
+    found = _distinct(parsed, _put)
     if len(found) != 1:
-        found = {_extended(parsed, statement) for statement in _simple_statements(parsed.tree)}
-        found -= {None}
+        found = _distinct(parsed, _extended)
     if len(found) != 1:
         return ""
-    holder = found.pop()[0]  # type: ignore[index]
+    holder = found.pop()[0]
     later = _backward_after(site, holder)
     if later is None:
         return ""

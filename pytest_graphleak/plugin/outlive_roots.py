@@ -138,26 +138,31 @@ def live_fixtures(item: pytest.Item) -> Iterable[Holder]:
 _SETUP_CLASS = "_unittest_setUpClass_fixture_"
 
 
-def fixture_label(fixturedef: Any) -> str:
+def _setup_class(fixturedef: Any) -> str | None:
+    """The unittest class whose setUpClass this fixture runs (None: a plain fixture)."""
     name = str(fixturedef.argname)
-    if name.startswith(_SETUP_CLASS):
-        return f"class {name.removeprefix(_SETUP_CLASS)} (setUpClass)"
-    return f"fixture '{name}' ({fixturedef.scope} scope)"
+    return name.removeprefix(_SETUP_CLASS) if name.startswith(_SETUP_CLASS) else None
+
+
+def fixture_label(fixturedef: Any) -> str:
+    cls = _setup_class(fixturedef)
+    if cls is not None:
+        return f"class {cls} (setUpClass)"
+    return f"fixture '{fixturedef.argname}' ({fixturedef.scope} scope)"
 
 
 def owned_by(fixturedef: Any) -> str:
     """The label's tail for a class attribute a class-scoped fixture set."""
-    name = str(fixturedef.argname)
-    if name.startswith(_SETUP_CLASS):
+    if _setup_class(fixturedef) is not None:
         return " (set by setUpClass)"
-    return f" (set by fixture '{name}')"
+    return f" (set by fixture '{fixturedef.argname}')"
 
 
 def still_kept(fixturedef: Any) -> str:
-    name = str(fixturedef.argname)
-    if name.startswith(_SETUP_CLASS):
-        return f"{name.removeprefix(_SETUP_CLASS)} still kept it after tearDownClass ran"
-    return f"fixture '{name}' still kept it after its own teardown code ran"
+    cls = _setup_class(fixturedef)
+    if cls is not None:
+        return f"{cls} still kept it after tearDownClass ran"
+    return f"fixture '{fixturedef.argname}' still kept it after its own teardown code ran"
 
 
 def may_hold(value: object) -> bool:
