@@ -12,6 +12,13 @@ Every surface says the same word: the JSON report's ``status`` and summary, JUni
 ``graphleak.status``, the HTML badge, the terminal summary, ``graphleak check`` /
 ``graphleak report`` (their lines, counts and exit codes). An unmeasured check is never
 ``passed``: pytest fails it (or warns, in warn-only mode), and so does the command.
+
+Each row also says how it is shown, so no renderer keeps a table of its own: its colour
+token (the terminal's markup name; the HTML page's badge colour of that token), its group
+(a leak, no verdict, or clean: what the HTML page opens and folds, what the commands list
+first) and its display order (the report's rows, the HTML chips, ``graphleak report``).
+Renderers switch on a check's or a test's status, never on its raw fields (``leaked``,
+``error``, ``unmeasured``).
 """
 
 from __future__ import annotations
@@ -19,6 +26,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+#: The groups of ``StatusFacts.group``.
+LEAK, NO_VERDICT, CLEAN = "leak", "no verdict", "clean"
 
 
 @dataclass(frozen=True)
@@ -34,26 +44,43 @@ class StatusFacts:
     #: pytest fails a test with this status (unless in warn-only mode); the commands
     #: record such a check with the outcome ``failed``.
     fails: bool
+    #: The colour token: a markup name of pytest's terminal writer (red, yellow, purple,
+    #: blue, green); the HTML page has one badge colour per token, in both themes.
+    colour: str
+    #: ``leak`` (a leak was found), ``no verdict`` (nothing was judged: what ran and what
+    #: to change), ``clean``: the HTML page opens a leak's and a no-verdict's card and
+    #: folds a clean one.
+    group: str
+    #: Where its rows and counts come on every surface: the lowest first.
+    order: int
 
 
 TABLE: tuple[StatusFacts, ...] = (
-    StatusFacts("leaked", "LEAKED", "a check leaked and that failed the test", 1, True),
+    StatusFacts(
+        "leaked", "LEAKED", "a check leaked and that failed the test", 1, True,
+        colour="red", group=LEAK, order=10,
+    ),
     StatusFacts(
         "warned", "WARNING",
         "a check leaked and that failed nothing (warn-only mode, the outlive audit's warn "
         "mode, a caught error; the test passed, was skipped or failed for another reason)",
-        1, False,
+        1, False, colour="yellow", group=LEAK, order=20,
     ),
     StatusFacts(
-        "xfailed", "XFAIL", "a check leaked and the test was expected to fail", 1, False
+        "xfailed", "XFAIL", "a check leaked and the test was expected to fail", 1, False,
+        colour="yellow", group=LEAK, order=30,
     ),
-    StatusFacts("error", "ERROR", "a step raised, so there is no verdict", 3, True),
+    StatusFacts(
+        "error", "ERROR", "a step raised, so there is no verdict", 3, True,
+        colour="purple", group=NO_VERDICT, order=40,
+    ),
     StatusFacts(
         "unmeasured", "UNMEASURED",
         "the check's probes measured nothing the step uses, or its loop was too short to "
-        "judge, so there is no verdict", 4, True,
+        "judge, so there is no verdict", 4, True, colour="blue", group=NO_VERDICT, order=50,
     ),
-    StatusFacts("clean", "CLEAN", "nothing grew", 0, False),
+    StatusFacts("clean", "CLEAN", "nothing grew", 0, False, colour="green", group=CLEAN,
+                order=60),
 )  # fmt: skip
 
 BY_WORD: dict[str, StatusFacts] = {row.word: row for row in TABLE}
@@ -62,7 +89,15 @@ STATUSES: tuple[str, ...] = tuple(row.word for row in TABLE)
 #: The statuses of one check, worst first: the precedence.
 CHECK_STATUSES: tuple[str, ...] = ("leaked", "error", "unmeasured", "clean")
 #: The statuses that are a leak (``leaked`` as pytest's outcome makes it read).
-LEAK_STATUSES: tuple[str, ...] = ("leaked", "warned", "xfailed")
+LEAK_STATUSES: tuple[str, ...] = tuple(row.word for row in TABLE if row.group == LEAK)
+#: Every status in the order the reports show them (rows, chips, counts).
+DISPLAY_ORDER: tuple[str, ...] = tuple(row.word for row in sorted(TABLE, key=lambda r: r.order))
+
+
+def display_key(status: str) -> int:
+    """Where a row of this status comes (unknown words last): ``sorted(key=...)``."""
+    facts = BY_WORD.get(status)
+    return facts.order if facts is not None else 1_000
 
 
 def check_status(*, leaked: bool, error: object, unmeasured: object) -> str:

@@ -297,17 +297,11 @@ def summary_lines(
     return lines
 
 
-#: The terminal's word of each status (``status.TABLE``), padded, and its colours.
-_MARKUP: dict[str, dict[str, bool]] = {
-    "leaked": {"red": True, "bold": True},
-    "warned": {"yellow": True, "bold": True},
-    "xfailed": {"yellow": True},
-    "error": {"red": True},
-    "unmeasured": {"red": True},
-    "clean": {"green": True},
-}
+#: The terminal's word of each status (``status.TABLE``), padded, and its colour token
+#: (bold where the status fails the test, or is a leak).
 _STATUS_STYLE: dict[str, tuple[str, dict[str, bool]]] = {
-    row.word: (f"{row.label:<7}", _MARKUP[row.word]) for row in STATUS_TABLE
+    row.word: (f"{row.label:<7}", {row.colour: True, "bold": row.fails or row.word == "warned"})
+    for row in STATUS_TABLE
 }
 
 

@@ -29,7 +29,7 @@ from pytest_graphleak.metrics import format_rate
 from pytest_graphleak.report.span import span_text
 from pytest_graphleak.report.summary import no_rows, sentence
 from pytest_graphleak.report.view import fix_of
-from pytest_graphleak.status import STATUSES, status_in_test
+from pytest_graphleak.status import display_key, status_in_test
 
 
 @dataclass(frozen=True)
@@ -207,10 +207,6 @@ def _property(text: str) -> str:
 
 
 # -- the step summary ----------------------------------------------------------------
-#: Rows in the one status order (``status.STATUSES``, worst first).
-_ORDER = {word: number for number, word in enumerate(STATUSES)}
-
-
 def step_summary(
     rows: Sequence[Row], workspace: str, summary: Mapping[str, Any], *, others: int = 0
 ) -> str:
@@ -223,7 +219,7 @@ def step_summary(
     if not rows:
         return f"{head}\n\n{no_rows(summary)}\n\n"
     lines = [head, "", "| Status | Test | Pattern | Line | Details |", "|---|---|---|---|---|"]
-    for row in sorted(rows, key=lambda r: (_ORDER.get(r.status, 9), r.test)):
+    for row in sorted(rows, key=lambda r: (display_key(r.status), r.test)):
         path = relative_path(row.file, workspace)
         where = f"{path}:{row.line}" if path and row.line > 0 else path
         cells = [row.status, f"`{row.test}`", row.title, f"`{where}`" if where else "",
