@@ -9,23 +9,18 @@ script, a notebook) ``current()`` makes a session on first use in that context, 
 is open.
 
 A context variable follows the test into its coroutines (an async test's tasks copy it).
-A new thread begins with an empty context; inside ``threads_inherit()`` (the plugin
-wraps each test in it with ``--graphleak``) a thread starts in a copy of its starter's
-context instead, as Python 3.14 does with ``-X thread_inherit_context=1``, so a thread the
-test starts belongs to the test. A session ends with its test (``end``): a thread still
-running later, a pool's worker, is no longer the test's and its checks run as outside
-pytest (docs/limits.md, "Threads").
-
-Without ``--graphleak`` the plugin enters nothing and patches nothing per test: a check
-finds its test through the finder the plugin pushed (``push_finder``) when it first asks
-(``current()``), from any thread, and the plugin makes the test's session then.
+A new thread begins with an empty context, so ``current()`` there asks the finder the
+plugin pushed (``push_finder``): the session of the test pytest runs at that moment, from
+whatever thread. With ``--graphleak`` that is the session the plugin entered for the test;
+without it, the plugin enters nothing per test and makes the test's session when a check
+first asks. Nothing is patched either way (``threading.Thread.start`` included). A thread
+still running after its test (a pool's worker) belongs to the test running when its check
+asks, or to none between tests (docs/limits.md, "Threads").
 """
 
 from __future__ import annotations
 
 import contextlib
-import contextvars
-import threading
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -151,41 +146,3 @@ def check_span() -> Iterator[None]:
     finally:
         for span in told:
             span.check_ends()
-
-
-@contextlib.contextmanager
-def threads_inherit() -> Iterator[None]:
-    """A ``threading.Thread`` started inside the block runs in a copy of the context of
-    the code that starts it (so in its session); ``Thread.start`` is restored after."""
-    original = threading.Thread.start
-
-    def start(self: threading.Thread) -> None:
-        context = contextvars.copy_context()
-        run = self.run
-        had = vars(self).get("run")  # a ``run`` set on the thread itself (by an outer block)
-
-        def put_back() -> None:
-            # The thread referring to itself would make it cyclic garbage once dropped
-            # (which the gc probe counts): the stand-in goes as soon as the thread runs.
-            if had is None:
-                vars(self).pop("run", None)
-            else:
-                self.run = had  # type: ignore[method-assign]
-
-        def run_in_context() -> None:
-            put_back()
-            context.run(run)
-
-        self.run = run_in_context  # type: ignore[method-assign]
-        try:
-            original(self)
-        except BaseException:  # not started (started twice, no thread left): as it was
-            put_back()
-            raise
-
-    threading.Thread.start = start  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        if threading.Thread.start is start:  # else someone patched it after us: theirs stays
-            threading.Thread.start = original  # type: ignore[method-assign]

@@ -1,9 +1,8 @@
 """pytest wiring only: options, the ``no_graph_growth`` marker, the ``graphleak``
-fixture and the hooks that carry results to the session reporter.
-
-The plugin never measures (``tracker``/``probes`` do) and never decides (``verdict``
-does). Results travel on the call-phase report as ``report.graphleak``: a list of
-``CheckResult.to_dict()`` (plain JSON data, so it crosses pytest-xdist unchanged).
+fixture and the hooks that carry results to the session reporter. The plugin never
+measures (``tracker``/``probes`` do) and never decides (``verdict`` does). Results travel
+on the call-phase report as ``report.graphleak``: a list of ``CheckResult.to_dict()``
+(plain JSON data, so it crosses pytest-xdist unchanged).
 """
 
 from __future__ import annotations
@@ -39,7 +38,6 @@ from pytest_graphleak.session import (
     entered,
     push_finder,
     remove_finder,
-    threads_inherit,
 )
 from pytest_graphleak.values import int_at_least
 
@@ -546,18 +544,21 @@ class _Ranks(_Reports):
 
 class _Checking(_Ranks):
     """--graphleak: every test has a session, entered for its setup, call and teardown
-    (the outlive audit holds its freeze in it), and the marker checks its test."""
+    (the outlive audit's census is told of its checks), and the marker checks its test."""
 
     @pytest.hookimpl(hookwrapper=True, tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item) -> Generator[None, Any, None]:
-        """The checks of a test (its fixtures', its call's, a framework callback's, the
-        outlive audit's freeze) and of the threads it starts share one session, handed
-        over by a context variable; it ends with the test, releasing what is still held."""
+        """The checks of a test (its fixtures', its call's, a framework callback's, its
+        threads') share one session (a context variable; a thread asks the finder); it
+        ends with the test, releasing what is still held."""
         test_session = Session()
+        finder = item.config.stash[FINDER_KEY]  # a thread's check finds the test through it
+        finder.entered = test_session
         try:
-            with entered(test_session), threads_inherit():
+            with entered(test_session):
                 yield
         finally:
+            finder.entered = None
             test_session.end()
 
     @pytest.hookimpl(hookwrapper=True)
@@ -603,21 +604,20 @@ class _Checking(_Ranks):
 
 # -- without --graphleak: a test's session, made when it first runs a check ----------------
 class _TestFinder:
-    """What ``session.current()`` asks first (``session.push_finder``). With --graphleak
-    it finds nothing: ``_Checking`` enters every test's session. Without it, nothing is
-    set up per test: the test that pytest runs now (the item on top of pytest's setup
-    stack) gets its session when a check first asks for it, from whatever thread, and
-    the session ends at the test's teardown. ``session``: the pytest session, while
-    it runs."""
+    """What ``session.current()`` asks in a context with no session of this run (a
+    thread's). With --graphleak, ``_Checking`` sets ``entered`` while a test runs. Without
+    it, the test pytest runs now (the top of its setup stack) gets its session when a
+    check first asks for it, ended at the test's teardown. ``session``: pytest's session."""
 
     def __init__(self, *, lazy: bool) -> None:
         self.lazy = lazy
         self.session: pytest.Session | None = None
+        self.entered: Session | None = None
         self._lock = threading.Lock()  # two threads of one test asking at once
 
     def __call__(self) -> Session | None:
         if not self.lazy:
-            return None
+            return self.entered
         item = _running_item(self.session)
         if item is None:
             return None
