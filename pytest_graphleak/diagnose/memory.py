@@ -16,8 +16,14 @@ The step between the surveys records where tensors are made (the torch site reco
 without torch it runs under ``tracemalloc``, for numpy arrays), so the line that made what
 grows (the ``torch.cat`` that rebuilt the buffer, the ``append``'s argument) is that of the
 grown tensor, or of the container's newest entries: not the lines every step runs
-(``loss.backward()``, ``optimizer.step()``), which also allocate. When it cannot tell (a
-numpy array while torch is loaded), the caller falls back on ``sites.memory_sites``.
+(``loss.backward()``, ``optimizer.step()``), which also allocate. The recorder sees only
+tensors: for a numpy array or bytes while torch is loaded, one more step runs under
+``tracemalloc`` and the allocation record of what is then in the grown slot (or the
+container's newest entries) names the line. When neither can tell, the caller falls back
+on ``sites.memory_sites``.
+
+An array is never a search's target (a search does not pass into it): the chain goes to
+the slot's holder, then takes the slot's edge (``Trainer.history -> ndarray``).
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ from pytest_graphleak.diagnose.sites import (
     make_torch_recorder,
     user_frame_of,
 )
+from pytest_graphleak.diagnose.stored import MISSING, follow_edge
 from pytest_graphleak.heap.containers import GROWABLE
 from pytest_graphleak.metrics import BYTES, format_amount
 from pytest_graphleak.result import CreationSite
@@ -158,6 +165,48 @@ def _added_bytes(container: Any, before: int, after: int, walker: ObjectEdges) -
     return weighed * added // len(newest)
 
 
+@dataclass
+class _Growth:
+    """What grew by the most bytes over the surveyed step: an array slot (``holder`` and
+    ``edge``: a search never passes into an array, so the chain ends at the holder and
+    then takes that edge) or a container (``length``: its entries after the step)."""
+
+    nbytes: int = 0
+    what: str = ""
+    target: object = None
+    holder: object = None
+    edge: Edge | None = None
+    length: int = 0
+    added: list[object] = field(default_factory=list)
+
+    def clear(self) -> None:
+        self.target = self.holder = None
+        self.added.clear()
+
+
+def _largest_growth(before: Survey, after: Survey, walker: ObjectEdges) -> _Growth:
+    grown = _Growth()
+    for key, (size, array) in after.slots.items():
+        old = before.slots.get(key)
+        if old is not None and size - old[0] > grown.nbytes:
+            grown.nbytes, grown.target, grown.edge = size - old[0], array, key[1]
+            grown.holder = after.held.get(key[0])
+            was, now = format_amount(old[0], BYTES), format_amount(size, BYTES)
+            grown.what = f"{was} -> {now} in the same place"
+    for held, length in after.lengths.items():
+        old_length = before.lengths.get(held)
+        if old_length is None or length <= old_length:
+            continue
+        container = before.held[held]
+        added = _added_bytes(container, old_length, length, walker)
+        if added > grown.nbytes:
+            grown.nbytes, grown.target, grown.holder, grown.edge = added, container, None, None
+            grown.what = f"{type(container).__name__} of {old_length} -> {length} entries"
+            grown.length = length
+            grown.added = _newest(container, length - old_length)
+    return grown
+
+
 def growing_holder(
     roots: Sequence[tuple[str, object]],
     step: Callable[[], object],
@@ -168,8 +217,7 @@ def growing_holder(
     step (or None; a note says by how much), and the lines that made what it gained."""
     before = survey(roots, walker)
     after: Survey | None = None
-    target: object = None
-    added: list[object] = []
+    grown = _Growth()
     torch = next((b for b in walker.backends if isinstance(b, TorchBackend)), None)
     recorder = make_torch_recorder(torch.torch) if torch is not None else None
     # Not both: the recorder's own work under tracemalloc made an Adam step 70x slower.
@@ -184,41 +232,79 @@ def growing_holder(
             notes.append(f"the step raised during diagnosis: {type(exc).__name__}: {exc}")
             return None, []
         after = survey(roots, walker)
-        best = 0
-        what = ""
-        for key, (size, array) in after.slots.items():
-            old = before.slots.get(key)
-            if old is not None and size - old[0] > best:
-                best, target = size - old[0], array
-                was, now = format_amount(old[0], BYTES), format_amount(size, BYTES)
-                what = f"{was} -> {now} in the same place"
-        for held, length in after.lengths.items():
-            old_length = before.lengths.get(held)
-            if old_length is None or length <= old_length:
-                continue
-            container = before.held[held]
-            grown = _added_bytes(container, old_length, length, walker)
-            if grown > best:
-                best, target = grown, container
-                what = f"{type(container).__name__} of {old_length} -> {length} entries"
-                added = _newest(container, length - old_length)
-        if target is None:
+        grown = _largest_growth(before, after, walker)
+        if grown.target is None:
             return None, []
-        made = _made_at(added or [target], recorder)
-        path = shortest_path(roots, lambda obj: obj is target, walker)
+        made = _made_at(grown.added or [grown.target], recorder)
+        if tracing:
+            tracemalloc.stop()
+            tracing = False
+        if not made and recorder is not None:  # a numpy array or bytes while torch runs
+            made = _made_by_next_step(step, grown, notes)
+        path = _path_to(roots, grown, walker)
         if path is not None:
-            notes.append(f"grows by {format_amount(best, BYTES)} per step: {what}")
+            notes.append(f"grows by {format_amount(grown.nbytes, BYTES)} per step: {grown.what}")
         return path, made
     finally:
         if tracing:
             tracemalloc.stop()
         if recorder is not None:
             recorder.forget()
-        target = None
-        added.clear()
+        grown.clear()
         before.release()
         if after is not None:
             after.release()
+
+
+def _path_to(roots: Sequence[tuple[str, object]], grown: _Growth, walker: ObjectEdges
+             ) -> Path | None:  # fmt: skip
+    """The chain to what grew: to a slot's holder, then the slot's edge to its array."""
+    if grown.edge is None:
+        target = grown.target
+        return shortest_path(roots, lambda obj: obj is target, walker)
+    holder = grown.holder
+    for label, obj in roots:  # an array that is a root itself (a module global)
+        if obj is grown.target:
+            return Path(label, [obj])
+    if holder is None:
+        return None
+    path = shortest_path(roots, lambda obj: obj is holder, walker)
+    if path is not None:
+        path.edges.append(grown.edge)
+        path.objects.append(grown.target)
+    return path
+
+
+def _made_by_next_step(
+    step: Callable[[], object], grown: _Growth, notes: list[str]
+) -> list[CreationSite]:
+    """The line that made what grows, when the torch site recorder could not tell (a
+    numpy array, bytes): one more step under ``tracemalloc``, then the allocation record
+    of the array now in the grown slot, or of the container's newest entries. Those are
+    made by the user's line that builds them, never by ``loss.backward()`` or
+    ``optimizer.step()`` (which also allocate every step, so a count of the lines whose
+    allocations grew names them too)."""
+    started = not tracemalloc.is_tracing()
+    if started:
+        tracemalloc.start(25)
+    objects: list[object] = []
+    try:
+        try:
+            step()
+        except Exception as exc:
+            notes.append(f"the step raised during diagnosis: {type(exc).__name__}: {exc}")
+            return []
+        if grown.edge is not None:
+            now = follow_edge(grown.holder, grown.edge) if grown.holder is not None else MISSING
+            if now is not MISSING and now is not grown.target:
+                objects.append(now)
+        elif isinstance(grown.target, GROWABLE) and len(grown.target) > grown.length:
+            objects = _newest(grown.target, len(grown.target) - grown.length)
+        return _made_at(objects, None)
+    finally:
+        objects.clear()
+        if started:
+            tracemalloc.stop()
 
 
 def _newest(container: Any, count: int) -> list[object]:

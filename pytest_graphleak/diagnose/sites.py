@@ -44,6 +44,8 @@ _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _ENGINE_PACKAGES = frozenset({"torch", "numpy", "minigrad", "pytest_graphleak"})
 #: Sites shown for one diagnosis, at most.
 MAX_SITES = 5
+#: ``memory_sites`` shows a line whose allocations grew by at least 1/this of the largest.
+_MEMORY_SHARE = 8
 
 
 def site_and_via(frame: types.FrameType | None) -> tuple[Site | None, str]:
@@ -246,7 +248,12 @@ def memory_sites(step: Callable[[], object], *, runs: int = 2) -> list[CreationS
             continue
         grown[key] += stat.size_diff
         counts[key] += max(stat.count_diff, 0)
-    return [creation_site(key, counts[key]) for key, _ in most_common(grown)]
+    ranked = most_common(grown)
+    # A line far below the largest is one every step runs (``loss.backward()``,
+    # ``optimizer.step()``, ``zero_grad()`` allocate a little each time), not what grows.
+    largest = ranked[0][1] if ranked else 0
+    return [creation_site(key, counts[key]) for key, size in ranked
+            if size * _MEMORY_SHARE >= largest]  # fmt: skip
 
 
 def _plugin_dir() -> str:
