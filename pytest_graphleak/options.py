@@ -32,7 +32,7 @@ from typing import Any, Literal, TypedDict
 
 from pytest_graphleak.engine.tracker import START_SCANS
 from pytest_graphleak.probes import PROBE_NAMES
-from pytest_graphleak.values import OptionError, flag, int_at_least, one_of
+from pytest_graphleak.values import OptionError, byte_size, flag, int_at_least, one_of
 from pytest_graphleak.verdict import fewest_steps, steps_to_catch
 
 DEFAULT_STEPS = 16
@@ -46,34 +46,12 @@ PLACES = ("pytest", "marker", "check", "track", "command")
 
 
 # -- value checks: Python value (from a marker, a call or a typed ini value) -> normalised
-# (the shared ones in ``values``; sizes, probe names and paths are the table's own)
+# (the shared ones in ``values``; probe names and paths are the table's own)
 def _int_at_least(minimum: int) -> Callable[[str, object], int]:
     return lambda key, value: int_at_least(key, value, minimum)
 
 
 _bool = flag
-
-
-_BYTE_UNITS = {
-    "": 1, "b": 1,
-    "k": 1000, "kb": 1000, "kib": 1024,
-    "m": 1000**2, "mb": 1000**2, "mib": 1024**2,
-    "g": 1000**3, "gb": 1000**3, "gib": 1024**3,
-}  # fmt: skip
-
-
-def _byte_size(key: str, value: object) -> float:
-    if isinstance(value, str):
-        match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", value)
-        unit = match.group(2).lower() if match else ""
-        if not match or unit not in _BYTE_UNITS:
-            raise OptionError(
-                f"{key} must be a size in bytes such as 1048576, 512KiB or 2MiB, got {value!r}"
-            )
-        return float(match.group(1)) * _BYTE_UNITS[unit]
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-        raise OptionError(f"{key} must be a number of bytes >= 0 (or '2MiB'), got {value!r}")
-    return float(value)
 
 
 def _probes(key: str, value: object) -> tuple[str, ...] | None:
@@ -193,7 +171,7 @@ OPTIONS: tuple[Option, ...] = (
            "process RSS (and CUDA reserved) growth per step that is still allocator noise, "
            "in bytes or with a unit like 512KiB or 2MiB (default: 1MiB)",
            _PER_CHECK, "--graphleak-rss-tolerance", "graphleak_rss_tolerance",
-           _byte_size, metavar="SIZE", command_flag="--rss-tolerance"),
+           byte_size, metavar="SIZE", command_flag="--rss-tolerance"),
     Option("probes", "names", None,
            f"probes to sample among {', '.join(PROBE_NAMES)} (comma-separated, or a list in "
            "an ini/TOML file), or 'all' (default: all whose library is already imported)",
@@ -262,6 +240,19 @@ OPTIONS: tuple[Option, ...] = (
            "'off' never",
            frozenset({"pytest"}), "--graphleak-github", "graphleak_github",
            _one_of(GITHUB_MODES), metavar="auto|on|off", command_flag="--github"),
+    Option("baseline", "path", None,
+           "a baseline file of known findings (docs: 'Adopting it on an existing suite'): "
+           "a leak or outlive finding listed there is reported as known and fails nothing; "
+           "a new one fails as without it; one listed and no longer found is reported as "
+           "fixed since the baseline. Relative paths as for the JSON report",
+           frozenset({"pytest"}), "--graphleak-baseline", "graphleak_baseline",
+           _path, metavar="FILE"),
+    Option("baseline_update", "bool", False,
+           "write the --graphleak-baseline file from this run's findings (each kept with its "
+           "reason; entries of tests that did not run kept; fixed ones removed); the "
+           "findings written read as known, so the run does not fail on them",
+           frozenset({"pytest"}), "--graphleak-baseline-update", "graphleak_baseline_update",
+           _bool),
 )  # fmt: skip
 
 OPTIONS_BY_KEY: dict[str, Option] = {option.key: option for option in OPTIONS}
@@ -330,6 +321,8 @@ class Settings:
     report: str | None = None
     html: str | None = None
     github: str = "auto"
+    baseline: str | None = None
+    baseline_update: bool = False
     #: key -> where the value came from, for error messages ("default" when absent).
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 

@@ -146,6 +146,10 @@ class CheckResult:
     #: was skipped, or caught the error. Its test's row reads ``warned`` whatever pytest's
     #: outcome (``status.status_in_test``); set when the test's report is made.
     warned: bool = False
+    #: The leak is listed in the baseline file (``--graphleak-baseline``): reported as
+    #: ``known``, it fails nothing; set where the result is recorded, and again by the
+    #: session reporter, which matches every finding of the run (``pytest_graphleak.baseline``).
+    known: bool = False
 
     @property
     def leaked(self) -> bool:
@@ -187,6 +191,7 @@ class CheckResult:
             warmup_steps=data.get("warmup_steps"),
             sample_steps=data.get("sample_steps"),
             kind=data.get("kind", "step"), warned=bool(data.get("warned", False)),
+            known=bool(data.get("known", False)),
         )  # fmt: skip
 
 

@@ -6,7 +6,8 @@ uses, or its loop was too short to judge: no verdict), ``clean``. A test's statu
 worst check's, where a leak reads ``leaked`` only where it failed the test: a leak that
 failed nothing (warn-only mode, the outlive audit's warn mode, a caught error, a test that
 failed, was skipped or passed for its own reasons: the check's ``warned`` flag, or a test
-pytest did not fail) reads ``warned``, and a leak on an expected failure ``xfailed``.
+pytest did not fail) reads ``warned``, and a leak on an expected failure ``xfailed``. A leak
+listed in the baseline file (the check's ``known`` flag) reads ``known`` and fails nothing.
 
 Every surface says the same word: the JSON report's ``status`` and summary, JUnit's
 ``graphleak.status``, the HTML badge, the terminal summary, ``graphleak check`` /
@@ -79,6 +80,11 @@ TABLE: tuple[StatusFacts, ...] = (
         "the check's probes measured nothing the step uses, or its loop was too short to "
         "judge, so there is no verdict", 4, True, colour="blue", group=NO_VERDICT, order=50,
     ),
+    StatusFacts(
+        "known", "KNOWN",
+        "a check leaked and the finding is listed in the baseline file, so it failed "
+        "nothing (--graphleak-baseline)", 0, False, colour="cyan", group=LEAK, order=35,
+    ),
     StatusFacts("clean", "CLEAN", "nothing grew", 0, False, colour="green", group=CLEAN,
                 order=60),
 )  # fmt: skip
@@ -128,6 +134,8 @@ def status_in_test(check: Mapping[str, Any], outcome: str) -> str:
     ``warned``) is ``warned``; else a leak reads by pytest's outcome (``failed``: leaked,
     ``xfailed``: xfailed, anything else: warned)."""
     status = status_of_dict(check)
+    if status == "leaked" and check.get("known"):
+        return "known"  # listed in the baseline file: it failed nothing, whatever pytest says
     if status != "leaked" or (outcome == "failed" and not check.get("warned")):
         return status
     return "xfailed" if outcome == "xfailed" and not check.get("warned") else "warned"

@@ -8,6 +8,7 @@ got 0``. Bottom layer: no import of the rest of the package.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 
@@ -53,4 +54,27 @@ def seconds(key: str, value: object) -> float:
     """A duration in seconds, > 0."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
         raise OptionError(_named(key, f"must be a number of seconds > 0, got {value!r}"))
+    return float(value)
+
+
+_BYTE_UNITS = {
+    "": 1, "b": 1,
+    "k": 1000, "kb": 1000, "kib": 1024,
+    "m": 1000**2, "mb": 1000**2, "mib": 1024**2,
+    "g": 1000**3, "gb": 1000**3, "gib": 1024**3,
+}  # fmt: skip
+
+
+def byte_size(key: str, value: object) -> float:
+    """A number of bytes >= 0, or a text such as 512KiB or 2MiB."""
+    if isinstance(value, str):
+        match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", value)
+        unit = match.group(2).lower() if match else ""
+        if not match or unit not in _BYTE_UNITS:
+            raise OptionError(
+                f"{key} must be a size in bytes such as 1048576, 512KiB or 2MiB, got {value!r}"
+            )
+        return float(match.group(1)) * _BYTE_UNITS[unit]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+        raise OptionError(f"{key} must be a number of bytes >= 0 (or '2MiB'), got {value!r}")
     return float(value)

@@ -25,6 +25,7 @@ from pytest_graphleak.heap.usercode import is_pytest_module
 from pytest_graphleak.options import CheckOptions, OptionError, Settings, TrackOptions
 from pytest_graphleak.pipeline import GraphLeakError, GraphLeakWarning, UnmeasuredError
 from pytest_graphleak.plugin import async_tests, terminal
+from pytest_graphleak.plugin.baseline import mark_known
 from pytest_graphleak.plugin.failure_repr import one_line_repr
 from pytest_graphleak.plugin.pytest_held import PytestHeld
 from pytest_graphleak.plugin.subtests_once import subtests_reported_once
@@ -166,10 +167,8 @@ def settings_of(config: pytest.Config) -> Settings:
 
 def marker_settings(item: pytest.Item, base: Settings) -> Settings | None:
     """Settings of a marked test (closest marker wins per keyword); None if unmarked.
-
     ``world_size`` is a marker-only keyword (no CLI/ini twin): it goes to the item's
-    stash, not to the settings shared with the fixture.
-    """
+    stash, not to the settings shared with the fixture."""
     markers = list(item.iter_markers(MARKER))
     if not markers:
         return None
@@ -307,9 +306,8 @@ def _checks_marker(item: pytest.Item) -> bool:
 
 
 def record_result(item: pytest.Item, result: CheckResult) -> None:
-    """Add a result made outside the marker and the fixture (a framework callback) to
-    the test's graphleak results: its report, the JSON and the summary (what
-    ``session.RunningTest.record`` calls)."""
+    """Add a result made outside the marker and the fixture (a framework callback) to the
+    test's results: its report, the JSON, the summary (``session.RunningTest.record``)."""
     _record(item, result)
 
 
@@ -373,7 +371,7 @@ def _measure_and_record(
                                             exc=exc))  # fmt: skip
         raise
     _record(item, result)
-    if not result.leaked and not result.unmeasured:
+    if result.known or not (result.leaked or result.unmeasured):
         return result
     if warns_instead(item, settings):
         terminal.warn_leak(item, result, GraphLeakWarning)
@@ -438,6 +436,7 @@ def _check_on_ranks(
 def _record(item: pytest.Item, result: CheckResult) -> None:
     # Plain data, made into the report's dicts when the report is made: a window judged
     # inside a training loop does not pay ~0.1 ms for asdict() on the loop's time.
+    mark_known(item, result)  # a leak listed in the baseline file: known, it fails nothing
     item.stash.setdefault(RESULTS_KEY, []).append(result)
 
 
@@ -730,7 +729,7 @@ class GraphleakFixture:
 
         def on_result(result: CheckResult) -> None:
             _record(self._item, result)
-            if result.leaked and warn:
+            if result.leaked and warn and not result.known:
                 terminal.warn_leak(self._item, result, GraphLeakWarning)
 
         return Track(settings=settings, name=name, raise_on_leak=not warn,

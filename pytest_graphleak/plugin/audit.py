@@ -32,19 +32,13 @@ from typing import Any
 
 import pytest
 
-from pytest_graphleak.diagnose.outlive import (
-    Deferred,
-    Explained,
-    Holder,
-    Listed,
-    Targets,
-    explain,
-)
+from pytest_graphleak.diagnose.outlive import Deferred, Explained, Holder, Listed, Targets, explain
 from pytest_graphleak.engine.outlive import Census
 from pytest_graphleak.heap.usercode import is_user_module
 from pytest_graphleak.options import Settings
 from pytest_graphleak.pipeline import GraphOutliveError, GraphOutliveWarning
 from pytest_graphleak.plugin import outlive_rerun
+from pytest_graphleak.plugin.baseline import unknown
 from pytest_graphleak.plugin.outlive_roots import (
     MISSING,
     class_attributes,
@@ -137,8 +131,11 @@ class OutliveAudit:
             results.extend(self._judge_pending(item))
         if not results:
             return
+        new = unknown(item, results)  # one listed in the baseline file is known: no error
         item.stash[_FOUND_KEY] = [result.to_dict() for result in results]
-        text = "\n".join(render_text(result) for result in results)
+        if not new:
+            return
+        text = "\n".join(render_text(result) for result in new)
         if self.mode == "fail":
             raise GraphOutliveError(text)
         _warn(item, text)
@@ -475,7 +472,7 @@ class OutliveAudit:
             report.longrepr = excinfo.getrepr(style="value")
             crash = getattr(report.longrepr, "reprcrash", None)
             if crash is not None and found:  # pytest's short summary line reads this
-                crash.message = _short(found[0])
+                crash.message = _short(next((c for c in found if not c.get("known")), found[0]))
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         # A run stopped between a test's call and its teardown (Ctrl-C) leaves its census

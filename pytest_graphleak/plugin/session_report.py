@@ -35,6 +35,7 @@ import pytest
 
 from pytest_graphleak import options
 from pytest_graphleak.options import Settings
+from pytest_graphleak.plugin.baseline import BaselineRun, configured
 from pytest_graphleak.plugin.terminal import summary_lines
 from pytest_graphleak.report.environment import describe_run
 from pytest_graphleak.report.github import Row
@@ -125,6 +126,10 @@ class SessionReport:
         self.extra_rows: list[Row] = []
         self.publishers: list[Writer] = []
         self._started = time.time()  # for the HTML page's environment block
+        loaded = configured(config, settings)  # a worker too: a known leak fails nothing
+        #: The baseline file's findings matched (``--graphleak-baseline``), on the controller.
+        self.baseline = None if loaded is None or self.is_worker else BaselineRun(
+            config, loaded, settings)  # fmt: skip
         if self.is_worker:
             return
         #: node id -> (absolute file, 1-based line) of each checked test (the GitHub gate)
@@ -153,6 +158,8 @@ class SessionReport:
     # ``pytest_report_teststatus``), and the reports must say what pytest says.
     def logreport(self, report: pytest.TestReport) -> Generator[None, None, None]:
         """The body of ``pytest_runtest_logreport`` (a wrapper, see above)."""
+        if self.baseline is not None:  # marks known findings before they are kept
+            self.baseline.logreport(report)
         if report.when == "teardown" and not self.is_worker:
             self._collect_teardown(report)
         if report.when == "teardown" and report.nodeid in self._junit_pending:
@@ -285,9 +292,14 @@ class SessionReport:
         return build_document(
             self.rows(), generated_by=_generated_by(), warn_only=self.settings.warn_only,
             notes=sorted(self.notes), audited=len(self._audited),
+            baseline=self.baseline.section() if self.baseline is not None else None,
         )  # fmt: skip
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if self.baseline is not None:
+            self.baseline.write()
+            if self.baseline.error and session.exitstatus == pytest.ExitCode.OK:
+                session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
         if not self.outputs:  # none on a worker: the controller writes the reports
             return
         document = self.document()
@@ -324,7 +336,7 @@ class SessionReport:
     # -- terminal -------------------------------------------------------------------
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
-        if self.is_worker or not (self._results or self.outputs or self.notes):
+        if self.is_worker or not (self._results or self.outputs or self.notes or self.baseline):
             return
         tr = terminalreporter
         tr.write_sep("=", "graphleak report")
@@ -339,8 +351,11 @@ class SessionReport:
         for note in sorted(self.notes):
             tr.write_line(f"note: {note}", yellow=True)
 
-        told = sentence(counts((test.status for test in rows), audited=len(self._audited)))
+        fixed = len(self.baseline.fixed()) if self.baseline is not None else None
+        told = sentence(counts((t.status for t in rows), audited=len(self._audited), fixed=fixed))
         tr.write_line(told if told == NOTHING_CHECKED else f"graphleak: {told}")
+        for line, markup in self.baseline.lines() if self.baseline is not None else ():
+            tr.write_line(line, **markup)
         for output in self.outputs:
             if output.error:
                 tr.write_line(f"ERROR: {output.error}", red=True, bold=True)

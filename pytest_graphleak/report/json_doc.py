@@ -88,15 +88,20 @@ def build_document(
     warn_only: bool = False,
     notes: Iterable[str] = (),
     audited: int = 0,
+    baseline: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The report document, tests sorted by node id (deterministic under xdist).
-    ``audited``: the tests the outlive audit looked at (``summary.counts``)."""
+    ``audited``: the tests the outlive audit looked at (``summary.counts``); ``baseline``:
+    the baseline file's section (``plugin/baseline.BaselineRun.section``), when one is used."""
     rows = sorted(tests, key=lambda t: t.nodeid)
+    fixed = len(baseline["fixed"]) if baseline is not None else None
+    extra = {"baseline": dict(baseline)} if baseline is not None else {}
     return {
+        **extra,
         "schema": DOCUMENT_SCHEMA_VERSION,
         "generated_by": generated_by,
         "warn_only": warn_only,
-        "summary": counts((test.status for test in rows), audited=audited),
+        "summary": counts((test.status for test in rows), audited=audited, fixed=fixed),
         "notes": list(notes),
         "tests": [
             {

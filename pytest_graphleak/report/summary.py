@@ -5,12 +5,15 @@ The numbers are the report document's ``summary`` (``counts``): ``checked`` coun
 tests in the report, each a row with at least one result (it ran a graphleak check, or
 the outlive audit named a graph that outlived it); each status word (``status.STATUSES``)
 counts the tests that ended in it, so they add up to ``checked``; ``audited`` counts the
-tests the outlive audit looked at after their teardown. An audited test with nothing to
+tests the outlive audit looked at after their teardown; ``fixed``, with a baseline file
+(``--graphleak-baseline``), counts its entries this run checked and no longer found (no
+test row: they are gone). An audited test with nothing to
 report has no row, so with the audit on the rows are not all the tests looked at, and
 the sentence gives both numbers::
 
     3 checked: 1 leaked, 2 clean                                    (no audit ran)
     4 tests with results: 1 leaked, 3 warned; 5 audited for graphs that outlive them
+    7 tests with results: 2 leaked, 5 known, 1 fixed since the baseline; 20 audited for ...
 """
 
 from __future__ import annotations
@@ -23,22 +26,28 @@ from pytest_graphleak.status import STATUSES
 NOTHING_CHECKED = "no test ran a graphleak check"
 
 
-def counts(statuses: Iterable[str], *, audited: int = 0) -> dict[str, int]:
+def counts(
+    statuses: Iterable[str], *, audited: int = 0, fixed: int | None = None
+) -> dict[str, int]:
     """The document's ``summary``: the tests with results (one status each), how many
-    ended in each status, and how many the outlive audit looked at."""
+    ended in each status, how many the outlive audit looked at and, with a baseline file,
+    how many of its findings are fixed."""
     by_status = dict.fromkeys(STATUSES, 0)
     for status in statuses:
         by_status[status] += 1
-    return {"checked": sum(by_status.values()), **by_status, "audited": audited}
+    found = {"checked": sum(by_status.values()), **by_status, "audited": audited}
+    return found if fixed is None else {**found, "fixed": fixed}
 
 
 def sentence(summary: Mapping[str, object]) -> str:
     """The counts of a document's ``summary`` in words (statuses that are 0 left out)."""
     tests, audited = _count(summary, "checked"), _count(summary, "audited")
-    parts = ", ".join(f"{_count(summary, word)} {word}" for word in STATUSES
-                      if _count(summary, word))  # fmt: skip
+    words = [f"{_count(summary, word)} {word}" for word in STATUSES if _count(summary, word)]
+    if _count(summary, "fixed"):
+        words.append(f"{_count(summary, 'fixed')} fixed since the baseline")
+    parts = ", ".join(words)
     if not audited:
-        return f"{tests} checked: {parts}" if tests else NOTHING_CHECKED
+        return f"{tests} checked: {parts}" if tests or parts else NOTHING_CHECKED
     rows = f"{tests} {'test' if tests == 1 else 'tests'} with results" + (
         f": {parts}" if parts else ""
     )

@@ -1,0 +1,213 @@
+"""``--graphleak-baseline=FILE``: the pytest side of the baseline file
+(``pytest_graphleak.baseline`` holds the file, its keys and the update).
+
+Two places match a finding against the file, with the one key rule:
+
+- where the test runs (the only process, or a pytest-xdist worker), when a result is
+  recorded (``mark_known``): a known leak is marked ``known`` there and fails nothing, so
+  the marker, ``graphleak.check()``/``track()``, a framework callback and the outlive
+  audit do not raise or warn for it;
+- on the controller (``BaselineRun``, fed every call and teardown report by the session
+  reporter, from every worker): it marks each finding of the run again, counts what was
+  found, lists the entries that were checked and not found (fixed since the baseline) and,
+  with ``--graphleak-baseline-update``, writes the file at the end.
+
+An entry counts as checked only where this run could have found it: its test ran its
+call phase (not skipped), with ``--graphleak`` for a marker's check, and the outlive
+audit looked at the test for an ``outlive`` finding. Entries of tests that did not run
+(``-k``, a test renamed or removed) are neither known nor fixed, and an update keeps them.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_graphleak import baseline
+from pytest_graphleak.baseline import Baseline, BaselineError, Key
+from pytest_graphleak.options import Settings
+from pytest_graphleak.result import CheckResult
+
+#: The loaded file and whether this run writes it, for the process that runs the tests.
+BASELINE_KEY = pytest.StashKey["tuple[Baseline, bool]"]()
+UPDATE_FLAG = "--graphleak-baseline-update"
+#: The flag the outlive audit sets on a teardown report (``session_report.AUDITED``).
+_AUDITED = "graphleak_audited"
+
+
+def configured(config: pytest.Config, settings: Settings) -> Baseline | None:
+    """The baseline of this run, loaded (also on a pytest-xdist worker, where tests run);
+    None without ``--graphleak-baseline``. A bad file is a usage error now, before the
+    suite runs, naming the file and the entry."""
+    update = settings.baseline_update
+    if not settings.baseline:
+        if update:
+            raise pytest.UsageError(
+                f"graphleak: {UPDATE_FLAG} writes the file that --graphleak-baseline=FILE "
+                "names: give that too"
+            )
+        return None
+    path = _path(config, settings)
+    try:
+        if update and not path.exists():
+            loaded = Baseline(path)  # the first run writes it
+        elif update and not baseline.is_baseline(path):
+            raise BaselineError(
+                f"{UPDATE_FLAG} will not replace {str(path)!r}: it is not a graphleak "
+                "baseline file (choose another path, or remove the file)"
+            )
+        else:
+            loaded = baseline.load(path)
+    except BaselineError as exc:
+        source = settings.source("baseline")
+        raise pytest.UsageError(f"graphleak: {exc} (from {source})") from None
+    config.stash[BASELINE_KEY] = (loaded, update)
+    return loaded
+
+
+def _path(config: pytest.Config, settings: Settings) -> Path:
+    """As a report's path: from the command line relative to the invocation directory,
+    from an ini file relative to that file's directory."""
+    value = Path(str(settings.baseline)).expanduser()
+    if settings.source("baseline").startswith("command line"):
+        base = config.invocation_params.dir
+    else:
+        base = config.inipath.parent if config.inipath else config.rootpath
+    return Path(os.path.abspath(base / value))
+
+
+def mark_known(item: pytest.Item, result: CheckResult) -> bool:
+    """Mark a leaked result ``known`` when the run's baseline lists it (or this run writes
+    the baseline); whether it is known."""
+    found = item.config.stash.get(BASELINE_KEY, None)
+    if found is None or not result.leaked:
+        return False
+    loaded, update = found
+    chain = result.diagnosis.chain if result.diagnosis is not None else []
+    check = {"name": result.name, "pattern": result.pattern, "diagnosis": {"chain": chain}}
+    result.known = update or baseline.key_of(item.nodeid, check) in loaded
+    return result.known
+
+
+def unknown(item: pytest.Item, results: Iterable[CheckResult]) -> list[CheckResult]:
+    """The results that are not known findings (each marked by ``mark_known``)."""
+    return [result for result in results if not mark_known(item, result)]
+
+
+class BaselineRun:
+    """The controller's side: every finding of the run matched, counted and, in an
+    update, written (see the module docstring)."""
+
+    def __init__(self, config: pytest.Config, loaded: Baseline, settings: Settings) -> None:
+        self.config = config
+        self.baseline = loaded
+        self.update = settings.baseline_update
+        self.checking = settings.enabled
+        self.found: set[Key] = set()
+        self.ran: set[str] = set()  # node ids whose call phase ran
+        self.audited: set[str] = set()
+        self.written: baseline.Update | None = None
+        self.error = ""
+
+    def logreport(self, report: pytest.TestReport) -> None:
+        """Match a call or teardown report's findings (before the reporter keeps them)."""
+        if report.when == "call" and report.outcome in ("passed", "failed"):
+            self.ran.add(report.nodeid)
+        if report.when == "teardown" and getattr(report, _AUDITED, False):
+            self.audited.add(report.nodeid)
+        checks = getattr(report, "graphleak", None)
+        if report.when not in ("call", "teardown") or not isinstance(checks, list):
+            return
+        for check in checks:
+            if isinstance(check, dict) and check.get("leaked"):
+                key = baseline.key_of(report.nodeid, check)
+                self.found.add(key)
+                check["known"] = self.update or key in self.baseline
+
+    def checked(self, key: Key) -> bool:
+        """Whether this run could have found the entry (the module docstring)."""
+        if key.test not in self.ran:
+            return False
+        if key.check == "outlive":
+            return key.test in self.audited
+        return self.checking or key.check != "marker"
+
+    def fixed(self) -> list[Key]:
+        """Entries checked and not found, sorted; none in an update (it removes them)."""
+        if self.update:
+            return []
+        return sorted(k for k in self.baseline.entries if k not in self.found and self.checked(k))
+
+    def unchecked(self) -> int:
+        return sum(not self.checked(key) for key in self.baseline.entries)
+
+    def section(self) -> dict[str, Any]:
+        """The JSON report's ``baseline`` object."""
+        written = self.written
+        return {
+            "file": str(self.baseline.path),
+            "entries": len(self.baseline.entries),
+            "fixed": [entry_dict(self.baseline, key) for key in self.fixed()],
+            "unchecked": self.unchecked(),
+            "update_command": self.update_command(),
+            "updated": None if written is None else {
+                "findings": len(written.entries), "added": len(written.added),
+                "removed": len(written.removed),
+            },
+        }  # fmt: skip
+
+    def update_command(self) -> str:
+        """This run's command with the update flag: what refreshes the file."""
+        args = [a for a in self.config.invocation_params.args if a != UPDATE_FLAG]
+        return shlex.join(["pytest", *args, UPDATE_FLAG])
+
+    def write(self) -> None:
+        """The update: the file rewritten atomically from this run's findings."""
+        from pytest_graphleak.report.json_doc import write_text_atomic
+
+        if not self.update:
+            return
+        update = baseline.updated(self.baseline, self.found, self.checked)
+        path = self.baseline.path
+        if path.exists() and not baseline.is_baseline(path):  # replaced meanwhile
+            self.error = f"did not write the baseline: {str(path)!r} is not a baseline file"
+            return
+        try:
+            write_text_atomic(path, baseline.render(update.entries))
+        except OSError as exc:
+            self.error = (f"could not write the baseline file {str(path)!r} "
+                          f"({type(exc).__name__}: {exc.strerror or exc})")  # fmt: skip
+            return
+        self.written = update
+
+    def lines(self) -> list[tuple[str, dict[str, bool]]]:
+        """The terminal's lines after the session's sentence."""
+        path = str(self.baseline.path)
+        if self.error:
+            return [(f"ERROR: {self.error}", {"red": True, "bold": True})]
+        out: list[tuple[str, dict[str, bool]]] = []
+        if self.written is not None:
+            done = self.written
+            out.append((f"graphleak baseline: wrote {len(done.entries)} findings to {path} "
+                        f"({len(done.added)} added, {len(done.removed)} removed as fixed)", {}))
+        fixed = self.fixed()
+        if fixed:
+            out.append((f"fixed since the baseline ({len(fixed)}, listed in {path}):",
+                        {"green": True}))  # fmt: skip
+            out.extend((f"  {key.text()}", {"green": True}) for key in fixed)
+            out.append((f"update the baseline file: {self.update_command()}", {}))
+        unchecked = self.unchecked()
+        if unchecked:
+            out.append((f"graphleak baseline: {unchecked} of its {len(self.baseline.entries)} "
+                        "entries not checked in this run (their tests did not run)", {}))
+        return out
+
+
+def entry_dict(loaded: Baseline, key: Key) -> dict[str, str]:
+    entry = loaded.entries.get(key) or baseline.Entry(key)
+    return entry.to_dict()
