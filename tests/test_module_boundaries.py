@@ -251,7 +251,8 @@ def test_the_scans_see_a_reach_in() -> None:
 #: The layers, lowest first (docs/DESIGN.md, "The layers"): a module imports only its own
 #: layer and the layers below; keyed by the package's top-level module or folder.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("metrics", "patterns", "status", "result", "session", "values", "targets"),  # plain data
+    # plain data
+    ("metrics", "patterns", "status", "result", "session", "values", "targets", "baseline"),
     ("verdict",),  # the pure judgement
     ("heap", "probes"),  # what is measured, gc state, user code
     ("engine", "diagnose"),  # the measuring engine; the diagnosis of a leak

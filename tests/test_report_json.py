@@ -99,7 +99,7 @@ def test_statuses_and_summary_counts() -> None:
     document = build_document(sample_tests(), generated_by="pytest-graphleak test")
     assert document["summary"] == {
         "checked": 5, "leaked": 2, "warned": 1, "xfailed": 0, "error": 1, "unmeasured": 0,
-        "clean": 1, "audited": 0,
+        "known": 0, "clean": 1, "audited": 0,
     }  # fmt: skip
     assert [t["nodeid"] for t in document["tests"]] == sorted(statuses)
 

@@ -193,7 +193,7 @@ def test_expected_failures_read_as_xfailed_and_status_words_print_plain(
     }
     assert document["summary"] == {
         "checked": 4, "leaked": 1, "warned": 1, "xfailed": 2, "error": 0, "unmeasured": 0,
-        "clean": 0, "audited": 4,
+        "known": 0, "clean": 0, "audited": 4,
     }  # fmt: skip
     assert _junit_statuses(pytester) == {
         "test_expected_leak": ["xfailed"],

@@ -4,7 +4,8 @@ leak and per unmeasured check, and a table of the checked tests in the step summ
 With ``--graphleak-github=auto`` (the default) it is on when ``GITHUB_ACTIONS=true``:
 
 * ``::error file=tests/test_x.py,line=12,title=graphleak: list-accumulation::<summary>``
-  on stdout, one per leaked or unmeasured check (``::warning`` where the leak failed
+  on stdout, one per leaked or unmeasured check (``::notice`` for a known finding,
+  listed in the baseline file; ``::warning`` where the leak failed
   nothing: warn-only mode, the outlive audit's warn mode, a caught GraphLeakError, a test
   that passed, was skipped or failed for another reason; none for an expected failure).
   The line is where the leaked object is stored (``losses.append(loss)``), else where the
@@ -98,8 +99,9 @@ def _status(test: Mapping[str, Any], check: Mapping[str, Any]) -> str:
 
 
 #: The annotation of a leak, by its status: an error where it failed the test, a warning
-#: where it failed nothing, none for an expected failure.
-_LEAK_LEVEL = {"leaked": "error", "warned": "warning", "xfailed": ""}
+#: where it failed nothing, a notice for a known finding (the baseline file's), none for
+#: an expected failure.
+_LEAK_LEVEL = {"leaked": "error", "warned": "warning", "known": "notice", "xfailed": ""}
 
 
 def _level(status: str, outcome: str) -> str:

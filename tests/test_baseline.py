@@ -1,0 +1,377 @@
+"""The baseline file (issue 36): findings listed in ``--graphleak-baseline=FILE`` are
+known and fail nothing, new ones fail, listed ones no longer found are "fixed since the
+baseline"; ``--graphleak-baseline-update`` writes the file.
+
+The acceptance suite has 20 tests and 5 findings (3 marked leaks, 2 outlive findings),
+minigrad only, so the runs are in-process (cheap) but the one under pytest-xdist.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+import minigrad  # noqa: F401  # imported once here: in-process runs drop what they import
+from pytest_graphleak import baseline
+from pytest_graphleak.baseline import BaselineError, Entry, Key
+from pytest_graphleak.report.json_doc import load_schema
+
+pytest_plugins = ["pytester"]
+
+# -- the suite: 5 findings in 20 tests ------------------------------------------------------
+HEAD = '''
+import pytest
+import minigrad as mg
+
+history = []
+cache = {}
+kept = []
+holder = {}
+fresh = []
+
+
+class State:
+    total = None
+
+
+state = State()
+
+
+@pytest.fixture(scope="session")
+def model():
+    return mg.nn.Linear(3, 1)
+
+
+def _loss(model):
+    return (model(mg.Tensor([[1.0, 2.0, 3.0]])) ** 2).mean()
+'''
+
+TESTS = {
+    "marked_list": '''
+@pytest.mark.no_graph_growth(steps=8)
+def test_marked_list(model):
+    history.append(_loss(model))
+''',
+    "marked_dict": '''
+@pytest.mark.no_graph_growth(steps=8)
+def test_marked_dict(model):
+    cache[len(cache)] = _loss(model)
+''',
+    "marked_total": '''
+@pytest.mark.no_graph_growth(steps=8)
+def test_marked_total(model):
+    loss = _loss(model)
+    state.total = loss if state.total is None else state.total + loss
+''',
+    "outlive_list": '''
+def test_outlive_list(model):
+    kept.append(_loss(model))
+''',
+    "outlive_dict": '''
+def test_outlive_dict(model):
+    holder["x"] = [_loss(model)]
+''',
+    "clean_marked": '''
+@pytest.mark.no_graph_growth(steps=8)
+def test_clean_marked(model):
+    _loss(model).backward()
+''',
+    "clean_many": '''
+@pytest.mark.parametrize("n", range(14))
+def test_clean(model, n):
+    assert _loss(model).item() >= 0
+''',
+}
+FIXED_OUTLIVE = '''
+def test_outlive_list(model):
+    kept.append(_loss(model).item())
+'''
+NEW_LEAK = '''
+@pytest.mark.no_graph_growth(steps=8)
+def test_new_leak(model):
+    fresh.append(_loss(model))
+'''
+FINDINGS = {"test_marked_list", "test_marked_dict", "test_marked_total",
+            "test_outlive_list", "test_outlive_dict"}  # fmt: skip
+
+
+def _suite(pytester: pytest.Pytester, *, order: list[str] | None = None, above: int = 0,
+           replace: dict[str, str] | None = None, extra: str = "") -> None:  # fmt: skip
+    """The suite's file: its tests in ``order``, ``above`` comment lines first (every
+    finding's line moves), some tests replaced, one added."""
+    tests = {**TESTS, **(replace or {})}
+    body = "".join(tests[name] for name in order or list(TESTS))
+    pytester.makepyfile(test_suite="# moved\n" * above + HEAD + body + extra)
+
+
+def _run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    return pytester.runpytest("--graphleak", "-p", "no:randomly", "--graphleak-baseline=bl.json",
+                              "--graphleak-report=r.json", *args)  # fmt: skip
+
+
+def _document(pytester: pytest.Pytester) -> dict:
+    document = json.loads((pytester.path / "r.json").read_text(encoding="utf-8"))
+    jsonschema.validate(document, load_schema())
+    return document
+
+
+def _statuses(document: dict) -> dict[str, str]:
+    return {t["nodeid"].split("::")[-1]: t["status"] for t in document["tests"]}
+
+
+@pytest.fixture
+def written(pytester: pytest.Pytester) -> Path:
+    """The suite with its baseline written by a first run."""
+    _suite(pytester)
+    result = _run(pytester, "--graphleak-baseline-update")
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines(["*graphleak baseline: wrote 5 findings to *bl.json "
+                                 "(5 added, 0 removed as fixed)*"])  # fmt: skip
+    return pytester.path / "bl.json"
+
+
+def test_the_first_run_writes_the_file_and_the_next_run_passes_with_5_known(
+    pytester: pytest.Pytester, written: Path
+) -> None:
+    entries = json.loads(written.read_text(encoding="utf-8"))["findings"]
+    assert [e["test"].split("::")[1] for e in entries] == sorted(FINDINGS)  # sorted by key
+    assert all(set(e) == set(baseline.FIELDS) and e["reason"] == "" for e in entries)
+    by_test = {e["test"].split("::")[1]: e for e in entries}
+    assert by_test["test_marked_dict"]["holder"] == (
+        "global 'cache' -> dict[*] -> Tensor(grad_fn=MeanBackward)"
+    )
+    assert by_test["test_outlive_list"]["check"] == "outlive"
+    assert by_test["test_marked_list"]["check"] == "marker"
+
+    result = _run(pytester, "--junitxml=j.xml")
+    assert result.ret == 0, result.stdout.str()
+    result.assert_outcomes(passed=20)
+    result.stdout.fnmatch_lines(["graphleak: 6 tests with results: 5 known, 1 clean; "
+                                 "20 audited for graphs that outlive them"])  # fmt: skip
+    result.stdout.no_fnmatch_line("*fixed since the baseline*")
+    result.stdout.no_fnmatch_line("*GraphOutliveWarning*")
+    document = _document(pytester)
+    assert document["summary"]["known"] == 5
+    assert document["summary"]["fixed"] == 0
+    assert {n for n, s in _statuses(document).items() if s == "known"} == FINDINGS
+    assert document["baseline"]["entries"] == 5
+    junit = (pytester.path / "j.xml").read_text(encoding="utf-8")
+    assert junit.count('name="graphleak.status" value="known"') == 5
+
+
+def test_a_new_leak_fails_naming_only_that_leak(pytester: pytest.Pytester, written: Path) -> None:
+    _suite(pytester, extra=NEW_LEAK)
+    result = _run(pytester, "--graphleak-outlive=fail")
+    assert result.ret == 1
+    result.assert_outcomes(passed=20, failed=1)
+    result.stdout.fnmatch_lines(["LEAKED test_suite.py::test_new_leak - list-accumulation*"])
+    short = result.outlines[result.outlines.index(next(
+        line for line in result.outlines if "short test summary info" in line)):]  # fmt: skip
+    failures = [line for line in short if line.startswith(("FAILED", "LEAKED", "ERROR"))]
+    assert len(failures) == 1, failures
+    result.stdout.fnmatch_lines(["graphleak: 7 tests with results: 1 leaked, 5 known, 1 clean;*"])
+    assert _statuses(_document(pytester))["test_new_leak"] == "leaked"
+
+
+def test_a_fixed_finding_is_listed_with_the_command_that_updates_the_file(
+    pytester: pytest.Pytester, written: Path
+) -> None:
+    _suite(pytester, replace={"outlive_list": FIXED_OUTLIVE})
+    result = _run(pytester)
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines([
+        "graphleak: 5 tests with results: 4 known, 1 clean, 1 fixed since the baseline;*",
+        "fixed since the baseline (1, listed in *bl.json):",
+        "  test_suite.py::test_outlive_list [outlive] list-accumulation, held by global "
+        "'test_suite.kept' -> list -> Tensor(grad_fn=MeanBackward)",
+        "update the baseline file: pytest --graphleak -p no:randomly --graphleak-baseline=bl.json"
+        " * --graphleak-baseline-update",
+    ])  # fmt: skip
+    fixed = _document(pytester)["baseline"]["fixed"]
+    assert [entry["test"] for entry in fixed] == ["test_suite.py::test_outlive_list"]
+
+    # The update removes it and keeps the reasons of the others.
+    entries = json.loads(written.read_text(encoding="utf-8"))
+    for entry in entries["findings"]:
+        entry["reason"] = f"kept: {entry['test']}"
+    written.write_text(json.dumps(entries), encoding="utf-8")
+    result = _run(pytester, "--graphleak-baseline-update")
+    result.stdout.fnmatch_lines(["*wrote 4 findings to *bl.json (0 added, 1 removed as fixed)"])
+    after = json.loads(written.read_text(encoding="utf-8"))["findings"]
+    assert len(after) == 4
+    assert all(e["reason"] == f"kept: {e['test']}" for e in after)
+
+
+def test_reordered_tests_and_moved_lines_change_nothing(
+    pytester: pytest.Pytester, written: Path
+) -> None:
+    _suite(pytester, order=list(reversed(TESTS)), above=7)
+    result = _run(pytester, "--graphleak-outlive=fail")
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines(["graphleak: 6 tests with results: 5 known, 1 clean;*"])
+    result.stdout.no_fnmatch_line("*fixed since*")
+
+
+def test_under_xdist_the_controller_matches_the_same(
+    pytester: pytest.Pytester, written: Path
+) -> None:
+    pytest.importorskip("xdist")
+    _suite(pytester, extra=NEW_LEAK)
+    result = pytester.runpytest_subprocess(
+        "--graphleak", "-p", "no:randomly", "--graphleak-baseline=bl.json", "-n", "2",
+        "--graphleak-report=r.json", "--graphleak-outlive=fail",
+    )  # fmt: skip
+    assert result.ret == 1
+    result.assert_outcomes(passed=20, failed=1)
+    result.stdout.fnmatch_lines(["graphleak: 7 tests with results: 1 leaked, 5 known, 1 clean;*"])
+    statuses = _statuses(_document(pytester))
+    assert {n for n, s in statuses.items() if s == "known"} == FINDINGS
+    assert statuses["test_new_leak"] == "leaked"
+
+
+def test_warn_only_and_github_known_findings_get_a_notice_at_most(
+    pytester: pytest.Pytester, written: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    summary = pytester.path / "summary.md"
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    monkeypatch.setenv("GITHUB_WORKSPACE", str(pytester.path))
+    _suite(pytester, extra=NEW_LEAK)
+    result = _run(pytester, "--graphleak-warn-only")
+    assert result.ret == 0
+    errors = [line for line in result.outlines if line.startswith("::error")]
+    assert errors == []
+    warnings = [line for line in result.outlines if line.startswith("::warning")]
+    assert len(warnings) == 1 and "test_new_leak" in warnings[0]
+    assert sum(line.startswith("::notice") for line in result.outlines) == 5
+    table = summary.read_text(encoding="utf-8")
+    assert "1 warned, 5 known, 1 clean" in table
+    assert table.count("| known |") == 5
+
+
+# -- the file: reading errors, writing safety -----------------------------------------------
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("{not json", "is not JSON"),
+        ('{"findings": []}', "is not a graphleak baseline"),
+        ('{"graphleak_baseline": 2, "findings": []}', "has version 2; this pytest-graphleak"),
+        ('{"graphleak_baseline": 1, "findings": [{"test": "t.py::a"}]}',
+         "entry 1 lacks 'check', 'pattern', 'holder'"),
+        ('{"graphleak_baseline": 1, "findings": ['
+         '{"test": "t.py::a", "check": "marker", "pattern": "cycle", "holder": "", "reason": ""},'
+         '{"test": "t.py::b", "check": "marker", "pattern": "cycle", "holder": ""},'
+         '{"test": "t.py::a", "check": "marker", "pattern": "cycle", "holder": "", "reason": "x"}'
+         "]}", "entry 3 repeats entry 1: t.py::a [marker] cycle"),
+    ],
+)  # fmt: skip
+def test_a_bad_file_names_the_file_and_the_entry(
+    tmp_path: Path, text: str, expected: str
+) -> None:
+    path = tmp_path / "bl.json"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(BaselineError, match=r"bl\.json") as caught:
+        baseline.load(path)
+    assert expected in str(caught.value)
+
+
+def test_a_bad_file_is_a_usage_error_before_the_suite_runs(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_x="def test_x():\n    pass\n")
+    pytester.path.joinpath("bl.json").write_text('{"graphleak_baseline": 7}', encoding="utf-8")
+    result = pytester.runpytest("--graphleak", "--graphleak-baseline=bl.json")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*graphleak: the baseline file '*bl.json' has version 7; *"
+                                 "(from command line option --graphleak-baseline)"])  # fmt: skip
+    missing = pytester.runpytest("--graphleak", "--graphleak-baseline=none.json")
+    assert missing.ret == pytest.ExitCode.USAGE_ERROR
+    missing.stderr.fnmatch_lines(["*cannot read the baseline file '*none.json'*"])
+
+
+def test_the_update_never_replaces_a_file_that_is_not_a_baseline(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(test_x="def test_x():\n    pass\n")
+    other = pytester.path / "conftest_data.json"
+    other.write_text('{"mine": true}', encoding="utf-8")
+    result = pytester.runpytest("--graphleak", "--graphleak-baseline=conftest_data.json",
+                                "--graphleak-baseline-update")  # fmt: skip
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*will not replace '*conftest_data.json': it is not a "
+                                 "graphleak baseline file*"])  # fmt: skip
+    assert other.read_text(encoding="utf-8") == '{"mine": true}'
+    alone = pytester.runpytest("--graphleak", "--graphleak-baseline-update")
+    assert alone.ret == pytest.ExitCode.USAGE_ERROR
+    alone.stderr.fnmatch_lines(["*--graphleak-baseline-update writes the file that "
+                                "--graphleak-baseline=FILE names*"])  # fmt: skip
+
+
+def test_the_ini_key_names_the_file_relative_to_the_ini_file(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\ngraphleak_baseline = ci/bl.json\n")
+    pytester.mkdir("ci")
+    pytester.makepyfile(test_x="def test_x():\n    pass\n")
+    result = pytester.runpytest("--graphleak", "--graphleak-baseline-update")
+    assert result.ret == 0, result.stdout.str()
+    assert baseline.load(pytester.path / "ci" / "bl.json").entries == {}
+
+
+# -- keys ---------------------------------------------------------------------------------
+def _check(name: str, chain: list[str], pattern: str = "list-accumulation") -> dict:
+    return {"name": name, "pattern": pattern, "leaked": True, "diagnosis": {"chain": chain}}
+
+
+def test_keys_leave_out_what_a_run_changes() -> None:
+    first = baseline.key_of("t.py::test_a", _check("t.py::test_a", [
+        "fixture 'state' (session scope)", "dict['losses']", "list(len=12)", "[11]",
+        "Tensor(shape=(3, 4), grad_fn=MeanBackward0)", "AddBackward0", "AddBackward0",
+        "... (7 more graph nodes)",
+    ]))  # fmt: skip
+    later = baseline.key_of("t.py::test_a", _check("t.py::test_a", [
+        "fixture 'state' (session scope)", "dict['losses']", "list(len=40)", "[39]",
+        "Tensor(shape=(8, 4), grad_fn=MeanBackward0)", "AddBackward0",
+    ]))  # fmt: skip
+    assert first == later
+    assert first.holder == (
+        "fixture 'state' (session scope) -> dict['losses'] -> list -> [*] "
+        "-> Tensor(grad_fn=MeanBackward0)"
+    )
+    assert baseline.holder_path(["local 'x' at 0x7f00aa", "frame at t.py:12"]) == (
+        "local 'x' at 0x* -> frame at t.py"
+    )
+
+
+def test_another_holder_or_check_is_another_finding() -> None:
+    name = "t.py::test_a"
+    one = baseline.key_of(name, _check(name, ["global 'history'", "list(len=3)", "Tensor"]))
+    other = baseline.key_of(name, _check(name, ["global 'others'", "list(len=3)", "Tensor"]))
+    assert one != other
+    tracked = baseline.key_of(name, _check(f"{name}::track(1) steps 5-12", ["local 'xs'"]))
+    assert tracked.check == "track(1)"
+    assert baseline.key_of(name, _check(f"{name}::outlive", [])).check == "outlive"
+
+
+def test_render_is_sorted_and_reads_back(tmp_path: Path) -> None:
+    b = Entry(Key("t.py::b", "marker", "cycle", "global 'x'"), "waiting on #12")
+    a = Entry(Key("t.py::a", "outlive", "list-accumulation", ""))
+    text = baseline.render([b, a])
+    assert text == baseline.render([a, b])
+    assert text.index("t.py::a") < text.index("t.py::b")
+    path = tmp_path / "bl.json"
+    path.write_text(text, encoding="utf-8")
+    assert baseline.load(path).entries == {a.key: a, b.key: b}
+
+
+def test_an_update_keeps_entries_it_did_not_check() -> None:
+    old = baseline.Baseline(Path("bl.json"))
+    ran = Key("t.py::a", "marker", "cycle", "")
+    gone = Key("t.py::b", "marker", "cycle", "")
+    not_run = Key("t.py::c", "marker", "cycle", "")
+    new = Key("t.py::d", "marker", "cycle", "")
+    for key in (ran, gone, not_run):
+        old.entries[key] = Entry(key, f"why {key.test}")
+    update = baseline.updated(old, [ran, new], checked=lambda key: key.test != "t.py::c")
+    assert [e.key for e in update.entries] == [ran, not_run, new]
+    assert update.entries[0].reason == "why t.py::a"
+    assert (update.added, update.removed, update.kept) == ([new], [gone], 2)
