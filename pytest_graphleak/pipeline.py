@@ -18,7 +18,7 @@ from pytest_graphleak.engine import tracker
 from pytest_graphleak.metrics import Metric
 from pytest_graphleak.options import Settings
 from pytest_graphleak.patterns import FALLBACK, PATTERNS
-from pytest_graphleak.result import CheckResult, Diagnosis, Verdict
+from pytest_graphleak.result import CheckResult, Declaration, Diagnosis, Verdict
 from pytest_graphleak.verdict import Limits, confirm, judge, needs_recheck
 
 
@@ -78,6 +78,17 @@ def judged(series: tracker.Series, settings: Settings) -> Verdict:
     limits = Limits(noise=settings.rss_tolerance)
     return judge(series.series, series.metrics, warmup=settings.warmup, limits=limits,
                  every=series.sample_every)  # fmt: skip
+
+
+def declarations(metrics: Mapping[str, Metric], settings: Settings) -> dict[str, Declaration]:
+    """What each measured metric is and the noise the verdict let pass for it (``judged``'s
+    limits): kept on the result, so the reports draw and word it as it was judged."""
+    limits = Limits(noise=settings.rss_tolerance)
+    return {
+        name: Declaration(unit=metric.unit, counts=metric.counts, noisy=metric.noisy,
+                          tolerance=limits.for_metric(metric))
+        for name, metric in metrics.items()
+    }  # fmt: skip
 
 
 def step_error_text(exc: BaseException) -> str:
@@ -168,7 +179,8 @@ def conclude(
                          series=series.series, units=series.units, verdict=verdict,
                          duration_s=series.duration_s, notes=list(series.probe_notes),
                          sample_every=series.sample_every, sample_steps=series.sample_steps,
-                         warmup_steps=None if head == settings.warmup else head)  # fmt: skip
+                         warmup_steps=None if head == settings.warmup else head,
+                         declarations=declarations(series.metrics, settings))  # fmt: skip
     remarks = list(series.coverage_notes)
     if series.unmeasured and not verdict.leaked:
         result.unmeasured = series.unmeasured  # no clean verdict without a measurement

@@ -8,6 +8,7 @@ through JSON (reports, pytest-xdist) unchanged via ``to_dict`` / ``from_dict``.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -45,6 +46,23 @@ class Verdict:
     slowest_leak_steps: int = 0
 
 
+@dataclass(frozen=True)
+class Declaration:
+    """A metric as the check measured and judged it: its probe's declaration
+    (``metrics.Metric``) and the growth per step the verdict let pass as noise. Renderers
+    read this, so none looks a metric up again in the probe registry."""
+
+    unit: str = "objects"  # "objects" | "bytes"
+    #: "tensors" | "nodes" | "cycles" | "memory"; "" when not known (a result made by
+    #: hand, or read from a report written before declarations were kept)
+    counts: str = ""
+    #: Judged with the noise tolerance (process RSS, an allocator's cache).
+    noisy: bool = False
+    #: Growth per step inside the noise: the check's RSS tolerance times the metric's
+    #: ``noise_share`` for a noisy metric; 0 for an exact one (any sustained rise counts).
+    tolerance: float = 0.0
+
+
 @dataclass
 class CreationSite:
     """Where leaked tensors or nodes were made, in user code."""
@@ -62,16 +80,28 @@ class CreationSite:
     every: int = 1
 
 
+def relative_to(filename: str, root: str) -> str | None:
+    """``filename`` relative to the directory ``root`` when the file is under it; None
+    for any other file (outside it, on another drive, a pseudo-file like ``<string>``).
+    The one "relative path, else ..." rule: the terminal, the HTML page and the GitHub
+    annotations each choose only what "else" is."""
+    if not filename or filename.startswith("<"):
+        return None
+    try:
+        relative = os.path.relpath(os.path.abspath(filename), os.path.abspath(root))
+    except ValueError:  # another drive (Windows)
+        return None
+    if relative == os.pardir or relative.startswith(os.pardir + os.sep):
+        return None
+    return relative
+
+
 def display_path(filename: str) -> str:
     """A file under the working directory (pytest's rootdir, as a rule) relative to it;
     any other file as it is."""
-    if filename.startswith("<") or not os.path.isabs(filename):
+    if not os.path.isabs(filename):
         return filename
-    try:
-        relative = os.path.relpath(filename)
-    except ValueError:  # another drive (Windows)
-        return filename
-    return filename if relative.startswith(os.pardir) else relative
+    return relative_to(filename, os.curdir) or filename
 
 
 @dataclass
@@ -150,6 +180,17 @@ class CheckResult:
     #: ``known``, it fails nothing; set where the result is recorded, and again by the
     #: session reporter, which matches every finding of the run (``pytest_graphleak.baseline``).
     known: bool = False
+    #: metric name -> what it is and the noise it was judged with (``Declaration``).
+    declarations: dict[str, Declaration] = field(default_factory=dict)
+
+    def declared(self, metric: str) -> Declaration:
+        """The declaration ``metric`` was measured with; for a result without one (made
+        by hand, or read from an older report) its unit only, judged exact."""
+        found = self.declarations.get(metric)
+        if found is not None:
+            return found
+        unit = self.units.get(metric, "objects")
+        return Declaration(unit=unit, counts="memory" if unit == "bytes" else "")
 
     @property
     def leaked(self) -> bool:
@@ -169,7 +210,7 @@ class CheckResult:
                 "pattern": self.pattern}  # fmt: skip
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> CheckResult:
+    def from_dict(cls, data: Mapping[str, Any]) -> CheckResult:
         verdict_data = dict(data["verdict"])
         verdict_data["growths"] = [
             Growth(**{**g, **{k: _number(g.get(k)) for k in ("start", "end", "per_step")}})
@@ -192,6 +233,7 @@ class CheckResult:
             sample_steps=data.get("sample_steps"),
             kind=data.get("kind", "step"), warned=bool(data.get("warned", False)),
             known=bool(data.get("known", False)),
+            declarations={k: Declaration(**v) for k, v in data.get("declarations", {}).items()},
         )  # fmt: skip
 
 

@@ -133,12 +133,17 @@ def status_in_test(check: Mapping[str, Any], outcome: str) -> str:
     """One check's status as its test reads it: a leak that failed nothing (the check's
     ``warned``) is ``warned``; else a leak reads by pytest's outcome (``failed``: leaked,
     ``xfailed``: xfailed, anything else: warned)."""
-    status = status_of_dict(check)
-    if status == "leaked" and check.get("known"):
+    return read_in_test(status_of_dict(check), warned=bool(check.get("warned")),
+                        known=bool(check.get("known")), outcome=outcome)  # fmt: skip
+
+
+def read_in_test(status: str, *, warned: bool, known: bool = False, outcome: str) -> str:
+    """``status_in_test`` of a check whose own status, ``warned`` and ``known`` are known."""
+    if status == "leaked" and known:
         return "known"  # listed in the baseline file: it failed nothing, whatever pytest says
-    if status != "leaked" or (outcome == "failed" and not check.get("warned")):
+    if status != "leaked" or (outcome == "failed" and not warned):
         return status
-    return "xfailed" if outcome == "xfailed" and not check.get("warned") else "warned"
+    return "xfailed" if outcome == "xfailed" and not warned else "warned"
 
 
 def status_of_test(checks: Iterable[Mapping[str, Any]], outcome: str) -> str:

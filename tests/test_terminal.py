@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from pytest_graphleak.options import Settings
+from pytest_graphleak.pipeline import declarations
 from pytest_graphleak.plugin.terminal import (
     Progress,
     colour_failure,
@@ -17,14 +18,18 @@ from pytest_graphleak.plugin.terminal import (
     short_message,
     unchecked_hint,
 )
+from pytest_graphleak.probes import METRICS
 from pytest_graphleak.result import CheckResult, Diagnosis, Growth, Verdict
 
 
 def _result(pattern: str, growths: list[Growth], diagnosis: Diagnosis | None) -> CheckResult:
-    units = {g.metric: "bytes" if g.metric.endswith("bytes") else "objects" for g in growths}
+    """A result as a check makes it: the probes' declarations of its metrics kept on it."""
+    measured = {g.metric: METRICS[g.metric] for g in growths}
     return CheckResult(
-        name="t.py::test_step", steps=16, warmup=3, series={}, units=units,
+        name="t.py::test_step", steps=16, warmup=3, series={},
+        units={name: metric.unit for name, metric in measured.items()},
         verdict=Verdict(True, growths, pattern, "grew"), diagnosis=diagnosis,
+        declarations=declarations(measured, Settings()),
     )  # fmt: skip
 
 

@@ -162,7 +162,7 @@ def _write_reports(args: argparse.Namespace, settings: Settings,
     tests = [CheckedTest(r.name, outcome_of(r.status), [r.to_dict()]) for r in results]
     document = build_document(tests, generated_by="graphleak check", notes=notes)
     environment = describe_run(args.command_line, os.getcwd(), started, time.time())
-    run = Run(environment=environment, locations=locations, rss_tolerance=settings.rss_tolerance)
+    run = Run(environment=environment, locations=locations)
     for writer, flag, path in outputs:
         if path is not None and writer.render is not None:
             write_output(path, writer.render(document, run), flag)

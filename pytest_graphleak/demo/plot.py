@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from html import escape
 
 from pytest_graphleak.metrics import format_amount
+from pytest_graphleak.options import DEFAULT_RSS_TOLERANCE
 from pytest_graphleak.report.output_paths import PLOT_MARK
-from pytest_graphleak.report.scale import BYTES_PER_STEP, ticks, value_range
+from pytest_graphleak.report.scale import ticks, value_range
 
 LEAKY_COLOUR = "#d62728"
 FIXED_COLOUR = "#2ca02c"
@@ -89,7 +90,7 @@ def _panel(x: float, y: float, w: float, h: float, metric: Metric, leaky: PlotRu
         return "".join(parts)
     # An honest scale (report.scale): the demo's byte panel is RSS, a noisy metric, so
     # jitter below one step's default tolerance stays a ripple instead of filling it.
-    noise = BYTES_PER_STEP if metric.unit == "bytes" else 0.0
+    noise = float(DEFAULT_RSS_TOLERANCE) if metric.unit == "bytes" else 0.0
     low, high = value_range(values, metric.unit, noise) or (0.0, 1.0)
     if metric.unit != "bytes" and high - low <= 1:
         low, high = low - 0.5, high + 0.5  # a flat count sits mid-panel, not on an edge

@@ -47,7 +47,6 @@ from pytest_graphleak.report.json_doc import (
 )
 from pytest_graphleak.report.junit import junit_properties
 from pytest_graphleak.report.output_paths import Output, OutputPathError, check_outputs
-from pytest_graphleak.report.scale import BYTES_PER_STEP
 from pytest_graphleak.report.summary import NOTHING_CHECKED, counts, sentence
 from pytest_graphleak.report.writers import WRITER_OPTIONS, WRITERS, Run, Writer
 from pytest_graphleak.result import CheckResult
@@ -303,10 +302,7 @@ class SessionReport:
         if not self.outputs:  # none on a worker: the controller writes the reports
             return
         document = self.document()
-        run = Run(
-            environment=self._environment(),
-            rss_tolerance=getattr(self.settings, "rss_tolerance", BYTES_PER_STEP),
-        )
+        run = Run(environment=self._environment())
         failed = False
         for output in self.outputs:
             assert output.writer.render is not None  # a file writer

@@ -21,9 +21,9 @@ from _pytest._code import code as _code
 
 from pytest_graphleak.metrics import format_amount, format_rate
 from pytest_graphleak.patterns import BY_WORD, FALLBACK
-from pytest_graphleak.probes import METRICS
-from pytest_graphleak.report.json_doc import CheckedTest, metric_summary
-from pytest_graphleak.report.scale import noise_of, sparkline
+from pytest_graphleak.report.json_doc import CheckedTest
+from pytest_graphleak.report.model import metric_rows
+from pytest_graphleak.report.scale import sparkline
 from pytest_graphleak.report.span import span_text
 from pytest_graphleak.report.view import culprit, diagnosis_view
 from pytest_graphleak.result import CheckResult
@@ -72,12 +72,12 @@ def short_message(result: CheckResult) -> str:
     growths = {g.metric: g for g in result.verdict.growths}
     metric = next(
         (m for kind in _told_by(pattern) for m in sorted(growths)
-         if _counts(m, result.units) == kind),
+         if result.declared(m).counts == kind),
         next(iter(sorted(growths)), None),
     )  # fmt: skip
     parts = [pattern]
     if metric is not None:
-        parts[0] += f": {_rate(metric, growths[metric].per_step, result.units)}"
+        parts[0] += f": {_rate(metric, growths[metric].per_step, result)}"
     diagnosis = result.diagnosis
     if diagnosis is not None and diagnosis.chain:
         first, *rest = diagnosis.chain
@@ -94,18 +94,11 @@ def _told_by(pattern: str) -> tuple[str, ...]:
     return facts.told_by if facts is not None else ()
 
 
-def _counts(metric: str, units: Mapping[str, str]) -> str:
-    declared = METRICS.get(metric)
-    if declared is not None:
-        return declared.counts
-    return "memory" if units.get(metric) == "bytes" else "objects"  # e.g. a per-GPU metric
-
-
-def _rate(metric: str, per_step: float, units: Mapping[str, str]) -> str:
-    unit = units.get(metric, "objects")
-    amount = format_amount(per_step, unit, signed=True)
-    nouns = _NOUNS.get(_counts(metric, units))
-    if nouns is not None and unit == "objects":
+def _rate(metric: str, per_step: float, result: CheckResult) -> str:
+    declared = result.declared(metric)
+    amount = format_amount(per_step, declared.unit, signed=True)
+    nouns = _NOUNS.get(declared.counts)
+    if nouns is not None and declared.unit == "objects":
         return f"{amount} {nouns[0] if abs(per_step) == 1 else nouns[1]}/step"
     return f"{metric} {amount}/step"
 
@@ -275,15 +268,13 @@ def summary_lines(
         lines.append((head, markup))
         cells = [
             (
-                metric,
-                f"{format_amount(info['start'], info['unit'])} -> "
-                f"{format_amount(info['end'], info['unit'])}",
-                format_rate(info["per_step"], info["unit"]),
-                sparkline(check["series"][metric], info["unit"], warmup=check["warmup"],
-                          noise=noise_of(metric)),
+                row.name,
+                f"{format_amount(row.start, row.unit)} -> {format_amount(row.end, row.unit)}",
+                format_rate(row.per_step, row.unit),
+                sparkline(row.series, row.unit, warmup=check["warmup"], noise=row.tolerance),
             )
-            for metric, info in metric_summary(check).items()
-            if info["grew"]
+            for row in metric_rows(CheckResult.from_dict(check))
+            if row.grew
         ]
         span = max((len(c[1]) for c in cells), default=0)
         rate = max((len(c[2]) for c in cells), default=0)

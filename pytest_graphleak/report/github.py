@@ -30,6 +30,7 @@ from pytest_graphleak.metrics import format_rate
 from pytest_graphleak.report.span import span_text
 from pytest_graphleak.report.summary import no_rows, sentence
 from pytest_graphleak.report.view import fix_of
+from pytest_graphleak.result import relative_to
 from pytest_graphleak.status import display_key, status_in_test
 
 
@@ -187,15 +188,8 @@ def commands(rows: Iterable[Row], workspace: str) -> list[str]:
 def relative_path(file: str, workspace: str) -> str:
     """``file`` relative to the workspace, with ``/``; "" for a file outside it (GitHub
     can place an annotation only on a file of the repository)."""
-    if not file or file.startswith("<"):
-        return ""
-    try:
-        relative = os.path.relpath(os.path.abspath(file), os.path.abspath(workspace))
-    except ValueError:  # another drive (Windows)
-        return ""
-    if relative == os.pardir or relative.startswith(os.pardir + os.sep):
-        return ""
-    return relative.replace(os.sep, "/")
+    relative = relative_to(file, workspace)
+    return relative.replace(os.sep, "/") if relative is not None else ""
 
 
 def _data(text: str) -> str:

@@ -14,7 +14,6 @@ lines, DOT) is escaped. The layout holds at 360 px: wide tables scroll in place.
 
 from __future__ import annotations
 
-import contextlib
 import linecache
 import os
 from collections import Counter
@@ -28,12 +27,11 @@ from pytest_graphleak.patterns import FALLBACK
 from pytest_graphleak.report.dot import diagnosis_dot, render_svg
 from pytest_graphleak.report.graph_svg import chain_svg, cycle_svg
 from pytest_graphleak.report.json_doc import file_head
-from pytest_graphleak.report.scale import BYTES_PER_STEP, noise_of
 from pytest_graphleak.report.span import head_label, span_text, step_numbers
 from pytest_graphleak.report.summary import no_rows, sentence
 from pytest_graphleak.report.svg import series_chart
 from pytest_graphleak.report.view import ViewLine, diagnosis_view, to_change
-from pytest_graphleak.result import display_path
+from pytest_graphleak.result import CheckResult, display_path, relative_to
 from pytest_graphleak.status import STATUSES
 from pytest_graphleak.status import TABLE as STATUS_TABLE
 
@@ -170,7 +168,6 @@ def render_html(
     *,
     draw: DotRenderer | None = render_svg,
     environment: Mapping[str, str] | None = None,
-    rss_tolerance: float = BYTES_PER_STEP,
 ) -> str:
     """The whole report page for a document from ``json_doc.build_document``.
 
@@ -178,12 +175,13 @@ def render_html(
     None to never draw with Graphviz (the plugin's own drawing of the chain and the
     cycle is always there). ``environment`` (label -> text: time, versions, command,
     ...) is shown as the run's environment block; ``rootdir`` in it also makes paths
-    relative and locates creation sites for their source lines. ``rss_tolerance`` is
-    the noise band drawn on the charts of noisy metrics (process RSS, CUDA reserved).
+    relative and locates creation sites for their source lines. The noise band drawn on
+    the charts of noisy metrics (process RSS, CUDA reserved) is each check's own
+    (``Declaration.tolerance``).
     """
     tests: Sequence[Mapping[str, Any]] = document.get("tests", [])
     root = (environment or {}).get("rootdir")
-    view = _View(draw, root, float(rss_tolerance))
+    view = _View(draw, root)
     # Leaks first, then by node id: the order is the same on every run and under xdist.
     tests = sorted(tests, key=lambda t: (_STATUS_ORDER.get(str(t.get("status")), 9), t["nodeid"]))
     groups = Counter(_GROUP.get(str(t.get("status")), "unmeasured") for t in tests)
@@ -283,24 +281,19 @@ def _badge(status: str) -> str:
 def shown_path(filename: str, root: str | None) -> str:
     """A path as the terminal shows it: relative to the rootdir (or the working
     directory) when the file is under it, else as it is."""
-    if root and os.path.isabs(filename):
-        with contextlib.suppress(ValueError):  # another drive (Windows)
-            relative = os.path.relpath(filename, root)
-            if not relative.startswith(os.pardir):
-                return relative
-    return display_path(filename)
+    under_root = relative_to(filename, root) if root and os.path.isabs(filename) else None
+    return under_root or display_path(filename)
 
 
 class _View:
-    """How the page draws a test: the Graphviz renderer, the rootdir that paths are
-    shown relative to, and the noise band of noisy metrics. Each block of a check is
+    """How the page draws a test: the Graphviz renderer and the rootdir that paths are
+    shown relative to. Each block of a check is
     one method returning HTML text, so a new section is one more method and one more
     line in ``check_block``."""
 
-    def __init__(self, draw: DotRenderer | None, root: str | None, tolerance: float) -> None:
+    def __init__(self, draw: DotRenderer | None, root: str | None) -> None:
         self.draw = draw
         self.root = root
-        self.tolerance = tolerance
 
     def test_section(self, test: Mapping[str, Any], anchor: str) -> str:
         status = str(test.get("status", "clean"))
@@ -375,7 +368,8 @@ class _View:
         # A probe with nothing to count (torch.* in a minigrad test) would only add flat zeros.
         zeros = [m for m in drawn if not any(v for v in series[m])]
         warmup = int(check.get("warmup", 0))
-        noises = {m: noise_of(m, self.tolerance) for m in drawn}
+        declared = CheckResult.from_dict(check).declared  # the noise each was judged with
+        noises = {m: declared(m).tolerance for m in drawn}
         head = head_label(check)
         charts = [
             series_chart(series[m], warmup=warmup, title=m, unit=units.get(m, "objects"),
@@ -390,9 +384,10 @@ class _View:
                   "the baseline sample the measured ones are compared with")  # fmt: skip
         legend = (f"each chart on its own scale; shaded: {shaded} (not judged); bytes drawn "
                   "as growth from the first measured step")  # fmt: skip
-        if any(noises[m] for m in drawn if m not in zeros):
+        tolerance = max((noises[m] for m in drawn if m not in zeros), default=0.0)
+        if tolerance:
             legend += (f"; green band: the noise tolerance of RSS and CUDA reserved "
-                       f"({format_amount(self.tolerance, 'bytes')}/step), growth inside it "
+                       f"({format_amount(tolerance, 'bytes')}/step), growth inside it "
                        "is not a leak")  # fmt: skip
         if zeros:
             legend += f"; zero throughout, not drawn: {', '.join(zeros)}"

@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_graphleak.metrics import finite
+from pytest_graphleak.report.model import metric_rows
 from pytest_graphleak.report.summary import counts
+from pytest_graphleak.result import CheckResult
 from pytest_graphleak.status import status_of_test
 
 #: Version of the document layout (``"schema"`` key); bump on incompatible changes.
@@ -51,34 +52,10 @@ class CheckedTest:
 
 
 def metric_summary(check: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """Per metric of one check: unit, first and last measured value, growth per step
-    and whether the verdict judged it grown.
-
-    ``per_step`` is the verdict's robust estimate for a grown metric and the plain
-    slope ``(end - start) / (samples - 1)`` over the measured samples otherwise, per step
-    (a check that sampled every k-th step divides by k).
-    """
-    warmup = int(check.get("warmup", 0))
-    units: Mapping[str, str] = check.get("units", {})
-    verdict = check.get("verdict") or {}
-    grown = {g["metric"]: g for g in verdict.get("growths", [])}
-    summary: dict[str, dict[str, Any]] = {}
-    for metric, series in check.get("series", {}).items():
-        measured = [float(v) for v in series[warmup:] if finite(v)]
-        per_step: float | None = None
-        if metric in grown:
-            per_step = float(grown[metric]["per_step"])
-        elif len(measured) > 1:
-            every = int(check.get("sample_every", 1))  # steps per sample
-            per_step = (measured[-1] - measured[0]) / (len(measured) - 1) / every
-        summary[metric] = {
-            "unit": units.get(metric, "objects"),
-            "start": measured[0] if measured else None,
-            "end": measured[-1] if measured else None,
-            "per_step": per_step,
-            "grew": metric in grown,
-        }
-    return summary
+    """Per metric of one check (``CheckResult.to_dict()``): the document's ``metrics``
+    field, ``model.MetricRow.to_dict`` of each (unit, first and last measured value,
+    growth per step, whether the verdict judged it grown)."""
+    return {row.name: row.to_dict() for row in metric_rows(CheckResult.from_dict(check))}
 
 
 def build_document(

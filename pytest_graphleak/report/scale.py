@@ -6,7 +6,8 @@ Each metric is drawn on a scale that fits its own data, as the verdict reads it:
   allocated bytes) are a leak at any sustained rise, so they span their own range: 88 B
   -> 148 B fills the picture. A flat series spans one unit (one object, one byte);
 - noisy metrics (process RSS, CUDA reserved bytes; ``Metric.noisy``) span their own range
-  widened to at least one step's tolerance (``--graphleak-rss-tolerance``): 12 KiB of
+  widened to at least one step's tolerance (``Declaration.tolerance``, the check's
+  ``--graphleak-rss-tolerance`` as the verdict applied it): 12 KiB of
   allocator jitter on 50 MiB stays a ripple instead of a full-height ramp, and a growth
   the verdict flags (at least the tolerance per step) still fills the picture. The HTML
   chart also draws the tolerance as a band (``tolerance_band``).
@@ -17,33 +18,14 @@ Pure functions of numbers: no I/O.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Sequence
 
 from pytest_graphleak.metrics import finite
-from pytest_graphleak.probes import METRICS
-
-#: The RSS tolerance's default (bytes per step), for pictures drawn without the run's
-#: settings (``graphleak report`` from a JSON file). Spelled here because the report
-#: layer does not import the option table.
-BYTES_PER_STEP = 1024.0 * 1024.0
-_DEVICE_SUFFIX = re.compile(r"\.\d+$")
 
 #: Widest sparkline, in characters; longer series are averaged into this many cells.
 SPARK_WIDTH = 40
 
 _BARS = "▁▂▃▄▅▆▇█"
-
-
-def noise_of(metric: str, tolerance: float = BYTES_PER_STEP) -> float:
-    """The growth per step the verdict tolerates for ``metric``: ``tolerance`` for a
-    noisy metric (a per-GPU name, the total's name with ``.<device>`` after it, reads as
-    the total's declaration), times its ``noise_share``; 0 for an exact one or a name no
-    probe declares."""
-    declared = METRICS.get(metric) or METRICS.get(_DEVICE_SUFFIX.sub("", metric))
-    if declared is None or not declared.noisy:
-        return 0.0
-    return float(tolerance) * declared.noise_share
 
 
 def min_span(noise: float = 0.0) -> float:

@@ -13,7 +13,7 @@ from dataclasses import asdict
 
 from pytest_graphleak.metrics import format_amount, format_rate
 from pytest_graphleak.patterns import FALLBACK
-from pytest_graphleak.report.scale import noise_of, sparkline
+from pytest_graphleak.report.scale import sparkline
 from pytest_graphleak.report.span import head_label, span_text
 from pytest_graphleak.report.view import diagnosis_view
 from pytest_graphleak.report.view import site_text as view_site_text
@@ -48,7 +48,7 @@ def render_text(result: CheckResult) -> str:
     lines.append(f"  series ({head_label(_span(result))} | measured):")
     for growth in growths:
         values = result.series.get(growth.metric, [])
-        unit = result.units.get(growth.metric, "objects")
+        unit = result.declared(growth.metric).unit
         lines.append(f"    {growth.metric:<{width}}  {compact_series(values, result.warmup, unit)}")
     diagnosis = asdict(result.diagnosis) if result.diagnosis is not None else None
     view = diagnosis_view(pattern, diagnosis)
@@ -86,11 +86,12 @@ def site_text(site: CreationSite) -> str:
 
 
 def _growth_row(result: CheckResult, growth: Growth, width: int) -> str:
-    unit = result.units.get(growth.metric, "objects")
+    declared = result.declared(growth.metric)
+    unit = declared.unit
     span = f"{format_amount(growth.start, unit)} -> {format_amount(growth.end, unit)}"
     rate = format_rate(growth.per_step, unit)
     spark = sparkline(result.series.get(growth.metric, []), unit, warmup=result.warmup,
-                      noise=noise_of(growth.metric))
+                      noise=declared.tolerance)
     return f"    {growth.metric:<{width}}  {span:<24} {rate:<16} {spark}"
 
 
@@ -111,7 +112,7 @@ def verdict_line(result: CheckResult) -> str:
     label = STATUS_WORDS[status].label
     if status == "leaked":
         grown = ", ".join(
-            f"{g.metric} {format_rate(g.per_step, result.units.get(g.metric, 'objects'))}"
+            f"{g.metric} {format_rate(g.per_step, result.declared(g.metric).unit)}"
             for g in result.verdict.growths
         )
         return f"{label} {result.name}: {result.pattern} ({grown})"
@@ -156,10 +157,11 @@ def metric_rows(result: CheckResult) -> list[str]:
     width = max((len(metric) for metric in shown), default=0)
     rows = []
     for metric, values in sorted(shown.items()):
-        unit = result.units.get(metric, "objects")
+        declared = result.declared(metric)
+        unit = declared.unit
         measured = values[result.warmup:] or values  # not empty: empty series are zeros
         span = f"{format_amount(measured[0], unit)} -> {format_amount(measured[-1], unit)}"
-        spark = sparkline(values, unit, warmup=result.warmup, noise=noise_of(metric))
+        spark = sparkline(values, unit, warmup=result.warmup, noise=declared.tolerance)
         rows.append(f"  {metric:<{width}}  {span:<24} {spark}")
     if zeros:
         rows.append(f"  (0 at every step, not shown: {', '.join(zeros)})")

@@ -26,7 +26,6 @@ from pytest_graphleak.report import github
 from pytest_graphleak.report.github import Row
 from pytest_graphleak.report.html import is_html_report, render_html
 from pytest_graphleak.report.json_doc import dumps, is_json_report
-from pytest_graphleak.report.scale import BYTES_PER_STEP
 
 
 @dataclass
@@ -39,8 +38,6 @@ class Run:
     locations: Mapping[str, tuple[str, int]] = field(default_factory=dict)
     #: rows other parts of the run add to the document's (an after-teardown audit, say)
     rows: Sequence[Row] = ()
-    #: bytes per step that are still allocator noise (the HTML charts' band)
-    rss_tolerance: float = BYTES_PER_STEP
     environ: Mapping[str, str] = field(default_factory=lambda: os.environ)
     #: writes one line of a writer that prints (the GitHub workflow commands)
     print_line: Callable[[str], None] = field(default_factory=lambda: _print_line)
@@ -75,8 +72,7 @@ WRITERS: tuple[Writer, ...] = (
     Writer("json", "JSON", "report", render=lambda document, run: dumps(document),
            recognise=is_json_report, what="a graphleak JSON report"),
     Writer("html", "HTML", "html",
-           render=lambda document, run: render_html(
-               document, environment=run.environment, rss_tolerance=run.rss_tolerance),
+           render=lambda document, run: render_html(document, environment=run.environment),
            recognise=is_html_report, what="a graphleak HTML report"),
     Writer("github", "GitHub", "github", wanted=github.wanted, publish=github.publish),
 )  # fmt: skip

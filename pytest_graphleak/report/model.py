@@ -1,0 +1,146 @@
+"""The typed read model every renderer reads, as coverage.py's reporters read ``Analysis``
+and ``Numbers``: no renderer reads a report's raw dicts or the probe registry.
+
+- ``Report``: a report document (``json_doc.build_document``, or a file read back), its
+  summary and its ``TestRow``s, in document order;
+- ``TestRow``: one test with its status and its checks, each a ``CheckResult`` (plain,
+  typed data already: verdict, diagnosis, declarations);
+- ``MetricRow``: one metric of one check as the reports show it (declaration, first and
+  last measured value, growth per step, grown or not): the document's ``metrics`` field.
+
+Made from the JSON dict (``from_dict``) or from results (``TestRow.of``); pure, no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pytest_graphleak.metrics import finite
+from pytest_graphleak.report.summary import sentence
+from pytest_graphleak.result import CheckResult, Declaration
+from pytest_graphleak.status import read_in_test, worst
+
+
+@dataclass(frozen=True)
+class MetricRow:
+    """One metric of one check: what the reports' metric tables and sparklines show."""
+
+    name: str
+    declaration: Declaration
+    #: every sample, warmup (or baseline) first
+    series: Sequence[float]
+    start: float | None  # first measured value
+    end: float | None  # last measured value
+    #: the verdict's robust estimate for a grown metric; else the plain slope over the
+    #: measured samples, per step (None with fewer than two)
+    per_step: float | None
+    grew: bool
+
+    @property
+    def unit(self) -> str:
+        return self.declaration.unit
+
+    @property
+    def tolerance(self) -> float:
+        """Growth per step inside the noise (0 for an exact metric)."""
+        return self.declaration.tolerance
+
+    def to_dict(self) -> dict[str, Any]:
+        """The document's ``metrics`` entry (``schema.json``)."""
+        return {"unit": self.unit, "start": self.start, "end": self.end,
+                "per_step": self.per_step, "grew": self.grew}  # fmt: skip
+
+
+def metric_rows(result: CheckResult) -> list[MetricRow]:
+    """Every metric of a check, in its series' order. ``per_step`` of a metric the verdict
+    did not judge grown is ``(end - start) / (samples - 1)`` over the measured samples,
+    divided by the steps per sample."""
+    grown = {g.metric: g for g in result.verdict.growths}
+    rows = []
+    for metric, series in result.series.items():
+        measured = [float(v) for v in series[result.warmup :] if finite(v)]
+        per_step: float | None = None
+        if metric in grown:
+            per_step = float(grown[metric].per_step)
+        elif len(measured) > 1:
+            per_step = (measured[-1] - measured[0]) / (len(measured) - 1) / result.sample_every
+        rows.append(MetricRow(
+            metric, result.declared(metric), series,
+            start=measured[0] if measured else None, end=measured[-1] if measured else None,
+            per_step=per_step, grew=metric in grown,
+        ))  # fmt: skip
+    return rows
+
+
+@dataclass(frozen=True)
+class TestRow:
+    """One test with results: pytest's outcome and its checks (a marker's, the fixture's,
+    the outlive audit's)."""
+
+    __test__ = False  # not a pytest test class, whatever its name
+
+    nodeid: str
+    #: pytest's call-phase outcome: "passed" | "failed" | "skipped" | "xfailed"
+    outcome: str
+    checks: tuple[CheckResult, ...] = field(default_factory=tuple)
+
+    def status_of(self, check: CheckResult) -> str:
+        """One check's status as this test reads it (``status.status_in_test``)."""
+        return read_in_test(check.status, warned=check.warned, known=check.known,
+                            outcome=self.outcome)
+
+    @property
+    def status(self) -> str:
+        """The test's status: its worst check's (``status.status_of_test``)."""
+        return worst(self.status_of(check) for check in self.checks)
+
+    @classmethod
+    def of(cls, nodeid: str, outcome: str, checks: Iterable[CheckResult]) -> TestRow:
+        return cls(nodeid, outcome, tuple(checks))
+
+    @classmethod
+    def from_dict(cls, row: Mapping[str, Any]) -> TestRow:
+        """A document's test entry (or a ``CheckedTest``'s fields as a dict)."""
+        checks = tuple(CheckResult.from_dict(check) for check in row.get("checks", ()))
+        return cls(str(row["nodeid"]), str(row.get("outcome", "passed")), checks)
+
+
+@dataclass(frozen=True)
+class Report:
+    """A whole report document, typed."""
+
+    generated_by: str = "unknown"
+    warn_only: bool = False
+    #: the document's ``summary`` (``summary.counts``)
+    summary: Mapping[str, int] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+    tests: tuple[TestRow, ...] = ()
+
+    @property
+    def sentence(self) -> str:
+        """The session's count line (``summary.sentence``)."""
+        return sentence(self.summary)
+
+    @classmethod
+    def from_dict(cls, document: Mapping[str, Any]) -> Report:
+        """A document as ``json_doc.build_document`` writes it (raises KeyError, TypeError
+        or ValueError on one that is not; ``validate`` names the wrong field first)."""
+        summary = document.get("summary") or {}
+        return cls(
+            generated_by=str(document.get("generated_by", "unknown")),
+            warn_only=bool(document.get("warn_only", False)),
+            summary={str(k): v for k, v in summary.items() if isinstance(v, int)},
+            notes=tuple(str(note) for note in document.get("notes", ())),
+            tests=tuple(TestRow.from_dict(test) for test in document.get("tests", ())),
+        )
+
+
+def check_label(test: TestRow, index: int) -> str:
+    """``nodeid``, or ``nodeid [check name]`` (``[check 2]``) when the test ran several
+    checks: how each surface names one check of a test."""
+    if len(test.checks) <= 1:
+        return test.nodeid
+    name = test.checks[index].name
+    return f"{test.nodeid} [{name if name != test.nodeid else f'check {index + 1}'}]"
