@@ -259,6 +259,8 @@ def summary_lines(
                 head += f"  ({_warned_why(test.outcome, warn_only)})"
             elif status == "xfailed":
                 head += "  (expected to fail)"
+            elif status == "known":
+                head += "  (listed in the baseline file)"
         elif check.get("error"):
             head += f"  step raised: {check['error']}"
         elif check.get("unmeasured"):
@@ -266,6 +268,8 @@ def summary_lines(
         else:
             head += f"  ({span_text(check, short=True)}{_reach(check)})"
         lines.append((head, markup))
+        if status == "known":
+            continue  # one line: it is accepted for now; the reports have its details
         cells = [
             (
                 row.name,
