@@ -7,9 +7,9 @@ Choice for ``check``/``track`` outside pytest: they *return* the result by defau
 (``result.leaked``, ``result.pattern``, ``render_text(result)``), because a script or a
 notebook usually wants to look at the numbers; pass ``raise_on_leak=True`` to get a
 ``GraphLeakError`` instead, as the ``graphleak`` fixture does. Without
-``raise_on_leak``, a step that raises is reported in ``result.error`` ("ValueError: boom
-at step 3") and the result carries no leak verdict; with it, the step's own exception
-propagates (with a note naming the step).
+``raise_on_leak``, a step that raises is reported in ``result.error`` ("ValueError:
+boom", the step in ``result.error_step``) and the result carries no leak verdict; with
+it, the step's own exception propagates (with a note naming the step).
 """
 
 from __future__ import annotations
@@ -108,7 +108,8 @@ class Track:
     during the steps just before it); later ``t.step()`` calls are not measured. Without
     ``steps`` it is judged when the block exits. ``t.result`` holds the CheckResult
     (None before the judgement); if the block raised before it, an error result
-    (``result.error`` says what was raised at which step) while the exception propagates.
+    (``result.error`` says what was raised, ``result.error_step`` at which step) while
+    the exception propagates.
     A block too short to judge (``verdict.loop_fewest_steps``) ends with an unmeasured
     result: ``UnmeasuredError`` with ``raise_on_leak`` inside a pytest test, else a
     ``GraphLeakWarning``.

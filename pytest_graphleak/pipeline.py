@@ -8,6 +8,7 @@ each front end only decides when to call them and what to do with the result.
 
 from __future__ import annotations
 
+import linecache
 import time
 import warnings
 from collections.abc import Callable, Collection, Mapping
@@ -15,10 +16,11 @@ from typing import Any
 
 from pytest_graphleak import session
 from pytest_graphleak.engine import tracker
+from pytest_graphleak.heap.usercode import is_user_file
 from pytest_graphleak.metrics import Metric
 from pytest_graphleak.options import Settings
 from pytest_graphleak.patterns import FALLBACK, PATTERNS
-from pytest_graphleak.result import CheckResult, Declaration, Diagnosis, Verdict
+from pytest_graphleak.result import CheckResult, CreationSite, Declaration, Diagnosis, Verdict
 from pytest_graphleak.verdict import Limits, confirm, judge, needs_recheck
 
 
@@ -92,17 +94,38 @@ def declarations(metrics: Mapping[str, Metric], settings: Settings) -> dict[str,
 
 
 def step_error_text(exc: BaseException) -> str:
-    """``ValueError: boom at step 3``: the step's exception, placed by the tracker."""
-    where = getattr(exc, "graphleak_where", "")
+    """``ValueError: boom``: the step's exception in its own words (the tracker's note
+    of where it was raised left out: the result keeps the step apart, ``error_step``)."""
     message = str(exc).replace("\n" + getattr(exc, "graphleak_note", "\0"), "")
-    return f"{type(exc).__name__}: {message}" + (f" {where}" if where else "")
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+
+
+def raised_at(exc: BaseException) -> CreationSite | None:
+    """The user's line ``exc`` came from: the innermost frame of its traceback in user
+    code (file, line, function and the line's text; no frame is kept)."""
+    found: tuple[str, int, str] | None = None
+    tb = exc.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if is_user_file(code.co_filename):
+            found = (code.co_filename, tb.tb_lineno, code.co_name)
+        tb = tb.tb_next
+    if found is None:
+        return None
+    filename, lineno, function = found
+    return CreationSite(filename, lineno, linecache.getline(filename, lineno).strip(), 1, function)
 
 
 def error_result(name: str, *, steps: int, warmup: int, exc: BaseException) -> CheckResult:
-    """The result of a check whose step raised: no series and no verdict."""
+    """The result of a check whose step raised: no series and no verdict; the step that
+    raised and the user's line it came from kept apart from the exception's words."""
     verdict = Verdict(leaked=False, reason="the step raised; no verdict")
+    where = str(getattr(exc, "graphleak_where", ""))
     return CheckResult(name=name, steps=steps, warmup=warmup, series={}, units={},
-                       verdict=verdict, error=step_error_text(exc))  # fmt: skip
+                       verdict=verdict, error=step_error_text(exc),
+                       error_step=getattr(exc, "graphleak_step", None),
+                       error_measuring=where.startswith("while measuring"),
+                       error_site=raised_at(exc))  # fmt: skip
 
 
 def explain(

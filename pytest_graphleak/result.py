@@ -147,8 +147,17 @@ class CheckResult:
     verdict: Verdict
     diagnosis: Diagnosis | None = None
     duration_s: float = 0.0
-    #: Set when the step raised: "<ExcType>: message at step k" (no leak verdict then).
+    #: Set when the step raised: "<ExcType>: message", the exception's own words (no
+    #: leak verdict then); where it was raised is in ``error_step`` and ``error_site``.
     error: str | None = None
+    #: The step (counted from the first warmup step) that raised; None when the error was
+    #: not a step's (importing the target). ``error_measuring``: raised while the probes
+    #: sampled after that step (a timeout firing there), not by the step itself.
+    error_step: int | None = None
+    error_measuring: bool = False
+    #: The user's line the exception came from: the innermost frame of its traceback in
+    #: user code (``count`` is 1); None when no frame of it is the user's.
+    error_site: CreationSite | None = None
     #: Set when the check measured nothing the step uses (``coverage``), or its loop was
     #: too short to judge (``loop.LoopCheck.finish``): why. Such a check has no clean
     #: verdict: under pytest it fails (or warns) with this text.
@@ -222,11 +231,14 @@ class CheckResult:
             diag["sites"] = [CreationSite(**s) for s in diag.get("sites", [])]
             diag["stored_at"] = [CreationSite(**s) for s in diag.get("stored_at", [])]
             diagnosis = Diagnosis(**diag)
+        site = data.get("error_site")
         return cls(
             name=data["name"], steps=data["steps"], warmup=data["warmup"],
             series={k: [_number(x) for x in v] for k, v in data["series"].items()},
             units=dict(data["units"]), verdict=Verdict(**verdict_data), diagnosis=diagnosis,
             duration_s=data.get("duration_s", 0.0), error=data.get("error"),
+            error_step=data.get("error_step"), error_measuring=bool(data.get("error_measuring")),
+            error_site=CreationSite(**site) if site else None,
             unmeasured=data.get("unmeasured"), notes=list(data.get("notes", [])),
             sample_every=int(data.get("sample_every", 1)),
             warmup_steps=data.get("warmup_steps"),

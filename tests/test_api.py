@@ -65,7 +65,9 @@ def test_check_reports_a_raising_step_as_an_error_not_a_leak() -> None:
             raise RuntimeError("bad batch")
 
     result = check(step, steps=4, warmup=1)
-    assert result.error == "RuntimeError: bad batch at step 3"
+    assert result.error == "RuntimeError: bad batch" and result.error_step == 3
+    assert result.error_site is not None
+    assert result.error_site.line == 'raise RuntimeError("bad batch")'
     assert not result.leaked
     calls[0] = 0
     with pytest.raises(RuntimeError, match="bad batch"):

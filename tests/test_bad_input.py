@@ -298,7 +298,7 @@ def test_odd_tests_fail_pass_skip_and_xfail_as_they_should(pytester: pytest.Pyte
         if check.get("error")
     }
     assert errors == {
-        "test_odd.py::test_raises_on_fifth_call": "ValueError: boom on call 5 at step 5"
+        "test_odd.py::test_raises_on_fifth_call": "ValueError: boom on call 5"
     }
     # every leak names its pattern and the root that holds it
     assert "fixture 'state'" in _section(out, "test_yield_fixture_leaky")

@@ -189,7 +189,7 @@ def test_a_raising_step_exits_3_with_its_traceback(
     assert code == EXIT_USER_CODE
     assert "Traceback" in err and 'raise ValueError("bad batch")' in err
     assert "graphleak: raised at step 4" in err
-    assert "ERROR" in out and "ValueError: bad batch at step 4" in out
+    assert "ERROR" in out and "ValueError: bad batch; raised at step 4 of" in out
     document = json.loads(Path("err.json").read_text())
     assert document["tests"][0]["status"] == "error"
 

@@ -38,9 +38,13 @@ def test_sys_exit_in_the_step_is_an_error_with_a_row(tmp_path: Path) -> None:
     proc = graphleak(tmp_path, "check", "exits_step.py::f", "--json", "out.json")
     assert proc.returncode == EXIT_USER_CODE, proc.stderr
     assert "the step called sys.exit(0) at step 5" in proc.stderr
-    assert "ERROR exits_step.py::f: the step raised SystemExit: 0 at step 5" in proc.stdout
+    assert (
+        "ERROR exits_step.py::f: the step raised SystemExit: 0; raised at step 5 of 19"
+        in proc.stdout
+    )
     (test,) = json.loads((tmp_path / "out.json").read_text())["tests"]
-    assert test["status"] == "error" and test["checks"][0]["error"] == "SystemExit: 0 at step 5"
+    assert test["status"] == "error" and test["checks"][0]["error"] == "SystemExit: 0"
+    assert test["checks"][0]["error_step"] == 5
 
 
 def test_sys_exit_at_import_is_an_error_with_a_row(tmp_path: Path) -> None:
@@ -209,7 +213,7 @@ def test_the_exit_code_named_is_the_exit_code_of_the_run(tmp_path: Path) -> None
     assert "graphleak check: the step raised, so there is no leak verdict\n" in proc.stderr
     assert "exit code" not in proc.stderr + proc.stdout
     assert proc.stdout.splitlines()[0] == (
-        "ERROR steps.py::raises_at_5: the step raised ValueError: bad batch at step 5"
+        "ERROR steps.py::raises_at_5: the step raised ValueError: bad batch; raised at step 5 of 19"
     )
     assert proc.stdout.splitlines()[1].startswith("LEAKED steps.py::leaks: list-accumulation")
     proc = graphleak(tmp_path, "check", "steps.py::raises_at_5", "-q")

@@ -253,7 +253,8 @@ def test_catalogue_fails_leaks_with_their_pattern_and_passes_clean_twins(pyteste
     assert mg_list["leaked"] and mg_list["pattern"] == "list-accumulation"
     assert len(mg_list["series"]["minigrad.tensors"]) == 19
     assert not records["test_mg_list_fixed"][0]["leaked"]
-    assert records["test_step_raises"][0]["error"] == "ValueError: bad batch at step 5"
+    assert records["test_step_raises"][0]["error"] == "ValueError: bad batch"
+    assert records["test_step_raises"][0]["error_step"] == 5
     assert records["test_fixture_track"][0]["steps"] == 12
 
 

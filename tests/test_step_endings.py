@@ -101,17 +101,23 @@ def test_fail_exit_timeout_and_raising_track_get_a_note_and_a_row(
         ):
             assert note in out, note
     checks = _checks(pytester.path / "r.json")
-    errors = {name.split("::", 1)[1]: check["error"] for name, check in checks.items()}
+    # The exception's own words, the step kept apart (never "at step 4 at step 4").
+    errors = {name.split("::", 1)[1]: (check["error"], check["error_step"])
+              for name, check in checks.items()}  # fmt: skip
     assert errors == {
-        "test_fail_traced": "Failed: fail at step 4 at step 4",
-        "test_fail_untraced": "Failed: plain fail at step 3 at step 3",
-        "test_system_exit": "SystemExit: 7 at step 5",
+        "test_fail_traced": ("Failed: fail at step 4", 4),
+        "test_fail_untraced": ("Failed: plain fail at step 3", 3),
+        "test_system_exit": ("SystemExit: 7", 5),
         "test_timeout": errors["test_timeout"],
-        "test_track_block_raises::track(1)": "RuntimeError: broke inside the loop at step 4",
-        "test_track_block_fails::track(1)": "Failed: failed inside the loop at step 3",
+        "test_track_block_raises::track(1)": ("RuntimeError: broke inside the loop", 4),
+        "test_track_block_fails::track(1)": ("Failed: failed inside the loop", 3),
     }
-    assert errors["test_timeout"].startswith("Failed: Timeout"), errors["test_timeout"]
-    assert errors["test_timeout"].endswith(" at step 3"), errors["test_timeout"]
+    assert errors["test_timeout"][0].startswith("Failed: Timeout"), errors["test_timeout"]
+    assert errors["test_timeout"][1] == 3, errors["test_timeout"]
+    # The user's line the exception came from (file:line and code) is kept too.
+    site = checks["test_endings.py::test_fail_traced"]["error_site"]
+    assert site["line"] == 'pytest.fail("fail at step 4")'
+    assert site["function"] == "test_fail_traced"
     for name, check in checks.items():
         assert check["status"] == "error", name
         assert check["outcome"] == "failed", name

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_graphleak.pipeline import raise_or_warn
+from pytest_graphleak.report.span import raised_text
 from pytest_graphleak.report.text import render_text
 from pytest_graphleak.result import CheckResult
 
@@ -98,7 +99,7 @@ class DistributedResult:
             + (f"; rank {first} failed first:" if len(failed) > 1 else ":")
         ]
         for rank in failed:
-            text = rank.error or (rank.result.error if rank.result else "") or ""
+            text = rank.error or (_raised(rank.result) if rank.result else "")
             after = f" (after rank {first} failed)" if rank.rank != first else ""
             lines += [f"--- rank {rank.rank}{after} ---", text.rstrip()]
         return "\n".join(lines)
@@ -121,3 +122,11 @@ class DistributedResult:
 
 def ranks_text(ranks: Sequence[int]) -> str:
     return ", ".join(str(r) for r in ranks) or "none"
+
+
+def _raised(result: CheckResult) -> str:
+    """A rank's error (its first line the exception, then the rank's traceback) with
+    the step it was raised at after the exception's words."""
+    head, newline, rest = (result.error or "").partition("\n")
+    where = raised_text(result.to_dict())
+    return f"{head}; {where}{newline}{rest}" if where else f"{head}{newline}{rest}"

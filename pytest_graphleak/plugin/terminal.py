@@ -24,7 +24,7 @@ from pytest_graphleak.patterns import BY_WORD, FALLBACK
 from pytest_graphleak.report.json_doc import CheckedTest
 from pytest_graphleak.report.model import metric_rows
 from pytest_graphleak.report.scale import sparkline
-from pytest_graphleak.report.span import span_text
+from pytest_graphleak.report.span import error_line, span_text
 from pytest_graphleak.report.view import culprit, diagnosis_view
 from pytest_graphleak.result import CheckResult
 from pytest_graphleak.status import TABLE as STATUS_TABLE
@@ -262,7 +262,7 @@ def summary_lines(
             elif status == "known":
                 head += "  (listed in the baseline file)"
         elif check.get("error"):
-            head += f"  step raised: {check['error']}"
+            head += f"  step raised: {error_line(check)}"
         elif check.get("unmeasured"):
             head += f"  not measured: {check['unmeasured']}"
         else:

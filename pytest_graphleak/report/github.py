@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_graphleak.metrics import format_rate
-from pytest_graphleak.report.span import span_text
+from pytest_graphleak.report.span import error_line, span_text
 from pytest_graphleak.report.summary import no_rows, sentence
 from pytest_graphleak.report.view import fix_of
 from pytest_graphleak.result import relative_to
@@ -126,7 +126,7 @@ def _check_row(
         return Row(label, status, "unmeasured", *test_place,
                    f"not measured: {check['unmeasured']}", level)  # fmt: skip
     if check.get("error"):
-        return Row(label, status, "error", *test_place, f"step raised: {check['error']}")
+        return Row(label, status, "error", *test_place, f"step raised: {error_line(check)}")
     return Row(label, status, "clean", *test_place, span_text(check, short=True))
 
 

@@ -51,3 +51,26 @@ def step_numbers(check: Mapping[str, Any], count: int) -> list[int]:
     if known and len(known) >= count:
         return [int(step) for step in known[len(known) - count :]]
     return list(range(1, count + 1))
+
+
+def raised_text(check: Mapping[str, Any]) -> str:
+    """Where a check's step raised: ``raised at step 5 of 19`` (``, a warmup step`` when
+    it was one; ``while measuring after step 5`` when the probes' sampling raised);
+    ``""`` when no step raised (an import of the target failed)."""
+    step = check.get("error_step")
+    if not step:
+        return ""
+    before = check.get("warmup_steps")
+    warmup = int(check.get("warmup", 0) if before is None else before)
+    planned = warmup + int(check.get("steps", 0))
+    where = "while measuring after step" if check.get("error_measuring") else "at step"
+    text = f"raised {where} {step}" + (f" of {planned}" if planned >= int(step) else "")
+    return text + (", a warmup step" if int(step) <= warmup else "")
+
+
+def error_line(check: Mapping[str, Any]) -> str:
+    """The exception and where it was raised: ``ValueError: bad batch; raised at step 5
+    of 19``: the message is the exception's own, the step kept apart (``error_step``)."""
+    error = str(check.get("error") or "")
+    where = raised_text(check)
+    return f"{error}; {where}" if where else error

@@ -14,7 +14,7 @@ from dataclasses import asdict
 from pytest_graphleak.metrics import format_amount, format_rate
 from pytest_graphleak.patterns import FALLBACK
 from pytest_graphleak.report.scale import sparkline
-from pytest_graphleak.report.span import head_label, span_text
+from pytest_graphleak.report.span import error_line, head_label, span_text
 from pytest_graphleak.report.view import diagnosis_view
 from pytest_graphleak.report.view import site_text as view_site_text
 from pytest_graphleak.result import JUDGED_AT_FIXTURE_TEARDOWN, CheckResult, CreationSite, Growth
@@ -29,7 +29,7 @@ def render_text(result: CheckResult) -> str:
     """The report of one check: what grew, from what to what, the pattern and the fix."""
     status = result.status  # the one rule: a leak outranks an error, an error no verdict
     if status == "error":
-        return f"graphleak: {result.name}: the step raised {result.error}"
+        return f"graphleak: {result.name}: the step raised {error_line(result.to_dict())}"
     if result.kind == "outlive":
         return render_outlive(result)
     notes = [f"  note: {note}" for note in result.notes]
@@ -118,8 +118,8 @@ def verdict_line(result: CheckResult) -> str:
         return f"{label} {result.name}: {result.pattern} ({grown})"
     if status == "error":
         # An import failure says so itself ("importing x.py raised ..."); a step's error
-        # is its exception ("ValueError: ... at step 3").
-        error = str(result.error)
+        # is its exception and where ("ValueError: ...; raised at step 3 of 19 (...)").
+        error = error_line(result.to_dict())
         raised = "" if error.startswith("importing ") else "the step raised "
         return f"{label} {result.name}: {raised}{error}"
     if status == "unmeasured":
