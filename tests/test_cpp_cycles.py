@@ -9,6 +9,7 @@ The catalogue pairs (``examples/torch_function_ctx_attribute.py``,
 
 from __future__ import annotations
 
+import importlib
 import itertools
 from typing import Any
 
@@ -217,3 +218,102 @@ def test_minigrad_function_keeping_its_output_through_ctx_is_a_cycle() -> None:
     assert any(".ctx.record" in link for link in d.cycle) and "Record.out" in " ".join(d.cycle)
     assert "Scale.forward" in d.fix and "ctx.record" in d.fix, text
     assert any("record.out = Scale.apply(w * 1.0, record)" in s.line for s in d.sites), text
+
+
+_SOLVER = '''
+import torch
+
+
+def _euler(func, y0, t):
+    ys = [y0]
+    for i in range(len(t) - 1):
+        ys.append(ys[-1] + (t[i + 1] - t[i]) * func(t[i], ys[-1]))
+    return torch.stack(ys)
+
+
+class Adjoint(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, func, y0, t, *params):
+        ctx.func = func  # the adjoint's backward calls the dynamics again
+        with torch.no_grad():
+            ys = _euler(func, y0, t)
+        ctx.save_for_backward(t, ys)
+        return ys
+
+    @staticmethod
+    def backward(ctx, grad_ys):
+        params = tuple(ctx.func.parameters())
+        return (None, grad_ys.sum(0), None, *[torch.zeros_like(p) for p in params])
+
+
+def odeint_adjoint(func, y0, t):
+    return Adjoint.apply(func, y0, t, *func.parameters())
+'''
+
+_USER = '''
+import torch
+from {library} import odeint_adjoint
+
+
+class Flow(torch.nn.Module):
+    def __init__(self, net, cond):
+        super().__init__()
+        self.net = net
+        self.cond = cond
+
+    def forward(self, t, x):
+        return self.net(x + self.cond)
+
+    def trajectory(self, x0, t):
+        xt = odeint_adjoint(self, x0, t)
+        self.xt = {kept}
+        return xt
+
+
+NET = torch.nn.Linear(4, 4)
+T = torch.linspace(0, 1, 4)
+
+
+def step():
+    cond = torch.randn(8, 4)
+    xt = Flow(NET, cond).trajectory(torch.randn(8, 4), T)
+    xt[-1].pow(2).mean().backward()
+'''
+
+
+_MODULES = itertools.count()
+
+
+def _ode_step(tmp_path: Any, monkeypatch: pytest.MonkeyPatch, kept: str) -> tuple[Any, str]:
+    """A neural-ODE adjoint in a "library" (a package under a ``site-packages`` folder, so
+    not the user's code) whose ctx keeps the user's dynamics, which keeps the output."""
+    tag = next(_MODULES)
+    library = tmp_path / "site-packages" / f"odelib_{tag}"
+    library.mkdir(parents=True)
+    (library / "__init__.py").write_text(_SOLVER, encoding="utf-8")
+    user = tmp_path / f"flow_{tag}.py"
+    user.write_text(_USER.format(library=library.name, kept=kept), encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path / "site-packages"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return importlib.import_module(user.stem).step, str(user)
+
+
+def test_a_library_functions_ctx_cycle_is_fixed_at_the_users_own_line(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 34 item 6: ``created at:`` is the user's call into the library, and the fix
+    is the user's one line; the library's ``forward`` is in the note, not the fix."""
+    step, user = _ode_step(tmp_path, monkeypatch, "xt")
+    result = pytest_graphleak.check(step, steps=8)
+    text = render_text(result)
+    d = result.diagnosis
+    assert d is not None and d.pattern == "cycle", text
+    assert d.cycle[1] == "AdjointBackward (ctx).func" and d.cycle[2] == "Flow.xt", text
+    assert d.sites[0].filename == user, text
+    assert d.sites[0].line == "xt = odeint_adjoint(self, x0, t)", text
+    assert d.fix.startswith("store Flow.xt without its graph: self.xt = xt.detach() ("), text
+    assert "Adjoint.forward" not in d.fix and "ctx.save_for_backward" not in d.fix, text
+    assert any("Function Adjoint of odelib_" in note and "your Flow.xt" in note
+               for note in d.notes), text  # fmt: skip
+    fixed, _ = _ode_step(tmp_path, monkeypatch, "xt.detach()")
+    assert not pytest_graphleak.check(fixed, steps=8).leaked

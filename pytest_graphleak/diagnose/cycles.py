@@ -21,6 +21,10 @@ for the link that makes it.
 
 from __future__ import annotations
 
+import ast
+import inspect
+import linecache
+import sys
 import types
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -32,6 +36,7 @@ from pytest_graphleak.diagnose.render import render_cycle, render_dot
 from pytest_graphleak.diagnose.search import Path, find_cycle
 from pytest_graphleak.diagnose.sites import Site
 from pytest_graphleak.diagnose.torch_hooks import reading
+from pytest_graphleak.heap.usercode import is_user_file, library_label
 from pytest_graphleak.result import display_path
 
 if TYPE_CHECKING:  # cycles is below the recorder: the recorder hands these in
@@ -130,6 +135,11 @@ def cycle_story(path: Path, walker: ObjectEdges, *, collectable: bool) -> tuple[
                                held_in_cpp=backend.name == "torch" and not collectable)  # fmt: skip
         ctx = _ctx_attribute(backend, obj, kind, key)
         if ctx is not None:
+            library = _library_of(backend, obj)
+            if library:  # not the user's forward to edit: their own link of the cycle
+                told = _library_ctx_story(backend, obj, ctx, library, path, walker, collectable)
+                if told is not None:
+                    return told
             return _ctx_story(backend, obj, ctx, path.objects[i + 1], walker, collectable)
     return [], ""
 
@@ -182,6 +192,106 @@ def _ctx_story(
             f"Function's output: drop ctx.{attr}, or hold it with weakref.ref"
         )
     return [note], fix
+
+
+def _library_of(backend: Backend, node: Any) -> str:
+    """The library file of a custom autograd Function's ``forward`` (``odelib/solver.py``),
+    or "" when the forward is the user's code."""
+    forward = getattr(getattr(node, "_forward_cls", None), "forward", None)
+    code = getattr(forward, "__code__", None)
+    if code is None or backend.name != "torch" or is_user_file(code.co_filename):
+        return ""
+    return library_label(code.co_filename)
+
+
+def _library_ctx_story(
+    backend: Backend, node: Any, attr: str, library: str, path: Path, walker: ObjectEdges,
+    collectable: bool,
+) -> tuple[list[str], str] | None:  # fmt: skip
+    """A library's Function keeps on its ctx (``ctx.func``) an object of the user's that
+    holds the Function's output (``Flow.xt``): the fix is the user's line that stores it,
+    the library's internals are the note. None when no link of the cycle is the user's."""
+    link = _user_link(path, walker)
+    if link is None:
+        return None
+    holder, name = link
+    fn = _function_name(backend, node)
+    owner = type(holder).__name__
+    freed = "freed only by gc.collect()" if collectable else "never freed"
+    note = (
+        f"the cycle runs through the ctx of the custom autograd Function {fn} of {library}: "
+        f"its forward keeps ctx.{attr}, which leads to your {owner}, whose .{name} holds "
+        f"the Function's output; the output's grad_fn is that ctx, so each call's output "
+        f"and graph are {freed}. The library's code is not yours to change: the link to "
+        f"break is your {owner}.{name}"
+    )
+    stored = stored_line(type(holder), name)
+    if stored is None:
+        fix = (
+            f"keep a detached tensor in {owner}.{name} (.detach()), or drop it once used, so "
+            f"that it does not lead back to the graph of {fn}"
+        )
+        return [note], fix
+    filename, lineno, target, value = stored
+    where = f"{display_path(filename)}:{lineno}"
+    fix = (
+        f"store {owner}.{name} without its graph: {target} = {_detached(value)} ({where}); "
+        f"the ctx of {fn} keeps your {owner} (ctx.{attr}), so an output kept on it with its "
+        "graph leads back to that ctx and closes the cycle"
+    )
+    return [note], fix
+
+
+def _user_link(path: Path, walker: ObjectEdges) -> tuple[object, str] | None:
+    """The first link of the cycle that is an attribute of an object of the user's own
+    class: ``(the object, the attribute)``."""
+    for i, edge in enumerate(path.edges):
+        obj = path.objects[i]
+        if edge.kind != "attr" or walker.backend_of(obj) is not None:
+            continue
+        module = sys.modules.get(type(obj).__module__)
+        if is_user_file(getattr(module, "__file__", None)):
+            return obj, str(edge.key)
+    return None
+
+
+def stored_line(cls: type, name: str) -> tuple[str, int, str, str] | None:
+    """``(file, line, target, value)`` of the assignment ``self.<name> = value`` in the
+    source of ``cls`` (its methods, then its file), read with ``ast``; None if none."""
+    try:
+        filename = inspect.getsourcefile(cls)
+    except (TypeError, OSError):
+        return None
+    if filename is None:
+        return None
+    source = "".join(linecache.getlines(filename))
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+    scopes = [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == cls.__name__]
+    for scope in [*scopes, tree]:
+        for node in ast.walk(scope):
+            if not isinstance(node, (ast.Assign, ast.AnnAssign)) or node.value is None:
+                continue
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                if isinstance(target, ast.Attribute) and target.attr == name:
+                    value = ast.get_source_segment(source, node.value) or ast.unparse(node.value)
+                    return filename, node.lineno, ast.unparse(target), value
+    return None
+
+
+def _detached(value: str) -> str:
+    """``value.detach()``, parenthesised unless ``value`` is a name, attribute, item or
+    call."""
+    try:
+        simple = isinstance(
+            ast.parse(value, mode="eval").body, (ast.Name, ast.Attribute, ast.Subscript, ast.Call)
+        )
+    except SyntaxError:
+        simple = False
+    return f"{value}.detach()" if simple else f"({value}).detach()"
 
 
 def _hook_story(

@@ -22,11 +22,13 @@ from __future__ import annotations
 import contextlib
 import gc
 import weakref
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_graphleak.diagnose.backends import (
     NODE,
+    TENSOR,
     Backend,
     MinigradBackend,
     TorchBackend,
@@ -92,15 +94,19 @@ class Observation:
     def leaked(self) -> list[Leaked]:
         return [*self.cyclic, *self.alive]
 
-    def take_sites(self, recorder: Any) -> None:
+    def take_sites(self, recorder: Any, tensor_sites: Mapping[int, Site] | None = None) -> None:
         """The creation sites of the leaked objects: from the torch ``recorder`` (None
-        without torch) and from minigrad's own record."""
+        without torch) and from minigrad's own record. ``tensor_sites``: the recorder's
+        sites read before a collection (``alive_tensor_sites``), which cleared the weak
+        references of the cyclic tensors that it saved."""
         if recorder is not None:
             self.node_sites = dict(recorder.node_sites)
             self.pack_hooks = dict(recorder.pack_hooks)
             self.site_via = dict(recorder.via)
         for leaked in self.leaked:
-            leaked.site = _site_of(leaked, recorder)
+            known = tensor_sites.get(id(leaked.obj)) if tensor_sites else None
+            leaked.site = known or _site_of(leaked, recorder)
+        node_sites_from_outputs(self.leaked, self.node_sites)
 
 
 class LoopRecorder:
@@ -168,6 +174,8 @@ class LoopRecorder:
             if backend.kind(obj) == kind:  # the same object (its weakref is cleared now)
                 site = tensor_sites.get(id(obj)) or _site_of_made(obj, backend, kind, self.mode)
                 found.append(Leaked(obj, backend, kind, step, site))
+        if self.mode is not None:
+            node_sites_from_outputs(found, self.mode.node_sites)
         return found
 
     def leave_modes(self) -> None:
@@ -231,6 +239,24 @@ def note_new(objects: list[Any], backends: list[Backend], made: Made, run: int) 
             with contextlib.suppress(TypeError):
                 made[id(obj)] = (weakref.ref(obj), backend, kind, run)
             break
+
+
+def node_sites_from_outputs(leaked: list[Leaked], node_sites: dict[int, Site]) -> None:
+    """A node no recorded op made gets its output's site: a custom autograd Function's
+    node is attached to its output after ``apply`` returns, where no torch function mode
+    sees it (the output itself was recorded inside its forward)."""
+    for item in leaked:
+        backend = item.backend
+        if item.kind == TENSOR and item.site is not None and isinstance(backend, TorchBackend):
+            grad_fn = getattr(item.obj, "grad_fn", None)
+            seq = backend.sequence_nr(grad_fn) if grad_fn is not None else None
+            if seq is not None:
+                node_sites.setdefault(seq, item.site)
+    for item in leaked:
+        backend = item.backend
+        if item.kind == NODE and item.site is None and isinstance(backend, TorchBackend):
+            seq = backend.sequence_nr(item.obj)
+            item.site = node_sites.get(seq) if seq is not None else None
 
 
 def _site_of(leaked: Leaked, recorder: Any) -> Site | None:

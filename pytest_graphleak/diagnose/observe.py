@@ -63,7 +63,10 @@ def observe(
             result.torch_seq = recorder.torch_seq
         made = recorder.made
         candidates = {oid for oid, (ref, _, _, run) in made.items() if run and ref() is not None}
-        # The candidates that only the cyclic GC frees go to result.cyclic.
+        # The candidates that only the cyclic GC frees go to result.cyclic. The collector
+        # clears their weak references: their sites are read while they are alive.
+        mode = recorder.mode
+        sites = mode.alive_tensor_sites() if mode is not None else {}
         garbage = measuring.collect_saving()
         try:
             for obj in garbage:
@@ -82,7 +85,8 @@ def observe(
             obj = ref()
             if obj is not None and oid in candidates:
                 result.alive.append(Leaked(obj, backend, kind, run, None))
-        result.take_sites(recorder.mode)
+        result.take_sites(recorder.mode, sites)
+        sites.clear()
         result.node_sites_truncated = recorder.mode is not None and recorder.mode.nodes_truncated
         return result
     finally:
