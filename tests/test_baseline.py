@@ -146,7 +146,7 @@ def test_the_first_run_writes_the_file_and_the_next_run_passes_with_5_known(
     assert by_test["test_outlive_list"]["check"] == "outlive"
     assert by_test["test_marked_list"]["check"] == "marker"
 
-    result = _run(pytester, "--junitxml=j.xml")
+    result = _run(pytester, "--junitxml=j.xml", "--graphleak-html=r.html")
     assert result.ret == 0, result.stdout.str()
     result.assert_outcomes(passed=20)
     result.stdout.fnmatch_lines(["graphleak: 6 tests with results: 5 known, 1 clean; "
@@ -160,6 +160,9 @@ def test_the_first_run_writes_the_file_and_the_next_run_passes_with_5_known(
     assert document["baseline"]["entries"] == 5
     junit = (pytester.path / "j.xml").read_text(encoding="utf-8")
     assert junit.count('name="graphleak.status" value="known"') == 5
+    page = (pytester.path / "r.html").read_text(encoding="utf-8")
+    assert page.count('<span class="badge known">KNOWN</span>') >= 5
+    assert "5 known" in page
 
 
 def test_a_new_leak_fails_naming_only_that_leak(pytester: pytest.Pytester, written: Path) -> None:
@@ -177,8 +180,11 @@ def test_a_new_leak_fails_naming_only_that_leak(pytester: pytest.Pytester, writt
 
 
 def test_a_fixed_finding_is_listed_with_the_command_that_updates_the_file(
-    pytester: pytest.Pytester, written: Path
+    pytester: pytest.Pytester, written: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    step_summary = pytester.path / "summary.md"
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step_summary))
     _suite(pytester, replace={"outlive_list": FIXED_OUTLIVE})
     result = _run(pytester)
     assert result.ret == 0, result.stdout.str()
@@ -192,6 +198,11 @@ def test_a_fixed_finding_is_listed_with_the_command_that_updates_the_file(
     ])  # fmt: skip
     fixed = _document(pytester)["baseline"]["fixed"]
     assert [entry["test"] for entry in fixed] == ["test_suite.py::test_outlive_list"]
+    table = step_summary.read_text(encoding="utf-8")
+    assert "4 known, 1 clean, 1 fixed since the baseline" in table
+    assert "#### Fixed since the baseline (1)\n\n- `test_suite.py::test_outlive_list`" in table
+    assert "Update the baseline file: `pytest --graphleak" in table
+    monkeypatch.delenv("GITHUB_ACTIONS")
 
     # The update removes it and keeps the reasons of the others.
     entries = json.loads(written.read_text(encoding="utf-8"))
@@ -250,6 +261,31 @@ def test_warn_only_and_github_known_findings_get_a_notice_at_most(
     table = summary.read_text(encoding="utf-8")
     assert "1 warned, 5 known, 1 clean" in table
     assert table.count("| known |") == 5
+
+
+LOOP_SUITE = """
+import minigrad as mg
+
+def test_loop(graphleak):
+    losses = []
+    with graphleak.track(steps=8, warmup=2) as t:
+        for _ in range(14):
+            losses.append((mg.Tensor([1.0], requires_grad=True) * 2).sum())
+            t.step()
+"""
+
+
+def test_a_loop_leak_is_known_too(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_loop=LOOP_SUITE)
+    assert _run(pytester).ret == pytest.ExitCode.USAGE_ERROR  # no file yet: write it first
+    assert _run(pytester, "--graphleak-baseline-update").ret == 0
+    (entry,) = json.loads((pytester.path / "bl.json").read_text(encoding="utf-8"))["findings"]
+    assert (entry["check"], entry["holder"]) == (
+        "track(1)", "local 'losses' -> list -> Tensor(grad_fn=SumBackward)")
+    result = _run(pytester)
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines(["graphleak: 1 test with results: 1 known;*"])
+    result.stdout.no_fnmatch_line("*GraphLeakWarning*")
 
 
 # -- the file: reading errors, writing safety -----------------------------------------------

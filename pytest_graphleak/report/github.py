@@ -69,6 +69,7 @@ def publish(document: Mapping[str, Any], run: Any) -> list[str]:
             with open(summary_path, "a", encoding="utf-8") as handle:
                 handle.write(step_summary(rows, workspace, document.get("summary") or {},
                                           others=len(run.rows)))  # fmt: skip
+                handle.write(fixed_section(document.get("baseline")))
         except OSError as exc:
             problems.append(
                 f"could not append the graphleak table to $GITHUB_STEP_SUMMARY "
@@ -221,6 +222,20 @@ def step_summary(
         cells = [row.status, f"`{row.test}`", row.title, f"`{where}`" if where else "",
                  row.summary]  # fmt: skip
         lines.append("| " + " | ".join(_cell(cell) for cell in cells) + " |")
+    return "\n".join(lines) + "\n\n"
+
+
+def fixed_section(baseline: Mapping[str, Any] | None) -> str:
+    """The baseline file's entries that the run no longer found, with the command that
+    updates the file (the JSON document's ``baseline``); "" when there are none."""
+    fixed = (baseline or {}).get("fixed") or []
+    if not baseline or not fixed:
+        return ""
+    lines = [f"#### Fixed since the baseline ({len(fixed)})", ""]
+    for entry in fixed:
+        held = f", held by `{entry['holder']}`" if entry.get("holder") else ""
+        lines.append(f"- `{entry['test']}` [{entry['check']}] {entry['pattern']}{held}")
+    lines += ["", f"Update the baseline file: `{baseline['update_command']}`"]
     return "\n".join(lines) + "\n\n"
 
 

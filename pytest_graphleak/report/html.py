@@ -2,14 +2,14 @@
 
 No script, no network: styles inline in ``<head>``, charts as inline SVG, the holder
 chain and the cycle drawn by the plugin itself (``report.graph_svg``, fitted to the
-page, one column on a phone, a full-size view in ``<details>``); Graphviz's drawing
-of the retained graph as well when ``dot`` is on PATH. Each leak opens with what to
-change (pattern, held by, stored at, fix). A filter (leaked / unmeasured / clean) is
-radio inputs and CSS; light and dark follow ``prefers-color-scheme``. Paths are shown
-relative to the rootdir, as the terminal shows them. An environment block and a few
-source lines around each creation site come from the run that renders the page, when
-it has them. Every piece of text that came from a test (node ids, chains, source
-lines, DOT) is escaped. The layout holds at 360 px: wide tables scroll in place.
+page, one column on a phone, a full-size view in ``<details>``); Graphviz's drawing of
+the retained graph as well when ``dot`` is on PATH. Each leak opens with what to change
+(pattern, held by, stored at, fix). A filter (leaks, the baseline's known ones too /
+unmeasured / clean) is radio inputs and CSS; light and dark follow ``prefers-color-scheme``.
+Paths are relative to the rootdir, as the terminal shows them. An environment block and a
+few source lines around each creation site come from the run that renders the page, when
+it has them. Every piece of text that came from a test (node ids, chains, source lines,
+DOT) is escaped. The layout holds at 360 px: wide tables scroll in place.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ _STATUS_ORDER = {status: number for number, status in enumerate(STATUSES)}
 
 #: What the filter shows: its label, and the statuses in it.
 _FILTERS = (
-    ("leaks", "leaked", ("leaked", "warned", "xfailed")),
+    ("leaks", "leaked", ("leaked", "warned", "xfailed", "known")),
     ("unmeasured", "unmeasured", ("error", "unmeasured")),
     ("clean", "clean", ("clean",)),
 )
@@ -78,6 +78,7 @@ pre { background: var(--panel); padding: .6rem; overflow-x: auto; }
          font-weight: 600; margin-right: .5rem; color: #fff; white-space: nowrap; }
 .leaked { background: #c62828; } .warned { background: #a85f00; } .xfailed { background: #7a6000; }
 .error, .unmeasured { background: #6a1b9a; } .clean { background: #2e7d32; }
+.known { background: #00727d; }
 section.test { border: 1px solid var(--line); border-radius: .4rem; padding: .8rem 1rem;
                margin: 1rem 0; }
 table { border-collapse: collapse; margin: .4rem 0; }
@@ -109,10 +110,8 @@ svg.chart polyline.series { fill: none; stroke: var(--accent); stroke-width: 1.6
 svg.chart polyline.grew { stroke: var(--alarm); }
 svg.chart circle.series { fill: var(--accent); } svg.chart circle.grew { fill: var(--alarm); }
 svg.chart .grid { stroke: var(--line); stroke-width: 1; }
-.graph svg { max-width: 100%; height: auto; display: block; }
-.graph.narrow { display: none; }
-.fullsize > div { overflow-x: auto; }
-.fullsize svg { max-width: none; }
+.graph svg { max-width: 100%; height: auto; display: block; } .graph.narrow { display: none; }
+.fullsize > div { overflow-x: auto; } .fullsize svg { max-width: none; }
 .graphviz svg { width: 100%; height: auto; }
 svg.graph-drawing { background: var(--bg); }
 svg.graph-drawing .node rect { fill: var(--panel); stroke: var(--muted); }
@@ -198,10 +197,10 @@ def render_html(
         for group, label in (("all", "all tests"), *((g, lbl) for g, lbl, _ in _FILTERS))
     )
     if tests:
-        labels = [f'<label for="show-all">all ({len(tests)})</label>']
+        labels = ['<span class="muted">show:</span>', f'<label for="show-all">all ({len(tests)})'
+                  "</label>"]  # fmt: skip
         labels += [f'<label for="show-{group}">{label} ({groups[group]})</label>'
                    for group, label, _ in _FILTERS]  # fmt: skip
-        labels.insert(0, '<span class="muted">show:</span>')
         header.append(f'<nav class="filter">{"".join(labels)}</nav>')
         main = [_index(tests)]
         main += [view.test_section(test, f"t{n}") for n, test in enumerate(tests)]
