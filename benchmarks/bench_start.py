@@ -258,7 +258,7 @@ def recording_cost(rounds: int) -> dict[str, Any]:
     """A check's warmup, 3 steps, with and without the recording, interleaved."""
     import _common
 
-    from pytest_graphleak.engine.warmup_tensors import WarmupTensors
+    from pytest_graphleak.probes.warmup_tensors import WarmupTensors
 
     step = _common.torch_transformer_step()
     for _ in range(5):

@@ -18,8 +18,8 @@ import pytest
 import pytest_graphleak
 from pytest_graphleak.diagnose import diagnose
 from pytest_graphleak.diagnose.classify import Facts, pattern_of
-from pytest_graphleak.diagnose.torch_hooks import reading
 from pytest_graphleak.probes import METRICS
+from pytest_graphleak.probes.autograd.torch_hooks import reading
 from pytest_graphleak.report.text import render_text
 from pytest_graphleak.result import Growth, Verdict
 

@@ -280,9 +280,6 @@ TYPE_ONLY_CIRCLES: dict[str, str] = {
     "pytest_graphleak.diagnose.cycles -> pytest_graphleak.diagnose.loop_recorder":
         "the recorder hands cycles its Leaked/Observation records: they belong in a data "
         "module below both (issue 37 item 3, loop.py's narrow diagnosis interface)",
-    "pytest_graphleak.diagnose.edges -> pytest_graphleak.diagnose.backends":
-        "edges annotates with Backend, which is built on ObjectEdges: a Backend protocol "
-        "below both opens it (issue 37 item 2, one bundle per autograd library)",
     "pytest_graphleak.session -> pytest_graphleak.options":
         "a RunningTest (layer 1) carries Settings (layer 5): a settings protocol in layer 1 "
         "opens engine/tracker -> heap/gcstate -> session -> options -> engine/tracker",
@@ -654,9 +651,6 @@ def test_the_lookup_scan_sees_every_spelling() -> None:
 #: Metric-name text outside ``probes/``, with its reason: what a renderer or the engine
 #: should learn from a metric's declaration (or its bundle) instead.
 METRIC_NAMES_ALLOWED: dict[str, str] = {
-    "pytest_graphleak.engine.coverage: 'torch.'":
-        "coverage tells that the torch probe counted the step's objects by its metric "
-        "names' prefix: the torch bundle should say so (issue 37 item 2)",
 }  # fmt: skip
 
 
@@ -771,7 +765,7 @@ PURE_CACHES = {
     "pytest_graphleak.heap.usercode._stdlib_dirs",
     "pytest_graphleak.heap.usercode._dirs_of",  # by the set of those imported so far
     "pytest_graphleak.heap.usercode.is_user_file",
-    "pytest_graphleak.engine.warmup_tensors._mode_class",  # a class, made once
+    "pytest_graphleak.probes.warmup_tensors._mode_class",  # a class, made once
     "pytest_graphleak.diagnose.sites._scopes",  # a source file's function scopes
     "pytest_graphleak.probes.process_probe.mallinfo2",  # the C library's function, or None
 }

@@ -292,11 +292,12 @@ def test_a_baseline_tensor_whose_graph_grows_in_place_is_counted_every_sample() 
 
 
 def test_the_probe_roster_is_one_table_and_the_rest_derives_from_it() -> None:
-    """A new probe is its module plus one line in ``PROBES``: names, metrics, coverage's
-    libraries and absent reasons, and the diagnosis engines all read it."""
+    """A new probe is its module plus one line in ``PROBES``, an autograd library's its
+    bundle plus one line in ``probes/autograd.BUNDLES``: names, metrics, coverage's
+    libraries and absent reasons, and the diagnosis backends all read them."""
     from pytest_graphleak import probes
-    from pytest_graphleak.diagnose.backends import ENGINES
     from pytest_graphleak.engine import coverage
+    from pytest_graphleak.probes.autograd import BUNDLES
 
     assert probes.PROBE_NAMES == ("minigrad", "torch", "gc", "process", "cuda")
     assert probes.BACKENDS == ("minigrad", "torch")
@@ -304,6 +305,6 @@ def test_the_probe_roster_is_one_table_and_the_rest_derives_from_it() -> None:
     for kind in probes.PROBES:
         assert kind.absent, f"{kind.name}: no reason for being absent"
         assert all(metric.name.startswith(f"{kind.name}.") for metric in kind.metrics)
-        assert kind.library in (None, kind.name)  # coverage compares the two
-    assert set(ENGINES) == set(probes.BACKENDS)  # every probed library can be diagnosed
+    for bundle in BUNDLES:  # the library's probe, and its backend, carry its name
+        assert bundle.probe in probes.PROBES and bundle.probe.name == bundle.name
     assert set(probes.METRICS) == {m.name for kind in probes.PROBES for m in kind.metrics}

@@ -12,7 +12,7 @@ import pytest
 
 from pytest_graphleak import check
 from pytest_graphleak.cli.user_traceback import print_user_traceback
-from pytest_graphleak.engine.warmup_tensors import WarmupTensors
+from pytest_graphleak.probes.warmup_tensors import WarmupTensors
 
 torch = pytest.importorskip("torch")
 

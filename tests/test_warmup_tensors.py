@@ -1,4 +1,4 @@
-"""The warmup recording (``pytest_graphleak.engine.warmup_tensors``): what it sees, what it holds,
+"""The warmup recording (``pytest_graphleak.probes.warmup_tensors``): what it sees, what it holds,
 and torch's function-mode stack left as it was found."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import weakref
 import pytest
 
 from pytest_graphleak.engine import tracker
-from pytest_graphleak.engine.warmup_tensors import WarmupTensors
+from pytest_graphleak.probes.warmup_tensors import WarmupTensors
 
 torch = pytest.importorskip("torch")
 
@@ -65,7 +65,7 @@ def test_a_warmup_sample_runs_the_probes_unrecorded() -> None:
         sampler = tracker.Sampler(warmup=2, probes=["torch"])
         sampler.begin([used])
         try:
-            assert sampler._recorder is not None  # its mode above ours
+            assert sampler._recorders  # its mode above ours
             sampler.after_step()  # a warmup sample: the probes' torch calls unrecorded
             assert seen == []
         finally:

@@ -35,8 +35,8 @@ from pytest_graphleak.diagnose.edges import ObjectEdges
 from pytest_graphleak.diagnose.render import render_cycle, render_dot
 from pytest_graphleak.diagnose.search import Path, find_cycle
 from pytest_graphleak.diagnose.sites import Site
-from pytest_graphleak.diagnose.torch_hooks import reading
 from pytest_graphleak.heap.usercode import is_user_file, library_label
+from pytest_graphleak.probes.autograd.torch_hooks import reading
 from pytest_graphleak.result import display_path
 
 if TYPE_CHECKING:  # cycles is below the recorder: the recorder hands these in

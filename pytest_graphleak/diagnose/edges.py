@@ -1,11 +1,11 @@
 """Labelled references out of any Python object.
 
-``Edge`` says how one object refers to the next (a dict key, a list index, an attribute,
-a closure cell, ``grad_fn``, ``next_functions[i]``), so a path of references can be
-printed the way a user would write it. ``ObjectEdges`` lists the edges of an object,
-asking the active backends first for tensors and graph nodes, and refusing to walk into
-what no user chain should pass through: modules, classes of libraries, frames, code, and
-the plugin's or pytest's own objects.
+``Edge`` (``heap/edge``) says how one object refers to the next (a dict key, a list
+index, an attribute, a closure cell, ``grad_fn``, ``next_functions[i]``), so a path of
+references can be printed the way a user would write it. ``ObjectEdges`` lists the
+edges of an object, asking the active backends first for tensors and graph nodes, and
+refusing to walk into what no user chain should pass through: modules, classes of
+libraries, frames, code, and the plugin's or pytest's own objects.
 """
 
 from __future__ import annotations
@@ -16,20 +16,16 @@ import functools
 import gc
 import sys
 import types
-import weakref
 from collections import deque
 from collections.abc import Collection, Iterator
-from dataclasses import dataclass
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
+from pytest_graphleak.heap.edge import PROXY_TYPES, Edge
 from pytest_graphleak.heap.usercode import is_private_module, is_user_module
 
 if TYPE_CHECKING:
-    from pytest_graphleak.diagnose.backends import Backend
-
-#: weakref.proxy types: they hold nothing, and touching a dead one raises ReferenceError.
-PROXY_TYPES = (weakref.ProxyType, weakref.CallableProxyType)
+    from pytest_graphleak.probes.autograd.bundle import Backend
 
 #: Packages whose classes are walked only through their instances, never as classes.
 _NO_WALK_TYPES = (
@@ -42,39 +38,9 @@ _NO_WALK_TYPES = (
     type,
 )
 
-_MAX_REPR = 40
-#: How each kind of edge reads in a chain, its key put in for {}.
-_TEXTS = {"key": "[{}]", "index": "[{}]", "next": ".next_functions[{}]", "attr": ".{}",
-          "closure": " closure '{}'", "local": " local '{}'", "grad_fn": ".grad_fn",
-          "value": ".get()"}  # fmt: skip
 #: Objects that keep a paused frame: their references are that frame's local variables.
 SUSPENDED = (types.GeneratorType, types.CoroutineType, types.AsyncGeneratorType)
 _MAX_ITEMS = 20_000  # one container's items looked at, at most
-
-
-@dataclass(frozen=True)
-class Edge:
-    """How one object refers to the next: kind and key/index/name."""
-
-    kind: str  # key | index | member | attr | closure | local | grad_fn | next | ref | value
-    key: Any = None
-
-    def text(self) -> str:
-        key = short_repr(self.key) if self.kind == "key" else self.key
-        return _TEXTS.get(self.kind, "").format(key)
-
-    @property
-    def named(self) -> bool:
-        """True when the edge carries a name worth showing (a key, attribute, cell)."""
-        return self.kind in ("key", "attr", "closure", "local", "value")
-
-
-def short_repr(value: Any) -> str:
-    text = f"<{type(value).__name__}>"
-    if isinstance(value, (str, int, float, bool, bytes)):
-        with contextlib.suppress(Exception):  # e.g. an int too long to print
-            text = repr(value)
-    return text if len(text) <= _MAX_REPR else text[: _MAX_REPR - 3] + "..."
 
 
 def is_private(obj: object) -> bool:

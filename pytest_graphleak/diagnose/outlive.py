@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from pytest_graphleak.diagnose.backends import NODE, TENSOR, Backend, MinigradBackend
+from pytest_graphleak.diagnose.backends import NODE, TENSOR, Backend
 from pytest_graphleak.diagnose.classify import Facts, pattern_of
 from pytest_graphleak.diagnose.edges import ObjectEdges
 from pytest_graphleak.diagnose.render import render_chain, render_dot
@@ -334,11 +334,11 @@ def _sites(tensors: list[Any], nodes: list[Any], site_of: SiteOf) -> list[Any]:
 
 
 def _recorded_site(backends: list[Backend]) -> SiteOf:
-    """Minigrad's sites, recorded while the test ran (torch records none then)."""
-    mg = next((b for b in backends if isinstance(b, MinigradBackend)), None)
+    """The sites a library recorded itself while the test ran (its bundle's
+    ``record_sites``: minigrad's; torch records none then)."""
 
     def site_of(obj: Any) -> Site | None:
-        site = mg.creation_site(obj) if mg is not None else None
+        site = next((found for b in backends if (found := b.creation_site(obj))), None)
         return None if site is None else (site[0], site[1], function_at(site[0], site[1]))
 
     return site_of

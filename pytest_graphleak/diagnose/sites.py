@@ -33,15 +33,22 @@ from typing import Any
 from pytest_graphleak.heap.graphwalk import NEW_PER_WALK
 from pytest_graphleak.heap.op_warnings import catch_op_warnings, release_op_warnings
 from pytest_graphleak.heap.usercode import INSTALLED_MARKERS, is_user_file, library_label
+from pytest_graphleak.probes.autograd import BUNDLES
 from pytest_graphleak.result import CreationSite
 
 Site = tuple[str, int, str]  # filename, line number, function name
 
-#: Installed packages that are the tensor engine (or its array library): a tensor is
-#: always made inside them, so naming them as the "via" line would say nothing.
 #: This package's own directory (diagnose/ is one level below it).
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_ENGINE_PACKAGES = frozenset({"torch", "numpy", "minigrad", "pytest_graphleak"})
+#: Installed packages that are the tensor engine (the bundles' ``packages``) or its array
+#: library: a tensor is always made inside them, so naming them as the "via" line would
+#: say nothing.
+_ENGINE_PACKAGES = frozenset(
+    {"numpy", "pytest_graphleak", *(name for bundle in BUNDLES for name in bundle.packages)}
+)
+#: (file suffix, function) of library functions that run the user's own code for the
+#: user's call (the bundles' ``forwards``: a custom autograd Function's ``apply``).
+_FORWARDS = frozenset(forward for bundle in BUNDLES for forward in bundle.forwards)
 #: Sites shown for one diagnosis, at most.
 MAX_SITES = 5
 #: ``memory_sites`` shows a line whose allocations grew by at least 1/this of the largest.
@@ -65,14 +72,14 @@ def site_and_via(frame: types.FrameType | None) -> tuple[Site | None, str]:
 
 
 def _custom_forward(frame: types.FrameType) -> bool:
-    """The ``forward`` of a custom ``torch.autograd.Function``, called by its ``apply``:
-    what it makes is made by the user's ``MyFn.apply(...)`` line, further out."""
+    """User code a library runs for the user's call (the ``forward`` of a custom autograd
+    Function, called by its ``apply``): what it makes is made by the user's
+    ``MyFn.apply(...)`` line, further out."""
     caller = frame.f_back
-    return (
-        caller is not None
-        and caller.f_code.co_name == "apply"
-        and caller.f_code.co_filename.replace("\\", "/").endswith("torch/autograd/function.py")
-    )
+    if caller is None:
+        return False
+    name, filename = caller.f_code.co_name, caller.f_code.co_filename.replace("\\", "/")
+    return any(name == function and filename.endswith(suffix) for suffix, function in _FORWARDS)
 
 
 def names_a_library(filename: str) -> bool:

@@ -10,9 +10,10 @@ can end up measuring nothing the step uses (torch imported inside the step,
   before); imported during a later step, the samples before are missing, so the check
   is *unmeasured*;
 * a loaded library without a probe is *used* by the step when the step makes its
-  tensors (minigrad's ``created`` counter moves), reaches or keeps them (a torch tensor
-  in the start set or among the objects the step leaves alive), or when the step's own
-  module imports it;
+  tensors (its bundle's ``made`` counter moves: minigrad's), reaches or keeps them (its
+  bundle's ``watcher`` sees one in the start set or among the objects the step leaves
+  alive: torch's), or, for a library that cannot count what it made, when the step's
+  own module imports it (the evidence comes from ``probes/autograd``'s bundles);
 * the check is *unmeasured* when no probe runs at all, or when the step uses an autograd
   library without a probe and no autograd probe measured anything the step uses (unless
   the probes asked for were memory only: ``probes=process`` is a choice, not a blind
@@ -29,50 +30,18 @@ from typing import Any
 from pytest_graphleak.metrics import count_of
 from pytest_graphleak.probes import ABSENT as _ABSENT
 from pytest_graphleak.probes import BACKENDS
-from pytest_graphleak.probes.base import ProbeBase
+from pytest_graphleak.probes.autograd import BUNDLES, AutogradBundle
 
 
-def minigrad_created() -> int | None:
-    """Tensors minigrad has made so far (None when it is not imported)."""
-    try:
-        return int(sys.modules["minigrad"].stats()["TensorImpl"]["created"])
-    except Exception:  # not imported, or a minigrad without these stats
+def made_so_far(bundle: AutogradBundle) -> int | None:
+    """Tensors the library has made so far (None: not imported, or it cannot tell)."""
+    module = sys.modules.get(bundle.name)
+    if module is None or bundle.made is None:
         return None
-
-
-class TorchUse(ProbeBase):
-    """A metric-less probe: does the step reach or keep torch tensors although no torch
-    probe runs? It looks at the start set and at the objects each step leaves alive,
-    and stops looking once it has seen one."""
-
-    name = "torch-use"
-    needs_heap = True  # no metrics: it measures nothing the verdict judges
-
-    def __init__(self) -> None:
-        self.seen = ""
-
-    def available(self) -> bool:
-        return "torch" in sys.modules
-
-    def _look(self, objects: Sequence[object], template: str) -> None:
-        if self.seen or not objects:
-            return
-        from pytest_graphleak.probes.torch_probe import tensors_among
-
-        found = tensors_among(objects)
-        if found:
-            self.seen = template.format(f"{len(found)} torch tensor(s)")
-        found.clear()
-
-    def start(self, heap: Sequence[object]) -> None:
-        self._look(heap, "the step reaches {}")
-
-    def absorb(self, fresh: Sequence[object]) -> None:
-        self._look(fresh, "the step keeps {} alive")
-
-    def sample(self, fresh: Sequence[object]) -> dict[str, float]:
-        self.absorb(fresh)
-        return {}
+    try:
+        return bundle.made(module)
+    except Exception:  # a version of the library without this counter
+        return None
 
 
 class Coverage:
@@ -82,21 +51,31 @@ class Coverage:
         self._wanted = None if wanted is None else list(wanted)
         self._active = {probe.name for probe in probes}
         self._loaded = {lib for lib in BACKENDS if lib in sys.modules}
-        self._created = minigrad_created()
+        self._made = {bundle.name: made_so_far(bundle) for bundle in BUNDLES}
         self._evidence: dict[str, list[str]] = {}
         self._appeared: dict[str, int] = {}
-        self.watchers: list[TorchUse] = []
-        if "torch" in self._loaded and "torch" not in self._active:
-            self.watchers.append(TorchUse())
+        #: Metric-less probes, one per library loaded but not probed that has a watcher.
+        self._watching: dict[str, Any] = {
+            bundle.name: bundle.watcher() for bundle in self._unprobed() if bundle.watcher
+        }
+        self.watchers: list[Any] = list(self._watching.values())
 
     def wants(self, name: str) -> bool:
         return self._wanted is None or name in self._wanted
 
+    def _unprobed(self) -> list[AutogradBundle]:
+        """The libraries loaded when the check began that no probe measures."""
+        return [bundle for bundle in BUNDLES
+                if bundle.name in self._loaded and bundle.name not in self._active]  # fmt: skip
+
     def look_at_roots(self, roots: Iterable[object]) -> None:
-        """Note that the step's own module imports torch (minigrad's ``created`` counter
-        tells exactly whether the step uses it)."""
-        if "torch" in self._loaded and "torch" not in self._active and _imports(roots, "torch"):
-            self._evidence.setdefault("torch", []).append("the step's module imports torch")
+        """Note that the step's own module imports a library not probed (one that counts
+        the tensors it made tells exactly whether the step uses it instead)."""
+        for bundle in self._unprobed():
+            if bundle.made is None and _imports(roots, bundle.name):
+                self._evidence.setdefault(bundle.name, []).append(
+                    f"the step's module imports {bundle.name}"
+                )
 
     def after_step(self, call: int) -> list[str]:
         """Libraries imported during step ``call``: those to measure from now on (the
@@ -155,22 +134,18 @@ class Coverage:
 
     def _used(self, series: Mapping[str, Sequence[float]]) -> dict[str, list[str]]:
         used = {lib: list(why) for lib, why in self._evidence.items()}
-        made = (minigrad_created() or 0) - (self._created or 0)
-        if made > 0:
-            made_text = f"the step made {count_of(made, 'minigrad tensor')}"
-            used.setdefault("minigrad", []).append(made_text)
-        for watcher in self.watchers:
-            if watcher.seen:
-                used.setdefault("torch", []).append(watcher.seen)
-        # The torch probe counts only what the step reaches or makes: anything counted is
-        # the step's. (minigrad's counts are process-wide: its ``created`` counter decides.)
-        if "torch" in self._active and any(
-            value > 0
-            for metric, values in series.items()
-            if metric.startswith("torch.")
-            for value in values
-        ):
-            used.setdefault("torch", []).append("the torch probe counted the step's objects")
+        for bundle in BUNDLES:
+            lib = bundle.name
+            made = (made_so_far(bundle) or 0) - (self._made.get(lib) or 0)
+            if made > 0:
+                used.setdefault(lib, []).append(f"the step made {count_of(made, f'{lib} tensor')}")
+            watcher = self._watching.get(lib)
+            if watcher is not None and watcher.seen:
+                used.setdefault(lib, []).append(watcher.seen)
+            # A probe that counts only what the step reaches or makes: anything counted is
+            # the step's. (Process-wide counts can't tell: a ``made`` counter decides.)
+            if bundle.counts_step_only and lib in self._active and _counted(bundle, series):
+                used.setdefault(lib, []).append(f"the {lib} probe counted the step's objects")
         return used
 
     def _nothing_measured(self, used: Mapping[str, list[str]]) -> str:
@@ -186,6 +161,12 @@ class Coverage:
             lib, why = next(iter(used.items()))
             text += f"; yet {'; '.join(why)}: add {lib} to the probes"
         return text
+
+
+def _counted(bundle: AutogradBundle, series: Mapping[str, Sequence[float]]) -> bool:
+    """Did the bundle's probe count anything (a value above 0 in one of its metrics)?"""
+    names = {metric.name for metric in bundle.probe.metrics}
+    return any(value > 0 for name, values in series.items() if name in names for value in values)
 
 
 def _imports(roots: Iterable[object], lib: str) -> bool:

@@ -1,15 +1,15 @@
 """The outlive census: which autograd graphs a test made are still alive, told without
 touching the garbage collector's state.
 
-Every graph node carries its place in creation order: torch numbers its nodes
-(``_sequence_nr()``, one counter per thread), minigrad its own (``Node.sequence_nr``,
-process-wide). ``Census.begin()`` reads each library's counter when the test's call
-phase starts, ``finish()`` after its teardown; a tensor whose ``grad_fn`` was numbered
-in between, or a node so numbered, was made during the test (``made_during``). Nothing
-is frozen, collected or patched, so ``gc.collect()``, ``gc.get_objects()`` and
-``gc.freeze()`` inside the test do what they do without the plugin, and nothing the
-test leaves as garbage is kept a moment longer. A test that numbered no node costs two
-readings of the counters.
+Every graph node carries its place in creation order, told by its library's bundle
+(``probes/autograd``: the bundle's ``node_counter`` and its backend's ``sequence_nr``;
+torch numbers its nodes per thread, minigrad process-wide). ``Census.begin()`` reads
+each library's counter when the test's call phase starts, ``finish()`` after its
+teardown; a tensor whose ``grad_fn`` was numbered in between, or a node so numbered, was
+made during the test (``made_during``). Nothing is frozen, collected or patched, so
+``gc.collect()``, ``gc.get_objects()`` and ``gc.freeze()`` inside the test do what they
+do without the plugin, and nothing the test leaves as garbage is kept a moment longer.
+A test that numbered no node costs two readings of the counters.
 
 Where to look: what the test made and kept sits in the collector's young generations
 (``gc.get_objects(0)`` and ``(1)``: a few thousand objects, whatever the heap holds)
@@ -24,14 +24,16 @@ A tensor alive before the test whose graph the test extended in place (``TOTAL +
 loss``) is an old object with a new ``grad_fn``: not in the young generations.
 ``grown_near(roots)`` walks at most ``WALK_MAX`` objects, ``WALK_DEPTH`` references deep
 from the roots nearest the test (its module's globals, its class's attributes, the live
-wider-scope fixtures) for such tensors; ``grown_in_place`` tells them from new ones by
-torch's version counter (an in-place op ran on it) and the node its in-place op
-extended (none, or one numbered before the test).
+wider-scope fixtures) for such tensors, of the libraries whose backend says that graphs
+grow in place (``grows_in_place``: torch's); the backend's ``grown_in_place`` tells them
+from new ones (torch's: its version counter moved, and the node its in-place op
+extended is none, or one numbered before the test).
 
 A check that ran inside the test (the marker, the fixture, a framework callback) tells
 the census when it began and ended (``session.current().spans``): what its steps
-numbered is the check's to judge, not the audit's. Minigrad's creation sites are
-recorded while the census runs (one frame walk per new tensor or node).
+numbered is the check's to judge, not the audit's. A library that records creation
+sites itself (the bundle's ``record_sites``: minigrad's, one frame walk per new tensor
+or node) records them while the census runs.
 
 Limits (docs/limits.md): torch numbers nodes per thread, so graphs a test makes in
 another thread are not told apart.
@@ -48,9 +50,16 @@ from collections.abc import Iterable
 from typing import Any
 
 from pytest_graphleak import session
-from pytest_graphleak.diagnose.backends import NODE, TENSOR, Backend, TorchBackend, active_backends
 from pytest_graphleak.heap.containers import SIZED
 from pytest_graphleak.heap.quiet import silenced
+from pytest_graphleak.probes.autograd import (
+    BUNDLES,
+    NODE,
+    TENSOR,
+    Backend,
+    active_backends,
+    loaded,
+)
 
 #: (library, first number, end) of the spans the census ignores: the checks inside the test.
 _Span = tuple[str, int, int]
@@ -69,15 +78,14 @@ class Census:
         self._checked: list[_Span] = []
         self._check_start: dict[str, int | None] | None = None
         self._check_depth = 0
-        self._recording: bool | None = None  # minigrad's setting before the test
-        #: The minigrad module recording was switched on in: a test may remove it from
-        #: sys.modules (a lazy-import test does), and the setting must still go back.
-        self._minigrad: Any = None
+        #: (switch, module, setting before the test) of each library whose creation-site
+        #: recording the census switched on; the module is kept: a test may remove it
+        #: from sys.modules (a lazy-import test does), and the setting must still go back.
+        self._recording: list[tuple[Any, Any, bool]] = []
         self._listed_in: list[Any] | None = None
         #: Why this test could not be counted ("" when it was).
         self.skipped = ""
         self.backends: list[Backend] = []
-        self._by_name: dict[str, Backend] = {}
         #: A marker in the youngest generation, and the collector's count of collections
         #: of the older ones, when the test began (``young``).
         self._marker: _Marker | None = None
@@ -90,19 +98,13 @@ class Census:
     # -- the counters ---------------------------------------------------------------------
     @staticmethod
     def _counters(*, end: bool = False) -> dict[str, int | None]:
-        """Each autograd library's next node number now (None: not imported). torch's is
-        read by making one node: at an ``end`` it is that node's own number, so that the
-        reading is not counted as a node the test made."""
-        found: dict[str, int | None] = {"torch": None, "minigrad": None}
-        torch = sys.modules.get("torch")
-        if torch is not None and hasattr(torch, "autograd"):
-            with contextlib.suppress(Exception):  # a torch without the counter
-                found["torch"] = TorchBackend(torch).current_sequence_nr() - (1 if end else 0)
-        mg = sys.modules.get("minigrad")
-        stats = getattr(mg, "stats", None)
-        if callable(stats):
-            with contextlib.suppress(Exception):
-                found["minigrad"] = int(stats()["Node"]["created"])
+        """Each autograd library's next node number now (None: not imported), from its
+        bundle's ``node_counter``; at an ``end``, one that reads by making a node (torch's)
+        gives that node's own number, so that the reading is not counted as the test's."""
+        found: dict[str, int | None] = {bundle.name: None for bundle in BUNDLES}
+        for bundle, module in loaded():
+            with contextlib.suppress(Exception):  # a version of the library without one
+                found[bundle.name] = bundle.node_counter(module, end)
         return found
 
     def begin(self) -> bool:
@@ -112,19 +114,20 @@ class Census:
         self._last_module = next(reversed(sys.modules), None)
         self._start = self._counters()
         self._unread = {lib: n is None and lib in sys.modules for lib, n in self._start.items()}
-        mg = sys.modules.get("minigrad")
-        if mg is not None and hasattr(mg, "record_creation_sites"):
-            self._recording = mg.record_creation_sites(True)
-            self._minigrad = mg
+        for bundle, module in loaded():
+            if bundle.record_sites is not None:
+                before = bundle.record_sites(module, True)
+                if before is not None:
+                    self._recording.append((bundle.record_sites, module, before))
         self._listed_in = session.current().spans
         self._listed_in.append(self)
         return True
 
     def stop_recording(self) -> None:
         """Creation sites are recorded during the call phase only."""
-        if self._recording is not None:
-            self._minigrad.record_creation_sites(self._recording)
-            self._recording, self._minigrad = None, None
+        recording, self._recording = self._recording, []
+        for switch, module, before in recording:
+            switch(module, before)
 
     # -- checks inside the test (``session.current().spans``) -----------------------------
     def check_begins(self) -> None:
@@ -164,7 +167,6 @@ class Census:
         if not self._range:
             return False
         self.backends = active_backends()
-        self._by_name = {b.name: b for b in self.backends}
         return True
 
     def modules_imported(self) -> set[str]:
@@ -224,16 +226,10 @@ class Census:
     def grown_near(self, roots: Iterable[object]) -> list[Any]:
         """Tensors within a short walk of ``roots`` whose graph the test extended in place
         (old objects: not in the young generations). The caller owns the list."""
-        torch = self._by_name.get("torch")
-        if torch is None or "torch" not in self._range:
+        growing = [b for b in self.backends if b.grows_in_place and b.name in self._range]
+        if not growing:
             return []
-        return _Walk(torch).grown(roots, self)
-
-    def _number(self, backend: Backend, node: Any) -> int | None:
-        if isinstance(backend, TorchBackend):
-            return backend.sequence_nr(node)
-        number = getattr(node, "sequence_nr", None)
-        return number if isinstance(number, int) else None
+        return _Walk(growing).grown(roots, self)
 
     def _made(self, library: str, number: int | None) -> bool:
         span = self._range.get(library)
@@ -255,28 +251,17 @@ class Census:
                     return False
                 if node is None:
                     return False
-            return self._made(backend.name, self._number(backend, node))
+            return self._made(backend.name, backend.sequence_nr(node))
         return False
 
     def grown_in_place(self, obj: object) -> bool:
-        """A torch tensor alive before the test whose graph it extended in place: an
-        in-place op ran on it (its version moved), and the node it extended is none (the
-        tensor had no graph) or one numbered before the test."""
-        torch = self._by_name.get("torch")
-        if torch is None or torch.kind(obj) != TENSOR:
-            return False
-        try:
-            if int(obj._version) == 0:  # type: ignore[attr-defined]
-                return False
-            pairs = obj.grad_fn.next_functions  # type: ignore[attr-defined]
-        except Exception:
-            return False
-        first = pairs[0][0] if pairs else None
-        if first is None:
-            return True
-        start = self._range.get("torch", (0, 0))[0]
-        number = torch.sequence_nr(first)  # type: ignore[attr-defined]
-        return number is not None and number < start and type(first).__name__ != "AccumulateGrad"
+        """A tensor alive before the test whose graph it extended in place (its backend's
+        ``grown_in_place``, for the test's range of node numbers)."""
+        for backend in self.backends:
+            if backend.grows_in_place and backend.kind(obj) == TENSOR:
+                start = self._range.get(backend.name, (0, 0))[0]
+                return backend.grown_in_place(obj, start)
+        return False
 
     def kind(self, obj: object) -> str | None:
         for backend in self.backends:
@@ -325,8 +310,8 @@ class _Walk:
     """The bounded walk: each object's type is classified once (a dict lookup after
     that), and empty containers are never queued."""
 
-    def __init__(self, torch: Backend) -> None:
-        self._torch = torch
+    def __init__(self, backends: list[Backend]) -> None:
+        self._backends = backends
         self._kinds: dict[type, int] = {}
 
     def kind(self, obj: object) -> int:
@@ -335,7 +320,7 @@ class _Walk:
         if found is None:
             if issubclass(tp, _LEAVES):
                 found = _SKIP
-            elif self._torch.kind(obj) == TENSOR:
+            elif any(backend.kind(obj) == TENSOR for backend in self._backends):
                 found = _TENSOR
             elif issubclass(tp, dict):
                 found = _VALUES

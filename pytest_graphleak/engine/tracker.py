@@ -12,16 +12,18 @@ counted as its own.
 The start set: the tensors alive before the check, whose graphs can grow in place
 (``total += loss``) without any new Python object. With ``start_scan="roots"`` (default):
 
-* ``warmup >= 1``: a short walk (``RECORDING_WALK_LIMIT`` objects) of what the step
-  reaches, plus every tensor the warmup steps pass to a torch operation
-  (``warmup_tensors``), which joins the torch probe's baseline at the end of warmup. When
-  the walk gives up (a big dataset in a global), the recording alone is the start set and
-  the result says what that cannot see. O(what the step touches), whatever the heap holds.
-* ``warmup == 0``: nothing to record: the walk up to ``reach.DEFAULT_LIMIT`` objects,
-  then the whole heap (O(heap)) when it gives up.
+* ``warmup >= 1`` and a probe that records what the warmup steps use
+  (``Probe.warmup_recorder``: the torch probe's records every tensor passed to a torch
+  operation, ``probes/warmup_tensors``): a short walk (``RECORDING_WALK_LIMIT`` objects)
+  of what the step reaches, plus what the recorder found, which joins that probe's
+  baseline at the end of warmup (``Probe.adopt``). When the walk gives up (a big dataset
+  in a global), the recording alone is the start set and the result says what that
+  cannot see. O(what the step touches), whatever the heap holds.
+* otherwise: the walk up to ``reach.DEFAULT_LIMIT`` objects, then the whole heap
+  (O(heap)) when it gives up.
 
-``start_scan="heap"``, or no roots: every gc-tracked object. minigrad needs none of this:
-its probe counts every alive tensor and node from ``mg.stats()``.
+``start_scan="heap"``, or no roots: every gc-tracked object. A probe that counts every
+alive object of its library itself (``needs_heap`` False) needs none of this.
 """
 
 from __future__ import annotations
@@ -37,11 +39,10 @@ from typing import Any
 from pytest_graphleak import session
 from pytest_graphleak.engine.coverage import Coverage
 from pytest_graphleak.engine.reach import DEFAULT_LIMIT, reachable
-from pytest_graphleak.engine.warmup_tensors import WarmupTensors
 from pytest_graphleak.heap.gcstate import Measuring
 from pytest_graphleak.metrics import Metric
 from pytest_graphleak.probes import GcProbe, Probe, make_probes
-from pytest_graphleak.probes.torch_probe import TorchProbe
+from pytest_graphleak.probes.base import WarmupRecorder
 from pytest_graphleak.values import int_at_least, one_of
 
 #: How a check finds what was alive before it (``Sampler.begin``).
@@ -142,7 +143,8 @@ class Sampler:
         self._probe_names = probes
         self._probes: list[Probe] = []
         self._gc: Measuring | None = None
-        self._recorder: WarmupTensors | None = None
+        #: The probes recording what the warmup steps use, each with its recorder.
+        self._recorders: list[tuple[Probe, WarmupRecorder]] = []
         self._started = 0.0
         self._coverage: Coverage | None = None
         self.result = Series()
@@ -175,8 +177,8 @@ class Sampler:
             needs_heap = any(probe.needs_heap for probe in self._probes)
             self._call_probes("start", self._start_set(roots) if needs_heap else [])
             measuring.freeze()
-            if self._recorder is not None:
-                self._recorder.start()
+            for _, recorder in self._recorders:
+                recorder.start()
         except BaseException:
             self.end()
             raise
@@ -186,18 +188,20 @@ class Sampler:
 
     def _start_set(self, roots: list[object] | None) -> list[object]:
         walk = self.start_scan == "roots" and roots is not None
-        record = walk and self.warmup >= 1 and self._torch_probe() is not None
+        if walk and self.warmup >= 1:
+            self._recorders = [(probe, recorder) for probe in self._probes
+                               if (recorder := probe.warmup_recorder()) is not None]  # fmt: skip
         found = None
         if walk:
-            limit = RECORDING_WALK_LIMIT if record else DEFAULT_LIMIT
+            limit = RECORDING_WALK_LIMIT if self._recorders else DEFAULT_LIMIT
             with contextlib.suppress(Exception):  # an object breaks the walk's rules: no walk
                 found = reachable(roots or [], limit=limit)
-        if record:
-            self._recorder = WarmupTensors()
+        if self._recorders:
             self.result.start_scan = "warmup" if found is None else "roots+warmup"
             if found is None:
                 found = []
-                self.result.notes.append(_recording_only_note(self.warmup))
+                recorders = [recorder for _, recorder in self._recorders]
+                self.result.notes.append(_recording_only_note(self.warmup, recorders))
         else:
             self.result.start_scan = "heap" if found is None else "roots"
             if found is None:
@@ -205,21 +209,20 @@ class Sampler:
         self.result.start_objects = len(found)
         return found
 
-    def _torch_probe(self) -> TorchProbe | None:
-        return next((probe for probe in self._probes if isinstance(probe, TorchProbe)), None)
-
     def _adopt_recorded(self) -> None:
-        """End of warmup: the tensors the warmup steps used join the torch baseline."""
-        recorder, self._recorder = self._recorder, None
-        if recorder is None:
-            return
-        tensors = recorder.stop()
-        self.result.recorded_tensors = len(tensors)
-        probe = self._torch_probe()
-        if probe is None:
-            tensors.clear()
-        else:
-            probe.adopt(tensors)  # empties the list
+        """End of warmup: what the warmup steps used joins its probe's baseline."""
+        recorders, self._recorders = self._recorders, []
+        for probe, recorder in recorders:
+            found = recorder.stop()
+            self.result.recorded_tensors += len(found)
+            probe.adopt(found)  # empties the list
+
+    def _paused(self) -> contextlib.ExitStack:
+        """The recorders paused: what a sample's probes call is not the step's."""
+        stack = contextlib.ExitStack()
+        for _, recorder in self._recorders:
+            stack.enter_context(recorder.paused())
+        return stack
 
     def _call_probes(self, method: str, objects: list[object]) -> list[Any]:
         """``probe.<method>(objects)`` for every probe; the list is emptied afterwards,
@@ -241,8 +244,7 @@ class Sampler:
         if self.result.calls == self.warmup:
             # Before the last warmup sample, so it counts what the measured ones count.
             self._adopt_recorded()
-        recording = self._recorder  # a warmup sample: the probes' torch calls unrecorded
-        with recording.paused() if recording is not None else contextlib.nullcontext():
+        with self._paused():  # a warmup sample: the probes' own calls unrecorded
             for hook in list(session.current().before_sample):  # what pytest keeps of a step
                 with contextlib.suppress(Exception):
                     hook()
@@ -260,8 +262,7 @@ class Sampler:
         if self.result.calls + 1 >= self.warmup:
             raise RuntimeError("the last warmup step and every measured step are sampled")
         self.result.calls += 1
-        recording = self._recorder
-        with recording.paused() if recording is not None else contextlib.nullcontext():
+        with self._paused():
             self._look_for_libraries(step)
 
     def _look_for_libraries(self, step: int | None) -> None:
@@ -333,9 +334,9 @@ class Sampler:
     def end(self) -> None:
         """Stop every probe and restore the gc state; safe to call more than once."""
         try:
-            if self._recorder is not None:  # the run ended during warmup
-                self._recorder.stop().clear()
-                self._recorder = None
+            recorders, self._recorders = self._recorders, []
+            for _, recorder in recorders:  # the run ended during warmup
+                recorder.stop().clear()
             if self._coverage is not None:
                 coverage, self._coverage = self._coverage, None
                 with contextlib.suppress(Exception):  # never in the way of restoring gc
@@ -355,13 +356,14 @@ class Sampler:
                 self.result.duration_s = time.perf_counter() - self._started
 
 
-def _recording_only_note(warmup: int) -> str:
+def _recording_only_note(warmup: int, recorders: list[WarmupRecorder]) -> str:
+    records = " and ".join(recorder.records for recorder in recorders)
+    misses = ", or only ".join(recorder.misses for recorder in recorders)
     return (
-        f"start set: the tensors that torch operations used in the {warmup} warmup "
+        f"start set: {records} in the {warmup} warmup "
         f"step(s), because the walk from the test's objects gave up past "
         f"{RECORDING_WALK_LIMIT:,} objects; a graph growing in place on an older tensor "
-        "that only the measured steps, or only code outside torch's function dispatch "
-        "(compiled graphs, C++ extensions, other threads), touch would not be seen: "
+        f"that only the measured steps, or only {misses}, touch would not be seen: "
         "start_scan='heap' (--graphleak-start-scan=heap) scans every object"
     )
 

@@ -55,6 +55,7 @@ from pytest_graphleak.plugin.outlive_roots import (
 )
 from pytest_graphleak.plugin.session_report import AUDITED
 from pytest_graphleak.plugin.terminal import OPT_OUT
+from pytest_graphleak.probes.autograd import BUNDLES, active_backends
 from pytest_graphleak.report.text import render_text
 from pytest_graphleak.result import CheckResult
 
@@ -252,14 +253,14 @@ class OutliveAudit:
                 explained = explain(Listed(alive), self._holders(item, fixtures=False),
                                     nodeid=item.nodeid, made_by=deferred.nodeid,
                                     fixture=deferred.fixture,
-                                    backends=_backends())  # fmt: skip
+                                    backends=active_backends())  # fmt: skip
             finally:
                 alive.clear()
             for result in explained.results:
                 if result.diagnosis is not None and not result.diagnosis.sites:
                     result.diagnosis.notes.append(
-                        "created at: unknown (sites are recorded for minigrad's graphs only, "
-                        "and the test that made it ran before)"
+                        f"created at: unknown (sites are recorded for {_sites(True)} graphs "
+                        "only, and the test that made it ran before)"
                     )
             results.extend(explained.results)
         self._pending = still
@@ -319,7 +320,7 @@ class OutliveAudit:
                 if alive:
                     earlier = explain(Listed(alive), roots, nodeid=item.nodeid,
                                       made_by=tests_text(pending), fixture=label,
-                                      backends=_backends(), judging=fixturedef)  # fmt: skip
+                                      backends=active_backends(), judging=fixturedef)  # fmt: skip
                     for deferred in earlier.deferred:  # handed on to another live fixture
                         if deferred.owner is not None and deferred.tensors:
                             self._pending.append((deferred, deferred.owner))
@@ -349,8 +350,8 @@ class OutliveAudit:
                     f"{still_kept(fixturedef)} (one that clears it there keeps nothing)"
                 )
             if not diagnosis.sites:
-                diagnosis.notes.append("created at: unknown (torch's creation sites are not "
-                                       "recorded while a test runs)")  # fmt: skip
+                diagnosis.notes.append(f"created at: unknown ({_sites(False)} creation sites "
+                                       "are not recorded while a test runs)")  # fmt: skip
         self._judged.extend(results)
 
     def _release(self, fixturedef: Any) -> list[tuple[type, str]]:
@@ -519,7 +520,7 @@ def _note_unknown_sites(result: CheckResult, rerun: bool) -> None:
             diagnosis.notes.append("created at: unknown (no site recorded for what it keeps)")
         return
     diagnosis.notes.append(
-        "created at: unknown (torch's creation sites are not recorded while a test runs; "
+        f"created at: unknown ({_sites(False)} creation sites are not recorded while a test runs; "
         "--graphleak-outlive-sites=rerun runs a test with a finding once more to find "
         "them and the line that stored the graph)"
     )
@@ -557,7 +558,6 @@ def _root(result: CheckResult, *, raw: bool = False) -> str:
     return chain[0] if raw else _holder_key(chain[0])
 
 
-def _backends() -> list[Any]:
-    from pytest_graphleak.diagnose.backends import active_backends
-
-    return active_backends()
+def _sites(recorded: bool) -> str:
+    """The libraries whose creation sites are (or are not) recorded while a test runs."""
+    return " and ".join(f"{b.name}'s" for b in BUNDLES if (b.record_sites is None) != recorded)

@@ -13,9 +13,23 @@ Probes must not keep any of these objects (or anything measured) after a call re
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
 
 from pytest_graphleak.metrics import Metric, Recheck
+
+
+class WarmupRecorder(Protocol):
+    """Finds the objects the warmup steps use, so that a probe's start set needs no heap
+    walk (``Probe.warmup_recorder``). ``records`` and ``misses`` word the result's note
+    when the recording alone made the start set."""
+
+    records: str  # "the tensors that torch operations used"
+    misses: str  # "code outside torch's function dispatch (...)"
+
+    def start(self) -> None: ...
+    def stop(self) -> list[Any]: ...  # the recorded objects still alive; the caller clears it
+    def paused(self) -> AbstractContextManager[Any]: ...  # the check's own calls unrecorded
 
 
 class Probe(Protocol):
@@ -39,6 +53,16 @@ class Probe(Protocol):
 
     def absorb(self, fresh: Sequence[object]) -> None:
         """Called just before a later freeze: ``fresh`` joins the frozen baseline."""
+        ...
+
+    def warmup_recorder(self) -> WarmupRecorder | None:
+        """What records the objects the warmup steps use, for a start set found by a short
+        walk (``start_scan="roots"``, warmup >= 1); None: the walk's start set will do."""
+        ...
+
+    def adopt(self, objects: list[Any]) -> None:
+        """End of warmup: what ``warmup_recorder`` found still alive joins the baseline
+        from the next sample on. Empties the list."""
         ...
 
     def before_collect(self, fresh: Sequence[object]) -> None:
@@ -82,9 +106,6 @@ class ProbeBase:
     needs_heap = False
     #: Why this probe, when asked for, may not run (``engine/coverage``'s texts).
     absent = ""
-    #: The autograd library (module name, also the probe's name) it measures: a *backend*
-    #: probe, which the gc probe counts through and ``coverage`` watches; None otherwise.
-    library: str | None = None
     #: Built with the backend probes that run (``GcProbe(backends)``); otherwise with none.
     takes_backends = False
 
@@ -93,6 +114,12 @@ class ProbeBase:
 
     def absorb(self, fresh: Sequence[object]) -> None:
         return None
+
+    def warmup_recorder(self) -> WarmupRecorder | None:
+        return None
+
+    def adopt(self, objects: list[Any]) -> None:
+        objects.clear()
 
     def before_collect(self, fresh: Sequence[object]) -> None:
         return None

@@ -24,7 +24,6 @@ AUTOGRAD_META = Metric("minigrad.autograd_meta", OBJECTS, "tensors")
 
 class MinigradProbe(ProbeBase):
     name = "minigrad"
-    library = "minigrad"
     absent = "minigrad is not imported"
     metrics = (TENSORS, NODES, AUTOGRAD_META)
 

@@ -22,6 +22,7 @@ from typing import Any
 from pytest_graphleak.heap.graphwalk import GraphWalk
 from pytest_graphleak.metrics import BYTES, OBJECTS, Metric
 from pytest_graphleak.probes.base import ProbeBase
+from pytest_graphleak.probes.warmup_tensors import WarmupTensors
 
 TENSORS = Metric("torch.tensors", OBJECTS, "tensors")
 NODES = Metric("torch.nodes", OBJECTS, "nodes")
@@ -31,7 +32,6 @@ STORAGE_BYTES = Metric("torch.storage_bytes", BYTES, "memory")
 
 class TorchProbe(ProbeBase):
     name = "torch"
-    library = "torch"
     absent = "torch is not imported"
     metrics = (TENSORS, NODES, STORAGE_BYTES)
     #: Tensors alive before the check (``total`` in ``total += loss``) carry graphs that
@@ -82,11 +82,14 @@ class TorchProbe(ProbeBase):
         # The baseline keeps tensors only, so no node pass is needed here.
         self._baseline.add(_pick(heap, self._tensor_types))
 
-    def adopt(self, tensors: list[Any]) -> None:
+    def warmup_recorder(self) -> WarmupTensors:
+        return WarmupTensors()
+
+    def adopt(self, objects: list[Any]) -> None:
         """Tensors alive before the check that the start set may lack (the ones the
         warmup steps used, see ``warmup_tensors``): counted from the next sample on.
         Empties the list."""
-        self._adopted.add(tensors)
+        self._adopted.add(objects)
 
     def absorb(self, fresh: Sequence[object]) -> None:
         self._tensor_types = _subclasses(sys.modules["torch"].Tensor)

@@ -38,6 +38,13 @@ class WarmupTensors:
     to call more than once and after a failed ``start``.
     """
 
+    #: What it records and what it cannot see (the note when it alone made the start set).
+    records = "the tensors that torch operations used"
+    misses = (
+        "code outside torch's function dispatch (compiled graphs, C++ extensions, other "
+        "threads)"
+    )
+
     def __init__(self) -> None:
         # id -> weak reference; a dead reference is replaced when its id comes back.
         self._seen: dict[int, weakref.ref[Any]] = {}

@@ -1,0 +1,234 @@
+"""An autograd library is one bundle module plus one line in ``probes/autograd.BUNDLES``.
+
+The proof adds a third library, ``toygrad`` (a toy autograd defined here), to a copy of
+the package: its bundle module goes into ``probes/autograd/``, and its line (with its
+import) into the registry; nothing else changes. In a subprocess on that copy, a check
+catches a step whose list of toy tensors grows, names the holder, and passes a clean
+step; the marker's outlive audit tells the toy graphs a test leaves behind. The
+probe roster, coverage, the census and the diagnosis read the bundle; none was edited.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pytest_graphleak.probes.autograd import BUNDLES, loaded
+
+PACKAGE = Path(__file__).resolve().parents[1] / "pytest_graphleak"
+
+#: The toy library: tensors whose product carries a graph node, counted alive and made.
+TOYGRAD = '''
+STATS = {"Tensor": {"alive": 0, "created": 0}, "Node": {"alive": 0, "created": 0}}
+
+
+class Node:
+    def __init__(self, *inputs):
+        self.next_functions = tuple((t.grad_fn, 0) for t in inputs)
+        self.sequence_nr = STATS["Node"]["created"]
+        STATS["Node"]["created"] += 1
+        STATS["Node"]["alive"] += 1
+
+    def __del__(self):
+        STATS["Node"]["alive"] -= 1
+
+
+class Tensor:
+    def __init__(self, value, grad_fn=None, requires_grad=False):
+        self.value, self.grad_fn, self.requires_grad, self.shape = value, grad_fn, requires_grad, ()
+        STATS["Tensor"]["created"] += 1
+        STATS["Tensor"]["alive"] += 1
+
+    def __del__(self):
+        STATS["Tensor"]["alive"] -= 1
+
+    def __mul__(self, other):
+        return Tensor(self.value * other.value, grad_fn=Node(self, other))
+'''
+
+#: The bundle module: everything the plugin needs to know of toygrad.
+BUNDLE_MODULE = '''"""toygrad's bundle."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from pytest_graphleak.heap.edge import Edge
+from pytest_graphleak.metrics import OBJECTS, Metric
+from pytest_graphleak.probes.autograd.bundle import NODE, TENSOR, AutogradBundle, Backend
+from pytest_graphleak.probes.base import ProbeBase
+
+TENSORS = Metric("toygrad.tensors", OBJECTS, "tensors")
+NODES = Metric("toygrad.nodes", OBJECTS, "nodes")
+
+
+class ToyProbe(ProbeBase):
+    name = "toygrad"
+    absent = "toygrad is not imported"
+    metrics = (TENSORS, NODES)
+
+    def available(self) -> bool:
+        return "toygrad" in sys.modules
+
+    def sample(self, fresh: Sequence[object]) -> dict[str, float]:
+        stats = sys.modules["toygrad"].STATS
+        return {TENSORS.name: stats["Tensor"]["alive"], NODES.name: stats["Node"]["alive"]}
+
+    def collectable(self, fresh: Sequence[object]) -> int:
+        stats = sys.modules["toygrad"].STATS
+        return int(stats["Tensor"]["alive"] + stats["Node"]["alive"])
+
+
+class ToyBackend(Backend):
+    name = "toygrad"
+
+    def __init__(self, toy: Any) -> None:
+        super().__init__()
+        self.toy = toy
+
+    def _kind_of_type(self, tp: type, obj: object) -> str | None:
+        if issubclass(tp, self.toy.Tensor):
+            return TENSOR
+        return NODE if issubclass(tp, self.toy.Node) else None
+
+    def sequence_nr(self, node: Any) -> int | None:
+        return node.sequence_nr
+
+    def _tensor_edges(self, t: Any) -> Iterator[tuple[Edge, object]]:
+        if t.grad_fn is not None:
+            yield Edge("grad_fn"), t.grad_fn
+
+    def _node_edges(self, node: Any) -> Iterator[tuple[Edge, object]]:
+        return iter(())
+
+
+BUNDLE = AutogradBundle(
+    name="toygrad",
+    probe=ToyProbe,
+    backend=ToyBackend,
+    node_counter=lambda toy, end: toy.STATS["Node"]["created"],
+    packages=("toygrad",),
+    made=lambda toy: toy.STATS["Tensor"]["created"],
+)
+'''
+
+#: What runs on the copy: a check of a leaking step and of a clean one.
+CHECKS = '''
+import json, sys
+import pytest_graphleak, toygrad
+from pytest_graphleak import check
+from pytest_graphleak.probes import PROBE_NAMES
+
+assert pytest_graphleak.__file__.startswith(sys.argv[1]), pytest_graphleak.__file__
+kept = []
+
+
+def leaky():
+    kept.append(toygrad.Tensor(2.0, requires_grad=True) * toygrad.Tensor(3.0))
+
+
+def clean():
+    toygrad.Tensor(2.0, requires_grad=True) * toygrad.Tensor(3.0)
+
+
+bad, good = check(leaky), check(clean)
+print(json.dumps({
+    "names": list(PROBE_NAMES),
+    "bad": [bad.leaked, bad.unmeasured, sorted(g.metric for g in bad.verdict.growths),
+            bad.diagnosis.chain if bad.diagnosis else None],
+    "good": [good.leaked, good.unmeasured, sorted(good.series)],
+    "torch": "torch" in sys.modules,
+}))
+'''
+
+#: A test the outlive audit looks at: it keeps a toy graph in a module global.
+OUTLIVING = '''
+import toygrad
+
+KEPT = []
+
+
+def test_keeps_a_graph():
+    KEPT.append(toygrad.Tensor(2.0, requires_grad=True) * toygrad.Tensor(3.0))
+
+
+def test_keeps_nothing():
+    toygrad.Tensor(2.0, requires_grad=True) * toygrad.Tensor(3.0)
+'''
+
+
+def _with_toygrad(root: Path) -> Path:
+    """A copy of the package with toygrad's bundle registered, and the library beside it."""
+    copy = root / "pytest_graphleak"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    (root / "toygrad.py").write_text(TOYGRAD, encoding="utf-8")
+    (copy / "probes" / "autograd" / "toygrad_bundle.py").write_text(BUNDLE_MODULE, "utf-8")
+    registry = copy / "probes" / "autograd" / "__init__.py"
+    before = registry.read_text(encoding="utf-8").splitlines(keepends=True)
+    after = []
+    for line in before:
+        after.append(line)
+        if line.startswith("from pytest_graphleak.probes.autograd.torch_bundle import"):
+            module = line.split()[1].replace("torch", "toygrad")
+            after.append(f"from {module} import BUNDLE as TOY\n")
+        if line == "    TORCH,\n":
+            after.append("    TOY,\n")
+    assert len(after) == len(before) + 2  # the registration: one line, and its import
+    registry.write_text("".join(after), encoding="utf-8")
+    return copy
+
+
+def _run(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(root), "PYTHONDONTWRITEBYTECODE": "1"}
+    return subprocess.run([sys.executable, *args], cwd=root, env=env, capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+
+
+def test_a_third_library_is_one_bundle_module_and_one_line(tmp_path: Path) -> None:
+    _with_toygrad(tmp_path)
+    run = _run(tmp_path, "-c", CHECKS, str(tmp_path))
+    assert run.returncode == 0, run.stderr
+    found = json.loads(run.stdout.strip().splitlines()[-1])
+    assert found["names"][:3] == ["minigrad", "torch", "toygrad"]  # the roster has it
+    leaked, unmeasured, grown, chain = found["bad"]
+    assert leaked and not unmeasured
+    assert grown == ["toygrad.nodes", "toygrad.tensors"]
+    assert chain and "kept" in chain[0], chain  # the diagnosis walked the toy's objects
+    leaked, unmeasured, measured = found["good"]
+    assert not leaked and not unmeasured
+    assert {"toygrad.nodes", "toygrad.tensors", "gc.cyclic_garbage"} <= set(measured)
+    assert not found["torch"]  # nothing imported torch on the way
+
+
+def test_the_outlive_audit_counts_a_third_library(tmp_path: Path) -> None:
+    _with_toygrad(tmp_path)
+    (tmp_path / "test_outliving.py").write_text(OUTLIVING, encoding="utf-8")
+    run = _run(tmp_path, "-m", "pytest", "-q", "-p", "no:randomly", "-p", "no:cacheprovider",
+               "--graphleak", "--graphleak-outlive=fail", "test_outliving.py")  # fmt: skip
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "test_keeps_a_graph" in run.stdout and "KEPT" in run.stdout
+    assert "2 passed, 1 error" in run.stdout
+
+
+def test_the_registry_lists_each_library_once_and_imports_none() -> None:
+    names = [bundle.name for bundle in BUNDLES]
+    assert names == ["minigrad", "torch"] and len(set(names)) == len(names)
+    for bundle in BUNDLES:
+        assert bundle.packages and bundle.name in bundle.packages
+    assert [bundle.name for bundle, _ in loaded()] == [
+        name for name in names if name in sys.modules
+    ]
+
+
+@pytest.mark.parametrize("name", ["minigrad", "torch"])
+def test_a_stub_module_of_the_same_name_has_no_backend(name: str) -> None:
+    bundle = next(bundle for bundle in BUNDLES if bundle.name == name)
+    assert bundle.backend(object()) is None
