@@ -21,14 +21,10 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from pytest_graphleak.engine import tracker
+from pytest_graphleak.exceptions import GraphLeakError
 from pytest_graphleak.loop import LoopCheck
 from pytest_graphleak.options import CheckOptions, Settings, TrackOptions, call_settings
-from pytest_graphleak.pipeline import (
-    GraphLeakError,
-    error_result,
-    measure,
-    raise_or_warn,
-)
+from pytest_graphleak.pipeline import error_result, measure, raise_or_warn
 from pytest_graphleak.report.text import render_text
 from pytest_graphleak.result import CheckResult
 

@@ -39,6 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_graphleak.exceptions import BaselineError  # defined there, raised here
+
 #: The key naming the file's kind, whose value is its version; bump on any change of the
 #: layout that an older reader would misread.
 FORMAT_KEY = "graphleak_baseline"
@@ -54,10 +56,6 @@ KEY_FIELDS = ("test", "check", "pattern", "holder")
 FIELDS = (*KEY_FIELDS, "reason")
 #: The holder of a finding whose diagnosis named none (``--graphleak-no-diagnose``).
 NO_HOLDER = ""
-
-
-class BaselineError(ValueError):
-    """A baseline file that cannot be used; the message names the file and the entry."""
 
 
 @dataclass(frozen=True, order=True)

@@ -49,7 +49,7 @@ import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from pytest_graphleak import pipeline, session
+from pytest_graphleak import exceptions, pipeline, session
 from pytest_graphleak.engine import tracker
 from pytest_graphleak.engine.stride import MIN_SAMPLES, CpuLedger
 from pytest_graphleak.heap import gcstate
@@ -437,7 +437,7 @@ class LoopCheck:
         text = render_text(result)
         if self.on_leak == "raise" and _under_pytest():
             raise pipeline.failure(text, leaked=False, result=result)
-        warnings.warn(pipeline.GraphLeakWarning(text), stacklevel=_user_stacklevel())
+        warnings.warn(exceptions.GraphLeakWarning(text), stacklevel=_user_stacklevel())
 
     def close(self) -> None:
         """End measuring (the loop raised: no verdict on the open window, and a judged

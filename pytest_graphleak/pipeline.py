@@ -16,6 +16,12 @@ from typing import Any
 
 from pytest_graphleak import session
 from pytest_graphleak.engine import tracker
+from pytest_graphleak.exceptions import (
+    GraphLeakError,
+    GraphleakError,
+    GraphLeakWarning,
+    UnmeasuredError,
+)
 from pytest_graphleak.heap.usercode import is_user_file
 from pytest_graphleak.metrics import Metric
 from pytest_graphleak.options import Settings
@@ -24,38 +30,9 @@ from pytest_graphleak.result import CheckResult, CreationSite, Declaration, Diag
 from pytest_graphleak.verdict import Limits, confirm, judge, needs_recheck
 
 
-class GraphLeakWarning(UserWarning):
-    """A leak reported without failing: warn-only mode, ``on_leak="warn"``."""
-
-
-class GraphOutliveWarning(UserWarning):
-    """``--graphleak-outlive=warn``: a test left autograd graphs alive after its teardown.
-    A category of its own, so ``filterwarnings`` can select it (``error::...`` fails the
-    test at teardown, ``ignore::...`` silences it)."""
-
-
-class GraphOutliveError(AssertionError):
-    """``--graphleak-outlive=fail``: a test left autograd graphs alive after its teardown
-    (raised at teardown, so pytest reports an error at the teardown of that test)."""
-
-
-class _ReportError(AssertionError):
-    def __init__(self, message: str, result: CheckResult | None = None) -> None:
-        super().__init__(message)
-        #: Plain data only (no measured object), safe to keep.
-        self.result = result
-
-
-class GraphLeakError(_ReportError):
-    """A checked step leaked; the message is the full report (``render_text``)."""
-
-
-class UnmeasuredError(_ReportError):
-    """A check measured nothing its step uses (``result.unmeasured`` says why), so it
-    has no verdict to give: "clean" would be a silent pass."""
-
-
-def failure(text: str, *, leaked: bool, result: CheckResult | None = None) -> _ReportError:
+def failure(
+    text: str, *, leaked: bool, result: CheckResult | None = None
+) -> GraphleakError:
     """The error a failed check raises: GraphLeakError for a leak, UnmeasuredError for a
     check that measured nothing its step uses; ``text`` is its report."""
     return GraphLeakError(text, result) if leaked else UnmeasuredError(text, result)

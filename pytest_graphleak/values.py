@@ -11,9 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-
-class OptionError(ValueError):
-    """A setting with a bad value; the message says which, what and where from."""
+from pytest_graphleak.exceptions import OptionError  # defined there, raised here
 
 
 def _named(key: str, text: str) -> str:

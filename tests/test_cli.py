@@ -172,6 +172,11 @@ def test_several_targets_quiet_json_html_and_report_round_trip(
     assert "graphleak check " not in env.search(again).group(0)  # type: ignore[union-attr]
     assert env.sub("", first) == env.sub("", again)
 
+    # Every file writer is a flag of `report` too (writers.WRITERS): the JSON, written again.
+    code, _, err = run(capsys, "report", "out.json", "--json", "again.json")
+    assert code == EXIT_LEAK and "JSON report written to again.json" in err
+    assert json.loads(Path("again.json").read_text()) == document
+
 
 def test_clean_report_exits_0(steps_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert run(capsys, "check", f"{steps_file.name}::clean_step", *FAST, "-q",

@@ -252,7 +252,8 @@ def test_the_scans_see_a_reach_in() -> None:
 #: layer and the layers below; keyed by the package's top-level module or folder.
 LAYERS: tuple[tuple[str, ...], ...] = (
     # plain data
-    ("metrics", "patterns", "status", "result", "session", "values", "targets", "baseline"),
+    ("metrics", "patterns", "status", "result", "session", "values", "targets", "baseline",
+     "exceptions"),
     ("verdict",),  # the pure judgement
     ("heap", "probes"),  # what is measured, gc state, user code
     ("engine", "diagnose"),  # the measuring engine; the diagnosis of a leak
@@ -271,6 +272,12 @@ LAYER_ONE_IMPORTS: dict[str, str] = {
     "pytest_graphleak.result -> pytest_graphleak.status":
         "a CheckResult's status is status.check_status, the one status rule (both plain "
         "data); follow-up: the status rule could take the result's fields instead",
+    "pytest_graphleak.values -> pytest_graphleak.exceptions":
+        "the value checks raise OptionError, defined with every other error under one base "
+        "(GraphleakError); exceptions itself imports nothing",
+    "pytest_graphleak.baseline -> pytest_graphleak.exceptions":
+        "reading a baseline file raises BaselineError, defined with every other error under "
+        "one base (GraphleakError); exceptions itself imports nothing",
 }  # fmt: skip
 
 #: Imports made for annotations only (``if TYPE_CHECKING:``) that close an import circle:

@@ -16,8 +16,10 @@ import textwrap
 from collections.abc import Sequence
 
 from pytest_graphleak import __version__
-from pytest_graphleak.cli.exits import EXIT_INTERRUPTED, EXIT_USAGE, UsageError
-from pytest_graphleak.options import OptionError, add_command_flags
+from pytest_graphleak.cli.exits import EXIT_INTERRUPTED, EXIT_USAGE
+from pytest_graphleak.cli.outputs import output_flags
+from pytest_graphleak.exceptions import OptionError, UsageError
+from pytest_graphleak.options import add_command_flags
 from pytest_graphleak.report.ascii_text import degrade_to_ascii
 from pytest_graphleak.values import int_at_least
 
@@ -73,6 +75,7 @@ _REPORT_EPILOG = """\
 examples:
   graphleak report graphleak.json                  print every result
   graphleak report graphleak.json --html out.html  render it as one HTML file
+  graphleak report graphleak.json --json out.json  write it again (any report format)
 
 Reads a report written by `pytest --graphleak-report=PATH` or `graphleak check --json PATH`.
 
@@ -151,13 +154,15 @@ def build_parser() -> argparse.ArgumentParser:
     report = commands.add_parser(
         "report",
         help="render a saved JSON report in the terminal or as HTML",
-        description="Render a saved graphleak JSON report in the terminal, or as HTML.",
+        description="Render a saved graphleak JSON report in the terminal, or as HTML (or as "
+                    "any other report format).",
         epilog=_REPORT_EPILOG,
         formatter_class=formatter,
     )
     report.add_argument("path", metavar="PATH.json", help="the JSON report to read")
-    report.add_argument("--html", metavar="OUT", default=None,
-                        help="write a self-contained HTML file instead of printing")
+    for writer, flag in output_flags():  # every file writer (report.writers.WRITERS)
+        report.add_argument(flag, metavar="OUT", default=None, dest=writer.kind,
+                            help=f"write it to OUT as {writer.what} instead of printing")
     report.set_defaults(run=("pytest_graphleak.cli.report_cmd", "run_report"))
     return parser
 

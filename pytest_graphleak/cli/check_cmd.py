@@ -11,12 +11,13 @@ from pathlib import Path
 from typing import TextIO
 
 from pytest_graphleak.api import check
-from pytest_graphleak.cli.exits import EXIT_USER_CODE, UsageError, UserCodeError, exit_code
-from pytest_graphleak.cli.outputs import checked_outputs, write_output
+from pytest_graphleak.cli.exits import EXIT_USER_CODE, exit_code
+from pytest_graphleak.cli.outputs import checked_outputs, output_flags, write_output
 from pytest_graphleak.cli.target import Target, resolve, running_as
 from pytest_graphleak.cli.user_traceback import print_user_traceback
-from pytest_graphleak.options import OPTIONS_BY_KEY, Settings, settings_from_command
-from pytest_graphleak.pipeline import GraphLeakError, UnmeasuredError, error_result
+from pytest_graphleak.exceptions import GraphLeakError, UnmeasuredError, UsageError, UserCodeError
+from pytest_graphleak.options import Settings, settings_from_command
+from pytest_graphleak.pipeline import error_result
 from pytest_graphleak.report.environment import describe_run
 from pytest_graphleak.report.json_doc import CheckedTest, build_document
 from pytest_graphleak.report.text import render_result, verdict_line
@@ -138,8 +139,7 @@ def _load(spec: str, settings: Settings) -> Target | CheckResult:
 
 def _file_outputs(settings: Settings) -> list[tuple[Writer, str, Path | None]]:
     """Each file writer (``writers.WRITERS``) with its flag and checked path (None: off)."""
-    files = [(w, OPTIONS_BY_KEY[w.option].command_flag or w.option) for w in WRITERS
-             if w.to_file]  # fmt: skip
+    files = output_flags()
     paths = checked_outputs(*((flag, getattr(settings, w.option), w.kind) for w, flag in files))
     return [(writer, flag, path) for (writer, flag), path in zip(files, paths, strict=True)]
 

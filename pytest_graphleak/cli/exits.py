@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pytest_graphleak import status
+from pytest_graphleak.exceptions import UsageError as UsageError  # where they were
+from pytest_graphleak.exceptions import UserCodeError as UserCodeError
 from pytest_graphleak.result import CheckResult
 
 #: The step ran ``warmup + steps`` times and nothing grew.
@@ -20,14 +22,6 @@ EXIT_USER_CODE = status.BY_WORD["error"].exit_code
 EXIT_UNMEASURED = status.BY_WORD["unmeasured"].exit_code
 #: Ctrl-C, as shells report a SIGINT.
 EXIT_INTERRUPTED = 130
-
-
-class UsageError(Exception):
-    """A mistake on the command line; the message says what was wrong and where."""
-
-
-class UserCodeError(Exception):
-    """The user's code raised; ``__cause__`` carries the original exception."""
 
 
 def exit_code(results: Sequence[CheckResult]) -> int:

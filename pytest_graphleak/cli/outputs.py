@@ -5,9 +5,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pytest_graphleak.cli.exits import UsageError
+from pytest_graphleak.exceptions import OutputPathError, UsageError
+from pytest_graphleak.options import OPTIONS_BY_KEY
 from pytest_graphleak.report.json_doc import write_text_atomic
-from pytest_graphleak.report.output_paths import Output, OutputPathError, check_outputs
+from pytest_graphleak.report.output_paths import Output, check_outputs
+from pytest_graphleak.report.writers import WRITERS, Writer
+
+
+def output_flags() -> list[tuple[Writer, str]]:
+    """Each file writer (``writers.WRITERS``) with its ``graphleak`` flag (``--json``,
+    ``--html``: its option's ``command_flag``): ``check`` and ``report`` take the same."""
+    return [(w, OPTIONS_BY_KEY[w.option].command_flag or f"--{w.kind}") for w in WRITERS
+            if w.to_file]  # fmt: skip
 
 
 def checked_outputs(*outputs: tuple[str, str | None, str]) -> list[Path | None]:

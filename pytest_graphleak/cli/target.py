@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-from pytest_graphleak.cli.exits import UsageError, UserCodeError
+from pytest_graphleak.exceptions import UsageError, UserCodeError
 from pytest_graphleak.targets import parse_target, walk
 
 

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from pytest_graphleak.cli.exits import UsageError
+from pytest_graphleak.exceptions import UsageError
 from pytest_graphleak.probes.torch_probe import WeakBaseline, count_nodes, tensors_among
 
 # The tiny character transformer: small enough for ~80 steps in a few seconds.

@@ -23,7 +23,7 @@ from pytest_graphleak.demo.backends import Backend, Counter, minigrad_backend, t
 from pytest_graphleak.demo.plot import Metric, PlotRun, render_plot
 from pytest_graphleak.demo.progress import PHASES, Display, StepRecord, bar, format_line, rss_mb
 from pytest_graphleak.demo.user_code import load_training_script
-from pytest_graphleak.pipeline import GraphLeakError
+from pytest_graphleak.exceptions import GraphLeakError
 from pytest_graphleak.report.text import render_result
 from pytest_graphleak.result import CheckResult
 from pytest_graphleak.status import BY_WORD

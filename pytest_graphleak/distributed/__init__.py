@@ -36,7 +36,8 @@ from pytest_graphleak.distributed.factory import (
     factory_label,
     factory_ref,
 )
-from pytest_graphleak.distributed.results import DistributedResult, RankError, RankResult
+from pytest_graphleak.distributed.results import DistributedResult, RankResult
+from pytest_graphleak.exceptions import RankError
 
 __all__ = [
     "DEFAULT_START_TIMEOUT_S", "DEFAULT_TIMEOUT_S", "DistributedResult", "FactoryLike",

@@ -6,17 +6,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_graphleak.exceptions import RankError
 from pytest_graphleak.pipeline import raise_or_warn
 from pytest_graphleak.report.span import raised_text
 from pytest_graphleak.report.text import render_text
 from pytest_graphleak.result import CheckResult
-
-
-class RankError(AssertionError):
-    """A rank raised, crashed or hung; the message holds each failed rank's traceback.
-
-    An AssertionError so that pytest shows it as a test failure (not an internal error).
-    """
 
 
 @dataclass
@@ -80,7 +74,8 @@ class DistributedResult:
         """RankError if a rank raised/crashed/hung, else GraphLeakError if a rank leaked,
         else UnmeasuredError if a rank measured nothing."""
         if self.failed_ranks:
-            raise RankError(self.failure_text())
+            first = next((r.result for r in self.ranks if r.failed and r.result is not None), None)
+            raise RankError(self.failure_text(), first)
         if self.leaked or self.unmeasured_ranks:
             text = self.leak_text() if self.leaked else self.unmeasured_text()
             raise_or_warn(text, leaked=self.leaked)

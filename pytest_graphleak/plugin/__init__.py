@@ -21,9 +21,9 @@ import pytest
 
 from pytest_graphleak import api, distributed, options, patterns, pipeline
 from pytest_graphleak.api import Track
+from pytest_graphleak.exceptions import GraphLeakError, GraphLeakWarning, UnmeasuredError
 from pytest_graphleak.heap.usercode import is_pytest_module
 from pytest_graphleak.options import CheckOptions, OptionError, Settings, TrackOptions
-from pytest_graphleak.pipeline import GraphLeakError, GraphLeakWarning, UnmeasuredError
 from pytest_graphleak.plugin import async_tests, terminal
 from pytest_graphleak.plugin.baseline import mark_known
 from pytest_graphleak.plugin.failure_repr import one_line_repr

@@ -34,9 +34,9 @@ import pytest
 
 from pytest_graphleak.diagnose.outlive import Deferred, Explained, Holder, Listed, Targets, explain
 from pytest_graphleak.engine.outlive import Census
+from pytest_graphleak.exceptions import GraphOutliveError, GraphOutliveWarning
 from pytest_graphleak.heap.usercode import is_user_module
 from pytest_graphleak.options import Settings
-from pytest_graphleak.pipeline import GraphOutliveError, GraphOutliveWarning
 from pytest_graphleak.plugin import outlive_rerun
 from pytest_graphleak.plugin.baseline import unknown
 from pytest_graphleak.plugin.outlive_roots import (
@@ -138,7 +138,7 @@ class OutliveAudit:
             return
         text = "\n".join(render_text(result) for result in new)
         if self.mode == "fail":
-            raise GraphOutliveError(text)
+            raise GraphOutliveError(text, results)
         _warn(item, text)
 
     def _audit(

@@ -29,7 +29,8 @@ from typing import Any
 import pytest
 
 from pytest_graphleak import baseline
-from pytest_graphleak.baseline import Baseline, BaselineError, Key
+from pytest_graphleak.baseline import Baseline, Key
+from pytest_graphleak.exceptions import BaselineError
 from pytest_graphleak.options import Settings
 from pytest_graphleak.result import CheckResult
 

@@ -34,6 +34,7 @@ from typing import Any
 import pytest
 
 from pytest_graphleak import options
+from pytest_graphleak.exceptions import OutputPathError
 from pytest_graphleak.options import Settings
 from pytest_graphleak.plugin.baseline import BaselineRun, configured
 from pytest_graphleak.plugin.terminal import summary_lines
@@ -46,7 +47,7 @@ from pytest_graphleak.report.json_doc import (
     write_text_atomic,
 )
 from pytest_graphleak.report.junit import junit_properties
-from pytest_graphleak.report.output_paths import Output, OutputPathError, check_outputs
+from pytest_graphleak.report.output_paths import Output, check_outputs
 from pytest_graphleak.report.summary import NOTHING_CHECKED, counts, sentence
 from pytest_graphleak.report.writers import WRITER_OPTIONS, WRITERS, Run, Writer
 from pytest_graphleak.result import CheckResult

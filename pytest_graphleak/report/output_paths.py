@@ -21,15 +21,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from pytest_graphleak.exceptions import OutputPathError
 from pytest_graphleak.report.json_doc import file_head
 from pytest_graphleak.report.writers import WRITERS
 
 #: Marks the SVG that ``graphleak demo --plot`` writes, so a second run may replace it.
 PLOT_MARK = "<!-- graphleak demo plot -->"
-
-
-class OutputPathError(ValueError):
-    """An output path that would destroy a file or collide; the message says which."""
 
 
 @dataclass(frozen=True)

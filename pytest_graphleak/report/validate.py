@@ -14,6 +14,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from pytest_graphleak.exceptions import SchemaError
+
+__all__ = ["SchemaError", "validate"]
+
 #: Keywords that only describe (never constrain) a value.
 _ANNOTATIONS = frozenset({"$schema", "$id", "$defs", "title", "description"})
 _CHECKED = frozenset({
@@ -30,14 +34,6 @@ _TYPES: dict[str, Any] = {
     "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
     "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
 }
-
-
-class SchemaError(ValueError):
-    """The document does not match the schema; ``field`` says where (``tests[0].name``)."""
-
-    def __init__(self, field: str, problem: str) -> None:
-        super().__init__(f"{field or 'the document'}: {problem}")
-        self.field = field
 
 
 def validate(document: object, schema: Mapping[str, Any]) -> None:
