@@ -1,18 +1,76 @@
-"""Suite-wide settings for the pytest and graphleak subprocesses that tests start."""
+"""Suite-wide settings for the pytest and graphleak subprocesses that tests start, and
+the helpers several test modules share (``from conftest import FAST, REPO``).
+
+In-process ``pytester.runpytest`` or ``runpytest_subprocess``: see CONTRIBUTING.md,
+"Testing the plugin". The guard ``_in_process_runs_keep_gc_state`` below enforces the
+part of that rule a test can check.
+"""
 
 from __future__ import annotations
 
+import gc
 import os
+import re
 import sys
 import sysconfig
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
 
+from pytest_graphleak.heap.gcstate import user_frozen_count
+
 #: Plugins that the pytest runs tests start do without (see ``_lean_subprocesses``).
 LEAN_ADDOPTS = "-p no:hypothesispytest -p no:trio -p no:anyio"
+
+#: The repository's root directory.
+REPO = Path(__file__).resolve().parents[1]
+
+#: Flags for a pytester run of this plugin alone: no cache files, the tests in file
+#: order (not pytest-randomly's), one process (not pytest-xdist's workers).
+FAST = ("-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:xdist")
+
+#: (enabled, thresholds, debug flags, objects frozen by the user): the gc state a check,
+#: a test or an in-process pytest run must leave as it found it.
+GcState = tuple[bool, tuple[int, ...], int, int]
+
+
+def gc_state() -> GcState:
+    return gc.isenabled(), gc.get_threshold(), gc.get_debug(), user_frozen_count()
+
+
+@pytest.fixture
+def restore_gc() -> Iterator[GcState]:
+    """Whatever a test does to gc, the rest of the session gets the original back
+    (``gc.garbage`` too); yields the state it will restore."""
+    before = gc_state()
+    garbage = list(gc.garbage)
+    try:
+        yield before
+    finally:
+        gc.unfreeze()
+        gc.set_debug(before[2])
+        gc.set_threshold(*before[1])
+        (gc.enable if before[0] else gc.disable)()
+        gc.garbage[:] = garbage
+
+
+def report_section(lines: Sequence[str]) -> list[str]:
+    """The lines of the "graphleak report" section of a pytest run's output: its
+    header line up to the next ``=`` line."""
+    start = next(i for i, line in enumerate(lines) if "graphleak report" in line)
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("=")), len(lines))
+    return list(lines[start:end])
+
+
+def failure_section(output: str, name: str) -> str:
+    """The failure section of one test (its name a part of the ``___ name ___`` line) in
+    a pytest run's output."""
+    match = re.search(r"_{3,} (\S*" + re.escape(name) + r"\S*) _{3,}\n(.*?)(?=\n_{3,} |\n={3,})",
+                      output, re.S)  # fmt: skip
+    assert match, f"no failure section for {name}"
+    return match.group(2)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -37,6 +95,21 @@ def _lean_subprocesses(request: pytest.FixtureRequest, monkeypatch: pytest.Monke
         request.getfixturevalue("pytester")
     monkeypatch.setenv("PYTEST_ADDOPTS", LEAN_ADDOPTS)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
+
+
+@pytest.fixture(autouse=True)
+def _in_process_runs_keep_gc_state(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test that runs pytest in this process (``pytester.runpytest``) shares the
+    runner's gc: the run must leave it as it found it, or the tests after it measure with
+    another gc. Tests that change gc on purpose restore it (``restore_gc``) or run pytest
+    in a subprocess."""
+    if "pytester" not in request.fixturenames or "restore_gc" in request.fixturenames:
+        yield
+        return
+    before = gc_state()
+    yield
+    assert gc_state() == before, "an in-process pytest run changed the gc state: run it " \
+        "with runpytest_subprocess (CONTRIBUTING.md, Testing the plugin)"
 
 
 @pytest.fixture

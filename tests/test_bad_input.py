@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import failure_section
 
 pytest.importorskip("minigrad")
 pytest.importorskip("pytest_graphleak.plugin")
@@ -287,7 +288,7 @@ def test_odd_tests_fail_pass_skip_and_xfail_as_they_should(pytester: pytest.Pyte
         "test_odd.py::test_thread_per_step_leaky",
     }, out
     # the raising step: its own traceback, and the report says at which step
-    assert "list-accumulation" not in _section(out, "test_raises_on_fifth_call")
+    assert "list-accumulation" not in failure_section(out, "test_raises_on_fifth_call")
     if sys.version_info >= (3, 11):  # exception notes are shown from 3.11 on
         result.stdout.fnmatch_lines(["*graphleak: raised at step 5 of 14 (measured step*"])
     report = json.loads((pytester.path / "r.json").read_text())
@@ -301,23 +302,15 @@ def test_odd_tests_fail_pass_skip_and_xfail_as_they_should(pytester: pytest.Pyte
         "test_odd.py::test_raises_on_fifth_call": "ValueError: boom on call 5"
     }
     # every leak names its pattern and the root that holds it
-    assert "fixture 'state'" in _section(out, "test_yield_fixture_leaky")
-    assert "self" in _section(out, "TestMethods.test_method_leaky")
-    assert "global 'SHARED'" in _section(out, "test_thread_per_step_leaky")
+    assert "fixture 'state'" in failure_section(out, "test_yield_fixture_leaky")
+    assert "self" in failure_section(out, "TestMethods.test_method_leaky")
+    assert "global 'SHARED'" in failure_section(out, "test_thread_per_step_leaky")
     for name in ("test_yield_fixture_leaky", "test_parametrized[leaky]", "test_method_leaky"):
-        assert "list-accumulation" in _section(out, name), name
+        assert "list-accumulation" in failure_section(out, name), name
     result.stdout.fnmatch_lines(["SKIPPED*skipped on call 4*", "XFAIL*xfail inside a step*"])
     assert "test_user_gc_state" not in "".join(
         line for line in out.splitlines() if line.startswith(("FAILED", "ERROR"))
     )
-
-
-def _section(output: str, name: str) -> str:
-    """The failure section of one test in pytest's output."""
-    match = re.search(r"_{3,} (\S*" + re.escape(name) + r"\S*) _{3,}\n(.*?)(?=\n_{3,} |\n={3,})",
-                      output, re.S)  # fmt: skip
-    assert match, f"no failure section for {name}"
-    return match.group(2)
 
 
 UNITTEST_CASES = """
@@ -381,10 +374,10 @@ def test_marked_unittest_method_is_checked(pytester: pytest.Pytester) -> None:
         "* test_unit.py::TestLoop::test_leaky - *",  # the failure word is the reporter's
         "FAILED test_unit.py::TestLoop::test_world_size - *",
     ])  # fmt: skip
-    leaky = _section(out, "TestLoop.test_leaky")
+    leaky = failure_section(out, "TestLoop.test_leaky")
     assert "leaks: list-accumulation" in leaky and "TestLoop.history" in leaky, leaky
     assert "Traceback" not in leaky and "plugin.py" not in leaky, leaky  # the report only
-    assert "not supported on unittest.TestCase methods" in _section(out, "test_world_size")
+    assert "not supported on unittest.TestCase methods" in failure_section(out, "test_world_size")
 
 
 # ------------------------------------------------------------ KeyboardInterrupt
@@ -604,6 +597,6 @@ def test_without_torch_and_without_minigrad(
     both = pytester.runpytest_subprocess("--graphleak", "-rA")
     both.assert_outcomes(passed=4, failed=2, skipped=1)
     out = both.stdout.str()
-    assert "list-accumulation" in _section(out, "test_minigrad_leaky")
-    assert "memory-growth" in _section(out, "test_numpy_memory_growth")
+    assert "list-accumulation" in failure_section(out, "test_minigrad_leaky")
+    assert "memory-growth" in failure_section(out, "test_numpy_memory_growth")
     assert "Traceback" not in out.split("= FAILURES =")[0]  # no internal crash before tests

@@ -14,11 +14,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import REPO
 
 from pytest_graphleak.cli.exits import EXIT_CLEAN, EXIT_LEAK
 from pytest_graphleak.report.ascii_text import ascii_look_alike
-
-REPO = Path(__file__).resolve().parent.parent
 
 _STEPS = """\
 import minigrad as mg

@@ -16,10 +16,9 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import REPO
 
 from pytest_graphleak.cli.exits import EXIT_CLEAN, EXIT_INTERRUPTED, EXIT_USAGE, EXIT_USER_CODE
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 def graphleak(

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import FAST
 
 from pytest_graphleak import UnmeasuredError, check, track
 from pytest_graphleak.cli.exits import EXIT_UNMEASURED
@@ -28,7 +29,6 @@ try:
 except ImportError:  # the torch cases skip
     torch = None
 
-FAST = ("-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:xdist")
 # The other runs are in-process (pytester.runpytest): their files import torch and
 # minigrad at the top, as this process has, so a subprocess would test nothing more.
 

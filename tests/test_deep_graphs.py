@@ -18,10 +18,10 @@ import itertools
 import json
 
 import pytest
+from conftest import FAST
 
 pytest.importorskip("torch")
 
-FAST = ("-p", "no:randomly", "-p", "no:cacheprovider")
 
 HELD_BY_A_FIXTURE = """
 import pytest

@@ -111,7 +111,6 @@ def test_ddp_leak_is_caught_on_its_rank_and_the_fixed_twin_passes() -> None:
 
 
 def test_a_failing_rank_is_named_with_its_traceback_and_its_peer_is_stopped() -> None:
-    started = time.monotonic()
     with pytest.raises(RankError) as caught:
         check_distributed(make_failing_step, world_size=2, steps=4, warmup=1, timeout=60)
     text = str(caught.value)
@@ -123,8 +122,9 @@ def test_a_failing_rank_is_named_with_its_traceback_and_its_peer_is_stopped() ->
     rank0 = text[text.index("--- rank 0 (after rank 1 failed) ---") :]
     assert "rank 0 stopped: rank(s) 1 failed" in rank0
     assert "hang_here_forever" in rank0  # its stacks, asked for before it was stopped
-    # The hung peer was not waited for until the 60 s timeout.
-    assert time.monotonic() - started < 45
+    # The hung peer was stopped because its peer failed ("rank 0 stopped" above), not
+    # waited for until the 60 s timeout: the words say so, no clock is asserted.
+    assert "did not finish within" not in rank0
 
 
 def test_failures_are_listed_first_failure_first() -> None:

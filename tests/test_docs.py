@@ -7,12 +7,10 @@ import importlib.util
 import json
 import re
 import sys
-from pathlib import Path
 from types import ModuleType
 
 import pytest
-
-REPO = Path(__file__).resolve().parents[1]
+from conftest import REPO
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ import gc
 import subprocess
 import sys
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
@@ -43,19 +43,6 @@ class Snapshot:
         )
 
 
-@pytest.fixture
-def restore_gc() -> Iterator[None]:
-    """Whatever a test does to gc, the rest of the session gets the original back."""
-    before = Snapshot.now()
-    garbage = list(gc.garbage)
-    try:
-        yield
-    finally:
-        gc.unfreeze()
-        gc.set_debug(before.debug)
-        gc.set_threshold(*before.threshold)
-        (gc.enable if before.enabled else gc.disable)()
-        gc.garbage[:] = garbage
 
 
 def clean_step() -> None:

@@ -8,6 +8,7 @@ import dataclasses
 import inspect
 
 import pytest
+from conftest import FAST
 
 from pytest_graphleak import api, distributed, options, plugin
 from pytest_graphleak.options import (
@@ -19,8 +20,6 @@ from pytest_graphleak.options import (
     keywords,
     settings_from,
 )
-
-FAST = ("-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:xdist")
 
 COUNTING = """
 import pytest

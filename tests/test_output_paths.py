@@ -9,10 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import FAST
 
 from pytest_graphleak.report.output_paths import Output, OutputPathError, check_outputs
-
-FAST = ("-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:xdist")
 
 TEST_MODEL = """\
 import pytest

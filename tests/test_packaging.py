@@ -17,8 +17,7 @@ from email.parser import Parser
 from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parents[1]
+from conftest import REPO
 
 #: Tracked files that are deliberately left out of the sdist.
 NOT_IN_SDIST = {".gitignore"}

@@ -10,11 +10,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import FAST
 
 pytest.importorskip("torch")
 pytest.importorskip("minigrad")
 
-FAST = ("-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:xdist")
 
 CATALOGUE = '''
 import numpy as np

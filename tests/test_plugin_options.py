@@ -5,8 +5,8 @@ where ``import torch`` fails."""
 from __future__ import annotations
 
 import pytest
+from conftest import FAST
 
-FAST = ("-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:xdist")
 # Runs are in-process (pytester.runpytest) where a fresh process adds nothing: options,
 # ini files, validation and help read the same in-process.
 

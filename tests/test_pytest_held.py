@@ -12,10 +12,9 @@ import sys
 import warnings
 
 import pytest
+from conftest import FAST
 
 from pytest_graphleak.plugin.pytest_held import released_property, released_record, released_warning
-
-FAST = ("-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:xdist")
 
 HELD_BY_PYTEST = '''
 import logging

@@ -11,15 +11,13 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import REPO
 
 from pytest_graphleak.report.json_doc import load_schema
 from pytest_graphleak.report.validate import SchemaError, validate
-
-REPO = Path(__file__).resolve().parent.parent
 
 SUITE = """
 import pytest

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from conftest import report_section
 
 from pytest_graphleak.options import Settings
 from pytest_graphleak.plugin import session_report
@@ -159,13 +160,6 @@ def _fake_suite(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_fake=FAKE_TESTS)
 
 
-def _section(lines: list[str]) -> list[str]:
-    """The lines of the "graphleak report" section of a run's output."""
-    start = next(i for i, line in enumerate(lines) if "graphleak report" in line)
-    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("=")), len(lines))
-    return lines[start:end]
-
-
 class _Tags(HTMLParser):
     def __init__(self) -> None:
         super().__init__()
@@ -199,7 +193,7 @@ def test_verbose_run_summary_status_json_html_junit(pytester: pytest.Pytester) -
             "LEAKED test_fake.py::test_leaky - AssertionError: graph leak*",
         ]
     )
-    section = _section(result.outlines)
+    section = report_section(result.outlines)
     text = "\n".join(section)
     pytester_lines = pytest.LineMatcher(section)
     pytester_lines.fnmatch_lines(
@@ -291,7 +285,7 @@ def test_quiet_run_with_ini_paths_and_letters(
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     # The progress line: L for a leak that failed, l for a leak that only warned.
     result.stdout.fnmatch_lines(["../test_fake.py Ll.FLL.. *"])
-    section = "\n".join(_section(result.outlines))
+    section = "\n".join(report_section(result.outlines))
     assert "test_clean" not in section  # clean tests are listed only with -v
     assert "graphleak: 6 checked: 3 leaked, 1 warned, 1 error, 1 clean" in section
     assert (pytester.path / "reports/ini.json").is_file()
@@ -358,7 +352,7 @@ def _run_fake_suite(pytester: pytest.Pytester, *args: str) -> tuple[object, str,
     result = pytester.runpytest_subprocess(
         *BASE_ARGS, "-v", "--graphleak-report=out/r.json", "--graphleak-html=out/r.html", *args
     )
-    summary = "\n".join(_section(result.outlines))
+    summary = "\n".join(report_section(result.outlines))
     # The environment block names this run (time, command, duration): not compared.
     html = re.sub(r'<details class="env">.*?</details>', "", (out / "r.html").read_text())
     return result.parseoutcomes(), summary, (out / "r.json").read_text(), html

@@ -15,6 +15,7 @@ from typing import Any
 
 import jsonschema
 import pytest
+from conftest import report_section
 
 from pytest_graphleak.report.json_doc import load_schema
 
@@ -120,14 +121,6 @@ def _run(pytester: pytest.Pytester, *args: str) -> tuple[pytest.RunResult, dict[
     return result, document
 
 
-def _section(result: pytest.RunResult) -> list[str]:
-    """The lines of the "graphleak report" section."""
-    lines = result.outlines
-    start = next(i for i, line in enumerate(lines) if "graphleak report" in line)
-    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("=")), len(lines))
-    return lines[start:end]
-
-
 def _junit_statuses(pytester: pytest.Pytester) -> dict[str, list[str]]:
     """Test name -> every ``graphleak.status`` property of its test cases."""
     statuses: dict[str, list[str]] = {}
@@ -170,7 +163,7 @@ def test_expected_failures_read_as_xfailed_and_status_words_print_plain(
     )
     assert "('LEAK" not in result.stdout.str()
 
-    section = _section(result)
+    section = report_section(result.outlines)
     pytest.LineMatcher(section).fnmatch_lines(
         [
             "XFAIL   test_status.py::TestCaseLeak::test_expected_leak  list-accumulation  "
@@ -219,7 +212,7 @@ def test_only_the_final_attempt_of_a_rerun_test_counts(pytester: pytest.Pytester
         ]
     )
     result.stdout.fnmatch_lines(["LEAKED test_rerun.py::test_leaks_twice - list-accumulation: *"])
-    section = _section(result)
+    section = report_section(result.outlines)
     pytest.LineMatcher(section).fnmatch_lines(
         [
             "CLEAN   test_rerun.py::test_flaky_marker  (* steps after * warmup; catches 1 "

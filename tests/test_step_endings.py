@@ -14,10 +14,10 @@ import sys
 from typing import Any
 
 import pytest
+from conftest import FAST
 
 pytest.importorskip("minigrad")
 
-FAST = ("-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:xdist")
 
 ENDINGS = '''
 import sys

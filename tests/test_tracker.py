@@ -6,25 +6,13 @@ import gc
 
 import numpy as np
 import pytest
+from conftest import gc_state
 
 from pytest_graphleak.engine import tracker
-from pytest_graphleak.heap.gcstate import user_frozen_count
 
 mg = pytest.importorskip("minigrad")
 
 
-def gc_state() -> tuple[object, ...]:
-    return gc.isenabled(), gc.get_threshold(), gc.get_debug(), user_frozen_count()
-
-
-@pytest.fixture
-def restore_gc():
-    before = gc_state()
-    yield before
-    gc.unfreeze()
-    gc.set_debug(before[2])
-    gc.set_threshold(*before[1])
-    gc.enable() if before[0] else gc.disable()
 
 
 def test_run_calls_warmup_plus_steps_and_samples_each_call(restore_gc) -> None:

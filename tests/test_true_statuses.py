@@ -14,10 +14,10 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import FAST
 
 pytest.importorskip("minigrad")
 
-FAST = ("-p", "no:randomly", "-p", "no:cacheprovider", "-p", "no:xdist")
 
 OWN_REASONS = """
 import sys

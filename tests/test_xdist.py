@@ -20,6 +20,7 @@ from typing import Any
 
 import jsonschema
 import pytest
+from conftest import report_section
 
 from pytest_graphleak.report.json_doc import load_schema
 
@@ -148,11 +149,9 @@ _FIGURES = re.compile(f"{_QUANTITY} -> {_QUANTITY}")
 
 
 def _summary(result: pytest.RunResult) -> list[str]:
-    lines = result.outlines
-    start = next(i for i, line in enumerate(lines) if "graphleak report" in line)
-    end = next(i for i in range(start + 1, len(lines)) if lines[i].startswith("="))
     # Figures and the padding that aligns them depend on the process: mask both.
-    return [re.sub(r"\s+", " ", _FIGURES.sub("A -> B", line)) for line in lines[start:end]]
+    return [re.sub(r"\s+", " ", _FIGURES.sub("A -> B", line))
+            for line in report_section(result.outlines)]
 
 
 class _Sections(HTMLParser):
