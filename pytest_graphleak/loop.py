@@ -619,7 +619,7 @@ class LoopCheck:
         __tracebackhide__ = True
         from pytest_graphleak.diagnose.loop_memory import GrowthWatch
         from pytest_graphleak.diagnose.sites import per_step
-        from pytest_graphleak.diagnose.stored_fix import reword_fix
+        from pytest_graphleak.words.fix import choose_fix
 
         assert self._pending is not None
         result, watch = self._pending
@@ -633,10 +633,10 @@ class LoopCheck:
                 watch.release()
             else:
                 watch.settle(diagnosis, ran=note is None, why=GROWTH_UNSEEN.get(note or "", ""))
-                reword_fix(diagnosis)
+                diagnosis.fix = choose_fix(diagnosis)
         elif diagnosis is not None and changes:
             diagnosis.stored_at = per_step(changes, 1, via)
-            reword_fix(diagnosis)
+            diagnosis.fix = choose_fix(diagnosis)  # worded for the line just found
         elif diagnosis is not None:
             diagnosis.notes.append(note or NOT_STORED_NEXT_STEP)
         self._publish(result, report=report)

@@ -25,7 +25,7 @@ from pytest_graphleak.exceptions import (
 from pytest_graphleak.heap.usercode import is_user_file
 from pytest_graphleak.metrics import Metric
 from pytest_graphleak.options import Settings
-from pytest_graphleak.patterns import FALLBACK, PATTERNS
+from pytest_graphleak.patterns import FALLBACK, FIXES, PATTERNS
 from pytest_graphleak.result import CheckResult, CreationSite, Declaration, Diagnosis, Verdict
 from pytest_graphleak.verdict import Limits, confirm, judge, needs_recheck
 
@@ -126,7 +126,8 @@ def explain(
         if not isinstance(diagnosis, Diagnosis):
             raise TypeError(f"diagnose() returned {diagnosis!r}")
     except Exception as exc:
-        return Diagnosis(counted, notes=[f"diagnosis failed: {type(exc).__name__}: {exc}"])
+        return Diagnosis(counted, notes=[f"diagnosis failed: {type(exc).__name__}: {exc}"],
+                         fix=FIXES.get(counted, ""))
     if diagnosis.pattern not in PATTERNS:
         diagnosis.notes.append(f"diagnosis gave pattern {diagnosis.pattern!r}; kept the count's")
         diagnosis.pattern = counted

@@ -105,6 +105,45 @@ def display_path(filename: str) -> str:
 
 
 @dataclass
+class Link:
+    """One link of the holder chain as a typed fact (``Diagnosis.links``): what the object
+    is and how the chain leaves it. The chain's labels (``Diagnosis.chain``) are its
+    rendering; the words (``words/``) read these fields, never the labels.
+
+    The first link is the root: ``kind`` "root", ``type`` the root's kind (``fixture``,
+    ``self``, ``local``, ``closure``, ``global``, or another holder's), ``name`` the
+    user's name for it (``st``, ``HISTORY``; "" when it has none)."""
+
+    kind: str  # root | tensor | node | container | tensordict | object
+    type: str  # the object's type name (``list``, ``Trainer``, ``Tensor``); a root's kind
+    name: str = ""  # the root's name
+    #: How the chain leaves this object: attribute, key, index, closure cell, ctx
+    #: attribute, hook, generator frame, member, graph, reference ("" at the chain's end).
+    edge: str = ""
+    #: The attribute's or cell's name, the key's repr (``'rows'``) or the index.
+    key: str = ""
+    #: A container's built-in base (list, deque, dict, set, tuple, frozenset; "" none).
+    base: str = ""
+    length: int | None = None  # a container's length (``heap.containers.length``)
+    shape: list[int] | None = None  # a tensor's shape
+    graph: bool = False  # a tensor that carries an autograd graph
+    #: A step can grow it in place: a list, deque, dict or set, a user's object with a
+    #: ``__len__``, a TensorDict-like object (``heap.containers.growable``).
+    grows: bool = False
+
+    @property
+    def named(self) -> bool:
+        """Is the link rendered as its type and the name the chain leaves it by
+        (``dict['rows']``, ``Trainer.history``), not as a description (``list(len=3)``)?"""
+        return self.edge in NAMED_EDGES
+
+
+#: The edges a chain label names (``Link.named``).
+NAMED_EDGES = frozenset({"key", "attribute", "closure cell", "generator frame",
+                         "context value", "ctx attribute", "hook"})  # fmt: skip
+
+
+@dataclass
 class Diagnosis:
     pattern: str
     #: Shortest reference path from a root the user knows to a leaked object,
@@ -125,12 +164,17 @@ class Diagnosis:
     #: What the numbers say the pattern means here, when it differs from the pattern's
     #: usual meaning (e.g. the kept tensors carry no graph); "" for the usual one.
     story: str = ""
-    #: The fix that applies here; "" for the pattern's usual fix (``patterns.FIXES``).
+    #: The fix that applies here, the one every surface shows: chosen once from the facts
+    #: (``words.fix.choose_fix``); the pattern's usual one (``patterns.FIXES``) when
+    #: nothing better is known, never "".
     fix: str = ""
     #: Tensors were kept and none carries an autograd graph (no graph node grew or was
     #: kept): set where the diagnosis is made, from its counts; the fix is then never
     #: ``.detach()`` (``stored_fix.reword_fix``).
     kept_without_graph: bool = False
+    #: The holder chain as typed links, root first, one per object (``Link``): what
+    #: ``chain`` renders, before a long run of graph nodes is elided.
+    links: list[Link] = field(default_factory=list)
 
 
 @dataclass
@@ -230,6 +274,7 @@ class CheckResult:
             diag = dict(data["diagnosis"])
             diag["sites"] = [CreationSite(**s) for s in diag.get("sites", [])]
             diag["stored_at"] = [CreationSite(**s) for s in diag.get("stored_at", [])]
+            diag["links"] = [Link(**link) for link in diag.get("links", [])]
             diagnosis = Diagnosis(**diag)
         site = data.get("error_site")
         return cls(

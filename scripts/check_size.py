@@ -24,11 +24,6 @@ MODULE_BUDGET = 500
 #: What was over the budget when it came in: ``path`` (a module) or ``path::qualname`` (a
 #: function) -> (its size then, in lines: the ceiling; why it is allowed for now).
 EXCEPTIONS: dict[str, tuple[int, str]] = {
-    "pytest_graphleak/diagnose/__init__.py::_diagnose_with_step": (
-        160,
-        "the whole re-run diagnosis in one body (observe, search, classify, notes): "
-        "split into typed facts, then the pattern, then the words (issue 37 item 1)",
-    ),
     "pytest_graphleak/report/svg.py::series_chart": (
         107,
         "one chart's frame, axes, ticks, band, line and labels drawn in order: one helper per part",
@@ -52,11 +47,6 @@ EXCEPTIONS: dict[str, tuple[int, str]] = {
         520,
         "the options table, one Option row per setting (data), and its resolution: "
         "the resolution could be its own module",
-    ),
-    "pytest_graphleak/diagnose/stored_fix.py": (
-        707,
-        "every container's fix line worded from regex reads of the rendered chain: "
-        "typed facts and one words module (issue 37 item 1, facts first)",
     ),
     "pytest_graphleak/report/html.py": (
         517,

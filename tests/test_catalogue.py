@@ -5,6 +5,10 @@
   names ``CULPRIT``, a creation site in the example file, and for list-accumulation and
   retained-grad-fn the ``stored at:`` line ``STORED_AT`` of the example file; an example
   whose kept tensors carry no graph (``NO_GRAPH``) is told so and never told to detach;
+- each leak's one fix (``Diagnosis.fix``, chosen once by ``words.fix.choose_fix``) is
+  what every surface shows: the failure text, the terminal's lines, the JSON's
+  ``diagnosis.fix``, the HTML page and the GitHub annotation
+  (``test_every_surface_shows_the_one_fix``);
 - one ``pytest --graphleak`` subprocess over the whole catalogue fails every
   ``test_leaky`` with the right failure text and passes every ``test_fixed``.
 
@@ -18,6 +22,7 @@ skipped cleanly without it.
 
 from __future__ import annotations
 
+import html
 import importlib.util
 import re
 import sys
@@ -28,8 +33,14 @@ import pytest
 
 import pytest_graphleak
 from pytest_graphleak.patterns import PATTERNS
+from pytest_graphleak.plugin.terminal import detail_lines
 from pytest_graphleak.probes import METRICS
+from pytest_graphleak.report.github import commands, document_rows
+from pytest_graphleak.report.html import render_html
+from pytest_graphleak.report.json_doc import CheckedTest, build_document
 from pytest_graphleak.report.text import render_text
+from pytest_graphleak.report.view import diagnosis_view
+from pytest_graphleak.result import CheckResult
 
 pytest.importorskip("torch")
 
@@ -126,6 +137,31 @@ def test_leak_is_diagnosed(path: Path) -> None:
         assert "graph-carrying" not in text and "(or loss.detach())" not in text, text
     if not _graph_grew(result):  # the story follows the numbers
         assert "retained-grad-fn" not in text, text
+
+
+@pytest.mark.parametrize("path", CATALOGUE, ids=lambda p: p.stem)
+def test_every_surface_shows_the_one_fix(path: Path) -> None:
+    """The fix is one field made once: the text, the terminal, the JSON (also read back),
+    the view, the HTML page and the GitHub annotation carry exactly it."""
+    module = load(path)
+    result = pytest_graphleak.check(module.leaky_step)
+    assert result.leaked and result.diagnosis is not None, result.verdict.reason
+    fix = result.diagnosis.fix
+    assert fix, "a diagnosis always holds its fix"
+    data = result.to_dict()
+    assert data["diagnosis"]["fix"] == fix
+    assert CheckResult.from_dict(data).diagnosis == result.diagnosis
+    assert [line.text for line in diagnosis_view(data["pattern"], data["diagnosis"])
+            if line.kind == "fix"] == [fix]  # fmt: skip
+    assert f"\n  fix: {fix}\n" in render_text(result) + "\n"
+    assert detail_lines(data).count(f"fix: {fix}") == 1
+    nodeid = f"{path.name}::test_leaky"
+    document = build_document([CheckedTest(nodeid, "failed", [data])], generated_by="test")
+    assert f"<dd class=\"fix\">{html.escape(fix)}</dd>" in render_html(document, draw=None)
+    rows = document_rows(document, {})
+    assert [row.summary.rpartition("; fix: ")[2] for row in rows] == [fix]
+    annotation = commands(rows, str(EXAMPLES.parent))
+    assert len(annotation) == 1 and annotation[0].endswith(f"; fix: {fix}".replace("%", "%25"))
 
 
 def _graph_grew(result: pytest_graphleak.CheckResult) -> bool:

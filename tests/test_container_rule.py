@@ -138,12 +138,72 @@ def test_a_subclass_of_a_container_gets_the_words_its_base_gets(
 
 
 def test_a_namedtuple_record_in_a_list_is_not_taken_for_the_list() -> None:
-    from pytest_graphleak.diagnose.stored_fix import stored_fix
+    from pytest_graphleak.result import Link
+    from pytest_graphleak.words.lines import stored_fix
 
-    chain = ["local 'kept'", "list(len=24)", "Batch(len=2)", "Tensor(shape=())"]
-    assert stored_fix("list-accumulation", "kept.append(Batch(x, y))", chain) == (
+    scalar = Link("tensor", "Tensor", shape=[])
+    batch = Link("container", "Batch", edge="index", base="tuple", length=2)
+    kept = [Link("root", "local", name="kept"),
+            Link("container", "list", edge="index", base="list", length=24), batch, scalar]
+    assert stored_fix("list-accumulation", "kept.append(Batch(x, y))", kept) == (
         ""  # a record: which field to detach is not known from this line
     )
-    assert stored_fix("list-accumulation", 'state["batch"] = Batch(x, y)',
-                      ["fixture 'state'", "dict['batch']", "Batch(len=2)",
-                       "Tensor(shape=())"]) == ""  # fmt: skip
+    state = [Link("root", "fixture", name="state"),
+             Link("container", "dict", edge="key", key="'batch'", base="dict"), batch, scalar]
+    assert stored_fix("list-accumulation", 'state["batch"] = Batch(x, y)', state) == ""  # fmt: skip
+
+
+class _TensorDictLike:
+    """Shaped like a TensorDict (``detach``, ``batch_size``, ``keys``): the library is
+    optional, so the rule tells one by its shape."""
+
+    batch_size: tuple[int, ...] = ()
+
+    def __init__(self, **items: Any) -> None:
+        self._items = dict(items)
+
+    def keys(self) -> Any:
+        return self._items.keys()
+
+    def detach(self) -> _TensorDictLike:
+        return _TensorDictLike(**{k: v.detach() for k, v in self._items.items()})
+
+
+def test_a_tensordict_kept_in_a_list_is_detached_whole() -> None:
+    torch = pytest.importorskip("torch")
+    lin = torch.nn.Linear(4, 2)
+    rollouts: list[Any] = []
+
+    def step() -> None:
+        td = _TensorDictLike(loss=lin(torch.randn(3, 4)).sum())
+        rollouts.append(td)
+
+    result = check(step, steps=8, warmup=2)
+    diagnosis = result.diagnosis
+    assert diagnosis is not None and diagnosis.pattern == "list-accumulation", result
+    assert [link.kind for link in diagnosis.links[1:3]] == ["container", "tensordict"]
+    assert diagnosis.fix == (
+        "store td.detach() instead of td (_TensorDictLike.detach() detaches every tensor it "
+        "holds), so that rollouts keeps no graph: rollouts.append(td.detach())"
+    )
+    assert length(_TensorDictLike(a=1, b=2)) == 2  # its entries, not its batch size
+
+
+def test_a_user_object_that_gains_an_attribute_each_step_grows() -> None:
+    torch = pytest.importorskip("torch")
+    lin = torch.nn.Linear(4, 1)
+
+    class Log:
+        pass
+
+    log = Log()
+    count = [0]
+
+    def step() -> None:
+        count[0] += 1
+        setattr(log, f"loss_{count[0]}", lin(torch.randn(2, 4)).sum())
+
+    result = check(step, steps=8, warmup=2)
+    diagnosis = result.diagnosis
+    assert diagnosis is not None and diagnosis.pattern == "list-accumulation", result
+    assert any("Log on the chain gains 1 attribute per step" in n for n in diagnosis.notes)

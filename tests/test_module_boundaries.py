@@ -256,7 +256,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
      "exceptions"),
     ("verdict",),  # the pure judgement
     ("heap", "probes"),  # what is measured, gc state, user code
-    ("engine", "diagnose"),  # the measuring engine; the diagnosis of a leak
+    ("engine", "diagnose", "words"),  # the measuring engine; the diagnosis and its words
     ("options",),  # the options table
     ("report",),  # renderings of results
     ("pipeline",),  # measure -> judge -> explain

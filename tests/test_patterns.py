@@ -10,10 +10,10 @@ import pytest
 
 from pytest_graphleak import patterns
 from pytest_graphleak.diagnose.classify import Facts, pattern_of
-from pytest_graphleak.diagnose.story import tell
 from pytest_graphleak.metrics import Metric
-from pytest_graphleak.result import Verdict
+from pytest_graphleak.result import Diagnosis, Verdict
 from pytest_graphleak.verdict import first_pattern
+from pytest_graphleak.words.fix import choose_fix, story_of
 
 SCHEMA = Path(patterns.__file__).parent / "report" / "schema.json"
 
@@ -43,13 +43,16 @@ def test_the_verdict_guesses_each_word_from_its_counts(row: patterns.PatternFact
 
 def test_the_no_graph_story_and_fix_come_from_the_table() -> None:
     kept = patterns.BY_WORD["list-accumulation"]
-    assert tell("list-accumulation", graph_grew=False, tensors=True, has_chain=True) == (
-        kept.no_graph_meaning, kept.no_graph_fix)  # fmt: skip
+    assert story_of("list-accumulation", graph_grew=False, tensors=True, has_chain=True) == (
+        kept.no_graph_meaning)  # fmt: skip
     assert "(.item())" in kept.no_graph_fix and "deque(maxlen=N)" in kept.no_graph_fix
-    story, fix = tell("memory-growth", graph_grew=False, tensors=True, has_chain=False)
-    assert fix == patterns.BY_WORD["memory-growth"].no_graph_fix
+    story = story_of("memory-growth", graph_grew=False, tensors=True, has_chain=False)
     assert story.startswith(patterns.BY_WORD["memory-growth"].no_graph_meaning)
-    assert tell("retained-grad-fn", graph_grew=False, tensors=True, has_chain=True) == ("", "")
+    assert story_of("retained-grad-fn", graph_grew=False, tensors=True, has_chain=True) == ""
+    bare = Diagnosis("memory-growth", kept_without_graph=True)  # the chooser's no-graph fix
+    assert choose_fix(bare) == patterns.BY_WORD["memory-growth"].no_graph_fix
+    bare.pattern = "list-accumulation"
+    assert choose_fix(bare) == kept.no_graph_fix
 
 
 def test_the_one_decider_only_gives_table_words() -> None:

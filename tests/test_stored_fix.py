@@ -1,6 +1,6 @@
 """The fix is worded for the ``stored at:`` line, with the user's own expressions.
 
-Unit tests of ``diagnose.stored_fix`` for each shape it knows (and the lines it leaves to
+Unit tests of ``words.lines`` for each shape it knows (and the lines it leaves to
 the pattern's usual fix), then real leaks through the public ``check()`` / ``track()``
 with torch and minigrad: the one fix reaches the text, the JSON data, the view and the
 GitHub summary alike.
@@ -8,6 +8,7 @@ GitHub summary alike.
 
 from __future__ import annotations
 
+import re
 import warnings
 from typing import Any
 
@@ -15,23 +16,68 @@ import pytest
 
 import minigrad as mg
 from pytest_graphleak import check, track
-from pytest_graphleak.diagnose.stored_fix import (
-    growth_fix,
-    kept_fix,
-    reword_fix,
-    statement_text,
-    stored_fix,
-)
+from pytest_graphleak.diagnose.facts import root_link
 from pytest_graphleak.loop import LoopCheck
 from pytest_graphleak.options import Settings
 from pytest_graphleak.patterns import FIXES
 from pytest_graphleak.report.github import document_rows
 from pytest_graphleak.report.text import render_text
 from pytest_graphleak.report.view import diagnosis_view
-from pytest_graphleak.result import CheckResult, CreationSite, Diagnosis, Verdict
+from pytest_graphleak.result import CheckResult, CreationSite, Diagnosis, Link, Verdict
+from pytest_graphleak.words import lines
+from pytest_graphleak.words.chain import holder_text
+from pytest_graphleak.words.fix import choose_fix, usual_fix
+from pytest_graphleak.words.lines import growth_fix
+from pytest_graphleak.words.source import statement_text
 
 LIST, RETAINED = "list-accumulation", "retained-grad-fn"
 pytest_plugins = ["pytester"]
+
+#: The typed links a chain label stands for, for writing the cases below as the chain
+#: reads (``facts.links_of`` makes them from the objects; this reads a test's labels).
+_TENSOR = re.compile(r"^(\w+)\(shape=\(([^)]*)\)(, grad_fn=)?")
+_SIZED = re.compile(r"^(\w+)\(len=(\d+)\)$")
+_KEYED = re.compile(r"^(\w+)\[(.+)\]$")
+_ATTR = re.compile(r"^(\w+)\.(\w+)$")
+_BUILTIN = ("list", "deque", "dict", "set", "tuple", "frozenset")
+_TUPLES = ("Batch",)  # the namedtuples of the cases below
+
+
+def links(chain: list[str] | None) -> list[Link] | None:
+    if chain is None:
+        return None
+    made = [root_link(chain[0])]
+    for label in chain[1:]:
+        if m := _TENSOR.match(label):
+            shape = [int(n) for n in m.group(2).replace(" ", "").split(",") if n]
+            made.append(Link("tensor", m.group(1), shape=shape, graph=bool(m.group(3))))
+        elif m := _SIZED.match(label):
+            name = m.group(1)
+            base = name if name in _BUILTIN else "tuple" if name in _TUPLES else "list"
+            made.append(Link("container", name, edge="index", base=base,
+                             length=int(m.group(2))))  # fmt: skip
+        elif m := _KEYED.match(label):
+            base = "dict" if "dict" in m.group(1).lower() else ""
+            made.append(Link("container", m.group(1), edge="key", key=m.group(2), base=base))
+        elif m := _ATTR.match(label):
+            made.append(Link("object", m.group(1), edge="attribute", key=m.group(2)))
+        else:
+            made.append(Link("node" if "Backward" in label else "object", label))
+    return made
+
+
+def stored_fix(pattern: str, line: str, chain: list[str] | None = None) -> str:
+    return lines.stored_fix(pattern, line, links(chain))
+
+
+def kept_fix(pattern: str, line: str, chain: list[str] | None = None) -> str:
+    return lines.kept_fix(pattern, line, links(chain))
+
+
+def reword_fix(diagnosis: Diagnosis) -> None:
+    """The one chooser, as every surface gets it (``words.fix.choose_fix``)."""
+    diagnosis.links = links(diagnosis.chain) or [] if diagnosis.chain else diagnosis.links
+    diagnosis.fix = choose_fix(diagnosis)
 
 
 @pytest.mark.parametrize(
@@ -364,9 +410,9 @@ def test_reword_fix_reads_the_graph_flag_not_the_story() -> None:
     bare = diagnosis(story="", bare=True)
     reword_fix(bare)
     assert bare.fix.startswith(NO_GRAPH + "bound or clear preds ")
-    none = Diagnosis(LIST, fix="usual")  # no stored-at line: the fix stays
+    none = Diagnosis(LIST, fix="usual")  # no stored-at line and no chain: the usual fix
     reword_fix(none)
-    assert none.fix == "usual"
+    assert none.fix == FIXES[LIST]
     assert CheckResult.from_dict(
         CheckResult("t", 0, 0, {}, {}, Verdict(leaked=True), diagnosis=bare).to_dict()
     ).diagnosis == bare
@@ -467,10 +513,8 @@ def test_an_extend_of_a_split_tensor_splits_the_detached_tensor() -> None:
 def test_the_usual_fix_names_the_chains_holder_and_no_invented_variable(
     chain: list[str], holder: str
 ) -> None:
-    from pytest_graphleak.diagnose.stored_fix import chain_holder, usual_fix
-
-    assert chain_holder(chain) == holder
-    fix = usual_fix(LIST, chain)
+    assert holder_text(links(chain) or []) == holder
+    fix = usual_fix(LIST, links(chain) or [])
     assert fix == (
         f"store plain numbers (.item()) or detached tensors (.detach()) in {holder}, not "
         "graph-carrying tensors" if holder else ""
@@ -478,14 +522,12 @@ def test_the_usual_fix_names_the_chains_holder_and_no_invented_variable(
     assert "loss" not in FIXES[LIST] + FIXES[RETAINED]
     diagnosis = Diagnosis(LIST, chain=chain)  # no stored-at line: the audit without re-run
     reword_fix(diagnosis)
-    assert diagnosis.fix == fix
+    assert diagnosis.fix == (fix or FIXES[LIST])
 
 
 def test_a_running_totals_usual_fix_names_the_entry_that_keeps_it() -> None:
-    from pytest_graphleak.diagnose.stored_fix import usual_fix
-
     chain = ["fixture 'state' (session scope)", "dict['total']", "Tensor(shape=())"]
-    assert usual_fix(RETAINED, chain) == (
+    assert usual_fix(RETAINED, links(chain) or []) == (
         "cut the graph that state['total'] keeps, each step: update it with .item() or "
         ".detach() values, detach it once per step if it is carried state (or "
         "unchain_backward()), or update it under no_grad()"
@@ -672,7 +714,7 @@ def test_a_loop_whose_backward_comes_before_the_store_in_its_body() -> None:
 def test_a_number_taken_from_the_container_feeds_no_backward(tmp_path: Any) -> None:
     """``n = len(pending)`` then ``(loss / n).backward()``: the backward runs through
     ``loss``, not through the kept tensors, so ``.item()`` on the stored line is right."""
-    from pytest_graphleak.diagnose.stored_fix import deferred_fix
+    from pytest_graphleak.words.lines import deferred_fix
 
     source = tmp_path / "steps.py"
     source.write_text(
@@ -685,11 +727,20 @@ def test_a_number_taken_from_the_container_feeds_no_backward(tmp_path: Any) -> N
     )
     site = CreationSite(str(source), 3, "pending.append(loss)", 1)
     chain = ["local 'pending'", "list(len=3)", SCALAR]
-    assert deferred_fix(LIST, site, "pending.append(loss)", chain) == ""
+    assert deferred_fix(LIST, site, "pending.append(loss)", links(chain) or []) == ""
     assert fix_of_line(site, chain).startswith("store loss.item() (a plain number)")
 
 
 def fix_of_line(site: CreationSite, chain: list[str]) -> str:
-    from pytest_graphleak.diagnose.stored_fix import fix_for_stored
+    from pytest_graphleak.words.lines import fix_for_stored
 
-    return fix_for_stored(LIST, [site], chain)
+    return fix_for_stored(LIST, [site], links(chain) or [])
+
+
+def test_a_kept_object_is_worded_with_the_path_to_its_tensor() -> None:
+    """The typed chain gives the path from the kept object to the tensor, however deep."""
+    chain = ["local 'rollouts'", "list(len=3)", "Rollout.data", "dict['obs']", MATRIX]
+    assert stored_fix(LIST, "rollouts.append(r)", chain) == (
+        "rollouts keeps each Rollout with the graph that its .data['obs'] carries: keep "
+        "r.data['obs'].detach() instead of r, or detach r.data['obs'] before it is stored"
+    )

@@ -19,7 +19,7 @@ from pytest_graphleak.plugin.terminal import (
     unchecked_hint,
 )
 from pytest_graphleak.probes import METRICS
-from pytest_graphleak.result import CheckResult, Diagnosis, Growth, Verdict
+from pytest_graphleak.result import CheckResult, Diagnosis, Growth, Link, Verdict
 
 
 def _result(pattern: str, growths: list[Growth], diagnosis: Diagnosis | None) -> CheckResult:
@@ -39,7 +39,11 @@ def test_short_message_names_pattern_rate_and_holder() -> None:
         "list-accumulation",
         [Growth("torch.nodes", 18, 78, 4), Growth("torch.storage_bytes", 88, 148, 4),
          Growth("torch.tensors", 8, 23, 1)],
-        Diagnosis(pattern="list-accumulation", chain=chain),
+        Diagnosis(pattern="list-accumulation", chain=chain, links=[
+            Link("root", "fixture", name="state"),
+            Link("container", "dict", edge="key", key="'losses'", base="dict"),
+            Link("container", "list", edge="index", base="list", length=24),
+            Link("tensor", "Tensor", shape=[])]),
     )  # fmt: skip
     assert short_message(result) == (
         "list-accumulation: +1 tensor/step, held by fixture 'state' -> dict['losses']"
@@ -47,8 +51,11 @@ def test_short_message_names_pattern_rate_and_holder() -> None:
     total = _result(
         "retained-grad-fn",
         [Growth("minigrad.nodes", 5, 50, 3)],
-        Diagnosis(pattern="retained-grad-fn", chain=["self", "Trainer.tr_loss", "Tensor(x)"]),
-    )
+        Diagnosis(pattern="retained-grad-fn", chain=["self", "Trainer.tr_loss", "Tensor(x)"],
+                  links=[Link("root", "self", name="self"),
+                         Link("object", "Trainer", edge="attribute", key="tr_loss"),
+                         Link("tensor", "Tensor", shape=[2])]),
+    )  # fmt: skip
     assert short_message(total) == (
         "retained-grad-fn: +3 graph nodes/step, held by self -> Trainer.tr_loss"
     )

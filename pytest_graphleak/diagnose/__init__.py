@@ -22,29 +22,31 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_graphleak.diagnose.backends import NODE, TENSOR, Backend, TorchBackend, active_backends
 from pytest_graphleak.diagnose.classify import Facts, Grown, grown_of, pattern_of
-from pytest_graphleak.diagnose.cycles import cycle_story, find_first, pack_hook_cycle
+from pytest_graphleak.diagnose.cycles import SeenCycle, cycle_story, find_first, pack_hook_cycle
 from pytest_graphleak.diagnose.edges import Edge, ObjectEdges, items_of
+from pytest_graphleak.diagnose.facts import chain_of
 from pytest_graphleak.diagnose.heap import diagnose_heap
 from pytest_graphleak.diagnose.holders import plain_cycle, unrooted
 from pytest_graphleak.diagnose.loop_memory import watch_growth
 from pytest_graphleak.diagnose.loop_recorder import Observation
 from pytest_graphleak.diagnose.memory import growing_holder
 from pytest_graphleak.diagnose.observe import RECORDED_RUNS, RUNS, observe
-from pytest_graphleak.diagnose.render import render_chain, render_cycle, render_dot
+from pytest_graphleak.diagnose.render import render_cycle, render_dot
 from pytest_graphleak.diagnose.roots import all_roots
 from pytest_graphleak.diagnose.search import Path, shortest_path
 from pytest_graphleak.diagnose.sites import Site, memory_sites, per_step
 from pytest_graphleak.diagnose.stored import watch_holder
-from pytest_graphleak.diagnose.stored_fix import STORING, reword_fix
-from pytest_graphleak.diagnose.story import tell
 from pytest_graphleak.heap.containers import SIZED
 from pytest_graphleak.heap.graphwalk import NEW_PER_WALK, GraphWalk
 from pytest_graphleak.metrics import Metric, count_of
-from pytest_graphleak.result import CreationSite, Diagnosis, Verdict
+from pytest_graphleak.result import CreationSite, Diagnosis, Link, Verdict
+from pytest_graphleak.words.fix import choose_fix, story_of
+from pytest_graphleak.words.lines import STORING
 
 __all__ = ["diagnose"]
 
@@ -86,6 +88,27 @@ def diagnose(
     return diagnosis
 
 
+@dataclass
+class _Found:
+    """What the searches of one diagnosis found: the paths (let go in ``finally``), the
+    cycle's labels and fix, and what a running loop's collections saw."""
+
+    roots: list[tuple[str, object]]
+    torch: TorchBackend | None
+    chain_path: Path | None = None
+    cycle_path: Path | None = None
+    cycle: list[str] = field(default_factory=list)
+    cycle_fix: str = ""
+    seen: SeenCycle | None = None
+    #: The chain's labels and typed links, read when it was found (``facts.chain_of``).
+    chain: tuple[list[str], list[Link]] = ([], [])
+
+    def clear(self) -> None:
+        for path in (self.chain_path, self.cycle_path):
+            if path is not None:
+                path.clear()
+
+
 def _diagnose_with_step(
     verdict: Verdict,
     grown: Grown,
@@ -95,7 +118,8 @@ def _diagnose_with_step(
     backends: list[Backend],
     observation: Observation | None,
 ) -> Diagnosis:
-    notes: list[str] = []
+    """Facts (the searches, the watched holder, the sites), then the pattern, then the
+    words (``words.fix``), from steps re-run or a running loop's recorded steps."""
     # A leak every k-th step needs k recorded runs to be made at all during the diagnosis.
     period = grown.period
     recorded = max(RECORDED_RUNS, period)
@@ -105,147 +129,166 @@ def _diagnose_with_step(
         assert step is not None
         obs = observe(step, backends, runs=recorded + RUNS - RECORDED_RUNS,
                       recorded_runs=recorded)  # fmt: skip
-    chain_path: Path | None = None
-    cycle_path: Path | None = None
+    notes: list[str] = []
+    torch = next((b for b in backends if isinstance(b, TorchBackend)), None)
+    found = _Found([], torch)
     try:
         if obs.error:
             notes.append(f"the step raised during diagnosis: {obs.error}")
-        torch = next((b for b in backends if isinstance(b, TorchBackend)), None)
-        is_target = _target_test(obs, torch)
         site_files = {leaked.site[0] for leaked in obs.leaked if leaked.site is not None}
         site_files.update(site[0] for site in obs.node_sites.values())
-        roots_known = all_roots(roots, step, site_files)
-        # Only memory grew and no tensor stayed alive: no graph node to look for either
-        # (the memory survey below finds the holder), so the chain search is skipped.
-        alive = bool(obs.alive) or obs.torch_seq is not None
-        searching = alive and not (grown.memory_only and not obs.alive)
-        chain_path = shortest_path(roots_known, is_target, walker) if searching else None
-
-        cycle: list[str] = []
-        hanging: tuple[Edge, object] | None = None
-        if obs.cyclic:
-            cycle_path = find_first(obs.cyclic, walker)
-            if cycle_path is None:  # a cycle of plain objects, the tensor hangs off it
-                found = plain_cycle(obs, walker)
-                if found is not None:
-                    cycle_path, hanging = found
-            cyclic_tensors = sum(1 for item in obs.cyclic if item.kind == TENSOR)
-            notes.append(
-                f"{count_of(cyclic_tensors, 'tensor')} and "
-                f"{count_of(len(obs.cyclic) - cyclic_tensors, 'graph node')} "
-                "made by the diagnostic steps are freed only by gc.collect(): they are kept "
-                "by a reference cycle"
-            )
-        elif obs.alive and chain_path is None:
-            cycle_path = find_first(obs.alive, walker)
-            if cycle_path is not None:
-                notes.append(
-                    "no root reaches the leaked objects: a reference cycle that the "
-                    "collector cannot free holds them (part of it is inside torch)"
-                )
-            else:
-                held = pack_hook_cycle(obs, torch)
-                if held:
-                    cycle, note = held
-                    notes.append(note)
-                else:
-                    chain_path = unrooted(obs, walker, notes)
-        cycle_fix = ""
-        if cycle_path is not None:
-            cycle = render_cycle(cycle_path, walker, hanging)
-            told, cycle_fix = cycle_story(cycle_path, walker, collectable=obs.cyclic != [])
-            notes.extend(told)
-        seen = obs.seen_cycle if not obs.cyclic else None  # a loop's collections saw it
-        if seen is not None:
-            notes.append(
-                f"{count_of(seen.freed, 'tensor or graph node', 'tensors and graph nodes')} "
-                "made by the recorded steps of the loop were freed only by the check's "
-                "gc.collect() after each step: they are kept by a reference cycle"
-            )
-            if not cycle and seen.cycle:
-                cycle, cycle_fix = list(seen.cycle), seen.fix
-                notes.extend(seen.notes)
-        if cycle_path is not None:
-            if hanging is not None:  # drawn too: the DOT shows the tensor's graph
-                cycle_path.edges.append(hanging[0])
-                cycle_path.objects.append(hanging[1])
-            hanging = None
-
-        chain = render_chain(chain_path, walker) if chain_path is not None else []
+        found.roots = all_roots(roots, step, site_files)
+        _search(found, obs, grown, walker, notes)
+        found.chain = chain_of(found.chain_path, walker)  # before more steps run
         watched = (
-            watch_holder(chain_path, step, walker, steps=period)
-            if chain_path is not None and step is not None and not obs.error
+            watch_holder(found.chain_path, step, walker, steps=period)
+            if found.chain_path is not None and step is not None and not obs.error
             else None
         )
         if watched is not None:
             grew = bool(watched.grown)
             notes.extend(watched.notes())
         else:  # a loop that cannot be re-run: its recorded steps may show the growth
-            grew = chain_path is not None and _grew_during_loop(chain_path, obs, notes, period)
-
-        graph = GraphWalk()
-        nodes = _torch_leaked_nodes(obs, torch, chain_path, graph)
-        runs = max(1, min(obs.recorded_runs, obs.runs_done))
-        sites = _sites(obs, nodes, runs, seen.sites if seen is not None else {})
-        tensors = sum(1 for item in obs.leaked if item.kind == TENSOR)
-        graph_nodes = len(obs.leaked) - tensors + len(nodes)
-        facts = Facts(
-            leaked_count=len(obs.leaked) + len(nodes),
-            cyclic_count=len(obs.cyclic) + (seen.freed if seen is not None else 0),
-            has_chain=chain_path is not None,
-            container_grew=grew,
-            cycle_held=bool(cycle),  # with no chain: a cycle or pack hook holds them
-            memory_only=grown.memory_only,
-            graph_grew=graph_nodes > 0 or grown.nodes,
-            only_cycles=grown.only_cycles,
-        )
-        pattern = pattern_of(verdict, facts)
-        steps_word = "diagnostic steps" if step is not None else "recorded steps of the loop"
-        if obs.leaked or nodes:
-            later = obs.runs - obs.recorded_runs
-            notes.insert(0, f"made by {runs} {steps_word} and still alive {later}+ steps "
-                            f"later: {tensors} tensor{'s' * (tensors != 1)}, {graph_nodes} graph "
-                            f"node{'s' * (graph_nodes != 1)}")  # fmt: skip
-        elif not obs.error:
-            notes.insert(0, f"no tensor or graph node made by the {steps_word} stayed alive")
-        if graph.truncated or obs.node_sites_truncated:
-            notes.append(
-                "the leaked graph is too large to walk whole (it must stay freeable): graph "
-                "node counts here are lower bounds, and only its first "
-                f"{NEW_PER_WALK:,} nodes have a creation site"
-            )
-        if step is not None and pattern == "memory-growth" and grown.memory_only and not obs.error:
-            made: list[CreationSite] = []
-            if chain_path is None:
-                chain_path, made = growing_holder(roots_known, step, walker, notes)
-                chain = render_chain(chain_path, walker) if chain_path is not None else []
-            if made:
-                notes.append("sites: the lines that made what grows (the grown tensor or "
-                             "array, or the growing container's newest entries)")
-            sites = made or _memory_sites(step, notes)
-        stored = []
-        if watched is not None and pattern in STORING:
-            stored = per_step(watched.stored, watched.steps, watched.via)
-        kept_tensors = grown.tensors or tensors > 0
-        story, fix = tell(pattern, graph_grew=facts.graph_grew, tensors=kept_tensors,
-                          has_chain=chain_path is not None)  # fmt: skip
-        if pattern == "cycle" and cycle_fix:
-            fix = cycle_fix
-        dot = render_dot(chain_path, cycle_path, walker) or (seen.dot if seen else "")
-        diagnosis = Diagnosis(pattern, chain=chain, cycle=cycle, sites=sites, notes=notes,
-                              dot=dot, stored_at=stored, story=story, fix=fix,
-                              kept_without_graph=kept_tensors and not facts.graph_grew)  # fmt: skip
-        reword_fix(diagnosis)  # worded for the user's own line (a cycle's has none)
-        if step is None and obs.wants_follow and chain_path is not None and pattern in STORING:
-            obs.follow = (chain_path, walker)  # the loop watches it during its next step
-            chain_path = None
+            grew = found.chain_path is not None and _grew_during_loop(
+                found.chain_path, obs, notes, period)  # fmt: skip
+        diagnosis = _told(verdict, grown, step, obs, found, walker, notes, grew)
+        if watched is not None and diagnosis.pattern in STORING:
+            diagnosis.stored_at = per_step(watched.stored, watched.steps, watched.via)
+        diagnosis.fix = choose_fix(diagnosis, cycle_fix=found.cycle_fix)
+        if (step is None and obs.wants_follow and found.chain_path is not None
+                and diagnosis.pattern in STORING):  # fmt: skip
+            obs.follow = (found.chain_path, walker)  # the loop watches it during its next step
+            found.chain_path = None
         return diagnosis
     finally:
-        if chain_path is not None:
-            chain_path.clear()
-        if cycle_path is not None:
-            cycle_path.clear()
+        found.clear()
         obs.release()
+
+
+def _search(
+    found: _Found, obs: Observation, grown: Grown, walker: ObjectEdges, notes: list[str]
+) -> None:
+    """The chain from a root to what the steps left alive, or the cycle that keeps it."""
+    # Only memory grew and no tensor stayed alive: no graph node to look for either
+    # (the memory survey finds the holder), so the chain search is skipped.
+    alive = bool(obs.alive) or obs.torch_seq is not None
+    if alive and not (grown.memory_only and not obs.alive):
+        found.chain_path = shortest_path(found.roots, _target_test(obs, found.torch), walker)
+    hanging: tuple[Edge, object] | None = None
+    if obs.cyclic:
+        found.cycle_path = find_first(obs.cyclic, walker)
+        if found.cycle_path is None:  # a cycle of plain objects, the tensor hangs off it
+            plain = plain_cycle(obs, walker)
+            if plain is not None:
+                found.cycle_path, hanging = plain
+        cyclic_tensors = sum(1 for item in obs.cyclic if item.kind == TENSOR)
+        notes.append(
+            f"{count_of(cyclic_tensors, 'tensor')} and "
+            f"{count_of(len(obs.cyclic) - cyclic_tensors, 'graph node')} "
+            "made by the diagnostic steps are freed only by gc.collect(): they are kept "
+            "by a reference cycle"
+        )
+    elif obs.alive and found.chain_path is None:
+        _unrooted(found, obs, walker, notes)
+    if found.cycle_path is not None:
+        found.cycle = render_cycle(found.cycle_path, walker, hanging)
+        told, found.cycle_fix = cycle_story(found.cycle_path, walker,
+                                            collectable=obs.cyclic != [])  # fmt: skip
+        notes.extend(told)
+        if hanging is not None:  # drawn too: the DOT shows the tensor's graph
+            found.cycle_path.edges.append(hanging[0])
+            found.cycle_path.objects.append(hanging[1])
+    found.seen = seen = obs.seen_cycle if not obs.cyclic else None  # a loop's collections
+    if seen is not None:
+        notes.append(
+            f"{count_of(seen.freed, 'tensor or graph node', 'tensors and graph nodes')} "
+            "made by the recorded steps of the loop were freed only by the check's "
+            "gc.collect() after each step: they are kept by a reference cycle"
+        )
+        if not found.cycle and seen.cycle:
+            found.cycle, found.cycle_fix = list(seen.cycle), seen.fix
+            notes.extend(seen.notes)
+
+
+def _unrooted(found: _Found, obs: Observation, walker: ObjectEdges, notes: list[str]) -> None:
+    """No root reaches what stayed alive: a cycle the collector cannot free, a pack
+    hook, or a holder found by its referrers."""
+    found.cycle_path = find_first(obs.alive, walker)
+    if found.cycle_path is not None:
+        notes.append(
+            "no root reaches the leaked objects: a reference cycle that the "
+            "collector cannot free holds them (part of it is inside torch)"
+        )
+        return
+    held = pack_hook_cycle(obs, found.torch)
+    if held:
+        found.cycle, note = held
+        notes.append(note)
+    else:
+        found.chain_path = unrooted(obs, walker, notes)
+
+
+def _told(
+    verdict: Verdict,
+    grown: Grown,
+    step: Callable[[], object] | None,
+    obs: Observation,
+    found: _Found,
+    walker: ObjectEdges,
+    notes: list[str],
+    grew: bool,
+) -> Diagnosis:
+    """The facts counted, the pattern decided (``pattern_of``), the diagnosis made."""
+    graph = GraphWalk()
+    nodes = _torch_leaked_nodes(obs, found.torch, found.chain_path, graph)
+    runs = max(1, min(obs.recorded_runs, obs.runs_done))
+    seen = found.seen
+    sites = _sites(obs, nodes, runs, seen.sites if seen is not None else {})
+    tensors = sum(1 for item in obs.leaked if item.kind == TENSOR)
+    graph_nodes = len(obs.leaked) - tensors + len(nodes)
+    facts = Facts(
+        leaked_count=len(obs.leaked) + len(nodes),
+        cyclic_count=len(obs.cyclic) + (seen.freed if seen is not None else 0),
+        has_chain=found.chain_path is not None,
+        container_grew=grew,
+        cycle_held=bool(found.cycle),  # with no chain: a cycle or pack hook holds them
+        memory_only=grown.memory_only,
+        graph_grew=graph_nodes > 0 or grown.nodes,
+        only_cycles=grown.only_cycles,
+    )
+    pattern = pattern_of(verdict, facts)
+    steps_word = "diagnostic steps" if step is not None else "recorded steps of the loop"
+    if obs.leaked or nodes:
+        later = obs.runs - obs.recorded_runs
+        notes.insert(0, f"made by {runs} {steps_word} and still alive {later}+ steps "
+                        f"later: {count_of(tensors, 'tensor')}, "
+                        f"{count_of(graph_nodes, 'graph node')}")  # fmt: skip
+    elif not obs.error:
+        notes.insert(0, f"no tensor or graph node made by the {steps_word} stayed alive")
+    if graph.truncated or obs.node_sites_truncated:
+        notes.append(
+            "the leaked graph is too large to walk whole (it must stay freeable): graph "
+            "node counts here are lower bounds, and only its first "
+            f"{NEW_PER_WALK:,} nodes have a creation site"
+        )
+    if step is not None and pattern == "memory-growth" and grown.memory_only and not obs.error:
+        made: list[CreationSite] = []
+        if found.chain_path is None:
+            found.chain_path, made = growing_holder(found.roots, step, walker, notes)
+            found.chain = chain_of(found.chain_path, walker)
+        if made:
+            notes.append("sites: the lines that made what grows (the grown tensor or "
+                         "array, or the growing container's newest entries)")
+        sites = made or _memory_sites(step, notes)
+    kept_tensors = grown.tensors or tensors > 0
+    story = story_of(pattern, graph_grew=facts.graph_grew, tensors=kept_tensors,
+                     has_chain=found.chain_path is not None)  # fmt: skip
+    dot = render_dot(found.chain_path, found.cycle_path, walker) or (seen.dot if seen else "")
+    diagnosis = Diagnosis(pattern, cycle=found.cycle, sites=sites, notes=notes, dot=dot,
+                          story=story,
+                          kept_without_graph=kept_tensors and not facts.graph_grew)  # fmt: skip
+    diagnosis.chain, diagnosis.links = found.chain
+    return diagnosis
 
 
 def _target_test(obs: Observation, torch: TorchBackend | None) -> Callable[[object], bool]:

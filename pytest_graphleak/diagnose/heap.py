@@ -20,14 +20,15 @@ from typing import Any
 from pytest_graphleak.diagnose.backends import TENSOR
 from pytest_graphleak.diagnose.classify import Facts, pattern_of
 from pytest_graphleak.diagnose.edges import ObjectEdges, items_of
-from pytest_graphleak.diagnose.render import render_chain, render_dot
+from pytest_graphleak.diagnose.facts import set_chain
+from pytest_graphleak.diagnose.render import render_dot
 from pytest_graphleak.diagnose.roots import given_roots
 from pytest_graphleak.diagnose.search import Path, extend, shortest_path
-from pytest_graphleak.diagnose.story import tell
 from pytest_graphleak.heap.containers import SIZED
 from pytest_graphleak.heap.graphwalk import GraphWalk
 from pytest_graphleak.heap.quiet import silenced
 from pytest_graphleak.result import Diagnosis, Verdict
+from pytest_graphleak.words.fix import choose_fix, story_of
 
 _MIN_ACCUMULATED = 2
 _GRAPH_LIMIT = 5_000
@@ -77,14 +78,15 @@ def _diagnosis(
 ) -> Diagnosis:
     """The diagnosis of what the walk found: the word is ``pattern_of``'s."""
     pattern = pattern_of(verdict, facts)
-    story, fix = tell(pattern, graph_grew=facts.graph_grew, tensors=True, has_chain=facts.has_chain)
-    # Tensors grew or were found (tell's tensors=True), without a graph; only cycles: unknown.
+    story = story_of(pattern, graph_grew=facts.graph_grew, tensors=True,
+                     has_chain=facts.has_chain)  # fmt: skip
+    # Tensors grew or were found (tensors=True), without a graph; only cycles: unknown.
     bare = not facts.graph_grew and not facts.only_cycles
-    if path is None:
-        return Diagnosis(pattern, notes=notes, story=story, fix=fix, kept_without_graph=bare)
-    return Diagnosis(pattern, chain=render_chain(path, walker), notes=notes,
-                     dot=render_dot(path, None, walker), story=story, fix=fix,
-                     kept_without_graph=bare)  # fmt: skip
+    dot = render_dot(path, None, walker) if path is not None else ""
+    diagnosis = Diagnosis(pattern, notes=notes, story=story, kept_without_graph=bare, dot=dot)
+    set_chain(diagnosis, path, walker)
+    diagnosis.fix = choose_fix(diagnosis)
+    return diagnosis
 
 
 @silenced

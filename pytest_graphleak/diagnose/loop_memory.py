@@ -31,9 +31,10 @@ from typing import Any
 
 from pytest_graphleak.diagnose.backends import TENSOR, TorchBackend
 from pytest_graphleak.diagnose.edges import Edge, ObjectEdges
+from pytest_graphleak.diagnose.facts import set_chain
 from pytest_graphleak.diagnose.heap import NO_LINES
 from pytest_graphleak.diagnose.memory import array_bytes, survey
-from pytest_graphleak.diagnose.render import render_chain, render_dot
+from pytest_graphleak.diagnose.render import render_dot
 from pytest_graphleak.diagnose.roots import Roots, all_roots
 from pytest_graphleak.diagnose.search import Path, shortest_path
 from pytest_graphleak.diagnose.sites import (
@@ -292,7 +293,7 @@ class GrowthWatch:
                                    "reached from the loop's roots")  # fmt: skip
             return
         try:
-            diagnosis.chain = render_chain(path, self.walker)
+            set_chain(diagnosis, path, self.walker)
             diagnosis.dot = diagnosis.dot or render_dot(path, None, self.walker)
         finally:
             path.clear()

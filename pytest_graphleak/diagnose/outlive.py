@@ -34,14 +34,15 @@ from typing import Any, Protocol
 from pytest_graphleak.diagnose.backends import NODE, TENSOR, Backend
 from pytest_graphleak.diagnose.classify import Facts, pattern_of
 from pytest_graphleak.diagnose.edges import ObjectEdges
-from pytest_graphleak.diagnose.render import render_chain, render_dot
+from pytest_graphleak.diagnose.facts import set_chain
+from pytest_graphleak.diagnose.render import render_dot
 from pytest_graphleak.diagnose.search import Path, shortest_path
 from pytest_graphleak.diagnose.sites import Site, creation_site, function_at, most_common
-from pytest_graphleak.diagnose.stored_fix import usual_fix
 from pytest_graphleak.heap.containers import SIZED
 from pytest_graphleak.heap.graphwalk import GraphWalk
-from pytest_graphleak.patterns import BY_WORD, FIXES
+from pytest_graphleak.patterns import BY_WORD
 from pytest_graphleak.result import JUDGED_AT_FIXTURE_TEARDOWN, CheckResult, Diagnosis, Verdict
+from pytest_graphleak.words.fix import choose_fix
 
 #: Holders reported per test, objects walked to count what one holder keeps, and the
 #: objects one search may visit (the user's module globals can reach big datasets).
@@ -285,14 +286,13 @@ def _result(
             "an in-place op (+=, add_()) extended the graph of a tensor that had none or an "
             "older one: each test that does so chains its graph onto the same one"
         )
-    chain = render_chain(path, walker)
     diagnosis = Diagnosis(
-        pattern, chain=chain, sites=sites, notes=notes,
-        dot=render_dot(path, None, walker),
+        pattern, sites=sites, notes=notes, dot=render_dot(path, None, walker),
         story=BY_WORD[pattern].outlive_meaning,
-        fix=usual_fix(pattern, chain) or FIXES[pattern],  # the holder's name, none invented
         kept_without_graph=bool(tensors) and node_count == 0,  # the census keeps graph objects
     )  # fmt: skip
+    set_chain(diagnosis, path, walker)
+    diagnosis.fix = choose_fix(diagnosis)  # no stored line yet: the holder's name, none invented
     tensors.clear()
     nodes.clear()
     return CheckResult(

@@ -41,8 +41,9 @@ from pytest_graphleak.diagnose.backends import TENSOR
 from pytest_graphleak.diagnose.edges import Edge, ObjectEdges, paused_frame
 from pytest_graphleak.diagnose.search import Path
 from pytest_graphleak.diagnose.sites import Site, names_a_library, site_and_via
-from pytest_graphleak.heap.containers import length
+from pytest_graphleak.heap.containers import attributes, length
 from pytest_graphleak.heap.usercode import is_user_file, library_label
+from pytest_graphleak.metrics import count_of
 
 MISSING = object()
 
@@ -179,7 +180,7 @@ def watch_holder(
     """Run up to ``steps`` steps; stop after the first in which the holder changed."""
     watched = Watched()
     sized = [(obj, size) for obj in path.objects
-             if walker.backend_of(obj) is None and (size := length(obj)) is not None]
+             if walker.backend_of(obj) is None and (size := _size(obj)) is not None]
     watch = LineWatch(path, walker)
     previous = sys.gettrace()
     try:
@@ -197,11 +198,9 @@ def watch_holder(
             watched.steps = done
             every = "per step" if done == 1 else f"over {done} steps"
             watched.grown = [
-                f"{type(o).__name__} on the chain grows by {now - before} {every} "
-                f"(len {before} -> {now})"
-                for o, before in sized
-                if (now := length(o) or 0) > before
-            ]
+                _grown(o, before, now, every) for o, before in sized
+                if (now := _size(o) or 0) > before
+            ]  # fmt: skip
             if watched.grown or watch.changes:
                 break
         watched.stored = watch.changes
@@ -211,6 +210,21 @@ def watch_holder(
         sys.settrace(previous)
         watch.seen = []
         sized.clear()
+
+
+def _size(obj: object) -> int | None:
+    """A container's length (``containers.length``), or how many attributes an object of
+    the user's own class has: one that gains an attribute a step grows too."""
+    size = length(obj)
+    return size if size is not None else attributes(obj)
+
+
+def _grown(obj: object, before: int, now: int, every: str) -> str:
+    name = type(obj).__name__
+    if length(obj) is None:
+        gained = count_of(now - before, "attribute")
+        return f"{name} on the chain gains {gained} {every} ({before} -> {now})"
+    return f"{name} on the chain grows by {now - before} {every} (len {before} -> {now})"
 
 
 def root_reader(

@@ -37,9 +37,9 @@ from pytest_graphleak.diagnose.loop_recorder import LoopRecorder
 from pytest_graphleak.diagnose.search import Path
 from pytest_graphleak.diagnose.sites import Site, per_step
 from pytest_graphleak.diagnose.stored import LiveWatch
-from pytest_graphleak.diagnose.stored_fix import reword_fix
 from pytest_graphleak.engine.outlive import Census
 from pytest_graphleak.result import CheckResult
+from pytest_graphleak.words.fix import choose_fix
 
 #: What the first run's story says when the re-run is its source.
 FOUND_BY = (
@@ -200,7 +200,7 @@ def amend(
             diagnosis.stored_at = per_step(stored, 1, via)
             if not stored:
                 diagnosis.notes.append("stored at: no user line of the re-run changed the holder")
-            reword_fix(diagnosis)  # worded for the storing line, as a step check's is
+            diagnosis.fix = choose_fix(diagnosis)  # worded for the storing line, as a step's is
         diagnosis.notes.append(FOUND_BY)
 
 

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import itertools
-import re
 import time
 import warnings
 from collections.abc import Iterable, Mapping
@@ -29,6 +27,7 @@ from pytest_graphleak.report.view import culprit, diagnosis_view
 from pytest_graphleak.result import CheckResult
 from pytest_graphleak.status import TABLE as STATUS_TABLE
 from pytest_graphleak.verdict import slowest_leak_text
+from pytest_graphleak.words.chain import names_of
 
 MARKER = "no_graph_growth"
 #: The outlive audit's opt-out marker (here, not in ``audit``: the plugin registers it in
@@ -40,9 +39,6 @@ OPT_OUT_HELP = (
 )
 
 _NOUNS = {"tensors": ("tensor", "tensors"), "nodes": ("graph node", "graph nodes")}
-#: A chain link that is an object's description (``list(len=3)``, ``Tensor(...)``),
-#: not a name or an accessor: the short message stops before it.
-_OBJECT_LINK = re.compile(r"^[\w.]+\(")
 
 
 def header_line(settings: Any) -> str | None:
@@ -80,9 +76,10 @@ def short_message(result: CheckResult) -> str:
         parts[0] += f": {_rate(metric, growths[metric].per_step, result)}"
     diagnosis = result.diagnosis
     if diagnosis is not None and diagnosis.chain:
-        first, *rest = diagnosis.chain
-        names = itertools.takewhile(lambda link: not _OBJECT_LINK.match(link), rest)
-        parts.append("held by " + " -> ".join([first, *names]))
+        # The root and the named links after it (``dict['losses']``), up to the first
+        # object that is described (``list(len=3)``): read from the typed links.
+        named = max(1, len(names_of(diagnosis.links)))
+        parts.append("held by " + " -> ".join(diagnosis.chain[:named]))
     elif diagnosis is not None and diagnosis.cycle:
         parts.append("kept by a reference cycle")
     return ", ".join(parts)

@@ -104,8 +104,9 @@ def _per(site: Mapping[str, Any]) -> str:
 
 
 def fix_of(pattern: str, diagnosis: Mapping[str, Any] | None) -> str:
-    """The fix that applies: the diagnosis's own (worded for the ``stored at:`` line, a
-    cycle's link, or the no-graph story) or else the pattern's usual one."""
+    """The fix that applies: the diagnosis's own field, chosen once where it was made
+    (``words.fix.choose_fix``). With diagnosing off (no diagnosis), or in a report
+    written before that field was always set, the pattern's usual one."""
     return str((diagnosis or {}).get("fix") or FIXES.get(pattern, ""))
 
 
