@@ -179,6 +179,27 @@ def test_a_new_leak_fails_naming_only_that_leak(pytester: pytest.Pytester, writt
     assert _statuses(_document(pytester))["test_new_leak"] == "leaked"
 
 
+OTHER_HOLDER = '''
+@pytest.mark.no_graph_growth(steps=8)
+def test_marked_list(model):
+    fresh.append(_loss(model))
+'''
+
+
+def test_the_same_test_leaking_through_another_holder_is_new(
+    pytester: pytest.Pytester, written: Path
+) -> None:
+    _suite(pytester, replace={"marked_list": OTHER_HOLDER})
+    result = _run(pytester)
+    assert result.ret == 1
+    result.assert_outcomes(passed=19, failed=1)
+    result.stdout.fnmatch_lines([
+        "graphleak: 6 tests with results: 1 leaked, 4 known, 1 clean, 1 fixed since the baseline;*",
+        "  test_suite.py::test_marked_list ?marker? list-accumulation, held by global 'history'*",
+        "LEAKED test_suite.py::test_marked_list - list-accumulation*",
+    ])  # fmt: skip
+
+
 def test_a_fixed_finding_is_listed_with_the_command_that_updates_the_file(
     pytester: pytest.Pytester, written: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -205,7 +205,8 @@ class BaselineRun:
         unchecked = self.unchecked()
         if unchecked:
             out.append((f"graphleak baseline: {unchecked} of its {len(self.baseline.entries)} "
-                        "entries not checked in this run (their tests did not run)", {}))
+                        "entries not checked in this run (their tests did not run, or ran "
+                        "without that check)", {}))
         return out
 
 
