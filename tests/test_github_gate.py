@@ -60,33 +60,103 @@ def _commands(lines: list[str]) -> list[str]:
     return [line for line in lines if line.startswith("::")]
 
 
+def _message_lines(command: str) -> list[str]:
+    """The lines of a workflow command's message, unescaped."""
+    message = command.split("::", 2)[2]
+    return [line.replace("%25", "%") for line in message.split("%0A")]
+
+
 def test_annotation_on_the_storing_line_and_the_step_summary(
-    pytester: pytest.Pytester, github_env: Path
+    pytester: pytest.Pytester, github_env: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv("GITHUB_SERVER_URL", "https://github.com")
+    monkeypatch.setenv("GITHUB_REPOSITORY", "octo/repo")
+    monkeypatch.setenv("GITHUB_SHA", "0123abc")
     result = pytester.runpytest("--graphleak", "-p", "no:randomly")
     result.assert_outcomes(passed=1, failed=2)
     commands = _commands(result.outlines)
     assert len(commands) == 2, result.outlines
     leak = next(c for c in commands if "list-accumulation" in c)
+    # The title names the line to change; the message opens with the fix.
     assert leak.startswith(
-        f"::error file=test_gate.py,line={STORED_LINE},title=graphleak%3A list-accumulation::"
-        "test_gate.py::test_accumulates: grows minigrad.tensors +1/step"
-    )
-    assert "stored by `losses.append(loss)  # stored here`" in leak
+        f"::error file=test_gate.py,line={STORED_LINE},title=graphleak%3A list-accumulation "
+        f"at test_gate.py%3A{STORED_LINE}::fix: "
+    ), leak
+    lines = _message_lines(leak)
+    assert lines[0].startswith("fix: ") and "losses.append(loss.item())" in lines[0]
+    assert lines[1].startswith("held by: global 'losses' -> list(")
+    assert lines[2].startswith("grows: minigrad.tensors +1/step, minigrad.nodes +")
+    # the stored-at code without the user's trailing comment; no markdown anywhere
+    assert any(line.startswith("stored at: ") and line.endswith(
+        "losses.append(loss)  (once per step)") for line in lines), lines
+    assert "`" not in leak and "# stored here" not in leak
+    assert lines[-1] == "test: test_gate.py::test_accumulates"
     unmeasured = next(c for c in commands if "unmeasured" in c)
     assert unmeasured.startswith(
-        f"::error file=test_gate.py,line={UNMEASURED_LINE},title=graphleak%3A unmeasured::"
-        "test_gate.py::test_unmeasured: not measured: "
+        f"::error file=test_gate.py,line={UNMEASURED_LINE},title=graphleak%3A unmeasured at "
+        f"test_gate.py%3A{UNMEASURED_LINE}::not measured, so no verdict: "
     )
     summary = github_env.read_text()
     assert summary.startswith(
-        "earlier step\n### graphleak: 3 tests with results: 1 leaked, 1 unmeasured, 1 clean; "
-        "3 audited for graphs that outlive them\n"
-    )
-    assert "| Status | Test | Pattern | Line | Details |" in summary
-    assert (f"| leaked | `test_gate.py::test_accumulates` | list-accumulation | "
-            f"`test_gate.py:{STORED_LINE}` | grows minigrad.tensors") in summary  # fmt: skip
-    assert "| clean | `test_gate.py::test_clean` | clean |" in summary
+        "earlier step\n### graphleak: 1 leaked, 1 unmeasured\n\n3 tests with results: 1 leaked, "
+        "1 unmeasured, 1 clean; 3 audited for graphs that outlive them.\n"
+    ), summary
+    assert "| Status | Test | Pattern | Line | Fix | Details |" in summary
+    link = f"https://github.com/octo/repo/blob/0123abc/test_gate.py#L{STORED_LINE}"
+    assert (f"| \U0001f534 **LEAKED** | `test_gate.py::test_accumulates` | list-accumulation | "
+            f"[`test_gate.py:{STORED_LINE}`]({link}) | store loss.item()") in summary  # fmt: skip
+    assert "\U0001f535 **UNMEASURED** | `test_gate.py::test_unmeasured` |  |" in summary
+    # clean rows are folded into a count, not listed one by one in the table
+    assert "| `test_gate.py::test_clean`" not in summary
+    assert "<details><summary>1 clean check (nothing grew)</summary>" in summary
+    assert "- `test_gate.py::test_clean`: 6 steps after 2 warmup" in summary
+
+
+def test_every_annotation_opens_with_its_fix(
+    pytester: pytest.Pytester, github_env: Path
+) -> None:
+    """A mixed suite (leaked, outlive-warned, unmeasured): the first three lines of every
+    annotation hold the fix (GitHub's annotation box shows the first lines only)."""
+    pytester.makepyfile(test_more="""
+        import minigrad as mg
+
+        kept = []
+
+        def test_outlives():
+            kept.append((mg.Tensor([1.0], requires_grad=True) * 2).sum())  # a note
+        """)  # fmt: skip
+    result = pytester.runpytest("--graphleak", "-p", "no:randomly")
+    commands = _commands(result.outlines)
+    assert len(commands) == 3, result.outlines
+    for command in commands:
+        head = _message_lines(command)[:3]
+        if "unmeasured" in command:  # no verdict: what is missing is what to change
+            assert head[0].startswith("not measured, so no verdict: "), command
+        else:
+            assert head[0].startswith("fix: ") and len(head[0]) > len("fix: ") + 10, command
+        assert "`" not in command and "# a note" not in command
+    outlive = next(c for c in commands if "outlived" in c)
+    assert outlive.startswith("::warning file=test_more.py,line=6,title=graphleak%3A "
+                              "list-accumulation (outlived the test) at test_more.py%3A6::fix: ")
+
+
+def test_code_only_drops_the_trailing_comment() -> None:
+    assert github.code_only("losses.append(loss)  # keep it") == "losses.append(loss)"
+    assert github.code_only("d['#'] = x  # a") == "d['#'] = x"
+    assert github.code_only("f(a,  # more follows") == "f(a,"
+    assert github.code_only("x = '#not a comment'") == "x = '#not a comment'"
+
+
+def test_step_summary_escapes_markdown_and_links_only_with_github_facts(tmp_path: Path) -> None:
+    rows = [Row("t.py::test_a", "leaked", "cycle", str(tmp_path / "t.py"), 7,
+                "cycle: f.<locals>.hook closure 'x' -> x | y *z*", "error", "use __slots__")]
+    plain = github.step_summary(rows, str(tmp_path), {"checked": 1, "leaked": 1})
+    assert "| `t.py:7` | use \\_\\_slots\\_\\_ | cycle: f.&lt;locals&gt;.hook closure 'x' -&gt; " \
+        "x \\| y \\*z\\* |" in plain, plain
+    linked = github.step_summary(rows, str(tmp_path), {"checked": 1, "leaked": 1}, environ={
+        "GITHUB_SERVER_URL": "https://ghe.example/", "GITHUB_REPOSITORY": "o/r",
+        "GITHUB_SHA": "f00"})  # fmt: skip
+    assert "[`t.py:7`](https://ghe.example/o/r/blob/f00/t.py#L7)" in linked
 
 
 @pytest.mark.parametrize(
@@ -128,7 +198,7 @@ def test_under_xdist_the_controller_annotates_once(
     commands = _commands(result.outlines)
     assert len(commands) == 2, result.outlines
     assert any(f"file=test_gate.py,line={STORED_LINE}," in c for c in commands)
-    assert github_env.read_text().count("### graphleak: 3 tests with results") == 1
+    assert github_env.read_text().count("### graphleak: 1 leaked, 1 unmeasured") == 1
 
 
 def test_graphleak_check_annotates_too(
@@ -152,7 +222,8 @@ def test_graphleak_check_annotates_too(
     out = capsys.readouterr().out
     assert code == 1
     assert re.search(r"^::error file=gate_steps\.py,line=5,title=graphleak%3A "
-                     r"list-accumulation::gate_steps\.py::step: ", out, re.M), out  # fmt: skip
+                     r"list-accumulation at gate_steps\.py%3A5::fix: .*%0Atest: "
+                     r"gate_steps\.py::step$", out, re.M), out  # fmt: skip
 
 
 # -- the writer on its own: rows in, commands and a table out ------------------------
@@ -161,8 +232,8 @@ def test_escaping_as_github_specifies(tmp_path: Path) -> None:
               "line one\nline two\r 50%", "error")  # fmt: skip
     (command,) = github.commands([row], str(tmp_path))
     assert command == (
-        "::error file=a%2Cb.py,line=3,title=graphleak%3A cycle%2C 100%25%3A x::"
-        "t.py::test[a,b:c]: line one%0Aline two%0D 50%25"
+        "::error file=a%2Cb.py,line=3,title=graphleak%3A cycle%2C 100%25%3A x at a%2Cb.py%3A3::"
+        "line one%0Aline two%0D 50%25%0Atest: t.py::test[a,b:c]"
     )
 
 
@@ -176,14 +247,14 @@ def test_generic_rows_from_another_part_of_the_run(tmp_path: Path) -> None:
         Row("t.py::test_c", "warned", "cycle", "/elsewhere/t.py", 2, "kept", "warning"),
     ]  # fmt: skip
     assert github.commands(rows, str(tmp_path)) == [
-        "::error file=t.py,line=7,title=graphleak%3A outlived its test::t.py::test_a: "
-        "a tensor made by this test is still alive after its teardown",
-        "::warning title=graphleak%3A cycle::t.py::test_c: kept",
+        "::error file=t.py,line=7,title=graphleak%3A outlived its test at t.py%3A7::"
+        "a tensor made by this test is still alive after its teardown%0Atest: t.py::test_a",
+        "::warning title=graphleak%3A cycle::kept%0Atest: t.py::test_c",
     ]
     table = github.step_summary(rows, str(tmp_path), {}, others=len(rows))
     # The head counts tests by the session's summary; these rows are no test's checks.
     assert table.splitlines()[0] == "### graphleak: no test ran a graphleak check; 3 other findings"
-    assert "| leaked | `t.py::test_a` | outlived its test | `t.py:7` |" in table
+    assert "| \U0001f534 **LEAKED** | `t.py::test_a` | outlived its test | `t.py:7` |" in table
 
 
 def test_the_registry_names_every_writer_once() -> None:
@@ -219,7 +290,8 @@ def test_another_part_of_the_run_adds_rows_through_the_session_report(
     )
     result = pytester.runpytest("--graphleak", "-p", "no:randomly", "-k", "clean")
     assert _commands(result.outlines) == [
-        "::error file=test_gate.py,line=3,title=graphleak%3A outlived its test::"
-        "test_gate.py::test_clean: a tensor made by this test is still alive after its teardown"
+        "::error file=test_gate.py,line=3,title=graphleak%3A outlived its test at "
+        "test_gate.py%3A3::a tensor made by this test is still alive after its teardown%0A"
+        "test: test_gate.py::test_clean"
     ]
-    assert "| leaked | `test_gate.py::test_clean` | outlived its test |" in github_env.read_text()
+    assert "**LEAKED** | `test_gate.py::test_clean` | outlived its test |" in github_env.read_text()

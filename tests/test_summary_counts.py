@@ -70,7 +70,7 @@ def test_every_surface_counts_the_tests_with_results_and_the_tests_audited(
         "test_clean", "test_leaks", "test_outlives",
     ]  # fmt: skip
     assert escape(told) in (pytester.path / "r.html").read_text()
-    assert step_summary.read_text().startswith(f"### graphleak: {told}\n")
+    assert step_summary.read_text().startswith(f"### graphleak: 1 leaked, 1 warned\n\n{told}.\n")
     capsys.readouterr()
     assert main(["report", str(pytester.path / "r.json")]) == 1
     head = capsys.readouterr().out.splitlines()[0]

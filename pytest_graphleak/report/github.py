@@ -21,7 +21,11 @@ and other parts of a run may add their own (``writers.Run.rows``).
 
 from __future__ import annotations
 
+import io
 import os
+import re
+import tokenize
+import urllib.parse
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -29,9 +33,20 @@ from typing import Any
 from pytest_graphleak.metrics import format_rate
 from pytest_graphleak.report.span import error_line, span_text
 from pytest_graphleak.report.summary import no_rows, sentence
-from pytest_graphleak.report.view import fix_of
+from pytest_graphleak.report.view import diagnosis_view, fix_of
 from pytest_graphleak.result import relative_to
-from pytest_graphleak.status import display_key, status_in_test
+from pytest_graphleak.status import (
+    BY_WORD,
+    DISPLAY_ORDER,
+    KNOWN,
+    LEAK,
+    TABLE,
+    display_key,
+    status_in_test,
+)
+
+#: The statuses of a leak found (a known one too): their rows name the line and the fix.
+_FOUND = tuple(row.word for row in TABLE if row.group in (LEAK, KNOWN))
 
 
 @dataclass(frozen=True)
@@ -43,9 +58,13 @@ class Row:
     title: str  # after "graphleak: ": the pattern, or "unmeasured"
     file: str  # absolute (or relative to the current directory); "" when unknown
     line: int  # 1-based; 0 when unknown
-    summary: str  # one line, without the test's name
+    #: What was found, without the test's name and the fix: a few lines (held by, what
+    #: grew), plain text (an annotation shows no markdown).
+    summary: str
     #: "error" / "warning": the workflow command this row gets; "" for none (a clean check)
     level: str = ""
+    #: What to change, one line; "" when none is known. The annotation's first line.
+    fix: str = ""
 
 
 def wanted(mode: Any, environ: Mapping[str, str]) -> bool:
@@ -68,7 +87,7 @@ def publish(document: Mapping[str, Any], run: Any) -> list[str]:
         try:
             with open(summary_path, "a", encoding="utf-8") as handle:
                 handle.write(step_summary(rows, workspace, document.get("summary") or {},
-                                          others=len(run.rows)))  # fmt: skip
+                                          others=len(run.rows), environ=run.environ))  # fmt: skip
                 handle.write(fixed_section(document.get("baseline")))
         except OSError as exc:
             problems.append(
@@ -119,14 +138,18 @@ def _check_row(
     label: str, status: str, outcome: str, check: Mapping[str, Any], test_place: tuple[str, int]
 ) -> Row:
     level = _level(status, outcome)
-    if check.get("leaked"):
+    if status in _FOUND:
         pattern = str(check.get("pattern") or "leak")
-        file, line = _line_to_change(check.get("diagnosis") or {}, test_place)
-        return Row(label, status, pattern, file, line, _leak_summary(check, pattern), level)
-    if check.get("unmeasured"):
+        diagnosis = check.get("diagnosis") or {}
+        file, line = _line_to_change(diagnosis, test_place)
+        title = f"{pattern} (outlived the test)" if check.get("kind") == "outlive" else pattern
+        lines = _leak_lines(check, pattern)
+        return Row(label, status, title, file, line, "\n".join(lines), level,
+                   fix_of(pattern, diagnosis))  # fmt: skip
+    if status == "unmeasured":
         return Row(label, status, "unmeasured", *test_place,
-                   f"not measured: {check['unmeasured']}", level)  # fmt: skip
-    if check.get("error"):
+                   f"not measured, so no verdict: {check['unmeasured']}", level)  # fmt: skip
+    if status == "error":
         return Row(label, status, "error", *test_place, f"step raised: {error_line(check)}")
     return Row(label, status, "clean", *test_place, span_text(check, short=True))
 
@@ -140,49 +163,64 @@ def _line_to_change(diagnosis: Mapping[str, Any], test_place: tuple[str, int]) -
     return test_place
 
 
-def _leak_summary(check: Mapping[str, Any], pattern: str) -> str:
-    metrics: Mapping[str, Mapping[str, Any]] = check.get("metrics") or {}
-    grown = [
-        f"{metric} {format_rate(info.get('per_step'), str(info.get('unit', 'objects')))}"
-        for metric, info in metrics.items()
-        if info.get("grew")
+def _leak_lines(check: Mapping[str, Any], pattern: str) -> list[str]:
+    """What a leak's annotation says after its fix: held by (or the cycle), what grew,
+    where it is stored (the code without the user's trailing comment)."""
+    diagnosis = dict(check.get("diagnosis") or {})
+    diagnosis["stored_at"] = [
+        {**site, "line": code_only(str(site.get("line") or ""))}
+        for site in (diagnosis.get("stored_at") or [])[:1]
     ]
-    diagnosis = check.get("diagnosis") or {}
+    view = diagnosis_view(pattern, diagnosis, outlive=check.get("kind") == "outlive")
+    lines = [line.plain() for line in view if line.kind in ("held-by", "cycle")]
     if check.get("kind") == "outlive":  # the audit after teardown: kept, not seen to grow
-        parts = [f"outlived the test: {(check.get('verdict') or {}).get('reason', '')}"]
+        lines.append(f"outlived the test: {(check.get('verdict') or {}).get('reason', '')}")
     else:
-        parts = [f"grows {', '.join(grown)}" if grown else "leaks"]
-    chain: Sequence[str] = diagnosis.get("chain") or []
-    cycle: Sequence[str] = diagnosis.get("cycle") or []
-    if chain:
-        parts.append(f"held: {chain[-1]}" + (f" (from {chain[0]})" if len(chain) > 1 else ""))
-    elif cycle:
-        parts.append(f"cycle through {cycle[0]}")
-    stored: Sequence[Mapping[str, Any]] = diagnosis.get("stored_at") or []
-    if stored and stored[0].get("line"):
-        parts.append(f"stored by `{stored[0]['line']}`")
-    fix = fix_of(pattern, diagnosis)
-    if fix:
-        parts.append(f"fix: {fix}")
-    return "; ".join(parts)
+        metrics: Mapping[str, Mapping[str, Any]] = check.get("metrics") or {}
+        grown = [
+            f"{metric} {format_rate(info.get('per_step'), str(info.get('unit', 'objects')))}"
+            for metric, info in metrics.items()
+            if info.get("grew")
+        ]
+        lines.append(f"grows: {', '.join(grown)}" if grown else "leaks")
+    lines.extend(line.plain() for line in view if line.kind == "stored-at")
+    return lines
+
+
+def code_only(line: str) -> str:
+    """A line of the user's code without its trailing ``# comment`` (a ``#`` inside a
+    string stays); the line as it is when it does not tokenize."""
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(line).readline):
+            if token.type == tokenize.COMMENT:
+                return line[: token.start[1]].rstrip()
+    except (tokenize.TokenError, SyntaxError):  # an unclosed bracket: a statement goes on
+        pass
+    return line
 
 
 # -- workflow commands ---------------------------------------------------------------
 def commands(rows: Iterable[Row], workspace: str) -> list[str]:
-    """``::error file=...,line=...,title=...::message``, one per row with a level."""
+    """``::error file=...,line=...,title=...::message``, one per row with a level. The
+    title names the line to change; the message is a few lines (``%0A``), the fix first
+    (GitHub's annotation box shows the first lines only), then what was found, then the
+    test."""
     lines = []
     for row in rows:
         if not row.level:
             continue
         properties = []
         path = relative_path(row.file, workspace)
+        title = f"graphleak: {row.title}"
         if path:
             properties.append(f"file={_property(path)}")
             if row.line > 0:
                 properties.append(f"line={row.line}")
-        properties.append(f"title={_property(f'graphleak: {row.title}')}")
-        message = _data(f"{row.test}: {row.summary}")
-        lines.append(f"::{row.level} {','.join(properties)}::{message}")
+            title += f" at {path}:{row.line}" if row.line > 0 else f" in {path}"
+        properties.append(f"title={_property(title)}")
+        told = [f"fix: {row.fix}"] if row.fix else []
+        told += [*row.summary.split("\n"), f"test: {row.test}"]
+        lines.append(f"::{row.level} {','.join(properties)}::{_data(chr(10).join(told))}")
     return lines
 
 
@@ -204,24 +242,49 @@ def _property(text: str) -> str:
 
 
 # -- the step summary ----------------------------------------------------------------
+#: A status's mark in the table, by its colour (``status.TABLE``): seen at a glance.
+_MARKS = {"red": "\U0001f534", "yellow": "\U0001f7e1", "purple": "\U0001f7e3",
+          "blue": "\U0001f535", "cyan": "\U0001f537", "green": "\U0001f7e2"}  # fmt: skip
+
+
 def step_summary(
-    rows: Sequence[Row], workspace: str, summary: Mapping[str, Any], *, others: int = 0
+    rows: Sequence[Row],
+    workspace: str,
+    summary: Mapping[str, Any],
+    *,
+    others: int = 0,
+    environ: Mapping[str, str] | None = None,
 ) -> str:
-    """A markdown section: the document's ``summary`` in the session's words
-    (``summary.sentence``: tests, not checks), then one table row per check. ``others``:
-    how many of ``rows`` are findings of other kinds (``writers.Run.rows``)."""
-    head = f"### graphleak: {sentence(summary)}"
+    """A markdown section: a short heading (the statuses other than clean), the session's
+    sentence (``summary.sentence``: tests, not checks), one table row per check that is
+    not clean (its status marked, the fix in a column of its own), the clean ones folded
+    into a count. ``others``: how many of ``rows`` are findings of other kinds
+    (``writers.Run.rows``). With ``GITHUB_SERVER_URL``, ``GITHUB_REPOSITORY`` and
+    ``GITHUB_SHA`` in ``environ``, each line links to the file at the run's commit."""
+    told = sentence(summary)
+    head = f"### graphleak: {_heading(summary)}"
     if others:
         head += f"; {others} other {'finding' if others == 1 else 'findings'}"
     if not rows:
         return f"{head}\n\n{no_rows(summary)}\n\n"
-    lines = [head, "", "| Status | Test | Pattern | Line | Details |", "|---|---|---|---|---|"]
-    for row in sorted(rows, key=lambda r: (display_key(r.status), r.test)):
-        path = relative_path(row.file, workspace)
-        where = f"{path}:{row.line}" if path and row.line > 0 else path
-        cells = [row.status, f"`{row.test}`", row.title, f"`{where}`" if where else "",
-                 row.summary]  # fmt: skip
-        lines.append("| " + " | ".join(_cell(cell) for cell in cells) + " |")
+    clean = [row for row in rows if row.status == "clean"]
+    listed = sorted((row for row in rows if row.status != "clean"),
+                    key=lambda r: (display_key(r.status), r.test))  # fmt: skip
+    lines = [head, "", f"{told[:1].upper()}{told[1:]}.", ""]
+    if listed:
+        lines += ["| Status | Test | Pattern | Line | Fix | Details |",
+                  "|---|---|---|---|---|---|"]  # fmt: skip
+    for row in listed:
+        pattern = "" if row.title == row.status else _text(row.title)  # no word twice
+        cells = [_mark(row.status), f"`{_code(row.test)}`", pattern,
+                 _where(row, workspace, environ or {}), _text(row.fix),
+                 "<br>".join(_text(line) for line in row.summary.splitlines())]  # fmt: skip
+        lines.append("| " + " | ".join(cells) + " |")
+    if clean:
+        lines += ["", f"<details><summary>{len(clean)} clean "
+                  f"{'check' if len(clean) == 1 else 'checks'} (nothing grew)</summary>", ""]
+        lines += [f"- `{_code(row.test)}`: {_text(row.summary)}" for row in clean]
+        lines += ["", "</details>"]
     return "\n".join(lines) + "\n\n"
 
 
@@ -239,5 +302,46 @@ def fixed_section(baseline: Mapping[str, Any] | None) -> str:
     return "\n".join(lines) + "\n\n"
 
 
-def _cell(text: str) -> str:
-    return " ".join(text.split()).replace("|", "\\|")
+def _heading(summary: Mapping[str, Any]) -> str:
+    """``1 leaked, 2 unmeasured``: the statuses of the tests other than clean; ``3 clean``
+    when every test is; the session's sentence when no test has a result."""
+    numbers = {word: summary.get(word) for word in DISPLAY_ORDER}
+    parts = [f"{n} {word}" for word, n in numbers.items()
+             if word != "clean" and isinstance(n, int) and n]  # fmt: skip
+    if parts:
+        return ", ".join(parts)
+    clean = numbers.get("clean")
+    return f"{clean} clean" if isinstance(clean, int) and clean else sentence(summary)
+
+
+def _mark(status: str) -> str:
+    facts = BY_WORD.get(status)
+    if facts is None:
+        return _text(status)
+    return f"{_MARKS.get(facts.colour, '')} **{facts.label}**".strip()
+
+
+def _where(row: Row, workspace: str, environ: Mapping[str, str]) -> str:
+    """``path:line``, linked to the file at the run's commit when GitHub says which."""
+    path = relative_path(row.file, workspace)
+    if not path:
+        return ""
+    shown = f"{path}:{row.line}" if row.line > 0 else path
+    server, repo, sha = (environ.get(key, "") for key in
+                         ("GITHUB_SERVER_URL", "GITHUB_REPOSITORY", "GITHUB_SHA"))  # fmt: skip
+    if not (server and repo and sha):
+        return f"`{_code(shown)}`"
+    anchor = f"#L{row.line}" if row.line > 0 else ""
+    url = f"{server.rstrip('/')}/{repo}/blob/{sha}/{urllib.parse.quote(path)}{anchor}"
+    return f"[`{_code(shown)}`]({url})"
+
+
+def _code(text: str) -> str:
+    """Text inside a code span of a table cell: one line, no backtick, no bar."""
+    return " ".join(text.split()).replace("`", "'").replace("|", "\\|")
+
+
+def _text(text: str) -> str:
+    """Plain text in a table cell: markdown and HTML characters escaped."""
+    text = " ".join(text.split()).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return re.sub(r"([\\`*_\[\]|])", r"\\\1", text)
