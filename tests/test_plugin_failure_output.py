@@ -75,3 +75,41 @@ def test_the_fixture_refuses_async_and_generator_steps(pytester: pytest.Pytester
         "*graphleak.check(step) in test_kinds.py::test_async: step is an async function*",
         "*graphleak.check(step) in test_kinds.py::test_generator: step is a generator function*",
     ])  # fmt: skip
+
+
+def test_the_failure_reads_in_80_columns_and_shows_each_sample_with_v(
+    pytester: pytest.Pytester,
+) -> None:
+    """An 80-column CI log: long lines break at spaces under their label (the fix whole),
+    the short summary drops the holder's links rather than cut a word; every sample's
+    value only with -v; the failure's metrics in the order of the report section's."""
+    pytester.makepyfile(test_cols="""
+        import pytest
+        import minigrad as mg
+        w = mg.Tensor([1.0, 2.0], requires_grad=True)
+        kept_losses_of_this_training_step = []
+
+        @pytest.mark.no_graph_growth(steps=4, warmup=1)
+        def test_marked_with_a_long_name():
+            loss = (w * w).sum()
+            kept_losses_of_this_training_step.append(loss)
+    """)  # fmt: skip
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("COLUMNS", "80")
+        patch.delenv("CI", raising=False)
+        patch.delenv("BUILD_NUMBER", raising=False)
+        result = pytester.runpytest("--graphleak", "-p", "no:randomly")
+        verbose = pytester.runpytest("--graphleak", "-p", "no:randomly", "-v")
+    lines = result.outlines
+    failure = lines[lines.index(next(x for x in lines if "= FAILURES =" in x)):]
+    failure = failure[: failure.index(next(x for x in failure if "graphleak report" in x))]
+    assert all(len(line) <= 80 for line in failure), failure
+    assert "series (warmup | measured)" not in result.stdout.str()
+    assert "series (warmup | measured):" in verbose.stdout.str()
+    grew = [x.split()[0] for x in failure if x.startswith("    minigrad.")]
+    assert grew == ["minigrad.tensors", "minigrad.nodes", "minigrad.autograd_meta"]
+    fix = next(i for i, x in enumerate(failure) if x.startswith("  fix: "))
+    assert failure[fix + 1].startswith("       ")  # the fix goes on under its label
+    (short,) = [x for x in lines if x.startswith("LEAKED test_cols.py")]
+    assert len(short) <= 80 and not short.endswith("..."), short
+    assert short.endswith(" - list-accumulation"), short  # no room for the rate here

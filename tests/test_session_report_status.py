@@ -112,10 +112,12 @@ def test_leaks_twice(state):
 
 
 def _run(pytester: pytest.Pytester, *args: str) -> tuple[pytest.RunResult, dict[str, Any]]:
-    result = pytester.runpytest_subprocess(
-        *ARGS, "--graphleak", "-v", "-rA", "--junitxml=junit.xml",
-        "--graphleak-report=r.json", *args,
-    )  # fmt: skip
+    with pytest.MonkeyPatch.context() as patch:  # one row a line: these tests read words
+        patch.setenv("COLUMNS", "250")  # (test_session_report reads the 80-column layout)
+        result = pytester.runpytest_subprocess(
+            *ARGS, "--graphleak", "-v", "-rA", "--junitxml=junit.xml",
+            "--graphleak-report=r.json", *args,
+        )  # fmt: skip
     document = json.loads((pytester.path / "r.json").read_text())
     jsonschema.validate(document, load_schema())
     return result, document

@@ -377,7 +377,8 @@ def _measure_and_record(
         terminal.warn_leak(item, result, GraphLeakWarning)
         return result
     # An unmeasured check fails too: "clean" with nothing measured is a silent pass.
-    error = pipeline.failure(render_text(result), leaked=result.leaked, result=result)
+    text = render_text(result, series=(item.config.getoption("verbose") or 0) > 0)  # -v: samples
+    error = pipeline.failure(text, leaked=result.leaked, result=result)
     error.graphleak_plain = from_marker  # type: ignore[attr-defined]
     raise error
 
@@ -469,7 +470,7 @@ class _Reports:
         crash = getattr(report.longrepr, "reprcrash", None)
         if crash is not None and excinfo.value.result is not None:
             # pytest's short summary line reads this: say what leaked, not the exception type.
-            crash.message = terminal.short_message(excinfo.value.result)
+            crash.message = terminal.crash_message(item, excinfo.value.result)
             if item.config.getoption("tbstyle", "auto") == "line":
                 # One line per failure, at the user's line: not the leak text, not ours.
                 report.longrepr = one_line_repr(item, excinfo, crash.message)
@@ -679,8 +680,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if settings_of(terminalreporter.config).enabled:
         return
     reports = [r for group in terminalreporter.stats.values() for r in group]
-    hint = terminal.unchecked_hint(reports)
-    if hint:
+    if hint := terminal.unchecked_hint(reports):
         terminalreporter.write_line(hint, yellow=True)
 
 

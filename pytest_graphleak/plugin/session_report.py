@@ -49,8 +49,11 @@ from pytest_graphleak.report.json_doc import (
 from pytest_graphleak.report.junit import junit_properties
 from pytest_graphleak.report.output_paths import Output, check_outputs
 from pytest_graphleak.report.summary import NOTHING_CHECKED, counts, sentence
+from pytest_graphleak.report.text import wrap_line
 from pytest_graphleak.report.writers import WRITER_OPTIONS, WRITERS, Run, Writer
 from pytest_graphleak.result import CheckResult
+from pytest_graphleak.status import BY_WORD as STATUS_FACTS
+from pytest_graphleak.status import status_of_test
 
 #: pytest 8 and later read a ``(word, markup)`` status word wherever they print it;
 #: pytest 7 only while a report is logged (progress and verbose lines), and prints
@@ -107,6 +110,8 @@ class SessionReport:
         self._leaked: set[str] = set()
         #: Of those, the ones whose leak failed the test (``LEAKED``, not pytest's word).
         self._failed_by_leak: set[str] = set()
+        #: Failed tests whose status is ``error`` or ``unmeasured`` (their status word).
+        self._no_verdict: dict[str, str] = {}
         #: JUnit properties go on the teardown report, which pytest keeps to the end: only
         #: when a JUnit XML file is written (its writer keeps every test until then anyway).
         self._junit = bool(config.getoption("xmlpath", default=None))
@@ -177,6 +182,7 @@ class SessionReport:
         """Record a call report's checks (see ``pytest_runtest_logreport``)."""
         self._leaked.discard(report.nodeid)  # of a rerun test, the last attempt decides
         self._failed_by_leak.discard(report.nodeid)
+        self._no_verdict.pop(report.nodeid, None)
         if report.outcome == _RERUN:
             # pytest-rerunfailures runs this test again: only its final attempt counts.
             # (It logs no teardown for this attempt, so nothing else would drop these.)
@@ -188,6 +194,8 @@ class SessionReport:
             self._leaked.add(report.nodeid)
         if _has_leak(data, failing=True):
             self._failed_by_leak.add(report.nodeid)
+        if report.failed and (status := _no_verdict(data)):  # the short summary's word
+            self._no_verdict[report.nodeid] = status
         if not data:
             return
         checks = self._checks_of(data, report.nodeid, "results")
@@ -255,14 +263,23 @@ class SessionReport:
         category stays pytest's, so a leaked test counts as failed and the exit code is
         non-zero. Expected failures and reruns keep pytest's (or pytest-rerunfailures')
         own status."""
+        data = getattr(report, "graphleak", None)
+        if report.when == "teardown" and report.passed and _has_leak(data):
+            # the outlive audit's warning, after the call's word (PASSED): no letter
+            return "", "", self._word(report, "OUTLIVE-WARNING", {"yellow": True})
         if report.when != "call" or hasattr(report, "wasxfail"):
             return None
-        data = getattr(report, "graphleak", None)
         if report.failed:  # by a leak, not for its own reason with a leak that only warned
             failing = data is not None and _has_leak(data, failing=True)
             if failing or (data is None and report.nodeid in self._failed_by_leak):
                 return "failed", "L", self._word(report, "LEAKED", {"red": True})
-            return None
+            # a step that raised, a check with no verdict: their status words, not FAILED
+            status = _no_verdict(data) if data is not None else self._no_verdict.get(report.nodeid)
+            if status is None:
+                return None
+            facts = STATUS_FACTS[status]
+            word = self._word(report, facts.label, {facts.colour: True})
+            return "failed", "U" if status == "unmeasured" else "F", word
         leaked = _has_leak(data) if data is not None else report.nodeid in self._leaked
         if leaked and report.passed:
             return "passed", "l", self._word(report, "LEAK-WARNING", {"yellow": True})
@@ -333,24 +350,30 @@ class SessionReport:
     # -- terminal -------------------------------------------------------------------
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
-        if self.is_worker or not (self._results or self.outputs or self.notes or self.baseline):
+        if self.is_worker or not (
+            self._results or self.outputs or self.notes or self.baseline or self._audited
+        ):
             return
         tr = terminalreporter
-        tr.write_sep("=", "graphleak report")
         verbose = (self.config.getoption("verbose", default=0) or 0) > 0
         rows = self.rows()
         width = max((len(m) for t in rows for c in t.checks for m in c["series"]), default=0)
-        for test in rows:
-            if test.status == "clean" and not verbose:
-                continue
-            for line, markup in summary_lines(test, width, self.settings.warn_only):
-                tr.write_line(line, **markup)
-        for note in sorted(self.notes):
-            tr.write_line(f"note: {note}", yellow=True)
-
+        columns = self.config.get_terminal_writer().fullwidth
+        body = [(f"note: {note}", {"yellow": True}) for note in sorted(self.notes)]
+        body[:0] = [
+            (part, markup)
+            for test in rows if verbose or test.status != "clean"
+            for line, markup in summary_lines(test, width, self.settings.warn_only)
+            for part in wrap_line(line, columns)  # at spaces: 80 columns read cleanly
+        ]  # fmt: skip
+        if body:  # a clean run ends with the count line alone: what was checked, audited
+            tr.write_sep("=", "graphleak report")
+        for line, markup in body:
+            tr.write_line(line, **markup)
         fixed = len(self.baseline.fixed()) if self.baseline is not None else None
         told = sentence(counts((t.status for t in rows), audited=len(self._audited), fixed=fixed))
-        tr.write_line(told if told == NOTHING_CHECKED else f"graphleak: {told}")
+        for part in wrap_line(told if told == NOTHING_CHECKED else f"graphleak: {told}", columns):
+            tr.write_line(part)
         for line, markup in self.baseline.lines() if self.baseline is not None else ():
             tr.write_line(line, **markup)
         for output in self.outputs:
@@ -447,6 +470,14 @@ def _has_leak(data: object, *, failing: bool = False) -> bool:
         and not (failing and check.get("warned"))
         for check in data
     )  # fmt: skip
+
+
+def _no_verdict(data: object) -> str | None:
+    """``error`` or ``unmeasured``: the status of a failed test's checks that has no leak
+    verdict (``status.status_of_test``); None for any other."""
+    checks = [c for c in data if isinstance(c, dict)] if isinstance(data, list) else []
+    status = status_of_test(checks, "failed")
+    return status if status in ("error", "unmeasured") else None
 
 
 def _generated_by() -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import time
 import warnings
 from collections.abc import Iterable, Mapping
@@ -23,8 +24,10 @@ from pytest_graphleak.report.json_doc import CheckedTest
 from pytest_graphleak.report.model import metric_rows
 from pytest_graphleak.report.scale import sparkline
 from pytest_graphleak.report.span import error_line, span_text
+from pytest_graphleak.report.text import wrap_line
 from pytest_graphleak.report.view import culprit, diagnosis_view
 from pytest_graphleak.result import CheckResult
+from pytest_graphleak.status import LEAK_STATUSES
 from pytest_graphleak.status import TABLE as STATUS_TABLE
 from pytest_graphleak.verdict import slowest_leak_text
 from pytest_graphleak.words.chain import names_of
@@ -60,9 +63,23 @@ def header_line(settings: Any) -> str | None:
     return f"graphleak: checking @pytest.mark.{MARKER} tests: " + " ".join(parts)
 
 
-def short_message(result: CheckResult) -> str:
-    """``list-accumulation: +1 tensor/step, held by fixture 'state' -> dict['losses']``."""
-    if result.unmeasured and not result.leaked:
+def crash_message(item: Any, result: CheckResult) -> str:
+    """The message of pytest's short summary line (``LEAKED <nodeid> - <message>``): the
+    ``short_message``, with fewer links of the holder where pytest would cut the line at
+    the terminal's width (it cuts mid-word), unless pytest shows it whole (CI, ``-vv``)."""
+    config = item.config
+    if os.environ.get("CI") or os.environ.get("BUILD_NUMBER") or config.option.verbose >= 2:
+        return short_message(result)
+    word = "UNMEASURED" if result.status == "unmeasured" else "LEAKED"
+    room = config.get_terminal_writer().fullwidth - len(f"{word} {item.nodeid} - ")
+    return short_message(result, room=room)
+
+
+def short_message(result: CheckResult, room: int | None = None) -> str:
+    """``list-accumulation: +1 tensor/step, held by fixture 'state' -> dict['losses']``;
+    within ``room`` columns where it can be: the holder's last links, then the holder
+    left out, never a word cut."""
+    if result.status == "unmeasured":
         return f"not measured, so no verdict: {result.unmeasured}"
     pattern = result.pattern or "leak"
     growths = {g.metric: g for g in result.verdict.growths}
@@ -78,11 +95,19 @@ def short_message(result: CheckResult) -> str:
     if diagnosis is not None and diagnosis.chain:
         # The root and the named links after it (``dict['losses']``), up to the first
         # object that is described (``list(len=3)``): read from the typed links.
-        named = max(1, len(names_of(diagnosis.links)))
-        parts.append("held by " + " -> ".join(diagnosis.chain[:named]))
+        links = list(diagnosis.chain[: max(1, len(names_of(diagnosis.links)))])
+        while len(links) > 1 and room is not None and len(_joined(parts, links)) > room:
+            links.pop()
+        if room is None or len(_joined(parts, links)) <= room:
+            parts.append("held by " + " -> ".join(links))
     elif diagnosis is not None and diagnosis.cycle:
         parts.append("kept by a reference cycle")
-    return ", ".join(parts)
+    told = ", ".join(parts)
+    return pattern if room is not None and len(told) > room else told  # then the word alone
+
+
+def _joined(parts: list[str], links: list[str]) -> str:
+    return ", ".join([*parts, "held by " + " -> ".join(links)])
 
 
 def _told_by(pattern: str) -> tuple[str, ...]:
@@ -202,9 +227,11 @@ class ReprEntry(_code.ReprEntry):
         if self.style != "value":
             super()._write_entry_lines(tw)
             return
+        width = getattr(tw, "fullwidth", 80)
         for line in self.lines:
-            tw.write(line, **line_markup(line))
-            tw.write("\n")
+            for part in wrap_line(line, width):  # at spaces, under the line's label
+                tw.write(part, **line_markup(line))
+                tw.write("\n")
 
 
 def colour_failure(longrepr: Any) -> None:
@@ -246,7 +273,7 @@ def summary_lines(
         status = CheckedTest(test.nodeid, test.outcome, [check]).status  # of this check
         word, markup = _STATUS_STYLE[status]
         head = f"{word} {name}"
-        if check.get("leaked"):
+        if status in (*LEAK_STATUSES, "known"):  # a leak found, accepted or not
             outlive = "outlived the test: " if check.get("kind") == "outlive" else ""
             head += f"  {outlive}{check.get('pattern') or 'leak'}"
             found = culprit(check.get("diagnosis"))
@@ -258,9 +285,9 @@ def summary_lines(
                 head += "  (expected to fail)"
             elif status == "known":
                 head += "  (listed in the baseline file)"
-        elif check.get("error"):
+        elif status == "error":
             head += f"  step raised: {error_line(check)}"
-        elif check.get("unmeasured"):
+        elif status == "unmeasured":
             head += f"  not measured: {check['unmeasured']}"
         else:
             head += f"  ({span_text(check, short=True)}{_reach(check)})"
@@ -286,6 +313,9 @@ def summary_lines(
         lines.extend((f"    note: {note}", {"yellow": True}) for note in check.get("notes", []))
         if status == "warned":  # no failure text shows these: the warning is one line
             lines.extend((f"    {line}", line_markup(line)) for line in detail_lines(check))
+        elif status in LEAK_STATUSES:  # the failure text above has the rest: what to change
+            lines.extend((f"    {line}", line_markup(line)) for line in detail_lines(check)
+                         if line.startswith("fix: "))  # fmt: skip
     return lines
 
 

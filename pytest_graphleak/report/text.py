@@ -8,6 +8,8 @@ what was measured (``render_result``) otherwise.
 
 from __future__ import annotations
 
+import re
+import textwrap
 from collections.abc import Sequence
 from dataclasses import asdict
 
@@ -25,8 +27,10 @@ from pytest_graphleak.verdict import slowest_leak_text
 _MAX_SHOWN = 24
 
 
-def render_text(result: CheckResult) -> str:
-    """The report of one check: what grew, from what to what, the pattern and the fix."""
+def render_text(result: CheckResult, *, series: bool = True) -> str:
+    """The report of one check: what grew, from what to what, the pattern and the fix.
+    ``series``: with every sample's value (the plugin shows them under ``-v``; the
+    sparklines tell the shape without them)."""
     status = result.status  # the one rule: a leak outranks an error, an error no verdict
     if status == "error":
         return f"graphleak: {result.name}: the step raised {error_line(result.to_dict())}"
@@ -42,11 +46,12 @@ def render_text(result: CheckResult) -> str:
         f"graphleak: {result.name} leaks: {pattern}",
         f"  {span_text(_span(result))} ({result.duration_s:.2f} s); grew:",
     ]
-    growths = result.verdict.growths
+    growths = grown_in_order(result)
     width = max(len(g.metric) for g in growths) if growths else 0
     lines.extend(_growth_row(result, growth, width) for growth in growths)
-    lines.append(f"  series ({head_label(_span(result))} | measured):")
-    for growth in growths:
+    if series:
+        lines.append(f"  series ({head_label(_span(result))} | measured):")
+    for growth in growths if series else ():
         values = result.series.get(growth.metric, [])
         unit = result.declared(growth.metric).unit
         lines.append(f"    {growth.metric:<{width}}  {compact_series(values, result.warmup, unit)}")
@@ -59,6 +64,13 @@ def render_text(result: CheckResult) -> str:
     if not any(line.kind == "fix" for line in view):
         lines.extend(notes)
     return "\n".join(lines)
+
+
+def grown_in_order(result: CheckResult) -> list[Growth]:
+    """The grown metrics in the order of the series (the probes' declarations), as the
+    session's report section lists them."""
+    order = {metric: index for index, metric in enumerate(result.series)}
+    return sorted(result.verdict.growths, key=lambda g: order.get(g.metric, len(order)))
 
 
 def render_outlive(result: CheckResult) -> str:
@@ -96,14 +108,16 @@ def _growth_row(result: CheckResult, growth: Growth, width: int) -> str:
 
 
 def compact_series(values: Sequence[float], warmup: int, unit: str = "objects") -> str:
-    """``1 2 3 | 4 5 6 ... 19 20`` (bytes in KiB/MiB), with warmup before the bar."""
-    shown = [format_amount(v, unit).replace(" ", "") for v in values]
+    """``1 2 3 | 4 5 6 ... 19 20`` (bytes as every surface writes them, ``88 B  96 B``:
+    two spaces apart), with warmup before the bar."""
+    shown = [format_amount(v, unit) for v in values]
+    gap = "  " if unit == "bytes" else " "
     head = shown[:warmup]
     tail = shown[warmup:]
     if len(tail) > _MAX_SHOWN:
         keep = _MAX_SHOWN // 2
         tail = [*tail[:keep], "...", *tail[-keep:]]
-    return " ".join([*head, "|", *tail]) if head else " ".join(tail)
+    return gap.join([*head, "|", *tail]) if head else gap.join(tail)
 
 
 def verdict_line(result: CheckResult) -> str:
@@ -113,7 +127,7 @@ def verdict_line(result: CheckResult) -> str:
     if status == "leaked":
         grown = ", ".join(
             f"{g.metric} {format_rate(g.per_step, result.declared(g.metric).unit)}"
-            for g in result.verdict.growths
+            for g in grown_in_order(result)
         )
         return f"{label} {result.name}: {result.pattern} ({grown})"
     if status == "error":
@@ -166,3 +180,39 @@ def metric_rows(result: CheckResult) -> list[str]:
     if zeros:
         rows.append(f"  (0 at every step, not shown: {', '.join(zeros)})")
     return rows
+
+
+#: A labelled line (``  fix: ...``, ``  held by: ...``): its continuation lines start
+#: under the text after the label.
+_LABEL = re.compile(r"^(\s*)([a-z][a-z ]{0,14}: )")
+#: The fields of a row (``LEAKED  test_x.py::test  list-accumulation  held: ...``).
+_FIELDS = re.compile(r"(?<=\S) {2,}(?=\S)")
+
+
+def wrap_line(line: str, width: int) -> list[str]:
+    """``line`` in lines of at most ``width`` columns, broken at spaces only (a path, a
+    chain link or a line of code is never cut). A labelled line (``fix: ...``) goes on
+    under the text after its label; a row of fields two spaces apart breaks between
+    fields first, each further line indented by four columns. A line that fits, or a
+    width under 40 columns, is left as it is."""
+    if len(line) <= width or width < 40:
+        return [line]
+    lead = len(line) - len(line.lstrip())
+    found = _LABEL.match(line)
+    if found:
+        return _words(line, width, min(len(found.group(0)), width // 3))
+    lines: list[str] = []
+    for field in _FIELDS.split(line.strip()):
+        if lines and len(lines[-1]) + 2 + len(field) <= width:
+            lines[-1] += "  " + field
+        else:
+            lines.extend(_words(" " * (lead + 4 if lines else lead) + field, width, lead + 4))
+    return lines
+
+
+def _words(line: str, width: int, indent: int) -> list[str]:
+    """``line`` broken at single spaces, its own indent kept, the rest under ``indent``."""
+    lines = textwrap.wrap(line, width=width, subsequent_indent=" " * indent,
+                          break_long_words=False, break_on_hyphens=False)  # fmt: skip
+    first = len(line) - len(line.lstrip())  # textwrap drops the line's own indent
+    return [" " * first + lines[0].lstrip(), *lines[1:]] if lines else [line]
