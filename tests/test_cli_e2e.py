@@ -87,7 +87,9 @@ def test_demo_without_torch_tells_the_story_in_plain_lines(
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "\x1b" not in out and "\r" not in out  # piped: no escape codes, no redraws
     logs = [line for line in out.splitlines() if line.startswith("Step")]
-    assert len(logs) == 3 * 8 and all(LOG_LINE.match(line) for line in logs), logs[:3]
+    # short by default: each run's first and last step (--verbose: every step, below)
+    assert len(logs) == 3 * 2 and all(LOG_LINE.match(line) for line in logs), logs[:3]
+    assert "series (warmup | measured)" not in out
 
     runs = out.split("== Run ")[1:]
     assert len(runs) == 3
@@ -113,6 +115,11 @@ def test_demo_without_torch_tells_the_story_in_plain_lines(
     svg = ElementTree.parse(tmp_path / "demo.svg").getroot()
     lines = svg.findall(".//{http://www.w3.org/2000/svg}polyline")
     assert len(lines) == 3 * 2 * 2  # 3 metrics x 2 leaky runs x (leaky, fixed)
+
+    verbose = subprocess.run([sys.executable, *DEMO, "--verbose"], env=env_without_torch,
+                             cwd=tmp_path, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert len([x for x in verbose.stdout.splitlines() if x.startswith("Step")]) == 3 * 8
+    assert "series (warmup | measured)" in verbose.stdout
 
     proc = graphleak("demo", "--torch", env=env_without_torch, cwd=tmp_path)
     assert proc.returncode == 2

@@ -632,11 +632,12 @@ def failure_lines(out: str, mode: str) -> list[str]:
 
 
 def demo_excerpt(what: str) -> str:
-    """``demo log``: the first run's steps 8 and 16; ``demo verdict``: the first run's
-    verdict with its chain, sites and fix, then the summary table."""
+    """``demo log``: the first run's log lines (its first and last step); ``demo
+    verdict``: the first run's verdict with its chain, sites and fix, then the summary
+    table."""
     lines = demo_output().splitlines()
     if what == "demo log":
-        steps = [line for line in lines if line.startswith(("Step  8 |", "Step 16 |"))]
+        steps = [line for line in lines if line.startswith("Step ")]
         return "\n".join(steps[:2])
     start = next((i for i, line in enumerate(lines) if line.startswith("-- verdict")), 0)
     end = next((i for i in range(start + 1, len(lines)) if not lines[i].strip()), len(lines))
@@ -645,6 +646,15 @@ def demo_excerpt(what: str) -> str:
     summary = next((i for i, line in enumerate(lines) if line.startswith("Summary")), len(lines))
     table = [line for line in lines[summary:] if line.strip() and not line.startswith("done in")]
     return "\n".join([*picked, "...", *table])
+
+
+def github_summary_block(summary: str) -> str:
+    """The step summary's markdown in a framed block of the page: its heading a bold line,
+    not a heading of the page (which would enter the table of contents), and its folded
+    list rendered as markdown (``md_in_html``)."""
+    text = re.sub(r"^#+ (.*)$", r"**\1**", summary.strip(), flags=re.M)
+    text = text.replace("<details>", '<details markdown="1">')
+    return f'<div class="gh-step-summary" markdown="1">\n\n{text}\n\n</div>'
 
 
 def real_output(what: str) -> str:
@@ -663,9 +673,8 @@ def real_output(what: str) -> str:
         return f"```python\n{GITHUB_EXAMPLE.rstrip()}\n```"
     if what == "github commands":
         return output_block(github_outputs()["commands"])
-    if what == "github summary":  # markdown, shown as GitHub renders it, its heading one
-        # level down so that it sits under the page's section instead of beside it
-        return re.sub(r"^(#+) ", r"#\1 ", github_outputs()["summary"].strip(), flags=re.M)
+    if what == "github summary":  # markdown, shown as GitHub renders it, in a frame
+        return github_summary_block(github_outputs()["summary"])
     if what in ("demo log", "demo verdict"):
         return output_block(demo_excerpt(what))
     name = what.removeprefix("catalogue output ").strip()

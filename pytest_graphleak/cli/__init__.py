@@ -48,6 +48,7 @@ examples:
 _DEMO_EPILOG = """\
 examples:
   graphleak demo                       the story on minigrad (no torch needed)
+  graphleak demo --verbose             with the log line of every step
   graphleak demo --steps 60 --plot demo.svg
   graphleak demo --torch               the same story on PyTorch
   graphleak demo | cat                 plain lines, no live progress display
@@ -112,7 +113,8 @@ def build_parser() -> argparse.ArgumentParser:
             "Train a tiny character transformer three times: keeping the losses in a "
             "list with their graphs, with backward(retain_graph=True) and a running "
             "loss kept as a tensor, and fixed. Print the per-step log (loss, RSS by "
-            "phase, alive and created objects) and each run's verdict with its diagnosis.",
+            "phase, alive and created objects: the first and last step of each run, every "
+            "step with --verbose) and each run's verdict with its diagnosis.",
             width=78,
         ),
         epilog=_DEMO_EPILOG,
@@ -126,8 +128,12 @@ def build_parser() -> argparse.ArgumentParser:
                       help="run the story on PyTorch instead of minigrad (needs torch)")
     demo.add_argument("--plot", metavar="PATH", default=None,
                       help="write an SVG chart of alive counts and RSS per step, leaky vs fixed")
-    demo.add_argument("--every", type=positive_int, default=1, metavar="K",
-                      help="print the per-step log every K steps (default: 1)")
+    demo.add_argument("--every", type=positive_int, default=None, metavar="K",
+                      help="print the per-step log every K steps (default: the first and "
+                           "last step of each run)")
+    demo.add_argument("-v", "--verbose", action="store_true",
+                      help="print the log line of every step, and each sample's value in "
+                           "the verdicts (as --every 1 and pytest -v)")
     demo.set_defaults(run=("pytest_graphleak.demo", "run_demo"))
 
     check = commands.add_parser(
@@ -149,6 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("-q", "--quiet", action="store_true",
                        help="print only the verdict line (the full report still goes to "
                             "--json/--html)")
+    _color_flag(check)
     check.set_defaults(run=("pytest_graphleak.cli.check_cmd", "run_check"))
 
     report = commands.add_parser(
@@ -163,8 +170,16 @@ def build_parser() -> argparse.ArgumentParser:
     for writer, flag in output_flags():  # every file writer (report.writers.WRITERS)
         report.add_argument(flag, metavar="OUT", default=None, dest=writer.kind,
                             help=f"write it to OUT as {writer.what} instead of printing")
+    _color_flag(report)
     report.set_defaults(run=("pytest_graphleak.cli.report_cmd", "run_report"))
     return parser
+
+
+def _color_flag(parser: argparse.ArgumentParser) -> None:
+    """``--color``, as pytest's (``cli.colour`` reads it)."""
+    parser.add_argument("--color", choices=("yes", "no", "auto"), default="auto",
+                        help="colour the output: yes, no, or auto (a terminal, unless "
+                             "NO_COLOR is set; default: %(default)s)")  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TextIO
 
 from pytest_graphleak.api import check
+from pytest_graphleak.cli.colour import colour_lines, wants_colour
 from pytest_graphleak.cli.exits import EXIT_USER_CODE, exit_code
 from pytest_graphleak.cli.outputs import checked_outputs, output_flags, write_output
 from pytest_graphleak.cli.target import Target, resolve, running_as
@@ -36,6 +37,7 @@ def run_check(args: argparse.Namespace) -> int:
     locations = {t.name: _where(t.func) for t in pending if isinstance(t, Target)}
 
     results: list[CheckResult] = []
+    colour = wants_colour(args.color, sys.stdout)
     try:
         while pending:
             target = pending.pop()  # hold no step once checked
@@ -51,7 +53,8 @@ def run_check(args: argparse.Namespace) -> int:
             del target
             if results and not args.quiet:
                 print()
-            print(verdict_line(result) if args.quiet else render_result(result), flush=True)
+            told = verdict_line(result) if args.quiet else render_result(result)
+            print(colour_lines(told) if colour else told, flush=True)
             results.append(result)
     except KeyboardInterrupt:
         # Ctrl-C: what finished is kept (as pytest --graphleak-report keeps finished tests).

@@ -24,7 +24,7 @@ from pytest_graphleak.demo.plot import Metric, PlotRun, render_plot
 from pytest_graphleak.demo.progress import PHASES, Display, StepRecord, bar, format_line, rss_mb
 from pytest_graphleak.demo.user_code import load_training_script
 from pytest_graphleak.exceptions import GraphLeakError
-from pytest_graphleak.report.text import render_result
+from pytest_graphleak.report.text import render_result, render_text
 from pytest_graphleak.result import CheckResult
 from pytest_graphleak.status import BY_WORD
 
@@ -76,6 +76,7 @@ class LoggedStep:
 
     def __init__(self, step: Callable[[], float], recorder: PhaseRecorder, counter: Counter,
                  display: Display, *, label: str, warmup: int, total: int, every: int) -> None:
+        # every: log every k-th step (0: only the first and the last)
         self.step, self.recorder, self.counter, self.display = step, recorder, counter, display
         self.label, self.warmup, self.total, self.every = label, warmup, total, every
         self.records: list[StepRecord] = []
@@ -90,7 +91,7 @@ class LoggedStep:
         record = StepRecord(len(self.records) + 1, len(self.records) < self.warmup, loss,
                             dict(self.recorder.rss), alive, created)
         self.records.append(record)
-        if record.step % self.every == 0 or record.step in (1, self.total):
+        if (self.every and record.step % self.every == 0) or record.step in (1, self.total):
             self.display.line(format_line(record, self._width))
         counts = " ".join(f"{k}={v}" for k, v in alive.items())
         self.display.status(f"{self.label} {bar(record.step, self.total)} "
@@ -104,6 +105,8 @@ def run_demo(args: argparse.Namespace) -> int:
     script = load_training_script()
     display = Display()
     started = time.perf_counter()
+    # Short by default: each run's first and last step; --verbose: every step.
+    every = 1 if args.verbose else (args.every or 0)
     display.line(display.paint(
         f"graphleak demo: a tiny character transformer on {backend.name}, trained "
         f"{len(VARIANTS)} times ({warmup} warmup + {steps} measured steps each)", "bold"))
@@ -115,9 +118,9 @@ def run_demo(args: argparse.Namespace) -> int:
             display.line()
             display.line(display.paint(f"== Run {number}/{len(VARIANTS)}: {variant.label} -- "
                                        f"{variant.story}", "bold"))
-            outcomes.append(_run_variant(variant, backend, script, display,
-                                         steps=steps, warmup=warmup, every=args.every))
-            _show_verdict(outcomes[-1], display)
+            outcomes.append(_run_variant(variant, backend, script, display, steps=steps,
+                                         warmup=warmup, every=every))  # fmt: skip
+            _show_verdict(outcomes[-1], display, series=args.verbose)
     finally:
         backend.close()
     display.line()
@@ -155,7 +158,7 @@ def _run_variant(variant: Variant, backend: Backend, script: ModuleType, display
     return RunOutcome(variant, result, records)
 
 
-def _show_verdict(outcome: RunOutcome, display: Display) -> None:
+def _show_verdict(outcome: RunOutcome, display: Display, *, series: bool) -> None:
     result, variant = outcome.result, outcome.variant
     verdict = BY_WORD[result.status].label  # the word every other surface says
     colour = "green" if outcome.as_expected else "red"
@@ -163,7 +166,7 @@ def _show_verdict(outcome: RunOutcome, display: Display) -> None:
     display.line(display.paint(
         f"-- verdict: {verdict}" + (f" ({result.pattern})" if result.leaked else "")
         + (" as expected" if outcome.as_expected else f" -- expected {expected}!"), colour))
-    display.line(render_result(result))
+    display.line(render_text(result, series=series) if result.leaked else render_result(result))
 
 
 def _show_summary(outcomes: list[RunOutcome], display: Display) -> None:

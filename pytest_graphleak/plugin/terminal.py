@@ -24,13 +24,15 @@ from pytest_graphleak.report.json_doc import CheckedTest
 from pytest_graphleak.report.model import metric_rows
 from pytest_graphleak.report.scale import sparkline
 from pytest_graphleak.report.span import error_line, span_text
-from pytest_graphleak.report.text import wrap_line
+from pytest_graphleak.report.text import LINE_MARKUP, line_markup, wrap_line
 from pytest_graphleak.report.view import culprit, diagnosis_view
 from pytest_graphleak.result import CheckResult
 from pytest_graphleak.status import LEAK_STATUSES
 from pytest_graphleak.status import TABLE as STATUS_TABLE
 from pytest_graphleak.verdict import slowest_leak_text
 from pytest_graphleak.words.chain import names_of
+
+__all__ = ["LINE_MARKUP", "line_markup"]  # their home is report.text; read here too
 
 MARKER = "no_graph_growth"
 #: The outlive audit's opt-out marker (here, not in ``audit``: the plugin registers it in
@@ -198,24 +200,6 @@ class Progress:
         suspended = getattr(self._capture, "global_and_fixture_disabled", contextlib.nullcontext)
         with suspended():  # the test's output is being captured: write past it
             self._reporter_write(f"[{what}, {now:.0f} s] ")
-
-
-#: How each line of a failure text is coloured when pytest colours (``--color``,
-#: ``NO_COLOR``, a terminal): by its label, the first match wins.
-LINE_MARKUP: tuple[tuple[str, dict[str, bool]], ...] = (
-    ("graphleak: ", {"red": True, "bold": True}),
-    ("pattern: ", {"red": True}),
-    ("held by: ", {"yellow": True, "bold": True}),
-    ("cycle: ", {"yellow": True, "bold": True}),
-    ("stored at: ", {"cyan": True, "bold": True}),
-    ("fix: ", {"green": True, "bold": True}),
-)
-
-
-def line_markup(line: str) -> dict[str, bool]:
-    """The TerminalWriter markup of one failure-text line (``{}``: plain)."""
-    text = line.lstrip()
-    return next((dict(markup) for label, markup in LINE_MARKUP if text.startswith(label)), {})
 
 
 class ReprEntry(_code.ReprEntry):

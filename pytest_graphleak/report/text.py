@@ -67,8 +67,8 @@ def render_text(result: CheckResult, *, series: bool = True) -> str:
 
 
 def grown_in_order(result: CheckResult) -> list[Growth]:
-    """The grown metrics in the order of the series (the probes' declarations), as the
-    session's report section lists them."""
+    """The grown metrics in the order of the series (``report.model.metric_rows``'), as
+    the session's report section lists them."""
     order = {metric: index for index, metric in enumerate(result.series)}
     return sorted(result.verdict.growths, key=lambda g: order.get(g.metric, len(order)))
 
@@ -216,3 +216,21 @@ def _words(line: str, width: int, indent: int) -> list[str]:
                           break_long_words=False, break_on_hyphens=False)  # fmt: skip
     first = len(line) - len(line.lstrip())  # textwrap drops the line's own indent
     return [" " * first + lines[0].lstrip(), *lines[1:]] if lines else [line]
+
+
+#: How each line of a failure text is coloured in a terminal that shows colour (pytest's
+#: ``--color``, the ``graphleak`` commands' ``--color``): by its label, the first match wins.
+LINE_MARKUP: tuple[tuple[str, dict[str, bool]], ...] = (
+    ("graphleak: ", {"red": True, "bold": True}),
+    ("pattern: ", {"red": True}),
+    ("held by: ", {"yellow": True, "bold": True}),
+    ("cycle: ", {"yellow": True, "bold": True}),
+    ("stored at: ", {"cyan": True, "bold": True}),
+    ("fix: ", {"green": True, "bold": True}),
+)
+
+
+def line_markup(line: str) -> dict[str, bool]:
+    """The TerminalWriter markup of one failure-text line (``{}``: plain)."""
+    text = line.lstrip()
+    return next((dict(markup) for label, markup in LINE_MARKUP if text.startswith(label)), {})
