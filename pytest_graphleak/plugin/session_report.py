@@ -37,7 +37,8 @@ from pytest_graphleak import options
 from pytest_graphleak.exceptions import OutputPathError
 from pytest_graphleak.options import Settings
 from pytest_graphleak.plugin.baseline import BaselineRun, configured
-from pytest_graphleak.plugin.terminal import summary_lines
+from pytest_graphleak.plugin.terminal import no_verdict as _no_verdict
+from pytest_graphleak.plugin.terminal import section_lines
 from pytest_graphleak.report.environment import describe_run
 from pytest_graphleak.report.github import Row
 from pytest_graphleak.report.json_doc import (
@@ -53,7 +54,6 @@ from pytest_graphleak.report.text import wrap_line
 from pytest_graphleak.report.writers import WRITER_OPTIONS, WRITERS, Run, Writer
 from pytest_graphleak.result import CheckResult
 from pytest_graphleak.status import BY_WORD as STATUS_FACTS
-from pytest_graphleak.status import status_of_test
 
 #: pytest 8 and later read a ``(word, markup)`` status word wherever they print it;
 #: pytest 7 only while a report is logged (progress and verbose lines), and prints
@@ -355,17 +355,9 @@ class SessionReport:
         ):
             return
         tr = terminalreporter
-        verbose = (self.config.getoption("verbose", default=0) or 0) > 0
-        rows = self.rows()
-        width = max((len(m) for t in rows for c in t.checks for m in c["series"]), default=0)
-        columns = self.config.get_terminal_writer().fullwidth
-        body = [(f"note: {note}", {"yellow": True}) for note in sorted(self.notes)]
-        body[:0] = [
-            (part, markup)
-            for test in rows if verbose or test.status != "clean"
-            for line, markup in summary_lines(test, width, self.settings.warn_only)
-            for part in wrap_line(line, columns)  # at spaces: 80 columns read cleanly
-        ]  # fmt: skip
+        rows, columns = self.rows(), self.config.get_terminal_writer().fullwidth
+        body = section_lines(rows, self.notes, self.settings.warn_only, columns=columns,
+                             verbose=(self.config.getoption("verbose") or 0) > 0)  # fmt: skip
         if body:  # a clean run ends with the count line alone: what was checked, audited
             tr.write_sep("=", "graphleak report")
         for line, markup in body:
@@ -470,14 +462,6 @@ def _has_leak(data: object, *, failing: bool = False) -> bool:
         and not (failing and check.get("warned"))
         for check in data
     )  # fmt: skip
-
-
-def _no_verdict(data: object) -> str | None:
-    """``error`` or ``unmeasured``: the status of a failed test's checks that has no leak
-    verdict (``status.status_of_test``); None for any other."""
-    checks = [c for c in data if isinstance(c, dict)] if isinstance(data, list) else []
-    status = status_of_test(checks, "failed")
-    return status if status in ("error", "unmeasured") else None
 
 
 def _generated_by() -> str:

@@ -13,7 +13,7 @@ import dataclasses
 import os
 import time
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from _pytest._code import code as _code
@@ -27,7 +27,7 @@ from pytest_graphleak.report.span import error_line, span_text
 from pytest_graphleak.report.text import LINE_MARKUP, line_markup, wrap_line
 from pytest_graphleak.report.view import culprit, diagnosis_view
 from pytest_graphleak.result import CheckResult
-from pytest_graphleak.status import LEAK_STATUSES
+from pytest_graphleak.status import LEAK_STATUSES, status_of_test
 from pytest_graphleak.status import TABLE as STATUS_TABLE
 from pytest_graphleak.verdict import slowest_leak_text
 from pytest_graphleak.words.chain import names_of
@@ -240,6 +240,31 @@ def _warned_why(outcome: str, warn_only: bool) -> str:
     if outcome == "xfailed":
         return "the test was expected to fail for another reason"
     return f"test {outcome}"  # skipped
+
+
+def section_lines(
+    rows: Sequence[CheckedTest], notes: Iterable[str], warn_only: bool, *, columns: int,
+    verbose: bool,
+) -> list[tuple[str, dict[str, bool]]]:
+    """The ``graphleak report`` section's lines before its count line: each test's rows
+    (a clean test's only with ``-v``), then the notes, in ``columns`` (at spaces)."""
+    width = max((len(m) for t in rows for c in t.checks for m in c["series"]), default=0)
+    body = [
+        (part, markup)
+        for test in rows if verbose or test.status != "clean"
+        for line, markup in summary_lines(test, width, warn_only)
+        for part in wrap_line(line, columns)
+    ]  # fmt: skip
+    return body + [(f"note: {note}", {"yellow": True}) for note in sorted(notes)]
+
+
+def no_verdict(data: object) -> str | None:
+    """``error`` or ``unmeasured``: the status of a failed test's checks (a report's
+    ``graphleak`` data) that have no leak verdict (``status.status_of_test``); None for any
+    other: the status word pytest's progress and short summary print for it."""
+    checks = [c for c in data if isinstance(c, dict)] if isinstance(data, list) else []
+    status = status_of_test(checks, "failed")
+    return status if status in ("error", "unmeasured") else None
 
 
 def summary_lines(
