@@ -90,8 +90,12 @@ def _edge(obj: Any, out: Edge | None, found: Any) -> tuple[str, str]:
     key = short_repr(out.key) if out.kind == "key" else "" if out.key is None else str(out.key)
     if out.kind == "attr" and type(obj).__name__ == "cell":
         return "closure cell", key
-    if out.kind == "attr" and key.startswith("ctx."):  # a custom Function's ctx
+    if out.kind == "attr" and key.startswith("ctx."):  # a custom Function's ctx (minigrad)
         return "ctx attribute", key.removeprefix("ctx.")
+    node = found is not None and found[1] == NODE
+    is_ctx = getattr(found[0], "is_ctx", None) if node else None
+    if out.kind == "attr" and callable(is_ctx) and is_ctx(obj):
+        return "ctx attribute", key  # torch's node of a custom Function is its ctx
     if out.kind == "attr" and (key in _HOOKS or (found is not None and "hook" in key)):
         return "hook", key
     return word, key
