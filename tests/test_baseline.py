@@ -309,6 +309,42 @@ def test_a_loop_leak_is_known_too(pytester: pytest.Pytester) -> None:
     result.stdout.no_fnmatch_line("*GraphLeakWarning*")
 
 
+RANKS_SUITE = """
+from pytest_graphleak import distributed
+from pytest_graphleak.distributed.results import DistributedResult, RankResult
+from pytest_graphleak.result import CheckResult, Diagnosis, Verdict
+
+
+def fake_ranks(factory, *, on_result, name, world_size, **group):
+    # what the spawned ranks would report: rank 0 leaks through a list, rank 1 is clean
+    chain = ["global 'history'", "list(len=9)", "Tensor(shape=(), grad_fn=MeanBackward)"]
+    leak = CheckResult(f"{name} [rank 0/2]", 8, 3, {}, {},
+                       Verdict(True, [], "list-accumulation", "grew"),
+                       Diagnosis("list-accumulation", chain=chain))
+    on_result(leak)
+    return DistributedResult(name, world_size, [RankResult(0, leak), RankResult(1)])
+
+
+def test_ranks(graphleak, monkeypatch):
+    monkeypatch.setattr(distributed, "check_distributed", fake_ranks)
+    graphleak.check_distributed("steps:make_step", world_size=2)
+"""
+
+
+def test_a_distributed_leak_is_known_too(pytester: pytest.Pytester) -> None:
+    """The ranks are faked (spawning torch.distributed ranks is the distributed tests'
+    cost): what matters here is that a known rank's leak fails nothing."""
+    pytester.makepyfile(test_ranks=RANKS_SUITE)
+    assert _run(pytester, "--graphleak-baseline-update").ret == 0
+    (entry,) = json.loads((pytester.path / "bl.json").read_text(encoding="utf-8"))["findings"]
+    assert entry["check"] == "check_distributed(steps:make_step) [rank 0/2]"
+    assert _run(pytester).ret == 0
+    (pytester.path / "bl.json").write_text(baseline.render([]), encoding="utf-8")
+    failed = _run(pytester)
+    assert failed.ret == 1
+    failed.stdout.fnmatch_lines(["*rank 0*list-accumulation*"])
+
+
 # -- the file: reading errors, writing safety -----------------------------------------------
 @pytest.mark.parametrize(
     ("text", "expected"),

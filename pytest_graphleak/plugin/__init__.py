@@ -419,18 +419,18 @@ def _check_on_ranks(
     **group: Any,
 ) -> distributed.DistributedResult:
     """Every rank's result goes into the test's report; with ``judge``, a leak on any rank
-    fails the test naming the rank (warns in warn-only mode), and so does a rank that
-    measured nothing, as a single-process check does."""
+    (not a known one: the baseline file's) fails the test naming the rank (warns in
+    warn-only mode), and so does a rank that measured nothing, as a single-process check."""
     __tracebackhide__ = True
     result = distributed.check_distributed(
         factory, raise_on_leak=False, on_result=functools.partial(_record, item),
         settings=settings, **group,
     )  # fmt: skip
-    if not judge or not (result.leaked or result.unmeasured_ranks):
+    new = [r for r in result.ranks if r.leaked and not getattr(r.result, "known", False)]
+    if not judge or not (new or result.unmeasured_ranks):
         return result
-    text = result.leak_text() if result.leaked else result.unmeasured_text()
-    pipeline.raise_or_warn(text, leaked=result.leaked, warn=warns_instead(item, settings),
-                           stacklevel=2)  # fmt: skip
+    text = result.leak_text() if new else result.unmeasured_text()
+    pipeline.raise_or_warn(text, leaked=bool(new), warn=warns_instead(item, settings), stacklevel=2)
     return result
 
 
