@@ -48,11 +48,6 @@ EXCEPTIONS: dict[str, tuple[int, str]] = {
         "the options table, one Option row per setting (data), and its resolution: "
         "the resolution could be its own module",
     ),
-    "pytest_graphleak/report/html.py": (
-        517,
-        "the HTML page's sections and styles: the inline CSS could be a package "
-        "data file, as the JSON schema is",
-    ),
     "pytest_graphleak/plugin/audit.py": (
         563,
         "the outlive audit's hooks, roots and census orchestration: its own package "

@@ -149,16 +149,22 @@ def test_every_series_gets_a_chart_with_the_warmup_shaded() -> None:
     assert len(page.all("polyline", class_="series")) + 2 == len(charts)
     # The clean test folds away; the leaks stay open (their full-size drawings fold
     # away; with the chain and the cycle drawn, no DOT text is shown).
-    folded = [d for d in page.all("details") if d.get("class") not in ("env", "fullsize")]
-    assert len(folded) == 1
+    cards = page.all("details", class_="card")
+    assert ["open" in card for card in cards] == [True, True, False]
+    others = [d for d in page.all("details") if d.get("class") not in ("env", "fullsize", "card")]
+    assert others == []
     assert len(page.all("details", class_="fullsize")) == 2
 
 
 def test_leaks_come_first_and_the_verdict_chain_sites_are_shown() -> None:
     page = Page(render_html(document(), draw=None))
     text = "".join(page.text)
+    # Anchors come from the test ids: the same link finds the same test after a rerun.
     headings = [a["id"] for a in page.all("section")]
-    assert headings == ["t0", "t1", "t2"]
+    assert headings[1:] == ["t-t.py::test_cycle", "t-t.py::test_ok"]
+    assert headings[0].startswith("t-t.py::test_evil-script-alert-x-/script-")
+    links = [a["href"] for a in page.all("a")]
+    assert links == [f"#{anchor}" for anchor in headings]
     assert text.index("test_evil") < text.index("test_cycle") < text.index("t.py::test_ok")
     assert "list-accumulation" in text
     assert "store plain numbers" in text
@@ -171,8 +177,8 @@ def test_retained_graph_drawn_without_graphviz_fitted_with_a_full_size_view() ->
     html = render_html(document(), draw=None)
     page = Page(html)
     drawings = page.all("svg", class_="graph-drawing")
-    # The chain and the cycle, each three times: page layout, phone layout, full size.
-    assert len(drawings) == 2 * 3
+    # The chain and the cycle, each four times: page, 800 px and phone layouts, full size.
+    assert len(drawings) == 2 * 4
     assert all(d["viewbox"].startswith("0 0 ") for d in drawings)
     assert ".graph svg { max-width: 100%; height: auto;" in html
     assert len(page.all("details", class_="fullsize")) == 2
@@ -193,7 +199,7 @@ def test_graphviz_drawing_is_an_option_beside_the_own_drawing() -> None:
 
     drawn = Page(render_html(document(), draw=fake_draw))
     assert len(drawn.all("svg", class_="drawn")) == 2  # the chain and the cycle
-    assert len(drawn.all("svg", class_="graph-drawing")) == 2 * 3
+    assert len(drawn.all("svg", class_="graph-drawing")) == 2 * 4
     assert any("closure 'fn'" in text for text in seen)
     # Without Graphviz, a diagnosis' own DOT drawing is kept as text to draw elsewhere.
     own = CheckedTest("t.py::test_dot", "failed", [leak("d", chain=[], dot="digraph {a -> b}")])
@@ -218,7 +224,7 @@ def test_what_to_change_comes_first_with_relative_paths(tmp_path: Path) -> None:
     html = render_html(doc, draw=None, environment={"rootdir": str(tmp_path)})
     text = "".join(Page(html).text)
     change = text.index("what to change")
-    assert change < text.index("measured steps") < text.index("minigrad.tensors")
+    assert change < text.index("measured steps") < text.index("minigrad.tensors", change)
     block = text[change : text.index("measured steps")]
     for line in ("pattern", "list-accumulation", "held by", "fixture 'state' -> list(len=4)",
                  "stored at", "pkg/train.py:7 in step: state.append(loss)", "fix",
@@ -232,15 +238,22 @@ def test_dark_mode_and_a_filter_without_script() -> None:
     html = render_html(document(), draw=None)
     page = Page(html)
     assert "@media (prefers-color-scheme: dark)" in html
+    # One chip per status the page has, counting what the summary counts (a warned
+    # leak is no "leaked" one), then expand all / collapse all: radio inputs and CSS.
     radios = page.all("input", type="radio")
-    assert [r["id"] for r in radios] == ["show-all", "show-leaks", "show-unmeasured", "show-clean"]
-    assert "checked" in radios[0]
+    shows = ["show-all", "show-leaked", "show-warned", "show-clean"]
+    folds = ["fold-each", "fold-open", "fold-shut"]
+    assert [r["id"] for r in radios] == shows + folds
+    assert "checked" in radios[0] and "checked" in radios[4]
     labels = [a["for"] for a in page.all("label")]
-    assert labels == ["show-all", "show-leaks", "show-unmeasured", "show-clean"]
+    assert labels == shows + folds
     sections = [a["class"] for a in page.all("section")]
-    assert sections == ["test g-leaks", "test g-leaks", "test g-clean"]
-    assert "#show-leaks:checked ~ main .g-clean" in html
-    assert "leaked (2)" in "".join(page.text) and "clean (1)" in "".join(page.text)
+    assert sections == ["test row s-leaked", "test row s-warned", "test row s-clean"]
+    assert "#show-leaked:checked ~ main .row:not(.s-leaked)" in html
+    assert "#fold-shut:checked ~ main details.card::details-content" in html
+    text = "".join(page.text)
+    assert "leaked (1)" in text and "warned (1)" in text and "clean (1)" in text
+    assert "1 leaked, 1 warned, 1 clean" in text
 
 
 @pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz dot not on PATH")
@@ -355,7 +368,8 @@ def test_noisy_bytes_are_drawn_as_growth_with_the_tolerance_band() -> None:
     assert page.all("svg", class_="chart")[0]["aria-label"] == "rss"
     assert "bytes, growth from 235.3 MiB" in page.text
     labels = [t for t in page.text if t.startswith(("+", "-"))]
-    assert labels[0] == "+0 B" and "+256.0 KiB" in labels  # round ticks, growth from base
+    assert labels[0] == "+0 B" and "+512 KiB" in labels  # round ticks, growth from base
+    assert labels[-1] == "+1 MiB"  # the band's one step of tolerance fits in the plot
     # 12 KiB against one step's 1 MiB tolerance: a ripple, not a bottom-to-top ramp,
     # inside the band the verdict calls noise.
     points = page.all("polyline")[0]["points"].split()

@@ -52,6 +52,7 @@ def test_every_surface_draws_the_view() -> None:
         line.plain() for line in view if line.kind not in ("pattern", "note")]  # fmt: skip
     page = unescape(render_html(build_document(
         [CheckedTest("t.py::test_step", "failed", [check])], generated_by="test")))  # fmt: skip
+    page = page.replace("<wbr>", "")  # break opportunities at separators, no text
     change = page[page.index("what to change"):]
     for line in to_change(view):
         assert f"<dt>{line.label}</dt>" in change and line.text in change, line

@@ -11,7 +11,7 @@ presentation attributes are the light fallback for the SVG opened on its own.
 
 from __future__ import annotations
 
-import textwrap
+import re
 from collections.abc import Callable, Sequence
 from html import escape
 
@@ -26,12 +26,28 @@ _STROKE = {"root": "#3b5bdb", "leaked": "#c62828", "": "#888888"}
 
 
 def wrap_label(label: str) -> list[str]:
-    """The label in lines of at most ``LINE_CHARS``, broken at spaces where it can; past
-    ``MAX_LINES`` the last line ends with an ellipsis."""
-    lines = textwrap.wrap(label, LINE_CHARS, break_on_hyphens=False) or [""]
+    """The label in lines of at most ``LINE_CHARS``, broken after a space or a separator
+    (``.``, ``(``, ``,``, ``=``, ``[``, ``/``, ``_``), never inside a name; a piece longer
+    than a line alone is cut. Past ``MAX_LINES`` the last line ends with an ellipsis."""
+    lines: list[str] = []
+    line = ""
+    for piece in _PIECES.findall(label):
+        if line and len(line) + len(piece.rstrip()) > LINE_CHARS:
+            lines.append(line.rstrip())
+            line = ""
+        while len(piece.rstrip()) > LINE_CHARS:  # one name longer than a line: cut it
+            lines.append(piece[:LINE_CHARS])
+            piece = piece[LINE_CHARS:]
+        line += piece
+    if line.strip() or not lines:
+        lines.append(line.rstrip())
     if len(lines) > MAX_LINES:
         lines = [*lines[: MAX_LINES - 1], lines[MAX_LINES - 1][: LINE_CHARS - 1] + "\u2026"]
     return lines
+
+
+#: A label's unbreakable pieces: each ends after a space or a separator.
+_PIECES = re.compile(r"[^ .(,=\[/_]*(?:[ .(,=\[/_]+|$)")
 
 
 def chain_svg(chain: Sequence[str], *, columns: int = 4) -> str:

@@ -89,16 +89,9 @@ def _fit(values: list[float], warmup: int, width: int) -> tuple[list[float], int
 def ticks(low: float, high: float, unit: str, count: int = 4) -> list[float]:
     """Round tick values between ``low`` and ``high`` (about ``count`` of them): in bytes
     on powers of two, in objects on 1, 2, 5 x 10^k (whole units only)."""
-    span = high - low
-    if span <= 0 or not math.isfinite(span):
+    step = tick_step(low, high, unit, count)
+    if step is None:
         return [low]
-    raw = span / max(count - 1, 1)
-    if unit == "bytes":
-        step = 2.0 ** round(math.log2(raw))
-    else:
-        magnitude = 10.0 ** math.floor(math.log10(raw))
-        step = min((m * magnitude for m in (1, 2, 5, 10)), key=lambda s: abs(s - raw))
-    step = max(step, 1.0)  # whole objects, whole bytes
     first = math.ceil(low / step) * step
     out = []
     value = first
@@ -107,6 +100,31 @@ def ticks(low: float, high: float, unit: str, count: int = 4) -> list[float]:
         value += step
     return out
 
+
+def tick_step(low: float, high: float, unit: str, count: int = 4) -> float | None:
+    """The distance between two ticks of ``ticks`` (None for an empty range)."""
+    span = high - low
+    if span <= 0 or not math.isfinite(span):
+        return None
+    raw = span / max(count - 1, 1)
+    if unit == "bytes":
+        step = 2.0 ** round(math.log2(raw))
+    else:
+        magnitude = 10.0 ** math.floor(math.log10(raw))
+        step = min((m * magnitude for m in (1, 2, 5, 10)), key=lambda s: abs(s - raw))
+    return max(step, 1.0)  # whole objects, whole bytes
+
+
+def axis(low: float, high: float, unit: str, count: int = 4) -> tuple[float, list[float]]:
+    """``(top, ticks)`` of a chart's value axis: ``high`` raised to the first tick at or
+    above it, so that the top tick covers the data (a series rising to +46 MiB gets a top
+    tick of +48 MiB, not +32 MiB), and the ticks from ``low`` up to it, one step apart."""
+    step = tick_step(low, high, unit, count)
+    if step is None:
+        return high, [low]
+    top = max(math.ceil(high / step - 1e-9) * step, high)
+    first = math.ceil(low / step - 1e-9) * step
+    return top, [first + n * step for n in range(round((top - first) / step) + 1)]
 
 
 def step_ticks(count: int, most: int = 6, first: int = 1) -> list[int]:

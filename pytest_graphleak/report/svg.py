@@ -12,10 +12,10 @@ from collections.abc import Callable, Sequence
 from html import escape
 
 from pytest_graphleak.metrics import finite, format_amount
-from pytest_graphleak.report.scale import step_ticks, ticks, value_range
+from pytest_graphleak.report.scale import axis, step_ticks, value_range
 
-_WIDTH, _HEIGHT = 420, 164
-_LEFT, _RIGHT, _TOP, _BOTTOM = 64, 14, 32, 26
+_WIDTH, _HEIGHT = 420, 170
+_LEFT, _RIGHT, _TOP, _BOTTOM = 74, 14, 34, 28
 
 
 def series_chart(
@@ -61,10 +61,11 @@ def series_chart(
     if bounds is None:
         parts.append(f'<text x="{_LEFT}" y="{_TOP + plot_h / 2:.1f}">no samples</text></svg>')
         return "".join(parts)
-    low, high = bounds
     at = list(steps) if steps is not None and len(steps) == len(values) else None
     at = at or list(range(1, len(values) + 1))
     first_step, span = at[0], max(at[-1] - at[0], 1)
+    low, high = bounds
+    high, tick_values = axis(low, _band_top(shown, warmup, noise, at, high), unit)
 
     def x_at(step: float) -> float:  # a step number's x
         return _LEFT + plot_w * (step - first_step) / span
@@ -94,13 +95,12 @@ def series_chart(
         f'<line class="axis" x1="{_LEFT}" y1="{bottom}" x2="{_LEFT + plot_w}" y2="{bottom}"/>'
         f'<line class="axis" x1="{_LEFT}" y1="{_TOP}" x2="{_LEFT}" y2="{bottom}"/>'
     )
-    for v in ticks(low, high, unit):
-        y = y_of(v)
-        parts.append(
-            f'<line class="grid" x1="{_LEFT}" y1="{y:.1f}" x2="{_LEFT + plot_w}" y2="{y:.1f}"/>'
-            f'<text class="tick" x="{_LEFT - 4}" y="{y + 4:.1f}" text-anchor="end">'
-            f"{escape(_tick_label(v, unit))}</text>"
-        )
+    parts += [
+        f'<line class="grid" x1="{_LEFT}" y1="{y_of(v):.1f}" x2="{_LEFT + plot_w}" '
+        f'y2="{y_of(v):.1f}"/><text class="tick" x="{_LEFT - 4}" y="{y_of(v) + 4:.1f}" '
+        f'text-anchor="end">{escape(_tick_label(v, unit))}</text>'
+        for v in tick_values
+    ]
     for n, step in enumerate(step_ticks(at[-1] - first_step + 1, first=first_step)):
         x = x_at(step)
         anchor = "start" if n == 0 else "middle" if step < at[-1] else "end"
@@ -139,8 +139,7 @@ def _band(
     """The tolerated growth as a wedge: from the first measured value, ``noise`` more per
     step (``at``: each sample's step, ``x_at``: a step's x), cut at the top of the plot."""
     low, high = bounds
-    first = next((i for i in range(min(warmup, len(shown) - 1), len(shown)) if finite(shown[i])),
-                 None)  # fmt: skip
+    first = _first_measured(shown, warmup)
     if first is None:
         return ""
     start = max(shown[first], low)
@@ -161,6 +160,23 @@ def _band(
     )
 
 
+def _band_top(
+    shown: Sequence[float], warmup: int, noise: float, at: Sequence[int], high: float
+) -> float:
+    """``high``, raised so that the tolerance band (``noise`` per step from the first
+    measured value to the last step) spans the plot instead of leaving it at its top."""
+    first = _first_measured(shown, warmup) if noise > 0 else None
+    if first is None:
+        return high
+    return max(high, shown[first] + noise * (at[-1] - at[first]))
+
+
+def _first_measured(shown: Sequence[float], warmup: int) -> int | None:
+    """The index of the first finite measured sample (the last sample when all are warmup)."""
+    start = min(warmup, len(shown) - 1)
+    return next((i for i in range(start, len(shown)) if finite(shown[i])), None)
+
+
 def _base(values: Sequence[float], warmup: int) -> float:
     """The first measured value (the first finite one when that is missing)."""
     measured = [float(v) for v in values[warmup:] if finite(v)]
@@ -173,4 +189,5 @@ def _tick_label(value: float, unit: str) -> str:
         return format_amount(value, unit)
     if value == 0:
         return "+0 B"
-    return format_amount(value, unit, signed=True)
+    # "+768 KiB", not "+768.0 KiB": a tick is a round number, and its label must fit
+    return format_amount(value, unit, signed=True).replace(".0 ", " ")

@@ -1,0 +1,358 @@
+"""The HTML report's card of one test: one ``<details>`` per test, opened for a leak and
+for a check with no verdict, folded for a clean or known one (``status.TABLE``'s group).
+
+Each card switches on its check's status (``model.TestRow.status_of``), never on raw
+fields: a leak opens with what to change (pattern, held by, stored at, fix), an error
+with the step that raised and the user's line, an unmeasured check with what ran and
+what to change, and then the numbers. Every piece of text that came from a test (node
+ids, chains, source lines, DOT) is escaped, and long tokens break only at their
+separators (``breakable``).
+"""
+
+from __future__ import annotations
+
+import linecache
+import os
+import re
+from collections.abc import Callable, Mapping, Sequence
+from html import escape
+from typing import Any
+
+from pytest_graphleak.metrics import format_amount, format_rate
+from pytest_graphleak.patterns import FALLBACK
+from pytest_graphleak.report.dot import diagnosis_dot
+from pytest_graphleak.report.graph_svg import chain_svg, cycle_svg
+from pytest_graphleak.report.model import TestRow, metric_rows
+from pytest_graphleak.report.span import head_label, raised_text, span_text, step_numbers
+from pytest_graphleak.report.svg import series_chart
+from pytest_graphleak.report.view import ViewLine, diagnosis_view, site_text, to_change
+from pytest_graphleak.result import CheckResult, display_path, relative_to
+from pytest_graphleak.status import BY_WORD, CLEAN, KNOWN, LEAK
+
+#: Renders DOT text to an inline ``<svg>``; None means "show the DOT text instead".
+DotRenderer = Callable[[str], "str | None"]
+
+#: How each kind of diagnosis line is set (``report.view``).
+VIEW_CSS = {"held-by": "mono", "cycle": "mono", "stored-at": "mono", "created-at": "mono",
+            "fix": "fix"}  # fmt: skip
+
+#: Where a long token may break: after these (node ids, paths, dotted names, calls).
+_SEPARATORS = ("::", "/", ".", "(", ",", "_", "=", "[")
+
+
+def breakable(text: str) -> str:
+    """Escaped, with break opportunities after ``::``, ``/``, ``.``, ``(``, ``,``, ``_``,
+    ``=`` and ``[``: node ids, paths, chains and fixes wrap between their parts on a
+    phone, never inside a word (``loss.item()`` may break as ``loss.`` / ``item()``)."""
+    out = escape(text, quote=False)
+    for separator in _SEPARATORS:
+        out = out.replace(separator, separator + "\0")
+    return out.replace("\0", "<wbr>")
+
+
+def badge(status: str) -> str:
+    """The status's badge: its label, in its colour (``status.TABLE``)."""
+    facts = BY_WORD.get(status)
+    word = facts.word if facts is not None else "error"
+    return f'<span class="badge {word}">{escape(facts.label if facts else status)}</span>'
+
+
+def table(headers: Sequence[str], rows: Sequence[str], css: str = "") -> str:
+    """A table that scrolls sideways on a narrow screen; ``headers`` are escaped."""
+    head = f"<tr>{''.join(f'<th>{escape(h)}</th>' for h in headers)}</tr>" if headers else ""
+    attr = f' class="{css}"' if css else ""
+    return f'<div class="scroll"><table{attr}>{head}{"".join(rows)}</table></div>'
+
+
+def shown_path(filename: str, root: str | None) -> str:
+    """A path as the terminal shows it: relative to the rootdir (or the working
+    directory) when the file is under it, else as it is."""
+    under_root = relative_to(filename, root) if root and os.path.isabs(filename) else None
+    return under_root or display_path(filename)
+
+
+def duration(test: TestRow) -> float:
+    """Seconds a test's checks took, all together."""
+    return sum(float(check.duration_s or 0.0) for check in test.checks)
+
+
+class Cards:
+    """How the page draws a test: the Graphviz renderer and the rootdir that paths are
+    shown relative to. Each block of a check is one method returning HTML text."""
+
+    def __init__(self, draw: DotRenderer | None, root: str | None) -> None:
+        self.draw = draw
+        self.root = root
+
+    def shown(self, filename: str) -> str:
+        return shown_path(filename, self.root)
+
+    def card(self, test: TestRow, raw: Sequence[Mapping[str, Any]], anchor: str) -> str:
+        """One test: its badge, node id and time, then each check's block."""
+        status = test.status
+        group = BY_WORD[status].group if status in BY_WORD else CLEAN
+        opened = "" if group in (CLEAN, KNOWN) else " open"
+        kinds = "".join('<span class="badge kind">outlived the test</span>'
+                        for check in test.checks[:1] if check.kind == "outlive")  # fmt: skip
+        head = (
+            f'<section class="test row s-{status}" id="{escape(anchor)}">'
+            f'<details class="card"{opened}><summary>{badge(status)}{kinds}'
+            f"<h2>{breakable(test.nodeid)}</h2>"
+            f'<span class="muted duration">{duration(test):.2f} s</span></summary>'
+            f'<p class="muted">pytest outcome: {escape(test.outcome)}</p>'
+        )
+        body = "".join(
+            self.check_block(test, index, check, data)
+            for index, (check, data) in enumerate(zip(test.checks, raw, strict=False))
+        )
+        return head + body + "</details></section>"
+
+    def check_block(
+        self, test: TestRow, index: int, check: CheckResult, data: Mapping[str, Any]
+    ) -> str:
+        """By the check's status: what to change (or what ran) first, the chain drawn,
+        then the numbers, then the sites."""
+        parts: list[str] = []
+        status = test.status_of(check)
+        if len(test.checks) > 1:
+            what = "outlive audit" if check.kind == "outlive" else check.name
+            parts.append(f"<h3>{badge(status)}check <code>{breakable(what)}</code></h3>")
+        diagnosis = data.get("diagnosis") or {}
+        group = BY_WORD[status].group if status in BY_WORD else CLEAN
+        if status == "error":
+            parts.append(self.error_card(check, data))
+        elif status == "unmeasured":
+            parts.append(self.unmeasured_card(check, data))
+        elif group in (LEAK, KNOWN):
+            parts.append(self.what_to_change(check, diagnosis))
+        if diagnosis:
+            parts.append(self.graph(diagnosis))
+        parts.append(self.outcome_line(check, data))
+        parts += [metrics_table(check), self.charts(check, data)]
+        if diagnosis:
+            parts.append(self.evidence(diagnosis))
+        return "".join(parts)
+
+    def error_card(self, check: CheckResult, data: Mapping[str, Any]) -> str:
+        """What raised, where (the step and the user's line) and what to change."""
+        rows = [("raised", f"<code>{breakable(check.error or '')}</code>", "")]
+        where = raised_text(data)
+        if where:
+            rows.append(("where", escape(where), ""))
+        site = data.get("error_site")
+        if site:
+            rows.append(("your line", breakable(site_text(site, self.shown)), "mono"))
+        rows.append(("to change", "the step's own error, at your line: once a step runs "
+                     "through, the check gives a verdict", "fix"))  # fmt: skip
+        source = ""
+        if site:
+            source = source_context(str(site.get("filename", "")), int(site.get("lineno") or 0),
+                                    self.root)  # fmt: skip
+        return _change_block("the step raised, so there is no verdict", rows) + source
+
+    def unmeasured_card(self, check: CheckResult, data: Mapping[str, Any]) -> str:
+        """What ran, why there is no verdict, and the change to make, with its syntax."""
+        why = check.unmeasured or ""
+        rows = [(label, text, "fix") for label, text in unmeasured_change(why)]
+        rows.append(("why", breakable(why), ""))
+        return _change_block("not measured, so there is no verdict", rows)
+
+    def what_to_change(self, check: CheckResult, diagnosis: Mapping[str, Any]) -> str:
+        """The lines to act on (``view.to_change``): pattern, held by, cycle, stored at, fix."""
+        pattern = str(check.pattern or FALLBACK)
+        outlive = check.kind == "outlive"
+        lines = to_change(diagnosis_view(pattern, diagnosis, path=self.shown, outlive=outlive))
+        rows = [(line.label, view_cell(line), VIEW_CSS.get(line.kind, "")) for line in lines]
+        return _change_block("what to change", rows)
+
+    def outcome_line(self, check: CheckResult, data: Mapping[str, Any]) -> str:
+        """What ran: the steps (an error's, up to the step that raised), the verdict."""
+        if check.kind == "outlive":  # the audit after teardown: no steps, no series
+            line = "outlived the test: still alive after its teardown"
+        elif check.error is not None:  # the card above says where it raised
+            return ""
+        else:
+            line = span_text(data)
+        if check.duration_s:
+            line += f" ({float(check.duration_s):.2f} s)"
+        parts = [f"<p>{escape(line)}</p>"]
+        if check.verdict.reason and check.error is None and not check.unmeasured:
+            parts.append(f"<p>verdict: {escape(check.verdict.reason)}</p>")
+        return "".join(parts)
+
+    def charts(self, check: CheckResult, data: Mapping[str, Any]) -> str:
+        rows = sorted(metric_rows(check), key=lambda r: (not r.grew, r.name))
+        # A probe with nothing to count (torch.* in a minigrad test) would only add flat zeros.
+        zeros = [r.name for r in rows if not any(v for v in r.series)]
+        drawn = [r for r in rows if r.name not in zeros]
+        head = head_label(data)
+        charts = [
+            series_chart(r.series, warmup=check.warmup, title=r.name, unit=r.unit,
+                         highlight=r.grew, noise=r.tolerance,
+                         steps=step_numbers(data, len(r.series)), head=head)
+            for r in drawn
+        ]  # fmt: skip
+        if not charts:
+            return ""
+        shaded = ("warmup steps" if head == "warmup" else
+                  "the baseline sample the measured ones are compared with")  # fmt: skip
+        legend = (f"each chart on its own scale; shaded: {shaded} (not judged); bytes drawn "
+                  "as growth from the first measured step")  # fmt: skip
+        tolerance = max((r.tolerance for r in drawn), default=0.0)
+        if tolerance:
+            legend += (f"; green band: the noise tolerance of RSS and CUDA reserved "
+                       f"({format_amount(tolerance, 'bytes')}/step), growth inside it "
+                       "is not a leak")  # fmt: skip
+        if zeros:
+            legend += f"; zero throughout, not drawn: {', '.join(zeros)}"
+        return f'<p class="muted">{escape(legend)}</p><div class="charts">{"".join(charts)}</div>'
+
+    def evidence(self, diagnosis: Mapping[str, Any]) -> str:
+        """The creation and storing sites with their source, the notes."""
+        parts = []
+        for key, title, count_header in (
+            ("sites", "created at", "objects/step"),
+            ("stored_at", "stored at (the line that puts it in its holder)", "times/step"),
+        ):
+            if diagnosis.get(key):
+                parts.append(self.sites_block(title, count_header, diagnosis[key]))
+        notes = diagnosis.get("notes") or []
+        if notes:
+            parts.append("<ul>" + "".join(f"<li>{escape(str(n))}</li>" for n in notes) + "</ul>")
+        return "".join(parts)
+
+    def graph(self, diagnosis: Mapping[str, Any]) -> str:
+        """The plugin's own drawing of the chain and the cycle, fitted to the page (four
+        columns wide, two at 800 px, one on a phone, so its text stays at least 11 px)
+        with a full-size view; Graphviz's drawing as well when ``dot`` is on PATH (or its
+        DOT text when only it has one)."""
+        parts = []
+        for key, title, draw in (("chain", "held by (root first)", chain_svg),
+                                 ("cycle", "reference cycle", cycle_svg)):  # fmt: skip
+            labels = [str(x) for x in diagnosis.get(key) or []]
+            if not labels:
+                continue
+            wide = draw(labels, columns=4)
+            parts.append(
+                f"<h3>{title}</h3>{GRAPH_LEGEND}"
+                f'<div class="graph wide">{wide}</div>'
+                f'<div class="graph medium">{draw(labels, columns=2)}</div>'
+                f'<div class="graph narrow">{draw(labels, columns=1)}</div>'
+                f'<details class="fullsize"><summary>full size</summary><div>{wide}</div>'
+                "</details>"
+            )
+        dot_text = diagnosis_dot(diagnosis)
+        if dot_text:
+            svg = self.draw(dot_text) if self.draw is not None else None
+            if svg is not None:
+                parts.append(
+                    "<details class=\"graphviz\"><summary>Graphviz's drawing of the retained "
+                    f'graph</summary><div class="graph">{svg}</div></details>'
+                )
+            elif diagnosis.get("dot") or not parts:
+                parts.append(
+                    "<details><summary>the retained graph as DOT text (draw it with "
+                    "Graphviz: <code>dot -Tsvg</code>)</summary>"
+                    f"<pre>{escape(dot_text)}</pre></details>"
+                )
+        return "".join(parts)
+
+    def sites_block(self, title: str, count_header: str, sites: Sequence[Mapping[str, Any]]) -> str:
+        """The sites as a table, then a few source lines around each."""
+        rows = [
+            f'<tr><td class="mono">{breakable(self.shown(str(s.get("filename", ""))))}:'
+            f"{escape(str(s.get('lineno', '')))}</td>"
+            f'<td class="mono">{breakable(str(s.get("function", "")))}</td>'
+            f'<td class="num">{escape(str(s.get("count", "")))}</td>'
+            f"<td><code>{breakable(str(s.get('line', '')))}</code>"
+            + (f' <span class="muted">(via {escape(str(s["via"]))})</span>' if s.get("via") else "")
+            + "</td></tr>"
+            for s in sites
+        ]
+        sources = (
+            source_context(str(s.get("filename", "")), int(s.get("lineno") or 0), self.root)
+            for s in sites
+        )
+        return f"<h3>{escape(title)}</h3>{table(('where', 'function', count_header, 'line'), rows, css='sites')}" + "".join(sources)  # noqa: E501
+
+
+def view_cell(line: ViewLine) -> str:
+    """One line of the diagnosis view as HTML: the pattern word strong, then its meaning."""
+    if line.kind != "pattern":
+        return breakable(line.text)
+    why = f" &middot; {escape(line.detail)}" if line.detail else ""
+    return f"<strong>{escape(line.text)}</strong>{why}"
+
+
+def unmeasured_change(why: str) -> list[tuple[str, str]]:
+    """What to change for an unmeasured check, with the syntax to type (HTML): the
+    coverage rule's and the loop rule's one action, ``add X to the probes``, ``import X
+    before the check`` or a loop too short, found in the reason they wrote."""
+    words = why.split()
+    if "add" in words and words[-3:-1] == ["to", "the"]:
+        lib = escape(words[words.index("add") + 1])
+        return [("add the probe", f'<code>@pytest.mark.no_graph_growth(probes=["{lib}", ...])'
+                 f"</code> or <code>--graphleak-probes={lib},...</code>")]  # fmt: skip
+    if "import" in words and "before" in words:
+        lib = escape(words[words.index("import") + 1])
+        return [("import it first", f"<code>import {lib}</code> at the top of the test module "
+                 "(or in a fixture), so the probes start with it")]  # fmt: skip
+    need = re.search(r"a verdict needs at least (\d+)", why)
+    if need:
+        return [("run more steps", f"a loop of at least {need.group(1)} steps, or fewer "
+                 "warmup steps: <code>graphleak.track(warmup=1)</code>")]  # fmt: skip
+    return []
+
+
+def _change_block(title: str, rows: Sequence[tuple[str, str, str]]) -> str:
+    cells = "".join(f'<dt>{label}</dt><dd class="{css}">{text}</dd>' for label, text, css in rows)
+    return f'<div class="change"><h3>{escape(title)}</h3><dl>{cells}</dl></div>'
+
+
+def metrics_table(check: CheckResult) -> str:
+    """Each metric: its growth per step first (the column a phone keeps), then start and
+    end; grown ones first."""
+    rows = []
+    for row in sorted(metric_rows(check), key=lambda r: (not r.grew, r.name)):
+        css = ' class="grew"' if row.grew else ""
+        mark = ' <span class="mark">grew</span>' if row.grew else ""
+        rows.append(
+            f'<tr{css}><td class="mono">{breakable(row.name)}{mark}</td>'
+            f'<td class="num">{escape(format_rate(row.per_step, row.unit))}</td>'
+            f'<td class="num">{escape(format_amount(row.start, row.unit))}</td>'
+            f'<td class="num">{escape(format_amount(row.end, row.unit))}</td></tr>'
+        )
+    return table(("metric", "growth", "start", "end"), rows, css="metrics") if rows else ""
+
+
+GRAPH_LEGEND = (
+    '<p class="legend">'
+    '<span><i class="swatch" style="background:#dde8ff"></i>root: where the chain starts '
+    "(a fixture, self, a global, a local)</span>"
+    '<span><i class="swatch" style="background:#fde2e2"></i>leaked: what the leak keeps '
+    "alive</span><span>&rarr; a reference (attribute, item, closure, autograd edge)</span></p>"
+)
+
+#: Source lines shown on each side of a creation site.
+CONTEXT_LINES = 2
+
+
+def source_context(filename: str, lineno: int, root: str | None = None) -> str:
+    """A few numbered source lines around ``filename:lineno``, the line itself marked;
+    ``""`` when the file cannot be read here (a report rendered on another machine)."""
+    if not filename or lineno <= 0:
+        return ""
+    path = os.path.join(root or "", filename)  # as it is when absolute or without a root
+    first = max(1, lineno - CONTEXT_LINES)
+    lines = [linecache.getline(path, n) for n in range(first, lineno + CONTEXT_LINES + 1)]
+    if not lines[lineno - first].strip():
+        return ""  # unreadable here, or the file changed: show nothing rather than a guess
+    width = len(str(lineno + CONTEXT_LINES))
+    shown = []
+    for number, text in enumerate(lines, start=first):
+        if not text and number > lineno:
+            break
+        row = f"{number:>{width}}  {escape(text.rstrip())}"
+        shown.append(f'<span class="here">{row}</span>' if number == lineno else row)
+    caption = f'<div class="mono muted">{escape(shown_path(filename, root))}:{lineno}</div>'
+    return f'{caption}<pre class="source">' + "\n".join(shown) + "</pre>"
