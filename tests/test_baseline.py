@@ -395,6 +395,10 @@ def test_the_update_never_replaces_a_file_that_is_not_a_baseline(
     result.stderr.fnmatch_lines(["*will not replace '*conftest_data.json': it is not a "
                                  "graphleak baseline file*"])  # fmt: skip
     assert other.read_text(encoding="utf-8") == '{"mine": true}'
+    nowhere = pytester.runpytest("--graphleak", "--graphleak-baseline=no/bl.json",
+                                 "--graphleak-baseline-update")  # fmt: skip
+    assert nowhere.ret == pytest.ExitCode.USAGE_ERROR
+    nowhere.stderr.fnmatch_lines(["*cannot write '*bl.json': its directory does not exist*"])
     alone = pytester.runpytest("--graphleak", "--graphleak-baseline-update")
     assert alone.ret == pytest.ExitCode.USAGE_ERROR
     alone.stderr.fnmatch_lines(["*--graphleak-baseline-update writes the file that "

@@ -55,6 +55,9 @@ def configured(config: pytest.Config, settings: Settings) -> Baseline | None:
         return None
     path = _path(config, settings)
     try:
+        if update and not path.parent.is_dir():
+            raise BaselineError(f"{UPDATE_FLAG} cannot write {str(path)!r}: its directory "
+                                "does not exist")  # fmt: skip
         if update and not path.exists():
             loaded = Baseline(path)  # the first run writes it
         elif update and not baseline.is_baseline(path):
