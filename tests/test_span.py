@@ -7,26 +7,33 @@ import re
 
 from pytest_graphleak.report.span import head_label, span_text, step_numbers
 from pytest_graphleak.report.svg import series_chart
+from pytest_graphleak.result import CheckResult, Verdict
+
+
+def _check(steps: int = 0, warmup: int = 0, **fields: object) -> CheckResult:
+    """A check's result with these counts (what ``report.span`` words)."""
+    verdict = Verdict(leaked=False)
+    return CheckResult("t", steps, warmup, {}, {}, verdict, **fields)  # type: ignore[arg-type]
 
 
 def test_a_check_sampled_after_every_step() -> None:
-    check = {"steps": 16, "warmup": 3}
+    check = _check(steps=16, warmup=3)
     assert span_text(check) == "16 measured steps after 3 warmup steps"
     assert span_text(check, short=True) == "16 steps after 3 warmup"
     assert head_label(check) == "warmup" and step_numbers(check, 4) == [1, 2, 3, 4]
-    assert span_text({"steps": 16, "warmup": 0}) == "16 measured steps"
+    assert span_text(_check(steps=16, warmup=0)) == "16 measured steps"
 
 
 def test_window_mode_names_its_baseline_and_stride() -> None:
-    first = {"steps": 100, "warmup": 1, "warmup_steps": 3, "sample_every": 20}
+    first = _check(steps=100, warmup=1, warmup_steps=3, sample_every=20)
     assert span_text(first) == "100 measured steps after 3 warmup steps, sampled every 20 steps"
-    later = {"steps": 100, "warmup": 1, "warmup_steps": 0, "sample_every": 20}
+    later = _check(steps=100, warmup=1, warmup_steps=0, sample_every=20)
     assert span_text(later, short=True) == (
         "100 steps after the window before, sampled every 20 steps"
     )
     assert head_label(first) == head_label(later) == "baseline"
     # a series shorter than the steps listed (a probe started late) lines up with their end
-    assert step_numbers({"sample_steps": [103, 123, 143]}, 2) == [123, 143]
+    assert step_numbers(_check(sample_steps=[103, 123, 143]), 2) == [123, 143]
 
 
 def test_a_strided_series_is_drawn_and_labelled_in_steps() -> None:
@@ -47,5 +54,5 @@ def test_a_strided_series_is_drawn_and_labelled_in_steps() -> None:
 
 def test_one_step_is_a_step() -> None:
     """Counts of one read in the singular (round4/minor_text #5, "1 steps")."""
-    assert span_text({"steps": 1, "warmup": 1}) == "1 measured step after 1 warmup step"
-    assert span_text({"steps": 1, "warmup": 1}, short=True) == "1 step after 1 warmup"
+    assert span_text(_check(steps=1, warmup=1)) == "1 measured step after 1 warmup step"
+    assert span_text(_check(steps=1, warmup=1), short=True) == "1 step after 1 warmup"

@@ -209,7 +209,7 @@ def _agree(result: CheckResult, pattern: str, fix: str) -> str:
     assert result.diagnosis.pattern == pattern, result.diagnosis.notes
     data = result.to_dict()
     assert data["diagnosis"]["fix"] == fix
-    view = diagnosis_view(pattern, data["diagnosis"])
+    view = diagnosis_view(pattern, CheckResult.from_dict(data).diagnosis)
     assert [line.text for line in view if line.kind == "fix"] == [fix]
     assert f"  fix: {fix}\n" in render_text(result) + "\n"
     document = {"tests": [{"nodeid": "t.py::test", "outcome": "failed", "checks": [data]}]}

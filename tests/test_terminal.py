@@ -171,6 +171,6 @@ def test_warned_detail_lines_are_coloured_as_the_failure_text() -> None:
         diagnosis=Diagnosis("list-accumulation", chain=["fixture 'x'", "list(len=3)"],
                             fix="append loss.item()"),
     ).to_dict()  # fmt: skip
-    lines = dict(summary_lines(CheckedTest("t.py::t", "passed", [check]), 20, True))
+    lines = dict(summary_lines(CheckedTest("t.py::t", "passed", [check]).typed(), 20, True))
     assert lines["    fix: append loss.item()"] == {"green": True, "bold": True}
     assert lines["    held by: fixture 'x' -> list(len=3)"] == {"yellow": True, "bold": True}

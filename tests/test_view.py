@@ -29,7 +29,7 @@ FULL = _leak(chain=["fixture 'state'", "list(len=8)", "Tensor(shape=())"], sites
 
 
 def test_the_view_orders_and_tags_every_line() -> None:
-    view = diagnosis_view("list-accumulation", FULL.to_dict()["diagnosis"])
+    view = diagnosis_view("list-accumulation", FULL.diagnosis)
     assert [line.kind for line in view] == [
         "pattern", "held-by", "created-at", "stored-at", "note", "fix"]  # fmt: skip
     assert [line.plain() for line in view] == [
@@ -45,10 +45,10 @@ def test_the_view_orders_and_tags_every_line() -> None:
 
 def test_every_surface_draws_the_view() -> None:
     check = FULL.to_dict()
-    view = diagnosis_view("list-accumulation", check["diagnosis"])
+    view = diagnosis_view("list-accumulation", FULL.diagnosis)
     text = render_text(FULL)
     assert all(f"  {line.plain()}\n" in text + "\n" for line in view)
-    assert detail_lines(check) == [
+    assert detail_lines(FULL) == [
         line.plain() for line in view if line.kind not in ("pattern", "note")]  # fmt: skip
     page = unescape(render_html(build_document(
         [CheckedTest("t.py::test_step", "failed", [check])], generated_by="test")))  # fmt: skip
@@ -66,7 +66,7 @@ def test_without_a_diagnosis_the_pattern_and_its_usual_fix_remain() -> None:
 
 
 def test_to_change_falls_back_to_the_first_creation_site() -> None:
-    found = _leak(sites=[MADE, SITE]).to_dict()["diagnosis"]
+    found = _leak(sites=[MADE, SITE]).diagnosis
     kinds = [line.kind for line in to_change(diagnosis_view("list-accumulation", found))]
     assert kinds == ["pattern", "created-at", "fix"]
 
@@ -80,6 +80,6 @@ def test_a_line_that_acts_less_often_than_once_a_step_says_so() -> None:
     (rare,) = per_step(Counter({site: 1}), 3)  # once in the 3 steps watched
     (often,) = per_step(Counter({site: 7}), 3)
     assert (rare.count, rare.every) == (1, 3) and (often.count, often.every) == (3, 1)
-    found = _leak(sites=[rare], stored_at=[rare]).to_dict()["diagnosis"]
+    found = _leak(sites=[rare], stored_at=[rare]).diagnosis
     details = {line.kind: line.detail for line in diagnosis_view("list-accumulation", found)}
     assert details["created-at"] == "1 in 3 steps" and details["stored-at"] == "once in 3 steps"

@@ -123,5 +123,5 @@ def _raised(result: CheckResult) -> str:
     """A rank's error (its first line the exception, then the rank's traceback) with
     the step it was raised at after the exception's words."""
     head, newline, rest = (result.error or "").partition("\n")
-    where = raised_text(result.to_dict())
+    where = raised_text(result)
     return f"{head}; {where}{newline}{rest}" if where else f"{head}{newline}{rest}"

@@ -253,7 +253,7 @@ class SessionReport:
             )
             return
         if self._junit:
-            self._junit_pending[test.nodeid] = junit_properties(test)
+            self._junit_pending[test.nodeid] = junit_properties(test.typed())
 
     def teststatus(
         self, report: pytest.TestReport
@@ -355,7 +355,8 @@ class SessionReport:
         ):
             return
         tr = terminalreporter
-        rows, columns = self.rows(), self.config.get_terminal_writer().fullwidth
+        rows = [test.typed() for test in self.rows()]  # the read model (report.model)
+        columns = self.config.get_terminal_writer().fullwidth
         body = section_lines(rows, self.notes, self.settings.warn_only, columns=columns,
                              verbose=(self.config.getoption("verbose") or 0) > 0)  # fmt: skip
         if body:  # a clean run ends with the count line alone: what was checked, audited

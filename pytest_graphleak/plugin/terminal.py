@@ -13,15 +13,14 @@ import dataclasses
 import os
 import time
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from _pytest._code import code as _code
 
 from pytest_graphleak.metrics import format_amount, format_rate
 from pytest_graphleak.patterns import BY_WORD, FALLBACK
-from pytest_graphleak.report.json_doc import CheckedTest
-from pytest_graphleak.report.model import metric_rows
+from pytest_graphleak.report.model import TestRow, check_label, metric_rows
 from pytest_graphleak.report.scale import sparkline
 from pytest_graphleak.report.span import error_line, span_text
 from pytest_graphleak.report.text import LINE_MARKUP, line_markup, wrap_line
@@ -143,12 +142,12 @@ def warn_leak(item: Any, result: CheckResult, category: type[Warning]) -> None:
     warnings.warn_explicit(category(message), category, filename, lineno, module=module)
 
 
-def detail_lines(check: Mapping[str, Any]) -> list[str]:
-    """The failure text's diagnosis lines (held by, cycle, created at, stored at, fix) for
-    a check kept as plain data: what a warned check shows in the summary section instead
-    of a failure. The pattern heads the summary's line; notes have their own lines."""
-    pattern = str(check.get("pattern") or FALLBACK)
-    view = diagnosis_view(pattern, check.get("diagnosis"), outlive=check.get("kind") == "outlive")
+def detail_lines(check: CheckResult) -> list[str]:
+    """The failure text's diagnosis lines (held by, cycle, created at, stored at, fix) of a
+    check: what a warned check shows in the summary section instead of a failure. The
+    pattern heads the summary's line; notes have their own lines."""
+    pattern = check.pattern or FALLBACK
+    view = diagnosis_view(pattern, check.diagnosis, outlive=check.kind == "outlive")
     return [line.plain() for line in view if line.kind not in ("pattern", "note")]
 
 
@@ -243,12 +242,12 @@ def _warned_why(outcome: str, warn_only: bool) -> str:
 
 
 def section_lines(
-    rows: Sequence[CheckedTest], notes: Iterable[str], warn_only: bool, *, columns: int,
+    rows: Sequence[TestRow], notes: Iterable[str], warn_only: bool, *, columns: int,
     verbose: bool,
 ) -> list[tuple[str, dict[str, bool]]]:
     """The ``graphleak report`` section's lines before its count line: each test's rows
     (a clean test's only with ``-v``), then the notes, in ``columns`` (at spaces)."""
-    width = max((len(m) for t in rows for c in t.checks for m in c["series"]), default=0)
+    width = max((len(m) for t in rows for c in t.checks for m in c.series), default=0)
     body = [
         (part, markup)
         for test in rows if verbose or test.status != "clean"
@@ -268,24 +267,20 @@ def no_verdict(data: object) -> str | None:
 
 
 def summary_lines(
-    test: CheckedTest, width: int, warn_only: bool
+    test: TestRow, width: int, warn_only: bool
 ) -> list[tuple[str, dict[str, bool]]]:
     """The terminal rows of one checked test: a head line with status, node id,
     pattern and culprit, then each grown metric with start -> end, growth per step
     and a sparkline of the whole series."""
     lines: list[tuple[str, dict[str, bool]]] = []
     for index, check in enumerate(test.checks):
-        name = test.nodeid
-        if len(test.checks) > 1:
-            label = check["name"] if check["name"] != test.nodeid else f"check {index + 1}"
-            name = f"{test.nodeid} [{label}]"
-        status = CheckedTest(test.nodeid, test.outcome, [check]).status  # of this check
+        status = test.status_of(check)
         word, markup = _STATUS_STYLE[status]
-        head = f"{word} {name}"
+        head = f"{word} {check_label(test, index)}"
         if status in (*LEAK_STATUSES, "known"):  # a leak found, accepted or not
-            outlive = "outlived the test: " if check.get("kind") == "outlive" else ""
-            head += f"  {outlive}{check.get('pattern') or 'leak'}"
-            found = culprit(check.get("diagnosis"))
+            outlive = "outlived the test: " if check.kind == "outlive" else ""
+            head += f"  {outlive}{check.pattern or 'leak'}"
+            found = culprit(check.diagnosis)
             if found:
                 head += f"  {found}"
             if status == "warned":
@@ -297,7 +292,7 @@ def summary_lines(
         elif status == "error":
             head += f"  step raised: {error_line(check)}"
         elif status == "unmeasured":
-            head += f"  not measured: {check['unmeasured']}"
+            head += f"  not measured: {check.unmeasured}"
         else:
             head += f"  ({span_text(check, short=True)}{_reach(check)})"
         lines.append((head, markup))
@@ -308,9 +303,9 @@ def summary_lines(
                 row.name,
                 f"{format_amount(row.start, row.unit)} -> {format_amount(row.end, row.unit)}",
                 format_rate(row.per_step, row.unit),
-                sparkline(row.series, row.unit, warmup=check["warmup"], noise=row.tolerance),
+                sparkline(row.series, row.unit, warmup=check.warmup, noise=row.tolerance),
             )
-            for row in metric_rows(CheckResult.from_dict(check))
+            for row in metric_rows(check)
             if row.grew
         ]
         span = max((len(c[1]) for c in cells), default=0)
@@ -319,7 +314,7 @@ def summary_lines(
             (f"    {m:<{width}}  {r:>{span}}  {g:>{rate}}  {spark}", {}) for m, r, g, spark in cells
         )
         # what the numbers cannot say (a count that is a lower bound)
-        lines.extend((f"    note: {note}", {"yellow": True}) for note in check.get("notes", []))
+        lines.extend((f"    note: {note}", {"yellow": True}) for note in check.notes)
         if status == "warned":  # no failure text shows these: the warning is one line
             lines.extend((f"    {line}", line_markup(line)) for line in detail_lines(check))
         elif status in LEAK_STATUSES:  # the failure text above has the rest: what to change
@@ -336,9 +331,9 @@ _STATUS_STYLE: dict[str, tuple[str, dict[str, bool]]] = {
 }
 
 
-def _reach(check: Mapping[str, Any]) -> str:
+def _reach(check: CheckResult) -> str:
     """``; catches 1 object every 5 steps``: the slowest leak a clean check could see."""
-    period = (check.get("verdict") or {}).get("slowest_leak_steps")
+    period = check.verdict.slowest_leak_steps
     if not period:
         return ""
-    return f"; catches {slowest_leak_text(int(period))} or faster"
+    return f"; catches {slowest_leak_text(period)} or faster"

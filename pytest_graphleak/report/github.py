@@ -27,14 +27,14 @@ import re
 import tokenize
 import urllib.parse
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pytest_graphleak.metrics import format_rate
 from pytest_graphleak.report.span import error_line, span_text
 from pytest_graphleak.report.summary import no_rows, sentence
 from pytest_graphleak.report.view import diagnosis_view, fix_of
-from pytest_graphleak.result import relative_to
+from pytest_graphleak.result import CheckResult, Diagnosis, relative_to
 from pytest_graphleak.status import (
     BY_WORD,
     DISPLAY_ORDER,
@@ -138,20 +138,21 @@ def _check_row(
     label: str, status: str, outcome: str, check: Mapping[str, Any], test_place: tuple[str, int]
 ) -> Row:
     level = _level(status, outcome)
+    result = CheckResult.from_dict(check)  # the typed read model's (report.model)
     if status in _FOUND:
         pattern = str(check.get("pattern") or "leak")
         diagnosis = check.get("diagnosis") or {}
         file, line = _line_to_change(diagnosis, test_place)
         title = f"{pattern} (outlived the test)" if check.get("kind") == "outlive" else pattern
-        lines = _leak_lines(check, pattern)
+        lines = _leak_lines(check, result.diagnosis, pattern)
         return Row(label, status, title, file, line, "\n".join(lines), level,
-                   fix_of(pattern, diagnosis))  # fmt: skip
+                   fix_of(pattern, result.diagnosis))  # fmt: skip
     if status == "unmeasured":
         return Row(label, status, "unmeasured", *test_place,
                    f"not measured, so no verdict: {check['unmeasured']}", level)  # fmt: skip
     if status == "error":
-        return Row(label, status, "error", *test_place, f"step raised: {error_line(check)}")
-    return Row(label, status, "clean", *test_place, span_text(check, short=True))
+        return Row(label, status, "error", *test_place, f"step raised: {error_line(result)}")
+    return Row(label, status, "clean", *test_place, span_text(result, short=True))
 
 
 def _line_to_change(diagnosis: Mapping[str, Any], test_place: tuple[str, int]) -> tuple[str, int]:
@@ -163,15 +164,13 @@ def _line_to_change(diagnosis: Mapping[str, Any], test_place: tuple[str, int]) -
     return test_place
 
 
-def _leak_lines(check: Mapping[str, Any], pattern: str) -> list[str]:
+def _leak_lines(check: Mapping[str, Any], found: Diagnosis | None, pattern: str) -> list[str]:
     """What a leak's annotation says after its fix: held by (or the cycle), what grew,
     where it is stored (the code without the user's trailing comment)."""
-    diagnosis = dict(check.get("diagnosis") or {})
-    diagnosis["stored_at"] = [
-        {**site, "line": code_only(str(site.get("line") or ""))}
-        for site in (diagnosis.get("stored_at") or [])[:1]
-    ]
-    view = diagnosis_view(pattern, diagnosis, outlive=check.get("kind") == "outlive")
+    if found is not None:
+        stored = [replace(site, line=code_only(site.line)) for site in found.stored_at[:1]]
+        found = replace(found, stored_at=stored)
+    view = diagnosis_view(pattern, found, outlive=check.get("kind") == "outlive")
     lines = [line.plain() for line in view if line.kind in ("held-by", "cycle")]
     if check.get("kind") == "outlive":  # the audit after teardown: kept, not seen to grow
         lines.append(f"outlived the test: {(check.get('verdict') or {}).get('reason', '')}")

@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict
 from html import escape
 from pathlib import Path
 from typing import Any
@@ -41,7 +40,6 @@ from pytest_graphleak.report.json_doc import file_head
 from pytest_graphleak.report.model import TestRow
 from pytest_graphleak.report.summary import no_rows, sentence
 from pytest_graphleak.report.view import fix_of
-from pytest_graphleak.result import CheckResult
 from pytest_graphleak.status import DISPLAY_ORDER, display_key
 
 __all__ = ["anchor_of", "is_html_report", "render_html", "shown_path", "source_context"]
@@ -162,7 +160,7 @@ def _index(tests: Sequence[TestRow], anchors: Mapping[str, str]) -> str:
     for test in tests:
         leaks = [c for c in test.checks if c.leaked]
         patterns = sorted({str(c.pattern or FALLBACK) for c in leaks})
-        fixes = sorted({fix_of(str(c.pattern or FALLBACK), _diagnosis(c)) for c in leaks} - {""})
+        fixes = sorted({fix_of(str(c.pattern or FALLBACK), c.diagnosis) for c in leaks} - {""})
         outlive = any(c.kind == "outlive" for c in test.checks)
         kind = ' <span class="badge kind">outlived the test</span>' if outlive else ""
         rows.append(
@@ -187,9 +185,6 @@ def _growth(test: TestRow) -> str:
     return ""
 
 
-def _diagnosis(check: CheckResult) -> dict[str, Any]:
-    """A check's diagnosis as the view reads it (plain data)."""
-    return asdict(check.diagnosis) if check.diagnosis is not None else {}
 
 
 def _environment_block(environment: Mapping[str, str], tests: Sequence[TestRow]) -> str:

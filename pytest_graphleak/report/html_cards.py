@@ -136,18 +136,17 @@ class Cards:
     def error_card(self, check: CheckResult, data: Mapping[str, Any]) -> str:
         """What raised, where (the step and the user's line) and what to change."""
         rows = [("raised", f"<code>{breakable(check.error or '')}</code>", "")]
-        where = raised_text(data)
+        where = raised_text(check)
         if where:
             rows.append(("where", escape(where), ""))
-        site = data.get("error_site")
+        site = check.error_site
         if site:
             rows.append(("your line", breakable(site_text(site, self.shown)), "mono"))
         rows.append(("to change", "the step's own error, at your line: once a step runs "
                      "through, the check gives a verdict", "fix"))  # fmt: skip
         source = ""
         if site:
-            source = source_context(str(site.get("filename", "")), int(site.get("lineno") or 0),
-                                    self.root)  # fmt: skip
+            source = source_context(site.filename, site.lineno, self.root)
         return _change_block("the step raised, so there is no verdict", rows) + source
 
     def unmeasured_card(self, check: CheckResult, data: Mapping[str, Any]) -> str:
@@ -161,7 +160,8 @@ class Cards:
         """The lines to act on (``view.to_change``): pattern, held by, cycle, stored at, fix."""
         pattern = str(check.pattern or FALLBACK)
         outlive = check.kind == "outlive"
-        lines = to_change(diagnosis_view(pattern, diagnosis, path=self.shown, outlive=outlive))
+        lines = to_change(diagnosis_view(pattern, check.diagnosis, path=self.shown,
+                                         outlive=outlive))  # fmt: skip
         rows = [(line.label, view_cell(line), VIEW_CSS.get(line.kind, "")) for line in lines]
         return _change_block("what to change", rows)
 
@@ -172,7 +172,7 @@ class Cards:
         elif check.error is not None:  # the card above says where it raised
             return ""
         else:
-            line = span_text(data)
+            line = span_text(check)
         if check.duration_s:
             line += f" ({float(check.duration_s):.2f} s)"
         parts = [f"<p>{escape(line)}</p>"]
@@ -185,11 +185,11 @@ class Cards:
         # A probe with nothing to count (torch.* in a minigrad test) would only add flat zeros.
         zeros = [r.name for r in rows if not any(v for v in r.series)]
         drawn = [r for r in rows if r.name not in zeros]
-        head = head_label(data)
+        head = head_label(check)
         charts = [
             series_chart(r.series, warmup=check.warmup, title=r.name, unit=r.unit,
                          highlight=r.grew, noise=r.tolerance,
-                         steps=step_numbers(data, len(r.series)), head=head)
+                         steps=step_numbers(check, len(r.series)), head=head)
             for r in drawn
         ]  # fmt: skip
         if not charts:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_graphleak.report.model import metric_rows
+from pytest_graphleak.report.model import TestRow, metric_rows
 from pytest_graphleak.report.summary import counts
 from pytest_graphleak.result import CheckResult
 from pytest_graphleak.status import status_of_test
@@ -49,6 +49,10 @@ class CheckedTest:
         step uses, or its loop was too short to judge, so it has no verdict; ``clean``
         otherwise (the rule: ``status.py``)."""
         return status_of_test(self.checks, self.outcome)
+
+    def typed(self) -> TestRow:
+        """The same test in the read model every renderer reads (``model.TestRow``)."""
+        return TestRow.of(self.nodeid, self.outcome, map(CheckResult.from_dict, self.checks))
 
 
 def metric_summary(check: Mapping[str, Any]) -> dict[str, dict[str, Any]]:

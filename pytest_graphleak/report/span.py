@@ -14,63 +14,58 @@ one sample per step). These words follow them, so no surface calls a baseline sa
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
-
 from pytest_graphleak.metrics import count_of
+from pytest_graphleak.result import CheckResult
 
 
-def span_text(check: Mapping[str, Any], *, short: bool = False) -> str:
+def span_text(check: CheckResult, *, short: bool = False) -> str:
     """``100 measured steps after 3 warmup steps`` (short: ``100 steps after 3 warmup``;
     no "after" without warmup), ``50 measured steps after the window before`` for a later
     window; with ``, sampled every k steps`` when not every step was sampled."""
-    steps, warmup = int(check.get("steps", 0)), int(check.get("warmup", 0))
-    before = check.get("warmup_steps")
-    text = count_of(steps, "step") if short else count_of(steps, "measured step")
+    before = check.warmup_steps
+    text = count_of(check.steps, "step") if short else count_of(check.steps, "measured step")
     if before == 0:  # one head sample: the window before's last
         text += " after the window before"
-    elif (count := warmup if before is None else int(before)) > 0:
+    elif (count := check.warmup if before is None else before) > 0:
         text += f" after {count} warmup" if short else f" after {count_of(count, 'warmup step')}"
-    every = int(check.get("sample_every", 1) or 1)
-    if every > 1:
-        text += f", sampled every {every} steps"
+    if check.sample_every > 1:
+        text += f", sampled every {check.sample_every} steps"
     return text
 
 
-def head_label(check: Mapping[str, Any]) -> str:
+def head_label(check: CheckResult) -> str:
     """What the series' unjudged head is: ``warmup`` (one sample per warmup step) or
     ``baseline`` (one sample: the end of warmup, or the window before's last)."""
-    return "warmup" if check.get("warmup_steps") is None else "baseline"
+    return "warmup" if check.warmup_steps is None else "baseline"
 
 
-def step_numbers(check: Mapping[str, Any], count: int) -> list[int]:
+def step_numbers(check: CheckResult, count: int) -> list[int]:
     """The step after which each of a series' last ``count`` samples was taken: the
     check's ``sample_steps`` (a shorter series, from a probe started late, lines up with
     their end), else 1, 2, 3, ..."""
-    known: Sequence[int] | None = check.get("sample_steps")
+    known = check.sample_steps
     if known and len(known) >= count:
         return [int(step) for step in known[len(known) - count :]]
     return list(range(1, count + 1))
 
 
-def raised_text(check: Mapping[str, Any]) -> str:
+def raised_text(check: CheckResult) -> str:
     """Where a check's step raised: ``raised at step 5 of 19`` (``, a warmup step`` when
     it was one; ``while measuring after step 5`` when the probes' sampling raised);
     ``""`` when no step raised (an import of the target failed)."""
-    step = check.get("error_step")
+    step = check.error_step
     if not step:
         return ""
-    before = check.get("warmup_steps")
-    warmup = int(check.get("warmup", 0) if before is None else before)
-    planned = warmup + int(check.get("steps", 0))
-    where = "while measuring after step" if check.get("error_measuring") else "at step"
-    text = f"raised {where} {step}" + (f" of {planned}" if planned >= int(step) else "")
-    return text + (", a warmup step" if int(step) <= warmup else "")
+    warmup = check.warmup if check.warmup_steps is None else check.warmup_steps
+    planned = warmup + check.steps
+    where = "while measuring after step" if check.error_measuring else "at step"
+    text = f"raised {where} {step}" + (f" of {planned}" if planned >= step else "")
+    return text + (", a warmup step" if step <= warmup else "")
 
 
-def error_line(check: Mapping[str, Any]) -> str:
+def error_line(check: CheckResult) -> str:
     """The exception and where it was raised: ``ValueError: bad batch; raised at step 5
     of 19``: the message is the exception's own, the step kept apart (``error_step``)."""
-    error = str(check.get("error") or "")
+    error = str(check.error or "")
     where = raised_text(check)
     return f"{error}; {where}" if where else error

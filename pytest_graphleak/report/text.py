@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 import textwrap
 from collections.abc import Sequence
-from dataclasses import asdict
 
 from pytest_graphleak.metrics import format_amount, format_rate
 from pytest_graphleak.patterns import FALLBACK
@@ -33,7 +32,7 @@ def render_text(result: CheckResult, *, series: bool = True) -> str:
     sparklines tell the shape without them)."""
     status = result.status  # the one rule: a leak outranks an error, an error no verdict
     if status == "error":
-        return f"graphleak: {result.name}: the step raised {error_line(result.to_dict())}"
+        return f"graphleak: {result.name}: the step raised {error_line(result)}"
     if result.kind == "outlive":
         return render_outlive(result)
     notes = [f"  note: {note}" for note in result.notes]
@@ -44,19 +43,18 @@ def render_text(result: CheckResult, *, series: bool = True) -> str:
     pattern = result.pattern or FALLBACK
     lines = [
         f"graphleak: {result.name} leaks: {pattern}",
-        f"  {span_text(_span(result))} ({result.duration_s:.2f} s); grew:",
+        f"  {span_text(result)} ({result.duration_s:.2f} s); grew:",
     ]
     growths = grown_in_order(result)
     width = max(len(g.metric) for g in growths) if growths else 0
     lines.extend(_growth_row(result, growth, width) for growth in growths)
     if series:
-        lines.append(f"  series ({head_label(_span(result))} | measured):")
+        lines.append(f"  series ({head_label(result)} | measured):")
     for growth in growths if series else ():
         values = result.series.get(growth.metric, [])
         unit = result.declared(growth.metric).unit
         lines.append(f"    {growth.metric:<{width}}  {compact_series(values, result.warmup, unit)}")
-    diagnosis = asdict(result.diagnosis) if result.diagnosis is not None else None
-    view = diagnosis_view(pattern, diagnosis)
+    view = diagnosis_view(pattern, result.diagnosis)
     for line in view:
         if line.kind == "fix":
             lines.extend(notes)  # the check's own notes (what it could not measure) before
@@ -82,8 +80,8 @@ def render_outlive(result: CheckResult) -> str:
         header = (f"graphleak: autograd graphs were still alive when a wider-scope fixture "
                   f"was torn down, at the teardown of {nodeid} (outlive)")  # fmt: skip
     lines = [header, f"  {result.verdict.reason}"]
-    diagnosis = asdict(result.diagnosis) if result.diagnosis is not None else None
-    lines.extend(f"  {line.plain()}" for line in diagnosis_view(pattern, diagnosis, outlive=True))
+    view = diagnosis_view(pattern, result.diagnosis, outlive=True)
+    lines.extend(f"  {line.plain()}" for line in view)
     lines.append(
         "  kept on purpose? mark the test @pytest.mark.graphleak_outlive_ok, or list the "
         "holder in graphleak_outlive_keep"
@@ -94,7 +92,7 @@ def render_outlive(result: CheckResult) -> str:
 def site_text(site: CreationSite) -> str:
     """``path.py:42 in fn: <source line>  (via lib/module.py:7)``, the path relative to
     the working directory when the file is under it."""
-    return view_site_text(asdict(site))
+    return view_site_text(site)
 
 
 def _growth_row(result: CheckResult, growth: Growth, width: int) -> str:
@@ -133,7 +131,7 @@ def verdict_line(result: CheckResult) -> str:
     if status == "error":
         # An import failure says so itself ("importing x.py raised ..."); a step's error
         # is its exception and where ("ValueError: ...; raised at step 3 of 19 (...)").
-        error = error_line(result.to_dict())
+        error = error_line(result)
         raised = "" if error.startswith("importing ") else "the step raised "
         return f"{label} {result.name}: {raised}{error}"
     if status == "unmeasured":
@@ -141,15 +139,9 @@ def verdict_line(result: CheckResult) -> str:
     period = result.verdict.slowest_leak_steps
     catches = f"; catches {slowest_leak_text(period)} or faster" if period else ""
     return (
-        f"{label} {result.name}: nothing grew over {span_text(_span(result), short=True)}"
+        f"{label} {result.name}: nothing grew over {span_text(result, short=True)}"
         f"{catches} ({result.duration_s:.1f} s)"
     )
-
-
-def _span(result: CheckResult) -> dict[str, object]:
-    """The fields ``report.span`` words, as ``to_dict()`` writes them."""
-    return {"steps": result.steps, "warmup": result.warmup, "sample_every": result.sample_every,
-            "warmup_steps": result.warmup_steps}  # fmt: skip
 
 
 def render_result(result: CheckResult) -> str:

@@ -1,7 +1,7 @@
 """One view of a diagnosis: the ordered lines every surface draws.
 
-``diagnosis_view`` turns a check's pattern and diagnosis (plain data, as ``to_dict()``
-writes it) into tagged lines, in this order: pattern, held by, cycle, created at, stored
+``diagnosis_view`` turns a check's pattern and diagnosis (``result.Diagnosis``) into
+tagged lines, in this order: pattern, held by, cycle, created at, stored
 at, note, fix. The failure text (``report.text``), the session summary (``plugin``), and
 the HTML page (``report.html``) only choose which kinds they show and format or colour
 them by ``kind``; none of them words a line itself.
@@ -9,12 +9,12 @@ them by ``kind``; none of them words a line itself.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from pytest_graphleak.patterns import FIXES, MEANINGS
-from pytest_graphleak.result import display_path
+from pytest_graphleak.result import CreationSite, Diagnosis, display_path
 
 Kind = Literal["pattern", "held-by", "cycle", "created-at", "stored-at", "note", "fix"]
 
@@ -55,18 +55,17 @@ class ViewLine:
         return f"{self.label}: {self.text}{gap}({self.detail})"
 
 
-def site_text(site: Mapping[str, Any], path: Callable[[str], str] = display_path) -> str:
+def site_text(site: CreationSite, path: Callable[[str], str] = display_path) -> str:
     """``path.py:42 in fn: <source line>  (via lib/module.py:7)``; ``path`` shortens the
     file name (relative to the working directory by default)."""
-    function = f" in {site['function']}" if site.get("function") else ""
-    via = f"  (via {site['via']})" if site.get("via") else ""
-    where = path(str(site.get("filename", "")))
-    return f"{where}:{site.get('lineno', '')}{function}: {site.get('line', '')}{via}"
+    function = f" in {site.function}" if site.function else ""
+    via = f"  (via {site.via})" if site.via else ""
+    return f"{path(site.filename)}:{site.lineno}{function}: {site.line}{via}"
 
 
 def diagnosis_view(
     pattern: str,
-    diagnosis: Mapping[str, Any] | None,
+    diagnosis: Diagnosis | None,
     *,
     path: Callable[[str], str] = display_path,
     outlive: bool = False,
@@ -75,39 +74,37 @@ def diagnosis_view(
     diagnosis found, then the fix that applies (the pattern's usual one when the diagnosis
     names none). ``diagnosis`` is None when diagnosing was off. ``outlive``: the outlive
     audit's finding (graphs kept after the test, counted once, not per step)."""
-    found = diagnosis or {}
+    found = diagnosis or Diagnosis(pattern)
     made = "of the kept tensors and nodes" if outlive else "per step"
-    lines = [ViewLine("pattern", pattern, str(found.get("story") or MEANINGS.get(pattern, "")))]
-    if found.get("chain"):
-        lines.append(ViewLine("held-by", _linked(found["chain"])))
-    if found.get("cycle"):
-        lines.append(ViewLine("cycle", _linked(found["cycle"])))
-    for site in found.get("sites") or []:
+    lines = [ViewLine("pattern", pattern, found.story or MEANINGS.get(pattern, ""))]
+    if found.chain:
+        lines.append(ViewLine("held-by", _linked(found.chain)))
+    if found.cycle:
+        lines.append(ViewLine("cycle", _linked(found.cycle)))
+    for site in found.sites:
         per = made if outlive else _per(site)
-        lines.append(ViewLine("created-at", site_text(site, path), f"{site.get('count')} {per}"))
-    for site in found.get("stored_at") or []:
-        count = site.get("count")
-        times = "once" if count == 1 else f"{count} times"
+        lines.append(ViewLine("created-at", site_text(site, path), f"{site.count} {per}"))
+    for site in found.stored_at:
+        times = "once" if site.count == 1 else f"{site.count} times"
         per = "in the test's re-run" if outlive else _per(site)
         lines.append(ViewLine("stored-at", site_text(site, path), f"{times} {per}"))
-    lines.extend(ViewLine("note", str(note)) for note in found.get("notes") or [])
-    fix = fix_of(pattern, found)
+    lines.extend(ViewLine("note", str(note)) for note in found.notes)
+    fix = fix_of(pattern, diagnosis)
     if fix:
         lines.append(ViewLine("fix", fix))
     return lines
 
 
-def _per(site: Mapping[str, Any]) -> str:
+def _per(site: CreationSite) -> str:
     """``per step``, or ``in 3 steps`` for a line that acted less often than once a step."""
-    every = int(site.get("every") or 1)
-    return "per step" if every <= 1 else f"in {every} steps"
+    return "per step" if site.every <= 1 else f"in {site.every} steps"
 
 
-def fix_of(pattern: str, diagnosis: Mapping[str, Any] | None) -> str:
+def fix_of(pattern: str, diagnosis: Diagnosis | None) -> str:
     """The fix that applies: the diagnosis's own field, chosen once where it was made
     (``words.fix.choose_fix``). With diagnosing off (no diagnosis), or in a report
     written before that field was always set, the pattern's usual one."""
-    return str((diagnosis or {}).get("fix") or FIXES.get(pattern, ""))
+    return (diagnosis.fix if diagnosis is not None else "") or FIXES.get(pattern, "")
 
 
 def to_change(lines: Sequence[ViewLine]) -> list[ViewLine]:
@@ -122,10 +119,10 @@ def to_change(lines: Sequence[ViewLine]) -> list[ViewLine]:
     return chosen
 
 
-def culprit(diagnosis: Mapping[str, Any] | None) -> str:
+def culprit(diagnosis: Diagnosis | None) -> str:
     """``held: <the chain's last link> (from <its root>)`` or ``cycle through <first>``."""
-    chain: Sequence[str] = (diagnosis or {}).get("chain") or []
-    cycle: Sequence[str] = (diagnosis or {}).get("cycle") or []
+    chain = diagnosis.chain if diagnosis is not None else []
+    cycle = diagnosis.cycle if diagnosis is not None else []
     if chain:
         via = f" (from {chain[0]})" if len(chain) > 1 else ""
         return f"held: {chain[-1]}{via}"
