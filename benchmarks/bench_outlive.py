@@ -1,7 +1,7 @@
 """What the outlive audit costs per test: 1,000 unmarked torch tests, a 150k-object heap.
 
 With ``--graphleak`` every test is audited after its teardown for autograd graphs it made
-that are still alive (``pytest_graphleak/plugin/audit.py``): each autograd library's
+that are still alive (``pytest_graphleak/outlive/``): each autograd library's
 node counter read when its call phase begins and after its teardown, and when the test
 made graph nodes, a search from the roots for graphs numbered in between. This runs the
 same generated suite (1,000 tests, each a forward and backward pass of a small torch
@@ -199,8 +199,8 @@ def _census_table(quick: bool) -> str:
 
     import torch
 
-    from pytest_graphleak.diagnose.outlive import Holder, explain
-    from pytest_graphleak.engine.outlive import Census
+    from pytest_graphleak.outlive.census import Census
+    from pytest_graphleak.outlive.explain import Holder, explain
 
     pin_threads()
     model = torch.nn.Linear(16, 1)
@@ -351,12 +351,12 @@ audited runs use `-W error::pytest_graphleak.GraphOutliveWarning`: no test is na
 
 {suite}
 
-The census alone (`engine/outlive.Census`, in this process, as the audit runs it:
+The census alone (`outlive/census.Census`, in this process, as the audit runs it:
 `begin()` reads torch's autograd sequence counter, `finish()` reads it again; since the
 step made graph nodes, `young()` looks at the young generations for graphs numbered in
 between, and the short walk from a module's globals that hold the model looks for
 tensors grown in place; when a collection of an older generation ran during the step,
-`diagnose/outlive.explain` searches from those globals instead, counted in the last
+`outlive/explain.explain` searches from those globals instead, counted in the last
 column), around one torch step, medians:
 
 {census}

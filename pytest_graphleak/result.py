@@ -15,7 +15,7 @@ from typing import Any
 from pytest_graphleak.status import check_status
 
 #: In the reason of an outlive finding judged when a wider-scope fixture was torn down:
-#: the graphs were made by an earlier test (``diagnose/outlive``, ``report/text``).
+#: the graphs were made by an earlier test (``outlive/explain``, ``report/text``).
 JUDGED_AT_FIXTURE_TEARDOWN = ", still alive at the teardown of "
 
 #: Schema version of ``CheckResult.to_dict()``; bump on any incompatible change.

@@ -48,11 +48,6 @@ EXCEPTIONS: dict[str, tuple[int, str]] = {
         "the options table, one Option row per setting (data), and its resolution: "
         "the resolution could be its own module",
     ),
-    "pytest_graphleak/plugin/audit.py": (
-        563,
-        "the outlive audit's hooks, roots and census orchestration: its own package "
-        "(issue 37 item 3)",
-    ),
     "minigrad/ops.py": (
         774,
         "every op with its forward and backward side by side, one place each (the "

@@ -256,7 +256,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
      "exceptions"),
     ("verdict",),  # the pure judgement
     ("heap", "probes"),  # what is measured, gc state, user code
-    ("engine", "diagnose", "words"),  # the measuring engine; the diagnosis and its words
+    # measuring; the diagnosis and its words; the outlive audit
+    ("engine", "diagnose", "words", "outlive"),
     ("options",),  # the options table
     ("report",),  # renderings of results
     ("pipeline",),  # measure -> judge -> explain

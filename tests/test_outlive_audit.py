@@ -16,7 +16,7 @@ import pytest
 
 import minigrad as mg
 from pytest_graphleak import session
-from pytest_graphleak.engine.outlive import Census
+from pytest_graphleak.outlive.census import Census
 from pytest_graphleak.report.json_doc import load_schema
 
 pytest_plugins = ["pytester"]
@@ -792,7 +792,7 @@ def test_keep_names_resolve_without_imports_or_computed_attributes() -> None:
     import sys
     import types
 
-    from pytest_graphleak.plugin.outlive_roots import resolve_name
+    from pytest_graphleak.outlive.roots import resolve_name
 
     calls: list[str] = []
     module = types.ModuleType("graphleak_keep_probe")

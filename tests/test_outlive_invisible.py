@@ -11,7 +11,7 @@ import textwrap
 import pytest
 
 import minigrad as mg
-from pytest_graphleak.engine.outlive import Census
+from pytest_graphleak.outlive.census import Census
 
 pytest_plugins = ["pytester"]
 
@@ -92,7 +92,7 @@ def test_the_census_freezes_and_collects_nothing(monkeypatch: pytest.MonkeyPatch
 def test_the_census_falls_back_to_the_roots_when_the_young_generations_moved_on() -> None:
     """An older generation collected (or a freeze) during the test: ``young()`` says it
     cannot tell, and the graph is still found from a root (the audit's search)."""
-    from pytest_graphleak.diagnose.outlive import Holder, explain
+    from pytest_graphleak.outlive.explain import Holder, explain
 
     holder: list[object] = []
     census = Census()
@@ -174,7 +174,7 @@ def test_a_failure_inside_the_audit_is_a_note(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """In-process: the audit's own error never becomes the test's."""
-    from pytest_graphleak.plugin import audit
+    from pytest_graphleak.outlive import audit
 
     def broken(*args: object, **kwargs: object) -> None:
         raise RuntimeError("boom")

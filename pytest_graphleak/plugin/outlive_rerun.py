@@ -8,13 +8,10 @@ with its first run's outcome), and what pytest and its plugins keep on the item 
 first run's report (stash, captured output sections, user properties, the request) is
 put back afterwards. Warnings the re-run raises are dropped.
 
-While its call phase runs, ``LoopRecorder`` (torch's ``TorchSiteRecorder`` mode,
-minigrad's site recording) notes where each tensor and node is made (``created at:``)
-and ``LiveWatch`` traces the user's lines and charges a change of the first holder (a
-container's length, a rebound global, a new ``grad_fn``) to the line that made it
-(``stored at:``). A fresh census after its teardown finds what the re-run kept; the
-holders found again get its sites. A holder the re-run kept nothing in is said so, with
-no sites.
+What the re-run records, and how its findings join the first run's, is
+``outlive/rerun``'s (``SiteRun``, ``amend``); this module is the pytest side: whether the
+test may run again (``refusal``), the run (``run_again``) and its outcome
+(``failed_phase``).
 
 It runs only where it sets up nothing but what the test itself owns: a wider-scope
 fixture the test uses that its teardown finalised (it was that fixture's last test), or
@@ -25,72 +22,12 @@ story says so.
 from __future__ import annotations
 
 import warnings
-from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
 from _pytest.nodes import Node
 from _pytest.runner import runtestprotocol
-
-from pytest_graphleak.diagnose.loop_recorder import LoopRecorder
-from pytest_graphleak.diagnose.search import Path
-from pytest_graphleak.diagnose.sites import Site, per_step
-from pytest_graphleak.diagnose.stored import LiveWatch
-from pytest_graphleak.engine.outlive import Census
-from pytest_graphleak.result import CheckResult
-from pytest_graphleak.words.fix import choose_fix
-
-#: What the first run's story says when the re-run is its source.
-FOUND_BY = (
-    "created at and stored at: from one more run of the test (--graphleak-outlive-sites=rerun)"
-)
-
-
-class SiteRun:
-    """One re-run's recorders: ``call_begins()`` / ``call_ends()`` around its call phase
-    (the audit's call hook), ``finish()`` after its teardown, ``close()`` always."""
-
-    def __init__(self, watched: Path | None, walker: Any, root: Callable[[], object] | None):
-        self.census = Census()
-        self.recorder: LoopRecorder | None = None
-        self._watch = LiveWatch(watched, walker, root) if watched is not None else None
-        self.stored: Counter[Site] = Counter()
-        self.via: dict[Site, str] = {}
-        self.called = False
-        self.counted = False
-
-    def call_begins(self) -> None:
-        self.called = True
-        self.counted = self.census.begin()
-        if not self.counted:
-            return
-        self.recorder = LoopRecorder()
-        self.recorder.start_step()
-        if self._watch is not None:
-            self._watch.start()
-
-    def call_ends(self) -> None:
-        if self._watch is not None:
-            self.stored, self.via = self._watch.stop()
-            self._watch = None
-        if self.recorder is not None:
-            self.recorder.leave_modes()
-        self.census.stop_recording()
-
-    def site_of(self, obj: Any) -> Site | None:
-        return self.recorder.site_of(obj) if self.recorder is not None else None
-
-    def close(self) -> None:
-        if self._watch is not None:  # the call phase never ended (it was not run)
-            self._watch.stop()
-            self._watch = None
-        if self.recorder is not None:
-            self.recorder.close()
-            self.recorder = None
-        if self.counted:
-            self.census.abandon()
-            self.counted = False
 
 
 def refusal(item: pytest.Item, fixturedefs: Mapping[str, Any]) -> str:
@@ -169,42 +106,3 @@ def failed_phase(reports: list[pytest.TestReport]) -> str:
         if report.failed and report.when != "call":
             return report.when
     return ""
-
-
-def amend(
-    results: list[CheckResult],
-    again: list[CheckResult],
-    *,
-    watched: str,
-    stored: Counter[Site],
-    via: dict[Site, str],
-) -> None:
-    """Give each first-run result the re-run's sites for the same holder, and ``watched``
-    (the holder the live watch followed) its ``stored at:`` lines."""
-    by_root = {_root(result): result for result in again}
-    for result in results:
-        diagnosis = result.diagnosis
-        if diagnosis is None:
-            continue
-        root = _root(result)
-        found = by_root.get(root)
-        if found is None or found.diagnosis is None:
-            diagnosis.notes.append(
-                "the test ran once more to find where its graphs were made, and that run "
-                "left none in this holder: created at and stored at unknown"
-            )
-            continue
-        if not diagnosis.sites:
-            diagnosis.sites = list(found.diagnosis.sites)
-        if root == watched:
-            diagnosis.stored_at = per_step(stored, 1, via)
-            if not stored:
-                diagnosis.notes.append("stored at: no user line of the re-run changed the holder")
-            diagnosis.fix = choose_fix(diagnosis)  # worded for the storing line, as a step's is
-        diagnosis.notes.append(FOUND_BY)
-
-
-def _root(result: CheckResult) -> str:
-    chain = result.diagnosis.chain if result.diagnosis is not None else []
-    return chain[0] if chain else ""
-

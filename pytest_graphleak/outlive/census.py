@@ -18,7 +18,7 @@ unless a collection of an older generation, or a ``gc.freeze()``, moved it on me
 in the youngest generation; ``young()`` lists the graph objects the test made from the
 young generations when both say nothing moved, and None otherwise: then the audit
 searches what its roots reach for graphs numbered during the test (bounded by the
-search's budgets, see ``diagnose/outlive``).
+search's budgets, see ``outlive/explain``).
 
 A tensor alive before the test whose graph the test extended in place (``TOTAL +=
 loss``) is an old object with a new ``grad_fn``: not in the young generations.
@@ -183,7 +183,7 @@ class Census:
     def so_far(self) -> Census | None:
         """What the test numbered until now, told as a finished census would (None: no
         graph node yet). For a wider-scope fixture torn down in the test's own teardown:
-        what its value keeps is judged then, before pytest drops it (``plugin/audit``).
+        what its value keeps is judged then, before pytest drops it (``outlive/audit``).
         This census goes on unchanged."""
         view = Census()
         view._start, view._checked = self._start, list(self._checked)

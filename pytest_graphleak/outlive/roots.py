@@ -1,8 +1,10 @@
-"""The outlive audit's roots and opt-outs (``plugin/audit``): the test module's and the
+"""The outlive audit's roots and opt-outs (``outlive/audit``): the test module's and the
 user's other modules' globals, the test class's attributes (a ``request.cls`` attribute
 that a live class-scoped fixture set is that fixture's), the live wider-scope fixtures,
 and the objects a ``graphleak_outlive_keep`` entry names, found without importing or
-computing anything.
+computing anything. A test and a fixture definition are read by their attributes (a
+pytest item's ``_fixtureinfo``, a fixture definition's ``cached_result``): no pytest
+import.
 """
 
 from __future__ import annotations
@@ -15,10 +17,8 @@ import types
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-import pytest
-
-from pytest_graphleak.diagnose.outlive import Deferred, Holder
 from pytest_graphleak.heap.usercode import is_user_module
+from pytest_graphleak.outlive.explain import Deferred, Holder
 
 _SKIP_GLOBALS = (types.ModuleType, types.BuiltinFunctionType, type(sys))
 
@@ -116,14 +116,14 @@ def static_attributes(obj: object, part: str, wild: bool) -> Iterable[object]:
                 yield value
 
 
-def fixturedefs(item: pytest.Item) -> dict[str, Any]:
+def fixturedefs(item: Any) -> dict[str, Any]:
     """name -> the fixture definition this test used (the closest one)."""
     info = getattr(item, "_fixtureinfo", None)
     defs = getattr(info, "name2fixturedefs", None) or {}
     return {name: chain[-1] for name, chain in defs.items() if chain}
 
 
-def live_fixtures(item: pytest.Item) -> Iterable[Holder]:
+def live_fixtures(item: Any) -> Iterable[Holder]:
     for name, fixturedef in fixturedefs(item).items():
         scope = getattr(fixturedef, "scope", "function")
         cached = getattr(fixturedef, "cached_result", None)

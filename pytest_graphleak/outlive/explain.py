@@ -1,4 +1,4 @@
-"""Who keeps the graphs a test left alive (``engine/outlive``'s census), told as a leak.
+"""Who keeps the graphs a test left alive (``outlive/census``), told as a leak.
 
 ``explain(targets, holders, ...)`` searches from the roots the plugin offers (the test
 module's globals, the test class's attributes, the user's other modules, the wider-scope
@@ -93,7 +93,7 @@ SiteOf = Callable[[Any], Site | None]
 
 
 class Targets(Protocol):
-    """What the search looks for: the census (``engine/outlive.Census``) or ``Listed``."""
+    """What the search looks for: the census (``outlive/census.Census``) or ``Listed``."""
 
     def made_during(self, obj: object) -> bool: ...
 

@@ -1,0 +1,44 @@
+"""The outlive audit: which autograd graphs a test made are still alive after it, and
+who keeps them. One package, no pytest: the plugin's hooks (``plugin/audit``) drive it.
+
+- ``census``: what a test made, told by each autograd library's node numbers
+  (``Census``: ``begin()`` before the code runs, ``finish()`` after; nothing frozen,
+  collected or patched);
+- ``roots``: where to look (a module's globals, a class's attributes, live wider-scope
+  fixtures) and the keep list's objects;
+- ``explain``: the search from the roots and the story (``explain`` -> ``Explained``,
+  whose ``results`` are ``CheckResult``s of kind "outlive");
+- ``rerun``: what one more run of a test records (``SiteRun``, ``amend``);
+- ``audit``: ``Audit``, the audit of a run of tests (roots per test, the keep list,
+  graphs a wider-scope fixture holds until it is torn down).
+
+Without pytest, a census and an explanation are enough::
+
+    census = Census()
+    census.begin()
+    run_the_code()
+    if census.finish():
+        found = explain(census, [Holder("global 'CACHE'", "mod.CACHE", mod.CACHE)],
+                        nodeid="run_the_code", backends=census.backends)
+        for result in found.results: ...
+        found.release()
+"""
+
+from __future__ import annotations
+
+from pytest_graphleak.outlive.audit import Audit, Rerun, chain_root, holder_key, root_of
+from pytest_graphleak.outlive.census import Census
+from pytest_graphleak.outlive.explain import (
+    Deferred,
+    Explained,
+    Holder,
+    Listed,
+    Targets,
+    explain,
+)
+from pytest_graphleak.outlive.rerun import SiteRun, amend
+from pytest_graphleak.outlive.roots import fixturedefs, request_cls, resolve_name
+
+__all__ = ["Audit", "Census", "Deferred", "Explained", "Holder", "Listed", "Rerun", "SiteRun",
+           "Targets", "amend", "chain_root", "explain", "fixturedefs", "holder_key",
+           "request_cls", "resolve_name", "root_of"]  # fmt: skip

@@ -1,0 +1,431 @@
+"""The outlive audit of a run of tests, without pytest: ``Audit``.
+
+The front end (the plugin's ``plugin/audit``, pytest's hooks) calls it: ``census()``
+when a test's call phase begins, ``audit()`` after its teardown, ``judge_pending()``
+then too, ``class_attributes()`` / ``fixture_set_up()`` around a class-scoped fixture's
+setup and ``fixture_finalised()`` after a wider-scope fixture's finalizers. A test is
+read by its attributes (``nodeid``, ``module``, ``cls``, the fixtures it uses:
+``outlive/roots``), a fixture definition by ``scope``, ``argname`` and
+``cached_result``; the front end runs a test once more for its sites through a
+``Rerun`` it hands in.
+
+It picks the roots (the test module's globals, the test class's attributes, the user's
+other modules, the wider-scope fixtures still alive), applies the keep list
+(``graphleak_outlive_keep``) and explains what the census found (``outlive/explain``).
+A graph that only a wider-scope fixture keeps is the fixture's while it lives; it is
+judged again after the teardown that finalises that fixture, and named then (with the
+test that made it) if something of the user's still keeps it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import sys
+import types
+import warnings
+from collections.abc import Collection, Iterator
+from typing import Any, Protocol
+
+from pytest_graphleak.heap.usercode import is_user_module
+from pytest_graphleak.outlive.census import Census
+from pytest_graphleak.outlive.explain import Deferred, Explained, Holder, Listed, Targets, explain
+from pytest_graphleak.outlive.rerun import SiteRun, amend
+from pytest_graphleak.outlive.roots import (
+    MISSING,
+    class_attributes,
+    fixture_label,
+    fixturedefs,
+    globals_of,
+    live_fixtures,
+    may_hold,
+    owned_by,
+    resolve_name,
+    still_kept,
+    tests_text,
+)
+from pytest_graphleak.probes.autograd import BUNDLES, active_backends
+from pytest_graphleak.result import CheckResult
+
+
+class Rerun(Protocol):
+    """The front end's one more run of a test (``--graphleak-outlive-sites=rerun``)."""
+
+    def refusal(self) -> str: ...  # why the test is not run again ("" when it can be)
+    def run(self) -> str: ...  # run it; the phase (setup, teardown) that failed, or ""
+
+
+class Audit:
+    """The audit's state across a run of tests (see the module docstring)."""
+
+    def __init__(self, *, keep: Collection[str] = (), sites: str = "off") -> None:
+        self.keep = tuple(keep)
+        self.sites = sites
+        #: The re-run in progress (``sites="rerun"``): the front end's call hook records.
+        self.rerun: SiteRun | None = None
+        #: Graphs kept only by a wider-scope fixture, with that fixture's definition.
+        self._pending: list[tuple[Deferred, Any]] = []
+        #: Attributes a class-scoped fixture set on ``request.cls`` (the unittest
+        #: ``setUpClass`` fixture too), while it lives: id(class) -> (class, name -> def).
+        self._set_by: dict[int, tuple[type, dict[str, Any]]] = {}
+        #: What was judged at fixture teardowns during the running test, reported at its
+        #: teardown (``judged``).
+        self._judged: list[CheckResult] = []
+        #: Why some tests could not be audited (shown once in the summary).
+        self.notes: set[str] = set()
+        self._kinds: dict[type, bool] = {}  # type -> a graph type? (censuses share it)
+
+    # -- one test -----------------------------------------------------------------------
+    def census(self) -> Census:
+        """A census begun now (the test's call phase begins)."""
+        census = Census(self._kinds)
+        census.begin()
+        return census
+
+    @contextlib.contextmanager
+    def quiet(self, nodeid: str) -> Iterator[None]:
+        """No warning of the audit's making (its walks touch deprecated attributes)
+        escapes; a failure of the audit is a note, never the test's error."""
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                yield
+        except Exception as exc:  # the audit must never fail a test by itself
+            self.notes.add(f"outlive audit failed in {nodeid}: {type(exc).__name__}: {exc}")
+
+    def audit(
+        self, test: Any, census: Census, *, checked: Collection[str] = (),
+        rerun: Rerun | None = None,
+    ) -> list[CheckResult]:  # fmt: skip
+        """What the finished test left alive, told from the roots; holders whose key is
+        in ``checked`` (the roots of the test's own leaked step checks) are not repeated."""
+        rerun = rerun if self.sites == "rerun" else None
+        explained = self._census_explained(test, census, keep_paths=rerun is not None)
+        try:
+            for deferred in explained.deferred:
+                fixturedef = deferred.owner or fixturedefs(test).get(
+                    _fixture_name(deferred.fixture))  # fmt: skip
+                if fixturedef is not None and deferred.tensors:
+                    self._pending.append((deferred, fixturedef))
+            paths: list[Any] = list(explained.paths) or [None] * len(explained.results)
+            kept = [(r, p) for r, p in zip(explained.results, paths, strict=True)
+                    if root_of(r) not in checked]  # fmt: skip
+            paths.clear()
+            results = [r for r, _ in kept]
+            if rerun is not None and results:
+                self._sites_from_rerun(test, rerun, results, kept[0][1], explained)
+            kept.clear()
+            for result in results:
+                _note_unknown_sites(result, rerun is not None)
+            return results
+        finally:
+            explained.release()
+
+    def _census_explained(
+        self, test: Any, census: Census, *, keep_paths: bool = False, site_of: Any = None
+    ) -> Explained:
+        """What the census found, explained from the roots."""
+        if not census.finish():
+            return Explained()  # the test numbered no graph node
+        targets: Targets = census  # a search of the roots for graphs the test numbered
+        found = census.young()
+        try:
+            if found is not None:  # what it made is listed: only those are looked for
+                near = [h.value for h in self.holders(test, others=False)]
+                found.extend(census.grown_near(near))
+                near.clear()
+                if not found:
+                    return Explained()
+                targets = Listed(found, census.grown_in_place)
+            roots = self.holders(test, imported=census.modules_imported())
+            return explain(targets, roots, nodeid=test.nodeid,
+                           backends=census.backends, keep_paths=keep_paths,
+                           site_of=site_of)  # fmt: skip
+        finally:
+            if found is not None:
+                found.clear()
+
+    def _sites_from_rerun(
+        self, test: Any, rerun: Rerun, results: list[CheckResult], watched: Any,
+        explained: Explained,
+    ) -> None:  # fmt: skip
+        """Run the test once more under the site recorders (``outlive/rerun``)."""
+        why = rerun.refusal()
+        if why:
+            for result in results:
+                if result.diagnosis is not None:
+                    result.diagnosis.notes.append(f"the test is not run again to find its "
+                                                  f"sites: {why}")  # fmt: skip
+            return
+        root = None
+        if watched is not None:
+            reader = {h.label: h.read for h in self.holders(test)}
+            root = reader.get(watched.root_label)
+        run = self.rerun = SiteRun(watched, explained.walker, root)
+        try:  # the freeze and the trace function are given back whatever happens
+            try:
+                failed = rerun.run()
+            finally:
+                self.rerun = None
+                run.call_ends()
+            if not run.called or not run.counted or failed:
+                why = (f"its {failed} failed" if failed else "its call phase did not run"
+                       if not run.called else "it could not be counted")
+                for result in results:
+                    if result.diagnosis is not None:
+                        result.diagnosis.notes.append(
+                            f"the test ran once more to find its sites, but {why}: "
+                            "created at and stored at unknown"
+                        )
+                return
+            again = self._census_explained(test, run.census, site_of=run.site_of)
+            run.counted = False  # the census is finished
+            amend(results, again.results, watched=watched.root_label
+                  if watched is not None else "", stored=run.stored, via=run.via)  # fmt: skip
+        finally:
+            run.close()
+
+    def judged(self) -> list[CheckResult]:
+        """What was judged at the fixture teardowns of the running test (taken)."""
+        judged, self._judged = self._judged, []
+        return judged
+
+    def judge_pending(self, test: Any) -> list[CheckResult]:
+        """Graphs a wider-scope fixture kept: once it is torn down, what still keeps them?"""
+        results: list[CheckResult] = []
+        still: list[tuple[Deferred, Any]] = []
+        for deferred, fixturedef in self._pending:
+            if getattr(fixturedef, "cached_result", None) is not None:
+                still.append((deferred, fixturedef))
+                continue
+            alive = deferred.alive()
+            if not alive:
+                continue
+            try:
+                explained = explain(Listed(alive), self.holders(test, fixtures=False),
+                                    nodeid=test.nodeid, made_by=deferred.nodeid,
+                                    fixture=deferred.fixture,
+                                    backends=active_backends())  # fmt: skip
+            finally:
+                alive.clear()
+            for result in explained.results:
+                if result.diagnosis is not None and not result.diagnosis.sites:
+                    result.diagnosis.notes.append(
+                        f"created at: unknown (sites are recorded for {_sites(True)} graphs "
+                        "only, and the test that made it ran before)"
+                    )
+            results.extend(explained.results)
+        self._pending = still
+        return results
+
+    # -- wider-scope fixtures ----------------------------------------------------------
+    @staticmethod
+    def class_attributes(cls: type | None) -> dict[str, Any]:
+        """The attributes of ``cls`` before a class-scoped fixture's setup."""
+        return dict(vars(cls)) if cls is not None else {}
+
+    def fixture_set_up(self, fixturedef: Any, cls: type | None, before: dict[str, Any]) -> None:
+        """Note the ``request.cls`` attributes a class-scoped fixture set (``before``: the
+        class's attributes before its setup): what they keep is that fixture's while it
+        lives, as its value is. Empties ``before``."""
+        if cls is None:
+            return
+        changed = [name for name, value in list(vars(cls).items())
+                   if not name.startswith("__")
+                   and before.get(name, MISSING) is not value]  # fmt: skip
+        before.clear()
+        if changed:
+            names = self._set_by.setdefault(id(cls), (cls, {}))[1]
+            names.update(dict.fromkeys(changed, fixturedef))
+
+    def fixture_finalised(self, fixturedef: Any, test: Any, census: Census | None) -> None:
+        """A wider-scope fixture's finalizers ran during ``test``'s teardown and its value
+        is still cached: what the graphs the tests handed it are still kept by (its value,
+        the ``request.cls`` attributes it set, or a root of the user's) is named now, with
+        the tests that made them (``judged``). A fixture that cleared them keeps nothing.
+        ``census``: the test's own, while it runs."""
+        owned = self._release(fixturedef)
+        if self.rerun is not None or test is None or fixturedef.scope == "function":
+            return  # torn down after the last test: nothing is left to report on
+        pending = [d for d, fd in self._pending if fd is fixturedef]
+        self._pending = [(d, fd) for d, fd in self._pending if fd is not fixturedef]
+        # torn down in this test's own teardown, before its audit: what it stored there
+        cached = getattr(fixturedef, "cached_result", None)
+        value = cached[0] if cached and cached[2] is None else None
+        now = census.so_far() if census is not None and may_hold(value) else None
+        alive = [obj for deferred in pending for obj in deferred.alive()]
+        if not alive and now is None:
+            return
+        results: list[CheckResult] = []
+        label = fixture_label(fixturedef)
+        try:
+            with self.quiet(test.nodeid):  # a failure is a note, never the teardown's error
+                roots = self._teardown_roots(test, fixturedef, owned)
+                if alive:
+                    earlier = explain(Listed(alive), roots, nodeid=test.nodeid,
+                                      made_by=tests_text(pending), fixture=label,
+                                      backends=active_backends(), judging=fixturedef)  # fmt: skip
+                    for deferred in earlier.deferred:  # handed on to another live fixture
+                        if deferred.owner is not None and deferred.tensors:
+                            self._pending.append((deferred, deferred.owner))
+                    results.extend(earlier.results)
+                if now is not None:
+                    results.extend(self._value_keeps(test, now, roots, label, fixturedef))
+        finally:
+            alive.clear()
+        for result in results:
+            diagnosis = result.diagnosis
+            if diagnosis is None:
+                continue
+            root = root_of(result, raw=True)
+            if root == label or root.endswith(owned_by(fixturedef)):
+                diagnosis.notes.append(
+                    f"{still_kept(fixturedef)} (one that clears it there keeps nothing)"
+                )
+            if not diagnosis.sites:
+                diagnosis.notes.append(f"created at: unknown ({_sites(False)} creation sites "
+                                       "are not recorded while a test runs)")  # fmt: skip
+        self._judged.extend(results)
+
+    @staticmethod
+    def _value_keeps(
+        test: Any, now: Census, roots: list[Holder], label: str, fixturedef: Any
+    ) -> list[CheckResult]:
+        """Only what the value keeps: pytest drops it next. The user's roots and the class
+        attributes the fixture set outlive it: the test's audit, after the teardown, names
+        what they keep."""
+        value_only = [h for h in roots if h.label == label]
+        if not explain(now, value_only, nodeid=test.nodeid, backends=now.backends,
+                       judging=fixturedef).results:  # fmt: skip
+            return []
+        # it keeps some: told from all roots, so that a graph a root of the user's keeps
+        # too is left to the test's audit (no second report)
+        own = explain(now, roots, nodeid=test.nodeid, made_by=test.nodeid, fixture=label,
+                      backends=now.backends, judging=fixturedef)  # fmt: skip
+        return [r for r in own.results if root_of(r, raw=True) == label]
+
+    def _release(self, fixturedef: Any) -> list[tuple[type, str]]:
+        """Forget (and return) the ``request.cls`` attributes ``fixturedef`` set."""
+        owned: list[tuple[type, str]] = []
+        for key, (cls, names) in list(self._set_by.items()):
+            mine = [name for name, fd in names.items() if fd is fixturedef]
+            owned.extend((cls, name) for name in mine)
+            for name in mine:
+                del names[name]
+            if not names:
+                del self._set_by[key]
+        return owned
+
+    def _teardown_roots(
+        self, test: Any, fixturedef: Any, owned: list[tuple[type, str]]
+    ) -> list[Holder]:
+        """The roots while ``fixturedef`` is torn down: the user's (other live wider-scope
+        fixtures stay deferred), then its value and the class attributes it set (searched
+        after the user's: a global it handed them to is the holder to name)."""
+        holders = [h for h in self.holders(test) if h.owner is not fixturedef]
+        mine: list[Holder] = []
+        cached = getattr(fixturedef, "cached_result", None)
+        if cached and cached[2] is None:
+            mine.append(Holder(fixture_label(fixturedef), fixturedef.argname, cached[0],
+                               fixture=True, owner=fixturedef))  # fmt: skip
+        for cls, name in owned:
+            value = vars(cls).get(name, MISSING)
+            if value is not MISSING:
+                label = f"class attribute '{cls.__qualname__}.{name}'{owned_by(fixturedef)}"
+                mine.append(Holder(label, f"{cls.__module__}.{cls.__qualname__}.{name}", value,
+                                   fixture=True, owner=fixturedef, exclusive=True))  # fmt: skip
+        if self.keep:  # the keep list applies to these too
+            kept = {id(h.value) for h in holders if h.kept}
+            mine = [h for h in mine if id(h.value) not in kept
+                    and not self._kept_on_purpose(h.qualified)]  # fmt: skip
+        values = {id(h.value) for h in mine}
+        return [*(h for h in holders if id(h.value) not in values), *mine]
+
+    # -- roots --------------------------------------------------------------------------
+    def holders(
+        self, test: Any, *, fixtures: bool = True, others: bool = True,
+        imported: Collection[str] = (),
+    ) -> list[Holder]:  # fmt: skip
+        """The roots; ``others``: the user's other modules' globals too, but those of
+        the modules first ``imported`` during the test (what their import made is not
+        the test's: a graph built at import is named for no test)."""
+        module = getattr(test, "module", None)
+        holders: list[Holder] = []
+        if isinstance(module, types.ModuleType):
+            holders.extend(globals_of(module))
+        cls = getattr(test, "cls", None)
+        if isinstance(cls, type):
+            holders.extend(class_attributes(cls, self._set_by))
+        if fixtures:
+            holders.extend(live_fixtures(test))
+        for name, other in list(sys.modules.items()) if others else ():
+            if name in imported or other is module or not isinstance(other, types.ModuleType):
+                continue
+            if is_user_module(name):
+                holders.extend(globals_of(other))
+        if not self.keep:
+            return holders
+        # graphleak_outlive_keep names holder OBJECTS: whatever alias or path reaches one
+        # (a class through its module global, `from mypkg.cache import CACHE` elsewhere),
+        # it is no root and no search passes through it.
+        kept = {id(obj): obj for pattern in self.keep for obj in resolve_name(pattern)}
+        for holder in holders:
+            if self._kept_on_purpose(holder.qualified):
+                kept.setdefault(id(holder.value), holder.value)
+        roots = [h for h in holders if id(h.value) not in kept]
+        roots.extend(Holder("kept on purpose", "", obj, kept=True) for obj in kept.values())
+        return roots
+
+    def _kept_on_purpose(self, qualified: str) -> bool:
+        return any(fnmatch.fnmatchcase(qualified, pattern) for pattern in self.keep)
+
+    def end(self) -> None:
+        """The run ended: fixtures torn down after the last test are not judged."""
+        self._pending.clear()
+        self._set_by.clear()
+        self._judged.clear()
+
+
+def _note_unknown_sites(result: CheckResult, rerun: bool) -> None:
+    diagnosis = result.diagnosis
+    if diagnosis is None or diagnosis.sites:
+        return
+    if rerun:
+        if not any("ran once more" in n or "not run again" in n for n in diagnosis.notes):
+            diagnosis.notes.append("created at: unknown (no site recorded for what it keeps)")
+        return
+    diagnosis.notes.append(
+        f"created at: unknown ({_sites(False)} creation sites are not recorded while a test runs; "
+        "--graphleak-outlive-sites=rerun runs a test with a finding once more to find "
+        "them and the line that stored the graph)"
+    )
+
+
+def _sites(recorded: bool) -> str:
+    """The libraries whose creation sites are (or are not) recorded while a test runs."""
+    return " and ".join(f"{b.name}'s" for b in BUNDLES if (b.record_sites is None) != recorded)
+
+
+def _fixture_name(label: str) -> str:
+    return label.split("'")[1] if label.count("'") >= 2 else label
+
+
+def holder_key(label: str) -> str:
+    """``global 'losses'`` (a step check's root) and ``global 'tests.test_x.losses'`` (the
+    audit's) name the same holder: the kind of root and its last name."""
+    kind, _, rest = label.partition(" '")
+    return f"{kind} {rest.split(chr(39))[0].rsplit('.', 1)[-1]}" if rest else label
+
+
+def chain_root(check: dict[str, Any]) -> str:
+    """The holder key of a reported check's (``CheckResult.to_dict()``) chain root."""
+    chain = (check.get("diagnosis") or {}).get("chain") or []
+    return holder_key(str(chain[0])) if chain else ""
+
+
+def root_of(result: CheckResult, *, raw: bool = False) -> str:
+    """The label of the chain's root (``raw``), or its holder key."""
+    chain = result.diagnosis.chain if result.diagnosis is not None else []
+    if not chain:
+        return ""
+    return chain[0] if raw else holder_key(chain[0])

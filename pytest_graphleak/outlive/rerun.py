@@ -1,0 +1,116 @@
+"""One more run of a test that left graphs alive, under the diagnosis's own recorders, to
+say where they were made and stored (``--graphleak-outlive-sites=rerun``); the run itself
+is the front end's (the plugin's ``plugin/outlive_rerun``), this is what it records.
+
+While its call phase runs, ``LoopRecorder`` (the bundles' site recording: torch's
+``TorchSiteRecorder`` mode, minigrad's own) notes where each tensor and node is made
+(``created at:``) and ``LiveWatch`` traces the user's lines and charges a change of the
+first holder (a container's length, a rebound global, a new ``grad_fn``) to the line that
+made it (``stored at:``). A fresh census after its teardown finds what the re-run kept;
+the holders found again get its sites (``amend``). A holder the re-run kept nothing in
+is said so, with no sites.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from pytest_graphleak.diagnose.loop_recorder import LoopRecorder
+from pytest_graphleak.diagnose.search import Path
+from pytest_graphleak.diagnose.sites import Site, per_step
+from pytest_graphleak.diagnose.stored import LiveWatch
+from pytest_graphleak.outlive.census import Census
+from pytest_graphleak.result import CheckResult
+from pytest_graphleak.words.fix import choose_fix
+
+#: What the first run's story says when the re-run is its source.
+FOUND_BY = (
+    "created at and stored at: from one more run of the test (--graphleak-outlive-sites=rerun)"
+)
+
+
+class SiteRun:
+    """One re-run's recorders: ``call_begins()`` / ``call_ends()`` around its call phase
+    (the audit's call hook), ``finish()`` after its teardown, ``close()`` always."""
+
+    def __init__(self, watched: Path | None, walker: Any, root: Callable[[], object] | None):
+        self.census = Census()
+        self.recorder: LoopRecorder | None = None
+        self._watch = LiveWatch(watched, walker, root) if watched is not None else None
+        self.stored: Counter[Site] = Counter()
+        self.via: dict[Site, str] = {}
+        self.called = False
+        self.counted = False
+
+    def call_begins(self) -> None:
+        self.called = True
+        self.counted = self.census.begin()
+        if not self.counted:
+            return
+        self.recorder = LoopRecorder()
+        self.recorder.start_step()
+        if self._watch is not None:
+            self._watch.start()
+
+    def call_ends(self) -> None:
+        if self._watch is not None:
+            self.stored, self.via = self._watch.stop()
+            self._watch = None
+        if self.recorder is not None:
+            self.recorder.leave_modes()
+        self.census.stop_recording()
+
+    def site_of(self, obj: Any) -> Site | None:
+        return self.recorder.site_of(obj) if self.recorder is not None else None
+
+    def close(self) -> None:
+        if self._watch is not None:  # the call phase never ended (it was not run)
+            self._watch.stop()
+            self._watch = None
+        if self.recorder is not None:
+            self.recorder.close()
+            self.recorder = None
+        if self.counted:
+            self.census.abandon()
+            self.counted = False
+
+
+def amend(
+    results: list[CheckResult],
+    again: list[CheckResult],
+    *,
+    watched: str,
+    stored: Counter[Site],
+    via: dict[Site, str],
+) -> None:
+    """Give each first-run result the re-run's sites for the same holder, and ``watched``
+    (the holder the live watch followed) its ``stored at:`` lines."""
+    by_root = {_root(result): result for result in again}
+    for result in results:
+        diagnosis = result.diagnosis
+        if diagnosis is None:
+            continue
+        root = _root(result)
+        found = by_root.get(root)
+        if found is None or found.diagnosis is None:
+            diagnosis.notes.append(
+                "the test ran once more to find where its graphs were made, and that run "
+                "left none in this holder: created at and stored at unknown"
+            )
+            continue
+        if not diagnosis.sites:
+            diagnosis.sites = list(found.diagnosis.sites)
+        if root == watched:
+            diagnosis.stored_at = per_step(stored, 1, via)
+            if not stored:
+                diagnosis.notes.append("stored at: no user line of the re-run changed the holder")
+            diagnosis.fix = choose_fix(diagnosis)  # worded for the storing line, as a step's is
+        diagnosis.notes.append(FOUND_BY)
+
+
+def _root(result: CheckResult) -> str:
+    chain = result.diagnosis.chain if result.diagnosis is not None else []
+    return chain[0] if chain else ""
+

@@ -1,0 +1,46 @@
+"""The outlive audit's package (``pytest_graphleak.outlive``) needs no pytest: a census and
+an explanation run in a plain process, and name the holder of a graph the code kept."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "pytest_graphleak" / "outlive"
+
+SCRIPT = """
+import json, sys, types
+from pytest_graphleak.outlive import Census, Holder, explain
+import minigrad as mg
+
+module = types.ModuleType("user_mod")
+module.CACHE = []
+census = Census()
+census.begin()
+module.CACHE.append(mg.Tensor([1.0], requires_grad=True) * 2)
+made = census.finish()
+found = explain(census, [Holder("global 'user_mod.CACHE'", "user_mod.CACHE", module.CACHE)],
+                nodeid="run", backends=census.backends)
+chains = [result.diagnosis.chain for result in found.results]
+found.release()
+print(json.dumps({"made": made, "chains": chains, "pytest": "pytest" in sys.modules}))
+"""
+
+
+def test_a_census_and_its_explanation_run_without_pytest() -> None:
+    run = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True,
+                         check=True, timeout=120)  # fmt: skip
+    found = json.loads(run.stdout.strip().splitlines()[-1])
+    assert found["made"] and not found["pytest"]
+    assert [chain[0] for chain in found["chains"]] == ["global 'user_mod.CACHE'"]
+
+
+def test_no_module_of_the_package_imports_pytest() -> None:
+    for path in sorted(PACKAGE.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else [])  # fmt: skip
+            assert not any(n.split(".")[0] in ("pytest", "_pytest") for n in names), path
