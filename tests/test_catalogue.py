@@ -159,9 +159,10 @@ def test_every_surface_shows_the_one_fix(path: Path) -> None:
     document = build_document([CheckedTest(nodeid, "failed", [data])], generated_by="test")
     assert f"<dd class=\"fix\">{html.escape(fix)}</dd>" in render_html(document, draw=None)
     rows = document_rows(document, {})
-    assert [row.summary.rpartition("; fix: ")[2] for row in rows] == [fix]
+    assert [row.fix for row in rows] == [fix]
     annotation = commands(rows, str(EXAMPLES.parent))
-    assert len(annotation) == 1 and annotation[0].endswith(f"; fix: {fix}".replace("%", "%25"))
+    escaped = f"fix: {fix}".replace("%", "%25").replace("\n", "%0A")
+    assert len(annotation) == 1 and f"::{escaped}%0A" in annotation[0], annotation
 
 
 def _graph_grew(result: pytest_graphleak.CheckResult) -> bool:
