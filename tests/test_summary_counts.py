@@ -5,14 +5,20 @@ outlive audit looked at, most of which have nothing to report and so no row."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import re
 from html import escape
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 import minigrad  # noqa: F401  (loaded before pytester runs in-process: numpy loads once)
 from pytest_graphleak.cli import main
 from pytest_graphleak.report.summary import NOTHING_CHECKED, counts, sentence
+from pytest_graphleak.status import STATUSES
+from pytest_graphleak.status import TABLE as STATUS_TABLE
 
 pytest_plugins = ["pytester"]
 
@@ -96,3 +102,60 @@ def test_the_sentence_leaves_out_zeros_and_says_when_nothing_ran() -> None:
     assert sentence({"checked": 1, "leaked": 1, "warned": 0, "error": 0, "clean": 0}) == (
         "1 checked: 1 leaked"
     )
+
+
+def _script(name: str) -> Any:
+    """A module of ``scripts/`` (they are not a package)."""
+    path = Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"scripts_{name}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+#: "3 leaked", "1 warned", ...: a count and its status word, in any surface's text.
+_COUNT = re.compile(rf"\b(\d+) ({'|'.join(STATUSES)})\b")
+
+
+def _counted(text: str) -> dict[str, int]:
+    return {word: int(number) for number, word in _COUNT.findall(text)}
+
+
+def test_a_mixed_run_gives_the_same_counts_on_every_surface(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The mixed run of the README's picture (leaked, clean, unmeasured, error and an
+    outlive warning): the HTML chips, the terminal's count line, the JSON summary and the
+    GitHub step summary (its sentence and its rows) count the same tests."""
+    pytester.makepyfile(test_mixed=_script("report_picture").SUITE)
+    step_summary = pytester.path / "step_summary.md"
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step_summary))
+    monkeypatch.setenv("COLUMNS", "300")  # the count line on one line
+    result = pytester.runpytest_subprocess(
+        "--graphleak", "-p", "no:randomly", "--graphleak-probes=minigrad,gc",
+        "--graphleak-report=r.json", "--graphleak-html=r.html",
+    )  # fmt: skip
+    result.assert_outcomes(passed=2, failed=3)
+    expected = {"leaked": 1, "warned": 1, "error": 1, "unmeasured": 1, "clean": 1}
+
+    summary = json.loads((pytester.path / "r.json").read_text())["summary"]
+    assert {word: n for word, n in summary.items() if word in STATUSES and n} == expected
+
+    (line,) = [x for x in result.outlines if x.startswith("graphleak: 5 tests with results")]
+    assert _counted(line) == expected, line
+
+    page = (pytester.path / "r.html").read_text()
+    chips = re.findall(r'<label for="show-(\w+)">.*?(\d+)\)</label>', page)
+    assert {word: int(n) for word, n in chips if word != "all"} == expected
+    assert dict(chips)["all"] == "5"
+    assert _counted(sentence(summary)) == expected and escape(sentence(summary)) in page
+
+    told = step_summary.read_text()
+    assert _counted(told.split("\n\n")[1]) == expected, told
+    labels = {row.label: row.word for row in STATUS_TABLE}
+    rows = re.findall(r"^\| \S+ \*\*(\w+)\*\* \|", told, re.MULTILINE)
+    by_rows = {labels[label]: rows.count(label) for label in set(rows)}
+    folded = re.search(r"(\d+) clean checks?", told)
+    assert {**by_rows, "clean": int(folded.group(1)) if folded else 0} == expected, told
