@@ -426,6 +426,18 @@ def test_the_type_only_circles_are_the_listed_ones() -> None:
     assert set(TYPE_ONLY_CIRCLES) <= set(found)  # none stale
 
 
+def test_no_renderer_reads_the_probe_registry() -> None:
+    """The reports read what a metric is (unit, counts, noise tolerance) from the result
+    that carries it (``CheckResult.declared``): the probes installed where a report is
+    read may differ from the run that wrote it (issue 37, item 1)."""
+    renderers = [name for name in MODULES if name.startswith("pytest_graphleak.report")]
+    renderers.append("pytest_graphleak.plugin.terminal")
+    found = {name: sorted(dep for dep in dependencies(name)
+                          if dep.startswith("pytest_graphleak.probes"))
+             for name in renderers}  # fmt: skip
+    assert {name: deps for name, deps in found.items() if deps} == {}
+
+
 def test_the_plugin_is_in_no_import_cycle() -> None:
     """The plugin imports the layers below it; none of them imports the plugin back
     (``distributed`` spawns ranks and gathers results, the pytest side is the plugin's)."""
