@@ -32,6 +32,7 @@ from pytest_graphleak import baseline
 from pytest_graphleak.baseline import Baseline, Key
 from pytest_graphleak.exceptions import BaselineError
 from pytest_graphleak.options import Settings
+from pytest_graphleak.report.text import wrap_line
 from pytest_graphleak.result import CheckResult
 
 #: The loaded file and whether this run writes it, for the process that runs the tests.
@@ -189,8 +190,9 @@ class BaselineRun:
             return
         self.written = update
 
-    def lines(self) -> list[tuple[str, dict[str, bool]]]:
-        """The terminal's lines after the session's sentence."""
+    def lines(self, columns: int = 0) -> list[tuple[str, dict[str, bool]]]:
+        """The terminal's lines after the session's sentence, in ``columns`` (broken at
+        spaces), but the update command: whole on a line of its own, to be copied."""
         path = str(self.baseline.path)
         if self.error:
             return [(f"ERROR: {self.error}", {"red": True, "bold": True})]
@@ -204,13 +206,17 @@ class BaselineRun:
             out.append((f"fixed since the baseline ({len(fixed)}, listed in {path}):",
                         {"green": True}))  # fmt: skip
             out.extend((f"  {key.text()}", {"green": True}) for key in fixed)
-            out.append((f"update the baseline file: {self.update_command()}", {}))
+            out.append(("update the baseline file with:", {}))
         unchecked = self.unchecked()
         if unchecked:
             out.append((f"graphleak baseline: {unchecked} of its {len(self.baseline.entries)} "
                         "entries not checked in this run (their tests did not run, or ran "
                         "without that check)", {}))
-        return out
+        wrapped = [(part, markup) for line, markup in out for part in wrap_line(line, columns)]
+        if fixed:
+            at = next(i for i, (line, _) in enumerate(wrapped) if line.startswith("update the"))
+            wrapped.insert(at + 1, (f"  {self.update_command()}", {}))
+        return wrapped
 
 
 def entry_dict(loaded: Baseline, key: Key) -> dict[str, str]:

@@ -367,7 +367,7 @@ class SessionReport:
         told = sentence(counts((t.status for t in rows), audited=len(self._audited), fixed=fixed))
         for part in wrap_line(told if told == NOTHING_CHECKED else f"graphleak: {told}", columns):
             tr.write_line(part)
-        for line, markup in self.baseline.lines() if self.baseline is not None else ():
+        for line, markup in self.baseline.lines(columns) if self.baseline is not None else ():
             tr.write_line(line, **markup)
         for output in self.outputs:
             if output.error:
