@@ -168,6 +168,7 @@ def test_the_first_run_writes_the_file_and_the_next_run_passes_with_5_known(
     assert junit.count('name="graphleak.status" value="known"') == 5
     page = (pytester.path / "r.html").read_text(encoding="utf-8")
     assert page.count('<span class="badge known">KNOWN</span>') >= 5
+    assert '<label for="show-known"><i class="dot known"></i>known (5)' in page  # the chip
     assert "5 known" in page
 
 
