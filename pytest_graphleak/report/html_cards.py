@@ -47,7 +47,8 @@ def breakable(text: str) -> str:
     out = escape(text, quote=False)
     for separator in _SEPARATORS:
         out = out.replace(separator, separator + "\0")
-    return out.replace("\0", "<wbr>")
+    # a chain's arrow never splits into "-" and ">" (a browser breaks after a hyphen)
+    return out.replace("\0", "<wbr>").replace("-&gt;", '<span class="arrow">-&gt;</span>')
 
 
 def badge(status: str) -> str:
@@ -177,7 +178,7 @@ class Cards:
             line += f" ({float(check.duration_s):.2f} s)"
         parts = [f"<p>{escape(line)}</p>"]
         if check.verdict.reason and check.error is None and not check.unmeasured:
-            parts.append(f"<p>verdict: {escape(check.verdict.reason)}</p>")
+            parts.append(f"<p>verdict: {breakable(check.verdict.reason)}</p>")
         return "".join(parts)
 
     def charts(self, check: CheckResult, data: Mapping[str, Any]) -> str:

@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+"""Screenshots of the HTML report and six docs pages, to look at before a release.
+
+    python scripts/screenshots.py [--out DIR] [--widths 1280,800,420,360] [--screens 2]
+
+Takes each page at each width, light and dark (Chromium's ``--force-dark-mode``, which
+the report and the docs theme follow through ``prefers-color-scheme``), as PNG files
+``DIR/<page>-<width>-<theme>-<screen>.png``: screen 1 is the top of the page, screen 2
+the next one down (a wrapper page scrolls the page in a frame: headless Chromium has no
+scroll flag). The report is the mixed run of ``scripts/report_picture.py`` (a leak, its
+fixed twin, an outlived graph, an unmeasured check, an error); the docs are built with
+``mkdocs build`` into a temporary directory. ``DIR/index.html`` lays every shot out on
+one page. Needs ``chromium`` (Debian: ``apt-get install -y chromium``) and mkdocs (the
+``dev`` extra). Nothing here is checked automatically: look at the pictures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+from html import escape
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+
+from check_html_chromium import run_chromium  # noqa: E402
+from report_picture import run_suite  # noqa: E402
+
+#: The docs pages taken, by their built path.
+DOCS_PAGES = {
+    "home": "index.html",
+    "getting-started": "getting-started/index.html",
+    "reports": "reports/index.html",
+    "diagnosis": "diagnosis/index.html",
+    "options": "options/index.html",
+    "integrations": "integrations/index.html",
+}
+#: The window's height at each width: a laptop screen, a phone's.
+HEIGHTS = {1280: 900, 800: 1000, 420: 860, 360: 780}
+
+_FRAME = """<!DOCTYPE html><html><head><meta charset="utf-8"><style>
+body {{ margin: 0; overflow: hidden; }}
+iframe {{ position: absolute; left: 0; top: -{offset}px; width: 100%;
+          height: {height}px; border: 0; }}</style></head>
+<body><iframe src="{url}"></iframe></body></html>"""
+
+
+def shoot(chromium: str, work: Path, url: str, out: Path, width: int, *, dark: bool,
+          screen: int) -> bool:  # fmt: skip
+    """One screenshot of ``url``: screen ``screen`` (1: the top) of a ``width`` window."""
+    height = HEIGHTS.get(width, 900)
+    target = url
+    if screen > 1:  # scrolled: the page in a frame, moved up by the screens above
+        frame = work / f"frame-{width}-{screen}.html"
+        offset = (screen - 1) * height
+        frame.write_text(_FRAME.format(offset=offset, height=offset + height, url=url),
+                         encoding="utf-8")  # fmt: skip
+        target = frame.as_uri()
+    flags = ["--force-dark-mode"] if dark else []
+    # A profile per theme: the docs theme keeps the palette it first chose in storage.
+    profile = work / ("profile-dark" if dark else "profile-light")
+    run_chromium(chromium, profile, *flags, "--virtual-time-budget=3000",
+                 f"--window-size={width},{height}", f"--screenshot={out}", target)  # fmt: skip
+    return out.is_file()
+
+
+def contact_sheet(out: Path, shots: list[Path]) -> None:
+    """``out/index.html``: every shot, a row per page and theme."""
+    tiles = "".join(
+        f'<figure><img src="{shot.name}" loading="lazy"><figcaption>{escape(shot.stem)}'
+        "</figcaption></figure>"
+        for shot in shots
+    )
+    (out / "index.html").write_text(
+        "<!DOCTYPE html><meta charset='utf-8'><title>graphleak screenshots</title><style>"
+        "body{font:12px sans-serif} figure{display:inline-block;margin:4px;vertical-align:top}"
+        "img{width:240px;border:1px solid #999}</style>" + tiles,
+        encoding="utf-8",
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "graphleak-shots")
+    parser.add_argument("--widths", default="1280,800,420,360", help="comma-separated px")
+    parser.add_argument("--screens", type=int, default=2, help="screens per page, from the top")
+    parser.add_argument("--pages", default="", help="comma-separated page names (default: all)")
+    args = parser.parse_args(argv)
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        print("chromium not found (Debian: apt-get install -y chromium)", file=sys.stderr)
+        return 2
+    widths = [int(w) for w in args.widths.split(",") if w.strip()]
+    args.out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="graphleak-shots-") as tmp:
+        work = Path(tmp)
+        (work / "run").mkdir()
+        run_suite(work / "run")
+        site = work / "site"
+        built = subprocess.run([sys.executable, "-m", "mkdocs", "build", "-q", "-d", str(site)],
+                               cwd=ROOT, capture_output=True, text=True, check=False)  # fmt: skip
+        pages = {"report": (work / "run" / "r.html").as_uri()}
+        if built.returncode == 0:
+            pages.update({name: (site / path).as_uri() for name, path in DOCS_PAGES.items()})
+        else:
+            print(f"mkdocs build failed; the report only:\n{built.stderr[-1500:]}", file=sys.stderr)
+        chosen = {p.strip() for p in args.pages.split(",") if p.strip()}
+        shots = []
+        for name, url in pages.items():
+            if chosen and name not in chosen:
+                continue
+            for dark in (False, True):
+                for width in widths:
+                    for screen in range(1, args.screens + 1):
+                        theme = "dark" if dark else "light"
+                        out = args.out / f"{name}-{width}-{theme}-{screen}.png"
+                        if shoot(chromium, work, url, out, width, dark=dark, screen=screen):
+                            shots.append(out)
+    contact_sheet(args.out, shots)
+    print(f"{len(shots)} screenshots in {args.out} (index.html lays them out)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
