@@ -117,7 +117,7 @@ def options_page() -> str:
     def where(option: Any) -> str:
         places = []
         if _applies(option, "marker"):
-            places.append("marker")
+            places.append("the marker")
         if _applies(option, "check"):
             places.append("`check()`")
         if _applies(option, "track"):
@@ -137,24 +137,34 @@ def options_page() -> str:
         "",
         _paragraph(options.__doc__ or "", "Precedence"),
         "",
-        "| setting | command line, ini key | default (type) | also a keyword of |",
-        "|---|---|---|---|",
+        '<div class="names-table options-table stack-table" markdown>',
+        "",
+        "| setting: flag, ini key | what it sets |",
+        "|---|---|",
     ]
     for option in options.OPTIONS:
         metavar = getattr(option, "metavar", None)
         flag = option.flag + (f"={metavar}" if metavar else "")
         kind = getattr(option, "type", "")
+        also = where(option)
         lines.append(
-            f"| [`{option.key}`](#{option.key}) | {_flag_code(flag)}<br>`{option.ini}` "
-            f"| {_default(option)}{f' ({kind})' if kind else ''} | {where(option)} |"
+            f"| [`{option.key}`](#{option.key})<br>{_flag_code(flag)}<br>`{option.ini}` "
+            f"| {_escape_md(_summary(option.help))}.<br>Default {_default(option)}"
+            f"{f' ({kind})' if kind else ''}"
+            + (f"; also a keyword of {also}" if also != "–" else "") + " |"
         )
-    lines.insert(lines.index("| setting | command line, ini key | default (type) | also a "
-                             "keyword of |"), '<div class="names-table" markdown>\n')
     lines += ["", "</div>", ""]
     for option in options.OPTIONS:
         lines += [f"## `{option.key}`", "", f"{_flag_code(option.flag)}, ini `{option.ini}`", ""]
         lines += [_escape_md(option.help[:1].upper() + option.help[1:]) + ".", ""]
     return "\n".join(lines)
+
+
+def _summary(help_text: str) -> str:
+    """The first clause of an option's help (before its first ``: ``, ``; `` or its
+    default), capitalised: the table's description; the section below has it all."""
+    first = re.split(r": |; | \(default", help_text, maxsplit=1)[0].strip().rstrip(".,")
+    return first[:1].upper() + first[1:]
 
 
 def _applies(option: Any, place: str) -> bool:

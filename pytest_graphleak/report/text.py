@@ -47,7 +47,7 @@ def render_text(result: CheckResult, *, series: bool = True) -> str:
     ]
     growths = grown_in_order(result)
     width = max(len(g.metric) for g in growths) if growths else 0
-    lines.extend(_growth_row(result, growth, width) for growth in growths)
+    lines.extend(_growth_rows(result, growths, width))
     if series:
         lines.append(f"  series ({head_label(result)} | measured):")
     for growth in growths if series else ():
@@ -95,14 +95,23 @@ def site_text(site: CreationSite) -> str:
     return view_site_text(site)
 
 
-def _growth_row(result: CheckResult, growth: Growth, width: int) -> str:
-    declared = result.declared(growth.metric)
-    unit = declared.unit
-    span = f"{format_amount(growth.start, unit)} -> {format_amount(growth.end, unit)}"
-    rate = format_rate(growth.per_step, unit)
-    spark = sparkline(result.series.get(growth.metric, []), unit, warmup=result.warmup,
-                      noise=declared.tolerance)
-    return f"    {growth.metric:<{width}}  {span:<24} {rate:<16} {spark}"
+def _growth_rows(result: CheckResult, growths: Sequence[Growth], width: int) -> list[str]:
+    """metric, start -> end, growth per step and a sparkline, in columns as narrow as the
+    values (the report section's layout): the rows fit 80 columns."""
+    cells = []
+    for growth in growths:
+        declared = result.declared(growth.metric)
+        unit = declared.unit
+        cells.append((
+            growth.metric,
+            f"{format_amount(growth.start, unit)} -> {format_amount(growth.end, unit)}",
+            format_rate(growth.per_step, unit),
+            sparkline(result.series.get(growth.metric, []), unit, warmup=result.warmup,
+                      noise=declared.tolerance),
+        ))  # fmt: skip
+    span = max((len(c[1]) for c in cells), default=0)
+    rate = max((len(c[2]) for c in cells), default=0)
+    return [f"    {m:<{width}}  {r:>{span}}  {g:>{rate}}  {spark}" for m, r, g, spark in cells]
 
 
 def compact_series(values: Sequence[float], warmup: int, unit: str = "objects") -> str:
