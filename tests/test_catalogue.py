@@ -150,14 +150,16 @@ def test_every_surface_shows_the_one_fix(path: Path) -> None:
     assert fix, "a diagnosis always holds its fix"
     data = result.to_dict()
     assert data["diagnosis"]["fix"] == fix
-    assert CheckResult.from_dict(data).diagnosis == result.diagnosis
-    assert [line.text for line in diagnosis_view(data["pattern"], data["diagnosis"])
+    read_back = CheckResult.from_dict(data)
+    assert read_back.diagnosis == result.diagnosis
+    assert [line.text for line in diagnosis_view(data["pattern"], read_back.diagnosis)
             if line.kind == "fix"] == [fix]  # fmt: skip
-    assert f"\n  fix: {fix}\n" in render_text(result) + "\n"
-    assert detail_lines(data).count(f"fix: {fix}") == 1
+    assert f"fix: {' '.join(fix.split())}" in " ".join(render_text(result).split())
+    assert detail_lines(read_back).count(f"fix: {fix}") == 1
     nodeid = f"{path.name}::test_leaky"
     document = build_document([CheckedTest(nodeid, "failed", [data])], generated_by="test")
-    assert f"<dd class=\"fix\">{html.escape(fix)}</dd>" in render_html(document, draw=None)
+    page = html.unescape(render_html(document, draw=None).replace("<wbr>", ""))
+    assert f'class="fix">{fix}</' in page  # (<wbr>: where a long line may break)
     rows = document_rows(document, {})
     assert [row.fix for row in rows] == [fix]
     annotation = commands(rows, str(EXAMPLES.parent))  # the fix is the message's first line
@@ -219,7 +221,9 @@ def test_plugin_reports_the_whole_catalogue(pytester: pytest.Pytester) -> None:
     for path, module in modules.items():
         nodeid = path.relative_to(EXAMPLES.parent).as_posix()
         header = f"{nodeid}::test_leaky leaks: {module.EXPECTED_PATTERN}"
-        section = next((s for s in text.split("graphleak: ") if s.startswith(header)), "")
+        # the failure text wraps at 80 columns (at spaces): compared with it folded
+        folded = (" ".join(s.split()) for s in text.split("graphleak: "))
+        section = next((s for s in folded if s.startswith(header)), "")
         assert section, f"no leak report for {path.name}"
         assert module.CULPRIT in section, section
         assert f"created at: {path}:" in section, section

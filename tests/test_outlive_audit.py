@@ -313,8 +313,9 @@ def test_reports_under_xdist(pytester: pytest.Pytester, monkeypatch: pytest.Monk
     assert '<property name="graphleak.kind" value="outlive"' in junit
     # The GitHub Actions gate: a warning (the test passed) on the line that made the graph.
     result.stdout.fnmatch_lines([
-        "::warning file=test_suite.py,line=14,title=graphleak%3A list-accumulation::"
-        "test_suite.py::test_appends_loss: outlived the test: 1 graph-carrying tensor*",
+        "::warning file=test_suite.py,line=14,title=graphleak%3A list-accumulation (outlived "
+        "the test) at test_suite.py%3A14::fix: *%0Aoutlived the test: 1 graph-carrying tensor*"
+        "%0Atest: test_suite.py::test_appends_loss",
     ])  # fmt: skip
     assert "test_appends_loss" in (pytester.path / "summary.md").read_text()
 
@@ -719,7 +720,8 @@ def test_graphs_in_numpy_object_arrays_and_contextvars_are_named(
     result.stdout.fnmatch_lines([
         "*held by: global 'test_missed.OBJ_ARR' -> ndarray(shape=(2, 2), dtype=object) -> "
         "Tensor*",
-        "*WARNING test_missed.py::test_numpy_object_array  outlived the test: list-accumulation*",
+        "*WARNING test_missed.py::test_numpy_object_array",  # 80 columns: the next line
+        "*outlived the test: list-accumulation*",
     ])  # fmt: skip
     result.stdout.fnmatch_lines([
         "*held by: global 'test_missed.CV' -> ContextVar('last_loss').get() -> Tensor*",
