@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from html.parser import HTMLParser
@@ -444,3 +445,61 @@ def test_own_drawing_lays_out_chains_and_cycles() -> None:
     hostile = Page(chain_svg([EVIL, "b"]))
     assert not hostile.all("script") and EVIL in "".join(hostile.text)
     assert chain_svg([]) == "" == cycle_svg([])
+
+
+def test_error_unmeasured_and_outlive_cards_say_what_ran_and_what_to_change() -> None:
+    site = CreationSite("t.py", 50, 'raise ValueError("bad batch at step 5")', 1, "test_bad")
+    raised = CheckResult(
+        name="t.py::test_bad", steps=16, warmup=3, series={}, units={},
+        verdict=Verdict(False, reason="the step raised; no verdict"),
+        error="ValueError: bad batch at step 5", error_step=5, error_site=site,
+    ).to_dict()  # fmt: skip
+    unmeasured = CheckResult(
+        name="t.py::test_um", steps=16, warmup=3, series={}, units={},
+        verdict=Verdict(False), unmeasured="no probe measured anything (torch: torch is not "
+        "imported); yet the step made 95 minigrad tensors: add minigrad to the probes",
+    ).to_dict()  # fmt: skip
+    outlive = leak("t.py::test_keeps::outlive", chain=["global 'history'", "list(len=1)"])
+    outlive["kind"] = "outlive"
+    doc = build_document([
+        CheckedTest("t.py::test_bad", "failed", [raised]),
+        CheckedTest("t.py::test_um", "failed", [unmeasured]),
+        CheckedTest("t.py::test_keeps", "passed", [outlive]),
+    ], generated_by="x")  # fmt: skip
+    html = render_html(doc, draw=None)
+    text = "".join(Page(html).text)
+    # The step kept apart from the message: never "at step 5 at step 5".
+    assert "ValueError: bad batch at step 5" in text and "at step 5 at step 5" not in text
+    assert "raised at step 5 of 19" in text and "16 measured steps" not in text
+    assert 't.py:50 in test_bad: raise ValueError("bad batch at step 5")' in text
+    # The unmeasured card opens with the change to make, its syntax first.
+    change = text.index("not measured, so there is no verdict")
+    assert text.index('probes=["minigrad", ...]', change) < text.index("why", change)
+    # The outlive row and card carry the test id pytest runs, with a badge.
+    assert "t.py::test_keeps::outlive" not in text and "outlived the test" in text
+    assert 'id="t-t.py::test_keeps"' in html
+    # Error and unmeasured badges have colours of their own.
+    style = html[html.index("<style>") : html.index("</style>")]
+    colour = {w: re.search(rf"\.badge\.{w} {{ background: (#\w+)", style).group(1)  # type: ignore[union-attr]
+              for w in ("error", "unmeasured")}  # fmt: skip
+    assert colour["error"] != colour["unmeasured"]
+
+
+def test_tokens_break_at_separators_and_the_top_tick_covers_the_data() -> None:
+    from pytest_graphleak.report.graph_svg import wrap_label
+    from pytest_graphleak.report.html_cards import breakable
+    from pytest_graphleak.report.scale import axis
+
+    assert wrap_label("Tensor(shape=(), grad_fn=SumBackward)") == [
+        "Tensor(shape=(), grad_fn=", "SumBackward)"]  # fmt: skip
+    assert "loss.<wbr>item(<wbr>)" in breakable("loss.item()")
+    assert '<span class="arrow">-&gt;</span>' in breakable("a -> b")
+    mib = 1024.0**2
+    top, ticks = axis(0.0, 46 * mib, "bytes")
+    assert top >= 46 * mib and ticks[-1] == top == 48 * mib
+    assert axis(0.0, 33.0, "bytes")[1][-1] >= 33.0
+    # The tolerance band spans the plot: its wedge ends at the last step, inside the plot.
+    page = Page(series_chart([0.0] * 12, warmup=3, title="rss", unit="bytes", noise=mib))
+    (band,) = page.all("polygon", class_="band")
+    ys = [float(p.split(",")[1]) for p in band["points"].split()]
+    assert min(ys) >= 34 - 0.5  # never above the plot's top (_TOP)

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from html import escape
 from typing import Any
 
-from pytest_graphleak.metrics import format_amount, format_rate
+from pytest_graphleak.metrics import count_of, format_amount, format_rate
 from pytest_graphleak.patterns import FALLBACK
 from pytest_graphleak.report.dot import diagnosis_dot
 from pytest_graphleak.report.graph_svg import chain_svg, cycle_svg
@@ -172,6 +172,9 @@ class Cards:
             line = "outlived the test: still alive after its teardown"
         elif check.error is not None:  # the card above says where it raised
             return ""
+        elif check.unmeasured:  # it ran, but nothing was judged: no "measured steps"
+            ran = check.warmup + check.steps
+            line = f"ran {count_of(ran, 'step')} ({check.warmup} warmup); no verdict"
         else:
             line = span_text(check)
         if check.duration_s:
