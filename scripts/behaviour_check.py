@@ -56,6 +56,8 @@ _MASKED_KEYS = re.compile(
 _NOISY_METRIC = re.compile(r"^(process|cuda)\.")
 #: The HTML chart of such a metric: its coordinates are noise too.
 _NOISY_CHART = re.compile(r'<svg[^>]*aria-label="(process|cuda)\.[^"]*".*?</svg>', re.DOTALL)
+#: Its grid lines and tick labels: how many there are follows the measured range.
+_TICKS = re.compile(r'<line class="grid"[^>]*/>|<text class="tick"[^>]*>[^<]*</text>')
 _AMOUNT = re.compile(r"[+-]?\d+(\.\d+)?(\s?(B|KiB|MiB|GiB)\b)?")
 #: The files ``capture`` writes, raw under ``raw/`` and masked beside it.
 FILES = ("terminal.txt", "report.json", "report.html", "cli-report.txt",
@@ -132,7 +134,7 @@ def write_masked(out: Path) -> None:
             document = mask_json(json.loads(text), paths)
             text = json.dumps(document, indent=1, sort_keys=True) + "\n"
         elif name.endswith(".html"):  # one tag a line, so a diff points at what changed
-            text = _NOISY_CHART.sub(lambda m: _AMOUNT.sub("N", m[0]), text)
+            text = _NOISY_CHART.sub(lambda m: _AMOUNT.sub("N", _TICKS.sub("", m[0])), text)
             text = mask(re.sub(r">\s*<", ">\n<", text), paths) + "\n"
         else:
             text = mask(text, paths)
