@@ -14,8 +14,8 @@ from html import escape
 from pytest_graphleak.metrics import finite, format_amount
 from pytest_graphleak.report.scale import axis, step_ticks, value_range
 
-_WIDTH, _HEIGHT = 420, 170
-_LEFT, _RIGHT, _TOP, _BOTTOM = 74, 14, 34, 28
+_WIDTH, _HEIGHT = 420, 178
+_LEFT, _RIGHT, _TOP, _BOTTOM = 74, 14, 42, 28
 
 
 def series_chart(
@@ -55,7 +55,7 @@ def series_chart(
         f'height="{_HEIGHT}" viewBox="0 0 {_WIDTH} {_HEIGHT}" role="img" '
         f'aria-label="{escape(title)}">',
         f'<text x="6" y="14" class="chart-title">{escape(title)}</text>',
-        f'<text x="6" y="{_TOP - 8}" class="tick">{escape(unit_label)}</text>',
+        f'<text x="6" y="{_TOP - 14}" class="tick">{escape(unit_label)}</text>',
     ]
     bounds = value_range(shown, unit, noise)
     if bounds is None:
