@@ -176,8 +176,12 @@ def _graph_grew(result: pytest_graphleak.CheckResult) -> bool:
 STORING = [p for p in CATALOGUE if p.stem in {
     "torch_running_mean_forward", "minigrad_running_mean_forward", "torch_feature_queue_cat",
     "torch_cache_dict", "minigrad_cache_dict", "torch_hf_tr_loss", "torch_tntorch_history",
-    "torch_recent_losses_deque", "torch_deferred_backward_list",
+    "torch_recent_losses_deque", "torch_deferred_backward_list", "torch_running_mean_buffer",
+    "torch_step_log_dict_subclass", "torch_audit_prediction_cache",
 }]  # fmt: skip
+# Not torch_kept_distributions: a loop's recorded steps show a list growing only when it
+# holds what they made or records of it (a dict, a tuple), not an object whose attributes
+# hold it (a Normal's .loc), so a loop calls it retained-grad-fn (issue 34, item 2).
 
 
 @pytest.mark.parametrize("steps", [8, None], ids=["track(steps=8)", "track()"])
@@ -211,9 +215,10 @@ def test_plugin_reports_the_whole_catalogue(pytester: pytest.Pytester) -> None:
     modules = {path: load(path) for path in CATALOGUE if loadable(path)}
     with pytest.MonkeyPatch.context() as patch:  # one line each: this test reads the words
         patch.setenv("COLUMNS", "400")  # (test_plugin_failure_output reads 80 columns)
-        result = pytester.runpytest_subprocess(
-            "--graphleak", "-p", "no:cacheprovider", "-q", *[str(p) for p in modules]
-        )
+        result = pytester.runpytest_subprocess(  # the unmarked AUDITED tests: see below
+            "--graphleak", "-p", "no:cacheprovider", "-q", "-k", "test_leaky or test_fixed",
+            *[str(p) for p in modules],
+        )  # fmt: skip
     text = result.stdout.str()
     outcomes = result.parseoutcomes()
     assert outcomes.get("failed") == len(modules), text[-3000:]
@@ -229,6 +234,55 @@ def test_plugin_reports_the_whole_catalogue(pytester: pytest.Pytester) -> None:
         assert f"created at: {path}:" in section, section
         if module.STORED_AT is not None:
             assert f"stored at: {path}:" in section and module.STORED_AT in section, section
+
+
+AUDITED = [p for p in CATALOGUE if p.stem == "torch_audit_prediction_cache"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rerun", [True, False], ids=["rerun", "no-rerun"])
+@pytest.mark.parametrize("path", AUDITED, ids=lambda p: p.stem)
+def test_the_outlive_audit_names_an_unmarked_tests_store(
+    pytester: pytest.Pytester, path: Path, rerun: bool
+) -> None:
+    """The example's unmarked tests (``AUDITED``): the audit fails the leaky one at its
+    teardown with the pattern, the holder and the fix; its re-run adds ``created at:``
+    and ``stored at:`` and words the fix for the stored line. The fixed one passes."""
+    module = load(path)
+    leaky, fixed = module.AUDITED
+    sites = ["--graphleak-outlive-sites=rerun"] if rerun else []
+    result = pytester.runpytest_subprocess(
+        "--graphleak", "--graphleak-outlive=fail", *sites, "-p", "no:cacheprovider", "-q",
+        "-k", f"{leaky} or {fixed}", str(path),
+    )  # fmt: skip
+    text = result.stdout.str()
+    assert result.parseoutcomes().get("passed") == 2, text[-3000:]  # the teardown errors
+    assert result.parseoutcomes().get("errors") == 1, text[-3000:]
+    section = text.split(f"ERROR at teardown of {leaky}")[1].split("graphleak report")[0]
+    assert f"pattern: {module.EXPECTED_PATTERN}" in section, section
+    assert f"held by: global '{path.stem}.{module.CULPRIT}' -> dict[" in section, section
+    if rerun:
+        assert f"created at: {path}:" in section and module.CREATED_AT in section, section
+        assert f"stored at: {path}:" in section and module.STORED_AT in section, section
+        assert f"fix: {module.FIX}\n" in section, section
+    else:
+        assert "created at: unknown" in section and "stored at:" not in section, section
+        assert f"fix: {module.AUDIT_FIX}\n" in section, section
+    assert f"ERROR at teardown of {fixed}" not in text, text[-3000:]
+
+
+def test_a_kept_distribution_is_told_which_tensors_to_detach() -> None:
+    """A kept ``Normal`` carries graphs in ``.loc`` and ``.scale``: detaching ``.loc`` alone
+    before storing it leaves the graph of ``.scale``."""
+    path = EXAMPLES / "torch_kept_distributions.py"
+    module = load(path)
+    result = pytest_graphleak.check(module.leaky_step)
+    assert result.diagnosis is not None
+    fix = result.diagnosis.fix
+    assert "dist.loc.detach()" in fix, fix
+    if "or detach dist.loc before it is stored" in fix:
+        pytest.xfail("issue 34: the kept object's other graph-carrying tensors (.scale) "
+                     "are not named yet (the fix chooser's typed facts)")  # fmt: skip
 
 
 GROWING = [p for p in CATALOGUE if p.stem in {"torch_train_preds_cat",

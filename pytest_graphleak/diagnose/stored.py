@@ -46,6 +46,7 @@ from pytest_graphleak.heap.usercode import is_user_file, library_label
 from pytest_graphleak.metrics import count_of
 
 MISSING = object()
+_MODULE_TABLES = ("_buffers", "_parameters", "_modules")
 
 
 @dataclass
@@ -71,6 +72,12 @@ def follow_edge(obj: Any, edge: Edge) -> Any:
             attrs = getattr(obj, "__dict__", None)
             if isinstance(attrs, dict) and edge.key in attrs:
                 return attrs[edge.key]
+            # An nn.Module keeps a registered buffer (``self.running_mean = ...`` through
+            # its ``__setattr__``), a parameter or a submodule in a table of its own.
+            for table in _MODULE_TABLES:
+                entries = attrs.get(table) if isinstance(attrs, dict) else None
+                if isinstance(entries, dict) and edge.key in entries:
+                    return entries[edge.key]
         elif edge.kind == "key" and isinstance(obj, dict):
             return obj.get(edge.key, MISSING)
         elif edge.kind == "local":  # a generator's local, rebound while it is paused
