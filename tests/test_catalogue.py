@@ -177,11 +177,8 @@ STORING = [p for p in CATALOGUE if p.stem in {
     "torch_running_mean_forward", "minigrad_running_mean_forward", "torch_feature_queue_cat",
     "torch_cache_dict", "minigrad_cache_dict", "torch_hf_tr_loss", "torch_tntorch_history",
     "torch_recent_losses_deque", "torch_deferred_backward_list", "torch_running_mean_buffer",
-    "torch_step_log_dict_subclass", "torch_audit_prediction_cache",
+    "torch_step_log_dict_subclass", "torch_audit_prediction_cache", "torch_kept_distributions",
 }]  # fmt: skip
-# Not torch_kept_distributions: a loop's recorded steps show a list growing only when it
-# holds what they made or records of it (a dict, a tuple), not an object whose attributes
-# hold it (a Normal's .loc), so a loop calls it retained-grad-fn (issue 34, item 2).
 
 
 @pytest.mark.parametrize("steps", [8, None], ids=["track(steps=8)", "track()"])
@@ -251,10 +248,12 @@ def test_the_outlive_audit_names_an_unmarked_tests_store(
     module = load(path)
     leaky, fixed = module.AUDITED
     sites = ["--graphleak-outlive-sites=rerun"] if rerun else []
-    result = pytester.runpytest_subprocess(
-        "--graphleak", "--graphleak-outlive=fail", *sites, "-p", "no:cacheprovider", "-q",
-        "-k", f"{leaky} or {fixed}", str(path),
-    )  # fmt: skip
+    with pytest.MonkeyPatch.context() as patch:  # one line each: the words are read
+        patch.setenv("COLUMNS", "400")
+        result = pytester.runpytest_subprocess(
+            "--graphleak", "--graphleak-outlive=fail", *sites, "-p", "no:cacheprovider",
+            "-q", "-k", f"{leaky} or {fixed}", str(path),
+        )  # fmt: skip
     text = result.stdout.str()
     assert result.parseoutcomes().get("passed") == 2, text[-3000:]  # the teardown errors
     assert result.parseoutcomes().get("errors") == 1, text[-3000:]

@@ -745,3 +745,89 @@ def test_a_kept_object_is_worded_with_the_path_to_its_tensor() -> None:
         "rollouts keeps each Rollout with the graph that its .data['obs'] carries: keep "
         "r.data['obs'].detach() instead of r, or detach r.data['obs'] before it is stored"
     )
+
+
+HELPERS = '''
+class Accumulator:
+    def step(self):
+        loss = self.model(x)
+        self.pending.append(loss)
+        if len(self.pending) == 4:
+            self.flush()
+
+    def flush(self):
+        torch.stack(self.pending).mean().backward()
+        self.optimizer.step()
+
+    def log(self):
+        print(len(self.pending), self.pending[-1].item())
+
+
+def step(st):
+    loss = model(x)
+    st["pending"].append(loss)
+    if len(st["pending"]) % 4 == 0:
+        flush(st, scale=0.5)
+
+
+def flush(state, scale):
+    total = torch.stack(state["pending"][-4:]).mean() * scale
+    total.backward()
+
+
+def logged(st):
+    loss = model(x)
+    st["pending"].append(loss)
+    show(st)
+
+
+def show(state):
+    print(sum(x.item() for x in state["pending"]))
+'''
+
+
+def test_a_backward_in_a_helper_the_step_calls_is_seen(tmp_path: Any) -> None:
+    """Issue 34: ``self.flush()`` (a method of the same class) or ``flush(st)`` (a
+    function of the module) that runs the backward through the container: one level of
+    calls is read, the container renamed as the helper names it. A helper that only reads
+    numbers from it feeds no backward: ``.item()`` stays the fix there."""
+    from pytest_graphleak.words.lines import deferred_fix
+
+    source = tmp_path / "helpers.py"
+    source.write_text(HELPERS)
+    method = CreationSite(str(source), 5, "self.pending.append(loss)", 1)
+    chain = ["local 'self'", "Accumulator.pending", "list(len=3)", SCALAR]
+    assert deferred_fix(LIST, method, method.line, links(chain) or []) == _deferred_fix(
+        "self.pending", 10, "torch.stack(self.pending).mean().backward() in flush()",
+        bound=True)  # fmt: skip
+    function = CreationSite(str(source), 19, 'st["pending"].append(loss)', 1)
+    chain = ["local 'st'", "dict['pending']", "list(len=3)", SCALAR]
+    assert deferred_fix(LIST, function, function.line, links(chain) or []) == _deferred_fix(
+        'st["pending"]', 26, "total.backward() in flush()", bound=False)  # a slice is read
+    only_numbers = CreationSite(str(source), 31, 'st["pending"].append(loss)', 1)
+    assert deferred_fix(LIST, only_numbers, only_numbers.line, links(chain) or []) == ""
+
+
+def test_a_step_whose_helper_runs_the_deferred_backward_gets_the_clear_fix() -> None:
+    torch = pytest.importorskip("torch")
+
+    class Accumulator:
+        def __init__(self) -> None:
+            self.model = torch.nn.Linear(4, 1)
+            self.pending: list[Any] = []
+
+        def step(self) -> None:
+            loss = self.model(torch.randn(2, 4)).pow(2).mean()
+            self.pending.append(loss)
+            if len(self.pending) % 4 == 0:
+                self.flush()
+
+        def flush(self) -> None:
+            torch.stack(self.pending[-4:]).mean().backward()
+
+    acc = Accumulator()
+    result = check(acc.step, steps=12, warmup=3)
+    first = Accumulator.flush.__code__.co_firstlineno
+    _agree(result, LIST, _deferred_fix(
+        "self.pending", first + 1, "torch.stack(self.pending[-4:]).mean().backward() in flush()",
+        bound=False))  # fmt: skip

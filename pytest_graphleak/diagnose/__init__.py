@@ -319,8 +319,8 @@ def _grew_during_loop(path: Path, obs: Observation, notes: list[str], period: in
         for item in items_of(obj):
             if id(item) in made_in:
                 runs.add(made_in[id(item)])
-            elif isinstance(item, SIZED):  # one record per step: {"loss": ..., "preds": ...}
-                runs.update(made_in[id(sub)] for sub in items_of(item) if id(sub) in made_in)
+            else:  # one record per step: {"loss": ...}, a distribution's .loc and .scale
+                runs.update(made_in[id(sub)] for sub in _parts(item) if id(sub) in made_in)
         if len(runs) >= 2:
             notes.append(
                 f"{type(obj).__name__} on the chain (len {len(obj)}) holds what each of "
@@ -335,6 +335,15 @@ def _grew_during_loop(path: Path, obs: Observation, notes: list[str], period: in
             )
             return True
     return False
+
+
+def _parts(item: object) -> list[object]:
+    """What one entry of a container holds: a record's items, or an object's attributes
+    (a kept ``Normal``'s ``.loc``)."""
+    if isinstance(item, SIZED):
+        return list(items_of(item))
+    attrs = getattr(item, "__dict__", None)
+    return list(attrs.values()) if isinstance(attrs, dict) else []
 
 
 def _torch_leaked_nodes(

@@ -52,7 +52,97 @@ def backward_after(site: CreationSite, holder: str) -> tuple[int, str, bool] | N
         if _backward_in(statement, made):
             text = ast.get_source_segment(source, statement) or ast.unparse(statement)
             return statement.lineno, " ".join(text.split()), sliced
+        called = _helper_backward(statement, made, tree, scope)
+        if called is not None:
+            helper, found, reads = called
+            text = ast.get_source_segment(source, found) or ast.unparse(found)
+            return found.lineno, f"{' '.join(text.split())} in {helper}()", sliced or reads
     return None
+
+
+def _helper_backward(
+    statement: ast.stmt, made: set[str], tree: ast.Module, scope: ast.AST
+) -> tuple[str, ast.stmt, bool] | None:
+    """One level of calls: a function of the module, or a method of the class that holds
+    ``scope`` called on its first parameter (``self.flush()``), given the container or
+    what holds it, whose own statements run a backward through it (``torch.stack(
+    self.pending).mean().backward()``). ``(its name, that statement, whether it reads a
+    slice of the container)``, or None."""
+    if isinstance(statement, _COMPOUND):
+        return None
+    for call in (node for node in ast.walk(statement) if isinstance(node, ast.Call)):
+        callee, bound = _resolve(call, tree, scope)
+        if callee is None:
+            continue
+        inside = _renamed(made, bound, callee)
+        if not inside:
+            continue
+        body = sorted((node for node in ast.walk(callee)
+                       if isinstance(node, ast.stmt) and node is not callee),
+                      key=lambda node: (node.lineno, node.col_offset))  # fmt: skip
+        for found in body:
+            if _backward_in(found, inside):
+                reads = any(
+                    isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Slice)
+                    and ast.unparse(node.value) in inside
+                    for node in ast.walk(callee)
+                )  # fmt: skip
+                return callee.name, found, reads
+    return None
+
+
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+def _resolve(
+    call: ast.Call, tree: ast.Module, scope: ast.AST
+) -> tuple[ast.FunctionDef | ast.AsyncFunctionDef | None, list[tuple[str, str]]]:
+    """The function ``call`` runs, when the module says which, and ``(the caller's text,
+    the callee's parameter)`` for what it is given (the receiver of a method first)."""
+    func = call.func
+    callee: ast.FunctionDef | ast.AsyncFunctionDef | None = None
+    given: list[str] = []
+    if isinstance(func, ast.Name):  # flush(st): a function of the module
+        callee = _def_named(tree.body, func.id)
+    elif isinstance(func, ast.Attribute) and isinstance(scope, _FUNCTIONS) and scope.args.args:
+        receiver = scope.args.args[0].arg  # self.flush(): a method of the same class
+        owner = next((node for node in ast.walk(tree) if isinstance(node, ast.ClassDef)
+                      and scope in node.body), None)  # fmt: skip
+        if owner is not None and ast.unparse(func.value) == receiver:
+            callee = _def_named(owner.body, func.attr)
+            given.append(receiver)
+    if callee is None:
+        return None, []
+    params = [arg.arg for arg in [*callee.args.posonlyargs, *callee.args.args]]
+    given.extend(ast.unparse(arg) for arg in call.args)
+    bound = list(zip(given, params, strict=False))
+    names = {arg.arg for arg in callee.args.kwonlyargs} | set(params)
+    bound += [(ast.unparse(k.value), k.arg) for k in call.keywords if k.arg in names]
+    return callee, bound
+
+
+def _def_named(body: list[ast.stmt], name: str) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    return next((node for node in body if isinstance(node, _FUNCTIONS) and node.name == name),
+                None)  # fmt: skip
+
+
+def _renamed(
+    made: set[str], bound: list[tuple[str, str]], callee: ast.FunctionDef | ast.AsyncFunctionDef
+) -> set[str]:
+    """``made`` as the callee names it: ``st["pending"]`` given as ``state`` is
+    ``state["pending"]`` there; a module global it reads as it is stays itself."""
+    params = {arg.arg for arg in ast.walk(callee.args) if isinstance(arg, ast.arg)}
+    inside: set[str] = set()
+    for text in made:
+        for outer, param in bound:
+            if text == outer:
+                inside.add(param)
+            elif text.startswith(outer) and text[len(outer)] in ".[":
+                inside.add(param + text[len(outer):])
+        root = text.split(".", 1)[0].split("[", 1)[0]
+        if root not in params and root != "self":  # a global the helper reads by name
+            inside.add(text)
+    return inside
 
 
 def _innermost(tree: ast.AST, lineno: int, kinds: tuple[type[ast.AST], ...]) -> Any:
