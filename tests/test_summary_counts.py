@@ -138,6 +138,10 @@ def test_a_mixed_run_gives_the_same_counts_on_every_surface(
         "--graphleak-report=r.json", "--graphleak-html=r.html",
     )  # fmt: skip
     result.assert_outcomes(passed=2, failed=3)
+    # The error's annotation sits on the user's line that raised, not on the test's def.
+    suite = _script("report_picture").SUITE.splitlines()
+    raised = 1 + next(n for n, text in enumerate(suite) if "raise ValueError" in text)
+    assert any(x.startswith(f"::error file=test_mixed.py,line={raised},") for x in result.outlines)
     expected = {"leaked": 1, "warned": 1, "error": 1, "unmeasured": 1, "clean": 1}
 
     summary = json.loads((pytester.path / "r.json").read_text())["summary"]

@@ -150,8 +150,10 @@ def _check_row(
     if status == "unmeasured":
         return Row(label, status, "unmeasured", *test_place,
                    f"not measured, so no verdict: {check['unmeasured']}", level)  # fmt: skip
-    if status == "error":
-        return Row(label, status, "error", *test_place, f"step raised: {error_line(result)}")
+    if status == "error":  # on the user's line that raised, when the traceback had one
+        site = result.error_site
+        place = (site.filename, site.lineno) if site is not None else test_place
+        return Row(label, status, "error", *place, f"step raised: {error_line(result)}", level)
     return Row(label, status, "clean", *test_place, span_text(result, short=True))
 
 
