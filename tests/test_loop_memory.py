@@ -233,3 +233,27 @@ def test_a_module_global_rebuilt_by_a_step_function_is_named() -> None:
     stored = check.result.diagnosis.stored_at
     line = "PREDS = torch.cat([PREDS, NET(torch.randn(32, 3)).detach()])"
     assert stored and stored[0].line == line, text
+
+
+class BufferEvaluator(torch.nn.Module):
+    """The same leak in a registered buffer: ``self.preds = ...`` goes to ``_buffers``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = torch.nn.Linear(8, 64)
+        self.register_buffer("preds", torch.zeros(0, 64))
+
+    def step(self) -> None:
+        out = self.net(torch.randn(16, 8))
+        self.preds = torch.cat([self.preds, out.detach()])
+
+
+def test_a_registered_buffer_rebuilt_every_step_is_watched_in_its_table() -> None:
+    """The slot is read again from the module's ``_buffers`` (``stored.follow_edge``), so
+    the line that puts the bigger buffer there is seen."""
+    evaluator = BufferEvaluator()
+    leaks = run_windows(evaluator, steps=24, window=10)  # type: ignore[arg-type]
+    first = leaks[0]
+    assert "held by: evaluator -> BufferEvaluator.preds -> Tensor(shape=(" in first, first
+    stored = first.split("stored at: ")[1].split("\n")[0]
+    assert CAT_LINE in stored, first

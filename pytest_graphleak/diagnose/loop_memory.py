@@ -129,19 +129,6 @@ def _parameter(obj: object) -> bool:
     return bool(getattr(obj, "requires_grad", False)) and getattr(obj, "grad_fn", 1) is None
 
 
-def _read_slot(holder: object, edge: Edge) -> object:
-    """What ``edge`` leads to from ``holder`` now; an nn.Module's buffer is read from its
-    table (``_buffers``), where ``self.preds = ...`` puts a registered one."""
-    found = follow_edge(holder, edge)
-    if found is MISSING and edge.kind == "attr":
-        attrs = getattr(holder, "__dict__", None) or {}
-        for table in ("_buffers", "_parameters", "_modules"):
-            entries = attrs.get(table)
-            if isinstance(entries, dict) and edge.key in entries:
-                return entries[edge.key]
-    return found
-
-
 class _SlotLines(LineWatch):
     """``LineWatch``'s trace functions, charging each change to the slot that changed."""
 
@@ -200,7 +187,7 @@ class GrowthWatch:
         for slot in self.slots:
             if slot.holder is not None:
                 assert slot.edge is not None
-                found.append(_read_slot(slot.holder, slot.edge))
+                found.append(follow_edge(slot.holder, slot.edge))  # a buffer too
                 continue
             if slot.label.startswith(("global ", "closure ")):
                 found.append(slot.reader() if slot.reader is not None else MISSING)
