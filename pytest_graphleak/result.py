@@ -161,6 +161,9 @@ class Diagnosis:
     #: (``losses.append(loss)``, ``self.total = self.total + loss``), most frequent first;
     #: ``count`` is how often the line changed the holder in one step.
     stored_at: list[CreationSite] = field(default_factory=list)
+    #: The line to change when it is neither where a leaked tensor is stored nor where it
+    #: is made: a cycle's hook or closure of the user's, at its ``def`` (or ``lambda``) line.
+    change_at: list[CreationSite] = field(default_factory=list)
     #: What the numbers say the pattern means here, when it differs from the pattern's
     #: usual meaning (e.g. the kept tensors carry no graph); "" for the usual one.
     story: str = ""
@@ -274,6 +277,7 @@ class CheckResult:
             diag = dict(data["diagnosis"])
             diag["sites"] = [CreationSite(**s) for s in diag.get("sites", [])]
             diag["stored_at"] = [CreationSite(**s) for s in diag.get("stored_at", [])]
+            diag["change_at"] = [CreationSite(**s) for s in diag.get("change_at", [])]
             diag["links"] = [Link(**link) for link in diag.get("links", [])]
             diagnosis = Diagnosis(**diag)
         site = data.get("error_site")

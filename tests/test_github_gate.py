@@ -295,3 +295,29 @@ def test_another_part_of_the_run_adds_rows_through_the_session_report(
         "test: test_gate.py::test_clean"
     ]
     assert "**LEAKED** | `test_gate.py::test_clean` | outlived its test |" in github_env.read_text()
+
+
+def test_a_cycle_is_annotated_on_its_hook_not_where_the_tensor_was_made(
+    pytester: pytest.Pytester, github_env: Path
+) -> None:
+    """The line to change of a hook's cycle is the hook (its def line), not the line that
+    made the tensor it holds (``diagnosis.change_at``)."""
+    source = """\
+import minigrad as mg
+import pytest
+
+w = mg.Tensor([1.0, 2.0], requires_grad=True)
+
+@pytest.mark.no_graph_growth(steps=6, warmup=2)
+def test_hook_cycle():
+    t = (w * 3).relu()
+    def keep(grad):  # its closure holds its own tensor
+        return grad + t * 0
+    t.register_hook(keep)
+"""
+    pytester.makepyfile(test_gate=source)
+    result = pytester.runpytest("--graphleak", "-p", "no:randomly")
+    (command,) = _commands(result.outlines)
+    line = source.splitlines().index("    def keep(grad):  # its closure holds its own tensor") + 1
+    assert command.startswith(f"::error file=test_gate.py,line={line},title="
+                              f"graphleak%3A cycle at test_gate.py%3A{line}::fix: "), command

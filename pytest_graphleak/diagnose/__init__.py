@@ -27,7 +27,13 @@ from typing import Any
 
 from pytest_graphleak.diagnose.backends import NODE, TENSOR, Backend, TorchBackend, active_backends
 from pytest_graphleak.diagnose.classify import Facts, Grown, grown_of, pattern_of
-from pytest_graphleak.diagnose.cycles import SeenCycle, cycle_story, find_first, pack_hook_cycle
+from pytest_graphleak.diagnose.cycles import (
+    SeenCycle,
+    cycle_story,
+    find_first,
+    hook_sites,
+    pack_hook_cycle,
+)
 from pytest_graphleak.diagnose.edges import Edge, ObjectEdges, items_of
 from pytest_graphleak.diagnose.facts import chain_of
 from pytest_graphleak.diagnose.heap import diagnose_heap
@@ -99,6 +105,7 @@ class _Found:
     cycle_path: Path | None = None
     cycle: list[str] = field(default_factory=list)
     cycle_fix: str = ""
+    change_at: list[CreationSite] = field(default_factory=list)  # a cycle's hook, closure
     seen: SeenCycle | None = None
     #: The chain's labels and typed links, read when it was found (``facts.chain_of``).
     chain: tuple[list[str], list[Link]] = ([], [])
@@ -195,6 +202,7 @@ def _search(
         told, found.cycle_fix = cycle_story(found.cycle_path, walker,
                                             collectable=obs.cyclic != [])  # fmt: skip
         notes.extend(told)
+        found.change_at = hook_sites(found.cycle_path)
         if hanging is not None:  # drawn too: the DOT shows the tensor's graph
             found.cycle_path.edges.append(hanging[0])
             found.cycle_path.objects.append(hanging[1])
@@ -285,7 +293,7 @@ def _told(
                      has_chain=found.chain_path is not None)  # fmt: skip
     dot = render_dot(found.chain_path, found.cycle_path, walker) or (seen.dot if seen else "")
     diagnosis = Diagnosis(pattern, cycle=found.cycle, sites=sites, notes=notes, dot=dot,
-                          story=story,
+                          story=story, change_at=found.change_at,
                           kept_without_graph=kept_tensors and not facts.graph_grew)  # fmt: skip
     diagnosis.chain, diagnosis.links = found.chain
     return diagnosis

@@ -37,7 +37,7 @@ from pytest_graphleak.diagnose.search import Path, find_cycle
 from pytest_graphleak.diagnose.sites import Site
 from pytest_graphleak.heap.usercode import is_user_file, library_label
 from pytest_graphleak.probes.autograd.torch_hooks import reading
-from pytest_graphleak.result import display_path
+from pytest_graphleak.result import CreationSite, display_path
 
 if TYPE_CHECKING:  # cycles is below the recorder: the recorder hands these in
     from pytest_graphleak.diagnose.loop_recorder import Leaked, Observation
@@ -323,6 +323,20 @@ def _hook_story(
     if held_in_cpp:
         note += _NO_COLLECT
     return [note], fix
+
+
+def hook_sites(path: Path) -> list[CreationSite]:
+    """The line to change of a cycle through a function of the user's (a hook, a closure,
+    a bound method): where it is defined, its ``def`` or ``lambda`` line; [] for none."""
+    for obj in path.objects:
+        func = getattr(obj, "__func__", obj)  # a bound method's function
+        code = getattr(func, "__code__", None)
+        if isinstance(func, types.FunctionType) and code is not None \
+                and is_user_file(code.co_filename):  # fmt: skip
+            line = linecache.getline(code.co_filename, code.co_firstlineno).strip()
+            return [CreationSite(code.co_filename, code.co_firstlineno, line, 1,
+                                 func.__qualname__)]  # fmt: skip
+    return []
 
 
 def pack_hook_cycle(obs: Observation, torch: TorchBackend | None) -> tuple[list[str], str] | None:

@@ -158,8 +158,9 @@ def _check_row(
 
 
 def _line_to_change(diagnosis: Mapping[str, Any], test_place: tuple[str, int]) -> tuple[str, int]:
-    """Where the leaked object is stored, else where the user's code created it."""
-    for key in ("stored_at", "sites"):
+    """Where the leaked object is stored, else the line to change of a cycle (its hook or
+    closure), else where the user's code created it."""
+    for key in ("stored_at", "change_at", "sites"):
         for site in diagnosis.get(key) or []:
             if site.get("filename") and not str(site["filename"]).startswith("<"):
                 return str(site["filename"]), int(site.get("lineno") or 0)
