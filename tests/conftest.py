@@ -56,10 +56,17 @@ def restore_gc() -> Iterator[GcState]:
         gc.garbage[:] = garbage
 
 
+def folded(text: str) -> str:
+    """``text`` with every run of whitespace made one space: the terminal wraps its lines
+    at the terminal's width (80 columns in a subprocess), so a sentence is matched folded."""
+    return " ".join(text.split())
+
+
 def report_section(lines: Sequence[str]) -> list[str]:
     """The lines of the "graphleak report" section of a pytest run's output: its
     header line up to the next ``=`` line."""
-    start = next(i for i, line in enumerate(lines) if "graphleak report" in line)
+    start = next(i for i, line in enumerate(lines)
+                 if line.startswith("=") and " graphleak report " in line)  # fmt: skip
     end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("=")), len(lines))
     return list(lines[start:end])
 
