@@ -1,5 +1,6 @@
 """Suite-wide settings for the pytest and graphleak subprocesses that tests start, and
-the helpers several test modules share (``from conftest import FAST, REPO``).
+the fixtures several test modules share; shared constants and functions are in
+``suite_helpers`` (``from suite_helpers import FAST, REPO``).
 
 In-process ``pytester.runpytest`` or ``runpytest_subprocess``: see CONTRIBUTING.md,
 "Testing the plugin". The guard ``_in_process_runs_keep_gc_state`` below enforces the
@@ -10,34 +11,17 @@ from __future__ import annotations
 
 import gc
 import os
-import re
 import sys
 import sysconfig
 import types
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-
-from pytest_graphleak.heap.gcstate import user_frozen_count
+from suite_helpers import GcState, gc_state
 
 #: Plugins that the pytest runs tests start do without (see ``_lean_subprocesses``).
 LEAN_ADDOPTS = "-p no:hypothesispytest -p no:trio -p no:anyio"
-
-#: The repository's root directory.
-REPO = Path(__file__).resolve().parents[1]
-
-#: Flags for a pytester run of this plugin alone: no cache files, the tests in file
-#: order (not pytest-randomly's), one process (not pytest-xdist's workers).
-FAST = ("-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:xdist")
-
-#: (enabled, thresholds, debug flags, objects frozen by the user): the gc state a check,
-#: a test or an in-process pytest run must leave as it found it.
-GcState = tuple[bool, tuple[int, ...], int, int]
-
-
-def gc_state() -> GcState:
-    return gc.isenabled(), gc.get_threshold(), gc.get_debug(), user_frozen_count()
 
 
 @pytest.fixture
@@ -56,28 +40,6 @@ def restore_gc() -> Iterator[GcState]:
         gc.garbage[:] = garbage
 
 
-def folded(text: str) -> str:
-    """``text`` with every run of whitespace made one space: the terminal wraps its lines
-    at the terminal's width (80 columns in a subprocess), so a sentence is matched folded."""
-    return " ".join(text.split())
-
-
-def report_section(lines: Sequence[str]) -> list[str]:
-    """The lines of the "graphleak report" section of a pytest run's output: its
-    header line up to the next ``=`` line."""
-    start = next(i for i, line in enumerate(lines)
-                 if line.startswith("=") and " graphleak report " in line)  # fmt: skip
-    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("=")), len(lines))
-    return list(lines[start:end])
-
-
-def failure_section(output: str, name: str) -> str:
-    """The failure section of one test (its name a part of the ``___ name ___`` line) in
-    a pytest run's output."""
-    match = re.search(r"_{3,} (\S*" + re.escape(name) + r"\S*) _{3,}\n(.*?)(?=\n_{3,} |\n={3,})",
-                      output, re.S)  # fmt: skip
-    assert match, f"no failure section for {name}"
-    return match.group(2)
 
 
 @pytest.fixture(scope="session", autouse=True)

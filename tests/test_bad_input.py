@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import failure_section
+from suite_helpers import failure_section
 
 pytest.importorskip("minigrad")
 pytest.importorskip("pytest_graphleak.plugin")

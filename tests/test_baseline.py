@@ -305,7 +305,7 @@ def test_loop(graphleak):
 
 
 def test_a_loop_leak_is_known_too(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_loop=LOOP_SUITE)
+    pytester.makepyfile(test_loop_known=LOOP_SUITE)
     assert _run(pytester).ret == pytest.ExitCode.USAGE_ERROR  # no file yet: write it first
     assert _run(pytester, "--graphleak-baseline-update").ret == 0
     (entry,) = json.loads((pytester.path / "bl.json").read_text(encoding="utf-8"))["findings"]

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from suite_helpers import REPO
 
 from pytest_graphleak.cli.exits import EXIT_CLEAN, EXIT_LEAK
 from pytest_graphleak.report.ascii_text import ascii_look_alike

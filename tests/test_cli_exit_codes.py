@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from suite_helpers import REPO
 
 from pytest_graphleak.cli.exits import EXIT_CLEAN, EXIT_INTERRUPTED, EXIT_USAGE, EXIT_USER_CODE
 

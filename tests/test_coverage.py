@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import FAST, folded
+from suite_helpers import FAST, folded
 
 from pytest_graphleak import UnmeasuredError, check, track
 from pytest_graphleak.cli.exits import EXIT_UNMEASURED

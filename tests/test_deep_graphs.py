@@ -18,7 +18,7 @@ import itertools
 import json
 
 import pytest
-from conftest import FAST
+from suite_helpers import FAST
 
 pytest.importorskip("torch")
 

@@ -8,6 +8,7 @@ it, or that nothing was found and why.
 from __future__ import annotations
 
 import pytest
+from suite_helpers import folded
 
 pytest.importorskip("torch")
 
@@ -70,7 +71,8 @@ def test_no_text_says_retained_grad_fn_when_no_graph_node_grew(
     text = result.stdout.str()
     assert result.parseoutcomes().get("failed") == 3, text[-3000:]
     assert "retained-grad-fn" not in text, text
-    sections = {s.split(" ", 1)[0]: s for s in text.split("graphleak: ")[1:]}
+    # one section per failure, its wrapped lines joined (the terminal wraps at 80 columns)
+    sections = {s.split(" ", 1)[0]: folded(s) for s in text.split("graphleak: ")[1:]}
 
     fetched = sections["test_getfixturevalue.py::test_getfixturevalue"]
     assert "leaks: list-accumulation" in fetched

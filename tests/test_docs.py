@@ -10,7 +10,7 @@ import sys
 from types import ModuleType
 
 import pytest
-from conftest import REPO
+from suite_helpers import REPO
 
 
 @pytest.fixture(scope="module")

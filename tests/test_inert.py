@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import FAST
+from suite_helpers import FAST
 
 #: Counts the plugin's hook implementations that pytest calls while the tests run (not
 #: at configure or collection), from pluggy's hook-call monitor.

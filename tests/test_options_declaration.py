@@ -8,7 +8,7 @@ import dataclasses
 import inspect
 
 import pytest
-from conftest import FAST
+from suite_helpers import FAST
 
 from pytest_graphleak import api, distributed, options, plugin
 from pytest_graphleak.options import (

@@ -10,7 +10,7 @@ import gc
 import textwrap
 
 import pytest
-from conftest import folded
+from suite_helpers import folded
 
 import minigrad as mg
 from pytest_graphleak.outlive.census import Census

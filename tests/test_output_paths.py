@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import FAST
+from suite_helpers import FAST
 
 from pytest_graphleak.report.output_paths import Output, OutputPathError, check_outputs
 

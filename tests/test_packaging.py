@@ -17,7 +17,7 @@ from email.parser import Parser
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from suite_helpers import REPO
 
 #: Tracked files that are deliberately left out of the sdist.
 NOT_IN_SDIST = {".gitignore"}

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import FAST
+from suite_helpers import FAST
 
 pytest.importorskip("torch")
 pytest.importorskip("minigrad")

@@ -5,7 +5,7 @@ where ``import torch`` fails."""
 from __future__ import annotations
 
 import pytest
-from conftest import FAST
+from suite_helpers import FAST
 
 # Runs are in-process (pytester.runpytest) where a fresh process adds nothing: options,
 # ini files, validation and help read the same in-process.

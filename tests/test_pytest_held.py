@@ -12,7 +12,7 @@ import sys
 import warnings
 
 import pytest
-from conftest import FAST
+from suite_helpers import FAST
 
 from pytest_graphleak.plugin.pytest_held import released_property, released_record, released_warning
 

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import REPO
+from suite_helpers import REPO
 
 from pytest_graphleak.report.json_doc import load_schema
 from pytest_graphleak.report.validate import SchemaError, validate

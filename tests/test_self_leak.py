@@ -17,7 +17,7 @@ import sys
 from typing import Any
 
 import pytest
-from conftest import folded
+from suite_helpers import folded
 
 pytest.importorskip("minigrad")
 pytest.importorskip("pytest_graphleak.plugin")

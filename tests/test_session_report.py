@@ -20,7 +20,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from conftest import report_section
+from suite_helpers import report_section
 
 from pytest_graphleak.options import Settings
 from pytest_graphleak.plugin import session_report

@@ -15,7 +15,7 @@ from typing import Any
 
 import jsonschema
 import pytest
-from conftest import report_section
+from suite_helpers import report_section
 
 from pytest_graphleak.report.json_doc import load_schema
 

@@ -14,7 +14,7 @@ import sys
 from typing import Any
 
 import pytest
-from conftest import FAST
+from suite_helpers import FAST
 
 pytest.importorskip("minigrad")
 

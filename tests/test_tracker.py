@@ -6,7 +6,7 @@ import gc
 
 import numpy as np
 import pytest
-from conftest import gc_state
+from suite_helpers import gc_state
 
 from pytest_graphleak.engine import tracker
 

@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import FAST, folded, report_section
+from suite_helpers import FAST, folded, report_section
 
 pytest.importorskip("minigrad")
 

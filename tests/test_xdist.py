@@ -20,7 +20,7 @@ from typing import Any
 
 import jsonschema
 import pytest
-from conftest import folded, report_section
+from suite_helpers import folded, report_section
 
 from pytest_graphleak.report.json_doc import load_schema
 

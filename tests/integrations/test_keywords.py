@@ -25,7 +25,8 @@ ACCEPTED = {
 REFUSED = {"diagnose": False, "name": "x", "settings": None, "raise_on_leak": True,
            "stepz": 3, "enabled": True, "warn_only": True, "report": "r.json",
            "html": "r.html", "github": "on", "outlive": "warn", "outlive_keep": 3,
-           "outlive_sites": "rerun"}  # fmt: skip
+           "outlive_sites": "rerun", "baseline": "b.json",
+           "baseline_update": True}  # fmt: skip
 
 CALLBACKS = [
     ("lightning", "lightning", "GraphLeakCallback"),

@@ -1,0 +1,52 @@
+"""Constants and functions that several test modules share: ``from suite_helpers import
+FAST, REPO``. A plain module, not ``conftest``: ``tests/minigrad`` and
+``tests/integrations`` have conftests of their own, and under pytest's default import
+mode whichever conftest was imported last answers ``from conftest import ...``."""
+
+from __future__ import annotations
+
+import gc
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+from pytest_graphleak.heap.gcstate import user_frozen_count
+
+#: The repository's root directory.
+REPO = Path(__file__).resolve().parents[1]
+
+#: Flags for a pytester run of this plugin alone: no cache files, the tests in file
+#: order (not pytest-randomly's), one process (not pytest-xdist's workers).
+FAST = ("-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:xdist")
+
+#: (enabled, thresholds, debug flags, objects frozen by the user): the gc state a check,
+#: a test or an in-process pytest run must leave as it found it.
+GcState = tuple[bool, tuple[int, ...], int, int]
+
+
+def gc_state() -> GcState:
+    return gc.isenabled(), gc.get_threshold(), gc.get_debug(), user_frozen_count()
+
+
+def folded(text: str) -> str:
+    """``text`` with every run of whitespace made one space: the terminal wraps its lines
+    at the terminal's width (80 columns in a subprocess), so a sentence is matched folded."""
+    return " ".join(text.split())
+
+
+def report_section(lines: Sequence[str]) -> list[str]:
+    """The lines of the "graphleak report" section of a pytest run's output: its
+    header line up to the next ``=`` line."""
+    start = next(i for i, line in enumerate(lines)
+                 if line.startswith("=") and " graphleak report " in line)  # fmt: skip
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("=")), len(lines))
+    return list(lines[start:end])
+
+
+def failure_section(output: str, name: str) -> str:
+    """The failure section of one test (its name a part of the ``___ name ___`` line) in
+    a pytest run's output."""
+    match = re.search(r"_{3,} (\S*" + re.escape(name) + r"\S*) _{3,}\n(.*?)(?=\n_{3,} |\n={3,})",
+                      output, re.S)  # fmt: skip
+    assert match, f"no failure section for {name}"
+    return match.group(2)
