@@ -24,6 +24,12 @@ EXPECTED_PATTERN = "list-accumulation"
 CULPRIT = "dists"
 #: Text of the line that stores the leaked tensor (the ``stored at:`` line).
 STORED_AT = "self.dists.append(dist)"
+#: The ``fix:`` line: both of the kept Normal's graph-carrying tensors, not .loc alone.
+FIX = (
+    "self.dists keeps each Normal with the graphs that its .loc and .scale carry: keep "
+    "dist.loc.detach() and dist.scale.detach() instead of dist, or build the Normal from "
+    "detached tensors before it is stored"
+)
 #: The line ``created at:`` must name first.
 CREATED_AT = "return torch.distributions.Normal(self.body(obs), self.log_std.exp())"
 

@@ -130,6 +130,9 @@ class Link:
     #: A step can grow it in place: a list, deque, dict or set, a user's object with a
     #: ``__len__``, a TensorDict-like object (``heap.containers.growable``).
     grows: bool = False
+    #: An object's attributes that hold a graph-carrying tensor (a distribution's
+    #: ``loc`` and ``scale``): what a fix must detach, all of it.
+    carriers: list[str] = field(default_factory=list)
 
     @property
     def named(self) -> bool:

@@ -278,10 +278,10 @@ def test_a_kept_distribution_is_told_which_tensors_to_detach() -> None:
     result = pytest_graphleak.check(module.leaky_step)
     assert result.diagnosis is not None
     fix = result.diagnosis.fix
-    assert "dist.loc.detach()" in fix, fix
-    if "or detach dist.loc before it is stored" in fix:
-        pytest.xfail("issue 34: the kept object's other graph-carrying tensors (.scale) "
-                     "are not named yet (the fix chooser's typed facts)")  # fmt: skip
+    assert "dist.loc.detach() and dist.scale.detach()" in fix, fix
+    assert "or detach dist.loc before it is stored" not in fix, fix
+    kept = result.diagnosis.links[-2]  # the Normal, before the tensor it keeps
+    assert (kept.type, kept.carriers) == ("Normal", ["loc", "scale"]), result.diagnosis.links
 
 
 GROWING = [p for p in CATALOGUE if p.stem in {"torch_train_preds_cat",

@@ -173,7 +173,10 @@ class _Tags(HTMLParser):
         self.text.append(data)
 
 
-def test_verbose_run_summary_status_json_html_junit(pytester: pytest.Pytester) -> None:
+def test_verbose_run_summary_status_json_html_junit(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "80")  # the width CI logs have (an xdist worker's is wider)
     _fake_suite(pytester)
     pytester.mkdir("out")
     result = pytester.runpytest(

@@ -79,8 +79,27 @@ def _link(obj: Any, out: Edge | None, walker: ObjectEdges) -> Link:
     kind = "container" if base or size is not None else "object"
     if tensordict_like(obj):  # its own .detach() cuts every tensor it holds
         kind = "tensordict"
+    carriers = _carriers(obj, walker) if kind == "object" else []
     return Link(kind, kind_name, edge=edge, key=key, base=base, length=size,
-                grows=growable(obj))  # fmt: skip
+                grows=growable(obj), carriers=carriers)  # fmt: skip
+
+
+def _carriers(obj: Any, walker: ObjectEdges) -> list[str]:
+    """The attributes of ``obj`` (its own ``__dict__``, read without running its code)
+    that hold a tensor carrying a graph: a kept distribution's ``loc`` and ``scale``."""
+    try:
+        attributes = object.__getattribute__(obj, "__dict__")
+    except (AttributeError, TypeError):
+        return []
+    if not isinstance(attributes, dict):
+        return []
+    found = []
+    for name, value in list(attributes.items())[:64]:
+        held = walker.backend_of(value)
+        if (isinstance(name, str) and held is not None and held[1] == TENSOR
+                and getattr(value, "grad_fn", None) is not None):  # fmt: skip
+            found.append(name)
+    return found
 
 
 def _edge(obj: Any, out: Edge | None, found: Any) -> tuple[str, str]:

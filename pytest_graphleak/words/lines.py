@@ -237,6 +237,16 @@ def _object_fix(
         )
     cut = ".item()" if line.scalar else ".detach()"
     which = " (or .item() for a scalar)" if line.scalar is None else ""
+    every = [f".{name}" for name in link.carriers]
+    named = isinstance(value, PRIMARY) and not isinstance(value, ast.Call)
+    if named and len(every) > 1 and path in every:
+        # loc and scale: detaching the one on the chain would leave the others' graphs
+        detached = " and ".join(f"{line.of(value)}{name}{cut}" for name in every)
+        return (
+            f"{holder} keeps each {link.type} with the graphs that its {_listed(every)} "
+            f"carry: keep {detached}{which} instead of {line.of(value)}, or build the "
+            f"{link.type} from detached tensors before it is stored"
+        )
     if isinstance(value, PRIMARY) and not isinstance(value, ast.Call):
         taken = f"{line.of(value)}{path}"
         return (
@@ -248,6 +258,11 @@ def _object_fix(
         f"{holder} keeps each {link.type} with the graph that its {path} carries: build it "
         "from detached tensors (.detach()), or keep only detached tensors taken from it"
     )
+
+
+def _listed(names: list[str]) -> str:
+    """``.loc and .scale``, ``.a, .b and .c``."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 def _split_fix(line: Line, statement: ast.stmt, value: ast.expr, holder: str) -> str:
