@@ -307,3 +307,26 @@ def test_a_loop_names_the_buffer_that_grows_and_the_line_that_rebuilds_it(path: 
     assert module.CREATED_AT in diagnosis.sites[0].line, text
     assert diagnosis.stored_at and Path(diagnosis.stored_at[0].filename).resolve() == path.resolve()
     assert "is rebuilt bigger every step (torch.cat of itself and " in diagnosis.fix, text
+
+
+HOOKED = [p for p in CATALOGUE if p.stem in {"minigrad_hook_closure", "torch_hook_closure"}]
+
+
+@pytest.mark.parametrize("path", HOOKED, ids=lambda p: p.stem)
+def test_a_loop_names_the_hook_of_a_cycle_as_the_line_to_change(path: Path) -> None:
+    """A loop sees a cycle as the collector frees it (``SeenCycle``); the line to change
+    is the hook's ``def`` line, as a step check's (``Diagnosis.change_at``), which the
+    GitHub annotation sits on."""
+    module = load(path)
+    module.leaky_step()
+    with pytest_graphleak.track(warmup=2) as t:
+        for _ in range(30):
+            module.leaky_step()
+            t.step()
+    result = t.result
+    assert result is not None and result.diagnosis is not None
+    text = render_text(result)
+    assert result.diagnosis.pattern == "cycle" and result.diagnosis.cycle, text
+    [site] = result.diagnosis.change_at
+    assert Path(site.filename).resolve() == path.resolve(), text
+    assert site.line.startswith("def save_cam("), site

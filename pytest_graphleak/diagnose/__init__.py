@@ -215,6 +215,7 @@ def _search(
         )
         if not found.cycle and seen.cycle:
             found.cycle, found.cycle_fix = list(seen.cycle), seen.fix
+            found.change_at = list(seen.change_at)
             notes.extend(seen.notes)
 
 

@@ -53,6 +53,8 @@ class SeenCycle:
     #: tensors and graph nodes of the recorded steps that only the collector freed
     freed: int = 0
     sites: dict[Site, int] = field(default_factory=dict)  # their creation sites, counted
+    #: The line to change: the cycle's hook or closure of the user's (``hook_sites``).
+    change_at: list[CreationSite] = field(default_factory=list)
 
 
 
@@ -106,6 +108,7 @@ def see_cycle(
             seen.cycle = render_cycle(path, walker)
             seen.notes, seen.fix = cycle_story(path, walker, collectable=True)
             seen.dot = render_dot(None, path, walker)
+            seen.change_at = hook_sites(path)
         finally:
             path.clear()
     return seen
