@@ -28,11 +28,6 @@ EXCEPTIONS: dict[str, tuple[int, str]] = {
         107,
         "one chart's frame, axes, ticks, band, line and labels drawn in order: one helper per part",
     ),
-    "pytest_graphleak/diagnose/sites.py::make_torch_recorder": (
-        86,
-        "a TorchFunctionMode class defined inside, closing over torch's hooks: a "
-        "module-level class made once would do",
-    ),
     "pytest_graphleak/loop.py": (
         729,
         "LoopCheck, its window mode and the recorder wiring: being reshaped "

@@ -27,9 +27,8 @@ import types
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
-from pytest_graphleak.diagnose.backends import TENSOR, TorchBackend
+from pytest_graphleak.diagnose.backends import TENSOR
 from pytest_graphleak.diagnose.edges import Edge, ObjectEdges
 from pytest_graphleak.diagnose.facts import set_chain
 from pytest_graphleak.diagnose.heap import NO_LINES
@@ -40,8 +39,8 @@ from pytest_graphleak.diagnose.search import Path, shortest_path
 from pytest_graphleak.diagnose.sites import (
     Site,
     creation_site,
-    make_torch_recorder,
     per_step,
+    site_recorder,
     user_frame_of,
 )
 from pytest_graphleak.diagnose.stored import (
@@ -171,9 +170,8 @@ class GrowthWatch:
         self.files: set[str] = set()
         self._lines = _SlotLines(slots, self._read_all)
         self._live = LiveWatch(None, walker, None, lines=self._lines)
-        torch = next((b for b in walker.backends if isinstance(b, TorchBackend)), None)
         tensors = any(slot.kind == TENSOR for slot in slots)
-        self._recorder: Any = make_torch_recorder(torch.torch) if torch and tensors else None
+        self._recorder = site_recorder(walker.backends) if tensors else None
         # Not both: the recorder's own work under tracemalloc slows a step many times.
         arrays = any(slot.kind != TENSOR for slot in slots)
         self._tracing = self._recorder is None and arrays and not tracemalloc.is_tracing()
@@ -225,7 +223,7 @@ class GrowthWatch:
                 slot.made_at = self._made_at(now) if slot.lines else None
             return changes, via
         finally:
-            if self._entered:
+            if self._entered and self._recorder is not None:
                 with contextlib.suppress(Exception):  # another mode left on top of ours
                     self._recorder.__exit__(None, None, None)
                 self._entered = False

@@ -3,9 +3,10 @@
 (``track(steps=N)``, the framework callbacks), which runs its own steps and tells the
 recorder where each ends.
 
-The recorder records creation sites during a few steps (torch's ``TorchSiteRecorder``
-mode, minigrad's creation-site recording), then a few more steps run unrecorded: what a
-recorded step made and is still alive after them is what the loop leaks.
+The recorder records creation sites during a few steps (a bundle's ``site_recorder``,
+torch's ``TorchFunctionMode``; a library's own recording, minigrad's), then a few more
+steps run unrecorded: what a recorded step made and is still alive after them is what
+the loop leaks.
 ``observation()`` returns it as an ``Observation`` for ``diagnose``.
 
 It never runs during a sample (the loop's checker calls ``stop_step`` before sampling
@@ -22,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,13 +31,19 @@ from pytest_graphleak.diagnose.backends import (
     NODE,
     TENSOR,
     Backend,
-    MinigradBackend,
     TorchBackend,
     active_backends,
 )
 from pytest_graphleak.diagnose.cycles import SeenCycle, see_cycle
-from pytest_graphleak.diagnose.sites import Site, function_at, make_torch_recorder
+from pytest_graphleak.diagnose.sites import (
+    Site,
+    SiteRecorder,
+    function_at,
+    recorded_by_mode,
+    site_recorder,
+)
 from pytest_graphleak.heap.gcstate import Measuring
+from pytest_graphleak.probes.autograd import loaded
 
 #: id -> (weak reference, backend, kind, step); a weakref tells a reused id apart.
 Made = dict[int, tuple[weakref.ref[Any], Backend, str, int]]
@@ -94,9 +101,11 @@ class Observation:
     def leaked(self) -> list[Leaked]:
         return [*self.cyclic, *self.alive]
 
-    def take_sites(self, recorder: Any, tensor_sites: Mapping[int, Site] | None = None) -> None:
-        """The creation sites of the leaked objects: from the torch ``recorder`` (None
-        without torch) and from minigrad's own record. ``tensor_sites``: the recorder's
+    def take_sites(
+        self, recorder: SiteRecorder | None, tensor_sites: Mapping[int, Site] | None = None
+    ) -> None:
+        """The creation sites of the leaked objects: from the site ``recorder`` (None
+        without one) and from a library's own record. ``tensor_sites``: the recorder's
         sites read before a collection (``alive_tensor_sites``), which cleared the weak
         references of the cyclic tensors that it saved."""
         if recorder is not None:
@@ -116,9 +125,15 @@ class LoopRecorder:
     def __init__(self, backends: list[Backend] | None = None) -> None:
         self.backends = backends if backends is not None else active_backends()
         self._torch = next((b for b in self.backends if isinstance(b, TorchBackend)), None)
-        self._mg = next((b for b in self.backends if isinstance(b, MinigradBackend)), None)
-        self.mode: Any = make_torch_recorder(self._torch.torch) if self._torch else None
-        self._mg_previous: bool | None = None
+        self.mode = site_recorder(self.backends)
+        names = {backend.name for backend in self.backends}
+        #: The libraries that record their own sites, each with its module and the
+        #: setting to restore (None: not switched on by this recorder).
+        self._own: list[tuple[Callable[[Any, bool], bool | None], Any, bool | None]] = [
+            (bundle.record_sites, module, None)
+            for bundle, module in loaded()
+            if bundle.record_sites is not None and bundle.name in names
+        ]
         self.made: Made = {}  # step 0: alive before the recording
         self._seq_lo: int | None = None
         self._seq_hi: int | None = None
@@ -132,8 +147,7 @@ class LoopRecorder:
             note_new(gc.get_objects(), self.backends, self.made, 0)
             if self._torch is not None:
                 self._seq_lo = self._torch.current_sequence_nr()
-        if self._mg is not None:
-            self._mg_previous = self._mg.mg.record_creation_sites(True)
+        self._own = [(switch, module, switch(module, True)) for switch, module, _ in self._own]
         if self.mode is not None:
             self.mode.__enter__()
         self.recording = True
@@ -183,9 +197,10 @@ class LoopRecorder:
             with contextlib.suppress(Exception):  # someone else's mode left on top of ours
                 self.mode.__exit__(None, None, None)
         self.recording = False
-        if self._mg is not None and self._mg_previous is not None:
-            self._mg.mg.record_creation_sites(self._mg_previous)
-            self._mg_previous = None
+        for switch, module, previous in self._own:
+            if previous is not None:
+                switch(module, previous)
+        self._own = [(switch, module, None) for switch, module, _ in self._own]
 
     @property
     def torch_seq(self) -> tuple[int, int] | None:
@@ -205,7 +220,7 @@ class LoopRecorder:
                 obs.alive.append(Leaked(obj, backend, kind, step, None))
         obs.take_sites(self.mode)
         if self.mode is not None:
-            obs.made_in = {site[0] for _, site in self.mode.tensor_sites.values()}
+            obs.made_in = self.mode.made_in()
         obs.seen_cycle, self.seen_cycle = self.seen_cycle, None
         self.made.clear()
         return obs
@@ -247,32 +262,33 @@ def node_sites_from_outputs(leaked: list[Leaked], node_sites: dict[int, Site]) -
     sees it (the output itself was recorded inside its forward)."""
     for item in leaked:
         backend = item.backend
-        if item.kind == TENSOR and item.site is not None and isinstance(backend, TorchBackend):
+        if item.kind == TENSOR and item.site is not None and recorded_by_mode(backend):
             grad_fn = getattr(item.obj, "grad_fn", None)
             seq = backend.sequence_nr(grad_fn) if grad_fn is not None else None
             if seq is not None:
                 node_sites.setdefault(seq, item.site)
     for item in leaked:
         backend = item.backend
-        if item.kind == NODE and item.site is None and isinstance(backend, TorchBackend):
+        if item.kind == NODE and item.site is None and recorded_by_mode(backend):
             seq = backend.sequence_nr(item.obj)
             item.site = node_sites.get(seq) if seq is not None else None
 
 
-def _site_of(leaked: Leaked, recorder: Any) -> Site | None:
+def _site_of(leaked: Leaked, recorder: SiteRecorder | None) -> Site | None:
     return _site_of_made(leaked.obj, leaked.backend, leaked.kind, recorder)
 
 
-def _site_of_made(obj: Any, backend: Backend, kind: str, recorder: Any) -> Site | None:
-    if isinstance(backend, MinigradBackend):
-        found = backend.creation_site(obj)
-        if found is None:
+def _site_of_made(
+    obj: Any, backend: Backend, kind: str, recorder: SiteRecorder | None
+) -> Site | None:
+    """Where ``obj`` was made: from the site recorder for a library that records through
+    one, else from the library's own record (``Backend.creation_site``)."""
+    if recorded_by_mode(backend):
+        if recorder is None:
             return None
-        filename, lineno = found
-        return filename, lineno, function_at(filename, lineno)
-    if recorder is not None and isinstance(backend, TorchBackend):
-        if kind == NODE:
-            seq = backend.sequence_nr(obj)
-            return recorder.node_sites.get(seq) if seq is not None else None
-        return recorder.site_of_tensor(obj)
-    return None
+        return recorder.site_of_node(obj) if kind == NODE else recorder.site_of_tensor(obj)
+    found = backend.creation_site(obj)
+    if found is None:
+        return None
+    filename, lineno = found
+    return filename, lineno, function_at(filename, lineno)

@@ -38,13 +38,14 @@ from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
 
-from pytest_graphleak.diagnose.backends import TENSOR, TorchBackend
+from pytest_graphleak.diagnose.backends import TENSOR
 from pytest_graphleak.diagnose.edges import Edge, ObjectEdges, items_of
 from pytest_graphleak.diagnose.search import MAX_PER_ROOT, Path, shortest_path
 from pytest_graphleak.diagnose.sites import (
     Site,
+    SiteRecorder,
     creation_site,
-    make_torch_recorder,
+    site_recorder,
     user_frame_of,
 )
 from pytest_graphleak.diagnose.stored import MISSING, follow_edge
@@ -218,8 +219,7 @@ def growing_holder(
     before = survey(roots, walker)
     after: Survey | None = None
     grown = _Growth()
-    torch = next((b for b in walker.backends if isinstance(b, TorchBackend)), None)
-    recorder = make_torch_recorder(torch.torch) if torch is not None else None
+    recorder = site_recorder(walker.backends)
     # Not both: the recorder's own work under tracemalloc made an Adam step 70x slower.
     tracing = recorder is None and not tracemalloc.is_tracing()
     if tracing:
@@ -312,8 +312,8 @@ def _newest(container: Any, count: int) -> list[object]:
     return list(islice(items, min(count, _SAMPLE_ITEMS)))
 
 
-def _made_at(objects: list[object], recorder: Any) -> list[CreationSite]:
-    """The user lines that made ``objects``: a tensor's as the torch recorder saw it, any
+def _made_at(objects: list[object], recorder: SiteRecorder | None) -> list[CreationSite]:
+    """The user lines that made ``objects``: a tensor's as the site recorder saw it, any
     other object's from its allocation record (tracemalloc)."""
     counts: dict[Site, int] = {}
     for obj in objects:

@@ -1,12 +1,10 @@
 """Where leaked objects were made: the first stack frame in user code.
 
-- torch: ``TorchSiteRecorder`` is a ``TorchFunctionMode`` that, during the diagnostic
-  steps only, notes the first user frame for every output tensor (by weak reference)
-  and for its ``grad_fn`` (by autograd sequence number: torch nodes cannot be weakly
-  referenced and their Python wrappers come and go). It also notes a saved-tensor pack
-  hook active at that moment, which the cycle diagnosis names.
-- minigrad: its own creation-site recording (``mg.record_creation_sites``), read back
-  with ``mg.creation_site(obj)``.
+- a library whose bundle has a ``site_recorder`` (torch: a ``TorchFunctionMode``,
+  ``probes/autograd/torch_sites.py``): ``site_recorder(backends)`` makes one, entered
+  during the diagnostic steps only; it asks ``site_and_via`` for the user's frame.
+- a library that records its own (minigrad: ``mg.record_creation_sites``, read back with
+  ``Backend.creation_site``).
 - memory: ``tracemalloc`` over two steps, grouped by the first user frame.
 
 "User code" is decided by ``heap.usercode.is_user_file``: any frame outside the standard
@@ -16,62 +14,62 @@ library, installed packages, pytest, this plugin and minigrad.
 from __future__ import annotations
 
 import ast
-import contextlib
 import functools
 import linecache
 import math
 import os
-import sys
 import tracemalloc
 import types
-import weakref
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Collection, Iterable, Mapping
 
-from pytest_graphleak.heap.graphwalk import NEW_PER_WALK
-from pytest_graphleak.heap.op_warnings import catch_op_warnings, release_op_warnings
 from pytest_graphleak.heap.usercode import INSTALLED_MARKERS, is_user_file, library_label
-from pytest_graphleak.probes.autograd import BUNDLES
+from pytest_graphleak.probes.autograd import BUNDLES, Backend, loaded
+from pytest_graphleak.probes.autograd.bundle import Site, SiteRecorder
 from pytest_graphleak.result import CreationSite
-
-Site = tuple[str, int, str]  # filename, line number, function name
 
 #: This package's own directory (diagnose/ is one level below it).
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: Installed packages that are the tensor engine (the bundles' ``packages``) or its array
 #: library: a tensor is always made inside them, so naming them as the "via" line would
 #: say nothing.
-_ENGINE_PACKAGES = frozenset(
+ENGINE_PACKAGES = frozenset(
     {"numpy", "pytest_graphleak", *(name for bundle in BUNDLES for name in bundle.packages)}
 )
 #: (file suffix, function) of library functions that run the user's own code for the
 #: user's call (the bundles' ``forwards``: a custom autograd Function's ``apply``).
-_FORWARDS = frozenset(forward for bundle in BUNDLES for forward in bundle.forwards)
+FORWARDS = frozenset(forward for bundle in BUNDLES for forward in bundle.forwards)
+#: The libraries whose sites a ``site_recorder`` records.
+_RECORDING = frozenset(bundle.name for bundle in BUNDLES if bundle.site_recorder is not None)
 #: Sites shown for one diagnosis, at most.
 MAX_SITES = 5
 #: ``memory_sites`` shows a line whose allocations grew by at least 1/this of the largest.
 _MEMORY_SHARE = 8
 
 
-def site_and_via(frame: types.FrameType | None) -> tuple[Site | None, str]:
+def site_and_via(
+    frame: types.FrameType | None,
+    engine: Collection[str] = ENGINE_PACKAGES,
+    forwards: Collection[tuple[str, str]] = FORWARDS,
+) -> tuple[Site | None, str]:
     """The innermost user frame from ``frame`` outwards, and the innermost frame of an
-    installed library (not the tensor engine) on the way: ``"transformers/models/bert/
-    modeling_bert.py:1234"`` when a library made the tensor for the user's line."""
+    installed library (not the tensor ``engine``'s packages) on the way:
+    ``"transformers/models/bert/modeling_bert.py:1234"`` when a library made the tensor
+    for the user's line. A user frame that a library's ``forwards`` function called is
+    not the user's line (see ``_custom_forward``). The defaults: every bundle's."""
     via = ""
     while frame is not None:
         code = frame.f_code
         filename = code.co_filename
-        if is_user_file(filename) and not _custom_forward(frame):
+        if is_user_file(filename) and not _custom_forward(frame, forwards):
             return (filename, frame.f_lineno, code.co_name), via
-        if not via and names_a_library(filename):
+        if not via and names_a_library(filename, engine):
             via = f"{library_label(filename)}:{frame.f_lineno}"
         frame = frame.f_back
     return None, ""
 
 
-def _custom_forward(frame: types.FrameType) -> bool:
+def _custom_forward(frame: types.FrameType, forwards: Collection[tuple[str, str]]) -> bool:
     """User code a library runs for the user's call (the ``forward`` of a custom autograd
     Function, called by its ``apply``): what it makes is made by the user's
     ``MyFn.apply(...)`` line, further out."""
@@ -79,14 +77,15 @@ def _custom_forward(frame: types.FrameType) -> bool:
     if caller is None:
         return False
     name, filename = caller.f_code.co_name, caller.f_code.co_filename.replace("\\", "/")
-    return any(name == function and filename.endswith(suffix) for suffix, function in _FORWARDS)
+    return any(name == function and filename.endswith(suffix) for suffix, function in forwards)
 
 
-def names_a_library(filename: str) -> bool:
-    """Is this frame's file worth naming as the library line that made a tensor?"""
+def names_a_library(filename: str, engine: Collection[str] = ENGINE_PACKAGES) -> bool:
+    """Is this frame's file worth naming as the library line that made a tensor (an
+    installed package, not one of the tensor ``engine``'s)?"""
     if not any(marker in filename for marker in INSTALLED_MARKERS):
         return False
-    return library_label(filename).split("/", 1)[0] not in _ENGINE_PACKAGES
+    return library_label(filename).split("/", 1)[0] not in engine
 
 
 def function_at(filename: str, lineno: int) -> str:
@@ -116,116 +115,21 @@ def _scopes(filename: str) -> tuple[tuple[int, int, str], ...]:
     return tuple(sorted(found, key=lambda scope: (scope[0], -scope[1])))
 
 
-def _tensors_in(out: Any, tensor_type: type) -> Iterator[Any]:
-    if isinstance(out, tensor_type):
-        yield out
-    elif isinstance(out, (tuple, list)):
-        for item in out:
-            if isinstance(item, tensor_type):
-                yield item
+def site_recorder(backends: Iterable[Backend]) -> SiteRecorder | None:
+    """A fresh recorder of creation sites (not entered) from the bundle of the first of
+    ``backends`` whose library records through one (torch's ``TorchFunctionMode``); None
+    when none does (minigrad records its own sites)."""
+    names = {backend.name for backend in backends}
+    for bundle, module in loaded():
+        if bundle.site_recorder is not None and bundle.name in names:
+            return bundle.site_recorder(module, site_and_via)
+    return None
 
 
-@dataclass
-class PackHook:
-    """A saved-tensor pack hook seen active while an op ran (plain strings only)."""
-
-    name: str
-    filename: str
-    lineno: int
-
-    @classmethod
-    def of(cls, fn: Any) -> PackHook:
-        code = getattr(fn, "__code__", None)
-        name = getattr(fn, "__qualname__", type(fn).__name__)
-        return cls(name, getattr(code, "co_filename", "?"), getattr(code, "co_firstlineno", 0))
-
-
-def make_torch_recorder(torch: Any) -> Any:
-    """A TorchFunctionMode instance that records creation sites (see module docstring)."""
-    from torch.overrides import TorchFunctionMode
-
-    is_compiling: Callable[[], bool] = getattr(torch.compiler, "is_compiling", lambda: False)
-    top_hooks: Callable[..., Any] | None = getattr(
-        torch._C._autograd, "_top_saved_tensors_default_hooks", None
-    )
-
-    class TorchSiteRecorder(TorchFunctionMode):
-        def __init__(self) -> None:
-            super().__init__()
-            #: id(tensor) -> (weak reference, site); the weakref tells a reused id apart.
-            self.tensor_sites: dict[int, tuple[weakref.ref[Any], Site]] = {}
-            #: autograd sequence number -> site of the op that made the node.
-            self.node_sites: dict[int, Site] = {}
-            #: autograd sequence number -> pack hook active when the node was made.
-            self.pack_hooks: dict[int, PackHook] = {}
-            #: user site -> the library line that made a tensor for it (first seen).
-            self.via: dict[Site, str] = {}
-            #: grad_fn wrappers it may still make: torch keeps each one alive with its
-            #: node, and too many made at once leave a deep graph unfreeable (graphwalk).
-            self.nodes_left = NEW_PER_WALK
-
-        def __torch_function__(
-            self, func: Any, types: Any, args: Any = (), kwargs: Any = None
-        ) -> Any:
-            __tracebackhide__ = True  # pytest shows the user's line that called torch
-            if is_compiling():  # dynamo traces this mode: keep its frames out of the graph
-                return func(*args, **(kwargs or {}))
-            caught = catch_op_warnings()  # placed at the user's line, not this frame
-            try:
-                out = func(*args, **(kwargs or {}))
-            except BaseException:
-                release_op_warnings(caught, raising=True)
-                raise
-            release_op_warnings(caught, raising=False)
-            if getattr(func, "__name__", "") == "__get__":  # attribute reads make nothing
-                return out
-            site: Site | None = None
-            for t in _tensors_in(out, torch.Tensor):
-                if site is None:
-                    site, via = site_and_via(sys._getframe(1))
-                    if site is None:
-                        return out
-                    if via:
-                        self.via.setdefault(site, via)
-                known = self.tensor_sites.get(id(t))
-                if known is None or known[0]() is not t:
-                    with contextlib.suppress(TypeError):
-                        self.tensor_sites[id(t)] = (weakref.ref(t), site)
-                if self.nodes_left <= 0:
-                    continue
-                self.nodes_left -= 1
-                grad_fn = t.grad_fn
-                if grad_fn is not None:
-                    seq = int(grad_fn._sequence_nr())
-                    self.node_sites.setdefault(seq, site)
-                    if top_hooks is not None and seq not in self.pack_hooks:
-                        hooks = top_hooks(False)
-                        if hooks is not None:
-                            self.pack_hooks[seq] = PackHook.of(hooks[0])
-            return out
-
-        def alive_tensor_sites(self) -> dict[int, Site]:
-            """id -> site of every recorded tensor alive now."""
-            known = self.tensor_sites.items()
-            return {key: site for key, (ref, site) in known if ref() is not None}
-
-        def site_of_tensor(self, t: Any) -> Site | None:
-            known = self.tensor_sites.get(id(t))
-            if known is not None and known[0]() is t:
-                return known[1]
-            return None
-
-        @property
-        def nodes_truncated(self) -> bool:
-            return self.nodes_left <= 0
-
-        def forget(self) -> None:
-            self.tensor_sites.clear()
-            self.node_sites.clear()
-            self.pack_hooks.clear()
-            self.via.clear()
-
-    return TorchSiteRecorder()
+def recorded_by_mode(backend: Backend) -> bool:
+    """Are ``backend``'s objects the ones a ``site_recorder`` records (by its library's
+    node numbers and its tensors' identity)?"""
+    return backend.name in _RECORDING
 
 
 def memory_sites(step: Callable[[], object], *, runs: int = 2) -> list[CreationSite]:

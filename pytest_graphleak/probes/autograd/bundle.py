@@ -7,7 +7,10 @@ An ``AutogradBundle`` holds everything library-specific that the rest of the plu
 - the usage evidence for ``engine/coverage`` (``made``, ``watcher``, ``counts_step_only``);
 - the census hook for the outlive audit (``node_counter``, ``record_sites``, and the
   backend's ``sequence_nr`` / ``grown_in_place``);
-- ``packages`` and ``forwards`` for the creation-site recorder (``diagnose/sites``).
+- for the creation sites (``diagnose/sites``): ``packages`` and ``forwards`` (frames
+  that never name the user's line), and ``site_recorder``, a recorder of where the
+  library makes its tensors and nodes (torch's ``TorchFunctionMode``,
+  ``torch_sites.py``), for a library that records none of its own (``record_sites``).
 
 Every hook takes the library's module as it is already imported: nothing here imports
 the library, and a bundle whose module is not in ``sys.modules`` is simply not active.
@@ -17,12 +20,20 @@ A new library is one bundle module (its ``BUNDLE``) and one line in
 
 from __future__ import annotations
 
+import types
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from pytest_graphleak.heap.edge import PROXY_TYPES, Edge
 from pytest_graphleak.probes.base import ProbeBase
+
+#: Where an object was made: filename, line number, function name.
+Site = tuple[str, int, str]
+#: The creation-site rule (``diagnose/sites.site_and_via``): from an operation's calling
+#: frame outwards, the user's frame, and the library line that made a tensor for it.
+FindSite = Callable[[types.FrameType | None], tuple[Site | None, str]]
 
 #: Kinds of objects a backend recognises.
 TENSOR = "tensor"
@@ -120,6 +131,45 @@ class Backend:
         return None
 
 
+@dataclass
+class PackHook:
+    """A saved-tensor pack hook seen active while an op ran (plain strings only)."""
+
+    name: str
+    filename: str
+    lineno: int
+
+    @classmethod
+    def of(cls, fn: Any) -> PackHook:
+        code = getattr(fn, "__code__", None)
+        name = getattr(fn, "__qualname__", type(fn).__name__)
+        return cls(name, getattr(code, "co_filename", "?"), getattr(code, "co_firstlineno", 0))
+
+
+class SiteRecorder(Protocol):
+    """Records where a library's tensors and nodes are made while entered (a bundle's
+    ``site_recorder``); keeps them by weak reference or number, never alive."""
+
+    #: id(tensor) -> (weak reference, site)
+    tensor_sites: dict[int, tuple[weakref.ref[Any], Site]]
+    #: a node's number in creation order (``Backend.sequence_nr``) -> site
+    node_sites: dict[int, Site]
+    #: a node's number -> the saved-tensor pack hook active when it was made
+    pack_hooks: dict[int, PackHook]
+    #: user site -> the library line that made a tensor for it
+    via: dict[Site, str]
+
+    def __enter__(self) -> Any: ...
+    def __exit__(self, kind: Any, exc: Any, tb: Any, /) -> Any: ...
+    def alive_tensor_sites(self) -> dict[int, Site]: ...
+    def site_of_tensor(self, t: Any) -> Site | None: ...
+    def site_of_node(self, node: Any) -> Site | None: ...
+    def made_in(self) -> set[str]: ...
+    @property
+    def nodes_truncated(self) -> bool: ...
+    def forget(self) -> None: ...
+
+
 @dataclass(frozen=True)
 class AutogradBundle:
     """One autograd library (see the module docstring). ``name`` is its top-level module
@@ -152,3 +202,7 @@ class AutogradBundle:
     #: Switch the library's own creation-site recording on or off (census), returning
     #: the setting before (None: the module has none).
     record_sites: Callable[[Any, bool], bool | None] | None = None
+    #: The module and the creation-site rule -> a fresh recorder of where the library
+    #: makes its tensors and nodes, entered around the steps it records (None: the
+    #: library records its own sites, ``record_sites`` and ``Backend.creation_site``).
+    site_recorder: Callable[[Any, FindSite], SiteRecorder] | None = None

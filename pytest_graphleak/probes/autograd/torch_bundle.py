@@ -1,4 +1,5 @@
-"""torch's bundle: its probe, its diagnosis backend, its usage watcher and census hook.
+"""torch's bundle: its probe, its diagnosis backend, its usage watcher, census hook and
+creation-site recorder (``torch_sites.py``).
 
 torch numbers its graph nodes in creation order (``_sequence_nr()``, one counter per
 thread); the census reads the counter by making one node. Its probe counts only what
@@ -16,6 +17,7 @@ from typing import Any
 from pytest_graphleak.heap.edge import Edge
 from pytest_graphleak.probes.autograd.bundle import NODE, TENSOR, AutogradBundle, Backend
 from pytest_graphleak.probes.autograd.torch_hooks import NodeHooks
+from pytest_graphleak.probes.autograd.torch_sites import site_recorder
 from pytest_graphleak.probes.base import ProbeBase
 from pytest_graphleak.probes.torch_probe import TorchProbe, fake_tensor_type, tensors_among
 
@@ -164,4 +166,5 @@ BUNDLE = AutogradBundle(
     forwards=(("torch/autograd/function.py", "apply"),),
     watcher=TorchUse,
     counts_step_only=True,
+    site_recorder=site_recorder,
 )
