@@ -9,7 +9,8 @@ clauses keep working. The modules that used to define them re-export them under 
 same names (``pytest_graphleak.GraphLeakError``, ``options.OptionError``,
 ``distributed.RankError``, ``baseline.BaselineError``, ...).
 
-Plain classes: this module imports nothing of the package at run time.
+Plain classes: this module is the bottom layer (0) and imports nothing of the package at
+run time; the result an error carries is typed under ``TYPE_CHECKING`` only.
 """
 
 from __future__ import annotations

@@ -53,7 +53,7 @@ from pytest_graphleak import exceptions, pipeline, session
 from pytest_graphleak.engine import tracker
 from pytest_graphleak.engine.stride import MIN_SAMPLES, CpuLedger
 from pytest_graphleak.heap import gcstate
-from pytest_graphleak.options import Settings
+from pytest_graphleak.options import OptionError, Settings
 from pytest_graphleak.report.text import render_text
 from pytest_graphleak.result import CheckResult, Verdict
 from pytest_graphleak.values import optional_int_at_least
@@ -143,9 +143,9 @@ def check_sample_every(value: object, window: int | None, *, where: str) -> int 
     if every is None:
         return None
     if window is None:
-        raise ValueError(f"{where}: sample_every= applies to window mode only (give window=)")
+        raise OptionError(f"{where}: sample_every= applies to window mode only (give window=)")
     if every > window // 2:
-        raise ValueError(
+        raise OptionError(
             f"{where}: sample_every={every} leaves fewer than 2 samples in a window of "
             f"{window} steps; at most {window // 2} (window // {MIN_SAMPLES} or less keeps "
             "the verdict's slowest catchable leak within window / 2 steps)"
@@ -184,10 +184,10 @@ class LoopCheck:
         self.steps = check_count("steps", steps, minimum=1)
         self.window = check_count("window", window, minimum=2)
         if self.steps is not None and self.window is not None:
-            raise ValueError(f"{name}: give steps= or window=, not both")
+            raise OptionError(f"{name}: give steps= or window=, not both")
         self.sample_every = check_sample_every(sample_every, self.window, where=name)
         if on_leak not in ON_LEAK:
-            raise ValueError(f"{name}: on_leak must be one of {ON_LEAK}, got {on_leak!r}")
+            raise OptionError(f"{name}: on_leak must be one of {ON_LEAK}, got {on_leak!r}")
         self.settings = settings
         #: steps=None and no window: judged every settings.steps steps, to the end.
         self.rolling = self.steps is None and self.window is None

@@ -365,12 +365,10 @@ def call_settings(
     base: Settings | None, values: Mapping[str, object], *, where: str, place: str = "check"
 ) -> Settings:
     """``base`` (default: the defaults) with a call's keywords applied (``check()``,
-    ``track()``, ``check_distributed()``). A bad keyword is the caller's own mistake: a
-    plain ValueError naming ``where``, raised before anything runs."""
-    try:
-        return (base or Settings()).override(values, where=where, place=place)
-    except OptionError as exc:
-        raise ValueError(str(exc)) from None
+    ``track()``, ``check_distributed()``). A bad keyword is the caller's own mistake: an
+    OptionError (a GraphleakError and a ValueError) naming ``where``, raised before
+    anything runs."""
+    return (base or Settings()).override(values, where=where, place=place)
 
 
 # -- pytest: flags and typed ini keys -------------------------------------------------

@@ -7,12 +7,14 @@ from __future__ import annotations
 import ast
 import importlib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import pytest_graphleak
 from pytest_graphleak import exceptions
 from pytest_graphleak.exceptions import GraphleakError, GraphleakWarning
+from pytest_graphleak.integrations.base import FrameworkCheck
 from pytest_graphleak.result import CheckResult, Verdict
 from pytest_graphleak.values import int_at_least
 
@@ -82,3 +84,37 @@ def test_each_error_carries_its_result() -> None:
     assert exceptions.OptionError("bad").result is None
     with pytest.raises(GraphleakError, match="must be an integer"):
         int_at_least("steps", 0, 1)  # an option's bad value, caught by the common base
+
+
+class _ToyCallback(FrameworkCheck):
+    framework = "toy"
+
+
+@pytest.mark.parametrize(
+    ("call", "words"),
+    [
+        (lambda: pytest_graphleak.check(lambda: None, name="step", steps=0),
+         r"check\(step\): steps must be an integer >= 1, got 0"),
+        (lambda: pytest_graphleak.check(lambda: None, name="step", on_leak="warn"),
+         r"check\(step\): unknown keyword argument 'on_leak'"),
+        (lambda: pytest_graphleak.track(warmup=-1),
+         r"track\(\): warmup must be an integer >= 0, got -1"),
+        (lambda: _ToyCallback(window=1),
+         r"_ToyCallback\(\) \(toy\): window must be an integer >= 2 \(or None\), got 1"),
+        (lambda: _ToyCallback(steps=3, window=4),
+         r"_ToyCallback\(\) \(toy\): give steps= or window=, not both"),
+        (lambda: _ToyCallback(on_leak="log"),
+         r"_ToyCallback\(\) \(toy\): on_leak must be 'raise' or 'warn', got 'log'"),
+    ],
+    ids=["check-steps", "check-keyword", "track-warmup", "callback-window",
+         "callback-both", "callback-on-leak"],
+)  # fmt: skip
+def test_a_bad_argument_raises_option_error_naming_the_call(call: Any, words: str) -> None:
+    """A bad keyword of a check is the caller's mistake: an ``OptionError``, so that
+    ``except GraphleakError`` catches it, still a ``ValueError``, naming the call and the
+    keyword, raised before any step runs. (A bad marker argument stops the run with one:
+    tests/test_bad_input.py.)"""
+    with pytest.raises(exceptions.OptionError, match=words) as caught:
+        call()
+    assert isinstance(caught.value, GraphleakError) and isinstance(caught.value, ValueError)
+    assert caught.value.result is None

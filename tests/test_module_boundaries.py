@@ -251,9 +251,9 @@ def test_the_scans_see_a_reach_in() -> None:
 #: The layers, lowest first (docs/DESIGN.md, "The layers"): a module imports only its own
 #: layer and the layers below; keyed by the package's top-level module or folder.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    # plain data
-    ("metrics", "patterns", "status", "result", "session", "values", "targets", "baseline",
-     "exceptions"),
+    ("exceptions",),  # the errors: import nothing of the package (results typed only)
+    # plain data: imports only the errors
+    ("metrics", "patterns", "status", "result", "session", "values", "targets", "baseline"),
     ("verdict",),  # the pure judgement
     ("heap", "probes"),  # what is measured, gc state, user code
     # measuring; the diagnosis and its words; the outlive audit
@@ -266,19 +266,16 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("integrations", "cli", "demo", "plugin", "__main__"),  # the outer front ends
 )
 LAYER_OF = {part: level for level, parts in enumerate(LAYERS) for part in parts}
+#: Layer 0, the errors, imports nothing of the package at run time (a result an error
+#: carries is typed under ``TYPE_CHECKING``); layer 1, plain data, imports only layer 0.
+ERRORS, PLAIN_DATA = 0, 1
 
-#: Layer 1 is plain data and imports nothing of the package; these runtime imports are
-#: the exceptions, each with its reason.
+#: Layer 1 imports nothing of the package but the errors; these runtime imports are the
+#: exceptions, each with its reason.
 LAYER_ONE_IMPORTS: dict[str, str] = {
     "pytest_graphleak.result -> pytest_graphleak.status":
         "a CheckResult's status is status.check_status, the one status rule (both plain "
         "data); follow-up: the status rule could take the result's fields instead",
-    "pytest_graphleak.values -> pytest_graphleak.exceptions":
-        "the value checks raise OptionError, defined with every other error under one base "
-        "(GraphleakError); exceptions itself imports nothing",
-    "pytest_graphleak.baseline -> pytest_graphleak.exceptions":
-        "reading a baseline file raises BaselineError, defined with every other error under "
-        "one base (GraphleakError); exceptions itself imports nothing",
 }  # fmt: skip
 
 #: Imports made for annotations only (``if TYPE_CHECKING:``) that close an import circle:
@@ -338,15 +335,17 @@ def type_only_dependencies(name: str, known: Modules | None = None) -> set[str]:
 
 
 def layer_violations(graph: dict[str, set[str]]) -> list[str]:
-    """``a -> b`` where ``b`` is in a higher layer, or ``a`` is in layer 1 (plain data,
-    which imports nothing of the package)."""
-    return [
-        f"{name} -> {dep}"
-        for name in sorted(graph)
-        for dep in sorted(graph[name])
-        if LAYER_OF.get(top_part(dep), 0) > LAYER_OF.get(top_part(name), 0)
-        or LAYER_OF.get(top_part(name)) == 0
-    ]
+    """``a -> b`` where ``b`` is in a higher layer, or ``a`` is in layer 0 (the errors,
+    which import nothing of the package), or ``a`` is in layer 1 (plain data, which
+    imports only the errors) and ``b`` is not in layer 0."""
+    found = []
+    for name in sorted(graph):
+        mine = LAYER_OF.get(top_part(name), len(LAYERS))
+        for dep in sorted(graph[name]):
+            theirs = LAYER_OF.get(top_part(dep), ERRORS)
+            if theirs > mine or mine == ERRORS or (mine == PLAIN_DATA and theirs != ERRORS):
+                found.append(f"{name} -> {dep}")
+    return found
 
 
 def circles(graph: dict[str, set[str]]) -> list[str]:
@@ -408,7 +407,7 @@ TYPING = {name: type_only_dependencies(name) for name in MODULES}
 
 def test_no_layer_imports_a_higher_one() -> None:
     """Imports, function-level ones and those named by a string too, go down the layers;
-    layer 1 imports nothing of the package but the listed exceptions."""
+    layer 0 imports nothing of the package, layer 1 only layer 0 but the listed exceptions."""
     found = layer_violations(RUNTIME)
     assert [edge for edge in found if edge not in LAYER_ONE_IMPORTS] == []
     assert set(LAYER_ONE_IMPORTS) <= set(found)  # none stale
@@ -476,10 +475,29 @@ def test_the_import_scan_sees_imports_by_name() -> None:
 
 
 def test_the_layer_scan_holds_layer_one_to_no_import() -> None:
-    """Layer 1 imports nothing of the package, not even another layer-1 module."""
+    """Layer 1 imports nothing of the package but the errors (layer 0), not even another
+    layer-1 module."""
     graph = {"pytest_graphleak.patterns": {"pytest_graphleak.metrics"},
+             "pytest_graphleak.values": {"pytest_graphleak.exceptions"},
              "pytest_graphleak.verdict": {"pytest_graphleak.metrics"}}  # fmt: skip
     assert layer_violations(graph) == ["pytest_graphleak.patterns -> pytest_graphleak.metrics"]
+
+
+def test_the_layer_scan_holds_the_errors_to_no_import() -> None:
+    """``exceptions`` (layer 0) imports nothing of the package at run time, not even plain
+    data: an error types the result it carries under ``TYPE_CHECKING`` only."""
+    runtime = ast.parse("from pytest_graphleak.result import CheckResult\n")
+    typed = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                      "    from pytest_graphleak.result import CheckResult\n")  # fmt: skip
+    for tree, expected in ((runtime, {"pytest_graphleak.result"}), (typed, set())):
+        known = {**MODULES, "pytest_graphleak.exceptions": (PACKAGE / "exceptions.py", tree)}
+        found = runtime_dependencies("pytest_graphleak.exceptions", known)
+        assert found == expected
+        assert layer_violations({"pytest_graphleak.exceptions": found}) == [
+            f"pytest_graphleak.exceptions -> {dep}" for dep in sorted(found)
+        ]
+    assert LAYER_OF["exceptions"] == ERRORS
+    assert RUNTIME["pytest_graphleak.exceptions"] == set()
 
 
 def test_the_circle_scan_counts_type_only_circles() -> None:
@@ -1167,7 +1185,7 @@ def test_the_design_layout_is_the_tree() -> None:
     and nothing else; its layers table is ``LAYERS``; every module it names exists."""
     text = DESIGN.read_text(encoding="utf-8")
     assert layout_parts(text) == {top_part(name) for name in MODULES}
-    assert layer_table(text) == {level + 1: set(parts) for level, parts in enumerate(LAYERS)}
+    assert layer_table(text) == {level: set(parts) for level, parts in enumerate(LAYERS)}
     assert stale_references(text) == []
 
 

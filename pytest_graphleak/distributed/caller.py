@@ -18,7 +18,7 @@ from pytest_graphleak.distributed.factory import FactoryLike, factory_ref
 from pytest_graphleak.distributed.messages import Job
 from pytest_graphleak.distributed.rank import STACKS_SIGNAL, rank_main
 from pytest_graphleak.distributed.results import DistributedResult, RankResult, ranks_text
-from pytest_graphleak.options import CheckOptions, Settings, call_settings
+from pytest_graphleak.options import CheckOptions, OptionError, Settings, call_settings
 from pytest_graphleak.result import CheckResult
 from pytest_graphleak.values import int_at_least, seconds
 
@@ -88,18 +88,18 @@ def check_distributed_many(
     """
     int_at_least("world_size", world_size, 1)
     if not isinstance(backend, str) or not backend:
-        raise ValueError(f"backend: expected a torch.distributed backend name, got {backend!r}")
+        raise OptionError(f"backend: expected a torch.distributed backend name, got {backend!r}")
     # validated here, once, so that a bad keyword never spawns a rank
     resolved = call_settings(settings, options, where="check_distributed()")
     start_timeout = seconds("start_timeout", start_timeout)
     timeout = seconds("timeout", timeout)
     refs = [factory_ref(f) for f in step_factories]
     if not refs:
-        raise ValueError("check_distributed_many: give at least one step factory")
+        raise OptionError("check_distributed_many: give at least one step factory")
     if names is None:
         names = [ref.label for ref in refs]
     elif len(names) != len(refs):
-        raise ValueError(f"names: {len(names)} names for {len(refs)} step factories")
+        raise OptionError(f"names: {len(names)} names for {len(refs)} step factories")
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="graphleak-dist-", ignore_cleanup_errors=True) as tmp:
         job = Job(refs, list(names), world_size, backend, start_timeout, timeout, resolved, tmp)

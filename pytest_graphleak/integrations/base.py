@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_graphleak import session
 from pytest_graphleak.loop import LoopCheck, check_count, check_sample_every
-from pytest_graphleak.options import CallbackOptions, Settings
+from pytest_graphleak.options import CallbackOptions, OptionError, Settings
 from pytest_graphleak.result import CheckResult
 
 if TYPE_CHECKING:
@@ -48,12 +48,12 @@ class FrameworkCheck:
             check_count("window", self.window, minimum=2)
             if self.steps is None or self.window is None:  # "not both" is said below
                 check_sample_every(self.sample_every, self.window, where=where)
-        except ValueError as exc:  # OptionError included
-            raise ValueError(str(exc) if where in str(exc) else f"{where}: {exc}") from None
+        except OptionError as exc:
+            raise OptionError(str(exc) if where in str(exc) else f"{where}: {exc}") from None
         if self.on_leak not in ON_LEAK:
-            raise ValueError(f"{where}: on_leak must be 'raise' or 'warn', got {self.on_leak!r}")
+            raise OptionError(f"{where}: on_leak must be 'raise' or 'warn', got {self.on_leak!r}")
         if self.steps is not None and self.window is not None:
-            raise ValueError(f"{where}: give steps= or window=, not both")
+            raise OptionError(f"{where}: give steps= or window=, not both")
         self._values = values
         self._where = where
         self._check: LoopCheck | None = None
