@@ -147,6 +147,46 @@ NAMED_EDGES = frozenset({"key", "attribute", "closure cell", "generator frame",
 
 
 @dataclass
+class DrawingNode:
+    """One box of a ``Drawing``: its text and what it stands for."""
+
+    label: str  # the object described (``list(len=3)``, ``Tensor(shape=(), ...)``)
+    #: "root": the chain's root (the user's name for it); "node": a leaked autograd graph
+    #: node (drawn to stand out); "object": anything else.
+    kind: str = "object"
+
+
+@dataclass
+class DrawingEdge:
+    """One arrow of a ``Drawing``, between two of its nodes (by their index)."""
+
+    source: int
+    target: int
+    #: "root": from the root to the first object; "reference": a link of the chain or
+    #: the cycle, ``label`` saying how (``['losses']``, ``.history``; "" for none);
+    #: "graph": an edge of the retained autograd graph behind the chain's tensor.
+    kind: str = "reference"
+    label: str = ""
+
+
+@dataclass
+class Drawing:
+    """The retained graph as plain data: the chain (or the cycle) and, behind its last
+    tensor or node, the autograd graph, at most ``diagnose.render.MAX_DRAWN`` objects.
+    The diagnosis makes it (``diagnose.render.drawing``); the reports draw it
+    (``report.dot.drawing_dot``: Graphviz DOT). Nodes are listed in the order the
+    edges first reach them."""
+
+    nodes: list[DrawingNode] = field(default_factory=list)
+    edges: list[DrawingEdge] = field(default_factory=list)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Drawing:
+        return cls(nodes=[DrawingNode(**node) for node in data.get("nodes", [])],
+                   edges=[DrawingEdge(**edge) for edge in data.get("edges", [])])  # fmt: skip
+
+
+@dataclass
 class Diagnosis:
     pattern: str
     #: Shortest reference path from a root the user knows to a leaked object,
@@ -158,8 +198,9 @@ class Diagnosis:
     sites: list[CreationSite] = field(default_factory=list)
     #: Free-form lines worth showing (e.g. "held from C++ by a saved-tensor pack hook").
     notes: list[str] = field(default_factory=list)
-    #: Graphviz DOT text of the retained graph, when drawn (may be empty).
-    dot: str = ""
+    #: The retained graph as plain data, when drawn (None: nothing to draw). The JSON
+    #: document carries it as ``drawing`` and its Graphviz DOT text as ``dot``.
+    drawing: Drawing | None = None
     #: Lines that put a leaked tensor into its holder during a diagnostic step
     #: (``losses.append(loss)``, ``self.total = self.total + loss``), most frequent first;
     #: ``count`` is how often the line changed the holder in one step.
@@ -282,6 +323,9 @@ class CheckResult:
             diag["stored_at"] = [CreationSite(**s) for s in diag.get("stored_at", [])]
             diag["change_at"] = [CreationSite(**s) for s in diag.get("change_at", [])]
             diag["links"] = [Link(**link) for link in diag.get("links", [])]
+            drawn = diag.get("drawing")
+            diag["drawing"] = Drawing.from_dict(drawn) if drawn else None
+            diag.pop("dot", None)  # the document's rendering of the drawing
             diagnosis = Diagnosis(**diag)
         site = data.get("error_site")
         return cls(

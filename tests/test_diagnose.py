@@ -21,9 +21,10 @@ from pytest_graphleak.diagnose import diagnose
 from pytest_graphleak.diagnose.backends import active_backends
 from pytest_graphleak.diagnose.classify import Facts, only_memory_grew, pattern_of
 from pytest_graphleak.diagnose.edges import Edge, ObjectEdges
-from pytest_graphleak.diagnose.render import render_chain, render_dot
+from pytest_graphleak.diagnose.render import MAX_DRAWN, drawing, render_chain
 from pytest_graphleak.diagnose.search import Path, find_cycle, shortest_path
 from pytest_graphleak.probes import METRICS
+from pytest_graphleak.report.dot import drawing_dot
 from pytest_graphleak.result import Growth, Verdict
 
 torch = pytest.importorskip("torch")
@@ -64,7 +65,9 @@ def test_torch_list_accumulation_chain_site_and_growth_note() -> None:
     assert d.chain[3] == "Tensor(shape=(), grad_fn=MeanBackward0)"
     assert "loss = model(torch.ones(2, 3)).pow(2).mean()" in site_lines(d)
     assert any("grows by 1 per step" in n for n in d.notes)
-    assert d.dot.startswith("digraph graphleak {") and "MeanBackward0" in d.dot
+    assert d.drawing is not None
+    dot = drawing_dot(d.drawing)
+    assert dot.startswith("digraph graphleak {") and "MeanBackward0" in dot
 
 
 @pytest.mark.parametrize("every", [3, 5])
@@ -423,7 +426,9 @@ def test_edge_texts_and_long_node_runs_are_elided() -> None:
     assert chain[0] == "local 'y'" and chain[-1] == "Tensor(shape=(1,), requires_grad=True)"
     assert any("more graph nodes" in label for label in chain)
     assert len(chain) < 12
-    dot = render_dot(path, None, walker)
+    drawn = drawing(path, None, walker)
+    assert drawn is not None and len(drawn.nodes) <= MAX_DRAWN + 1
+    dot = drawing_dot(drawn)
     assert dot.count("->") <= 60 and "MulBackward0" in dot
     assert first is y.grad_fn
 

@@ -17,13 +17,23 @@ from pytest_graphleak.report.dot import (
     chain_to_dot,
     cycle_to_dot,
     diagnosis_dot,
+    drawing_dot,
     quote,
     render_svg,
 )
 from pytest_graphleak.report.html import render_html, source_context
 from pytest_graphleak.report.json_doc import CheckedTest, build_document
 from pytest_graphleak.report.svg import series_chart
-from pytest_graphleak.result import CheckResult, CreationSite, Diagnosis, Growth, Verdict
+from pytest_graphleak.result import (
+    CheckResult,
+    CreationSite,
+    Diagnosis,
+    Drawing,
+    DrawingEdge,
+    DrawingNode,
+    Growth,
+    Verdict,
+)
 
 EVIL = "<script>alert('x')</script>"
 
@@ -60,7 +70,9 @@ class Page(HTMLParser):
         ]
 
 
-def leak(name: str, *, chain: list[str], dot: str = "", cycle: list[str] | None = None) -> dict:
+def leak(
+    name: str, *, chain: list[str], drawn: Drawing | None = None, cycle: list[str] | None = None
+) -> dict:
     calls = 3 + 6
     return CheckResult(
         name=name,
@@ -85,7 +97,7 @@ def leak(name: str, *, chain: list[str], dot: str = "", cycle: list[str] | None 
             cycle=cycle or [],
             sites=[CreationSite("t.py", 4, f"losses.append(loss)  # {EVIL}", 1, "step")],
             notes=[f"note {EVIL}"],
-            dot=dot,
+            drawing=drawn,
         ),
     ).to_dict()
 
@@ -203,9 +215,10 @@ def test_graphviz_drawing_is_an_option_beside_the_own_drawing() -> None:
     assert len(drawn.all("svg", class_="graph-drawing")) == 2 * 4
     assert any("closure 'fn'" in text for text in seen)
     # Without Graphviz, a diagnosis' own DOT drawing is kept as text to draw elsewhere.
-    own = CheckedTest("t.py::test_dot", "failed", [leak("d", chain=[], dot="digraph {a -> b}")])
+    own_drawing = Drawing([DrawingNode("a"), DrawingNode("b")], [DrawingEdge(0, 1)])
+    own = CheckedTest("t.py::test_dot", "failed", [leak("d", chain=[], drawn=own_drawing)])
     page = Page(render_html(build_document([own], generated_by="x"), draw=None))
-    assert "digraph {a -> b}" in "".join(page.pre_text)
+    assert drawing_dot(own_drawing) in "".join(page.pre_text)
     refused = Page(render_html(document(), draw=lambda text: None))
     assert not refused.pre_text or "digraph" not in "".join(refused.pre_text)
     assert "what the leak keeps" in "".join(drawn.text)
@@ -293,10 +306,11 @@ def test_dot_text_is_quoted_and_chosen_by_priority() -> None:
     cycle = cycle_to_dot(["a", "b", "c"])
     assert "n2 -> n0;" in cycle
     assert "n0 -> n0;" in cycle_to_dot(["self"])
-    assert diagnosis_dot({"dot": "digraph {}", "chain": ["a"]}) == "digraph {}"
-    assert "n1 -> n0" in diagnosis_dot({"dot": "", "cycle": ["a", "b"], "chain": ["c"]})
-    assert 'label="c"' in diagnosis_dot({"dot": "", "cycle": [], "chain": ["c"]})
-    assert diagnosis_dot(None) == "" and diagnosis_dot({"chain": []}) == ""
+    drawn = Drawing([DrawingNode("r")], [])
+    assert diagnosis_dot(Diagnosis("cycle", chain=["a"], drawing=drawn)) == drawing_dot(drawn)
+    assert "n1 -> n0" in diagnosis_dot(Diagnosis("cycle", cycle=["a", "b"], chain=["c"]))
+    assert 'label="c"' in diagnosis_dot(Diagnosis("cycle", chain=["c"]))
+    assert diagnosis_dot(None) == "" and diagnosis_dot(Diagnosis("cycle")) == ""
 
 
 def test_charts_handle_flat_empty_and_broken_series() -> None:

@@ -12,6 +12,7 @@ from typing import Any
 import jsonschema
 import pytest
 
+from pytest_graphleak.report.dot import drawing_dot
 from pytest_graphleak.report.json_doc import (
     CheckedTest,
     build_document,
@@ -24,6 +25,9 @@ from pytest_graphleak.result import (
     CheckResult,
     CreationSite,
     Diagnosis,
+    Drawing,
+    DrawingEdge,
+    DrawingNode,
     Growth,
     Verdict,
 )
@@ -47,7 +51,7 @@ def leaky_check(name: str = "t.py::test_leak", warmup: int = 2, steps: int = 5) 
             "retained-grad-fn",
             chain=["global 'total'", "Tensor(shape=(), grad_fn=AddBackward0)"],
             sites=[CreationSite("t.py", 9, "loss = model(x)", 1, "step", via="lib/m.py:3")],
-            dot="digraph { a -> b }",
+            drawing=Drawing([DrawingNode("a"), DrawingNode("b")], [DrawingEdge(0, 1)]),
             stored_at=[CreationSite("t.py", 10, "total += loss", 1, "step")],
         ),
         duration_s=0.25,
@@ -111,10 +115,19 @@ def test_document_validates_and_round_trips_through_json() -> None:
     loaded = json.loads(dumps(document))
     jsonschema.validate(loaded, schema)
     assert loaded == document
-    # Every check in the document is still a CheckResult.
+    # Every check in the document is still a CheckResult, its drawing's DOT text beside it.
+    drawn = 0
     for test in loaded["tests"]:
         for check in test["checks"]:
-            assert CheckResult.from_dict(check).to_dict().items() <= check.items()
+            result = CheckResult.from_dict(check)
+            diagnosis = check.get("diagnosis")
+            if diagnosis is not None:
+                dot = diagnosis.pop("dot")
+                drawing = result.diagnosis.drawing if result.diagnosis else None
+                assert dot == (drawing_dot(drawing) if drawing else "")
+                drawn += bool(dot)
+            assert result.to_dict().items() <= check.items()
+    assert drawn >= 1
 
 
 @pytest.mark.parametrize(

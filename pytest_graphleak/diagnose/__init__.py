@@ -10,7 +10,8 @@ graph nodes a step leaves behind, then
 - the **cycle**: for leaks held by reference cycles, the objects of the cycle with edge
   labels, and which hook or pack hook holds it when the cycle runs through torch's C++;
 - the **sites**: file:line of user code that made the leaked tensors and nodes;
-- the **pattern** (``pattern_of``) and a small Graphviz drawing.
+- the **pattern** (``pattern_of``) and the retained graph as plain data
+  (``result.Drawing``; the reports write it as Graphviz DOT).
 
 Without a step (a hand-written loop checked with ``track()``) it inspects the heap as it
 is. The returned ``Diagnosis`` is plain strings and numbers: nothing here keeps a
@@ -42,7 +43,7 @@ from pytest_graphleak.diagnose.loop_memory import watch_growth
 from pytest_graphleak.diagnose.loop_recorder import Observation
 from pytest_graphleak.diagnose.memory import growing_holder
 from pytest_graphleak.diagnose.observe import RECORDED_RUNS, RUNS, observe
-from pytest_graphleak.diagnose.render import render_cycle, render_dot
+from pytest_graphleak.diagnose.render import drawing, render_cycle
 from pytest_graphleak.diagnose.roots import all_roots
 from pytest_graphleak.diagnose.search import Path, shortest_path
 from pytest_graphleak.diagnose.sites import Site, memory_sites, per_step
@@ -292,8 +293,8 @@ def _told(
     kept_tensors = grown.tensors or tensors > 0
     story = story_of(pattern, graph_grew=facts.graph_grew, tensors=kept_tensors,
                      has_chain=found.chain_path is not None)  # fmt: skip
-    dot = render_dot(found.chain_path, found.cycle_path, walker) or (seen.dot if seen else "")
-    diagnosis = Diagnosis(pattern, cycle=found.cycle, sites=sites, notes=notes, dot=dot,
+    drawn = drawing(found.chain_path, found.cycle_path, walker) or (seen.drawing if seen else None)
+    diagnosis = Diagnosis(pattern, cycle=found.cycle, sites=sites, notes=notes, drawing=drawn,
                           story=story, change_at=found.change_at,
                           kept_without_graph=kept_tensors and not facts.graph_grew)  # fmt: skip
     diagnosis.chain, diagnosis.links = found.chain

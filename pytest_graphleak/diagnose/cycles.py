@@ -32,12 +32,12 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_graphleak.diagnose.backends import NODE, TENSOR, Backend, TorchBackend
 from pytest_graphleak.diagnose.edges import ObjectEdges
-from pytest_graphleak.diagnose.render import render_cycle, render_dot
+from pytest_graphleak.diagnose.render import drawing, render_cycle
 from pytest_graphleak.diagnose.search import Path, find_cycle
 from pytest_graphleak.diagnose.sites import Site
 from pytest_graphleak.heap.usercode import is_user_file, library_label
 from pytest_graphleak.probes.autograd.torch_hooks import reading
-from pytest_graphleak.result import CreationSite, display_path
+from pytest_graphleak.result import CreationSite, Drawing, display_path
 
 if TYPE_CHECKING:  # cycles is below the recorder: the recorder hands these in
     from pytest_graphleak.diagnose.loop_recorder import Leaked, Observation
@@ -47,7 +47,7 @@ class SeenCycle:
     """A cycle among a loop's recorded objects, seen as the collector freed it: plain data."""
 
     cycle: list[str]  # rendered, as ``Diagnosis.cycle``
-    dot: str
+    drawing: Drawing | None  # as ``Diagnosis.drawing``
     notes: list[str]
     fix: str  # "" for the pattern's usual fix
     #: tensors and graph nodes of the recorded steps that only the collector freed
@@ -94,7 +94,7 @@ def see_cycle(
     """``seen`` with the objects one collection of a running loop freed added: counted with
     their sites, and the first cycle through them drawn (plain text: they are freed next)."""
     if seen is None:
-        seen = SeenCycle(cycle=[], dot="", notes=[], fix="")
+        seen = SeenCycle(cycle=[], drawing=None, notes=[], fix="")
     seen.freed += len(cyclic)
     for item in cyclic:
         if item.site is not None:
@@ -107,7 +107,7 @@ def see_cycle(
         try:
             seen.cycle = render_cycle(path, walker)
             seen.notes, seen.fix = cycle_story(path, walker, collectable=True)
-            seen.dot = render_dot(None, path, walker)
+            seen.drawing = drawing(None, path, walker)
             seen.change_at = hook_sites(path)
         finally:
             path.clear()

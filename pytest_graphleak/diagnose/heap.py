@@ -21,7 +21,7 @@ from pytest_graphleak.diagnose.backends import TENSOR
 from pytest_graphleak.diagnose.classify import Facts, pattern_of
 from pytest_graphleak.diagnose.edges import ObjectEdges, items_of
 from pytest_graphleak.diagnose.facts import set_chain
-from pytest_graphleak.diagnose.render import render_dot
+from pytest_graphleak.diagnose.render import drawing
 from pytest_graphleak.diagnose.roots import given_roots
 from pytest_graphleak.diagnose.search import Path, extend, shortest_path
 from pytest_graphleak.heap.containers import SIZED
@@ -82,8 +82,8 @@ def _diagnosis(
                      has_chain=facts.has_chain)  # fmt: skip
     # Tensors grew or were found (tensors=True), without a graph; only cycles: unknown.
     bare = not facts.graph_grew and not facts.only_cycles
-    dot = render_dot(path, None, walker) if path is not None else ""
-    diagnosis = Diagnosis(pattern, notes=notes, story=story, kept_without_graph=bare, dot=dot)
+    diagnosis = Diagnosis(pattern, notes=notes, story=story, kept_without_graph=bare,
+                          drawing=drawing(path, None, walker))  # fmt: skip
     set_chain(diagnosis, path, walker)
     diagnosis.fix = choose_fix(diagnosis)
     return diagnosis

@@ -33,7 +33,7 @@ from pytest_graphleak.diagnose.edges import Edge, ObjectEdges
 from pytest_graphleak.diagnose.facts import set_chain
 from pytest_graphleak.diagnose.heap import NO_LINES
 from pytest_graphleak.diagnose.memory import array_bytes, survey
-from pytest_graphleak.diagnose.render import render_dot
+from pytest_graphleak.diagnose.render import drawing
 from pytest_graphleak.diagnose.roots import Roots, all_roots
 from pytest_graphleak.diagnose.search import Path, shortest_path
 from pytest_graphleak.diagnose.sites import (
@@ -279,7 +279,7 @@ class GrowthWatch:
             return
         try:
             set_chain(diagnosis, path, self.walker)
-            diagnosis.dot = diagnosis.dot or render_dot(path, None, self.walker)
+            diagnosis.drawing = diagnosis.drawing or drawing(path, None, self.walker)
         finally:
             path.clear()
         after = slot.nbytes_after or 0

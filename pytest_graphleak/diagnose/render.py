@@ -1,4 +1,5 @@
-"""Turn paths of live objects into plain strings: the culprit chain, the cycle, DOT text.
+"""Turn paths of live objects into plain data: the culprit chain and the cycle as
+strings, the retained graph as a ``result.Drawing`` (the reports draw it: ``report.dot``).
 
 The chain reads the way the user would reach the object in code::
 
@@ -21,11 +22,12 @@ from typing import Any
 from pytest_graphleak.diagnose.edges import SUSPENDED, Edge, ObjectEdges
 from pytest_graphleak.diagnose.search import Path
 from pytest_graphleak.heap.containers import SIZED
+from pytest_graphleak.result import Drawing, DrawingEdge, DrawingNode
 
 #: Longest run of graph nodes written out in a chain before the middle is elided.
 _MAX_NODE_RUN = 4
-#: Nodes drawn in the DOT picture, at most.
-MAX_DOT_NODES = 40
+#: Objects drawn in a ``Drawing`` (besides the chain's root), at most.
+MAX_DRAWN = 40
 
 
 def describe(obj: Any, walker: ObjectEdges) -> str:
@@ -118,50 +120,47 @@ def _is_node(obj: Any, walker: ObjectEdges) -> bool:
     return found is not None and found[1] == "node"
 
 
-def _quote(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def render_dot(chain_path: Path | None, cycle_path: Path | None, walker: ObjectEdges) -> str:
-    """Graphviz DOT: the chain (or cycle) plus the graph behind its tensor, <= 40 nodes."""
+def drawing(
+    chain_path: Path | None, cycle_path: Path | None, walker: ObjectEdges
+) -> Drawing | None:
+    """The chain (or cycle) and the graph behind its last tensor or node, as plain data
+    (``result.Drawing``: at most ``MAX_DRAWN`` objects besides the root); None when there
+    is no path. The reports draw it (``report.dot``)."""
     path = chain_path or cycle_path
     if path is None or not path.objects:
-        return ""
-    ids: dict[int, str] = {}
-    lines = ["digraph graphleak {", "  rankdir=LR;", '  node [shape=box, fontname="monospace"];']
+        return None
+    drawn = Drawing()
+    ids: dict[int, int] = {}  # id(object) -> its index in drawn.nodes
 
-    def node_id(obj: Any) -> str:
-        key = id(obj)
-        if key not in ids:
-            ids[key] = f"n{len(ids)}"
-            # Leaked graph nodes stand out: filled and outlined red (the HTML legend says so).
-            leaked = ', style=filled, fillcolor="#fde2e2", color="#c62828", penwidth=1.5'
-            style = leaked if _is_node(obj, walker) else ""
-            lines.append(f"  {ids[key]} [label={_quote(describe(obj, walker))}{style}];")
-        return ids[key]
+    def node(obj: Any) -> int:
+        if id(obj) not in ids:
+            ids[id(obj)] = len(drawn.nodes)
+            kind = "node" if _is_node(obj, walker) else "object"  # drawn to stand out
+            drawn.nodes.append(DrawingNode(describe(obj, walker), kind))
+        return ids[id(obj)]
+
+    def arrow(source: int, target: Any, kind: str, label: str = "") -> None:
+        drawn.edges.append(DrawingEdge(source, node(target), kind, label))
 
     if chain_path is not None:
-        label = _quote(chain_path.root_label)
-        lines.append(f'  r0 [label={label}, style=filled, fillcolor="#dde8ff"];')
-        lines.append(f"  r0 -> {node_id(path.objects[0])};")
+        drawn.nodes.append(DrawingNode(chain_path.root_label, "root"))
+        arrow(0, path.objects[0], "root")
     for i, edge in enumerate(path.edges):
-        a, b = node_id(path.objects[i]), node_id(path.objects[i + 1])
-        lines.append(f"  {a} -> {b} [label={_quote(edge.text().strip() or ' ')}];")
+        arrow(node(path.objects[i]), path.objects[i + 1], "reference", edge.text().strip())
     # The retained autograd graph behind the last tensor/node of the path.
     start = next((o for o in reversed(path.objects) if walker.backend_of(o) is not None), None)
     if start is not None:
         frontier: deque[Any] = deque([start])
         holder: list[Any] = []  # keeps torch node wrappers alive so their ids stay unique
-        while frontier and len(ids) < MAX_DOT_NODES:
+        while frontier and len(ids) < MAX_DRAWN:
             obj = frontier.popleft()
             for edge, child in walker.edges(obj):
-                if edge.kind not in ("grad_fn", "next") or len(ids) >= MAX_DOT_NODES:
+                if edge.kind not in ("grad_fn", "next") or len(ids) >= MAX_DRAWN:
                     continue
                 known = id(child) in ids
                 holder.append(child)
-                lines.append(f"  {node_id(obj)} -> {node_id(child)} [style=dashed];")
+                arrow(node(obj), child, "graph")
                 if not known:
                     frontier.append(child)
         holder.clear()
-    lines.append("}")
-    return "\n".join(lines) + "\n"
+    return drawn

@@ -35,7 +35,7 @@ from pytest_graphleak.diagnose.backends import NODE, TENSOR, Backend
 from pytest_graphleak.diagnose.classify import Facts, pattern_of
 from pytest_graphleak.diagnose.edges import ObjectEdges
 from pytest_graphleak.diagnose.facts import set_chain
-from pytest_graphleak.diagnose.render import render_dot
+from pytest_graphleak.diagnose.render import drawing
 from pytest_graphleak.diagnose.search import Path, shortest_path
 from pytest_graphleak.diagnose.sites import Site, creation_site, function_at, most_common
 from pytest_graphleak.heap.containers import SIZED
@@ -287,7 +287,7 @@ def _result(
             "older one: each test that does so chains its graph onto the same one"
         )
     diagnosis = Diagnosis(
-        pattern, sites=sites, notes=notes, dot=render_dot(path, None, walker),
+        pattern, sites=sites, notes=notes, drawing=drawing(path, None, walker),
         story=BY_WORD[pattern].outlive_meaning,
         kept_without_graph=bool(tensors) and node_count == 0,  # the census keeps graph objects
     )  # fmt: skip

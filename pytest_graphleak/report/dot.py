@@ -1,9 +1,11 @@
 """Graphviz DOT text for a retained graph, and its rendering to inline SVG.
 
-The diagnosis usually draws the retained graph itself (``Diagnosis.dot``); when it
-did not, ``diagnosis_dot`` builds a small drawing from the culprit chain and the
-cycle. ``render_svg`` runs Graphviz's ``dot`` when it is on PATH; callers show the
-DOT text instead when it returns None.
+The diagnosis records the retained graph as plain data (``Diagnosis.drawing``, a
+``result.Drawing``: typed nodes and edges, no DOT syntax); ``drawing_dot`` writes it
+as DOT, the JSON document's ``dot`` and the HTML page's. When there is no drawing,
+``diagnosis_dot`` builds a small one from the culprit chain and the cycle.
+``render_svg`` runs Graphviz's ``dot`` when it is on PATH; callers show the DOT text
+instead when it returns None.
 """
 
 from __future__ import annotations
@@ -11,9 +13,13 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
+from pytest_graphleak.result import Diagnosis, Drawing, DrawingNode
+
+#: How a drawing's root and its leaked graph nodes stand out (the HTML legend says so).
+_DRAWN_STYLE = {"root": ', style=filled, fillcolor="#dde8ff"',
+                "node": ', style=filled, fillcolor="#fde2e2", color="#c62828", penwidth=1.5'}
 _NODE_STYLE = 'node [shape=box, style="rounded,filled", fillcolor="#f4f4f8", fontname="Helvetica"]'
 
 
@@ -45,17 +51,53 @@ def cycle_to_dot(cycle: Sequence[str], *, name: str = "cycle") -> str:
     return "\n".join(lines) + "\n"
 
 
-def diagnosis_dot(diagnosis: Mapping[str, Any] | None) -> str:
-    """The DOT text to draw for one diagnosis (as in ``CheckResult.to_dict()``):
-    its own drawing, else the cycle, else the chain; ``""`` when there is nothing."""
-    if not diagnosis:
+def drawing_dot(drawing: Drawing) -> str:
+    """The DOT text of a diagnosis' drawing: left to right, monospace boxes, each node
+    declared where an edge first reaches it; a graph edge dashed."""
+    lines = ["digraph graphleak {", "  rankdir=LR;", '  node [shape=box, fontname="monospace"];']
+    names = _node_names(drawing.nodes)
+    declared: set[int] = set()
+
+    def declare(index: int) -> str:
+        if index not in declared:
+            declared.add(index)
+            node = drawing.nodes[index]
+            lines.append(f"  {names[index]} [label={quote(node.label)}"
+                         f"{_DRAWN_STYLE.get(node.kind, '')}];")  # fmt: skip
+        return names[index]
+
+    for edge in drawing.edges:
+        source, target = declare(edge.source), declare(edge.target)
+        style = (" [style=dashed]" if edge.kind == "graph" else "" if edge.kind == "root"
+                 else f" [label={quote(edge.label or ' ')}]")  # fmt: skip
+        lines.append(f"  {source} -> {target}{style};")
+    for index in range(len(drawing.nodes)):  # a node no edge reaches
+        declare(index)
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def _node_names(nodes: Sequence[DrawingNode]) -> list[str]:
+    """``r0`` for the root, ``n0``, ``n1``, ... for the others, in order."""
+    names, counts = [], {"r": 0, "n": 0}
+    for node in nodes:
+        prefix = "r" if node.kind == "root" else "n"
+        names.append(f"{prefix}{counts[prefix]}")
+        counts[prefix] += 1
+    return names
+
+
+def diagnosis_dot(diagnosis: Diagnosis | None) -> str:
+    """The DOT text to draw for one diagnosis: its own drawing, else the cycle, else
+    the chain; ``""`` when there is nothing."""
+    if diagnosis is None:
         return ""
-    if diagnosis.get("dot"):
-        return str(diagnosis["dot"])
-    if diagnosis.get("cycle"):
-        return cycle_to_dot([str(x) for x in diagnosis["cycle"]])
-    if diagnosis.get("chain"):
-        return chain_to_dot([str(x) for x in diagnosis["chain"]])
+    if diagnosis.drawing is not None:
+        return drawing_dot(diagnosis.drawing)
+    if diagnosis.cycle:
+        return cycle_to_dot(diagnosis.cycle)
+    if diagnosis.chain:
+        return chain_to_dot(diagnosis.chain)
     return ""
 
 

@@ -26,7 +26,7 @@ from pytest_graphleak.report.model import TestRow, metric_rows
 from pytest_graphleak.report.span import head_label, raised_text, span_text, step_numbers
 from pytest_graphleak.report.svg import series_chart
 from pytest_graphleak.report.view import ViewLine, diagnosis_view, site_text, to_change
-from pytest_graphleak.result import CheckResult, display_path, relative_to
+from pytest_graphleak.result import CheckResult, Diagnosis, display_path, relative_to
 from pytest_graphleak.status import BY_WORD, CLEAN, KNOWN, LEAK
 
 #: Renders DOT text to an inline ``<svg>``; None means "show the DOT text instead".
@@ -127,7 +127,7 @@ class Cards:
         elif group in (LEAK, KNOWN):
             parts.append(self.what_to_change(check, diagnosis))
         if diagnosis:
-            parts.append(self.graph(diagnosis))
+            parts.append(self.graph(diagnosis, check.diagnosis))
         parts.append(self.outcome_line(check, data))
         parts += [metrics_table(check), self.charts(check, data)]
         if diagnosis:
@@ -225,7 +225,7 @@ class Cards:
             parts.append("<ul>" + "".join(f"<li>{escape(str(n))}</li>" for n in notes) + "</ul>")
         return "".join(parts)
 
-    def graph(self, diagnosis: Mapping[str, Any]) -> str:
+    def graph(self, diagnosis: Mapping[str, Any], drawn: Diagnosis | None) -> str:
         """The plugin's own drawing of the chain and the cycle, fitted to the page (four
         columns wide, two at 800 px, one on a phone, so its text stays at least 11 px)
         with a full-size view; Graphviz's drawing as well when ``dot`` is on PATH (or its
@@ -245,7 +245,7 @@ class Cards:
                 f'<details class="fullsize"><summary>full size</summary><div>{wide}</div>'
                 "</details>"
             )
-        dot_text = diagnosis_dot(diagnosis)
+        dot_text = diagnosis_dot(drawn)
         if dot_text:
             svg = self.draw(dot_text) if self.draw is not None else None
             if svg is not None:
@@ -253,7 +253,7 @@ class Cards:
                     "<details class=\"graphviz\"><summary>Graphviz's drawing of the retained "
                     f'graph</summary><div class="graph">{svg}</div></details>'
                 )
-            elif diagnosis.get("dot") or not parts:
+            elif (drawn is not None and drawn.drawing is not None) or not parts:
                 parts.append(
                     "<details><summary>the retained graph as DOT text (draw it with "
                     "Graphviz: <code>dot -Tsvg</code>)</summary>"

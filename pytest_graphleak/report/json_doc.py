@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_graphleak.report.dot import drawing_dot
 from pytest_graphleak.report.model import TestRow, metric_rows
 from pytest_graphleak.report.summary import counts
 from pytest_graphleak.result import CheckResult
@@ -62,6 +63,18 @@ def metric_summary(check: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     return {row.name: row.to_dict() for row in metric_rows(CheckResult.from_dict(check))}
 
 
+def document_check(check: Mapping[str, Any]) -> dict[str, Any]:
+    """One check as the document holds it: ``CheckResult.to_dict()`` with its
+    ``metrics`` and, beside its diagnosis' drawing, that drawing's Graphviz DOT text
+    (``dot``: "" when nothing was drawn)."""
+    result = CheckResult.from_dict(check)
+    out = {**check, "metrics": {row.name: row.to_dict() for row in metric_rows(result)}}
+    if result.diagnosis is not None:
+        drawn = result.diagnosis.drawing
+        out["diagnosis"] = {**check["diagnosis"], "dot": drawing_dot(drawn) if drawn else ""}
+    return out
+
+
 def build_document(
     tests: Iterable[CheckedTest],
     *,
@@ -89,7 +102,7 @@ def build_document(
                 "nodeid": test.nodeid,
                 "outcome": test.outcome,
                 "status": test.status,
-                "checks": [{**check, "metrics": metric_summary(check)} for check in test.checks],
+                "checks": [document_check(check) for check in test.checks],
             }
             for test in rows
         ],
