@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_graphleak.diagnose.backends import NODE, TENSOR, Backend, TorchBackend, active_backends
-from pytest_graphleak.diagnose.classify import Facts, Grown, grown_of, pattern_of
+from pytest_graphleak.diagnose.classify import Facts, Grown, grown_of, pattern_of, with_chain
 from pytest_graphleak.diagnose.cycles import (
     SeenCycle,
     cycle_story,
@@ -153,13 +153,14 @@ def _diagnose_with_step(
             if found.chain_path is not None and step is not None and not obs.error
             else None
         )
+        links = found.chain[1]  # growth seen below is a fact of its link (``Link.grew``)
         if watched is not None:
-            grew = bool(watched.grown)
+            for at, gained in watched.growth.items():
+                links[at + 1].grew = gained
             notes.extend(watched.notes())
-        else:  # a loop that cannot be re-run: its recorded steps may show the growth
-            grew = found.chain_path is not None and _grew_during_loop(
-                found.chain_path, obs, notes, period)  # fmt: skip
-        diagnosis = _told(verdict, grown, step, obs, found, walker, notes, grew)
+        elif found.chain_path is not None:  # a loop cannot be re-run: its recorded steps
+            _grew_during_loop(found.chain_path, links, obs, notes, period)  # may show it
+        diagnosis = _told(verdict, grown, step, obs, found, walker, notes)
         if watched is not None and diagnosis.pattern in STORING:
             diagnosis.stored_at = per_step(watched.stored, watched.steps, watched.via)
         diagnosis.fix = choose_fix(diagnosis, cycle_fix=found.cycle_fix)
@@ -246,7 +247,6 @@ def _told(
     found: _Found,
     walker: ObjectEdges,
     notes: list[str],
-    grew: bool,
 ) -> Diagnosis:
     """The facts counted, the pattern decided (``pattern_of``), the diagnosis made."""
     graph = GraphWalk()
@@ -256,16 +256,15 @@ def _told(
     sites = _sites(obs, nodes, runs, seen.sites if seen is not None else {})
     tensors = sum(1 for item in obs.leaked if item.kind == TENSOR)
     graph_nodes = len(obs.leaked) - tensors + len(nodes)
-    facts = Facts(
+    counted = Facts(
         leaked_count=len(obs.leaked) + len(nodes),
         cyclic_count=len(obs.cyclic) + (seen.freed if seen is not None else 0),
-        has_chain=found.chain_path is not None,
-        container_grew=grew,
         cycle_held=bool(found.cycle),  # with no chain: a cycle or pack hook holds them
         memory_only=grown.memory_only,
         graph_grew=graph_nodes > 0 or grown.nodes,
         only_cycles=grown.only_cycles,
     )
+    facts = with_chain(counted, found.chain[1])
     pattern = pattern_of(verdict, facts)
     steps_word = "diagnostic steps" if step is not None else "recorded steps of the loop"
     if obs.leaked or nodes:
@@ -316,13 +315,16 @@ def _target_test(obs: Observation, torch: TorchBackend | None) -> Callable[[obje
     return is_target
 
 
-def _grew_during_loop(path: Path, obs: Observation, notes: list[str], period: int) -> bool:
-    """Whether a container on the chain holds what several recorded loop steps made
+def _grew_during_loop(
+    path: Path, links: list[Link], obs: Observation, notes: list[str], period: int
+) -> None:
+    """Mark the container on the chain that holds what several recorded loop steps made
     (the loop cannot be re-run to watch it grow, but its recorded steps show it), or,
     for a leak slower than one object a step (``period`` > 1: the recorded steps may
-    make only one), what one of them made."""
+    make only one), what one of them made: its link's ``grew`` is how many of the
+    recorded steps put something in it."""
     made_in = {id(leaked.obj): leaked.run for leaked in obs.leaked}
-    for obj in path.objects:
+    for at, obj in enumerate(path.objects):
         if not isinstance(obj, SIZED):
             continue
         runs: set[int] = set()
@@ -336,15 +338,16 @@ def _grew_during_loop(path: Path, obs: Observation, notes: list[str], period: in
                 f"{type(obj).__name__} on the chain (len {len(obj)}) holds what each of "
                 f"{len(runs)} recorded steps made"
             )
-            return True
+            links[at + 1].grew = len(runs)
+            return
         if runs and period > 1:
             notes.append(
                 f"{type(obj).__name__} on the chain (len {len(obj)}) holds what "
                 f"{len(runs)} of {obs.recorded_runs} recorded steps made, and the counts "
                 f"grow by about one every {period} steps"
             )
-            return True
-    return False
+            links[at + 1].grew = len(runs)
+            return
 
 
 def _parts(item: object) -> list[object]:

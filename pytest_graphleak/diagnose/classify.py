@@ -24,16 +24,20 @@ With no evidence at all the verdict's first guess from the series stands.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 
 from pytest_graphleak.metrics import Metric
 from pytest_graphleak.patterns import PATTERNS
-from pytest_graphleak.result import Verdict
+from pytest_graphleak.result import Link, Verdict
 
 
 @dataclass(frozen=True)
 class Facts:
+    """What the diagnosis established. The chain's three (``has_chain``,
+    ``container_grew``, ``kept_in_container``) are read from its typed links by
+    ``with_chain``, the one place a diagnosis sets them; the rest are counts."""
+
     leaked_count: int = 0  # leaked tensors + nodes seen by the diagnosis
     cyclic_count: int = 0  # of which only the cyclic GC frees
     has_chain: bool = False
@@ -45,6 +49,23 @@ class Facts:
     #: The outlive audit: a container on the chain holds a graph tensor the test made
     #: (seen kept once; ``container_grew`` needs growth seen over steps).
     kept_in_container: bool = False
+
+
+#: The edges by which a chain leaves a collection for one of its entries (a list's or a
+#: numpy object array's index, a dict's key, a set's member).
+ENTRY_EDGES = frozenset({"index", "key", "member"})
+
+
+def with_chain(facts: Facts, links: Sequence[Link], *, kept_counts: bool = False) -> Facts:
+    """``facts`` with the chain's facts read from its typed links (``Diagnosis.links``,
+    root first; none: no chain): a link that gained entries while the steps were watched
+    (``Link.grew``) is a container that grew. ``kept_counts``: no steps were watched (the
+    outlive audit, which sees a graph kept once; a heap searched for a container of
+    graph tensors), so a collection on the chain that holds the kept object for one of
+    its entries is the evidence (``kept_in_container``)."""
+    grew = any(link.grew > 0 for link in links)
+    held = kept_counts and any(link.edge in ENTRY_EDGES for link in links[1:])
+    return replace(facts, has_chain=bool(links), container_grew=grew, kept_in_container=held)
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,9 @@ from itertools import islice
 from typing import Any
 
 from pytest_graphleak.diagnose.backends import TENSOR
-from pytest_graphleak.diagnose.classify import Facts, pattern_of
+from pytest_graphleak.diagnose.classify import Facts, pattern_of, with_chain
 from pytest_graphleak.diagnose.edges import ObjectEdges, items_of
-from pytest_graphleak.diagnose.facts import set_chain
+from pytest_graphleak.diagnose.facts import chain_of
 from pytest_graphleak.diagnose.render import drawing
 from pytest_graphleak.diagnose.roots import given_roots
 from pytest_graphleak.diagnose.search import Path, extend, shortest_path
@@ -74,17 +74,26 @@ def _graph_size(tensor: Any, walker: ObjectEdges) -> tuple[int, str]:
 
 
 def _diagnosis(
-    verdict: Verdict, facts: Facts, notes: list[str], path: Path | None, walker: ObjectEdges
+    verdict: Verdict,
+    counted: Facts,
+    notes: list[str],
+    path: Path | None,
+    walker: ObjectEdges,
+    *,
+    kept_counts: bool = False,
 ) -> Diagnosis:
-    """The diagnosis of what the walk found: the word is ``pattern_of``'s."""
+    """The diagnosis of what the walk found: the word is ``pattern_of``'s, from the
+    counts and the chain's typed links (``with_chain``; ``kept_counts``: a container
+    the walk found holding graph tensors is the evidence, no steps were watched)."""
+    chain, links = chain_of(path, walker)
+    facts = with_chain(counted, links, kept_counts=kept_counts)
     pattern = pattern_of(verdict, facts)
     story = story_of(pattern, graph_grew=facts.graph_grew, tensors=True,
                      has_chain=facts.has_chain)  # fmt: skip
     # Tensors grew or were found (tensors=True), without a graph; only cycles: unknown.
     bare = not facts.graph_grew and not facts.only_cycles
-    diagnosis = Diagnosis(pattern, notes=notes, story=story, kept_without_graph=bare,
-                          drawing=drawing(path, None, walker))  # fmt: skip
-    set_chain(diagnosis, path, walker)
+    diagnosis = Diagnosis(pattern, chain=chain, links=links, notes=notes, story=story,
+                          kept_without_graph=bare, drawing=drawing(path, None, walker))  # fmt: skip
     diagnosis.fix = choose_fix(diagnosis)
     return diagnosis
 
@@ -115,8 +124,8 @@ def diagnose_heap(
             extend(path, next(t for t in items_of(container) if _tensor(t, walker, graph=graph)))
             what = "graph-carrying items" if graph else "tensors without a graph"
             notes.append(f"{type(container).__name__} of {len(container)} {what}")
-            found = Facts(has_chain=True, container_grew=True, graph_grew=graph)
-            return _diagnosis(verdict, found, notes, path, walker)
+            found = Facts(graph_grew=graph)
+            return _diagnosis(verdict, found, notes, path, walker, kept_counts=True)
         if not graph:
             return _diagnosis(verdict, Facts(graph_grew=False), notes, None, walker)
         # The verdict's own evidence of cycles (cyclic garbage grew) outranks a graph the
@@ -140,7 +149,7 @@ def diagnose_heap(
             size, path = best
             nodes = "node" if size[1] == "1" else "nodes"  # the text: "5012+" past the bound
             notes.append(f"its autograd graph has {size[1]} {nodes}")
-            return _diagnosis(verdict, Facts(leaked_count=1, has_chain=True), notes, path, walker)
+            return _diagnosis(verdict, Facts(leaked_count=1), notes, path, walker)
         if cyclic:
             notes.append(_CYCLES_FREED)
         found = Facts(cyclic_count=cyclic, memory_only=memory_only)

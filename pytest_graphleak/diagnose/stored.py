@@ -53,6 +53,8 @@ _MODULE_TABLES = ("_buffers", "_parameters", "_modules")
 class Watched:
     #: the containers on the chain that grew, as notes ("list on the chain grows by ...")
     grown: list[str] = field(default_factory=list)
+    #: the same as facts: position on the chain's objects -> entries (or attributes) gained
+    growth: dict[int, int] = field(default_factory=dict)
     #: user lines after which the holder changed, with how often (over ``steps``)
     stored: Counter[Site] = field(default_factory=Counter)
     #: user line -> the library line that changed the holder for it ("via")
@@ -186,7 +188,7 @@ def watch_holder(
 ) -> Watched:
     """Run up to ``steps`` steps; stop after the first in which the holder changed."""
     watched = Watched()
-    sized = [(obj, size) for obj in path.objects
+    sized = [(at, obj, size) for at, obj in enumerate(path.objects)
              if walker.backend_of(obj) is None and (size := _size(obj)) is not None]
     watch = LineWatch(path, walker)
     previous = sys.gettrace()
@@ -204,10 +206,10 @@ def watch_holder(
             watch.check()
             watched.steps = done
             every = "per step" if done == 1 else f"over {done} steps"
-            watched.grown = [
-                _grown(o, before, now, every) for o, before in sized
-                if (now := _size(o) or 0) > before
-            ]  # fmt: skip
+            watched.growth = {at: now - before for at, o, before in sized
+                              if (now := _size(o) or 0) > before}  # fmt: skip
+            watched.grown = [_grown(o, before, before + watched.growth[at], every)
+                             for at, o, before in sized if at in watched.growth]  # fmt: skip
             if watched.grown or watch.changes:
                 break
         watched.stored = watch.changes

@@ -24,7 +24,6 @@ when the fixture is torn down.
 from __future__ import annotations
 
 import contextlib
-import sys
 import weakref
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
@@ -32,13 +31,12 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from pytest_graphleak.diagnose.backends import NODE, TENSOR, Backend
-from pytest_graphleak.diagnose.classify import Facts, pattern_of
+from pytest_graphleak.diagnose.classify import Facts, pattern_of, with_chain
 from pytest_graphleak.diagnose.edges import ObjectEdges
-from pytest_graphleak.diagnose.facts import set_chain
+from pytest_graphleak.diagnose.facts import chain_of
 from pytest_graphleak.diagnose.render import drawing
 from pytest_graphleak.diagnose.search import Path, shortest_path
 from pytest_graphleak.diagnose.sites import Site, creation_site, function_at, most_common
-from pytest_graphleak.heap.containers import SIZED
 from pytest_graphleak.heap.graphwalk import GraphWalk
 from pytest_graphleak.patterns import BY_WORD
 from pytest_graphleak.result import JUDGED_AT_FIXTURE_TEARDOWN, CheckResult, Diagnosis, Verdict
@@ -262,8 +260,10 @@ def _result(
     graph = GraphWalk()
     node_count = graph.count([*(getattr(t, "grad_fn", None) for t in tensors), *nodes])
     reason_seen = Verdict(leaked=True)
-    facts = Facts(leaked_count=len(kept), has_chain=True,
-                  kept_in_container=not in_place and _through_container(path))  # fmt: skip
+    chain, links = chain_of(path, walker)
+    # Kept once, not seen growing: a collection on the chain holding the graph is the
+    # evidence, unless the test extended an older tensor's graph in place.
+    facts = with_chain(Facts(leaked_count=len(kept)), links, kept_counts=not in_place)
     pattern = pattern_of(reason_seen, facts)
     sites = _sites(tensors, nodes, site_of)
     maker = made_by or nodeid
@@ -287,11 +287,11 @@ def _result(
             "older one: each test that does so chains its graph onto the same one"
         )
     diagnosis = Diagnosis(
-        pattern, sites=sites, notes=notes, drawing=drawing(path, None, walker),
+        pattern, chain=chain, links=links, sites=sites, notes=notes,
+        drawing=drawing(path, None, walker),
         story=BY_WORD[pattern].outlive_meaning,
         kept_without_graph=bool(tensors) and node_count == 0,  # the census keeps graph objects
     )  # fmt: skip
-    set_chain(diagnosis, path, walker)
     diagnosis.fix = choose_fix(diagnosis)  # no stored line yet: the holder's name, none invented
     tensors.clear()
     nodes.clear()
@@ -313,14 +313,6 @@ def _kind(obj: object, backends: list[Backend]) -> str | None:
 def _in_place(path: Path, targets: Targets, backends: list[Backend]) -> bool:
     """The chain ends at a tensor whose graph the test extended in place."""
     return targets.grown_in_place(path.objects[-1])
-
-
-def _through_container(path: Path) -> bool:
-    """A container on the chain (a numpy object array too): the test added its graph to a
-    collection."""
-    numpy = sys.modules.get("numpy")
-    return any(isinstance(obj, SIZED) or (numpy is not None and isinstance(
-        obj, numpy.ndarray) and obj.dtype == object) for obj in path.objects[:-1])  # fmt: skip
 
 
 def _sites(tensors: list[Any], nodes: list[Any], site_of: SiteOf) -> list[Any]:
