@@ -80,39 +80,29 @@ def series_chart(
 
     if warmup > 0:
         shade_end = x_of(min(warmup, max(len(values), 2) - 1) - 0.5)
-        judged = f"steps {at[0]}-{at[warmup - 1]} are" if warmup > 1 else f"step {at[0]} is"
-        title = (f"warmup: {judged} not judged" if head == "warmup" else
-                 f"baseline: the sample after step {at[warmup - 1]}, which the measured ones "
-                 "are compared with (not judged)")  # fmt: skip
-        parts.append(
-            f'<rect class="warmup" x="{_LEFT}" y="{_TOP}" width="{shade_end - _LEFT:.1f}" '
-            f'height="{plot_h}"><title>{escape(title)}</title></rect>'
-        )
+        parts.append(_warmup_shade(warmup, at, head, shade_end, plot_h))
     if noise > 0 and points:
         parts.append(_band(shown, warmup, noise, (low, high), x_at, y_of, at))
-    bottom = _TOP + plot_h
-    parts.append(
-        f'<line class="axis" x1="{_LEFT}" y1="{bottom}" x2="{_LEFT + plot_w}" y2="{bottom}"/>'
-        f'<line class="axis" x1="{_LEFT}" y1="{_TOP}" x2="{_LEFT}" y2="{bottom}"/>'
-    )
-    parts += [
-        f'<line class="grid" x1="{_LEFT}" y1="{y_of(v):.1f}" x2="{_LEFT + plot_w}" '
-        f'y2="{y_of(v):.1f}"/><text class="tick" x="{_LEFT - 4}" y="{y_of(v) + 4:.1f}" '
-        f'text-anchor="end">{escape(_tick_label(v, unit))}</text>'
-        for v in tick_values
-    ]
-    for n, step in enumerate(step_ticks(at[-1] - first_step + 1, first=first_step)):
-        x = x_at(step)
-        anchor = "start" if n == 0 else "middle" if step < at[-1] else "end"
-        label = f"step {step}" if n == 0 else str(step)
-        parts.append(
-            f'<line class="axis" x1="{x:.1f}" y1="{bottom}" x2="{x:.1f}" y2="{bottom + 4}"/>'
-            f'<text class="tick" x="{x:.1f}" y="{bottom + 15}" text-anchor="{anchor}">'
-            f"{label}</text>"
-        )
-    line_class = "series grew" if highlight else "series"
+    parts += _frame(tick_values, unit, at, y_of, x_at, plot_w, plot_h)
+    parts += _line(points, "series grew" if highlight else "series", warmup, base, unit, at,
+                   x_of, y_of)  # fmt: skip
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _line(
+    points: Sequence[tuple[int, float]],
+    line_class: str,
+    warmup: int,
+    base: float,
+    unit: str,
+    at: Sequence[int],
+    x_of: Callable[[float], float],
+    y_of: Callable[[float], float],
+) -> list[str]:
+    """The series' line, and a dot per sample with its step, phase and value."""
     coords = " ".join(f"{x_of(i):.1f},{y_of(v):.1f}" for i, v in points)
-    parts.append(f'<polyline class="{line_class}" points="{coords}"/>')
+    parts = [f'<polyline class="{line_class}" points="{coords}"/>']
     for i, v in points:
         phase = "warmup" if i < warmup else "measured"
         shown_value = format_amount(v + base, unit)
@@ -123,8 +113,55 @@ def series_chart(
             f"<title>step {at[i]} ({phase}): {escape(shown_value)}</title>"
             "</circle>"
         )
-    parts.append("</svg>")
-    return "".join(parts)
+    return parts
+
+
+def _warmup_shade(
+    warmup: int, at: Sequence[int], head: str, shade_end: float, plot_h: float
+) -> str:
+    """The shaded warmup (or baseline) samples, with a title saying they are not judged."""
+    judged = f"steps {at[0]}-{at[warmup - 1]} are" if warmup > 1 else f"step {at[0]} is"
+    title = (f"warmup: {judged} not judged" if head == "warmup" else
+             f"baseline: the sample after step {at[warmup - 1]}, which the measured ones "
+             "are compared with (not judged)")  # fmt: skip
+    return (
+        f'<rect class="warmup" x="{_LEFT}" y="{_TOP}" width="{shade_end - _LEFT:.1f}" '
+        f'height="{plot_h}"><title>{escape(title)}</title></rect>'
+    )
+
+
+def _frame(
+    tick_values: Sequence[float],
+    unit: str,
+    at: Sequence[int],
+    y_of: Callable[[float], float],
+    x_at: Callable[[float], float],
+    plot_w: float,
+    plot_h: float,
+) -> list[str]:
+    """The axes, the value grid with its tick labels, and a few step numbers below."""
+    bottom = _TOP + plot_h
+    parts = [
+        f'<line class="axis" x1="{_LEFT}" y1="{bottom}" x2="{_LEFT + plot_w}" y2="{bottom}"/>'
+        f'<line class="axis" x1="{_LEFT}" y1="{_TOP}" x2="{_LEFT}" y2="{bottom}"/>'
+    ]
+    parts += [
+        f'<line class="grid" x1="{_LEFT}" y1="{y_of(v):.1f}" x2="{_LEFT + plot_w}" '
+        f'y2="{y_of(v):.1f}"/><text class="tick" x="{_LEFT - 4}" y="{y_of(v) + 4:.1f}" '
+        f'text-anchor="end">{escape(_tick_label(v, unit))}</text>'
+        for v in tick_values
+    ]
+    first_step = at[0]
+    for n, step in enumerate(step_ticks(at[-1] - first_step + 1, first=first_step)):
+        x = x_at(step)
+        anchor = "start" if n == 0 else "middle" if step < at[-1] else "end"
+        label = f"step {step}" if n == 0 else str(step)
+        parts.append(
+            f'<line class="axis" x1="{x:.1f}" y1="{bottom}" x2="{x:.1f}" y2="{bottom + 4}"/>'
+            f'<text class="tick" x="{x:.1f}" y="{bottom + 15}" text-anchor="{anchor}">'
+            f"{label}</text>"
+        )
+    return parts
 
 
 def _band(
