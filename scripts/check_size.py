@@ -29,11 +29,6 @@ EXCEPTIONS: dict[str, tuple[int, str]] = {
         "LoopCheck, its window mode and the recorder wiring: being reshaped "
         "(issue 37 item 3, one narrow interface to the diagnosis)",
     ),
-    "pytest_graphleak/plugin/__init__.py": (
-        775,
-        "every pytest hook, the marker and the fixture: the outlive audit and the "
-        "session report move out (issue 37 item 3)",
-    ),
     "pytest_graphleak/options.py": (
         518,
         "the options table, one Option row per setting (data), and its resolution: "

@@ -240,7 +240,7 @@ def test_the_scans_see_a_reach_in() -> None:
     tree = ast.parse(code)
     name = "pytest_graphleak.distributed"
     assert ("pytest_graphleak.api", "_settings") in list(imported_modules(name, tree))
-    assert "pytest_graphleak.plugin" in MEMBERS["_settings"]  # GraphleakFixture._settings
+    assert "pytest_graphleak.plugin.fixture" in MEMBERS["_settings"]  # GraphleakFixture._settings
     assert reach_ins(name, tree) == [
         f"{name}:plugin._record",
         f"{name}:._settings of {', '.join(sorted(MEMBERS['_settings']))}",
@@ -442,7 +442,7 @@ def test_the_plugin_is_in_no_import_cycle() -> None:
     (``distributed`` spawns ranks and gathers results, the pytest side is the plugin's)."""
     importers = sorted(name for name in MODULES if "pytest_graphleak.plugin" in dependencies(name))
     assert importers == []
-    assert "pytest_graphleak.distributed" in dependencies("pytest_graphleak.plugin")
+    assert "pytest_graphleak.distributed" in dependencies("pytest_graphleak.plugin.marker")
 
 
 def test_only_the_listed_modules_import_by_a_computed_name() -> None:

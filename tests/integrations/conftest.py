@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from pytest_graphleak import plugin
+from pytest_graphleak.plugin import stash
 from pytest_graphleak.result import CheckResult
 
 # Tiny models are built from configs: nothing may be downloaded.
@@ -35,5 +35,5 @@ def recorded(monkeypatch: pytest.MonkeyPatch) -> list[CheckResult]:
         results.append(result)
 
     # set before the call phase, where the plugin hands it to the test's session
-    monkeypatch.setattr(plugin, "record_result", record)
+    monkeypatch.setattr(stash, "record_result", record)
     return results
