@@ -49,6 +49,7 @@ def _lean_environment() -> Iterator[None]:
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("PYTEST_ADDOPTS", LEAN_ADDOPTS)
         patch.setenv("OMP_NUM_THREADS", "1")
+        patch.setenv("COLUMNS", "80")
         yield
 
 
@@ -64,6 +65,9 @@ def _lean_subprocesses(request: pytest.FixtureRequest, monkeypatch: pytest.Monke
         request.getfixturevalue("pytester")
     monkeypatch.setenv("PYTEST_ADDOPTS", LEAN_ADDOPTS)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    # Runs write to a pipe: 80 columns, as in a CI log, whatever the runner's COLUMNS (a
+    # test that passed only in a wider terminal once hid a wrapped headline).
+    monkeypatch.setenv("COLUMNS", "80")
 
 
 @pytest.fixture(autouse=True)
@@ -95,3 +99,19 @@ def fake_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[...
         return module
 
     return make
+
+
+@pytest.fixture
+def malloc_sampled(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The process probe samples ``process.malloc_bytes`` however dear ``mallinfo2()`` is.
+
+    The probe leaves the metric out when one call costs more than ``MAX_MALLINFO_S``. In a
+    worker that has run hundreds of tests (torch's thread arenas, a fragmented heap) a call
+    costs 0.1-0.5 ms on a quiet machine and more under load, so a test that needs the
+    metric would otherwise judge on RSS alone some of the time (a CI run failed so). Tests
+    of that choice itself set the threshold on their own."""
+    from pytest_graphleak.probes import process_probe
+
+    if process_probe.mallinfo2() is None:
+        pytest.skip("no glibc mallinfo2: RSS alone judges memory here")
+    monkeypatch.setattr(process_probe, "MAX_MALLINFO_S", 1.0)

@@ -15,7 +15,6 @@ import pytest
 from pytest_graphleak import GraphLeakWarning, track
 from pytest_graphleak.loop import LoopCheck
 from pytest_graphleak.options import Settings
-from pytest_graphleak.probes.process_probe import mallinfo2
 from pytest_graphleak.report import render_text
 from pytest_graphleak.result import CheckResult
 
@@ -94,6 +93,7 @@ def test_a_buffer_that_stops_growing_after_the_judgement_is_not_named() -> None:
     ), text
 
 
+@pytest.mark.usefixtures("malloc_sampled")
 def test_a_numpy_buffer_concatenated_every_step_is_named() -> None:
     np = pytest.importorskip("numpy")
 
@@ -147,6 +147,7 @@ def _collect_with_a_free(free_at: int, free: Callable[[], object]) -> CheckResul
     return check.result
 
 
+@pytest.mark.usefixtures("malloc_sampled")
 def test_a_numpy_buffer_is_caught_in_pages_that_earlier_code_freed_and_left_resident() -> None:
     """What a full suite did to the test above (it failed in 3 of 4 runs of the suite):
     earlier code freed big blocks, so glibc raised its mmap threshold and the step's
@@ -154,8 +155,6 @@ def test_a_numpy_buffer_is_caught_in_pages_that_earlier_code_freed_and_left_resi
     once the small block above them is freed, the heap's top is handed back to the system
     (RSS drops by 100s of MiB mid-series). malloc's allocated bytes rise 1 MiB a step."""
     np = pytest.importorskip("numpy")
-    if mallinfo2() is None:
-        pytest.skip("no glibc mallinfo2: RSS alone judges memory here")
     np.ones(16 * 2**20, dtype=np.uint8)  # freed at once: the mmap threshold rises to 16 MiB
     blocks = [np.ones(8 * 2**20, dtype=np.uint8) for _ in range(30)]  # on the heap now
     above = [np.ones(2**16, dtype=np.uint8)]  # made last: keeps the heap's top from shrinking
@@ -167,6 +166,7 @@ def test_a_numpy_buffer_is_caught_in_pages_that_earlier_code_freed_and_left_resi
     assert grown["process.malloc_bytes"] == pytest.approx(2**20, rel=0.05)
 
 
+@pytest.mark.usefixtures("malloc_sampled")
 def test_a_numpy_buffer_is_caught_while_a_big_older_buffer_is_freed_during_it() -> None:
     """A 64 MiB array made before the check and freed in the first measured steps lowers
     every later sample (RSS and malloc's bytes alike), so every floor before it: that one
@@ -176,8 +176,7 @@ def test_a_numpy_buffer_is_caught_while_a_big_older_buffer_is_freed_during_it() 
     result = _collect_with_a_free(4, older.clear)
     assert result.leaked and result.verdict.pattern == "memory-growth", result.verdict.reason
     grown = {growth.metric: growth.per_step for growth in result.verdict.growths}
-    if mallinfo2() is not None:
-        assert grown["process.malloc_bytes"] == pytest.approx(2**20, rel=0.05)
+    assert grown["process.malloc_bytes"] == pytest.approx(2**20, rel=0.05)
 
 
 def test_a_loop_that_raises_in_the_next_step_says_so_and_restores_the_tracer() -> None:

@@ -211,8 +211,10 @@ class ReprEntry(_code.ReprEntry):
             super()._write_entry_lines(tw)
             return
         width = getattr(tw, "fullwidth", 80)
-        for line in self.lines:
-            for part in wrap_line(line, width):  # at spaces, under the line's label
+        for index, line in enumerate(self.lines):
+            # The headline (``graphleak: <test id> leaks: <pattern>``) stays whole, as pytest
+            # keeps its own test ids: it is the line a CI log is searched for.
+            for part in [line] if index == 0 else wrap_line(line, width):
                 tw.write(part, **line_markup(line))
                 tw.write("\n")
 
