@@ -34,10 +34,9 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from pytest_graphleak.exceptions import BaselineError  # defined there, raised here
 
@@ -132,14 +131,14 @@ def holder_path(chain: Sequence[str]) -> str:
     return " -> ".join(labels)
 
 
-def key_of(nodeid: str, check: Mapping[str, Any]) -> Key:
-    """The key of a leaked check kept as plain data (``CheckResult.to_dict()``)."""
-    diagnosis = check.get("diagnosis") or {}
+def key_of(nodeid: str, *, name: str, pattern: str | None, chain: Sequence[str]) -> Key:
+    """The key of a leaked check of the test ``nodeid``: the check's name, its pattern and
+    its diagnosis' chain (``CheckResult``'s fields)."""
     return Key(
         test=nodeid,
-        check=check_label(nodeid, str(check.get("name", ""))),
-        pattern=str(check.get("pattern") or ""),
-        holder=holder_path([str(link) for link in diagnosis.get("chain") or []]),
+        check=check_label(nodeid, name),
+        pattern=pattern or "",
+        holder=holder_path([str(link) for link in chain]),
     )
 
 

@@ -278,7 +278,7 @@ class CheckResult:
     #: The leak failed nothing: it was a warning (warn-only mode, the outlive audit's warn
     #: mode) or the test failed for another reason (an assert, a timeout, ``sys.exit``),
     #: was skipped, or caught the error. Its test's row reads ``warned`` whatever pytest's
-    #: outcome (``status.status_in_test``); set when the test's report is made.
+    #: outcome (``status.read_in_test``); set when the test's report is made.
     warned: bool = False
     #: The leak is listed in the baseline file (``--graphleak-baseline``): reported as
     #: ``known``, it fails nothing; set where the result is recorded, and again by the

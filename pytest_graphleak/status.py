@@ -24,9 +24,8 @@ Renderers switch on a check's or a test's status, never on its raw fields (``lea
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 #: The groups of ``StatusFacts.group``.
 LEAK, NO_VERDICT, KNOWN, CLEAN = "leak", "no verdict", "known", "clean"
@@ -116,40 +115,22 @@ def check_status(*, leaked: bool, error: object, unmeasured: object) -> str:
     return "unmeasured" if unmeasured else "clean"
 
 
-def status_of_dict(check: Mapping[str, Any]) -> str:
-    """The status of one check kept as plain data (``CheckResult.to_dict()``)."""
-    return check_status(
-        leaked=bool(check.get("leaked")), error=check.get("error"),
-        unmeasured=check.get("unmeasured"),
-    )  # fmt: skip
-
-
 def worst(statuses: Iterable[str]) -> str:
     """The first of ``statuses`` in the precedence (``clean`` for none)."""
     given = set(statuses)
     return next((word for word in STATUSES if word in given), "clean")
 
 
-def status_in_test(check: Mapping[str, Any], outcome: str) -> str:
-    """One check's status as its test reads it: a leak that failed nothing (the check's
-    ``warned``) is ``warned``; else a leak reads by pytest's outcome (``failed``: leaked,
-    ``xfailed``: xfailed, anything else: warned)."""
-    return read_in_test(status_of_dict(check), warned=bool(check.get("warned")),
-                        known=bool(check.get("known")), outcome=outcome)  # fmt: skip
-
-
 def read_in_test(status: str, *, warned: bool, known: bool = False, outcome: str) -> str:
-    """``status_in_test`` of a check whose own status, ``warned`` and ``known`` are known."""
+    """One check's status as its test reads it (``model.TestRow.status_of``; a test's is
+    its worst check's): a leak listed in the baseline file is ``known``; a leak that failed
+    nothing (the check's ``warned``) is ``warned``; else a leak reads by pytest's outcome
+    (``failed``: leaked, ``xfailed``: xfailed, anything else: warned)."""
     if status == "leaked" and known:
         return "known"  # listed in the baseline file: it failed nothing, whatever pytest says
     if status != "leaked" or (outcome == "failed" and not warned):
         return status
     return "xfailed" if outcome == "xfailed" and not warned else "warned"
-
-
-def status_of_test(checks: Iterable[Mapping[str, Any]], outcome: str) -> str:
-    """A test's status: its worst check's, each read by ``status_in_test``."""
-    return worst(status_in_test(check, outcome) for check in checks)
 
 
 def outcome_of(status: str) -> str:

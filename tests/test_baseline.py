@@ -424,16 +424,16 @@ def test_the_ini_key_names_the_file_relative_to_the_ini_file(pytester: pytest.Py
 
 # -- keys ---------------------------------------------------------------------------------
 def _check(name: str, chain: list[str], pattern: str = "list-accumulation") -> dict:
-    return {"name": name, "pattern": pattern, "leaked": True, "diagnosis": {"chain": chain}}
+    return {"name": name, "pattern": pattern, "chain": chain}
 
 
 def test_keys_leave_out_what_a_run_changes() -> None:
-    first = baseline.key_of("t.py::test_a", _check("t.py::test_a", [
+    first = baseline.key_of("t.py::test_a", **_check("t.py::test_a", [
         "fixture 'state' (session scope)", "dict['losses']", "list(len=12)", "[11]",
         "Tensor(shape=(3, 4), grad_fn=MeanBackward0)", "AddBackward0", "AddBackward0",
         "... (7 more graph nodes)",
     ]))  # fmt: skip
-    later = baseline.key_of("t.py::test_a", _check("t.py::test_a", [
+    later = baseline.key_of("t.py::test_a", **_check("t.py::test_a", [
         "fixture 'state' (session scope)", "dict['losses']", "list(len=40)", "[39]",
         "Tensor(shape=(8, 4), grad_fn=MeanBackward0)", "AddBackward0",
     ]))  # fmt: skip
@@ -449,12 +449,12 @@ def test_keys_leave_out_what_a_run_changes() -> None:
 
 def test_another_holder_or_check_is_another_finding() -> None:
     name = "t.py::test_a"
-    one = baseline.key_of(name, _check(name, ["global 'history'", "list(len=3)", "Tensor"]))
-    other = baseline.key_of(name, _check(name, ["global 'others'", "list(len=3)", "Tensor"]))
+    one = baseline.key_of(name, **_check(name, ["global 'history'", "list(len=3)", "Tensor"]))
+    other = baseline.key_of(name, **_check(name, ["global 'others'", "list(len=3)", "Tensor"]))
     assert one != other
-    tracked = baseline.key_of(name, _check(f"{name}::track(1) steps 5-12", ["local 'xs'"]))
+    tracked = baseline.key_of(name, **_check(f"{name}::track(1) steps 5-12", ["local 'xs'"]))
     assert tracked.check == "track(1)"
-    assert baseline.key_of(name, _check(f"{name}::outlive", [])).check == "outlive"
+    assert baseline.key_of(name, **_check(f"{name}::outlive", [])).check == "outlive"
 
 
 def test_render_is_sorted_and_reads_back(tmp_path: Path) -> None:

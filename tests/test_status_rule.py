@@ -66,7 +66,9 @@ def test_a_leak_outranks_an_error_on_every_surface() -> None:
 def test_a_test_status_is_its_worst_check_read_by_its_outcome(
     checks: list[dict[str, object]], outcome: str, expected: str
 ) -> None:
-    assert CheckedTest("t", outcome, checks).status == expected
+    # each check a whole result (``CheckResult.to_dict()``): the typed model reads it
+    results = [_result(**check).to_dict() for check in checks]  # type: ignore[arg-type]
+    assert CheckedTest("t", outcome, results).status == expected
 
 
 @pytest.fixture

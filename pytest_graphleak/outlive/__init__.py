@@ -26,7 +26,7 @@ Without pytest, a census and an explanation are enough::
 
 from __future__ import annotations
 
-from pytest_graphleak.outlive.audit import Audit, Rerun, chain_root, holder_key, root_of
+from pytest_graphleak.outlive.audit import Audit, Rerun, holder_key, root_of
 from pytest_graphleak.outlive.census import Census
 from pytest_graphleak.outlive.explain import (
     Deferred,
@@ -40,5 +40,5 @@ from pytest_graphleak.outlive.rerun import SiteRun, amend
 from pytest_graphleak.outlive.roots import fixturedefs, request_cls, resolve_name
 
 __all__ = ["Audit", "Census", "Deferred", "Explained", "Holder", "Listed", "Rerun", "SiteRun",
-           "Targets", "amend", "chain_root", "explain", "fixturedefs", "holder_key",
+           "Targets", "amend", "explain", "fixturedefs", "holder_key",
            "request_cls", "resolve_name", "root_of"]  # fmt: skip

@@ -417,12 +417,6 @@ def holder_key(label: str) -> str:
     return f"{kind} {rest.split(chr(39))[0].rsplit('.', 1)[-1]}" if rest else label
 
 
-def chain_root(check: dict[str, Any]) -> str:
-    """The holder key of a reported check's (``CheckResult.to_dict()``) chain root."""
-    chain = (check.get("diagnosis") or {}).get("chain") or []
-    return holder_key(str(chain[0])) if chain else ""
-
-
 def root_of(result: CheckResult, *, raw: bool = False) -> str:
     """The label of the chain's root (``raw``), or its holder key."""
     chain = result.diagnosis.chain if result.diagnosis is not None else []

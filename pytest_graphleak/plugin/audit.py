@@ -22,11 +22,12 @@ import pytest
 
 from pytest_graphleak.exceptions import GraphOutliveError, GraphOutliveWarning
 from pytest_graphleak.options import Settings
-from pytest_graphleak.outlive import Audit, Census, chain_root, fixturedefs, request_cls
+from pytest_graphleak.outlive import Audit, Census, fixturedefs, request_cls, root_of
 from pytest_graphleak.plugin import outlive_rerun
 from pytest_graphleak.plugin.baseline import unknown
 from pytest_graphleak.plugin.session_report import AUDITED
 from pytest_graphleak.plugin.terminal import OPT_OUT
+from pytest_graphleak.report.model import results_of
 from pytest_graphleak.report.text import render_text
 from pytest_graphleak.result import CheckResult
 
@@ -139,7 +140,7 @@ class OutliveAudit:
         report: pytest.TestReport = outcome.get_result()
         if call.when == "call":
             checks = getattr(report, "graphleak", None) or []
-            roots = {chain_root(c) for c in checks if isinstance(c, dict) and c.get("leaked")}
+            roots = {root_of(c) for c in results_of(checks) if c.leaked}
             item.stash[_CHECKED_ROOTS_KEY] = {root for root in roots if root}
             return
         if call.when != "teardown":
@@ -172,7 +173,8 @@ class OutliveAudit:
             report.longrepr = excinfo.getrepr(style="value")
             crash = getattr(report.longrepr, "reprcrash", None)
             if crash is not None and found:  # pytest's short summary line reads this
-                crash.message = _short(next((c for c in found if not c.get("known")), found[0]))
+                results = results_of(found)
+                crash.message = _short(next((r for r in results if not r.known), results[0]))
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         # A run stopped between a test's call and its teardown (Ctrl-C) leaves its census
@@ -209,6 +211,6 @@ def _warn(item: pytest.Item, text: str) -> None:
     )
 
 
-def _short(check: dict[str, Any]) -> str:
-    chain = (check.get("diagnosis") or {}).get("chain") or ["no root"]
-    return f"graphleak: outlived the test: {check.get('pattern')}, held by {chain[0]}"
+def _short(result: CheckResult) -> str:
+    root = root_of(result, raw=True) or "no root"
+    return f"graphleak: outlived the test: {result.pattern}, held by {root}"

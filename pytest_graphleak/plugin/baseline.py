@@ -32,6 +32,7 @@ from pytest_graphleak import baseline
 from pytest_graphleak.baseline import Baseline, Key
 from pytest_graphleak.exceptions import BaselineError
 from pytest_graphleak.options import Settings
+from pytest_graphleak.report.model import result_of
 from pytest_graphleak.report.text import wrap_line
 from pytest_graphleak.result import CheckResult
 
@@ -93,10 +94,14 @@ def mark_known(item: pytest.Item, result: CheckResult) -> bool:
     if found is None or not result.leaked:
         return False
     loaded, update = found
-    chain = result.diagnosis.chain if result.diagnosis is not None else []
-    check = {"name": result.name, "pattern": result.pattern, "diagnosis": {"chain": chain}}
-    result.known = update or baseline.key_of(item.nodeid, check) in loaded
+    result.known = update or key_for(item.nodeid, result) in loaded
     return result.known
+
+
+def key_for(nodeid: str, result: CheckResult) -> Key:
+    """The baseline key of a leaked result of the test ``nodeid``."""
+    chain = result.diagnosis.chain if result.diagnosis is not None else []
+    return baseline.key_of(nodeid, name=result.name, pattern=result.pattern, chain=chain)
 
 
 def unknown(item: pytest.Item, results: Iterable[CheckResult]) -> list[CheckResult]:
@@ -129,8 +134,10 @@ class BaselineRun:
         if report.when not in ("call", "teardown") or not isinstance(checks, list):
             return
         for check in checks:
-            if isinstance(check, dict) and check.get("leaked"):
-                key = baseline.key_of(report.nodeid, check)
+            result = result_of(check)
+            if result is not None and result.leaked:  # the flag goes on the data that
+                # travels on (pytest-xdist, the session reporter)
+                key = key_for(report.nodeid, result)
                 self.found.add(key)
                 check["known"] = self.update or key in self.baseline
 

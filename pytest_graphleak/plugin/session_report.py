@@ -48,6 +48,7 @@ from pytest_graphleak.report.json_doc import (
     write_text_atomic,
 )
 from pytest_graphleak.report.junit import junit_properties
+from pytest_graphleak.report.model import results_of
 from pytest_graphleak.report.output_paths import Output, check_outputs
 from pytest_graphleak.report.summary import NOTHING_CHECKED, counts, sentence
 from pytest_graphleak.report.text import wrap_line
@@ -458,11 +459,8 @@ def _write(output: _Output, text: str) -> bool:
 def _has_leak(data: object, *, failing: bool = False) -> bool:
     """A leaked check among a report's, not a known one (the baseline file's: its test
     reads as pytest says); ``failing``: one whose leak failed the test (not ``warned``)."""
-    return isinstance(data, list) and any(
-        isinstance(check, dict) and check.get("leaked") and not check.get("known")
-        and not (failing and check.get("warned"))
-        for check in data
-    )  # fmt: skip
+    return any(check.leaked and not check.known and not (failing and check.warned)
+               for check in results_of(data))  # fmt: skip
 
 
 def _generated_by() -> str:

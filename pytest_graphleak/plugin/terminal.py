@@ -19,14 +19,20 @@ from typing import Any
 from _pytest._code import code as _code
 
 from pytest_graphleak.metrics import format_amount, format_rate
-from pytest_graphleak.patterns import BY_WORD, FALLBACK
-from pytest_graphleak.report.model import TestRow, check_label, metric_rows
+from pytest_graphleak.patterns import FALLBACK
+from pytest_graphleak.report.model import (
+    TestRow,
+    check_label,
+    headline_growth,
+    metric_rows,
+    results_of,
+)
 from pytest_graphleak.report.scale import sparkline
 from pytest_graphleak.report.span import error_line, span_text
 from pytest_graphleak.report.text import LINE_MARKUP, line_markup, wrap_line
 from pytest_graphleak.report.view import culprit, diagnosis_view
 from pytest_graphleak.result import CheckResult
-from pytest_graphleak.status import LEAK_STATUSES, status_of_test
+from pytest_graphleak.status import LEAK_STATUSES
 from pytest_graphleak.status import TABLE as STATUS_TABLE
 from pytest_graphleak.verdict import slowest_leak_text
 from pytest_graphleak.words.chain import names_of
@@ -83,15 +89,10 @@ def short_message(result: CheckResult, room: int | None = None) -> str:
     if result.status == "unmeasured":
         return f"not measured, so no verdict: {result.unmeasured}"
     pattern = result.pattern or "leak"
-    growths = {g.metric: g for g in result.verdict.growths}
-    metric = next(
-        (m for kind in _told_by(pattern) for m in sorted(growths)
-         if result.declared(m).counts == kind),
-        next(iter(sorted(growths)), None),
-    )  # fmt: skip
+    growth = headline_growth(result)  # the one order: the HTML index names it too
     parts = [pattern]
-    if metric is not None:
-        parts[0] += f": {_rate(metric, growths[metric].per_step, result)}"
+    if growth is not None:
+        parts[0] += f": {_rate(growth.metric, growth.per_step, result)}"
     diagnosis = result.diagnosis
     if diagnosis is not None and diagnosis.chain:
         # The root and the named links after it (``dict['losses']``), up to the first
@@ -109,12 +110,6 @@ def short_message(result: CheckResult, room: int | None = None) -> str:
 
 def _joined(parts: list[str], links: list[str]) -> str:
     return ", ".join([*parts, "held by " + " -> ".join(links)])
-
-
-def _told_by(pattern: str) -> tuple[str, ...]:
-    """The declared ``counts`` of a grown metric that best tell ``pattern``, first found wins."""
-    facts = BY_WORD.get(pattern)
-    return facts.told_by if facts is not None else ()
 
 
 def _rate(metric: str, per_step: float, result: CheckResult) -> str:
@@ -261,10 +256,9 @@ def section_lines(
 
 def no_verdict(data: object) -> str | None:
     """``error`` or ``unmeasured``: the status of a failed test's checks (a report's
-    ``graphleak`` data) that have no leak verdict (``status.status_of_test``); None for any
+    ``graphleak`` data) that have no leak verdict (``model.TestRow.status``); None for any
     other: the status word pytest's progress and short summary print for it."""
-    checks = [c for c in data if isinstance(c, dict)] if isinstance(data, list) else []
-    status = status_of_test(checks, "failed")
+    status = TestRow.of("", "failed", results_of(data)).status
     return status if status in ("error", "unmeasured") else None
 
 

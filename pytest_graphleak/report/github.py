@@ -31,6 +31,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from pytest_graphleak.metrics import format_rate
+from pytest_graphleak.report.model import BaselineSection, Report, metric_rows
 from pytest_graphleak.report.span import error_line, span_text
 from pytest_graphleak.report.summary import no_rows, sentence
 from pytest_graphleak.report.view import diagnosis_view, fix_of
@@ -42,7 +43,6 @@ from pytest_graphleak.status import (
     LEAK,
     TABLE,
     display_key,
-    status_in_test,
 )
 
 #: The statuses of a leak found (a known one too): their rows name the line and the fix.
@@ -77,7 +77,8 @@ def wanted(mode: Any, environ: Mapping[str, str]) -> bool:
 def publish(document: Mapping[str, Any], run: Any) -> list[str]:
     """Print the workflow commands (``run.print_line``) and append the table to the step
     summary; returns what went wrong (the summary file could not be written)."""
-    rows = [*document_rows(document, run.locations), *run.rows]
+    report = Report.from_dict(document)  # the typed read model: no dict read below
+    rows = [*report_rows(report, run.locations), *run.rows]
     workspace = run.environ.get("GITHUB_WORKSPACE") or os.getcwd()
     for line in commands(rows, workspace):
         run.print_line(line)
@@ -86,9 +87,9 @@ def publish(document: Mapping[str, Any], run: Any) -> list[str]:
     if summary_path:
         try:
             with open(summary_path, "a", encoding="utf-8") as handle:
-                handle.write(step_summary(rows, workspace, document.get("summary") or {},
+                handle.write(step_summary(rows, workspace, report.summary,
                                           others=len(run.rows), environ=run.environ))  # fmt: skip
-                handle.write(fixed_section(document.get("baseline")))
+                handle.write(fixed_section(report.baseline))
         except OSError as exc:
             problems.append(
                 f"could not append the graphleak table to $GITHUB_STEP_SUMMARY "
@@ -100,23 +101,22 @@ def publish(document: Mapping[str, Any], run: Any) -> list[str]:
 def document_rows(
     document: Mapping[str, Any], locations: Mapping[str, tuple[str, int]]
 ) -> list[Row]:
-    """One row per check of every test in a report document."""
+    """One row per check of every test in a report document (``report_rows``)."""
+    return report_rows(Report.from_dict(document), locations)
+
+
+def report_rows(report: Report, locations: Mapping[str, tuple[str, int]]) -> list[Row]:
+    """One row per check of every test, each with its status by the one rule
+    (``model.TestRow.status_of``)."""
     rows = []
-    for test in document.get("tests", []):
-        nodeid = str(test["nodeid"])
-        checks = test.get("checks", [])
-        for check in checks:
-            name = str(check.get("name") or nodeid)
-            label = nodeid if len(checks) == 1 or name == nodeid else f"{nodeid} [{name}]"
-            status = _status(test, check)
-            place = locations.get(nodeid) or locations.get(name) or ("", 0)
-            rows.append(_check_row(label, status, str(test["outcome"]), check, place))
+    for test in report.tests:
+        for check in test.checks:
+            name = check.name or test.nodeid
+            label = (test.nodeid if len(test.checks) == 1 or name == test.nodeid
+                     else f"{test.nodeid} [{name}]")  # fmt: skip
+            place = locations.get(test.nodeid) or locations.get(name) or ("", 0)
+            rows.append(_check_row(label, test.status_of(check), test.outcome, check, place))
     return rows
-
-
-def _status(test: Mapping[str, Any], check: Mapping[str, Any]) -> str:
-    """This check's status, by the one rule for a test (``status.status_in_test``)."""
-    return status_in_test(check, str(test["outcome"]))
 
 
 #: The annotation of a leak, by its status: an error where it failed the test, a warning
@@ -135,21 +135,19 @@ def _level(status: str, outcome: str) -> str:
 
 
 def _check_row(
-    label: str, status: str, outcome: str, check: Mapping[str, Any], test_place: tuple[str, int]
+    label: str, status: str, outcome: str, result: CheckResult, test_place: tuple[str, int]
 ) -> Row:
     level = _level(status, outcome)
-    result = CheckResult.from_dict(check)  # the typed read model's (report.model)
     if status in _FOUND:
-        pattern = str(check.get("pattern") or "leak")
-        diagnosis = check.get("diagnosis") or {}
-        file, line = _line_to_change(diagnosis, test_place)
-        title = f"{pattern} (outlived the test)" if check.get("kind") == "outlive" else pattern
-        lines = _leak_lines(check, result.diagnosis, pattern)
+        pattern = result.pattern or "leak"
+        file, line = _line_to_change(result.diagnosis, test_place)
+        title = f"{pattern} (outlived the test)" if result.kind == "outlive" else pattern
+        lines = _leak_lines(result, pattern)
         return Row(label, status, title, file, line, "\n".join(lines), level,
                    fix_of(pattern, result.diagnosis))  # fmt: skip
     if status == "unmeasured":
         return Row(label, status, "unmeasured", *test_place,
-                   f"not measured, so no verdict: {check['unmeasured']}", level)  # fmt: skip
+                   f"not measured, so no verdict: {result.unmeasured}", level)  # fmt: skip
     if status == "error":  # on the user's line that raised, when the traceback had one
         site = result.error_site
         place = (site.filename, site.lineno) if site is not None else test_place
@@ -157,33 +155,34 @@ def _check_row(
     return Row(label, status, "clean", *test_place, span_text(result, short=True))
 
 
-def _line_to_change(diagnosis: Mapping[str, Any], test_place: tuple[str, int]) -> tuple[str, int]:
+def _line_to_change(
+    diagnosis: Diagnosis | None, test_place: tuple[str, int]
+) -> tuple[str, int]:
     """Where the leaked object is stored, else the line to change of a cycle (its hook or
     closure), else where the user's code created it."""
-    for key in ("stored_at", "change_at", "sites"):
-        for site in diagnosis.get(key) or []:
-            if site.get("filename") and not str(site["filename"]).startswith("<"):
-                return str(site["filename"]), int(site.get("lineno") or 0)
+    if diagnosis is None:
+        return test_place
+    for site in (*diagnosis.stored_at, *diagnosis.change_at, *diagnosis.sites):
+        if site.filename and not site.filename.startswith("<"):
+            return site.filename, site.lineno
     return test_place
 
 
-def _leak_lines(check: Mapping[str, Any], found: Diagnosis | None, pattern: str) -> list[str]:
+def _leak_lines(result: CheckResult, pattern: str) -> list[str]:
     """What a leak's annotation says after its fix: held by (or the cycle), what grew,
     where it is stored (the code without the user's trailing comment)."""
+    found = result.diagnosis
     if found is not None:
         stored = [replace(site, line=code_only(site.line)) for site in found.stored_at[:1]]
         found = replace(found, stored_at=stored)
-    view = diagnosis_view(pattern, found, outlive=check.get("kind") == "outlive")
+    outlive = result.kind == "outlive"
+    view = diagnosis_view(pattern, found, outlive=outlive)
     lines = [line.plain() for line in view if line.kind in ("held-by", "cycle")]
-    if check.get("kind") == "outlive":  # the audit after teardown: kept, not seen to grow
-        lines.append(f"outlived the test: {(check.get('verdict') or {}).get('reason', '')}")
+    if outlive:  # the audit after teardown: kept, not seen to grow
+        lines.append(f"outlived the test: {result.verdict.reason}")
     else:
-        metrics: Mapping[str, Mapping[str, Any]] = check.get("metrics") or {}
-        grown = [
-            f"{metric} {format_rate(info.get('per_step'), str(info.get('unit', 'objects')))}"
-            for metric, info in metrics.items()
-            if info.get("grew")
-        ]
+        grown = [f"{row.name} {format_rate(row.per_step, row.unit)}"
+                 for row in metric_rows(result) if row.grew]  # fmt: skip
         lines.append(f"grows: {', '.join(grown)}" if grown else "leaks")
     lines.extend(line.plain() for line in view if line.kind == "stored-at")
     return lines
@@ -252,7 +251,7 @@ _MARKS = {"red": "\U0001f534", "yellow": "\U0001f7e1", "purple": "\U0001f7e3",
 def step_summary(
     rows: Sequence[Row],
     workspace: str,
-    summary: Mapping[str, Any],
+    summary: Mapping[str, int],
     *,
     others: int = 0,
     environ: Mapping[str, str] | None = None,
@@ -290,30 +289,28 @@ def step_summary(
     return "\n".join(lines) + "\n\n"
 
 
-def fixed_section(baseline: Mapping[str, Any] | None) -> str:
+def fixed_section(baseline: BaselineSection | None) -> str:
     """The baseline file's entries that the run no longer found, with the command that
     updates the file (the JSON document's ``baseline``); "" when there are none."""
-    fixed = (baseline or {}).get("fixed") or []
-    if not baseline or not fixed:
+    if baseline is None or not baseline.fixed:
         return ""
-    lines = [f"#### Fixed since the baseline ({len(fixed)})", ""]
-    for entry in fixed:
-        held = f", held by `{entry['holder']}`" if entry.get("holder") else ""
-        lines.append(f"- `{entry['test']}` [{entry['check']}] {entry['pattern']}{held}")
-    lines += ["", f"Update the baseline file: `{baseline['update_command']}`"]
+    lines = [f"#### Fixed since the baseline ({len(baseline.fixed)})", ""]
+    for entry in baseline.fixed:
+        held = f", held by `{entry.holder}`" if entry.holder else ""
+        lines.append(f"- `{entry.test}` [{entry.check}] {entry.pattern}{held}")
+    lines += ["", f"Update the baseline file: `{baseline.update_command}`"]
     return "\n".join(lines) + "\n\n"
 
 
-def _heading(summary: Mapping[str, Any]) -> str:
+def _heading(summary: Mapping[str, int]) -> str:
     """``1 leaked, 2 unmeasured``: the statuses of the tests other than clean; ``3 clean``
     when every test is; the session's sentence when no test has a result."""
-    numbers = {word: summary.get(word) for word in DISPLAY_ORDER}
-    parts = [f"{n} {word}" for word, n in numbers.items()
-             if word != "clean" and isinstance(n, int) and n]  # fmt: skip
+    parts = [f"{summary[word]} {word}" for word in DISPLAY_ORDER
+             if word != "clean" and summary.get(word)]  # fmt: skip
     if parts:
         return ", ".join(parts)
-    clean = numbers.get("clean")
-    return f"{clean} clean" if isinstance(clean, int) and clean else sentence(summary)
+    clean = summary.get("clean")
+    return f"{clean} clean" if clean else sentence(summary)
 
 
 def _mark(status: str) -> str:

@@ -37,8 +37,8 @@ from pytest_graphleak.report.html_cards import (
 )
 from pytest_graphleak.report.html_style import stylesheet
 from pytest_graphleak.report.json_doc import file_head
-from pytest_graphleak.report.model import TestRow
-from pytest_graphleak.report.summary import no_rows, sentence
+from pytest_graphleak.report.model import Report, TestRow, headline_growth
+from pytest_graphleak.report.summary import no_rows
 from pytest_graphleak.report.view import fix_of
 from pytest_graphleak.status import DISPLAY_ORDER, display_key
 
@@ -64,29 +64,26 @@ def render_html(
     the charts of noisy metrics (process RSS, CUDA reserved) is each check's own
     (``Declaration.tolerance``).
     """
-    raw: Sequence[Mapping[str, Any]] = document.get("tests", [])
+    report = Report.from_dict(document)  # the typed read model: no dict read below
     # Leaks first, then by node id: the order is the same on every run and under xdist.
-    pairs = sorted(((TestRow.from_dict(t), t) for t in raw),
-                   key=lambda p: (display_key(p[0].status), p[0].nodeid))  # fmt: skip
-    summary: Mapping[str, Any] = document.get("summary", {})
+    rows = sorted(report.tests, key=lambda row: (display_key(row.status), row.nodeid))
     cards = Cards(draw, (environment or {}).get("rootdir"))
     header = [
         "<h1>graphleak report</h1>",
-        f'<p class="muted">{escape(str(document.get("generated_by", "")))} &middot; '
-        f"{_summary_line(summary, bool(document.get('warn_only')))}</p>",
+        f'<p class="muted">{escape(report.generated_by)} &middot; '
+        f"{_summary_line(report)}</p>",
     ]
-    header.extend(f'<p class="note">{escape(str(note))}</p>' for note in document.get("notes", []))
-    header.append(_environment_block(environment or {}, [row for row, _ in pairs]))
-    statuses = [w for w in DISPLAY_ORDER if any(row.status == w for row, _ in pairs)]
-    inputs = _inputs(statuses) if pairs else ""
-    if pairs:
-        header.append(_chips(summary, statuses, len(pairs)))
-        anchors = anchors_of([row.nodeid for row, _ in pairs])
-        main = [_index([row for row, _ in pairs], anchors)]
-        main += [cards.card(row, test.get("checks", []), anchors[row.nodeid])
-                 for row, test in pairs]  # fmt: skip
+    header.extend(f'<p class="note">{escape(note)}</p>' for note in report.notes)
+    header.append(_environment_block(environment or {}, rows))
+    statuses = [w for w in DISPLAY_ORDER if any(row.status == w for row in rows)]
+    inputs = _inputs(statuses) if rows else ""
+    if rows:
+        header.append(_chips(report.summary, statuses, len(rows)))
+        anchors = anchors_of([row.nodeid for row in rows])
+        main = [_index(rows, anchors)]
+        main += [cards.card(row, anchors[row.nodeid]) for row in rows]
     else:
-        main = [f"<p>{escape(no_rows(summary))}</p>"]
+        main = [f"<p>{escape(no_rows(report.summary))}</p>"]
     return (
         "<!DOCTYPE html>\n"
         '<html lang="en"><head><meta charset="utf-8">'
@@ -133,23 +130,23 @@ def _inputs(statuses: Sequence[str]) -> str:
     return "".join(out)
 
 
-def _chips(summary: Mapping[str, Any], statuses: Sequence[str], rows: int) -> str:
+def _chips(summary: Mapping[str, int], statuses: Sequence[str], rows: int) -> str:
     """One chip per status with tests, its number the summary's: what the header's
     sentence counts; then expand all / collapse all."""
     chips = ['<span class="muted">show:</span>', f'<label for="show-all">all ({rows})</label>']
     for word in statuses:
-        count = summary.get(word)
+        count = summary.get(word, 0)
         chips.append(f'<label for="show-{word}"><i class="dot {word}"></i>'
-                     f"{escape(word)} ({count if isinstance(count, int) else 0})</label>")
+                     f"{escape(word)} ({count})</label>")
     folds = ['<span class="muted">cards:</span>', '<label for="fold-each">as set</label>',
              '<label for="fold-open">expand all</label>',
              '<label for="fold-shut">collapse all</label>']  # fmt: skip
     return f'<nav class="filter">{"".join(chips)}</nav><nav class="filter">{"".join(folds)}</nav>'
 
 
-def _summary_line(summary: Mapping[str, Any], warn_only: bool) -> str:
-    told = sentence(summary)
-    if warn_only:
+def _summary_line(report: Report) -> str:
+    told = report.sentence
+    if report.warn_only:
         told += "; warn-only mode: leaks do not fail tests"
     return escape(told)
 
@@ -176,13 +173,12 @@ def _index(tests: Sequence[TestRow], anchors: Mapping[str, str]) -> str:
 
 
 def _growth(test: TestRow) -> str:
-    """A test's growth as HTML: the metric (a tensor count first, as the terminal's short
-    line names it) and its rate per step, which never breaks (``+1/step``)."""
-    rank = {"tensors": 0, "nodes": 1}
+    """A test's growth as HTML: the metric the terminal's short line names
+    (``model.headline_growth``: tensors, then nodes, then memory) and its rate per step,
+    which never breaks (``+1/step``)."""
     for check in test.checks:
-        growths = sorted(check.verdict.growths,
-                         key=lambda g: rank.get(check.declared(g.metric).counts, 2))  # fmt: skip
-        for growth in growths[:1]:
+        growth = headline_growth(check)
+        if growth is not None:
             rate = format_rate(growth.per_step, check.declared(growth.metric).unit)
             return f'{breakable(growth.metric)} <span class="rate">{escape(rate)}</span>'
     return ""

@@ -14,9 +14,8 @@ from __future__ import annotations
 import linecache
 import os
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from html import escape
-from typing import Any
 
 from pytest_graphleak.metrics import count_of, format_amount, format_rate
 from pytest_graphleak.patterns import FALLBACK
@@ -26,7 +25,7 @@ from pytest_graphleak.report.model import TestRow, metric_rows
 from pytest_graphleak.report.span import head_label, raised_text, span_text, step_numbers
 from pytest_graphleak.report.svg import series_chart
 from pytest_graphleak.report.view import ViewLine, diagnosis_view, site_text, to_change
-from pytest_graphleak.result import CheckResult, Diagnosis, display_path, relative_to
+from pytest_graphleak.result import CheckResult, CreationSite, Diagnosis, display_path, relative_to
 from pytest_graphleak.status import BY_WORD, CLEAN, KNOWN, LEAK
 
 #: Renders DOT text to an inline ``<svg>``; None means "show the DOT text instead".
@@ -88,7 +87,7 @@ class Cards:
     def shown(self, filename: str) -> str:
         return shown_path(filename, self.root)
 
-    def card(self, test: TestRow, raw: Sequence[Mapping[str, Any]], anchor: str) -> str:
+    def card(self, test: TestRow, anchor: str) -> str:
         """One test: its badge, node id and time, then each check's block."""
         status = test.status
         group = BY_WORD[status].group if status in BY_WORD else CLEAN
@@ -102,15 +101,11 @@ class Cards:
             f'<span class="muted duration">{duration(test):.2f} s</span></summary>'
             f'<p class="muted">pytest outcome: {escape(test.outcome)}</p>'
         )
-        body = "".join(
-            self.check_block(test, index, check, data)
-            for index, (check, data) in enumerate(zip(test.checks, raw, strict=False))
-        )
+        body = "".join(self.check_block(test, index, check)
+                       for index, check in enumerate(test.checks))  # fmt: skip
         return head + body + "</details></section>"
 
-    def check_block(
-        self, test: TestRow, index: int, check: CheckResult, data: Mapping[str, Any]
-    ) -> str:
+    def check_block(self, test: TestRow, index: int, check: CheckResult) -> str:
         """By the check's status: what to change (or what ran) first, the chain drawn,
         then the numbers, then the sites."""
         parts: list[str] = []
@@ -118,23 +113,23 @@ class Cards:
         if len(test.checks) > 1:
             what = "outlive audit" if check.kind == "outlive" else check.name
             parts.append(f"<h3>{badge(status)}check <code>{breakable(what)}</code></h3>")
-        diagnosis = data.get("diagnosis") or {}
+        diagnosis = check.diagnosis
         group = BY_WORD[status].group if status in BY_WORD else CLEAN
         if status == "error":
-            parts.append(self.error_card(check, data))
+            parts.append(self.error_card(check))
         elif status == "unmeasured":
-            parts.append(self.unmeasured_card(check, data))
+            parts.append(self.unmeasured_card(check))
         elif group in (LEAK, KNOWN):
-            parts.append(self.what_to_change(check, diagnosis))
-        if diagnosis:
-            parts.append(self.graph(diagnosis, check.diagnosis))
-        parts.append(self.outcome_line(check, data))
-        parts += [metrics_table(check), self.charts(check, data)]
-        if diagnosis:
+            parts.append(self.what_to_change(check))
+        if diagnosis is not None:
+            parts.append(self.graph(diagnosis))
+        parts.append(self.outcome_line(check))
+        parts += [metrics_table(check), self.charts(check)]
+        if diagnosis is not None:
             parts.append(self.evidence(diagnosis))
         return "".join(parts)
 
-    def error_card(self, check: CheckResult, data: Mapping[str, Any]) -> str:
+    def error_card(self, check: CheckResult) -> str:
         """What raised, where (the step and the user's line) and what to change."""
         rows = [("raised", f"<code>{breakable(check.error or '')}</code>", "")]
         where = raised_text(check)
@@ -150,14 +145,14 @@ class Cards:
             source = source_context(site.filename, site.lineno, self.root)
         return _change_block("the step raised, so there is no verdict", rows) + source
 
-    def unmeasured_card(self, check: CheckResult, data: Mapping[str, Any]) -> str:
+    def unmeasured_card(self, check: CheckResult) -> str:
         """What ran, why there is no verdict, and the change to make, with its syntax."""
         why = check.unmeasured or ""
         rows = [(label, text, "fix") for label, text in unmeasured_change(why)]
         rows.append(("why", breakable(why), ""))
         return _change_block("not measured, so there is no verdict", rows)
 
-    def what_to_change(self, check: CheckResult, diagnosis: Mapping[str, Any]) -> str:
+    def what_to_change(self, check: CheckResult) -> str:
         """The lines to act on (``view.to_change``): pattern, held by, cycle, stored at, fix."""
         pattern = str(check.pattern or FALLBACK)
         outlive = check.kind == "outlive"
@@ -166,7 +161,7 @@ class Cards:
         rows = [(line.label, view_cell(line), VIEW_CSS.get(line.kind, "")) for line in lines]
         return _change_block("what to change", rows)
 
-    def outcome_line(self, check: CheckResult, data: Mapping[str, Any]) -> str:
+    def outcome_line(self, check: CheckResult) -> str:
         """What ran: the steps (an error's, up to the step that raised), the verdict."""
         if check.kind == "outlive":  # the audit after teardown: no steps, no series
             line = "outlived the test: still alive after its teardown"
@@ -184,7 +179,7 @@ class Cards:
             parts.append(f"<p>verdict: {breakable(check.verdict.reason)}</p>")
         return "".join(parts)
 
-    def charts(self, check: CheckResult, data: Mapping[str, Any]) -> str:
+    def charts(self, check: CheckResult) -> str:
         rows = sorted(metric_rows(check), key=lambda r: (not r.grew, r.name))
         # A probe with nothing to count (torch.* in a minigrad test) would only add flat zeros.
         zeros = [r.name for r in rows if not any(v for v in r.series)]
@@ -211,29 +206,29 @@ class Cards:
             legend += f"; zero throughout, not drawn: {', '.join(zeros)}"
         return f'<p class="muted">{escape(legend)}</p><div class="charts">{"".join(charts)}</div>'
 
-    def evidence(self, diagnosis: Mapping[str, Any]) -> str:
+    def evidence(self, diagnosis: Diagnosis) -> str:
         """The creation and storing sites with their source, the notes."""
         parts = []
-        for key, title, count_header in (
-            ("sites", "created at", "objects/step"),
-            ("stored_at", "stored at (the line that puts it in its holder)", "times/step"),
-        ):
-            if diagnosis.get(key):
-                parts.append(self.sites_block(title, count_header, diagnosis[key]))
-        notes = diagnosis.get("notes") or []
+        for sites, title, count_header in (
+            (diagnosis.sites, "created at", "objects/step"),
+            (diagnosis.stored_at, "stored at (the line that puts it in its holder)",
+             "times/step"),
+        ):  # fmt: skip
+            if sites:
+                parts.append(self.sites_block(title, count_header, sites))
+        notes = diagnosis.notes
         if notes:
             parts.append("<ul>" + "".join(f"<li>{escape(str(n))}</li>" for n in notes) + "</ul>")
         return "".join(parts)
 
-    def graph(self, diagnosis: Mapping[str, Any], drawn: Diagnosis | None) -> str:
+    def graph(self, diagnosis: Diagnosis) -> str:
         """The plugin's own drawing of the chain and the cycle, fitted to the page (four
         columns wide, two at 800 px, one on a phone, so its text stays at least 11 px)
         with a full-size view; Graphviz's drawing as well when ``dot`` is on PATH (or its
         DOT text when only it has one)."""
         parts = []
-        for key, title, draw in (("chain", "held by (root first)", chain_svg),
-                                 ("cycle", "reference cycle", cycle_svg)):  # fmt: skip
-            labels = [str(x) for x in diagnosis.get(key) or []]
+        for labels, title, draw in ((diagnosis.chain, "held by (root first)", chain_svg),
+                                    (diagnosis.cycle, "reference cycle", cycle_svg)):  # fmt: skip
             if not labels:
                 continue
             wide = draw(labels, columns=4)
@@ -245,7 +240,7 @@ class Cards:
                 f'<details class="fullsize"><summary>full size</summary><div>{wide}</div>'
                 "</details>"
             )
-        dot_text = diagnosis_dot(drawn)
+        dot_text = diagnosis_dot(diagnosis)
         if dot_text:
             svg = self.draw(dot_text) if self.draw is not None else None
             if svg is not None:
@@ -253,7 +248,7 @@ class Cards:
                     "<details class=\"graphviz\"><summary>Graphviz's drawing of the retained "
                     f'graph</summary><div class="graph">{svg}</div></details>'
                 )
-            elif (drawn is not None and drawn.drawing is not None) or not parts:
+            elif diagnosis.drawing is not None or not parts:
                 parts.append(
                     "<details><summary>the retained graph as DOT text (draw it with "
                     "Graphviz: <code>dot -Tsvg</code>)</summary>"
@@ -261,23 +256,19 @@ class Cards:
                 )
         return "".join(parts)
 
-    def sites_block(self, title: str, count_header: str, sites: Sequence[Mapping[str, Any]]) -> str:
+    def sites_block(self, title: str, count_header: str, sites: Sequence[CreationSite]) -> str:
         """The sites as a table, then a few source lines around each."""
         rows = [
-            f'<tr><td class="mono">{breakable(self.shown(str(s.get("filename", ""))))}:'
-            f"{escape(str(s.get('lineno', '')))}</td>"
-            f'<td class="mono">{breakable(str(s.get("function", "")))}</td>'
-            f'<td class="num">{escape(str(s.get("count", "")))}</td>'
-            f"<td><code>{breakable(str(s.get('line', '')))}</code>"
-            + (f' <span class="muted">(via {escape(str(s["via"]))})</span>' if s.get("via") else "")
+            f'<tr><td class="mono">{breakable(self.shown(s.filename))}:{s.lineno}</td>'
+            f'<td class="mono">{breakable(s.function)}</td>'
+            f'<td class="num">{s.count}</td><td><code>{breakable(s.line)}</code>'
+            + (f' <span class="muted">(via {escape(s.via)})</span>' if s.via else "")
             + "</td></tr>"
             for s in sites
         ]
-        sources = (
-            source_context(str(s.get("filename", "")), int(s.get("lineno") or 0), self.root)
-            for s in sites
-        )
-        return f"<h3>{escape(title)}</h3>{table(('where', 'function', count_header, 'line'), rows, css='sites')}" + "".join(sources)  # noqa: E501
+        sources = "".join(source_context(s.filename, s.lineno, self.root) for s in sites)
+        headers = ("where", "function", count_header, "line")
+        return f"<h3>{escape(title)}</h3>{table(headers, rows, css='sites')}{sources}"
 
 
 def view_cell(line: ViewLine) -> str:

@@ -5,6 +5,10 @@ The document is built only from the plain ``report.graphleak`` dicts that pytest
 the tests ran in one process or on many workers. Its JSON Schema is
 ``schema.json`` beside this module (described in the README, section "Reports").
 The HTML report is rendered from this same document.
+
+This module and ``validate`` are the schema's boundary: they build, write and check the
+document's dicts themselves. Nothing else reads those dicts but the typed read model
+(``report.model``, ``result.CheckResult.from_dict``), which every renderer reads.
 """
 
 from __future__ import annotations
@@ -23,7 +27,6 @@ from pytest_graphleak.report.dot import drawing_dot
 from pytest_graphleak.report.model import TestRow, metric_rows
 from pytest_graphleak.report.summary import counts
 from pytest_graphleak.result import CheckResult
-from pytest_graphleak.status import status_of_test
 
 #: Version of the document layout (``"schema"`` key); bump on incompatible changes.
 DOCUMENT_SCHEMA_VERSION = 1
@@ -48,8 +51,8 @@ class CheckedTest:
         ``xfailed``: a check leaked and the test was expected to fail;
         ``error``: a step raised; ``unmeasured``: a check's probes measured nothing the
         step uses, or its loop was too short to judge, so it has no verdict; ``clean``
-        otherwise (the rule: ``status.py``)."""
-        return status_of_test(self.checks, self.outcome)
+        otherwise (the rule: ``status.py``, read by the typed ``model.TestRow``)."""
+        return self.typed().status
 
     def typed(self) -> TestRow:
         """The same test in the read model every renderer reads (``model.TestRow``)."""
@@ -60,18 +63,21 @@ def metric_summary(check: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """Per metric of one check (``CheckResult.to_dict()``): the document's ``metrics``
     field, ``model.MetricRow.to_dict`` of each (unit, first and last measured value,
     growth per step, whether the verdict judged it grown)."""
-    return {row.name: row.to_dict() for row in metric_rows(CheckResult.from_dict(check))}
+    return _metrics(CheckResult.from_dict(check))
 
 
-def document_check(check: Mapping[str, Any]) -> dict[str, Any]:
+def _metrics(check: CheckResult) -> dict[str, dict[str, Any]]:
+    return {row.name: row.to_dict() for row in metric_rows(check)}
+
+
+def document_check(result: CheckResult) -> dict[str, Any]:
     """One check as the document holds it: ``CheckResult.to_dict()`` with its
     ``metrics`` and, beside its diagnosis' drawing, that drawing's Graphviz DOT text
     (``dot``: "" when nothing was drawn)."""
-    result = CheckResult.from_dict(check)
-    out = {**check, "metrics": {row.name: row.to_dict() for row in metric_rows(result)}}
+    out = {**result.to_dict(), "metrics": _metrics(result)}
     if result.diagnosis is not None:
         drawn = result.diagnosis.drawing
-        out["diagnosis"] = {**check["diagnosis"], "dot": drawing_dot(drawn) if drawn else ""}
+        out["diagnosis"] = {**out["diagnosis"], "dot": drawing_dot(drawn) if drawn else ""}
     return out
 
 
@@ -87,7 +93,7 @@ def build_document(
     """The report document, tests sorted by node id (deterministic under xdist).
     ``audited``: the tests the outlive audit looked at (``summary.counts``); ``baseline``:
     the baseline file's section (``plugin/baseline.BaselineRun.section``), when one is used."""
-    rows = sorted(tests, key=lambda t: t.nodeid)
+    rows = [test.typed() for test in sorted(tests, key=lambda t: t.nodeid)]
     fixed = len(baseline["fixed"]) if baseline is not None else None
     extra = {"baseline": dict(baseline)} if baseline is not None else {}
     return {

@@ -6,9 +6,16 @@ and ``Numbers``: no renderer reads a report's raw dicts or the probe registry.
 - ``TestRow``: one test with its status and its checks, each a ``CheckResult`` (plain,
   typed data already: verdict, diagnosis, declarations);
 - ``MetricRow``: one metric of one check as the reports show it (declaration, first and
-  last measured value, growth per step, grown or not): the document's ``metrics`` field.
+  last measured value, growth per step, grown or not): the document's ``metrics`` field;
+- ``BaselineSection``: the baseline file's part of a run (its fixed entries, the update
+  command), when one was used;
+- ``headline_growth``: the one grown metric a line that names one names (the terminal's
+  short summary, the HTML index's growth column).
 
 Made from the JSON dict (``from_dict``) or from results (``TestRow.of``); pure, no I/O.
+This module and ``result.CheckResult.from_dict`` are where a report's dicts are read;
+every renderer reads what they make. (``json_doc`` and ``validate`` are the schema's
+boundary: they write and check the dicts themselves.)
 """
 
 from __future__ import annotations
@@ -17,9 +24,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_graphleak.baseline import KEY_FIELDS, Key
 from pytest_graphleak.metrics import finite
+from pytest_graphleak.patterns import BY_WORD as PATTERNS
 from pytest_graphleak.report.summary import sentence
-from pytest_graphleak.result import CheckResult, Declaration
+from pytest_graphleak.result import CheckResult, Declaration, Growth
 from pytest_graphleak.status import read_in_test, worst
 
 
@@ -74,6 +83,31 @@ def metric_rows(result: CheckResult) -> list[MetricRow]:
     return rows
 
 
+#: What a grown metric counts, in the order a line that names one metric picks it: the
+#: tensors kept, then the graph nodes, then the memory, then the cycles.
+COUNTS_ORDER: tuple[str, ...] = ("tensors", "nodes", "memory", "cycles")
+
+
+def headline_growth(check: CheckResult) -> Growth | None:
+    """The grown metric that one line names (the terminal's short summary, the HTML
+    index): the first whose declared ``counts`` tells the check's pattern
+    (``patterns.TABLE``'s ``told_by``), then by ``COUNTS_ORDER``, then in the series'
+    order (the order each probe declares its metrics in, as the terminal's rows list
+    them: a probe's tensor count before a record it also counts as tensors). None when
+    nothing grew."""
+    facts = PATTERNS.get(check.pattern or "")
+    told = facts.told_by if facts is not None else ()
+    order = {metric: index for index, metric in enumerate(check.series)}
+
+    def key(growth: Growth) -> tuple[int, int, int]:
+        counts = check.declared(growth.metric).counts
+        return (told.index(counts) if counts in told else len(told),
+                COUNTS_ORDER.index(counts) if counts in COUNTS_ORDER else len(COUNTS_ORDER),
+                order.get(growth.metric, len(order)))  # fmt: skip
+
+    return min(check.verdict.growths, key=key, default=None)
+
+
 @dataclass(frozen=True)
 class TestRow:
     """One test with results: pytest's outcome and its checks (a marker's, the fixture's,
@@ -87,13 +121,13 @@ class TestRow:
     checks: tuple[CheckResult, ...] = field(default_factory=tuple)
 
     def status_of(self, check: CheckResult) -> str:
-        """One check's status as this test reads it (``status.status_in_test``)."""
+        """One check's status as this test reads it (``status.read_in_test``)."""
         return read_in_test(check.status, warned=check.warned, known=check.known,
                             outcome=self.outcome)
 
     @property
     def status(self) -> str:
-        """The test's status: its worst check's (``status.status_of_test``)."""
+        """The test's status: its worst check's (``status.worst``)."""
         return worst(self.status_of(check) for check in self.checks)
 
     @classmethod
@@ -108,6 +142,21 @@ class TestRow:
 
 
 @dataclass(frozen=True)
+class BaselineSection:
+    """The document's ``baseline``: the entries this run checked and no longer found,
+    and the command that updates the file."""
+
+    fixed: tuple[Key, ...] = ()
+    update_command: str = ""
+
+    @classmethod
+    def from_dict(cls, section: Mapping[str, Any]) -> BaselineSection:
+        fixed = tuple(Key(**{name: str(entry.get(name) or "") for name in KEY_FIELDS})
+                      for entry in section.get("fixed") or ())  # fmt: skip
+        return cls(fixed, str(section.get("update_command") or ""))
+
+
+@dataclass(frozen=True)
 class Report:
     """A whole report document, typed."""
 
@@ -117,6 +166,8 @@ class Report:
     summary: Mapping[str, int] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
     tests: tuple[TestRow, ...] = ()
+    #: the baseline file's section; None without ``--graphleak-baseline``
+    baseline: BaselineSection | None = None
 
     @property
     def sentence(self) -> str:
@@ -128,13 +179,31 @@ class Report:
         """A document as ``json_doc.build_document`` writes it (raises KeyError, TypeError
         or ValueError on one that is not; ``validate`` names the wrong field first)."""
         summary = document.get("summary") or {}
+        section = document.get("baseline")
         return cls(
             generated_by=str(document.get("generated_by", "unknown")),
             warn_only=bool(document.get("warn_only", False)),
             summary={str(k): v for k, v in summary.items() if isinstance(v, int)},
             notes=tuple(str(note) for note in document.get("notes", ())),
             tests=tuple(TestRow.from_dict(test) for test in document.get("tests", ())),
+            baseline=BaselineSection.from_dict(section) if section is not None else None,
         )
+
+
+def results_of(data: object) -> list[CheckResult]:
+    """A pytest report's ``graphleak`` data (a list of ``CheckResult.to_dict()``, as it
+    crossed pytest-xdist) read into results; what is not one is left out (the session
+    reporter notes it when it keeps the test's row)."""
+    results = (result_of(check) for check in (data if isinstance(data, list) else ()))
+    return [result for result in results if result is not None]
+
+
+def result_of(check: object) -> CheckResult | None:
+    """One check of a report's ``graphleak`` data as a result; None when it is not one."""
+    try:
+        return CheckResult.from_dict(check)  # type: ignore[arg-type]
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
 
 
 def check_label(test: TestRow, index: int) -> str:

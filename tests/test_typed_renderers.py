@@ -1,0 +1,117 @@
+"""The renderers read the typed read model (``report/model.py``), never a report's dicts,
+and name a check's growth by one metric order (``model.headline_growth``)."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+from pytest_graphleak import report as report_package
+from pytest_graphleak.plugin.terminal import short_message
+from pytest_graphleak.report.html import render_html
+from pytest_graphleak.report.json_doc import CheckedTest, build_document
+from pytest_graphleak.report.model import Report, headline_growth
+from pytest_graphleak.result import (
+    CheckResult,
+    CreationSite,
+    Declaration,
+    Diagnosis,
+    Growth,
+    Verdict,
+)
+
+REPORT = Path(report_package.__file__).parent
+
+#: The renderers of a report document. ``json_doc`` and ``validate`` are the schema's
+#: boundary and ``model`` the one reader; ``dot`` is being moved onto a drawing record.
+RENDERERS = ("github.py", "html.py", "html_cards.py")
+
+#: What a report's dicts are keyed by: a document's, a test's, a check's, a diagnosis'.
+DOCUMENT_KEYS = frozenset({
+    "tests", "checks", "summary", "baseline", "fixed", "update_command", "nodeid",
+    "outcome", "status", "metrics", "generated_by", "warn_only", "notes",
+    *CheckResult.__dataclass_fields__, *Diagnosis.__dataclass_fields__,
+    *CreationSite.__dataclass_fields__, *Verdict.__dataclass_fields__,
+})  # fmt: skip
+
+
+def _dict_reads(source: str) -> list[str]:
+    """``x.get("field")`` and ``x["field"]`` with a report's field name."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        key = None
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "get" and node.args):  # fmt: skip
+            key = node.args[0]
+        elif isinstance(node, ast.Subscript):
+            key = node.slice
+        if isinstance(key, ast.Constant) and key.value in DOCUMENT_KEYS:
+            found.append(f"line {node.lineno}: {key.value!r}")
+    return found
+
+
+@pytest.mark.parametrize("module", RENDERERS)
+def test_a_renderer_reads_no_field_of_a_report_dict(module: str) -> None:
+    assert _dict_reads((REPORT / module).read_text(encoding="utf-8")) == []
+
+
+def test_the_scan_sees_a_dict_read() -> None:
+    assert _dict_reads('d.get("diagnosis")\nx = t["nodeid"]\nos.environ.get("CI")') == [
+        "line 1: 'diagnosis'", "line 2: 'nodeid'",
+    ]  # fmt: skip
+
+
+def _minigrad_leak(pattern: str = "list-accumulation") -> CheckResult:
+    """A minigrad leak whose verdict lists its growths by name (autograd_meta first), as
+    the probe declares tensors, nodes, then autograd_meta."""
+    names = ("minigrad.tensors", "minigrad.nodes", "minigrad.autograd_meta")
+    counts = {"minigrad.tensors": "tensors", "minigrad.nodes": "nodes",
+              "minigrad.autograd_meta": "tensors"}  # fmt: skip
+    rates = {"minigrad.tensors": 1.0, "minigrad.nodes": 3.0, "minigrad.autograd_meta": 2.0}
+    growths = [Growth(name, 5.0, 5.0 + 5 * rates[name], rates[name]) for name in sorted(names)]
+    return CheckResult(
+        "t.py::test_leak", 6, 2,
+        {name: [float(i) * rates[name] for i in range(8)] for name in names},
+        dict.fromkeys(names, "objects"), Verdict(True, growths, pattern, "grew"),
+        declarations={name: Declaration("objects", counts[name]) for name in names},
+    )  # fmt: skip
+
+
+def test_the_headline_growth_is_the_tensor_count_before_another_tensor_record() -> None:
+    growth = headline_growth(_minigrad_leak())
+    assert growth is not None and growth.metric == "minigrad.tensors"
+    # a pattern told by its nodes names them first (patterns.TABLE's told_by)
+    growth = headline_growth(_minigrad_leak("retained-grad-fn"))
+    assert growth is not None and growth.metric == "minigrad.nodes"
+
+
+def test_the_html_index_names_the_metric_the_terminal_names() -> None:
+    check = _minigrad_leak()
+    document = build_document([CheckedTest(check.name, "failed", [check.to_dict()])],
+                              generated_by="t")  # fmt: skip
+    page = render_html(document, draw=None)
+    start = page.index('<table class="index">')
+    index = page[start : page.index("</table>", start)]
+    growth = re.search(r'<td class="mono">([^<]*(?:<wbr>[^<]*)*) <span class="rate">(.*?)</span>',
+                       index)  # fmt: skip
+    assert growth is not None
+    assert growth.group(1).replace("<wbr>", "") == "minigrad.tensors"
+    assert growth.group(2) == "+1/step"
+    assert short_message(check).startswith("list-accumulation: +1 tensor/step")
+
+
+def test_the_model_reads_the_baseline_section() -> None:
+    section = {"fixed": [{"test": "t.py::test_a", "check": "marker", "pattern": "cycle",
+                          "holder": "global 'x'", "reason": ""}],
+               "update_command": "pytest --graphleak-baseline-update", "entries": 1}  # fmt: skip
+    document = build_document([], generated_by="t", baseline=section)
+    report = Report.from_dict(document)
+    assert report.baseline is not None
+    assert [key.text() for key in report.baseline.fixed] == [
+        "t.py::test_a [marker] cycle, held by global 'x'"
+    ]
+    assert report.baseline.update_command == "pytest --graphleak-baseline-update"
+    assert Report.from_dict(build_document([], generated_by="t")).baseline is None
