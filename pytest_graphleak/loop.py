@@ -57,7 +57,7 @@ from pytest_graphleak.options import OptionError, Settings
 from pytest_graphleak.report.text import render_text
 from pytest_graphleak.result import CheckResult, Verdict
 from pytest_graphleak.values import optional_int_at_least
-from pytest_graphleak.verdict import fewest_steps, loop_fewest_steps, too_short_loop_text
+from pytest_graphleak.verdict import fewest_steps, loop_fewest_steps, too_short_loop
 
 #: "return": only give the result back (``track()`` outside pytest without raise_on_leak).
 ON_LEAK = ("raise", "warn", "return")
@@ -428,10 +428,11 @@ class LoopCheck:
         lets the loop's caller go on (a callback never stops training for it)."""
         __tracebackhide__ = True
         warmup = self.settings.warmup
-        why = too_short_loop_text(self._calls, warmup, self.fewest, saw=self.saw, unit=self.unit)
+        why, fix = too_short_loop(self._calls, warmup, self.fewest, saw=self.saw, unit=self.unit)
         result = CheckResult(
             name=self.name, steps=max(0, self._calls - warmup), warmup=warmup, series={},
             units={}, verdict=Verdict(leaked=False, reason=f"no verdict: {why}"), unmeasured=why,
+            unmeasured_fix=fix,
         )  # fmt: skip
         self._publish(result, report=False)
         text = render_text(result)
@@ -555,9 +556,8 @@ class LoopCheck:
             recorder.close()
         if final or verdict.leaked:
             self._end_sampler()
-            window.rechecking = whole.rechecking
-            window.unmeasured = whole.unmeasured  # known once the sampler has ended
-            window.coverage_notes = whole.coverage_notes
+            for known in ("rechecking", "unmeasured", "unmeasured_fix", "coverage_notes"):
+                setattr(window, known, getattr(whole, known))  # once the sampler has ended
         try:
             result = pipeline.conclude(
                 window, settings=settings, name=self._result_name(final=final),

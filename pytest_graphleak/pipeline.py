@@ -185,6 +185,7 @@ def conclude(
     remarks = list(series.coverage_notes)
     if series.unmeasured and not verdict.leaked:
         result.unmeasured = series.unmeasured  # no clean verdict without a measurement
+        result.unmeasured_fix = series.unmeasured_fix
     elif series.unmeasured:
         remarks.append(series.unmeasured)
     if remarks:

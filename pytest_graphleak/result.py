@@ -257,6 +257,11 @@ class CheckResult:
     #: too short to judge (``loop.LoopCheck.finish``): why. Such a check has no clean
     #: verdict: under pytest it fails (or warns) with this text.
     unmeasured: str | None = None
+    #: What to change so that such a check gets a verdict, one line with the syntax to
+    #: type (``add torch to the probes: probes=[...]``), worded where ``unmeasured`` is
+    #: (``engine/coverage``, ``verdict.too_short_loop_fix``); "" when no change is known.
+    #: The HTML card, the terminal's report section and the GitHub annotation show it.
+    unmeasured_fix: str = ""
     #: What the probes could not measure exactly, e.g. a graph-node count that is a
     #: lower bound (the walk over a huge graph is bounded).
     notes: list[str] = field(default_factory=list)
@@ -339,7 +344,8 @@ class CheckResult:
             duration_s=data.get("duration_s", 0.0), error=data.get("error"),
             error_step=data.get("error_step"), error_measuring=bool(data.get("error_measuring")),
             error_site=CreationSite(**site) if site else None,
-            unmeasured=data.get("unmeasured"), notes=list(data.get("notes", [])),
+            unmeasured=data.get("unmeasured"), unmeasured_fix=data.get("unmeasured_fix", ""),
+            notes=list(data.get("notes", [])),
             sample_every=int(data.get("sample_every", 1)),
             warmup_steps=data.get("warmup_steps"),
             sample_steps=data.get("sample_steps"),

@@ -128,18 +128,29 @@ def loop_fewest_steps(warmup: int, asked: int | None = None) -> int:
     return max(fewest_steps(warmup), wanted)
 
 
-def too_short_loop_text(
+def too_short_loop(
     ran: int, warmup: int, measured: int, *, saw: str = "it ran", unit: str = "step"
-) -> str:
+) -> tuple[str, str]:
     """Why a loop that ran ``ran`` steps has no verdict, ``measured`` steps after
-    ``warmup`` being the fewest it is judged from; ``saw ran unit``: how the loop's length
-    reads ("it ran 5 steps", "track() saw 5 t.step() calls")."""
-    return (
+    ``warmup`` being the fewest it is judged from, and what to change
+    (``too_short_loop_fix``); ``saw ran unit``: how the loop's length reads ("it ran 5
+    steps", "track() saw 5 t.step() calls")."""
+    why = (
         f"the loop is too short: {saw} {count_of(ran, unit)}; a verdict needs at least "
         f"{warmup + measured} (warmup={warmup} + {count_of(measured, 'measured step')}: with "
         "fewer, one tensor made once in a measured step would read as a leak), and warmup + "
         f"{steps_to_catch(3)} catch a leak of one object every third step"
     )
+    return why, too_short_loop_fix(warmup, measured, unit=unit)
+
+
+def too_short_loop_fix(warmup: int, measured: int, *, unit: str = "step") -> str:
+    """What to change for a loop too short to judge (``too_short_loop``): more steps,
+    or fewer warmup steps where there are more than one."""
+    fix = f"run at least {count_of(warmup + measured, unit)} in the checked loop"
+    if warmup > 1:
+        fix += f", or fewer warmup steps (warmup=1 needs {count_of(1 + measured, unit)})"
+    return fix
 
 
 def slowest_leak_text(period: int) -> str:

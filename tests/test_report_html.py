@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from pytest_graphleak.engine.coverage import add_probe_fix
 from pytest_graphleak.metrics import format_amount, format_rate
 from pytest_graphleak.report import dot as dot_mod
 from pytest_graphleak.report.dot import (
@@ -472,6 +473,7 @@ def test_error_unmeasured_and_outlive_cards_say_what_ran_and_what_to_change() ->
         name="t.py::test_um", steps=16, warmup=3, series={}, units={},
         verdict=Verdict(False), unmeasured="no probe measured anything (torch: torch is not "
         "imported); yet the step made 95 minigrad tensors: add minigrad to the probes",
+        unmeasured_fix=add_probe_fix("minigrad"),
     ).to_dict()  # fmt: skip
     outlive = leak("t.py::test_keeps::outlive", chain=["global 'history'", "list(len=1)"])
     outlive["kind"] = "outlive"

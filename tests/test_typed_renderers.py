@@ -115,3 +115,74 @@ def test_the_model_reads_the_baseline_section() -> None:
     ]
     assert report.baseline.update_command == "pytest --graphleak-baseline-update"
     assert Report.from_dict(build_document([], generated_by="t")).baseline is None
+
+
+# -- an unmeasured check's fix: a field of its own, set where the reason is made ---------
+def test_a_loop_too_short_carries_its_fix() -> None:
+    import minigrad as mg
+    from pytest_graphleak import track
+
+    w = mg.Tensor([1.0, 2.0], requires_grad=True)
+    with pytest.warns(Warning), track(warmup=3) as t:
+        for _ in range(4):
+            (w * 2.0).sum().backward()
+            w.grad = None
+            t.step()
+    result = t.result
+    assert result is not None and result.status == "unmeasured"
+    assert result.unmeasured_fix == (
+        "run at least 6 t.step() calls in the checked loop, or fewer warmup steps "
+        "(warmup=1 needs 4 t.step() calls)"
+    )
+
+
+def test_a_library_no_probe_measured_carries_its_fix() -> None:
+    import minigrad as mg
+    from pytest_graphleak import check
+
+    w = mg.Tensor([1.0, 2.0], requires_grad=True)
+
+    def step() -> None:
+        (w * 2.0).sum().backward()
+        w.grad = None
+
+    # torch's probe only (whether torch is imported here or not): nothing the step uses
+    result = check(step, steps=4, warmup=1, probes=["torch"], raise_on_leak=False)
+    assert result.status == "unmeasured", result
+    assert result.unmeasured_fix == (
+        'add minigrad to the probes: probes=["minigrad", ...] on the marker, check() or '
+        "track(), or --graphleak-probes=minigrad,..."
+    )
+
+
+def _unmeasured(fix: str) -> CheckResult:
+    """A reason with none of the words the renderers once looked for, and its fix."""
+    return CheckResult("t.py::test_u", 0, 3, {}, {}, Verdict(False, reason="no verdict"),
+                       unmeasured="the probes saw nothing", unmeasured_fix=fix)  # fmt: skip
+
+
+def test_every_surface_reads_the_unmeasured_fix_field() -> None:
+    from pytest_graphleak.plugin.terminal import summary_lines
+    from pytest_graphleak.report.github import commands, document_rows
+    from pytest_graphleak.report.json_doc import load_schema
+    from pytest_graphleak.report.model import TestRow
+    from pytest_graphleak.report.validate import validate
+
+    check = _unmeasured("import torch before the check")
+    document = build_document([CheckedTest(check.name, "failed", [check.to_dict()])],
+                              generated_by="t")  # fmt: skip
+    validate(document, load_schema())
+    assert CheckResult.from_dict(check.to_dict()).unmeasured_fix == check.unmeasured_fix
+    page = render_html(document, draw=None)
+    assert '<dt>to change</dt><dd class="fix">import torch before the check</dd>' in page
+    (command,) = commands(document_rows(document, {}), "/")
+    message = command.split("::", 2)[2].split("%0A")
+    assert message[:2] == ["fix: import torch before the check",
+                           "not measured, so no verdict: the probes saw nothing"]  # fmt: skip
+    lines = [line for line, _ in summary_lines(TestRow.of(check.name, "failed", [check]), 0,
+                                               warn_only=False)]  # fmt: skip
+    assert "    fix: import torch before the check" in lines
+    # no fix known: no line that claims one
+    bare = _unmeasured("")
+    assert not any("fix:" in line for line, _ in
+                   summary_lines(TestRow.of(bare.name, "failed", [bare]), 0, warn_only=False))

@@ -25,7 +25,7 @@ from __future__ import annotations
 import sys
 import types
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from pytest_graphleak.metrics import count_of
 from pytest_graphleak.probes import ABSENT as _ABSENT
@@ -42,6 +42,27 @@ def made_so_far(bundle: AutogradBundle) -> int | None:
         return bundle.made(module)
     except Exception:  # a version of the library without this counter
         return None
+
+
+class Conclusion(NamedTuple):
+    """What ``Coverage.conclude`` found: why the check is unmeasured ("" when it measured),
+    what to change for it, with its syntax ("" when no change is known), and remarks on a
+    library left unmeasured beside a measured one."""
+
+    why: str = ""
+    fix: str = ""
+    notes: tuple[str, ...] = ()
+
+
+def add_probe_fix(lib: str) -> str:
+    """The change for a library the step uses that no probe measured."""
+    return (f'add {lib} to the probes: probes=["{lib}", ...] on the marker, check() or '
+            f"track(), or --graphleak-probes={lib},...")  # fmt: skip
+
+
+def import_first_fix(lib: str) -> str:
+    """The change for a library first imported inside a later step."""
+    return f"import {lib} before the check: at the top of the test module, or in a fixture"
 
 
 class Coverage:
@@ -97,34 +118,39 @@ class Coverage:
     def started(self, name: str) -> None:
         self._active.add(name)
 
-    def conclude(self, series: Mapping[str, Sequence[float]]) -> tuple[str, list[str]]:
-        """``(why the check is unmeasured or "", notes)`` once the check has ended."""
+    def conclude(self, series: Mapping[str, Sequence[float]]) -> Conclusion:
+        """Why the check is unmeasured (or ""), what to change, and the notes, once the
+        check has ended."""
         used = self._used(series)
         measured = [name for name in self._active if name in _ABSENT]
         if not series:
-            return self._nothing_measured(used), []
+            return Conclusion(self._nothing_measured(used),
+                              add_probe_fix(next(iter(used))) if used else "")  # fmt: skip
         late = [lib for lib, call in self._appeared.items() if call > 1 and self.wants(lib)]
         if late:
             lib = late[0]
-            return (
+            return Conclusion(
                 f"no probe measured {lib}: it was first imported inside the step, at step "
                 f"{self._appeared[lib]}, after the check had started; import {lib} before "
-                "the check (at the top of the test module, or in a fixture)"
-            ), []
+                "the check (at the top of the test module, or in a fixture)",
+                import_first_fix(lib),
+            )
         unprobed = {lib: why for lib, why in used.items() if lib not in self._active}
         if not unprobed:
-            return "", []
+            return Conclusion()
         measured_used = [lib for lib in used if lib in self._active]
         asked_backend = self._wanted is None or any(n in BACKENDS for n in self._wanted)
         texts = {lib: self._unprobed_text(lib, why) for lib, why in unprobed.items()}
         if asked_backend and not measured_used:
             lib, text = next(iter(texts.items()))
-            return (
+            return Conclusion(
                 f"no probe measured {lib}: {text}, and the probes that ran "
                 f"({', '.join(sorted(measured)) or 'none'}) measured nothing the step uses; "
-                f"add {lib} to the probes"
-            ), []
-        return "", [f"{lib} was not measured: {text}" for lib, text in texts.items()]
+                f"add {lib} to the probes",
+                add_probe_fix(lib),
+            )
+        notes = tuple(f"{lib} was not measured: {text}" for lib, text in texts.items())
+        return Conclusion(notes=notes)
 
     def _unprobed_text(self, lib: str, why: list[str]) -> str:
         text = f"{'; '.join(why)}, but no {lib} probe ran"

@@ -88,6 +88,7 @@ class Series:
     #: Set when the check ended: why it measured nothing the step uses ("" when it did),
     #: and remarks on what it left unmeasured beside what it measured (``coverage``).
     unmeasured: str = ""
+    unmeasured_fix: str = ""  # what to change for it (``CheckResult.unmeasured_fix``)
     coverage_notes: list[str] = field(default_factory=list)
     #: What the probes could not measure exactly (``Probe.notes``): ``CheckResult.notes``.
     probe_notes: list[str] = field(default_factory=list)
@@ -341,7 +342,8 @@ class Sampler:
                 coverage, self._coverage = self._coverage, None
                 with contextlib.suppress(Exception):  # never in the way of restoring gc
                     found = coverage.conclude(self.result.series)
-                    self.result.unmeasured, self.result.coverage_notes = found
+                    self.result.unmeasured, self.result.unmeasured_fix = found.why, found.fix
+                    self.result.coverage_notes = list(found.notes)
             self.result.probe_notes += self.probe_notes()  # end() may run twice
             for probe in self._probes:
                 with contextlib.suppress(Exception):  # must not leave gc frozen or disabled

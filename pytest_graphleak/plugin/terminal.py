@@ -292,6 +292,9 @@ def summary_lines(
         else:
             head += f"  ({span_text(check, short=True)}{_reach(check)})"
         lines.append((head, markup))
+        if status == "unmeasured" and check.unmeasured_fix:  # what to change, as a leak's
+            fix = f"fix: {check.unmeasured_fix}"
+            lines.append((f"    {fix}", line_markup(fix)))
         if status == "known":
             continue  # one line: it is accepted for now; the reports have its details
         cells = [

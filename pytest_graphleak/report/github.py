@@ -15,6 +15,8 @@ With ``--graphleak-github=auto`` (the default) it is on when ``GITHUB_ACTIONS=tr
 * a markdown table of every check appended to ``$GITHUB_STEP_SUMMARY``, under the session's
   counts (``summary.sentence``).
 
+An unmeasured check's annotation opens with its ``unmeasured_fix`` as well.
+
 The writer takes generic ``Row``s: the document's checks give theirs (``document_rows``),
 and other parts of a run may add their own (``writers.Run.rows``).
 """
@@ -147,7 +149,8 @@ def _check_row(
                    fix_of(pattern, result.diagnosis))  # fmt: skip
     if status == "unmeasured":
         return Row(label, status, "unmeasured", *test_place,
-                   f"not measured, so no verdict: {result.unmeasured}", level)  # fmt: skip
+                   f"not measured, so no verdict: {result.unmeasured}", level,
+                   result.unmeasured_fix)  # fmt: skip
     if status == "error":  # on the user's line that raised, when the traceback had one
         site = result.error_site
         place = (site.filename, site.lineno) if site is not None else test_place

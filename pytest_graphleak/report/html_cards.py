@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import linecache
 import os
-import re
 from collections.abc import Callable, Sequence
 from html import escape
 
@@ -146,10 +145,12 @@ class Cards:
         return _change_block("the step raised, so there is no verdict", rows) + source
 
     def unmeasured_card(self, check: CheckResult) -> str:
-        """What ran, why there is no verdict, and the change to make, with its syntax."""
-        why = check.unmeasured or ""
-        rows = [(label, text, "fix") for label, text in unmeasured_change(why)]
-        rows.append(("why", breakable(why), ""))
+        """The change to make, with its syntax (``CheckResult.unmeasured_fix``), then why
+        there is no verdict."""
+        rows = []
+        if check.unmeasured_fix:
+            rows.append(("to change", breakable(check.unmeasured_fix), "fix"))
+        rows.append(("why", breakable(check.unmeasured or ""), ""))
         return _change_block("not measured, so there is no verdict", rows)
 
     def what_to_change(self, check: CheckResult) -> str:
@@ -277,26 +278,6 @@ def view_cell(line: ViewLine) -> str:
         return breakable(line.text)
     why = f" &middot; {escape(line.detail)}" if line.detail else ""
     return f"<strong>{escape(line.text)}</strong>{why}"
-
-
-def unmeasured_change(why: str) -> list[tuple[str, str]]:
-    """What to change for an unmeasured check, with the syntax to type (HTML): the
-    coverage rule's and the loop rule's one action, ``add X to the probes``, ``import X
-    before the check`` or a loop too short, found in the reason they wrote."""
-    words = why.split()
-    if "add" in words and words[-3:-1] == ["to", "the"]:
-        lib = escape(words[words.index("add") + 1])
-        return [("add the probe", f'<code>@pytest.mark.no_graph_growth(probes=["{lib}", ...])'
-                 f"</code> or <code>--graphleak-probes={lib},...</code>")]  # fmt: skip
-    if "import" in words and "before" in words:
-        lib = escape(words[words.index("import") + 1])
-        return [("import it first", f"<code>import {lib}</code> at the top of the test module "
-                 "(or in a fixture), so the probes start with it")]  # fmt: skip
-    need = re.search(r"a verdict needs at least (\d+)", why)
-    if need:
-        return [("run more steps", f"a loop of at least {need.group(1)} steps, or fewer "
-                 "warmup steps: <code>graphleak.track(warmup=1)</code>")]  # fmt: skip
-    return []
 
 
 def _change_block(title: str, rows: Sequence[tuple[str, str, str]]) -> str:
