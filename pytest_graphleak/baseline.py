@@ -7,14 +7,14 @@ and reviewed in a pull request: one entry per finding, sorted by its key, each w
 ``reason`` a person fills in::
 
     {
-      "graphleak_baseline": 1,
+      "graphleak_baseline": 2,
       "about": "Known findings of pytest-graphleak: ...",
       "findings": [
         {
           "test": "tests/test_x.py::test_step",
           "check": "marker",
           "pattern": "list-accumulation",
-          "holder": "global 'history' -> list -> Tensor(grad_fn=MeanBackward)",
+          "holder": "global 'history' -> list[*] -> Tensor",
           "reason": "epoch losses kept for the plot; ticket #123"
         }
       ]
@@ -23,27 +23,36 @@ and reviewed in a pull request: one entry per finding, sorted by its key, each w
 A finding's key is made so that it survives what does not change the leak and no more:
 the test's node id, the kind of check (``marker``, ``check(step)``, ``track(1)``,
 ``outlive``: the check's name after the node id, a window's step range left out), the
-pattern word and the holder path, the diagnosis' chain with every number that depends on
-the run left out: lengths (``list(len=12)`` -> ``list``), shapes, integer indices and keys
-(``dict[21]`` -> ``dict[*]``), addresses, line numbers, and the graph nodes past the first
-tensor (how deep the walk went). Lines moving, tests reordered or a list growing change
-nothing; a new leak of the same test through another holder is a new key.
+pattern word and the holder path, spelled from the diagnosis' typed chain
+(``diagnosis.links``, never its printed labels): the root's kind and the user's name for
+it, then each object's type with the edge the chain leaves it by (``.history``,
+``['rows']``; an index or an integer key is ``[*]``), up to the first tensor or graph
+node (what its graph reaches is how deep the walk went). No length, shape, address or
+line number is in it: lines moving, tests reordered or a list growing change nothing; a
+new leak of the same test through another holder is a new key.
+
+Version 1 files keyed the holder on the printed chain. They are not matched: reading one
+is an error that says so, and ``--graphleak-baseline-update`` rewrites it in version 2,
+keeping each reason where the test, the check and the pattern name one finding.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from pytest_graphleak.exceptions import BaselineError  # defined there, raised here
 
 #: The key naming the file's kind, whose value is its version; bump on any change of the
 #: layout that an older reader would misread.
 FORMAT_KEY = "graphleak_baseline"
-VERSION = 1
+VERSION = 2
+#: Versions an update may read and rewrite (their keys are not matched).
+OLD_VERSIONS = (1,)
 #: What the top of the file says about itself, for a reader who meets it in a review.
 ABOUT = (
     "Known findings of pytest-graphleak: each is reported as known instead of failing "
@@ -87,24 +96,22 @@ class Baseline:
 
     path: Path
     entries: dict[Key, Entry] = field(default_factory=dict)
+    #: The file's version: an older one (``OLD_VERSIONS``) is read only to be rewritten.
+    version: int = VERSION
 
     def __contains__(self, key: object) -> bool:
         return key in self.entries
 
 
 # -- keys -------------------------------------------------------------------------------
-_WINDOW = re.compile(r" steps \d+-\d+$")
-_NUMBERS = (
-    (re.compile(r"\(len=\d+\)"), ""),  # list(len=12) -> list
-    (re.compile(r"shape=\([^)]*\)(, )?"), ""),  # Tensor(shape=(3,), grad_fn=X)
-    (re.compile(r"\(\)"), ""),  # Tensor(shape=()) -> Tensor
-    (re.compile(r"\[-?\d+\]"), "[*]"),  # an index or an integer key: dict[21] -> dict[*]
-    (re.compile(r"0x[0-9a-fA-F]+"), "0x*"),  # an address
-    (re.compile(r"(\.py):\d+"), r"\1"),  # a file's line
-    (re.compile(r"\bline \d+"), "line *"),
-)
-_TENSOR = re.compile(r"^(Tensor|Parameter)\b")
-_ELIDED = re.compile(r"^\.\.\. \(\d+ more graph nodes\)$")
+_WINDOW = re.compile(r" steps \d+-\d+$")  # a check's name, not a chain label
+#: How the holder spells the edge a chain leaves an object by (``result.Link.edge``);
+#: an index, an integer key and a set's member are ``[*]``: they change from run to run.
+_ACCESS = {"attribute": ".{}", "ctx attribute": ".{}", "hook": ".{}", "key": "[{}]",
+           "index": "[*]", "member": "[*]", "closure cell": " closure '{}'",
+           "generator frame": " local '{}'", "context value": ".get()"}  # fmt: skip
+#: The links after which the holder ends: what a graph reaches is how deep the walk went.
+_GRAPH_KINDS = ("tensor", "node")
 
 
 def check_label(nodeid: str, name: str) -> str:
@@ -116,36 +123,47 @@ def check_label(nodeid: str, name: str) -> str:
     return rest or "marker"
 
 
-def holder_path(chain: Sequence[str]) -> str:
-    """The diagnosis' chain without the numbers a run changes, up to the first tensor."""
-    labels: list[str] = []
-    for label in chain:
-        if _ELIDED.match(label):
+def holder_path(links: Sequence[Mapping[str, Any]]) -> str:
+    """The holder of a finding from the diagnosis' typed links (``diagnosis.links`` as
+    plain data, root first): ``global 'history' -> list[*] -> Tensor``."""
+    parts: list[str] = []
+    for at, link in enumerate(links):
+        kind, name = str(link.get("type", "")), str(link.get("name", ""))
+        if at == 0:  # the root: its kind, and the user's name for it
+            parts.append(f"{kind} '{name}'" if name and name != kind else kind)
             continue
-        for pattern, replacement in _NUMBERS:
-            label = pattern.sub(replacement, label)
-        if not labels or labels[-1] != label:  # a run of the same graph node: one
-            labels.append(label)
-        if _TENSOR.match(label) and len(labels) > 1:
-            break  # what the tensor's graph reaches is how deep the walk went
-    return " -> ".join(labels)
+        if link.get("kind") in _GRAPH_KINDS:
+            parts.append(kind)
+            break
+        parts.append(kind + _access(str(link.get("edge", "")), str(link.get("key", ""))))
+    return " -> ".join(parts)
 
 
-def key_of(nodeid: str, *, name: str, pattern: str | None, chain: Sequence[str]) -> Key:
+def _access(edge: str, key: str) -> str:
+    if edge == "key" and key.lstrip("-").isdigit():
+        return "[*]"
+    return _ACCESS.get(edge, "").format(key)
+
+
+def key_of(
+    nodeid: str, *, name: str, pattern: str | None, links: Sequence[Mapping[str, Any]]
+) -> Key:
     """The key of a leaked check of the test ``nodeid``: the check's name, its pattern and
-    its diagnosis' chain (``CheckResult``'s fields)."""
+    its diagnosis' typed links as plain data (``CheckResult``'s fields)."""
     return Key(
         test=nodeid,
         check=check_label(nodeid, name),
         pattern=pattern or "",
-        holder=holder_path([str(link) for link in chain]),
+        holder=holder_path(links),
     )
 
 
 # -- reading ----------------------------------------------------------------------------
-def load(path: Path) -> Baseline:
+def load(path: Path, *, rewriting: bool = False) -> Baseline:
     """The baseline in ``path``; BaselineError naming the file (and the entry) when it
-    cannot be read, is not a baseline, has another version or a bad or repeated entry."""
+    cannot be read, is not a baseline, has another version or a bad or repeated entry.
+    ``rewriting``: an update will rewrite it, so an older version is read too (its
+    entries carry their reasons over, ``updated``)."""
     try:
         document = json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
@@ -157,14 +175,21 @@ def load(path: Path) -> Baseline:
     if not isinstance(document, dict) or FORMAT_KEY not in document:
         raise BaselineError(f"{where} is not a graphleak baseline (no {FORMAT_KEY!r} key)")
     version = document[FORMAT_KEY]
-    if version != VERSION:
+    if version in OLD_VERSIONS and not rewriting:
+        raise BaselineError(
+            f"{where} has version {version!r}, whose holders were the printed chain; this "
+            f"pytest-graphleak keys findings on the typed chain (version {VERSION}): rewrite "
+            "it once with --graphleak-baseline-update over the whole suite (each reason is "
+            "kept where the test, check and pattern name one finding)"
+        )
+    if version != VERSION and version not in OLD_VERSIONS:
         raise BaselineError(
             f"{where} has version {version!r}; this pytest-graphleak reads version {VERSION}"
         )
     findings = document.get("findings")
     if not isinstance(findings, list):
         raise BaselineError(f"{where}: 'findings' must be a list of entries")
-    baseline = Baseline(path)
+    baseline = Baseline(path, version=version)
     first: dict[Key, int] = {}
     for number, item in enumerate(findings, start=1):
         entry = _entry(item, f"{where}, entry {number}")
@@ -228,6 +253,11 @@ class Update:
     added: list[Key]
     removed: list[Key]
     kept: int
+    #: An older file rewritten: its version, how many reasons were carried over, and how
+    #: many of its entries this run did not check (their tests did not run): dropped.
+    rewritten_from: int | None = None
+    reasons_kept: int = 0
+    dropped: int = 0
 
 
 def updated(old: Baseline | None, found: Iterable[Key], checked: Callable[[Key], bool]) -> Update:
@@ -236,6 +266,8 @@ def updated(old: Baseline | None, found: Iterable[Key], checked: Callable[[Key],
     dropped (fixed), one it did not check (its test did not run) is kept."""
     before = old.entries if old is not None else {}
     now = set(found)
+    if old is not None and old.version != VERSION:  # its keys match none: rewritten
+        return _rewritten(old, now, checked)
     entries = [before.get(key) or Entry(key) for key in now]
     kept_unchecked = [e for key, e in before.items() if key not in now and not checked(key)]
     removed = sorted(key for key in before if key not in now and checked(key))
@@ -245,3 +277,24 @@ def updated(old: Baseline | None, found: Iterable[Key], checked: Callable[[Key],
         removed=removed,
         kept=len(now & set(before)) + len(kept_unchecked),
     )
+
+
+def _rewritten(old: Baseline, found: set[Key], checked: Callable[[Key], bool]) -> Update:
+    """An older file rewritten from this run's findings: a finding takes the reason of
+    the old entry of its test, check and pattern when each side has one such (the holder
+    was spelled another way); the old entries are replaced."""
+    def triple(key: Key) -> tuple[str, str, str]:
+        return key.test, key.check, key.pattern
+
+    def alone(keys: Iterable[Key]) -> dict[tuple[str, str, str], Key]:
+        seen: dict[tuple[str, str, str], list[Key]] = {}
+        for key in keys:
+            seen.setdefault(triple(key), []).append(key)
+        return {t: ks[0] for t, ks in seen.items() if len(ks) == 1}
+
+    olds, news = alone(old.entries), alone(found)
+    reasons = {news[t]: old.entries[k].reason for t, k in olds.items() if t in news}
+    entries = sorted((Entry(key, reasons.get(key, "")) for key in found), key=lambda e: e.key)
+    return Update(entries=entries, added=sorted(found), removed=sorted(old.entries), kept=0,
+                  rewritten_from=old.version, reasons_kept=sum(map(bool, reasons.values())),
+                  dropped=sum(not checked(key) for key in old.entries))  # fmt: skip

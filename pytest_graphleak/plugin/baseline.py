@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import shlex
 from collections.abc import Iterable
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +69,7 @@ def configured(config: pytest.Config, settings: Settings) -> Baseline | None:
                 "baseline file (choose another path, or remove the file)"
             )
         else:
-            loaded = baseline.load(path)
+            loaded = baseline.load(path, rewriting=update)
     except BaselineError as exc:
         source = settings.source("baseline")
         raise pytest.UsageError(f"graphleak: {exc} (from {source})") from None
@@ -100,8 +101,8 @@ def mark_known(item: pytest.Item, result: CheckResult) -> bool:
 
 def key_for(nodeid: str, result: CheckResult) -> Key:
     """The baseline key of a leaked result of the test ``nodeid``."""
-    chain = result.diagnosis.chain if result.diagnosis is not None else []
-    return baseline.key_of(nodeid, name=result.name, pattern=result.pattern, chain=chain)
+    links = [asdict(link) for link in result.diagnosis.links] if result.diagnosis else []
+    return baseline.key_of(nodeid, name=result.name, pattern=result.pattern, links=links)
 
 
 def unknown(item: pytest.Item, results: Iterable[CheckResult]) -> list[CheckResult]:
@@ -197,6 +198,17 @@ class BaselineRun:
             return
         self.written = update
 
+    @staticmethod
+    def _wrote(done: baseline.Update, path: str) -> str:
+        if done.rewritten_from is None:
+            return (f"graphleak baseline: wrote {len(done.entries)} findings to {path} "
+                    f"({len(done.added)} added, {len(done.removed)} removed as fixed)")  # fmt: skip
+        dropped = (f"; {done.dropped} entries of tests that did not run were dropped"
+                   if done.dropped else "")  # fmt: skip
+        return (f"graphleak baseline: rewrote {path} from version {done.rewritten_from} to "
+                f"{baseline.VERSION}: {len(done.entries)} findings, {done.reasons_kept} "
+                f"reasons kept{dropped}")  # fmt: skip
+
     def lines(self, columns: int = 0) -> list[tuple[str, dict[str, bool]]]:
         """The terminal's lines after the session's sentence, in ``columns`` (broken at
         spaces), but the update command: whole on a line of its own, to be copied."""
@@ -205,9 +217,7 @@ class BaselineRun:
             return [(f"ERROR: {self.error}", {"red": True, "bold": True})]
         out: list[tuple[str, dict[str, bool]]] = []
         if self.written is not None:
-            done = self.written
-            out.append((f"graphleak baseline: wrote {len(done.entries)} findings to {path} "
-                        f"({len(done.added)} added, {len(done.removed)} removed as fixed)", {}))
+            out.append((self._wrote(self.written, path), {}))
         fixed = self.fixed()
         if fixed:
             out.append((f"fixed since the baseline ({len(fixed)}, listed in {path}):",
