@@ -1,5 +1,6 @@
 """The outlive audit's package (``pytest_graphleak.outlive``) needs no pytest: a census and
-an explanation run in a plain process, and name the holder of a graph the code kept."""
+an explanation run in a plain process, and name the holder of a graph the code kept; so
+does an ``Audit`` of a test (``AuditedTest``) and a fixture (``FixtureDef``)."""
 
 from __future__ import annotations
 
@@ -44,3 +45,51 @@ def test_no_module_of_the_package_imports_pytest() -> None:
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else [])  # fmt: skip
             assert not any(n.split(".")[0] in ("pytest", "_pytest") for n in names), path
+
+
+#: An ``Audit`` told of a test as an ``outlive.AuditedTest`` and of a fixture as any object
+#: with a ``FixtureDef``'s fields: a session fixture's graph is the fixture's while it
+#: lives, and named at its teardown when a global of the user's still keeps it.
+AUDIT_SCRIPT = """
+import json, sys, types
+from dataclasses import dataclass
+from typing import Any
+from pytest_graphleak.outlive import Audit, AuditedTest
+import minigrad as mg
+
+
+@dataclass
+class Fixture:  # an outlive.FixtureDef, no pytest
+    argname: str
+    scope: str
+    cached_result: Any
+
+
+def main() -> None:
+    module = types.ModuleType("user_mod")
+    module.KEPT = []
+    state = {"losses": []}
+    fixture = Fixture("state", "session", (state, None, None))
+    test = AuditedTest("test_x.py::test_x", module=module, fixtures={"state": fixture})
+    audit = Audit()
+    census = audit.census()
+    module.KEPT.append(mg.Tensor([1.0], requires_grad=True) * 2)
+    state["losses"].append(mg.Tensor([2.0], requires_grad=True) * 3)
+    found = [r.diagnosis.chain[0] for r in audit.audit(test, census)]
+    module.LATER = state["losses"]  # handed on to a global before the fixture is torn down
+    fixture.cached_result = None
+    later = [(r.diagnosis.chain[0], r.name) for r in audit.judge_pending(test)]
+    print(json.dumps({"found": found, "later": later, "pytest": "pytest" in sys.modules}))
+
+
+main()
+"""
+
+
+def test_an_audit_of_a_test_and_a_fixture_runs_without_pytest() -> None:
+    run = subprocess.run([sys.executable, "-c", AUDIT_SCRIPT], capture_output=True, text=True,
+                         check=True, timeout=120)  # fmt: skip
+    found = json.loads(run.stdout.strip().splitlines()[-1])
+    assert not found["pytest"]
+    assert found["found"] == ["global 'user_mod.KEPT'"]  # the fixture's graph: deferred
+    assert found["later"] == [["global 'user_mod.LATER'", "test_x.py::test_x::outlive"]]

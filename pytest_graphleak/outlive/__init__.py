@@ -10,7 +10,8 @@ who keeps them. One package, no pytest: the plugin's hooks (``plugin/audit``) dr
   whose ``results`` are ``CheckResult``s of kind "outlive");
 - ``rerun``: what one more run of a test records (``SiteRun``, ``amend``);
 - ``audit``: ``Audit``, the audit of a run of tests (roots per test, the keep list,
-  graphs a wider-scope fixture holds until it is torn down).
+  graphs a wider-scope fixture holds until it is torn down), told of each test as an
+  ``AuditedTest`` and of each fixture as a ``FixtureDef`` (``subjects``).
 
 Without pytest, a census and an explanation are enough::
 
@@ -37,8 +38,9 @@ from pytest_graphleak.outlive.explain import (
     explain,
 )
 from pytest_graphleak.outlive.rerun import SiteRun, amend
-from pytest_graphleak.outlive.roots import fixturedefs, request_cls, resolve_name
+from pytest_graphleak.outlive.roots import resolve_name
+from pytest_graphleak.outlive.subjects import AuditedTest, FixtureDef
 
-__all__ = ["Audit", "Census", "Deferred", "Explained", "Holder", "Listed", "Rerun", "SiteRun",
-           "Targets", "amend", "explain", "fixturedefs", "holder_key",
-           "request_cls", "resolve_name", "root_of"]  # fmt: skip
+__all__ = ["Audit", "AuditedTest", "Census", "Deferred", "Explained", "FixtureDef", "Holder",
+           "Listed", "Rerun", "SiteRun", "Targets", "amend", "explain", "holder_key",
+           "resolve_name", "root_of"]  # fmt: skip

@@ -3,11 +3,11 @@
 The front end (the plugin's ``plugin/audit``, pytest's hooks) calls it: ``census()``
 when a test's call phase begins, ``audit()`` after its teardown, ``judge_pending()``
 then too, ``class_attributes()`` / ``fixture_set_up()`` around a class-scoped fixture's
-setup and ``fixture_finalised()`` after a wider-scope fixture's finalizers. A test is
-read by its attributes (``nodeid``, ``module``, ``cls``, the fixtures it uses:
-``outlive/roots``), a fixture definition by ``scope``, ``argname`` and
-``cached_result``; the front end runs a test once more for its sites through a
-``Rerun`` it hands in.
+setup and ``fixture_finalised()`` after a wider-scope fixture's finalizers. A test is an
+``AuditedTest`` (its id, module, class and fixture definitions) and a fixture definition
+a ``FixtureDef`` (``argname``, ``scope``, ``cached_result``), both in
+``outlive/subjects``: the front end fills them from pytest; it runs a test once more for
+its sites through a ``Rerun`` it hands in.
 
 It picks the roots (the test module's globals, the test class's attributes, the user's
 other modules, the wider-scope fixtures still alive), applies the keep list
@@ -35,7 +35,6 @@ from pytest_graphleak.outlive.roots import (
     MISSING,
     class_attributes,
     fixture_label,
-    fixturedefs,
     globals_of,
     live_fixtures,
     may_hold,
@@ -44,6 +43,7 @@ from pytest_graphleak.outlive.roots import (
     still_kept,
     tests_text,
 )
+from pytest_graphleak.outlive.subjects import AuditedTest, FixtureDef
 from pytest_graphleak.probes.autograd import BUNDLES, active_backends
 from pytest_graphleak.result import CheckResult
 
@@ -64,10 +64,10 @@ class Audit:
         #: The re-run in progress (``sites="rerun"``): the front end's call hook records.
         self.rerun: SiteRun | None = None
         #: Graphs kept only by a wider-scope fixture, with that fixture's definition.
-        self._pending: list[tuple[Deferred, Any]] = []
+        self._pending: list[tuple[Deferred, FixtureDef]] = []
         #: Attributes a class-scoped fixture set on ``request.cls`` (the unittest
         #: ``setUpClass`` fixture too), while it lives: id(class) -> (class, name -> def).
-        self._set_by: dict[int, tuple[type, dict[str, Any]]] = {}
+        self._set_by: dict[int, tuple[type, dict[str, FixtureDef]]] = {}
         #: What was judged at fixture teardowns during the running test, reported at its
         #: teardown (``judged``).
         self._judged: list[CheckResult] = []
@@ -94,7 +94,7 @@ class Audit:
             self.notes.add(f"outlive audit failed in {nodeid}: {type(exc).__name__}: {exc}")
 
     def audit(
-        self, test: Any, census: Census, *, checked: Collection[str] = (),
+        self, test: AuditedTest, census: Census, *, checked: Collection[str] = (),
         rerun: Rerun | None = None,
     ) -> list[CheckResult]:  # fmt: skip
         """What the finished test left alive, told from the roots; holders whose key is
@@ -103,8 +103,7 @@ class Audit:
         explained = self._census_explained(test, census, keep_paths=rerun is not None)
         try:
             for deferred in explained.deferred:
-                fixturedef = deferred.owner or fixturedefs(test).get(
-                    _fixture_name(deferred.fixture))  # fmt: skip
+                fixturedef = deferred.owner or test.fixtures.get(_fixture_name(deferred.fixture))
                 if fixturedef is not None and deferred.tensors:
                     self._pending.append((deferred, fixturedef))
             paths: list[Any] = list(explained.paths) or [None] * len(explained.results)
@@ -122,7 +121,8 @@ class Audit:
             explained.release()
 
     def _census_explained(
-        self, test: Any, census: Census, *, keep_paths: bool = False, site_of: Any = None
+        self, test: AuditedTest, census: Census, *, keep_paths: bool = False,
+        site_of: Any = None,
     ) -> Explained:
         """What the census found, explained from the roots."""
         if not census.finish():
@@ -146,7 +146,7 @@ class Audit:
                 found.clear()
 
     def _sites_from_rerun(
-        self, test: Any, rerun: Rerun, results: list[CheckResult], watched: Any,
+        self, test: AuditedTest, rerun: Rerun, results: list[CheckResult], watched: Any,
         explained: Explained,
     ) -> None:  # fmt: skip
         """Run the test once more under the site recorders (``outlive/rerun``)."""
@@ -190,12 +190,12 @@ class Audit:
         judged, self._judged = self._judged, []
         return judged
 
-    def judge_pending(self, test: Any) -> list[CheckResult]:
+    def judge_pending(self, test: AuditedTest) -> list[CheckResult]:
         """Graphs a wider-scope fixture kept: once it is torn down, what still keeps them?"""
         results: list[CheckResult] = []
-        still: list[tuple[Deferred, Any]] = []
+        still: list[tuple[Deferred, FixtureDef]] = []
         for deferred, fixturedef in self._pending:
-            if getattr(fixturedef, "cached_result", None) is not None:
+            if fixturedef.cached_result is not None:
                 still.append((deferred, fixturedef))
                 continue
             alive = deferred.alive()
@@ -224,7 +224,9 @@ class Audit:
         """The attributes of ``cls`` before a class-scoped fixture's setup."""
         return dict(vars(cls)) if cls is not None else {}
 
-    def fixture_set_up(self, fixturedef: Any, cls: type | None, before: dict[str, Any]) -> None:
+    def fixture_set_up(
+        self, fixturedef: FixtureDef, cls: type | None, before: dict[str, Any]
+    ) -> None:
         """Note the ``request.cls`` attributes a class-scoped fixture set (``before``: the
         class's attributes before its setup): what they keep is that fixture's while it
         lives, as its value is. Empties ``before``."""
@@ -238,7 +240,9 @@ class Audit:
             names = self._set_by.setdefault(id(cls), (cls, {}))[1]
             names.update(dict.fromkeys(changed, fixturedef))
 
-    def fixture_finalised(self, fixturedef: Any, test: Any, census: Census | None) -> None:
+    def fixture_finalised(
+        self, fixturedef: FixtureDef, test: AuditedTest | None, census: Census | None
+    ) -> None:
         """A wider-scope fixture's finalizers ran during ``test``'s teardown and its value
         is still cached: what the graphs the tests handed it are still kept by (its value,
         the ``request.cls`` attributes it set, or a root of the user's) is named now, with
@@ -250,7 +254,7 @@ class Audit:
         pending = [d for d, fd in self._pending if fd is fixturedef]
         self._pending = [(d, fd) for d, fd in self._pending if fd is not fixturedef]
         # torn down in this test's own teardown, before its audit: what it stored there
-        cached = getattr(fixturedef, "cached_result", None)
+        cached = fixturedef.cached_result
         value = cached[0] if cached and cached[2] is None else None
         now = census.so_far() if census is not None and may_hold(value) else None
         alive = [obj for deferred in pending for obj in deferred.alive()]
@@ -289,7 +293,8 @@ class Audit:
 
     @staticmethod
     def _value_keeps(
-        test: Any, now: Census, roots: list[Holder], label: str, fixturedef: Any
+        test: AuditedTest, now: Census, roots: list[Holder], label: str,
+        fixturedef: FixtureDef,
     ) -> list[CheckResult]:
         """Only what the value keeps: pytest drops it next. The user's roots and the class
         attributes the fixture set outlive it: the test's audit, after the teardown, names
@@ -304,7 +309,7 @@ class Audit:
                       backends=now.backends, judging=fixturedef)  # fmt: skip
         return [r for r in own.results if root_of(r, raw=True) == label]
 
-    def _release(self, fixturedef: Any) -> list[tuple[type, str]]:
+    def _release(self, fixturedef: FixtureDef) -> list[tuple[type, str]]:
         """Forget (and return) the ``request.cls`` attributes ``fixturedef`` set."""
         owned: list[tuple[type, str]] = []
         for key, (cls, names) in list(self._set_by.items()):
@@ -317,14 +322,14 @@ class Audit:
         return owned
 
     def _teardown_roots(
-        self, test: Any, fixturedef: Any, owned: list[tuple[type, str]]
+        self, test: AuditedTest, fixturedef: FixtureDef, owned: list[tuple[type, str]]
     ) -> list[Holder]:
         """The roots while ``fixturedef`` is torn down: the user's (other live wider-scope
         fixtures stay deferred), then its value and the class attributes it set (searched
         after the user's: a global it handed them to is the holder to name)."""
         holders = [h for h in self.holders(test) if h.owner is not fixturedef]
         mine: list[Holder] = []
-        cached = getattr(fixturedef, "cached_result", None)
+        cached = fixturedef.cached_result
         if cached and cached[2] is None:
             mine.append(Holder(fixture_label(fixturedef), fixturedef.argname, cached[0],
                                fixture=True, owner=fixturedef))  # fmt: skip
@@ -343,19 +348,18 @@ class Audit:
 
     # -- roots --------------------------------------------------------------------------
     def holders(
-        self, test: Any, *, fixtures: bool = True, others: bool = True,
+        self, test: AuditedTest, *, fixtures: bool = True, others: bool = True,
         imported: Collection[str] = (),
     ) -> list[Holder]:  # fmt: skip
         """The roots; ``others``: the user's other modules' globals too, but those of
         the modules first ``imported`` during the test (what their import made is not
         the test's: a graph built at import is named for no test)."""
-        module = getattr(test, "module", None)
+        module = test.module
         holders: list[Holder] = []
-        if isinstance(module, types.ModuleType):
+        if module is not None:
             holders.extend(globals_of(module))
-        cls = getattr(test, "cls", None)
-        if isinstance(cls, type):
-            holders.extend(class_attributes(cls, self._set_by))
+        if test.cls is not None:
+            holders.extend(class_attributes(test.cls, self._set_by))
         if fixtures:
             holders.extend(live_fixtures(test))
         for name, other in list(sys.modules.items()) if others else ():

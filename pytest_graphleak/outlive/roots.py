@@ -2,9 +2,8 @@
 user's other modules' globals, the test class's attributes (a ``request.cls`` attribute
 that a live class-scoped fixture set is that fixture's), the live wider-scope fixtures,
 and the objects a ``graphleak_outlive_keep`` entry names, found without importing or
-computing anything. A test and a fixture definition are read by their attributes (a
-pytest item's ``_fixtureinfo``, a fixture definition's ``cached_result``): no pytest
-import.
+computing anything. A test is an ``AuditedTest`` and a fixture definition a
+``FixtureDef`` (``outlive/subjects``): no pytest import, no pytest object read.
 """
 
 from __future__ import annotations
@@ -19,6 +18,7 @@ from typing import Any
 
 from pytest_graphleak.heap.usercode import is_user_module
 from pytest_graphleak.outlive.explain import Deferred, Holder
+from pytest_graphleak.outlive.subjects import AuditedTest, FixtureDef
 
 _SKIP_GLOBALS = (types.ModuleType, types.BuiltinFunctionType, type(sys))
 
@@ -37,7 +37,7 @@ def reader(names: Mapping[str, Any], name: str, value: object) -> Any:
 
 
 def class_attributes(
-    cls: type, set_by: Mapping[int, tuple[type, dict[str, Any]]] | None = None
+    cls: type, set_by: Mapping[int, tuple[type, dict[str, FixtureDef]]] | None = None
 ) -> Iterable[Holder]:
     """The class's attributes (and its user bases'); one that a live class-scoped fixture
     set on ``request.cls`` is that fixture's, as its value would be (``set_by``)."""
@@ -52,7 +52,7 @@ def class_attributes(
             qualified = f"{klass.__module__}.{klass.__qualname__}.{name}"
             label = f"class attribute '{klass.__qualname__}.{name}'"
             owner = owners.get(name)
-            if owner is not None and getattr(owner, "cached_result", None) is not None:
+            if owner is not None and owner.cached_result is not None:
                 yield Holder(label + owned_by(owner), qualified, value, fixture=True,
                              owner=owner, exclusive=True)  # fmt: skip
                 continue
@@ -116,18 +116,11 @@ def static_attributes(obj: object, part: str, wild: bool) -> Iterable[object]:
                 yield value
 
 
-def fixturedefs(item: Any) -> dict[str, Any]:
-    """name -> the fixture definition this test used (the closest one)."""
-    info = getattr(item, "_fixtureinfo", None)
-    defs = getattr(info, "name2fixturedefs", None) or {}
-    return {name: chain[-1] for name, chain in defs.items() if chain}
-
-
-def live_fixtures(item: Any) -> Iterable[Holder]:
-    for name, fixturedef in fixturedefs(item).items():
-        scope = getattr(fixturedef, "scope", "function")
-        cached = getattr(fixturedef, "cached_result", None)
-        if scope == "function" or not cached or cached[2] is not None:
+def live_fixtures(test: AuditedTest) -> Iterable[Holder]:
+    """The values of the wider-scope fixtures ``test`` uses that are still set up."""
+    for name, fixturedef in test.fixtures.items():
+        cached = fixturedef.cached_result
+        if fixturedef.scope == "function" or not cached or cached[2] is not None:
             continue
         if name in ("request", "pytestconfig", "graphleak"):
             continue
@@ -138,27 +131,27 @@ def live_fixtures(item: Any) -> Iterable[Holder]:
 _SETUP_CLASS = "_unittest_setUpClass_fixture_"
 
 
-def _setup_class(fixturedef: Any) -> str | None:
+def _setup_class(fixturedef: FixtureDef) -> str | None:
     """The unittest class whose setUpClass this fixture runs (None: a plain fixture)."""
     name = str(fixturedef.argname)
     return name.removeprefix(_SETUP_CLASS) if name.startswith(_SETUP_CLASS) else None
 
 
-def fixture_label(fixturedef: Any) -> str:
+def fixture_label(fixturedef: FixtureDef) -> str:
     cls = _setup_class(fixturedef)
     if cls is not None:
         return f"class {cls} (setUpClass)"
     return f"fixture '{fixturedef.argname}' ({fixturedef.scope} scope)"
 
 
-def owned_by(fixturedef: Any) -> str:
+def owned_by(fixturedef: FixtureDef) -> str:
     """The label's tail for a class attribute a class-scoped fixture set."""
     if _setup_class(fixturedef) is not None:
         return " (set by setUpClass)"
     return f" (set by fixture '{fixturedef.argname}')"
 
 
-def still_kept(fixturedef: Any) -> str:
+def still_kept(fixturedef: FixtureDef) -> str:
     cls = _setup_class(fixturedef)
     if cls is not None:
         return f"{cls} still kept it after tearDownClass ran"
@@ -173,14 +166,6 @@ def may_hold(value: object) -> bool:
     numpy = sys.modules.get("numpy")
     return gc.is_tracked(value) or (numpy is not None and isinstance(value, numpy.ndarray)
                                     and value.dtype == object)  # fmt: skip
-
-
-def request_cls(request: Any) -> type | None:
-    try:
-        cls = request.cls
-    except Exception:  # no class in this scope
-        return None
-    return cls if isinstance(cls, type) else None
 
 
 def tests_text(pending: list[Deferred]) -> str:

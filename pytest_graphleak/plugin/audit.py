@@ -14,6 +14,7 @@ pytest-xdist), where the session reporter adds them to the test's row.
 
 from __future__ import annotations
 
+import types
 import warnings
 from collections.abc import Generator
 from typing import Any
@@ -22,7 +23,7 @@ import pytest
 
 from pytest_graphleak.exceptions import GraphOutliveError, GraphOutliveWarning
 from pytest_graphleak.options import Settings
-from pytest_graphleak.outlive import Audit, Census, fixturedefs, request_cls, root_of
+from pytest_graphleak.outlive import Audit, AuditedTest, Census, FixtureDef, root_of
 from pytest_graphleak.plugin import outlive_rerun
 from pytest_graphleak.plugin.baseline import unknown
 from pytest_graphleak.plugin.session_report import AUDITED
@@ -87,12 +88,12 @@ class OutliveAudit:
         with audit.quiet(item.nodeid):
             if census is not None:
                 checked = item.stash.get(_CHECKED_ROOTS_KEY, set())
-                results = audit.audit(item, census, checked=checked,
+                results = audit.audit(audited(item), census, checked=checked,
                                       rerun=_Rerun(item, nextitem))  # fmt: skip
                 item.stash[_AUDITED_KEY] = True
         results.extend(audit.judged())  # judged at the fixture teardowns just done
         with audit.quiet(item.nodeid):
-            results.extend(audit.judge_pending(item))
+            results.extend(audit.judge_pending(audited(item)))
         if not results:
             return
         new = unknown(item, results)  # one listed in the baseline file is known: no error
@@ -115,19 +116,24 @@ class OutliveAudit:
             self._item = None
 
     @pytest.hookimpl(hookwrapper=True)
-    def pytest_fixture_setup(self, fixturedef: Any, request: Any) -> Generator[None, Any, None]:
+    def pytest_fixture_setup(
+        self, fixturedef: FixtureDef, request: pytest.FixtureRequest
+    ) -> Generator[None, Any, None]:
         """The ``request.cls`` attributes a class-scoped fixture sets are its own."""
         cls = request_cls(request) if fixturedef.scope == "class" else None
         before = self.audit.class_attributes(cls)
         yield
         self.audit.fixture_set_up(fixturedef, cls, before)
 
-    def pytest_fixture_post_finalizer(self, fixturedef: Any, request: Any) -> None:
+    def pytest_fixture_post_finalizer(
+        self, fixturedef: FixtureDef, request: pytest.FixtureRequest
+    ) -> None:
         """A wider-scope fixture's finalizers ran: what the graphs the tests handed it are
         still kept by is named now (``Audit.fixture_finalised``)."""
         item = self._item
         census = item.stash.get(_CENSUS_KEY, None) if item is not None else None
-        self.audit.fixture_finalised(fixturedef, item, census)
+        test = audited(item) if item is not None else None
+        self.audit.fixture_finalised(fixturedef, test, census)
 
     # -- reports --------------------------------------------------------------------------
     @pytest.hookimpl(hookwrapper=True, tryfirst=True)
@@ -184,6 +190,34 @@ class OutliveAudit:
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         for note in sorted(self.notes):
             terminalreporter.write_line(f"graphleak: {note}", yellow=True)
+
+
+def audited(item: pytest.Item) -> AuditedTest:
+    """The test as the audit reads it (``outlive.AuditedTest``), from pytest's item."""
+    module = getattr(item, "module", None)
+    cls = getattr(item, "cls", None)
+    return AuditedTest(
+        item.nodeid,
+        module if isinstance(module, types.ModuleType) else None,
+        cls if isinstance(cls, type) else None,
+        fixturedefs(item),
+    )
+
+
+def fixturedefs(item: pytest.Item) -> dict[str, FixtureDef]:
+    """name -> the fixture definition this test used (the closest one)."""
+    info = getattr(item, "_fixtureinfo", None)  # pytest's, on a Function item
+    defs = getattr(info, "name2fixturedefs", None) or {}
+    return {name: chain[-1] for name, chain in defs.items() if chain}
+
+
+def request_cls(request: pytest.FixtureRequest) -> type | None:
+    """The class of a fixture's request (None outside a class)."""
+    try:
+        cls = request.cls
+    except Exception:  # no class in this scope
+        return None
+    return cls if isinstance(cls, type) else None
 
 
 class _Rerun:
