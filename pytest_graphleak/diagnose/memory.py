@@ -86,9 +86,7 @@ def array_bytes(obj: object, walker: ObjectEdges) -> int | None:
     if found is None or found[1] != TENSOR:
         return None
     try:
-        if found[0].name == "torch":
-            return int(obj.untyped_storage().nbytes())  # type: ignore[attr-defined]
-        return int(obj.numpy().nbytes)  # type: ignore[attr-defined]
+        return found[0].data_bytes(obj)
     except Exception:  # sparse, meta or exotic tensors: no plain storage to weigh
         return None
 

@@ -126,6 +126,11 @@ class Backend:
         test's nodes being numbered from ``before`` on (only when ``grows_in_place``)."""
         return False
 
+    def data_bytes(self, tensor: Any) -> int:
+        """Bytes of the data behind one of its tensors (the memory-growth survey weighs
+        arrays with it); this base reads it as a numpy array. Raises when it cannot tell."""
+        return int(tensor.numpy().nbytes)
+
     def creation_site(self, obj: Any) -> tuple[str, int] | None:
         """(file, line) the library itself recorded for ``obj`` (``record_sites``)."""
         return None

@@ -57,6 +57,10 @@ class TorchBackend(Backend):
     def _tensor_name(self, tensor: Any) -> str:
         return "Parameter" if type(tensor).__name__ == "Parameter" else "Tensor"
 
+    def data_bytes(self, tensor: Any) -> int:
+        """The bytes of its storage (a view weighs what it keeps alive)."""
+        return int(tensor.untyped_storage().nbytes())
+
     def sequence_nr(self, node: Any) -> int | None:
         try:
             return int(node._sequence_nr())
