@@ -7,6 +7,10 @@ of a second, hand-written description. This is the subset of JSON Schema that
 items, minItems, minLength, minimum, oneOf, $ref into ``$defs``), so reading a
 report needs no third-party package; a keyword outside the subset is an error, not
 silently ignored (the tests run every document the plugin writes through it).
+
+With ``json_doc`` (which builds the document) this is the schema's boundary, so it walks
+the document's dicts itself; every renderer reads the typed read model instead
+(``report.model``, ``result.CheckResult.from_dict``).
 """
 
 from __future__ import annotations
