@@ -191,11 +191,12 @@ class SessionReport:
             return
         self._call_outcomes[report.nodeid] = _outcome(report)  # until its teardown
         data = getattr(report, "graphleak", None)
-        if _has_leak(data):
+        results = results_of(data)  # read once: every question below asks the results
+        if _has_leak(results):
             self._leaked.add(report.nodeid)
-        if _has_leak(data, failing=True):
+        if _has_leak(results, failing=True):
             self._failed_by_leak.add(report.nodeid)
-        if report.failed and (status := _no_verdict(data)):  # the short summary's word
+        if report.failed and (status := _no_verdict(results)):  # the short summary's word
             self._no_verdict[report.nodeid] = status
         if not data:
             return
@@ -265,23 +266,24 @@ class SessionReport:
         non-zero. Expected failures and reruns keep pytest's (or pytest-rerunfailures')
         own status."""
         data = getattr(report, "graphleak", None)
-        if report.when == "teardown" and report.passed and _has_leak(data):
+        found = results_of(data)  # the checks, read once
+        if report.when == "teardown" and report.passed and _has_leak(found):
             # the outlive audit's warning, after the call's word (PASSED): no letter
             return "", "", self._word(report, "OUTLIVE-WARNING", {"yellow": True})
         if report.when != "call" or hasattr(report, "wasxfail"):
             return None
         if report.failed:  # by a leak, not for its own reason with a leak that only warned
-            failing = data is not None and _has_leak(data, failing=True)
+            failing = data is not None and _has_leak(found, failing=True)
             if failing or (data is None and report.nodeid in self._failed_by_leak):
                 return "failed", "L", self._word(report, "LEAKED", {"red": True})
             # a step that raised, a check with no verdict: their status words, not FAILED
-            status = _no_verdict(data) if data is not None else self._no_verdict.get(report.nodeid)
+            status = _no_verdict(found) if data is not None else self._no_verdict.get(report.nodeid)
             if status is None:
                 return None
             facts = STATUS_FACTS[status]
             word = self._word(report, facts.label, {facts.colour: True})
             return "failed", "U" if status == "unmeasured" else "F", word
-        leaked = _has_leak(data) if data is not None else report.nodeid in self._leaked
+        leaked = _has_leak(found) if data is not None else report.nodeid in self._leaked
         if leaked and report.passed:
             return "passed", "l", self._word(report, "LEAK-WARNING", {"yellow": True})
         return None
@@ -456,11 +458,11 @@ def _write(output: _Output, text: str) -> bool:
     return False
 
 
-def _has_leak(data: object, *, failing: bool = False) -> bool:
+def _has_leak(results: Sequence[CheckResult], *, failing: bool = False) -> bool:
     """A leaked check among a report's, not a known one (the baseline file's: its test
     reads as pytest says); ``failing``: one whose leak failed the test (not ``warned``)."""
     return any(check.leaked and not check.known and not (failing and check.warned)
-               for check in results_of(data))  # fmt: skip
+               for check in results)  # fmt: skip
 
 
 def _generated_by() -> str:

@@ -25,7 +25,6 @@ from pytest_graphleak.report.model import (
     check_label,
     headline_growth,
     metric_rows,
-    results_of,
 )
 from pytest_graphleak.report.scale import sparkline
 from pytest_graphleak.report.span import error_line, span_text
@@ -254,11 +253,12 @@ def section_lines(
     return body + [(f"note: {note}", {"yellow": True}) for note in sorted(notes)]
 
 
-def no_verdict(data: object) -> str | None:
+def no_verdict(results: Sequence[CheckResult]) -> str | None:
     """``error`` or ``unmeasured``: the status of a failed test's checks (a report's
-    ``graphleak`` data) that have no leak verdict (``model.TestRow.status``); None for any
-    other: the status word pytest's progress and short summary print for it."""
-    status = TestRow.of("", "failed", results_of(data)).status
+    ``graphleak`` data, ``model.results_of``) that have no leak verdict
+    (``model.TestRow.status``); None for any other: the status word pytest's progress and
+    short summary print for it."""
+    status = TestRow.of("", "failed", results).status
     return status if status in ("error", "unmeasured") else None
 
 
