@@ -95,3 +95,24 @@ def test_a_step_checks_growing_list_says_so_on_its_link() -> None:
     d = diagnose(verdict, metrics=METRICS, step=step, roots={"fixture 'state'": state})
     assert d.pattern == "list-accumulation"
     assert [(link.type, link.grew) for link in d.links[1:3]] == [("dict", 0), ("list", 1)]
+
+
+def test_the_audit_knows_a_step_checks_holder_by_its_root_link() -> None:
+    """The audit does not repeat a holder its test's own step check named: the same root
+    kind and name, read from the typed root link, never from the printed label."""
+    from pytest_graphleak.outlive import root_of
+    from pytest_graphleak.result import CheckResult, Diagnosis
+
+    def result(label: str, root: Link) -> CheckResult:
+        diagnosis = Diagnosis("list-accumulation", chain=[label, "list(len=3)"],
+                              links=[root, Link("container", "list", edge="index")])  # fmt: skip
+        return CheckResult("t", 1, 1, {}, {}, LEAK, diagnosis)
+
+    step = result("global 'losses'", Link("root", "global", name="losses"))
+    audit = result("global 'tests.test_x.losses'", Link("root", "global", name="losses"))
+    assert root_of(step) == root_of(audit) == "global losses"
+    assert root_of(audit, raw=True) == "global 'tests.test_x.losses'"
+    other = result("global 'losses'", Link("root", "global", name="others"))
+    assert root_of(other) != root_of(step)  # the link decides, not the label
+    unnamed = result("unknown root", Link("root", "unknown"))
+    assert root_of(unnamed) == "unknown root"

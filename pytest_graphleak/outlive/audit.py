@@ -45,7 +45,7 @@ from pytest_graphleak.outlive.roots import (
 )
 from pytest_graphleak.outlive.subjects import AuditedTest, FixtureDef
 from pytest_graphleak.probes.autograd import BUNDLES, active_backends
-from pytest_graphleak.result import CheckResult
+from pytest_graphleak.result import CheckResult, Link
 
 
 class Rerun(Protocol):
@@ -414,16 +414,20 @@ def _fixture_name(label: str) -> str:
     return label.split("'")[1] if label.count("'") >= 2 else label
 
 
-def holder_key(label: str) -> str:
+def holder_key(root: Link) -> str:
     """``global 'losses'`` (a step check's root) and ``global 'tests.test_x.losses'`` (the
-    audit's) name the same holder: the kind of root and its last name."""
-    kind, _, rest = label.partition(" '")
-    return f"{kind} {rest.split(chr(39))[0].rsplit('.', 1)[-1]}" if rest else label
+    audit's) name the same holder: the root's kind and the user's name for it, read from
+    its typed link (``Link.name`` is the last dotted name); "" when it has no name."""
+    return f"{root.type} {root.name}" if root.name else ""
 
 
 def root_of(result: CheckResult, *, raw: bool = False) -> str:
-    """The label of the chain's root (``raw``), or its holder key."""
-    chain = result.diagnosis.chain if result.diagnosis is not None else []
-    if not chain:
+    """The label of the chain's root (``raw``), or its holder key (an unnamed root: its
+    label, as an opaque identity)."""
+    diagnosis = result.diagnosis
+    if diagnosis is None or not diagnosis.chain:
         return ""
-    return chain[0] if raw else holder_key(chain[0])
+    label = diagnosis.chain[0]
+    if raw or not diagnosis.links:
+        return label
+    return holder_key(diagnosis.links[0]) or label
