@@ -371,64 +371,7 @@ def call_settings(
     return (base or Settings()).override(values, where=where, place=place)
 
 
-# -- pytest: flags and typed ini keys -------------------------------------------------
-def _pytest_version() -> tuple[int, int]:
-    import pytest
-
-    major, minor = [*re.findall(r"\d+", pytest.__version__), "0", "0"][:2]
-    return int(major), int(minor)
-
-
-def ini_type(option: Option, version: tuple[int, int] | None = None) -> Any:
-    """The ``addini`` type that lets users write values as TOML does (pytest 9's
-    ``[tool.pytest]`` checks types strictly: ``graphleak = true``, ``graphleak_steps = 5``,
-    ``graphleak_probes = ["torch", "gc"]``).
-
-    From pytest 9.2 a union with ``str``, so that a bad value in an ini file reaches our
-    own check (which names the setting and where it came from) instead of pytest's
-    parser; 9.0 and 9.1: the plain type; older pytest (no native TOML table): "bool" and
-    "args", which every supported pytest has, and "string".
-    """
-    version = version or _pytest_version()
-    if option.type == "names":
-        return "args"
-    native = {"bool": bool, "int": int, "size": int | float}.get(option.type)
-    if native is None:
-        return "string"
-    if version >= (9, 2):
-        return native | str
-    if option.type == "bool":
-        return "bool"
-    if option.type == "int" and version >= (9, 0):
-        return "int"
-    return "string"
-
-
-def _pytest_options(keys: Sequence[str] | None) -> list[Option]:
-    return [o for o in OPTIONS if o.applies_to("pytest") and (keys is None or o.key in keys)]
-
-
-def _add_flag(add: Callable[..., Any], name: str, dest: str, option: Option) -> None:
-    if option.metavar is None:
-        action = "store_true" if option.flag_value is True else "store_false"
-        add(name, action=action, dest=dest, default=None, help=option.help)
-    else:
-        add(name, action="store", dest=dest, default=None, metavar=option.metavar,
-            help=option.help)  # fmt: skip
-
-
-def add_options(parser: Any, keys: Sequence[str] | None = None) -> None:
-    """Register the CLI flag and ini twin, with one help text, of every option that
-    applies to pytest (or of ``keys`` only)."""
-    group = parser.getgroup("graphleak", "autograd graph leaks (pytest-graphleak)")
-    for option in _pytest_options(keys):
-        # The ini key doubles as the argparse dest: config.getoption("graphleak_warn_only").
-        _add_flag(group.addoption, option.flag, option.ini, option)
-        # default None: an unset key reads as None (or "" / [] on older pytest), never
-        # as a value that would hide the option's own default.
-        parser.addini(option.ini, option.help, type=ini_type(option), default=None)
-
-
+# -- resolution: command line, ini, defaults ----------------------------------------
 def _is_unset(value: object) -> bool:
     return value is None or value == [] or (isinstance(value, str) and not value.strip())
 
@@ -466,22 +409,15 @@ def settings_from(
     return _resolved(values, sources, "graphleak settings")
 
 
-def settings_from_config(config: Any, keys: Sequence[str] | None = None) -> Settings:
-    """Resolve the settings of a pytest run (of the options ``keys`` only, when given:
-    those ``add_options`` registered); raises OptionError on a bad value."""
-    inipath = getattr(config, "inipath", None)
-    cli: dict[str, object | None] = {}
-    ini: dict[str, object] = {}
-    for option in _pytest_options(keys):
-        cli[option.key] = config.getoption(option.ini, None)
-        try:
-            ini[option.ini] = config.getini(option.ini)
-        except Exception as exc:  # pytest's own type check: UsageError, ValueError, TypeError
-            raise OptionError(
-                f"invalid {option.ini} (from ini option {option.ini}"
-                f"{f' in {inipath}' if inipath else ''}): {exc}"
-            ) from None
-    return settings_from(cli, ini, ini_file=str(inipath) if inipath else None)
+def add_flag(add: Callable[..., Any], name: str, dest: str, option: Option) -> None:
+    """Add ``option``'s flag ``name`` (argparse ``dest``) with ``add`` (an argparse or
+    pytest ``addoption``)."""
+    if option.metavar is None:
+        action = "store_true" if option.flag_value is True else "store_false"
+        add(name, action=action, dest=dest, default=None, help=option.help)
+    else:
+        add(name, action="store", dest=dest, default=None, metavar=option.metavar,
+            help=option.help)  # fmt: skip
 
 
 # -- the graphleak check command -------------------------------------------------------
@@ -489,7 +425,7 @@ def add_command_flags(parser: Any) -> None:
     """The ``graphleak check`` flags, from the same table and help texts."""
     for option in OPTIONS:
         if option.command_flag is not None:
-            _add_flag(parser.add_argument, option.command_flag, option.key, option)
+            add_flag(parser.add_argument, option.command_flag, option.key, option)
 
 
 def settings_from_command(args: Any) -> Settings:

@@ -29,11 +29,6 @@ EXCEPTIONS: dict[str, tuple[int, str]] = {
         "LoopCheck, its window mode and the recorder wiring: being reshaped "
         "(issue 37 item 3, one narrow interface to the diagnosis)",
     ),
-    "pytest_graphleak/options.py": (
-        518,
-        "the options table, one Option row per setting (data), and its resolution: "
-        "the resolution could be its own module",
-    ),
     "minigrad/ops.py": (
         774,
         "every op with its forward and backward side by side, one place each (the "

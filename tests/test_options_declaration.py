@@ -20,6 +20,7 @@ from pytest_graphleak.options import (
     keywords,
     settings_from,
 )
+from pytest_graphleak.plugin import flags
 
 COUNTING = """
 import pytest
@@ -115,12 +116,12 @@ def test_typed_ini_values_resolve_like_their_text() -> None:
 
 def test_ini_types_follow_what_the_running_pytest_supports() -> None:
     by_key = options.OPTIONS_BY_KEY
-    assert options.ini_type(by_key["enabled"], (7, 0)) == "bool"
-    assert options.ini_type(by_key["steps"], (7, 0)) == "string"
-    assert options.ini_type(by_key["steps"], (9, 0)) == "int"
-    assert options.ini_type(by_key["steps"], (9, 2)) == int | str
-    assert options.ini_type(by_key["probes"], (7, 0)) == "args"
-    assert options.ini_type(by_key["rss_tolerance"], (9, 1)) == "string"
+    assert flags.ini_type(by_key["enabled"], (7, 0)) == "bool"
+    assert flags.ini_type(by_key["steps"], (7, 0)) == "string"
+    assert flags.ini_type(by_key["steps"], (9, 0)) == "int"
+    assert flags.ini_type(by_key["steps"], (9, 2)) == int | str
+    assert flags.ini_type(by_key["probes"], (7, 0)) == "args"
+    assert flags.ini_type(by_key["rss_tolerance"], (9, 1)) == "string"
 
 
 def _pytest_major() -> int:

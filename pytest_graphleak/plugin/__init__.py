@@ -17,7 +17,7 @@ import pytest
 
 from pytest_graphleak import options
 from pytest_graphleak.options import OptionError
-from pytest_graphleak.plugin import terminal
+from pytest_graphleak.plugin import flags, terminal
 from pytest_graphleak.plugin.finder import TestFinder
 from pytest_graphleak.plugin.fixture import GraphleakFixture
 from pytest_graphleak.plugin.marker import MARKER_HELP, marker_settings, warns_instead
@@ -49,7 +49,7 @@ __all__ = ["LAZY_SESSION_KEY", "MARKER", "GraphleakFixture", "graphleak", "marke
 
 # -- configuration --------------------------------------------------------------------
 def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
-    options.add_options(parser)
+    flags.add_options(parser)
     # The per-test hooks are registered now, with this module (before any conftest, whose
     # tryfirst hooks then still come first), and taken off at configure without the flag.
     if not pluginmanager.has_plugin(CHECKING):
@@ -62,7 +62,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", f"{MARKER}({signature}): {MARKER_HELP}")
     config.addinivalue_line("markers", terminal.OPT_OUT_HELP)
     try:
-        config.stash[SETTINGS_KEY] = options.settings_from_config(config)
+        config.stash[SETTINGS_KEY] = flags.settings_from_config(config)
     except OptionError as exc:
         raise pytest.UsageError(f"graphleak: {exc}") from None
     settings = settings_of(config)

@@ -33,9 +33,9 @@ from typing import Any
 
 import pytest
 
-from pytest_graphleak import options
-from pytest_graphleak.exceptions import OutputPathError
+from pytest_graphleak.exceptions import OptionError, OutputPathError
 from pytest_graphleak.options import Settings
+from pytest_graphleak.plugin import flags
 from pytest_graphleak.plugin.baseline import BaselineRun, configured
 from pytest_graphleak.plugin.terminal import no_verdict as _no_verdict
 from pytest_graphleak.plugin.terminal import section_lines
@@ -75,7 +75,7 @@ AUDITED = "graphleak_audited"
 def add_options(parser: pytest.Parser) -> None:
     """The report options (from the options table), for using this reporter without the
     core plugin; the core plugin registers them with all the others."""
-    options.add_options(parser, keys=REPORT_OPTIONS)
+    flags.add_options(parser, keys=REPORT_OPTIONS)
 
 
 @dataclass
@@ -97,8 +97,8 @@ class SessionReport:
         self.config = config
         if settings is None:  # without the core plugin: only the report options exist
             try:
-                settings = options.settings_from_config(config, keys=REPORT_OPTIONS)
-            except options.OptionError as exc:
+                settings = flags.settings_from_config(config, keys=REPORT_OPTIONS)
+            except OptionError as exc:
                 raise pytest.UsageError(f"graphleak: {exc}") from None
         self.settings = settings
         #: On a pytest-xdist worker: results travel to the controller, which reports.
