@@ -130,9 +130,10 @@ class Link:
     #: A step can grow it in place: a list, deque, dict or set, a user's object with a
     #: ``__len__``, a TensorDict-like object (``heap.containers.growable``).
     grows: bool = False
-    #: How many entries (or attributes) it gained while the diagnosis watched the steps
-    #: (a step check's watched step, a loop's recorded steps); 0: it did not grow, or
-    #: no steps were watched (the outlive audit, the heap as it is).
+    #: How many entries (or attributes) it gained while the diagnosis watched the steps:
+    #: a step check's watched step, or (a lower bound) how many of a loop's recorded
+    #: steps it holds objects of; 0: it did not grow, or no steps were watched (the
+    #: outlive audit, the heap as it is).
     grew: int = 0
     #: An object's attributes that hold a graph-carrying tensor (a distribution's
     #: ``loc`` and ``scale``): what a fix must detach, all of it.
