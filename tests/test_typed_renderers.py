@@ -4,6 +4,7 @@ and name a check's growth by one metric order (``model.headline_growth``)."""
 from __future__ import annotations
 
 import ast
+import json
 import re
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import pytest
 from pytest_graphleak import report as report_package
 from pytest_graphleak.plugin.terminal import short_message
 from pytest_graphleak.report.html import render_html
-from pytest_graphleak.report.json_doc import CheckedTest, build_document
+from pytest_graphleak.report.json_doc import CheckedTest, build_document, dumps
 from pytest_graphleak.report.model import Report, headline_growth
 from pytest_graphleak.result import (
     CheckResult,
@@ -82,6 +83,14 @@ def _minigrad_leak(pattern: str = "list-accumulation") -> CheckResult:
 
 def test_the_headline_growth_is_the_tensor_count_before_another_tensor_record() -> None:
     growth = headline_growth(_minigrad_leak())
+    assert growth is not None and growth.metric == "minigrad.tensors"
+    # read back from a report (keys sorted: autograd_meta first), the same metric
+    saved = json.loads(dumps(build_document(
+        [CheckedTest("t.py::test_leak", "failed", [_minigrad_leak().to_dict()])],
+        generated_by="t")))  # fmt: skip
+    read_back = Report.from_dict(saved).tests[0].checks[0]
+    assert next(iter(read_back.series)) == "minigrad.autograd_meta"
+    growth = headline_growth(read_back)
     assert growth is not None and growth.metric == "minigrad.tensors"
     # a pattern told by its nodes names them first (patterns.TABLE's told_by)
     growth = headline_growth(_minigrad_leak("retained-grad-fn"))

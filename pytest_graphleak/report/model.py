@@ -91,19 +91,18 @@ COUNTS_ORDER: tuple[str, ...] = ("tensors", "nodes", "memory", "cycles")
 def headline_growth(check: CheckResult) -> Growth | None:
     """The grown metric that one line names (the terminal's short summary, the HTML
     index): the first whose declared ``counts`` tells the check's pattern
-    (``patterns.TABLE``'s ``told_by``), then by ``COUNTS_ORDER``, then in the series'
-    order (the order each probe declares its metrics in, as the terminal's rows list
-    them: a probe's tensor count before a record it also counts as tensors). None when
-    nothing grew."""
+    (``patterns.TABLE``'s ``told_by``), then by ``COUNTS_ORDER``; among metrics that count
+    the same, one named for what it counts (``<probe>.tensors``) before a record counted
+    like it, then by name. No dict order decides: a report read back from JSON (sorted
+    keys) names the same metric as the run that wrote it. None when nothing grew."""
     facts = PATTERNS.get(check.pattern or "")
     told = facts.told_by if facts is not None else ()
-    order = {metric: index for index, metric in enumerate(check.series)}
 
-    def key(growth: Growth) -> tuple[int, int, int]:
+    def key(growth: Growth) -> tuple[int, int, bool, str]:
         counts = check.declared(growth.metric).counts
         return (told.index(counts) if counts in told else len(told),
                 COUNTS_ORDER.index(counts) if counts in COUNTS_ORDER else len(COUNTS_ORDER),
-                order.get(growth.metric, len(order)))  # fmt: skip
+                growth.metric.rpartition(".")[2] != counts, growth.metric)  # fmt: skip
 
     return min(check.verdict.growths, key=key, default=None)
 
