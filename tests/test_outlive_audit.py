@@ -647,7 +647,7 @@ def test_weights_recomputed_by_forward_pre_hooks_are_not_findings(
 def test_recomputed_attributes_need_a_hook_that_names_them_and_a_parameter_graph() -> None:
     """Direct: the attribute is skipped only when a forward pre-hook carries its name and
     its graph reaches nothing but the module's own parameters."""
-    from pytest_graphleak.diagnose.edges import recomputed_attributes
+    from pytest_graphleak.probes.autograd.torch_modules import recomputed_attributes
 
     class Scale(torch.nn.Module):
         def __init__(self) -> None:

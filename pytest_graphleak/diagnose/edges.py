@@ -65,13 +65,14 @@ class ObjectEdges:
     ) -> None:
         self.backends = backends
         self.exclude = set(exclude)
-        #: Tensors a module's forward pre-hook recomputes (``recomputed_attributes``), met
+        #: Tensors a module's forward pre-hook recomputes (``Backend.recomputed_members``), met
         #: while walking: no chain passes through them, also not through another list of
         #: the module's that holds them (an RNN's ``_flat_weights``).
         self.recomputed: set[int] = set()
         #: Follow ``grad_fn`` and ``next_functions`` into autograd graphs.
         self.graphs = graphs
-        self._torch = next((b for b in backends if b.name == "torch"), None)
+        #: The backends whose objects have member tables (torch's nn.Module).
+        self._with_members = [b for b in backends if b.has_members]
 
     def backend_of(self, obj: object) -> tuple[Backend, str] | None:
         for backend in self.backends:
@@ -151,19 +152,22 @@ class ObjectEdges:
 
     def _instance_edges(self, obj: Any) -> Iterator[tuple[Edge, object]]:
         seen: set[int] = set()
-        torch = self._torch
         recomputed: set[str] = set()
-        if torch is not None and torch.is_module(obj):  # type: ignore[attr-defined]
+        for backend in self._with_members:
+            tables = backend.member_tables(obj)
+            if not tables:
+                continue
             # nn.Module: name parameters, buffers and submodules as plain attributes.
-            for table in ("_parameters", "_buffers", "_modules"):
+            for table in tables:
                 entries = obj.__dict__.get(table) or {}
                 seen.add(id(entries))
                 for key, value in entries.items():
                     if value is not None:
                         yield Edge("attr", key), value
-            recomputed = recomputed_attributes(obj)
+            recomputed = backend.recomputed_members(obj)
             # the module is listed before its other containers are expanded: mark them now
             self.recomputed.update(id(obj.__dict__[name]) for name in recomputed)
+            break
         attrs = getattr(obj, "__dict__", None)
         if isinstance(attrs, dict):
             seen.add(id(attrs))
@@ -216,79 +220,6 @@ def _frame_local_edges(obj: object) -> Iterator[tuple[Edge, object]]:
 
 #: A ContextVar without a value in the current context.
 _NO_VALUE = object()
-#: Graph nodes a recomputed attribute's graph may have (spectral_norm's has 6).
-_RECOMPUTED_MAX_NODES = 32
-
-
-def recomputed_attributes(module: Any) -> set[str]:
-    """Attributes of a torch module that one of its forward pre-hooks sets anew before each
-    forward: the hook names the attribute (``WeightNorm.name``, ``SpectralNorm.name``,
-    prune's ``_tensor_name``, or a str in a hook function's closure) and the tensor there
-    carries a small graph that reaches only the module's own parameters
-    (``weight = g * v / |v|``, ``weight_orig / sigma``, ``weight_orig * weight_mask``).
-    That graph is the layer's weight, bounded and replaced at each forward: never a leak,
-    and no chain passes through it."""
-    attrs = module.__dict__
-    hooks = attrs.get("_forward_pre_hooks")
-    if not hooks:
-        return set()
-    names: set[str] = set()
-    with contextlib.suppress(Exception):  # an exotic hook: nothing recognised
-        for hook in list(hooks.values()):
-            names.update(_strings_of(hook))
-    names.intersection_update(attrs)
-    if not names:
-        return names
-    params = attrs.get("_parameters") or {}
-    own = {id(p) for p in params.values() if p is not None}
-    return {name for name in names if _graph_of_parameters(attrs[name], own)}
-
-
-def _strings_of(hook: Any) -> Iterator[str]:
-    """The strings a hook carries: an object's attributes, a function's closure cells and
-    defaults, a partial's arguments."""
-    if isinstance(hook, types.MethodType):
-        hook = hook.__self__
-    if isinstance(hook, functools.partial):
-        values: list[Any] = [*hook.args, *hook.keywords.values()]
-    elif isinstance(hook, types.FunctionType):
-        values = [*(hook.__defaults__ or ())]
-        for cell in hook.__closure__ or ():
-            with contextlib.suppress(ValueError):  # an empty cell
-                values.append(cell.cell_contents)
-    else:
-        attrs = getattr(hook, "__dict__", None)
-        values = list(attrs.values()) if isinstance(attrs, dict) else []
-    yield from (value for value in values if type(value) is str)
-
-
-def _graph_of_parameters(tensor: Any, own: set[int]) -> bool:
-    """``tensor``'s graph is small and its leaves are among ``own`` (ids of parameters)."""
-    grad_fn = getattr(tensor, "grad_fn", None)
-    if grad_fn is None or not hasattr(grad_fn, "next_functions"):
-        return False
-    seen = {id(grad_fn)}
-    queue = [grad_fn]
-    leaves = 0
-    try:
-        while queue:
-            node = queue.pop()
-            variable = getattr(node, "variable", None)
-            if variable is not None:  # AccumulateGrad: a leaf of the graph
-                if id(variable) not in own:
-                    return False
-                leaves += 1
-            for child, _ in node.next_functions:
-                if child is not None and id(child) not in seen:
-                    seen.add(id(child))
-                    if len(seen) > _RECOMPUTED_MAX_NODES:
-                        return False
-                    queue.append(child)
-        return leaves > 0
-    except Exception:  # a node that refuses reads: not recognised
-        return False
-    finally:
-        queue.clear()
 
 
 def _object_array_items(obj: object) -> Iterator[tuple[Edge, object]] | None:

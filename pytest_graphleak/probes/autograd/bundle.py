@@ -126,6 +126,19 @@ class Backend:
         test's nodes being numbered from ``before`` on (only when ``grows_in_place``)."""
         return False
 
+    #: Its objects can have member tables (``member_tables``): torch's nn.Module.
+    has_members = False
+
+    def member_tables(self, obj: Any) -> tuple[str, ...]:
+        """Attribute tables of ``obj`` whose entries are its members, named on a chain as
+        plain attributes (an nn.Module's ``_parameters``, ``_buffers``, ``_modules``)."""
+        return ()
+
+    def recomputed_members(self, obj: Any) -> set[str]:
+        """Attributes of ``obj`` that the library sets anew before each use (a forward
+        pre-hook's weight): bounded, replaced each step, never a leak's path."""
+        return set()
+
     def data_bytes(self, tensor: Any) -> int:
         """Bytes of the data behind one of its tensors (the memory-growth survey weighs
         arrays with it); this base reads it as a numpy array. Raises when it cannot tell."""

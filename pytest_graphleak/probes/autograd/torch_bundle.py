@@ -17,6 +17,7 @@ from typing import Any
 from pytest_graphleak.heap.edge import Edge
 from pytest_graphleak.probes.autograd.bundle import NODE, TENSOR, AutogradBundle, Backend
 from pytest_graphleak.probes.autograd.torch_hooks import NodeHooks
+from pytest_graphleak.probes.autograd.torch_modules import MODULE_TABLES, recomputed_attributes
 from pytest_graphleak.probes.autograd.torch_sites import site_recorder
 from pytest_graphleak.probes.base import ProbeBase
 from pytest_graphleak.probes.torch_probe import TorchProbe, fake_tensor_type, tensors_among
@@ -53,6 +54,14 @@ class TorchBackend(Backend):
 
     def is_module(self, obj: object) -> bool:
         return isinstance(obj, self.torch.nn.Module)
+
+    has_members = True
+
+    def member_tables(self, obj: Any) -> tuple[str, ...]:
+        return MODULE_TABLES if self.is_module(obj) else ()
+
+    def recomputed_members(self, obj: Any) -> set[str]:
+        return recomputed_attributes(obj)
 
     def _tensor_name(self, tensor: Any) -> str:
         return "Parameter" if type(tensor).__name__ == "Parameter" else "Tensor"
