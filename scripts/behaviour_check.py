@@ -39,6 +39,8 @@ _MASKS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"0x[0-9a-fA-F]{6,}"), "0x<ADDR>"),
     (re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?([+-]\d\d:\d\d|Z)?"), "<DATE>"),
     (re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d(:\d\d)?( UTC)?"), "<DATE>"),
+    # pytest's " (0:01:02)" after a run of a minute or more: there or not by the load.
+    (re.compile(r" \(\d+:\d\d:\d\d\)"), ""),
     (re.compile(r"\b\d+(\.\d+)?\s?(ms|µs|us|s|seconds?)\b"), "<TIME>"),
     (re.compile(r"\b\d+:\d\d(:\d\d)?\b"), "<TIME>"),  # 0:01:02 durations
     # Measured memory: bytes and KiB/MiB/GiB amounts, growth rates, and raw byte counts.
