@@ -68,7 +68,9 @@ def test_a_one_off_in_a_short_loop_is_no_leak_but_a_warning_saying_the_numbers(
         "graphleak: track(): not measured, so no verdict: the loop is too short: track() "
         f"saw {steps} t.step() calls; a verdict needs at least 6 (warmup=3 + 3 measured "
         "steps: with fewer, one tensor made once in a measured step would read as a leak), "
-        "and warmup + 7 catch a leak of one object every third step"
+        "and warmup + 7 catch a leak of one object every third step\n"
+        "  fix: run at least 6 t.step() calls in the checked loop, or fewer warmup steps "
+        "(warmup=1 needs 4 t.step() calls)"
     )
     assert caught[0].filename == __file__  # the user's `with track()` line
     assert gc.isenabled() and gc.get_freeze_count() == 0

@@ -15,6 +15,7 @@ from pytest_graphleak.plugin.terminal import short_message
 from pytest_graphleak.report.html import render_html
 from pytest_graphleak.report.json_doc import CheckedTest, build_document, dumps
 from pytest_graphleak.report.model import Report, headline_growth
+from pytest_graphleak.report.text import render_text
 from pytest_graphleak.result import (
     CheckResult,
     CreationSite,
@@ -191,7 +192,11 @@ def test_every_surface_reads_the_unmeasured_fix_field() -> None:
     lines = [line for line, _ in summary_lines(TestRow.of(check.name, "failed", [check]), 0,
                                                warn_only=False)]  # fmt: skip
     assert "    fix: import torch before the check" in lines
+    # the failure text (pytest's failure block, UnmeasuredError): why, then the fix
+    assert render_text(check) == ("graphleak: t.py::test_u: not measured, so no verdict: "
+                                  "the probes saw nothing\n  fix: import torch before the check")
     # no fix known: no line that claims one
     bare = _unmeasured("")
+    assert "fix:" not in render_text(bare)
     assert not any("fix:" in line for line, _ in
                    summary_lines(TestRow.of(bare.name, "failed", [bare]), 0, warn_only=False))

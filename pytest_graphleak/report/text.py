@@ -36,8 +36,9 @@ def render_text(result: CheckResult, *, series: bool = True) -> str:
     if result.kind == "outlive":
         return render_outlive(result)
     notes = [f"  note: {note}" for note in result.notes]
-    if status == "unmeasured":
-        return f"graphleak: {result.name}: not measured, so no verdict: {result.unmeasured}"
+    if status == "unmeasured":  # why, then what to change, as a leak's text ends
+        fix = f"\n  fix: {result.unmeasured_fix}" if result.unmeasured_fix else ""
+        return f"graphleak: {result.name}: not measured, so no verdict: {result.unmeasured}{fix}"
     if status == "clean":
         return "\n".join([f"graphleak: {result.name}: no leak ({result.verdict.reason})", *notes])
     pattern = result.pattern or FALLBACK
