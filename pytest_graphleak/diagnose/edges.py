@@ -74,6 +74,15 @@ class ObjectEdges:
         #: The backends whose objects have member tables (torch's nn.Module).
         self._with_members = [b for b in backends if b.has_members]
 
+    def member_tables(self, obj: object) -> tuple[str, ...]:
+        """The attribute tables whose entries are ``obj``'s members (an nn.Module's
+        parameters, buffers and submodules), from the backend that knows it."""
+        for backend in self._with_members:
+            tables = backend.member_tables(obj)
+            if tables:
+                return tables
+        return ()
+
     def backend_of(self, obj: object) -> tuple[Backend, str] | None:
         for backend in self.backends:
             kind = backend.kind(obj)

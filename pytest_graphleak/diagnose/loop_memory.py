@@ -185,7 +185,7 @@ class GrowthWatch:
         for slot in self.slots:
             if slot.holder is not None:
                 assert slot.edge is not None
-                found.append(follow_edge(slot.holder, slot.edge))  # a buffer too
+                found.append(follow_edge(slot.holder, slot.edge, self.walker))  # a buffer too
                 continue
             if slot.label.startswith(("global ", "closure ")):
                 found.append(slot.reader() if slot.reader is not None else MISSING)

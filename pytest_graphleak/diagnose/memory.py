@@ -238,7 +238,7 @@ def growing_holder(
             tracemalloc.stop()
             tracing = False
         if not made and recorder is not None:  # a numpy array or bytes while torch runs
-            made = _made_by_next_step(step, grown, notes)
+            made = _made_by_next_step(step, grown, notes, walker)
         path = _path_to(roots, grown, walker)
         if path is not None:
             notes.append(f"grows by {format_amount(grown.nbytes, BYTES)} per step: {grown.what}")
@@ -274,9 +274,9 @@ def _path_to(roots: Sequence[tuple[str, object]], grown: _Growth, walker: Object
 
 
 def _made_by_next_step(
-    step: Callable[[], object], grown: _Growth, notes: list[str]
+    step: Callable[[], object], grown: _Growth, notes: list[str], walker: ObjectEdges
 ) -> list[CreationSite]:
-    """The line that made what grows, when the torch site recorder could not tell (a
+    """The line that made what grows, when the site recorder could not tell (a
     numpy array, bytes): one more step under ``tracemalloc``, then the allocation record
     of the array now in the grown slot, or of the container's newest entries. Those are
     made by the user's line that builds them, never by ``loss.backward()`` or
@@ -293,7 +293,8 @@ def _made_by_next_step(
             notes.append(f"the step raised during diagnosis: {type(exc).__name__}: {exc}")
             return []
         if grown.edge is not None:
-            now = follow_edge(grown.holder, grown.edge) if grown.holder is not None else MISSING
+            now = (follow_edge(grown.holder, grown.edge, walker) if grown.holder is not None
+                   else MISSING)  # fmt: skip
             if now is not MISSING and now is not grown.target:
                 objects.append(now)
         elif isinstance(grown.target, GROWABLE) and len(grown.target) > grown.length:

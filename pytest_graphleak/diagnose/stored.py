@@ -46,7 +46,6 @@ from pytest_graphleak.heap.usercode import is_user_file, library_label
 from pytest_graphleak.metrics import count_of
 
 MISSING = object()
-_MODULE_TABLES = ("_buffers", "_parameters", "_modules")
 
 
 @dataclass
@@ -67,8 +66,9 @@ class Watched:
         return [*self.grown, *raised]
 
 
-def follow_edge(obj: Any, edge: Edge) -> Any:
-    """The object ``edge`` leads to from ``obj`` now (``MISSING`` when it cannot say)."""
+def follow_edge(obj: Any, edge: Edge, walker: ObjectEdges) -> Any:
+    """The object ``edge`` leads to from ``obj`` now (``MISSING`` when it cannot say);
+    ``walker``'s backends know which objects keep members in tables of their own."""
     with contextlib.suppress(Exception):
         if edge.kind == "attr":
             attrs = getattr(obj, "__dict__", None)
@@ -76,7 +76,7 @@ def follow_edge(obj: Any, edge: Edge) -> Any:
                 return attrs[edge.key]
             # An nn.Module keeps a registered buffer (``self.running_mean = ...`` through
             # its ``__setattr__``), a parameter or a submodule in a table of its own.
-            for table in _MODULE_TABLES:
+            for table in walker.member_tables(obj):
                 entries = attrs.get(table) if isinstance(attrs, dict) else None
                 if isinstance(entries, dict) and edge.key in entries:
                     return entries[edge.key]
@@ -115,7 +115,7 @@ def _fingerprint(
             parts.append(size)
         if index >= len(path.edges):
             break
-        following = follow_edge(current, path.edges[index])
+        following = follow_edge(current, path.edges[index], walker)
         if following is MISSING:
             following = path.objects[index + 1]
         parts.append(following)
