@@ -482,9 +482,9 @@ class LoopCheck:
         ):  # fmt: skip
             return  # later rolling windows: after a first leak, in the last, or deferred
         if self._recorder is None:
-            from pytest_graphleak.diagnose.loop_recorder import LoopRecorder
+            from pytest_graphleak.diagnose import for_loop
 
-            self._recorder = LoopRecorder()
+            self._recorder = for_loop.LoopRecorder()
         self._recorder.start_step()
 
     def _growing(self) -> bool:
@@ -548,10 +548,10 @@ class LoopCheck:
             observation = recorder.observation(later_steps=self._calls - self._last_recorded)
             observation.wants_follow = True  # the holder is watched during the next step
         elif verdict.leaked and self.settings.diagnose:
-            from pytest_graphleak.diagnose.loop_recorder import Observation
+            from pytest_graphleak.diagnose import for_loop
 
             # Nothing recorded: the heap as it is, and (memory-growth) the next step.
-            observation = Observation(0, 0, wants_follow=not at_end)
+            observation = for_loop.heap_observation(follow=not at_end)
         if recorder is not None:
             recorder.close()
         if final or verdict.leaked:
@@ -608,37 +608,24 @@ class LoopCheck:
         return True
 
     def _live_watch(self, follow: tuple[Any, Any]) -> Any:
-        from pytest_graphleak.diagnose.stored import LiveWatch, root_reader
+        from pytest_graphleak.diagnose import for_loop
 
-        path, walker = follow
-        return LiveWatch(path, walker, root_reader(path, self._roots))
+        return for_loop.watch_holder(follow, self._roots)
 
     def _settle(self, *, note: str | None, report: bool) -> None:
         """The judged step's leak, watched during the step after it: its ``stored at:``
         lines (or a note saying why there are none), then reported."""
         __tracebackhide__ = True
-        from pytest_graphleak.diagnose.loop_memory import GrowthWatch
-        from pytest_graphleak.diagnose.sites import per_step
-        from pytest_graphleak.words.fix import choose_fix
+        from pytest_graphleak.diagnose import for_loop
 
         assert self._pending is not None
         result, watch = self._pending
         self._pending = None
-        changes, via = watch.stop()
+        for_loop.settle(watch, result.diagnosis, ran=note is None,
+                        why=GROWTH_UNSEEN.get(note or "", ""),
+                        unseen=note or NOT_STORED_NEXT_STEP)  # fmt: skip
         if self._sampler is None and self in self._listed_in:
             self._listed_in.remove(self)
-        diagnosis = result.diagnosis
-        if isinstance(watch, GrowthWatch):
-            if diagnosis is None:
-                watch.release()
-            else:
-                watch.settle(diagnosis, ran=note is None, why=GROWTH_UNSEEN.get(note or "", ""))
-                diagnosis.fix = choose_fix(diagnosis)
-        elif diagnosis is not None and changes:
-            diagnosis.stored_at = per_step(changes, 1, via)
-            diagnosis.fix = choose_fix(diagnosis)  # worded for the line just found
-        elif diagnosis is not None:
-            diagnosis.notes.append(note or NOT_STORED_NEXT_STEP)
         self._publish(result, report=report)
 
     def _publish(self, result: CheckResult, *, report: bool) -> None:

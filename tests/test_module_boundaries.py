@@ -437,6 +437,14 @@ def test_no_renderer_reads_the_probe_registry() -> None:
     assert {name: deps for name, deps in found.items() if deps} == {}
 
 
+def test_the_loop_reaches_the_diagnosis_through_one_module() -> None:
+    """``loop.LoopCheck`` asks the diagnosis for what it needs through ``diagnose.for_loop``
+    (and ``pipeline.conclude``), never a diagnosis module's internals (issue 37, item 3)."""
+    reached = sorted(dep for dep in dependencies("pytest_graphleak.loop")
+                     if dep.startswith(("pytest_graphleak.diagnose", "pytest_graphleak.words")))
+    assert reached == ["pytest_graphleak.diagnose.for_loop"]
+
+
 def test_the_plugin_is_in_no_import_cycle() -> None:
     """The plugin imports the layers below it; none of them imports the plugin back
     (``distributed`` spawns ranks and gathers results, the pytest side is the plugin's)."""
