@@ -113,3 +113,35 @@ def test_the_failure_reads_in_80_columns_and_shows_each_sample_with_v(
     (short,) = [x for x in lines if x.startswith("LEAKED test_cols.py")]
     assert len(short) <= 80 and not short.endswith("..."), short
     assert short.endswith(" - list-accumulation"), short  # no room for the rate here
+
+
+def test_a_leaks_headline_stays_whole_and_an_unmeasured_one_wraps(
+    pytester: pytest.Pytester,
+) -> None:
+    """``graphleak: <id> leaks: <pattern>`` is the line a CI log is searched for: never
+    broken, however long the test id (pytest keeps its ids whole too). An unmeasured
+    check's headline is a sentence: it breaks at spaces like the lines under it."""
+    name = "test_a_step_whose_name_alone_takes_most_of_an_eighty_column_ci_log"
+    pytester.makepyfile(test_heads=f"""
+        import pytest
+        import minigrad as mg
+        kept = []
+
+        @pytest.mark.no_graph_growth(steps=4, warmup=1)
+        def {name}():
+            kept.append((mg.Tensor([1.0], requires_grad=True) * 2).sum())
+
+        @pytest.mark.no_graph_growth(steps=4, warmup=1, probes=["torch"])
+        def test_unmeasured():
+            (mg.Tensor([1.0], requires_grad=True) * 2).sum().backward()
+    """)  # fmt: skip
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("COLUMNS", "80")
+        result = pytester.runpytest("--graphleak", "-p", "no:randomly")
+    lines = result.outlines
+    headline = f"graphleak: test_heads.py::{name} leaks: list-accumulation"
+    assert headline in lines and len(headline) > 80
+    start = lines.index(next(x for x in lines if x.startswith("graphleak: test_heads.py::test_un")))
+    unmeasured = lines[start : start + 3]
+    assert all(len(x) <= 80 for x in unmeasured), unmeasured
+    assert unmeasured[1].startswith("           ")  # on under its label

@@ -206,9 +206,10 @@ class ReprEntry(_code.ReprEntry):
             return
         width = getattr(tw, "fullwidth", 80)
         for index, line in enumerate(self.lines):
-            # The headline (``graphleak: <test id> leaks: <pattern>``) stays whole, as pytest
-            # keeps its own test ids: it is the line a CI log is searched for.
-            for part in [line] if index == 0 else wrap_line(line, width):
+            # A leak's headline (``graphleak: <test id> leaks: <pattern>``) stays whole, as
+            # pytest keeps its own test ids: it is the line a CI log is searched for.
+            whole = index == 0 and line.startswith("graphleak: ") and " leaks: " in line
+            for part in [line] if whole else wrap_line(line, width):
                 tw.write(part, **line_markup(line))
                 tw.write("\n")
 
