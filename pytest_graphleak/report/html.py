@@ -158,6 +158,8 @@ def _index(tests: Sequence[TestRow], anchors: Mapping[str, str]) -> str:
         leaks = [c for c in test.checks if c.leaked]
         patterns = sorted({str(c.pattern or FALLBACK) for c in leaks})
         fixes = sorted({fix_of(str(c.pattern or FALLBACK), c.diagnosis) for c in leaks} - {""})
+        # an unmeasured check's change (the probe to add), as its card and GitHub show it
+        fixes += sorted({c.unmeasured_fix for c in test.checks if c.unmeasured} - {""})
         outlive = any(c.kind == "outlive" for c in test.checks)
         kind = ' <span class="badge kind">outlived the test</span>' if outlive else ""
         rows.append(
