@@ -510,6 +510,9 @@ def test_tokens_break_at_separators_and_the_top_tick_covers_the_data() -> None:
         "Tensor(shape=(), grad_fn=", "SumBackward)"]  # fmt: skip
     assert "loss.<wbr>item(<wbr>)" in breakable("loss.item()")
     assert '<span class="arrow">-&gt;</span>' in breakable("a -> b")
+    # a flag is one unit (no break after its hyphens, none inserted), the text around it not
+    assert breakable("or --graphleak-probes=minigrad,... on x.y") == (
+        'or <span class="flag">--graphleak-probes=minigrad,...</span> on x.<wbr>y')
     mib = 1024.0**2
     top, ticks = axis(0.0, 46 * mib, "bytes")
     assert top >= 46 * mib and ticks[-1] == top == 48 * mib

@@ -42,7 +42,15 @@ def breakable(text: str) -> str:
     """Escaped, with break opportunities after ``::``, ``/``, ``.``, ``(``, ``,``, ``_``,
     ``=`` and ``[``: node ids, paths, chains and fixes wrap between their parts on a
     phone, never inside a word (``loss.item()`` may break as ``loss.`` / ``item()``)."""
-    out = escape(text, quote=False)
+    # a command-line flag (``--graphleak-probes=...``) is one unit: a browser would break
+    # it after a hyphen, and a reader would copy half of it
+    return " ".join(f'<span class="flag">{escape(word, quote=False)}</span>'
+                    if word.startswith("--") and len(word) > 2 else _breakable_word(word)
+                    for word in text.split(" "))  # fmt: skip
+
+
+def _breakable_word(word: str) -> str:
+    out = escape(word, quote=False)
     for separator in _SEPARATORS:
         out = out.replace(separator, separator + "\0")
     # a chain's arrow never splits into "-" and ">" (a browser breaks after a hyphen)

@@ -56,7 +56,7 @@ td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: now
 tr.grew td { color: var(--alarm); font-weight: 600; }
 td .mark { font: 600 .75rem system-ui, sans-serif; }
 table.index td.fix { font-size: .85rem; min-width: 14rem; }
-.rate, .arrow { white-space: nowrap; }
+.rate, .arrow, .flag { white-space: nowrap; }
 .change { background: var(--change); border-left: 4px solid var(--change-line);
           padding: .4rem .8rem; margin: .6rem 0; }
 .change h3 { margin-top: .2rem; }
