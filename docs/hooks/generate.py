@@ -135,7 +135,7 @@ def options_page() -> str:
         "calls' keywords and makes `graphleak check`'s flags, so this page cannot drift",
         "from the code.",
         "",
-        _paragraph(options.__doc__ or "", "Precedence"),
+        _flags_whole(_paragraph(options.__doc__ or "", "Precedence")),
         "",
         '<div class="names-table options-table stack-table" markdown>',
         "",
@@ -191,6 +191,12 @@ def _paragraph(doc: str, first_word: str) -> str:
         if part.startswith(first_word):
             return part.replace("``", "`")
     return ""
+
+
+def _flags_whole(text: str) -> str:
+    """Each ``--graphleak-...`` flag named in running text as ``code.flag``: a phone broke
+    ``--graphleak-`` / ``steps`` at its hyphen."""
+    return re.sub(r"(?<![`\w-])(--graphleak(?:-[a-z]+)*)", r'<code class="flag">\1</code>', text)
 
 
 def _escape_md(text: str) -> str:
