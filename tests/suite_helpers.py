@@ -34,6 +34,33 @@ def folded(text: str) -> str:
     return " ".join(text.split())
 
 
+def said_in_order(output: str, patterns: Sequence[str]) -> None:
+    """Assert that ``output`` says each of ``patterns`` (fnmatch-style ``*``), in that
+    order, read folded: a line the terminal broke at 80 columns still matches."""
+    text, at = folded(output), 0
+    for pattern in patterns:
+        found = re.compile(_unanchored(folded(pattern).strip("*"))).search(text, at)
+        assert found, f"not said after offset {at}: {pattern!r}\n{text}"
+        at = found.end()
+
+
+def _unanchored(pattern: str) -> str:
+    """fnmatch's ``*``, ``?`` and ``[seq]`` as a regular expression found anywhere (the
+    shortest match of each ``*``)."""
+    out = []
+    for token in re.findall(r"\[[^\]]+\]|.", pattern):
+        if token == "*":
+            out.append(".*?")
+        elif token == "?":
+            out.append(".")
+        elif len(token) > 1:  # [seq] or [!seq]
+            out.append("[^" + re.escape(token[2:-1]) + "]" if token[1] == "!" else
+                       "[" + re.escape(token[1:-1]) + "]")  # fmt: skip
+        else:
+            out.append(re.escape(token))
+    return "".join(out)
+
+
 def report_section(lines: Sequence[str]) -> list[str]:
     """The lines of the "graphleak report" section of a pytest run's output: its
     header line up to the next ``=`` line."""

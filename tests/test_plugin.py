@@ -277,12 +277,13 @@ def test_warn_only_reports_without_failing(pytester) -> None:
     pytester.makeini("[pytest]\ngraphleak_warn_only = true\n")
     result = pytester.runpytest_subprocess("--graphleak", *FAST)
     result.assert_outcomes(passed=2)
-    # One line per leak, attributed to the test (not to the plugin); the report is not
-    # repeated in the warning, the graphleak section carries the diagnosis instead.
+    # A headline and one short line per leak, attributed to the test (not to the plugin);
+    # the report is not repeated in the warning, the graphleak section carries it instead.
     result.stdout.fnmatch_lines(
         [
             "*test_warn_only*.py:*: GraphLeakWarning: *::test_leaks: graph leak (warn-only, "
-            "not failed): list-accumulation: +1 tensor/step, held by *",
+            "not failed)",
+            "    list-accumulation: +1 tensor/step, held by *",
             "WARNING *::test_leaks  list-accumulation*",
             "    held by: *",
             "    fix: *",

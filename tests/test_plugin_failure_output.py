@@ -145,3 +145,43 @@ def test_a_leaks_headline_stays_whole_and_an_unmeasured_one_wraps(
     unmeasured = lines[start : start + 3]
     assert all(len(x) <= 80 for x in unmeasured), unmeasured
     assert unmeasured[1].startswith("           ")  # on under its label
+
+
+def test_warnings_and_notes_read_in_80_columns(pytester: pytest.Pytester) -> None:
+    """pytest prints a warning's text as it is given: the outlive and warn-only warnings
+    break their lines at spaces to the terminal's width (the headline after pytest's
+    ``file:line: Category:`` stays whole, as a leak's does), and so do the notes."""
+    pytester.makepyfile(test_warned="""
+        import pytest
+        import minigrad as mg
+        KEPT = []
+
+        def test_keeps():
+            KEPT.append((mg.Tensor([1.0, 2.0], requires_grad=True) * 2).sum())
+
+        @pytest.mark.no_graph_growth(steps=4, warmup=1)
+        def test_leaks():
+            KEPT.append((mg.Tensor([1.0], requires_grad=True) * 3).sum())
+    """)  # fmt: skip
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("COLUMNS", "80")
+        result = pytester.runpytest("--graphleak", "--graphleak-warn-only", "-p", "no:randomly")
+    result.assert_outcomes(passed=2)
+    summary = result.stdout.str().split("= warnings summary =")[1].split("-- Docs")[0]
+    lines = [x for x in summary.splitlines()[1:] if x.strip()]
+    heads = [x for x in lines if ": Graph" in x]  # pytest's file:line: Category: headline
+    assert len(heads) == 2 and all("Warning: " in x for x in heads), lines
+    body = [x for x in lines if x not in heads and not x.startswith("test_warned.py::")]
+    assert any(x.strip().startswith("held by: global 'test_warned.KEPT'") for x in body)
+    assert any("held by global 'KEPT'" in x for x in body)  # the warn-only line
+    assert all(len(x) <= 80 for x in body), body
+
+
+def test_session_notes_break_at_spaces_under_their_label() -> None:
+    from pytest_graphleak.plugin.terminal import section_lines
+
+    note = ("a pytest-xdist worker crashed while running tests/test_a_long_module_name.py::"
+            "test_one, so it has no graphleak result (run it alone)")  # fmt: skip
+    lines = [line for line, _ in section_lines([], [note], False, columns=80, verbose=False)]
+    assert len(lines) > 1 and all(len(x) <= 80 for x in lines), lines
+    assert lines[0].startswith("note: a pytest-xdist") and lines[1].startswith("      ")

@@ -27,9 +27,9 @@ from pytest_graphleak.outlive import Audit, AuditedTest, Census, FixtureDef, roo
 from pytest_graphleak.plugin import outlive_rerun
 from pytest_graphleak.plugin.baseline import unknown
 from pytest_graphleak.plugin.session_report import AUDITED
-from pytest_graphleak.plugin.terminal import OPT_OUT
+from pytest_graphleak.plugin.terminal import OPT_OUT, columns_of, warning_text
 from pytest_graphleak.report.model import results_of
-from pytest_graphleak.report.text import render_text
+from pytest_graphleak.report.text import render_text, wrap_line
 from pytest_graphleak.result import CheckResult
 
 _CENSUS_KEY = pytest.StashKey[Census]()
@@ -188,8 +188,10 @@ class OutliveAudit:
         self.audit.end()
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        columns = columns_of(terminalreporter.config)
         for note in sorted(self.notes):
-            terminalreporter.write_line(f"graphleak: {note}", yellow=True)
+            for line in wrap_line(f"graphleak: {note}", columns):
+                terminalreporter.write_line(line, yellow=True)
 
 
 def audited(item: pytest.Item) -> AuditedTest:
@@ -240,6 +242,7 @@ def _warn(item: pytest.Item, text: str) -> None:
     filename = code.co_filename if code is not None else str(getattr(item, "path", "?"))
     lineno = code.co_firstlineno if code is not None else 0
     module = getattr(getattr(item, "module", None), "__name__", "graphleak")
+    text = warning_text(text, columns_of(item.config))
     warnings.warn_explicit(
         GraphOutliveWarning(text), GraphOutliveWarning, filename, lineno, module=module
     )

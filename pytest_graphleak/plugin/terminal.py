@@ -77,8 +77,25 @@ def crash_message(item: Any, result: CheckResult) -> str:
     if os.environ.get("CI") or os.environ.get("BUILD_NUMBER") or config.option.verbose >= 2:
         return short_message(result)
     word = "UNMEASURED" if result.status == "unmeasured" else "LEAKED"
-    room = config.get_terminal_writer().fullwidth - len(f"{word} {item.nodeid} - ")
+    room = columns_of(config) - len(f"{word} {item.nodeid} - ")
     return short_message(result, room=room)
+
+
+def columns_of(config: Any) -> int:
+    """The width pytest writes at (80 where it has no terminal reporter: ``-p no:terminal``)."""
+    try:
+        return int(config.get_terminal_writer().fullwidth)
+    except (AttributeError, AssertionError):
+        return 80
+
+
+def warning_text(text: str, columns: int) -> str:
+    """A warning's text as pytest's warnings summary shows it in ``columns``: each line
+    after the first broken at spaces (``wrap_line``), two columns narrower for the
+    summary's own indent. The first line, after pytest's ``file:line: Category:``, stays
+    whole, as a leak's headline does: it is the line a CI log is searched for."""
+    head, *rest = text.split("\n")
+    return "\n".join([head, *(part for line in rest for part in wrap_line(line, columns - 2))])
 
 
 def short_message(result: CheckResult, room: int | None = None) -> str:
@@ -129,9 +146,10 @@ def warn_leak(item: Any, result: CheckResult, category: type[Warning]) -> None:
     lineno = code.co_firstlineno if code is not None else 0
     module = getattr(getattr(item, "module", None), "__name__", "graphleak")
     what = "graph leak" if result.leaked else "no verdict"
-    message = (
-        f"{result.name}: {what} (warn-only, not failed): {short_message(result)}; "
-        "see the graphleak report section"
+    message = warning_text(
+        f"{result.name}: {what} (warn-only, not failed)\n"
+        f"  {short_message(result)}; see the graphleak report section",
+        columns_of(item.config),
     )
     warnings.warn_explicit(category(message), category, filename, lineno, module=module)
 
@@ -251,7 +269,8 @@ def section_lines(
         for line, markup in summary_lines(test, width, warn_only)
         for part in wrap_line(line, columns)
     ]  # fmt: skip
-    return body + [(f"note: {note}", {"yellow": True}) for note in sorted(notes)]
+    return body + [(part, {"yellow": True}) for note in sorted(notes)
+                   for part in wrap_line(f"note: {note}", columns)]  # fmt: skip
 
 
 def no_verdict(results: Sequence[CheckResult]) -> str | None:
