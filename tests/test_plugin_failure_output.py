@@ -185,3 +185,31 @@ def test_session_notes_break_at_spaces_under_their_label() -> None:
     lines = [line for line, _ in section_lines([], [note], False, columns=80, verbose=False)]
     assert len(lines) > 1 and all(len(x) <= 80 for x in lines), lines
     assert lines[0].startswith("note: a pytest-xdist") and lines[1].startswith("      ")
+
+
+def test_an_unmeasured_short_summary_line_is_cut_at_a_word(pytester: pytest.Pytester) -> None:
+    """pytest cuts a short summary line at the terminal's width, mid-word: an unmeasured
+    check's reason is ended at a space with `` ...`` instead (whole in CI, as pytest
+    shows it there)."""
+    pytester.makepyfile(test_um="""
+        import pytest
+        import minigrad as mg
+
+        @pytest.mark.no_graph_growth(steps=4, warmup=1, probes=["torch"])
+        def test_probes_miss_the_step():
+            (mg.Tensor([1.0], requires_grad=True) * 2).sum().backward()
+    """)  # fmt: skip
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("COLUMNS", "80")
+        patch.delenv("CI", raising=False)
+        patch.delenv("BUILD_NUMBER", raising=False)
+        cut = pytester.runpytest("--graphleak", "-p", "no:randomly")
+        patch.setenv("CI", "true")
+        whole = pytester.runpytest("--graphleak", "-p", "no:randomly")
+    (short,) = [x for x in cut.outlines if x.startswith("UNMEASURED test_um.py") and " - " in x]
+    assert len(short) <= 80 and short.endswith(" ...") and " - not measured: no " in short
+    reason = "no probe measured anything (torch: torch is not imported)"
+    assert reason.startswith(short.split(" - not measured: ")[1][:-4]), short
+    (told,) = [x for x in whole.outlines if x.startswith("UNMEASURED test_um.py") and " - " in x]
+    assert f" - not measured, so no verdict: {reason}; yet the step made " in told, told
+    assert told.endswith(" minigrad tensors: add minigrad to the probes"), told
