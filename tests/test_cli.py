@@ -358,3 +358,27 @@ def test_check_progress_is_drawn_on_a_terminal_only() -> None:
     with StepProgress("m", 2, live=False, stream=quiet, after_s=0, every_s=0) as progress:
         assert progress.counted(step) is step
     assert quiet.getvalue() == ""
+
+
+def test_check_and_report_read_in_80_columns(
+    steps_file: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An 80-column CI log: the commands break a report's lines at spaces under their
+    labels, as pytest's failure text does; the headlines stay whole, and ``-q``'s one line
+    per target is not broken."""
+    monkeypatch.setenv("COLUMNS", "80")
+    leaky = f"{steps_file.name}::leaky_step"
+    code, out, _ = run(capsys, "check", leaky, *FAST, "--json", "out.json")
+    assert code == EXIT_LEAK
+    lines = out.splitlines()
+    assert lines[0].startswith(f"graphleak: {leaky} leaks: ")
+    assert all(len(line) <= 80 for line in lines[1:]), lines
+    fix = next(i for i, line in enumerate(lines) if line.startswith("  fix: "))
+    assert lines[fix + 1].startswith("       ")  # on under its label
+    code, out, _ = run(capsys, "report", "out.json")
+    report = out.splitlines()
+    assert report[0].startswith("graphleak report out.json") and report[2] == lines[0]
+    assert all(len(line) <= 80 for line in report[3:]), report
+    code, out, _ = run(capsys, "check", leaky, *FAST, "-q")
+    (line,) = out.splitlines()
+    assert line.startswith(f"LEAKED {leaky}: list-accumulation") and len(line) > 80

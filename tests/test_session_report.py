@@ -210,11 +210,13 @@ def test_verbose_run_summary_status_json_html_junit(
             "    minigrad.nodes *8 -> 18  +2/step  *",
             "    fix: store plain numbers (.item()) or detached tensors (.detach()) in the",
             "         growing container, not graph-carrying tensors",  # every leaked row's fix
-            "ERROR   test_fake.py::test_raised  step raised: ValueError: bad batch at step 3",
+            # leaks first, as every report lists them (status.display_key), then by node id
             "CLEAN   test_fake.py::test_two_checks[[]1[]] [[]check_a[]]  (6 steps after 2 warmup)",
             "LEAKED  test_fake.py::test_two_checks[[]1[]] [[]check_b[]]  list-accumulation*",
             "WARNING test_fake.py::test_warned  list-accumulation",
             "*(test passed)",
+            "ERROR   test_fake.py::test_raised  step raised: ValueError: bad batch at step 3",
+            "CLEAN   test_fake.py::test_clean  (6 steps after 2 warmup)",
             "note: ignored malformed graphleak results of test_fake.py::test_malformed:",
             "      KeyError*",  # broken at a space, on under its label (80 columns)
             "graphleak: 6 checked: 3 leaked, 1 warned, 1 error, 1 clean",

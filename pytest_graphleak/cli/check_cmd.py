@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TextIO
 
 from pytest_graphleak.api import check
-from pytest_graphleak.cli.colour import colour_lines, wants_colour
+from pytest_graphleak.cli.colour import terminal_text, wants_colour
 from pytest_graphleak.cli.exits import EXIT_USER_CODE, exit_code
 from pytest_graphleak.cli.outputs import checked_outputs, output_flags, write_output
 from pytest_graphleak.cli.target import Target, resolve, running_as
@@ -54,7 +54,7 @@ def run_check(args: argparse.Namespace) -> int:
             if results and not args.quiet:
                 print()
             told = verdict_line(result) if args.quiet else render_result(result)
-            print(colour_lines(told) if colour else told, flush=True)
+            print(terminal_text(told, colour=colour, wrap=not args.quiet), flush=True)
             results.append(result)
     except KeyboardInterrupt:
         # Ctrl-C: what finished is kept (as pytest --graphleak-report keeps finished tests).

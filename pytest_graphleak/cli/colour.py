@@ -7,10 +7,11 @@ colour from the status table (``status.TABLE``), a failure-text line from its la
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Mapping
 from typing import TextIO
 
-from pytest_graphleak.report.text import line_markup
+from pytest_graphleak.report.text import line_markup, wrapped
 from pytest_graphleak.status import TABLE
 
 #: ANSI SGR codes of the markup names pytest's terminal writer takes.
@@ -36,13 +37,18 @@ def paint(text: str, markup: Mapping[str, bool]) -> str:
     return f"\x1b[{codes}m{text}\x1b[0m" if codes and text else text
 
 
-def colour_lines(text: str) -> str:
-    """A rendered report with its status words and labelled lines coloured."""
-    out = []
-    for line in text.split("\n"):
-        word = next((w for w in _WORDS if line.startswith(w)), None)
-        if word is not None:
-            out.append(paint(word.rstrip(), _WORDS[word]) + line[len(word) - 1 :])
-        else:
-            out.append(paint(line, line_markup(line)))
-    return "\n".join(out)
+def terminal_text(text: str, *, colour: bool, wrap: bool = True) -> str:
+    """A rendered report as the commands print it: with ``wrap``, its lines broken at
+    spaces to the terminal's width (``COLUMNS``, else the terminal's, 80 in a pipe: as
+    pytest's); each part coloured as the line it came from when ``colour``. ``-q``'s one
+    line per target is not wrapped: it is the line a script reads."""
+    width = shutil.get_terminal_size().columns if wrap else 1 << 30
+    parts = wrapped(text, width)
+    return "\n".join(_coloured(part, line) if colour else part for part, line in parts)
+
+
+def _coloured(part: str, line: str) -> str:
+    word = next((w for w in _WORDS if part.startswith(w)), None)
+    if word is not None:
+        return paint(word.rstrip(), _WORDS[word]) + part[len(word) - 1 :]
+    return paint(part, line_markup(line))

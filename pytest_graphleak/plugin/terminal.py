@@ -28,10 +28,10 @@ from pytest_graphleak.report.model import (
 )
 from pytest_graphleak.report.scale import sparkline
 from pytest_graphleak.report.span import error_line, span_text
-from pytest_graphleak.report.text import LINE_MARKUP, line_markup, wrap_line
+from pytest_graphleak.report.text import LINE_MARKUP, line_markup, wrap_line, wrapped
 from pytest_graphleak.report.view import culprit, diagnosis_view
 from pytest_graphleak.result import CheckResult
-from pytest_graphleak.status import LEAK_STATUSES
+from pytest_graphleak.status import LEAK_STATUSES, display_key
 from pytest_graphleak.status import TABLE as STATUS_TABLE
 from pytest_graphleak.verdict import slowest_leak_text
 from pytest_graphleak.words.chain import names_of
@@ -228,14 +228,9 @@ class ReprEntry(_code.ReprEntry):
         if self.style != "value":
             super()._write_entry_lines(tw)
             return
-        width = getattr(tw, "fullwidth", 80)
-        for index, line in enumerate(self.lines):
-            # A leak's headline (``graphleak: <test id> leaks: <pattern>``) stays whole, as
-            # pytest keeps its own test ids: it is the line a CI log is searched for.
-            whole = index == 0 and line.startswith("graphleak: ") and " leaks: " in line
-            for part in [line] if whole else wrap_line(line, width):
-                tw.write(part, **line_markup(line))
-                tw.write("\n")
+        for part, line in wrapped("\n".join(self.lines), getattr(tw, "fullwidth", 80)):
+            tw.write(part, **line_markup(line))
+            tw.write("\n")
 
 
 def colour_failure(longrepr: Any) -> None:
@@ -267,11 +262,14 @@ def section_lines(
     verbose: bool,
 ) -> list[tuple[str, dict[str, bool]]]:
     """The ``graphleak report`` section's lines before its count line: each test's rows
-    (a clean test's only with ``-v``), then the notes, in ``columns`` (at spaces)."""
+    (a clean test's only with ``-v``) in the reports' order (leaks first, then by node id:
+    ``status.display_key``, as the HTML page, the step summary and ``graphleak report``),
+    then the notes, in ``columns`` (at spaces)."""
     width = max((len(m) for t in rows for c in t.checks for m in c.series), default=0)
+    ordered = sorted(rows, key=lambda test: (display_key(test.status), test.nodeid))
     body = [
         (part, markup)
-        for test in rows if verbose or test.status != "clean"
+        for test in ordered if verbose or test.status != "clean"
         for line, markup in summary_lines(test, width, warn_only)
         for part in wrap_line(line, columns)
     ]  # fmt: skip

@@ -212,6 +212,18 @@ def wrap_line(line: str, width: int) -> list[str]:
     return lines
 
 
+def wrapped(text: str, width: int) -> list[tuple[str, str]]:
+    """Each line of a report in ``width`` columns (``wrap_line``), paired with the line it
+    came from (whose label gives its colour, ``line_markup``). A leak's headline
+    (``graphleak: <test id> leaks: <pattern>``) stays whole, as pytest keeps its own test
+    ids: it is the line a CI log is searched for."""
+    parts: list[tuple[str, str]] = []
+    for index, line in enumerate(text.split("\n")):
+        whole = index == 0 and line.startswith("graphleak: ") and " leaks: " in line
+        parts.extend((part, line) for part in ([line] if whole else wrap_line(line, width)))
+    return parts
+
+
 def _words(line: str, width: int, indent: int) -> list[str]:
     """``line`` broken at single spaces, its own indent kept, the rest under ``indent``."""
     lines = textwrap.wrap(line, width=width, subsequent_indent=" " * indent,
