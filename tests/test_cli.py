@@ -53,7 +53,10 @@ FAST = ["--steps", "6", "--warmup", "2"]
 
 @pytest.fixture
 def steps_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A step module with a unique name; cwd, sys.path and sys.modules restored after."""
+    """A step module with a unique name; cwd, sys.path and sys.modules restored after.
+    The reports are printed unbroken (a name's length would move where an 80-column line
+    breaks); the test of the 80-column layout sets COLUMNS itself."""
+    monkeypatch.setenv("COLUMNS", "1000")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", list(sys.path))
     name = f"cli_steps_{abs(hash(str(tmp_path)))}"

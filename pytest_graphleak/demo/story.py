@@ -17,6 +17,7 @@ from pathlib import Path
 from types import ModuleType
 
 from pytest_graphleak.api import check
+from pytest_graphleak.cli.colour import terminal_text
 from pytest_graphleak.cli.exits import EXIT_CLEAN, EXIT_LEAK
 from pytest_graphleak.cli.outputs import checked_outputs, write_output
 from pytest_graphleak.demo.backends import Backend, Counter, minigrad_backend, torch_backend
@@ -166,7 +167,8 @@ def _show_verdict(outcome: RunOutcome, display: Display, *, series: bool) -> Non
     display.line(display.paint(
         f"-- verdict: {verdict}" + (f" ({result.pattern})" if result.leaked else "")
         + (" as expected" if outcome.as_expected else f" -- expected {expected}!"), colour))
-    display.line(render_text(result, series=series) if result.leaked else render_result(result))
+    told = render_text(result, series=series) if result.leaked else render_result(result)
+    display.line(terminal_text(told, colour=False))  # at the terminal's width, as `check`'s
 
 
 def _show_summary(outcomes: list[RunOutcome], display: Display) -> None:
