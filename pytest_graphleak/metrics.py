@@ -45,6 +45,22 @@ class Metric:
         return self.counts != "memory"
 
 
+#: What a metric counts, in the order metrics are listed: the tensors kept, then the
+#: graph nodes, then the memory, then the cycles (what tells a leak first, its cost next).
+COUNTS_ORDER: tuple[str, ...] = ("tensors", "nodes", "memory", "cycles")
+
+
+def listing_key(name: str, counts: str) -> tuple[int, bool, str]:
+    """Where a metric stands in any list of metrics, from its declaration only (never a
+    dict's order, which differs between a run and its JSON read back with sorted keys):
+    by what it counts (``COUNTS_ORDER``; unknown last), then one named for what it counts
+    (``<probe>.tensors``) before a record counted like it, then by name. The verdict
+    words its "grew:" list in it; ``report.model.metric_order`` lists every metric of a
+    check in it, grown ones first."""
+    rank = COUNTS_ORDER.index(counts) if counts in COUNTS_ORDER else len(COUNTS_ORDER)
+    return rank, name.rpartition(".")[2] != counts, name
+
+
 @dataclass(frozen=True)
 class Recheck:
     """A probe's second look after cleaning (the CUDA allocator cache): plain numbers and

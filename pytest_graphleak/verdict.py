@@ -58,7 +58,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from itertools import accumulate
 
-from pytest_graphleak.metrics import Metric, Recheck, count_of, format_rate
+from pytest_graphleak.metrics import Metric, Recheck, count_of, format_rate, listing_key
 from pytest_graphleak.patterns import guess
 from pytest_graphleak.result import Growth, Verdict
 from pytest_graphleak.values import int_at_least
@@ -310,6 +310,8 @@ def judge(
             f"({count_of(len(series), 'metric')} judged)",
             slowest_leak_steps=slowest,
         )
+    # listed as every report lists them (``metrics.listing_key``), the reason's words too
+    growths.sort(key=lambda g: listing_key(g.metric, metrics[g.metric].counts))
     pattern = first_pattern(metrics[g.metric] for g in growths)
     grown = ", ".join(
         f"{g.metric} {format_rate(g.per_step, metrics[g.metric].unit)}" for g in growths

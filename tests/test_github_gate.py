@@ -85,7 +85,9 @@ def test_annotation_on_the_storing_line_and_the_step_summary(
     lines = _message_lines(leak)
     assert lines[0].startswith("fix: ") and "losses.append(loss.item())" in lines[0]
     assert lines[1].startswith("held by: global 'losses' -> list(")
-    assert lines[2].startswith("grows: minigrad.tensors +1/step, minigrad.nodes +")
+    assert lines[2].startswith(
+        "grows: minigrad.tensors +1/step, minigrad.autograd_meta +1/step, minigrad.nodes +"
+    )
     # the stored-at code without the user's trailing comment; no markdown anywhere
     assert any(line.startswith("stored at: ") and line.endswith(
         "losses.append(loss)  (once per step)") for line in lines), lines

@@ -107,7 +107,7 @@ def test_the_failure_reads_in_80_columns_and_shows_each_sample_with_v(
     assert "series (warmup | measured)" not in result.stdout.str()
     assert "series (warmup | measured):" in verbose.stdout.str()
     grew = [x.split()[0] for x in failure if x.startswith("    minigrad.")]
-    assert grew == ["minigrad.tensors", "minigrad.nodes", "minigrad.autograd_meta"]
+    assert grew == ["minigrad.tensors", "minigrad.autograd_meta", "minigrad.nodes"]
     fix = next(i for i, x in enumerate(failure) if x.startswith("  fix: "))
     assert failure[fix + 1].startswith("       ")  # the fix goes on under its label
     (short,) = [x for x in lines if x.startswith("LEAKED test_cols.py")]

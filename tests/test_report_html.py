@@ -28,6 +28,7 @@ from pytest_graphleak.report.svg import series_chart
 from pytest_graphleak.result import (
     CheckResult,
     CreationSite,
+    Declaration,
     Diagnosis,
     Drawing,
     DrawingEdge,
@@ -88,6 +89,12 @@ def leak(
             "minigrad.tensors": "objects",
             "minigrad.nodes": "objects",
             "process.rss_bytes": "bytes",
+        },
+        # what each counts orders the metrics on every surface (``model.metric_order``)
+        declarations={
+            "minigrad.tensors": Declaration("objects", "tensors"),
+            "minigrad.nodes": Declaration("objects", "nodes"),
+            "process.rss_bytes": Declaration("bytes", "memory"),
         },
         verdict=Verdict(
             True, [Growth("minigrad.tensors", 3.0, 8.0, 1.0)], "list-accumulation", EVIL

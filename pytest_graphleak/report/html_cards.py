@@ -22,7 +22,7 @@ from pytest_graphleak.report.dot import diagnosis_dot
 from pytest_graphleak.report.graph_svg import chain_svg, cycle_svg
 from pytest_graphleak.report.model import TestRow, metric_rows
 from pytest_graphleak.report.span import head_label, raised_text, span_text, step_numbers
-from pytest_graphleak.report.svg import series_chart
+from pytest_graphleak.report.svg import draws_band, series_chart
 from pytest_graphleak.report.view import ViewLine, diagnosis_view, site_text, to_change
 from pytest_graphleak.result import CheckResult, CreationSite, Diagnosis, display_path, relative_to
 from pytest_graphleak.status import BY_WORD, CLEAN, KNOWN, LEAK
@@ -189,7 +189,8 @@ class Cards:
         return "".join(parts)
 
     def charts(self, check: CheckResult) -> str:
-        rows = sorted(metric_rows(check), key=lambda r: (not r.grew, r.name))
+        # in the table's order, every surface's (``model.metric_order``: grown ones first)
+        rows = metric_rows(check)
         # A probe with nothing to count (torch.* in a minigrad test) would only add flat zeros.
         zeros = [r.name for r in rows if not any(v for v in r.series)]
         drawn = [r for r in rows if r.name not in zeros]
@@ -206,11 +207,12 @@ class Cards:
                   "the baseline sample the measured ones are compared with")  # fmt: skip
         legend = (f"each chart on its own scale; shaded: {shaded} (not judged); bytes drawn "
                   "as growth from the first measured step")  # fmt: skip
-        tolerance = max((r.tolerance for r in drawn), default=0.0)
-        if tolerance:
-            legend += (f"; green band: the noise tolerance of RSS and CUDA reserved "
-                       f"({format_amount(tolerance, 'bytes')}/step), growth inside it "
-                       "is not a leak")  # fmt: skip
+        # each band is its own metric's tolerance (malloc's is a share of RSS's): name them all
+        banded = [f"{r.name} {format_amount(r.tolerance, r.unit)}/step" for r in drawn
+                  if draws_band(r.series, check.warmup, r.tolerance)]  # fmt: skip
+        if banded:
+            legend += (f"; green band: the growth per step tolerated as noise "
+                       f"({', '.join(banded)}), growth inside it is not a leak")  # fmt: skip
         if zeros:
             legend += f"; zero throughout, not drawn: {', '.join(zeros)}"
         return f'<p class="muted">{escape(legend)}</p><div class="charts">{"".join(charts)}</div>'
@@ -294,10 +296,10 @@ def _change_block(title: str, rows: Sequence[tuple[str, str, str]]) -> str:
 
 
 def metrics_table(check: CheckResult) -> str:
-    """Each metric: its growth per step first (the column a phone keeps), then start and
-    end; grown ones first."""
+    """Each metric (``model.metric_order``: grown ones first): its growth per step first
+    (the column a phone keeps), then start and end."""
     rows = []
-    for row in sorted(metric_rows(check), key=lambda r: (not r.grew, r.name)):
+    for row in metric_rows(check):
         css = ' class="grew"' if row.grew else ""
         mark = ' <span class="mark">grew</span>' if row.grew else ""
         rows.append(

@@ -9,6 +9,7 @@ and ``Numbers``: no renderer reads a report's raw dicts or the probe registry.
   last measured value, growth per step, grown or not): the document's ``metrics`` field;
 - ``BaselineSection``: the baseline file's part of a run (its fixed entries, the update
   command), when one was used;
+- ``metric_order``: the one order a check's metrics are listed in, on every surface;
 - ``headline_growth``: the one grown metric a line that names one names (the terminal's
   short summary, the HTML index's growth column).
 
@@ -25,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_graphleak.baseline import KEY_FIELDS, Key
-from pytest_graphleak.metrics import finite
+from pytest_graphleak.metrics import finite, listing_key
 from pytest_graphleak.patterns import BY_WORD as PATTERNS
 from pytest_graphleak.report.summary import sentence
 from pytest_graphleak.result import CheckResult, Declaration, Growth
@@ -62,13 +63,29 @@ class MetricRow:
                 "per_step": self.per_step, "grew": self.grew}  # fmt: skip
 
 
+def metric_order(check: CheckResult, metrics: Iterable[str]) -> list[str]:
+    """``metrics`` of ``check`` in the order every surface lists them (the terminal's
+    failure text, report section and ``-v`` series, the verdict's "grew:" list, the HTML
+    card's table and charts, JUnit properties, GitHub annotations, ``graphleak report``):
+    the grown ones first, then each part by ``metrics.listing_key`` (what the metric's
+    declaration says it counts, then its name). Made from typed data a JSON report keeps
+    (the verdict's growths, the declarations), never from a dict's order, so a report read
+    back lists them as the run did. Grown first because the verdict is about them: a
+    card's first row and first chart are what to look at, and since this only moves the
+    grown ones ahead of the rest, two metrics never swap places between surfaces."""
+    grown = {g.metric for g in check.verdict.growths}
+    return sorted(metrics, key=lambda metric: (
+        metric not in grown, *listing_key(metric, check.declared(metric).counts)))
+
+
 def metric_rows(result: CheckResult) -> list[MetricRow]:
-    """Every metric of a check, in its series' order. ``per_step`` of a metric the verdict
+    """Every metric of a check, in ``metric_order``. ``per_step`` of a metric the verdict
     did not judge grown is ``(end - start) / (samples - 1)`` over the measured samples,
     divided by the steps per sample."""
     grown = {g.metric: g for g in result.verdict.growths}
     rows = []
-    for metric, series in result.series.items():
+    for metric in metric_order(result, result.series):
+        series = result.series[metric]
         measured = [float(v) for v in series[result.warmup :] if finite(v)]
         per_step: float | None = None
         if metric in grown:
@@ -83,26 +100,21 @@ def metric_rows(result: CheckResult) -> list[MetricRow]:
     return rows
 
 
-#: What a grown metric counts, in the order a line that names one metric picks it: the
-#: tensors kept, then the graph nodes, then the memory, then the cycles.
-COUNTS_ORDER: tuple[str, ...] = ("tensors", "nodes", "memory", "cycles")
-
-
 def headline_growth(check: CheckResult) -> Growth | None:
     """The grown metric that one line names (the terminal's short summary, the HTML
     index): the first whose declared ``counts`` tells the check's pattern
-    (``patterns.TABLE``'s ``told_by``), then by ``COUNTS_ORDER``; among metrics that count
-    the same, one named for what it counts (``<probe>.tensors``) before a record counted
-    like it, then by name. No dict order decides: a report read back from JSON (sorted
-    keys) names the same metric as the run that wrote it. None when nothing grew."""
+    (``patterns.TABLE``'s ``told_by``), then in the listing order (``metrics.listing_key``:
+    ``COUNTS_ORDER``, then one named for what it counts, ``<probe>.tensors``, before a
+    record counted like it, then by name). No dict order decides: a report read back
+    from JSON (sorted keys) names the same metric as the run that wrote it. None when
+    nothing grew."""
     facts = PATTERNS.get(check.pattern or "")
     told = facts.told_by if facts is not None else ()
 
     def key(growth: Growth) -> tuple[int, int, bool, str]:
         counts = check.declared(growth.metric).counts
         return (told.index(counts) if counts in told else len(told),
-                COUNTS_ORDER.index(counts) if counts in COUNTS_ORDER else len(COUNTS_ORDER),
-                growth.metric.rpartition(".")[2] != counts, growth.metric)  # fmt: skip
+                *listing_key(growth.metric, counts))  # fmt: skip
 
     return min(check.verdict.growths, key=key, default=None)
 

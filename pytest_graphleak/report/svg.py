@@ -81,7 +81,7 @@ def series_chart(
     if warmup > 0:
         shade_end = x_of(min(warmup, max(len(values), 2) - 1) - 0.5)
         parts.append(_warmup_shade(warmup, at, head, shade_end, plot_h))
-    if noise > 0 and points:
+    if draws_band(shown, warmup, noise):
         parts.append(_band(shown, warmup, noise, (low, high), x_at, y_of, at))
     parts += _frame(tick_values, unit, at, y_of, x_at, plot_w, plot_h)
     parts += _line(points, "series grew" if highlight else "series", warmup, base, unit, at,
@@ -206,6 +206,13 @@ def _band_top(
     if first is None:
         return high
     return max(high, shown[first] + noise * (at[-1] - at[first]))
+
+
+def draws_band(values: Sequence[float], warmup: int, noise: float) -> bool:
+    """Whether ``series_chart`` draws a tolerance band for these samples: a noisy metric
+    (``noise`` > 0) with a measured sample to start it from. The charts' caption names
+    exactly these."""
+    return noise > 0 and _first_measured(values, warmup) is not None
 
 
 def _first_measured(shown: Sequence[float], warmup: int) -> int | None:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from pytest_graphleak.metrics import format_amount, format_rate
 from pytest_graphleak.patterns import FALLBACK
+from pytest_graphleak.report.model import metric_order
 from pytest_graphleak.report.scale import sparkline
 from pytest_graphleak.report.span import error_line, head_label, span_text
 from pytest_graphleak.report.view import diagnosis_view
@@ -66,10 +67,9 @@ def render_text(result: CheckResult, *, series: bool = True) -> str:
 
 
 def grown_in_order(result: CheckResult) -> list[Growth]:
-    """The grown metrics in the order of the series (``report.model.metric_rows``'), as
-    the session's report section lists them."""
-    order = {metric: index for index, metric in enumerate(result.series)}
-    return sorted(result.verdict.growths, key=lambda g: order.get(g.metric, len(order)))
+    """The grown metrics in the order every surface lists them (``model.metric_order``)."""
+    found = {g.metric: g for g in result.verdict.growths}
+    return [found[metric] for metric in metric_order(result, found)]
 
 
 def render_outlive(result: CheckResult) -> str:
@@ -168,11 +168,12 @@ def render_result(result: CheckResult) -> str:
 def metric_rows(result: CheckResult) -> list[str]:
     """metric  start -> end over the measured steps, and a sparkline of every call."""
     # A probe that read 0 at every step (nothing of its kind exists) says nothing.
-    zeros = sorted(m for m, values in result.series.items() if not any(values))
-    shown = {m: v for m, v in result.series.items() if m not in zeros}
+    ordered = metric_order(result, result.series)
+    zeros = [m for m in ordered if not any(result.series[m])]
+    shown = {m: result.series[m] for m in ordered if m not in zeros}
     width = max((len(metric) for metric in shown), default=0)
     rows = []
-    for metric, values in sorted(shown.items()):
+    for metric, values in shown.items():
         declared = result.declared(metric)
         unit = declared.unit
         measured = values[result.warmup:] or values  # not empty: empty series are zeros
