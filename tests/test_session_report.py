@@ -35,7 +35,9 @@ import json
 import pytest
 
 from pytest_graphleak.plugin import session_report
-from pytest_graphleak.result import CheckResult, CreationSite, Diagnosis, Growth, Verdict
+from pytest_graphleak.result import (
+    CheckResult, CreationSite, Declaration, Diagnosis, Growth, Verdict,
+)
 
 WARMUP, STEPS = 2, 6
 
@@ -51,6 +53,10 @@ def leaky(name):
                 "process.rss_bytes": [5.0e7] * (WARMUP + STEPS)},
         units={"minigrad.tensors": "objects", "minigrad.nodes": "objects",
                "process.rss_bytes": "bytes"},
+        # what each counts orders the metrics on every surface (report.model.metric_order)
+        declarations={"minigrad.tensors": Declaration("objects", "tensors"),
+                      "minigrad.nodes": Declaration("objects", "nodes"),
+                      "process.rss_bytes": Declaration("bytes", "memory")},
         verdict=Verdict(True, [Growth("minigrad.tensors", 12.0, 17.0, 1.0),
                                Growth("minigrad.nodes", 8.0, 18.0, 2.0)],
                         "list-accumulation", "minigrad.tensors grew by 1 per step"),
