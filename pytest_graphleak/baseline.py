@@ -31,6 +31,19 @@ node (what its graph reaches is how deep the walk went). No length, shape, addre
 line number is in it: lines moving, tests reordered or a list growing change nothing; a
 new leak of the same test through another holder is a new key.
 
+An outlive finding judged at a wider-scope fixture's teardown (graphs the tests handed a
+class, module, package or session fixture, still alive when it is torn down:
+``CheckResult.judged_at``) is keyed on that fixture instance, not on the test whose
+teardown tore it down (which depends on the order, a test added at the end of a module,
+and the pytest-xdist split): ``test`` is the node id of the instance's scope (the class,
+the module, the package; ``<session>`` for the session) and ``check`` is
+``outlive(module fixture 'store')``. Two pytest-xdist workers that each set the fixture
+up and find the same graphs find one key. Such an entry is checked (fixed when not found)
+only in a run that judged that fixture instance at its teardown. An entry that an earlier
+version wrote for such a finding, keyed on the tearing-down test (``outlive``, the same
+pattern and holder, a test inside the scope), still matches (``written_before``), and an
+update rewrites it with the fixture's key and its reason: the format's version stays 2.
+
 Version 1 files keyed the holder on the printed chain. They are not matched: reading one
 is an error that says so, and ``--graphleak-baseline-update`` rewrites it in version 2,
 keeping each reason where the test, the check and the pattern name one finding.
@@ -64,6 +77,9 @@ KEY_FIELDS = ("test", "check", "pattern", "holder")
 FIELDS = (*KEY_FIELDS, "reason")
 #: The holder of a finding whose diagnosis named none (``--graphleak-no-diagnose``).
 NO_HOLDER = ""
+#: The ``test`` of a finding judged at a session-scoped fixture's teardown.
+SESSION = "<session>"
+_FIXTURE_CHECK = "outlive("
 
 
 @dataclass(frozen=True, order=True)
@@ -101,6 +117,12 @@ class Baseline:
 
     def __contains__(self, key: object) -> bool:
         return key in self.entries
+
+    def match(self, key: Key) -> Key | None:
+        """The entry that lists the finding ``key``: its own, or the one an earlier
+        pytest-graphleak wrote for a finding judged at a fixture's teardown
+        (``written_before``); None for a new finding."""
+        return key if key in self.entries else written_before(key, self.entries)
 
 
 # -- keys -------------------------------------------------------------------------------
@@ -145,17 +167,64 @@ def _access(edge: str, key: str) -> str:
     return _ACCESS.get(edge, "").format(key)
 
 
+def fixture_check(fixture: str, scope: str) -> str:
+    """The kind of check of a finding judged at a wider-scope fixture's teardown:
+    ``outlive(module fixture 'store')``."""
+    return f"outlive({scope} fixture '{fixture}')"
+
+
+def scope_test(node: str) -> str:
+    """The ``test`` field of such a finding: the node id of the fixture instance's scope
+    (the class, the module, the package), ``SESSION`` for the session's ("")."""
+    return node or SESSION
+
+
 def key_of(
-    nodeid: str, *, name: str, pattern: str | None, links: Sequence[Mapping[str, Any]]
-) -> Key:
+    nodeid: str, *, name: str, pattern: str | None, links: Sequence[Mapping[str, Any]],
+    judged_at: Mapping[str, str] | None = None,
+) -> Key:  # fmt: skip
     """The key of a leaked check of the test ``nodeid``: the check's name, its pattern and
-    its diagnosis' typed links as plain data (``CheckResult``'s fields)."""
+    its diagnosis' typed links as plain data (``CheckResult``'s fields). ``judged_at``
+    (``CheckResult.judged_at``: fixture, scope, node): an outlive finding judged at that
+    fixture instance's teardown, keyed on the instance, not on ``nodeid``."""
+    if judged_at:
+        return Key(
+            test=scope_test(judged_at["node"]),
+            check=fixture_check(judged_at["fixture"], judged_at["scope"]),
+            pattern=pattern or "",
+            holder=holder_path(links),
+        )
     return Key(
         test=nodeid,
         check=check_label(nodeid, name),
         pattern=pattern or "",
         holder=holder_path(links),
     )
+
+
+def written_before(key: Key, entries: Iterable[Key]) -> Key | None:
+    """The entry that an earlier pytest-graphleak wrote for ``key``, a finding judged at
+    a fixture's teardown (``is_fixture_check``): keyed on the test whose teardown judged
+    it (``outlive``, a test inside the scope, the same pattern and holder); None when
+    there is none, or more than one."""
+    if not is_fixture_check(key.check):
+        return None
+    found = [old for old in entries if old.check == "outlive" and old.pattern == key.pattern
+             and old.holder == key.holder and _inside(old.test, key.test)]  # fmt: skip
+    return found[0] if len(found) == 1 else None
+
+
+def is_fixture_check(check: str) -> bool:
+    return check.startswith(_FIXTURE_CHECK)
+
+
+def _inside(nodeid: str, scope: str) -> bool:
+    """Is the test ``nodeid`` inside the scope node ``scope`` (pytest's node ids: a
+    package is a directory, a module a file under it, a class and a test after ``::``)?"""
+    if scope in (SESSION, nodeid):
+        return True
+    below = "::" if "::" in scope or scope.endswith(".py") else "/"
+    return nodeid.startswith(scope.rstrip("/") + below)
 
 
 # -- reading ----------------------------------------------------------------------------
@@ -258,6 +327,9 @@ class Update:
     rewritten_from: int | None = None
     reasons_kept: int = 0
     dropped: int = 0
+    #: Entries of findings judged at a fixture's teardown that an earlier version keyed
+    #: on the test whose teardown judged them, rewritten with the fixture's key and reason.
+    rekeyed: int = 0
 
 
 def updated(old: Baseline | None, found: Iterable[Key], checked: Callable[[Key], bool]) -> Update:
@@ -268,14 +340,21 @@ def updated(old: Baseline | None, found: Iterable[Key], checked: Callable[[Key],
     now = set(found)
     if old is not None and old.version != VERSION:  # its keys match none: rewritten
         return _rewritten(old, now, checked)
-    entries = [before.get(key) or Entry(key) for key in now]
-    kept_unchecked = [e for key, e in before.items() if key not in now and not checked(key)]
-    removed = sorted(key for key in before if key not in now and checked(key))
+    moved: dict[Key, Key] = {}  # a finding -> its entry as an earlier version keyed it
+    for key in sorted(now - before.keys()):
+        earlier = written_before(key, before)
+        if earlier is not None and earlier not in now and earlier not in moved.values():
+            moved[key] = earlier
+    entries = [before.get(key) or Entry(key, before[moved[key]].reason if key in moved else "")
+               for key in now]  # fmt: skip
+    gone = [key for key in before if key not in now and key not in moved.values()]
+    kept_unchecked = [before[key] for key in gone if not checked(key)]
     return Update(
         entries=sorted([*entries, *kept_unchecked], key=lambda e: e.key),
-        added=sorted(key for key in now if key not in before),
-        removed=removed,
+        added=sorted(key for key in now if key not in before and key not in moved),
+        removed=sorted(key for key in gone if checked(key)),
         kept=len(now & set(before)) + len(kept_unchecked),
+        rekeyed=len(moved),
     )
 
 

@@ -229,6 +229,20 @@ class Diagnosis:
     links: list[Link] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class JudgedAt:
+    """An outlive finding judged when a wider-scope fixture was torn down (graphs the
+    tests handed it, still alive then): which fixture instance. Which test's teardown tore
+    it down depends on the order and the pytest-xdist split; the instance does not, so
+    the baseline keys such a finding on this (``pytest_graphleak.baseline``)."""
+
+    fixture: str  # the fixture's name
+    scope: str  # "class", "module", "package" or "session"
+    #: pytest's node id of the scope the instance lived in (the class, the module, the
+    #: package; "" for the session), as ``request.node`` names it.
+    node: str
+
+
 @dataclass
 class CheckResult:
     """Everything measured and decided for one checked step function or test."""
@@ -292,6 +306,10 @@ class CheckResult:
     known: bool = False
     #: metric name -> what it is and the noise it was judged with (``Declaration``).
     declarations: dict[str, Declaration] = field(default_factory=dict)
+    #: An outlive finding judged at a wider-scope fixture's teardown: that fixture
+    #: instance (``JudgedAt``); None for any other result. The result is reported on the
+    #: test whose teardown judged it (``name``).
+    judged_at: JudgedAt | None = None
 
     def declared(self, metric: str) -> Declaration:
         """The declaration ``metric`` was measured with; for a result without one (made
@@ -353,6 +371,7 @@ class CheckResult:
             kind=data.get("kind", "step"), warned=bool(data.get("warned", False)),
             known=bool(data.get("known", False)),
             declarations={k: Declaration(**v) for k, v in data.get("declarations", {}).items()},
+            judged_at=JudgedAt(**judged) if (judged := data.get("judged_at")) else None,
         )  # fmt: skip
 
 

@@ -45,7 +45,7 @@ from pytest_graphleak.outlive.roots import (
 )
 from pytest_graphleak.outlive.subjects import AuditedTest, FixtureDef
 from pytest_graphleak.probes.autograd import BUNDLES, active_backends
-from pytest_graphleak.result import CheckResult, Link
+from pytest_graphleak.result import CheckResult, JudgedAt, Link
 
 
 class Rerun(Protocol):
@@ -69,8 +69,12 @@ class Audit:
         #: ``setUpClass`` fixture too), while it lives: id(class) -> (class, name -> def).
         self._set_by: dict[int, tuple[type, dict[str, FixtureDef]]] = {}
         #: What was judged at fixture teardowns during the running test, reported at its
-        #: teardown (``judged``).
+        #: teardown (``judged``), and the fixture instances judged then (``torn_down``).
         self._judged: list[CheckResult] = []
+        self._torn_down: list[JudgedAt] = []
+        #: id(definition) -> (definition, its live instance's scope node id): what the
+        #: findings judged at its teardown are keyed on (``JudgedAt``).
+        self._nodes: dict[int, tuple[FixtureDef, str]] = {}
         #: Why some tests could not be audited (shown once in the summary).
         self.notes: set[str] = set()
         self._kinds: dict[type, bool] = {}  # type -> a graph type? (censuses share it)
@@ -190,6 +194,19 @@ class Audit:
         judged, self._judged = self._judged, []
         return judged
 
+    def torn_down(self) -> list[JudgedAt]:
+        """The fixture instances judged at the teardowns of the running test (taken):
+        where a finding keyed on one of them could have been seen."""
+        torn, self._torn_down = self._torn_down, []
+        return torn
+
+    def _judged_at(self, fixturedef: FixtureDef) -> JudgedAt | None:
+        """The instance of ``fixturedef`` last set up (None: its setup was not seen)."""
+        found = self._nodes.get(id(fixturedef))
+        if found is None or found[0] is not fixturedef:
+            return None
+        return JudgedAt(fixturedef.argname, fixturedef.scope, found[1])
+
     def judge_pending(self, test: AuditedTest) -> list[CheckResult]:
         """Graphs a wider-scope fixture kept: once it is torn down, what still keeps them?"""
         results: list[CheckResult] = []
@@ -201,6 +218,7 @@ class Audit:
             alive = deferred.alive()
             if not alive:
                 continue
+            at = self._judged_at(fixturedef)
             try:
                 explained = explain(Listed(alive), self.holders(test, fixtures=False),
                                     nodeid=test.nodeid, made_by=deferred.nodeid,
@@ -209,6 +227,7 @@ class Audit:
             finally:
                 alive.clear()
             for result in explained.results:
+                result.judged_at = at
                 if result.diagnosis is not None and not result.diagnosis.sites:
                     result.diagnosis.notes.append(
                         f"created at: unknown (sites are recorded for {_sites(True)} graphs "
@@ -225,11 +244,14 @@ class Audit:
         return dict(vars(cls)) if cls is not None else {}
 
     def fixture_set_up(
-        self, fixturedef: FixtureDef, cls: type | None, before: dict[str, Any]
+        self, fixturedef: FixtureDef, cls: type | None, before: dict[str, Any], node: str = ""
     ) -> None:
         """Note the ``request.cls`` attributes a class-scoped fixture set (``before``: the
         class's attributes before its setup): what they keep is that fixture's while it
-        lives, as its value is. Empties ``before``."""
+        lives, as its value is. Empties ``before``. ``node``: the node id of the scope
+        this instance lives in (``request.node``; "" for the session)."""
+        if fixturedef.scope != "function":
+            self._nodes[id(fixturedef)] = (fixturedef, node)
         if cls is None:
             return
         changed = [name for name, value in list(vars(cls).items())
@@ -258,7 +280,10 @@ class Audit:
         value = cached[0] if cached and cached[2] is None else None
         now = census.so_far() if census is not None and may_hold(value) else None
         alive = [obj for deferred in pending for obj in deferred.alive()]
+        at = self._judged_at(fixturedef)
         if not alive and now is None:
+            if at is not None:
+                self._torn_down.append(at)
             return
         results: list[CheckResult] = []
         label = fixture_label(fixturedef)
@@ -275,9 +300,12 @@ class Audit:
                     results.extend(earlier.results)
                 if now is not None:
                     results.extend(self._value_keeps(test, now, roots, label, fixturedef))
+                if at is not None:  # judged to the end: what it kept was seen
+                    self._torn_down.append(at)
         finally:
             alive.clear()
         for result in results:
+            result.judged_at = at  # keyed on the instance, not the test that tore it down
             diagnosis = result.diagnosis
             if diagnosis is None:
                 continue
@@ -388,6 +416,8 @@ class Audit:
         self._pending.clear()
         self._set_by.clear()
         self._judged.clear()
+        self._torn_down.clear()
+        self._nodes.clear()
 
 
 def _note_unknown_sites(result: CheckResult, rerun: bool) -> None:

@@ -25,7 +25,7 @@ from pytest_graphleak.exceptions import GraphOutliveError, GraphOutliveWarning
 from pytest_graphleak.options import Settings
 from pytest_graphleak.outlive import Audit, AuditedTest, Census, FixtureDef, root_of
 from pytest_graphleak.plugin import outlive_rerun
-from pytest_graphleak.plugin.baseline import unknown
+from pytest_graphleak.plugin.baseline import FIXTURES_JUDGED, unknown
 from pytest_graphleak.plugin.session_report import AUDITED
 from pytest_graphleak.plugin.terminal import OPT_OUT, columns_of, warning_text
 from pytest_graphleak.report.model import results_of
@@ -38,6 +38,8 @@ _FOUND_KEY = pytest.StashKey["list[dict[str, Any]]"]()
 _CHECKED_ROOTS_KEY = pytest.StashKey["set[str]"]()
 #: The census ran to its end (the session report counts the tests audited).
 _AUDITED_KEY = pytest.StashKey[bool]()
+#: The wider-scope fixture instances judged at this test's teardown (``FIXTURES_JUDGED``).
+_TORN_DOWN_KEY = pytest.StashKey["list[list[str]]"]()
 
 
 class OutliveAudit:
@@ -92,6 +94,9 @@ class OutliveAudit:
                                       rerun=_Rerun(item, nextitem))  # fmt: skip
                 item.stash[_AUDITED_KEY] = True
         results.extend(audit.judged())  # judged at the fixture teardowns just done
+        torn = audit.torn_down()
+        if torn:  # the baseline: entries keyed on these instances were checked
+            item.stash[_TORN_DOWN_KEY] = [[t.fixture, t.scope, t.node] for t in torn]
         with audit.quiet(item.nodeid):
             results.extend(audit.judge_pending(audited(item)))
         if not results:
@@ -110,6 +115,7 @@ class OutliveAudit:
     def pytest_runtest_protocol(self, item: pytest.Item) -> Generator[None, Any, None]:
         self._item = item
         self.audit.judged()  # left by a teardown that raised before it was reported
+        self.audit.torn_down()
         try:
             yield
         finally:
@@ -123,7 +129,7 @@ class OutliveAudit:
         cls = request_cls(request) if fixturedef.scope == "class" else None
         before = self.audit.class_attributes(cls)
         yield
-        self.audit.fixture_set_up(fixturedef, cls, before)
+        self.audit.fixture_set_up(fixturedef, cls, before, scope_node(request))
 
     def pytest_fixture_post_finalizer(
         self, fixturedef: FixtureDef, request: pytest.FixtureRequest
@@ -158,6 +164,10 @@ class OutliveAudit:
         if item.stash.get(_AUDITED_KEY, False):
             del item.stash[_AUDITED_KEY]
             setattr(report, AUDITED, True)
+        torn = item.stash.get(_TORN_DOWN_KEY, None)
+        if torn is not None:
+            del item.stash[_TORN_DOWN_KEY]
+            setattr(report, FIXTURES_JUDGED, torn)
         found = item.stash.get(_FOUND_KEY, None)
         excinfo = call.excinfo
         # The findings failed the teardown (fail mode, or the warning raised as an error
@@ -211,6 +221,15 @@ def fixturedefs(item: pytest.Item) -> dict[str, FixtureDef]:
     info = getattr(item, "_fixtureinfo", None)  # pytest's, on a Function item
     defs = getattr(info, "name2fixturedefs", None) or {}
     return {name: chain[-1] for name, chain in defs.items() if chain}
+
+
+def scope_node(request: pytest.FixtureRequest) -> str:
+    """The node id of the scope a fixture's instance lives in (its class, module or
+    package; "" for the session): what pytest caches it for."""
+    try:
+        return str(request.node.nodeid)
+    except Exception:  # no node for this scope: the session's
+        return ""
 
 
 def request_cls(request: pytest.FixtureRequest) -> type | None:

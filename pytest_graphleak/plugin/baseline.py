@@ -14,8 +14,11 @@ Two places match a finding against the file, with the one key rule:
 
 An entry counts as checked only where this run could have found it: its test ran its
 call phase (not skipped), with ``--graphleak`` for a marker's check, and the outlive
-audit looked at the test for an ``outlive`` finding. Entries of tests that did not run
-(``-k``, a test renamed or removed) are neither known nor fixed, and an update keeps them.
+audit looked at the test for an ``outlive`` finding; one judged at a wider-scope
+fixture's teardown (keyed on that fixture instance) where the audit judged that instance
+when it was torn down (``FIXTURES_JUDGED``, from any worker). Entries of tests that did
+not run (``-k``, a test renamed or removed) are neither known nor fixed, and an update
+keeps them.
 """
 
 from __future__ import annotations
@@ -42,6 +45,9 @@ BASELINE_KEY = pytest.StashKey["tuple[Baseline, bool]"]()
 UPDATE_FLAG = "--graphleak-baseline-update"
 #: The flag the outlive audit sets on a teardown report (``session_report.AUDITED``).
 _AUDITED = "graphleak_audited"
+#: On a teardown report: the wider-scope fixture instances the outlive audit judged when
+#: they were torn down then, ``[fixture, scope, node]`` each (``CheckResult.judged_at``).
+FIXTURES_JUDGED = "graphleak_fixtures_judged"
 
 
 def configured(config: pytest.Config, settings: Settings) -> Baseline | None:
@@ -95,14 +101,17 @@ def mark_known(item: pytest.Item, result: CheckResult) -> bool:
     if found is None or not result.leaked:
         return False
     loaded, update = found
-    result.known = update or key_for(item.nodeid, result) in loaded
+    result.known = update or loaded.match(key_for(item.nodeid, result)) is not None
     return result.known
 
 
 def key_for(nodeid: str, result: CheckResult) -> Key:
-    """The baseline key of a leaked result of the test ``nodeid``."""
+    """The baseline key of a leaked result of the test ``nodeid`` (one judged at a
+    wider-scope fixture's teardown: of that fixture instance, ``CheckResult.judged_at``)."""
     links = [asdict(link) for link in result.diagnosis.links] if result.diagnosis else []
-    return baseline.key_of(nodeid, name=result.name, pattern=result.pattern, links=links)
+    judged = asdict(result.judged_at) if result.judged_at is not None else None
+    return baseline.key_of(nodeid, name=result.name, pattern=result.pattern, links=links,
+                           judged_at=judged)  # fmt: skip
 
 
 def unknown(item: pytest.Item, results: Iterable[CheckResult]) -> list[CheckResult]:
@@ -122,6 +131,11 @@ class BaselineRun:
         self.found: set[Key] = set()
         self.ran: set[str] = set()  # node ids whose call phase ran
         self.audited: set[str] = set()
+        #: (test, check) of the wider-scope fixture instances the audit judged at their
+        #: teardown (``FIXTURES_JUDGED`` on a teardown report), as their findings' keys.
+        self.fixtures: set[tuple[str, str]] = set()
+        #: Entries an earlier version wrote for findings of this run (``Baseline.match``).
+        self.matched_before: set[Key] = set()
         self.written: baseline.Update | None = None
         self.error = ""
 
@@ -131,6 +145,8 @@ class BaselineRun:
             self.ran.add(report.nodeid)
         if report.when == "teardown" and getattr(report, _AUDITED, False):
             self.audited.add(report.nodeid)
+        for fixture, scope, node in getattr(report, FIXTURES_JUDGED, None) or ():
+            self.fixtures.add((baseline.scope_test(node), baseline.fixture_check(fixture, scope)))
         checks = getattr(report, "graphleak", None)
         if report.when not in ("call", "teardown") or not isinstance(checks, list):
             return
@@ -140,10 +156,15 @@ class BaselineRun:
                 # travels on (pytest-xdist, the session reporter)
                 key = key_for(report.nodeid, result)
                 self.found.add(key)
-                check["known"] = self.update or key in self.baseline
+                entry = self.baseline.match(key)
+                if entry is not None and entry != key:
+                    self.matched_before.add(entry)
+                check["known"] = self.update or entry is not None
 
     def checked(self, key: Key) -> bool:
         """Whether this run could have found the entry (the module docstring)."""
+        if baseline.is_fixture_check(key.check):
+            return (key.test, key.check) in self.fixtures
         if key.test not in self.ran:
             return False
         if key.check == "outlive":
@@ -154,7 +175,8 @@ class BaselineRun:
         """Entries checked and not found, sorted; none in an update (it removes them)."""
         if self.update:
             return []
-        return sorted(k for k in self.baseline.entries if k not in self.found and self.checked(k))
+        return sorted(k for k in self.baseline.entries if k not in self.found
+                      and k not in self.matched_before and self.checked(k))  # fmt: skip
 
     def unchecked(self) -> int:
         return sum(not self.checked(key) for key in self.baseline.entries)
@@ -201,8 +223,11 @@ class BaselineRun:
     @staticmethod
     def _wrote(done: baseline.Update, path: str) -> str:
         if done.rewritten_from is None:
+            rekeyed = (f", {done.rekeyed} judged at a fixture's teardown keyed on that "
+                       "fixture now" if done.rekeyed else "")  # fmt: skip
             return (f"graphleak baseline: wrote {len(done.entries)} findings to {path} "
-                    f"({len(done.added)} added, {len(done.removed)} removed as fixed)")  # fmt: skip
+                    f"({len(done.added)} added, {len(done.removed)} removed as fixed"
+                    f"{rekeyed})")  # fmt: skip
         dropped = (f"; {done.dropped} entries of tests that did not run were dropped"
                    if done.dropped else "")  # fmt: skip
         return (f"graphleak baseline: rewrote {path} from version {done.rewritten_from} to "
