@@ -168,3 +168,28 @@ def test_the_key_names_the_fixture_instance() -> None:
         assert loaded.match(key) == old
         found_other = Baseline(Path("bl.json"), {other: Entry(other)}).match(key)
         assert found_other == (other if scope == "session" else None)
+
+
+@pytest.mark.parametrize(("scope", "test"), [("class", "test_mod.py::TestFit"),
+                                             ("session", baseline.SESSION)])  # fmt: skip
+def test_class_and_session_fixtures_are_keyed_on_their_instance(
+    pytester: pytest.Pytester, scope: str, test: str
+) -> None:
+    """Written by a serial run, matched by a run in reversed order under ``-n 2``."""
+    pytest.importorskip("xdist")
+
+    def suite(names: list[str]) -> None:
+        head = HEAD.format(clear="pass").replace('scope="module"', f'scope="{scope}"')
+        body = "".join(TESTS[name].replace("\n", "\n    ") for name in names)
+        pytester.makepyfile(test_mod=head + "\n\nclass TestFit:" + body.replace(
+            "(store)", "(self, store)") + "\n", test_other=OTHER)  # fmt: skip
+
+    suite(list(TESTS))
+    result = _run(pytester, "--graphleak-baseline-update")
+    assert result.ret == 0, result.stdout.str()
+    entries = _entries(pytester.path / "bl.json")
+    assert [(e["test"], e["check"]) for e in entries] == [
+        (test, f"outlive({scope} fixture 'store')")
+    ]
+    suite(list(reversed(TESTS)))
+    _known_and_nothing_fixed(_run(pytester, "-n", "2"), pytester)
