@@ -168,12 +168,13 @@ def test_expected_failures_read_as_xfailed_and_status_words_print_plain(
     section = report_section(result.outlines)
     pytest.LineMatcher(section).fnmatch_lines(
         [
+            # leaks first (status.display_key), then by node id
+            "LEAKED  test_status.py::test_leaky  list-accumulation  held: *",
+            "WARNING test_status.py::test_warned  list-accumulation  held: *(test passed)",
             "XFAIL   test_status.py::TestCaseLeak::test_expected_leak  list-accumulation  "
             "held: *(expected to fail)",
             "XFAIL   test_status.py::test_known_leak  list-accumulation  held: *"
             "(from fixture 'state')  (expected to fail)",
-            "LEAKED  test_status.py::test_leaky  list-accumulation  held: *",
-            "WARNING test_status.py::test_warned  list-accumulation  held: *(test passed)",
             "graphleak: 4 tests with results: 1 leaked, 1 warned, 2 xfailed; 4 audited for graphs "
             "that outlive them",
         ]
@@ -217,9 +218,9 @@ def test_only_the_final_attempt_of_a_rerun_test_counts(pytester: pytest.Pytester
     section = report_section(result.outlines)
     pytest.LineMatcher(section).fnmatch_lines(
         [
+            "LEAKED  test_rerun.py::test_leaks_twice  list-accumulation*",
             "CLEAN   test_rerun.py::test_flaky_marker  (* steps after * warmup; catches 1 "
             "object every * steps or faster)",
-            "LEAKED  test_rerun.py::test_leaks_twice  list-accumulation*",
             # each test audited once: after its final attempt
             "graphleak: 2 tests with results: 1 leaked, 1 clean; 3 audited for graphs that "
             "outlive them",
