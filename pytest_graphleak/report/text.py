@@ -77,7 +77,9 @@ def render_outlive(result: CheckResult) -> str:
     nodeid = result.name.removesuffix("::outlive")
     pattern = result.pattern or "retained-grad-fn"
     header = f"graphleak: {nodeid} left autograd graphs alive after its teardown (outlive)"
-    if JUDGED_AT_FIXTURE_TEARDOWN in result.verdict.reason:
+    # judged at a wider-scope fixture's teardown: typed since judged_at was kept; a report
+    # saved before then says so in its reason alone
+    if result.judged_at is not None or JUDGED_AT_FIXTURE_TEARDOWN in result.verdict.reason:
         header = (f"graphleak: autograd graphs were still alive when a wider-scope fixture "
                   f"was torn down, at the teardown of {nodeid} (outlive)")  # fmt: skip
     lines = [header, f"  {result.verdict.reason}"]
