@@ -193,3 +193,21 @@ def test_class_and_session_fixtures_are_keyed_on_their_instance(
     ]
     suite(list(reversed(TESTS)))
     _known_and_nothing_fixed(_run(pytester, "-n", "2"), pytester)
+
+
+@pytest.mark.parametrize("select", [("-k", "test_more"), ("test_mod.py::test_more",)])
+def test_a_run_of_some_of_the_scopes_tests_does_not_read_its_entry_as_fixed(
+    pytester: pytest.Pytester, written: Path, select: tuple[str, ...]
+) -> None:
+    """The fixture is set up and torn down, but only by tests that hand it nothing: its
+    entry is not checked (not "fixed"), and an update from that run keeps it."""
+    _suite(pytester, extra=LAST + "\n\ndef test_more(store):\n    pass\n")
+    result = _run(pytester, *select)
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.no_fnmatch_line("*fixed since the baseline*")
+    result.stdout.fnmatch_lines(["graphleak baseline: 1 of its 1 entries not checked*"])
+    result = _run(pytester, *select, "--graphleak-baseline-update")
+    assert result.ret == 0, result.stdout.str()
+    assert [tuple(e[f] for f in baseline.KEY_FIELDS) for e in _entries(written)] == [KEY]
+    result = _run(pytester, "test_mod.py")  # the module whole: checked, found, known
+    _known_and_nothing_fixed(result, pytester)

@@ -16,9 +16,10 @@ An entry counts as checked only where this run could have found it: its test ran
 call phase (not skipped), with ``--graphleak`` for a marker's check, and the outlive
 audit looked at the test for an ``outlive`` finding; one judged at a wider-scope
 fixture's teardown (keyed on that fixture instance) where the audit judged that instance
-when it was torn down (``FIXTURES_JUDGED``, from any worker). Entries of tests that did
-not run (``-k``, a test renamed or removed) are neither known nor fixed, and an update
-keeps them.
+when it was torn down (``FIXTURES_JUDGED``, from any worker) in a run of every test of
+its scope (``runs_whole``: a run of some of them may not hand the instance the graphs,
+and would read its entry as fixed). Entries of tests that did not run (``-k``, a test
+renamed or removed) are neither known nor fixed, and an update keeps them.
 """
 
 from __future__ import annotations
@@ -119,6 +120,39 @@ def unknown(item: pytest.Item, results: Iterable[CheckResult]) -> list[CheckResu
     return [result for result in results if not mark_known(item, result)]
 
 
+#: Options that run some of the collected tests (``-k``, ``-m``, ``--deselect``, ``--lf``,
+#: ``--sw``), by their ``dest``.
+_SELECTING = ("keyword", "markexpr", "deselect", "lf", "stepwise")
+
+
+def runs_whole(config: pytest.Config, node: str) -> bool:
+    """Whether this run runs every test of the scope ``node`` (a fixture instance's: a
+    class's or a module's node id, a package's directory; "" for the session): no option
+    selects among the collected tests, and the paths and node ids given (or the suite's
+    own, ``testpaths`` or the directory pytest was run in) cover it whole."""
+    option = config.option
+    if any(getattr(option, name, None) for name in _SELECTING):
+        return False
+    source = getattr(config, "args_source", None)  # pytest 7.2+; before, the paths alone
+    if source is not None and source != pytest.Config.ArgsSource.ARGS:
+        return True  # no paths given: the suite's
+    root = config.rootpath.resolve()
+    for arg in config.args:
+        path, _, inside = arg.partition("::")
+        where = (config.invocation_params.dir / path).resolve()
+        if root.is_relative_to(where):
+            covered = ""  # the root directory or above it
+        elif where.is_relative_to(root):
+            covered = where.relative_to(root).as_posix()
+        else:
+            continue
+        covered = f"{covered}::{inside}" if inside else covered
+        if covered == "" or node == covered or node.startswith((f"{covered}/",
+                                                                 f"{covered}::")):
+            return True
+    return False
+
+
 class BaselineRun:
     """The controller's side: every finding of the run matched, counted and, in an
     update, written (see the module docstring)."""
@@ -134,6 +168,9 @@ class BaselineRun:
         #: (test, check) of the wider-scope fixture instances the audit judged at their
         #: teardown (``FIXTURES_JUDGED`` on a teardown report), as their findings' keys.
         self.fixtures: set[tuple[str, str]] = set()
+        #: The run stopped before its last test (``-x``, ``--maxfail``): a fixture
+        #: instance torn down then was not handed every graph (set by ``write``).
+        self.stopped_early = False
         #: Entries an earlier version wrote for findings of this run (``Baseline.match``).
         self.matched_before: set[Key] = set()
         self.written: baseline.Update | None = None
@@ -164,7 +201,9 @@ class BaselineRun:
     def checked(self, key: Key) -> bool:
         """Whether this run could have found the entry (the module docstring)."""
         if baseline.is_fixture_check(key.check):
-            return (key.test, key.check) in self.fixtures
+            node = "" if key.test == baseline.SESSION else key.test
+            return ((key.test, key.check) in self.fixtures and not self.stopped_early
+                    and runs_whole(self.config, node))  # fmt: skip
         if key.test not in self.ran:
             return False
         if key.check == "outlive":
@@ -201,10 +240,12 @@ class BaselineRun:
         args = [a for a in self.config.invocation_params.args if a != UPDATE_FLAG]
         return shlex.join(["pytest", *args, UPDATE_FLAG])
 
-    def write(self) -> None:
-        """The update: the file rewritten atomically from this run's findings."""
+    def write(self, *, stopped_early: bool = False) -> None:
+        """The run ended (``stopped_early``: before its last test, ``-x``); with the update,
+        the file rewritten atomically from this run's findings."""
         from pytest_graphleak.report.json_doc import write_text_atomic
 
+        self.stopped_early = stopped_early
         if not self.update:
             return
         update = baseline.updated(self.baseline, self.found, self.checked)

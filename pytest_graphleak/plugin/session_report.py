@@ -317,7 +317,7 @@ class SessionReport:
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if self.baseline is not None:
-            self.baseline.write()
+            self.baseline.write(stopped_early=bool(session.shouldstop or session.shouldfail))
             if self.baseline.error and session.exitstatus == pytest.ExitCode.OK:
                 session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
         if not self.outputs:  # none on a worker: the controller writes the reports
