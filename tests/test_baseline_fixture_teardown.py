@@ -205,9 +205,23 @@ def test_a_run_of_some_of_the_scopes_tests_does_not_read_its_entry_as_fixed(
     result = _run(pytester, *select)
     assert result.ret == 0, result.stdout.str()
     result.stdout.no_fnmatch_line("*fixed since the baseline*")
-    result.stdout.fnmatch_lines(["graphleak baseline: 1 of its 1 entries not checked*"])
+    result.stdout.fnmatch_lines(["graphleak baseline: 1 of its 1 entries not checked*"
+                                 "a fixture's entry is checked by a run of its whole scope)"])
     result = _run(pytester, *select, "--graphleak-baseline-update")
     assert result.ret == 0, result.stdout.str()
     assert [tuple(e[f] for f in baseline.KEY_FIELDS) for e in _entries(written)] == [KEY]
     result = _run(pytester, "test_mod.py")  # the module whole: checked, found, known
     _known_and_nothing_fixed(result, pytester)
+
+
+def test_a_run_stopped_by_x_does_not_read_its_entry_as_fixed(
+    pytester: pytest.Pytester, written: Path
+) -> None:
+    """``-x`` stops before the tests that hand the fixture its graphs: not checked."""
+    _suite(pytester, extra=LAST, order=["test_a", "test_b"])
+    pytester.makepyfile(test_mod=pytester.path.joinpath("test_mod.py").read_text().replace(
+        "def test_a(store):\n    store.append(_loss())", "def test_a(store):\n    assert False"))
+    result = _run(pytester, "-x")
+    assert result.ret == 1, result.stdout.str()
+    result.stdout.no_fnmatch_line("*fixed since the baseline*")
+    result.stdout.fnmatch_lines(["graphleak baseline: 1 of its 1 entries not checked*"])

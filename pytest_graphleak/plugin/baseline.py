@@ -153,6 +153,13 @@ def runs_whole(config: pytest.Config, node: str) -> bool:
     return False
 
 
+def stopped_early(session: pytest.Session) -> bool:
+    """Whether the run ended before its last test: ``-x`` / ``--maxfail`` (pytest-xdist's
+    controller interrupts the run for them), Ctrl-C."""
+    interrupted = session.exitstatus == pytest.ExitCode.INTERRUPTED
+    return bool(session.shouldstop or session.shouldfail or interrupted)
+
+
 class BaselineRun:
     """The controller's side: every finding of the run matched, counted and, in an
     update, written (see the module docstring)."""
@@ -217,8 +224,13 @@ class BaselineRun:
         return sorted(k for k in self.baseline.entries if k not in self.found
                       and k not in self.matched_before and self.checked(k))  # fmt: skip
 
+    def unchecked_entries(self) -> list[Key]:
+        """Entries this run could not have found and did not (one found is known)."""
+        return [key for key in self.baseline.entries if not self.checked(key)
+                and key not in self.found and key not in self.matched_before]  # fmt: skip
+
     def unchecked(self) -> int:
-        return sum(not self.checked(key) for key in self.baseline.entries)
+        return len(self.unchecked_entries())
 
     def section(self) -> dict[str, Any]:
         """The JSON report's ``baseline`` object."""
@@ -290,11 +302,13 @@ class BaselineRun:
                         {"green": True}))  # fmt: skip
             out.extend((f"  {key.text()}", {"green": True}) for key in fixed)
             out.append(("update the baseline file with:", {}))
-        unchecked = self.unchecked()
+        unchecked = self.unchecked_entries()
         if unchecked:
-            out.append((f"graphleak baseline: {unchecked} of its {len(self.baseline.entries)} "
-                        "entries not checked in this run (their tests did not run, or ran "
-                        "without that check)", {}))
+            scoped = any(baseline.is_fixture_check(key.check) for key in unchecked)
+            why = "; a fixture's entry is checked by a run of its whole scope" if scoped else ""
+            out.append((f"graphleak baseline: {len(unchecked)} of its "
+                        f"{len(self.baseline.entries)} entries not checked in this run (their "
+                        f"tests did not run, or ran without that check{why})", {}))  # fmt: skip
         wrapped = [(part, markup) for line, markup in out for part in wrap_line(line, columns)]
         if fixed:
             at = next(i for i, (line, _) in enumerate(wrapped) if line.startswith("update the"))

@@ -36,7 +36,7 @@ import pytest
 from pytest_graphleak.exceptions import OptionError, OutputPathError
 from pytest_graphleak.options import Settings
 from pytest_graphleak.plugin import flags
-from pytest_graphleak.plugin.baseline import BaselineRun, configured
+from pytest_graphleak.plugin.baseline import BaselineRun, configured, stopped_early
 from pytest_graphleak.plugin.terminal import no_verdict as _no_verdict
 from pytest_graphleak.plugin.terminal import section_lines
 from pytest_graphleak.report.environment import describe_run
@@ -317,7 +317,7 @@ class SessionReport:
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if self.baseline is not None:
-            self.baseline.write(stopped_early=bool(session.shouldstop or session.shouldfail))
+            self.baseline.write(stopped_early=stopped_early(session))
             if self.baseline.error and session.exitstatus == pytest.ExitCode.OK:
                 session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
         if not self.outputs:  # none on a worker: the controller writes the reports
