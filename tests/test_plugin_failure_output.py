@@ -213,3 +213,30 @@ def test_an_unmeasured_short_summary_line_is_cut_at_a_word(pytester: pytest.Pyte
     assert reason.endswith("add minigrad to the probes"), told
     cut = short.split(" - not measured: ")[1].removesuffix(" ...")
     assert reason.startswith(cut) and reason[len(cut)] == " ", (cut, reason)
+
+
+def test_an_outlive_short_summary_line_leaves_the_holder_out_rather_than_cut_a_word(
+    pytester: pytest.Pytester,
+) -> None:
+    """pytest cuts the short summary line mid-word at the terminal's width: an outlive
+    finding's message drops its holder to fit, then more (whole in CI)."""
+    pytester.makepyfile(test_kept="""
+        import minigrad as mg
+        KEPT_LOSSES_OF_EVERY_TEST = []
+
+        def test_keeps():
+            KEPT_LOSSES_OF_EVERY_TEST.append((mg.Tensor([1.0], requires_grad=True) * 2).sum())
+    """)  # fmt: skip
+    args = ("--graphleak", "--graphleak-outlive=fail", "-p", "no:randomly")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("COLUMNS", "80")
+        patch.delenv("CI", raising=False)
+        patch.delenv("BUILD_NUMBER", raising=False)
+        cut = pytester.runpytest(*args)
+        patch.setenv("CI", "true")
+        whole = pytester.runpytest(*args)
+    (short,) = [x for x in cut.outlines if x.startswith("ERROR test_kept.py")]
+    assert short.endswith(" - graphleak: outlived the test: list-accumulation"), short
+    assert len(short) <= 80, short
+    (told,) = [x for x in whole.outlines if x.startswith("ERROR test_kept.py")]
+    assert told.endswith(", held by global 'test_kept.KEPT_LOSSES_OF_EVERY_TEST'"), told

@@ -27,7 +27,7 @@ from pytest_graphleak.outlive import Audit, AuditedTest, Census, FixtureDef, roo
 from pytest_graphleak.plugin import outlive_rerun
 from pytest_graphleak.plugin.baseline import FIXTURES_JUDGED, unknown
 from pytest_graphleak.plugin.session_report import AUDITED
-from pytest_graphleak.plugin.terminal import OPT_OUT, columns_of, warning_text
+from pytest_graphleak.plugin.terminal import OPT_OUT, columns_of, summary_room, warning_text
 from pytest_graphleak.report.model import results_of
 from pytest_graphleak.report.text import render_text, wrap_line
 from pytest_graphleak.result import CheckResult
@@ -190,7 +190,8 @@ class OutliveAudit:
             crash = getattr(report.longrepr, "reprcrash", None)
             if crash is not None and found:  # pytest's short summary line reads this
                 results = results_of(found)
-                crash.message = _short(next((r for r in results if not r.known), results[0]))
+                first = next((r for r in results if not r.known), results[0])
+                crash.message = _short(first, summary_room(item, "ERROR"))
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         # A run stopped between a test's call and its teardown (Ctrl-C) leaves its census
@@ -267,6 +268,10 @@ def _warn(item: pytest.Item, text: str) -> None:
     )
 
 
-def _short(result: CheckResult) -> str:
-    root = root_of(result, raw=True) or "no root"
-    return f"graphleak: outlived the test: {result.pattern}, held by {root}"
+def _short(result: CheckResult, room: int | None = None) -> str:
+    """pytest's short summary message of a finding, within ``room`` columns where it can
+    be (``summary_room``): the holder left out rather than a word cut."""
+    told = f"outlived the test: {result.pattern}"
+    held = f", held by {root_of(result, raw=True) or 'no root'}"
+    shorter = (f"graphleak: {told}{held}", f"graphleak: {told}", told, str(result.pattern))
+    return next((m for m in shorter if room is None or len(m) <= room), shorter[-1])

@@ -73,12 +73,18 @@ def crash_message(item: Any, result: CheckResult) -> str:
     """The message of pytest's short summary line (``LEAKED <nodeid> - <message>``): the
     ``short_message``, with fewer links of the holder where pytest would cut the line at
     the terminal's width (it cuts mid-word), unless pytest shows it whole (CI, ``-vv``)."""
+    word = "UNMEASURED" if result.status == "unmeasured" else "LEAKED"
+    return short_message(result, room=summary_room(item, word))
+
+
+def summary_room(item: Any, word: str) -> int | None:
+    """The columns left for the message of pytest's short summary line ``<word> <nodeid>
+    - <message>``, which pytest cuts there, mid-word; None where pytest shows it whole
+    (CI, ``-vv``)."""
     config = item.config
     if os.environ.get("CI") or os.environ.get("BUILD_NUMBER") or config.option.verbose >= 2:
-        return short_message(result)
-    word = "UNMEASURED" if result.status == "unmeasured" else "LEAKED"
-    room = columns_of(config) - len(f"{word} {item.nodeid} - ")
-    return short_message(result, room=room)
+        return None
+    return columns_of(config) - len(f"{word} {item.nodeid} - ")
 
 
 def columns_of(config: Any) -> int:
