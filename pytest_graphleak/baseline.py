@@ -210,7 +210,7 @@ def written_before(key: Key, entries: Iterable[Key]) -> Key | None:
     if not is_fixture_check(key.check):
         return None
     found = [old for old in entries if old.check == "outlive" and old.pattern == key.pattern
-             and old.holder == key.holder and _inside(old.test, key.test)]  # fmt: skip
+             and old.holder == key.holder and inside(old.test, key.test)]  # fmt: skip
     return found[0] if len(found) == 1 else None
 
 
@@ -218,9 +218,10 @@ def is_fixture_check(check: str) -> bool:
     return check.startswith(_FIXTURE_CHECK)
 
 
-def _inside(nodeid: str, scope: str) -> bool:
-    """Is the test ``nodeid`` inside the scope node ``scope`` (pytest's node ids: a
-    package is a directory, a module a file under it, a class and a test after ``::``)?"""
+def inside(nodeid: str, scope: str) -> bool:
+    """Is the node ``nodeid`` (a test, or a fixture's scope) inside the scope node
+    ``scope`` (pytest's node ids: a package is a directory, a module a file under it, a
+    class and a test after ``::``)?"""
     if scope in (SESSION, nodeid):
         return True
     below = "::" if "::" in scope or scope.endswith(".py") else "/"

@@ -147,8 +147,7 @@ def runs_whole(config: pytest.Config, node: str) -> bool:
         else:
             continue
         covered = f"{covered}::{inside}" if inside else covered
-        if covered == "" or node == covered or node.startswith((f"{covered}/",
-                                                                 f"{covered}::")):
+        if covered == "" or baseline.inside(node, covered):
             return True
     return False
 
@@ -221,13 +220,16 @@ class BaselineRun:
         """Entries checked and not found, sorted; none in an update (it removes them)."""
         if self.update:
             return []
-        return sorted(k for k in self.baseline.entries if k not in self.found
-                      and k not in self.matched_before and self.checked(k))  # fmt: skip
+        return sorted(key for key in self._not_found() if self.checked(key))
 
     def unchecked_entries(self) -> list[Key]:
         """Entries this run could not have found and did not (one found is known)."""
-        return [key for key in self.baseline.entries if not self.checked(key)
-                and key not in self.found and key not in self.matched_before]  # fmt: skip
+        return [key for key in self._not_found() if not self.checked(key)]
+
+    def _not_found(self) -> list[Key]:
+        """Entries no finding of this run matched (``Baseline.match``)."""
+        return [key for key in self.baseline.entries
+                if key not in self.found and key not in self.matched_before]  # fmt: skip
 
     def unchecked(self) -> int:
         return len(self.unchecked_entries())
