@@ -49,7 +49,7 @@ from pytest_graphleak.diagnose.search import Path, shortest_path
 from pytest_graphleak.diagnose.sites import Site, memory_sites, per_step
 from pytest_graphleak.diagnose.stored import watch_holder
 from pytest_graphleak.heap.containers import SIZED
-from pytest_graphleak.heap.graphwalk import NEW_PER_WALK, GraphWalk
+from pytest_graphleak.heap.graphwalk import NEW_PER_WALK, GraphWalk, grad_fn_of
 from pytest_graphleak.metrics import Metric, count_of
 from pytest_graphleak.result import CreationSite, Diagnosis, Link, Verdict
 from pytest_graphleak.words.fix import choose_fix, story_of
@@ -143,6 +143,7 @@ def _diagnose_with_step(
     try:
         if obs.error:
             notes.append(f"the step raised during diagnosis: {obs.error}")
+        notes.extend(obs.trouble)
         site_files = {leaked.site[0] for leaked in obs.leaked if leaked.site is not None}
         site_files.update(site[0] for site in obs.node_sites.values())
         found.roots = all_roots(roots, step, site_files)
@@ -370,7 +371,7 @@ def _torch_leaked_nodes(
     starts: list[Any] = [item.obj for item in obs.leaked if item.backend is torch]
     if chain_path is not None:
         starts.extend(o for o in chain_path.objects if torch.kind(o) is not None)
-    frontier = [obj.grad_fn if torch.kind(obj) == TENSOR else obj for obj in starts]
+    frontier = [grad_fn_of(obj) if torch.kind(obj) == TENSOR else obj for obj in starts]
     starts.clear()
     found: set[int] = set()
 

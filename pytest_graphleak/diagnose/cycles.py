@@ -35,6 +35,7 @@ from pytest_graphleak.diagnose.edges import ObjectEdges
 from pytest_graphleak.diagnose.render import drawing, render_cycle
 from pytest_graphleak.diagnose.search import Path, find_cycle
 from pytest_graphleak.diagnose.sites import Site
+from pytest_graphleak.heap.graphwalk import grad_fn_of
 from pytest_graphleak.heap.usercode import is_user_file, library_label
 from pytest_graphleak.probes.autograd.torch_hooks import reading
 from pytest_graphleak.result import CreationSite, Drawing, display_path
@@ -349,7 +350,7 @@ def pack_hook_cycle(obs: Observation, torch: TorchBackend | None) -> tuple[list[
     for leaked in obs.alive:
         if leaked.kind != TENSOR or leaked.backend is not torch:
             continue
-        grad_fn = getattr(leaked.obj, "grad_fn", None)
+        grad_fn = grad_fn_of(leaked.obj)
         if grad_fn is None:
             continue
         seq = torch.sequence_nr(grad_fn)

@@ -17,6 +17,7 @@ from pytest_graphleak.diagnose.render import render_chain
 from pytest_graphleak.diagnose.search import Path
 from pytest_graphleak.heap.containers import SIZED, growable, length, tensordict_like
 from pytest_graphleak.heap.edge import Edge, short_repr
+from pytest_graphleak.heap.graphwalk import grad_fn_of
 from pytest_graphleak.result import Diagnosis, Link
 
 #: The roots whose label carries the user's name for them: ``fixture 'st'``,
@@ -71,7 +72,7 @@ def _link(obj: Any, out: Edge | None, walker: ObjectEdges) -> Link:
     kind_name = type(obj).__name__
     if found is not None and found[1] == TENSOR:
         return Link("tensor", kind_name, edge=edge, key=key, shape=_shape(obj),
-                    graph=getattr(obj, "grad_fn", None) is not None)  # fmt: skip
+                    graph=grad_fn_of(obj) is not None)  # fmt: skip
     if found is not None and found[1] == NODE:
         return Link("node", kind_name, edge=edge, key=key)
     base = next((b.__name__ for b in SIZED if isinstance(obj, b)), "")
@@ -97,7 +98,7 @@ def _carriers(obj: Any, walker: ObjectEdges) -> list[str]:
     for name, value in list(attributes.items())[:64]:
         held = walker.backend_of(value)
         if (isinstance(name, str) and held is not None and held[1] == TENSOR
-                and getattr(value, "grad_fn", None) is not None):  # fmt: skip
+                and grad_fn_of(value) is not None):  # fmt: skip
             found.append(name)
     return found
 

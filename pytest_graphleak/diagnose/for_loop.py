@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from pytest_graphleak.diagnose.loop_memory import GrowthWatch
 from pytest_graphleak.diagnose.loop_recorder import LoopRecorder, Observation
 from pytest_graphleak.diagnose.sites import per_step
-from pytest_graphleak.diagnose.stored import LiveWatch, root_reader
+from pytest_graphleak.diagnose.stored import LiveWatch, root_reader, watch_failed
 from pytest_graphleak.result import Diagnosis
 from pytest_graphleak.words.fix import choose_fix
 
@@ -67,5 +67,7 @@ def settle(
     elif diagnosis is not None and changes:
         diagnosis.stored_at = per_step(changes, 1, via)
         diagnosis.fix = choose_fix(diagnosis)  # worded for the line just found
+    elif diagnosis is not None and isinstance(watch, LiveWatch) and watch.failure:
+        diagnosis.notes.append(watch_failed(watch.failure))  # not "no line was seen"
     elif diagnosis is not None:
         diagnosis.notes.append(unseen)

@@ -25,7 +25,7 @@ from pytest_graphleak.diagnose.render import drawing
 from pytest_graphleak.diagnose.roots import given_roots
 from pytest_graphleak.diagnose.search import Path, extend, shortest_path
 from pytest_graphleak.heap.containers import SIZED
-from pytest_graphleak.heap.graphwalk import GraphWalk
+from pytest_graphleak.heap.graphwalk import GraphWalk, grad_fn_of
 from pytest_graphleak.heap.quiet import silenced
 from pytest_graphleak.result import Diagnosis, Verdict
 from pytest_graphleak.words.fix import choose_fix, story_of
@@ -49,7 +49,7 @@ def _tensor(obj: Any, walker: ObjectEdges, *, graph: bool) -> bool:
     found = walker.backend_of(obj)
     if found is None or found[1] != TENSOR:
         return False
-    return not graph or getattr(obj, "grad_fn", None) is not None
+    return not graph or grad_fn_of(obj) is not None
 
 
 def _accumulates(obj: object, walker: ObjectEdges, *, graph: bool) -> bool:
@@ -69,7 +69,7 @@ def _graph_size(tensor: Any, walker: ObjectEdges) -> tuple[int, str]:
     if walker.backend_of(tensor) is None:
         return 0, "0"
     graph = GraphWalk(new_per_walk=_GRAPH_LIMIT)
-    size = graph.count([getattr(tensor, "grad_fn", None)])
+    size = graph.count([grad_fn_of(tensor)])
     return size, f"{size}+" if graph.truncated else str(size)
 
 

@@ -40,6 +40,7 @@ from pytest_graphleak.diagnose.sites import (
     Site,
     creation_site,
     per_step,
+    recorder_trouble,
     site_recorder,
     user_frame_of,
 )
@@ -49,6 +50,7 @@ from pytest_graphleak.diagnose.stored import (
     LiveWatch,
     follow_edge,
     root_reader,
+    watch_failed,
 )
 from pytest_graphleak.metrics import BYTES, format_amount
 from pytest_graphleak.result import Diagnosis
@@ -125,7 +127,10 @@ def _kind(obj: object, walker: ObjectEdges) -> str:
 
 def _parameter(obj: object) -> bool:
     """A trained weight (a leaf that requires grad): updated in place, never rebuilt."""
-    return bool(getattr(obj, "requires_grad", False)) and getattr(obj, "grad_fn", 1) is None
+    try:
+        return bool(getattr(obj, "requires_grad", False)) and obj.grad_fn is None  # type: ignore[attr-defined]
+    except Exception:  # no grad_fn, or a no_grad view changed in place since (it raises)
+        return False
 
 
 class _SlotLines(LineWatch):
@@ -139,8 +144,9 @@ class _SlotLines(LineWatch):
         self.library_line = ""
         self.slots = slots
         self.read = read
+        self.failure = ""
 
-    def check(self) -> None:
+    def _check(self) -> None:
         for slot, now in zip(self.slots, self.read(), strict=True):
             if now is not slot.array:
                 if self.last is not None:
@@ -249,6 +255,9 @@ class GrowthWatch:
                 diagnosis.notes.append(LOOP_GONE.format(why=why))
                 return
             self._name_grown(diagnosis)
+            trouble = recorder_trouble(self._recorder)
+            failed = self._lines.failure and watch_failed(self._lines.failure)
+            diagnosis.notes.extend(note for note in (trouble, failed) if note)
         finally:
             self.release()
 

@@ -40,9 +40,11 @@ from pytest_graphleak.diagnose.sites import (
     SiteRecorder,
     function_at,
     recorded_by_mode,
+    recorder_trouble,
     site_recorder,
 )
 from pytest_graphleak.heap.gcstate import Measuring
+from pytest_graphleak.heap.graphwalk import grad_fn_of
 from pytest_graphleak.probes.autograd import loaded
 
 #: id -> (weak reference, backend, kind, step); a weakref tells a reused id apart.
@@ -91,6 +93,8 @@ class Observation:
     growth: Any = None
     #: The files where the recorded steps made tensors (their module globals are roots).
     made_in: set[str] = field(default_factory=set)
+    #: What the recording could not do, as notes (it never raises into the step).
+    trouble: list[str] = field(default_factory=list)
 
     def release(self) -> None:
         self.alive.clear()
@@ -112,6 +116,9 @@ class Observation:
             self.node_sites = dict(recorder.node_sites)
             self.pack_hooks = dict(recorder.pack_hooks)
             self.site_via = dict(recorder.via)
+            trouble = recorder_trouble(recorder)
+            if trouble and trouble not in self.trouble:
+                self.trouble.append(trouble)
         for leaked in self.leaked:
             known = tensor_sites.get(id(leaked.obj)) if tensor_sites else None
             leaked.site = known or _site_of(leaked, recorder)
@@ -140,8 +147,23 @@ class LoopRecorder:
         self.steps_recorded = 0
         self.recording = False
         self.seen_cycle: SeenCycle | None = None
+        #: What the recording could not do (``Observation.trouble``): a recorder runs
+        #: inside the user's step or loop, and never raises into it.
+        self.trouble: list[str] = []
+
+    def _failed(self, doing: str, exc: Exception) -> None:
+        note = f"the creation-site recording failed to {doing}: {type(exc).__name__}: {exc}"
+        if note not in self.trouble:
+            self.trouble.append(note)
 
     def start_step(self) -> None:
+        try:
+            self._start_step()
+        except Exception as exc:
+            self.leave_modes()
+            self._failed("start a recorded step", exc)
+
+    def _start_step(self) -> None:
         if self.steps_recorded == 0:
             # What is alive now is older than the recording: step 0, dropped at the end.
             note_new(gc.get_objects(), self.backends, self.made, 0)
@@ -155,9 +177,12 @@ class LoopRecorder:
     def stop_step(self) -> None:
         self.leave_modes()
         self.steps_recorded += 1
-        note_new(gc.get_objects(), self.backends, self.made, self.steps_recorded)
-        if self._torch is not None:
-            self._seq_hi = self._torch.current_sequence_nr()
+        try:
+            note_new(gc.get_objects(), self.backends, self.made, self.steps_recorded)
+            if self._torch is not None:
+                self._seq_hi = self._torch.current_sequence_nr()
+        except Exception as exc:
+            self._failed("list what a recorded step made", exc)
 
     def collect(self) -> None:
         """The full collection after a recorded step: what it frees of the recorded steps'
@@ -166,13 +191,18 @@ class LoopRecorder:
         # sites while they are alive (ids stay theirs while the saved garbage holds them).
         sites = self.mode.alive_tensor_sites() if self.mode is not None else {}
         garbage = Measuring().collect_saving()
-        cyclic = self._recorded_among(garbage, sites)
-        garbage.clear()
-        sites.clear()
+        cyclic: list[Leaked] = []
         try:
+            cyclic = self._recorded_among(garbage, sites)
+            garbage.clear()
+            sites.clear()
             if cyclic:
                 self.seen_cycle = see_cycle(cyclic, self.backends, self.seen_cycle)
+        except Exception as exc:  # it runs inside the user's loop: never raises into it
+            self._failed("read the cycles a collection freed", exc)
         finally:
+            garbage.clear()
+            sites.clear()
             cyclic.clear()
         gc.collect()  # what it saved is garbage again: freed now, before the sample counts
 
@@ -218,9 +248,13 @@ class LoopRecorder:
             obj = ref()
             if obj is not None and step > 0:
                 obs.alive.append(Leaked(obj, backend, kind, step, None))
-        obs.take_sites(self.mode)
-        if self.mode is not None:
-            obs.made_in = self.mode.made_in()
+        try:
+            obs.take_sites(self.mode)
+            if self.mode is not None:
+                obs.made_in = self.mode.made_in()
+        except Exception as exc:
+            self._failed("read the sites it recorded", exc)
+        obs.trouble.extend(note for note in self.trouble if note not in obs.trouble)
         obs.seen_cycle, self.seen_cycle = self.seen_cycle, None
         self.made.clear()
         return obs
@@ -263,7 +297,7 @@ def node_sites_from_outputs(leaked: list[Leaked], node_sites: dict[int, Site]) -
     for item in leaked:
         backend = item.backend
         if item.kind == TENSOR and item.site is not None and recorded_by_mode(backend):
-            grad_fn = getattr(item.obj, "grad_fn", None)
+            grad_fn = grad_fn_of(item.obj)
             seq = backend.sequence_nr(grad_fn) if grad_fn is not None else None
             if seq is not None:
                 node_sites.setdefault(seq, item.site)

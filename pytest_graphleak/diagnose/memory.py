@@ -45,6 +45,7 @@ from pytest_graphleak.diagnose.sites import (
     Site,
     SiteRecorder,
     creation_site,
+    recorder_trouble,
     site_recorder,
     user_frame_of,
 )
@@ -229,6 +230,9 @@ def growing_holder(
         except Exception as exc:
             notes.append(f"the step raised during diagnosis: {type(exc).__name__}: {exc}")
             return None, []
+        trouble = recorder_trouble(recorder)
+        if trouble:
+            notes.append(trouble)
         after = survey(roots, walker)
         grown = _largest_growth(before, after, walker)
         if grown.target is None:

@@ -87,6 +87,7 @@ def observe(
                 result.alive.append(Leaked(obj, backend, kind, run, None))
         result.take_sites(recorder.mode, sites)
         sites.clear()
+        result.trouble.extend(recorder.trouble)
         result.node_sites_truncated = recorder.mode is not None and recorder.mode.nodes_truncated
         return result
     finally:

@@ -126,6 +126,17 @@ def site_recorder(backends: Iterable[Backend]) -> SiteRecorder | None:
     return None
 
 
+def recorder_trouble(recorder: SiteRecorder | None) -> str:
+    """A note on the operations whose outputs ``recorder`` could not read ("" when it
+    read them all): it never raises into the step, and a site it could not record is
+    said to be unknown, not left out silently."""
+    if recorder is None or not recorder.failures:
+        return ""
+    ops = "operation" if recorder.failures == 1 else f"{recorder.failures} operations"
+    return (f"the creation-site recorder could not read what {ops} of the step returned "
+            f"(first: {recorder.failure}); where those were made is unknown")  # fmt: skip
+
+
 def recorded_by_mode(backend: Backend) -> bool:
     """Are ``backend``'s objects the ones a ``site_recorder`` records (by its library's
     node numbers and its tensors' identity)?"""

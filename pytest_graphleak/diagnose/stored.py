@@ -42,6 +42,7 @@ from pytest_graphleak.diagnose.edges import Edge, ObjectEdges, paused_frame
 from pytest_graphleak.diagnose.search import Path
 from pytest_graphleak.diagnose.sites import Site, names_a_library, site_and_via
 from pytest_graphleak.heap.containers import attributes, length
+from pytest_graphleak.heap.graphwalk import grad_fn_of
 from pytest_graphleak.heap.usercode import is_user_file, library_label
 from pytest_graphleak.metrics import count_of
 
@@ -60,10 +61,18 @@ class Watched:
     via: dict[Site, str] = field(default_factory=dict)
     steps: int = 0
     error: str | None = None
+    #: the watch's own failure ("" when none): it stopped watching, the step ran on
+    failure: str = ""
 
     def notes(self) -> list[str]:
         raised = [f"the step raised during diagnosis: {self.error}"] if self.error else []
-        return [*self.grown, *raised]
+        failed = [watch_failed(self.failure)] if self.failure else []
+        return [*self.grown, *raised, *failed]
+
+
+def watch_failed(failure: str) -> str:
+    """The note on a line watch that failed (``LineWatch.failure``)."""
+    return f"stored at: unknown, the line watch that looks for it failed ({failure})"
 
 
 def follow_edge(obj: Any, edge: Edge, walker: ObjectEdges) -> Any:
@@ -108,7 +117,7 @@ def _fingerprint(
         found = walker.backend_of(current)
         if found is not None:
             if found[1] == TENSOR:
-                parts.append(getattr(current, "grad_fn", None))
+                parts.append(grad_fn_of(current))
             break
         size = length(current)  # containers.length: a deque or a user's history too
         if size is not None:
@@ -143,8 +152,19 @@ class LineWatch:
         self.changes: Counter[Site] = Counter()
         self.via: dict[Site, str] = {}
         self.library_line = ""  # the library line run last since the last user line
+        #: Its own first failure ("" when none). It runs as the user's trace function, so
+        #: it never raises into the step: it stops watching and says so.
+        self.failure = ""
 
     def check(self) -> None:
+        if self.failure:
+            return
+        try:
+            self._check()
+        except Exception as exc:
+            self.failure = f"{type(exc).__name__}: {exc}"
+
+    def _check(self) -> None:
         now = _fingerprint(self.path, self.walker, self.root)
         if not _same(now, self.seen):
             if self.last is not None:
@@ -154,7 +174,7 @@ class LineWatch:
             self.seen = now
 
     def on_call(self, frame: types.FrameType, event: str, arg: Any) -> Any:
-        if event != "call":
+        if event != "call" or self.failure:
             return None
         filename = frame.f_code.co_filename
         if is_user_file(filename):
@@ -164,12 +184,16 @@ class LineWatch:
         return self.on_library_line if names_a_library(filename) else None
 
     def on_library_line(self, frame: types.FrameType, event: str, arg: Any) -> Any:
+        if self.failure:
+            return None
         if event in ("line", "return"):
             self.check()
             self.library_line = f"{library_label(frame.f_code.co_filename)}:{frame.f_lineno}"
         return self.on_library_line
 
     def on_line(self, frame: types.FrameType, event: str, arg: Any) -> Any:
+        if self.failure:
+            return None
         if event == "line":
             self.check()
             self.library_line = ""
@@ -214,6 +238,7 @@ def watch_holder(
                 break
         watched.stored = watch.changes
         watched.via = watch.via
+        watched.failure = watch.failure
         return watched
     finally:
         sys.settrace(previous)
@@ -289,6 +314,8 @@ class LiveWatch:
         self._previous: Any = None
         self._frames: list[types.FrameType] = []
         self.watching = False
+        #: The line watch's failure, kept after ``stop()`` (``LineWatch.failure``).
+        self.failure = ""
 
     def start(self) -> None:
         watch = self._watch
@@ -318,6 +345,7 @@ class LiveWatch:
             return Counter(), {}
         try:
             watch.check()
+            self.failure = watch.failure
             return watch.changes, watch.via
         finally:
             watch.seen = []

@@ -28,6 +28,18 @@ from typing import Any
 NEW_PER_WALK = 10_000
 
 
+def grad_fn_of(obj: Any) -> Any:
+    """``obj.grad_fn``, or None when it has none or reading it raises. torch raises on a
+    view made under ``no_grad`` whose base was changed in place since (what
+    ``nn.init.orthogonal_`` leaves behind): any use of its graph raises too, so it carries
+    none the plugin can count or walk, and a read made inside the user's step (a
+    recording mode, a line tracer) must never raise into it."""
+    try:
+        return obj.grad_fn
+    except Exception:
+        return None
+
+
 class GraphWalk:
     """Walks over graph nodes (torch's and minigrad's ``next_functions``), bounded per
     walk, remembered for one check."""

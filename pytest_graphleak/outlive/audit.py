@@ -185,7 +185,8 @@ class Audit:
             again = self._census_explained(test, run.census, site_of=run.site_of)
             run.counted = False  # the census is finished
             amend(results, again.results, watched=watched.root_label
-                  if watched is not None else "", stored=run.stored, via=run.via)  # fmt: skip
+                  if watched is not None else "", stored=run.stored, via=run.via,
+                  call_error=run.call_error, trouble=run.trouble)  # fmt: skip
         finally:
             run.close()
 

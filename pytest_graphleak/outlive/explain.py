@@ -37,7 +37,7 @@ from pytest_graphleak.diagnose.facts import chain_of
 from pytest_graphleak.diagnose.render import drawing
 from pytest_graphleak.diagnose.search import Path, shortest_path
 from pytest_graphleak.diagnose.sites import Site, creation_site, function_at, most_common
-from pytest_graphleak.heap.graphwalk import GraphWalk
+from pytest_graphleak.heap.graphwalk import GraphWalk, grad_fn_of
 from pytest_graphleak.patterns import BY_WORD
 from pytest_graphleak.result import JUDGED_AT_FIXTURE_TEARDOWN, CheckResult, Diagnosis, Verdict
 from pytest_graphleak.words.fix import choose_fix
@@ -258,7 +258,7 @@ def _result(
     tensors = [obj for obj in kept if _kind(obj, backends) == TENSOR]
     nodes = [obj for obj in kept if _kind(obj, backends) == NODE]
     graph = GraphWalk()
-    node_count = graph.count([*(getattr(t, "grad_fn", None) for t in tensors), *nodes])
+    node_count = graph.count([*(grad_fn_of(t) for t in tensors), *nodes])
     reason_seen = Verdict(leaked=True)
     chain, links = chain_of(path, walker)
     # Kept once, not seen growing: a collection on the chain holding the graph is the

@@ -8,7 +8,9 @@ While its call phase runs, ``LoopRecorder`` (the bundles' site recording: torch'
 first holder (a container's length, a rebound global, a new ``grad_fn``) to the line that
 made it (``stored at:``). A fresh census after its teardown finds what the re-run kept;
 the holders found again get its sites (``amend``). A holder the re-run kept nothing in
-is said so, with no sites.
+is said so, with no sites, and with the exception when the re-run's call raised. The
+recorders run inside the test and never raise into it: what they could not do is a note
+(``trouble``).
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ from typing import Any
 
 from pytest_graphleak.diagnose.loop_recorder import LoopRecorder
 from pytest_graphleak.diagnose.search import Path
-from pytest_graphleak.diagnose.sites import Site, per_step
-from pytest_graphleak.diagnose.stored import LiveWatch
+from pytest_graphleak.diagnose.sites import Site, per_step, recorder_trouble
+from pytest_graphleak.diagnose.stored import LiveWatch, watch_failed
 from pytest_graphleak.outlive.census import Census
 from pytest_graphleak.result import CheckResult
 from pytest_graphleak.words.fix import choose_fix
@@ -43,6 +45,10 @@ class SiteRun:
         self.via: dict[Site, str] = {}
         self.called = False
         self.counted = False
+        #: The re-run's call raised: "ValueError: boom" ("" when it did not).
+        self.call_error = ""
+        #: What the recorders could not do, as notes (they never raise into the test).
+        self.trouble: list[str] = []
 
     def call_begins(self) -> None:
         self.called = True
@@ -54,12 +60,18 @@ class SiteRun:
         if self._watch is not None:
             self._watch.start()
 
-    def call_ends(self) -> None:
+    def call_ends(self, error: str = "") -> None:
+        """``error``: the call's exception, in its own words ("" when it did not raise)."""
+        self.call_error = self.call_error or error
         if self._watch is not None:
             self.stored, self.via = self._watch.stop()
+            if self._watch.failure:
+                self.trouble.append(watch_failed(self._watch.failure))
             self._watch = None
         if self.recorder is not None:
             self.recorder.leave_modes()
+            found = [*self.recorder.trouble, recorder_trouble(self.recorder.mode)]
+            self.trouble.extend(note for note in found if note and note not in self.trouble)
         self.census.stop_recording()
 
     def site_of(self, obj: Any) -> Site | None:
@@ -84,9 +96,13 @@ def amend(
     watched: str,
     stored: Counter[Site],
     via: dict[Site, str],
+    call_error: str = "",
+    trouble: list[str] | None = None,
 ) -> None:
     """Give each first-run result the re-run's sites for the same holder, and ``watched``
-    (the holder the live watch followed) its ``stored at:`` lines."""
+    (the holder the live watch followed) its ``stored at:`` lines. ``call_error``: the
+    re-run's call raised (said where it left nothing); ``trouble``: what its recorders
+    could not do (said on every result)."""
     by_root = {_root(result): result for result in again}
     for result in results:
         diagnosis = result.diagnosis
@@ -94,17 +110,19 @@ def amend(
             continue
         root = _root(result)
         found = by_root.get(root)
+        diagnosis.notes.extend(trouble or ())
         if found is None or found.diagnosis is None:
+            raised = f"raised {call_error} in its call and " if call_error else ""
             diagnosis.notes.append(
                 "the test ran once more to find where its graphs were made, and that run "
-                "left none in this holder: created at and stored at unknown"
+                f"{raised}left none in this holder: created at and stored at unknown"
             )
             continue
         if not diagnosis.sites:
             diagnosis.sites = list(found.diagnosis.sites)
         if root == watched:
             diagnosis.stored_at = per_step(stored, 1, via)
-            if not stored:
+            if not stored and not any(note.startswith("stored at:") for note in trouble or ()):
                 diagnosis.notes.append("stored at: no user line of the re-run changed the holder")
             diagnosis.fix = choose_fix(diagnosis)  # worded for the storing line, as a step's is
         diagnosis.notes.append(FOUND_BY)

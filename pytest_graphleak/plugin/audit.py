@@ -61,10 +61,11 @@ class OutliveAudit:
         rerun = self.audit.rerun
         if rerun is not None:  # the test's second run: record its sites
             rerun.call_begins()
+            outcome = None
             try:
-                yield
+                outcome = yield
             finally:
-                rerun.call_ends()
+                rerun.call_ends(_raised(outcome))
             return
         census = None
         if item.get_closest_marker(OPT_OUT) is None:
@@ -240,6 +241,15 @@ def request_cls(request: pytest.FixtureRequest) -> type | None:
     except Exception:  # no class in this scope
         return None
     return cls if isinstance(cls, type) else None
+
+
+def _raised(outcome: Any) -> str:
+    """The exception a call hook's ``outcome`` carries, in its own words ("" when none)."""
+    excinfo = getattr(outcome, "excinfo", None)
+    if not excinfo:
+        return ""
+    exc = excinfo[1]
+    return f"{type(exc).__name__}: {exc}"
 
 
 class _Rerun:

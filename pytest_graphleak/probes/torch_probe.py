@@ -19,7 +19,7 @@ from functools import partial
 from itertools import chain, compress
 from typing import Any
 
-from pytest_graphleak.heap.graphwalk import GraphWalk
+from pytest_graphleak.heap.graphwalk import GraphWalk, grad_fn_of
 from pytest_graphleak.metrics import BYTES, OBJECTS, Metric
 from pytest_graphleak.probes.base import ProbeBase
 from pytest_graphleak.probes.warmup_tensors import WarmupTensors
@@ -249,20 +249,13 @@ def count_nodes(
     items = list(tensors)
     try:  # a comprehension: one attribute read per tensor, no call (a sample's hot loop)
         starts += [node for tensor in items if (node := tensor.grad_fn) is not None]
-    except Exception:  # exotic subclasses may refuse; they simply carry no graph here
-        starts += [node for tensor in items if (node := _grad_fn(tensor)) is not None]
+    except Exception:  # exotic subclasses, views made under no_grad: no graph to count
+        starts += [node for tensor in items if (node := grad_fn_of(tensor)) is not None]
     items.clear()
     try:
         return (graph or GraphWalk()).count(starts)
     finally:
         starts.clear()
-
-
-def _grad_fn(tensor: Any) -> Any:
-    try:
-        return tensor.grad_fn
-    except Exception:
-        return None
 
 
 def fake_tensor_type() -> type | None:

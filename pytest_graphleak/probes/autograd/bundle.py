@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pytest_graphleak.heap.edge import PROXY_TYPES, Edge
+from pytest_graphleak.heap.graphwalk import grad_fn_of
 from pytest_graphleak.probes.base import ProbeBase
 
 #: Where an object was made: filename, line number, function name.
@@ -78,7 +79,7 @@ class Backend:
             shape = str(tuple(int(n) for n in obj.shape))
         except Exception:
             shape = "?"
-        grad_fn = obj.grad_fn
+        grad_fn = grad_fn_of(obj)
         if grad_fn is not None:
             return f"{name}(shape={shape}, grad_fn={self.node_name(grad_fn)})"
         if obj.requires_grad:
@@ -176,6 +177,10 @@ class SiteRecorder(Protocol):
     pack_hooks: dict[int, PackHook]
     #: user site -> the library line that made a tensor for it
     via: dict[Site, str]
+    #: operations whose outputs it could not read (it never raises into the step), and
+    #: the first one's error ("" when none)
+    failures: int
+    failure: str
 
     def __enter__(self) -> Any: ...
     def __exit__(self, kind: Any, exc: Any, tb: Any, /) -> Any: ...

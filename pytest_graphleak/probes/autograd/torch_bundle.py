@@ -15,6 +15,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from pytest_graphleak.heap.edge import Edge
+from pytest_graphleak.heap.graphwalk import grad_fn_of
 from pytest_graphleak.probes.autograd.bundle import NODE, TENSOR, AutogradBundle, Backend
 from pytest_graphleak.probes.autograd.torch_hooks import NodeHooks
 from pytest_graphleak.probes.autograd.torch_modules import MODULE_TABLES, recomputed_attributes
@@ -102,13 +103,16 @@ class TorchBackend(Backend):
         return number is not None and number < before and type(first).__name__ != "AccumulateGrad"
 
     def _tensor_edges(self, t: Any) -> Iterator[tuple[Edge, object]]:
-        grad_fn = t.grad_fn
+        grad_fn = grad_fn_of(t)
         if grad_fn is not None:
             yield Edge("grad_fn"), grad_fn
         hooks = getattr(t, "_backward_hooks", None)
         if hooks:
             yield Edge("attr", "_backward_hooks"), hooks
-        grad = t.grad if t.is_leaf else None  # .grad of a non-leaf warns and is None
+        try:  # .grad of a non-leaf warns and is None; is_leaf raises as grad_fn does
+            grad = t.grad if t.is_leaf else None
+        except Exception:
+            grad = None
         if grad is not None:
             yield Edge("attr", "grad"), grad
         try:

@@ -11,6 +11,8 @@ import types
 from collections.abc import Iterator
 from typing import Any
 
+from pytest_graphleak.heap.graphwalk import grad_fn_of
+
 #: The attribute tables of an ``nn.Module`` whose entries are its members.
 MODULE_TABLES = ("_parameters", "_buffers", "_modules")
 
@@ -62,7 +64,7 @@ def _strings_of(hook: Any) -> Iterator[str]:
 
 def _graph_of_parameters(tensor: Any, own: set[int]) -> bool:
     """``tensor``'s graph is small and its leaves are among ``own`` (ids of parameters)."""
-    grad_fn = getattr(tensor, "grad_fn", None)
+    grad_fn = grad_fn_of(tensor)
     if grad_fn is None or not hasattr(grad_fn, "next_functions"):
         return False
     seen = {id(grad_fn)}

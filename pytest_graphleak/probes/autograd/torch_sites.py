@@ -21,7 +21,7 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from pytest_graphleak.heap.graphwalk import NEW_PER_WALK
+from pytest_graphleak.heap.graphwalk import NEW_PER_WALK, grad_fn_of
 from pytest_graphleak.heap.op_warnings import catch_op_warnings, release_op_warnings
 from pytest_graphleak.probes.autograd.bundle import FindSite, PackHook, Site, SiteRecorder
 
@@ -56,6 +56,10 @@ class TorchSites:
         #: grad_fn wrappers it may still make: torch keeps each one alive with its
         #: node, and too many made at once leave a deep graph unfreeable (graphwalk).
         self.nodes_left = NEW_PER_WALK
+        #: Operations whose outputs it could not read, and the first one's error: it
+        #: never raises into the step, it says so (``diagnose.sites.recorder_trouble``).
+        self.failures = 0
+        self.failure = ""
 
     def note(self, out: Any) -> None:
         """Note where the tensors of an operation's output ``out`` were made: called by
@@ -75,9 +79,16 @@ class TorchSites:
             if self.nodes_left <= 0:
                 continue
             self.nodes_left -= 1
-            grad_fn = t.grad_fn
+            grad_fn = grad_fn_of(t)  # None for a no_grad view changed in place since
             if grad_fn is not None:
                 self._note_node(int(grad_fn._sequence_nr()), site)
+
+    def failed(self, func: Any, exc: Exception) -> None:
+        """``note`` raised on the outputs of ``func``: counted, the first one kept."""
+        self.failures += 1
+        if not self.failure:
+            name = getattr(func, "__qualname__", None) or getattr(func, "__name__", "?")
+            self.failure = f"{name}: {type(exc).__name__}: {exc}"
 
     def _note_node(self, seq: int, site: Site) -> None:
         self.node_sites.setdefault(seq, site)
@@ -117,6 +128,8 @@ class TorchSites:
         self.node_sites.clear()
         self.pack_hooks.clear()
         self.via.clear()
+        self.failures = 0
+        self.failure = ""
 
 
 def site_recorder(torch: Any, find_site: FindSite) -> SiteRecorder:
@@ -145,7 +158,10 @@ def site_recorder(torch: Any, find_site: FindSite) -> SiteRecorder:
                 raise
             release_op_warnings(caught, raising=False)
             if getattr(func, "__name__", "") != "__get__":  # attribute reads make nothing
-                self.note(out)
+                try:
+                    self.note(out)
+                except Exception as exc:  # the step's result stands; the story says so
+                    self.failed(func, exc)
             return out
 
     return TorchSiteRecorder()
