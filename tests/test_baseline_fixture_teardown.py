@@ -225,3 +225,65 @@ def test_a_run_stopped_by_x_does_not_read_its_entry_as_fixed(
     assert result.ret == 1, result.stdout.str()
     result.stdout.no_fnmatch_line("*fixed since the baseline*")
     result.stdout.fnmatch_lines(["graphleak baseline: 1 of its 1 entries not checked*"])
+
+
+ARCHIVE = '''
+import pytest
+import minigrad as mg
+
+ARCHIVE = []  # a module-level archive that the class fixture fills at its teardown
+
+
+@pytest.fixture(scope="class")
+def store():
+    kept = []
+    yield kept
+    ARCHIVE.extend(kept)
+
+
+def _loss():
+    return (mg.nn.Linear(2, 1)(mg.Tensor([[1.0, 2.0]])) ** 2).mean()
+
+
+class TestArchive:
+    def test_a(self, store):
+        store.append(_loss())
+
+    def test_b(self, store):
+        store.append(_loss())
+
+
+def test_other():
+    pass
+'''
+
+#: Runs the collected tests last first (pytest-randomly may not be installed).
+REVERSED = '''
+def pytest_collection_modifyitems(items):
+    items.reverse()
+'''
+
+
+@pytest.mark.parametrize("change", ["reversed", "xdist"])
+def test_a_class_fixture_that_archives_its_graphs_is_keyed_on_the_fixture(
+    pytester: pytest.Pytester, change: str
+) -> None:
+    """Issue 42 item 4 (``b_fixture_teardown_key_order``): the class fixture's teardown
+    moves every test's graph into a module global, the graph of the class's last test
+    too. All of them are the fixture's one finding, keyed on it: the gate passes in the
+    other order and under ``-n 2``, with nothing new and nothing fixed."""
+    pytester.makepyfile(test_archive=ARCHIVE)
+    result = _run(pytester, "--graphleak-baseline-update")
+    assert result.ret == 0, result.stdout.str()
+    entries = _entries(pytester.path / "bl.json")
+    assert [tuple(e[f] for f in baseline.KEY_FIELDS) for e in entries] == [
+        ("test_archive.py::TestArchive", "outlive(class fixture 'store')",
+         "list-accumulation", "global 'ARCHIVE' -> list[*] -> Tensor"),
+    ]  # fmt: skip
+    if change == "reversed":
+        pytester.makeconftest(REVERSED)
+        result = _run(pytester)
+    else:
+        pytest.importorskip("xdist")
+        result = _run(pytester, "-n", "2")
+    _known_and_nothing_fixed(result, pytester)

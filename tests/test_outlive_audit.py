@@ -917,18 +917,19 @@ def test_request_cls_attributes_are_judged_at_the_class_fixtures_teardown(
     result.assert_outcomes(passed=8, warnings=1)
     found = _outlive_warnings(result)
     assert len(found) == 1, found
-    assert "test_cls.py::TestKeeps::test_second left" in found[0]  # its own graph
     said_in_order(result.stdout.str(), [
         "*autograd graphs were still alive when a wider-scope fixture was torn down, at the "
         "teardown of test_cls.py::TestKeeps::test_second (outlive)",
-        "*made during test_cls.py::TestKeeps::test_first, still alive at the teardown of "
+        # the last test's graph is the fixture's too, as the first's: one finding, whichever
+        # test of the class ran last (issue 42 item 4)
+        "*made during test_cls.py::TestKeeps::test_first and "
+        "test_cls.py::TestKeeps::test_second, still alive at the teardown of "
         "fixture 'kept' (class scope)",
         "*held by: class attribute 'TestKeeps.kept' (set by fixture 'kept') -> list(len=2) -> "
         "Tensor*",
         "*note: fixture 'kept' still kept it after its own teardown code ran*",
     ])  # fmt: skip
-    # the last test's own graph: named once, by its audit (the attribute outlives the class)
-    assert folded(result.stdout.str()).count("made during test_cls.py::TestKeeps::test_second") == 1
+    assert "left autograd graphs alive after its teardown" not in folded(result.stdout.str())
     result = pytester.runpytest("--graphleak", "-p", "no:randomly", "--graphleak-outlive=fail")
     result.assert_outcomes(passed=8, errors=1)
     said_in_order(result.stdout.str(), ["ERROR test_cls.py::TestKeeps::test_second*"])

@@ -3,7 +3,8 @@
 The front end (the plugin's ``plugin/audit``, pytest's hooks) calls it: ``census()``
 when a test's call phase begins, ``audit()`` after its teardown, ``judge_pending()``
 then too, ``class_attributes()`` / ``fixture_set_up()`` around a class-scoped fixture's
-setup and ``fixture_finalised()`` after a wider-scope fixture's finalizers. A test is an
+setup, ``fixture_finalising()`` before a wider-scope fixture's own teardown code and
+``fixture_finalised()`` after its finalizers. A test is an
 ``AuditedTest`` (its id, module, class and fixture definitions) and a fixture definition
 a ``FixtureDef`` (``argname``, ``scope``, ``cached_result``), both in
 ``outlive/subjects``: the front end fills them from pytest; it runs a test once more for
@@ -14,7 +15,9 @@ other modules, the wider-scope fixtures still alive), applies the keep list
 (``graphleak_outlive_keep``) and explains what the census found (``outlive/explain``).
 A graph that only a wider-scope fixture keeps is the fixture's while it lives; it is
 judged again after the teardown that finalises that fixture, and named then (with the
-test that made it) if something of the user's still keeps it.
+tests that made it) if something of the user's still keeps it. The graphs of the test in
+whose teardown it is torn down are handed to it just before its teardown code runs, as
+an earlier test's are at that test's audit: which test ran last changes nothing.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import fnmatch
 import sys
 import types
 import warnings
+import weakref
 from collections.abc import Collection, Iterator
 from typing import Any, Protocol
 
@@ -37,7 +41,6 @@ from pytest_graphleak.outlive.roots import (
     fixture_label,
     globals_of,
     live_fixtures,
-    may_hold,
     owned_by,
     resolve_name,
     still_kept,
@@ -75,6 +78,9 @@ class Audit:
         #: id(definition) -> (definition, its live instance's scope node id): what the
         #: findings judged at its teardown are keyed on (``JudgedAt``).
         self._nodes: dict[int, tuple[FixtureDef, str]] = {}
+        #: The running test's graphs judged at a fixture teardown in its own teardown
+        #: (weakly): its audit, after that teardown, does not name them again.
+        self._handed: list[weakref.ref[Any]] = []
         #: Why some tests could not be audited (shown once in the summary).
         self.notes: set[str] = set()
         self._kinds: dict[type, bool] = {}  # type -> a graph type? (censuses share it)
@@ -104,7 +110,11 @@ class Audit:
         """What the finished test left alive, told from the roots; holders whose key is
         in ``checked`` (the roots of the test's own leaked step checks) are not repeated."""
         rerun = rerun if self.sites == "rerun" else None
-        explained = self._census_explained(test, census, keep_paths=rerun is not None)
+        handed = [obj for ref in self._handed if (obj := ref()) is not None]
+        self._handed = []
+        explained = self._census_explained(test, census, keep_paths=rerun is not None,
+                                           handed=handed)  # fmt: skip
+        handed.clear()
         try:
             for deferred in explained.deferred:
                 fixturedef = deferred.owner or test.fixtures.get(_fixture_name(deferred.fixture))
@@ -126,7 +136,7 @@ class Audit:
 
     def _census_explained(
         self, test: AuditedTest, census: Census, *, keep_paths: bool = False,
-        site_of: Any = None,
+        site_of: Any = None, handed: list[Any] | None = None,
     ) -> Explained:
         """What the census found, explained from the roots."""
         if not census.finish():
@@ -141,6 +151,8 @@ class Audit:
                 if not found:
                     return Explained()
                 targets = Listed(found, census.grown_in_place)
+            if handed:  # judged at a fixture's teardown just now: that fixture's finding
+                targets = _Without(targets, handed)
             roots = self.holders(test, imported=census.modules_imported())
             return explain(targets, roots, nodeid=test.nodeid,
                            backends=census.backends, keep_paths=keep_paths,
@@ -263,26 +275,50 @@ class Audit:
             names = self._set_by.setdefault(id(cls), (cls, {}))[1]
             names.update(dict.fromkeys(changed, fixturedef))
 
-    def fixture_finalised(
+    def fixture_finalising(
         self, fixturedef: FixtureDef, test: AuditedTest | None, census: Census | None
     ) -> None:
+        """A wider-scope fixture is about to be torn down in ``test``'s teardown, before
+        its own teardown code runs: what the test handed it and nothing of the user's
+        keeps is the fixture's now, as an earlier test's is (``Deferred``), whatever that
+        code does with it next. So the finding and its key do not depend on which test of
+        the fixture's scope ran last. ``census``: the test's own, while it runs."""
+        if (self.rerun is not None or test is None or census is None
+                or fixturedef.scope == "function"):  # fmt: skip
+            return
+        owns = any(fd is fixturedef for fd in test.fixtures.values()) or any(
+            fd is fixturedef for _, names in self._set_by.values() for fd in names.values())
+        if not owns:
+            return  # nothing of this test reaches the fixture's own objects
+        with self.quiet(test.nodeid):  # a failure is a note, never the teardown's error
+            now = census.so_far()
+            if now is None:
+                return
+            roots = [h for h in self.holders(test) if not h.fixture or h.owner is fixturedef]
+            explained = explain(now, roots, nodeid=test.nodeid, backends=now.backends)
+            try:
+                for deferred in explained.deferred:
+                    if deferred.owner is fixturedef and deferred.tensors:
+                        self._pending.append((deferred, fixturedef))
+            finally:
+                explained.release()
+
+    def fixture_finalised(self, fixturedef: FixtureDef, test: AuditedTest | None) -> None:
         """A wider-scope fixture's finalizers ran during ``test``'s teardown and its value
-        is still cached: what the graphs the tests handed it are still kept by (its value,
-        the ``request.cls`` attributes it set, or a root of the user's) is named now, with
-        the tests that made them (``judged``). A fixture that cleared them keeps nothing.
-        ``census``: the test's own, while it runs."""
+        is still cached: what the graphs the tests handed it (``fixture_finalising``: the
+        tearing-down test's too) are still kept by (its value, the ``request.cls``
+        attributes it set, or a root of the user's) is named now, with the tests that made
+        them (``judged``). A fixture that cleared them keeps nothing."""
         owned = self._release(fixturedef)
         if self.rerun is not None or test is None or fixturedef.scope == "function":
             return  # torn down after the last test: nothing is left to report on
         pending = [d for d, fd in self._pending if fd is fixturedef]
         self._pending = [(d, fd) for d, fd in self._pending if fd is not fixturedef]
-        # torn down in this test's own teardown, before its audit: what it stored there
-        cached = fixturedef.cached_result
-        value = cached[0] if cached and cached[2] is None else None
-        now = census.so_far() if census is not None and may_hold(value) else None
+        # the test's own audit, after this teardown, leaves these to the fixture's finding
+        self._handed.extend(ref for d in pending if d.nodeid == test.nodeid for ref in d.tensors)
         alive = [obj for deferred in pending for obj in deferred.alive()]
         at = self._judged_at(fixturedef)
-        if not alive and now is None:
+        if not alive:
             if at is not None:
                 self._torn_down.append(at)
             return
@@ -291,16 +327,13 @@ class Audit:
         try:
             with self.quiet(test.nodeid):  # a failure is a note, never the teardown's error
                 roots = self._teardown_roots(test, fixturedef, owned)
-                if alive:
-                    earlier = explain(Listed(alive), roots, nodeid=test.nodeid,
-                                      made_by=tests_text(pending), fixture=label,
-                                      backends=active_backends(), judging=fixturedef)  # fmt: skip
-                    for deferred in earlier.deferred:  # handed on to another live fixture
-                        if deferred.owner is not None and deferred.tensors:
-                            self._pending.append((deferred, deferred.owner))
-                    results.extend(earlier.results)
-                if now is not None:
-                    results.extend(self._value_keeps(test, now, roots, label, fixturedef))
+                earlier = explain(Listed(alive), roots, nodeid=test.nodeid,
+                                  made_by=tests_text(pending), fixture=label,
+                                  backends=active_backends(), judging=fixturedef)  # fmt: skip
+                for deferred in earlier.deferred:  # handed on to another live fixture
+                    if deferred.owner is not None and deferred.tensors:
+                        self._pending.append((deferred, deferred.owner))
+                results.extend(earlier.results)
                 if at is not None:  # judged to the end: what it kept was seen
                     self._torn_down.append(at)
         finally:
@@ -319,24 +352,6 @@ class Audit:
                 diagnosis.notes.append(f"created at: unknown ({_sites(False)} creation sites "
                                        "are not recorded while a test runs)")  # fmt: skip
         self._judged.extend(results)
-
-    @staticmethod
-    def _value_keeps(
-        test: AuditedTest, now: Census, roots: list[Holder], label: str,
-        fixturedef: FixtureDef,
-    ) -> list[CheckResult]:
-        """Only what the value keeps: pytest drops it next. The user's roots and the class
-        attributes the fixture set outlive it: the test's audit, after the teardown, names
-        what they keep."""
-        value_only = [h for h in roots if h.label == label]
-        if not explain(now, value_only, nodeid=test.nodeid, backends=now.backends,
-                       judging=fixturedef).results:  # fmt: skip
-            return []
-        # it keeps some: told from all roots, so that a graph a root of the user's keeps
-        # too is left to the test's audit (no second report)
-        own = explain(now, roots, nodeid=test.nodeid, made_by=test.nodeid, fixture=label,
-                      backends=now.backends, judging=fixturedef)  # fmt: skip
-        return [r for r in own.results if root_of(r, raw=True) == label]
 
     def _release(self, fixturedef: FixtureDef) -> list[tuple[type, str]]:
         """Forget (and return) the ``request.cls`` attributes ``fixturedef`` set."""
@@ -419,6 +434,21 @@ class Audit:
         self._judged.clear()
         self._torn_down.clear()
         self._nodes.clear()
+        self._handed.clear()
+
+
+class _Without:
+    """Targets but some objects (alive while the search runs: their ids are unique)."""
+
+    def __init__(self, targets: Targets, objects: list[Any]) -> None:
+        self._targets = targets
+        self._ids = {id(obj) for obj in objects}
+
+    def made_during(self, obj: object) -> bool:
+        return id(obj) not in self._ids and self._targets.made_during(obj)
+
+    def grown_in_place(self, obj: object) -> bool:
+        return id(obj) not in self._ids and self._targets.grown_in_place(obj)
 
 
 def _note_unknown_sites(result: CheckResult, rerun: bool) -> None:

@@ -129,8 +129,19 @@ class OutliveAudit:
         """The ``request.cls`` attributes a class-scoped fixture sets are its own."""
         cls = request_cls(request) if fixturedef.scope == "class" else None
         before = self.audit.class_attributes(cls)
-        yield
+        outcome = yield
         self.audit.fixture_set_up(fixturedef, cls, before, scope_node(request))
+        add = getattr(fixturedef, "addfinalizer", None)
+        if fixturedef.scope != "function" and add is not None and outcome.excinfo is None:
+            # finalizers run last first: this one before the fixture's own teardown code
+            add(lambda: self._finalising(fixturedef))
+
+    def _finalising(self, fixturedef: FixtureDef) -> None:
+        """A wider-scope fixture is about to be torn down (``Audit.fixture_finalising``)."""
+        item = self._item
+        census = item.stash.get(_CENSUS_KEY, None) if item is not None else None
+        if census is not None and item is not None:
+            self.audit.fixture_finalising(fixturedef, audited(item), census)
 
     def pytest_fixture_post_finalizer(
         self, fixturedef: FixtureDef, request: pytest.FixtureRequest
@@ -138,9 +149,7 @@ class OutliveAudit:
         """A wider-scope fixture's finalizers ran: what the graphs the tests handed it are
         still kept by is named now (``Audit.fixture_finalised``)."""
         item = self._item
-        census = item.stash.get(_CENSUS_KEY, None) if item is not None else None
-        test = audited(item) if item is not None else None
-        self.audit.fixture_finalised(fixturedef, test, census)
+        self.audit.fixture_finalised(fixturedef, audited(item) if item is not None else None)
 
     # -- reports --------------------------------------------------------------------------
     @pytest.hookimpl(hookwrapper=True, tryfirst=True)
