@@ -1,8 +1,9 @@
 """Time to verdict: how many measured steps the verdict needs to catch a leak.
 
 For a leak of ONE graph-carrying tensor per step, and of one every third step (torch and
-minigrad), ``pytest_graphleak.check(step, steps=k)`` runs with k = 1, 2, ... measured
-steps after the default warmup, each on a fresh step. The table gives the smallest k
+minigrad), ``pytest_graphleak.check(step, steps=k)`` runs with k = 3, 4, ... measured
+steps after the default warmup, each on a fresh step (k starts at
+``verdict.FEWEST_STEPS``: fewer is an unmeasured check). The table gives the smallest k
 from which every larger k (up to the largest tried) reports the leak, and the clean
 twins' false positives over the same range. Then the catalogue (``examples/``): each
 ``fixed_step`` under the default settings, several times (no false positive allowed),
@@ -76,14 +77,18 @@ def load_example(path: Path) -> ModuleType:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(__doc__.splitlines()[0], argv)
     from pytest_graphleak.options import DEFAULT_STEPS, DEFAULT_WARMUP
+    from pytest_graphleak.verdict import FEWEST_STEPS
 
-    max_k = 2 if args.quick else DEFAULT_STEPS
+    # Fewer than FEWEST_STEPS measured steps is an unmeasured check: no verdict to time.
+    first_k = FEWEST_STEPS
+    max_k = first_k + 1 if args.quick else DEFAULT_STEPS
     rows, one_per_step_ok, clean_ok = [], True, True
     for name, (build, leaks) in CASES.items():
-        outcomes = [leaked(build(), k) for k in range(1, max_k + 1)]
+        outcomes = [leaked(build(), k) for k in range(first_k, max_k + 1)]
         marks = "".join("L" if hit else "." for hit in outcomes)
         if leaks:
             k = first_caught(outcomes)
+            k = None if k is None else k + first_k - 1
             cell = f"{k}" if k is not None else f"not caught within {max_k}"
             if "one tensor per step" in name:
                 one_per_step_ok &= k is not None and k <= TARGET_STEPS
@@ -93,7 +98,8 @@ def main(argv: list[str] | None = None) -> None:
             cell = f"{false} false positive(s)"
         rows.append([name, cell, f"`{marks}`"])
     table = markdown_table(
-        ["step", "caught from k measured steps on", f"verdict for k = 1..{max_k} (L = leak)"],
+        ["step", "caught from k measured steps on",
+         f"verdict for k = {first_k}..{max_k} (L = leak)"],
         rows,
     )
 
@@ -123,7 +129,8 @@ def main(argv: list[str] | None = None) -> None:
     body = (
         f"`pytest_graphleak.check(step, steps=k)` with the default warmup ({DEFAULT_WARMUP} "
         f"steps), each k on a fresh step; the default is steps={DEFAULT_STEPS}. A leak is "
-        f"'caught from k' when every k' >= k up to {max_k} reports it.\n\n{table}\n\n"
+        f"'caught from k' when every k' >= k up to {max_k} reports it; k below "
+        f"{first_k} is unmeasured (no verdict), so not tried.\n\n{table}\n\n"
         f"Catalogue (`examples/`), default settings, {repeats} run(s) each:\n\n{catalogue}\n\n"
         f"{targets}\n"
     )

@@ -12,8 +12,8 @@ check rolls: judged at warmup + ``settings.steps`` (what a marker test measures)
 window after window of ``settings.steps`` to the end of the run, each judged inside the
 loop; only a tail too short to judge on its own is left to ``finish()`` (or, when the
 length is known, folded into the last window). A loop that ends with fewer measured steps
-than a loop is judged from (``verdict.loop_fewest_steps``: 3, or fewer when ``steps=`` /
-``window=`` ask for fewer) gets no leak verdict but an unmeasured result (``_too_short``):
+than a loop is judged from (``verdict.loop_fewest_steps``: 3, or fewer when ``window=``
+asks for fewer) gets no leak verdict but an unmeasured result (``_too_short``):
 it fails a pytest test as an unmeasured check does, and warns in a real run, where a
 callback never stops training for it. A run announced that short is measured as one of
 unknown length, so that its end says how many steps really ran.
@@ -57,7 +57,13 @@ from pytest_graphleak.options import OptionError, Settings
 from pytest_graphleak.report.text import render_text
 from pytest_graphleak.result import CheckResult, Verdict
 from pytest_graphleak.values import optional_int_at_least
-from pytest_graphleak.verdict import fewest_steps, loop_fewest_steps, too_short_loop
+from pytest_graphleak.verdict import (
+    FEWEST_STEPS,
+    fewest_steps,
+    loop_fewest_steps,
+    too_few_steps,
+    too_short_loop,
+)
 
 #: "return": only give the result back (``track()`` outside pytest without raise_on_leak).
 ON_LEAK = ("raise", "warn", "return")
@@ -191,7 +197,9 @@ class LoopCheck:
         self.settings = settings
         #: steps=None and no window: judged every settings.steps steps, to the end.
         self.rolling = self.steps is None and self.window is None
-        self._span = self.window if self.window is not None else settings.steps
+        #: Steps per judged window: window=, else a marker test's steps (never fewer than
+        #: a verdict needs: --graphleak-steps=2 gives no two-step windows).
+        self._span = self.window if self.window is not None else max(settings.steps, FEWEST_STEPS)
         self.name = name
         self.on_leak = on_leak
         self._on_result = on_result
@@ -418,8 +426,7 @@ class LoopCheck:
     @property
     def fewest(self) -> int:
         """The fewest measured steps this loop is judged from (``loop_fewest_steps``)."""
-        asked = self.steps if self.steps is not None else self.window
-        return loop_fewest_steps(self.settings.warmup, asked)
+        return loop_fewest_steps(self.settings.warmup, self.window)
 
     def _too_short(self) -> None:
         """The loop ended before it had the measured steps of a verdict: an unmeasured
@@ -427,8 +434,15 @@ class LoopCheck:
         (``on_leak="raise"``); in a real run, or with "warn" / "return", it warns and
         lets the loop's caller go on (a callback never stops training for it)."""
         __tracebackhide__ = True
+        why, fix = too_short_loop(self._calls, self.settings.warmup, self.fewest, saw=self.saw,
+                                  unit=self.unit)  # fmt: skip
+        self._unmeasured(why, fix)
+
+    def _unmeasured(self, why: str, fix: str) -> None:
+        """Publish a result with no verdict (``why``, ``fix``): fails a pytest test when
+        ``on_leak="raise"``, else warns (see ``_too_short``)."""
+        __tracebackhide__ = True
         warmup = self.settings.warmup
-        why, fix = too_short_loop(self._calls, warmup, self.fewest, saw=self.saw, unit=self.unit)
         result = CheckResult(
             name=self.name, steps=max(0, self._calls - warmup), warmup=warmup, series={},
             units={}, verdict=Verdict(leaked=False, reason=f"no verdict: {why}"), unmeasured=why,
@@ -504,6 +518,12 @@ class LoopCheck:
     # -- judgement --------------------------------------------------------------------
     def _judge(self, *, at_end: bool) -> CheckResult | None:
         __tracebackhide__ = True
+        if self.steps is not None and self.steps < FEWEST_STEPS:
+            # steps=1 or 2: too few to tell a one-off from a leak, as for a marker test.
+            self.close()
+            source = self.settings.source("steps")
+            self._unmeasured(*too_few_steps(self.steps, source=source))
+            return None
         ledger = self._ledger
         began = ledger.steps_done(self._calls) if ledger is not None else 0.0
         try:

@@ -33,7 +33,7 @@ from typing import Any, Literal, TypedDict
 from pytest_graphleak.engine.tracker import START_SCANS
 from pytest_graphleak.probes import PROBE_NAMES
 from pytest_graphleak.values import OptionError, byte_size, flag, int_at_least, one_of
-from pytest_graphleak.verdict import fewest_steps, steps_to_catch
+from pytest_graphleak.verdict import FEWEST_STEPS, fewest_steps, steps_to_catch
 
 DEFAULT_STEPS = 16
 DEFAULT_WARMUP = 3
@@ -160,7 +160,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("steps", "int", DEFAULT_STEPS,
            f"measured steps per checked test, after warmup (default: {DEFAULT_STEPS}; "
            f"{steps_to_catch(3)} or more catch a leak of one object every third step, "
-           f"{steps_to_catch(5)} or more every fifth)",
+           f"{steps_to_catch(5)} or more every fifth; fewer than {FEWEST_STEPS}: no "
+           "verdict, the check is unmeasured)",
            _PER_CHECK, "--graphleak-steps", "graphleak_steps",
            _int_at_least(1), metavar="N", command_flag="--steps"),
     Option("warmup", "int", DEFAULT_WARMUP,
@@ -301,7 +302,7 @@ def _can_flag_a_leak(settings: Settings, where: str) -> None:
             f"{where}: steps=1 with warmup=0 can never flag a leak (a single sample has "
             "nothing to be compared with; steps from "
             f"{settings.source('steps')}, warmup from {settings.source('warmup')}): "
-            "use steps >= 2, or warmup >= 1 so that the last warmup step is the baseline"
+            f"use steps >= {FEWEST_STEPS} (fewer measured steps get no verdict)"
         )
 
 

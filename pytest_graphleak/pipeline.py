@@ -27,7 +27,14 @@ from pytest_graphleak.metrics import Metric
 from pytest_graphleak.options import Settings
 from pytest_graphleak.patterns import FALLBACK, FIXES, PATTERNS
 from pytest_graphleak.result import CheckResult, CreationSite, Declaration, Diagnosis, Verdict
-from pytest_graphleak.verdict import Limits, confirm, judge, needs_recheck
+from pytest_graphleak.verdict import (
+    FEWEST_STEPS,
+    Limits,
+    confirm,
+    judge,
+    needs_recheck,
+    too_few_steps,
+)
 
 
 def failure(
@@ -154,8 +161,22 @@ def measure(
         series = tracker.run(step, steps=settings.steps, warmup=settings.warmup,
                              probes=settings.probes, start_scan=settings.start_scan,
                              roots=list(roots().values()) if roots else ())  # fmt: skip
+        if settings.steps < FEWEST_STEPS:
+            # The step ran as asked (its own errors surface), but so few samples cannot
+            # tell a one-off from a leak: no verdict, as for a loop too short to judge.
+            return too_few(name, settings, series)
         return conclude(series, settings=settings, name=name, diagnose_step=diagnose_step,
                         roots=roots, exclude=exclude)  # fmt: skip
+
+
+def too_few(name: str, settings: Settings, series: tracker.Series) -> CheckResult:
+    """The unmeasured result of a check asked for fewer than ``FEWEST_STEPS`` measured
+    steps (``verdict.too_few_steps``): no series is judged, none is shown."""
+    why, fix = too_few_steps(settings.steps, source=settings.source("steps"))
+    verdict = Verdict(leaked=False, reason=f"no verdict: {why}")
+    return CheckResult(name=name, steps=settings.steps, warmup=settings.warmup, series={},
+                       units={}, verdict=verdict, duration_s=series.duration_s,
+                       unmeasured=why, unmeasured_fix=fix)  # fmt: skip
 
 
 def conclude(

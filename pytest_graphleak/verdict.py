@@ -110,22 +110,34 @@ def fewest_steps(warmup: int) -> int:
     return 1 if warmup >= 1 else 2
 
 
-#: The fewest measured steps a loop (``track()``, a framework callback) is judged from,
-#: unless its ``steps=`` / ``window=`` asked for fewer. A loop's length is what its data
-#: gives, not a chosen ``steps``: with one or two measured steps a single tensor made once
-#: (a cache keyed by batch size meeting an epoch's short last batch) rises between every
-#: pair of measured samples and reads as ``+1/step``; from three on a one-off lies
-#: between fewer than all of them and the verdict passes it. Shorter loops get no
-#: verdict (``loop_fewest_steps``).
-LOOP_FEWEST_STEPS = 3
+#: The fewest measured steps any verdict is judged from: the marker, ``check()``,
+#: ``graphleak check --steps``, ``--graphleak-steps``, ``track(steps=)``, a loop or a
+#: callback. With one or two measured steps a single tensor made once (a lazy init, a
+#: cache keyed by batch size meeting an epoch's short last batch) rises between every
+#: pair of measured samples and reads as ``+1/step``; from three on a one-off lies between
+#: fewer than all of them and the verdict passes it. A check asked for fewer steps, or a
+#: loop that ran fewer, is unmeasured (``too_few_steps``, ``too_short_loop``).
+FEWEST_STEPS = 3
 
 
-def loop_fewest_steps(warmup: int, asked: int | None = None) -> int:
-    """The fewest measured steps a loop is judged from: ``LOOP_FEWEST_STEPS``, or the
-    ``asked`` steps (its ``steps=`` or ``window=``) when fewer; never fewer than a marker
-    test's ``fewest_steps(warmup)``."""
-    wanted = LOOP_FEWEST_STEPS if asked is None else min(asked, LOOP_FEWEST_STEPS)
+def loop_fewest_steps(warmup: int, window: int | None = None) -> int:
+    """The fewest measured steps a loop is judged from: ``FEWEST_STEPS``, or its
+    ``window=`` when fewer (each window of a long run is judged on its own); never fewer
+    than ``fewest_steps(warmup)``."""
+    wanted = FEWEST_STEPS if window is None else min(window, FEWEST_STEPS)
     return max(fewest_steps(warmup), wanted)
+
+
+def too_few_steps(steps: int, *, source: str = "") -> tuple[str, str]:
+    """Why a check asked for ``steps`` measured steps (fewer than ``FEWEST_STEPS``) has no
+    verdict, and what to change; ``source``: where the value came from ("command line
+    option --graphleak-steps"), named in the fix."""
+    why = (
+        f"steps={steps} is too few for a verdict: with fewer than {FEWEST_STEPS} measured "
+        "steps, one tensor made once in a measured step would read as a leak"
+    )
+    came = f" (steps={steps} came from {source})" if source and source != "default" else ""
+    return why, f"steps={FEWEST_STEPS} or more{came}"
 
 
 def too_short_loop(

@@ -94,8 +94,10 @@ def test_one_sample_can_never_flag_a_leak_so_it_is_refused_naming_sources() -> N
     message = str(caught.value)
     assert "steps from command line option --graphleak-steps" in message
     assert "warmup from @mark on t" in message
-    # with a warmup the last warmup sample is the baseline: one measured step is judged
-    assert api.check(lambda: None, steps=1, warmup=1).verdict.leaked is False
+    # with a warmup one measured step could be compared with the baseline, but one or two
+    # cannot tell a one-off from a leak: unmeasured, never judged (tests/test_few_steps.py)
+    few = api.check(lambda: None, steps=1, warmup=1)
+    assert few.status == "unmeasured" and few.unmeasured_fix.startswith("steps=3 or more")
 
 
 def test_typed_ini_values_resolve_like_their_text() -> None:

@@ -71,7 +71,7 @@ def test_control(i, weights):
     step(weights)
 
 @pytest.mark.parametrize("i", range({CHECKED}))
-@pytest.mark.no_graph_growth(steps=2, warmup=1)
+@pytest.mark.no_graph_growth(steps=3, warmup=1)
 def test_checked(i, weights):
     step(weights)
 """

@@ -23,7 +23,7 @@ from suite_helpers import folded
 from pytest_graphleak import GraphLeakWarning, UnmeasuredError, track
 from pytest_graphleak.loop import LoopCheck
 from pytest_graphleak.options import Settings
-from pytest_graphleak.verdict import LOOP_FEWEST_STEPS, fewest_steps, loop_fewest_steps
+from pytest_graphleak.verdict import FEWEST_STEPS, fewest_steps, loop_fewest_steps
 
 torch = pytest.importorskip("torch")
 
@@ -48,10 +48,11 @@ def one_off_loop(steps: int, *, warmup: int = 3) -> object:
 
 
 def test_the_fewest_measured_steps_of_a_loop_is_one_constant_above_a_marker_tests() -> None:
-    assert LOOP_FEWEST_STEPS == 3
+    assert FEWEST_STEPS == 3
     assert [loop_fewest_steps(w) for w in (0, 1, 3)] == [3, 3, 3]
-    # steps= / window= asking for fewer is the user's choice, as on a marker test
-    assert [loop_fewest_steps(3, asked) for asked in (1, 2, 16)] == [1, 2, 3]
+    # a window= asking for fewer judges each window on its own (steps= never does:
+    # steps=1 or 2 is unmeasured, tests/test_few_steps.py)
+    assert [loop_fewest_steps(3, window) for window in (2, 16)] == [2, 3]
     assert loop_fewest_steps(0, 1) == fewest_steps(0) == 2
 
 
@@ -84,7 +85,7 @@ def test_from_three_measured_steps_the_same_one_off_is_judged_clean(steps: int) 
     assert result is not None and result.status == "clean"  # type: ignore[attr-defined]
 
 
-def test_a_callback_run_shorter_than_its_steps_gets_no_verdict_but_steps_asked_are_kept() -> None:
+def test_a_callback_run_shorter_than_its_steps_or_with_steps_2_gets_no_verdict() -> None:
     # steps=16 (a callback's keyword) on an epoch of 5 batches: 2 measured, no verdict
     check = LoopCheck(Settings(warmup=3), name="cb", steps=16, on_leak="warn")
     check.start(length=5)
@@ -94,13 +95,15 @@ def test_a_callback_run_shorter_than_its_steps_gets_no_verdict_but_steps_asked_a
             check.after_step()
         check.finish()
     assert [r.status for r in check.results] == ["unmeasured"]
-    # steps=2 asked for two measured steps: judged from them, as a marker test would be
+    # steps=2 asked for two measured steps: too few for any verdict, as on a marker test
     check = LoopCheck(Settings(warmup=3), name="cb", steps=2, on_leak="warn")
     check.start(length=5)
-    for _ in range(5):
-        check.after_step()
-    check.finish()
-    assert [(r.status, r.steps) for r in check.results] == [("clean", 2)]
+    with pytest.warns(GraphLeakWarning, match=r"(?s)cb: not measured, so no verdict: steps=2 is "
+                      r"too few for a verdict.*fix: steps=3 or more"):
+        for _ in range(5):
+            check.after_step()
+        check.finish()
+    assert [(r.status, r.steps) for r in check.results] == [("unmeasured", 2)]
 
 
 def test_one_step_is_a_step() -> None:

@@ -69,7 +69,7 @@ def test_pytest_shows_the_users_line_for_warnings_and_errors(pytester: pytest.Py
         import pytest, torch
         w = torch.ones(3, requires_grad=True)
 
-        @pytest.mark.no_graph_growth(steps=2, warmup=2)
+        @pytest.mark.no_graph_growth(steps=3, warmup=2)
         def test_copy():
             torch.tensor(w)
 

@@ -163,6 +163,8 @@ def render_result(result: CheckResult) -> str:
     lines = [verdict_line(result)]
     if result.verdict.reason and result.status == "clean":
         lines.append(f"  {result.verdict.reason}")
+    if result.status == "unmeasured" and result.unmeasured_fix:  # what to change
+        lines.append(f"  fix: {result.unmeasured_fix}")
     lines.extend(metric_rows(result))
     return "\n".join(lines)
 
