@@ -38,14 +38,14 @@ from pytest_graphleak.diagnose.cycles import (
 from pytest_graphleak.diagnose.edges import Edge, ObjectEdges, items_of
 from pytest_graphleak.diagnose.facts import chain_of
 from pytest_graphleak.diagnose.heap import diagnose_heap
-from pytest_graphleak.diagnose.holders import plain_cycle, unrooted
+from pytest_graphleak.diagnose.holders import not_reached, plain_cycle, unrooted
 from pytest_graphleak.diagnose.loop_memory import watch_growth
 from pytest_graphleak.diagnose.loop_recorder import Observation
 from pytest_graphleak.diagnose.memory import growing_holder
 from pytest_graphleak.diagnose.observe import RECORDED_RUNS, RUNS, observe
 from pytest_graphleak.diagnose.render import drawing, render_cycle
 from pytest_graphleak.diagnose.roots import all_roots
-from pytest_graphleak.diagnose.search import Path, shortest_path
+from pytest_graphleak.diagnose.search import Path, Searched, find_chain
 from pytest_graphleak.diagnose.sites import Site, memory_sites, per_step
 from pytest_graphleak.diagnose.stored import watch_holder
 from pytest_graphleak.heap.containers import SIZED
@@ -182,8 +182,14 @@ def _search(
     # Only memory grew and no tensor stayed alive: no graph node to look for either
     # (the memory survey finds the holder), so the chain search is skipped.
     alive = bool(obs.alive) or obs.torch_seq is not None
+    searched = Searched()
     if alive and not (grown.memory_only and not obs.alive):
-        found.chain_path = shortest_path(found.roots, _target_test(obs, found.torch), walker)
+        seeds = [leaked.obj for leaked in obs.alive]
+        try:
+            searched = find_chain(found.roots, _target_test(obs, found.torch), walker, seeds=seeds)
+        finally:
+            seeds.clear()
+        found.chain_path = searched.path
     hanging: tuple[Edge, object] | None = None
     if obs.cyclic:
         found.cycle_path = find_first(obs.cyclic, walker)
@@ -199,7 +205,7 @@ def _search(
             "by a reference cycle"
         )
     elif obs.alive and found.chain_path is None:
-        _unrooted(found, obs, walker, notes)
+        _unrooted(found, obs, walker, notes, searched)
     if found.cycle_path is not None:
         found.cycle = render_cycle(found.cycle_path, walker, hanging)
         told, found.cycle_fix = cycle_story(found.cycle_path, walker,
@@ -222,13 +228,15 @@ def _search(
             notes.extend(seen.notes)
 
 
-def _unrooted(found: _Found, obs: Observation, walker: ObjectEdges, notes: list[str]) -> None:
-    """No root reaches what stayed alive: a cycle the collector cannot free, a pack
-    hook, or a holder found by its referrers."""
+def _unrooted(
+    found: _Found, obs: Observation, walker: ObjectEdges, notes: list[str], searched: Searched
+) -> None:
+    """The search from the roots found no chain to what stayed alive: a cycle the
+    collector cannot free, a pack hook, or a holder found by its referrers."""
     found.cycle_path = find_first(obs.alive, walker)
     if found.cycle_path is not None:
         notes.append(
-            "no root reaches the leaked objects: a reference cycle that the "
+            f"{not_reached(searched)}: a reference cycle that the "
             "collector cannot free holds them (part of it is inside torch)"
         )
         return
@@ -237,7 +245,7 @@ def _unrooted(found: _Found, obs: Observation, walker: ObjectEdges, notes: list[
         found.cycle, note = held
         notes.append(note)
     else:
-        found.chain_path = unrooted(obs, walker, notes)
+        found.chain_path = unrooted(obs, walker, notes, searched)
 
 
 def _told(

@@ -40,7 +40,7 @@ _NO_WALK_TYPES = (
 
 #: Objects that keep a paused frame: their references are that frame's local variables.
 SUSPENDED = (types.GeneratorType, types.CoroutineType, types.AsyncGeneratorType)
-_MAX_ITEMS = 20_000  # one container's items looked at, at most
+MAX_ITEMS = 20_000  # one container's items looked at, at most (its newest)
 
 
 def is_private(obj: object) -> bool:
@@ -110,18 +110,18 @@ class ObjectEdges:
             return
         tp = type(obj)
         # Containers are read newest entry first: what a leaking step appended last is
-        # at the end, and a huge container is only read up to _MAX_ITEMS entries.
+        # at the end, and a huge container is only read up to MAX_ITEMS entries.
         if isinstance(obj, dict):
-            for key, value in list(islice(reversed(obj.items()), _MAX_ITEMS)):
+            for key, value in list(islice(reversed(obj.items()), MAX_ITEMS)):
                 yield Edge("key", key), value
                 if gc.is_tracked(key):  # a tensor used as a key also holds its graph
                     yield Edge("member"), key
         elif isinstance(obj, (list, tuple, deque)):
             size = len(obj)
-            for i, item in enumerate(list(islice(reversed(obj), _MAX_ITEMS))):
+            for i, item in enumerate(list(islice(reversed(obj), MAX_ITEMS))):
                 yield Edge("index", size - 1 - i), item
         elif isinstance(obj, (set, frozenset)):
-            for item in list(islice(obj, _MAX_ITEMS)):
+            for item in list(islice(obj, MAX_ITEMS)):
                 yield Edge("member"), item
         elif tp is types.FunctionType:
             yield from _function_edges(obj)
@@ -244,7 +244,7 @@ def _object_array_items(obj: object) -> Iterator[tuple[Edge, object]] | None:
 def _indexed(array: Any, numpy: Any) -> Iterator[tuple[Edge, object]]:
     shape = array.shape
     flat = array.ravel(order="C") if array.flags.c_contiguous else array.flatten()
-    for i, item in enumerate(list(islice(flat, _MAX_ITEMS))):
+    for i, item in enumerate(list(islice(flat, MAX_ITEMS))):
         if item is None or type(item) in (int, float, str, bool):
             continue
         key = i if len(shape) == 1 else ", ".join(str(n) for n in numpy.unravel_index(i, shape))
@@ -260,6 +260,18 @@ def _array_base(obj: object) -> object | None:
     if numpy is None or not isinstance(obj, numpy.ndarray):
         return None
     return obj.base
+
+
+def partly_read(obj: object) -> bool:
+    """Does ``ObjectEdges.edges`` list only some of ``obj``'s references (a container of
+    more than ``MAX_ITEMS`` entries: its newest ones)? A search that met one has not
+    seen all that its root reaches."""
+    if isinstance(obj, (dict, list, tuple, deque, set, frozenset)):
+        return len(obj) > MAX_ITEMS
+    numpy = sys.modules.get("numpy")
+    return numpy is not None and isinstance(obj, numpy.ndarray) and obj.dtype == object and (
+        obj.size > MAX_ITEMS
+    )  # fmt: skip
 
 
 def items_of(container: Any) -> Any:

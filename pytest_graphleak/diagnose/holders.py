@@ -21,10 +21,11 @@ import types
 from typing import Any
 
 from pytest_graphleak.diagnose.backends import TENSOR
-from pytest_graphleak.diagnose.edges import Edge, ObjectEdges, items_of
+from pytest_graphleak.diagnose.edges import MAX_ITEMS, Edge, ObjectEdges, items_of
 from pytest_graphleak.diagnose.loop_recorder import Observation
-from pytest_graphleak.diagnose.search import Path, extend, find_cycle
+from pytest_graphleak.diagnose.search import MAX_PER_ROOT, Path, Searched, extend, find_cycle
 from pytest_graphleak.heap.containers import GROWABLE
+from pytest_graphleak.metrics import count_of
 from pytest_graphleak.result import display_path
 
 #: The root label of a chain that starts at a holder no root reaches.
@@ -139,7 +140,27 @@ def thread_holders(obs: Observation) -> list[str]:
     return found
 
 
-def no_holder_note(obs: Observation) -> str:
+def not_reached(searched: Searched) -> str:
+    """What the search from the roots proved when it found no chain: that none of them
+    reaches the leaked objects (every root searched whole), or that none of what it saw
+    does, and which roots it could not search whole (``Searched.cut``)."""
+    if searched.whole:
+        return "no chain from a fixture, global, closure or self reaches the leaked objects"
+    cut = searched.cut
+    named = ", ".join(cut[:3]) + (f" and {len(cut) - 3} more" if len(cut) > 3 else "")
+    others = searched.roots - len(cut)
+    whole = (f"; no chain from the {count_of(others, 'other root')}, searched whole"
+             if others else "")  # fmt: skip
+    return (
+        "no chain found from a fixture, global, closure or self to the leaked objects: the "
+        f"search stopped at its budget ({searched.visited:,} objects in all, "
+        f"{MAX_PER_ROOT:,} from one root; a container read up to its newest "
+        f"{MAX_ITEMS:,} entries) before it had seen all that {named} "
+        f"{'reaches' if len(cut) == 1 else 'reach'}{whole}"
+    )
+
+
+def no_holder_note(obs: Observation, searched: Searched) -> str:
     """Nothing the diagnosis can see refers to the leaked objects: say why that may be."""
     held = [item.obj for item in obs.alive[:_LOOKED_AT]]
     mine = {id(held), id(obs.alive), id(obs), *(id(item) for item in obs.alive)}
@@ -150,13 +171,10 @@ def no_holder_note(obs: Observation) -> str:
     if referrers:
         kinds = ", ".join(sorted({type(r).__name__ for r in referrers})[:5])
         referrers.clear()
-        return (
-            "no holder found: no chain from a fixture, global, closure or self reaches the "
-            f"leaked objects; they are referred to by: {kinds}"
-        )
+        return f"no holder found: {not_reached(searched)}; they are referred to by: {kinds}"
     return (
-        "no holder found: no chain from a fixture, global, closure or self reaches the "
-        "leaked objects, and no Python object refers to them. They may be held from C++ "
+        f"no holder found: {not_reached(searched)}, and no Python object refers to them. "
+        "They may be held from C++ "
         "(autograd hooks, saved tensors, a custom Function's ctx, an extension), by the "
         "local variables of a thread that is still running, or as the base of a numpy "
         "array made with .numpy() (the array keeps its tensor alive; Python's gc does "
@@ -164,13 +182,16 @@ def no_holder_note(obs: Observation) -> str:
     )
 
 
-def unrooted(obs: Observation, walker: ObjectEdges, notes: list[str]) -> Path | None:
-    """No root reaches the leak: a container that holds it anyway, a thread's locals,
-    or a note that says nothing was found and why that may be."""
+def unrooted(
+    obs: Observation, walker: ObjectEdges, notes: list[str], searched: Searched
+) -> Path | None:
+    """The search from the roots found no chain (``searched``): a container that holds
+    the leak anyway, a thread's locals, or a note that says nothing was found and why
+    that may be."""
     path = unrooted_holder(obs, walker)
     if path is not None:
         notes.append(
-            "no chain from a fixture, global, closure or self reaches the leaked objects: "
+            f"{not_reached(searched)}: "
             f"the chain ({UNROOTED} -> ...) starts at what holds them, found by asking who "
             "refers to them (e.g. a fixture fetched with request.getfixturevalue, or a "
             "library's own list)"
@@ -183,5 +204,5 @@ def unrooted(obs: Observation, walker: ObjectEdges, notes: list[str]) -> Path | 
             + "; ".join(threads)
         )
     else:
-        notes.append(no_holder_note(obs))
+        notes.append(no_holder_note(obs, searched))
     return None

@@ -10,7 +10,9 @@ Two surveys of what the roots reach, one step apart, find it:
   bytes before and after, so an array replaced by a bigger one in the same slot counts.
 
 The holder is what grew by the most bytes; the chain to it is searched like any other
-chain. Both surveys are bounded in objects and seconds, and drop everything on return.
+chain. Both surveys are bounded in objects and references read (never in seconds: the
+holder is part of a finding's baseline key, the same on a quiet and a loaded machine),
+and drop everything on return.
 
 The step between the surveys records where tensors are made (the torch site recorder;
 without torch it runs under ``tracemalloc``, for numpy arrays), so the line that made what
@@ -30,7 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import sys
-import time
 import tracemalloc
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -55,7 +56,8 @@ from pytest_graphleak.metrics import BYTES, format_amount
 from pytest_graphleak.result import CreationSite
 
 _MAX_OBJECTS = 100_000
-_MAX_SECONDS = 1.0
+#: References read in all, over every root's turns (see ``survey``).
+MAX_READ = 400_000
 #: References of one object looked at per turn of a root (see ``survey``).
 _CHUNK = 64
 _SAMPLE_ITEMS = 50  # new items of a container weighed one by one, at most
@@ -97,8 +99,9 @@ def survey(roots: Sequence[tuple[str, object]], walker: ObjectEdges) -> Survey:
     ``MAX_PER_ROOT`` objects, so one reaching a huge dataset cannot starve the others.
 
     The roots take turns, ``_CHUNK`` references each (round robin, an object's references
-    spread over several turns): within the time budget a small root is walked as deep as
-    a huge one, whatever the order of the roots and however slow the machine is."""
+    spread over several turns): within the budget a small root is walked as deep as
+    a huge one, whatever the order of the roots; the budget is counted in references
+    read, so what it sees is the same however slow the machine is."""
     found = Survey()
     seen = found.held
     queues: list[deque[object]] = [deque() for _ in roots]
@@ -109,10 +112,10 @@ def survey(roots: Sequence[tuple[str, object]], walker: ObjectEdges) -> Survey:
         if id(obj) not in seen and walker.walkable(obj):
             seen[id(obj)] = obj
             queues[index].append(obj)
-    deadline = time.perf_counter() + _MAX_SECONDS
+    read = 0
     turns = deque(index for index, queue in enumerate(queues) if queue)
     try:
-        while turns and len(seen) < _MAX_OBJECTS and time.perf_counter() < deadline:
+        while turns and len(seen) < _MAX_OBJECTS and read < MAX_READ:
             index = turns.popleft()
             current = expanding[index]
             if current is None:
@@ -125,6 +128,7 @@ def survey(roots: Sequence[tuple[str, object]], walker: ObjectEdges) -> Survey:
                 chunk = list(islice(references, _CHUNK))
             except Exception:  # an object whose attributes raise: skip the rest of it
                 chunk = []
+            read += len(chunk) or 1
             for edge, child in chunk:  # weigh array slots; queue within the root's share
                 size = array_bytes(child, walker)
                 if size is not None:

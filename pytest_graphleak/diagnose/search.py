@@ -4,25 +4,42 @@ A search keeps the objects it has seen in a local dict (so that ids stay unique 
 runs, which matters for torch graph nodes whose Python wrappers come and go) and drops
 them when it returns: the returned ``Path`` is the only thing that refers to objects, and
 the caller renders it to strings and drops it at once.
+
+Every budget is counted in work (objects visited, heap scans), never in seconds: the
+chain a search finds is part of a finding's baseline key, so the same code must give the
+same chain on a quiet laptop and on a loaded CI runner. ``search`` says what it proved
+(``Searched``): the chain, or which roots it searched whole and which it had to cut.
+
+The chain search from the roots is helped by a search the other way when the leaked
+objects are known (``seeds``): ``ancestors`` climbs from them through
+``gc.get_referrers`` (one scan of the heap a level) to the roots they hang from, and the
+search from the roots then walks only those objects. A root that reaches a huge dataset
+costs nothing then; the walk from the roots still labels every edge, so the chain is as
+true as a plain search's. When the climb cannot tell (nothing found within its levels,
+too many referrers, a link gc does not see), the plain search runs.
 """
 
 from __future__ import annotations
 
-import time
+import gc
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_graphleak.diagnose.edges import Edge, ObjectEdges, holds_references
+from pytest_graphleak.diagnose.edges import Edge, ObjectEdges, holds_references, partly_read
 from pytest_graphleak.heap.quiet import silenced
 
-#: Budgets of one search: objects visited and seconds spent.
+#: Budgets of one search from the roots, in objects: visited in all, and queued from one
+#: root (a root that reaches a huge dataset must not use up the budget before the other
+#: roots have been searched).
 MAX_VISITED = 300_000
-MAX_SECONDS = 2.0
-#: Objects one root may have walked: a root that reaches a huge dataset must not use up
-#: the budget before the other roots have been searched.
 MAX_PER_ROOT = 25_000
+#: Budgets of the climb from the leaked objects: levels (each one scan of the heap) and
+#: the objects it may collect before it gives up (a climb that spreads that wide reached
+#: the library's or the interpreter's objects, not a chain the roots hold).
+MAX_LEVELS = 12
+MAX_ANCESTORS = 20_000
 
 
 @dataclass
@@ -38,62 +55,183 @@ class Path:
         self.edges.clear()
 
 
-@silenced
+@dataclass
+class Searched:
+    """What one chain search proved: the chain, or what it saw and what it could not."""
+
+    path: Path | None = None
+    #: Roots whose search was cut before all they reach was looked at (their share or
+    #: the search's budget ran out, or a container was read only in part), in root order.
+    cut: list[str] = field(default_factory=list)
+    roots: int = 0  # how many roots were searched
+    visited: int = 0
+
+    @property
+    def whole(self) -> bool:
+        """No chain: proved for every root (each was searched whole)."""
+        return self.path is None and not self.cut
+
+
 def shortest_path(
     roots: Sequence[tuple[str, object]],
     is_target: Callable[[object], bool],
     walker: ObjectEdges,
     *,
     max_visited: int = MAX_VISITED,
+    seeds: Sequence[object] = (),
 ) -> Path | None:
+    """The chain of ``find_chain``, or None."""
+    return find_chain(roots, is_target, walker, max_visited=max_visited, seeds=seeds).path
+
+
+@silenced
+def find_chain(
+    roots: Sequence[tuple[str, object]],
+    is_target: Callable[[object], bool],
+    walker: ObjectEdges,
+    *,
+    max_visited: int = MAX_VISITED,
+    seeds: Sequence[object] = (),
+) -> Searched:
     """Shortest labelled path from any root to an object for which ``is_target`` holds.
 
     All roots start at depth 0, in the given order, so that on a tie the first root wins.
+    ``seeds``: targets known by identity (the leaked objects): the search first walks
+    only what climbs from them to a root (``ancestors``), then, if that finds no chain,
+    everything, as below.
+
     Each object queued is charged to the root it was reached from; past ``MAX_PER_ROOT``
     that root queues nothing more, so a root that reaches a huge dataset cannot starve
-    the others.
-    """
+    the others. Deterministic: the same objects give the same chain, however slow the
+    machine."""
+    if seeds:
+        above = ancestors(seeds, [obj for _, obj in roots], walker)
+        if above is not None:
+            try:
+                found = _breadth_first(roots, is_target, walker, max_visited, above)
+            finally:
+                above.clear()
+            if found.path is not None:
+                return found
+    return _breadth_first(roots, is_target, walker, max_visited, None)
+
+
+def _breadth_first(
+    roots: Sequence[tuple[str, object]],
+    is_target: Callable[[object], bool],
+    walker: ObjectEdges,
+    max_visited: int,
+    inside: set[int] | None,
+) -> Searched:
+    """The search from the roots (``inside``: only through these objects, and with no
+    share per root: the climb already chose them)."""
     # id -> (object, parent id or None, edge from the parent, root index)
     seen: dict[int, tuple[object, int | None, Edge | None, int]] = {}
     queue: deque[int] = deque()
     labels = [label for label, _ in roots]
+    share = MAX_PER_ROOT if inside is None else max_visited
     charged = [0] * len(roots)
+    cut: set[int] = set()
+    outcome = Searched(roots=len(roots))
     try:
         for index, (_, obj) in enumerate(roots):
             if id(obj) in seen or not walker.walkable(obj):
                 continue
             seen[id(obj)] = (obj, None, None, index)
             if is_target(obj):
-                return _walk_back(Path(labels[index]), seen, id(obj))
-            queue.append(id(obj))
-        deadline = time.perf_counter() + MAX_SECONDS
-        visited = 0
+                outcome.path = _walk_back(Path(labels[index]), seen, id(obj))
+                return outcome
+            if inside is None or id(obj) in inside:  # a root the climb did not meet: no chain
+                queue.append(id(obj))
         while queue:
             current = queue.popleft()
             obj, _, _, root_index = seen[current]
-            if charged[root_index] >= MAX_PER_ROOT:
-                continue  # that root's share is spent: its queued objects stay unexpanded
-            visited += 1
-            if visited > max_visited or (visited % 1024 == 0 and time.perf_counter() > deadline):
-                return None
+            if charged[root_index] >= share:
+                cut.add(root_index)  # that root's share is spent: its queue stays unexpanded
+                continue
+            if outcome.visited >= max_visited:
+                cut.update(seen[i][3] for i in (current, *queue))
+                break
+            outcome.visited += 1
             try:
                 out = list(walker.edges(obj))
             except Exception:  # an object whose attributes raise: skip it
                 continue
+            if partly_read(obj):
+                cut.add(root_index)
             for edge, child in out:
                 cid = id(child)
-                if cid in seen or not holds_references(child, walker) or not walker.walkable(child):
+                if cid in seen or (inside is not None and cid not in inside):
+                    continue
+                if not holds_references(child, walker) or not walker.walkable(child):
                     continue
                 seen[cid] = (child, current, edge, root_index)
                 if is_target(child):
-                    return _walk_back(Path(labels[root_index]), seen, cid)
-                if charged[root_index] < MAX_PER_ROOT:
+                    outcome.path = _walk_back(Path(labels[root_index]), seen, cid)
+                    return outcome
+                if charged[root_index] < share:
                     charged[root_index] += 1
                     queue.append(cid)
-        return None
+                else:
+                    cut.add(root_index)
+        outcome.cut = [labels[index] for index in sorted(cut)]
+        return outcome
     finally:
         seen.clear()
         queue.clear()
+
+
+def ancestors(
+    seeds: Sequence[object], roots: Sequence[object], walker: ObjectEdges
+) -> set[int] | None:
+    """The ids of the objects that refer, directly or through others, to a seed, climbed
+    level by level (``gc.get_referrers``: one scan of the heap a level) until a level
+    meets a root, and one level more (an instance's ``__dict__`` is a level of its own
+    here, not a link of a chain); None when no root is met within ``MAX_LEVELS`` levels
+    or the climb spreads past ``MAX_ANCESTORS`` objects (the plain search decides then).
+
+    Types, modules' namespaces and roots are not climbed past: every instance refers to
+    its type, every function to its module's namespace, and a chain starts at a root.
+    Only objects a chain may pass through are kept (``walker.walkable``)."""
+    root_ids = {id(obj) for obj in roots}
+    kept: dict[int, object] = {id(obj): obj for obj in seeds}  # ids unique while it runs
+    frontier: list[object] = list(seeds)
+    climbing: list[object] = []
+    mine = {id(kept), id(frontier), id(climbing), id(seeds)}
+    met_at: int | None = None
+    try:
+        for level in range(MAX_LEVELS):
+            if met_at is not None and level > met_at + 1:
+                break
+            climbing.extend(obj for obj in frontier if _climbed_past(obj, root_ids))
+            frontier.clear()
+            if not climbing:
+                break
+            referrers = gc.get_referrers(*climbing)
+            climbing.clear()
+            mine.add(id(referrers))
+            for obj in referrers:
+                if id(obj) in kept or id(obj) in mine or not walker.walkable(obj):
+                    continue
+                kept[id(obj)] = obj
+                frontier.append(obj)
+                if id(obj) in root_ids and met_at is None:
+                    met_at = level
+            referrers.clear()
+            if len(kept) > MAX_ANCESTORS:  # spread too wide: met, that is enough; else none
+                return set(kept) if met_at is not None else None
+        return set(kept) if met_at is not None else None
+    finally:
+        kept.clear()
+        frontier.clear()
+        climbing.clear()
+
+
+def _climbed_past(obj: object, root_ids: set[int]) -> bool:
+    """May the climb go on from ``obj`` to what refers to it (see ``ancestors``)?"""
+    if id(obj) in root_ids or isinstance(obj, type):
+        return False
+    return not (isinstance(obj, dict) and "__builtins__" in obj and "__name__" in obj)
 
 
 def _walk_back(path: Path, seen: Mapping[int, tuple[Any, ...]], last: int | None) -> Path:
