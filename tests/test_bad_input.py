@@ -271,8 +271,8 @@ def test_odd_tests_fail_pass_skip_and_xfail_as_they_should(pytester: pytest.Pyte
     # which tests failed, and why: the raising step with its own exception, not a leak
     result.stdout.fnmatch_lines(
         [
-            # a step that raised reads ERROR (the status table's word), not FAILED
-            "ERROR test_odd.py::test_raises_on_fifth_call - ValueError: boom on call 5",
+            # a step that raised fails with its exception: FAILED, as pytest counts it
+            "FAILED test_odd.py::test_raises_on_fifth_call - ValueError: boom on call 5",
             "*test_odd.py::test_yield_fixture_leaky*",
             "*test_odd.py::test_parametrized?leaky?*",
             "*test_odd.py::TestMethods::test_method_leaky*",

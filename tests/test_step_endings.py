@@ -127,6 +127,38 @@ def test_fail_exit_timeout_and_raising_track_get_a_note_and_a_row(
     )
 
 
+
+RAISES = """
+import pytest
+
+@pytest.mark.no_graph_growth(steps=4, warmup=1)
+def test_raises():
+    raise ValueError("bad batch")
+
+def test_plain():
+    pass
+"""
+
+
+@pytest.mark.parametrize("workers", [(), ("-n", "2")], ids=["one process", "xdist"])
+def test_a_raising_step_reads_failed_as_pytest_counts_it(
+    pytester: pytest.Pytester, workers: tuple[str, ...]
+) -> None:
+    """Counted "1 failed" by pytest, the short summary and the progress word say FAILED
+    with the step's exception (the contract), never ERROR, which pytest keeps for a
+    setup or teardown; the report section's row says why there is no verdict."""
+    if workers:
+        pytest.importorskip("xdist")
+    pytester.makepyfile(test_raise=RAISES)
+    flags = (*FAST, *workers) if not workers else ("-p", "no:randomly", *workers)
+    result = pytester.runpytest_subprocess(*flags, "--graphleak", "-rA", "-v")
+    result.assert_outcomes(failed=1, passed=1)
+    out = result.stdout.str()
+    assert "FAILED test_raise.py::test_raises - ValueError: bad batch" in out, out
+    assert "ERROR test_raise.py::test_raises -" not in out, out
+    result.stdout.fnmatch_lines(["ERROR  test_raise.py::test_raises", "*step raised: ValueError:*"])
+
+
 SUBTESTS = '''
 import pytest
 

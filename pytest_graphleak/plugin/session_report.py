@@ -276,9 +276,11 @@ class SessionReport:
             failing = data is not None and _has_leak(found, failing=True)
             if failing or (data is None and report.nodeid in self._failed_by_leak):
                 return "failed", "L", self._word(report, "LEAKED", {"red": True})
-            # a step that raised, a check with no verdict: their status words, not FAILED
+            # a check with no verdict: its status word, not FAILED. A step that raised fails
+            # the test with its exception (the contract): pytest's own FAILED, as its count
+            # says ("1 failed"); the graphleak report's row says why there is no verdict.
             status = _no_verdict(found) if data is not None else self._no_verdict.get(report.nodeid)
-            if status is None:
+            if status is None or status == "error":
                 return None
             facts = STATUS_FACTS[status]
             word = self._word(report, facts.label, {facts.colour: True})
