@@ -25,11 +25,17 @@ the test's node id, the kind of check (``marker``, ``check(step)``, ``track(1)``
 ``outlive``: the check's name after the node id, a window's step range left out), the
 pattern word and the holder path, spelled from the diagnosis' typed chain
 (``diagnosis.links``, never its printed labels): the root's kind and the user's name for
-it, then each object's type with the edge the chain leaves it by (``.history``,
-``['rows']``; an index or an integer key is ``[*]``), up to the first tensor or graph
-node (what its graph reaches is how deep the walk went). No length, shape, address or
-line number is in it: lines moving, tests reordered or a list growing change nothing; a
-new leak of the same test through another holder is a new key.
+it, then each object's type with the edge the chain leaves it by (``.history``; a
+dict's key, an index and a set's member are ``[*]``), up to the first tensor or graph
+node (what its graph reaches is how deep the walk went). No length, shape, address,
+line number or dict key is in it: lines moving, tests reordered, a list growing or a key
+that a run makes (a ``tmp_path``, a run name with a timestamp, ``f"run-{n}"``) change
+nothing; a new leak of the same test through another holder is a new key.
+
+Files written before keys were ``[*]`` spelled a dict's string key (``dict['rows']``):
+reading one respells each such holder (``respelled``) and says how many; entries that
+then name one finding are merged, their reasons kept. The version stays 2: the file's
+layout did not change, and an update writes the holders respelled.
 
 An outlive finding judged at a wider-scope fixture's teardown (graphs the tests handed a
 class, module, package or session fixture, still alive when it is torn down:
@@ -114,6 +120,10 @@ class Baseline:
     entries: dict[Key, Entry] = field(default_factory=dict)
     #: The file's version: an older one (``OLD_VERSIONS``) is read only to be rewritten.
     version: int = VERSION
+    #: Entries whose holder spelled a dict's key (``respelled``), and how many of them were
+    #: merged into another entry that then named the same finding.
+    respelled: int = 0
+    merged: int = 0
 
     def __contains__(self, key: object) -> bool:
         return key in self.entries
@@ -128,8 +138,9 @@ class Baseline:
 # -- keys -------------------------------------------------------------------------------
 _WINDOW = re.compile(r" steps \d+-\d+$")  # a check's name, not a chain label
 #: How the holder spells the edge a chain leaves an object by (``result.Link.edge``);
-#: an index, an integer key and a set's member are ``[*]``: they change from run to run.
-_ACCESS = {"attribute": ".{}", "ctx attribute": ".{}", "hook": ".{}", "key": "[{}]",
+#: an index, a dict's key (any: a path, a run name, a counter) and a set's member are
+#: ``[*]``: they change from run to run. Names of the user's code are kept.
+_ACCESS = {"attribute": ".{}", "ctx attribute": ".{}", "hook": ".{}", "key": "[*]",
            "index": "[*]", "member": "[*]", "closure cell": " closure '{}'",
            "generator frame": " local '{}'", "context value": ".get()"}  # fmt: skip
 #: The links after which the holder ends: what a graph reaches is how deep the walk went.
@@ -162,9 +173,19 @@ def holder_path(links: Sequence[Mapping[str, Any]]) -> str:
 
 
 def _access(edge: str, key: str) -> str:
-    if edge == "key" and key.lstrip("-").isdigit():
-        return "[*]"
     return _ACCESS.get(edge, "").format(key)
+
+
+#: A dict's key as files written before keys were ``[*]`` spelled it: right after the
+#: type that starts a link (``dict['rows']``, ``OrderedDict[3]``), up to the link's end.
+_SPELLED_KEY = re.compile(r"(^| -> )(\w+)\[(?!\*\](?: -> |$)).*?\](?= -> |$)")
+
+
+def respelled(holder: str) -> str:
+    """``holder`` with each dict key read ``[*]`` (``global 'R' -> dict['run-1'] ->
+    Tensor`` -> ``global 'R' -> dict[*] -> Tensor``): an entry written before keys were
+    ``[*]``, as a finding's key spells it now; unchanged when it has no such key."""
+    return _SPELLED_KEY.sub(r"\1\2[*]", holder)
 
 
 def fixture_check(fixture: str, scope: str) -> str:
@@ -269,8 +290,29 @@ def load(path: Path, *, rewriting: bool = False) -> Baseline:
                 f"{entry.key.text()} (one entry per finding)"
             )
         first[entry.key] = number
-        baseline.entries[entry.key] = entry
+        _add_respelled(baseline, entry)
     return baseline
+
+
+def _add_respelled(baseline: Baseline, entry: Entry) -> None:
+    """Add ``entry`` with its holder as a key spells it now (``respelled``); one that
+    then names the finding of an earlier entry is merged into it, reasons joined."""
+    if baseline.version != VERSION:  # an older layout: its keys match none, rewritten
+        baseline.entries[entry.key] = entry
+        return
+    key = entry.key
+    holder = respelled(key.holder)
+    if holder != key.holder:
+        baseline.respelled += 1
+        key = Key(key.test, key.check, key.pattern, holder)
+    earlier = baseline.entries.get(key)
+    if earlier is None:
+        baseline.entries[key] = Entry(key, entry.reason)
+        return
+    baseline.merged += 1
+    reasons = [r for r in (*earlier.reason.split("; "), entry.reason) if r]
+    joined = "; ".join(dict.fromkeys(reasons))  # once each, in the file's order
+    baseline.entries[key] = Entry(key, joined)
 
 
 def _entry(item: object, where: str) -> Entry:

@@ -508,7 +508,7 @@ def test_keys_leave_out_what_a_run_changes() -> None:
     first = baseline.key_of("t.py::test_a", **_check("t.py::test_a", _losses(12, [3, 4], 9)))
     later = baseline.key_of("t.py::test_a", **_check("t.py::test_a", _losses(40, [8, 4], 1)))
     assert first == later
-    assert first.holder == "fixture 'state' -> dict['losses'] -> list[*] -> Tensor"
+    assert first.holder == "fixture 'state' -> dict[*] -> list[*] -> Tensor"
     dict_of_steps = [{"kind": "root", "type": "global", "name": "cache"},
                      _link("container", "dict", "key", "21", length=22),
                      _link("tensor", "Tensor")]  # fmt: skip

@@ -289,6 +289,19 @@ class BaselineRun:
                 f"{baseline.VERSION}: {len(done.entries)} findings, {done.reasons_kept} "
                 f"reasons kept{dropped}")  # fmt: skip
 
+    def _respelled(self, path: str) -> str:
+        """Entries written before a holder read every dict key as ``[*]``
+        (``baseline.respelled``): how they were matched, and what writes them so."""
+        loaded = self.baseline
+        merged = (f" ({loaded.merged} merged into an entry that then named the same "
+                  "finding, reasons joined)" if loaded.merged else "")  # fmt: skip
+        done = ("; this update wrote them so" if self.written is not None
+                else f"; {UPDATE_FLAG} writes them so")  # fmt: skip
+        return (f"graphleak baseline: {loaded.respelled} entries of {path} spell a dict's "
+                "key in their holder (written before holders read every key as [*]: a "
+                "key can change from run to run, a tmp_path, a run name); they were "
+                f"matched with [*] for the key{merged}{done}")
+
     def lines(self, columns: int = 0) -> list[tuple[str, dict[str, bool]]]:
         """The terminal's lines after the session's sentence, in ``columns`` (broken at
         spaces), but the update command: whole on a line of its own, to be copied."""
@@ -298,6 +311,8 @@ class BaselineRun:
         out: list[tuple[str, dict[str, bool]]] = []
         if self.written is not None:
             out.append((self._wrote(self.written, path), {}))
+        if self.baseline.respelled:
+            out.append((self._respelled(path), {}))
         fixed = self.fixed()
         if fixed:
             out.append((f"fixed since the baseline ({len(fixed)}, listed in {path}):",
