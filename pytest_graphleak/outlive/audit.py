@@ -34,11 +34,13 @@ from typing import Any, Protocol
 from pytest_graphleak.heap.usercode import is_user_module
 from pytest_graphleak.outlive.census import Census
 from pytest_graphleak.outlive.explain import Deferred, Explained, Holder, Listed, Targets, explain
+from pytest_graphleak.outlive.gate import Gate
 from pytest_graphleak.outlive.rerun import SiteRun, amend
 from pytest_graphleak.outlive.roots import (
     MISSING,
     class_attributes,
     fixture_label,
+    global_values,
     globals_of,
     live_fixtures,
     owned_by,
@@ -84,6 +86,11 @@ class Audit:
         #: Why some tests could not be audited (shown once in the summary).
         self.notes: set[str] = set()
         self._kinds: dict[type, bool] = {}  # type -> a graph type? (censuses share it)
+        self._gate = Gate()
+        #: The user's module names in sys.modules, and the (size, newest name) of
+        #: sys.modules they were read at (``_other_modules``).
+        self._user_names: list[str] = []
+        self._modules_key: tuple[int, str | None] = (-1, None)
 
     # -- one test -----------------------------------------------------------------------
     def census(self) -> Census:
@@ -145,7 +152,7 @@ class Audit:
         found = census.young()
         try:
             if found is not None:  # what it made is listed: only those are looked for
-                near = [h.value for h in self.holders(test, others=False)]
+                near = self.root_values(test, others=False)
                 found.extend(census.grown_near(near))
                 near.clear()
                 if not found:
@@ -153,7 +160,16 @@ class Audit:
                 targets = Listed(found, census.grown_in_place)
             if handed:  # judged at a fixture's teardown just now: that fixture's finding
                 targets = _Without(targets, handed)
-            roots = self.holders(test, imported=census.modules_imported())
+            imported = census.modules_imported()
+            # Most graphs still alive are held by nothing of the user's (torch's C++, a
+            # cycle the collector has not freed yet): the cheap walk says so first.
+            values = self.root_values(test, imported=imported)
+            try:
+                if self._gate.may_reach(values, targets.made_during, census.backends) is False:
+                    return Explained()
+            finally:
+                values.clear()
+            roots = self.holders(test, imported=imported)
             return explain(targets, roots, nodeid=test.nodeid,
                            backends=census.backends, keep_paths=keep_paths,
                            site_of=site_of)  # fmt: skip
@@ -406,11 +422,8 @@ class Audit:
             holders.extend(class_attributes(test.cls, self._set_by))
         if fixtures:
             holders.extend(live_fixtures(test))
-        for name, other in list(sys.modules.items()) if others else ():
-            if name in imported or other is module or not isinstance(other, types.ModuleType):
-                continue
-            if is_user_module(name):
-                holders.extend(globals_of(other))
+        for other in self._other_modules(module, imported) if others else ():
+            holders.extend(globals_of(other))
         if not self.keep:
             return holders
         # graphleak_outlive_keep names holder OBJECTS: whatever alias or path reaches one
@@ -423,6 +436,38 @@ class Audit:
         roots = [h for h in holders if id(h.value) not in kept]
         roots.extend(Holder("kept on purpose", "", obj, kept=True) for obj in kept.values())
         return roots
+
+    def root_values(
+        self, test: AuditedTest, *, others: bool = True, imported: Collection[str] = ()
+    ) -> list[Any]:
+        """The values of the roots ``holders`` names (the caller owns the list): read, not
+        labelled, for the gate (``outlive/gate``), which walks what they reach."""
+        values: list[Any] = []
+        if test.module is not None:
+            values.extend(global_values(test.module))
+        if test.cls is not None:
+            values.extend(h.value for h in class_attributes(test.cls, self._set_by))
+        values.extend(h.value for h in live_fixtures(test))
+        for other in self._other_modules(test.module, imported) if others else ():
+            values.extend(global_values(other))
+        return values
+
+    def _other_modules(
+        self, module: types.ModuleType | None, imported: Collection[str]
+    ) -> Iterator[types.ModuleType]:
+        """The user's modules but ``module`` and those first ``imported`` during the test.
+        Which modules are the user's is decided once per module name, again only when
+        ``sys.modules`` changed (its size or its newest name)."""
+        modules = sys.modules
+        key = (len(modules), next(reversed(modules), None))
+        if key != self._modules_key:
+            self._user_names = [name for name in list(modules) if is_user_module(name)]
+            self._modules_key = key
+        for name in self._user_names:
+            other = modules.get(name)
+            if other is module or name in imported or not isinstance(other, types.ModuleType):
+                continue
+            yield other
 
     def _kept_on_purpose(self, qualified: str) -> bool:
         return any(fnmatch.fnmatchcase(qualified, pattern) for pattern in self.keep)

@@ -32,6 +32,12 @@ def globals_of(module: types.ModuleType) -> Iterable[Holder]:
                          read=reader(names, name, value))  # fmt: skip
 
 
+def global_values(module: types.ModuleType) -> list[Any]:
+    """The values of ``globals_of(module)`` and a few it leaves out (modules, builtins:
+    the gate skips them), read without making a holder each."""
+    return [value for name, value in list(vars(module).items()) if not name.startswith("__")]
+
+
 def reader(names: Mapping[str, Any], name: str, value: object) -> Any:
     return lambda: names.get(name, value)
 

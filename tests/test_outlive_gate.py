@@ -1,0 +1,175 @@
+"""The audit's gate (``outlive/gate``): its "no root reaches it" must be final, so it
+agrees with the labelled search (``outlive/explain``) on every holder shape, reads a
+library function's globals no more than that search does, and says "not known" past its
+limit."""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import json
+import weakref
+from collections import deque
+from collections.abc import Callable, Iterator
+from typing import Any
+from unittest import mock
+
+import numpy as np
+import pytest
+
+import minigrad as mg
+from pytest_graphleak.outlive.explain import Holder, Listed, explain
+from pytest_graphleak.outlive.gate import Gate
+from pytest_graphleak.probes.autograd import active_backends
+
+
+def graph_tensor() -> mg.Tensor:
+    return (mg.Tensor([1.0, 2.0], requires_grad=True) * 3).sum()
+
+
+class Box:
+    def __init__(self, value: object) -> None:
+        self.value = value
+
+
+class Holds(Box):
+    def read(self) -> object:
+        return self.value
+
+
+class Slotted:
+    __slots__ = ("value",)
+
+    def __init__(self, value: object) -> None:
+        self.value = value
+
+
+def _closure(value: object) -> Callable[[], object]:
+    return lambda: value
+
+
+def _defaults(value: object) -> Callable[..., object]:
+    def use(x: object = value) -> object:
+        return x
+
+    return use
+
+
+def _paused(value: object) -> Iterator[object]:
+    held = [value]
+    yield held
+
+
+def _class_attribute(value: object) -> type:
+    return type("Holding", (), {"KEPT": value, "__module__": __name__})
+
+
+def _cached(value: object) -> Callable[[int], object]:
+    @functools.lru_cache(maxsize=8)
+    def make(n: int) -> object:
+        return value
+
+    make(1)
+    return make
+
+
+def _mock(value: object) -> mock.Mock:
+    double = mock.Mock()
+    double.on_batch_end(value)
+    return double
+
+
+def _context_var(value: object) -> contextvars.ContextVar[object]:
+    var: contextvars.ContextVar[object] = contextvars.ContextVar("graphleak_gate_test")
+    var.set(value)
+    return var
+
+
+def _object_array(value: object) -> np.ndarray:
+    array = np.empty(2, dtype=object)
+    array[1] = value
+    return array
+
+
+#: name -> a root that keeps the value, the way a library or a test double would.
+SHAPES: dict[str, Callable[[object], object]] = {
+    "list": lambda v: [v],
+    "dict value": lambda v: {"k": v},
+    "deque": lambda v: deque([v]),
+    "tuple in a set": lambda v: {(1, Box(v))},
+    "instance attribute": Box,
+    "slot": Slotted,
+    "closure": _closure,
+    "default": _defaults,
+    "bound method": lambda v: Holds(v).read,
+    "partial": lambda v: functools.partial(print, v),
+    "generator local": _paused,
+    "class attribute": _class_attribute,
+    "lru_cache": _cached,
+    "mock call_args_list": _mock,
+    "context variable": _context_var,
+    "numpy object array": _object_array,
+}
+
+
+def _verdicts(root: object, target: object) -> tuple[bool | None, bool]:
+    """(the gate's answer, does the labelled search name a holder) for one root."""
+    backends = active_backends()
+    targets = Listed([target])
+    gate = Gate().may_reach([root], targets.made_during, backends)
+    found = explain(targets, [Holder("global 'x'", "x", root)], nodeid="t", backends=backends)
+    named = bool(found.results)
+    found.release()
+    return gate, named
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_the_gate_finds_what_the_labelled_search_names(shape: str) -> None:
+    target = graph_tensor()
+    root = SHAPES[shape](target)
+    assert _verdicts(root, target) == (True, True)
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_a_root_that_does_not_keep_it_is_no(shape: str) -> None:
+    target = graph_tensor()
+    root = SHAPES[shape](graph_tensor())  # another graph, not the one looked for
+    assert _verdicts(root, target) == (False, False)
+
+
+def test_a_library_functions_globals_are_not_read() -> None:
+    """A function of the standard library leads to its module's globals through
+    ``__globals__``; neither walk follows that (the whole package would be read)."""
+    target = graph_tensor()
+    json._graphleak_gate_test = target  # type: ignore[attr-defined]
+    try:
+        assert _verdicts(json.dumps, target) == (False, False)
+    finally:
+        del json._graphleak_gate_test  # type: ignore[attr-defined]
+
+
+def test_a_weak_reference_keeps_nothing() -> None:
+    target = graph_tensor()
+    box = Box(target)
+    assert _verdicts(weakref.proxy(box), target) == (False, False)
+    assert _verdicts([weakref.ref(box)], target) == (False, False)
+
+
+def test_past_its_limit_the_gate_does_not_know() -> None:
+    target = graph_tensor()
+    crowd: list[Any] = [[i] for i in range(1_000)]
+    crowd.append([target])
+    backends = active_backends()
+    wanted = Listed([target]).made_during
+    assert Gate().may_reach([crowd], wanted, backends, limit=100) is None
+    assert Gate().may_reach([crowd], wanted, backends) is True
+
+
+def test_the_gate_keeps_nothing_alive() -> None:
+    target = graph_tensor()
+    holder = Box([target])
+    gate = Gate()
+    assert gate.may_reach([holder], Listed([target]).made_during, active_backends())
+    ref = weakref.ref(holder)
+    del holder
+    assert ref() is None  # only the class is remembered, by weak reference
