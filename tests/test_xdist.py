@@ -282,3 +282,50 @@ def test_catalogue_same_alone_and_on_two_workers(pytester: pytest.Pytester) -> N
     for test in doc_alone["tests"]:
         statuses[test["nodeid"].rsplit("::", 1)[1]].add(test["status"])
     assert statuses == {"test_leaky": {"leaked"}, "test_fixed": {"clean"}}
+
+
+WIDE_TEXT = """
+import pytest
+import minigrad as mg
+
+
+@pytest.fixture
+def state():
+    return {"w": mg.Tensor([[0.5, -0.2], [0.1, 0.3]], requires_grad=True), "losses": []}
+
+
+@pytest.mark.no_graph_growth
+def test_train_step_with_a_rather_long_name_that_makes_lines_long(state):
+    loss = (mg.Tensor([[1.0, 2.0]]) @ state["w"]).tanh().sum()
+    loss.backward()
+    state["losses"].append(loss)
+"""
+
+
+@pytest.mark.parametrize("columns", [None, "120"])
+def test_a_workers_failure_text_breaks_at_the_controllers_width(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, columns: str | None
+) -> None:
+    """Under -n 2 the failure text is broken at the width the controller writes at, as in
+    one process (80 columns when COLUMNS is unset, as on CI): the controller prints the
+    lines its worker sent as they are."""
+    pytest.importorskip("xdist")
+    if columns is None:
+        monkeypatch.delenv("COLUMNS", raising=False)
+    else:
+        monkeypatch.setenv("COLUMNS", columns)
+    width = int(columns or 80)
+    pytester.makepyfile(test_wide=WIDE_TEXT)
+    outputs = []
+    for workers in (("-p", "no:xdist"), ("-n", "2")):
+        result = pytester.runpytest_subprocess("--graphleak", "-p", "no:randomly", *workers)
+        result.assert_outcomes(failed=1)
+        text = result.stdout.str()
+        start = text.index("graphleak: test_wide.py::")
+        failure = text[start : text.index("\n=", start)].splitlines()
+        outputs.append([line for line in failure if "took" not in line and " s)" not in line])
+        held = [line for line in failure if line.startswith("  held by:")]
+        assert held, text
+        assert all(len(line) <= width for line in failure[1:]), (width, failure)
+        assert any(line.startswith("           ") for line in failure), failure  # broken
+    assert outputs[0] == outputs[1]  # the same lines in one process and under xdist

@@ -85,7 +85,10 @@ class Reports:
         if getattr(excinfo.value, "graphleak_plain", False):
             # The marker's failure is the report itself: no traceback into the plugin.
             report.longrepr = excinfo.getrepr(style="value")
-            terminal.colour_failure(report.longrepr)  # pattern, held by, stored at, fix
+            worker = hasattr(item.config, "workerinput")  # pytest-xdist's worker
+            terminal.colour_failure(report.longrepr,  # pattern, held by, stored at, fix
+                                    worker_columns=terminal.columns_of(item.config) if worker
+                                    else None)  # fmt: skip
         crash = getattr(report.longrepr, "reprcrash", None)
         if crash is not None and excinfo.value.result is not None:
             # pytest's short summary line reads this: say what leaked, not the exception type.

@@ -87,8 +87,17 @@ def summary_room(item: Any, word: str) -> int | None:
     return columns_of(config) - len(f"{word} {item.nodeid} - ")
 
 
+#: ``workerinput`` key: the width the pytest-xdist controller writes at (``columns_of``).
+WORKER_COLUMNS = "graphleak_columns"
+
+
 def columns_of(config: Any) -> int:
-    """The width pytest writes at (80 where it has no terminal reporter: ``-p no:terminal``)."""
+    """The width pytest writes at (80 where it has no terminal reporter: ``-p no:terminal``);
+    on a pytest-xdist worker, the controller's, which prints what the worker wrote (80
+    where the controller did not say)."""
+    workerinput = getattr(config, "workerinput", None)
+    if isinstance(workerinput, dict):
+        return int(workerinput.get(WORKER_COLUMNS, 80))
     try:
         return int(config.get_terminal_writer().fullwidth)
     except (AttributeError, AssertionError):
@@ -239,8 +248,10 @@ class ReprEntry(_code.ReprEntry):
             tw.write("\n")
 
 
-def colour_failure(longrepr: Any) -> None:
-    """Let the value-style entries of ``longrepr`` colour their lines (in place)."""
+def colour_failure(longrepr: Any, *, worker_columns: int | None = None) -> None:
+    """Let the value-style entries of ``longrepr`` colour their lines (in place). On a
+    pytest-xdist worker (``worker_columns``: the controller's width) the lines are broken
+    here: the controller gets pytest's plain entry, which prints its lines as they are."""
     for element in getattr(longrepr, "chain", ()):
         entries = getattr(element[0], "reprentries", None)
         if entries is None:
@@ -248,6 +259,9 @@ def colour_failure(longrepr: Any) -> None:
         for index, entry in enumerate(entries):
             if type(entry) is _code.ReprEntry and entry.style == "value":
                 fields = {f.name: getattr(entry, f.name) for f in dataclasses.fields(entry)}
+                if worker_columns is not None:
+                    text = "\n".join(fields["lines"])
+                    fields["lines"] = [part for part, _ in wrapped(text, worker_columns)]
                 entries[index] = ReprEntry(**fields)
 
 
