@@ -40,6 +40,8 @@ DEFAULT_WARMUP = 3
 DEFAULT_RSS_TOLERANCE = 1024 * 1024  # bytes per step; see README "How the verdict decides"
 #: ``--graphleak-github``: the GitHub Actions gate (``report/github.py``)
 GITHUB_MODES = ("auto", "on", "off")
+#: ``--graphleak-verify-fix``: try each fix by re-running the step (``diagnose/fix_verify``).
+VERIFY_FIX_MODES = ("on", "off")
 
 #: Where an option can be given (see the module docstring).
 PLACES = ("pytest", "marker", "check", "track", "command")
@@ -194,6 +196,13 @@ OPTIONS: tuple[Option, ...] = (
            "counts alone (default: every leak is diagnosed)",
            _PER_CHECK, "--graphleak-no-diagnose", "graphleak_diagnose",
            _bool, flag_value=False, command_flag="--no-diagnose"),
+    Option("verify_fix", "choice", "on",
+           "try each leak's fix before printing it: the step re-run a few more times with "
+           "the change applied in memory (no file is written), the first change under "
+           "which nothing grows printed as verified; 'off' prints the advice marked not "
+           "verified (default: on)",
+           frozenset({"pytest"}), "--graphleak-verify-fix", "graphleak_verify_fix",
+           _one_of(VERIFY_FIX_MODES), metavar="on|off", command_flag="--verify-fix"),
     Option("warn_only", "bool", False,
            "report leaks (warning, summary, reports) without failing the tests",
            frozenset({"pytest"}), "--graphleak-warn-only", "graphleak_warn_only", _bool),
@@ -315,6 +324,7 @@ class Settings:
     probes: tuple[str, ...] | None = None
     start_scan: str = "roots"
     diagnose: bool = True
+    verify_fix: str = "on"
     warn_only: bool = False
     outlive: str = "warn"
     outlive_keep: tuple[str, ...] = ()

@@ -26,7 +26,14 @@ from pytest_graphleak.heap.usercode import is_user_file
 from pytest_graphleak.metrics import Metric
 from pytest_graphleak.options import Settings
 from pytest_graphleak.patterns import FALLBACK, FIXES, PATTERNS
-from pytest_graphleak.result import CheckResult, CreationSite, Declaration, Diagnosis, Verdict
+from pytest_graphleak.result import (
+    CheckResult,
+    CreationSite,
+    Declaration,
+    Diagnosis,
+    Fix,
+    Verdict,
+)
 from pytest_graphleak.verdict import (
     FEWEST_STEPS,
     Limits,
@@ -213,12 +220,56 @@ def conclude(
         verdict.reason += "; " + "; ".join(remarks)
     if verdict.leaked and settings.diagnose:
         started = time.perf_counter()
+        found_roots = roots() if roots else {}
         result.diagnosis = explain(
             verdict, metrics=series.metrics, step=diagnose_step,
-            roots=roots() if roots else {}, exclude=exclude, observation=observation,
+            roots=found_roots, exclude=exclude, observation=observation,
         )  # fmt: skip
+        tried = tried_fix(result.diagnosis, settings=settings, step=diagnose_step,
+                          roots=found_roots)  # fmt: skip
+        result.diagnosis.fix_tried = tried
+        if not tried.verified and tried.text:  # never a change that was tried and failed
+            result.diagnosis.fix = tried.text
+        del found_roots  # the result keeps nothing the step made
         result.duration_s += time.perf_counter() - started
     return result
+
+
+def tried_fix(
+    diagnosis: Diagnosis,
+    *,
+    settings: Settings,
+    step: Callable[[], object] | None,
+    roots: Mapping[str, object],
+) -> Fix:
+    """The diagnosis's fix as tried: each candidate change re-run with the check's own
+    steps, probes and verdict (``diagnose.fix_verify``); not verified, and why, where the
+    step cannot be re-run (a running loop) or verification is off."""
+    from pytest_graphleak.diagnose import fix_verify
+
+    advice = diagnosis.fix or FIXES.get(diagnosis.pattern, "")
+    if settings.verify_fix == "off":
+        return fix_verify.not_verified(advice, fix_verify.OFF)
+    if step is None:
+        return fix_verify.not_verified(advice, fix_verify.LOOP)
+    reached = list(roots.values())
+
+    def trial() -> fix_verify.Trial:
+        series = tracker.run(step, steps=settings.steps, warmup=settings.warmup,
+                             probes=settings.probes, start_scan=settings.start_scan,
+                             roots=reached)  # fmt: skip
+        verdict = judged(series, settings)
+        grew = tuple(g.metric for g in verdict.growths) if verdict.leaked else ()
+        memory = all(series.metrics[name].counts == "memory" for name in grew
+                     if name in series.metrics)  # fmt: skip
+        return fix_verify.Trial(grew, series.calls, memory_only=memory)
+
+    try:
+        return fix_verify.verify_fix(diagnosis, step=step, roots=roots, trial=trial)
+    except Exception as exc:  # a failing verification never hides the leak
+        return fix_verify.not_verified(advice, f"verifying it failed: {type(exc).__name__}: {exc}")
+    finally:
+        reached.clear()
 
 
 def _recheck(verdict: Verdict, series: tracker.Series) -> Verdict:

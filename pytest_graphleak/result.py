@@ -152,6 +152,29 @@ NAMED_EDGES = frozenset({"key", "attribute", "closure cell", "generator frame",
 
 
 @dataclass
+class Fix:
+    """The fix as it was tried (``Diagnosis.fix_tried``): verified by re-running the step
+    with the change, or not, and why. A change that was tried and failed is never one."""
+
+    #: What follows the fix label: the changed line (verified), else the advice.
+    text: str
+    #: The step was re-run with the change in place and nothing grew.
+    verified: bool = False
+    #: Why it is not verified, one clause ("the step of a track() loop cannot be re-run");
+    #: None when verified.
+    why_not: str | None = None
+    #: The verified change as a unified diff of the user's file (its path relative to
+    #: the working directory); None when not verified.
+    diff: str | None = None
+    #: How many steps ran with the change (warmup included).
+    steps: int = 0
+    #: The changed file (absolute) and the content hash it had when the change was
+    #: verified: ``graphleak fix --apply`` writes only a file that still has it.
+    filename: str = ""
+    sha256: str = ""
+
+
+@dataclass
 class DrawingNode:
     """One box of a ``Drawing``: its text and what it stands for."""
 
@@ -227,6 +250,9 @@ class Diagnosis:
     #: The holder chain as typed links, root first, one per object (``Link``): what
     #: ``chain`` renders, before a long run of graph nodes is elided.
     links: list[Link] = field(default_factory=list)
+    #: The fix as tried (``Fix``): verified by re-running the step with the change, or
+    #: why not; None where no verification was asked for (a result made by hand).
+    fix_tried: Fix | None = None
 
 
 @dataclass(frozen=True)
@@ -351,6 +377,8 @@ class CheckResult:
             diag["stored_at"] = [CreationSite(**s) for s in diag.get("stored_at", [])]
             diag["change_at"] = [CreationSite(**s) for s in diag.get("change_at", [])]
             diag["links"] = [Link(**link) for link in diag.get("links", [])]
+            tried = diag.get("fix_tried")
+            diag["fix_tried"] = Fix(**tried) if tried else None
             drawn = diag.get("drawing")
             diag["drawing"] = Drawing.from_dict(drawn) if drawn else None
             diag.pop("dot", None)  # the document's rendering of the drawing

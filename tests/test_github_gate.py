@@ -107,7 +107,8 @@ def test_annotation_on_the_storing_line_and_the_step_summary(
     assert "| Status | Test | Pattern | Line | Fix | Details |" in summary
     link = f"https://github.com/octo/repo/blob/0123abc/test_gate.py#L{STORED_LINE}"
     assert (f"| \U0001f534 **LEAKED** | `test_gate.py::test_accumulates` | list-accumulation | "
-            f"[`test_gate.py:{STORED_LINE}`]({link}) | store loss.item()") in summary  # fmt: skip
+            f"[`test_gate.py:{STORED_LINE}`]({link}) | "
+            f"test\\_gate.py:{STORED_LINE}: losses.append(loss.item())") in summary  # fmt: skip
     assert "\U0001f535 **UNMEASURED** | `test_gate.py::test_unmeasured` |  |" in summary
     # clean rows are folded into a count, not listed one by one in the table
     assert "| `test_gate.py::test_clean`" not in summary

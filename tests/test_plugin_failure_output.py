@@ -108,8 +108,8 @@ def test_the_failure_reads_in_80_columns_and_shows_each_sample_with_v(
     assert "series (warmup | measured):" in verbose.stdout.str()
     grew = [x.split()[0] for x in failure if x.startswith("    minigrad.")]
     assert grew == ["minigrad.tensors", "minigrad.autograd_meta", "minigrad.nodes"]
-    fix = next(i for i, x in enumerate(failure) if x.startswith("  fix: "))
-    assert failure[fix + 1].startswith("       ")  # the fix goes on under its label
+    fix = next(i for i, x in enumerate(failure) if x.startswith("  fix ("))  # verified or not
+    assert failure[fix + 1].startswith("      ")  # the fix goes on under its label
     (short,) = [x for x in lines if x.startswith("LEAKED test_cols.py")]
     assert len(short) <= 80 and not short.endswith("..."), short
     assert short.endswith(" - list-accumulation"), short  # no room for the rate here

@@ -208,12 +208,16 @@ def _agree(result: CheckResult, pattern: str, fix: str) -> str:
     assert result.leaked and result.diagnosis is not None, result
     assert result.diagnosis.pattern == pattern, result.diagnosis.notes
     data = result.to_dict()
-    assert data["diagnosis"]["fix"] == fix
+    assert data["diagnosis"]["fix"] == fix  # the advice, worded from the facts
+    # What the fix line shows: the change that was verified, else that advice.
+    tried = result.diagnosis.fix_tried
+    shown = tried.text if tried is not None and tried.verified else fix
     view = diagnosis_view(pattern, CheckResult.from_dict(data).diagnosis)
-    assert [line.text for line in view if line.kind == "fix"] == [fix]
-    assert f"  fix: {fix}\n" in render_text(result) + "\n"
+    assert [line.text for line in view if line.kind == "fix"] == [shown]
+    label = next(line.label for line in view if line.kind == "fix")
+    assert f"  {label}: {shown}" in render_text(result)
     document = {"tests": [{"nodeid": "t.py::test", "outcome": "failed", "checks": [data]}]}
-    assert document_rows(document, {})[0].fix == fix
+    assert document_rows(document, {})[0].fix == shown
     assert FIXES[pattern] not in render_text(result)
     return fix
 
@@ -312,7 +316,7 @@ def test_a_window_modes_first_leak_names_its_lines_and_a_tail_judged_late_says_w
     first, tail = loop.results[1], loop.results[3]
     text = render_text(first)
     assert "created at: " in text and "stored at: " in text and "kept.append(loss)" in text
-    assert "fix: store loss.item() (a plain number) instead of loss" in text
+    assert "fix (not verified): store loss.item() (a plain number) instead of loss" in text
     tail_text = render_text(tail)
     assert "created at: " not in tail_text and "stored at: " not in tail_text
     assert "no created-at or stored-at line: a running loop's steps cannot be re-run" in tail_text
@@ -644,11 +648,11 @@ def test_the_deferred_backward_repro_under_pytest(pytester: pytest.Pytester) -> 
         "Tensor(shape=(), grad_fn=MeanBackward0)",
         '  stored at: test_deferred.py:11 in test_deferred_backward: st["pending"].append(loss)'
         "  (once per step)",
-        f"  fix: {fix}",
+        f"  fix (not verified): {fix}",
         "    held by: global 'test_keep.H' -> list(len=1) -> "
         "Tensor(shape=(), grad_fn=SumBackward0)",
-        "    fix: store plain numbers (.item()) or detached tensors (.detach()) in H, not "
-        "graph-carrying tensors",
+        "    fix (not verified): store plain numbers (.item()) or detached tensors (.detach()) "
+        "in H, not graph-carrying tensors",
     ):
         # the failure text wraps at 80 columns: compared with its whitespace folded
         assert " ".join(line.split()) in " ".join(out.split()), line

@@ -134,7 +134,7 @@ def test_the_failure_text_is_coloured_when_pytest_colours(pytester: pytest.Pytes
     result = pytester.runpytest_subprocess("--graphleak", "--color=yes", "-p", "no:randomly")
     out = result.stdout.str()
     assert result.ret == 1
-    assert "\x1b[32m\x1b[1m  fix: " in out and "\x1b[33m\x1b[1m  held by: " in out
+    assert "\x1b[32m\x1b[1m  fix (" in out and "\x1b[33m\x1b[1m  held by: " in out
 
 
 @pytest.mark.parametrize("markup", [True, False])

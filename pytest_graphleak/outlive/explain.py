@@ -34,6 +34,7 @@ from pytest_graphleak.diagnose.backends import NODE, TENSOR, Backend
 from pytest_graphleak.diagnose.classify import Facts, pattern_of, with_chain
 from pytest_graphleak.diagnose.edges import ObjectEdges
 from pytest_graphleak.diagnose.facts import chain_of
+from pytest_graphleak.diagnose.fix_verify import AUDIT, not_verified
 from pytest_graphleak.diagnose.render import drawing
 from pytest_graphleak.diagnose.search import Path, shortest_path
 from pytest_graphleak.diagnose.sites import Site, creation_site, function_at, most_common
@@ -293,6 +294,7 @@ def _result(
         kept_without_graph=bool(tensors) and node_count == 0,  # the census keeps graph objects
     )  # fmt: skip
     diagnosis.fix = choose_fix(diagnosis)  # no stored line yet: the holder's name, none invented
+    diagnosis.fix_tried = not_verified(diagnosis.fix, AUDIT)
     tensors.clear()
     nodes.clear()
     return CheckResult(

@@ -19,6 +19,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from pytest_graphleak.diagnose.fix_verify import AUDIT_RERUN, not_verified
 from pytest_graphleak.diagnose.loop_recorder import LoopRecorder
 from pytest_graphleak.diagnose.search import Path
 from pytest_graphleak.diagnose.sites import Site, per_step, recorder_trouble
@@ -125,6 +126,8 @@ def amend(
             if not stored and not any(note.startswith("stored at:") for note in trouble or ()):
                 diagnosis.notes.append("stored at: no user line of the re-run changed the holder")
             diagnosis.fix = choose_fix(diagnosis)  # worded for the storing line, as a step's is
+        if diagnosis.fix_tried is not None:
+            diagnosis.fix_tried = not_verified(diagnosis.fix, AUDIT_RERUN)
         diagnosis.notes.append(FOUND_BY)
 
 

@@ -362,7 +362,7 @@ def summary_lines(
             lines.extend((f"    {line}", line_markup(line)) for line in detail_lines(check))
         elif status in LEAK_STATUSES:  # the failure text above has the rest: what to change
             lines.extend((f"    {line}", line_markup(line)) for line in detail_lines(check)
-                         if line.startswith("fix: "))  # fmt: skip
+                         if line.startswith(("fix: ", "fix (")))  # fmt: skip
     return lines
 
 

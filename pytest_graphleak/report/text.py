@@ -246,6 +246,7 @@ LINE_MARKUP: tuple[tuple[str, dict[str, bool]], ...] = (
     ("cycle: ", {"yellow": True, "bold": True}),
     ("stored at: ", {"cyan": True, "bold": True}),
     ("fix: ", {"green": True, "bold": True}),
+    ("fix (", {"green": True, "bold": True}),  # fix (verified: ...): / fix (not verified):
 )
 
 

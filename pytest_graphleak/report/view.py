@@ -40,12 +40,14 @@ class ViewLine:
     kind: Kind
     text: str  # the pattern word, the chain, a site, a note or the fix
     #: What qualifies the text: the pattern's meaning here, how often a site acts per step
-    #: (``1 per step``, ``once per step``); "" for none.
+    #: (``1 per step``, ``once per step``), why a fix is not verified; "" for none.
     detail: str = ""
+    #: What qualifies the label: whether a fix was verified (``fix_qualifier``).
+    qualifier: str = ""
 
     @property
     def label(self) -> str:
-        return LABELS[self.kind]
+        return f"{LABELS[self.kind]} ({self.qualifier})" if self.qualifier else LABELS[self.kind]
 
     def plain(self) -> str:
         """``stored at: train.py:12 in step: kept.append(loss)  (once per step)``."""
@@ -90,9 +92,23 @@ def diagnosis_view(
         lines.append(ViewLine("stored-at", site_text(site, path), f"{times} {per}"))
     lines.extend(ViewLine("note", str(note)) for note in found.notes)
     fix = fix_of(pattern, diagnosis)
+    tried = diagnosis.fix_tried if diagnosis is not None else None
     if fix:
-        lines.append(ViewLine("fix", fix))
+        lines.append(ViewLine("fix", fix, detail=tried.why_not or "" if tried else "",
+                              qualifier=fix_qualifier(diagnosis)))  # fmt: skip
     return lines
+
+
+def fix_qualifier(diagnosis: Diagnosis | None) -> str:
+    """``verified: 19 more steps with this change grew nothing`` or ``not verified`` for
+    a fix that was tried or could not be (its why is the line's detail); "" for a
+    diagnosis from before fixes were tried (an older report, a result made by hand)."""
+    tried = diagnosis.fix_tried if diagnosis is not None else None
+    if tried is None:
+        return ""
+    if tried.verified:
+        return f"verified: {tried.steps} more steps with this change grew nothing"
+    return "not verified"
 
 
 def _per(site: CreationSite) -> str:
@@ -104,6 +120,10 @@ def fix_of(pattern: str, diagnosis: Diagnosis | None) -> str:
     """The fix that applies: the diagnosis's own field, chosen once where it was made
     (``words.fix.choose_fix``). With diagnosing off (no diagnosis), or in a report
     written before that field was always set, the pattern's usual one."""
+    tried = diagnosis.fix_tried if diagnosis is not None else None
+    if tried is not None and tried.verified and tried.text:
+        return tried.text  # the change that was verified
+    # Not verified: the advice, which a running loop words again once it sees the line.
     return (diagnosis.fix if diagnosis is not None else "") or FIXES.get(pattern, "")
 
 

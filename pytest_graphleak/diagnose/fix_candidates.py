@@ -1,0 +1,322 @@
+"""The changes a careful engineer would try for one leak, built from its facts, each an
+edit of one statement in the user's file (``fix_source.Edit``), most likely first.
+
+From the line to change (the ``stored at:`` line, else the first ``created at:`` line in
+user code):
+
+- the stored expression with ``.item()`` (a 0-dim tensor) or ``.detach()``;
+- a stored list, tuple or dict: each tensor detached, written on the elements (a list
+  literal's items, or a comprehension over the container), never a method call on the
+  container;
+- an object that carries graph-carrying tensors (a distribution's ``loc`` and
+  ``scale``): rebuilt from its detached tensors;
+- a running total (``total = total + loss``, ``buf = torch.cat([buf, out])``): its new
+  value detached;
+- the statement under ``no_grad()`` (torch's, or minigrad's where the code is
+  minigrad's), and so the line that made the value;
+- an accumulating library object called on the line: its own ``reset()`` after it;
+- an ``functools.lru_cache`` on the chain: ``cache_clear()`` after the step's call.
+
+Verification (``fix_verify``) tries them in this order and keeps the first that holds.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Sequence
+
+from pytest_graphleak.diagnose.fix_source import (
+    Edit,
+    Source,
+    char_col,
+    indent_of,
+    node_text,
+    one_line,
+    replace_node,
+    statement_at,
+)
+from pytest_graphleak.result import Link
+
+#: Methods that put their argument into the container they are called on.
+STORES = frozenset({"append", "appendleft", "add", "insert", "put", "put_nowait", "push",
+                    "extend", "extendleft", "setdefault", "add_", "copy_"})  # fmt: skip
+#: Methods that take many values at once: their argument is an iterable of tensors.
+MANY = frozenset({"extend", "extendleft"})
+#: At most this many candidates are tried per leak (each costs a re-run).
+MAX_CANDIDATES = 8
+_LRU = "_lru_cache_wrapper"
+
+
+def candidates(
+    source: Source,
+    lineno: int,
+    links: Sequence[Link],
+    *,
+    no_grad: str | None,
+    made_at: int | None = None,
+) -> list[Edit]:
+    """The edits to try for the statement at ``lineno`` (see the module docstring).
+    ``no_grad``: the expression that turns gradients off in that file
+    (``torch.no_grad()``, ``mg.no_grad()``; None: none is imported there); ``made_at``:
+    the line that made the leaked value, in the same file."""
+    statement = statement_at(source.tree, lineno)
+    if statement is None:
+        return []
+    found: list[Edit] = []
+    scalar = _scalar(links)
+    # What one entry is matters where the line puts an entry in (an append, d[k] = v),
+    # not where it rebuilds a value from the old one (a running total).
+    rebuilt = isinstance(statement, (ast.Assign, ast.AnnAssign)) and _rebuilds(statement)
+    element = None if rebuilt or isinstance(statement, ast.AugAssign) else _element(links)
+    for node in _stored(statement):
+        for text in _rewrites(source, node, scalar=scalar, element=element, many=_many(statement)):
+            found.append(_edit(source, statement, replace_node(source, statement, node, text)))
+        if isinstance(statement, ast.AugAssign) and node is statement.value:
+            found.append(_total_detached(source, statement))
+    found.extend(_resets(source, statement))
+    if no_grad is not None and _computes(statement):
+        found.append(_under(source, statement, no_grad))
+    made = statement_at(source.tree, made_at) if made_at is not None else None
+    if no_grad is not None and made is not None and made is not statement and _computes(made):
+        found.append(_under(source, made, no_grad))
+    cached = _cache_name(links)
+    if cached:
+        found.extend(_cache_clears(source, cached))
+    unique: dict[tuple[int, int, tuple[str, ...]], Edit] = {}
+    for edit in found:
+        unique.setdefault((edit.first, edit.last, edit.new), edit)
+    return list(unique.values())[:MAX_CANDIDATES]
+
+
+def _stored(statement: ast.stmt) -> list[ast.expr]:
+    """The expressions whose value the statement keeps, the likeliest first."""
+    if isinstance(statement, ast.AugAssign):  # total += loss
+        return [statement.value]
+    if isinstance(statement, (ast.Assign, ast.AnnAssign)) and statement.value is not None:
+        value = statement.value
+        parts = _parts(value) if _rebuilds(statement) else []
+        return [value, *parts]  # the new value whole, then the step's part of it
+    if isinstance(statement, ast.Return) and statement.value is not None:
+        return [statement.value]
+    if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call):
+        call = statement.value
+        args = [arg for arg in [*call.args, *(k.value for k in call.keywords)]
+                if not isinstance(arg, (ast.Constant, ast.Starred))]  # fmt: skip
+        if isinstance(call.func, ast.Attribute) and call.func.attr in STORES:
+            return args[-1:] + args[:-1]
+        return args
+    return []
+
+
+def _rebuilds(statement: ast.Assign | ast.AnnAssign) -> bool:
+    """``x = f(x, y)``: the new value is made from the old one (a running total)."""
+    targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+    dumped = {_dump(target) for target in targets}
+    value = statement.value
+    return value is not None and any(
+        _dump(node) in dumped
+        for node in ast.walk(value)
+        if isinstance(node, (ast.Name, ast.Attribute, ast.Subscript))
+    )
+
+
+def _dump(node: ast.AST) -> str:
+    """``node`` as text without its load/store context: a target and a read compare."""
+    return ast.dump(node, annotate_fields=False).replace("Store()", "").replace("Load()", "")
+
+
+def _parts(value: ast.expr) -> list[ast.expr]:
+    """The names that a rebuilt value adds each step (``out`` of ``torch.cat([buf,
+    out])``), not a module, an object whose attribute is read or a function called."""
+    skip: set[int] = set()
+    for node in ast.walk(value):
+        if isinstance(node, ast.Attribute):
+            skip.add(id(node.value))
+        elif isinstance(node, ast.Call):
+            skip.add(id(node.func))
+    names: list[ast.expr] = [node for node in ast.walk(value) if isinstance(node, ast.Name)
+                             and id(node) not in skip and node is not value]  # fmt: skip
+    return names[:3]
+
+
+def _many(statement: ast.stmt) -> bool:
+    call = statement.value if isinstance(statement, ast.Expr) else None
+    return (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
+            and call.func.attr in MANY)  # fmt: skip
+
+
+def _rewrites(
+    source: Source, node: ast.expr, *, scalar: bool, element: Link | None, many: bool
+) -> list[str]:
+    """``node`` rewritten so that what it stores carries no graph."""
+    text = node_text(source, node)
+    if not text or "\n" in text:
+        return []
+    if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+        items = [_atom(node_text(source, elt)) + ".detach()" for elt in node.elts]
+        if not items:
+            return []
+        return [_literal(node, items)]
+    if isinstance(node, ast.Dict):
+        pairs = [f"{node_text(source, k)}: {_atom(node_text(source, v))}.detach()"
+                 for k, v in zip(node.keys, node.values, strict=True) if k is not None]  # fmt: skip
+        return ["{" + ", ".join(pairs) + "}"] if len(pairs) == len(node.keys) else []
+    if isinstance(node, ast.Constant) or _detached(node):
+        return []
+    atom = _atom(text)
+    if many or (element is not None and element.kind == "container"):
+        base = element.base if element is not None else "list"
+        return [_each(atom, base, "detach"), _each(atom, base, "tolist")]
+    found = [f"{atom}.item()"] if scalar else []
+    found.append(f"{atom}.detach()")
+    if not scalar and element is not None and element.kind == "tensor":
+        found.append(f"{atom}.tolist()")  # numbers, where even a detached tensor piles up
+    if element is not None and element.kind == "object" and element.carriers and _plain(node):
+        detached = ", ".join(f"{atom}.{name}.detach()" for name in element.carriers)
+        found.append(f"type({atom})({detached})")
+    return found
+
+
+def _detached(node: ast.expr) -> bool:
+    """``x.detach()``, ``x.item()``: already keeps no graph."""
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("detach", "item", "tolist"))  # fmt: skip
+
+
+def _total_detached(source: Source, statement: ast.AugAssign) -> Edit:
+    """``total += loss`` as ``total = (total + loss).detach()``: the new total keeps no
+    graph, also when the old one already carries one (in place, it would stay chained)."""
+    target = node_text(source, statement.target)
+    value = node_text(source, statement.value)
+    op = _OPERATORS.get(type(statement.op), "+")
+    assert statement.end_lineno is not None
+    old = source.lines[statement.lineno - 1]
+    text = f"{target} = ({target} {op} {_atom(value)}).detach()"
+    head = old[: char_col(old, statement.col_offset)]
+    tail = source.lines[statement.end_lineno - 1][
+        char_col(source.lines[statement.end_lineno - 1], statement.end_col_offset or 0) :
+    ]
+    return _edit(source, statement, (head + text + tail,))
+
+
+_OPERATORS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
+
+
+def _each(atom: str, base: str, method: str) -> str:
+    """Each tensor of a container detached (or as numbers: ``tolist``), written on its
+    elements."""
+    if base == "dict":
+        return f"{{k: v.{method}() for k, v in {atom}.items()}}"
+    if base == "tuple":
+        return f"tuple(t.{method}() for t in {atom})"
+    return f"[t.{method}() for t in {atom}]"
+
+
+def _literal(node: ast.List | ast.Tuple | ast.Set, items: list[str]) -> str:
+    if isinstance(node, ast.List):
+        return "[" + ", ".join(items) + "]"
+    if isinstance(node, ast.Set):
+        return "{" + ", ".join(items) + "}"
+    return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+
+
+def _atom(text: str) -> str:
+    """``text`` as the operand of an attribute access: parenthesized unless it is a
+    name, an attribute, a subscript or a call already."""
+    try:
+        node = ast.parse(text, mode="eval").body
+    except SyntaxError:
+        return f"({text})"
+    plain = isinstance(node, (ast.Name, ast.Attribute, ast.Subscript, ast.Call))
+    return text if plain else f"({text})"
+
+
+def _plain(node: ast.expr) -> bool:
+    """A name or an attribute: evaluated more than once without side effects."""
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return isinstance(node, ast.Name)
+
+
+def _scalar(links: Sequence[Link]) -> bool:
+    """The kept tensor at the chain's end is 0-dim (a loss): ``.item()`` keeps its value."""
+    last = next((link for link in reversed(links) if link.kind == "tensor"), None)
+    return last is not None and last.shape == []
+
+
+def _element(links: Sequence[Link]) -> Link | None:
+    """What one entry of the growing container on the chain is (another container, an
+    object carrying tensors, a tensor): the container seen to grow, else the last one
+    that can; None without such a container."""
+    growing = [at for at, link in enumerate(links[:-1]) if link.kind == "container" and link.grows]
+    seen = [at for at in growing if links[at].grew]
+    if not growing:
+        return None
+    return links[(seen or growing)[-1] + 1]
+
+
+def _computes(statement: ast.stmt) -> bool:
+    """The statement computes a value (a call, an operator), not only moves one."""
+    value = getattr(statement, "value", None)
+    if not isinstance(value, ast.expr) or isinstance(statement, ast.Return):
+        return False
+    return any(isinstance(node, (ast.Call, ast.BinOp, ast.UnaryOp)) for node in ast.walk(value))
+
+
+def _edit(source: Source, statement: ast.stmt, new: tuple[str, ...]) -> Edit:
+    assert statement.end_lineno is not None
+    return Edit(source.filename, statement.lineno, statement.end_lineno, new, one_line(new))
+
+
+def _under(source: Source, statement: ast.stmt, no_grad: str) -> Edit:
+    """``with torch.no_grad():`` and the statement indented under it."""
+    assert statement.end_lineno is not None
+    old = source.lines[statement.lineno - 1 : statement.end_lineno]
+    pad = indent_of(old[0])
+    new = (f"{pad}with {no_grad}:", *(f"    {line}" if line.strip() else line for line in old))
+    shown = f"with {no_grad}: {one_line(old)}"
+    return Edit(source.filename, statement.lineno, statement.end_lineno, new, shown)
+
+
+def _resets(source: Source, statement: ast.stmt) -> list[Edit]:
+    """``metric.update(x)`` on an object that accumulates: ``metric.reset()`` after it
+    (the object's own method; a type without it raises, and the candidate is dropped)."""
+    call = statement.value if isinstance(statement, ast.Expr) else None
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)):
+        return []
+    holder = call.func.value
+    if call.func.attr in STORES or not _plain(holder):
+        return []
+    name = node_text(source, holder)
+    return [_after(source, statement, f"{name}.{method}()") for method in ("reset", "clear")]
+
+
+def _after(source: Source, statement: ast.stmt, text: str) -> Edit:
+    """``text`` as a statement of its own right after ``statement``."""
+    assert statement.end_lineno is not None
+    old = source.lines[statement.lineno - 1 : statement.end_lineno]
+    new = (*old, indent_of(old[0]) + text)
+    return Edit(source.filename, statement.lineno, statement.end_lineno, new,
+                f"{one_line(old)}; then {text}")  # fmt: skip
+
+
+def _cache_name(links: Sequence[Link]) -> str:
+    """The global name of an ``lru_cache`` on the chain (``features``), "" for none."""
+    if len(links) > 1 and links[1].type == _LRU and links[0].type == "global":
+        return links[0].name
+    return ""
+
+
+def _cache_clears(source: Source, name: str) -> list[Edit]:
+    """``name.cache_clear()`` after the first statement of another function that calls
+    the cached function ``name``: what it cached is used by then."""
+    for node in ast.walk(source.tree):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or node.name == name:
+            continue
+        for statement in node.body:
+            if isinstance(statement, (ast.Expr, ast.Assign, ast.AugAssign)) and any(
+                isinstance(call, ast.Call) and isinstance(call.func, ast.Name)
+                and call.func.id == name for call in ast.walk(statement)
+            ):  # fmt: skip
+                return [_after(source, statement, f"{name}.cache_clear()")]
+    return []

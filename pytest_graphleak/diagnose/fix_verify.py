@@ -1,0 +1,154 @@
+"""A fix tried before it is printed: each candidate change (``fix_candidates``) applied
+in memory (``fix_swap``), the step re-run with the same fixtures and judged with the same
+verdict on the same metrics (``trial``, given by the pipeline); the first change under
+which the step neither raises nor grows anything is the verified fix.
+
+``verify_fix(diagnosis, step=, roots=, trial=) -> Fix``. A change that raised or under
+which a metric still grew is dropped and never printed: when none held, the fix is the
+advice the diagnosis worded (``Diagnosis.fix``), marked not verified, unless that
+advice is a change that failed (then the pattern's usual fix). ``not_verified`` words a
+fix that could not be tried at all (a running loop, the audit, verification off).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import types
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+from pytest_graphleak.diagnose.fix_candidates import candidates
+from pytest_graphleak.diagnose.fix_source import Edit, Source, read_source, unified_diff
+from pytest_graphleak.diagnose.fix_swap import NotSwappable, compile_changed, find_function, swapped
+from pytest_graphleak.heap.usercode import is_user_file
+from pytest_graphleak.patterns import FIXES
+from pytest_graphleak.result import CreationSite, Diagnosis, Fix, display_path
+from pytest_graphleak.words.lines import growth_fix
+
+#: Why a fix was not tried, one clause each (the fix line says it after "not verified").
+OFF = "fix verification is off (--graphleak-verify-fix=off)"
+LOOP = "the step of a running loop (track(), a framework callback) cannot be re-run"
+AUDIT = "the outlive audit does not re-run the test (--graphleak-outlive-sites=rerun does)"
+AUDIT_RERUN = "the outlive audit's re-run does not try fixes yet"
+LIBRARY = "the line to change is in a library, not in your code"
+NO_LINE = "no line to change was found"
+CYCLE = "changes for a reference cycle (a weak reference, a hook removed) are not tried yet"
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One re-run of the step with a change in place: did a metric grow, which, and how
+    many steps ran."""
+
+    grew: tuple[str, ...]
+    steps: int
+    #: Every metric that grew measures memory (bytes), none counts tensors or nodes.
+    memory_only: bool = False
+
+
+def not_verified(text: str, why: str) -> Fix:
+    return Fix(text=text, verified=False, why_not=why)
+
+
+def verify_fix(
+    diagnosis: Diagnosis,
+    *,
+    step: Callable[[], object],
+    roots: Mapping[str, object],
+    trial: Callable[[], Trial],
+) -> Fix:
+    """The fix of ``diagnosis`` as tried (see the module docstring)."""
+    advice = diagnosis.fix or FIXES.get(diagnosis.pattern, "")
+    if diagnosis.pattern == "cycle":
+        return not_verified(advice, CYCLE)
+    site = _line_to_change(diagnosis)
+    if site is None:
+        library = any(
+            not is_user_file(s.filename) for s in [*diagnosis.stored_at, *diagnosis.sites]
+        )
+        return not_verified(advice, LIBRARY if library else NO_LINE)
+    source = read_source(site.filename)
+    if source is None:
+        return not_verified(advice, f"{display_path(site.filename)} could not be read")
+    starts = [step, *roots.values()]
+    made = next((s.lineno for s in diagnosis.sites if s.filename == site.filename), None)
+    tried: list[tuple[Edit, Trial | str]] = []
+    edits = candidates(source, site.lineno, diagnosis.links,
+                       no_grad=_no_grad(site, starts), made_at=made)  # fmt: skip
+    for edit in edits:
+        outcome = try_edit(edit, source, starts, trial)
+        if isinstance(outcome, Trial) and not outcome.grew:
+            name = display_path(source.filename)
+            return Fix(text=f"{name}:{edit.first}: {edit.shown}", verified=True,
+                       diff=unified_diff(source, edit, name), steps=outcome.steps,
+                       filename=os.path.abspath(source.filename), sha256=source.sha256)  # fmt: skip
+        tried.append((edit, outcome))
+    return _none_held(diagnosis, advice, tried, site)
+
+
+def _line_to_change(diagnosis: Diagnosis) -> CreationSite | None:
+    """The ``stored at:`` line, else the first ``created at:`` line, in user code."""
+    for site in [*diagnosis.stored_at, *diagnosis.sites]:
+        if is_user_file(site.filename):
+            return site
+    return None
+
+
+def try_edit(
+    edit: Edit, source: Source, starts: list[object], trial: Callable[[], Trial]
+) -> Trial | str:
+    """The re-run with ``edit`` in place, or why it could not run or raised."""
+    func = find_function(edit.filename, edit.first, starts)
+    if func is None:
+        return "no function that the step calls runs that line"
+    try:
+        code = compile_changed(func, source, edit)
+    except NotSwappable as exc:
+        return str(exc)
+    with swapped(func, code):
+        try:
+            return trial()
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as exc:  # a change that breaks the step is no fix
+            return f"raised {type(exc).__name__}"
+
+
+def _none_held(
+    diagnosis: Diagnosis, advice: str, tried: list[tuple[Edit, Trial | str]], site: CreationSite
+) -> Fix:
+    """No change held: the advice, unless it is one that failed; why in one clause."""
+    if not tried:
+        return not_verified(advice, "no change could be built from that line")
+    if any(edit.shown in advice for edit, _ in tried):
+        advice = FIXES.get(diagnosis.pattern, advice)  # never the change that failed
+    trials = [outcome for _, outcome in tried if isinstance(outcome, Trial)]
+    rebuilt = growth_fix(site.line)
+    if rebuilt and trials and all(t.memory_only for t in trials):
+        advice = rebuilt  # the graph stopped growing, the rebuilt buffer still grows
+    # How they failed, never the changes themselves: a change that failed is not printed.
+    how = (
+        [f"{len(tried) - len(trials)} could not run or raised"] if len(trials) < len(tried) else []
+    )
+    if trials:
+        grown = sorted({name for t in trials for name in t.grew})
+        how.append(f"{len(trials)} left {', '.join(grown)} growing")
+    count = (f"none of the {len(tried)} changes tried held" if len(tried) > 1
+             else "the one change tried did not hold")  # fmt: skip
+    return not_verified(advice, f"{count}: {' and '.join(how)}")
+
+
+def _no_grad(site: CreationSite, starts: Iterable[object]) -> str | None:
+    """``torch.no_grad()`` (or ``mg.no_grad()`` where the code is minigrad's) spelled with
+    the name the file imported it under; None when the file imports neither."""
+    func = find_function(site.filename, site.lineno, starts)
+    names = func.__globals__ if isinstance(func, types.FunctionType) else {}
+    for wanted in ("torch", "minigrad"):
+        module = sys.modules.get(wanted)
+        if module is None:
+            continue
+        for name, value in names.items():
+            if value is module:
+                return f"{name}.no_grad()"
+    return None
