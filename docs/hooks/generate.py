@@ -657,7 +657,7 @@ def demo_excerpt(what: str) -> str:
         return "\n".join(steps[:2])
     start = next((i for i, line in enumerate(lines) if line.startswith("-- verdict")), 0)
     end = next((i for i in range(start + 1, len(lines)) if not lines[i].strip()), len(lines))
-    wanted = ("-- verdict", "  held by:", "  created at:", "  stored at:", "  fix:")
+    wanted = ("-- verdict", "  held by:", "  created at:", "  stored at:", "  fix:", "  fix (")
     picked = [line for line in lines[start:end] if line.startswith(wanted)]
     summary = next((i for i, line in enumerate(lines) if line.startswith("Summary")), len(lines))
     table = [line for line in lines[summary:] if line.strip() and not line.startswith("done in")]

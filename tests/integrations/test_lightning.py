@@ -173,7 +173,9 @@ def test_window_mode_names_a_buffer_rebuilt_by_torch_cat_and_its_line(
     assert "held by: pl_module -> Regressor.all_preds -> Tensor(shape=(" in leak
     line = "self.all_preds = torch.cat([self.all_preds, preds.detach()])"
     assert leak.count(line) == 2, leak  # created at and stored at
-    assert "fix: self.all_preds is rebuilt bigger every step (torch.cat of itself" in leak
+    assert (
+        "fix (not verified): self.all_preds is rebuilt bigger every step (torch.cat of itself"
+    ) in leak
     assert recorded == cb.results
 
 
