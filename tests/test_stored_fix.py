@@ -320,7 +320,7 @@ def test_a_window_modes_first_leak_names_its_lines_and_a_tail_judged_late_says_w
     tail_text = render_text(tail)
     assert "created at: " not in tail_text and "stored at: " not in tail_text
     assert "no created-at or stored-at line: a running loop's steps cannot be re-run" in tail_text
-    assert f"  fix: {FIXES[LIST]}" in tail_text
+    assert f"  fix (not verified): {FIXES[LIST]}" in tail_text
 
 
 # -- tensors kept without a graph: the container to bound or clear is named ----------------
