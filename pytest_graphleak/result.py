@@ -267,6 +267,27 @@ class JudgedAt:
     #: pytest's node id of the scope the instance lived in (the class, the module, the
     #: package; "" for the session), as ``request.node`` names it.
     node: str
+    #: How the reports name the fixture (``fixture 'store' (class scope)``, ``class TestX
+    #: (setUpClass)``); "" in a report written before it was kept.
+    label: str = ""
+    #: The tests that requested this instance, in the order they ran (in the process
+    #: that ran them: one pytest-xdist worker's).
+    requested_by: tuple[str, ...] = ()
+    #: The test this finding is reported on: the one in whose teardown the instance was
+    #: torn down, when it requested it (the last that did); "" when that test did not
+    #: request it: the finding is the session's, on no test.
+    charged_to: str = ""
+    #: Where the fixture is defined (its file, absolute, and 1-based line): the line an
+    #: annotation goes to when no line that made or stored the graph is known.
+    file: str = ""
+    line: int = 0
+
+    @property
+    def row(self) -> str:
+        """The name of the finding's row: ``fixture 'store' (class scope) of
+        test_x.py::TestX``; a session fixture's without ``of``."""
+        name = self.label or f"fixture '{self.fixture}' ({self.scope} scope)"
+        return f"{name} of {self.node}" if self.node else name
 
 
 @dataclass
@@ -399,8 +420,13 @@ class CheckResult:
             kind=data.get("kind", "step"), warned=bool(data.get("warned", False)),
             known=bool(data.get("known", False)),
             declarations={k: Declaration(**v) for k, v in data.get("declarations", {}).items()},
-            judged_at=JudgedAt(**judged) if (judged := data.get("judged_at")) else None,
+            judged_at=_judged_at(judged) if (judged := data.get("judged_at")) else None,
         )  # fmt: skip
+
+
+def _judged_at(data: Mapping[str, Any]) -> JudgedAt:
+    """A ``JudgedAt`` read back from JSON (its tests are a list there)."""
+    return JudgedAt(**{**data, "requested_by": tuple(data.get("requested_by", ()))})
 
 
 def _number(value: Any) -> Any:

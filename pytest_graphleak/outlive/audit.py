@@ -29,6 +29,7 @@ import types
 import warnings
 import weakref
 from collections.abc import Collection, Iterator
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from pytest_graphleak.heap.usercode import is_user_module
@@ -77,9 +78,9 @@ class Audit:
         #: teardown (``judged``), and the fixture instances judged then (``torn_down``).
         self._judged: list[CheckResult] = []
         self._torn_down: list[JudgedAt] = []
-        #: id(definition) -> (definition, its live instance's scope node id): what the
-        #: findings judged at its teardown are keyed on (``JudgedAt``).
-        self._nodes: dict[int, tuple[FixtureDef, str]] = {}
+        #: id(definition) -> its live instance: what the findings judged at its teardown
+        #: are keyed on (``JudgedAt``) and the tests that requested it.
+        self._nodes: dict[int, _Instance] = {}
         #: The running test's graphs judged at a fixture teardown in its own teardown
         #: (weakly): its audit, after that teardown, does not name them again.
         self._handed: list[weakref.ref[Any]] = []
@@ -232,9 +233,20 @@ class Audit:
     def _judged_at(self, fixturedef: FixtureDef) -> JudgedAt | None:
         """The instance of ``fixturedef`` last set up (None: its setup was not seen)."""
         found = self._nodes.get(id(fixturedef))
-        if found is None or found[0] is not fixturedef:
+        if found is None or found.fixturedef is not fixturedef:
             return None
-        return JudgedAt(fixturedef.argname, fixturedef.scope, found[1])
+        return JudgedAt(fixturedef.argname, fixturedef.scope, found.node,
+                        fixture_label(fixturedef), tuple(found.requested), "",
+                        *found.where)  # fmt: skip
+
+    def requested(self, test: AuditedTest) -> None:
+        """``test`` ran (its teardown is over): the live wider-scope fixture instances it
+        requested note it (``JudgedAt.requested_by``)."""
+        for fixturedef in test.fixtures.values():
+            found = self._nodes.get(id(fixturedef))
+            if (found is not None and found.fixturedef is fixturedef
+                    and fixturedef.cached_result is not None):  # fmt: skip
+                found.requested.append(test.nodeid)
 
     def judge_pending(self, test: AuditedTest) -> list[CheckResult]:
         """Graphs a wider-scope fixture kept: once it is torn down, what still keeps them?"""
@@ -257,6 +269,8 @@ class Audit:
                 alive.clear()
             for result in explained.results:
                 result.judged_at = at
+                if at is not None:
+                    result.name = at.row
                 if result.diagnosis is not None and not result.diagnosis.sites:
                     result.diagnosis.notes.append(
                         f"created at: unknown (sites are recorded for {_sites(True)} graphs "
@@ -273,14 +287,16 @@ class Audit:
         return dict(vars(cls)) if cls is not None else {}
 
     def fixture_set_up(
-        self, fixturedef: FixtureDef, cls: type | None, before: dict[str, Any], node: str = ""
+        self, fixturedef: FixtureDef, cls: type | None, before: dict[str, Any], node: str = "",
+        where: tuple[str, int] = ("", 0),
     ) -> None:
         """Note the ``request.cls`` attributes a class-scoped fixture set (``before``: the
         class's attributes before its setup): what they keep is that fixture's while it
         lives, as its value is. Empties ``before``. ``node``: the node id of the scope
-        this instance lives in (``request.node``; "" for the session)."""
+        this instance lives in (``request.node``; "" for the session); ``where``: the
+        fixture's definition (file, line)."""
         if fixturedef.scope != "function":
-            self._nodes[id(fixturedef)] = (fixturedef, node)
+            self._nodes[id(fixturedef)] = _Instance(fixturedef, node, where)
         if cls is None:
             return
         changed = [name for name, value in list(vars(cls).items())
@@ -334,6 +350,10 @@ class Audit:
         self._handed.extend(ref for d in pending if d.nodeid == test.nodeid for ref in d.tensors)
         alive = [obj for deferred in pending for obj in deferred.alive()]
         at = self._judged_at(fixturedef)
+        if at is not None and any(fd is fixturedef for fd in test.fixtures.values()):
+            # torn down after its last test that requested it: that test's finding
+            at = replace(at, requested_by=(*at.requested_by, test.nodeid),
+                         charged_to=test.nodeid)  # fmt: skip
         if not alive:
             if at is not None:
                 self._torn_down.append(at)
@@ -356,6 +376,8 @@ class Audit:
             alive.clear()
         for result in results:
             result.judged_at = at  # keyed on the instance, not the test that tore it down
+            if at is not None:  # its row is named for the fixture
+                result.name = at.row
             diagnosis = result.diagnosis
             if diagnosis is None:
                 continue
@@ -480,6 +502,17 @@ class Audit:
         self._torn_down.clear()
         self._nodes.clear()
         self._handed.clear()
+
+
+@dataclass
+class _Instance:
+    """A live wider-scope fixture instance: its definition, the node id of its scope,
+    where the fixture is defined, and the tests that requested it so far."""
+
+    fixturedef: FixtureDef
+    node: str
+    where: tuple[str, int]
+    requested: list[str] = field(default_factory=list)
 
 
 class _Without:

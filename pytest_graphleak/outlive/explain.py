@@ -42,6 +42,7 @@ from pytest_graphleak.heap.graphwalk import GraphWalk, grad_fn_of
 from pytest_graphleak.patterns import BY_WORD
 from pytest_graphleak.result import JUDGED_AT_FIXTURE_TEARDOWN, CheckResult, Diagnosis, Verdict
 from pytest_graphleak.words.fix import choose_fix
+from pytest_graphleak.words.recorders import argument_name, call_name, recorder_of, recorder_story
 
 #: Holders reported per test, objects walked to count what one holder keeps, and the
 #: objects one search may visit (the user's module globals can reach big datasets).
@@ -290,7 +291,7 @@ def _result(
     diagnosis = Diagnosis(
         pattern, chain=chain, links=links, sites=sites, notes=notes,
         drawing=drawing(path, None, walker),
-        story=BY_WORD[pattern].outlive_meaning,
+        story=_story(pattern, links, path.objects, sites),
         kept_without_graph=bool(tensors) and node_count == 0,  # the census keeps graph objects
     )  # fmt: skip
     diagnosis.fix = choose_fix(diagnosis)  # no stored line yet: the holder's name, none invented
@@ -302,6 +303,15 @@ def _result(
         verdict=Verdict(leaked=True, pattern=pattern, reason=reason),
         diagnosis=diagnosis, kind="outlive",
     )  # fmt: skip
+
+
+def _story(pattern: str, links: list[Any], objects: list[Any], sites: list[Any]) -> str:
+    """What the pattern means here: in the user's words when a mock's records keep the
+    graph (``words/recorders``), else the pattern's outlive meaning."""
+    recorder = recorder_of(links)
+    if recorder is not None:
+        return recorder_story(recorder, argument_name(sites), call_name(objects))
+    return BY_WORD[pattern].outlive_meaning
 
 
 def _kind(obj: object, backends: list[Backend]) -> str | None:

@@ -14,6 +14,7 @@ pytest-xdist), where the session reporter adds them to the test's row.
 
 from __future__ import annotations
 
+import inspect
 import types
 import warnings
 from collections.abc import Generator
@@ -25,7 +26,7 @@ from pytest_graphleak.exceptions import GraphOutliveError, GraphOutliveWarning
 from pytest_graphleak.options import Settings
 from pytest_graphleak.outlive import Audit, AuditedTest, Census, FixtureDef, root_of
 from pytest_graphleak.plugin import outlive_rerun
-from pytest_graphleak.plugin.baseline import FIXTURES_JUDGED, unknown
+from pytest_graphleak.plugin.baseline import FIXTURE_FINDINGS, FIXTURES_JUDGED, unknown
 from pytest_graphleak.plugin.session_report import AUDITED
 from pytest_graphleak.plugin.terminal import OPT_OUT, columns_of, summary_room, warning_text
 from pytest_graphleak.report.model import results_of
@@ -40,6 +41,9 @@ _CHECKED_ROOTS_KEY = pytest.StashKey["set[str]"]()
 _AUDITED_KEY = pytest.StashKey[bool]()
 #: The wider-scope fixture instances judged at this test's teardown (``FIXTURES_JUDGED``).
 _TORN_DOWN_KEY = pytest.StashKey["list[list[str]]"]()
+#: Findings of fixtures this test did not request, torn down in its teardown
+#: (``FIXTURE_FINDINGS``): the session's, carried by its report to the session reporter.
+_THEIRS_KEY = pytest.StashKey["list[dict[str, Any]]"]()
 
 
 class OutliveAudit:
@@ -88,18 +92,26 @@ class OutliveAudit:
         if census is not None:
             del item.stash[_CENSUS_KEY]
         results: list[CheckResult] = []
+        test = audited(item)
         with audit.quiet(item.nodeid):
             if census is not None:
                 checked = item.stash.get(_CHECKED_ROOTS_KEY, set())
-                results = audit.audit(audited(item), census, checked=checked,
+                results = audit.audit(test, census, checked=checked,
                                       rerun=_Rerun(item, nextitem))  # fmt: skip
                 item.stash[_AUDITED_KEY] = True
         results.extend(audit.judged())  # judged at the fixture teardowns just done
         torn = audit.torn_down()
         if torn:  # the baseline: entries keyed on these instances were checked
             item.stash[_TORN_DOWN_KEY] = [[t.fixture, t.scope, t.node] for t in torn]
+        audit.requested(test)
         with audit.quiet(item.nodeid):
-            results.extend(audit.judge_pending(audited(item)))
+            results.extend(audit.judge_pending(test))
+        theirs = [r for r in results if not _charged_to(r, item.nodeid)]
+        if theirs:  # a fixture this test did not request: the session's, on no test
+            results = [r for r in results if _charged_to(r, item.nodeid)]
+            for result in unknown(item, theirs):  # marks the known ones
+                result.warned = self.mode != "fail"
+            item.stash[_THEIRS_KEY] = [result.to_dict() for result in theirs]
         if not results:
             return
         new = unknown(item, results)  # one listed in the baseline file is known: no error
@@ -130,7 +142,8 @@ class OutliveAudit:
         cls = request_cls(request) if fixturedef.scope == "class" else None
         before = self.audit.class_attributes(cls)
         outcome = yield
-        self.audit.fixture_set_up(fixturedef, cls, before, scope_node(request))
+        self.audit.fixture_set_up(fixturedef, cls, before, scope_node(request),
+                                  defined_at(fixturedef))  # fmt: skip
         add = getattr(fixturedef, "addfinalizer", None)
         if fixturedef.scope != "function" and add is not None and outcome.excinfo is None:
             # finalizers run last first: this one before the fixture's own teardown code
@@ -178,6 +191,10 @@ class OutliveAudit:
         if torn is not None:
             del item.stash[_TORN_DOWN_KEY]
             setattr(report, FIXTURES_JUDGED, torn)
+        theirs = item.stash.get(_THEIRS_KEY, None)
+        if theirs is not None:
+            del item.stash[_THEIRS_KEY]
+            setattr(report, FIXTURE_FINDINGS, theirs)
         found = item.stash.get(_FOUND_KEY, None)
         excinfo = call.excinfo
         # The findings failed the teardown (fail mode, or the warning raised as an error
@@ -243,6 +260,13 @@ def scope_node(request: pytest.FixtureRequest) -> str:
         return ""
 
 
+def defined_at(fixturedef: FixtureDef) -> tuple[str, int]:
+    """The file and 1-based line of a fixture's function (("", 0) when not known)."""
+    function = getattr(fixturedef, "func", None)
+    code = getattr(inspect.unwrap(function), "__code__", None) if callable(function) else None
+    return (code.co_filename, code.co_firstlineno) if code is not None else ("", 0)
+
+
 def request_cls(request: pytest.FixtureRequest) -> type | None:
     """The class of a fixture's request (None outside a class)."""
     try:
@@ -272,6 +296,12 @@ class _Rerun:
 
     def run(self) -> str:
         return outlive_rerun.failed_phase(outlive_rerun.run_again(self._item, self._next))
+
+
+def _charged_to(result: CheckResult, nodeid: str) -> bool:
+    """The result is this test's to report: its own, or one of a fixture it requested
+    (``JudgedAt.charged_to``), never one of a fixture it did not."""
+    return result.judged_at is None or result.judged_at.charged_to == nodeid
 
 
 def _warn(item: pytest.Item, text: str) -> None:

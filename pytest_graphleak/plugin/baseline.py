@@ -49,6 +49,10 @@ _AUDITED = "graphleak_audited"
 #: On a teardown report: the wider-scope fixture instances the outlive audit judged when
 #: they were torn down then, ``[fixture, scope, node]`` each (``CheckResult.judged_at``).
 FIXTURES_JUDGED = "graphleak_fixtures_judged"
+#: On a teardown report: outlive findings of wider-scope fixtures torn down then that
+#: the test did not request (``CheckResult.to_dict()`` each): the session's, on no test's
+#: row (``JudgedAt.charged_to`` is "").
+FIXTURE_FINDINGS = "graphleak_fixture_findings"
 
 
 def configured(config: pytest.Config, settings: Settings) -> Baseline | None:
@@ -192,8 +196,9 @@ class BaselineRun:
             self.fixtures.add((baseline.scope_test(node), baseline.fixture_check(fixture, scope)))
         checks = getattr(report, "graphleak", None)
         if report.when not in ("call", "teardown") or not isinstance(checks, list):
-            return
-        for check in checks:
+            checks = []
+        theirs = getattr(report, FIXTURE_FINDINGS, None) if report.when == "teardown" else None
+        for check in [*checks, *(theirs if isinstance(theirs, list) else ())]:
             result = result_of(check)
             if result is not None and result.leaked:  # the flag goes on the data that
                 # travels on (pytest-xdist, the session reporter)

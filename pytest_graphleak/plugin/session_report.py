@@ -36,7 +36,12 @@ import pytest
 from pytest_graphleak.exceptions import OptionError, OutputPathError
 from pytest_graphleak.options import Settings
 from pytest_graphleak.plugin import flags
-from pytest_graphleak.plugin.baseline import BaselineRun, configured, stopped_early
+from pytest_graphleak.plugin.baseline import (
+    FIXTURE_FINDINGS,
+    BaselineRun,
+    configured,
+    stopped_early,
+)
 from pytest_graphleak.plugin.terminal import WORKER_COLUMNS, columns_of, section_lines
 from pytest_graphleak.plugin.terminal import no_verdict as _no_verdict
 from pytest_graphleak.report.environment import describe_run
@@ -51,7 +56,7 @@ from pytest_graphleak.report.junit import junit_properties
 from pytest_graphleak.report.model import results_of
 from pytest_graphleak.report.output_paths import Output, check_outputs
 from pytest_graphleak.report.summary import NOTHING_CHECKED, counts, sentence
-from pytest_graphleak.report.text import wrap_line
+from pytest_graphleak.report.text import line_markup, render_text, wrap_line, wrapped
 from pytest_graphleak.report.writers import WRITER_OPTIONS, WRITERS, Run, Writer
 from pytest_graphleak.result import CheckResult
 from pytest_graphleak.status import BY_WORD as STATUS_FACTS
@@ -121,6 +126,11 @@ class SessionReport:
         #: (the outlive audit's results come with the teardown).
         self._call_outcomes: dict[str, str] = {}
         self._rows: list[CheckedTest] | None = None  # decoded once, at the end
+        #: New findings of fixtures torn down after their last test that requested them,
+        #: in fail mode: they fail the session, not a test (``JudgedAt.charged_to``).
+        self.session_failures: list[dict[str, Any]] = []
+        #: Those in warn mode: told in a section of their own, as no test's warning.
+        self.session_warnings: list[dict[str, Any]] = []
         #: Node ids of the tests the outlive audit looked at (a set: of a test that
         #: pytest-rerunfailures ran again, one).
         self._audited: set[str] = set()
@@ -212,6 +222,9 @@ class SessionReport:
         outcome = self._call_outcomes.pop(report.nodeid, "passed")
         if getattr(report, AUDITED, False):
             self._audited.add(report.nodeid)
+        theirs = getattr(report, FIXTURE_FINDINGS, None)
+        if theirs:
+            self._collect_fixture_findings(theirs, report.nodeid)
         data = getattr(report, "graphleak", None)
         if not data or not isinstance(data, list):
             return
@@ -226,6 +239,29 @@ class SessionReport:
             outcome = "failed" if report.failed else earlier
         self._locations.setdefault(report.nodeid, _location(self.config, report))
         self._keep(CheckedTest(report.nodeid, outcome, [*checks, *found]))
+
+    def _collect_fixture_findings(self, data: object, nodeid: str) -> None:
+        """Findings of fixtures the test ``nodeid`` did not request, torn down in its
+        teardown (``FIXTURE_FINDINGS``): each on a row of its own, named for the fixture
+        (its check's name), never on that test's. In fail mode a new one fails the session
+        (``pytest_sessionfinish``)."""
+        found = self._checks_of(data, nodeid, "fixture findings")
+        for check in found or ():
+            row = str(check["name"])
+            failing = check["leaked"] and not check["warned"] and not check["known"]
+            checks: list[dict[str, Any]] = []
+            outcome = "failed" if failing else "passed"
+            if row in self._results:  # another pytest-xdist worker's instance
+                earlier, checks = json.loads(self._results[row])
+                outcome = "failed" if failing or earlier == "failed" else outcome
+            if failing:
+                self.session_failures.append(check)
+            elif check["leaked"] and not check["known"]:
+                self.session_warnings.append(check)
+            judged = check.get("judged_at") or {}
+            self._locations.setdefault(row, (str(judged.get("file") or ""),
+                                             int(judged.get("line") or 0)))  # fmt: skip
+            self._keep(CheckedTest(row, outcome, [*checks, check]))
 
     def _checks_of(self, data: object, nodeid: str, what: str) -> list[dict[str, Any]] | None:
         """A report's ``graphleak`` checks, round-tripped through ``CheckResult`` (which
@@ -318,6 +354,8 @@ class SessionReport:
         )  # fmt: skip
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if self.session_failures and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
         if self.baseline is not None:
             self.baseline.write(stopped_early=stopped_early(session))
             if self.baseline.error and session.exitstatus == pytest.ExitCode.OK:
@@ -370,6 +408,13 @@ class SessionReport:
         columns = self.config.get_terminal_writer().fullwidth
         body = section_lines(rows, self.notes, self.settings.warn_only, columns=columns,
                              verbose=(self.config.getoption("verbose") or 0) > 0)  # fmt: skip
+        for theirs, title in ((self.session_failures, "fixture findings that failed the session"),
+                              (self.session_warnings, "fixture findings, on no test")):  # fmt: skip
+            if theirs:  # no test's failure text or warning shows them
+                tr.write_sep("=", f"graphleak: {title}")
+            for check in theirs:
+                for part, line in wrapped(render_text(CheckResult.from_dict(check)), columns):
+                    tr.write_line(part, **line_markup(line))
         if body:  # a clean run ends with the count line alone: what was checked, audited
             tr.write_sep("=", "graphleak report")
         for line, markup in body:

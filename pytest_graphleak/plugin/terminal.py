@@ -318,12 +318,16 @@ def summary_lines(
         word, markup = _STATUS_STYLE[status]
         head = f"{word} {check_label(test, index)}"
         if status in (*LEAK_STATUSES, "known"):  # a leak found, accepted or not
-            outlive = "outlived the test: " if check.kind == "outlive" else ""
+            at = check.judged_at
+            outlive = ("" if check.kind != "outlive" else "outlived the test: " if at is None
+                       else "outlived the fixture's teardown: ")  # fmt: skip
             head += f"  {outlive}{check.pattern or 'leak'}"
             found = culprit(check.diagnosis)
             if found:
                 head += f"  {found}"
-            if status == "warned":
+            if status == "warned" and at is not None and not at.charged_to:
+                head += "  (the session's: no test that requested it was running)"
+            elif status == "warned":
                 head += f"  ({_warned_why(test.outcome, warn_only)})"
             elif status == "xfailed":
                 head += "  (expected to fail)"

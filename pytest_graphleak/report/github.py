@@ -33,7 +33,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from pytest_graphleak.metrics import format_rate
-from pytest_graphleak.report.model import BaselineSection, Report, metric_rows
+from pytest_graphleak.report.model import BaselineSection, Report, check_label, metric_rows
 from pytest_graphleak.report.span import error_line, span_text
 from pytest_graphleak.report.summary import no_rows, sentence
 from pytest_graphleak.report.view import diagnosis_view, fix_of
@@ -112,11 +112,13 @@ def report_rows(report: Report, locations: Mapping[str, tuple[str, int]]) -> lis
     (``model.TestRow.status_of``)."""
     rows = []
     for test in report.tests:
-        for check in test.checks:
+        for index, check in enumerate(test.checks):
             name = check.name or test.nodeid
-            label = (test.nodeid if len(test.checks) == 1 or name == test.nodeid
-                     else f"{test.nodeid} [{name}]")  # fmt: skip
+            label = check_label(test, index)
             place = locations.get(test.nodeid) or locations.get(name) or ("", 0)
+            at = check.judged_at
+            if at is not None and at.file:  # a fixture's finding: its line, not a test's
+                place = (at.file, at.line)
             rows.append(_check_row(label, test.status_of(check), test.outcome, check, place))
     return rows
 

@@ -220,7 +220,9 @@ def result_of(check: object) -> CheckResult | None:
 def check_label(test: TestRow, index: int) -> str:
     """``nodeid``, or ``nodeid [check name]`` (``[check 2]``) when the test ran several
     checks: how each surface names one check of a test."""
+    name = test.checks[index].name
+    if test.checks[index].judged_at is not None and name != test.nodeid:
+        return f"{test.nodeid} [{name}]"  # a fixture's finding: named for the fixture
     if len(test.checks) <= 1:
         return test.nodeid
-    name = test.checks[index].name
     return f"{test.nodeid} [{name if name != test.nodeid else f'check {index + 1}'}]"

@@ -79,10 +79,16 @@ def render_outlive(result: CheckResult) -> str:
     header = f"graphleak: {nodeid} left autograd graphs alive after its teardown (outlive)"
     # judged at a wider-scope fixture's teardown: typed since judged_at was kept; a report
     # saved before then says so in its reason alone
-    if result.judged_at is not None or JUDGED_AT_FIXTURE_TEARDOWN in result.verdict.reason:
+    at = result.judged_at
+    if at is not None and at.label:  # its own row, named for the fixture
+        header = (f"graphleak: {at.row} kept autograd graphs alive after its teardown "
+                  "(outlive)")  # fmt: skip
+    elif at is not None or JUDGED_AT_FIXTURE_TEARDOWN in result.verdict.reason:
         header = (f"graphleak: autograd graphs were still alive when a wider-scope fixture "
                   f"was torn down, at the teardown of {nodeid} (outlive)")  # fmt: skip
     lines = [header, f"  {result.verdict.reason}"]
+    if at is not None and at.requested_by:
+        lines.append(f"  requested by: {_tests(at.requested_by)}")
     view = diagnosis_view(pattern, result.diagnosis, outlive=True)
     lines.extend(f"  {line.plain()}" for line in view)
     lines.append(
@@ -90,6 +96,13 @@ def render_outlive(result: CheckResult) -> str:
         "holder in graphleak_outlive_keep"
     )
     return "\n".join(lines)
+
+
+def _tests(nodeids: Sequence[str]) -> str:
+    """``a``, ``a and b``, ``a, b, c and 2 more tests``."""
+    if len(nodeids) > 3:
+        return f"{', '.join(nodeids[:3])} and {len(nodeids) - 3} more tests"
+    return " and ".join([", ".join(nodeids[:-1]), nodeids[-1]] if len(nodeids) > 1 else nodeids)
 
 
 def site_text(site: CreationSite) -> str:

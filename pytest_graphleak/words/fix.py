@@ -13,6 +13,8 @@ the JSON, the HTML page and the GitHub annotation all show. In order:
   container first, then the line's shape, checked against the typed chain); without a
   line of a known shape, the no-graph fix when the kept tensors carry no graph, else the
   pattern's fix worded with the holder that the chain names (``usual_fix``);
+- a graph kept in what a mock records (``words/recorders``): ``reset_mock()``, a
+  function-scoped fixture, or detaching in the code that calls it;
 - otherwise the pattern's usual fix (``patterns.FIXES``): never "".
 
 ``story_of`` words what the pattern means when the numbers say more than its usual
@@ -27,6 +29,7 @@ from pytest_graphleak.patterns import BY_WORD
 from pytest_graphleak.result import Diagnosis, Link
 from pytest_graphleak.words.chain import holder_text
 from pytest_graphleak.words.lines import GROWING, STORING, fix_for_stored, growth_fix
+from pytest_graphleak.words.recorders import argument_name, recorder_fix, recorder_of
 from pytest_graphleak.words.source import first_statement
 
 
@@ -42,6 +45,9 @@ def choose_fix(diagnosis: Diagnosis, *, cycle_fix: str | None = None) -> str:
     if pattern == GROWING:  # the line that rebuilds the buffer, stored or made
         lines = diagnosis.stored_at or diagnosis.sites
         return (growth_fix(first_statement(lines[0])) if lines else "") or no_graph or usual
+    recorder = recorder_of(diagnosis.links) if pattern in STORING else None
+    if recorder is not None:  # a mock's records: what the user controls, not its insides
+        return recorder_fix(recorder, argument_name([*diagnosis.stored_at, *diagnosis.sites]))
     if pattern in STORING:
         worded = fix_for_stored(pattern, diagnosis.stored_at, diagnosis.links,
                                 graph=not diagnosis.kept_without_graph)  # fmt: skip
