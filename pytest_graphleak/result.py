@@ -354,8 +354,9 @@ class CheckResult:
     #: metric name -> what it is and the noise it was judged with (``Declaration``).
     declarations: dict[str, Declaration] = field(default_factory=dict)
     #: An outlive finding judged at a wider-scope fixture's teardown: that fixture
-    #: instance (``JudgedAt``); None for any other result. The result is reported on the
-    #: test whose teardown judged it (``name``).
+    #: instance (``JudgedAt``); None for any other result. The result is named for the
+    #: fixture (``JudgedAt.row``) and reported on ``JudgedAt.charged_to`` (the session's
+    #: when "").
     judged_at: JudgedAt | None = None
 
     def declared(self, metric: str) -> Declaration:
