@@ -373,12 +373,18 @@ class Update:
     #: Entries of findings judged at a fixture's teardown that an earlier version keyed
     #: on the test whose teardown judged them, rewritten with the fixture's key and reason.
     rekeyed: int = 0
+    #: Entries the run did not check whose test no longer exists (``stale``): removed.
+    pruned: list[Key] = field(default_factory=list)
 
 
-def updated(old: Baseline | None, found: Iterable[Key], checked: Callable[[Key], bool]) -> Update:
+def updated(
+    old: Baseline | None, found: Iterable[Key], checked: Callable[[Key], bool],
+    *, stale: Callable[[Key], bool] = lambda key: False,
+) -> Update:  # fmt: skip
     """The entries after a run that found ``found``: each finding once, with its old
     reason if it had an entry; an old entry that the run ``checked`` and did not find is
-    dropped (fixed), one it did not check (its test did not run) is kept."""
+    dropped (fixed), one it did not check (its test did not run) is kept, unless it is
+    ``stale`` (its test no longer exists: dropped, ``Update.pruned``)."""
     before = old.entries if old is not None else {}
     now = set(found)
     if old is not None and old.version != VERSION:  # its keys match none: rewritten
@@ -391,13 +397,16 @@ def updated(old: Baseline | None, found: Iterable[Key], checked: Callable[[Key],
     entries = [before.get(key) or Entry(key, before[moved[key]].reason if key in moved else "")
                for key in now]  # fmt: skip
     gone = [key for key in before if key not in now and key not in moved.values()]
-    kept_unchecked = [before[key] for key in gone if not checked(key)]
+    unchecked = [key for key in gone if not checked(key)]
+    pruned = sorted(key for key in unchecked if stale(key))
+    kept_unchecked = [before[key] for key in unchecked if key not in pruned]
     return Update(
         entries=sorted([*entries, *kept_unchecked], key=lambda e: e.key),
         added=sorted(key for key in now if key not in before and key not in moved),
         removed=sorted(key for key in gone if checked(key)),
         kept=len(now & set(before)) + len(kept_unchecked),
         rekeyed=len(moved),
+        pruned=pruned,
     )
 
 

@@ -20,6 +20,11 @@ when it was torn down (``FIXTURES_JUDGED``, from any worker) in a run of every t
 its scope (``runs_whole``: a run of some of them may not hand the instance the graphs,
 and would read its entry as fixed). Entries of tests that did not run (``-k``, a test
 renamed or removed) are neither known nor fixed, and an update keeps them.
+
+An entry is stale when its test no longer exists: a run of the whole suite (``runs_whole``
+for the entry's node, nothing deselected, no collection error) did not collect it (for a
+fixture's entry: no test inside its scope). Stale entries are named (terminal, JSON), and
+an update drops them (``baseline.updated``'s ``stale``).
 """
 
 from __future__ import annotations
@@ -185,6 +190,30 @@ class BaselineRun:
         self.matched_before: set[Key] = set()
         self.written: baseline.Update | None = None
         self.error = ""
+        #: Node ids of the tests this run collected (None: not known yet), whether pytest
+        #: or a plugin deselected some, and whether a file or directory failed to collect:
+        #: what tells a stale entry (``stale_entries``).
+        self.collected: set[str] | None = None
+        self.deselected = False
+        self.collection_failed = False
+
+    # -- what was collected: registered as a plugin of the run, on the controller --------
+    def collection(self, nodeids: Iterable[str]) -> None:
+        """The tests collected (in one process, or by one pytest-xdist worker)."""
+        self.collected = {*(self.collected or ()), *nodeids}
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self.collection(item.nodeid for item in session.items)
+
+    @pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: the controller collects none
+    def pytest_xdist_node_collection_finished(self, node: object, ids: list[str]) -> None:
+        self.collection(ids)
+
+    def pytest_deselected(self, items: list[pytest.Item]) -> None:
+        self.deselected = self.deselected or bool(items)
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        self.collection_failed = self.collection_failed or report.failed
 
     def logreport(self, report: pytest.TestReport) -> None:
         """Match a call or teardown report's findings (before the reporter keeps them)."""
@@ -239,6 +268,26 @@ class BaselineRun:
     def unchecked(self) -> int:
         return len(self.unchecked_entries())
 
+    def stale_entries(self) -> list[Key]:
+        """Unchecked entries whose test this run of the whole suite did not collect (see
+        the module docstring); none where the run cannot tell."""
+        if self.collected is None or self.deselected or self.collection_failed:
+            return []
+        return [key for key in self.unchecked_entries() if self.gone(key)]
+
+    def gone(self, key: Key) -> bool:
+        """Does the entry's test (a fixture's entry: every test of its scope) no longer
+        exist? Only where the run covered its node whole (``runs_whole``)."""
+        collected = self.collected
+        if collected is None or self.deselected or self.collection_failed:
+            return False
+        node = "" if key.test == baseline.SESSION else key.test
+        if not runs_whole(self.config, node):
+            return False
+        if baseline.is_fixture_check(key.check):
+            return not any(baseline.inside(test, key.test) for test in collected)
+        return key.test not in collected
+
     def section(self) -> dict[str, Any]:
         """The JSON report's ``baseline`` object."""
         written = self.written
@@ -247,10 +296,11 @@ class BaselineRun:
             "entries": len(self.baseline.entries),
             "fixed": [entry_dict(self.baseline, key) for key in self.fixed()],
             "unchecked": self.unchecked(),
+            "stale": [entry_dict(self.baseline, key) for key in self.stale_entries()],
             "update_command": self.update_command(),
             "updated": None if written is None else {
                 "findings": len(written.entries), "added": len(written.added),
-                "removed": len(written.removed),
+                "removed": len(written.removed), "pruned": len(written.pruned),
             },
         }  # fmt: skip
 
@@ -267,7 +317,7 @@ class BaselineRun:
         self.stopped_early = stopped_early
         if not self.update:
             return
-        update = baseline.updated(self.baseline, self.found, self.checked)
+        update = baseline.updated(self.baseline, self.found, self.checked, stale=self.gone)
         path = self.baseline.path
         if path.exists() and not baseline.is_baseline(path):  # replaced meanwhile
             self.error = f"did not write the baseline: {str(path)!r} is not a baseline file"
@@ -285,9 +335,11 @@ class BaselineRun:
         if done.rewritten_from is None:
             rekeyed = (f", {done.rekeyed} judged at a fixture's teardown keyed on that "
                        "fixture now" if done.rekeyed else "")  # fmt: skip
+            pruned = (f", {len(done.pruned)} removed as their tests no longer exist"
+                      if done.pruned else "")  # fmt: skip
             return (f"graphleak baseline: wrote {len(done.entries)} findings to {path} "
                     f"({len(done.added)} added, {len(done.removed)} removed as fixed"
-                    f"{rekeyed})")  # fmt: skip
+                    f"{pruned}{rekeyed})")  # fmt: skip
         dropped = (f"; {done.dropped} entries of tests that did not run were dropped"
                    if done.dropped else "")  # fmt: skip
         return (f"graphleak baseline: rewrote {path} from version {done.rewritten_from} to "
@@ -324,7 +376,15 @@ class BaselineRun:
                         {"green": True}))  # fmt: skip
             out.extend((f"  {key.text()}", {"green": True}) for key in fixed)
             out.append(("update the baseline file with:", {}))
-        unchecked = self.unchecked_entries()
+        gone = self.stale_entries()
+        stale = gone if self.written is None else []  # an update dropped them (its line says)
+        if stale:
+            out.append((f"graphleak baseline: {len(stale)} of its {len(self.baseline.entries)} "
+                        "entries name tests this run of the whole suite did not collect "
+                        "(deleted or renamed), neither known nor fixed:", {"yellow": True}))
+            out.extend((f"  {key.text()}", {"yellow": True}) for key in stale)
+            out.append(("remove them with:", {}))
+        unchecked = [key for key in self.unchecked_entries() if key not in gone]
         if unchecked:
             scoped = any(baseline.is_fixture_check(key.check) for key in unchecked)
             why = "; a fixture's entry is checked by a run of its whole scope" if scoped else ""
@@ -332,9 +392,10 @@ class BaselineRun:
                         f"{len(self.baseline.entries)} entries not checked in this run (their "
                         f"tests did not run, or ran without that check{why})", {}))  # fmt: skip
         wrapped = [(part, markup) for line, markup in out for part in wrap_line(line, columns)]
-        if fixed:
-            at = next(i for i, (line, _) in enumerate(wrapped) if line.startswith("update the"))
-            wrapped.insert(at + 1, (f"  {self.update_command()}", {}))
+        for intro in ("update the", "remove them"):  # the command whole, to be copied
+            at = next((i for i, (line, _) in enumerate(wrapped) if line.startswith(intro)), None)
+            if at is not None:
+                wrapped.insert(at + 1, (f"  {self.update_command()}", {}))
         return wrapped
 
 

@@ -146,6 +146,8 @@ class SessionReport:
         #: The baseline file's findings matched (``--graphleak-baseline``), on the controller.
         self.baseline = None if loaded is None or self.is_worker else BaselineRun(
             config, loaded, settings)  # fmt: skip
+        if self.baseline is not None:  # its hooks: what was collected (stale entries)
+            config.pluginmanager.register(self.baseline, "graphleak-baseline")
         if self.is_worker:
             return
         #: node id -> (absolute file, 1-based line) of each checked test (the GitHub gate)
