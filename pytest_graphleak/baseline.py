@@ -255,13 +255,7 @@ def load(path: Path, *, rewriting: bool = False) -> Baseline:
     cannot be read, is not a baseline, has another version or a bad or repeated entry.
     ``rewriting``: an update will rewrite it, so an older version is read too (its
     entries carry their reasons over, ``updated``)."""
-    try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise BaselineError(f"cannot read the baseline file {str(path)!r}: "
-                            f"{exc.strerror or exc}") from None  # fmt: skip
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise BaselineError(f"the baseline file {str(path)!r} is not JSON: {exc}") from None
+    document = read_document(path)
     where = f"the baseline file {str(path)!r}"
     if not isinstance(document, dict) or FORMAT_KEY not in document:
         raise BaselineError(f"{where} is not a graphleak baseline (no {FORMAT_KEY!r} key)")
@@ -313,6 +307,18 @@ def _add_respelled(baseline: Baseline, entry: Entry) -> None:
     reasons = [r for r in (*earlier.reason.split("; "), entry.reason) if r]
     joined = "; ".join(dict.fromkeys(reasons))  # once each, in the file's order
     baseline.entries[key] = Entry(key, joined)
+
+
+def read_document(path: Path) -> object:
+    """The file's JSON; BaselineError saying why not: it cannot be read, or it is not
+    JSON (json's words: what, and the line and column, as a hand merge leaves it)."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise BaselineError(f"cannot read the baseline file {str(path)!r}: "
+                            f"{exc.strerror or exc}") from None  # fmt: skip
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise BaselineError(f"the baseline file {str(path)!r} is not JSON: {exc}") from None
 
 
 def _entry(item: object, where: str) -> Entry:

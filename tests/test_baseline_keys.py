@@ -217,3 +217,20 @@ def test_a_collection_error_calls_no_entry_stale(pytester: pytest.Pytester) -> N
     assert "did not collect" not in folded(gate.stdout.str())
     _run(pytester, "--continue-on-collection-errors", "--graphleak-baseline-update")
     assert len(_findings(pytester)) == 2
+
+
+# -- a JSON typo under the update (minor_text e) ---------------------------------------------
+def test_the_update_says_a_file_with_a_json_typo_is_not_json_and_where(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(test_x="def test_x():\n    pass\n")
+    typo = '{"graphleak_baseline": 2, "findings": [],}'  # a trailing comma, as a merge leaves it
+    (pytester.path / "bl.json").write_text(typo, encoding="utf-8")
+    for flags in ((), ("--graphleak-baseline-update",)):
+        result = pytester.runpytest("--graphleak", "--graphleak-baseline=bl.json", *flags)
+        assert result.ret == pytest.ExitCode.USAGE_ERROR
+        result.stderr.fnmatch_lines(["*graphleak: the baseline file '*bl.json' is not JSON: "
+                                     "Expecting property name enclosed in double quotes: "
+                                     "line 1 column 42 (char 41)*"])  # fmt: skip
+        result.stderr.no_fnmatch_line("*not a graphleak baseline*")
+    assert (pytester.path / "bl.json").read_text(encoding="utf-8") == typo

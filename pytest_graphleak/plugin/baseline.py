@@ -80,6 +80,7 @@ def configured(config: pytest.Config, settings: Settings) -> Baseline | None:
         if update and not path.exists():
             loaded = Baseline(path)  # the first run writes it
         elif update and not baseline.is_baseline(path):
+            baseline.read_document(path)  # unreadable, or no JSON (a typo): that, and where
             raise BaselineError(
                 f"{UPDATE_FLAG} will not replace {str(path)!r}: it is not a graphleak "
                 "baseline file (choose another path, or remove the file)"
