@@ -1032,3 +1032,38 @@ def test_graph_kept_in_a_session_fixtures_value_is_named_at_its_teardown(
         "*held by: fixture 'store' (module scope) -> dict?'loss'? -> Tensor*",
         "*note: fixture 'store' still kept it after its own teardown code ran*",
     ])  # fmt: skip
+
+
+@needs_torch
+def test_rerun_names_the_line_that_made_the_kept_graph_not_only_the_storing_one(
+    pytester: pytest.Pytester,
+) -> None:
+    """``TOTAL += loss`` keeps a graph most of whose nodes the forward made: the re-run
+    names the forward's line (most nodes first), then the ``+=`` line."""
+    pytester.makepyfile(
+        test_total="""
+        import torch
+
+        TOTAL = torch.zeros(())
+        MODEL = torch.nn.Sequential(*[torch.nn.Linear(3, 3) for _ in range(6)])
+
+
+        def _loss(batch):
+            return MODEL(batch).pow(2).mean()
+
+
+        def test_adds_to_global_total():
+            global TOTAL
+            TOTAL += _loss(torch.ones(2, 3))
+        """
+    )
+    result = pytester.runpytest_subprocess("--graphleak", "--graphleak-outlive-sites=rerun",
+                                           "-p", "no:randomly")  # fmt: skip
+    result.assert_outcomes(passed=1, warnings=1)
+    said_in_order(result.stdout.str(), [
+        "*test_adds_to_global_total left*",
+        "*created at: test_total.py:8 in _loss: return MODEL(batch).pow(2).mean()  (* of "
+        "the kept tensors and nodes)",
+        "*created at: test_total.py:13 in test_adds_to_global_total: TOTAL += _loss(*",
+        "*stored at: test_total.py:13 in test_adds_to_global_total: TOTAL += _loss(*",
+    ])  # fmt: skip

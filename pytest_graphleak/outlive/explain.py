@@ -260,14 +260,24 @@ def _result(
     tensors = [obj for obj in kept if _kind(obj, backends) == TENSOR]
     nodes = [obj for obj in kept if _kind(obj, backends) == NODE]
     graph = GraphWalk()
-    node_count = graph.count([*(grad_fn_of(t) for t in tensors), *nodes])
+    # Where each node of the kept graph was made, counted in the walk that counts them:
+    # the holder's own tensor is one line (``TOTAL += loss``), the nodes it keeps are
+    # mostly another (the forward that made ``loss``).
+    made: Counter[Site] = Counter(site for t in tensors if (site := site_of(t)) is not None)
+
+    def made_at(node: Any) -> None:
+        site = site_of(node)
+        if site is not None:
+            made[site] += 1
+
+    node_count = graph.count([*(grad_fn_of(t) for t in tensors), *nodes], made_at)
     reason_seen = Verdict(leaked=True)
     chain, links = chain_of(path, walker)
     # Kept once, not seen growing: a collection on the chain holding the graph is the
     # evidence, unless the test extended an older tensor's graph in place.
     facts = with_chain(Facts(leaked_count=len(kept)), links, kept_counts=not in_place)
     pattern = pattern_of(reason_seen, facts)
-    sites = _sites(tensors, nodes, site_of)
+    sites = [creation_site(site, count) for site, count in most_common(made)]
     maker = made_by or nodeid
     counted = f"{node_count:,}{'+' if graph.truncated else ''}"
     nouns = "tensor" if len(tensors) == 1 else "tensors"
@@ -325,16 +335,6 @@ def _kind(obj: object, backends: list[Backend]) -> str | None:
 def _in_place(path: Path, targets: Targets, backends: list[Backend]) -> bool:
     """The chain ends at a tensor whose graph the test extended in place."""
     return targets.grown_in_place(path.objects[-1])
-
-
-def _sites(tensors: list[Any], nodes: list[Any], site_of: SiteOf) -> list[Any]:
-    """Where the kept tensors and nodes were made, most common first."""
-    counts: Counter[Site] = Counter()
-    for obj in [*tensors, *nodes]:
-        site = site_of(obj)
-        if site is not None:
-            counts[site] += 1
-    return [creation_site(site, count) for site, count in most_common(counts)]
 
 
 def _recorded_site(backends: list[Backend]) -> SiteOf:
