@@ -13,6 +13,8 @@ objects, registered only where a run needs them), ``finder`` (a test's session w
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from pytest_graphleak import options
@@ -103,6 +105,13 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         # pytest's terminal on a stdout that is not UTF-8 (its writer's file, which the
         # test's own output never reaches while captured): sparklines in ASCII, not "\u2581".
         config.stash[ASCII_KEY] = degrade_to_ascii(terminal_file)
+
+
+@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: absent without it
+def pytest_configure_node(node: Any) -> None:
+    """Tell each pytest-xdist worker the width this terminal writes at: the worker breaks
+    a failure's lines at it, since the controller prints them as they came."""
+    node.workerinput[terminal.WORKER_COLUMNS] = terminal.columns_of(node.config)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -42,8 +42,8 @@ from pytest_graphleak.plugin.baseline import (
     configured,
     stopped_early,
 )
-from pytest_graphleak.plugin.terminal import WORKER_COLUMNS, columns_of, section_lines
 from pytest_graphleak.plugin.terminal import no_verdict as _no_verdict
+from pytest_graphleak.plugin.terminal import section_lines
 from pytest_graphleak.report.environment import describe_run
 from pytest_graphleak.report.github import Row
 from pytest_graphleak.report.json_doc import (
@@ -384,12 +384,6 @@ class SessionReport:
         self._results.clear()
         self._audited.clear()
         self._rows = None
-
-    @pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: absent without it
-    def pytest_configure_node(self, node: Any) -> None:
-        """Tell each pytest-xdist worker the width this terminal writes at: the worker
-        breaks a failure's lines at it, since the controller prints them as they came."""
-        node.workerinput[WORKER_COLUMNS] = columns_of(self.config)
 
     @pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: absent without it
     def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport) -> None:
