@@ -346,6 +346,24 @@ def is_baseline(path: Path) -> bool:
     return isinstance(document, dict) and FORMAT_KEY in document
 
 
+# -- what a run says of its entries (the terminal, ``graphleak report``) -------------------
+#: The line before the command that updates the file, after the fixed entries.
+UPDATE_INTRO = "update the baseline file with:"
+#: The line before the same command, after the stale entries.
+PRUNE_INTRO = "remove them with:"
+
+
+def fixed_heading(count: int, path: str) -> str:
+    """The line over the entries a run checked and no longer found."""
+    return f"fixed since the baseline ({count}, listed in {path}):"
+
+
+def stale_heading(count: int, entries: int) -> str:
+    """The line over the entries whose test a run of the whole suite did not collect."""
+    return (f"graphleak baseline: {count} of its {entries} entries name tests this run of the "
+            "whole suite did not collect (deleted or renamed), neither known nor fixed:")
+
+
 # -- writing ----------------------------------------------------------------------------
 def render(entries: Iterable[Entry]) -> str:
     """The file's text: entries sorted by key, one field a line, so that a review's diff

@@ -234,3 +234,62 @@ def test_the_update_says_a_file_with_a_json_typo_is_not_json_and_where(
                                      "line 1 column 42 (char 41)*"])  # fmt: skip
         result.stderr.no_fnmatch_line("*not a graphleak baseline*")
     assert (pytester.path / "bl.json").read_text(encoding="utf-8") == typo
+
+
+# -- graphleak report: known, fixed and stale, as the terminal (report_cmd_hides_known_and_fixed)
+FIXED_AND_KNOWN = '''
+import minigrad as mg
+
+w = mg.Tensor([1.0, 2.0], requires_grad=True)
+history = []
+TOTAL = [0.0]
+
+
+def test_step():
+    history.append((w * 2.0).sum())
+
+
+def test_total():
+    TOTAL.append((w * 3.0).sum().item())
+'''
+
+
+def test_graphleak_report_marks_known_and_lists_fixed_and_stale_entries(
+    pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pytest_graphleak.cli import main
+
+    pytester.makepyfile(test_suite=FIXED_AND_KNOWN.replace(".item())", ")"))
+    assert _run(pytester, "--graphleak-baseline-update").ret == 0
+    old = _findings(pytester)
+    gone = {**old[0], "test": "test_suite.py::test_renamed"}
+    text = (pytester.path / "bl.json").read_text(encoding="utf-8")
+    entries = [Entry(Key(*(e[f] for f in baseline.KEY_FIELDS)), e["reason"])
+               for e in [*old, gone]]  # fmt: skip
+    (pytester.path / "bl.json").write_text(baseline.render(entries), encoding="utf-8")
+    assert text != baseline.render(entries)
+    pytester.makepyfile(test_suite=FIXED_AND_KNOWN)  # test_total's leak fixed
+    gate = _run(pytester, "--graphleak-report=r.json")
+    assert gate.ret == 0, gate.stdout.str()
+    capsys.readouterr()
+    code = main(["report", str(pytester.path / "r.json")])
+    out = capsys.readouterr().out
+    assert code == 0
+    lines = out.splitlines()
+    known = lines.index("KNOWN: listed in the baseline file, it fails nothing")
+    assert lines[known + 1].startswith("graphleak: test_suite.py::test_step")
+    assert out.count("KNOWN: listed in the baseline file") == 1  # test_step's outlive finding
+    path = pytester.path / "bl.json"
+    tail = lines[lines.index(f"fixed since the baseline (1, listed in {path}):"):]
+    assert tail[1].startswith("  test_suite.py::test_total [outlive] list-accumulation, held "
+                              "by global 'TOTAL' -> list[*] -> Tensor")  # fmt: skip
+    assert tail[2] == "update the baseline file with:"
+    assert tail[3].startswith(_COMMAND) and tail[3].endswith(" --graphleak-baseline-update")
+    assert tail[4] == ("graphleak baseline: 1 of its 3 entries name tests this run of the whole "
+                       "suite did not collect (deleted or renamed), neither known nor fixed:")
+    assert tail[5].startswith("  test_suite.py::test_renamed [")
+    assert tail[6:8] == ["remove them with:", tail[3]]
+
+
+_COMMAND = ("  pytest --graphleak -p no:randomly --graphleak-outlive=fail "
+            "--graphleak-baseline=bl.json --graphleak-report=r.json")

@@ -16,7 +16,7 @@ from pytest_graphleak.exceptions import SchemaError, UsageError
 from pytest_graphleak.report.json_doc import DOCUMENT_SCHEMA_VERSION, load_schema
 from pytest_graphleak.report.model import Report
 from pytest_graphleak.report.summary import counts, sentence
-from pytest_graphleak.report.text import render_result
+from pytest_graphleak.report.text import baseline_lines, render_result
 from pytest_graphleak.report.validate import validate
 from pytest_graphleak.report.writers import Run
 from pytest_graphleak.result import CheckResult
@@ -48,7 +48,13 @@ def run_report(args: argparse.Namespace) -> int:
             # differs (fixture checks inside a test).
             if test.nodeid and test.nodeid != check.name:
                 print(f"{test.nodeid} ({test.outcome}):")
+            if test.status_of(check) == "known":  # as the terminal marks it
+                print("KNOWN: listed in the baseline file, it fails nothing")
             print(terminal_text(render_result(check), colour=colour))
+    told = baseline_lines(report.baseline)
+    if told:
+        print()
+        print("\n".join(told))
     return exit_code(results)
 
 

@@ -373,18 +373,16 @@ class BaselineRun:
             out.append((self._respelled(path), {}))
         fixed = self.fixed()
         if fixed:
-            out.append((f"fixed since the baseline ({len(fixed)}, listed in {path}):",
-                        {"green": True}))  # fmt: skip
+            out.append((baseline.fixed_heading(len(fixed), path), {"green": True}))
             out.extend((f"  {key.text()}", {"green": True}) for key in fixed)
-            out.append(("update the baseline file with:", {}))
+            out.append((baseline.UPDATE_INTRO, {}))
         gone = self.stale_entries()
         stale = gone if self.written is None else []  # an update dropped them (its line says)
         if stale:
-            out.append((f"graphleak baseline: {len(stale)} of its {len(self.baseline.entries)} "
-                        "entries name tests this run of the whole suite did not collect "
-                        "(deleted or renamed), neither known nor fixed:", {"yellow": True}))
+            heading = baseline.stale_heading(len(stale), len(self.baseline.entries))
+            out.append((heading, {"yellow": True}))
             out.extend((f"  {key.text()}", {"yellow": True}) for key in stale)
-            out.append(("remove them with:", {}))
+            out.append((baseline.PRUNE_INTRO, {}))
         unchecked = [key for key in self.unchecked_entries() if key not in gone]
         if unchecked:
             scoped = any(baseline.is_fixture_check(key.check) for key in unchecked)
@@ -393,8 +391,8 @@ class BaselineRun:
                         f"{len(self.baseline.entries)} entries not checked in this run (their "
                         f"tests did not run, or ran without that check{why})", {}))  # fmt: skip
         wrapped = [(part, markup) for line, markup in out for part in wrap_line(line, columns)]
-        for intro in ("update the", "remove them"):  # the command whole, to be copied
-            at = next((i for i, (line, _) in enumerate(wrapped) if line.startswith(intro)), None)
+        for intro in (baseline.UPDATE_INTRO, baseline.PRUNE_INTRO):  # the command whole
+            at = next((i for i, (line, _) in enumerate(wrapped) if line == intro), None)
             if at is not None:
                 wrapped.insert(at + 1, (f"  {self.update_command()}", {}))
         return wrapped

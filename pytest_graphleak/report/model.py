@@ -155,16 +155,23 @@ class TestRow:
 @dataclass(frozen=True)
 class BaselineSection:
     """The document's ``baseline``: the entries this run checked and no longer found,
-    and the command that updates the file."""
+    those whose test it did not collect (stale), and the command that updates the file."""
 
     fixed: tuple[Key, ...] = ()
     update_command: str = ""
+    file: str = ""
+    entries: int = 0
+    stale: tuple[Key, ...] = ()  # absent in reports written before it
 
     @classmethod
     def from_dict(cls, section: Mapping[str, Any]) -> BaselineSection:
-        fixed = tuple(Key(**{name: str(entry.get(name) or "") for name in KEY_FIELDS})
-                      for entry in section.get("fixed") or ())  # fmt: skip
-        return cls(fixed, str(section.get("update_command") or ""))
+        def keys(name: str) -> tuple[Key, ...]:
+            return tuple(Key(**{field: str(entry.get(field) or "") for field in KEY_FIELDS})
+                         for entry in section.get(name) or ())  # fmt: skip
+
+        return cls(keys("fixed"), str(section.get("update_command") or ""),
+                   file=str(section.get("file") or ""), entries=int(section.get("entries") or 0),
+                   stale=keys("stale"))  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,10 @@ import re
 import textwrap
 from collections.abc import Sequence
 
+from pytest_graphleak.baseline import PRUNE_INTRO, UPDATE_INTRO, fixed_heading, stale_heading
 from pytest_graphleak.metrics import format_amount, format_rate
 from pytest_graphleak.patterns import FALLBACK
-from pytest_graphleak.report.model import metric_order
+from pytest_graphleak.report.model import BaselineSection, metric_order
 from pytest_graphleak.report.scale import sparkline
 from pytest_graphleak.report.span import error_line, head_label, span_text
 from pytest_graphleak.report.view import diagnosis_view
@@ -180,6 +181,23 @@ def render_result(result: CheckResult) -> str:
         lines.append(f"  fix: {result.unmeasured_fix}")
     lines.extend(metric_rows(result))
     return "\n".join(lines)
+
+
+def baseline_lines(section: BaselineSection | None) -> list[str]:
+    """What a run said of its baseline file's entries, as its terminal said it: the
+    entries fixed since the baseline and those whose test is gone, each block with the
+    command that updates the file (``graphleak report``; the terminal's own lines are
+    ``plugin/baseline.BaselineRun.lines``)."""
+    if section is None:
+        return []
+    lines: list[str] = []
+    blocks = ((section.fixed, fixed_heading(len(section.fixed), section.file), UPDATE_INTRO),
+              (section.stale, stale_heading(len(section.stale), section.entries), PRUNE_INTRO))
+    for keys, heading, intro in blocks:
+        if keys:
+            lines += [heading, *(f"  {key.text()}" for key in keys), intro,
+                      f"  {section.update_command}"]  # fmt: skip
+    return lines
 
 
 def metric_rows(result: CheckResult) -> list[str]:
