@@ -41,6 +41,7 @@ from pytest_graphleak.verdict import (
     judge,
     needs_recheck,
     too_few_steps,
+    withdraw,
 )
 
 
@@ -232,6 +233,11 @@ def conclude(
             result.diagnosis.fix = tried.text
         del found_roots  # the result keeps nothing the step made
         result.duration_s += time.perf_counter() - started
+        if result.diagnosis.library_cycles:  # a library's own cycles: not the user's leak
+            result.verdict = withdraw(verdict, series.metrics, "cycles",
+                                      result.diagnosis.library_cycles)  # fmt: skip
+            if not result.verdict.leaked:
+                result.diagnosis = None
     return result
 
 

@@ -253,6 +253,11 @@ class Diagnosis:
     #: The fix as tried (``Fix``): verified by re-running the step with the change, or
     #: why not; None where no verification was asked for (a result made by hand).
     fix_tried: Fix | None = None
+    #: A library's own per-call reference cycles held every tensor that only the cyclic
+    #: GC freed, none of them carries a graph and no object of the user's is on those
+    #: cycles (``diagnose.churn``): the note that says so; the cyclic garbage's growth is
+    #: then not the user's leak (``verdict.withdraw``). "" otherwise.
+    library_cycles: str = ""
 
 
 @dataclass(frozen=True)

@@ -367,3 +367,18 @@ def confirm(verdict: Verdict, metrics: Mapping[str, Metric], recheck: Recheck) -
         return Verdict(leaked=False, growths=[], pattern=None, reason=f"clean: {note}")
     pattern = first_pattern(metrics[g.metric] for g in standing if g.metric in metrics)
     return replace(verdict, growths=standing, pattern=pattern, reason=f"{verdict.reason}; {note}")
+
+
+def withdraw(verdict: Verdict, metrics: Mapping[str, Metric], counts: str, note: str) -> Verdict:
+    """Pure: the verdict without the growths of the metrics that count ``counts``, which
+    the diagnosis found are not the user's leak (``cycles``: a library's own reference
+    cycles that hold no graph); ``note`` says why. Every other growth stands as judged."""
+    standing = [g for g in verdict.growths
+                if g.metric not in metrics or metrics[g.metric].counts != counts]  # fmt: skip
+    if not verdict.leaked or len(standing) == len(verdict.growths):
+        return verdict
+    if not standing:
+        return Verdict(leaked=False, growths=[], pattern=None, reason=f"clean: {note}",
+                       slowest_leak_steps=verdict.slowest_leak_steps)  # fmt: skip
+    pattern = first_pattern(metrics[g.metric] for g in standing if g.metric in metrics)
+    return replace(verdict, growths=standing, pattern=pattern, reason=f"{verdict.reason}; {note}")

@@ -162,6 +162,12 @@ def _diagnose_with_step(
         elif found.chain_path is not None:  # a loop cannot be re-run: its recorded steps
             _grew_during_loop(found.chain_path, links, obs, notes, period)  # may show it
         diagnosis = _told(verdict, grown, step, obs, found, walker, notes)
+        if obs.churn is not None:  # a library's own cycles: told, never the user's leak
+            runs = max(1, min(obs.recorded_runs, obs.runs_done))
+            churn = obs.churn.note(runs, obs.site_via)
+            notes.append(churn)
+            if not obs.cyclic and (found.seen is None or not found.seen.freed):
+                diagnosis.library_cycles = churn  # all the cyclic garbage it saw
         if watched is not None and diagnosis.pattern in STORING:
             diagnosis.stored_at = per_step(watched.stored, watched.steps, watched.via)
         diagnosis.fix = choose_fix(diagnosis, cycle_fix=found.cycle_fix)

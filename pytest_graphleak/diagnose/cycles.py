@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pytest_graphleak.diagnose.backends import NODE, TENSOR, Backend, TorchBackend
+from pytest_graphleak.diagnose.churn import carries_graph
 from pytest_graphleak.diagnose.edges import ObjectEdges
 from pytest_graphleak.diagnose.render import drawing, render_cycle
 from pytest_graphleak.diagnose.search import Path, find_cycle
@@ -70,7 +71,10 @@ def find_first(leaked: Sequence[Leaked], walker: ObjectEdges) -> Path | None:
     """A cycle through one of the leaked objects; tensors are tried first. The hooks torch
     keeps on graph nodes are links of the search."""
     torch = next((b for b in walker.backends if isinstance(b, TorchBackend)), None)
-    ordered = sorted(leaked, key=lambda item: item.kind != TENSOR)[:_STARTS]
+    # What grew first: a cycle that holds a graph, not one of a library's bare tensors.
+    ordered = sorted(leaked, key=lambda item: (not carries_graph(item), item.kind != TENSOR))[
+        :_STARTS
+    ]
     if torch is None:
         return _search(ordered, walker)
     with reading(torch.torch) as hooks:

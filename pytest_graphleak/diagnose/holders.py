@@ -98,7 +98,8 @@ def plain_cycle(obs: Observation, walker: ObjectEdges) -> tuple[Path, tuple[Edge
             except Exception:  # an object whose attributes raise
                 continue
             for edge, child in edges:
-                if leaked.get(id(child)) is child:
+                # ``in`` first: ``leaked.get(...) is child`` was true of every None.
+                if id(child) in leaked and leaked[id(child)] is child:
                     path = find_cycle(holder, walker, max_visited=5_000)
                     if path is not None:
                         return path, (edge, child)

@@ -34,7 +34,9 @@ from pytest_graphleak.diagnose.backends import (
     TorchBackend,
     active_backends,
 )
+from pytest_graphleak.diagnose.churn import Churn, split
 from pytest_graphleak.diagnose.cycles import SeenCycle, see_cycle
+from pytest_graphleak.diagnose.edges import ObjectEdges
 from pytest_graphleak.diagnose.sites import (
     Site,
     SiteRecorder,
@@ -95,6 +97,9 @@ class Observation:
     made_in: set[str] = field(default_factory=set)
     #: What the recording could not do, as notes (it never raises into the step).
     trouble: list[str] = field(default_factory=list)
+    #: Tensors without a graph that only a library's own reference cycles held, taken
+    #: out of ``cyclic`` (and out of what a loop's collections saw): not the user's leak.
+    churn: Churn | None = None
 
     def release(self) -> None:
         self.alive.clear()
@@ -147,6 +152,7 @@ class LoopRecorder:
         self.steps_recorded = 0
         self.recording = False
         self.seen_cycle: SeenCycle | None = None
+        self.churn: Churn | None = None
         #: What the recording could not do (``Observation.trouble``): a recorder runs
         #: inside the user's step or loop, and never raises into it.
         self.trouble: list[str] = []
@@ -194,8 +200,15 @@ class LoopRecorder:
         cyclic: list[Leaked] = []
         try:
             cyclic = self._recorded_among(garbage, sites)
+            churn: Churn | None = None
+            if cyclic:  # a library's own cycles of tensors without a graph: counted apart
+                cyclic, churn = split(cyclic, garbage, ObjectEdges(self.backends))
             garbage.clear()
             sites.clear()
+            if churn is not None and self.churn is not None:
+                self.churn.add(churn)
+            elif churn is not None:
+                self.churn = churn
             if cyclic:
                 self.seen_cycle = see_cycle(cyclic, self.backends, self.seen_cycle)
         except Exception as exc:  # it runs inside the user's loop: never raises into it
@@ -256,6 +269,7 @@ class LoopRecorder:
             self._failed("read the sites it recorded", exc)
         obs.trouble.extend(note for note in self.trouble if note not in obs.trouble)
         obs.seen_cycle, self.seen_cycle = self.seen_cycle, None
+        obs.churn, self.churn = self.churn, None
         self.made.clear()
         return obs
 

@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from pytest_graphleak.diagnose.backends import Backend
+from pytest_graphleak.diagnose.churn import split
+from pytest_graphleak.diagnose.edges import ObjectEdges
 from pytest_graphleak.diagnose.loop_recorder import Leaked, LoopRecorder, Observation
 from pytest_graphleak.heap.gcstate import Measuring
 
@@ -88,6 +90,11 @@ def observe(
         result.take_sites(recorder.mode, sites)
         sites.clear()
         result.trouble.extend(recorder.trouble)
+        if result.cyclic:  # a library's own cycles of tensors without a graph: counted apart
+            result.cyclic, result.churn = split(result.cyclic, result.garbage,
+                                                ObjectEdges(backends))  # fmt: skip
+            if not result.cyclic:
+                result.garbage.clear()
         result.node_sites_truncated = recorder.mode is not None and recorder.mode.nodes_truncated
         return result
     finally:

@@ -22,6 +22,7 @@ from typing import Any
 from pytest_graphleak.diagnose.edges import SUSPENDED, Edge, ObjectEdges
 from pytest_graphleak.diagnose.search import Path
 from pytest_graphleak.heap.containers import SIZED
+from pytest_graphleak.heap.usercode import is_user_module, top_package
 from pytest_graphleak.result import Drawing, DrawingEdge, DrawingNode
 
 #: Longest run of graph nodes written out in a chain before the middle is elided.
@@ -65,18 +66,37 @@ def _short_type(obj: Any, walker: ObjectEdges) -> str:
     return describe(obj, walker)
 
 
-def _labels(objects: list[Any], edges: list[Edge], walker: ObjectEdges) -> list[str]:
+def _labels(
+    objects: list[Any], edges: list[Edge], walker: ObjectEdges, *, owners: bool = False
+) -> list[str]:
     """One label per object, merged with the edge that leaves it when that edge is named
-    (for a tensor or graph node: an attribute)."""
+    (for a tensor or graph node: an attribute). ``owners``: an object of a library's
+    class is written as that library's (``sdelib's _Interval._parent``), so that its
+    private attributes do not read as the user's."""
     labels: list[str] = []
     for i, obj in enumerate(objects):
         out = edges[i] if i < len(edges) else None
         ours = walker.backend_of(obj) is not None
         if out is not None and (out.kind == "attr" if ours else out.named):
-            labels.append(_short_type(obj, walker) + out.text())
+            label = _short_type(obj, walker) + out.text()
         else:
-            labels.append(describe(obj, walker))
+            label = describe(obj, walker)
+        library = library_of(obj) if owners and not ours else ""
+        labels.append(f"{library}'s {label}" if library else label)
     return labels
+
+
+def library_of(obj: object) -> str:
+    """The library whose class (or function) ``obj`` is (``sdelib``); "" for the user's
+    code, the standard library's and built-in types."""
+    if isinstance(obj, (types.FunctionType, types.MethodType)):
+        module = getattr(obj, "__module__", None)
+    else:
+        module = getattr(type(obj), "__module__", None)
+    top = top_package(module)
+    if not top or top == "builtins" or top in sys.stdlib_module_names:
+        return ""
+    return top if is_user_module(module) is False else ""
 
 
 def _elide_node_runs(labels: list[str], is_node: list[bool]) -> list[str]:
@@ -105,12 +125,15 @@ def render_cycle(
     ``hanging``: the edge from the cycle's first object to a leaked object that is not
     on the cycle itself (``Record.out -> Tensor(...)``), named after the closing entry.
     """
-    labels = _labels(path.objects, path.edges, walker)
+    labels = _labels(path.objects, path.edges, walker, owners=True)
     if labels:
         labels[-1] = labels[-1] + " (the same object: the cycle closes)"
         if hanging is not None:
             edge, leaked = hanging
-            holder = _short_type(path.objects[0], walker) + edge.text()
+            first = path.objects[0]
+            library = library_of(first) if walker.backend_of(first) is None else ""
+            holder = ("" if not library else f"{library}'s ") + _short_type(first, walker) \
+                + edge.text()  # fmt: skip
             labels[-1] += f", and {holder} holds {describe(leaked, walker)}"
     return labels
 

@@ -1,0 +1,210 @@
+"""A library's own per-call reference cycles: cyclic garbage that is not the user's leak.
+
+Libraries make reference cycles on every call: torchsde's Brownian interval tree (each
+interval refers to its parent and its children), a module that keeps one of its own
+bound methods as an attribute. Each cycle is freed by the next collection, so what it
+holds piles up only between collections, and the cyclic-garbage count grows by what each
+step made. That is the user's leak when the cycles keep an autograd graph (graph nodes,
+or tensors that carry or require one), or when an object of the user's code is on one of
+them (a hook, closure or object the user can change to break it). Otherwise it is the
+library's churn: a note, not a failure (``split``).
+
+``split(cyclic, garbage, walker)`` sorts the objects the collector found: the tensors
+without a graph held only by cycles on which no object of the user's lies are taken out
+(``Churn``), the rest stay the user's. It reads objects only while it runs, and never
+raises (it runs inside a loop's collection): what it cannot read stays the user's.
+"""
+
+from __future__ import annotations
+
+import types
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pytest_graphleak.diagnose.backends import TENSOR
+from pytest_graphleak.diagnose.edges import ObjectEdges
+from pytest_graphleak.diagnose.render import library_of
+from pytest_graphleak.diagnose.search import find_cycle
+from pytest_graphleak.diagnose.sites import ENGINE_PACKAGES, Site
+from pytest_graphleak.heap.usercode import is_user_file, is_user_module
+from pytest_graphleak.result import display_path
+
+if TYPE_CHECKING:  # churn is below the recorder: the recorder hands these in
+    from pytest_graphleak.diagnose.loop_recorder import Leaked
+
+#: Objects of the user's code on the collector's garbage looked at for a cycle, at most.
+_USER_OBJECTS = 20
+#: Objects one such cycle search visits, at most (a cycle of garbage is all garbage).
+_CYCLE_SEARCH = 2_000
+
+
+@dataclass
+class Churn:
+    """Tensors without a graph that a library's own reference cycles held: plain data."""
+
+    tensors: int = 0  # over the recorded steps
+    #: The library whose objects are on those cycles (``sdelib``); "" when none is known.
+    library: str = ""
+    sites: dict[Site, int] = field(default_factory=dict)  # where they were made, counted
+
+    def add(self, other: Churn) -> None:
+        self.tensors += other.tensors
+        self.library = self.library or other.library
+        for site, count in other.sites.items():
+            self.sites[site] = self.sites.get(site, 0) + count
+
+    def note(self, steps: int, via: dict[Site, str] | None = None) -> str:
+        """``sdelib makes 15 tensors a step that only the cyclic collector frees ...``"""
+        per = self.tensors / max(1, steps)
+        count = f"{per:.0f}" if per == int(per) else f"{per:.1f}"
+        who = f"the library {self.library}" if self.library else "a library"
+        made = ""
+        if self.sites:
+            site = max(self.sites, key=lambda s: (self.sites[s], s))
+            line = f"{display_path(site[0])}:{site[1]}"
+            inner = (via or {}).get(site, "")
+            made = f" (created at {line}" + (f" via {inner})" if inner else ")")
+        return (
+            f"{who} makes {count} {'tensor' if count == '1' else 'tensors'} a step that "
+            f"only the cyclic collector frees{made}: its own reference cycles hold them, "
+            "they carry no autograd graph and none of your objects is on those cycles, so "
+            "they are not a leak of yours (every gc.collect() frees them all)"
+        )
+
+
+def carries_graph(item: Leaked) -> bool:
+    """A graph node, or a tensor that carries or requires an autograd graph (a tensor
+    whose attributes cannot be read counts as one: never call the user's leak churn)."""
+    if item.kind != TENSOR:
+        return True
+    try:
+        return item.obj.grad_fn is not None or bool(item.obj.requires_grad)
+    except Exception:
+        return True
+
+
+def split(
+    cyclic: list[Leaked], garbage: Sequence[object], walker: ObjectEdges
+) -> tuple[list[Leaked], Churn | None]:
+    """``(the user's cyclic objects, the library's churn or None)``: a tensor without a
+    graph goes to the churn unless a cycle on which an object of the user's code lies
+    (among the collector's ``garbage``) holds it; graph-carrying ones stay the user's."""
+    bare = [item for item in cyclic if not carries_graph(item)]
+    if not bare:
+        return cyclic, None
+    found = _Garbage(garbage, {id(item.obj) for item in bare}, walker)
+    try:
+        held = found.objects(found.reached(found.holders))
+        users = [obj for obj in _user_objects(held) if _on_a_cycle(obj, walker)]
+        theirs = found.reached([id(obj) for obj in users])  # what the user's cycles hold
+        users.clear()
+        library = [item for item in bare if id(item.obj) not in theirs]
+        if not library:
+            return cyclic, None
+        churn = Churn(tensors=len(library), library=_library(held))
+        held.clear()
+        for item in library:
+            if item.site is not None:
+                churn.sites[item.site] = churn.sites.get(item.site, 0) + 1
+        ids = {id(item) for item in library}
+        library.clear()
+        return [item for item in cyclic if id(item) not in ids], churn
+    except Exception:  # an object that cannot be read: the cycles stay the user's
+        return cyclic, None
+    finally:
+        bare.clear()
+        found.clear()
+
+
+class _Garbage:
+    """The collector's garbage as references between ids: each plain object's edges to
+    the other plain objects and to the tensors looked at (``tensors``)."""
+
+    def __init__(self, garbage: Sequence[object], tensors: set[int], walker: ObjectEdges) -> None:
+        self._pool = {id(obj): obj for obj in garbage if walker.backend_of(obj) is None}
+        self._out: dict[int, list[int]] = {}
+        #: The plain objects that refer to one of the tensors.
+        self.holders: list[int] = []
+        for oid, obj in self._pool.items():
+            try:
+                edges = list(walker.edges(obj))
+            except Exception:  # an object whose attributes raise
+                continue
+            out = [id(c) for _, c in edges if id(c) in self._pool or id(c) in tensors]
+            edges.clear()
+            self._out[oid] = out
+            if any(child in tensors for child in out):
+                self.holders.append(oid)
+
+    def reached(self, start: Iterable[int]) -> set[int]:
+        """The ids reachable from ``start`` (included) along the garbage's references."""
+        seen = set(start)
+        queue = deque(seen)
+        while queue:
+            for child in self._out.get(queue.popleft(), ()):
+                if child not in seen:
+                    seen.add(child)
+                    queue.append(child)
+        return seen
+
+    def objects(self, ids: Iterable[int]) -> list[Any]:
+        """The plain objects among ``ids``."""
+        return [self._pool[oid] for oid in ids if oid in self._pool]
+
+    def clear(self) -> None:
+        self._pool.clear()
+        self._out.clear()
+
+
+def _user_objects(objects: Iterable[Any]) -> list[Any]:
+    """Those of ``objects`` that the user's code defines: a function or method of a
+    user file, a paused frame of one, an instance of a user class."""
+    found: list[Any] = []
+    for obj in objects:
+        if len(found) >= _USER_OBJECTS:
+            break
+        if _is_users(obj):
+            found.append(obj)
+    return found
+
+
+def _is_users(obj: Any) -> bool:
+    if isinstance(obj, types.FrameType):
+        return is_user_file(obj.f_code.co_filename)
+    code = _code_of(obj)
+    if code is not None:
+        return is_user_file(code.co_filename)
+    module = getattr(type(obj), "__module__", None)
+    return module != "builtins" and is_user_module(module) is True
+
+
+def _code_of(obj: Any) -> types.CodeType | None:
+    """The code of a function, a bound method's function, or a paused generator."""
+    func = obj.__func__ if isinstance(obj, types.MethodType) else obj
+    for name in ("__code__", "gi_code", "cr_code", "ag_code"):
+        code = getattr(func, name, None) if not isinstance(func, type) else None
+        if isinstance(code, types.CodeType):
+            return code
+    return None
+
+
+def _on_a_cycle(obj: object, walker: ObjectEdges) -> bool:
+    path = find_cycle(obj, walker, max_visited=_CYCLE_SEARCH)
+    if path is None:
+        return False
+    path.clear()
+    return True
+
+
+def _library(objects: Iterable[Any]) -> str:
+    """The library whose objects are among ``objects`` (``sdelib``); the autograd
+    engine's (``torch``) only when no other library's are there."""
+    engine = ""
+    for obj in objects:
+        library = library_of(obj)
+        if library and library not in ENGINE_PACKAGES:
+            return library
+        engine = engine or library
+    return engine
