@@ -285,6 +285,9 @@ TYPE_ONLY_CIRCLES: dict[str, str] = {
     "pytest_graphleak.diagnose.cycles -> pytest_graphleak.diagnose.loop_recorder":
         "the recorder hands cycles its Leaked/Observation records: they belong in a data "
         "module below both (issue 37 item 3, loop.py's narrow diagnosis interface)",
+    "pytest_graphleak.diagnose.churn -> pytest_graphleak.diagnose.loop_recorder":
+        "the recorder hands churn its Leaked records, as it does cycles (the same data "
+        "module below both would end both circles)",
     "pytest_graphleak.session -> pytest_graphleak.options":
         "a RunningTest (layer 1) carries Settings (layer 5): a settings protocol in layer 1 "
         "opens engine/tracker -> heap/gcstate -> session -> options -> engine/tracker",

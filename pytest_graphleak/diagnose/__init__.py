@@ -47,7 +47,7 @@ from pytest_graphleak.diagnose.render import drawing, render_cycle
 from pytest_graphleak.diagnose.roots import all_roots
 from pytest_graphleak.diagnose.search import Path, Searched, find_chain
 from pytest_graphleak.diagnose.sites import Site, memory_sites, per_step
-from pytest_graphleak.diagnose.stored import watch_holder
+from pytest_graphleak.diagnose.stored import root_reader, watch_holder
 from pytest_graphleak.heap.containers import SIZED
 from pytest_graphleak.heap.graphwalk import NEW_PER_WALK, GraphWalk, grad_fn_of
 from pytest_graphleak.metrics import Metric, count_of
@@ -150,10 +150,11 @@ def _diagnose_with_step(
         _search(found, obs, grown, walker, notes)
         found.chain = chain_of(found.chain_path, walker)  # before more steps run
         watched = (
-            watch_holder(found.chain_path, step, walker, steps=period)
+            watch_holder(found.chain_path, step, walker, steps=period,
+                         root=root_reader(found.chain_path, dict))  # a global rebound too
             if found.chain_path is not None and step is not None and not obs.error
             else None
-        )
+        )  # fmt: skip
         links = found.chain[1]  # growth seen below is a fact of its link (``Link.grew``)
         if watched is not None:
             for at, gained in watched.growth.items():

@@ -10,16 +10,18 @@ them (a hook, closure or object the user can change to break it). Otherwise it i
 library's churn: a note, not a failure (``split``).
 
 ``split(cyclic, garbage, walker)`` sorts the objects the collector found: the tensors
-without a graph held only by cycles on which no object of the user's lies are taken out
-(``Churn``), the rest stay the user's. It reads objects only while it runs, and never
-raises (it runs inside a loop's collection): what it cannot read stays the user's.
+without a graph that no cycle with an object of the user's on it holds are taken out
+(``Churn``) when an object of a library's class or function is on a cycle among them
+(a cycle of plain dicts and lists may be the user's own); the rest stay the user's. It
+reads objects only while it runs, and never raises (it runs inside a loop's
+collection): what it cannot read stays the user's.
 """
 
 from __future__ import annotations
 
 import types
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -34,8 +36,8 @@ from pytest_graphleak.result import display_path
 if TYPE_CHECKING:  # churn is below the recorder: the recorder hands these in
     from pytest_graphleak.diagnose.loop_recorder import Leaked
 
-#: Objects of the user's code on the collector's garbage looked at for a cycle, at most.
-_USER_OBJECTS = 20
+#: Objects of the user's code (and of a library's) looked at for a cycle, at most.
+_PICKED = 20
 #: Objects one such cycle search visits, at most (a cycle of garbage is all garbage).
 _CYCLE_SEARCH = 2_000
 
@@ -97,14 +99,18 @@ def split(
     found = _Garbage(garbage, {id(item.obj) for item in bare}, walker)
     try:
         held = found.objects(found.reached(found.holders))
-        users = [obj for obj in _user_objects(held) if _on_a_cycle(obj, walker)]
+        users = [obj for obj in _picked(held, _is_users) if _on_a_cycle(obj, walker)]
         theirs = found.reached([id(obj) for obj in users])  # what the user's cycles hold
         users.clear()
-        library = [item for item in bare if id(item.obj) not in theirs]
-        if not library:
-            return cyclic, None
-        churn = Churn(tensors=len(library), library=_library(held))
+        # A cycle of plain dicts and lists may be anyone's: only one on which an object
+        # of a library's class (or function) lies is known to be the library's.
+        owners = [obj for obj in _picked(held, library_of) if _on_a_cycle(obj, walker)]
         held.clear()
+        library = [item for item in bare if id(item.obj) not in theirs]
+        if not library or not owners:
+            return cyclic, None
+        churn = Churn(tensors=len(library), library=_library(owners))
+        owners.clear()
         for item in library:
             if item.site is not None:
                 churn.sites[item.site] = churn.sites.get(item.site, 0) + 1
@@ -158,19 +164,20 @@ class _Garbage:
         self._out.clear()
 
 
-def _user_objects(objects: Iterable[Any]) -> list[Any]:
-    """Those of ``objects`` that the user's code defines: a function or method of a
-    user file, a paused frame of one, an instance of a user class."""
+def _picked(objects: Iterable[Any], test: Callable[[Any], object]) -> list[Any]:
+    """The first ``_PICKED`` of ``objects`` that pass ``test``."""
     found: list[Any] = []
     for obj in objects:
-        if len(found) >= _USER_OBJECTS:
+        if len(found) >= _PICKED:
             break
-        if _is_users(obj):
+        if test(obj):
             found.append(obj)
     return found
 
 
 def _is_users(obj: Any) -> bool:
+    """A function or method of a user file, a paused frame of one, an instance of a
+    user class."""
     if isinstance(obj, types.FrameType):
         return is_user_file(obj.f_code.co_filename)
     code = _code_of(obj)

@@ -81,7 +81,8 @@ def follow_edge(obj: Any, edge: Edge, walker: ObjectEdges) -> Any:
     with contextlib.suppress(Exception):
         if edge.kind == "attr":
             attrs = getattr(obj, "__dict__", None)
-            if isinstance(attrs, dict) and edge.key in attrs:
+            # A class's attributes are a mappingproxy (``type(self).history``).
+            if isinstance(attrs, (dict, types.MappingProxyType)) and edge.key in attrs:
                 return attrs[edge.key]
             # An nn.Module keeps a registered buffer (``self.running_mean = ...`` through
             # its ``__setattr__``), a parameter or a submodule in a table of its own.
@@ -208,13 +209,15 @@ class LineWatch:
 
 
 def watch_holder(
-    path: Path, step: Callable[[], object], walker: ObjectEdges, *, steps: int
-) -> Watched:
-    """Run up to ``steps`` steps; stop after the first in which the holder changed."""
+    path: Path, step: Callable[[], object], walker: ObjectEdges, *, steps: int,
+    root: Callable[[], object] | None = None,
+) -> Watched:  # fmt: skip
+    """Run up to ``steps`` steps; stop after the first in which the holder changed.
+    ``root`` reads the chain's root again (``root_reader``)."""
     watched = Watched()
     sized = [(at, obj, size) for at, obj in enumerate(path.objects)
              if walker.backend_of(obj) is None and (size := _size(obj)) is not None]
-    watch = LineWatch(path, walker)
+    watch = LineWatch(path, walker, root)
     previous = sys.gettrace()
     try:
         for done in range(1, steps + 1):
@@ -230,10 +233,16 @@ def watch_holder(
             watch.check()
             watched.steps = done
             every = "per step" if done == 1 else f"over {done} steps"
-            watched.growth = {at: now - before for at, o, before in sized
-                              if (now := _size(o) or 0) > before}  # fmt: skip
-            watched.grown = [_grown(o, before, before + watched.growth[at], every)
-                             for at, o, before in sized if at in watched.growth]  # fmt: skip
+            # The container now at each place of the chain: ``h = h + [loss]`` puts a
+            # new, longer one there each step and leaves the old one as it was.
+            now_at = _followed(path, walker, root)
+            for at, o, before in sized:
+                now = _same_kind(o, now_at, at)
+                if (_size(now) or 0) > before:
+                    watched.growth[at] = (_size(now) or 0) - before
+                    watched.grown.append(_grown(o, before, before + watched.growth[at],
+                                                every, rebuilt=now is not o))  # fmt: skip
+            now_at.clear()
             if watched.grown or watch.changes:
                 break
         watched.stored = watch.changes
@@ -253,11 +262,38 @@ def _size(obj: object) -> int | None:
     return size if size is not None else attributes(obj)
 
 
-def _grown(obj: object, before: int, now: int, every: str) -> str:
+def _followed(path: Path, walker: ObjectEdges, root: Callable[[], object] | None) -> list[Any]:
+    """The chain's objects as its named edges lead from its root now (``root`` reads it
+    again: a global rebound; else its first object), shorter where an edge cannot be
+    followed again (an index, a tensor)."""
+    first = root() if root is not None else MISSING
+    found: list[Any] = [path.objects[0] if first is MISSING else first]
+    for edge in path.edges:
+        current = found[-1]
+        if walker.backend_of(current) is not None:
+            break
+        following = follow_edge(current, edge, walker)
+        if following is MISSING:
+            break
+        found.append(following)
+    return found
+
+
+def _same_kind(obj: object, now_at: list[Any], at: int) -> object:
+    """The object now at place ``at`` of the chain when it is of ``obj``'s type (a list
+    rebuilt longer), else ``obj`` itself."""
+    now = now_at[at] if at < len(now_at) else obj
+    return now if type(now) is type(obj) else obj
+
+
+def _grown(obj: object, before: int, now: int, every: str, *, rebuilt: bool = False) -> str:
     name = type(obj).__name__
     if length(obj) is None:
         gained = count_of(now - before, "attribute")
         return f"{name} on the chain gains {gained} {every} ({before} -> {now})"
+    if rebuilt:  # ``h = h + [loss]``: a new list in its place, one entry longer
+        return (f"{name} on the chain is replaced by a longer one {every} (len {before} -> "
+                f"{now}): each step's copy keeps the old entries and adds new ones")  # fmt: skip
     return f"{name} on the chain grows by {now - before} {every} (len {before} -> {now})"
 
 

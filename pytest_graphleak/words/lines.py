@@ -11,6 +11,7 @@ expressions::
     cache[key] = emb            -> cache[key] = emb.detach()
     q = torch.cat([q, feats])   -> torch.cat([q, feats.detach()])
     self.m = 0.9 * self.m + x   -> self.m = (0.9 * self.m + x).detach()
+    h = h + [loss]              -> h = h + [loss.item()]
     h = self.rnn(x, h)          -> h = h.detach() once per step
     meter.sum.add_(loss)        -> meter.sum.add_(loss.detach())
 
@@ -307,6 +308,10 @@ def _assign_fix(line: Line, statement: ast.stmt, target: ast.expr, value: ast.ex
         if isinstance(target, ast.Attribute) and line.names(target):
             return _store(line, statement, value, line.of(target))
         return ""
+    added = _concatenated(line, value, names)
+    if added is not None:  # h = h + [loss]: a new, longer list each step
+        one = len(added) == 1 and line.holds(chain.sequence)
+        return _store(line, statement, added[0], names[0]) if one else ""
     if isinstance(target, (ast.Tuple, ast.List)):
         names = [
             line.of(item) for item in target.elts if line.of(item) in names and line.names(item)
@@ -342,6 +347,18 @@ def _assign_fix(line: Line, statement: ast.stmt, target: ast.expr, value: ast.ex
         detached = line.replaced(statement, value, f"({line.of(value)}).detach()")
         return f"cut the graph that {names[0]} keeps: {detached} (or compute it under no_grad())"
     return ""
+
+
+def _concatenated(line: Line, value: ast.expr, names: list[str]) -> list[ast.expr] | None:
+    """The new entries ``[loss]`` of ``h + [loss]`` (or ``[loss] + h``, a tuple too) where
+    ``h`` is a name the line binds; None for any other value (never a running value to
+    detach: a list has no ``.detach()``)."""
+    if not isinstance(value, ast.BinOp) or not isinstance(value.op, ast.Add):
+        return None
+    for kept, new in ((value.left, value.right), (value.right, value.left)):
+        if line.of(kept) in names and isinstance(new, (ast.List, ast.Tuple)):
+            return list(new.elts)
+    return None
 
 
 def _store(line: Line, statement: ast.stmt, value: ast.expr, holder: str) -> str:
