@@ -46,6 +46,7 @@ from pytest_graphleak.diagnose.observe import RECORDED_RUNS, RUNS, observe
 from pytest_graphleak.diagnose.render import drawing, render_cycle
 from pytest_graphleak.diagnose.roots import all_roots
 from pytest_graphleak.diagnose.search import Path, Searched, find_chain
+from pytest_graphleak.diagnose.second import other_holder
 from pytest_graphleak.diagnose.sites import Site, memory_sites, per_step
 from pytest_graphleak.diagnose.stored import root_reader, watch_holder
 from pytest_graphleak.heap.containers import SIZED
@@ -171,6 +172,12 @@ def _diagnose_with_step(
                 diagnosis.library_cycles = churn  # all the cyclic garbage it saw
         if watched is not None and diagnosis.pattern in STORING:
             diagnosis.stored_at = per_step(watched.stored, watched.steps, watched.via)
+            assert found.chain_path is not None  # watched: the chain was found
+            grown_at = min(watched.growth) if watched.growth else None
+            second = other_holder(found.chain_path, obs, found.roots, walker, step,
+                                  period=period, holder_at=grown_at)  # fmt: skip
+            if second:  # one round of fixes must be enough: the other holder is named
+                notes.append(second)
         diagnosis.fix = choose_fix(diagnosis, cycle_fix=found.cycle_fix)
         if (step is None and obs.wants_follow and found.chain_path is not None
                 and diagnosis.pattern in STORING):  # fmt: skip

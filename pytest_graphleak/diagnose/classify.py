@@ -7,9 +7,10 @@ Order of evidence, strongest first:
    series in which only the cyclic garbage grew (what the collector freed each step was
    gone before the diagnosis could look, as in a loop that collects after every step):
    ``cycle``;
-2. a chain from a root through a container whose length grew during a step, or (the
-   outlive audit, which sees a graph kept once, not growing) through a container that
-   holds a tensor the test made: ``list-accumulation``;
+2. a chain from a root through a container whose length grew during a step, through a
+   ``functools`` cache (one result per distinct argument), or (the outlive audit, which
+   sees a graph kept once, not growing) through a container that holds a tensor the
+   test made: ``list-accumulation``;
 3. no graph node grew (neither a metric that counts nodes nor among the leaked
    objects): tensors without a graph pile up, and nothing on a chain grows:
    ``memory-growth`` (never ``retained-grad-fn``, which means a growing graph);
@@ -30,6 +31,7 @@ from dataclasses import dataclass, replace
 from pytest_graphleak.metrics import Metric
 from pytest_graphleak.patterns import PATTERNS
 from pytest_graphleak.result import Link, Verdict
+from pytest_graphleak.words.chain import CACHES
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,9 @@ def with_chain(facts: Facts, links: Sequence[Link], *, kept_counts: bool = False
     its entries is the evidence (``kept_in_container``)."""
     grew = any(link.grew > 0 for link in links)
     held = kept_counts and any(link.edge in ENTRY_EDGES for link in links[1:])
+    # A functools cache keeps one result per distinct argument: a container that grows
+    # by key, whether or not the steps watched showed a new key.
+    held = held or any(link.type in CACHES for link in links[1:])
     return replace(facts, has_chain=bool(links), container_grew=grew, kept_in_container=held)
 
 

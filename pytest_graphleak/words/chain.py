@@ -17,6 +17,21 @@ from pytest_graphleak.result import Link
 NONE = Link("", "")
 #: The containers a put (``append``, ``add``) fills.
 _SEQUENCES = ("list", "deque", "set")
+#: ``functools.lru_cache`` and ``functools.cache`` wrappers (C and pure-Python builds):
+#: a cache that keeps one result per distinct argument.
+CACHES = frozenset({"_lru_cache_wrapper"})
+
+
+def cached(links: Sequence[Link]) -> str:
+    """How the user spells the ``functools`` cache the chain passes through before its
+    tensor (``features``, ``self.encode``); "" when it passes through none, or the cache
+    has no such spelling."""
+    for at, link in enumerate(links):
+        if link.kind == "tensor":
+            break
+        if at and link.type in CACHES:
+            return holder_text(links[: at + 1], container=True)
+    return ""
 
 
 def described_sized(link: Link) -> bool:

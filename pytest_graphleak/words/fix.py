@@ -8,6 +8,8 @@ the JSON, the HTML page and the GitHub annotation all show. In order:
 - ``cycle``: the fix worded for the cycle's own link (``cycles.cycle_story``);
 - ``memory-growth``: the line that rebuilds a kept array one step bigger
   (``lines.growth_fix``), else the no-graph fix when tensors without a graph are kept;
+- ``list-accumulation`` and ``retained-grad-fn`` through a ``functools`` cache: clear
+  or bound the cache (``cache_fix``), never ``.detach()`` what a backward runs through;
 - ``list-accumulation`` and ``retained-grad-fn``: the ``stored at:`` line, worded with
   the user's own expressions (``lines.fix_for_stored``: a later backward through the
   container first, then the line's shape, checked against the typed chain); without a
@@ -27,7 +29,7 @@ from collections.abc import Sequence
 
 from pytest_graphleak.patterns import BY_WORD
 from pytest_graphleak.result import Diagnosis, Link
-from pytest_graphleak.words.chain import holder_text
+from pytest_graphleak.words.chain import cached, holder_text
 from pytest_graphleak.words.lines import GROWING, STORING, fix_for_stored, growth_fix
 from pytest_graphleak.words.recorders import argument_name, recorder_fix, recorder_of
 from pytest_graphleak.words.source import first_statement
@@ -48,11 +50,27 @@ def choose_fix(diagnosis: Diagnosis, *, cycle_fix: str | None = None) -> str:
     recorder = recorder_of(diagnosis.links) if pattern in STORING else None
     if recorder is not None:  # a mock's records: what the user controls, not its insides
         return recorder_fix(recorder, argument_name([*diagnosis.stored_at, *diagnosis.sites]))
+    if pattern in STORING and cached(diagnosis.links):  # never .detach() what backward uses
+        return cache_fix(cached(diagnosis.links))
     if pattern in STORING:
         worded = fix_for_stored(pattern, diagnosis.stored_at, diagnosis.links,
                                 graph=not diagnosis.kept_without_graph)  # fmt: skip
         return worded or no_graph or usual_fix(pattern, diagnosis.links) or usual
     return usual
+
+
+def cache_fix(cache: str) -> str:
+    """The fix for graph-carrying results kept by a ``functools`` cache ``cache``: bound
+    or clear it; ``.detach()`` in the cached function would break a backward through
+    its result (repro ``fix_detach_breaks_cached_backward``)."""
+    return (
+        f"{cache} is a functools cache that keeps every result it returned, with its "
+        "autograd graph, one per distinct argument: clear it once the step is done with "
+        f"its results ({cache}.cache_clear()), bound it (@functools.lru_cache(maxsize=N) "
+        "keeps N graphs at most), or cache the inputs and run the model outside the "
+        "cache; .detach() inside the cached function would break the backward that runs "
+        "through its result"
+    )
 
 
 def usual_fix(pattern: str, links: Sequence[Link]) -> str:
