@@ -99,12 +99,15 @@ def split(
     found = _Garbage(garbage, {id(item.obj) for item in bare}, walker)
     try:
         held = found.objects(found.reached(found.holders))
-        users = [obj for obj in _picked(held, _is_users) if _on_a_cycle(obj, walker)]
+        users = _picked(held, _is_users)
+        if len(users) > _PICKED:  # more of the user's objects than are searched: theirs
+            return cyclic, None
+        users = [obj for obj in users if _on_a_cycle(obj, walker)]
         theirs = found.reached([id(obj) for obj in users])  # what the user's cycles hold
         users.clear()
         # A cycle of plain dicts and lists may be anyone's: only one on which an object
         # of a library's class (or function) lies is known to be the library's.
-        owners = [obj for obj in _picked(held, library_of) if _on_a_cycle(obj, walker)]
+        owners = [obj for obj in _picked(held, library_of)[:_PICKED] if _on_a_cycle(obj, walker)]
         held.clear()
         library = [item for item in bare if id(item.obj) not in theirs]
         if not library or not owners:
@@ -165,10 +168,11 @@ class _Garbage:
 
 
 def _picked(objects: Iterable[Any], test: Callable[[Any], object]) -> list[Any]:
-    """The first ``_PICKED`` of ``objects`` that pass ``test``."""
+    """The first ``_PICKED`` + 1 of ``objects`` that pass ``test`` (one more: there are
+    more than are searched)."""
     found: list[Any] = []
     for obj in objects:
-        if len(found) >= _PICKED:
+        if len(found) > _PICKED:
             break
         if test(obj):
             found.append(obj)
