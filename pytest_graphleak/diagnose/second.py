@@ -1,6 +1,6 @@
 """A second holder: the step leaks into two places, and the chain names one.
 
-``losses.append(loss)`` and ``outs[i] = out`` in one step: ``torch.tensors`` grows by 2
+``losses.append(loss)`` and ``outs[i] = out`` in one step: the tensor count grows by 2
 a step, the chain search finds ``losses`` first, and the user who fixes it sees the test
 fail again on ``outs``. ``other_holder`` counts the leaked graph-carrying tensors that
 the named holder does not reach, searches a chain to them from the same roots and, when
