@@ -226,18 +226,19 @@ def conclude(
             verdict, metrics=series.metrics, step=diagnose_step,
             roots=found_roots, exclude=exclude, observation=observation,
         )  # fmt: skip
-        tried = tried_fix(result.diagnosis, settings=settings, step=diagnose_step,
-                          roots=found_roots)  # fmt: skip
-        result.diagnosis.fix_tried = tried
-        if not tried.verified and tried.text:  # never a change that was tried and failed
-            result.diagnosis.fix = tried.text
-        del found_roots  # the result keeps nothing the step made
-        result.duration_s += time.perf_counter() - started
         if result.diagnosis.library_cycles:  # a library's own cycles: not the user's leak
             result.verdict = withdraw(verdict, series.metrics, "cycles",
                                       result.diagnosis.library_cycles)  # fmt: skip
-            if not result.verdict.leaked:
-                result.diagnosis = None
+        if result.verdict.leaked:
+            tried = tried_fix(result.diagnosis, settings=settings, step=diagnose_step,
+                              roots=found_roots)  # fmt: skip
+            result.diagnosis.fix_tried = tried
+            if not tried.verified and tried.text:  # never a change tried that failed
+                result.diagnosis.fix = tried.text
+        else:  # all it saw grow was the library's: a pass, its reason says why
+            result.diagnosis = None
+        del found_roots  # the result keeps nothing the step made
+        result.duration_s += time.perf_counter() - started
     return result
 
 
@@ -265,6 +266,8 @@ def tried_fix(
                              probes=settings.probes, start_scan=settings.start_scan,
                              roots=reached)  # fmt: skip
         verdict = judged(series, settings)
+        if diagnosis.library_cycles:  # the library's own cycles grow whatever is changed
+            verdict = withdraw(verdict, series.metrics, "cycles", diagnosis.library_cycles)
         grew = tuple(g.metric for g in verdict.growths) if verdict.leaked else ()
         memory = all(series.metrics[name].counts == "memory" for name in grew
                      if name in series.metrics)  # fmt: skip

@@ -52,12 +52,10 @@ def test_a_cache_of_graphs_is_list_accumulation_fixed_by_clearing_it(
     text = folded(failure_section(result.stdout.str(), "test_cached"))
     assert "leaks: list-accumulation" in text, text
     assert "held by: global 'features' -> _lru_cache_wrapper -> dict[" in text, text
-    assert (
-        "fix: features is a functools cache that keeps every result it returned, with its "
-        "autograd graph, one per distinct argument: clear it once the step is done with "
-        "its results (features.cache_clear()), bound it" in text
-    ), text
-    assert "store plain numbers" not in text and "detached tensors (.detach())" not in text
+    # The change tried and verified: the cache cleared after the step's backward.
+    assert "fix (verified: " in text, text
+    assert "features(step[0]).sum().backward(); then features.cache_clear()" in text, text
+    assert "store plain numbers" not in text and ".detach()" not in text, text
     # The fix applied (either of its two first ways): the test passes.
     pytester.makepyfile(test_lru=_TEST.format(decorator=decorator,
                                               after="features.cache_clear()"))  # fmt: skip
@@ -68,13 +66,16 @@ def test_a_cache_of_graphs_is_list_accumulation_fixed_by_clearing_it(
 
 
 def test_the_cache_fix_is_chosen_for_a_running_value_through_a_cache_too() -> None:
-    """A chain through a cache never gets the running-total fix (``update it with
-    .item() or .detach() values``)."""
+    """The advice (what a fix that cannot be tried says, a loop's) for a chain through
+    a cache: never the running-total fix (``update it with .item() or .detach()
+    values``), never ``.detach()``."""
     links = [Link("root", "global", name="encode"),
              Link("object", "_lru_cache_wrapper", edge="reference"),
              Link("container", "dict", edge="key", key="3", base="dict"),
              Link("tensor", "Tensor", shape=[2, 1], graph=True)]  # fmt: skip
     for pattern in ("retained-grad-fn", "list-accumulation"):
         fix = choose_fix(Diagnosis(pattern, links=links))
-        assert fix.startswith("encode is a functools cache"), fix
-        assert "encode.cache_clear()" in fix and ".item()" not in fix
+        assert fix.startswith("encode is a functools cache that keeps every result it "
+                              "returned, with its autograd graph, one per distinct "
+                              "argument: clear it once the step is done"), fix
+        assert "(encode.cache_clear())" in fix and ".item()" not in fix
