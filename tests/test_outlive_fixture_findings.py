@@ -50,7 +50,7 @@ class TestOther:
 
 STORY = ("the mock `dummy_callback` records every call's arguments, so the graph-carrying "
          "`y_pred` passed to `on_batch_end` stays alive as long as the fixture")  # fmt: skip
-FIX = ("fix: call dummy_callback.reset_mock() once the test has read its calls, make "
+FIX = ("call dummy_callback.reset_mock() once the test has read its calls, make "
        "fixture 'dummy_callback' function-scoped, or pass y_pred.detach() (or "
        "y_pred.item()) in the code that calls the mock")  # fmt: skip
 ROW = "fixture 'dummy_callback' (module scope) of test_cb.py"
@@ -88,11 +88,16 @@ def test_a_module_mock_fixture_is_not_charged_to_a_test_that_never_used_it(
     for told in (f"graphleak: {ROW} kept autograd graphs alive after its teardown (outlive)",
                  REQUESTED, STORY, FIX):  # fmt: skip
         assert told in out, told
-    assert not [line for line in result.outlines if "fix:" in line and "._mock" in line]
+    assert "dummy_callback._mock" not in out.split("held by:")[-1].split("created at:")[-1]
     section = report_section(result.outlines)
     assert any(line.startswith(f"WARNING {ROW}") for line in section), section
     assert not any("test_last" in line for line in section), section
-    tests = json.loads((pytester.path / "r.json").read_text())["tests"]
+    # the row is counted as the fixture's, not as a test's
+    assert ("graphleak: 1 fixture with results: 1 warned; 3 audited for graphs "
+            "that outlive them") in out  # fmt: skip
+    document = json.loads((pytester.path / "r.json").read_text())
+    assert document["summary"]["fixtures"] == 1
+    tests = document["tests"]
     assert [t["nodeid"] for t in tests] == [ROW]
     judged = tests[0]["checks"][0]["judged_at"]
     assert judged["charged_to"] == "" and judged["requested_by"] == [
@@ -232,3 +237,12 @@ def test_without_a_known_line_the_annotation_goes_to_the_fixture() -> None:
     report = Report(tests=(TestRow(at.row, "passed", (check,)),))
     row = report_rows(report, {at.row: ("/w/test_m.py", 20)})[0]
     assert (row.file, row.line, row.level) == ("/w/test_m.py", 8, "warning")
+
+
+def test_the_count_line_tells_fixture_rows_from_tests() -> None:
+    from pytest_graphleak.report.summary import counts, sentence
+
+    told = sentence(counts(["leaked", "warned", "warned"], audited=5, fixtures=1))
+    assert told == ("2 tests and 1 fixture with results: 1 leaked, 2 warned; 5 audited for "
+                    "graphs that outlive them")  # fmt: skip
+    assert "fixtures" not in counts(["warned"], audited=1)  # absent when there are none

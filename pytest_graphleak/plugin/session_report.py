@@ -416,7 +416,8 @@ class SessionReport:
         for line, markup in body:
             tr.write_line(line, **markup)
         fixed = len(self.baseline.fixed()) if self.baseline is not None else None
-        told = sentence(counts((t.status for t in rows), audited=len(self._audited), fixed=fixed))
+        told = sentence(counts((t.status for t in rows), audited=len(self._audited), fixed=fixed,
+                               fixtures=sum(t.is_fixture for t in rows)))  # fmt: skip
         for part in wrap_line(told if told == NOTHING_CHECKED else f"graphleak: {told}", columns):
             tr.write_line(part)
         for line, markup in self.baseline.lines(columns) if self.baseline is not None else ():

@@ -94,7 +94,9 @@ def build_document(
     """The report document, tests sorted by node id (deterministic under xdist).
     ``audited``: the tests the outlive audit looked at (``summary.counts``); ``baseline``:
     the baseline file's section (``plugin/baseline.BaselineRun.section``), when one is used."""
-    entries = [_entry(test) for test in sorted(tests, key=lambda t: t.nodeid)]
+    ordered = sorted(tests, key=lambda t: t.nodeid)
+    entries = [_entry(test) for test in ordered]
+    fixtures = sum(test.typed().is_fixture for test in ordered)
     fixed = len(baseline["fixed"]) if baseline is not None else None
     extra = {"baseline": dict(baseline)} if baseline is not None else {}
     return {
@@ -102,7 +104,8 @@ def build_document(
         "schema": DOCUMENT_SCHEMA_VERSION,
         "generated_by": generated_by,
         "warn_only": warn_only,
-        "summary": counts((entry["status"] for entry in entries), audited=audited, fixed=fixed),
+        "summary": counts((entry["status"] for entry in entries), audited=audited,
+                          fixed=fixed, fixtures=fixtures),
         "notes": list(notes),
         "tests": entries,
     }

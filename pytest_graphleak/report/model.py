@@ -141,6 +141,15 @@ class TestRow:
         """The test's status: its worst check's (``status.worst``)."""
         return worst(self.status_of(check) for check in self.checks)
 
+    @property
+    def is_fixture(self) -> bool:
+        """A row of a fixture's findings, on no test (``JudgedAt.charged_to`` is ""): named
+        for the fixture (``JudgedAt.row``)."""
+        return bool(self.checks) and all(
+            c.judged_at is not None and not c.judged_at.charged_to and c.name == self.nodeid
+            for c in self.checks
+        )
+
     @classmethod
     def of(cls, nodeid: str, outcome: str, checks: Iterable[CheckResult]) -> TestRow:
         return cls(nodeid, outcome, tuple(checks))

@@ -27,15 +27,18 @@ NOTHING_CHECKED = "no test ran a graphleak check"
 
 
 def counts(
-    statuses: Iterable[str], *, audited: int = 0, fixed: int | None = None
+    statuses: Iterable[str], *, audited: int = 0, fixed: int | None = None, fixtures: int = 0
 ) -> dict[str, int]:
     """The document's ``summary``: the tests with results (one status each), how many
     ended in each status, how many the outlive audit looked at and, with a baseline file,
-    how many of its findings are fixed."""
+    how many of its findings are fixed. ``fixtures``: how many of the rows are a
+    fixture's, not a test's (``model.TestRow.is_fixture``); only counted when some are."""
     by_status = dict.fromkeys(STATUSES, 0)
     for status in statuses:
         by_status[status] += 1
     found = {"checked": sum(by_status.values()), **by_status, "audited": audited}
+    if fixtures:
+        found["fixtures"] = fixtures
     return found if fixed is None else {**found, "fixed": fixed}
 
 
@@ -48,7 +51,13 @@ def sentence(summary: Mapping[str, object]) -> str:
     parts = ", ".join(words)
     if not audited:
         return f"{tests} checked: {parts}" if tests or parts else NOTHING_CHECKED
-    rows = f"{tests} {'test' if tests == 1 else 'tests'} with results" + (
+    fixtures = _count(summary, "fixtures")  # rows of fixtures' findings, not of tests
+    tests -= fixtures
+    named = [f"{tests} {'test' if tests == 1 else 'tests'}"] if tests or not fixtures else []
+    if fixtures:
+        named.append(f"{fixtures} {'fixture' if fixtures == 1 else 'fixtures'}")
+    whose = " and ".join(named)
+    rows = f"{whose} with results" + (
         f": {parts}" if parts else ""
     )
     return f"{rows}; {audited} audited for graphs that outlive them"
