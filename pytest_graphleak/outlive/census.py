@@ -47,7 +47,7 @@ import sys
 import types
 import weakref
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, ClassVar
 
 from pytest_graphleak import session
 from pytest_graphleak.heap.containers import SIZED
@@ -204,18 +204,20 @@ class Census:
         try:
             # One object per type first (a few hundred types for thousands of objects),
             # so that only the objects of graph types are looked at one by one.
-            samples = {type(obj): obj for obj in objects}
-            if type(marker) not in samples:  # frozen, or moved on by a collection
+            # The types in one C pass; a sample object only of a type not seen before.
+            present = set(map(type, objects))
+            if type(marker) not in present:  # frozen, or moved on by a collection
                 return None
             kinds = self._kinds
-            graph_types = set()
-            for tp, sample in samples.items():
-                graphy = kinds.get(tp)
-                if graphy is None:
-                    graphy = kinds[tp] = self.kind(sample) is not None
-                if graphy:
-                    graph_types.add(tp)
-            samples.clear()
+            new = present.difference(kinds)
+            for obj in objects if new else ():
+                if type(obj) in new:
+                    kinds[type(obj)] = self.kind(obj) is not None
+                    new.discard(type(obj))
+                    if not new:
+                        break
+            graph_types = {tp for tp in present if kinds[tp]}
+            present.clear()
             if not graph_types:
                 return []
             return [obj for obj in objects if type(obj) in graph_types and self.made_during(obj)]
@@ -310,13 +312,18 @@ class _Walk:
     """The bounded walk: each object's type is classified once (a dict lookup after
     that), and empty containers are never queued."""
 
+    #: (backend names) -> id(type) -> (a weak reference to the type, its kind): shared by
+    #: the walks of every test, so that a type is classified once per process.
+    _shared: ClassVar[dict[tuple[str, ...], dict[int, tuple[weakref.ref[type], int]]]] = {}
+
     def __init__(self, backends: list[Backend]) -> None:
         self._backends = backends
-        self._kinds: dict[type, int] = {}
+        self._kinds = self._shared.setdefault(tuple(b.name for b in backends), {})
 
     def kind(self, obj: object) -> int:
         tp = type(obj)
-        found = self._kinds.get(tp)
+        known = self._kinds.get(id(tp))
+        found = known[1] if known is not None and known[0]() is tp else None
         if found is None:
             if issubclass(tp, _LEAVES):
                 found = _SKIP
@@ -328,7 +335,8 @@ class _Walk:
                 found = _ITEMS
             else:
                 found = _ATTRS
-            self._kinds[tp] = found
+            with contextlib.suppress(TypeError):  # a type without weak references: not kept
+                self._kinds[id(tp)] = (weakref.ref(tp), found)
         return found
 
     def children(self, obj: Any, kind: int, into: list[Any]) -> None:
