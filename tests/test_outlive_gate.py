@@ -173,3 +173,84 @@ def test_the_gate_keeps_nothing_alive() -> None:
     ref = weakref.ref(holder)
     del holder
     assert ref() is None  # only the class is remembered, by weak reference
+
+
+def test_what_is_kept_on_purpose_is_not_walked_through() -> None:
+    target = graph_tensor()
+    cache = {"kept": target}
+    wanted = Listed([target]).made_during
+    assert Gate().may_reach([Box(cache)], wanted, active_backends()) is True
+    assert Gate().may_reach([Box(cache)], wanted, active_backends(), kept=[cache]) is False
+
+
+DUNDER = """
+import minigrad as mg
+
+
+class Registry:
+    __kept__ = []  # a dunder class attribute: the holder search reads no such name
+
+
+def test_keeps_it_under_a_dunder_name():
+    Registry.__kept__.append(mg.Tensor([1.0], requires_grad=True) * 2)
+"""
+
+CROWDED = """
+import minigrad as mg
+
+CROWD = [[i] for i in range(120_000)]  # more than the gate's 100,000 objects
+
+
+class Node:
+    def __init__(self, value):
+        self.me = self  # cyclic garbage: nothing of the user's keeps it
+        self.value = value
+
+
+def test_leaves_a_graph_in_cyclic_garbage():
+    Node(mg.Tensor([1.0], requires_grad=True) * 2)
+"""
+
+THREE = """
+import minigrad as mg
+
+A, B, C, D = [], [], [], []
+
+
+def test_keeps_four():
+    for kept in (A, B, C, D):
+        kept.append(mg.Tensor([1.0], requires_grad=True) * 2)
+"""
+
+
+def test_a_graph_the_walk_reached_but_no_search_named_is_said(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_dunder=DUNDER)
+    result = pytester.runpytest_subprocess("-p", "no:randomly", "-p", "no:cacheprovider",
+                                           "--graphleak")  # fmt: skip
+    text = " ".join(result.stdout.str().split())
+    assert ("graphleak: outlive audit: 1 test left graphs alive that a first walk from your "
+            "roots reached but the holder search did not name") in text  # fmt: skip
+    assert "the first: test_dunder.py::test_keeps_it_under_a_dunder_name" in text
+    result.assert_outcomes(passed=1)
+
+
+def test_roots_past_the_gates_limit_are_said(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_crowded=CROWDED)
+    result = pytester.runpytest_subprocess("-p", "no:randomly", "-p", "no:cacheprovider",
+                                           "--graphleak")  # fmt: skip
+    text = " ".join(result.stdout.str().split())
+    assert ("graphleak: outlive audit: in 1 test your roots reach more than 100,000 objects, "
+            "so only the holder search looked for the graphs left alive") in text  # fmt: skip
+    assert "the first: test_crowded.py::test_leaves_a_graph_in_cyclic_garbage" in text
+    result.assert_outcomes(passed=1)
+
+
+def test_past_three_holders_the_last_finding_says_the_rest_was_not_looked_for(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(test_three=THREE)
+    result = pytester.runpytest_subprocess("-p", "no:randomly", "-p", "no:cacheprovider",
+                                           "--graphleak")  # fmt: skip
+    text = " ".join(result.stdout.str().split())
+    assert text.count("at most 3 holders are named per test: what other holders keep was "
+                      "not looked for") == 1  # fmt: skip

@@ -34,7 +34,16 @@ from typing import Any, Protocol
 
 from pytest_graphleak.heap.usercode import is_user_module
 from pytest_graphleak.outlive.census import Census
-from pytest_graphleak.outlive.explain import Deferred, Explained, Holder, Listed, Targets, explain
+from pytest_graphleak.outlive.explain import (
+    MAX_VISITED,
+    Deferred,
+    Explained,
+    Holder,
+    Listed,
+    Targets,
+    explain,
+)
+from pytest_graphleak.outlive.gate import LIMIT as GATE_LIMIT
 from pytest_graphleak.outlive.gate import Gate
 from pytest_graphleak.outlive.rerun import SiteRun, amend
 from pytest_graphleak.outlive.roots import (
@@ -88,6 +97,8 @@ class Audit:
         self.notes: set[str] = set()
         self._kinds: dict[type, bool] = {}  # type -> a graph type? (censuses share it)
         self._gate = Gate()
+        #: gate answer (True, None) -> (tests whose graphs were not named, the first).
+        self._unseen: dict[bool | None, tuple[int, str]] = {}
         #: The user's module names in sys.modules, and the (size, newest name) of
         #: sys.modules they were read at (``_other_modules``).
         self._user_names: list[str] = []
@@ -165,18 +176,36 @@ class Audit:
             # Most graphs still alive are held by nothing of the user's (torch's C++, a
             # cycle the collector has not freed yet): the cheap walk says so first.
             values = self.root_values(test, imported=imported)
+            kept = [h.value for h in self.holders(test, imported=imported) if h.kept] if (
+                self.keep) else []  # fmt: skip
             try:
-                if self._gate.may_reach(values, targets.made_during, census.backends) is False:
-                    return Explained()
+                reach = self._gate.may_reach(values, targets.made_during, census.backends,
+                                             kept=kept)  # fmt: skip
             finally:
                 values.clear()
+                kept.clear()
+            if reach is False:
+                return Explained()
             roots = self.holders(test, imported=imported)
-            return explain(targets, roots, nodeid=test.nodeid,
-                           backends=census.backends, keep_paths=keep_paths,
-                           site_of=site_of)  # fmt: skip
+            explained = explain(targets, roots, nodeid=test.nodeid,
+                                backends=census.backends, keep_paths=keep_paths,
+                                site_of=site_of)  # fmt: skip
+            if site_of is None and not explained.results and not explained.deferred:
+                self._not_named(test.nodeid, reach)
+            return explained
         finally:
             if found is not None:
                 found.clear()
+
+    def _not_named(self, nodeid: str, reached: bool | None) -> None:
+        """What the audit could not see, said once in the summary with a count: graphs
+        the gate reached from the roots (``reached``) that the holder search did not
+        name, or (None) roots that reach more than the gate's limit, so that only the
+        holder search, within its budget, looked."""
+        count, first = self._unseen.get(reached, (0, nodeid))
+        self.notes.discard(_unseen_note(reached, count, first))
+        self._unseen[reached] = (count + 1, first)
+        self.notes.add(_unseen_note(reached, count + 1, first))
 
     def _sites_from_rerun(
         self, test: AuditedTest, rerun: Rerun, results: list[CheckResult], watched: Any,
@@ -527,6 +556,18 @@ class _Without:
 
     def grown_in_place(self, obj: object) -> bool:
         return id(obj) not in self._ids and self._targets.grown_in_place(obj)
+
+
+def _unseen_note(reached: bool | None, count: int, first: str) -> str:
+    tests = f"{count} test{'s' if count != 1 else ''}"
+    budget = f"stops at {MAX_VISITED:,} objects"
+    if reached:
+        return (f"outlive audit: {tests} left graphs alive that a first walk from your roots "
+                f"reached but the holder search did not name (it follows fewer references "
+                f"than that walk, and {budget}): not reported; the first: {first}")
+    return (f"outlive audit: in {tests} your roots reach more than {GATE_LIMIT:,} objects, so "
+            f"only the holder search looked for the graphs left alive, and it {budget}: "
+            f"one kept past that is not named; the first: {first}")  # fmt: skip
 
 
 def _note_unknown_sites(result: CheckResult, rerun: bool) -> None:

@@ -204,6 +204,10 @@ def explain(
         claimed.update(id(obj) for obj in kept)
         kept.clear()
     walker.exclude.difference_update(owned)
+    last = outcome.results[-1].diagnosis if len(outcome.results) == MAX_HOLDERS else None
+    if last is not None:  # the search stopped there: say so where the user reads
+        last.notes.append(f"at most {MAX_HOLDERS} holders are named per test: what other "
+                          "holders keep was not looked for")  # fmt: skip
     return outcome
 
 

@@ -74,15 +74,17 @@ class Gate:
     @silenced
     def may_reach(
         self, roots: Iterable[object], wanted: Callable[[object], bool],
-        backends: list[Backend], *, limit: int = LIMIT,
+        backends: list[Backend], *, limit: int = LIMIT, kept: Iterable[object] = (),
     ) -> bool | None:  # fmt: skip
         """True when a root reaches a graph object for which ``wanted`` holds, False when
-        none does, None when the walk passed ``limit`` objects first."""
+        none does, None when the walk passed ``limit`` objects first. ``kept``: objects
+        kept on purpose (``graphleak_outlive_keep``), which no walk passes through."""
         key = tuple(backend.name for backend in backends)
         if key != self._for:  # a library imported since: its types are graph types now
             self._rules.clear()
             self._for = key
-        seen: dict[int, object] = {}  # holds what it saw, so ids stay unique meanwhile
+        # holds what it saw, so ids stay unique meanwhile
+        seen: dict[int, object] = {id(obj): obj for obj in kept}
         frontier: list[Any] = self._leading_on(roots, seen, backends)
         entered: list[Any] = []
         read: list[Any] = []
