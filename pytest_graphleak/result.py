@@ -387,8 +387,14 @@ class CheckResult:
         return self.diagnosis.pattern if self.diagnosis is not None else self.verdict.pattern
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "schema": SCHEMA_VERSION, "leaked": self.leaked,
-                "pattern": self.pattern}  # fmt: skip
+        out = {**asdict(self), "schema": SCHEMA_VERSION, "leaked": self.leaked,
+               "pattern": self.pattern}  # fmt: skip
+        if self.diagnosis is not None:
+            diagnosis = out["diagnosis"]
+            diagnosis.pop("fix_tried")
+            if self.diagnosis.fix_tried is not None:  # else the advice, as it always was
+                diagnosis["fix"] = fix_document(self.diagnosis, self.diagnosis.fix_tried)
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CheckResult:
@@ -404,8 +410,7 @@ class CheckResult:
             diag["stored_at"] = [CreationSite(**s) for s in diag.get("stored_at", [])]
             diag["change_at"] = [CreationSite(**s) for s in diag.get("change_at", [])]
             diag["links"] = [Link(**link) for link in diag.get("links", [])]
-            tried = diag.get("fix_tried")
-            diag["fix_tried"] = Fix(**tried) if tried else None
+            diag["fix"], diag["fix_tried"] = read_fix(diag.get("fix", ""), diag.get("fix_tried"))
             drawn = diag.get("drawing")
             diag["drawing"] = Drawing.from_dict(drawn) if drawn else None
             diag.pop("dot", None)  # the document's rendering of the drawing
@@ -433,6 +438,27 @@ class CheckResult:
 def _judged_at(data: Mapping[str, Any]) -> JudgedAt:
     """A ``JudgedAt`` read back from JSON (its tests are a list there)."""
     return JudgedAt(**{**data, "requested_by": tuple(data.get("requested_by", ()))})
+
+
+def fix_document(diagnosis: Diagnosis, tried: Fix) -> dict[str, Any]:
+    """The fix as a report carries it: ``text`` is what the fix line shows (the changed
+    line when verified, else the advice, which a running loop may have worded again after
+    the fix was tried), ``advice`` the fix worded from the facts before it was tried."""
+    shown = tried.text if tried.verified and tried.text else diagnosis.fix or tried.text
+    return {**asdict(tried), "text": shown, "advice": diagnosis.fix}
+
+
+def read_fix(value: Any, tried: Any) -> tuple[str, Fix | None]:
+    """``Diagnosis.fix`` and ``fix_tried`` from a report: the object ``fix_document``
+    writes, or (older reports) the advice as a string, with the tried fix beside it
+    under ``fix_tried`` in reports written between the two."""
+    if isinstance(value, Mapping):
+        fields = {name: value[name] for name in _FIX_FIELDS if name in value}
+        return str(value.get("advice", value.get("text", ""))), Fix(**fields)
+    return str(value or ""), Fix(**tried) if tried else None
+
+
+_FIX_FIELDS = ("text", "verified", "why_not", "diff", "steps", "filename", "sha256")
 
 
 def _number(value: Any) -> Any:

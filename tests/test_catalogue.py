@@ -149,7 +149,7 @@ def test_every_surface_shows_the_one_fix(path: Path) -> None:
     advice = result.diagnosis.fix
     assert advice, "a diagnosis always holds its fix"
     data = result.to_dict()
-    assert data["diagnosis"]["fix"] == advice
+    assert data["diagnosis"]["fix"]["advice"] == advice
     read_back = CheckResult.from_dict(data)
     assert read_back.diagnosis == result.diagnosis
     fix = fix_of(data["pattern"], read_back.diagnosis)  # the verified change, else the advice

@@ -208,10 +208,11 @@ def _agree(result: CheckResult, pattern: str, fix: str) -> str:
     assert result.leaked and result.diagnosis is not None, result
     assert result.diagnosis.pattern == pattern, result.diagnosis.notes
     data = result.to_dict()
-    assert data["diagnosis"]["fix"] == fix  # the advice, worded from the facts
-    # What the fix line shows: the change that was verified, else that advice.
+    # What the fix line shows: the change that was verified, else the advice.
     tried = result.diagnosis.fix_tried
     shown = tried.text if tried is not None and tried.verified else fix
+    written = data["diagnosis"]["fix"]
+    assert (written["advice"], written["text"]) == (fix, shown)  # advice: worded from the facts
     view = diagnosis_view(pattern, CheckResult.from_dict(data).diagnosis)
     assert [line.text for line in view if line.kind == "fix"] == [shown]
     label = next(line.label for line in view if line.kind == "fix")

@@ -163,7 +163,8 @@ def _write_reports(args: argparse.Namespace, settings: Settings,
     # One test per checked step, as the session report writes them: failed or passed as
     # pytest would end it (a leak, a raising step and an unmeasured check fail).
     tests = [CheckedTest(r.name, outcome_of(r.status), [r.to_dict()]) for r in results]
-    document = build_document(tests, generated_by="graphleak check", notes=notes)
+    document = build_document(tests, generated_by="graphleak check", notes=notes,
+                              rootdir=os.getcwd())  # fmt: skip
     environment = describe_run(args.command_line, os.getcwd(), started, time.time())
     run = Run(environment=environment, locations=locations)
     for writer, flag, path in outputs:

@@ -353,6 +353,7 @@ class SessionReport:
             self.rows(), generated_by=_generated_by(), warn_only=self.settings.warn_only,
             notes=sorted(self.notes), audited=len(self._audited),
             baseline=self.baseline.section() if self.baseline is not None else None,
+            rootdir=str(self.config.rootpath),
         )  # fmt: skip
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:

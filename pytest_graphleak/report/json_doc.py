@@ -90,15 +90,19 @@ def build_document(
     notes: Iterable[str] = (),
     audited: int = 0,
     baseline: Mapping[str, Any] | None = None,
+    rootdir: str | None = None,
 ) -> dict[str, Any]:
     """The report document, tests sorted by node id (deterministic under xdist).
     ``audited``: the tests the outlive audit looked at (``summary.counts``); ``baseline``:
-    the baseline file's section (``plugin/baseline.BaselineRun.section``), when one is used."""
+    the baseline file's section (``plugin/baseline.BaselineRun.section``), when one is used;
+    ``rootdir``: the run's root directory (``graphleak fix --apply`` writes under it only)."""
     ordered = sorted(tests, key=lambda t: t.nodeid)
     entries = [_entry(test) for test in ordered]
     fixtures = sum(test.typed().is_fixture for test in ordered)
     fixed = len(baseline["fixed"]) if baseline is not None else None
-    extra = {"baseline": dict(baseline)} if baseline is not None else {}
+    extra: dict[str, Any] = {"baseline": dict(baseline)} if baseline is not None else {}
+    if rootdir is not None:
+        extra["rootdir"] = os.path.abspath(rootdir)
     return {
         **extra,
         "schema": DOCUMENT_SCHEMA_VERSION,
