@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import gc
+import math
 import subprocess
 import sys
+import time
 import weakref
 
 import numpy as np
@@ -147,6 +149,7 @@ def test_process_probe_leaves_malloc_bytes_out_where_counting_them_is_dear(
     if process_probe.mallinfo2() is None:
         pytest.skip("no glibc mallinfo2 here")
     monkeypatch.setattr(process_probe, "MAX_MALLINFO_S", -1.0)  # every call too dear
+    monkeypatch.setattr(process_probe, "MAX_TRY_S", -1.0)  # even to try during warmup
     probe = ProcessProbe()
     assert probe.available()
     assert [m.name for m in probe.metrics] == ["process.rss_bytes"]
@@ -157,6 +160,84 @@ def test_process_probe_leaves_malloc_bytes_out_where_counting_them_is_dear(
         assert "process.malloc_bytes not sampled" in note and "RSS alone" in note
     finally:
         probe.stop()
+
+
+def _warmup_then_measured(probe: ProcessProbe, step_s: float, warmup: int = 3) -> list[float]:
+    """malloc's bytes over ``warmup`` samples, the end of warmup, then 3 more; each step
+    takes ``step_s``."""
+    values = []
+    probe.start([])
+    try:
+        for call in range(1, warmup + 4):
+            time.sleep(step_s)
+            values.append(probe.sample([])["process.malloc_bytes"])
+            if call == warmup:
+                probe.absorb([])
+    finally:
+        probe.stop()
+    return values
+
+
+@pytest.mark.parametrize("warmup", [3, 0])
+def test_dear_malloc_sampling_is_kept_where_the_step_costs_more(
+    monkeypatch: pytest.MonkeyPatch, warmup: int
+) -> None:
+    """Cheap relative to the step: a call dearer than ``MAX_MALLINFO_S`` is still paid
+    after a step that costs more (the steps of the warmup are timed)."""
+    if process_probe.mallinfo2() is None:
+        pytest.skip("no glibc mallinfo2 here")
+    monkeypatch.setattr(process_probe, "MAX_MALLINFO_S", -1.0)  # every call "dear"
+    probe = ProcessProbe()
+    assert probe.available()
+    assert "process.malloc_bytes" in [m.name for m in probe.metrics]
+    values = _warmup_then_measured(probe, step_s=0.005, warmup=warmup)
+    assert all(math.isfinite(v) for v in values), values
+    assert probe.notes() == []
+
+
+def test_dear_malloc_sampling_is_kept_where_the_whole_check_pays_little(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A step faster than one call (a numpy step keeping 1 MiB on a fragmented heap):
+    malloc stays sampled where the check's known samples together cost little."""
+    if process_probe.mallinfo2() is None:
+        pytest.skip("no glibc mallinfo2 here")
+    monkeypatch.setattr(process_probe, "MAX_MALLINFO_S", -1.0)
+    monkeypatch.setattr(process_probe, "STEP_SHARE", 0.0)  # any call costs more than a step
+    probe = ProcessProbe()
+    assert probe.available()
+    probe.plan(19)
+    values = _warmup_then_measured(probe, step_s=0.0)
+    assert all(math.isfinite(v) for v in values), values
+    assert probe.notes() == []
+    monkeypatch.setattr(process_probe, "CHECK_BUDGET_S", 0.0)  # now the check pays too much
+    assert probe.available()
+    probe.plan(19)
+    values = _warmup_then_measured(probe, step_s=0.0)
+    assert all(math.isnan(v) for v in values[3:]), values
+    (note,) = probe.notes()
+    assert " s over the check's 19 samples; memory growth was judged on RSS alone" in note
+
+
+@pytest.mark.parametrize("warmup", [3, 0])
+def test_dear_malloc_sampling_stops_after_warmup_where_it_costs_more_than_the_step(
+    monkeypatch: pytest.MonkeyPatch, warmup: int
+) -> None:
+    if process_probe.mallinfo2() is None:
+        pytest.skip("no glibc mallinfo2 here")
+    monkeypatch.setattr(process_probe, "MAX_MALLINFO_S", -1.0)
+    monkeypatch.setattr(process_probe, "STEP_SHARE", 0.0)  # any call costs more than a step
+    probe = ProcessProbe()
+    assert probe.available()
+    values = _warmup_then_measured(probe, step_s=0.0, warmup=warmup)
+    decided = warmup or process_probe.DECIDE_AFTER  # the end of warmup, else 3 samples
+    assert all(math.isfinite(v) for v in values[:decided]), values
+    assert all(math.isnan(v) for v in values[decided:]), values  # never judged: NaN
+    (note,) = probe.notes()
+    assert note.startswith("process.malloc_bytes not sampled after warmup: counting the C "
+                           "heap's allocated bytes took ")  # fmt: skip
+    assert "more than the step itself (" in note and note.endswith(
+        " ms a step as checked); memory growth was judged on RSS alone")
 
 
 def test_make_probes_selects_and_validates_names() -> None:

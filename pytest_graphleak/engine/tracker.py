@@ -135,9 +135,13 @@ class Sampler:
     """
 
     def __init__(
-        self, *, warmup: int, probes: Sequence[str] | None = None, start_scan: str = "roots"
-    ) -> None:
+        self, *, warmup: int, probes: Sequence[str] | None = None, start_scan: str = "roots",
+        samples: int | None = None,
+    ) -> None:  # fmt: skip
+        """``samples``: how many samples the check takes, where it is known (a loop's is
+        not): a probe whose reading has a cost of its own sizes it by them (``plan``)."""
         int_at_least("warmup", warmup, 0)
+        self._samples = samples
         one_of("start_scan", start_scan, START_SCANS)
         self.warmup = warmup
         self.start_scan = start_scan
@@ -160,6 +164,10 @@ class Sampler:
         try:
             measuring.begin()
             self._probes = make_probes(self._probe_names)
+            for probe in self._probes:
+                plan = getattr(probe, "plan", None)  # ``ProbeBase.plan``; optional
+                if plan is not None:
+                    plan(self._samples)
             self.result.metrics.update((m.name, m) for probe in self._probes for m in probe.metrics)
             # Watches for libraries the step uses that no probe measures (no silent pass).
             self._coverage = Coverage(self._probe_names, self._probes)
@@ -401,8 +409,8 @@ def run(
     """
     __tracebackhide__ = True  # pytest shows the step's frames, not the path to them
     int_at_least("steps", steps, 1)
-    sampler = Sampler(warmup=warmup, probes=probes, start_scan=start_scan)
     planned = warmup + steps
+    sampler = Sampler(warmup=warmup, probes=probes, start_scan=start_scan, samples=planned)
     sampler.begin([step, *roots])  # a temporary list: begin() empties it
     try:
         for call in range(1, planned + 1):

@@ -112,6 +112,10 @@ class ProbeBase:
     def start(self, heap: Sequence[object]) -> None:
         return None
 
+    def plan(self, samples: int | None) -> None:
+        """Before ``start``: how many samples the check takes (None: not known, a loop's)."""
+        return None
+
     def absorb(self, fresh: Sequence[object]) -> None:
         return None
 

@@ -15,10 +15,18 @@ blocks. That counts what is allocated, wherever it lies and whatever is resident
 numpy array or a CPU tensor kept every step adds its size to it in any process. Python's
 small objects (pymalloc arenas) are not in it: RSS still covers those.
 
-``mallinfo2()`` walks the allocator's free lists, ~4 ns per free block: ~1-20 us on the
-heaps measured (a torch test process), but milliseconds on a heap fragmented into 100,000s
-of free blocks. The probe times it when asked whether it is available and leaves the
-metric out, with a note, when a call costs more than ``MAX_MALLINFO_S``.
+``mallinfo2()`` walks the allocator's free lists: ~1-20 us on the heaps measured (a torch
+test process), but milliseconds on a heap that a long suite fragmented (a cache miss per
+free block). What is cheap is relative to the step: the probe times a call when asked
+whether it is available, and where it costs more than ``MAX_MALLINFO_S`` it also times
+the steps of the warmup (the time between its samples: the step as the check runs it) and
+decides at the end of warmup. It keeps the metric when a call costs at most
+``STEP_SHARE`` of a step, or when the check's samples are known (a marker, ``check()``)
+and all of them together cost at most ``CHECK_BUDGET_S``: a numpy step that keeps 1 MiB
+takes a fraction of a millisecond, less than one call on a heap a suite fragmented, and
+only malloc's bytes see its growth there. Otherwise it reads NaN from then on (the
+verdict judges no series with a NaN in it, so memory is judged on RSS alone) and says so
+in a note. A call dearer than ``MAX_TRY_S`` is not tried at all.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
+import math
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -44,9 +53,17 @@ RSS = Metric("process.rss_bytes", BYTES, "memory", noisy=True)
 #: that a step keeping the tolerance is caught when its count falls a few KiB short.
 MALLOC = Metric("process.malloc_bytes", BYTES, "memory", noisy=True, noise_share=0.875)
 
-#: A ``mallinfo2()`` call dearer than this (a heap of ~100,000 free blocks) is not paid
-#: after every step: the metric is left out of that check.
+#: A ``mallinfo2()`` call this cheap is paid after every step, whatever the step costs.
 MAX_MALLINFO_S = 0.0005
+#: A dearer call is kept when it costs at most this share of a step (the time between two
+#: samples in warmup): sampling malloc at most doubles a sampled step's time.
+STEP_SHARE = 1.0
+#: Or when a check of known length pays at most this for all its calls together.
+CHECK_BUDGET_S = 0.25
+#: A call dearer than this is not tried during warmup either: the metric is left out.
+MAX_TRY_S = 0.05
+#: Samples after which a check without warmup decides (``absorb`` decides with warmup).
+DECIDE_AFTER = 3
 
 
 class _MallInfo2(ctypes.Structure):
@@ -86,6 +103,12 @@ class ProcessProbe(ProbeBase):
         self._page = 0
         self._malloc: Callable[[], _MallInfo2] | None = None
         self._notes: list[str] = []
+        #: Whether malloc stays sampled is still to be decided from the steps' time.
+        self._deciding = False
+        self._costs: list[float] = []  # seconds of each mallinfo2 call while deciding
+        self._intervals: list[float] = []  # seconds between samples while deciding
+        self._last = 0.0  # when the last sample (or start) ended
+        self._planned: int | None = None  # the check's samples, where known (``plan``)
 
     def available(self) -> bool:
         self._choose_malloc()
@@ -98,9 +121,12 @@ class ProcessProbe(ProbeBase):
         return True
 
     def _choose_malloc(self) -> None:
-        """Sample malloc's bytes when ``mallinfo2`` exists and is cheap on this heap."""
+        """Sample malloc's bytes when ``mallinfo2`` exists and is cheap on this heap, or
+        may be cheap next to the step (decided at the end of warmup, ``_decide``)."""
         self.metrics = (RSS,)
         self._malloc = None
+        self._notes = []
+        self._deciding = False
         read = mallinfo2()
         if read is None:
             return
@@ -110,17 +136,41 @@ class ProcessProbe(ProbeBase):
             read()
             cost = min(cost, time.perf_counter() - started)
             if cost <= MAX_MALLINFO_S:
-                self._malloc = read
-                self.metrics = (RSS, MALLOC)
-                return
-        self._notes = [
-            f"{MALLOC.name} not sampled: counting the C heap's allocated bytes took "
-            f"{cost * 1e3:.1f} ms a sample on this fragmented heap; memory growth was "
-            f"judged on RSS alone"
-        ]
+                break
+        if cost > max(MAX_TRY_S, MAX_MALLINFO_S):
+            self._notes = [_not_sampled(cost, "", "")]
+            return
+        self._malloc = read
+        self.metrics = (RSS, MALLOC)
+        self._deciding = cost > MAX_MALLINFO_S
+        self._costs = [cost] if self._deciding else []
+        self._intervals = []
+
+    def plan(self, samples: int | None) -> None:
+        self._planned = samples
+
+    def _decide(self) -> None:
+        """Keep malloc sampled when a call costs at most ``STEP_SHARE`` of a step, or all
+        the check's calls at most ``CHECK_BUDGET_S``."""
+        if not self._intervals:
+            return
+        self._deciding = False
+        cost = min(self._costs)  # the heap's cost: a slower call was preempted
+        step = sorted(self._intervals)[len(self._intervals) // 2]
+        self._costs, self._intervals = [], []
+        if cost <= max(MAX_MALLINFO_S, STEP_SHARE * step):
+            return
+        if self._planned is not None and cost * self._planned <= CHECK_BUDGET_S:
+            return
+        self._malloc = None
+        total = (f" and {cost * self._planned:.2f} s over the check's {self._planned} samples"
+                 if self._planned is not None else "")  # fmt: skip
+        self._notes = [_not_sampled(cost, " after warmup", f", more than the step itself "
+                                    f"({step * 1e3:.1f} ms a step as checked){total}")]  # fmt: skip
 
     def start(self, heap: Sequence[object]) -> None:
         self.stop()
+        self._last = time.perf_counter()
         try:
             self._page = os.sysconf("SC_PAGE_SIZE")
             self._statm = os.open(_STATM, os.O_RDONLY)
@@ -128,10 +178,24 @@ class ProcessProbe(ProbeBase):
         except (OSError, AttributeError, ValueError, IndexError):
             self.stop()
 
+    def absorb(self, fresh: Sequence[object]) -> None:
+        if self._deciding:  # the end of warmup: its steps were timed
+            self._decide()
+
     def sample(self, fresh: Sequence[object]) -> dict[str, float]:
+        began = time.perf_counter()
         values = {RSS.name: self._rss()}
         if self._malloc is not None:
+            read = time.perf_counter()
             values[MALLOC.name] = float(malloc_bytes(self._malloc))
+            if self._deciding:
+                self._costs.append(time.perf_counter() - read)
+                self._intervals.append(began - self._last)
+                if len(self._intervals) >= DECIDE_AFTER:  # no warmup ended it (warmup=0)
+                    self._decide()
+        elif MALLOC in self.metrics:  # left out after warmup: not judged (a NaN)
+            values[MALLOC.name] = math.nan
+        self._last = time.perf_counter()
         return values
 
     def _rss(self) -> float:
@@ -151,6 +215,12 @@ class ProcessProbe(ProbeBase):
             with contextlib.suppress(OSError):
                 os.close(self._statm)
             self._statm = None
+
+
+def _not_sampled(cost: float, when: str, why: str) -> str:
+    return (f"{MALLOC.name} not sampled{when}: counting the C heap's allocated bytes took "
+            f"{cost * 1e3:.1f} ms a sample on this fragmented heap{why}; memory growth was "
+            "judged on RSS alone")  # fmt: skip
 
 
 def _resident_pages(descriptor: int) -> int:
