@@ -111,3 +111,26 @@ def test_a_container_read_in_part_cuts_its_root() -> None:
     found = find_chain([("global 'ROWS'", [[i] for i in range(20_001)])], lambda o: False,
                        walker)  # fmt: skip
     assert found.cut == ["global 'ROWS'"]
+
+
+def test_the_holder_no_root_reaches_is_chosen_by_what_it_holds_not_the_heaps_order() -> None:
+    """With no chain from a root, the holder is what refers to the leaked objects: of
+    several containers, the one that holds the most of them (the heap's order, which
+    ``gc.get_referrers`` follows, may differ from run to run)."""
+    from types import SimpleNamespace
+
+    from pytest_graphleak.diagnose.backends import TENSOR
+    from pytest_graphleak.diagnose.holders import unrooted_holder
+
+    w = mg.Tensor([1.0], requires_grad=True)
+    leaked = [(w * float(i)).sum() for i in range(3)]
+    few = [leaked[0]]  # made first: first in the heap's order
+    many = {"a": leaked[0], "b": leaked[1], "c": leaked[2]}
+    obs = SimpleNamespace(alive=[SimpleNamespace(obj=t, kind=TENSOR) for t in leaked])
+    walker = ObjectEdges(active_backends(), exclude=[id(leaked)])
+    path = unrooted_holder(obs, walker)  # type: ignore[arg-type]
+    assert path is not None
+    try:
+        assert path.objects[-2] is many and few
+    finally:
+        path.clear()

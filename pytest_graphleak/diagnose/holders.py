@@ -48,7 +48,11 @@ def unrooted_holder(obs: Observation, walker: ObjectEdges) -> Path | None:
         referrers.clear()
         if not containers:
             return None
-        container = containers[0]
+        # Not the first in the heap's order, which may differ from run to run: the one
+        # that holds the most of them (its kind is part of the baseline key).
+        ids = {id(obj) for obj in held}
+        container = min(containers, key=lambda c: (
+            -sum(id(item) in ids for item in items_of(c)), type(c).__name__, len(c)))  # fmt: skip
         containers.clear()
         for obj in held:  # a loop, not a generator: its cell would refer to the container
             if any(item is obj for item in items_of(container)):
@@ -68,6 +72,7 @@ def _prepend_parent(path: Path, walker: ObjectEdges, mine: set[int]) -> None:
     container = path.objects[0]
     mine = {*mine, id(path.objects), id(path)}
     referrers = gc.get_referrers(container)
+    found: list[tuple[tuple[str, str, str], object, Edge]] = []
     try:
         for parent in referrers:
             named = isinstance(parent, dict) or hasattr(parent, "__dict__")
@@ -77,11 +82,16 @@ def _prepend_parent(path: Path, walker: ObjectEdges, mine: set[int]) -> None:
                 continue
             for edge, child in walker.edges(parent):
                 if child is container and edge.kind in ("key", "attr"):
-                    path.objects.insert(0, parent)
-                    path.edges.insert(0, edge)
-                    return
+                    found.append(((edge.kind, str(edge.key), type(parent).__name__), parent,
+                                  edge))  # fmt: skip
+                    break
+        if found:  # by name, not by the heap's order (which may differ from run to run)
+            _, parent, edge = min(found, key=lambda candidate: candidate[0])
+            path.objects.insert(0, parent)
+            path.edges.insert(0, edge)
     finally:
         referrers.clear()
+        found.clear()
 
 
 def plain_cycle(obs: Observation, walker: ObjectEdges) -> tuple[Path, tuple[Edge, Any]] | None:
