@@ -169,11 +169,11 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"run {run}: {row['status']} {row['pattern']} malloc={row['malloc']} "
                       f"mallinfo2 {row['cost']} ms "
                       f"{row['wall']:.1f} s {row['note'][:160]}", flush=True)
+                write(rows, args)  # after every run: a run stopped early keeps its table
     finally:
         stop.set()
         for burner in burners:
             burner.join(timeout=5)
-    write(rows, args)
     return 0
 
 
@@ -195,6 +195,8 @@ def write(rows: list[dict[str, object]], args: argparse.Namespace) -> None:
         f"Each run: `pytest -n 2 --graphleak` over {args.fragmenting + 10} tests that "
         "fragment the C heap and one marked test that keeps a 1 MiB numpy array a step, "
         f"with {args.burners} CPU burner(s) beside it.",
+        "",
+        f"Runs done: {len(rows)} of {args.runs} requested.",
         "",
         "| runs | caught | malloc's bytes sampled |",
         "| ---: | ---: | ---: |",
