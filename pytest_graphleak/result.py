@@ -278,6 +278,8 @@ class JudgedAt:
     #: The tests that requested this instance, in the order they ran (in the process
     #: that ran them: one pytest-xdist worker's).
     requested_by: tuple[str, ...] = ()
+    #: The tests that made the graphs it kept (handed it), in the order they ran.
+    made_during: tuple[str, ...] = ()
     #: The test this finding is reported on: the one in whose teardown the instance was
     #: torn down, when it requested it (the last that did); "" when that test did not
     #: request it: the finding is the session's, on no test.
@@ -437,7 +439,8 @@ class CheckResult:
 
 def _judged_at(data: Mapping[str, Any]) -> JudgedAt:
     """A ``JudgedAt`` read back from JSON (its tests are a list there)."""
-    return JudgedAt(**{**data, "requested_by": tuple(data.get("requested_by", ()))})
+    return JudgedAt(**{**data, "requested_by": tuple(data.get("requested_by", ())),
+                       "made_during": tuple(data.get("made_during", ()))})
 
 
 def fix_document(diagnosis: Diagnosis, tried: Fix) -> dict[str, Any]:

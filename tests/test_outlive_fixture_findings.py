@@ -91,6 +91,8 @@ def test_a_module_mock_fixture_is_not_charged_to_a_test_that_never_used_it(
     assert "dummy_callback._mock" not in out.split("held by:")[-1].split("created at:")[-1]
     section = report_section(result.outlines)
     assert any(line.startswith(f"WARNING {ROW}") for line in section), section
+    assert ("made during: test_cb.py::TestTrainer::test_fit and "
+            "test_cb.py::TestTrainer::test_called; requested by:") in folded("\n".join(section))
     assert not any("test_last" in line for line in section), section
     # the row is counted as the fixture's, not as a test's
     assert ("graphleak: 1 fixture with results: 1 warned; 3 audited for graphs "
@@ -180,6 +182,11 @@ def test_a_class_fixtures_finding_has_a_row_of_its_own_named_for_it(
             "test_arch_rows.py::TestArchive::test_b, still alive at the teardown of fixture "
             "'store' (class scope)") in out  # fmt: skip
     assert "TestArchive::test_b left autograd graphs" not in out
+    # the row lists the tests that made the graphs and those that requested the fixture
+    assert ("made during: test_arch_rows.py::TestArchive::test_a and "
+            "test_arch_rows.py::TestArchive::test_b; requested by: "
+            "test_arch_rows.py::TestArchive::test_a and test_arch_rows.py::TestArchive::test_b"
+            ) in folded("\n".join(section))  # fmt: skip
 
 
 NOTICE = """
@@ -229,8 +236,8 @@ def test_without_a_known_line_the_annotation_goes_to_the_fixture() -> None:
     from pytest_graphleak.report.model import Report, TestRow
     from pytest_graphleak.result import CheckResult, Diagnosis, JudgedAt, Verdict
 
-    at = JudgedAt("store", "module", "test_m.py", "fixture 'store' (module scope)",
-                  ("test_m.py::test_fill",), "", "/w/test_m.py", 8)  # fmt: skip
+    at = JudgedAt("store", "module", "test_m.py", label="fixture 'store' (module scope)",
+                  requested_by=("test_m.py::test_fill",), file="/w/test_m.py", line=8)
     check = CheckResult(at.row, 0, 0, {}, {}, Verdict(leaked=True, pattern="list-accumulation"),
                         Diagnosis("list-accumulation"), kind="outlive", warned=True,
                         judged_at=at)  # fmt: skip

@@ -265,8 +265,8 @@ class Audit:
         if found is None or found.fixturedef is not fixturedef:
             return None
         return JudgedAt(fixturedef.argname, fixturedef.scope, found.node,
-                        fixture_label(fixturedef), tuple(found.requested), "",
-                        *found.where)  # fmt: skip
+                        label=fixture_label(fixturedef), requested_by=tuple(found.requested),
+                        file=found.where[0], line=found.where[1])  # fmt: skip
 
     def requested(self, test: AuditedTest) -> None:
         """``test`` ran (its teardown is over): the live wider-scope fixture instances it
@@ -289,6 +289,8 @@ class Audit:
             if not alive:
                 continue
             at = self._judged_at(fixturedef)
+            if at is not None:
+                at = replace(at, made_during=(deferred.nodeid,))
             try:
                 explained = explain(Listed(alive), self.holders(test, fixtures=False),
                                     nodeid=test.nodeid, made_by=deferred.nodeid,
@@ -387,6 +389,8 @@ class Audit:
             if at is not None:
                 self._torn_down.append(at)
             return
+        if at is not None:
+            at = replace(at, made_during=tuple(dict.fromkeys(d.nodeid for d in pending)))
         results: list[CheckResult] = []
         label = fixture_label(fixturedef)
         try:

@@ -28,7 +28,7 @@ from pytest_graphleak.report.model import (
 )
 from pytest_graphleak.report.scale import sparkline
 from pytest_graphleak.report.span import error_line, span_text
-from pytest_graphleak.report.text import LINE_MARKUP, line_markup, wrap_line, wrapped
+from pytest_graphleak.report.text import LINE_MARKUP, line_markup, tests_text, wrap_line, wrapped
 from pytest_graphleak.report.view import culprit, diagnosis_view
 from pytest_graphleak.result import CheckResult
 from pytest_graphleak.status import LEAK_STATUSES, display_key
@@ -317,8 +317,8 @@ def summary_lines(
         status = test.status_of(check)
         word, markup = _STATUS_STYLE[status]
         head = f"{word} {check_label(test, index)}"
+        at = check.judged_at  # a fixture's finding (``JudgedAt``), or None
         if status in (*LEAK_STATUSES, "known"):  # a leak found, accepted or not
-            at = check.judged_at
             outlive = ("" if check.kind != "outlive" else "outlived the test: " if at is None
                        else "outlived the fixture's teardown: ")  # fmt: skip
             head += f"  {outlive}{check.pattern or 'leak'}"
@@ -340,6 +340,11 @@ def summary_lines(
         else:
             head += f"  ({span_text(check, short=True)}{_reach(check)})"
         lines.append((head, markup))
+        if at is not None and at.made_during and status in (*LEAK_STATUSES, "known"):
+            told = f"made during: {tests_text(at.made_during)}"
+            if at.requested_by:
+                told += f"; requested by: {tests_text(at.requested_by)}"
+            lines.append((f"    {told}", {}))
         if status == "unmeasured" and check.unmeasured_fix:  # what to change, as a leak's
             fix = f"fix: {check.unmeasured_fix}"
             lines.append((f"    {fix}", line_markup(fix)))

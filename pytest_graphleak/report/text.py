@@ -89,7 +89,7 @@ def render_outlive(result: CheckResult) -> str:
                   f"was torn down, at the teardown of {nodeid} (outlive)")  # fmt: skip
     lines = [header, f"  {result.verdict.reason}"]
     if at is not None and at.requested_by:
-        lines.append(f"  requested by: {_tests(at.requested_by)}")
+        lines.append(f"  requested by: {tests_text(at.requested_by)}")
     view = diagnosis_view(pattern, result.diagnosis, outlive=True)
     lines.extend(f"  {line.plain()}" for line in view)
     lines.append(
@@ -99,7 +99,7 @@ def render_outlive(result: CheckResult) -> str:
     return "\n".join(lines)
 
 
-def _tests(nodeids: Sequence[str]) -> str:
+def tests_text(nodeids: Sequence[str]) -> str:
     """``a``, ``a and b``, ``a, b, c and 2 more tests``."""
     if len(nodeids) > 3:
         return f"{', '.join(nodeids[:3])} and {len(nodeids) - 3} more tests"
