@@ -264,6 +264,7 @@ class SessionReport:
             self._locations.setdefault(row, (str(judged.get("file") or ""),
                                              int(judged.get("line") or 0)))  # fmt: skip
             self._keep(CheckedTest(row, outcome, [*checks, check]))
+            self._junit_pending.pop(row, None)  # no test case of its own in the JUnit XML
 
     def _checks_of(self, data: object, nodeid: str, what: str) -> list[dict[str, Any]] | None:
         """A report's ``graphleak`` checks, round-tripped through ``CheckResult`` (which
