@@ -99,7 +99,7 @@ def test_a_search_cut_at_its_budget_says_so_and_names_the_roots() -> None:
 def test_a_search_of_every_root_whole_proves_there_is_no_chain() -> None:
     walker = ObjectEdges(active_backends())
     found = find_chain([("fixture 'small'", {"x": [1, 2]})], lambda o: False, walker)
-    assert found == Searched(path=None, cut=[], roots=1, visited=found.visited)
+    assert found == Searched(path=None, cut=[], roots=1, visited=found.visited, read=found.read)
     assert found.whole
     assert not_reached(found) == (
         "no chain from a fixture, global, closure or self reaches the leaked objects"

@@ -11,7 +11,8 @@ same chain on a quiet laptop and on a loaded CI runner. ``search`` says what it 
 (``Searched``): the chain, or which roots it searched whole and which it had to cut.
 
 The chain search from the roots is helped by a search the other way when the leaked
-objects are known (``seeds``): ``ancestors`` climbs from them through
+objects are known (``seeds``) and a first look from the roots (``FIRST_LOOK``
+references read: most chains are short) found none: ``ancestors`` climbs from them through
 ``gc.get_referrers`` (one scan of the heap a level) to the roots they hang from, and the
 search from the roots then walks only those objects. A root that reaches a huge dataset
 costs nothing then; the walk from the roots still labels every edge, so the chain is as
@@ -40,6 +41,9 @@ MAX_PER_ROOT = 25_000
 #: the library's or the interpreter's objects, not a chain the roots hold).
 MAX_LEVELS = 12
 MAX_ANCESTORS = 20_000
+#: References a first look from the roots may read before the climb (which scans the
+#: heap once a level) is worth its cost: most chains are short and found here.
+FIRST_LOOK = 10_000
 
 
 @dataclass
@@ -65,6 +69,7 @@ class Searched:
     cut: list[str] = field(default_factory=list)
     roots: int = 0  # how many roots were searched
     visited: int = 0
+    read: int = 0  # references read
 
     @property
     def whole(self) -> bool:
@@ -96,15 +101,19 @@ def find_chain(
     """Shortest labelled path from any root to an object for which ``is_target`` holds.
 
     All roots start at depth 0, in the given order, so that on a tie the first root wins.
-    ``seeds``: targets known by identity (the leaked objects): the search first walks
-    only what climbs from them to a root (``ancestors``), then, if that finds no chain,
-    everything, as below.
+    ``seeds``: targets known by identity (the leaked objects): after a first look from
+    the roots (``FIRST_LOOK`` references read) finds nothing, the search walks only what climbs
+    from them to a root (``ancestors``), then, if that finds no chain, everything, as
+    below.
 
     Each object queued is charged to the root it was reached from; past ``MAX_PER_ROOT``
     that root queues nothing more, so a root that reaches a huge dataset cannot starve
     the others. Deterministic: the same objects give the same chain, however slow the
     machine."""
     if seeds:
+        first = _breadth_first(roots, is_target, walker, max_visited, None, max_read=FIRST_LOOK)
+        if first.path is not None or not first.cut:  # found, or proved none: every root whole
+            return first
         above = ancestors(seeds, [obj for _, obj in roots], walker)
         if above is not None:
             try:
@@ -122,9 +131,12 @@ def _breadth_first(
     walker: ObjectEdges,
     max_visited: int,
     inside: set[int] | None,
+    *,
+    max_read: int | None = None,
 ) -> Searched:
     """The search from the roots (``inside``: only through these objects, and with no
-    share per root: the climb already chose them)."""
+    share per root: the climb already chose them; ``max_read``: references read, at
+    most, beyond the object being read)."""
     # id -> (object, parent id or None, edge from the parent, root index)
     seen: dict[int, tuple[object, int | None, Edge | None, int]] = {}
     queue: deque[int] = deque()
@@ -149,7 +161,8 @@ def _breadth_first(
             if charged[root_index] >= share:
                 cut.add(root_index)  # that root's share is spent: its queue stays unexpanded
                 continue
-            if outcome.visited >= max_visited:
+            if outcome.visited >= max_visited or (max_read is not None
+                                                  and outcome.read >= max_read):  # fmt: skip
                 cut.update(seen[i][3] for i in (current, *queue))
                 break
             outcome.visited += 1
@@ -157,6 +170,7 @@ def _breadth_first(
                 out = list(walker.edges(obj))
             except Exception:  # an object whose attributes raise: skip it
                 continue
+            outcome.read += len(out)
             if partly_read(obj):
                 cut.add(root_index)
             for edge, child in out:
