@@ -26,9 +26,9 @@ and all of them together cost at most ``CHECK_BUDGET_S``: a numpy step that keep
 takes a fraction of a millisecond, less than one call on a heap a suite fragmented, and
 only malloc's bytes see its growth there. Otherwise it reads NaN from then on (the
 verdict judges no series with a NaN in it, so memory is judged on RSS alone) and says so
-in a note. The cheapest call measured decides (the three calls of ``available`` and those
-of the warmup): on a loaded machine a call preempted costs tens of milliseconds more
-than the heap does, however dear the heap is, so no one burst of calls rules it out.
+in a note. A call's cost is its CPU time, the cheapest of those measured (the three calls
+of ``available`` and those of the warmup): on a loaded machine a call's wall time is
+mostly the time it waited for a core (80 ms for a heap that costs 2 ms).
 """
 
 from __future__ import annotations
@@ -132,9 +132,9 @@ class ProcessProbe(ProbeBase):
             return
         cost = 1.0
         for _ in range(3):  # the cheapest of three: a preempted call is not the heap's cost
-            started = time.perf_counter()
+            started = time.thread_time()  # CPU time: the heap's cost, not the machine's load
             read()
-            cost = min(cost, time.perf_counter() - started)
+            cost = min(cost, time.thread_time() - started)
             if cost <= MAX_MALLINFO_S:
                 break
         self._malloc = read
@@ -183,10 +183,10 @@ class ProcessProbe(ProbeBase):
         began = time.perf_counter()
         values = {RSS.name: self._rss()}
         if self._malloc is not None:
-            read = time.perf_counter()
+            read = time.thread_time()
             values[MALLOC.name] = float(malloc_bytes(self._malloc))
             if self._deciding:
-                self._costs.append(time.perf_counter() - read)
+                self._costs.append(time.thread_time() - read)
                 self._intervals.append(began - self._last)
                 if len(self._intervals) >= DECIDE_AFTER:  # no warmup ended it (warmup=0)
                     self._decide()
