@@ -7,12 +7,13 @@ the caller renders it to strings and drops it at once.
 
 Every budget is counted in work (objects visited, heap scans), never in seconds: the
 chain a search finds is part of a finding's baseline key, so the same code must give the
-same chain on a quiet laptop and on a loaded CI runner. ``search`` says what it proved
-(``Searched``): the chain, or which roots it searched whole and which it had to cut.
+same chain on a quiet laptop and on a loaded CI runner. ``find_chain`` says what it
+proved (``Searched``): the chain, or which roots it searched whole and which it had to
+cut (``holders.not_reached`` words it). ``shortest_path`` is its chain alone.
 
 The chain search from the roots is helped by a search the other way when the leaked
-objects are known (``seeds``) and a first look from the roots (``FIRST_LOOK``
-references read: most chains are short) found none: ``ancestors`` climbs from them through
+objects are known (``seeds``) and a first look from the roots (``FIRST_LOOK`` references
+read: most chains are short) found none: ``ancestors`` climbs from them through
 ``gc.get_referrers`` (one scan of the heap a level) to the roots they hang from, and the
 search from the roots then walks only those objects. A root that reaches a huge dataset
 costs nothing then; the walk from the roots still labels every edge, so the chain is as
