@@ -1,6 +1,6 @@
 """The ``graphleak`` command: ``demo`` tells the story, ``check`` checks a step outside
-pytest, ``report`` shows a saved report (usage and exit codes: the help texts below and
-``cli.exits``).
+pytest, ``report`` shows a saved report, ``fix`` shows (or writes) its verified fixes
+(usage and exit codes: the help texts below and ``cli.exits``).
 
 Each command's module is imported only when that command runs, so ``--help`` is quick and
 the demo never imports torch unless asked to.
@@ -42,6 +42,7 @@ examples:
   graphleak demo                       watch a leaky training loop grow, then the fix
   graphleak check train.py::step       check a zero-argument training step
   graphleak report graphleak.json      show a saved JSON report
+  graphleak fix graphleak.json         its verified fixes as a diff (--apply: write them)
 
 """ + _EXIT_CODES
 
@@ -81,6 +82,26 @@ examples:
 Reads a report written by `pytest --graphleak-report=PATH` or `graphleak check --json PATH`.
 
 """ + _EXIT_CODES
+
+
+_FIX_EPILOG = """\
+examples:
+  graphleak fix graphleak.json                 print the verified fixes as a unified diff
+  graphleak fix graphleak.json | git apply     the same, applied by git (from the rootdir)
+  graphleak fix graphleak.json --apply         write them into your files
+
+Reads a report written by `pytest --graphleak-report=PATH` or `graphleak check --json PATH`.
+Only fixes that were verified (the step re-run with the change grew nothing) are shown.
+--apply writes a file only when it is under the report's rootdir, outside site-packages
+and virtual environments, and unchanged since the run (same SHA-256); otherwise it says
+why, naming the file.
+
+exit codes:
+  0  nothing left unapplied: every verified fix was written, or there is none
+  1  a verified fix is left unapplied: shown without --apply, or refused
+  2  bad usage: missing file, an unreadable report
+  130 interrupted (Ctrl-C)
+"""
 
 
 def positive_int(text: str) -> int:
@@ -172,6 +193,20 @@ def build_parser() -> argparse.ArgumentParser:
                             help=f"write it to OUT as {writer.what} instead of printing")
     _color_flag(report)
     report.set_defaults(run=("pytest_graphleak.cli.report_cmd", "run_report"))
+
+    fix = commands.add_parser(
+        "fix",
+        help="show a saved report's verified fixes as a diff, or write them (--apply)",
+        description="Print the verified fixes of a saved graphleak JSON report as a unified "
+                    "diff of your files, or write them with --apply.",
+        epilog=_FIX_EPILOG,
+        formatter_class=formatter,
+    )
+    fix.add_argument("path", metavar="PATH.json", help="the JSON report to read")
+    fix.add_argument("--apply", action="store_true",
+                     help="write the fixes into the files (only your files under the "
+                          "report's rootdir, unchanged since the run)")  # fmt: skip
+    fix.set_defaults(run=("pytest_graphleak.cli.fix_cmd", "run_fix"))
     return parser
 
 

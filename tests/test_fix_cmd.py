@@ -1,0 +1,193 @@
+"""``graphleak fix REPORT.json`` (issue 44): the report's verified fixes as a unified diff
+of the user's file; ``--apply`` writes them only into the user's files under the report's
+rootdir, outside site-packages and virtual environments, unchanged since the run, and
+says which it refused; the exit code says whether anything is left unapplied."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from suite_helpers import FAST, REPO
+
+from pytest_graphleak.cli import main
+from pytest_graphleak.cli.patches import Refused, apply
+
+pytest_plugins = ["pytester"]
+
+LEAKY = """\
+import minigrad as mg
+import pytest
+
+losses = []
+
+
+@pytest.mark.no_graph_growth(steps=6, warmup=2)
+def test_accumulates():
+    x = mg.Tensor([1.0, 2.0], requires_grad=True)
+    loss = (x * 2).sum()
+    losses.append(loss)
+"""
+
+DIFF = """\
+--- a/test_keep.py
++++ b/test_keep.py
+@@ -8,4 +8,4 @@
+ def test_accumulates():
+     x = mg.Tensor([1.0, 2.0], requires_grad=True)
+     loss = (x * 2).sum()
+-    losses.append(loss)
++    losses.append(loss.item())
+"""
+
+
+@pytest.fixture
+def leak_report(pytester: pytest.Pytester) -> Path:
+    """A report of one leak whose fix was verified; the test file beside it."""
+    pytester.makepyfile(test_keep=LEAKY)
+    report = pytester.path / "graphleak.json"
+    result = pytester.runpytest_subprocess("--graphleak", f"--graphleak-report={report}", *FAST)
+    result.assert_outcomes(failed=1)
+    return report
+
+
+def run_fix(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    capsys.readouterr()
+    code = main(["fix", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_the_verified_fix_prints_as_a_diff_of_the_users_file(
+    leak_report: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = (leak_report.parent / "test_keep.py").read_text()
+    code, out, err = run_fix(capsys, str(leak_report))
+    assert (code, out) == (1, DIFF), err  # 1: a fix is left unapplied
+    assert (leak_report.parent / "test_keep.py").read_text() == before
+
+
+def test_apply_writes_it_and_the_test_then_passes(
+    leak_report: Path, pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = pytester.path / "test_keep.py"
+    before = path.read_text()
+    code, out, err = run_fix(capsys, str(leak_report), "--apply")
+    assert code == 0, err
+    assert out == "graphleak fix: applied test_keep.py:11: losses.append(loss.item())\n"
+    assert "1 applied, 0 refused" in err
+    # That line changed, nothing else (pytester writes the file without a last newline).
+    assert path.read_text() == before.replace("losses.append(loss)", "losses.append(loss.item())")
+    pytester.runpytest_subprocess("--graphleak", *FAST).assert_outcomes(passed=1)
+
+
+def test_apply_refuses_a_file_changed_since_the_run(
+    leak_report: Path, pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = pytester.path / "test_keep.py"
+    changed = LEAKY + "# edited after the run\n"
+    path.write_text(changed)
+    code, out, err = run_fix(capsys, str(leak_report), "--apply")
+    assert (code, out) == (1, "")
+    assert "refused test_keep.py: changed since the fix was verified" in err, err
+    assert path.read_text() == changed
+
+
+def _moved(report: Path, filename: Path, **top: Any) -> None:
+    """The report's fix pointed at ``filename`` (a copy of the file, so that its hash
+    still matches), and top-level fields replaced."""
+    document = json.loads(report.read_text())
+    fix = document["tests"][0]["checks"][0]["diagnosis"]["fix"]
+    filename.parent.mkdir(parents=True, exist_ok=True)
+    if Path(fix["filename"]) != filename:
+        shutil.copy(fix["filename"], filename)
+    fix["filename"] = str(filename)
+    document.update(top)
+    report.write_text(json.dumps(document))
+
+
+@pytest.mark.parametrize(
+    ("where", "said"),
+    [
+        ("venv/lib/python3.12/site-packages/mod.py", "an installed package's file (site-packages)"),
+        ("env/lib/mod.py", "inside the virtual environment"),
+    ],
+)
+def test_apply_refuses_a_library_or_a_virtual_environment(
+    leak_report: Path, pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str],
+    where: str, said: str,
+) -> None:  # fmt: skip
+    (pytester.path / "env").mkdir()
+    (pytester.path / "env" / "pyvenv.cfg").write_text("home = /usr\n")
+    target = pytester.path / where
+    _moved(leak_report, target)
+    before = target.read_text()
+    code, _, err = run_fix(capsys, str(leak_report), "--apply")
+    assert code == 1
+    assert f"refused {where}: {said}" in err, err
+    assert target.read_text() == before
+
+
+def test_apply_refuses_a_file_outside_the_rootdir(
+    leak_report: Path, pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _moved(leak_report, pytester.path / "test_keep.py", rootdir=str(pytester.path / "sub"))
+    code, _, err = run_fix(capsys, str(leak_report), "--apply")
+    assert code == 1
+    assert f"not under the report's rootdir {pytester.path / 'sub'}" in err, err
+
+
+def test_a_report_without_verified_fixes_leaves_nothing_unapplied(
+    pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytester.makepyfile(test_keep=LEAKY)
+    report = pytester.path / "graphleak.json"
+    pytester.runpytest_subprocess("--graphleak", f"--graphleak-report={report}",
+                                  "--graphleak-verify-fix=off", *FAST)  # fmt: skip
+    code, out, err = run_fix(capsys, str(report), "--apply")
+    assert (code, out) == (0, "")
+    assert "no verified fix for test_keep.py::test_accumulates: fix verification is off" in err
+
+
+def test_apply_keeps_line_endings_and_applies_two_fixes_to_one_file(tmp_path: Path) -> None:
+    path = tmp_path / "m.py"
+    path.write_bytes(b"a = 1\r\nb = 2\r\nc = 3\r\nd = 4\r\ne = 5\r\nf = 6\r\ng = 7\r\nh = 8")
+    first = "--- a/m.py\n+++ b/m.py\n@@ -1,3 +1,3 @@\n-a = 1\n+a = 10\n b = 2\n c = 3\n"
+    last = "--- a/m.py\n+++ b/m.py\n@@ -6,3 +6,4 @@\n f = 6\n g = 7\n-h = 8\n+h = 80\n+i = 9\n"
+    apply(str(path), [last, first])
+    assert path.read_bytes() == (
+        b"a = 10\r\nb = 2\r\nc = 3\r\nd = 4\r\ne = 5\r\nf = 6\r\ng = 7\r\nh = 80\r\ni = 9"
+    )
+    with pytest.raises(Refused, match="do not match the file at line 1"):
+        apply(str(path), [first])
+    overlapping = "--- a/m.py\n+++ b/m.py\n@@ -1,2 +1,2 @@\n-a = 10\n+a = 11\n b = 2\n"
+    same = "--- a/m.py\n+++ b/m.py\n@@ -1,2 +1,2 @@\n-a = 10\n+a = 12\n b = 2\n"
+    with pytest.raises(Refused, match="two fixes change the same lines"):
+        apply(str(path), [overlapping, same])
+
+
+CATALOGUE = ("minigrad_ray_loss_sum.py", "minigrad_cache_dict.py",
+             "torch_recent_losses_deque.py")  # fmt: skip
+
+
+# find_spec, not importorskip: torch imported inside a pytester test is dropped from
+# sys.modules after it, and numpy cannot be loaded twice in one process.
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch")
+def test_applied_fixes_make_catalogue_leaks_pass(
+    pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A copy of some catalogue examples: their leaky tests fail, ``graphleak fix
+    --apply`` writes the verified fixes, and then every test of them passes."""
+    for name in CATALOGUE:
+        shutil.copy(REPO / "examples" / name, pytester.path / f"test_{name}")
+    report = pytester.path / "graphleak.json"
+    first = pytester.runpytest_subprocess("--graphleak", f"--graphleak-report={report}", *FAST)
+    first.assert_outcomes(passed=len(CATALOGUE), failed=len(CATALOGUE))
+    code, out, err = run_fix(capsys, str(report), "--apply")
+    assert code == 0, err
+    assert out.count("graphleak fix: applied ") == len(CATALOGUE), out
+    pytester.runpytest_subprocess("--graphleak", *FAST).assert_outcomes(passed=2 * len(CATALOGUE))
