@@ -23,7 +23,14 @@ from typing import Any
 from pytest_graphleak.diagnose.backends import TENSOR
 from pytest_graphleak.diagnose.edges import MAX_ITEMS, Edge, ObjectEdges, items_of
 from pytest_graphleak.diagnose.loop_recorder import Observation
-from pytest_graphleak.diagnose.search import MAX_PER_ROOT, Path, Searched, extend, find_cycle
+from pytest_graphleak.diagnose.search import (
+    MAX_PER_ROOT,
+    MAX_VISITED,
+    Path,
+    Searched,
+    extend,
+    find_cycle,
+)
 from pytest_graphleak.heap.containers import GROWABLE
 from pytest_graphleak.metrics import count_of
 from pytest_graphleak.result import display_path
@@ -164,9 +171,9 @@ def not_reached(searched: Searched) -> str:
              if others else "")  # fmt: skip
     return (
         "no chain found from a fixture, global, closure or self to the leaked objects: the "
-        f"search stopped at its budget ({searched.visited:,} objects in all, "
-        f"{MAX_PER_ROOT:,} from one root; a container read up to its newest "
-        f"{MAX_ITEMS:,} entries) before it had seen all that {named} "
+        f"search stopped at its budget (it looked at {searched.visited:,} objects: at most "
+        f"{MAX_VISITED:,} in all, {MAX_PER_ROOT:,} from one root, the newest "
+        f"{MAX_ITEMS:,} entries of a container) before it had seen all that {named} "
         f"{'reaches' if len(cut) == 1 else 'reach'}{whole}"
     )
 
