@@ -10,8 +10,15 @@ evidence. Creation sites are recorded during a few steps just before that
 Without ``steps`` (``track()`` of unknown length, a callback measuring the whole run) the
 check rolls: judged at warmup + ``settings.steps`` (what a marker test measures), then
 window after window of ``settings.steps`` to the end of the run, each judged inside the
-loop; only a tail too short to judge on its own is left to ``finish()`` (or, when the
-length is known, folded into the last window). A loop that ends with fewer measured steps
+loop. A tail shorter than a window gets no verdict of its own (with a known length the
+check ends at its last full window; a run shorter than its first window is judged at
+its end). Growth is judged across the loop's own reset points: an
+epoch's end the framework announces (``epoch_ended``) or a sample where what the loop
+held dropped. A window whose growth a reset could take back (no graph node, no cyclic
+garbage) and that lies within one period of the loop (``verdict.within_one_period``) is
+kept open and judged a window later (``_extend``), so a list of this epoch's detached
+losses, emptied each epoch, is never judged inside one epoch; the last period of a loop
+already judged is not judged on its own. A loop that ends with fewer measured steps
 than a loop is judged from (``verdict.loop_fewest_steps``: 3, or fewer when ``window=``
 asks for fewer) gets no leak verdict but an unmeasured result (``_too_short``):
 it fails a pytest test as an unmeasured check does, and warns in a real run, where a
@@ -59,10 +66,13 @@ from pytest_graphleak.result import CheckResult, Verdict
 from pytest_graphleak.values import optional_int_at_least
 from pytest_graphleak.verdict import (
     FEWEST_STEPS,
+    dropped,
     fewest_steps,
     loop_fewest_steps,
     too_few_steps,
     too_short_loop,
+    undone_by_a_reset,
+    within_one_period,
 )
 
 #: "return": only give the result back (``track()`` outside pytest without raise_on_leak).
@@ -72,11 +82,6 @@ ON_LEAK = ("raise", "warn", "return")
 #: counts as leaked (the numbers of the diagnosis's own re-run of a step).
 RECORDED_STEPS = 3
 LATER_STEPS = 2
-
-#: A rolling check's last window, when shorter than this, is folded into the one before
-#: (known length) or judged only if nothing was judged yet (unknown length): with fewer
-#: measured steps a series that settles looks like a slow leak (see ``verdict``).
-ROLLING_TAIL = 5
 
 #: Why a loop's leak has no ``stored at:`` line (the diagnosis's notes).
 LOOP_ENDED = (
@@ -220,6 +225,12 @@ class LoopCheck:
         self._last_recorded = 0
         #: a rolling window's leak verdict, judged again once creation sites are recorded
         self._deferred: Any = None
+        #: Steps after which the loop reset (rolling checks): an epoch's end the framework
+        #: announced (``epoch_ended``), or a sample where what the loop held dropped.
+        self._resets: list[int] = []
+        #: The open rolling window grew within one period of the loop and is judged later,
+        #: across its next reset point (``_extend``); the step first planned for it.
+        self._extended_from: int | None = None
         #: a judged leak and the holder's watch, reported after the next step
         self._pending: tuple[CheckResult, Any] | None = None
         #: Ended by its own ``with`` block (``track()``), never as a leftover of another.
@@ -303,7 +314,9 @@ class LoopCheck:
         self._window_began = time.perf_counter()
 
     def _plan(self, *, first: bool) -> int | None:
-        """The step (counted from start) at which the current window is judged."""
+        """The step (counted from start) at which the current window is judged; None: a
+        rolling check's run has less than a window left, a tail with no verdict of its
+        own (a run shorter than its first window is judged at its end)."""
         start = self._window_start
         length = self._length if self._length is not None and self._length > start else None
         warm = self.settings.warmup if first else 0
@@ -311,9 +324,11 @@ class LoopCheck:
             planned = start + warm + self.steps
             return planned if length is None else min(planned, length)
         planned = start + warm + self._span
-        if length is not None and length - planned < (
-            ROLLING_TAIL if self.rolling else fewest_steps(0)
-        ):
+        if self.rolling and length is not None and planned > length:
+            # A later window that the run's end cuts short lies inside the loop's last
+            # epoch when epochs are longer (a per-epoch list only grows there).
+            return length if first else None
+        if not self.rolling and length is not None and length - planned < fewest_steps(0):
             planned = length  # fold a short tail into this window
         return planned
 
@@ -353,6 +368,8 @@ class LoopCheck:
             began = ledger.steps_done(self._calls)
             self._sampler.after_step(collect, step=self._calls)
             ledger.sampled(began)
+        if self.rolling and dropped(self._sampler.result.series, self._sampler.result.metrics):
+            self._reset_after(self._calls - 1)
         if self._calls == self._judge_at:
             return self._judge(at_end=False)
         if ledger is not None and self._window_start == 0 and self._calls == self.settings.warmup:
@@ -417,9 +434,11 @@ class LoopCheck:
             self.close()
             self._too_short()
             return None
-        short = self.rolling and self.results and measured < ROLLING_TAIL
+        short = self.rolling and self.results and measured < self._span
         if measured < fewest_steps(self._window_warmup) or short:
-            self.close()  # a tail after judged windows, too short to judge on its own
+            # A tail after judged windows, shorter than a window: no verdict of its own
+            # (inside one epoch, a per-epoch list only grows there).
+            self.close()
             return None
         return self._judge(at_end=True)
 
@@ -492,7 +511,7 @@ class LoopCheck:
                 return
         elif self.rolling and not (
             self._leaks or self._window_start == 0 or self._judge_at == self._length
-            or self._deferred is not None
+            or self._deferred is not None or self._extended_from is not None
         ):  # fmt: skip
             return  # later rolling windows: after a first leak, in the last, or deferred
         if self._recorder is None:
@@ -551,6 +570,15 @@ class LoopCheck:
         warmup = self._window_warmup
         settings = dataclasses.replace(self.settings, warmup=warmup)
         verdict = pipeline.judged(window, settings)
+        if self._within_one_period(verdict, window):
+            if not at_end and self._calls != self._length:
+                self._extend()  # judged again across the loop's next reset point
+                return None
+            if self.results:
+                # The loop's last period (its last epoch): judged with the windows before
+                # it, never on its own growth, which its next reset would have taken back.
+                self.close()
+                return None
         if self._defer(verdict, at_end=at_end):
             return None
         if self._deferred is not None:  # the leak seen before the recorded steps counts
@@ -609,6 +637,42 @@ class LoopCheck:
             return result
         self._publish(result, report=True)
         return result
+
+    def epoch_ended(self) -> None:
+        """The framework says an epoch ended after the step just sampled: a point where the
+        loop may reset what it holds (a rolling check judges growth across it)."""
+        if self.rolling and self._sampler is not None:
+            self._reset_after(self._calls)
+
+    def _reset_after(self, step: int) -> None:
+        if step > 0 and (not self._resets or self._resets[-1] < step):
+            self._resets.append(step)
+
+    def _within_one_period(self, verdict: Any, window: tracker.Series) -> bool:
+        """A rolling window's growth that the loop's next reset could take back: only
+        tensors without a graph or bytes grew (``verdict.undone_by_a_reset``), and the
+        window holds none of the loop's reset points and is no longer than its period
+        (``verdict.within_one_period``): a list of this epoch's losses, emptied when the
+        epoch ends, grows so in every window inside one epoch."""
+        return (
+            self.rolling and self._deferred is None
+            and undone_by_a_reset(verdict, window.metrics)
+            and within_one_period(self._window_start, self._calls, self._resets)
+        )  # fmt: skip
+
+    def _extend(self) -> None:
+        """Keep the open window (its baseline too) one more window long, to the loop's end
+        when less than a window would be left after it."""
+        if self._extended_from is None:
+            self._extended_from = self._calls
+        if self._recorder is not None:  # recorded for this judgement: record again later
+            self._recorder.close()
+            self._recorder = None
+        planned = self._calls + self._span
+        if self._length is not None and self._length - planned < self._span:
+            planned = self._length
+        self._judge_at = planned
+        self._maybe_record_next()
 
     def _defer(self, verdict: Any, *, at_end: bool) -> bool:
         """A rolling check's later window leaked with no creation sites recorded (only the
@@ -670,6 +734,7 @@ class LoopCheck:
     def _next_window(self, *, leaked: bool) -> None:
         """Start the next window: a fresh sampler after a leak (the diagnosis needed the
         heap unfrozen), else the same one with its baseline moved forward."""
+        self._extended_from = None
         if leaked or self._sampler is None:
             self._begin_sampler(warmup=0)
         else:
@@ -681,6 +746,9 @@ class LoopCheck:
             del self._sample_steps[:-1]
             self._open_window(1)
         self._judge_at = self._plan(first=False)
+        if self._judge_at is None:
+            self.close()  # only a tail shorter than a window is left: nothing to judge
+            return
         if self._ledger is not None:
             self._choose_stride()
         self._maybe_record_next()
@@ -709,9 +777,17 @@ class LoopCheck:
                 "after it ended: teardown (an epoch-end hook clearing a list) may have "
                 "freed the holder"
             )
-            if not self.results:
+            if self._extended_from is not None:
                 note += (
-                    f"; a loop of warmup + {self.settings.steps} steps or more is judged "
+                    f"; it was not judged at step {self._extended_from}, inside the loop, "
+                    "because only tensors without a graph or bytes grew and the loop had "
+                    "shown no reset point (what it held dropping, or an epoch ending) "
+                    "before, so the growth could have been a container the loop empties "
+                    "each epoch"
+                )
+            elif not self.results:
+                note += (
+                    f"; a loop of warmup + {self._span} steps or more is judged "
                     "and diagnosed inside the loop"
                 )
         elif self._length is None:  # steps=N, and the loop ended before warmup + N

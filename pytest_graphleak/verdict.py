@@ -382,3 +382,47 @@ def withdraw(verdict: Verdict, metrics: Mapping[str, Metric], counts: str, note:
                        slowest_leak_steps=verdict.slowest_leak_steps)  # fmt: skip
     pattern = first_pattern(metrics[g.metric] for g in standing if g.metric in metrics)
     return replace(verdict, growths=standing, pattern=pattern, reason=f"{verdict.reason}; {note}")
+
+
+# -- a running loop's own reset points (``loop``: rolling windows) --------------------------
+def dropped(series: Mapping[str, Sequence[float]], metrics: Mapping[str, Metric]) -> bool:
+    """The last sample of some exact metric (an object count, tensor storage bytes) fell
+    below the one before it: the loop let go of what it held (a per-epoch list emptied or
+    made anew, a deferred backward's pending list cleared). Noisy metrics never count: RSS
+    falls when the allocator hands pages back."""
+    for name, values in series.items():
+        declared = metrics.get(name)
+        exact = declared is not None and not declared.noisy
+        if exact and len(values) >= 2 and values[-1] < values[-2]:
+            return True
+    return False
+
+
+def reset_period(resets: Sequence[int]) -> int | None:
+    """The loop's period as observed: the longest run of steps between two of its reset
+    points (``resets``: steps after which it reset, ascending; the check's start counts as
+    the first), None before the first."""
+    if not resets:
+        return None
+    return max(b - a for a, b in zip([0, *resets], resets, strict=False))
+
+
+def within_one_period(start: int, end: int, resets: Sequence[int]) -> bool:
+    """Steps ``start`` + 1 to ``end`` (a window after the sample of step ``start``) hold
+    none of the loop's reset points and are no longer than its period as observed so far
+    (any length before a first reset): what grew there may be the rising edge of a
+    container the loop empties at its next reset, such as a list of this epoch's losses."""
+    if any(start <= reset < end for reset in resets):
+        return False
+    period = reset_period(resets)
+    return period is None or end - start <= period
+
+
+def undone_by_a_reset(verdict: Verdict, metrics: Mapping[str, Metric]) -> bool:
+    """A growth that a loop's reset can take back: no graph node and no cyclic garbage
+    grew (a graph kept each step costs its activations, and cyclic garbage only the
+    collector frees), only tensors without a graph or bytes."""
+    return verdict.leaked and all(
+        g.metric in metrics and metrics[g.metric].counts not in ("nodes", "cycles")
+        for g in verdict.growths
+    )

@@ -104,6 +104,12 @@ class FrameworkCheck:
         if self._check is not None:
             self._check.after_step()
 
+    def _epoch_ended(self) -> None:
+        """An epoch of training ended: a point where the loop may reset what it holds (a
+        list of the epoch's losses), which a check without steps= judges growth across."""
+        if self._check is not None:
+            self._check.epoch_ended()
+
     def _run_ended(self) -> None:
         __tracebackhide__ = True
         if self._check is not None:

@@ -9,8 +9,9 @@ whatever number of optimizer steps the update function makes). Without ``steps=`
 check is judged at warmup + the session's steps, inside the loop, then window after
 window to the end of the run (see ``loop``), so a leak is diagnosed while the holder is
 alive, before ``EPOCH_COMPLETED`` / ``COMPLETED`` handlers run; the run's length
-(``state.max_iters`` or ``epoch_length * max_epochs``) folds a short last window into
-the one before. The diagnosis
+(``state.max_iters`` or ``epoch_length * max_epochs``) ends the check at its last full
+window (a tail shorter than a window gets no verdict of its own), and each
+``EPOCH_COMPLETED`` is a reset point that growth is judged across. The diagnosis
 starts its chains from the engine and the closure of its update function (``model``,
 ``optimizer``, ... as named there).
 
@@ -40,6 +41,7 @@ class GraphLeakHandler(FrameworkCheck):
         engine.add_event_handler(Events.STARTED, self._started)
         # ignite calls a handler that takes no arguments without the engine
         engine.add_event_handler(Events.ITERATION_COMPLETED, self._step_ended)
+        engine.add_event_handler(Events.EPOCH_COMPLETED, self._epoch_ended)
         engine.add_event_handler(Events.COMPLETED, self._run_ended)
         return self
 

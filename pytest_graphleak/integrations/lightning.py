@@ -11,7 +11,9 @@ check is judged at warmup + the session's steps, inside the loop, then window af
 window to the end of the run (see ``loop``), so a leak is diagnosed while the holder is
 alive, before ``on_train_epoch_end`` and the trainer's teardown. The run's length in
 batches (known when one batch is one optimizer step, or from ``max_epochs`` x the
-batches of an epoch) folds a short last window into the one before.
+batches of an epoch) ends the check at its last full window (a tail shorter than a
+window gets no verdict of its own), and each ``on_train_epoch_end`` is a reset point
+that growth is judged across.
 
 Both installs work: the callback is an instance of the ``Callback`` class of every
 Lightning flavour already imported when it is made (``lightning.pytorch`` and/or
@@ -90,6 +92,9 @@ class GraphLeakCallback(FrameworkCheck):
         check = self._check  # not through _step_ended: one frame less on every step
         if check is not None:
             check.after_step()
+
+    def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+        self._epoch_ended()  # the module's own on_train_epoch_end may reset its lists next
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
         __tracebackhide__ = True

@@ -9,8 +9,9 @@ gradients, ``on_step_end`` for the one that ends with the optimizer step). Witho
 ``steps=`` the check is judged at warmup + the session's steps, inside the loop, then
 window after window to the end of the run (see ``loop``), so a leak is diagnosed while
 the holder is alive, before ``on_train_end``; the run's length in batches
-(``state.max_steps`` x ``gradient_accumulation_steps``, an upper bound) folds a short
-last window into the one before. The diagnosis starts its chains
+(``state.max_steps`` x ``gradient_accumulation_steps``, an upper bound) ends the check
+at its last full window (a tail shorter than a window gets no verdict of its own), and
+each ``on_epoch_end`` is a reset point that growth is judged across. The diagnosis starts its chains
 from the Trainer (found on the call stack of ``on_train_begin``: callbacks are not given
 it), the model, the optimizer and the LR scheduler.
 
@@ -60,6 +61,9 @@ class GraphLeakCallback(FrameworkCheck, transformers.TrainerCallback):
         check = self._check
         if check is not None:
             check.after_step()
+
+    def on_epoch_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._epoch_ended()
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         __tracebackhide__ = True

@@ -76,8 +76,9 @@ def test_a_clean_run_with_the_usual_handlers_passes(recorded: list[CheckResult])
     handler = GraphLeakHandler(warmup=3)
     run("", handler, epoch=6, max_epochs=5, accumulate=2)  # epoch ends inside the window
     assert handler.result is not None and not handler.result.leaked, handler.result.verdict.reason
-    # One window of warmup + 16 steps (a marker test's numbers), then the rest of the run.
-    assert [(r.steps, r.leaked) for r in handler.results] == [(16, False), (11, False)]
+    # 30 steps: the 11 after the first window of warmup + 16 are shorter than a window, a
+    # tail with no verdict of its own (it may lie inside the run's last epoch).
+    assert [(r.steps, r.leaked) for r in handler.results] == [(16, False)]
     assert recorded == handler.results and gc.isenabled()
 
 

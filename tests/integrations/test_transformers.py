@@ -82,8 +82,9 @@ def test_a_clean_run_with_the_usual_features_passes(
     train(tmp_path, cb, size=16, gradient_accumulation_steps=2)
     assert cb.result is not None and not cb.result.leaked, cb.result.verdict.reason
     # One step per batch: 24 optimizer steps are 48 batches, in windows of 16 after the
-    # first warmup + 16, the short tail folded into the last.
-    assert [(r.steps, r.leaked) for r in cb.results] == [(16, False), (16, False), (13, False)]
+    # first warmup + 16; the 13 left are shorter than a window: a tail with no verdict of
+    # its own (it may lie inside the run's last epoch).
+    assert [(r.steps, r.leaked) for r in cb.results] == [(16, False), (16, False)]
     assert recorded == cb.results and gc.isenabled()
 
 
