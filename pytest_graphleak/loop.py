@@ -14,9 +14,11 @@ loop. A tail shorter than a window gets no verdict of its own (with a known leng
 check ends at its last full window; a run shorter than its first window is judged at
 its end). Growth is judged across the loop's own reset points: an
 epoch's end the framework announces (``epoch_ended``) or a sample where what the loop
-held dropped. A window whose growth a reset could take back (no graph node, no cyclic
-garbage) and that lies within one period of the loop (``verdict.within_one_period``) is
-kept open and judged a window later (``_extend``), so a list of this epoch's detached
+held dropped. A window whose growth a reset could take back (tensors without a graph,
+no graph node, no cyclic garbage) and that lies within one period of the loop
+(``verdict.within_one_period``) is kept open and judged a window later (``_extend``), or
+when the loop ends, its last sample taken again after the loop's own end (epoch-end
+hooks, ``_sample_the_end``), so a list of this epoch's detached
 losses, emptied each epoch, is never judged inside one epoch; the last period of a loop
 already judged is not judged on its own. A loop that ends with fewer measured steps
 than a loop is judged from (``verdict.loop_fewest_steps``: 3, or fewer when ``window=``
@@ -425,6 +427,8 @@ class LoopCheck:
             self._settle(note=LOOP_ENDED, report=True)
         if self._sampler is None:
             return None
+        if self.rolling and self._extended_from is not None:
+            self._sample_the_end()
         measured = self._calls - self._window_start  # a later window's baseline: the last
         if self._window_start == 0:  # step of the one before, so all of its steps count
             measured -= self.settings.warmup
@@ -579,6 +583,12 @@ class LoopCheck:
                 # it, never on its own growth, which its next reset would have taken back.
                 self.close()
                 return None
+            if not at_end:
+                # The last step of a run of known length, in its first period: judged when
+                # the run ends, after its epoch-end hooks (``finish``).
+                self._extend()
+                self._judge_at = None
+                return None
         if self._defer(verdict, at_end=at_end):
             return None
         if self._deferred is not None:  # the leak seen before the recorded steps counts
@@ -649,16 +659,35 @@ class LoopCheck:
             self._resets.append(step)
 
     def _within_one_period(self, verdict: Any, window: tracker.Series) -> bool:
-        """A rolling window's growth that the loop's next reset could take back: only
-        tensors without a graph or bytes grew (``verdict.undone_by_a_reset``), and the
-        window holds none of the loop's reset points and is no longer than its period
-        (``verdict.within_one_period``): a list of this epoch's losses, emptied when the
-        epoch ends, grows so in every window inside one epoch."""
+        """A rolling window's growth that the loop's next reset could take back: tensors
+        without a graph were added, no graph node or cyclic garbage
+        (``verdict.undone_by_a_reset``), and the window holds none of the loop's reset
+        points and is no longer than its period (``verdict.within_one_period``): a list
+        of this epoch's losses, emptied when the epoch ends, grows so in every window
+        inside one epoch."""
         return (
             self.rolling and self._deferred is None
             and undone_by_a_reset(verdict, window.metrics)
             and within_one_period(self._window_start, self._calls, self._resets)
         )  # fmt: skip
+
+    def _sample_the_end(self) -> None:
+        """A window kept open for a reset point that the loop ended first: its last sample
+        is taken again now, after the loop's own end (an epoch-end hook that empties the
+        epoch's list has run), so a container emptied there reads as reset."""
+        sampler = self._sampler
+        assert sampler is not None
+        if self._recorder is not None:  # a step recorded ahead that never ran
+            self._recorder.close()
+            self._recorder = None
+        sampler.after_step(None, step=self._calls)
+        result = sampler.result
+        result.calls -= 1  # the same step, measured again: not one more
+        if dropped(result.series, result.metrics):
+            self._reset_after(self._calls - 1)
+        for values in result.series.values():
+            if len(values) >= 2:
+                values[-2] = values.pop()
 
     def _extend(self) -> None:
         """Keep the open window (its baseline too) one more window long, to the loop's end
@@ -780,7 +809,8 @@ class LoopCheck:
             if self._extended_from is not None:
                 note += (
                     f"; it was not judged at step {self._extended_from}, inside the loop, "
-                    "because only tensors without a graph or bytes grew and the loop had "
+                    "because tensors without a graph grew (no graph node, no cyclic "
+                    "garbage) and the loop had "
                     "shown no reset point (what it held dropping, or an epoch ending) "
                     "before, so the growth could have been a container the loop empties "
                     "each epoch"

@@ -419,10 +419,10 @@ def within_one_period(start: int, end: int, resets: Sequence[int]) -> bool:
 
 
 def undone_by_a_reset(verdict: Verdict, metrics: Mapping[str, Metric]) -> bool:
-    """A growth that a loop's reset can take back: no graph node and no cyclic garbage
-    grew (a graph kept each step costs its activations, and cyclic garbage only the
-    collector frees), only tensors without a graph or bytes."""
-    return verdict.leaked and all(
-        g.metric in metrics and metrics[g.metric].counts not in ("nodes", "cycles")
-        for g in verdict.growths
-    )
+    """A growth that a loop's reset can take back: tensors without a graph were added (a
+    list of detached values), and no graph node and no cyclic garbage grew (a graph kept
+    each step costs its activations, and cyclic garbage only the collector frees). Bytes
+    alone (a buffer rebuilt bigger each step) are judged at once, as before: their holder
+    is found only while the loop still runs."""
+    counts = [metrics[g.metric].counts if g.metric in metrics else "" for g in verdict.growths]
+    return verdict.leaked and "tensors" in counts and not {"nodes", "cycles", ""} & set(counts)
