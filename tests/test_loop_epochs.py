@@ -224,7 +224,7 @@ def test_a_callbacks_list_never_cleared_is_caught_across_the_first_epoch_end() -
     assert [(r.name, r.leaked) for r in results] == [("cb", True)]
     assert results[0].steps == 16  # the first window holds the epoch end at step 10
     text = render_text(results[0])
-    assert "fix:" in text and "outs" in text
+    assert "held by: outs -> list(len=19) -> Tensor(" in text and "stored at: " in text
 
 
 # -- the frameworks, end to end ----------------------------------------------------------
