@@ -192,6 +192,21 @@ def test_an_entry_of_a_deleted_test_is_named_and_an_update_removes_it(
     assert [e["test"] for e in _findings(pytester)] == ["test_train.py::test_step"]
 
 
+def test_under_xdist_the_controller_names_and_prunes_the_same(pytester: pytest.Pytester) -> None:
+    """The controller collects nothing: it learns what its workers collected."""
+    pytest.importorskip("xdist")
+    _deleted_eval(pytester)
+    update = pytester.runpytest_subprocess(
+        "--graphleak", "-p", "no:randomly", "--graphleak-outlive=fail",
+        "--graphleak-baseline=bl.json", "-n", "2", "--graphleak-report=r.json",
+        "--graphleak-baseline-update",
+    )  # fmt: skip
+    assert update.ret == 0, update.stdout.str()
+    section = json.loads((pytester.path / "r.json").read_text(encoding="utf-8"))["baseline"]
+    assert section["updated"]["pruned"] == 1
+    assert [e["test"] for e in _findings(pytester)] == ["test_train.py::test_step"]
+
+
 @pytest.mark.parametrize(
     "selection",
     [("-k", "step"), ("test_train.py::test_step",), ("test_other.py",),
