@@ -85,7 +85,7 @@ def test_sys_argv_is_restored_after_the_check(
     monkeypatch.setattr(sys, "argv", ["graphleak", "check", "argv_probe.py::step"])
     (tmp_path / "argv_probe.py").write_text("import sys\nSEEN = []\n\ndef step():\n"
                                             "    SEEN.append(list(sys.argv))\n")  # fmt: skip
-    assert main(["check", "argv_probe.py::step", "--steps", "2", "-q"]) == EXIT_CLEAN
+    assert main(["check", "argv_probe.py::step", "--steps", "3", "-q"]) == EXIT_CLEAN
     assert sys.argv == ["graphleak", "check", "argv_probe.py::step"]
     assert sys.modules["argv_probe"].SEEN[0] == ["argv_probe.py"]
     sys.modules.pop("argv_probe", None)
