@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 
 from pytest_graphleak.diagnose import fix_verify
+from pytest_graphleak.diagnose.fix_candidates import candidates
 from pytest_graphleak.diagnose.fix_source import Edit, read_source
 from pytest_graphleak.diagnose.fix_swap import compile_changed, swapped
+from pytest_graphleak.result import CreationSite, Diagnosis, Link
 
 pytest_plugins = ["pytester"]
 
@@ -151,3 +153,66 @@ def test_a_candidate_that_raises_is_dropped_and_ctrl_c_propagates(tmp_path: Path
         fix_verify.try_edit(edit, source, [helper], interrupted)
     assert helper.__code__ is original
     assert path.read_text() == SOURCE
+
+
+def _candidates_for(tmp_path: Path, body: str, links: list[Link]) -> list[Edit]:
+    path = tmp_path / "user_step.py"
+    path.write_text(f"def step(state, loss):\n    {body}\n")
+    source = read_source(str(path))
+    assert source is not None
+    return candidates(source, 2, links, no_grad="torch.no_grad()")
+
+
+ROOT = Link("root", "fixture", "state", edge="key", key="'total'")
+
+
+def test_a_running_total_tries_its_new_value_detached_first(tmp_path: Path) -> None:
+    """By the time a change is tried, the total carries the old steps' graph: ``total
+    += loss.item()`` would still chain onto it, so the detached total comes first."""
+    scalar = Link("tensor", "Tensor", shape=[], graph=True)
+    edits = _candidates_for(tmp_path, 'state["total"] += loss', [ROOT, scalar])
+    assert edits[0].shown == 'state["total"] = (state["total"] + loss).detach()'
+    assert edits[0].kind == "total"
+    assert [e.kind for e in edits[1:]] == ["numbers", "detach"], edits
+
+
+def test_a_container_seen_to_grow_tries_plain_numbers_first(tmp_path: Path) -> None:
+    """Detached tensors still pile up in a container that grows: numbers come first."""
+    grown = Link("container", "list", edge="index", key="3", base="list", grows=True, grew=1)
+    matrix = Link("tensor", "Tensor", shape=[4, 3], graph=True)
+    edits = _candidates_for(tmp_path, "state.append(loss)", [ROOT, grown, matrix])
+    assert [(e.shown, e.kind) for e in edits[:2]] == [
+        ("state.append(loss.tolist())", "numbers"), ("state.append(loss.detach())", "detach")
+    ]  # fmt: skip
+    bounded = Link("container", "deque", edge="index", key="3", base="deque", grows=True)
+    edits = _candidates_for(tmp_path, "state.append(loss)", [ROOT, bounded, matrix])
+    assert edits[0].shown == "state.append(loss.detach())"  # the usual order
+
+
+def test_after_only_memory_grew_no_other_graph_cut_is_re_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A change that cut the graph but left memory growing: another change that only
+    cuts graphs cannot hold, so it is not re-run; one that empties the holder is."""
+    path, helper = _helper(tmp_path)
+    line = "    kept.append(sum(values))"
+
+    def edit(new: str, kind: str) -> Edit:
+        return Edit(str(path), 3, 3, (line, new) if kind == "reset" else (new,), new.strip(), kind)
+
+    edits = [edit("    kept.append(max(values))", "detach"),
+             edit("    kept.append(min(values))", "no_grad"),
+             edit("    kept.clear()", "reset")]  # fmt: skip
+    monkeypatch.setattr(fix_verify, "candidates", lambda *a, **k: edits)
+    runs: list[object] = []
+
+    def trial() -> fix_verify.Trial:
+        runs.append(helper.__code__)
+        held = len(runs) == 2
+        return fix_verify.Trial(() if held else ("torch.storage_bytes",), 19, memory_only=True)
+
+    site = CreationSite(str(path), 3, line.strip(), 1, "helper")
+    diagnosis = Diagnosis("list-accumulation", stored_at=[site], fix="advice")
+    fix = fix_verify.verify_fix(diagnosis, step=helper, roots={}, trial=trial)
+    assert len(runs) == 2, "the no_grad change was skipped, the reset tried"
+    assert fix.verified and fix.text.endswith(": kept.clear()"), fix

@@ -17,7 +17,11 @@ user code):
 - an accumulating library object called on the line: its own ``reset()`` after it;
 - an ``functools.lru_cache`` on the chain: ``cache_clear()`` after the step's call.
 
-Verification (``fix_verify``) tries them in this order and keeps the first that holds.
+Verification (``fix_verify``) tries them in this order and keeps the first that holds,
+except where the facts say which will not: a value stored into a container that grew
+while the steps were watched piles up as detached tensors too, so plain numbers come
+first there; a running total (``total += loss``) already carries the old steps' graph
+by the time it is tried, so its new value detached comes first.
 """
 
 from __future__ import annotations
@@ -44,6 +48,9 @@ STORES = frozenset({"append", "appendleft", "add", "insert", "put", "put_nowait"
 MANY = frozenset({"extend", "extendleft"})
 #: At most this many candidates are tried per leak (each costs a re-run).
 MAX_CANDIDATES = 8
+#: Kinds of change (``Edit.kind``) that only cut graphs: what they keep still takes
+#: memory, so none can stop a growth of memory alone (``fix_verify`` skips them then).
+CUTS_GRAPHS = frozenset({"detach", "rebuild", "total", "no_grad"})
 _LRU = "_lru_cache_wrapper"
 
 
@@ -69,8 +76,10 @@ def candidates(
     rebuilt = isinstance(statement, (ast.Assign, ast.AnnAssign)) and _rebuilds(statement)
     element = None if rebuilt or isinstance(statement, ast.AugAssign) else _element(links)
     for node in _stored(statement):
-        for text in _rewrites(source, node, scalar=scalar, element=element, many=_many(statement)):
-            found.append(_edit(source, statement, replace_node(source, statement, node, text)))
+        for text, kind in _rewrites(source, node, scalar=scalar, element=element,
+                                    many=_many(statement)):  # fmt: skip
+            new = replace_node(source, statement, node, text)
+            found.append(_edit(source, statement, new, kind))
         if isinstance(statement, ast.AugAssign) and node is statement.value:
             found.append(_total_detached(source, statement))
     found.extend(_resets(source, statement))
@@ -85,7 +94,20 @@ def candidates(
     unique: dict[tuple[int, int, tuple[str, ...]], Edit] = {}
     for edit in found:
         unique.setdefault((edit.first, edit.last, edit.new), edit)
-    return list(unique.values())[:MAX_CANDIDATES]
+    first = _likeliest(statement, links)
+    ordered = sorted(unique.values(), key=lambda edit: edit.kind != first)  # stable
+    return ordered[:MAX_CANDIDATES]
+
+
+def _likeliest(statement: ast.stmt, links: Sequence[Link]) -> str:
+    """The kind of change to try first, where the facts say the usual first will not
+    hold: "total" for ``total += x`` (the total carries the graph already), "numbers"
+    where the value goes into a container seen to grow (detached tensors pile up)."""
+    if isinstance(statement, ast.AugAssign):
+        return "total"
+    if any(link.kind == "container" and link.grew > 0 for link in links):
+        return "numbers"
+    return ""
 
 
 def _stored(statement: ast.stmt) -> list[ast.expr]:
@@ -147,8 +169,9 @@ def _many(statement: ast.stmt) -> bool:
 
 def _rewrites(
     source: Source, node: ast.expr, *, scalar: bool, element: Link | None, many: bool
-) -> list[str]:
-    """``node`` rewritten so that what it stores carries no graph."""
+) -> list[tuple[str, str]]:
+    """``node`` rewritten so that what it stores carries no graph, each with its kind
+    (``Edit.kind``)."""
     text = node_text(source, node)
     if not text or "\n" in text:
         return []
@@ -156,24 +179,24 @@ def _rewrites(
         items = [_atom(node_text(source, elt)) + ".detach()" for elt in node.elts]
         if not items:
             return []
-        return [_literal(node, items)]
+        return [(_literal(node, items), "detach")]
     if isinstance(node, ast.Dict):
         pairs = [f"{node_text(source, k)}: {_atom(node_text(source, v))}.detach()"
                  for k, v in zip(node.keys, node.values, strict=True) if k is not None]  # fmt: skip
-        return ["{" + ", ".join(pairs) + "}"] if len(pairs) == len(node.keys) else []
+        return [("{" + ", ".join(pairs) + "}", "detach")] if len(pairs) == len(node.keys) else []
     if isinstance(node, ast.Constant) or _detached(node):
         return []
     atom = _atom(text)
     if many or (element is not None and element.kind == "container"):
         base = element.base if element is not None else "list"
-        return [_each(atom, base, "detach"), _each(atom, base, "tolist")]
-    found = [f"{atom}.item()"] if scalar else []
-    found.append(f"{atom}.detach()")
+        return [(_each(atom, base, "detach"), "detach"), (_each(atom, base, "tolist"), "numbers")]
+    found = [(f"{atom}.item()", "numbers")] if scalar else []
+    found.append((f"{atom}.detach()", "detach"))
     if not scalar and element is not None and element.kind == "tensor":
-        found.append(f"{atom}.tolist()")  # numbers, where even a detached tensor piles up
+        found.append((f"{atom}.tolist()", "numbers"))  # where even a detached tensor piles up
     if element is not None and element.kind == "object" and element.carriers and _plain(node):
         detached = ", ".join(f"{atom}.{name}.detach()" for name in element.carriers)
-        found.append(f"type({atom})({detached})")
+        found.append((f"type({atom})({detached})", "rebuild"))
     return found
 
 
@@ -196,7 +219,7 @@ def _total_detached(source: Source, statement: ast.AugAssign) -> Edit:
     tail = source.lines[statement.end_lineno - 1][
         char_col(source.lines[statement.end_lineno - 1], statement.end_col_offset or 0) :
     ]
-    return _edit(source, statement, (head + text + tail,))
+    return _edit(source, statement, (head + text + tail,), "total")
 
 
 _OPERATORS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
@@ -263,9 +286,10 @@ def _computes(statement: ast.stmt) -> bool:
     return any(isinstance(node, (ast.Call, ast.BinOp, ast.UnaryOp)) for node in ast.walk(value))
 
 
-def _edit(source: Source, statement: ast.stmt, new: tuple[str, ...]) -> Edit:
+def _edit(source: Source, statement: ast.stmt, new: tuple[str, ...], kind: str) -> Edit:
     assert statement.end_lineno is not None
-    return Edit(source.filename, statement.lineno, statement.end_lineno, new, one_line(new))
+    return Edit(source.filename, statement.lineno, statement.end_lineno, new, one_line(new),
+                kind)  # fmt: skip
 
 
 def _under(source: Source, statement: ast.stmt, no_grad: str) -> Edit:
@@ -275,7 +299,7 @@ def _under(source: Source, statement: ast.stmt, no_grad: str) -> Edit:
     pad = indent_of(old[0])
     new = (f"{pad}with {no_grad}:", *(f"    {line}" if line.strip() else line for line in old))
     shown = f"with {no_grad}: {one_line(old)}"
-    return Edit(source.filename, statement.lineno, statement.end_lineno, new, shown)
+    return Edit(source.filename, statement.lineno, statement.end_lineno, new, shown, "no_grad")
 
 
 def _resets(source: Source, statement: ast.stmt) -> list[Edit]:
@@ -288,16 +312,17 @@ def _resets(source: Source, statement: ast.stmt) -> list[Edit]:
     if call.func.attr in STORES or not _plain(holder):
         return []
     name = node_text(source, holder)
-    return [_after(source, statement, f"{name}.{method}()") for method in ("reset", "clear")]
+    return [_after(source, statement, f"{name}.{method}()", "reset")
+            for method in ("reset", "clear")]  # fmt: skip
 
 
-def _after(source: Source, statement: ast.stmt, text: str) -> Edit:
+def _after(source: Source, statement: ast.stmt, text: str, kind: str) -> Edit:
     """``text`` as a statement of its own right after ``statement``."""
     assert statement.end_lineno is not None
     old = source.lines[statement.lineno - 1 : statement.end_lineno]
     new = (*old, indent_of(old[0]) + text)
     return Edit(source.filename, statement.lineno, statement.end_lineno, new,
-                f"{one_line(old)}; then {text}")  # fmt: skip
+                f"{one_line(old)}; then {text}", kind)  # fmt: skip
 
 
 def _cache_name(links: Sequence[Link]) -> str:
@@ -318,5 +343,5 @@ def _cache_clears(source: Source, name: str) -> list[Edit]:
                 isinstance(call, ast.Call) and isinstance(call.func, ast.Name)
                 and call.func.id == name for call in ast.walk(statement)
             ):  # fmt: skip
-                return [_after(source, statement, f"{name}.cache_clear()")]
+                return [_after(source, statement, f"{name}.cache_clear()", "cache_clear")]
     return []

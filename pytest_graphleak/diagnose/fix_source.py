@@ -31,6 +31,10 @@ class Edit:
     #: The change as the fix line shows it: the new statement on one line
     #: (``losses.append(loss.item())``, ``with torch.no_grad(): self.total = ...``).
     shown: str
+    #: What the change does (``fix_candidates.KINDS``): "numbers" (keeps plain numbers),
+    #: "detach", "rebuild", "total", "no_grad" (these four only cut graphs), "reset",
+    #: "cache_clear" (these two empty what holds them).
+    kind: str = "detach"
 
     @property
     def added(self) -> int:

@@ -18,7 +18,7 @@ import types
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from pytest_graphleak.diagnose.fix_candidates import candidates
+from pytest_graphleak.diagnose.fix_candidates import CUTS_GRAPHS, candidates
 from pytest_graphleak.diagnose.fix_source import Edit, Source, read_source, unified_diff
 from pytest_graphleak.diagnose.fix_swap import NotSwappable, compile_changed, find_function, swapped
 from pytest_graphleak.heap.usercode import is_user_file
@@ -76,8 +76,15 @@ def verify_fix(
     tried: list[tuple[Edit, Trial | str]] = []
     edits = candidates(source, site.lineno, diagnosis.links,
                        no_grad=_no_grad(site, starts), made_at=made)  # fmt: skip
+    memory_left = False
     for edit in edits:
+        if memory_left and edit.kind in CUTS_GRAPHS:
+            # A change left only memory growing: the graph is cut, what is kept still
+            # grows; another change that only cuts graphs cannot hold either, so it is
+            # not re-run (each costs the check's steps again).
+            continue
         outcome = try_edit(edit, source, starts, trial)
+        memory_left |= isinstance(outcome, Trial) and bool(outcome.grew) and outcome.memory_only
         if isinstance(outcome, Trial) and not outcome.grew:
             name = display_path(source.filename)
             return Fix(text=f"{name}:{edit.first}: {edit.shown}", verified=True,
