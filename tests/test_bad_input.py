@@ -467,9 +467,9 @@ os.access = _refuse_read_only
 #: disk, a directory made read-only during the run).
 WRITE_FAILS_CONFTEST = """
 import errno
-from pytest_graphleak.plugin import session_report
+from pytest_graphleak.plugin import report_files
 
-_write = session_report.write_text_atomic
+_write = report_files.write_text_atomic
 
 
 def _fail_in_out(path, text):
@@ -478,7 +478,7 @@ def _fail_in_out(path, text):
     return _write(path, text)
 
 
-session_report.write_text_atomic = _fail_in_out
+report_files.write_text_atomic = _fail_in_out
 """
 
 

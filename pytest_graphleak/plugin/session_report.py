@@ -24,16 +24,13 @@ from __future__ import annotations
 import json
 import os
 import sys
-import tempfile
 import time
 from collections.abc import Generator, Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from pytest_graphleak.exceptions import OptionError, OutputPathError
+from pytest_graphleak.exceptions import OptionError
 from pytest_graphleak.options import Settings
 from pytest_graphleak.plugin import flags
 from pytest_graphleak.plugin.baseline import (
@@ -41,6 +38,12 @@ from pytest_graphleak.plugin.baseline import (
     BaselineRun,
     configured,
     stopped_early,
+)
+from pytest_graphleak.plugin.report_files import (
+    ReportFile,
+    configured_path,
+    refuse_unsafe_outputs,
+    write_report,
 )
 from pytest_graphleak.plugin.terminal import no_verdict as _no_verdict
 from pytest_graphleak.plugin.terminal import section_lines
@@ -50,11 +53,9 @@ from pytest_graphleak.report.json_doc import (
     CheckedTest,
     build_document,
     dumps,
-    write_text_atomic,
 )
 from pytest_graphleak.report.junit import junit_properties
 from pytest_graphleak.report.model import results_of
-from pytest_graphleak.report.output_paths import Output, check_outputs
 from pytest_graphleak.report.summary import NOTHING_CHECKED, counts, sentence
 from pytest_graphleak.report.text import line_markup, render_text, wrap_line, wrapped
 from pytest_graphleak.report.writers import WRITER_OPTIONS, WRITERS, Run, Writer
@@ -81,15 +82,6 @@ def add_options(parser: pytest.Parser) -> None:
     """The report options (from the options table), for using this reporter without the
     core plugin; the core plugin registers them with all the others."""
     flags.add_options(parser, keys=REPORT_OPTIONS)
-
-
-@dataclass
-class _Output:
-    writer: Writer  # a file writer (``writers.WRITERS``)
-    path: Path
-    source: str  # where the path was given, for a usage error
-    written_to: Path | None = None  # where it ended up (the fallback after a failed write)
-    error: str = ""
 
 
 class SessionReport:
@@ -136,7 +128,7 @@ class SessionReport:
         self._audited: set[str] = set()
         #: The report being logged now: where pytest 7 understands a (word, markup) word.
         self._logging: pytest.TestReport | None = None
-        self.outputs: list[_Output] = []
+        self.outputs: list[ReportFile] = []
         #: Findings of other kinds for the writers that are no file (an after-teardown
         #: audit, say): each a ``report.github.Row``, annotated and tabled like a check's.
         self.extra_rows: list[Row] = []
@@ -153,10 +145,10 @@ class SessionReport:
         #: node id -> (absolute file, 1-based line) of each checked test (the GitHub gate)
         self._locations: dict[str, tuple[str, int]] = {}
         self.outputs = [
-            _Output(writer, path, settings.source(writer.option))
+            ReportFile(writer, path, settings.source(writer.option))
             for writer in WRITERS
             if writer.to_file
-            and (path := _configured_path(config, settings, writer.option)) is not None
+            and (path := configured_path(config, settings, writer.option)) is not None
         ]
         #: Writers that are no file and are on for this run (GitHub Actions).
         self.publishers = [
@@ -164,7 +156,7 @@ class SessionReport:
             if writer.wanted is not None
             and writer.wanted(getattr(settings, writer.option), os.environ)
         ]  # fmt: skip
-        _refuse_unsafe_outputs(config, self.outputs)
+        refuse_unsafe_outputs(config, self.outputs)
 
     # -- collecting ---------------------------------------------------------------
 
@@ -371,7 +363,7 @@ class SessionReport:
         failed = False
         for output in self.outputs:
             assert output.writer.render is not None  # a file writer
-            failed |= not _write(output, output.writer.render(document, run))
+            failed |= not write_report(output, output.writer.render(document, run))
         if failed and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
         if failed and all(o.written_to is None for o in self.outputs):
@@ -454,60 +446,6 @@ def _outcome(report: pytest.TestReport) -> str:
     if report.skipped and hasattr(report, "wasxfail"):
         return _XFAILED
     return report.outcome
-
-
-def _configured_path(config: pytest.Config, settings: Settings, key: str) -> Path | None:
-    """The report path from the CLI (relative to the invocation directory) or else the
-    ini file (relative to its directory)."""
-    value = getattr(settings, key)
-    if not value:
-        return None
-    if settings.source(key).startswith("command line"):
-        path = config.invocation_params.dir / Path(str(value)).expanduser()
-    else:
-        base = config.inipath.parent if config.inipath else config.rootpath
-        path = base / Path(value).expanduser()
-    return Path(os.path.abspath(path))
-
-
-def _refuse_unsafe_outputs(config: pytest.Config, reports: Sequence[_Output]) -> None:
-    """A report path that cannot be written, would replace a file graphleak did not
-    write, or is shared with another output of this run (JUnit XML, pytest-reportlog)
-    is a usage error now, before the suite runs, not a lost file at the end."""
-    outputs = [Output(report.source, report.path, report.writer.kind) for report in reports]
-    for dest, label in (("xmlpath", "--junitxml"), ("report_log", "--report-log")):
-        value = config.getoption(dest, default=None)
-        if value:
-            path = config.invocation_params.dir / Path(str(value)).expanduser()
-            outputs.append(Output(label, Path(os.path.abspath(path)), "other"))
-    try:
-        check_outputs(outputs)
-    except OutputPathError as exc:
-        raise pytest.UsageError(f"graphleak: {exc}") from None
-
-
-def _write(output: _Output, text: str) -> bool:
-    """Write atomically; on failure, save to a fallback file in the temp directory and
-    record an error naming both paths. Returns True when the wanted path was written."""
-    try:
-        write_text_atomic(output.path, text)
-        output.written_to = output.path
-        return True
-    except OSError as exc:
-        output.error = (
-            f"could not write the graphleak {output.writer.label} report to {str(output.path)!r} "
-            f"({type(exc).__name__}: {exc.strerror or exc})"
-        )
-    try:
-        fd, fallback = tempfile.mkstemp(prefix="graphleak-", suffix="-" + output.path.name)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-    except OSError:
-        output.error += ", nor to a temporary file"
-        return False
-    output.written_to = Path(fallback)
-    output.error += f"; saved it to {fallback!r} instead"
-    return False
 
 
 def _has_leak(results: Sequence[CheckResult], *, failing: bool = False) -> bool:
