@@ -8,6 +8,8 @@ from __future__ import annotations
 import contextvars
 import functools
 import json
+import sys
+import types
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -18,8 +20,11 @@ import numpy as np
 import pytest
 
 import minigrad as mg
+from pytest_graphleak.outlive import audit as audit_module
+from pytest_graphleak.outlive.audit import Audit
 from pytest_graphleak.outlive.explain import Holder, Listed, explain
 from pytest_graphleak.outlive.gate import Gate
+from pytest_graphleak.outlive.subjects import AuditedTest
 from pytest_graphleak.probes.autograd import active_backends
 
 
@@ -254,3 +259,28 @@ def test_past_three_holders_the_last_finding_says_the_rest_was_not_looked_for(
     text = " ".join(result.stdout.str().split())
     assert text.count("at most 3 holders are named per test: what other holders keep was "
                       "not looked for") == 1  # fmt: skip
+
+
+def test_which_modules_are_the_users_is_asked_once_per_name(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The roots' modules: each name is asked about once, a new one when it is imported."""
+    asked: list[str] = []
+    real = audit_module.is_user_module
+
+    def counting(name: object) -> bool | None:
+        asked.append(str(name))
+        return real(name)
+
+    monkeypatch.setattr(audit_module, "is_user_module", counting)
+    audit = Audit()
+    test = AuditedTest("t")
+    audit.root_values(test)
+    first = len(asked)
+    assert first >= len(sys.modules) - 5  # every module once (a few may come and go)
+    audit.root_values(test)
+    assert len(asked) == first  # nothing asked again while sys.modules is unchanged
+    module = types.ModuleType("graphleak_gate_new_module")
+    monkeypatch.setitem(sys.modules, "graphleak_gate_new_module", module)
+    audit.root_values(test)
+    assert asked[first:] == ["graphleak_gate_new_module"]

@@ -103,6 +103,8 @@ class Audit:
         #: sys.modules they were read at (``_other_modules``).
         self._user_names: list[str] = []
         self._modules_key: tuple[int, str | None] = (-1, None)
+        #: module name -> is it the user's (by its file), decided once per name.
+        self._user_module: dict[str, bool] = {}
 
     # -- one test -----------------------------------------------------------------------
     def census(self) -> Census:
@@ -511,12 +513,23 @@ class Audit:
         self, module: types.ModuleType | None, imported: Collection[str]
     ) -> Iterator[types.ModuleType]:
         """The user's modules but ``module`` and those first ``imported`` during the test.
-        Which modules are the user's is decided once per module name, again only when
-        ``sys.modules`` changed (its size or its newest name)."""
+        Which modules are the user's is decided once per module name; the list is read
+        again only when ``sys.modules`` changed (its size or its newest name)."""
         modules = sys.modules
         key = (len(modules), next(reversed(modules), None))
-        if key != self._modules_key:
-            self._user_names = [name for name in list(modules) if is_user_module(name)]
+        if key != self._modules_key:  # a module imported (or removed) since: new names only
+            known = self._user_module
+            names = []
+            for name in list(modules):
+                user = known.get(name)
+                if user is None:
+                    user = is_user_module(name)
+                    if user is None:  # not imported after all: asked again next time
+                        continue
+                    known[name] = user
+                if user:
+                    names.append(name)
+            self._user_names = names
             self._modules_key = key
         for name in self._user_names:
             other = modules.get(name)
