@@ -308,3 +308,19 @@ def test_graphleak_report_marks_known_and_lists_fixed_and_stale_entries(
 
 _COMMAND = ("  pytest --graphleak -p no:randomly --graphleak-outlive=fail "
             "--graphleak-baseline=bl.json --graphleak-report=r.json")
+
+
+def test_the_step_summary_lists_stale_entries_with_the_update_command() -> None:
+    from pytest_graphleak.report.github import fixed_section
+    from pytest_graphleak.report.model import BaselineSection
+
+    entry = {"test": "t.py::test_gone", "check": "outlive", "pattern": "list-accumulation",
+             "holder": "global 'kept' -> list[*] -> Tensor", "reason": ""}  # fmt: skip
+    section = BaselineSection.from_dict({"file": "/x/bl.json", "entries": 3, "fixed": [],
+                                         "stale": [entry], "update_command": "pytest --u"})
+    assert fixed_section(section) == (
+        "#### Entries of tests no longer collected (deleted or renamed) (1)\n\n"
+        "- `t.py::test_gone` [outlive] list-accumulation, held by "
+        "`global 'kept' -> list[*] -> Tensor`\n\nRemove them: `pytest --u`\n\n"
+    )
+    assert BaselineSection.from_dict({"fixed": [], "update_command": "x"}).stale == ()

@@ -295,16 +295,24 @@ def step_summary(
 
 
 def fixed_section(baseline: BaselineSection | None) -> str:
-    """The baseline file's entries that the run no longer found, with the command that
-    updates the file (the JSON document's ``baseline``); "" when there are none."""
-    if baseline is None or not baseline.fixed:
+    """The baseline file's entries that the run no longer found, and those whose test a
+    run of the whole suite did not collect (stale), each with the command that updates
+    the file (the JSON document's ``baseline``); "" when there are none."""
+    if baseline is None:
         return ""
-    lines = [f"#### Fixed since the baseline ({len(baseline.fixed)})", ""]
-    for entry in baseline.fixed:
-        held = f", held by `{entry.holder}`" if entry.holder else ""
-        lines.append(f"- `{entry.test}` [{entry.check}] {entry.pattern}{held}")
-    lines += ["", f"Update the baseline file: `{baseline.update_command}`"]
-    return "\n".join(lines) + "\n\n"
+    blocks = ((baseline.fixed, "Fixed since the baseline", "Update the baseline file"),
+              (baseline.stale, "Entries of tests no longer collected (deleted or renamed)",
+               "Remove them"))  # fmt: skip
+    lines: list[str] = []
+    for keys, title, then in blocks:
+        if not keys:
+            continue
+        lines += [f"#### {title} ({len(keys)})", ""]
+        for entry in keys:
+            held = f", held by `{entry.holder}`" if entry.holder else ""
+            lines.append(f"- `{entry.test}` [{entry.check}] {entry.pattern}{held}")
+        lines += ["", f"{then}: `{baseline.update_command}`", ""]
+    return "\n".join(lines) + "\n" if lines else ""
 
 
 def _heading(summary: Mapping[str, int]) -> str:
