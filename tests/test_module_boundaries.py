@@ -800,6 +800,9 @@ def test_the_metric_scan_sees_pieces_of_names() -> None:
 MODULE_STATE_ALLOWED: dict[str, str] = {
     "pytest_graphleak.integrations.lightning._CONCRETE":
         "cache: one class per (callback class, imported Lightning flavours)",
+    "pytest_graphleak.outlive.census._Walk._shared":
+        "cache: each type's kind for the audit's walk, by the type's id with a weak "
+        "reference to it (keeps nothing alive; a dead type's entry never matches)",
     "pytest_graphleak.engine.reach._REACH":
         "cache: is_user_module by module name (never by object: keeps nothing alive)",
     "pytest_graphleak.session._FINDERS":
