@@ -171,7 +171,7 @@ def test_apply_keeps_line_endings_and_applies_two_fixes_to_one_file(tmp_path: Pa
 
 
 CATALOGUE = ("minigrad_ray_loss_sum.py", "minigrad_cache_dict.py",
-             "torch_recent_losses_deque.py")  # fmt: skip
+             "torch_recent_losses_deque.py", "torch_deferred_backward_list.py")  # fmt: skip
 
 
 # find_spec, not importorskip: torch imported inside a pytester test is dropped from

@@ -5,10 +5,13 @@ prints, the user's function is always put back, and no file is written."""
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
 
+import pytest_graphleak
 from pytest_graphleak.diagnose import fix_verify
 from pytest_graphleak.diagnose.fix_candidates import candidates
 from pytest_graphleak.diagnose.fix_source import Edit, read_source
@@ -16,6 +19,9 @@ from pytest_graphleak.diagnose.fix_swap import compile_changed, swapped
 from pytest_graphleak.result import CreationSite, Diagnosis, Link
 
 pytest_plugins = ["pytester"]
+# find_spec, not importorskip: torch imported inside a pytester test is dropped from
+# sys.modules after it, and a second import of torch in one process crashes.
+NEEDS_TORCH = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch")
 
 LEAKY = """\
 import minigrad as mg
@@ -73,10 +79,10 @@ def test_cat_buffer(st):
 """
 
 
+@NEEDS_TORCH
 def test_a_change_that_leaves_a_metric_growing_is_never_printed(pytester: pytest.Pytester) -> None:
     """shared/repros/round5/minor_text (c): detaching ``out`` stops the graph but the
     buffer still grows, so that change is dropped; the fix says to bound the buffer."""
-    pytest.importorskip("torch")
     pytester.makepyfile(test_buf=BUFFER)
     result = pytester.runpytest_subprocess("--graphleak", "-p", "no:randomly")
     result.assert_outcomes(failed=1)
@@ -216,3 +222,26 @@ def test_after_only_memory_grew_no_other_graph_cut_is_re_run(
     fix = fix_verify.verify_fix(diagnosis, step=helper, roots={}, trial=trial)
     assert len(runs) == 2, "the no_grad change was skipped, the reset tried"
     assert fix.verified and fix.text.endswith(": kept.clear()"), fix
+
+
+@NEEDS_TORCH
+def test_a_list_a_later_backward_reads_is_cleared_after_that_backward(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """examples/torch_deferred_backward_list.py: the losses are needed with their graphs
+    until every 4th step's backward, so ``.item()`` or ``.detach()`` on the storing line
+    breaks it; the change verified clears the list right after that backward."""
+    path = Path(__file__).resolve().parents[1] / "examples" / "torch_deferred_backward_list.py"
+    spec = importlib.util.spec_from_file_location("_fix_verify_deferred", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)  # as an imported module is
+    spec.loader.exec_module(module)
+    result = pytest_graphleak.check(module.leaky_step)
+    assert result.diagnosis is not None and result.diagnosis.fix_tried is not None
+    tried = result.diagnosis.fix_tried
+    assert tried.verified, tried
+    assert tried.text.endswith(
+        ":47: torch.stack(self.pending[-4:]).mean().backward(); then self.pending.clear()"
+    ), tried.text
+    assert "+            self.pending.clear()\n" in (tried.diff or ""), tried.diff

@@ -15,6 +15,8 @@ user code):
 - the statement under ``no_grad()`` (torch's, or minigrad's where the code is
   minigrad's), and so the line that made the value;
 - an accumulating library object called on the line: its own ``reset()`` after it;
+- a container whose tensors a later backward runs through (gradient accumulation over
+  ``pending[-4:]``): its ``clear()`` right after that backward, tried first;
 - an ``functools.lru_cache`` on the chain: ``cache_clear()`` after the step's call.
 
 Verification (``fix_verify``) tries them in this order and keeps the first that holds,
@@ -39,7 +41,8 @@ from pytest_graphleak.diagnose.fix_source import (
     replace_node,
     statement_at,
 )
-from pytest_graphleak.result import Link
+from pytest_graphleak.result import CreationSite, Link
+from pytest_graphleak.words.backward import backward_after
 
 #: Methods that put their argument into the container they are called on.
 STORES = frozenset({"append", "appendleft", "add", "insert", "put", "put_nowait", "push",
@@ -83,6 +86,8 @@ def candidates(
         if isinstance(statement, ast.AugAssign) and node is statement.value:
             found.append(_total_detached(source, statement))
     found.extend(_resets(source, statement))
+    deferred = _clear_after_backward(source, statement)
+    found.extend(deferred)
     if no_grad is not None and _computes(statement):
         found.append(_under(source, statement, no_grad))
     made = statement_at(source.tree, made_at) if made_at is not None else None
@@ -94,9 +99,30 @@ def candidates(
     unique: dict[tuple[int, int, tuple[str, ...]], Edit] = {}
     for edit in found:
         unique.setdefault((edit.first, edit.last, edit.new), edit)
-    first = _likeliest(statement, links)
+    first = "reset" if deferred else _likeliest(statement, links)
     ordered = sorted(unique.values(), key=lambda edit: edit.kind != first)  # stable
     return ordered[:MAX_CANDIDATES]
+
+
+def _clear_after_backward(source: Source, statement: ast.stmt) -> list[Edit]:
+    """``holder.clear()`` right after the later statement that runs a backward through
+    what ``holder.append(x)`` keeps (``torch.stack(pending[-4:]).mean().backward()``):
+    the tensors are needed with their graphs until then, so detaching them here would
+    break it (``words.backward``). Only where that statement is in the same file and
+    names the holder itself (not a helper that takes it under another name)."""
+    call = statement.value if isinstance(statement, ast.Expr) else None
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
+            and call.func.attr in STORES and _plain(call.func.value)):  # fmt: skip
+        return []
+    holder = node_text(source, call.func.value)
+    line = source.lines[statement.lineno - 1].strip()
+    later = backward_after(CreationSite(source.filename, statement.lineno, line, 1), holder)
+    if later is None:
+        return []
+    backward = statement_at(source.tree, later[0])
+    if backward is None or holder not in node_text(source, backward):
+        return []
+    return [_after(source, backward, f"{holder}.clear()", "reset")]
 
 
 def _likeliest(statement: ast.stmt, links: Sequence[Link]) -> str:
