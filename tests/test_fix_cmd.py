@@ -191,3 +191,78 @@ def test_applied_fixes_make_catalogue_leaks_pass(
     assert code == 0, err
     assert out.count("graphleak fix: applied ") == len(CATALOGUE), out
     pytester.runpytest_subprocess("--graphleak", *FAST).assert_outcomes(passed=2 * len(CATALOGUE))
+
+
+SHAPES = '''\
+import functools
+from unittest import mock
+
+import numpy as np
+import pytest
+
+import minigrad as mg
+from minigrad import nn, optim
+
+rng = np.random.default_rng(0)
+net = nn.Linear(4, 2, rng=rng)
+opt = optim.SGD(net.parameters(), lr=0.01)
+history = []
+logger = mock.Mock()
+step = [0]
+
+
+def forward():
+    out = net(mg.Tensor(rng.standard_normal((3, 4)).astype(np.float32)))
+    loss = (out ** 2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    return out, loss
+
+
+@pytest.mark.no_graph_growth
+def test_list_of_tensors():
+    out, loss = forward()
+    history.append([loss, out])
+
+
+@pytest.mark.no_graph_growth
+def test_mock_call_args():
+    out, loss = forward()
+    logger.log("loss", loss)
+
+
+@functools.lru_cache(maxsize=None)
+def embed(k):
+    return net(mg.Tensor(np.full((2, 4), float(k), dtype=np.float32)))
+
+
+@pytest.mark.no_graph_growth
+def test_cached():
+    step[0] += 1
+    loss = (embed(step[0]) ** 2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+'''
+
+
+def test_shapes_the_old_rules_missed_get_verified_fixes_that_apply(
+    pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 44's shapes: a stored list of tensors (each item as numbers, never a method
+    on the list), a value a test double keeps (``Mock.call_args_list``: the value passed
+    as a number), a ``functools.lru_cache`` of graphs (cleared after the call)."""
+    pytester.makepyfile(test_shapes=SHAPES)
+    report = pytester.path / "graphleak.json"
+    first = pytester.runpytest_subprocess("--graphleak", f"--graphleak-report={report}", *FAST)
+    first.assert_outcomes(failed=3)
+    code, out, err = run_fix(capsys, str(report), "--apply")
+    assert code == 0, err
+    assert sorted(out.splitlines()) == [
+        "graphleak fix: applied test_shapes.py:30: history.append([loss.tolist(), out.tolist()])",
+        'graphleak fix: applied test_shapes.py:36: logger.log("loss", loss.item())',
+        "graphleak fix: applied test_shapes.py:47: loss = (embed(step[0]) ** 2).mean(); "
+        "then embed.cache_clear()",
+    ], out
+    pytester.runpytest_subprocess("--graphleak", *FAST).assert_outcomes(passed=3)

@@ -78,6 +78,8 @@ def candidates(
     # not where it rebuilds a value from the old one (a running total).
     rebuilt = isinstance(statement, (ast.Assign, ast.AnnAssign)) and _rebuilds(statement)
     element = None if rebuilt or isinstance(statement, ast.AugAssign) else _element(links)
+    if _passes_on(statement):
+        element = None  # what the callee stores is its own (a mock's call record), not x
     for node in _stored(statement):
         for text, kind in _rewrites(source, node, scalar=scalar, element=element,
                                     many=_many(statement)):  # fmt: skip
@@ -202,14 +204,19 @@ def _rewrites(
     if not text or "\n" in text:
         return []
     if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
-        items = [_atom(node_text(source, elt)) + ".detach()" for elt in node.elts]
-        if not items:
+        if not node.elts:
             return []
-        return [(_literal(node, items), "detach")]
+        return [(_literal(node, [_atom(node_text(source, elt)) + f".{method}()"
+                                 for elt in node.elts]), kind)
+                for method, kind in _ITEMS]  # fmt: skip
     if isinstance(node, ast.Dict):
-        pairs = [f"{node_text(source, k)}: {_atom(node_text(source, v))}.detach()"
-                 for k, v in zip(node.keys, node.values, strict=True) if k is not None]  # fmt: skip
-        return [("{" + ", ".join(pairs) + "}", "detach")] if len(pairs) == len(node.keys) else []
+        keys = [key for key in node.keys if key is not None]
+        if len(keys) != len(node.keys):  # a ** unpacking
+            return []
+        pairs = [(node_text(source, k), _atom(node_text(source, v)))
+                 for k, v in zip(keys, node.values, strict=True)]  # fmt: skip
+        return [("{" + ", ".join(f"{k}: {v}.{method}()" for k, v in pairs) + "}", kind)
+                for method, kind in _ITEMS]  # fmt: skip
     if isinstance(node, ast.Constant) or _detached(node):
         return []
     atom = _atom(text)
@@ -224,6 +231,19 @@ def _rewrites(
         detached = ", ".join(f"{atom}.{name}.detach()" for name in element.carriers)
         found.append((f"type({atom})({detached})", "rebuild"))
     return found
+
+
+#: A literal's items detached, or as numbers (``tolist()``: a 0-dim tensor's is its number).
+_ITEMS = (("detach", "detach"), ("tolist", "numbers"))
+
+
+def _passes_on(statement: ast.stmt) -> bool:
+    """``f(x)`` or ``obj.method(x)`` that is not a put into a container (``append``,
+    ``add``, ...): the callee decides what it keeps of ``x``."""
+    call = statement.value if isinstance(statement, ast.Expr) else None
+    if not isinstance(call, ast.Call):
+        return False
+    return not (isinstance(call.func, ast.Attribute) and call.func.attr in STORES)
 
 
 def _detached(node: ast.expr) -> bool:
