@@ -32,6 +32,7 @@ from types import ModuleType
 import pytest
 
 import pytest_graphleak
+from pytest_graphleak.diagnose import fix_verify
 from pytest_graphleak.patterns import PATTERNS
 from pytest_graphleak.plugin.terminal import detail_lines
 from pytest_graphleak.probes import METRICS
@@ -104,6 +105,21 @@ def test_module_follows_the_catalogue_convention(path: Path) -> None:
         assert "no_graph_growth" in marks, f"{name} is not marked no_graph_growth"
 
 
+#: Catalogue leaks whose fix is not verified, and the start of why (issue 44): the
+#: change a cycle needs is not tried yet; a buffer rebuilt bigger each step (torch.cat of
+#: itself) still grows once its graph is cut; detached distributions still pile up in
+#: the list that keeps them. Every other leak's printed fix is verified.
+NOT_VERIFIED = {
+    **dict.fromkeys(("minigrad_hook_closure", "minigrad_micrograd_closure",
+                     "torch_checkpoint_closure", "torch_function_ctx_attribute",
+                     "torch_grad_fn_hook_cache", "torch_hook_closure",
+                     "torch_saved_tensors_identity"), fix_verify.CYCLE),
+    **dict.fromkeys(("torch_train_preds_cat", "torch_hf_eval_preds_concat"),
+                    "the one change tried did not hold: 1 left torch.storage_bytes growing"),
+    "torch_kept_distributions": "none of the 3 changes tried held",
+}  # fmt: skip
+
+
 @pytest.mark.parametrize("path", CATALOGUE, ids=lambda p: p.stem)
 def test_leak_is_diagnosed(path: Path) -> None:
     module = load(path)
@@ -137,6 +153,12 @@ def test_leak_is_diagnosed(path: Path) -> None:
         assert "graph-carrying" not in text and "(or loss.detach())" not in text, text
     if not _graph_grew(result):  # the story follows the numbers
         assert "retained-grad-fn" not in text, text
+    tried = diagnosis.fix_tried  # the step re-run with the change: verified, or why not
+    assert tried is not None, text
+    if path.stem in NOT_VERIFIED:
+        assert not tried.verified and (tried.why_not or "").startswith(NOT_VERIFIED[path.stem])
+    else:
+        assert tried.verified and tried.diff, f"{path.stem}: not verified: {tried.why_not}"
 
 
 @pytest.mark.parametrize("path", CATALOGUE, ids=lambda p: p.stem)
