@@ -31,7 +31,7 @@ from _common import BENCH_DIR, REPO_ROOT, RESULTS_DIR, fmt_num, machine_descript
 #: Run order: ours first (cheapest first), then the ones other modules own.
 BENCHMARKS = ("sampling", "overhead", "start", "time_to_verdict", "catalogue", "memray",
               "minigrad", "diagnose", "window", "tools",
-              "session_rows", "outlive", "audit_heavy", "inert")
+              "session_rows", "outlive", "audit_heavy", "inert", "fix_verify")
 BENCH_VENV = BENCH_DIR / ".venv-bench"
 #: Pinned so the comparison is reproducible; torch pinned as everywhere in the project.
 BENCH_REQUIREMENTS = ("torch==2.13.0", "pytest-memray==1.11.0", "objgraph==3.7.0", "numpy",
