@@ -16,7 +16,7 @@ import pytest
 
 from pytest_graphleak.exceptions import GraphLeakError, GraphLeakWarning, UnmeasuredError
 from pytest_graphleak.plugin import async_tests, stash, terminal
-from pytest_graphleak.plugin.failure_repr import one_line_repr
+from pytest_graphleak.plugin.failure_repr import one_line_repr, story_repr
 from pytest_graphleak.plugin.marker import (
     check_marked,
     check_marked_on_ranks,
@@ -33,6 +33,7 @@ from pytest_graphleak.plugin.stash import (
     WORLD_SIZE_KEY,
     settings_of,
 )
+from pytest_graphleak.report.text import render_text
 from pytest_graphleak.result import CheckResult
 from pytest_graphleak.session import RunningTest, Session, current, entered
 
@@ -82,18 +83,30 @@ class Reports:
         excinfo = call.excinfo
         if excinfo is None or not isinstance(excinfo.value, (GraphLeakError, UnmeasuredError)):
             return
+        config = item.config
+        style = config.getoption("tbstyle", "auto")
+        result = excinfo.value.result
         if getattr(excinfo.value, "graphleak_plain", False):
             # The marker's failure is the report itself: no traceback into the plugin.
             report.longrepr = excinfo.getrepr(style="value")
-            worker = hasattr(item.config, "workerinput")  # pytest-xdist's worker
-            terminal.colour_failure(report.longrepr,  # pattern, held by, stored at, fix
-                                    worker_columns=terminal.columns_of(item.config) if worker
-                                    else None)  # fmt: skip
+        elif result is not None and style not in ("native", "line", "no"):
+            # A check of the user's own code (check(), track(), a framework callback):
+            # the same report as the marker's, under the user's line that ran it, not a
+            # traceback through the framework with the report as a wall of E lines.
+            # --tb=native keeps Python's traceback: the user asked for every frame.
+            verbose = (config.getoption("verbose") or 0) > 0
+            report.longrepr = story_repr(item, excinfo, render_text(result, series=verbose),
+                                         terminal.crash_message(item, result),
+                                         every_frame=style == "long")  # fmt: skip
+        worker = hasattr(config, "workerinput")  # pytest-xdist's worker
+        terminal.colour_failure(report.longrepr,  # pattern, held by, stored at, fix
+                                worker_columns=terminal.columns_of(config) if worker
+                                else None)  # fmt: skip
         crash = getattr(report.longrepr, "reprcrash", None)
-        if crash is not None and excinfo.value.result is not None:
+        if crash is not None and result is not None:
             # pytest's short summary line reads this: say what leaked, not the exception type.
-            crash.message = terminal.crash_message(item, excinfo.value.result)
-            if item.config.getoption("tbstyle", "auto") == "line":
+            crash.message = terminal.crash_message(item, result)
+            if style == "line":
                 # One line per failure, at the user's line: not the leak text, not ours.
                 report.longrepr = one_line_repr(item, excinfo, crash.message)
 
