@@ -95,28 +95,31 @@ def test_outputs_compare_without_their_durations(hooks: ModuleType) -> None:
 
 
 def test_a_pages_test_failure_is_cut_from_pytests_output(hooks: ModuleType) -> None:
-    """`pytest failure` markers show the GraphLeakError's lines of a real run: dedented to
-    the test's own frame, "..." once per left-out gap, nothing past the error."""
+    """`pytest failure` markers show the failure text of a real run: the user's line and
+    the report, "..." once per left-out gap (a labelled line with the lines it goes on
+    in), nothing past the test's failure."""
     out = "\n".join([
-        "    def test_x():", ">       trainer.fit()", "",
-        "E           pytest_graphleak.GraphLeakError: graphleak: t.py::test_x leaks: lists",
-        "E             16 measured steps after 3 warmup steps (0.1 s); grew:",
-        "E               torch.nodes  14 -> 59  +3/step",
-        "E             held by: trainer -> T.losses -> list(len=19) -> Tensor(shape=())",
-        "E             created at: t.py:5 in step: loss = f(x)  (2 per step)",
-        "E             fix: store plain numbers",
-        "", "t.py:9: GraphLeakError", "E             held by: another test's failure",
+        "t.py F", "", "=== FAILURES ===", "___ test_x ___", "t.py:9: in test_x",
+        "    trainer.fit()", "graphleak: t.py::test_x leaks: lists",
+        "  16 measured steps after 3 warmup steps (0.1 s); grew:",
+        "    torch.nodes  14 -> 59  +3/step",
+        "  held by: trainer -> T.losses -> list(len=19) ->", "           Tensor(shape=())",
+        "  created at: t.py:5 in step: loss = f(x)  (2 per step)",
+        "  note: diagnosis took 0.01 s",
+        "  fix: store plain numbers", "--- Captured stderr call ---", "noise",
+        "___ test_y ___", "graphleak: t.py::test_y leaks: lists", "  held by: another test",
     ])  # fmt: skip
-    error = "E   pytest_graphleak.GraphLeakError: graphleak: t.py::test_x leaks: lists"
+    where = ["t.py:9: in test_x", "    trainer.fit()"]
     assert hooks.failure_lines(out, "short") == [
-        error, "E     ...",
-        "E     held by: trainer -> T.losses -> list(len=19) -> Tensor(shape=())",
-        "E     created at: t.py:5 in step: loss = f(x)  (2 per step)", "E     ...",
+        *where, "graphleak: t.py::test_x leaks: lists", "  ...",
+        "  held by: trainer -> T.losses -> list(len=19) ->", "           Tensor(shape=())",
+        "  created at: t.py:5 in step: loss = f(x)  (2 per step)", "  ...",
     ]  # fmt: skip
     full = hooks.failure_lines(out, "full")
-    assert full[0] == error and full[-1] == "E     fix: store plain numbers" and len(full) == 6
+    assert full[:3] == [*where, "graphleak: t.py::test_x leaks: lists"]
+    assert full[-1] == "  fix: store plain numbers" and len(full) == 10
     assert hooks.failure_lines(out, "sites") == [
-        "held by: trainer -> T.losses -> list(len=19) -> Tensor(shape=())",
+        "held by: trainer -> T.losses -> list(len=19) ->", "         Tensor(shape=())",
         "created at: t.py:5 in step: loss = f(x)  (2 per step)",
     ]
     assert hooks.failure_lines("1 passed", "full") == []

@@ -529,6 +529,11 @@ _PYTEST_FAILURE = re.compile(
     re.M,
 )
 _SHORT = ("held by:", "created at:", "stored at:", "--- rank", "graphleak:")
+_SITES = ("held by:", "created at:", "stored at:")
+#: A frame's location in pytest's short style (``path:line: in function``), and a banner
+#: that ends a test's failure (a section's, the next test's, captured output's).
+_LOCATION = re.compile(r"\S+:\d+: in \S+$")
+_BANNER = re.compile(r"[=_-]{3}")
 
 
 def page_test_failure(markdown: str, match: re.Match[str]) -> str:
@@ -553,13 +558,13 @@ def page_test_failure(markdown: str, match: re.Match[str]) -> str:
         if not picked:
             return f"(no output: {name} printed no graphleak failure in this build)"
         return indent + output_block("\n".join(picked))
-    out = _run_page_test(name, block.group(1), ["-W", "ignore"], 1, "GraphLeakError")
+    out = _run_page_test(name, block.group(1), ["-W", "ignore"], 1, " leaks: ")
     if out is None:
         return f"(no output: {name} did not fail with a leak in this build)"
     picked = failure_lines(out, "sites" if sites else "full" if full else "short")
     if not picked:
-        log.warning("graphleak docs: no GraphLeakError line in the run of %s", name)
-        return f"(no output: {name} printed no GraphLeakError line)"
+        log.warning("graphleak docs: no leak's failure text in the run of %s", name)
+        return f"(no output: {name} printed no leak's failure text)"
     if sites:
         return "\n".join(indent + line for line in ["```text", *picked, "```"])
     return indent + output_block("\n".join(picked))
@@ -622,29 +627,39 @@ def marker_failure_lines(out: str) -> list[str]:
 
 
 def failure_lines(out: str, mode: str) -> list[str]:
-    """The GraphLeakError's ``E`` lines of pytest's output, indented as in a test's own frame:
-    ``full`` all of them, ``short`` the error and the _SHORT lines with "..." for each gap,
-    ``sites`` the held by / created at / stored at lines without the ``E``. [] without one."""
+    """The first failure of pytest's FAILURES section, a check run by the test's own code
+    (the fixture, a framework callback): the user's line it failed at, then the report
+    from its headline to the next banner. ``full`` all of it, ``short`` the location, the
+    headline and the _SHORT lines (each with the lines it goes on in) with "..." for each
+    gap, ``sites`` the held by / created at / stored at lines alone. [] without one."""
     lines = out.splitlines()
-    start = next((i for i, line in enumerate(lines) if line.startswith("E   ")
-                  and "GraphLeakError: " in line), None)  # fmt: skip
-    if start is None:
+    failures = next((i for i, line in enumerate(lines) if " FAILURES " in line), None)
+    if failures is None or failures + 1 >= len(lines):
         return []
-    end = next((i for i in range(start + 1, len(lines)) if not lines[i].startswith("E     ")),
+    end = next((i for i in range(failures + 2, len(lines)) if _BANNER.match(lines[i])),
                len(lines))  # fmt: skip
-    error = lines[start:end]  # one contiguous block: another test's failure is not in it
-    if mode == "sites":
-        return [line[1:].strip() for line in error if line[1:].strip().startswith(_SHORT[:3])]
-    if mode == "short":  # the kept lines, and "..." where lines were left out
-        kept: list[str] = []
-        for number, line in enumerate(error):
-            if number == 0 or line[1:].strip().startswith(_SHORT):
-                kept.append(line)
-            elif kept[-1][1:].strip() != "...":
-                kept.append(line[: len(line) - len(line[1:].lstrip())] + "...")
-        error = kept
-    extra = len(error[0]) - len(error[0][1:].lstrip()) - 4  # pytest's indentation of the frame
-    return ["E" + line[1 + max(extra, 0):] for line in error]
+    block = lines[failures + 2 : end]  # after the test's ``___ name ___`` line
+    start = next((i for i, line in enumerate(block)  # past the location and its source
+                  if not _LOCATION.match(line) and not line.startswith(" ")),
+                 len(block))  # fmt: skip
+    where, story = block[:start], block[start:]
+    if not story or " leaks: " not in "\n".join(story):
+        return []
+    if mode == "full":
+        return [*where, *story]
+    sites = mode == "sites"
+    picked: list[str] = []
+    keep = not sites  # the headline, and the lines it goes on in
+    for number, line in enumerate(story):
+        body = line.lstrip()
+        indent = len(line) - len(body)
+        if number and indent <= 2:  # a line of its own; deeper ones go on in the one above
+            keep = body.startswith(_SITES if sites else _SHORT)
+        if keep:
+            picked.append(line[2:] if sites else line)
+        elif not sites and picked[-1].strip() != "...":
+            picked.append(" " * indent + "...")
+    return picked if sites else [*where, *picked]
 
 
 def demo_excerpt(what: str) -> str:

@@ -99,19 +99,21 @@ class DistributedResult:
             lines += [f"--- rank {rank.rank}{after} ---", text.rstrip()]
         return "\n".join(lines)
 
-    def leak_text(self) -> str:
-        return self._ranks_text("graph leak", self.leaking_ranks)
+    def leak_text(self, *, series: bool = True) -> str:
+        return self._ranks_text("graph leak", self.leaking_ranks, series=series)
 
     def unmeasured_text(self) -> str:
         return self._ranks_text("not measured", self.unmeasured_ranks)
 
-    def _ranks_text(self, what: str, ranks: list[int]) -> str:
-        """``what`` on the named ranks, then each of those ranks' full report."""
+    def _ranks_text(self, what: str, ranks: list[int], *, series: bool = True) -> str:
+        """``what`` on the named ranks, then each of those ranks' full report (``series``:
+        with every sample's value, as ``render_text``'s)."""
         lines = [f"{what} on rank(s) {ranks_text(ranks)} of {self.world_size} "
                  f"in distributed step {self.name!r}"]  # fmt: skip
         for rank in self.ranks:
             if rank.rank in ranks and rank.result is not None:
-                lines += [f"--- rank {rank.rank} ---", render_text(rank.result).rstrip()]
+                lines += [f"--- rank {rank.rank} ---",
+                          render_text(rank.result, series=series).rstrip()]
         return "\n".join(lines)
 
 

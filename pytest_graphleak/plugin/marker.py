@@ -278,7 +278,8 @@ def check_on_ranks(
     new = [r for r in result.ranks if r.leaked and not getattr(r.result, "known", False)]
     if not judge or not (new or result.unmeasured_ranks):
         return result
-    text = result.leak_text() if new else result.unmeasured_text()
+    verbose = (item.config.getoption("verbose") or 0) > 0  # -v: every sample, as the marker's
+    text = result.leak_text(series=verbose) if new else result.unmeasured_text()
     pipeline.raise_or_warn(text, leaked=bool(new), warn=warns_instead(item, settings), stacklevel=2)
     return result
 

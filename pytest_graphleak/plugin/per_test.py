@@ -89,14 +89,16 @@ class Reports:
         if getattr(excinfo.value, "graphleak_plain", False):
             # The marker's failure is the report itself: no traceback into the plugin.
             report.longrepr = excinfo.getrepr(style="value")
-        elif result is not None and style not in ("native", "line", "no"):
-            # A check of the user's own code (check(), track(), a framework callback):
-            # the same report as the marker's, under the user's line that ran it, not a
-            # traceback through the framework with the report as a wall of E lines.
-            # --tb=native keeps Python's traceback: the user asked for every frame.
+        elif style not in ("native", "line", "no"):
+            # A check of the user's own code (check(), track(), a framework callback,
+            # check_distributed()): the same report as the marker's, under the user's line
+            # that ran it, not a traceback through the framework with the report as a
+            # wall of E lines. --tb=native keeps Python's traceback: every frame, asked for.
             verbose = (config.getoption("verbose") or 0) > 0
-            report.longrepr = story_repr(item, excinfo, render_text(result, series=verbose),
-                                         terminal.crash_message(item, result),
+            story = str(excinfo.value) if result is None else render_text(result, series=verbose)
+            message = (story.partition("\n")[0] if result is None
+                       else terminal.crash_message(item, result))  # fmt: skip
+            report.longrepr = story_repr(item, excinfo, story, message,
                                          every_frame=style == "long")  # fmt: skip
         worker = hasattr(config, "workerinput")  # pytest-xdist's worker
         terminal.colour_failure(report.longrepr,  # pattern, held by, stored at, fix

@@ -252,10 +252,11 @@ def wrapped(text: str, width: int) -> list[tuple[str, str]]:
     """Each line of a report in ``width`` columns (``wrap_line``), paired with the line it
     came from (whose label gives its colour, ``line_markup``). A leak's headline
     (``graphleak: <test id> leaks: <pattern>``) stays whole, as pytest keeps its own test
-    ids: it is the line a CI log is searched for."""
+    ids: it is the line a CI log is searched for (each rank's, in a distributed check's
+    text)."""
     parts: list[tuple[str, str]] = []
-    for index, line in enumerate(text.split("\n")):
-        whole = index == 0 and line.startswith("graphleak: ") and " leaks: " in line
+    for line in text.split("\n"):
+        whole = line.startswith("graphleak: ") and " leaks: " in line
         parts.extend((part, line) for part in ([line] if whole else wrap_line(line, width)))
     return parts
 

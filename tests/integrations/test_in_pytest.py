@@ -55,7 +55,7 @@ def test_results_join_the_report_json_and_exit_code_under_xdist(pytester: pytest
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(
         [
-            "*GraphLeakError: graphleak: test_fit.py::test_leaky::ignite(update) leaks: list-acc*",
+            "graphleak: test_fit.py::test_leaky::ignite(update) leaks: list-acc*",
             "*GraphLeakWarning: graphleak: test_fit.py::test_leaky_warns::ignite(update) leaks*",
         ]
     )
