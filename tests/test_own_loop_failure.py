@@ -181,7 +181,7 @@ def test_a_lightning_callbacks_leak_reads_as_the_markers(pytester: pytest.Pytest
     pytester.makepyfile(test_fit=_FIT)
     out = _run(pytester, "-W", "ignore", "-p", "no:logging", "-s")
     failure = failure_section(out, "test_fit").split("\n")
-    assert failure[:2] == ["test_fit.py:32: in test_fit", "    trainer.fit(Tiny(), data)"]
+    assert failure[:2] == ["test_fit.py:30: in test_fit", "    trainer.fit(Tiny(), data)"]
     story = failure[2:]
     assert story[0] == "graphleak: test_fit.py::test_fit::lightning(Tiny) leaks: list-accumulation"
     assert all(len(line) <= 80 for line in failure), failure
