@@ -106,18 +106,19 @@ def test_a_pages_test_failure_is_cut_from_pytests_output(hooks: ModuleType) -> N
         "  held by: trainer -> T.losses -> list(len=19) ->", "           Tensor(shape=())",
         "  created at: t.py:5 in step: loss = f(x)  (2 per step)",
         "  note: diagnosis took 0.01 s",
-        "  fix: store plain numbers", "--- Captured stderr call ---", "noise",
+        "--- rank 0 ---", "  fix: store plain numbers", "--- Captured stderr call ---", "noise",
         "___ test_y ___", "graphleak: t.py::test_y leaks: lists", "  held by: another test",
     ])  # fmt: skip
     where = ["t.py:9: in test_x", "    trainer.fit()"]
     assert hooks.failure_lines(out, "short") == [
         *where, "graphleak: t.py::test_x leaks: lists", "  ...",
         "  held by: trainer -> T.losses -> list(len=19) ->", "           Tensor(shape=())",
-        "  created at: t.py:5 in step: loss = f(x)  (2 per step)", "  ...",
+        "  created at: t.py:5 in step: loss = f(x)  (2 per step)", "  ...", "--- rank 0 ---",
+        "  ...",
     ]  # fmt: skip
     full = hooks.failure_lines(out, "full")
     assert full[:3] == [*where, "graphleak: t.py::test_x leaks: lists"]
-    assert full[-1] == "  fix: store plain numbers" and len(full) == 10
+    assert full[-1] == "  fix: store plain numbers" and len(full) == 11
     assert hooks.failure_lines(out, "sites") == [
         "held by: trainer -> T.losses -> list(len=19) ->", "         Tensor(shape=())",
         "created at: t.py:5 in step: loss = f(x)  (2 per step)",

@@ -531,9 +531,10 @@ _PYTEST_FAILURE = re.compile(
 _SHORT = ("held by:", "created at:", "stored at:", "--- rank", "graphleak:")
 _SITES = ("held by:", "created at:", "stored at:")
 #: A frame's location in pytest's short style (``path:line: in function``), and a banner
-#: that ends a test's failure (a section's, the next test's, captured output's).
+#: that ends a test's failure (a section's, the next test's, captured output's; a
+#: distributed check's ``--- rank N ---`` heading is the story's own).
 _LOCATION = re.compile(r"\S+:\d+: in \S+$")
-_BANNER = re.compile(r"[=_-]{3}")
+_BANNER = re.compile(r"(?!--- rank )[=_-]{3}")
 
 
 def page_test_failure(markdown: str, match: re.Match[str]) -> str:
