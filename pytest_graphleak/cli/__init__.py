@@ -116,17 +116,28 @@ def positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+_FORMATTER = argparse.RawDescriptionHelpFormatter
+
+
 def build_parser() -> argparse.ArgumentParser:
-    formatter = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(
         prog="graphleak",
         description="Catch autograd graph leaks in training loops.",
         epilog=_MAIN_EPILOG,
-        formatter_class=formatter,
+        formatter_class=_FORMATTER,
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
+    _add_demo(commands)
+    _add_check(commands)
+    _add_report(commands)
+    _add_fix(commands)
+    return parser
+
+
+def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``graphleak demo``: the story of a leaky loop, then fixed."""
     demo = commands.add_parser(
         "demo",
         help="train a tiny transformer with a leak, then fixed, and show the verdicts",
@@ -139,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
             width=78,
         ),
         epilog=_DEMO_EPILOG,
-        formatter_class=formatter,
+        formatter_class=_FORMATTER,
     )
     demo.add_argument("--steps", type=positive_int, default=24, metavar="N",
                       help="measured steps per run (default: %(default)s)")
@@ -157,6 +168,9 @@ def build_parser() -> argparse.ArgumentParser:
                            "the verdicts (as --every 1 and pytest -v)")
     demo.set_defaults(run=("pytest_graphleak.demo", "run_demo"))
 
+
+def _add_check(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``graphleak check``: a zero-argument step outside pytest."""
     check = commands.add_parser(
         "check",
         help="check a zero-argument training step function for graph leaks",
@@ -166,7 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
             width=78,
         ),
         epilog=_CHECK_EPILOG,
-        formatter_class=formatter,
+        formatter_class=_FORMATTER,
     )
     check.add_argument("targets", nargs="+", metavar="FILE.py::FUNCTION | MODULE:FUNCTION",
                        help="the step function to check (several: each is checked, the "
@@ -179,13 +193,16 @@ def build_parser() -> argparse.ArgumentParser:
     _color_flag(check)
     check.set_defaults(run=("pytest_graphleak.cli.check_cmd", "run_check"))
 
+
+def _add_report(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``graphleak report``: a saved JSON report, shown or written again."""
     report = commands.add_parser(
         "report",
         help="render a saved JSON report in the terminal or as HTML",
         description="Render a saved graphleak JSON report in the terminal, or as HTML (or as "
                     "any other report format).",
         epilog=_REPORT_EPILOG,
-        formatter_class=formatter,
+        formatter_class=_FORMATTER,
     )
     report.add_argument("path", metavar="PATH.json", help="the JSON report to read")
     for writer, flag in output_flags():  # every file writer (report.writers.WRITERS)
@@ -194,20 +211,22 @@ def build_parser() -> argparse.ArgumentParser:
     _color_flag(report)
     report.set_defaults(run=("pytest_graphleak.cli.report_cmd", "run_report"))
 
+
+def _add_fix(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``graphleak fix``: a saved report's verified fixes, shown or written."""
     fix = commands.add_parser(
         "fix",
         help="show a saved report's verified fixes as a diff, or write them (--apply)",
         description="Print the verified fixes of a saved graphleak JSON report as a unified "
                     "diff of your files, or write them with --apply.",
         epilog=_FIX_EPILOG,
-        formatter_class=formatter,
+        formatter_class=_FORMATTER,
     )
     fix.add_argument("path", metavar="PATH.json", help="the JSON report to read")
     fix.add_argument("--apply", action="store_true",
                      help="write the fixes into the files (only your files under the "
                           "report's rootdir, unchanged since the run)")  # fmt: skip
     fix.set_defaults(run=("pytest_graphleak.cli.fix_cmd", "run_fix"))
-    return parser
 
 
 def _color_flag(parser: argparse.ArgumentParser) -> None:
