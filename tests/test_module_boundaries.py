@@ -261,7 +261,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("options",),  # the options table
     ("report",),  # renderings of results
     ("pipeline",),  # measure -> judge -> explain
-    ("loop",),  # a check inside a running loop
+    ("loop", "loop_windows"),  # a check inside a running loop, and its windows
     ("api", "distributed", "__init__"),  # the public front ends
     ("integrations", "cli", "demo", "plugin", "__main__"),  # the outer front ends
 )
@@ -441,11 +441,13 @@ def test_no_renderer_reads_the_probe_registry() -> None:
 
 
 def test_the_loop_reaches_the_diagnosis_through_one_module() -> None:
-    """``loop.LoopCheck`` asks the diagnosis for what it needs through ``diagnose.for_loop``
+    """``loop.LoopCheck`` (and its windows, ``loop_windows``) asks the diagnosis for what
+    it needs through ``diagnose.for_loop``
     (and ``pipeline.conclude``), never a diagnosis module's internals (issue 37, item 3)."""
-    reached = sorted(dep for dep in dependencies("pytest_graphleak.loop")
-                     if dep.startswith(("pytest_graphleak.diagnose", "pytest_graphleak.words")))
-    assert reached == ["pytest_graphleak.diagnose.for_loop"]
+    for loop in ("pytest_graphleak.loop", "pytest_graphleak.loop_windows"):
+        reached = sorted(dep for dep in dependencies(loop) if dep.startswith(
+            ("pytest_graphleak.diagnose", "pytest_graphleak.words")))  # fmt: skip
+        assert reached == ["pytest_graphleak.diagnose.for_loop"], loop
 
 
 def test_the_plugin_is_in_no_import_cycle() -> None:
