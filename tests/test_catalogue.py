@@ -190,7 +190,8 @@ def test_every_surface_shows_the_one_fix(path: Path) -> None:
     assert [row.fix for row in rows] == [fix]
     annotation = commands(rows, str(EXAMPLES.parent))  # the fix is the message's first line
     assert len(annotation) == 1
-    assert annotation[0].split("::", 2)[2].startswith(f"fix: {fix}%0A".replace("%", "%25")
+    # it says, as the failure text does, whether the fix was verified (and why not)
+    assert annotation[0].split("::", 2)[2].startswith(f"{line.plain()}%0A".replace("%", "%25")
                                                       .replace("%250A", "%0A"))
 
 

@@ -80,10 +80,10 @@ def test_annotation_on_the_storing_line_and_the_step_summary(
     # The title names the line to change; the message opens with the fix.
     assert leak.startswith(
         f"::error file=test_gate.py,line={STORED_LINE},title=graphleak%3A list-accumulation "
-        f"at test_gate.py%3A{STORED_LINE}::fix: "
-    ), leak
+        f"at test_gate.py%3A{STORED_LINE}::fix (verified: 8 more steps with this change grew "
+        f"nothing): test_gate.py:{STORED_LINE}: losses.append(loss.item())%0A"
+    ), leak  # says, as the failure text does, that the fix was verified
     lines = _message_lines(leak)
-    assert lines[0].startswith("fix: ") and "losses.append(loss.item())" in lines[0]
     assert lines[1].startswith("held by: global 'losses' -> list(")
     assert lines[2].startswith(
         "grows: minigrad.tensors +1/step, minigrad.autograd_meta +1/step, minigrad.nodes +"
@@ -110,6 +110,13 @@ def test_annotation_on_the_storing_line_and_the_step_summary(
             f"[`test_gate.py:{STORED_LINE}`]({link}) | "
             f"test\\_gate.py:{STORED_LINE}: losses.append(loss.item())") in summary  # fmt: skip
     assert "\U0001f535 **UNMEASURED** | `test_gate.py::test_unmeasured` |  |" in summary
+    # Under the table, the verified fix as a diff of the file (issue 44).
+    block = summary.split("Verified fix for `test_gate.py::test_accumulates` (the step re-run "
+                          "with it grew nothing; `graphleak fix REPORT.json --apply` writes "
+                          "it):\n\n```diff\n")[1].split("\n```\n")[0]  # fmt: skip
+    assert block.startswith("--- a/test_gate.py\n+++ b/test_gate.py\n@@ "), block
+    assert "\n-    losses.append(loss)" in block and "\n+    losses.append(loss.item())" in block
+    assert summary.count("Verified fix for ") == 1  # the unmeasured check has none
     # clean rows are folded into a count, not listed one by one in the table
     assert "| `test_gate.py::test_clean`" not in summary
     assert "<details><summary>1 clean check (nothing grew)</summary>" in summary
@@ -134,13 +141,15 @@ def test_every_annotation_opens_with_its_fix(
     assert len(commands) == 3, result.outlines
     for command in commands:
         head = _message_lines(command)[:3]
-        assert head[0].startswith("fix: ") and len(head[0]) > len("fix: ") + 10, command
+        assert head[0].startswith(("fix: ", "fix (verified: ", "fix (not verified): "))
+        assert len(head[0]) > len("fix: ") + 10, command
         if "unmeasured" in command:  # no verdict: then why
             assert head[1].startswith("not measured, so no verdict: "), command
         assert "`" not in command and "# a note" not in command
     outlive = next(c for c in commands if "outlived" in c)
     assert outlive.startswith("::warning file=test_more.py,line=6,title=graphleak%3A "
-                              "list-accumulation (outlived the test) at test_more.py%3A6::fix: ")
+                              "list-accumulation (outlived the test) at test_more.py%3A6::fix "
+                              "(not verified): ")
 
 
 def test_code_only_drops_the_trailing_comment() -> None:
@@ -225,7 +234,7 @@ def test_graphleak_check_annotates_too(
     out = capsys.readouterr().out
     assert code == 1
     assert re.search(r"^::error file=gate_steps\.py,line=5,title=graphleak%3A "
-                     r"list-accumulation at gate_steps\.py%3A5::fix: .*%0Atest: "
+                     r"list-accumulation at gate_steps\.py%3A5::fix \(verified: .*%0Atest: "
                      r"gate_steps\.py::step$", out, re.M), out  # fmt: skip
 
 
@@ -323,4 +332,5 @@ def test_hook_cycle():
     (command,) = _commands(result.outlines)
     line = source.splitlines().index("    def keep(grad):  # its closure holds its own tensor") + 1
     assert command.startswith(f"::error file=test_gate.py,line={line},title="
-                              f"graphleak%3A cycle at test_gate.py%3A{line}::fix: "), command
+                              f"graphleak%3A cycle at test_gate.py%3A{line}::"
+                              "fix (not verified): "), command

@@ -67,6 +67,13 @@ class Row:
     level: str = ""
     #: What to change, one line; "" when none is known. The annotation's first line.
     fix: str = ""
+    #: The verified fix as a unified diff of the user's file (``result.Fix.diff``) and that
+    #: file; "" when the fix is not verified. The step summary shows it under the table.
+    diff: str = ""
+    diff_file: str = ""
+    #: The fix as the failure text words it, with whether it was verified (``fix
+    #: (verified: ...): ...``, ``fix (not verified): ...  (why)``); "" to say ``fix: ...``.
+    fix_line: str = ""
 
 
 def wanted(mode: Any, environ: Mapping[str, str]) -> bool:
@@ -147,8 +154,15 @@ def _check_row(
         file, line = _line_to_change(result.diagnosis, test_place)
         title = f"{pattern} (outlived the test)" if result.kind == "outlive" else pattern
         lines = _leak_lines(result, pattern)
+        tried = result.diagnosis.fix_tried if result.diagnosis is not None else None
+        verified = tried is not None and tried.verified and bool(tried.diff)
+        worded = [view.plain() for view in diagnosis_view(pattern, result.diagnosis)
+                  if view.kind == "fix"]  # fmt: skip
         return Row(label, status, title, file, line, "\n".join(lines), level,
-                   fix_of(pattern, result.diagnosis))  # fmt: skip
+                   fix_of(pattern, result.diagnosis),
+                   tried.diff or "" if verified and tried else "",
+                   tried.filename if verified and tried else "",
+                   worded[0] if worded else "")  # fmt: skip
     if status == "unmeasured":
         return Row(label, status, "unmeasured", *test_place,
                    f"not measured, so no verdict: {result.unmeasured}", level,
@@ -224,7 +238,7 @@ def commands(rows: Iterable[Row], workspace: str) -> list[str]:
                 properties.append(f"line={row.line}")
             title += f" at {path}:{row.line}" if row.line > 0 else f" in {path}"
         properties.append(f"title={_property(title)}")
-        told = [f"fix: {row.fix}"] if row.fix else []
+        told = [row.fix_line or f"fix: {row.fix}"] if row.fix else []
         told += [*row.summary.split("\n"), f"test: {row.test}"]
         lines.append(f"::{row.level} {','.join(properties)}::{_data(chr(10).join(told))}")
     return lines
@@ -286,12 +300,31 @@ def step_summary(
                  _where(row, workspace, environ or {}), _text(row.fix),
                  "<br>".join(_text(line) for line in row.summary.splitlines())]  # fmt: skip
         lines.append("| " + " | ".join(cells) + " |")
+    lines += _verified_diffs(listed, workspace)
     if clean:
         lines += ["", f"<details><summary>{len(clean)} clean "
                   f"{'check' if len(clean) == 1 else 'checks'} (nothing grew)</summary>", ""]
         lines += [f"- `{_code(row.test)}`: {_text(row.summary)}" for row in clean]
         lines += ["", "</details>"]
     return "\n".join(lines) + "\n\n"
+
+
+def _verified_diffs(rows: Sequence[Row], workspace: str) -> list[str]:
+    """Under the table, each verified fix as a ``diff`` block under its test's name, its
+    file named relative to the workspace (``graphleak fix`` prints the same change)."""
+    lines: list[str] = []
+    for row in rows:
+        if not row.diff:
+            continue
+        name = relative_path(row.diff_file, workspace) or row.diff_file
+        diff = row.diff.splitlines()
+        if len(diff) >= 2 and diff[0].startswith("--- ") and diff[1].startswith("+++ "):
+            diff[:2] = [f"--- a/{name}", f"+++ b/{name}"]
+        fence = "````" if any(line.lstrip(" +-").startswith("```") for line in diff) else "```"
+        lines += ["", f"Verified fix for `{_code(row.test)}` (the step re-run with it grew "
+                  "nothing; `graphleak fix REPORT.json --apply` writes it):", "",
+                  f"{fence}diff", *diff, fence]  # fmt: skip
+    return lines
 
 
 def fixed_section(baseline: BaselineSection | None) -> str:
