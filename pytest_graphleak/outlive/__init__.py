@@ -27,7 +27,7 @@ Without pytest, a census and an explanation are enough::
 
 from __future__ import annotations
 
-from pytest_graphleak.outlive.audit import Audit, Rerun, holder_key, root_of
+from pytest_graphleak.outlive.audit import Audit, Rerun
 from pytest_graphleak.outlive.census import Census
 from pytest_graphleak.outlive.explain import (
     Deferred,
@@ -37,6 +37,7 @@ from pytest_graphleak.outlive.explain import (
     Targets,
     explain,
 )
+from pytest_graphleak.outlive.fixture_scopes import holder_key, root_of
 from pytest_graphleak.outlive.rerun import SiteRun, amend
 from pytest_graphleak.outlive.roots import resolve_name
 from pytest_graphleak.outlive.subjects import AuditedTest, FixtureDef
