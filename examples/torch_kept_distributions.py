@@ -30,6 +30,13 @@ FIX = (
     "dist.loc.detach() and dist.scale.detach() instead of dist, or build the Normal from "
     "detached tensors before it is stored"
 )
+#: What the fix line adds once the rebuilt Normal was tried: it cut the graph, but the
+#: list still grew (a check re-runs the step; a loop cannot, and prints ``FIX`` alone).
+TRIED_ADDS = (
+    "; cutting the graph alone does not fix it here: with the graph cut, what it keeps "
+    "still grew every step, so also bound or clear it (collections.deque(maxlen=N), or "
+    "empty it once the values are used)"
+)
 #: The line ``created at:`` must name first.
 CREATED_AT = "return torch.distributions.Normal(self.body(obs), self.log_std.exp())"
 

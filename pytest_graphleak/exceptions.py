@@ -104,3 +104,13 @@ class UsageError(GraphleakError):
 
 class UserCodeError(GraphleakError):
     """The user's code raised; ``__cause__`` carries the original exception."""
+
+
+# -- fixes ----------------------------------------------------------------------------
+class NotSwappable(GraphleakError):
+    """A candidate fix's changed function cannot be compiled or put in place: why, in
+    words (the candidate is then counted as one that could not run)."""
+
+
+class Refused(GraphleakError):
+    """``graphleak fix --apply`` will not write a fix into a file: why, naming the file."""

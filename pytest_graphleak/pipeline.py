@@ -269,9 +269,10 @@ def tried_fix(
         if diagnosis.library_cycles:  # the library's own cycles grow whatever is changed
             verdict = withdraw(verdict, series.metrics, "cycles", diagnosis.library_cycles)
         grew = tuple(g.metric for g in verdict.growths) if verdict.leaked else ()
-        memory = all(series.metrics[name].counts == "memory" for name in grew
-                     if name in series.metrics)  # fmt: skip
-        return fix_verify.Trial(grew, series.calls, memory_only=memory)
+        counted = [series.metrics[name].counts for name in grew if name in series.metrics]
+        memory = all(counts == "memory" for counts in counted)
+        cut = "tensors" in counted and "nodes" not in counted
+        return fix_verify.Trial(grew, series.calls, memory_only=memory, graph_cut=cut)
 
     try:
         return fix_verify.verify_fix(diagnosis, step=step, roots=roots, trial=trial)

@@ -147,7 +147,7 @@ def test_leak_is_diagnosed(path: Path) -> None:
     else:
         assert not diagnosis.stored_at, text
     if getattr(module, "FIX", None) is not None:  # the fix line, exactly
-        assert diagnosis.fix == module.FIX, text
+        assert diagnosis.fix == module.FIX + getattr(module, "TRIED_ADDS", ""), text
     if getattr(module, "NO_GRAPH", False):
         assert "carry no autograd graph" in diagnosis.story, text
         assert "graph-carrying" not in text and "(or loss.detach())" not in text, text
@@ -290,7 +290,8 @@ def test_the_outlive_audit_names_an_unmarked_tests_store(
     if rerun:
         assert f"created at: {path}:" in section and module.CREATED_AT in section, section
         assert f"stored at: {path}:" in section and module.STORED_AT in section, section
-        assert f"fix (not verified): {module.FIX}  (" in section, section
+        tried = module.FIX + getattr(module, "TRIED_ADDS", "")
+        assert f"fix (not verified): {tried}  (" in section, section
     else:
         assert "created at: unknown" in section and "stored at:" not in section, section
         assert f"fix (not verified): {module.AUDIT_FIX}  (" in section, section
@@ -307,6 +308,11 @@ def test_a_kept_distribution_is_told_which_tensors_to_detach() -> None:
     fix = result.diagnosis.fix
     assert "dist.loc.detach() and dist.scale.detach()" in fix, fix
     assert "or detach dist.loc before it is stored" not in fix, fix
+    # the rebuilt Normal was tried: it cut the graph, but the list still grew, so the
+    # printed advice (never the change that failed alone) says to bound the list too
+    tried = result.diagnosis.fix_tried
+    assert tried is not None and not tried.verified, tried
+    assert "also bound or clear it (collections.deque(maxlen=N)" in tried.text, tried
     kept = result.diagnosis.links[-2]  # the Normal, before the tensor it keeps
     assert (kept.type, kept.carriers) == ("Normal", ["loc", "scale"]), result.diagnosis.links
 

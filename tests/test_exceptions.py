@@ -32,6 +32,8 @@ WHERE = {
     "BaselineError": ("pytest_graphleak.baseline", ValueError),
     "UsageError": ("pytest_graphleak.cli.exits", Exception),
     "UserCodeError": ("pytest_graphleak.cli.exits", Exception),
+    "NotSwappable": ("pytest_graphleak.diagnose.fix_swap", Exception),
+    "Refused": ("pytest_graphleak.cli.patches", Exception),
 }
 WARNINGS = {"GraphLeakWarning": "pytest_graphleak", "GraphOutliveWarning": "pytest_graphleak"}
 

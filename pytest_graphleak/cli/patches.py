@@ -28,15 +28,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pytest_graphleak.diagnose.fix_source import sha256_of
+from pytest_graphleak.exceptions import Refused
 from pytest_graphleak.result import Fix, relative_to
 
 #: A path part that marks an installed package's file.
 INSTALLED = frozenset({"site-packages", "dist-packages"})
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
-
-
-class Refused(Exception):
-    """A fix that is not written: why, naming the file."""
 
 
 @dataclass(frozen=True)

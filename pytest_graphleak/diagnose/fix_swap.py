@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from pytest_graphleak.diagnose.fix_source import Edit, Source, changed_lines
+from pytest_graphleak.exceptions import NotSwappable
 from pytest_graphleak.heap.usercode import is_user_file
 
 #: Objects the walk visits at most (a test's reach is small; this bounds a huge one).
@@ -31,10 +32,6 @@ MAX_ITEMS = 200
 _WRAPPER = "__graphleak_fix__"
 #: A def or class made by hand needs its (empty) type parameters from Python 3.12 on.
 _TYPE_PARAMS: dict[str, Any] = {"type_params": []} if sys.version_info >= (3, 12) else {}
-
-
-class NotSwappable(Exception):
-    """The changed function cannot be compiled or put in place: why, in words."""
 
 
 def find_function(

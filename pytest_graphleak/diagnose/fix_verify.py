@@ -34,6 +34,12 @@ AUDIT_RERUN = "the outlive audit's re-run does not try fixes yet"
 LIBRARY = "the line to change is in a library, not in your code"
 NO_LINE = "no line to change was found"
 CYCLE = "changes for a reference cycle (a weak reference, a hook removed) are not tried yet"
+#: Added to the advice when a change cut the graph but what it stores still piles up.
+PILED_UP = (
+    "; cutting the graph alone does not fix it here: with the graph cut, what it keeps "
+    "still grew every step, so also bound or clear it (collections.deque(maxlen=N), or "
+    "empty it once the values are used)"
+)
 
 
 @dataclass(frozen=True)
@@ -45,6 +51,9 @@ class Trial:
     steps: int
     #: Every metric that grew measures memory (bytes), none counts tensors or nodes.
     memory_only: bool = False
+    #: Something grew, but no metric that counts graph nodes: the change cut the graph
+    #: and what the holder keeps still piles up.
+    graph_cut: bool = False
 
 
 def not_verified(text: str, why: str) -> Fix:
@@ -134,6 +143,8 @@ def _none_held(
     rebuilt = growth_fix(site.line)
     if rebuilt and trials and all(t.memory_only for t in trials):
         advice = rebuilt  # the graph stopped growing, the rebuilt buffer still grows
+    elif any(t.graph_cut for t in trials):
+        advice += PILED_UP  # the graph was cut, yet the holder still grows by one a step
     # How they failed, never the changes themselves: a change that failed is not printed.
     how = (
         [f"{len(tried) - len(trials)} could not run or raised"] if len(trials) < len(tried) else []
