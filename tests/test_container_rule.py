@@ -182,10 +182,13 @@ def test_a_tensordict_kept_in_a_list_is_detached_whole() -> None:
     diagnosis = result.diagnosis
     assert diagnosis is not None and diagnosis.pattern == "list-accumulation", result
     assert [link.kind for link in diagnosis.links[1:3]] == ["container", "tensordict"]
-    assert diagnosis.fix == (
-        "store td.detach() instead of td (_TensorDictLike.detach() detaches every tensor it "
-        "holds), so that rollouts keeps no graph: rollouts.append(td.detach())"
-    )
+    # rollouts.append(td.detach()) (the container's own detach, detaching every tensor it
+    # holds) was tried: it cut the graph, but the unbounded list still grew, so that change
+    # is never printed alone; what is printed says to bound the list too
+    tried = diagnosis.fix_tried
+    assert tried is not None and not tried.verified, tried
+    assert "rollouts.append(td.detach())" not in diagnosis.fix, diagnosis.fix
+    assert "also bound or clear it (collections.deque(maxlen=N)" in diagnosis.fix
     assert length(_TensorDictLike(a=1, b=2)) == 2  # its entries, not its batch size
 
 

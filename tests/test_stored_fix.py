@@ -17,6 +17,7 @@ import pytest
 import minigrad as mg
 from pytest_graphleak import check, track
 from pytest_graphleak.diagnose.facts import root_link
+from pytest_graphleak.diagnose.fix_verify import PILED_UP
 from pytest_graphleak.loop import LoopCheck
 from pytest_graphleak.options import Settings
 from pytest_graphleak.patterns import FIXES
@@ -684,7 +685,8 @@ def test_a_kept_object_whose_attribute_carries_the_graph_is_named_with_it() -> N
     trace = check(keep_trace, steps=8, warmup=2)
     _agree(trace, LIST,
            "traces keeps each Trace with the graph that its .out carries: keep "
-           "tr.out.detach() instead of tr, or detach tr.out before it is stored")  # fmt: skip
+           "tr.out.detach() instead of tr, or detach tr.out before it is stored"
+           + PILED_UP)  # fmt: skip
     dist = check(keep_distribution, steps=8, warmup=2)
     _agree(dist, LIST,
            "dists keeps each Normal with the graph that its .loc carries: build it from "

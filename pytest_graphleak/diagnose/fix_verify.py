@@ -143,7 +143,7 @@ def _none_held(
     rebuilt = growth_fix(site.line)
     if rebuilt and trials and all(t.memory_only for t in trials):
         advice = rebuilt  # the graph stopped growing, the rebuilt buffer still grows
-    elif any(t.graph_cut for t in trials):
+    elif not diagnosis.kept_without_graph and any(t.graph_cut for t in trials):
         advice += PILED_UP  # the graph was cut, yet the holder still grows by one a step
     # How they failed, never the changes themselves: a change that failed is not printed.
     how = (
