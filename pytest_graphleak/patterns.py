@@ -12,6 +12,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
+Pattern = Literal["list-accumulation", "retained-grad-fn", "cycle", "memory-growth"]
+#: The words by name: every other module refers to a pattern through these, never by its
+#: string, so a word is spelled once (here) and a typo is a name error, not a silent miss.
+LIST_ACCUMULATION: Pattern = "list-accumulation"
+RETAINED_GRAD_FN: Pattern = "retained-grad-fn"
+CYCLE: Pattern = "cycle"
+MEMORY_GROWTH: Pattern = "memory-growth"
+
 
 @dataclass(frozen=True)
 class PatternFacts:
@@ -48,7 +56,7 @@ _NO_GRAPH_KEPT_FIX = (
 
 TABLE: tuple[PatternFacts, ...] = (
     PatternFacts(
-        word="list-accumulation",
+        word=LIST_ACCUMULATION,
         meaning="each step adds graph-carrying tensors to a container that keeps growing",
         fix=(
             "store plain numbers (.item()) or detached tensors (.detach()) in the growing "
@@ -67,7 +75,7 @@ TABLE: tuple[PatternFacts, ...] = (
         ),
     ),
     PatternFacts(
-        word="retained-grad-fn",
+        word=RETAINED_GRAD_FN,
         meaning=(
             "a bounded set of live tensors reaches an autograd graph that grows every step "
             "(running total, hidden state or in-place accumulation not detached)"
@@ -85,7 +93,7 @@ TABLE: tuple[PatternFacts, ...] = (
         ),
     ),
     PatternFacts(
-        word="cycle",
+        word=CYCLE,
         meaning=(
             "tensors or graph nodes of each step are kept only by reference cycles, freed "
             "by the cyclic GC or never"
@@ -98,7 +106,7 @@ TABLE: tuple[PatternFacts, ...] = (
         told_by=("cycles", "tensors", "nodes"),
     ),
     PatternFacts(
-        word="memory-growth",
+        word=MEMORY_GROWTH,
         meaning="process or device memory grows while tensor and node counts stay flat",
         fix=(
             "memory grows while tensor and node counts stay flat: bound caches and buffers, "
@@ -121,14 +129,13 @@ TABLE: tuple[PatternFacts, ...] = (
 
 #: The exact words, in the table's order (the order the docs and the schema list them).
 PATTERNS: tuple[str, ...] = tuple(row.word for row in TABLE)
-Pattern = Literal["list-accumulation", "retained-grad-fn", "cycle", "memory-growth"]
 BY_WORD: dict[str, PatternFacts] = {row.word: row for row in TABLE}
 
 #: The verdict's first guess: strongest evidence first (a cycle explains growing tensors
 #: and nodes; tensors explain growing nodes); bytes alone are memory-growth.
-GUESS_ORDER: tuple[str, ...] = ("cycle", "list-accumulation", "retained-grad-fn", "memory-growth")
+GUESS_ORDER: tuple[str, ...] = (CYCLE, LIST_ACCUMULATION, RETAINED_GRAD_FN, MEMORY_GROWTH)
 #: The word when nothing more specific is known (only memory grew).
-FALLBACK = "memory-growth"
+FALLBACK = MEMORY_GROWTH
 
 MEANINGS: dict[str, str] = {row.word: row.meaning for row in TABLE}
 FIXES: dict[str, str] = {row.word: row.fix for row in TABLE}

@@ -25,7 +25,7 @@ from pytest_graphleak.exceptions import (
 from pytest_graphleak.heap.usercode import is_user_file
 from pytest_graphleak.metrics import Metric
 from pytest_graphleak.options import Settings
-from pytest_graphleak.patterns import FALLBACK, FIXES, PATTERNS
+from pytest_graphleak.patterns import FALLBACK, FIXES, MEMORY_GROWTH, PATTERNS
 from pytest_graphleak.result import (
     CheckResult,
     CreationSite,
@@ -201,7 +201,7 @@ def conclude(
     """verdict (``judged``, unless given) -> (leak only) diagnosis -> CheckResult, from a
     series measured over ``settings.warmup`` and then the judged steps."""
     verdict = _recheck(verdict or judged(series, settings), series)
-    if series.notes and (not verdict.leaked or verdict.pattern == "memory-growth"):
+    if series.notes and (not verdict.leaked or verdict.pattern == MEMORY_GROWTH):
         # What the measurement could not see matters when it found no graph growth.
         verdict.reason = "; ".join([verdict.reason, *series.notes])
     head = settings.warmup if series.warmup_steps is None else series.warmup_steps
@@ -253,12 +253,13 @@ def tried_fix(
     steps, probes and verdict (``diagnose.fix_verify``); not verified, and why, where the
     step cannot be re-run (a running loop) or verification is off."""
     from pytest_graphleak.diagnose import fix_verify
+    from pytest_graphleak.words import verify as why
 
     advice = diagnosis.fix or FIXES.get(diagnosis.pattern, "")
     if settings.verify_fix == "off":
-        return fix_verify.not_verified(advice, fix_verify.OFF)
+        return fix_verify.not_verified(advice, why.OFF)
     if step is None:
-        return fix_verify.not_verified(advice, fix_verify.LOOP)
+        return fix_verify.not_verified(advice, why.LOOP)
     reached = list(roots.values())
 
     def trial() -> fix_verify.Trial:
@@ -277,7 +278,7 @@ def tried_fix(
     try:
         return fix_verify.verify_fix(diagnosis, step=step, roots=roots, trial=trial)
     except Exception as exc:  # a failing verification never hides the leak
-        return fix_verify.not_verified(advice, f"verifying it failed: {type(exc).__name__}: {exc}")
+        return fix_verify.not_verified(advice, why.failed(exc))
     finally:
         reached.clear()
 

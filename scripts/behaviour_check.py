@@ -8,7 +8,8 @@ so that two checkouts (or one, before and after a refactor) can be compared.
 
 ``capture`` runs the catalogue (``examples/torch_*.py`` and ``examples/minigrad_*.py``,
 as ``tests/test_catalogue.py`` does) once with ``pytest --graphleak`` in a subprocess,
-writing the terminal output, the JSON report and the HTML report, then reads the JSON
+writing the terminal output (with GitHub Actions' workflow commands, ``--graphleak-github=on``),
+the JSON report, the HTML report, the JUnit XML and the GitHub step summary, then reads the JSON
 report back with ``graphleak report`` (its text and its HTML). Each file is masked
 before it is saved: what changes from one run to the next on the same code (times,
 dates, memory addresses, measured bytes, the checkout's path, the python and package
@@ -62,8 +63,8 @@ _NOISY_CHART = re.compile(r'<svg[^>]*aria-label="(process|cuda)\.[^"]*".*?</svg>
 _TICKS = re.compile(r'<line class="grid"[^>]*/>|<text class="tick"[^>]*>[^<]*</text>')
 _AMOUNT = re.compile(r"[+-]?\d+(\.\d+)?(\s?(B|KiB|MiB|GiB)\b)?")
 #: The files ``capture`` writes, raw under ``raw/`` and masked beside it.
-FILES = ("terminal.txt", "report.json", "report.html", "cli-report.txt",
-         "cli-report-html.txt", "cli-report.html")  # fmt: skip
+FILES = ("terminal.txt", "report.json", "report.html", "junit.xml", "github-summary.md",
+         "cli-report.txt", "cli-report-html.txt", "cli-report.html")  # fmt: skip
 
 
 def mask(text: str, paths: dict[str, str]) -> str:
@@ -96,8 +97,8 @@ def catalogue() -> list[Path]:
     return sorted(p for p in EXAMPLES.glob("*.py") if p.name.startswith(("torch_", "minigrad_")))
 
 
-def _run(args: list[str], out: Path, name: str) -> int:
-    env = {**os.environ, "COLUMNS": "100", "NO_COLOR": "1", "GITHUB_ACTIONS": ""}
+def _run(args: list[str], out: Path, name: str, **extra_env: str) -> int:
+    env = {**os.environ, "COLUMNS": "100", "NO_COLOR": "1", "GITHUB_ACTIONS": "", **extra_env}
     env.pop("PYTEST_ADDOPTS", None)
     proc = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
     text = f"exit {proc.returncode}\n--- stdout\n{proc.stdout}--- stderr\n{proc.stderr}"
@@ -110,13 +111,17 @@ def capture(out: Path) -> None:
     raw = out / "raw"
     raw.mkdir(parents=True, exist_ok=True)
     report, html = raw / "report.json", raw / "report.html"
+    summary = raw / "github-summary.md"
+    summary.write_text("", encoding="utf-8")
     pytest_args = [
         sys.executable, "-m", "pytest", "--graphleak", "-p", "no:cacheprovider",
-        "-p", "no:randomly", "-p", "no:xdist", "-q", "--graphleak-github=off",
+        "-p", "no:randomly", "-p", "no:xdist", "-q", "--graphleak-github=on",
         f"--graphleak-report={report}", f"--graphleak-html={html}",
+        f"--junitxml={raw / 'junit.xml'}", "-o", "junit_family=xunit1",
         *[str(p.relative_to(ROOT)) for p in catalogue()],
     ]  # fmt: skip
-    _run(pytest_args, out, "terminal.txt")
+    _run(pytest_args, out, "terminal.txt", GITHUB_STEP_SUMMARY=str(summary),
+         GITHUB_WORKSPACE=str(ROOT))  # fmt: skip
     cli = [sys.executable, "-m", "pytest_graphleak", "report", str(report)]
     _run(cli, out, "cli-report.txt")
     _run([*cli, "--html", str(raw / "cli-report.html")], out, "cli-report-html.txt")
@@ -135,6 +140,10 @@ def write_masked(out: Path) -> None:
         if name.endswith(".json"):
             document = mask_json(json.loads(text), paths)
             text = json.dumps(document, indent=1, sort_keys=True) + "\n"
+        elif name.endswith(".xml"):  # JUnit: its times and timestamp are the run's own
+            text = re.sub(r'(time|timestamp|hostname)="[^"]*"', r'\1="<N>"', text)
+            text = re.sub(r'(name="graphleak\.(process|cuda)\.[^"]*" value=)"[^"]*"', r'\1"<N>"', text)
+            text = mask(re.sub(r">\s*<", ">\n<", text), paths) + "\n"
         elif name.endswith(".html"):  # one tag a line, so a diff points at what changed
             text = _NOISY_CHART.sub(lambda m: _AMOUNT.sub("N", _TICKS.sub("", m[0])), text)
             text = mask(re.sub(r">\s*<", ">\n<", text), paths) + "\n"

@@ -32,7 +32,6 @@ from types import ModuleType
 import pytest
 
 import pytest_graphleak
-from pytest_graphleak.diagnose import fix_verify
 from pytest_graphleak.patterns import PATTERNS
 from pytest_graphleak.plugin.terminal import detail_lines
 from pytest_graphleak.probes import METRICS
@@ -42,6 +41,7 @@ from pytest_graphleak.report.json_doc import CheckedTest, build_document
 from pytest_graphleak.report.text import render_text
 from pytest_graphleak.report.view import diagnosis_view, fix_of
 from pytest_graphleak.result import CheckResult
+from pytest_graphleak.words import verify as why
 
 pytest.importorskip("torch")
 
@@ -113,7 +113,7 @@ NOT_VERIFIED = {
     **dict.fromkeys(("minigrad_hook_closure", "minigrad_micrograd_closure",
                      "torch_checkpoint_closure", "torch_function_ctx_attribute",
                      "torch_grad_fn_hook_cache", "torch_hook_closure",
-                     "torch_saved_tensors_identity"), fix_verify.CYCLE),
+                     "torch_saved_tensors_identity"), why.CYCLE_UNTRIED),
     **dict.fromkeys(("torch_train_preds_cat", "torch_hf_eval_preds_concat"),
                     "the one change tried did not hold: 1 left torch.storage_bytes growing"),
     "torch_kept_distributions": "none of the 3 changes tried held",

@@ -17,6 +17,7 @@ from pytest_graphleak.diagnose.fix_candidates import candidates
 from pytest_graphleak.diagnose.fix_source import Edit, read_source
 from pytest_graphleak.diagnose.fix_swap import compile_changed, swapped
 from pytest_graphleak.result import CreationSite, Diagnosis, Link
+from pytest_graphleak.words import verify as why
 
 pytest_plugins = ["pytester"]
 # find_spec, not importorskip: torch imported inside a pytester test is dropped from
@@ -57,7 +58,7 @@ def test_verification_off_says_not_verified_and_why(pytester: pytest.Pytester) -
     result = pytester.runpytest_subprocess("--graphleak", "--graphleak-verify-fix=off",
                                            "-p", "no:randomly")  # fmt: skip
     text = " ".join(result.stdout.str().split())
-    assert "fix (not verified): " in text and fix_verify.OFF in text, text
+    assert "fix (not verified): " in text and why.OFF in text, text
     assert "fix (verified" not in text
 
 

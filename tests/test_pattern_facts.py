@@ -1,11 +1,11 @@
 """The pattern decided from typed facts: the chain's facts read from its links.
 
-``classify.with_chain`` is the one place a diagnosis sets ``has_chain``,
-``container_grew`` and ``kept_in_container``: from ``Diagnosis.links``, where a
+``classify.facts_of`` is the one place a diagnosis builds its ``Facts`` and sets
+``has_chain``, ``container_grew`` and ``kept_in_container``: from ``Diagnosis.links``, where a
 container the steps were seen growing says so (``Link.grew``), and a collection that
 holds the kept object for one of its entries is told by the edge that leaves it
 (index, key, member). The step check, the loop, the heap diagnosis and the outlive
-audit all go through it (issue 34).
+audit all go through it (issues 34, 46).
 """
 
 from __future__ import annotations
@@ -16,22 +16,21 @@ from typing import Any
 
 import pytest
 
-from pytest_graphleak.diagnose.classify import Facts, pattern_of, with_chain
+from pytest_graphleak.diagnose.classify import facts_of, pattern_of
 from pytest_graphleak.result import Link, Verdict
 
 PACKAGE = Path(__file__).resolve().parents[1] / "pytest_graphleak"
 LEAK = Verdict(True, [], "retained-grad-fn")
-CHAIN_FACTS = ("has_chain", "container_grew", "kept_in_container")
 ROOT = Link("root", "fixture", name="st")
 TENSOR = Link("tensor", "Tensor", graph=True)
 
 
 def pattern(links: list[Link], *, kept_counts: bool = False, **counts: Any) -> str:
-    return pattern_of(LEAK, with_chain(Facts(**counts), links, kept_counts=kept_counts))
+    return pattern_of(LEAK, facts_of(links, kept_counts=kept_counts, **counts))
 
 
 def test_no_links_is_no_chain() -> None:
-    facts = with_chain(Facts(leaked_count=2), [])
+    facts = facts_of([], leaked_count=2)
     assert (facts.has_chain, facts.container_grew, facts.kept_in_container) == (False,) * 3
     assert facts.leaked_count == 2
 
@@ -56,24 +55,27 @@ def test_kept_once_in_a_collection_counts_only_where_no_steps_were_watched() -> 
     assert pattern(attribute, kept_counts=True, leaked_count=1) == "retained-grad-fn"
     assert pattern(entry, kept_counts=False, leaked_count=1) == "retained-grad-fn"
     # The root's own edge is not an entry of a collection the chain passed through.
-    assert not with_chain(Facts(), [Link("root", "global", edge="key"), TENSOR],
-                          kept_counts=True).kept_in_container  # fmt: skip
+    assert not facts_of([Link("root", "global", edge="key"), TENSOR],
+                        kept_counts=True).kept_in_container  # fmt: skip
 
 
-def _chain_fact_keywords(path: Path) -> list[str]:
-    """Calls in ``path`` that set a chain fact of ``Facts`` by hand."""
-    found = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "Facts":
-            where = f"{path.relative_to(PACKAGE)}:{node.lineno}"
-            found += [f"{where} {kw.arg}" for kw in node.keywords if kw.arg in CHAIN_FACTS]
-    return found
+def _facts_built(path: Path) -> list[str]:
+    """Where ``path`` calls ``Facts(...)`` outside ``facts_of``."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    allowed: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef) and node.name == "facts_of":
+            allowed.update(id(inner) for inner in ast.walk(node))
+    return [f"{path.relative_to(PACKAGE)}:{node.lineno}" for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "Facts"
+            and id(node) not in allowed]  # fmt: skip
 
 
-def test_no_diagnosis_sets_a_chain_fact_by_hand() -> None:
-    """The step check, the loop, the heap and the outlive audit all read them from the
-    links (``with_chain``)."""
-    found = [hit for path in sorted(PACKAGE.rglob("*.py")) for hit in _chain_fact_keywords(path)]
+def test_every_diagnosis_path_builds_its_facts_with_facts_of() -> None:
+    """The step check, the loop, the heap and the outlive audit all read the chain's
+    facts from the links, in one function (``facts_of``), so no path words its
+    evidence differently."""
+    found = [hit for path in sorted(PACKAGE.rglob("*.py")) for hit in _facts_built(path)]
     assert found == []
 
 

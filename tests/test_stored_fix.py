@@ -17,7 +17,6 @@ import pytest
 import minigrad as mg
 from pytest_graphleak import check, track
 from pytest_graphleak.diagnose.facts import root_link
-from pytest_graphleak.diagnose.fix_verify import PILED_UP
 from pytest_graphleak.loop import LoopCheck
 from pytest_graphleak.options import Settings
 from pytest_graphleak.patterns import FIXES
@@ -30,6 +29,7 @@ from pytest_graphleak.words.chain import holder_text
 from pytest_graphleak.words.fix import choose_fix, usual_fix
 from pytest_graphleak.words.lines import growth_fix
 from pytest_graphleak.words.source import statement_text
+from pytest_graphleak.words.verify import PILED_UP
 
 LIST, RETAINED = "list-accumulation", "retained-grad-fn"
 pytest_plugins = ["pytester"]

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_graphleak.diagnose.backends import NODE, TENSOR, Backend, TorchBackend, active_backends
-from pytest_graphleak.diagnose.classify import Facts, Grown, grown_of, pattern_of, with_chain
+from pytest_graphleak.diagnose.classify import Grown, facts_of, grown_of, pattern_of
 from pytest_graphleak.diagnose.cycles import (
     SeenCycle,
     cycle_story,
@@ -52,6 +52,7 @@ from pytest_graphleak.diagnose.stored import root_reader, watch_holder
 from pytest_graphleak.heap.containers import SIZED
 from pytest_graphleak.heap.graphwalk import NEW_PER_WALK, GraphWalk, grad_fn_of
 from pytest_graphleak.metrics import Metric, count_of
+from pytest_graphleak.patterns import MEMORY_GROWTH
 from pytest_graphleak.result import CreationSite, Diagnosis, Link, Verdict
 from pytest_graphleak.words.fix import choose_fix, story_of
 from pytest_graphleak.words.lines import STORING
@@ -87,7 +88,7 @@ def diagnose(
         diagnosis = _diagnose_with_step(verdict, grown, step, roots, walker, backends, observation)
     if (
         step is None and observation is not None and grown.memory_only
-        and diagnosis.pattern == "memory-growth" and not diagnosis.chain
+        and diagnosis.pattern == MEMORY_GROWTH and not diagnosis.chain
     ):  # fmt: skip
         # A running loop: the arrays its roots reach, weighed again after its next step.
         observation.growth = watch_growth(diagnosis, roots, walker, files=observation.made_in,
@@ -279,7 +280,8 @@ def _told(
     sites = _sites(obs, nodes, runs, seen.sites if seen is not None else {})
     tensors = sum(1 for item in obs.leaked if item.kind == TENSOR)
     graph_nodes = len(obs.leaked) - tensors + len(nodes)
-    counted = Facts(
+    facts = facts_of(
+        found.chain[1],
         leaked_count=len(obs.leaked) + len(nodes),
         cyclic_count=len(obs.cyclic) + (seen.freed if seen is not None else 0),
         cycle_held=bool(found.cycle),  # with no chain: a cycle or pack hook holds them
@@ -287,7 +289,6 @@ def _told(
         graph_grew=graph_nodes > 0 or grown.nodes,
         only_cycles=grown.only_cycles,
     )
-    facts = with_chain(counted, found.chain[1])
     pattern = pattern_of(verdict, facts)
     steps_word = "diagnostic steps" if step is not None else "recorded steps of the loop"
     if obs.leaked or nodes:
@@ -303,7 +304,7 @@ def _told(
             "node counts here are lower bounds, and only its first "
             f"{NEW_PER_WALK:,} nodes have a creation site"
         )
-    if step is not None and pattern == "memory-growth" and grown.memory_only and not obs.error:
+    if step is not None and pattern == MEMORY_GROWTH and grown.memory_only and not obs.error:
         made: list[CreationSite] = []
         if found.chain_path is None:
             found.chain_path, made = growing_holder(found.roots, step, walker, notes)

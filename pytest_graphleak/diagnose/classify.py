@@ -26,19 +26,25 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from pytest_graphleak.metrics import Metric
-from pytest_graphleak.patterns import PATTERNS
+from pytest_graphleak.patterns import (
+    CYCLE,
+    LIST_ACCUMULATION,
+    MEMORY_GROWTH,
+    PATTERNS,
+    RETAINED_GRAD_FN,
+)
 from pytest_graphleak.result import Link, Verdict
 from pytest_graphleak.words.chain import CACHES
 
 
 @dataclass(frozen=True)
 class Facts:
-    """What the diagnosis established. The chain's three (``has_chain``,
-    ``container_grew``, ``kept_in_container``) are read from its typed links by
-    ``with_chain``, the one place a diagnosis sets them; the rest are counts."""
+    """What the diagnosis established, made by ``facts_of`` (the one place a diagnosis
+    builds it): the chain's three (``has_chain``, ``container_grew``,
+    ``kept_in_container``) are read from its typed links; the rest are counts."""
 
     leaked_count: int = 0  # leaked tensors + nodes seen by the diagnosis
     cyclic_count: int = 0  # of which only the cyclic GC frees
@@ -58,9 +64,23 @@ class Facts:
 ENTRY_EDGES = frozenset({"index", "key", "member"})
 
 
-def with_chain(facts: Facts, links: Sequence[Link], *, kept_counts: bool = False) -> Facts:
-    """``facts`` with the chain's facts read from its typed links (``Diagnosis.links``,
-    root first; none: no chain): a link that gained entries while the steps were watched
+def facts_of(
+    links: Sequence[Link] = (),
+    *,
+    kept_counts: bool = False,
+    leaked_count: int = 0,
+    cyclic_count: int = 0,
+    cycle_held: bool = False,
+    memory_only: bool = False,
+    graph_grew: bool = True,
+    only_cycles: bool = False,
+) -> Facts:
+    """What a diagnosis found, as ``Facts``: the one place every diagnosis path (steps
+    re-run, a running loop's recorded steps, the heap as it is, the outlive audit) turns
+    its counts and chain into the evidence ``pattern_of`` decides on.
+
+    The chain's facts are read from its typed links (``Diagnosis.links``, root first;
+    none: no chain): a link that gained entries while the steps were watched
     (``Link.grew``) is a container that grew. ``kept_counts``: no steps were watched (the
     outlive audit, which sees a graph kept once; a heap searched for a container of
     graph tensors), so a collection on the chain that holds the kept object for one of
@@ -70,7 +90,10 @@ def with_chain(facts: Facts, links: Sequence[Link], *, kept_counts: bool = False
     # A functools cache keeps one result per distinct argument: a container that grows
     # by key, whether or not the steps watched showed a new key.
     held = held or any(link.type in CACHES for link in links[1:])
-    return replace(facts, has_chain=bool(links), container_grew=grew, kept_in_container=held)
+    return Facts(leaked_count=leaked_count, cyclic_count=cyclic_count, has_chain=bool(links),
+                 container_grew=grew, cycle_held=cycle_held, memory_only=memory_only,
+                 graph_grew=graph_grew, only_cycles=only_cycles,
+                 kept_in_container=held)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -109,15 +132,15 @@ def grown_of(verdict: Verdict, metrics: Mapping[str, Metric]) -> Grown:
 
 def pattern_of(verdict: Verdict, facts: Facts) -> str:
     if facts.cyclic_count > 0 or facts.only_cycles or (facts.cycle_held and not facts.has_chain):
-        return "cycle"
+        return CYCLE
     if facts.has_chain and (facts.container_grew or facts.kept_in_container):
-        return "list-accumulation"
+        return LIST_ACCUMULATION
     if not facts.graph_grew:
-        return "memory-growth"
+        return MEMORY_GROWTH
     if facts.leaked_count > 0 or facts.has_chain:
-        return "retained-grad-fn"
+        return RETAINED_GRAD_FN
     if facts.memory_only:
-        return "memory-growth"
+        return MEMORY_GROWTH
     if verdict.pattern in PATTERNS:
         return verdict.pattern
-    return "memory-growth" if not verdict.growths else "retained-grad-fn"
+    return MEMORY_GROWTH if not verdict.growths else RETAINED_GRAD_FN

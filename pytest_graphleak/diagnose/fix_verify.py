@@ -22,24 +22,10 @@ from pytest_graphleak.diagnose.fix_candidates import CUTS_GRAPHS, candidates
 from pytest_graphleak.diagnose.fix_source import Edit, Source, read_source, unified_diff
 from pytest_graphleak.diagnose.fix_swap import NotSwappable, compile_changed, find_function, swapped
 from pytest_graphleak.heap.usercode import is_user_file
-from pytest_graphleak.patterns import FIXES
+from pytest_graphleak.patterns import CYCLE, FIXES
 from pytest_graphleak.result import CreationSite, Diagnosis, Fix, display_path
+from pytest_graphleak.words import verify as why
 from pytest_graphleak.words.lines import growth_fix
-
-#: Why a fix was not tried, one clause each (the fix line says it after "not verified").
-OFF = "fix verification is off (--graphleak-verify-fix=off)"
-LOOP = "the step of a running loop (track(), a framework callback) cannot be re-run"
-AUDIT = "the outlive audit does not re-run the test (--graphleak-outlive-sites=rerun does)"
-AUDIT_RERUN = "the outlive audit's re-run does not try fixes yet"
-LIBRARY = "the line to change is in a library, not in your code"
-NO_LINE = "no line to change was found"
-CYCLE = "changes for a reference cycle (a weak reference, a hook removed) are not tried yet"
-#: Added to the advice when a change cut the graph but what it stores still piles up.
-PILED_UP = (
-    "; cutting the graph alone does not fix it here: with the graph cut, what it keeps "
-    "still grew every step, so also bound or clear it (collections.deque(maxlen=N), or "
-    "empty it once the values are used)"
-)
 
 
 @dataclass(frozen=True)
@@ -69,17 +55,17 @@ def verify_fix(
 ) -> Fix:
     """The fix of ``diagnosis`` as tried (see the module docstring)."""
     advice = diagnosis.fix or FIXES.get(diagnosis.pattern, "")
-    if diagnosis.pattern == "cycle":
-        return not_verified(advice, CYCLE)
+    if diagnosis.pattern == CYCLE:
+        return not_verified(advice, why.CYCLE_UNTRIED)
     site = _line_to_change(diagnosis)
     if site is None:
         library = any(
             not is_user_file(s.filename) for s in [*diagnosis.stored_at, *diagnosis.sites]
         )
-        return not_verified(advice, LIBRARY if library else NO_LINE)
+        return not_verified(advice, why.LIBRARY if library else why.NO_LINE)
     source = read_source(site.filename)
     if source is None:
-        return not_verified(advice, f"{display_path(site.filename)} could not be read")
+        return not_verified(advice, why.unreadable(display_path(site.filename)))
     starts = [step, *roots.values()]
     made = next((s.lineno for s in diagnosis.sites if s.filename == site.filename), None)
     tried: list[tuple[Edit, Trial | str]] = []
@@ -117,7 +103,7 @@ def try_edit(
     """The re-run with ``edit`` in place, or why it could not run or raised."""
     func = find_function(edit.filename, edit.first, starts)
     if func is None:
-        return "no function that the step calls runs that line"
+        return why.NOT_RUN
     try:
         code = compile_changed(func, source, edit)
     except NotSwappable as exc:
@@ -128,7 +114,7 @@ def try_edit(
         except (KeyboardInterrupt, SystemExit):
             raise
         except BaseException as exc:  # a change that breaks the step is no fix
-            return f"raised {type(exc).__name__}"
+            return why.raised(exc)
 
 
 def _none_held(
@@ -136,7 +122,7 @@ def _none_held(
 ) -> Fix:
     """No change held: the advice, unless it is one that failed; why in one clause."""
     if not tried:
-        return not_verified(advice, "no change could be built from that line")
+        return not_verified(advice, why.NOTHING_BUILT)
     if any(edit.shown in advice for edit, _ in tried):
         advice = FIXES.get(diagnosis.pattern, advice)  # never the change that failed
     trials = [outcome for _, outcome in tried if isinstance(outcome, Trial)]
@@ -144,17 +130,9 @@ def _none_held(
     if rebuilt and trials and all(t.memory_only for t in trials):
         advice = rebuilt  # the graph stopped growing, the rebuilt buffer still grows
     elif not diagnosis.kept_without_graph and any(t.graph_cut for t in trials):
-        advice += PILED_UP  # the graph was cut, yet the holder still grows by one a step
-    # How they failed, never the changes themselves: a change that failed is not printed.
-    how = (
-        [f"{len(tried) - len(trials)} could not run or raised"] if len(trials) < len(tried) else []
-    )
-    if trials:
-        grown = sorted({name for t in trials for name in t.grew})
-        how.append(f"{len(trials)} left {', '.join(grown)} growing")
-    count = (f"none of the {len(tried)} changes tried held" if len(tried) > 1
-             else "the one change tried did not hold")  # fmt: skip
-    return not_verified(advice, f"{count}: {' and '.join(how)}")
+        advice += why.PILED_UP  # the graph was cut, yet the holder still grows by one a step
+    grown = sorted({name for t in trials for name in t.grew})
+    return not_verified(advice, why.none_held(len(tried), len(trials), grown))
 
 
 def _no_grad(site: CreationSite, starts: Iterable[object]) -> str | None:

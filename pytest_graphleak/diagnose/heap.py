@@ -18,7 +18,7 @@ from itertools import islice
 from typing import Any
 
 from pytest_graphleak.diagnose.backends import TENSOR
-from pytest_graphleak.diagnose.classify import Facts, pattern_of, with_chain
+from pytest_graphleak.diagnose.classify import facts_of, pattern_of
 from pytest_graphleak.diagnose.edges import ObjectEdges, items_of
 from pytest_graphleak.diagnose.facts import chain_of
 from pytest_graphleak.diagnose.render import drawing
@@ -27,6 +27,7 @@ from pytest_graphleak.diagnose.search import Path, extend, shortest_path
 from pytest_graphleak.heap.containers import SIZED
 from pytest_graphleak.heap.graphwalk import GraphWalk, grad_fn_of
 from pytest_graphleak.heap.quiet import silenced
+from pytest_graphleak.patterns import CYCLE
 from pytest_graphleak.result import Diagnosis, Verdict
 from pytest_graphleak.words.fix import choose_fix, story_of
 
@@ -75,18 +76,24 @@ def _graph_size(tensor: Any, walker: ObjectEdges) -> tuple[int, str]:
 
 def _diagnosis(
     verdict: Verdict,
-    counted: Facts,
     notes: list[str],
     path: Path | None,
     walker: ObjectEdges,
     *,
     kept_counts: bool = False,
+    leaked_count: int = 0,
+    cyclic_count: int = 0,
+    memory_only: bool = False,
+    graph_grew: bool = True,
+    only_cycles: bool = False,
 ) -> Diagnosis:
     """The diagnosis of what the walk found: the word is ``pattern_of``'s, from the
-    counts and the chain's typed links (``with_chain``; ``kept_counts``: a container
+    counts and the chain's typed links (``facts_of``; ``kept_counts``: a container
     the walk found holding graph tensors is the evidence, no steps were watched)."""
     chain, links = chain_of(path, walker)
-    facts = with_chain(counted, links, kept_counts=kept_counts)
+    facts = facts_of(links, kept_counts=kept_counts, leaked_count=leaked_count,
+                     cyclic_count=cyclic_count, memory_only=memory_only,
+                     graph_grew=graph_grew, only_cycles=only_cycles)  # fmt: skip
     pattern = pattern_of(verdict, facts)
     story = story_of(pattern, graph_grew=facts.graph_grew, tensors=True,
                      has_chain=facts.has_chain)  # fmt: skip
@@ -111,7 +118,7 @@ def diagnose_heap(
     notes = [NO_LINES]
     if only_cycles:  # containers of older tensors the roots reach are not what grew
         notes.append(_CYCLES_FREED)
-        return _diagnosis(verdict, Facts(graph_grew=False, only_cycles=True), notes, None, walker)
+        return _diagnosis(verdict, notes, None, walker, graph_grew=False, only_cycles=True)
     labelled = given_roots(roots)
     # Tensors grew and graph nodes did not: a container of tensors the roots reach is
     # list-accumulation, else memory-growth; never retained-grad-fn (no graph grew). The
@@ -124,13 +131,12 @@ def diagnose_heap(
             extend(path, next(t for t in items_of(container) if _tensor(t, walker, graph=graph)))
             what = "graph-carrying items" if graph else "tensors without a graph"
             notes.append(f"{type(container).__name__} of {len(container)} {what}")
-            found = Facts(graph_grew=graph)
-            return _diagnosis(verdict, found, notes, path, walker, kept_counts=True)
+            return _diagnosis(verdict, notes, path, walker, kept_counts=True, graph_grew=graph)
         if not graph:
-            return _diagnosis(verdict, Facts(graph_grew=False), notes, None, walker)
+            return _diagnosis(verdict, notes, None, walker, graph_grew=False)
         # The verdict's own evidence of cycles (cyclic garbage grew) outranks a graph the
         # roots reach: no search for one then.
-        cyclic = int(verdict.pattern == "cycle")
+        cyclic = int(verdict.pattern == CYCLE)
         best: tuple[tuple[int, str], Path] | None = None
         for root in labelled if not cyclic else ():  # a graph tensor root is its own path
             candidate = shortest_path(
@@ -149,11 +155,11 @@ def diagnose_heap(
             size, path = best
             nodes = "node" if size[1] == "1" else "nodes"  # the text: "5012+" past the bound
             notes.append(f"its autograd graph has {size[1]} {nodes}")
-            return _diagnosis(verdict, Facts(leaked_count=1), notes, path, walker)
+            return _diagnosis(verdict, notes, path, walker, leaked_count=1)
         if cyclic:
             notes.append(_CYCLES_FREED)
-        found = Facts(cyclic_count=cyclic, memory_only=memory_only)
-        return _diagnosis(verdict, found, notes, None, walker)
+        return _diagnosis(verdict, notes, None, walker, cyclic_count=cyclic,
+                          memory_only=memory_only)  # fmt: skip
     finally:
         if path is not None:
             path.clear()

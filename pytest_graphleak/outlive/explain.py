@@ -31,10 +31,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from pytest_graphleak.diagnose.backends import NODE, TENSOR, Backend
-from pytest_graphleak.diagnose.classify import Facts, pattern_of, with_chain
+from pytest_graphleak.diagnose.classify import facts_of, pattern_of
 from pytest_graphleak.diagnose.edges import ObjectEdges
 from pytest_graphleak.diagnose.facts import chain_of
-from pytest_graphleak.diagnose.fix_verify import AUDIT, not_verified
+from pytest_graphleak.diagnose.fix_verify import not_verified
 from pytest_graphleak.diagnose.render import drawing
 from pytest_graphleak.diagnose.search import Path, shortest_path
 from pytest_graphleak.diagnose.sites import Site, creation_site, function_at, most_common
@@ -43,6 +43,7 @@ from pytest_graphleak.patterns import BY_WORD
 from pytest_graphleak.result import JUDGED_AT_FIXTURE_TEARDOWN, CheckResult, Diagnosis, Verdict
 from pytest_graphleak.words.fix import choose_fix
 from pytest_graphleak.words.recorders import argument_name, call_name, recorder_of, recorder_story
+from pytest_graphleak.words.verify import AUDIT
 
 #: Holders reported per test, objects walked to count what one holder keeps, and the
 #: objects one search may visit (the user's module globals can reach big datasets).
@@ -279,7 +280,7 @@ def _result(
     chain, links = chain_of(path, walker)
     # Kept once, not seen growing: a collection on the chain holding the graph is the
     # evidence, unless the test extended an older tensor's graph in place.
-    facts = with_chain(Facts(leaked_count=len(kept)), links, kept_counts=not in_place)
+    facts = facts_of(links, kept_counts=not in_place, leaked_count=len(kept))
     pattern = pattern_of(reason_seen, facts)
     sites = [creation_site(site, count) for site, count in most_common(made)]
     maker = made_by or nodeid

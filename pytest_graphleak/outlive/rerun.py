@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from pytest_graphleak.diagnose.fix_verify import AUDIT_RERUN, not_verified
+from pytest_graphleak.diagnose.fix_verify import not_verified
 from pytest_graphleak.diagnose.loop_recorder import LoopRecorder
 from pytest_graphleak.diagnose.search import Path
 from pytest_graphleak.diagnose.sites import Site, per_step, recorder_trouble
@@ -27,6 +27,7 @@ from pytest_graphleak.diagnose.stored import LiveWatch, watch_failed
 from pytest_graphleak.outlive.census import Census
 from pytest_graphleak.result import CheckResult
 from pytest_graphleak.words.fix import choose_fix
+from pytest_graphleak.words.verify import AUDIT_RERUN
 
 #: What the first run's story says when the re-run is its source.
 FOUND_BY = (

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from pytest_graphleak.baseline import PRUNE_INTRO, UPDATE_INTRO, fixed_heading, stale_heading
 from pytest_graphleak.metrics import format_amount, format_rate
-from pytest_graphleak.patterns import FALLBACK
+from pytest_graphleak.patterns import FALLBACK, RETAINED_GRAD_FN
 from pytest_graphleak.report.model import BaselineSection, metric_order
 from pytest_graphleak.report.scale import sparkline
 from pytest_graphleak.report.span import error_line, head_label, span_text
@@ -76,7 +76,7 @@ def grown_in_order(result: CheckResult) -> list[Growth]:
 def render_outlive(result: CheckResult) -> str:
     """The outlive audit's report of one holder: what the test left alive and why."""
     nodeid = result.name.removesuffix("::outlive")
-    pattern = result.pattern or "retained-grad-fn"
+    pattern = result.pattern or RETAINED_GRAD_FN
     header = f"graphleak: {nodeid} left autograd graphs alive after its teardown (outlive)"
     # judged at a wider-scope fixture's teardown: typed since judged_at was kept; a report
     # saved before then says so in its reason alone

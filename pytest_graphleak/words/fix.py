@@ -27,7 +27,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pytest_graphleak.patterns import BY_WORD
+from pytest_graphleak.patterns import (
+    BY_WORD,
+    CYCLE,
+    LIST_ACCUMULATION,
+    MEMORY_GROWTH,
+    RETAINED_GRAD_FN,
+)
 from pytest_graphleak.result import Diagnosis, Link
 from pytest_graphleak.words.chain import cached, holder_text
 from pytest_graphleak.words.lines import GROWING, STORING, fix_for_stored, growth_fix
@@ -42,7 +48,7 @@ def choose_fix(diagnosis: Diagnosis, *, cycle_fix: str | None = None) -> str:
     row = BY_WORD.get(pattern)
     usual = row.fix if row is not None else ""
     no_graph = row.no_graph_fix if row is not None and diagnosis.kept_without_graph else ""
-    if pattern == "cycle":
+    if pattern == CYCLE:
         return cycle_fix or (diagnosis.fix if cycle_fix is None else "") or usual
     if pattern == GROWING:  # the line that rebuilds the buffer, stored or made
         lines = diagnosis.stored_at or diagnosis.sites
@@ -76,15 +82,15 @@ def cache_fix(cache: str) -> str:
 def usual_fix(pattern: str, links: Sequence[Link]) -> str:
     """The pattern's usual fix with the holder from the chain in it, when it has one ("":
     the table's wording, which names no variable, stays)."""
-    holder = holder_text(links, container=pattern == "list-accumulation")
+    holder = holder_text(links, container=pattern == LIST_ACCUMULATION)
     if not holder:
         return ""
-    if pattern == "list-accumulation":
+    if pattern == LIST_ACCUMULATION:
         return (
             f"store plain numbers (.item()) or detached tensors (.detach()) in {holder}, "
             "not graph-carrying tensors"
         )
-    if pattern == "retained-grad-fn":
+    if pattern == RETAINED_GRAD_FN:
         return (
             f"cut the graph that {holder} keeps, each step: update it with .item() or "
             ".detach() values, detach it once per step if it is carried state (or "
@@ -100,7 +106,7 @@ def story_of(pattern: str, *, graph_grew: bool, tensors: bool, has_chain: bool) 
     row = BY_WORD.get(pattern)
     if graph_grew or not tensors or row is None or not row.no_graph_meaning:
         return ""
-    if pattern == "memory-growth":  # what the diagnosis found about a holder
+    if pattern == MEMORY_GROWTH:  # what the diagnosis found about a holder
         where = (
             "and no container on the chain below grows"
             if has_chain

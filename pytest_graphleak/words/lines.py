@@ -36,6 +36,7 @@ import ast
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from pytest_graphleak.patterns import LIST_ACCUMULATION, MEMORY_GROWTH, RETAINED_GRAD_FN
 from pytest_graphleak.result import CreationSite, Link
 from pytest_graphleak.words import chain
 from pytest_graphleak.words import source as src
@@ -48,9 +49,9 @@ _PUTS = frozenset({"append", "appendleft", "add", "insert", "put", "put_nowait",
 _OPERATORS: dict[type[ast.operator], str] = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*",
                                              ast.Div: "/"}  # fmt: skip
 #: Only the patterns whose holder a line stores have a ``stored at:`` line.
-STORING = ("list-accumulation", "retained-grad-fn")
+STORING = (LIST_ACCUMULATION, RETAINED_GRAD_FN)
 #: The pattern whose fix is worded from the line that rebuilds a growing array.
-GROWING = "memory-growth"
+GROWING = MEMORY_GROWTH
 #: Calls that split a tensor into the tensors ``extend`` puts (``out.unbind(0)``).
 _SPLITS = frozenset({"unbind", "split", "chunk", "tensor_split", "unflatten"})
 
@@ -106,7 +107,7 @@ def kept_fix(pattern: str, line: str, links: Sequence[Link] | None = None) -> st
     """The no-graph fix (``patterns``' ``no_graph_fix``) worded for the line that puts
     already detached tensors into a container: that container is the one to bound or
     clear. "" when the line is not such a put (the table's wording stays)."""
-    parsed = _parsed(line, links) if pattern == "list-accumulation" else None
+    parsed = _parsed(line, links) if pattern == LIST_ACCUMULATION else None
     found = _distinct(parsed, _put)
     if parsed is None or len(found) != 1:
         return ""
@@ -386,7 +387,7 @@ def deferred_fix(pattern: str, site: CreationSite, line: str, links: Sequence[Li
     break that backward, so the fix is to clear the container after it. "" when the
     stored line is not a put into a container, or no later line of its function feeds
     the container to a backward."""
-    parsed = _parsed(line, links) if pattern == "list-accumulation" else None
+    parsed = _parsed(line, links) if pattern == LIST_ACCUMULATION else None
     found = _distinct(parsed, _put)
     if len(found) != 1:
         found = _distinct(parsed, _extended)

@@ -1,0 +1,46 @@
+"""Why a printed fix is not verified: one clause each, said after "not verified" on the
+fix line (``diagnose.fix_verify`` decides which; the pipeline and the outlive audit say
+the ones for a step they cannot re-run)."""
+
+from __future__ import annotations
+
+OFF = "fix verification is off (--graphleak-verify-fix=off)"
+LOOP = "the step of a running loop (track(), a framework callback) cannot be re-run"
+AUDIT = "the outlive audit does not re-run the test (--graphleak-outlive-sites=rerun does)"
+AUDIT_RERUN = "the outlive audit's re-run does not try fixes yet"
+LIBRARY = "the line to change is in a library, not in your code"
+NO_LINE = "no line to change was found"
+CYCLE_UNTRIED = "changes for a reference cycle (a weak reference, a hook removed) are not tried yet"
+NOTHING_BUILT = "no change could be built from that line"
+NOT_RUN = "no function that the step calls runs that line"
+#: Added to the advice when a change cut the graph but what it stores still piles up.
+PILED_UP = (
+    "; cutting the graph alone does not fix it here: with the graph cut, what it keeps "
+    "still grew every step, so also bound or clear it (collections.deque(maxlen=N), or "
+    "empty it once the values are used)"
+)
+
+
+def unreadable(path: str) -> str:
+    return f"{path} could not be read"
+
+
+def failed(exc: BaseException) -> str:
+    """Verification itself raised (the leak is still reported)."""
+    return f"verifying it failed: {type(exc).__name__}: {exc}"
+
+
+def raised(exc: BaseException) -> str:
+    """A change under which the step raised: no fix."""
+    return f"raised {type(exc).__name__}"
+
+
+def none_held(tried: int, ran: int, grown: list[str]) -> str:
+    """How the ``tried`` changes failed, never the changes themselves (a change that
+    failed is not printed): ``ran`` of them ran and left ``grown`` growing."""
+    how = [f"{tried - ran} could not run or raised"] if ran < tried else []
+    if ran:
+        how.append(f"{ran} left {', '.join(grown)} growing")
+    count = (f"none of the {tried} changes tried held" if tried > 1
+             else "the one change tried did not hold")  # fmt: skip
+    return f"{count}: {' and '.join(how)}"
