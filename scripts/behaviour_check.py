@@ -61,6 +61,8 @@ _NOISY_METRIC = re.compile(r"^(process|cuda)\.")
 _NOISY_CHART = re.compile(r'<svg[^>]*aria-label="(process|cuda)\.[^"]*".*?</svg>', re.DOTALL)
 #: Its grid lines and tick labels: how many there are follows the measured range.
 _TICKS = re.compile(r'<line class="grid"[^>]*/>|<text class="tick"[^>]*>[^<]*</text>')
+#: A JUnit property of such a metric (its growth per step).
+_NOISY_PROPERTY = re.compile(r'(name="graphleak\.(process|cuda)\.[^"]*" value=)"[^"]*"')
 _AMOUNT = re.compile(r"[+-]?\d+(\.\d+)?(\s?(B|KiB|MiB|GiB)\b)?")
 #: The files ``capture`` writes, raw under ``raw/`` and masked beside it.
 FILES = ("terminal.txt", "report.json", "report.html", "junit.xml", "github-summary.md",
@@ -142,7 +144,7 @@ def write_masked(out: Path) -> None:
             text = json.dumps(document, indent=1, sort_keys=True) + "\n"
         elif name.endswith(".xml"):  # JUnit: its times and timestamp are the run's own
             text = re.sub(r'(time|timestamp|hostname)="[^"]*"', r'\1="<N>"', text)
-            text = re.sub(r'(name="graphleak\.(process|cuda)\.[^"]*" value=)"[^"]*"', r'\1"<N>"', text)
+            text = _NOISY_PROPERTY.sub(r'\1"<N>"', text)
             text = mask(re.sub(r">\s*<", ">\n<", text), paths) + "\n"
         elif name.endswith(".html"):  # one tag a line, so a diff points at what changed
             text = _NOISY_CHART.sub(lambda m: _AMOUNT.sub("N", _TICKS.sub("", m[0])), text)
