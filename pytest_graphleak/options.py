@@ -241,6 +241,13 @@ OPTIONS: tuple[Option, ...] = (
            "report",
            frozenset({"pytest"}), "--graphleak-html", "graphleak_html",
            _path, metavar="PATH", command_flag="--html"),
+    Option("sarif", "path", None,
+           "write a SARIF 2.1.0 log of every leak and outlive finding to PATH, for GitHub "
+           "code scanning (github/codeql-action/upload-sarif): each on the line that stores "
+           "the leaked object (else the line that created it), with its verified fix as a "
+           "SARIF fix; existing files and relative paths as for the JSON report",
+           frozenset({"pytest"}), "--graphleak-sarif", "graphleak_sarif",
+           _path, metavar="PATH", command_flag="--sarif"),
     Option("github", "choice", "auto",
            "on GitHub Actions: a workflow command (::error, or ::warning where the test "
            "passed) per leak and per unmeasured check, on the line that stores the leaked "
@@ -330,6 +337,7 @@ class Settings:
     outlive_keep: tuple[str, ...] = ()
     outlive_sites: str = "off"
     report: str | None = None
+    sarif: str | None = None
     html: str | None = None
     github: str = "auto"
     baseline: str | None = None

@@ -21,56 +21,17 @@ import contextlib
 import io
 import itertools
 import os
-import re
 import tempfile
 import tokenize
-from dataclasses import dataclass
 from pathlib import Path
 
 from pytest_graphleak.diagnose.fix_source import sha256_of
 from pytest_graphleak.exceptions import Refused
+from pytest_graphleak.report.hunks import Hunk, hunks
 from pytest_graphleak.result import Fix, relative_to
 
 #: A path part that marks an installed package's file.
 INSTALLED = frozenset({"site-packages", "dist-packages"})
-_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
-
-
-@dataclass(frozen=True)
-class Hunk:
-    """One hunk of a unified diff: the old lines it starts at (1-based) and its lines,
-    each with its mark (`` ``, ``-``, ``+``) and without its line ending."""
-
-    start: int
-    lines: tuple[str, ...]
-
-    @property
-    def old(self) -> list[str]:
-        return [line[1:] for line in self.lines if line[:1] in (" ", "-")]
-
-    @property
-    def new(self) -> list[str]:
-        return [line[1:] for line in self.lines if line[:1] in (" ", "+")]
-
-
-def hunks(diff: str) -> list[Hunk]:
-    """The hunks of a one-file unified diff (``fix_source.unified_diff``'s)."""
-    found: list[Hunk] = []
-    start: int | None = None
-    body: list[str] = []
-    for line in diff.splitlines():
-        head = _HUNK.match(line)
-        if head is not None:
-            if start is not None:
-                found.append(Hunk(start, tuple(body)))
-            start, body = int(head.group(1)), []
-        elif start is not None and line[:1] in (" ", "-", "+"):
-            body.append(line)
-        elif start is not None and line.startswith("\\"):  # "\ No newline at end of file"
-            continue
-    if start is not None:
-        found.append(Hunk(start, tuple(body)))
-    return found
 
 
 def shown_path(filename: str, rootdir: str | None) -> str:

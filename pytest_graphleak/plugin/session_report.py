@@ -359,7 +359,7 @@ class SessionReport:
         if not self.outputs:  # none on a worker: the controller writes the reports
             return
         document = self.document()
-        run = Run(environment=self._environment())
+        run = Run(environment=self._environment(), locations=self._locations)
         failed = False
         for output in self.outputs:
             assert output.writer.render is not None  # a file writer

@@ -36,7 +36,7 @@ from pytest_graphleak.metrics import format_rate
 from pytest_graphleak.report.model import BaselineSection, Report, check_label, metric_rows
 from pytest_graphleak.report.span import error_line, span_text
 from pytest_graphleak.report.summary import no_rows, sentence
-from pytest_graphleak.report.view import diagnosis_view, fix_of
+from pytest_graphleak.report.view import diagnosis_view, fix_of, line_to_change
 from pytest_graphleak.result import CheckResult, Diagnosis, relative_to
 from pytest_graphleak.status import (
     BY_WORD,
@@ -179,12 +179,8 @@ def _line_to_change(
 ) -> tuple[str, int]:
     """Where the leaked object is stored, else the line to change of a cycle (its hook or
     closure), else where the user's code created it."""
-    if diagnosis is None:
-        return test_place
-    for site in (*diagnosis.stored_at, *diagnosis.change_at, *diagnosis.sites):
-        if site.filename and not site.filename.startswith("<"):
-            return site.filename, site.lineno
-    return test_place
+    site = line_to_change(diagnosis)
+    return (site.filename, site.lineno) if site is not None else test_place
 
 
 def _leak_lines(result: CheckResult, pattern: str) -> list[str]:

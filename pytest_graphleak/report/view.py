@@ -139,6 +139,18 @@ def to_change(lines: Sequence[ViewLine]) -> list[ViewLine]:
     return chosen
 
 
+def line_to_change(diagnosis: Diagnosis | None) -> CreationSite | None:
+    """The one line a finding is placed on (a GitHub annotation, a SARIF result): where
+    the leaked object is stored, else the line to change of a cycle (its hook or closure),
+    else where the user's code created it; None when the diagnosis names none."""
+    if diagnosis is None:
+        return None
+    for site in (*diagnosis.stored_at, *diagnosis.change_at, *diagnosis.sites):
+        if site.filename and not site.filename.startswith("<"):
+            return site
+    return None
+
+
 def culprit(diagnosis: Diagnosis | None) -> str:
     """``held: <the chain's last link> (from <its root>)`` or ``cycle through <first>``."""
     chain = diagnosis.chain if diagnosis is not None else []

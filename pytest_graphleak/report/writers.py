@@ -26,6 +26,7 @@ from pytest_graphleak.report import github
 from pytest_graphleak.report.github import Row
 from pytest_graphleak.report.html import is_html_report, render_html
 from pytest_graphleak.report.json_doc import dumps, is_json_report
+from pytest_graphleak.report.sarif import is_sarif_report, render_sarif
 
 
 @dataclass
@@ -74,6 +75,8 @@ WRITERS: tuple[Writer, ...] = (
     Writer("html", "HTML", "html",
            render=lambda document, run: render_html(document, environment=run.environment),
            recognise=is_html_report, what="a graphleak HTML report"),
+    Writer("sarif", "SARIF", "sarif", render=render_sarif, recognise=is_sarif_report,
+           what="a graphleak SARIF log"),
     Writer("github", "GitHub", "github", wanted=github.wanted, publish=github.publish),
 )  # fmt: skip
 
