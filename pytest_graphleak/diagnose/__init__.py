@@ -50,10 +50,11 @@ from pytest_graphleak.diagnose.second import other_holder
 from pytest_graphleak.diagnose.sites import Site, memory_sites, per_step
 from pytest_graphleak.diagnose.stored import root_reader, watch_holder
 from pytest_graphleak.heap.containers import SIZED
-from pytest_graphleak.heap.graphwalk import NEW_PER_WALK, GraphWalk, grad_fn_of
-from pytest_graphleak.metrics import Metric, count_of
+from pytest_graphleak.heap.graphwalk import GraphWalk, grad_fn_of
+from pytest_graphleak.metrics import Metric
 from pytest_graphleak.patterns import MEMORY_GROWTH
 from pytest_graphleak.result import CreationSite, Diagnosis, Link, Verdict
+from pytest_graphleak.words import notes as said
 from pytest_graphleak.words.fix import choose_fix, story_of
 from pytest_graphleak.words.lines import STORING
 
@@ -93,7 +94,7 @@ def diagnose(
         # A running loop: the arrays its roots reach, weighed again after its next step.
         observation.growth = watch_growth(diagnosis, roots, walker, files=observation.made_in,
                                           next_step=observation.wants_follow)  # fmt: skip
-    diagnosis.notes.append(f"diagnosis took {time.perf_counter() - started:.2f} s")
+    diagnosis.notes.append(said.took(time.perf_counter() - started))
     return diagnosis
 
 
@@ -144,7 +145,7 @@ def _diagnose_with_step(
     found = _Found([], torch)
     try:
         if obs.error:
-            notes.append(f"the step raised during diagnosis: {obs.error}")
+            notes.append(said.step_raised(obs.error))
         notes.extend(obs.trouble)
         site_files = {leaked.site[0] for leaked in obs.leaked if leaked.site is not None}
         site_files.update(site[0] for site in obs.node_sites.values())
@@ -213,12 +214,7 @@ def _search(
             if plain is not None:
                 found.cycle_path, hanging = plain
         cyclic_tensors = sum(1 for item in obs.cyclic if item.kind == TENSOR)
-        notes.append(
-            f"{count_of(cyclic_tensors, 'tensor')} and "
-            f"{count_of(len(obs.cyclic) - cyclic_tensors, 'graph node')} "
-            "made by the diagnostic steps are freed only by gc.collect(): they are kept "
-            "by a reference cycle"
-        )
+        notes.append(said.cyclic(cyclic_tensors, len(obs.cyclic) - cyclic_tensors))
     elif obs.alive and found.chain_path is None:
         _unrooted(found, obs, walker, notes, searched)
     if found.cycle_path is not None:
@@ -232,11 +228,7 @@ def _search(
             found.cycle_path.objects.append(hanging[1])
     found.seen = seen = obs.seen_cycle if not obs.cyclic else None  # a loop's collections
     if seen is not None:
-        notes.append(
-            f"{count_of(seen.freed, 'tensor or graph node', 'tensors and graph nodes')} "
-            "made by the recorded steps of the loop were freed only by the check's "
-            "gc.collect() after each step: they are kept by a reference cycle"
-        )
+        notes.append(said.loop_freed(seen.freed))
         if not found.cycle and seen.cycle:
             found.cycle, found.cycle_fix = list(seen.cycle), seen.fix
             found.change_at = list(seen.change_at)
@@ -250,10 +242,7 @@ def _unrooted(
     collector cannot free, a pack hook, or a holder found by its referrers."""
     found.cycle_path = find_first(obs.alive, walker)
     if found.cycle_path is not None:
-        notes.append(
-            f"{not_reached(searched)}: a reference cycle that the "
-            "collector cannot free holds them (part of it is inside torch)"
-        )
+        notes.append(said.uncollectable(not_reached(searched)))
         return
     held = pack_hook_cycle(obs, found.torch)
     if held:
@@ -290,28 +279,21 @@ def _told(
         only_cycles=grown.only_cycles,
     )
     pattern = pattern_of(verdict, facts)
-    steps_word = "diagnostic steps" if step is not None else "recorded steps of the loop"
+    steps_word = said.steps_word(step is not None)
     if obs.leaked or nodes:
         later = obs.runs - obs.recorded_runs
-        notes.insert(0, f"made by {runs} {steps_word} and still alive {later}+ steps "
-                        f"later: {count_of(tensors, 'tensor')}, "
-                        f"{count_of(graph_nodes, 'graph node')}")  # fmt: skip
+        notes.insert(0, said.still_alive(runs, steps_word, later, tensors, graph_nodes))
     elif not obs.error:
-        notes.insert(0, f"no tensor or graph node made by the {steps_word} stayed alive")
+        notes.insert(0, said.none_alive(steps_word))
     if graph.truncated or obs.node_sites_truncated:
-        notes.append(
-            "the leaked graph is too large to walk whole (it must stay freeable): graph "
-            "node counts here are lower bounds, and only its first "
-            f"{NEW_PER_WALK:,} nodes have a creation site"
-        )
+        notes.append(said.TOO_LARGE)
     if step is not None and pattern == MEMORY_GROWTH and grown.memory_only and not obs.error:
         made: list[CreationSite] = []
         if found.chain_path is None:
             found.chain_path, made = growing_holder(found.roots, step, walker, notes)
             found.chain = chain_of(found.chain_path, walker)
         if made:
-            notes.append("sites: the lines that made what grows (the grown tensor or "
-                         "array, or the growing container's newest entries)")
+            notes.append(said.GROWING_SITES)
         sites = made or _memory_sites(step, notes)
     kept_tensors = grown.tensors or tensors > 0
     story = story_of(pattern, graph_grew=facts.graph_grew, tensors=kept_tensors,
@@ -358,18 +340,12 @@ def _grew_during_loop(
             else:  # one record per step: {"loss": ...}, a distribution's .loc and .scale
                 runs.update(made_in[id(sub)] for sub in _parts(item) if id(sub) in made_in)
         if len(runs) >= 2:
-            notes.append(
-                f"{type(obj).__name__} on the chain (len {len(obj)}) holds what each of "
-                f"{len(runs)} recorded steps made"
-            )
+            notes.append(said.holds_recorded(type(obj).__name__, len(obj), len(runs)))
             links[at + 1].grew = len(runs)
             return
         if runs and period > 1:
-            notes.append(
-                f"{type(obj).__name__} on the chain (len {len(obj)}) holds what "
-                f"{len(runs)} of {obs.recorded_runs} recorded steps made, and the counts "
-                f"grow by about one every {period} steps"
-            )
+            notes.append(said.holds_some_recorded(type(obj).__name__, len(obj), len(runs),
+                                                  obs.recorded_runs, period))  # fmt: skip
             links[at + 1].grew = len(runs)
             return
 
@@ -430,8 +406,8 @@ def _memory_sites(step: Callable[[], object], notes: list[str]) -> list[Creation
     try:
         found = memory_sites(step)
     except Exception as exc:
-        notes.append(f"the step raised while tracing memory: {type(exc).__name__}: {exc}")
+        notes.append(said.tracing_raised(exc))
         return []
     if found:
-        notes.append("sites: lines whose Python/numpy allocations grew over 2 steps (tracemalloc)")
+        notes.append(said.TRACED_SITES)
     return found

@@ -40,6 +40,7 @@ from pytest_graphleak.heap.graphwalk import grad_fn_of
 from pytest_graphleak.heap.usercode import is_user_file, library_label
 from pytest_graphleak.probes.autograd.torch_hooks import reading
 from pytest_graphleak.result import CreationSite, Drawing, display_path
+from pytest_graphleak.words import cycles as words
 
 if TYPE_CHECKING:  # cycles is below the recorder: the recorder hands these in
     from pytest_graphleak.diagnose.loop_recorder import Leaked, Observation
@@ -64,7 +65,6 @@ class SeenCycle:
 _STARTS = 8
 #: Attributes of a node that are hook tables, and the call that fills each.
 _NODE_HOOKS = {"post_hooks": "register_hook", "pre_hooks": "register_prehook"}
-_NO_COLLECT = "; torch holds the hook from C++, so not even gc.collect() frees it"
 
 
 def find_first(leaked: Sequence[Leaked], walker: ObjectEdges) -> Path | None:
@@ -125,7 +125,7 @@ def cycle_story(path: Path, walker: ObjectEdges, *, collectable: bool) -> tuple[
     for i, edge in enumerate(path.edges):
         obj = path.objects[i]
         if edge.kind == "attr" and edge.key == "run_function":
-            return [_CHECKPOINT], ""
+            return [words.CHECKPOINT], ""
         found = walker.backend_of(obj)
         if found is None or edge.kind != "attr":
             continue
@@ -134,12 +134,12 @@ def cycle_story(path: Path, walker: ObjectEdges, *, collectable: bool) -> tuple[
         hook = path.objects[i + 2] if i + 2 < len(path.objects) else None
         if kind == NODE and key in _NODE_HOOKS and backend.name == "torch":
             node = backend.node_name(obj)
-            where = f"{node} with grad_fn.{_NODE_HOOKS[key]}()"
-            return _hook_story(where, hook, walker, held_in_cpp=not collectable)
+            return _hook_story(words.node_hook(node, _NODE_HOOKS[key]), hook,
+                               held_in_cpp=not collectable)  # fmt: skip
         if (kind == TENSOR and key in ("_backward_hooks", "hooks")) or (
             kind == NODE and key == "pre_hooks"  # minigrad: a non-leaf tensor's hooks
         ):
-            return _hook_story("the tensor with register_hook()", hook, walker,
+            return _hook_story(words.TENSOR_HOOK, hook,
                                held_in_cpp=backend.name == "torch" and not collectable)  # fmt: skip
         ctx = _ctx_attribute(backend, obj, kind, key)
         if ctx is not None:
@@ -150,12 +150,6 @@ def cycle_story(path: Path, walker: ObjectEdges, *, collectable: bool) -> tuple[
                     return told
             return _ctx_story(backend, obj, ctx, path.objects[i + 1], walker, collectable)
     return [], ""
-
-
-_CHECKPOINT = (
-    "the cycle runs through the ctx of a reentrant torch.utils.checkpoint, which keeps "
-    "run_function (and what its closure captures) until the graph is freed"
-)
 
 
 def _ctx_attribute(backend: Backend, node: Any, kind: str, key: str) -> str | None:
@@ -175,31 +169,10 @@ def _function_name(backend: Backend, node: Any) -> str:
 def _ctx_story(
     backend: Backend, node: Any, attr: str, value: object, walker: ObjectEdges, collectable: bool
 ) -> tuple[list[str], str]:
-    fn = _function_name(backend, node)
     found = walker.backend_of(value)
-    holds_tensor = found is not None and found[1] == TENSOR
-    what = "a tensor" if holds_tensor else f"a {type(value).__name__} that leads back to its output"
-    freed = "freed only by gc.collect()" if collectable else "never freed"
-    torch = backend.name == "torch"
-    link = "is that ctx itself" if torch else "keeps that ctx"
-    note = (
-        f"the cycle runs through the ctx of the custom autograd Function {fn}: its forward "
-        f"stored {what} as ctx.{attr}, and the output's grad_fn {link}, so each call's "
-        f"output and graph are {freed}" + (" (pytorch/pytorch#25340)" if torch else "")
-    )
-    if torch and holds_tensor:
-        fix = (
-            f"in {fn}.forward, save the tensor with ctx.save_for_backward({attr}) instead of "
-            f"ctx.{attr} = {attr}, and read it back with ctx.saved_tensors in backward; keep "
-            "only non-tensor values as ctx attributes (pytorch/pytorch#25340)"
-        )
-    else:
-        fix = (
-            f"in {fn}.forward, keep on ctx only what backward needs (arrays through "
-            "ctx.save_for_backward(...), plain numbers), not an object that holds the "
-            f"Function's output: drop ctx.{attr}, or hold it with weakref.ref"
-        )
-    return [note], fix
+    held = "" if found is not None and found[1] == TENSOR else type(value).__name__
+    return words.ctx_story(_function_name(backend, node), attr, held, collectable=collectable,
+                           torch=backend.name == "torch")  # fmt: skip
 
 
 def _library_of(backend: Backend, node: Any) -> str:
@@ -223,31 +196,11 @@ def _library_ctx_story(
     if link is None:
         return None
     holder, name = link
-    fn = _function_name(backend, node)
     owner = type(holder).__name__
-    freed = "freed only by gc.collect()" if collectable else "never freed"
-    note = (
-        f"the cycle runs through the ctx of the custom autograd Function {fn} of {library}: "
-        f"its forward keeps ctx.{attr}, which leads to your {owner}, whose .{name} holds "
-        f"the Function's output; the output's grad_fn is that ctx, so each call's output "
-        f"and graph are {freed}. The library's code is not yours to change: the link to "
-        f"break is your {owner}.{name}"
-    )
     stored = stored_line(type(holder), name)
-    if stored is None:
-        fix = (
-            f"keep a detached tensor in {owner}.{name} (.detach()), or drop it once used, so "
-            f"that it does not lead back to the graph of {fn}"
-        )
-        return [note], fix
-    filename, lineno, target, value = stored
-    where = f"{display_path(filename)}:{lineno}"
-    fix = (
-        f"store {owner}.{name} without its graph: {target} = {_detached(value)} ({where}); "
-        f"the ctx of {fn} keeps your {owner} (ctx.{attr}), so an output kept on it with its "
-        "graph leads back to that ctx and closes the cycle"
-    )
-    return [note], fix
+    where = (f"{display_path(stored[0])}:{stored[1]}", stored[2], stored[3]) if stored else None
+    return words.library_ctx_story(_function_name(backend, node), library, attr, owner, name,
+                                   collectable=collectable, stored=where)  # fmt: skip
 
 
 def _user_link(path: Path, walker: ObjectEdges) -> tuple[object, str] | None:
@@ -290,47 +243,12 @@ def stored_line(cls: type, name: str) -> tuple[str, int, str, str] | None:
     return None
 
 
-def _detached(value: str) -> str:
-    """``value.detach()``, parenthesised unless ``value`` is a name, attribute, item or
-    call."""
-    try:
-        simple = isinstance(
-            ast.parse(value, mode="eval").body, (ast.Name, ast.Attribute, ast.Subscript, ast.Call)
-        )
-    except SyntaxError:
-        simple = False
-    return f"{value}.detach()" if simple else f"({value}).detach()"
-
-
-def _hook_story(
-    where: str, hook: object, walker: ObjectEdges, *, held_in_cpp: bool
-) -> tuple[list[str], str]:
+def _hook_story(where: str, hook: object, *, held_in_cpp: bool) -> tuple[list[str], str]:
+    """The hook's words: a bound method names its owner, any other hook is a closure."""
+    method = None
     if isinstance(hook, types.MethodType):
-        owner = type(hook.__self__).__name__
-        name = getattr(hook, "__qualname__", "the hook")
-        note = (
-            f"the cycle runs through a hook registered on {where}: the bound method {name} "
-            f"holds its {owner}, which holds the tensor"
-        )
-        fix = (
-            f"let the hook hold its {owner} weakly (register a function that calls "
-            "weakref.WeakMethod(self._on_grad)() or looks self up through weakref.ref), "
-            "remove the hook with the handle that register_hook returns once it has run, or "
-            f"keep the tensor on the {owner} detached (self.x = y.detach()) when it needs no "
-            "graph"
-        )
-    else:
-        note = (
-            f"the cycle runs through a hook registered on {where} whose closure refers "
-            "back to its own tensor"
-        )
-        fix = (
-            "capture tensor.detach() (or a weakref.ref) in the hook instead of the tensor, "
-            "or remove the hook with the handle that register_hook returns once it has run"
-        )
-    if held_in_cpp:
-        note += _NO_COLLECT
-    return [note], fix
+        method = (type(hook.__self__).__name__, getattr(hook, "__qualname__", "the hook"))
+    return words.hook_story(where, method, held_in_cpp=held_in_cpp)
 
 
 def hook_sites(path: Path) -> list[CreationSite]:
@@ -361,18 +279,6 @@ def pack_hook_cycle(obs: Observation, torch: TorchBackend | None) -> tuple[list[
         hook = obs.pack_hooks.get(seq) if seq is not None else None
         if hook is None or not hasattr(grad_fn, "_saved_result"):
             continue
-        desc = torch.describe(leaked.obj)
-        node = torch.node_name(grad_fn)
-        where = f"pack hook {hook.name} ({display_path(hook.filename)}:{hook.lineno})"
-        cycle = [
-            f"{desc}.grad_fn",
-            f"{node}._saved_result (packed by saved-tensor {where})",
-            f"{desc} (the same object: the cycle closes)",
-        ]
-        note = (
-            f"held from C++ by its own grad_fn {node}: the saved-tensor {where} returned the "
-            "tensor itself, so the saved output refers back to its grad_fn; detach it in the "
-            "pack hook"
-        )
-        return cycle, note
+        named = f"{hook.name} ({display_path(hook.filename)}:{hook.lineno})"
+        return words.pack_hook_story(torch.describe(leaked.obj), torch.node_name(grad_fn), named)
     return None

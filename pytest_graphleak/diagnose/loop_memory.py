@@ -54,15 +54,11 @@ from pytest_graphleak.diagnose.stored import (
 )
 from pytest_graphleak.metrics import BYTES, format_amount
 from pytest_graphleak.result import Diagnosis
+from pytest_graphleak.words import notes as said
 
 #: The largest array slots weighed again after the next step (weights updated in place
 #: are among them; a buffer smaller than all of them is missed, and the note says so).
 SLOTS = 64
-
-LOOP_GONE = (
-    "no holder named: only memory grew, and a loop's growing array is found by weighing "
-    "the arrays its roots reach again after one more step; {why}"
-)
 
 
 @dataclass
@@ -252,7 +248,7 @@ class GrowthWatch:
         say why none is named. ``ran``: the next step ran to its end."""
         try:
             if not ran:
-                diagnosis.notes.append(LOOP_GONE.format(why=why))
+                diagnosis.notes.append(said.loop_gone(why))
                 return
             self._name_grown(diagnosis)
             trouble = recorder_trouble(self._recorder)
@@ -267,24 +263,12 @@ class GrowthWatch:
             if slot.nbytes_after is not None and slot.nbytes_after > slot.nbytes
         ]  # fmt: skip
         if not grown:
-            count = len(self.slots)
-            which = (
-                f"none of the {count} largest arrays the loop's roots reach grew"
-                if self.cut else
-                f"none of the {count} arrays the loop's roots reach grew" if count > 1 else
-                "the one array the loop's roots reach did not grow"
-            )  # fmt: skip
-            smaller = "what grows is smaller than them, " if self.cut else ""
-            diagnosis.notes.append(
-                f"no holder named: {which} during the loop's next step ({smaller}grows less "
-                "often than once a step, or is held where the roots do not lead)"
-            )
+            diagnosis.notes.append(said.none_grew(len(self.slots), cut=self.cut))
             return
         slot = max(grown, key=lambda s: (s.nbytes_after or 0) - s.nbytes)
         path = self._path_to(slot)
         if path is None:
-            diagnosis.notes.append("no holder named: the array that grew is no longer "
-                                   "reached from the loop's roots")  # fmt: skip
+            diagnosis.notes.append(said.NO_LONGER_REACHED)
             return
         try:
             set_chain(diagnosis, path, self.walker)
@@ -293,10 +277,7 @@ class GrowthWatch:
             path.clear()
         after = slot.nbytes_after or 0
         added, now = format_amount(after - slot.nbytes, BYTES), format_amount(after, BYTES)
-        rebuilt = "a new array in the same place" if slot.lines else "the same array"
-        diagnosis.notes.append(
-            f"grew by {added} during the loop's next step (now {now}): {rebuilt}"
-        )
+        diagnosis.notes.append(said.grew_by(added, now, rebuilt=bool(slot.lines)))
         if slot.made_at is not None or slot.lines:  # the next step showed its lines
             diagnosis.notes[:] = [note for note in diagnosis.notes if note != NO_LINES]
         if slot.made_at is not None:
@@ -304,10 +285,7 @@ class GrowthWatch:
         if slot.lines:
             diagnosis.stored_at = per_step(slot.lines, 1, self._lines.via)
         else:
-            diagnosis.notes.append(
-                "no stored-at line: no user line put a new array in its place during the "
-                "loop's next step (it grew in place, or by library code)"
-            )
+            diagnosis.notes.append(said.NO_STORED_AT)
 
     def _path_to(self, slot: Slot) -> Path | None:
         """The chain to the slot's array: to its holder, then the slot's edge (a search
@@ -344,15 +322,11 @@ def watch_growth(
     step, or None with a note when no next step will be watched (``next_step`` False:
     judged after the loop ended) or the roots reach no array."""
     if not next_step:
-        diagnosis.notes.append(LOOP_GONE.format(why="the loop ended at the judged step"))
+        diagnosis.notes.append(said.loop_gone(said.LOOP_ENDED))
         return None
     slots = weigh_slots(loop_roots(roots, files), walker)
     if not slots:
-        diagnosis.notes.append(
-            "no holder named: the loop's roots reach no tensor or array (a holder is "
-            "looked for from them: give track() or the callback the objects that keep "
-            "state)"
-        )
+        diagnosis.notes.append(said.NO_ARRAYS)
         return None
     watch = GrowthWatch(slots, walker)
     watch.files = set(files)
