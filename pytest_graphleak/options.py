@@ -30,7 +30,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypedDict
 
-from pytest_graphleak.engine.tracker import START_SCANS
 from pytest_graphleak.probes import PROBE_NAMES
 from pytest_graphleak.values import OptionError, byte_size, flag, int_at_least, one_of
 from pytest_graphleak.verdict import FEWEST_STEPS, fewest_steps, steps_to_catch
@@ -42,6 +41,10 @@ DEFAULT_RSS_TOLERANCE = 1024 * 1024  # bytes per step; see README "How the verdi
 GITHUB_MODES = ("auto", "on", "off")
 #: ``--graphleak-verify-fix``: try each fix by re-running the step (``diagnose/fix_verify``).
 VERIFY_FIX_MODES = ("on", "off")
+
+#: ``--graphleak-start-scan``: how a check finds what was alive before it
+#: (``engine/tracker.Sampler.begin``).
+START_SCANS = ("roots", "heap")
 
 #: Where an option can be given (see the module docstring).
 PLACES = ("pytest", "marker", "check", "track", "command")

@@ -47,6 +47,8 @@ _MASKS: list[tuple[re.Pattern[str], str]] = [
     # Measured memory: bytes and KiB/MiB/GiB amounts, growth rates, and raw byte counts.
     (re.compile(r"[+-]?\d+(\.\d+)?\s?(B|bytes|KiB|MiB|GiB|kB|MB|GB)\b"), "<BYTES>"),
     (re.compile(r"python \d+\.\d+\.\d+\S*"), "python <VERSION>"),
+    # A noisy metric's sparkline in a text report: its shape is the run's noise too.
+    (re.compile(r"(\b(process|cuda)\.\w+ +<BYTES> -> <BYTES> +)\S+"), r"\1<SPARK>"),
 ]
 # JSON fields whose values are measurements or the machine, not behaviour.
 _MASKED_KEYS = re.compile(

@@ -280,18 +280,10 @@ LAYER_ONE_IMPORTS: dict[str, str] = {
 
 #: Imports made for annotations only (``if TYPE_CHECKING:``) that close an import circle:
 #: each is one edge of a circle the runtime does not see, and each is debt. The edge that
-#: closes it, with why it is there and what would open it.
-TYPE_ONLY_CIRCLES: dict[str, str] = {
-    "pytest_graphleak.diagnose.cycles -> pytest_graphleak.diagnose.loop_recorder":
-        "the recorder hands cycles its Leaked/Observation records: they belong in a data "
-        "module below both (issue 37 item 3, loop.py's narrow diagnosis interface)",
-    "pytest_graphleak.diagnose.churn -> pytest_graphleak.diagnose.loop_recorder":
-        "the recorder hands churn its Leaked records, as it does cycles (the same data "
-        "module below both would end both circles)",
-    "pytest_graphleak.session -> pytest_graphleak.options":
-        "a RunningTest (layer 1) carries Settings (layer 5): a settings protocol in layer 1 "
-        "opens engine/tracker -> heap/gcstate -> session -> options -> engine/tracker",
-}  # fmt: skip
+#: closes it, with why it is there and what would open it. None today: issue 46 opened the
+#: last three (the recorder's records moved to ``diagnose/observed``, ``START_SCANS`` to
+#: the options table).
+TYPE_ONLY_CIRCLES: dict[str, str] = {}
 
 #: minigrad's own import circles (as the depth-first walk closes them), accepted: opening
 #: them is minigrad's own work, and no part of the plugin depends on their shape.

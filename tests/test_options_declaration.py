@@ -168,20 +168,19 @@ def test_bad_ini_values_still_name_the_key_and_file(pytester: pytest.Pytester) -
 
 
 def test_every_place_checks_a_count_with_the_same_words() -> None:
-    """One value check per type (``values``): the tracker, the loops, check_distributed(),
-    the verdict and the command's --steps said it five ways."""
+    """One value check per type (``values``): the options table, the loops,
+    check_distributed(), the verdict and the command's --steps said it five ways. The
+    tracker checks none: what reaches it was checked once, by the options table."""
     import argparse
 
     from pytest_graphleak.cli import positive_int
-    from pytest_graphleak.engine.tracker import Sampler
     from pytest_graphleak.loop import check_count
     from pytest_graphleak.values import seconds
     from pytest_graphleak.verdict import judge
 
     expect = "warmup must be an integer >= 0, got -1"
-    for call in (lambda: Sampler(warmup=-1), lambda: judge({}, {}, warmup=-1)):
-        with pytest.raises(ValueError, match=expect):
-            call()
+    with pytest.raises(ValueError, match=expect):
+        judge({}, {}, warmup=-1)
     with pytest.raises(ValueError, match=r"window must be an integer >= 2 \(or None\), got 1"):
         check_count("window", 1, minimum=2)
     with pytest.raises(argparse.ArgumentTypeError, match=r"^must be an integer >= 1, got 0$"):

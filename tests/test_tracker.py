@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from suite_helpers import gc_state
 
+from pytest_graphleak import check
 from pytest_graphleak.engine import tracker
 
 mg = pytest.importorskip("minigrad")
@@ -116,10 +117,11 @@ def test_sampling_sees_only_objects_created_since_the_freeze(restore_gc) -> None
     assert len(ballast) == 200_000
 
 
-def test_sampler_rejects_bad_arguments() -> None:
+def test_bad_steps_and_warmup_are_refused_once_before_the_tracker() -> None:
+    """The options table checks them (issue 46: once); the tracker trusts ``Settings``."""
     with pytest.raises(ValueError, match="steps must be an integer >= 1, got 0"):
-        tracker.run(lambda: None, steps=0, warmup=1)
+        check(lambda: None, steps=0, warmup=1)
     with pytest.raises(ValueError, match="warmup must be an integer >= 0, got -1"):
-        tracker.run(lambda: None, steps=3, warmup=-1)
+        check(lambda: None, steps=3, warmup=-1)
     with pytest.raises(ValueError, match="got True"):
-        tracker.run(lambda: None, steps=True, warmup=1)
+        check(lambda: None, steps=True, warmup=1)

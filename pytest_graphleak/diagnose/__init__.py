@@ -29,7 +29,6 @@ from typing import Any
 from pytest_graphleak.diagnose.backends import NODE, TENSOR, Backend, TorchBackend, active_backends
 from pytest_graphleak.diagnose.classify import Grown, facts_of, grown_of, pattern_of
 from pytest_graphleak.diagnose.cycles import (
-    SeenCycle,
     cycle_story,
     find_first,
     hook_sites,
@@ -40,9 +39,9 @@ from pytest_graphleak.diagnose.facts import chain_of
 from pytest_graphleak.diagnose.heap import diagnose_heap
 from pytest_graphleak.diagnose.holders import not_reached, plain_cycle, unrooted
 from pytest_graphleak.diagnose.loop_memory import watch_growth
-from pytest_graphleak.diagnose.loop_recorder import Observation
 from pytest_graphleak.diagnose.memory import growing_holder
 from pytest_graphleak.diagnose.observe import RECORDED_RUNS, RUNS, observe
+from pytest_graphleak.diagnose.observed import Observation, SeenCycle
 from pytest_graphleak.diagnose.render import drawing, render_cycle
 from pytest_graphleak.diagnose.roots import all_roots
 from pytest_graphleak.diagnose.search import Path, Searched, find_chain

@@ -22,58 +22,20 @@ from __future__ import annotations
 import types
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pytest_graphleak.diagnose.backends import TENSOR
 from pytest_graphleak.diagnose.edges import ObjectEdges
+from pytest_graphleak.diagnose.observed import Churn, Leaked
 from pytest_graphleak.diagnose.render import library_of
 from pytest_graphleak.diagnose.search import find_cycle
-from pytest_graphleak.diagnose.sites import ENGINE_PACKAGES, Site
+from pytest_graphleak.diagnose.sites import ENGINE_PACKAGES
 from pytest_graphleak.heap.usercode import is_user_file, is_user_module
-from pytest_graphleak.result import display_path
-
-if TYPE_CHECKING:  # churn is below the recorder: the recorder hands these in
-    from pytest_graphleak.diagnose.loop_recorder import Leaked
 
 #: Objects of the user's code (and of a library's) looked at for a cycle, at most.
 _PICKED = 20
 #: Objects one such cycle search visits, at most (a cycle of garbage is all garbage).
 _CYCLE_SEARCH = 2_000
-
-
-@dataclass
-class Churn:
-    """Tensors without a graph that a library's own reference cycles held: plain data."""
-
-    tensors: int = 0  # over the recorded steps
-    #: The library whose objects are on those cycles (``sdelib``); "" when none is known.
-    library: str = ""
-    sites: dict[Site, int] = field(default_factory=dict)  # where they were made, counted
-
-    def add(self, other: Churn) -> None:
-        self.tensors += other.tensors
-        self.library = self.library or other.library
-        for site, count in other.sites.items():
-            self.sites[site] = self.sites.get(site, 0) + count
-
-    def note(self, steps: int, via: dict[Site, str] | None = None) -> str:
-        """``sdelib makes 15 tensors a step that only the cyclic collector frees ...``"""
-        per = self.tensors / max(1, steps)
-        count = f"{per:.0f}" if per == int(per) else f"{per:.1f}"
-        who = f"the library {self.library}" if self.library else "a library"
-        made = ""
-        if self.sites:
-            site = max(self.sites, key=lambda s: (self.sites[s], s))
-            line = f"{display_path(site[0])}:{site[1]}"
-            inner = (via or {}).get(site, "")
-            made = f" (created at {line}" + (f" via {inner})" if inner else ")")
-        return (
-            f"{who} makes {count} {'tensor' if count == '1' else 'tensors'} a step that "
-            f"only the cyclic collector frees{made}: its own reference cycles hold them, "
-            "they carry no autograd graph and none of your objects is on those cycles, so "
-            "they are not a leak of yours (every gc.collect() frees them all)"
-        )
 
 
 def carries_graph(item: Leaked) -> bool:

@@ -27,39 +27,19 @@ import linecache
 import sys
 import types
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pytest_graphleak.diagnose.backends import NODE, TENSOR, Backend, TorchBackend
 from pytest_graphleak.diagnose.churn import carries_graph
 from pytest_graphleak.diagnose.edges import ObjectEdges
+from pytest_graphleak.diagnose.observed import Leaked, Observation, SeenCycle
 from pytest_graphleak.diagnose.render import drawing, render_cycle
 from pytest_graphleak.diagnose.search import Path, find_cycle
-from pytest_graphleak.diagnose.sites import Site
 from pytest_graphleak.heap.graphwalk import grad_fn_of
 from pytest_graphleak.heap.usercode import is_user_file, library_label
 from pytest_graphleak.probes.autograd.torch_hooks import reading
-from pytest_graphleak.result import CreationSite, Drawing, display_path
+from pytest_graphleak.result import CreationSite, display_path
 from pytest_graphleak.words import cycles as words
-
-if TYPE_CHECKING:  # cycles is below the recorder: the recorder hands these in
-    from pytest_graphleak.diagnose.loop_recorder import Leaked, Observation
-
-@dataclass
-class SeenCycle:
-    """A cycle among a loop's recorded objects, seen as the collector freed it: plain data."""
-
-    cycle: list[str]  # rendered, as ``Diagnosis.cycle``
-    drawing: Drawing | None  # as ``Diagnosis.drawing``
-    notes: list[str]
-    fix: str  # "" for the pattern's usual fix
-    #: tensors and graph nodes of the recorded steps that only the collector freed
-    freed: int = 0
-    sites: dict[Site, int] = field(default_factory=dict)  # their creation sites, counted
-    #: The line to change: the cycle's hook or closure of the user's (``hook_sites``).
-    change_at: list[CreationSite] = field(default_factory=list)
-
-
 
 #: Leaked objects a cycle is searched from, at most (tensors first).
 _STARTS = 8

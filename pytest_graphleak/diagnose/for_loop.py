@@ -13,7 +13,8 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from pytest_graphleak.diagnose.loop_memory import GrowthWatch
-from pytest_graphleak.diagnose.loop_recorder import LoopRecorder, Observation
+from pytest_graphleak.diagnose.loop_recorder import LoopRecorder
+from pytest_graphleak.diagnose.observed import Observation
 from pytest_graphleak.diagnose.sites import per_step
 from pytest_graphleak.diagnose.stored import LiveWatch, root_reader, watch_failed
 from pytest_graphleak.result import Diagnosis

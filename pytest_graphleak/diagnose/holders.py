@@ -22,7 +22,7 @@ from typing import Any
 
 from pytest_graphleak.diagnose.backends import TENSOR
 from pytest_graphleak.diagnose.edges import MAX_ITEMS, Edge, ObjectEdges, items_of
-from pytest_graphleak.diagnose.loop_recorder import Observation
+from pytest_graphleak.diagnose.observed import Observation
 from pytest_graphleak.diagnose.search import (
     MAX_PER_ROOT,
     MAX_VISITED,

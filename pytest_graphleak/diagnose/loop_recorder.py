@@ -24,7 +24,6 @@ import contextlib
 import gc
 import weakref
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_graphleak.diagnose.backends import (
@@ -34,9 +33,10 @@ from pytest_graphleak.diagnose.backends import (
     TorchBackend,
     active_backends,
 )
-from pytest_graphleak.diagnose.churn import Churn, split
-from pytest_graphleak.diagnose.cycles import SeenCycle, see_cycle
+from pytest_graphleak.diagnose.churn import split
+from pytest_graphleak.diagnose.cycles import see_cycle
 from pytest_graphleak.diagnose.edges import ObjectEdges
+from pytest_graphleak.diagnose.observed import Churn, Leaked, Observation, SeenCycle
 from pytest_graphleak.diagnose.sites import (
     Site,
     SiteRecorder,
@@ -53,81 +53,26 @@ from pytest_graphleak.probes.autograd import loaded
 Made = dict[int, tuple[weakref.ref[Any], Backend, str, int]]
 
 
-@dataclass
-class Leaked:
-    """One leaked object, held strongly until ``Observation.release()``."""
-
-    obj: Any
-    backend: Backend
-    kind: str  # "tensor" | "node"
-    run: int  # which recorded step made it (1-based)
-    site: Site | None
-
-
-@dataclass
-class Observation:
-    #: steps run, and how many of them recorded what they made
-    runs: int
-    recorded_runs: int
-    alive: list[Leaked] = field(default_factory=list)  # held by live references
-    cyclic: list[Leaked] = field(default_factory=list)  # found only by the cyclic GC
-    #: Range of torch autograd sequence numbers of the recorded runs: [lo, hi).
-    torch_seq: tuple[int, int] | None = None
-    node_sites: dict[int, Site] = field(default_factory=dict)
-    pack_hooks: dict[int, Any] = field(default_factory=dict)
-    #: user site -> library line that made a tensor for it ("via"), when there was one
-    site_via: dict[Site, str] = field(default_factory=dict)
-    #: The other objects the collector found with the cyclic ones (plain objects of a
-    #: cycle that holds a leaked tensor), kept to draw that cycle.
-    garbage: list[Any] = field(default_factory=list)
-    #: The creation sites of graph nodes were recorded for the first nodes only.
-    node_sites_truncated: bool = False
-    runs_done: int = 0
-    error: str | None = None
-    #: What a loop's collections freed of its recorded objects (see ``LoopRecorder``).
-    seen_cycle: SeenCycle | None = None
-    #: Set by a loop that can watch its next step: the diagnosis leaves the chain it
-    #: found in ``follow`` (path, walker) for ``stored.LiveWatch``, instead of freeing it.
-    wants_follow: bool = False
-    follow: Any = None
-    #: A loop's memory-growth: the slots it weighs again after its next step
-    #: (``loop_memory.GrowthWatch``), left here by the diagnosis like ``follow``.
-    growth: Any = None
-    #: The files where the recorded steps made tensors (their module globals are roots).
-    made_in: set[str] = field(default_factory=set)
-    #: What the recording could not do, as notes (it never raises into the step).
-    trouble: list[str] = field(default_factory=list)
-    #: Tensors without a graph that only a library's own reference cycles held, taken
-    #: out of ``cyclic`` (and out of what a loop's collections saw): not the user's leak.
-    churn: Churn | None = None
-
-    def release(self) -> None:
-        self.alive.clear()
-        self.cyclic.clear()
-        self.garbage.clear()
-
-    @property
-    def leaked(self) -> list[Leaked]:
-        return [*self.cyclic, *self.alive]
-
-    def take_sites(
-        self, recorder: SiteRecorder | None, tensor_sites: Mapping[int, Site] | None = None
-    ) -> None:
-        """The creation sites of the leaked objects: from the site ``recorder`` (None
-        without one) and from a library's own record. ``tensor_sites``: the recorder's
-        sites read before a collection (``alive_tensor_sites``), which cleared the weak
-        references of the cyclic tensors that it saved."""
-        if recorder is not None:
-            self.node_sites = dict(recorder.node_sites)
-            self.pack_hooks = dict(recorder.pack_hooks)
-            self.site_via = dict(recorder.via)
-            trouble = recorder_trouble(recorder)
-            if trouble and trouble not in self.trouble:
-                self.trouble.append(trouble)
-        for leaked in self.leaked:
-            known = tensor_sites.get(id(leaked.obj)) if tensor_sites else None
-            leaked.site = known or _site_of(leaked, recorder)
-        node_sites_from_outputs(self.leaked, self.node_sites)
+def take_sites(
+    obs: Observation,
+    recorder: SiteRecorder | None,
+    tensor_sites: Mapping[int, Site] | None = None,
+) -> None:
+    """The creation sites of the leaked objects: from the site ``recorder`` (None
+    without one) and from a library's own record. ``tensor_sites``: the recorder's
+    sites read before a collection (``alive_tensor_sites``), which cleared the weak
+    references of the cyclic tensors that it saved."""
+    if recorder is not None:
+        obs.node_sites = dict(recorder.node_sites)
+        obs.pack_hooks = dict(recorder.pack_hooks)
+        obs.site_via = dict(recorder.via)
+        trouble = recorder_trouble(recorder)
+        if trouble and trouble not in obs.trouble:
+            obs.trouble.append(trouble)
+    for leaked in obs.leaked:
+        known = tensor_sites.get(id(leaked.obj)) if tensor_sites else None
+        leaked.site = known or _site_of(leaked, recorder)
+    node_sites_from_outputs(obs.leaked, obs.node_sites)
 
 
 class LoopRecorder:
@@ -262,7 +207,7 @@ class LoopRecorder:
             if obj is not None and step > 0:
                 obs.alive.append(Leaked(obj, backend, kind, step, None))
         try:
-            obs.take_sites(self.mode)
+            take_sites(obs, self.mode)
             if self.mode is not None:
                 obs.made_in = self.mode.made_in()
         except Exception as exc:

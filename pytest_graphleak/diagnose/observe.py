@@ -21,7 +21,8 @@ from collections.abc import Callable
 from pytest_graphleak.diagnose.backends import Backend
 from pytest_graphleak.diagnose.churn import split
 from pytest_graphleak.diagnose.edges import ObjectEdges
-from pytest_graphleak.diagnose.loop_recorder import Leaked, LoopRecorder, Observation
+from pytest_graphleak.diagnose.loop_recorder import LoopRecorder, take_sites
+from pytest_graphleak.diagnose.observed import Leaked, Observation
 from pytest_graphleak.heap.gcstate import Measuring
 
 #: Steps run by the diagnosis, and how many of them record creation sites.
@@ -87,7 +88,7 @@ def observe(
             obj = ref()
             if obj is not None and oid in candidates:
                 result.alive.append(Leaked(obj, backend, kind, run, None))
-        result.take_sites(recorder.mode, sites)
+        take_sites(result, recorder.mode, sites)
         sites.clear()
         result.trouble.extend(recorder.trouble)
         if result.cyclic:  # a library's own cycles of tensors without a graph: counted apart

@@ -19,7 +19,7 @@ from pytest_graphleak.diagnose.backends import TENSOR
 from pytest_graphleak.diagnose.churn import carries_graph
 from pytest_graphleak.diagnose.edges import ObjectEdges
 from pytest_graphleak.diagnose.facts import chain_of
-from pytest_graphleak.diagnose.loop_recorder import Observation
+from pytest_graphleak.diagnose.observed import Observation
 from pytest_graphleak.diagnose.search import Path, shortest_path
 from pytest_graphleak.diagnose.sites import per_step
 from pytest_graphleak.diagnose.stored import root_reader, watch_holder

@@ -43,10 +43,6 @@ from pytest_graphleak.heap.gcstate import Measuring
 from pytest_graphleak.metrics import Metric
 from pytest_graphleak.probes import GcProbe, Probe, make_probes
 from pytest_graphleak.probes.base import WarmupRecorder
-from pytest_graphleak.values import int_at_least, one_of
-
-#: How a check finds what was alive before it (``Sampler.begin``).
-START_SCANS = ("roots", "heap")
 
 #: The start walk's limit when the warmup recording finds the tensors the step uses:
 #: the walk only adds what the recording cannot see, and must stay cheap (~ms).
@@ -132,6 +128,8 @@ class Sampler:
     """The low-level loop body shared by ``run`` and hand-written loops (``track``).
 
     ``begin()`` -> (``after_step()`` after each step) -> ``end()`` in ``finally``.
+    Its arguments come from ``Settings``, checked once by the options table: none is
+    checked again here.
     """
 
     def __init__(
@@ -140,9 +138,7 @@ class Sampler:
     ) -> None:  # fmt: skip
         """``samples``: how many samples the check takes, where it is known (a loop's is
         not): a probe whose reading has a cost of its own sizes it by them (``plan``)."""
-        int_at_least("warmup", warmup, 0)
         self._samples = samples
-        one_of("start_scan", start_scan, START_SCANS)
         self.warmup = warmup
         self.start_scan = start_scan
         self._probe_names = probes
@@ -408,7 +404,6 @@ def run(
     raised.
     """
     __tracebackhide__ = True  # pytest shows the step's frames, not the path to them
-    int_at_least("steps", steps, 1)
     planned = warmup + steps
     sampler = Sampler(warmup=warmup, probes=probes, start_scan=start_scan, samples=planned)
     sampler.begin([step, *roots])  # a temporary list: begin() empties it
