@@ -185,7 +185,7 @@ def test_every_surface_shows_the_one_fix(path: Path) -> None:
     nodeid = f"{path.name}::test_leaky"
     document = build_document([CheckedTest(nodeid, "failed", [data])], generated_by="test")
     page = html.unescape(render_html(document, draw=None).replace("<wbr>", ""))
-    assert f'class="fix">{fix}</' in page  # (<wbr>: where a long line may break)
+    assert f'class="fix-text">{fix}</' in page  # (<wbr>: where a long line may break)
     rows = document_rows(document, {})
     assert [row.fix for row in rows] == [fix]
     annotation = commands(rows, str(EXAMPLES.parent))  # the fix is the message's first line

@@ -23,6 +23,7 @@ from pytest_graphleak.report.dot import (
     render_svg,
 )
 from pytest_graphleak.report.html import render_html, source_context
+from pytest_graphleak.report.html_script import SCRIPT
 from pytest_graphleak.report.json_doc import CheckedTest, build_document
 from pytest_graphleak.report.svg import series_chart
 from pytest_graphleak.result import (
@@ -140,9 +141,12 @@ def test_page_is_self_contained_and_escapes_everything() -> None:
     page = Page(html)
     assert html.startswith("<!DOCTYPE html>")
     assert page.all("meta", charset="utf-8")
-    # Nothing runs and nothing loads: no script, no external link, image, font or frame.
+    # Nothing loads: no external link, image, font or frame; the one script is inline and
+    # the constant text of ``html_script`` (no data of the report in it).
     tags = {t for t, _ in page.tags}
-    assert not tags & {"script", "iframe", "img", "link", "object", "embed"}
+    assert not tags & {"iframe", "img", "link", "object", "embed"}
+    assert page.all("script") == [{}]
+    assert f"<script>{SCRIPT}</script>" in html
     for _, attrs in page.tags:
         assert not any(k.startswith("on") for k in attrs)
         for key in ("href", "src", "xlink:href"):
@@ -168,11 +172,15 @@ def test_every_series_gets_a_chart_with_the_warmup_shaded() -> None:
     assert len(page.all("rect", class_="warmup")) == len(charts)
     assert len(page.all("polyline", class_="series grew")) == 2  # the two leaks' grown metric
     assert len(page.all("polyline", class_="series")) + 2 == len(charts)
-    # The clean test folds away; the leaks stay open (their full-size drawings fold
-    # away; with the chain and the cycle drawn, no DOT text is shown).
+    # The clean test folds away (its card and its index row in a folded group); the leaks
+    # stay open (their full-size drawings fold away; with the chain and the cycle drawn,
+    # no DOT text is shown).
     cards = page.all("details", class_="card")
     assert ["open" in card for card in cards] == [True, True, False]
-    others = [d for d in page.all("details") if d.get("class") not in ("env", "fullsize", "card")]
+    groups = page.all("details", class_="group row s-clean")
+    assert len(groups) == 2 and not any("open" in group for group in groups)
+    known = ("env", "fullsize", "card", "group row s-clean")
+    others = [d for d in page.all("details") if d.get("class") not in known]
     assert others == []
     assert len(page.all("details", class_="fullsize")) == 2
 
@@ -261,18 +269,26 @@ def test_dark_mode_and_a_filter_without_script() -> None:
     page = Page(html)
     assert "@media (prefers-color-scheme: dark)" in html
     # One chip per status the page has, counting what the summary counts (a warned
-    # leak is no "leaked" one), then expand all / collapse all: radio inputs and CSS.
+    # leak is no "leaked" one): radio inputs and CSS, which need no script.
     radios = page.all("input", type="radio")
     shows = ["show-all", "show-leaked", "show-warned", "show-clean"]
-    folds = ["fold-each", "fold-open", "fold-shut"]
-    assert [r["id"] for r in radios] == shows + folds
-    assert "checked" in radios[0] and "checked" in radios[4]
+    assert [r["id"] for r in radios] == shows and "checked" in radios[0]
     labels = [a["for"] for a in page.all("label")]
-    assert labels == shows + folds
+    assert labels == shows
     sections = [a["class"] for a in page.all("section")]
     assert sections == ["test row s-leaked", "test row s-warned", "test row s-clean"]
     assert "#show-leaked:checked ~ main .row:not(.s-leaked)" in html
-    assert "#fold-shut:checked ~ main details.card::details-content" in html
+    # The "clean" chip unfolds the folded clean rows and cards.
+    assert "#show-clean:checked ~ main details.group::details-content" in html
+    # The text filter and expand/collapse all are the script's: hidden until it runs, so
+    # with scripts off no dead control shows; no CSS overrides a card's own open state
+    # (its marker always tells the truth).
+    (tools,) = page.all("nav", id="tools")
+    assert "hidden" in tools
+    assert page.all("input", type="search", id="find")
+    assert [b["id"] for b in page.all("button")] == ["expand", "collapse"]
+    assert "details.card::details-content" not in html and "fold-" not in html
+    assert "d.open = open" in SCRIPT and 'getElementById("find")' in SCRIPT
     text = "".join(page.text)
     assert "leaked (1)" in text and "warned (1)" in text and "clean (1)" in text
     assert "1 leaked, 1 warned, 1 clean" in text
@@ -529,3 +545,95 @@ def test_tokens_break_at_separators_and_the_top_tick_covers_the_data() -> None:
     (band,) = page.all("polygon", class_="band")
     ys = [float(p.split(",")[1]) for p in band["points"].split()]
     assert min(ys) >= 42 - 0.5  # never above the plot's top (_TOP)
+
+
+def _clean(name: str) -> dict[str, Any]:
+    return CheckResult(
+        name=name, steps=16, warmup=3, series={"minigrad.tensors": [4.0] * 19},
+        units={"minigrad.tensors": "objects"}, duration_s=0.02,
+        verdict=Verdict(False, reason="no metric grew: no floor rose every k <= 5 steps over "
+                        "16 measured steps (1 metric judged)", slowest_leak_steps=5),
+    ).to_dict()  # fmt: skip
+
+
+def _index_rows(html: str) -> list[list[str]]:
+    """Each index row's cells as text, in page order (the folded clean table's too)."""
+    rows = re.findall(r'<tr class="row s-[^"]*"[^>]*>(.*?)</tr>', html)
+    return [["".join(Page(cell).text) for cell in re.findall(r"<td[^>]*>(.*?)</td>", row)]
+            for row in rows]  # fmt: skip
+
+
+def test_index_is_four_columns_with_the_fix_under_the_test_and_clean_rows_folded() -> None:
+    outlive = leak("t.py::test_keeps::outlive", chain=["global 'history'", "list(len=1)"])
+    outlive["kind"] = "outlive"
+    tests = [CheckedTest(f"t.py::test_step[{n}]", "passed", [_clean(f"t.py::test_step[{n}]")])
+             for n in (10, 9, 100, 2)]  # fmt: skip
+    tests.append(CheckedTest("t.py::test_keeps", "passed", [outlive]))
+    html = render_html(build_document(tests, generated_by="x"), draw=None)
+    page = Page(html)
+    # Four columns, only the test's flexible: the table fits 641-900 px (the fix is no
+    # column of its own but a line under the test id).
+    (table_html,) = re.findall(r'<table class="index">.*?</table>', html)[:1]
+    assert [a["class"] for a in Page(table_html).all("col")] == ["status", "test", "growth",
+                                                                 "time"]  # fmt: skip
+    assert re.findall(r"<th>(\w+)</th>", table_html) == ["status", "test", "growth", "time"]
+    assert "table.index { table-layout: fixed; width: 100%; }" in html
+    rows = _index_rows(html)
+    status, test, _, time = rows[0]
+    assert status == "WARNING" and test.startswith("WARNINGt.py::test_keeps")
+    assert "list-accumulation · fix: store plain numbers" in test
+    # Nothing was timed in the outlive audit: a dash, not "0.00 s".
+    assert time == "\u2013" and "0.00 s" not in html
+    # The clean rows come after the finding, folded into one line, numbers in order.
+    assert [r[1].removeprefix("CLEAN") for r in rows[1:]] == [
+        f"t.py::test_step[{n}]" for n in (2, 9, 10, 100)]  # fmt: skip
+    groups = page.all("details", class_="group row s-clean")
+    assert len(groups) == 2 and not any("open" in g for g in groups)
+    summaries = "".join(page.text)
+    assert "4 clean tests: nothing grew" in summaries and "cards of the 4 clean tests" in summaries
+    # With no finding there is nothing to fold: every row shows.
+    clean_only = render_html(build_document(tests[:4], generated_by="x"), draw=None)
+    assert not Page(clean_only).all("details", class_="group row s-clean")
+    assert [r[1].removeprefix("CLEAN") for r in _index_rows(clean_only)] == [
+        f"t.py::test_step[{n}]" for n in (2, 9, 10, 100)]  # fmt: skip
+
+
+def test_test_ids_break_between_parts_and_are_not_underlined() -> None:
+    from pytest_graphleak.report.html_cards import breakable_id
+
+    assert breakable_id("tests/test_a.py::test_b_c[1-a_b]") == (
+        "tests/<wbr>test_a.py::<wbr>test_b_c<wbr>[1-a_b]")  # fmt: skip
+    html = render_html(document(), draw=None)
+    assert "a.id {" in html and "text-decoration: none" in html[html.index("a.id {"):][:200]
+    links = Page(html).all("a", class_="id")
+    assert links and all(a["href"].startswith("#t-") for a in links)
+    assert "<h2>t.<wbr>py" not in html and "<h2>t.py::<wbr>test_ok</h2>" in html
+
+
+def test_cards_use_the_same_words_and_a_clean_verdict_in_plain_words() -> None:
+    unmeasured = CheckResult(
+        name="t.py::test_um", steps=16, warmup=3, series={}, units={},
+        verdict=Verdict(False), unmeasured="no probe measured anything",
+        unmeasured_fix=add_probe_fix("minigrad"),
+    ).to_dict()  # fmt: skip
+    verified = leak("t.py::test_leak", chain=["fixture 'state'", "list(len=9)"])
+    verified["diagnosis"]["fix_tried"] = {"text": "t.py:4: losses.append(loss.item())",
+                                          "verified": True, "steps": 19}  # fmt: skip
+    doc = build_document([
+        CheckedTest("t.py::test_um", "failed", [unmeasured]),
+        CheckedTest("t.py::test_ok", "passed", [_clean("t.py::test_ok")]),
+        CheckedTest("t.py::test_leak", "failed", [verified]),
+    ], generated_by="x")  # fmt: skip
+    html = render_html(doc, draw=None)
+    labels = re.findall(r"<dt>(.*?)</dt>", html)
+    # "fix" on every card; the verified qualifier under the fix, not in the label column
+    assert "to change" not in labels and labels.count("fix") == 2
+    fix = re.search(r'<dt>fix</dt><dd class="fix">(.*?)</dd>', html.split("test_leak")[-1])
+    assert fix is not None
+    cell = "".join(Page(fix.group(1)).text)
+    assert cell == ("t.py:4: losses.append(loss.item())"
+                    "verified: 19 more steps with this change grew nothing")  # fmt: skip
+    text = "".join(Page(html).text)
+    assert "floor" not in text and "k <=" not in text
+    assert ("verdict: nothing grew (1 metric judged over 16 measured steps after 3 warmup "
+            "steps); a leak that grows at least once every 5 steps would have shown") in text

@@ -184,8 +184,8 @@ def test_every_surface_reads_the_unmeasured_fix_field() -> None:
     validate(document, load_schema())
     assert CheckResult.from_dict(check.to_dict()).unmeasured_fix == check.unmeasured_fix
     page = render_html(document, draw=None)
-    assert '<dt>to change</dt><dd class="fix">import torch before the check</dd>' in page
-    assert '<td class="fix">import torch before the check</td>' in page  # the index's row
+    assert '<dt>fix</dt><dd class="fix">import torch before the check</dd>' in page
+    assert '<span class="fix">fix: import torch before the check</span>' in page  # the index
     (command,) = commands(document_rows(document, {}), "/")
     message = command.split("::", 2)[2].split("%0A")
     assert message[:2] == ["fix: import torch before the check",

@@ -1,16 +1,18 @@
 """The HTML report: one self-contained file rendered from the JSON document.
 
-No script, no network: styles inline in ``<head>`` (``report.html_style``), charts as
-inline SVG, the holder chain and the cycle drawn by the plugin itself
-(``report.graph_svg``). The page opens with the session's count sentence, one chip per
-status that counts exactly what that sentence counts (the document's ``summary``), and
-an index: status, test, pattern, the fix, the growth and the time of each test, linked
-to its card. Cards (``report.html_cards``) are ``<details>``: leaks and checks with no
-verdict open, clean and known ones folded; "expand all" / "collapse all" are radio
-inputs and CSS (``::details-content``). Anchors are made from the test ids, so a shared
-link finds the same test after the next run. Light and dark follow
-``prefers-color-scheme``. The layout holds at 360 px: wide tables scroll in place, and
-the index and metric tables keep their growth column.
+No network: styles inline in ``<head>`` (``report.html_style``), charts as inline SVG, the
+holder chain and the cycle drawn by the plugin itself (``report.graph_svg``). The page
+opens with the session's count sentence, one chip per status that counts exactly what
+that sentence counts (the document's ``summary``; radio inputs and CSS), and an index:
+status, test (the pattern and the fix under it), growth and time, linked to each card.
+With findings, the clean tests' rows and cards fold into one line each. Cards
+(``report.html_cards``) are ``<details>``: leaks and checks with no verdict open, clean
+and known ones folded. One inline script (``report.html_script``) adds a text filter and
+"expand all" / "collapse all"; the page works without it. Tests sort by id with their
+numbers read as numbers. Anchors are made from the test ids, so a shared link finds the
+same test after the next run. Light and dark follow ``prefers-color-scheme``, drawings
+included. The index fits any width down to 360 px (four columns, only the test's
+flexible; on a phone the badge moves into the test's cell and the time goes).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from pytest_graphleak.metrics import format_rate
+from pytest_graphleak.metrics import count_of, format_rate
 from pytest_graphleak.patterns import FALLBACK
 from pytest_graphleak.report.dot import render_svg
 from pytest_graphleak.report.html_cards import (
@@ -30,22 +32,27 @@ from pytest_graphleak.report.html_cards import (
     DotRenderer,
     badge,
     breakable,
-    duration,
+    breakable_id,
+    seconds,
     shown_path,
     source_context,
     table,
 )
+from pytest_graphleak.report.html_script import SCRIPT, TOOLS
 from pytest_graphleak.report.html_style import stylesheet
 from pytest_graphleak.report.json_doc import file_head
 from pytest_graphleak.report.model import Report, TestRow, headline_growth
 from pytest_graphleak.report.summary import no_rows
 from pytest_graphleak.report.view import fix_of
-from pytest_graphleak.status import DISPLAY_ORDER, display_key
+from pytest_graphleak.status import BY_WORD, CLEAN, DISPLAY_ORDER, TABLE, display_key
 
 __all__ = ["anchor_of", "is_html_report", "render_html", "shown_path", "source_context"]
 
 #: What an anchor keeps of a test id as it is; anything else becomes ``-``.
 _ANCHOR_SAFE = re.compile(r"[^A-Za-z0-9_.:/-]+")
+_DIGITS = re.compile(r"(\d+)")
+#: The status word of the clean group (``status.TABLE``).
+CLEAN_WORD = next(row.word for row in TABLE if row.group == CLEAN)
 
 
 def render_html(
@@ -65,8 +72,9 @@ def render_html(
     (``Declaration.tolerance``).
     """
     report = Report.from_dict(document)  # the typed read model: no dict read below
-    # Leaks first, then by node id: the order is the same on every run and under xdist.
-    rows = sorted(report.tests, key=lambda row: (display_key(row.status), row.nodeid))
+    # Leaks first, then by node id, its numbers as numbers ([9] before [10]): the order
+    # is the same on every run and under xdist.
+    rows = sorted(report.tests, key=lambda row: (display_key(row.status), natural(row.nodeid)))
     cards = Cards(draw, (environment or {}).get("rootdir"))
     header = [
         "<h1>graphleak report</h1>",
@@ -77,11 +85,26 @@ def render_html(
     header.append(_environment_block(environment or {}, rows))
     statuses = [w for w in DISPLAY_ORDER if any(row.status == w for row in rows)]
     inputs = _inputs(statuses) if rows else ""
+    script = ""
     if rows:
         header.append(_chips(report.summary, statuses, len(rows)))
+        header.append(TOOLS)
         anchors = anchors_of([row.nodeid for row in rows])
-        main = [_index(rows, anchors)]
-        main += [cards.card(row, anchors[row.nodeid]) for row in rows]
+        # With findings, the clean tests fold into one line each in the index and among
+        # the cards: the first finding's card is a screen down, not past every clean row.
+        clean = [row for row in rows if _group(row) == CLEAN]
+        found = [row for row in rows if _group(row) != CLEAN]
+        if not found or not clean:
+            found, clean = rows, []
+        main = [_index(found, anchors)]
+        if clean:
+            main.append(_folded(f"{count_of(len(clean), 'clean test')}: nothing grew",
+                                _index(clean, anchors)))  # fmt: skip
+        main += [cards.card(row, anchors[row.nodeid]) for row in found]
+        if clean:
+            folded = "".join(cards.card(row, anchors[row.nodeid]) for row in clean)
+            main.append(_folded(f"cards of the {count_of(len(clean), 'clean test')}", folded))
+        script = f"<script>{SCRIPT}</script>\n"
     else:
         main = [f"<p>{escape(no_rows(report.summary))}</p>"]
     return (
@@ -91,7 +114,7 @@ def render_html(
         "<title>graphleak report</title>"
         f"<style>{stylesheet(statuses)}</style></head><body>\n{inputs}\n"
         "<header>\n" + "\n".join(header) + "\n</header>\n"
-        "<main>\n" + "\n".join(main) + "\n</main>\n</body></html>\n"
+        "<main>\n" + "\n".join(main) + "\n</main>\n" + script + "</body></html>\n"
     )
 
 
@@ -117,31 +140,42 @@ def anchors_of(nodeids: Sequence[str]) -> dict[str, str]:
     return {nodeid: anchor_of(nodeid) for nodeid in nodeids}
 
 
+def natural(text: str) -> tuple[tuple[int, int | str], ...]:
+    """A sort key that reads the numbers in ``text`` as numbers: ``test_x[9]`` sorts
+    before ``test_x[10]``."""
+    return tuple((0, int(part)) if part.isdigit() else (1, part)
+                 for part in _DIGITS.split(text) if part)  # fmt: skip
+
+
+def _group(row: TestRow) -> str:
+    facts = BY_WORD.get(row.status)
+    return facts.group if facts is not None else CLEAN
+
+
+def _folded(summary: str, body: str) -> str:
+    """Clean rows (or cards) folded into one line, shown by the "clean" chip."""
+    return (f'<details class="group row s-{CLEAN_WORD}"><summary>{escape(summary)}'
+            f"</summary>{body}</details>")  # fmt: skip
+
+
 def _inputs(statuses: Sequence[str]) -> str:
-    """The filter's radio inputs (all, then one per status shown) and the fold's."""
+    """The status filter's radio inputs: all, then one per status shown."""
     shows = [("all", "all tests"), *((w, f"{w} tests") for w in statuses)]
     out = [f'<input type="radio" name="show" class="show" id="show-{word}"'
            f'{" checked" if word == "all" else ""} aria-label="show {label}">'
            for word, label in shows]  # fmt: skip
-    out += [f'<input type="radio" name="fold" class="fold" id="fold-{word}"'
-            f'{" checked" if word == "each" else ""} aria-label="{label}">'
-            for word, label in (("each", "cards as set"), ("open", "expand all"),
-                                ("shut", "collapse all"))]  # fmt: skip
     return "".join(out)
 
 
 def _chips(summary: Mapping[str, int], statuses: Sequence[str], rows: int) -> str:
     """One chip per status with tests, its number the summary's: what the header's
-    sentence counts; then expand all / collapse all."""
+    sentence counts (radio inputs and CSS: no script needed)."""
     chips = ['<span class="muted">show:</span>', f'<label for="show-all">all ({rows})</label>']
     for word in statuses:
         count = summary.get(word, 0)
         chips.append(f'<label for="show-{word}"><i class="dot {word}"></i>'
                      f"{escape(word)} ({count})</label>")
-    folds = ['<span class="muted">cards:</span>', '<label for="fold-each">as set</label>',
-             '<label for="fold-open">expand all</label>',
-             '<label for="fold-shut">collapse all</label>']  # fmt: skip
-    return f'<nav class="filter">{"".join(chips)}</nav><nav class="filter">{"".join(folds)}</nav>'
+    return f'<nav class="filter">{"".join(chips)}</nav>'
 
 
 def _summary_line(report: Report) -> str:
@@ -152,7 +186,9 @@ def _summary_line(report: Report) -> str:
 
 
 def _index(tests: Sequence[TestRow], anchors: Mapping[str, str]) -> str:
-    """The top table: status, test, pattern, the fix, the growth, the time."""
+    """The top table: status, test (under it the pattern and the fix), growth, time. Four
+    columns, of which only the test's is as wide as the page allows: the table fits any
+    width down to 360 px (where the time goes)."""
     rows = []
     for test in tests:
         leaks = [c for c in test.checks if c.leaked]
@@ -162,16 +198,30 @@ def _index(tests: Sequence[TestRow], anchors: Mapping[str, str]) -> str:
         fixes += sorted({c.unmeasured_fix for c in test.checks if c.unmeasured} - {""})
         outlive = any(c.kind == "outlive" for c in test.checks)
         kind = ' <span class="badge kind">outlived the test</span>' if outlive else ""
+        said = []
+        if patterns:
+            said.append(f'<span class="pattern">{escape(", ".join(patterns))}</span>')
+        raised = sorted({c.error for c in test.checks if c.error} - {""})
+        if raised:  # what the step raised, as its card opens with it
+            said.append(f"raised: <code>{breakable('; '.join(raised))}</code>")
+        if fixes:
+            said.append(f'<span class="fix">fix: {breakable("; ".join(fixes))}</span>')
+        under = f'<div class="said">{" &middot; ".join(said)}</div>' if said else ""
+        anchor = escape(anchors[test.nodeid])
+        taken = seconds(test) or '<span class="muted" title="not timed">&ndash;</span>'
         rows.append(
-            f'<tr class="row s-{test.status}"><td>{badge(test.status)}</td>'
-            f'<td class="mono"><a href="#{escape(anchors[test.nodeid])}">'
-            f"{breakable(test.nodeid)}</a>{kind}</td>"
-            f"<td>{escape(', '.join(patterns))}</td>"
+            f'<tr class="row s-{test.status}" data-card="{anchor}">'
+            f"<td>{badge(test.status)}</td>"
+            # on a phone the status column goes and the badge sits in the test's cell
+            f'<td><span class="phone">{badge(test.status)}</span>'
+            f'<a class="id" href="#{anchor}">{breakable_id(test.nodeid)}</a>{kind}{under}</td>'
             f'<td class="mono">{_growth(test)}</td>'
-            f'<td class="fix">{breakable("; ".join(fixes))}</td>'
-            f'<td class="num">{duration(test):.2f} s</td></tr>'
+            f'<td class="num">{taken}</td></tr>'
         )
-    return table(("status", "test", "pattern", "growth", "fix", "time"), rows, css="index")
+    head = "".join(f"<th>{h}</th>" for h in ("status", "test", "growth", "time"))
+    cols = "".join(f'<col class="{c}">' for c in ("status", "test", "growth", "time"))
+    return (f'<table class="index"><colgroup>{cols}</colgroup><tr>{head}</tr>'
+            f'{"".join(rows)}</table>')  # fmt: skip
 
 
 def _growth(test: TestRow) -> str:

@@ -23,7 +23,13 @@ from pytest_graphleak.report.graph_svg import chain_svg, cycle_svg
 from pytest_graphleak.report.model import TestRow, metric_rows
 from pytest_graphleak.report.span import head_label, raised_text, span_text, step_numbers
 from pytest_graphleak.report.svg import draws_band, series_chart
-from pytest_graphleak.report.view import ViewLine, diagnosis_view, site_text, to_change
+from pytest_graphleak.report.view import (
+    LABELS,
+    ViewLine,
+    diagnosis_view,
+    site_text,
+    to_change,
+)
 from pytest_graphleak.result import CheckResult, CreationSite, Diagnosis, display_path, relative_to
 from pytest_graphleak.status import BY_WORD, CLEAN, KNOWN, LEAK
 
@@ -47,6 +53,23 @@ def breakable(text: str) -> str:
     return " ".join(f'<span class="flag">{escape(word, quote=False)}</span>'
                     if word.startswith("--") and len(word) > 2 else _breakable_word(word)
                     for word in text.split(" "))  # fmt: skip
+
+
+def breakable_id(nodeid: str) -> str:
+    """A test id, escaped, with break opportunities only between its parts: after ``::``
+    and ``/``, and before ``[`` (``tests/test_x.py::test_step`` / ``[42]``), never inside
+    a name (``test_train_step`` stays whole, as the reader types it)."""
+    out = escape(nodeid, quote=False).replace("::", "::\0").replace("/", "/\0")
+    return out.replace("[", "\0[", 1).replace("\0", "<wbr>")
+
+
+def seconds(test: TestRow) -> str:
+    """The time a test's checks took (``0.03 s``, ``<0.01 s``), or "" when nothing was
+    timed (the outlive audit, which runs no step)."""
+    if not any(check.duration_s for check in test.checks):
+        return ""
+    taken = duration(test)
+    return "<0.01 s" if taken < 0.005 else f"{taken:.2f} s"
 
 
 def _breakable_word(word: str) -> str:
@@ -104,8 +127,8 @@ class Cards:
         head = (
             f'<section class="test row s-{status}" id="{escape(anchor)}">'
             f'<details class="card"{opened}><summary>{badge(status)}{kinds}'
-            f"<h2>{breakable(test.nodeid)}</h2>"
-            f'<span class="muted duration">{duration(test):.2f} s</span></summary>'
+            f"<h2>{breakable_id(test.nodeid)}</h2>"
+            f'<span class="muted duration">{seconds(test)}</span></summary>'
             f'<p class="muted">pytest outcome: {escape(test.outcome)}</p>'
         )
         body = "".join(self.check_block(test, index, check)
@@ -145,7 +168,7 @@ class Cards:
         site = check.error_site
         if site:
             rows.append(("your line", breakable(site_text(site, self.shown)), "mono"))
-        rows.append(("to change", "the step's own error, at your line: once a step runs "
+        rows.append(("fix", "the step's own error, at your line: once a step runs "
                      "through, the check gives a verdict", "fix"))  # fmt: skip
         source = ""
         if site:
@@ -157,7 +180,7 @@ class Cards:
         there is no verdict."""
         rows = []
         if check.unmeasured_fix:
-            rows.append(("to change", breakable(check.unmeasured_fix), "fix"))
+            rows.append(("fix", breakable(check.unmeasured_fix), "fix"))
         rows.append(("why", breakable(check.unmeasured or ""), ""))
         return _change_block("not measured, so there is no verdict", rows)
 
@@ -167,7 +190,10 @@ class Cards:
         outlive = check.kind == "outlive"
         lines = to_change(diagnosis_view(pattern, check.diagnosis, path=self.shown,
                                          outlive=outlive))  # fmt: skip
-        rows = [(line.label, view_cell(line), VIEW_CSS.get(line.kind, "")) for line in lines]
+        # the label alone ("fix"), its qualifier ("verified: 19 more steps ...") under the
+        # text: a long label would widen the label column of every row
+        rows = [(LABELS[line.kind], view_cell(line), VIEW_CSS.get(line.kind, ""))
+                for line in lines]  # fmt: skip
         return _change_block("what to change", rows)
 
     def outcome_line(self, check: CheckResult) -> str:
@@ -182,10 +208,12 @@ class Cards:
         else:
             line = span_text(check)
         if check.duration_s:
-            line += f" ({float(check.duration_s):.2f} s)"
+            taken = float(check.duration_s)
+            line += " (<0.01 s)" if taken < 0.005 else f" ({taken:.2f} s)"
         parts = [f"<p>{escape(line)}</p>"]
         if check.verdict.reason and check.error is None and not check.unmeasured:
-            parts.append(f"<p>verdict: {breakable(check.verdict.reason)}</p>")
+            said = check.verdict.reason if check.leaked else clean_verdict(check)
+            parts.append(f"<p>verdict: {breakable(said)}</p>")
         return "".join(parts)
 
     def charts(self, check: CheckResult) -> str:
@@ -282,8 +310,27 @@ class Cards:
         return f"<h3>{escape(title)}</h3>{table(headers, rows, css='sites')}{sources}"
 
 
+def clean_verdict(check: CheckResult) -> str:
+    """A clean check's verdict in plain words: what was judged, and the slowest leak it
+    would have caught (the verdict's ``slowest_leak_steps``)."""
+    judged = count_of(len(check.series), "metric")
+    slowest = check.verdict.slowest_leak_steps
+    if slowest > 1:
+        caught = f"; a leak that grows at least once every {slowest} steps would have shown"
+    elif slowest == 1:
+        caught = "; a leak that grows every step would have shown"
+    else:
+        caught = ""
+    return f"nothing grew ({judged} judged over {span_text(check)}){caught}"
+
+
 def view_cell(line: ViewLine) -> str:
-    """One line of the diagnosis view as HTML: the pattern word strong, then its meaning."""
+    """One line of the diagnosis view as HTML: the pattern word strong, then its meaning;
+    a fix with, under it, whether it was verified (and why not)."""
+    if line.kind == "fix":
+        said = ": ".join(part for part in (line.qualifier, line.detail) if part)
+        under = f'<span class="qualifier">{breakable(said)}</span>' if said else ""
+        return f'<span class="fix-text">{breakable(line.text)}</span>{under}'
     if line.kind != "pattern":
         return breakable(line.text)
     why = f" &middot; {escape(line.detail)}" if line.detail else ""
@@ -313,9 +360,9 @@ def metrics_table(check: CheckResult) -> str:
 
 GRAPH_LEGEND = (
     '<p class="legend">'
-    '<span><i class="swatch" style="background:#dde8ff"></i>root: where the chain starts '
+    '<span><i class="swatch root"></i>root: where the chain starts '
     "(a fixture, self, a global, a local)</span>"
-    '<span><i class="swatch" style="background:#fde2e2"></i>leaked: what the leak keeps '
+    '<span><i class="swatch leaked"></i>leaked: what the leak keeps '
     "alive</span><span>&rarr; a reference (attribute, item, closure, autograd edge)</span></p>"
 )
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from pytest_graphleak.status import TABLE
+from pytest_graphleak.status import CLEAN, TABLE
 
 #: Each colour token's badge background (white text on it), light and dark themes.
 BADGE_COLOURS: dict[str, tuple[str, str]] = {
@@ -25,15 +25,20 @@ BADGE_COLOURS: dict[str, tuple[str, str]] = {
 _BASE = """
 :root { color-scheme: light dark; --fg: #1d1d24; --bg: #ffffff; --muted: #5c5c66;
   --line: #dcdce4; --panel: #f4f4f8; --accent: #3b5bdb; --alarm: #c62828; --here: #ffe3a3;
-  --change: #fff7e0; --change-line: #e0a800; --band: #2e7d32; --band-alpha: .16; }
+  --change: #fff7e0; --change-line: #e0a800; --band: #2e7d32; --band-alpha: .16;
+  --root: #dde8ff; --root-line: #3b5bdb; --leaked: #fde2e2; --leaked-line: #c62828; }
 @media (prefers-color-scheme: dark) {
   :root { --fg: #e6e6ee; --bg: #16161c; --muted: #a6a6b4; --line: #3a3a46;
     --panel: #23232c; --accent: #8ea8ff; --alarm: #ff8a80; --here: #5a4a12;
-    --change: #2b2615; --change-line: #b08a00; --band: #7ddc82; --band-alpha: .24; }
+    --change: #2b2615; --change-line: #b08a00; --band: #7ddc82; --band-alpha: .24;
+    --root: #1f2b4d; --root-line: #8ea8ff; --leaked: #4a1f22; --leaked-line: #ff8a80; }
 }
 body { font-family: system-ui, sans-serif; margin: 1.5rem auto; padding: 0 1.5rem;
        color: var(--fg); background: var(--bg); max-width: 1100px; line-height: 1.4; }
 a { color: var(--accent); }
+[hidden] { display: none !important; }
+a.id { font-family: ui-monospace, monospace; font-size: .85rem; text-decoration: none; }
+a.id:hover, a.id:focus-visible { background: var(--panel); outline: 1px solid var(--line); }
 h1 { font-size: 1.5rem; margin-bottom: .2rem; }
 h2 { font-size: 1.05rem; margin: 0; display: inline; overflow-wrap: break-word; }
 h3 { font-size: 1rem; margin: 1rem 0 .4rem; }
@@ -55,7 +60,23 @@ td, th { border-bottom: 1px solid var(--line); padding: .2rem .6rem; text-align:
 td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 tr.grew td { color: var(--alarm); font-weight: 600; }
 td .mark { font: 600 .75rem system-ui, sans-serif; }
-table.index td.fix { font-size: .85rem; min-width: 14rem; }
+table.index { table-layout: fixed; width: 100%; }
+table.index col.status { width: 8.5rem; } table.index col.growth { width: 9.5rem; }
+table.index col.time { width: 4.8rem; }
+table.index td { overflow-wrap: anywhere; }
+table.index .said { font-size: .85rem; margin-top: .15rem; }
+table.index .phone { display: none; }
+table.index .said .pattern { font-weight: 600; }
+table.index .said code { font-size: inherit; }
+details.group { margin: .4rem 0 1rem; }
+details.group > summary { cursor: pointer; color: var(--muted); padding: .3rem 0; }
+details.group > table.index { margin-top: 0; }
+.tools input { font: inherit; font-size: .9rem; padding: .25rem .6rem; min-width: 14rem;
+               flex: 1 1 14rem; max-width: 28rem; border: 1px solid var(--line);
+               border-radius: 1rem; background: var(--bg); color: var(--fg); }
+.tools button { font: inherit; font-size: .9rem; padding: .2rem .7rem; cursor: pointer;
+                border: 1px solid var(--line); border-radius: 1rem; background: var(--bg);
+                color: var(--fg); }
 .rate, .arrow, .flag { white-space: nowrap; }
 .change { background: var(--change); border-left: 4px solid var(--change-line);
           padding: .4rem .8rem; margin: .6rem 0; }
@@ -64,11 +85,12 @@ table.index td.fix { font-size: .85rem; min-width: 14rem; }
              gap: .25rem .8rem; margin: .2rem 0; }
 .change dt { font-weight: 600; }
 .change dd { margin: 0; overflow-wrap: break-word; }
-.change dd.fix { font-weight: 600; }
+.change dd.fix .fix-text { font-weight: 600; }
+.change .qualifier { display: block; color: var(--muted); font-size: .85rem; }
 .change pre { margin: .2rem 0; background: var(--bg); white-space: pre-wrap; }
 .charts { display: flex; flex-wrap: wrap; gap: .6rem; max-width: 980px; }
 svg.chart { background: var(--bg); border: 1px solid var(--line); height: auto;
-            flex: 1 1 340px; width: 340px; max-width: min(100%, 480px); }
+            flex: 1 1 360px; width: 360px; max-width: min(100%, 480px); }
 svg.chart .chart-title { font: 600 13px sans-serif; fill: var(--fg); }
 svg.chart .tick { font: 12px sans-serif; fill: var(--muted); }
 svg.chart text { fill: var(--fg); }
@@ -88,10 +110,13 @@ svg.chart .grid { stroke: var(--line); stroke-width: 1; }
 .graphviz svg { width: 100%; height: auto; }
 svg.graph-drawing { background: var(--bg); }
 svg.graph-drawing .node rect { fill: var(--panel); stroke: var(--muted); }
-svg.graph-drawing .node.root rect { fill: #dde8ff; stroke: #3b5bdb; }
-svg.graph-drawing .node.leaked rect { fill: #fde2e2; stroke: #c62828; }
+svg.graph-drawing .node.root rect { fill: var(--root); stroke: var(--root-line); }
+svg.graph-drawing .node.leaked rect { fill: var(--leaked); stroke: var(--leaked-line); }
 svg.graph-drawing .node text { fill: var(--fg); }
-svg.graph-drawing .node.root text, svg.graph-drawing .node.leaked text { fill: #1d1d24; }
+.swatch.root { background: var(--root); } .swatch.leaked { background: var(--leaked); }
+.graphviz svg > g > polygon[fill="white"] { fill: var(--bg); }
+.graphviz svg text { fill: var(--fg); }
+.graphviz svg [stroke="black"] { stroke: var(--fg); }
 svg.graph-drawing .node text.tag { fill: var(--muted); }
 svg.graph-drawing .edge { stroke: var(--muted); }
 svg.graph-drawing .arrowhead { fill: var(--muted); }
@@ -104,17 +129,13 @@ svg.graph-drawing .arrowhead { fill: var(--muted); }
 pre.source { margin: .2rem 0 .6rem; }
 pre.source .here { background: var(--here); display: inline-block; width: 100%; }
 .scroll { overflow-x: auto; max-width: 100%; }
-input.show, input.fold { position: absolute; opacity: 0; pointer-events: none; }
+input.show { position: absolute; opacity: 0; pointer-events: none; }
 .filter { display: flex; flex-wrap: wrap; gap: .4rem; margin: .6rem 0; align-items: center; }
 .filter label { border: 1px solid var(--line); border-radius: 1rem; padding: .2rem .7rem;
                 cursor: pointer; font-size: .9rem; white-space: nowrap; }
 .filter label .dot { display: inline-block; width: .6rem; height: .6rem; border-radius: 50%;
                      margin-right: .3rem; }
-input.show:focus-visible ~ header .filter, input.fold:focus-visible ~ header .filter {
-  outline: 2px solid var(--accent); }
-#fold-open:checked ~ main details.card::details-content {
-  content-visibility: visible; display: block; }
-#fold-shut:checked ~ main details.card::details-content { display: none; }
+input.show:focus-visible ~ header .filter { outline: 2px solid var(--accent); }
 @media (max-width: 1099px) {
   .graph.wide { display: none; }
   .graph.medium { display: block; }
@@ -134,9 +155,14 @@ input.show:focus-visible ~ header .filter, input.fold:focus-visible ~ header .fi
   table.sites td:nth-child(4), table.sites th:nth-child(4) { display: none; }
   table.metrics td:nth-child(3), table.metrics th:nth-child(3),
   table.metrics td:nth-child(4), table.metrics th:nth-child(4) { display: none; }
-  table.index td:nth-child(3), table.index th:nth-child(3),
-  table.index td:nth-child(5), table.index th:nth-child(5),
-  table.index td:nth-child(6), table.index th:nth-child(6) { display: none; }
+  table.index { table-layout: auto; }
+  table.index col.status, table.index col.time { display: none; }
+  table.index col.growth { width: 6.8rem; }
+  table.index td:nth-child(1), table.index th:nth-child(1),
+  table.index td:nth-child(4), table.index th:nth-child(4) { display: none; }
+  table.index .phone { display: block; }
+  .tools input { flex-basis: 100%; max-width: none; }
+  a.id, table.index .said { font-size: .75rem; }
   table.index .badge { font-size: .7rem; padding: .05rem .35rem; margin-right: 0; }
   .graph.wide, .graph.medium { display: none; }
   .graph.narrow { display: block; }
@@ -154,6 +180,7 @@ def stylesheet(statuses: Iterable[str]) -> str:
     dots = " ".join(f".dot.{row.word} {{ background: {BADGE_COLOURS[row.colour][0]}; }}"
                     for row in TABLE)  # fmt: skip
     shown = list(statuses)
+    clean = next(row.word for row in TABLE if row.group == CLEAN)
     chosen = ",\n".join(f"#show-{word}:checked ~ header label[for=show-{word}]"
                         for word in ["all", *shown])  # fmt: skip
     hidden = ",\n".join(f"#show-{word}:checked ~ main .row:not(.s-{word})" for word in shown)
@@ -162,4 +189,9 @@ def stylesheet(statuses: Iterable[str]) -> str:
                  "color: var(--bg); }")  # fmt: skip
     if hidden:
         rules.append(f"{hidden} {{ display: none; }}")
+    if clean in shown:  # the "clean" chip shows the folded clean rows and cards, unfolded
+        rules.append(f"@supports selector(::details-content) {{\n"
+                     f"#show-{clean}:checked ~ main details.group > summary {{ display: none; }}\n"
+                     f"#show-{clean}:checked ~ main details.group::details-content {{\n"
+                     "  content-visibility: visible; display: block; } }")  # fmt: skip
     return "\n".join(rules) + "\n"
