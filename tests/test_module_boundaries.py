@@ -18,6 +18,8 @@ import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "pytest_graphleak"
 MINIGRAD = ROOT / "minigrad"
@@ -788,7 +790,8 @@ def test_the_metric_scan_sees_pieces_of_names() -> None:
 
 # -- no module-level session state ------------------------------------------------------
 #: Module-level names that keep mutable state on purpose, and why. Each is a cache of a
-#: pure function (same question, same answer, the whole run long). Anything else that
+#: pure function (same question, same answer, the whole run long), the session handover
+#: itself, or a sentinel never changed. Anything else that
 #: lives for a session belongs to ``session.Session`` (reached through
 #: ``session.current()``) or to the object that owns it (a plugin instance, a check).
 MODULE_STATE_ALLOWED: dict[str, str] = {
@@ -799,6 +802,11 @@ MODULE_STATE_ALLOWED: dict[str, str] = {
         "reference to it (keeps nothing alive; a dead type's entry never matches)",
     "pytest_graphleak.engine.reach._REACH":
         "cache: is_user_module by module name (never by object: keeps nothing alive)",
+    "pytest_graphleak.session._CURRENT":
+        "the handover itself: a ContextVar holds one value per context, set when a "
+        "test's session is entered (or made on first use) and reset when it is left",
+    "pytest_graphleak.words.chain.NONE":
+        "a sentinel (the empty link where a chain has none), read and never changed",
     "pytest_graphleak.session._FINDERS":
         "the configured pytest runs' finders of their running test (one per run, pushed "
         "at configure, removed at unconfigure): how a check in any thread finds its test "
@@ -815,13 +823,18 @@ PURE_CACHES = {
     "pytest_graphleak.diagnose.sites._scopes",  # a source file's function scopes
     "pytest_graphleak.probes.process_probe.mallinfo2",  # the C library's function, or None
 }
+#: What a module-level name can hold that changes in place: containers, a namespace
+#: whose attributes are bumped, a context variable (``.set``), and iterators that
+#: ``next()`` advances (``itertools.count()``: a counter without a ``global``).
 _CONTAINERS = {
     "list", "dict", "set", "bytearray", "defaultdict", "OrderedDict", "Counter", "deque",
-    "WeakSet", "WeakKeyDictionary", "WeakValueDictionary",
+    "WeakSet", "WeakKeyDictionary", "WeakValueDictionary", "SimpleNamespace", "ContextVar",
+    "count", "cycle", "iter",
 }  # fmt: skip
 _MUTATORS = {
     "append", "extend", "insert", "remove", "pop", "popitem", "clear", "update", "add",
     "discard", "setdefault", "sort", "reverse", "appendleft", "popleft", "extendleft",
+    "set",  # ContextVar.set
 }  # fmt: skip
 
 
@@ -867,18 +880,42 @@ def _makes_container(node: ast.AST) -> bool:
     return isinstance(value, literals) or (value is not None and _callee(value) in _CONTAINERS)
 
 
-def module_containers(tree: ast.Module) -> tuple[set[str], set[str]]:
-    """(names bound at module level to a mutable container, names bound to an instance
-    of one of the module's own mutable classes)."""
+def module_containers(
+    tree: ast.Module, classes: set[str] | None = None
+) -> tuple[set[str], set[str]]:
+    """(names bound at module level to a mutable container, or to another such name (an
+    alias of the same object); names bound to an instance of a mutable class: the
+    module's own, or ``classes``, those it imports from the package's other modules)."""
     containers, instances = set(), set()
-    classes = _mutable_classes(tree)
+    classes = _mutable_classes(tree) | (classes or set())
     for node in _module_level(tree.body):
         names = {t.id for t in _assigned(node) if isinstance(t, ast.Name)}
-        if _makes_container(node):
+        value = getattr(node, "value", None)
+        if _makes_container(node) or (isinstance(value, ast.Name) and value.id in containers):
             containers |= names
-        elif names and _callee(getattr(node, "value", None)) in classes:
+        elif names and _callee(value) in classes:
             instances |= names
     return containers, instances
+
+
+def _imported_classes(tree: ast.Module, trees: dict[str, ast.Module]) -> set[str]:
+    """The names under which ``tree`` calls a mutable class of another package module:
+    ``Registry`` (or its ``as`` name) of ``from pkg.registry import Registry``, and every
+    mutable class of a module it imports whole (``registry.Registry()``)."""
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for alias in node.names:
+                whole = f"{node.module}.{alias.name}"
+                if whole in trees:
+                    found |= _mutable_classes(trees[whole])
+                elif node.module in trees and alias.name in _mutable_classes(trees[node.module]):
+                    found.add(alias.asname or alias.name)
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name in trees:
+                    found |= _mutable_classes(trees[alias.name])
+    return found
 
 
 def class_containers(tree: ast.Module) -> dict[str, set[str]]:
@@ -936,7 +973,9 @@ def _local_names(function: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
 
 def _changed(node: ast.AST) -> ast.expr | None:
     """What ``node`` changes in place: ``x`` of ``x.append(...)``, ``x[k] = ...``,
-    ``del x[k]``, ``x[k] += ...``, ``x.attr = ...``."""
+    ``del x[k]``, ``x[k] += ...``, ``x.attr = ...``, ``next(x)``, ``setattr(x, ...)``."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.args:
+        return node.args[0] if node.func.id in ("next", "setattr") else None
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
         return node.func.value if node.func.attr in _MUTATORS else None
     targets: list[ast.expr] = []
@@ -955,8 +994,10 @@ def module_state(trees: dict[str, ast.Module]) -> list[str]:
     container that a function (of any module) changes in place, an instance of a
     module's own mutable class kept at module level, a class attribute bound to a
     container and changed in place (``cls.x``, ``Class.x``, ``self.x`` never rebound),
-    a ``global`` statement."""
-    held = {name: module_containers(tree) for name, tree in trees.items()}
+    a ``global`` statement, an attribute set on a module (``setattr(module, ...)``,
+    ``module.NAME = ...``); through a local alias too (``table = _TABLE``)."""
+    held = {name: module_containers(tree, _imported_classes(tree, trees))
+            for name, tree in trees.items()}  # fmt: skip
     found = {
         f"{name}.{instance}: a module-level instance of a mutable class"
         for name, (_, instances) in held.items()
@@ -977,16 +1018,25 @@ def module_state(trees: dict[str, ast.Module]) -> list[str]:
                 for alias in node.names:
                     if alias.asname and alias.name in trees:
                         modules[alias.asname] = alias.name
+                    elif alias.name in ("sys", "importlib") or alias.name in trees:
+                        modules.setdefault(alias.name.split(".")[0], alias.name)
         shared = class_containers(tree)
         for function, cls in _functions(tree):
             local = _local_names(function)
+            aliases = _aliases(function, local, names, modules, held)
             for node in ast.walk(function):
                 if isinstance(node, ast.Global):
                     found |= {f"{name}.{n}: rebound by 'global' in {function.name}()"
                               for n in node.names}  # fmt: skip
                 target = _changed(node)
                 owner: tuple[str, str] | None = None
-                if isinstance(target, ast.Name) and target.id not in local:
+                on_module = _module_of(node, target, local, modules)
+                if on_module:
+                    found.add(f"{on_module}: an attribute set on the module in "
+                              f"{name}.{function.name}()")  # fmt: skip
+                elif isinstance(target, ast.Name) and target.id in aliases:
+                    owner = aliases[target.id]
+                elif isinstance(target, ast.Name) and target.id not in local:
                     owner = names.get(target.id)
                 elif (
                     isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)
@@ -1001,6 +1051,74 @@ def module_state(trees: dict[str, ast.Module]) -> list[str]:
                 if owner is not None:
                     found.add(f"{owner[0]}.{owner[1]}: changed in {name}.{function.name}()")
     return sorted(found)
+
+
+def _held_by(
+    value: ast.expr | None,
+    names: dict[str, tuple[str, str]],
+    modules: dict[str, str],
+    held: dict[str, tuple[set[str], set[str]]],
+) -> tuple[str, str] | None:
+    """The module-level container ``value`` names: ``_TABLE`` or ``module._TABLE``."""
+    if isinstance(value, ast.Name):
+        return names.get(value.id)
+    if isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name):
+        module = modules.get(value.value.id)
+        if module in held and value.attr in held[module][0]:
+            return module, value.attr
+    return None
+
+
+def _aliases(
+    function: _Function,
+    local: set[str],
+    names: dict[str, tuple[str, str]],
+    modules: dict[str, str],
+    held: dict[str, tuple[set[str], set[str]]],
+) -> dict[str, tuple[str, str]]:
+    """Local names bound to a module-level container (``table = _TABLE``): a change
+    through one changes the module's."""
+    found = {}
+    for node in ast.walk(function):
+        for target in _assigned(node):
+            value = getattr(node, "value", None)
+            if isinstance(value, ast.Name) and value.id in local:
+                continue  # a local of the same name, not the module's
+            owner = _held_by(value, names, modules, held)
+            if isinstance(target, ast.Name) and owner is not None:
+                found[target.id] = owner
+    return found
+
+
+def _module_of(
+    node: ast.AST, target: ast.expr | None, local: set[str], modules: dict[str, str]
+) -> str:
+    """The module ``node`` sets an attribute on (``setattr(module, ...)``,
+    ``module.NAME = ...``, ``setattr(sys.modules[...], ...)``), as ``module.NAME`` where
+    the name is known; "" for any other node."""
+    if target is None:
+        return ""
+    setting = isinstance(node, ast.Call) and getattr(node.func, "id", "") == "setattr"
+    assigning = isinstance(node, (ast.Assign, ast.AugAssign)) and isinstance(
+        getattr(node, "targets", [getattr(node, "target", None)])[0], ast.Attribute
+    )
+    if not (setting or assigning):
+        return ""
+    if isinstance(target, ast.Subscript) and ast.unparse(target.value) == "sys.modules":
+        return "sys.modules[...]"
+    if not isinstance(target, ast.Name) or target.id in local or target.id not in modules:
+        return ""
+    module = modules[target.id]
+    if module in ("sys", "importlib"):
+        return ""
+    attr = ""
+    if setting and isinstance(node, ast.Call) and len(node.args) > 1:
+        key = node.args[1]
+        attr = key.value if isinstance(key, ast.Constant) else "<computed>"
+    elif assigning:
+        first = getattr(node, "targets", [getattr(node, "target", None)])[0]
+        attr = first.attr
+    return f"{module}.{attr}"
 
 
 def _state_name(line: str) -> str:
@@ -1059,6 +1177,83 @@ def test_the_state_scan_sees_module_level_state() -> None:
         "pkg.gcstate._SEEN: changed in pkg.audit.reset()",
         "pkg.gcstate._SEEN: changed in pkg.gcstate.hold()",
     ]
+
+
+#: The other forms module state takes (issue 46), each planted in ``pkg.state`` and used
+#: from ``pkg.user`` (which imports ``pkg.state`` as ``state`` and ``Registry`` from
+#: ``pkg.registry``), and the line the scan must find.
+PLANTED = {
+    "a counter advanced with next()": (
+        "import itertools\n_IDS = itertools.count()\ndef new_id():\n    return next(_IDS)\n",
+        "",
+        "pkg.state._IDS: changed in pkg.state.new_id()",
+    ),
+    "a namespace attribute bumped": (
+        "import types\n_RUN = types.SimpleNamespace(calls=0)\n"
+        "def called():\n    _RUN.calls += 1\n",
+        "",
+        "pkg.state._RUN: changed in pkg.state.called()",
+    ),
+    "a context variable set": (
+        "from contextvars import ContextVar\n_NOW = ContextVar('now')\n",
+        "def enter(x):\n    state._NOW.set(x)\n",
+        "pkg.state._NOW: changed in pkg.user.enter()",
+    ),
+    "setattr on a module": (
+        "LIMIT = 1\n",
+        "def loosen():\n    setattr(state, 'LIMIT', 2)\n",
+        "pkg.state.LIMIT: an attribute set on the module in pkg.user.loosen()",
+    ),
+    "an attribute assigned on a module": (
+        "LIMIT = 1\n",
+        "def loosen():\n    state.LIMIT = 2\n",
+        "pkg.state.LIMIT: an attribute set on the module in pkg.user.loosen()",
+    ),
+    "a module dict aliased, then changed": (
+        "_TABLE = {}\n",
+        "def note(k):\n    table = state._TABLE\n    table[k] = 1\n",
+        "pkg.state._TABLE: changed in pkg.user.note()",
+    ),
+    "a module dict aliased at module level": (
+        "_TABLE = {}\nTABLE = _TABLE\ndef note(k):\n    TABLE[k] = 1\n",
+        "",
+        "pkg.state.TABLE: changed in pkg.state.note()",
+    ),
+    "an instance of another module's class": (
+        "",
+        "_KEPT = Registry()\n",
+        "pkg.user._KEPT: a module-level instance of a mutable class",
+    ),
+}
+
+
+@pytest.mark.parametrize("form", sorted(PLANTED))
+def test_the_state_scan_sees_every_form_of_module_state(form: str) -> None:
+    state, user, expected = PLANTED[form]
+    trees = {
+        "pkg.state": ast.parse(state),
+        "pkg.registry": ast.parse("class Registry:\n    pass\n"),
+        "pkg.user": ast.parse(
+            "import pkg.state as state\nfrom pkg.registry import Registry\n" + user
+        ),
+    }
+    assert module_state(trees) == [expected]
+
+
+def test_the_state_scan_leaves_locals_and_constants_alone() -> None:
+    """A local of the same name, a constant read, a frozen record and a module of the
+    standard library changed are not the package's module state."""
+    trees = {
+        "pkg.state": ast.parse(
+            "import itertools, sys\nfrom dataclasses import dataclass\n_IDS = itertools.count()\n"
+            "LIMIT = 1\n@dataclass(frozen=True)\nclass Point:\n    x: int = 0\n"
+            "ORIGIN = Point()\n"
+            "def local(_IDS):\n    return next(_IDS)\n"
+            "def read():\n    return LIMIT + ORIGIN.x\n"
+            "def fresh():\n    ids = itertools.count()\n    return next(ids)\n"
+        ),
+    }
+    assert module_state(trees) == []
 
 
 # -- gc state has one owner -------------------------------------------------------------
