@@ -114,7 +114,8 @@ def test_a_run_writes_one_valid_result_per_finding_with_its_fix_and_baseline_sta
                         ("test_list", "test_history", "test_keeps"))  # fmt: skip
     assert (known["baselineState"], known["level"]) == ("unchanged", "note")
     assert (new["baselineState"], new["level"]) == ("new", "error")
-    assert kept["baselineState"] == "new" and kept["properties"]["kind"] == "outlive"
+    assert (kept["baselineState"], kept["level"], kept["properties"]["kind"]) == (
+        "new", "warning", "outlive")
     # On the line that stores the leaked tensor, relative to the workspace.
     line = source.splitlines().index("    history.append(x * 3)") + 1
     assert new["locations"][0]["physicalLocation"] == {
