@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from pytest_graphleak.diagnose.fix_candidates import CUTS_GRAPHS, candidates
+from pytest_graphleak.diagnose.fix_cycles import cycle_closures, weak_captures
 from pytest_graphleak.diagnose.fix_source import Edit, Source, read_source, unified_diff
 from pytest_graphleak.diagnose.fix_swap import NotSwappable, compile_changed, find_function, swapped
 from pytest_graphleak.heap.usercode import is_user_file
@@ -55,8 +56,9 @@ def verify_fix(
 ) -> Fix:
     """The fix of ``diagnosis`` as tried (see the module docstring)."""
     advice = diagnosis.fix or FIXES.get(diagnosis.pattern, "")
+    starts = [step, *roots.values()]
     if diagnosis.pattern == CYCLE:
-        return not_verified(advice, why.CYCLE_UNTRIED)
+        return _cycle_fix(diagnosis, advice, starts, trial)
     site = _line_to_change(diagnosis)
     if site is None:
         library = any(
@@ -66,11 +68,41 @@ def verify_fix(
     source = read_source(site.filename)
     if source is None:
         return not_verified(advice, why.unreadable(display_path(site.filename)))
-    starts = [step, *roots.values()]
     made = next((s.lineno for s in diagnosis.sites if s.filename == site.filename), None)
     tried: list[tuple[Edit, Trial | str]] = []
     edits = candidates(source, site.lineno, diagnosis.links,
                        no_grad=_no_grad(site, starts), made_at=made)  # fmt: skip
+    return _first_held(edits, source, starts, trial, tried) or _none_held(
+        diagnosis, advice, tried, site)
+
+
+def _cycle_fix(
+    diagnosis: Diagnosis, advice: str, starts: list[object], trial: Callable[[], Trial]
+) -> Fix:
+    """A cycle through a closure of the user's: its captured variables held weakly
+    (``fix_cycles``), tried like any change; other cycles are not tried."""
+    site = next((s for s in diagnosis.change_at if is_user_file(s.filename)), None)
+    source = read_source(site.filename) if site is not None else None
+    if site is None or source is None:
+        return not_verified(advice, why.CYCLE_UNTRIED)
+    edits = weak_captures(source, site.lineno, _module_name(site, starts, "weakref"),
+                          cycle_closures(diagnosis.cycle))  # fmt: skip
+    if not edits:
+        return not_verified(advice, why.CYCLE_UNTRIED)
+    tried: list[tuple[Edit, Trial | str]] = []
+    return _first_held(edits, source, starts, trial, tried) or _none_held(
+        diagnosis, advice, tried, site)
+
+
+def _first_held(
+    edits: list[Edit],
+    source: Source,
+    starts: list[object],
+    trial: Callable[[], Trial],
+    tried: list[tuple[Edit, Trial | str]],
+) -> Fix | None:
+    """The first of ``edits`` under which the re-run grew nothing, as the verified fix;
+    None when none held (each tried one and its outcome added to ``tried``)."""
     memory_left = False
     for edit in edits:
         if memory_left and edit.kind in CUTS_GRAPHS:
@@ -86,7 +118,7 @@ def verify_fix(
                        diff=unified_diff(source, edit, name), steps=outcome.steps,
                        filename=os.path.abspath(source.filename), sha256=source.sha256)  # fmt: skip
         tried.append((edit, outcome))
-    return _none_held(diagnosis, advice, tried, site)
+    return None
 
 
 def _line_to_change(diagnosis: Diagnosis) -> CreationSite | None:
@@ -138,13 +170,18 @@ def _none_held(
 def _no_grad(site: CreationSite, starts: Iterable[object]) -> str | None:
     """``torch.no_grad()`` (or ``mg.no_grad()`` where the code is minigrad's) spelled with
     the name the file imported it under; None when the file imports neither."""
+    for wanted in ("torch", "minigrad"):
+        name = _module_name(site, starts, wanted)
+        if name is not None:
+            return f"{name}.no_grad()"
+    return None
+
+
+def _module_name(site: CreationSite, starts: Iterable[object], module: str) -> str | None:
+    """The name the module of the function that runs ``site`` imported ``module`` under;
+    None when it did not import it (or ``module`` is not imported at all)."""
+    found = sys.modules.get(module)
     func = find_function(site.filename, site.lineno, starts)
     names = func.__globals__ if isinstance(func, types.FunctionType) else {}
-    for wanted in ("torch", "minigrad"):
-        module = sys.modules.get(wanted)
-        if module is None:
-            continue
-        for name, value in names.items():
-            if value is module:
-                return f"{name}.no_grad()"
-    return None
+    return next((name for name, value in names.items()
+                 if found is not None and value is found), None)  # fmt: skip

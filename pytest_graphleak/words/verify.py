@@ -10,7 +10,10 @@ AUDIT = "the outlive audit does not re-run the test (--graphleak-outlive-sites=r
 AUDIT_RERUN = "the outlive audit's re-run does not try fixes yet"
 LIBRARY = "the line to change is in a library, not in your code"
 NO_LINE = "no line to change was found"
-CYCLE_UNTRIED = "changes for a reference cycle (a weak reference, a hook removed) are not tried yet"
+CYCLE_UNTRIED = (
+    "for a reference cycle, only a weak reference in place of a closure's captured variable "
+    "is tried, and none could be built for this one"
+)
 NOTHING_BUILT = "no change could be built from that line"
 NOT_RUN = "no function that the step calls runs that line"
 #: Added to the advice when a change cut the graph but what it stores still piles up.

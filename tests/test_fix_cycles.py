@@ -1,0 +1,61 @@
+"""Changes for a reference cycle through a closure (issue 44): the captured variable held
+weakly, built from the source alone (``diagnose.fix_cycles``); the catalogue's hook and
+lambda closures show the re-run verifying them (``tests/test_catalogue.py``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pytest_graphleak.diagnose.fix_cycles import cycle_closures, weak_captures
+from pytest_graphleak.diagnose.fix_source import changed_lines, read_source
+
+HOOK = """\
+def train(state):
+    held = state.features()
+
+    def save_cam(grad):
+        state.cams = [(grad * held).sum()]  # reads held
+
+    held.register_hook(save_cam)
+
+
+def apply(x, weak=False):
+    out = op(x)
+    if weak:
+        pass
+    else:
+        out._backward = lambda: out.grad
+    return out
+"""
+
+
+def test_a_hook_and_a_lambda_read_their_captured_tensor_through_a_weak_reference(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "m.py"
+    path.write_text(HOOK)
+    source = read_source(str(path))
+    assert source is not None
+    # The hook captures state (a parameter of train) and held: each is an edit, and only
+    # held is tried where the cycle runs through held's cell.
+    edits = weak_captures(source, 4, weakref_name=None)
+    assert [edit.shown for edit in edits] == [
+        "state_ref = weakref.ref(state); state_ref().cams = [(grad * held).sum()]",
+        "held_ref = weakref.ref(held); state.cams = [(grad * held_ref()).sum()]",
+    ]
+    cycle = ["Tensor(...).pre_hooks", "HookDict[1]", "function train.<locals>.save_cam "
+             "closure 'held'", "Tensor(...) (the same object: the cycle closes)"]
+    assert cycle_closures(cycle) == ["held"]
+    [held] = weak_captures(source, 4, weakref_name=None, on_cycle=cycle_closures(cycle))
+    assert (held.first, held.last, held.kind) == (4, 5, "weak")
+    assert changed_lines(source, held)[3:7] == [
+        "    import weakref", "    held_ref = weakref.ref(held)", "    def save_cam(grad):",
+        "        state.cams = [(grad * held_ref()).sum()]  # reads held"]
+    # The lambda inside an else block: only its own statement changes; the file's name
+    # for weakref is used when it imports the module.
+    [edit] = weak_captures(source, 15, weakref_name="wr")
+    assert (edit.first, edit.last) == (15, 15)
+    assert edit.new == ("        out_ref = wr.ref(out)",
+                        "        out._backward = lambda: out_ref().grad")
+    # A line with no closure defined on it: nothing to build.
+    assert weak_captures(source, 2, weakref_name=None) == []
