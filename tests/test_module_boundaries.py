@@ -798,8 +798,9 @@ MODULE_STATE_ALLOWED: dict[str, str] = {
     "pytest_graphleak.integrations.lightning._CONCRETE":
         "cache: one class per (callback class, imported Lightning flavours)",
     "pytest_graphleak.outlive.census._Walk._shared":
-        "cache: each type's kind for the audit's walk, by the type's id with a weak "
-        "reference to it (keeps nothing alive; a dead type's entry never matches)",
+        "cache: each type's kind for the audit's walk (heap/typetable: by the type only "
+        "when it lives anyway, static or held by its module under its name; else by id "
+        "with a weak reference, its entry gone with it: keeps nothing alive)",
     "pytest_graphleak.engine.reach._REACH":
         "cache: is_user_module by module name (never by object: keeps nothing alive)",
     "pytest_graphleak.session._CURRENT":

@@ -299,3 +299,35 @@ def test_a_background_threads_graphs_are_blamed_on_no_later_test(
     result = pytester.runpytest("--graphleak", "-p", "no:randomly")
     result.assert_outcomes(passed=3)
     assert "test_innocent  outlived" not in result.stdout.str()
+
+
+def test_the_census_keeps_no_mock_class_alive() -> None:
+    """Each ``MagicMock`` has a class of its own that holds the mock (its magic methods'
+    proxies), so a type table keyed by the type kept every mock's recorded graphs alive
+    for the whole run. The census learns types without keeping such a class: the graph
+    a mock recorded during a test is freed when the test drops the mock."""
+    import weakref
+    from unittest import mock
+
+    from pytest_graphleak.outlive.census import TypeKinds
+
+    kinds = TypeKinds()
+
+    def a_test() -> tuple[Census, weakref.ref[object], weakref.ref[type]]:
+        census = Census(kinds)
+        census.begin()
+        callback = mock.MagicMock()
+        loss = (mg.Tensor([1.0], requires_grad=True) * 2).sum()
+        callback.on_batch_end(loss)
+        len(callback)  # a magic method: its proxy sits on the mock's own class
+        assert census.finish()
+        young = census.young()
+        assert young is not None and any(obj is loss for obj in young)  # the look ran
+        young.clear()
+        return census, weakref.ref(loss), weakref.ref(type(callback))
+
+    census, loss, its_class = a_test()
+    del census
+    gc.collect()
+    assert its_class() is None
+    assert loss() is None

@@ -32,7 +32,7 @@ from collections.abc import Collection, Iterator
 from typing import Any, Protocol
 
 from pytest_graphleak.heap.usercode import is_user_module
-from pytest_graphleak.outlive.census import Census
+from pytest_graphleak.outlive.census import Census, TypeKinds
 from pytest_graphleak.outlive.explain import (
     MAX_VISITED,
     Deferred,
@@ -94,7 +94,7 @@ class Audit(FixtureScopes):
         self._handed: list[weakref.ref[Any]] = []
         #: Why some tests could not be audited (shown once in the summary).
         self.notes: set[str] = set()
-        self._kinds: dict[type, bool] = {}  # type -> a graph type? (censuses share it)
+        self._kinds = TypeKinds()  # which types are graph types (censuses share it)
         self._gate = Gate()
         #: gate answer (True, None) -> (tests whose graphs were not named, the first).
         self._unseen: dict[bool | None, tuple[int, str]] = {}

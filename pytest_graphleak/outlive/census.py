@@ -46,12 +46,13 @@ import gc
 import sys
 import types
 import weakref
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, ClassVar
 
 from pytest_graphleak import session
 from pytest_graphleak.heap.containers import SIZED
 from pytest_graphleak.heap.quiet import silenced
+from pytest_graphleak.heap.typetable import TypeTable
 from pytest_graphleak.probes.autograd import (
     BUNDLES,
     NODE,
@@ -68,7 +69,7 @@ _Span = tuple[str, int, int]
 class Census:
     """One test's census (see the module docstring)."""
 
-    def __init__(self, kinds: dict[type, bool] | None = None) -> None:
+    def __init__(self, kinds: TypeKinds | None = None) -> None:
         #: library -> its node counter when the test began (None: not imported then).
         self._start: dict[str, int | None] = {}
         #: library -> imported when the test began, but its counter could not be read.
@@ -89,8 +90,8 @@ class Census:
         #: A marker in the youngest generation, and the collector's count of collections
         #: of the older ones, when the test began (``young``).
         self._marker: _Marker | None = None
-        #: type -> is it a tensor or graph node type (kept by the audit across tests).
-        self._kinds: dict[type, bool] = kinds if kinds is not None else {}
+        #: Which types are tensor or graph node types (kept by the audit across tests).
+        self._kinds = kinds if kinds is not None else TypeKinds()
         self._older_collections = 0
         #: The newest module in sys.modules when the test began (``modules_imported``).
         self._last_module: str | None = None
@@ -203,20 +204,12 @@ class Census:
         objects.extend(gc.get_objects(1))
         try:
             # One object per type first (a few hundred types for thousands of objects),
-            # so that only the objects of graph types are looked at one by one.
-            # The types in one C pass; a sample object only of a type not seen before.
+            # so that only the objects of graph types are looked at one by one; the
+            # types in one C pass, a sample object only of a type not seen before.
             present = set(map(type, objects))
             if type(marker) not in present:  # frozen, or moved on by a collection
                 return None
-            kinds = self._kinds
-            new = present.difference(kinds)
-            for obj in objects if new else ():
-                if type(obj) in new:
-                    kinds[type(obj)] = self.kind(obj) is not None
-                    new.discard(type(obj))
-                    if not new:
-                        break
-            graph_types = {tp for tp in present if kinds[tp]}
+            graph_types = self._kinds.graph_types(present, objects, self.kind)
             present.clear()
             if not graph_types:
                 return []
@@ -284,6 +277,44 @@ class Census:
         self._checked.clear()
 
 
+class TypeKinds:
+    """Which types are tensor or graph node types, learnt once per type and kept across
+    tests without keeping a type alive (``heap/typetable``)."""
+
+    def __init__(self) -> None:
+        self._table: TypeTable[bool] = TypeTable()
+        #: The graph types among the table's held ones (one C set operation finds them).
+        self._graph_held: set[type] = set()
+
+    def graph_types(
+        self, present: set[type], objects: list[Any], kind: Callable[[object], str | None]
+    ) -> set[type]:
+        """The graph types among ``present`` (the types of ``objects``; the caller's set
+        is not changed); a type not seen before is told by ``kind`` of one of its
+        objects."""
+        found = present.intersection(self._graph_held)
+        unseen: set[type] = set()
+        for tp in present.difference(self._table.held):  # types kept weakly, or new
+            graph = self._table.get(tp)
+            if graph is None:
+                unseen.add(tp)
+            elif graph:
+                found.add(tp)
+        for obj in objects if unseen else ():
+            tp = type(obj)
+            if tp in unseen:
+                unseen.discard(tp)
+                graph = kind(obj) is not None
+                self._table.put(tp, graph)
+                if graph:
+                    found.add(tp)
+                    if tp in self._table.held:
+                        self._graph_held.add(tp)
+                if not unseen:
+                    break
+        return found
+
+
 class _Marker:
     """Made when the test begins: while it is in the young generations, so is all that
     the test made since (a collection or a freeze moves them on together)."""
@@ -300,7 +331,8 @@ def _older_collections() -> int:
 WALK_DEPTH = 3
 WALK_MAX = 2_000
 WALK_ITEMS = 64
-_SKIP, _TENSOR, _ITEMS, _VALUES, _ATTRS = range(5)
+_SKIP, _TENSOR, _ITEMS, _VALUES, _ATTRS, _UNKNOWN = range(6)
+_SIZED_KINDS = (_ITEMS, _VALUES)
 #: Skipped before any lookup: the values most containers hold.
 _ATOMS = frozenset({int, float, str, bool, type(None), bytes})
 _LEAVES = (int, float, complex, str, bytes, bool, type(None), range, types.ModuleType, type,
@@ -309,21 +341,20 @@ _LEAVES = (int, float, complex, str, bytes, bool, type(None), range, types.Modul
 
 
 class _Walk:
-    """The bounded walk: each object's type is classified once (a dict lookup after
-    that), and empty containers are never queued."""
+    """The bounded walk: each object's type is classified once per process (one dict
+    lookup after that, inlined in the loops: this walk runs after every test that made
+    graph nodes), and empty containers are never queued."""
 
-    #: (backend names) -> id(type) -> (a weak reference to the type, its kind): shared by
-    #: the walks of every test, so that a type is classified once per process.
-    _shared: ClassVar[dict[tuple[str, ...], dict[int, tuple[weakref.ref[type], int]]]] = {}
+    #: (backend names) -> type -> its kind: shared by the walks of every test.
+    _shared: ClassVar[dict[tuple[str, ...], TypeTable[int]]] = {}
 
     def __init__(self, backends: list[Backend]) -> None:
         self._backends = backends
-        self._kinds = self._shared.setdefault(tuple(b.name for b in backends), {})
+        self._kinds = self._shared.setdefault(tuple(b.name for b in backends), TypeTable())
 
     def kind(self, obj: object) -> int:
         tp = type(obj)
-        known = self._kinds.get(id(tp))
-        found = known[1] if known is not None and known[0]() is tp else None
+        found = self._kinds.get(tp)
         if found is None:
             if issubclass(tp, _LEAVES):
                 found = _SKIP
@@ -335,8 +366,7 @@ class _Walk:
                 found = _ITEMS
             else:
                 found = _ATTRS
-            with contextlib.suppress(TypeError):  # a type without weak references: not kept
-                self._kinds[id(tp)] = (weakref.ref(tp), found)
+            self._kinds.put(tp, found)
         return found
 
     def children(self, obj: Any, kind: int, into: list[Any]) -> None:
@@ -350,12 +380,16 @@ class _Walk:
             if type(attrs) is not dict:
                 return
             values = attrs.values()
+        known = self._kinds.held.get
         taken = 0
         for value in values:
-            if type(value) in _ATOMS:
+            tp = type(value)
+            if tp in _ATOMS:
                 continue
-            kind = self.kind(value)
-            if kind == _SKIP or (kind in (_ITEMS, _VALUES) and not len(value)):
+            kind = known(tp, _UNKNOWN)
+            if kind == _UNKNOWN:
+                kind = self.kind(value)
+            if kind == _SKIP or (kind in _SIZED_KINDS and not len(value)):
                 continue
             into.append(value)
             taken += 1
@@ -366,20 +400,28 @@ class _Walk:
         seen: set[int] = set()
         grown: list[Any] = []
         frontier = list(roots)
+        known = self._kinds.held.get
         try:
             for depth in range(WALK_DEPTH + 1):
                 following: list[Any] = []
+                last = depth == WALK_DEPTH
                 for obj in frontier:
-                    if id(obj) in seen or len(seen) >= WALK_MAX:
+                    if id(obj) in seen:
                         continue
+                    if len(seen) >= WALK_MAX:
+                        break
                     seen.add(id(obj))
-                    kind = self.kind(obj)
+                    kind = known(type(obj), _UNKNOWN)
+                    if kind == _UNKNOWN:
+                        kind = self.kind(obj)
                     if kind == _TENSOR:
                         if census.grown_in_place(obj) and census.made_during(obj):
                             grown.append(obj)
-                    elif kind != _SKIP and depth < WALK_DEPTH:
-                        with contextlib.suppress(Exception):  # an object that refuses reads
+                    elif kind != _SKIP and not last:
+                        try:
                             self.children(obj, kind, following)
+                        except Exception:  # an object that refuses reads: not entered
+                            continue
                 frontier.clear()
                 frontier = following
             return grown
