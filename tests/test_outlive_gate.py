@@ -10,9 +10,11 @@ import functools
 import json
 import sys
 import types
+import warnings
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterator
+from importlib.util import find_spec
 from typing import Any
 from unittest import mock
 
@@ -140,6 +142,22 @@ def test_a_root_that_does_not_keep_it_is_no(shape: str) -> None:
     target = graph_tensor()
     root = SHAPES[shape](graph_tensor())  # another graph, not the one looked for
     assert _verdicts(root, target) == (False, False)
+
+
+@pytest.mark.skipif(find_spec("torch") is None, reason="torch is not installed")
+def test_a_weight_a_forward_pre_hook_remakes_is_no_reach() -> None:
+    """A weight-normed layer's ``weight`` is remade by every forward: the labelled search
+    passes over it, and so does the gate, or every test that runs such a layer from a
+    module global would pay for the search; a graph in another attribute is still found."""
+    import torch
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # the old weight_norm is deprecated
+        layer = torch.nn.utils.weight_norm(torch.nn.Linear(3, 1))
+    layer(torch.ones(2, 3))  # the pre-hook remade layer.weight, with a graph
+    assert _verdicts(layer, layer.weight) == (False, False)
+    layer.kept = (layer.weight * 2).sum()
+    assert _verdicts(layer, layer.kept) == (True, True)
 
 
 def test_a_library_functions_globals_are_not_read() -> None:

@@ -17,8 +17,13 @@ labelled search would have said:
   context variables' values, tensors' and graph nodes' references from their backend),
   and skips only what it never enters: modules, frames, code, builtins, descriptors,
   weak proxies, library classes, and pytest's and the plugin's own objects;
-- it ignores the labelled search's narrower rules (the keep list, per-root shares,
-  what a layer recomputes each forward): they only shorten a search;
+- it ignores the labelled search's narrower rules (the keep list, per-root shares):
+  they only shorten a search; but like that search it does not follow a module's
+  attribute that a forward pre-hook remakes before each forward (``weight_norm``'s
+  ``weight``: a small graph of the layer's own parameters, made by every test that runs
+  the layer), so that such a layer in a module global does not send each test to the
+  search, which would pass over it. Only that edge is left out: the same tensor reached
+  another way (a GRU's ``_flat_weights``) is still reached;
 - a function is read as the labelled search reads it (closure cells, defaults,
   ``__dict__``), never through its ``__globals__``: a library function would lead to its
   whole package.
@@ -50,7 +55,8 @@ from pytest_graphleak.probes.autograd import Backend
 LIMIT = 100_000
 
 #: What the walk does with an object, decided once per type.
-_ENTER, _SKIP, _CLASS, _FUNCTION, _METHOD, _GRAPH, _PAUSED, _VAR, _CONTEXT, _ARRAY = range(10)
+_ENTER, _SKIP, _CLASS, _FUNCTION, _METHOD, _GRAPH, _PAUSED, _VAR, _CONTEXT, _ARRAY, _MODULE = (
+    range(11))  # fmt: skip
 
 #: Never entered by the labelled search (``edges._NO_WALK_TYPES``, but classes: the
 #: user's are entered) nor by this walk.
@@ -152,6 +158,14 @@ class Gate:
                 read.append(value)
         elif rule == _CONTEXT:
             read.extend(obj.values())
+        elif rule == _MODULE:
+            recomputed = _recomputed(obj, backends)
+            if not recomputed:
+                entered.append(obj)
+            else:  # its attributes but those a forward pre-hook remakes, and its class
+                read.extend(value for name, value in list(obj.__dict__.items())
+                            if name not in recomputed)  # fmt: skip
+                read.append(type(obj))
         elif rule == _ARRAY:
             if obj.dtype == object:
                 read.extend(obj.ravel(order="K"))
@@ -212,7 +226,19 @@ def _rule_of(tp: type, obj: object, backends: list[Backend]) -> int:
     numpy = sys.modules.get("numpy")
     if numpy is not None and issubclass(tp, numpy.ndarray):
         return _ARRAY
+    if any(backend.has_members and backend.member_tables(obj) for backend in backends):
+        return _MODULE
     return _ENTER
+
+
+def _recomputed(module: Any, backends: list[Backend]) -> set[str]:
+    """The attributes of a library's module that its forward pre-hooks set anew before
+    each forward (``Backend.recomputed_members``: a weight-normed layer's ``weight``)."""
+    for backend in backends:
+        if backend.has_members and backend.member_tables(module):
+            with contextlib.suppress(Exception):  # an exotic hook: nothing skipped
+                return backend.recomputed_members(module)
+    return set()
 
 
 def _function_references(fn: types.FunctionType, into: list[Any]) -> None:
