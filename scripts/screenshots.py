@@ -7,16 +7,20 @@ Takes each page at each width, light and dark (Chromium's ``--force-dark-mode``,
 the report and the docs theme follow through ``prefers-color-scheme``), as PNG files
 ``DIR/<page>-<width>-<theme>-<screen>.png``: screen 1 is the top of the page, screen 2
 the next one down (a wrapper page scrolls the page in a frame: headless Chromium has no
-scroll flag). The report is the mixed run of ``scripts/report_picture.py`` (a leak, its
-fixed twin, an outlived graph, an unmeasured check, an error); the docs are built with
-``mkdocs build`` into a temporary directory. ``DIR/index.html`` lays every shot out on
-one page. Needs ``chromium`` (Debian: ``apt-get install -y chromium``) and mkdocs (the
-``dev`` extra). Nothing here is checked automatically: look at the pictures.
+scroll flag). The reports are the mixed run of ``scripts/report_picture.py`` (a leak, its
+fixed twin, an outlived graph, an unmeasured check, an error) and a 200-test run with
+three leaks (``report-200``), each also measured at every width first
+(``scripts/report_layout.py``: overflow, the index's edge, tick size, the fold
+controls); the docs are built with ``mkdocs build`` into a temporary directory.
+``DIR/index.html`` lays every shot out on one page. Needs ``chromium`` (Debian:
+``apt-get install -y chromium``) and mkdocs (the ``dev`` extra). The measures are printed,
+not asserted: look at the pictures.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import subprocess
 import sys
@@ -29,6 +33,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
 from check_html_chromium import run_chromium  # noqa: E402
+from report_layout import measure, problems  # noqa: E402
 from report_picture import run_suite  # noqa: E402
 
 #: The docs pages taken, by their built path.
@@ -39,7 +44,41 @@ DOCS_PAGES = {
     "diagnosis": "diagnosis/index.html",
     "options": "options/index.html",
     "integrations": "integrations/index.html",
+    "comparison": "comparison/index.html",
 }
+
+#: A 200-test run (three leaks among 197 clean tests): the report at scale.
+BIG_SUITE = '''\
+import minigrad as mg
+import pytest
+
+kept = []
+
+
+@pytest.mark.no_graph_growth
+@pytest.mark.parametrize("case", range(200))
+def test_step(case):
+    w = mg.Tensor([[0.5, -0.25], [0.125, 1.0]], requires_grad=True)
+    loss = (mg.Tensor([[1.0, 2.0]]) @ w).tanh().sum()
+    loss.backward()
+    if case in (7, 42, 150):
+        kept.append(loss)  # three leaks among 200 tests
+'''
+
+
+def run_big(directory: Path) -> Path:
+    """Run ``BIG_SUITE`` in ``directory``; its HTML report."""
+    (directory / "test_big.py").write_text(BIG_SUITE, encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    env.pop("PYTEST_ADDOPTS", None)
+    subprocess.run([sys.executable, "-m", "pytest", "--graphleak", "-q", "-p", "no:randomly",
+                    "-p", "no:xdist", "-p", "no:cacheprovider", "--graphleak-probes=minigrad,gc",
+                    "--graphleak-html=r.html", "test_big.py"],
+                   cwd=directory, env=env, capture_output=True, timeout=600,
+                   check=False)  # fmt: skip
+    return directory / "r.html"
+
+
 #: The window's height at each width: a laptop screen, a phone's.
 HEIGHTS = {1280: 900, 800: 1000, 420: 860, 360: 780}
 
@@ -104,7 +143,13 @@ def main(argv: list[str] | None = None) -> int:
         site = work / "site"
         built = subprocess.run([sys.executable, "-m", "mkdocs", "build", "-q", "-d", str(site)],
                                cwd=ROOT, capture_output=True, text=True, check=False)  # fmt: skip
-        pages = {"report": (work / "run" / "r.html").as_uri()}
+        (work / "big").mkdir()
+        reports = {"report": work / "run" / "r.html", "report-200": run_big(work / "big")}
+        for name, report in reports.items():  # what the pictures should show, measured
+            for width in widths:
+                found = measure(chromium, report, width, work)
+                print(f"{name} {width:>5} px  {found}  {'; '.join(problems(found)) or 'ok'}")
+        pages = {name: report.as_uri() for name, report in reports.items()}
         if built.returncode == 0:
             pages.update({name: (site / path).as_uri() for name, path in DOCS_PAGES.items()})
         else:

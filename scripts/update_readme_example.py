@@ -9,6 +9,9 @@ The example test (``EXAMPLE`` below) is written to a temporary directory and run
 ``<!-- example:test -->`` markers and pytest's failure section and summary between the
 ``<!-- example:output -->`` markers. The temporary directory is pytest's rootdir and is
 shown as such (paths relative to it), so the output does not name this machine's paths.
+It runs in an 80-column terminal (``COLUMNS=80``), as a CI log or a laptop's terminal
+shows it, so that no line is cut in the README's pane or on a phone's screen; the times
+in it are that run's.
 Needs torch (the example is the torch loop a newcomer writes).
 """
 
@@ -50,7 +53,7 @@ def run_example() -> str:
     """pytest's output for the example, from the FAILURES banner to the end."""
     with tempfile.TemporaryDirectory() as tmp:
         Path(tmp, "test_train.py").write_text(EXAMPLE, encoding="utf-8")
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "120", "OMP_NUM_THREADS": "1"}
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "80", "OMP_NUM_THREADS": "1"}
         env.pop("PYTEST_ADDOPTS", None)
         proc = subprocess.run(
             [sys.executable, "-m", "pytest", "--graphleak", "-p", "no:cacheprovider",

@@ -153,3 +153,45 @@ def test_a_pages_outlive_warning_is_cut_from_the_warnings_summary(hooks: ModuleT
         "  held by: global 'test_train.history' -> list(len=1)",
     ]
     assert hooks.outlive_lines("1 passed", source) == []
+
+
+def test_a_catalogue_text_is_what_pytest_prints_without_v(hooks: ModuleType) -> None:
+    """The docs show a failure text under "pytest --graphleak ...": no series block (only
+    -v prints it) and 80 columns, as pytest's own output."""
+    from pytest_graphleak.result import CheckResult, Diagnosis, Growth, Verdict
+
+    chain = ["fixture 'state'", "dict['losses']", "list(len=24)", "Tensor(shape=(), "
+             "grad_fn=MeanBackward0)"]  # fmt: skip
+    check = CheckResult(
+        name="examples/x.py::test_leaky", steps=16, warmup=3,
+        series={"minigrad.tensors": [float(i) for i in range(19)]},
+        units={"minigrad.tensors": "objects"},
+        verdict=Verdict(True, [Growth("minigrad.tensors", 3.0, 18.0, 1.0)],
+                        "list-accumulation", "grew"),
+        diagnosis=Diagnosis("list-accumulation", chain=chain),
+    ).to_dict()  # fmt: skip
+    text = hooks.failure_text(check)
+    lines = text.splitlines()
+    assert lines[0] == "graphleak: examples/x.py::test_leaky leaks: list-accumulation"
+    assert "series (" not in text and "held by: fixture 'state'" in text
+    assert max(len(line) for line in lines[1:]) <= 80
+
+
+def test_the_readme_output_fits_80_columns_and_a_stacked_table_names_its_columns(
+    hooks: ModuleType,
+) -> None:
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    block = re.search(r"<!-- example:output -->\n```text\n(.*?)\n```", readme, re.S)
+    assert block is not None
+    assert max(len(line) for line in block.group(1).splitlines()) <= 80
+    assert "The fix is in the last line" not in readme  # pytest's result line is last
+    table = ('<div class="stack-table labelled"><table><thead><tr><th></th><th>a</th>'
+             "<th><code>b</code></th></tr></thead><tbody><tr><td>counts</td><td>x</td>"
+             "<td>y</td></tr></tbody></table>")  # fmt: skip
+    labelled = hooks.on_page_content(table + "</div>", None, None, None)
+    assert '<td data-label="">counts</td><td data-label="a">x</td>' in labelled
+    assert '<td data-label="b">y</td>' in labelled
+    # output blocks keep the terminal's lines and scroll sideways on a phone
+    css = (REPO / "docs/stylesheets/extra.css").read_text(encoding="utf-8")
+    rule = css[css.index(".md-typeset .output pre > code {"):][:120]
+    assert "white-space: pre;" in rule and "overflow-x: auto;" in rule

@@ -380,14 +380,25 @@ def _sources_hash(examples: list[Path], extra: str = "") -> str:
     return digest.hexdigest()[:16]
 
 
+def failure_text(check: dict[str, Any]) -> str:
+    """A check's failure text as ``pytest --graphleak`` prints it without ``-v`` (no series
+    block) in an 80-column terminal, paths relative to the repository."""
+    from pytest_graphleak.report.text import render_text, wrapped
+    from pytest_graphleak.result import CheckResult
+
+    story = render_text(CheckResult.from_dict(check), series=False)
+    return "\n".join(part for part, _ in wrapped(story.replace(str(ROOT) + os.sep, ""), 80))
+
+
+#: What a catalogue text is (part of its cache key): a change to it runs the examples again.
+_FAILURE_TEXT = "the failure text pytest prints without -v, in 80 columns"
+
+
 def _catalogue_texts(examples: list[Path]) -> dict[str, str]:
-    cached = CACHE / f"catalogue-{_sources_hash(examples)}.json"
+    cached = CACHE / f"catalogue-{_sources_hash(examples, _FAILURE_TEXT)}.json"
     if cached.exists():
         data = json.loads(cached.read_text(encoding="utf-8"))
         return dict(data["texts"])
-    from pytest_graphleak.report.text import render_text
-    from pytest_graphleak.result import CheckResult
-
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "catalogue.json"
@@ -399,12 +410,10 @@ def _catalogue_texts(examples: list[Path]) -> dict[str, str]:
         subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
         document = json.loads(report.read_text(encoding="utf-8")) if report.exists() else {}
     texts: dict[str, str] = {}
-    prefix = str(ROOT) + os.sep
     for test in document.get("tests", []):
         file = test["nodeid"].split("::")[0].removeprefix("examples/")
         for check in test["checks"]:
-            text = render_text(CheckResult.from_dict(check)).replace(prefix, "")
-            texts[file] = text
+            texts[file] = failure_text(check)
     seconds = time.perf_counter() - started
     CACHE.mkdir(parents=True, exist_ok=True)
     data = {"seconds": seconds, "texts": texts}
@@ -753,6 +762,33 @@ def readme_is_current() -> bool:
         and script.replace_block(readme, "test", "python", script.EXAMPLE) == readme
         and comparable(block.group(1)) == comparable(example_output())
     )
+
+
+def on_page_content(html: str, page: Any, config: Any, files: Any) -> str:
+    """Each cell of a table in a ``div.labelled`` names its column (``data-label``), so the
+    table stacked on a phone (extra.css) still says which column a cell is from."""
+    return _LABELLED.sub(lambda m: label_cells(m.group(0)), html)
+
+
+_LABELLED = re.compile(r'<div class="[^"]*\blabelled\b[^"]*">.*?</table>', re.S)
+
+
+def label_cells(block: str) -> str:
+    """``<td>`` -> ``<td data-label="column">`` in the first table of ``block``, from its
+    header row."""
+    head = re.search(r"<thead>(.*?)</thead>", block, re.S)
+    if head is None:
+        return block
+    names = [re.sub(r"<[^>]+>", "", th).strip()
+             for th in re.findall(r"<th[^>]*>(.*?)</th>", head.group(1), re.S)]  # fmt: skip
+
+    def row(match: re.Match[str]) -> str:
+        cells = iter(names)
+        return re.sub(r"<td([^>]*)>",
+                      lambda td: f'<td{td.group(1)} data-label="{next(cells, "")}">',
+                      match.group(0))  # fmt: skip
+
+    return re.sub(r"<tr>.*?</tr>", row, block, flags=re.S)
 
 
 def on_post_build(config: Any) -> None:
