@@ -81,8 +81,6 @@ ABOUT = (
 #: The fields of an entry: the key's four, then the person's reason.
 KEY_FIELDS = ("test", "check", "pattern", "holder")
 FIELDS = (*KEY_FIELDS, "reason")
-#: The holder of a finding whose diagnosis named none (``--graphleak-no-diagnose``).
-NO_HOLDER = ""
 #: The ``test`` of a finding judged at a session-scoped fixture's teardown.
 SESSION = "<session>"
 _FIXTURE_CHECK = "outlive("

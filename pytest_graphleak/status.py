@@ -92,8 +92,6 @@ TABLE: tuple[StatusFacts, ...] = (
 BY_WORD: dict[str, StatusFacts] = {row.word: row for row in TABLE}
 #: Every status of a test in the reports, worst first (the JSON summary's order).
 STATUSES: tuple[str, ...] = tuple(row.word for row in TABLE)
-#: The statuses of one check, worst first: the precedence.
-CHECK_STATUSES: tuple[str, ...] = ("leaked", "error", "unmeasured", "clean")
 #: The statuses that are a leak (``leaked`` as pytest's outcome makes it read).
 LEAK_STATUSES: tuple[str, ...] = tuple(row.word for row in TABLE if row.group == LEAK)
 #: Every status in the order the reports show them (rows, chips, counts).

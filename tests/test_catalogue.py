@@ -35,9 +35,10 @@ import pytest_graphleak
 from pytest_graphleak.patterns import PATTERNS
 from pytest_graphleak.plugin.terminal import detail_lines
 from pytest_graphleak.probes import METRICS
-from pytest_graphleak.report.github import commands, document_rows
+from pytest_graphleak.report.github import commands, report_rows
 from pytest_graphleak.report.html import render_html
 from pytest_graphleak.report.json_doc import CheckedTest, build_document
+from pytest_graphleak.report.model import Report
 from pytest_graphleak.report.text import render_text
 from pytest_graphleak.report.view import diagnosis_view, fix_of
 from pytest_graphleak.result import CheckResult
@@ -188,7 +189,7 @@ def test_every_surface_shows_the_one_fix(path: Path) -> None:
     document = build_document([CheckedTest(nodeid, "failed", [data])], generated_by="test")
     page = html.unescape(render_html(document, draw=None).replace("<wbr>", ""))
     assert f'class="fix-text">{fix}</' in page  # (<wbr>: where a long line may break)
-    rows = document_rows(document, {})
+    rows = report_rows(Report.from_dict(document), {})
     assert [row.fix for row in rows] == [fix]
     annotation = commands(rows, str(EXAMPLES.parent))  # the fix is the message's first line
     assert len(annotation) == 1

@@ -12,7 +12,7 @@ import pytest
 
 import minigrad as mg
 from pytest_graphleak import check
-from pytest_graphleak.heap.containers import GROWABLE, SIZED, grows, length
+from pytest_graphleak.heap.containers import GROWABLE, SIZED, growable, length
 from pytest_graphleak.report.text import render_text
 
 
@@ -26,10 +26,10 @@ class _History:  # the user's own class: its __len__ is read
 
 def test_the_rule_names_every_container_that_can_grow() -> None:
     for made in (list, collections.deque, dict, set, collections.OrderedDict, collections.Counter):
-        assert grows(made()), made
+        assert growable(made()), made
         assert length(made()) == 0
-    assert collections.defaultdict in GROWABLE or grows(collections.defaultdict(list))
-    assert not grows(()) and not grows(frozenset())  # sized, but not grown in place
+    assert collections.defaultdict in GROWABLE or growable(collections.defaultdict(list))
+    assert not growable(()) and not growable(frozenset())  # sized, but not grown in place
     assert {tuple, frozenset} <= set(SIZED)
     history = _History()
     history._rows[0] = 1

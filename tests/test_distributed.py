@@ -107,7 +107,8 @@ def test_ddp_leak_is_caught_on_its_rank_and_the_fixed_twin_passes() -> None:
         "ddp leaky [rank 0/2]",
         "ddp leaky [rank 1/2]",
     ]
-    for data in leaky.to_dicts() + fixed.to_dicts():  # plain data: JSON and back
+    for result in leaky.results() + fixed.results():  # plain data: JSON and back
+        data = result.to_dict()
         assert CheckResult.from_dict(json.loads(json.dumps(data))).name == data["name"]
 
 

@@ -18,7 +18,6 @@ from pytest_graphleak.report.json_doc import (
     build_document,
     dumps,
     load_schema,
-    metric_summary,
     write_text_atomic,
 )
 from pytest_graphleak.result import (
@@ -153,7 +152,14 @@ def test_schema_rejects_a_wrong_document(path: tuple[Any, ...], value: object) -
         jsonschema.validate(document, load_schema())
 
 
-def test_metric_summary_uses_the_verdict_for_grown_metrics_and_the_slope_otherwise() -> None:
+def metric_summary(check: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The ``metrics`` of ``check`` in the document that the report writes."""
+    document = build_document([CheckedTest("t.py::t", "failed", [check])], generated_by="test")
+    metrics: dict[str, dict[str, Any]] = document["tests"][0]["checks"][0]["metrics"]
+    return metrics
+
+
+def test_the_documents_metrics_use_the_verdict_for_grown_ones_and_the_slope_otherwise() -> None:
     metrics = metric_summary(leaky_check(warmup=2, steps=5))
     assert metrics["torch.tensors"] == {
         "unit": "objects", "start": 7.0, "end": 15.0, "per_step": 2.0, "grew": True,

@@ -20,7 +20,8 @@ from pytest_graphleak.diagnose.facts import root_link
 from pytest_graphleak.loop import LoopCheck
 from pytest_graphleak.options import Settings
 from pytest_graphleak.patterns import FIXES
-from pytest_graphleak.report.github import document_rows
+from pytest_graphleak.report.github import report_rows
+from pytest_graphleak.report.model import Report
 from pytest_graphleak.report.text import render_text
 from pytest_graphleak.report.view import diagnosis_view
 from pytest_graphleak.result import CheckResult, CreationSite, Diagnosis, Link, Verdict
@@ -219,7 +220,7 @@ def _agree(result: CheckResult, pattern: str, fix: str) -> str:
     label = next(line.label for line in view if line.kind == "fix")
     assert f"  {label}: {shown}" in render_text(result)
     document = {"tests": [{"nodeid": "t.py::test", "outcome": "failed", "checks": [data]}]}
-    assert document_rows(document, {})[0].fix == shown
+    assert report_rows(Report.from_dict(document), {})[0].fix == shown
     assert FIXES[pattern] not in render_text(result)
     return fix
 

@@ -173,7 +173,7 @@ def _unmeasured(fix: str) -> CheckResult:
 
 def test_every_surface_reads_the_unmeasured_fix_field() -> None:
     from pytest_graphleak.plugin.terminal import summary_lines
-    from pytest_graphleak.report.github import commands, document_rows
+    from pytest_graphleak.report.github import commands, report_rows
     from pytest_graphleak.report.json_doc import load_schema
     from pytest_graphleak.report.model import TestRow
     from pytest_graphleak.report.validate import validate
@@ -186,7 +186,7 @@ def test_every_surface_reads_the_unmeasured_fix_field() -> None:
     page = render_html(document, draw=None)
     assert '<dt>fix</dt><dd class="fix">import torch before the check</dd>' in page
     assert '<span class="fix">fix: import torch before the check</span>' in page  # the index
-    (command,) = commands(document_rows(document, {}), "/")
+    (command,) = commands(report_rows(Report.from_dict(document), {}), "/")
     message = command.split("::", 2)[2].split("%0A")
     assert message[:2] == ["fix: import torch before the check",
                            "not measured, so no verdict: the probes saw nothing"]  # fmt: skip

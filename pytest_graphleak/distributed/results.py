@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from pytest_graphleak.exceptions import RankError
 from pytest_graphleak.pipeline import raise_or_warn
@@ -66,9 +65,6 @@ class DistributedResult:
     def results(self) -> list[CheckResult]:
         """The per-rank CheckResults that came back (named '<name> [rank r/N]')."""
         return [r.result for r in self.ranks if r.result is not None]
-
-    def to_dicts(self) -> list[dict[str, Any]]:
-        return [result.to_dict() for result in self.results()]
 
     def raise_for_failure(self) -> None:
         """RankError if a rank raised/crashed/hung, else GraphLeakError if a rank leaked,

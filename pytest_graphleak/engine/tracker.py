@@ -74,11 +74,9 @@ class Series:
     #: How the probes' start set was found: "roots" (what the step reaches), "heap"
     #: (every object), "roots+warmup" (a short walk and the tensors the warmup steps
     #: used), "warmup" (those tensors alone: the walk gave up), or "none" (no active
-    #: probe needs one); how many objects the walk or scan gave, and how many tensors
-    #: the warmup recording added.
+    #: probe needs one); how many objects the walk or scan gave.
     start_scan: str = "none"
     start_objects: int = 0
-    recorded_tensors: int = 0
     #: What the user should know about this run's measurement (true sentences only).
     notes: list[str] = field(default_factory=list)
     #: Set when the check ended: why it measured nothing the step uses ("" when it did),
@@ -218,9 +216,7 @@ class Sampler:
         """End of warmup: what the warmup steps used joins its probe's baseline."""
         recorders, self._recorders = self._recorders, []
         for probe, recorder in recorders:
-            found = recorder.stop()
-            self.result.recorded_tensors += len(found)
-            probe.adopt(found)  # empties the list
+            probe.adopt(recorder.stop())  # empties the list
 
     def _paused(self) -> contextlib.ExitStack:
         """The recorders paused: what a sample's probes call is not the step's."""

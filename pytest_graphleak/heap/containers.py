@@ -37,11 +37,6 @@ def c_length(kind: type) -> Callable[[Any], int] | None:
     return next((base.__len__ for base in SIZED if issubclass(kind, base)), None)
 
 
-def grows(obj: object) -> bool:
-    """Can a step grow this container in place?"""
-    return isinstance(obj, GROWABLE)
-
-
 def tensordict_like(obj: object) -> bool:
     """A TensorDict or a class shaped like one: ``detach``, ``batch_size`` and ``keys``
     on its type (a tensor has no ``batch_size``). Told by duck typing: the library is

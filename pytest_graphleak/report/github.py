@@ -17,7 +17,7 @@ With ``--graphleak-github=auto`` (the default) it is on when ``GITHUB_ACTIONS=tr
 
 An unmeasured check's annotation opens with its ``unmeasured_fix`` as well.
 
-The writer takes generic ``Row``s: the document's checks give theirs (``document_rows``),
+The writer takes generic ``Row``s: the report's checks give theirs (``report_rows``),
 and other parts of a run may add their own (``writers.Run.rows``).
 """
 
@@ -105,13 +105,6 @@ def publish(document: Mapping[str, Any], run: Any) -> list[str]:
                 f"({summary_path!r}: {exc.strerror or exc})"
             )
     return problems
-
-
-def document_rows(
-    document: Mapping[str, Any], locations: Mapping[str, tuple[str, int]]
-) -> list[Row]:
-    """One row per check of every test in a report document (``report_rows``)."""
-    return report_rows(Report.from_dict(document), locations)
 
 
 def report_rows(report: Report, locations: Mapping[str, tuple[str, int]]) -> list[Row]:

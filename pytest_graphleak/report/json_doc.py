@@ -59,14 +59,10 @@ class CheckedTest:
         return TestRow.of(self.nodeid, self.outcome, map(CheckResult.from_dict, self.checks))
 
 
-def metric_summary(check: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """Per metric of one check (``CheckResult.to_dict()``): the document's ``metrics``
-    field, ``model.MetricRow.to_dict`` of each (unit, first and last measured value,
-    growth per step, whether the verdict judged it grown)."""
-    return _metrics(CheckResult.from_dict(check))
-
-
 def _metrics(check: CheckResult) -> dict[str, dict[str, Any]]:
+    """Per metric of one check: the document's ``metrics`` field, ``model.MetricRow.to_dict``
+    of each (unit, first and last measured value, growth per step, whether the verdict
+    judged it grown)."""
     return {row.name: row.to_dict() for row in metric_rows(check)}
 
 

@@ -80,7 +80,5 @@ WRITERS: tuple[Writer, ...] = (
     Writer("github", "GitHub", "github", wanted=github.wanted, publish=github.publish),
 )  # fmt: skip
 
-WRITERS_BY_KIND: dict[str, Writer] = {writer.kind: writer for writer in WRITERS}
-
 #: The options-table keys of every writer (what a reporter without the core plugin adds).
 WRITER_OPTIONS: tuple[str, ...] = tuple(writer.option for writer in WRITERS)

@@ -60,13 +60,6 @@ def record(link: Link) -> bool:
     return keyed or (link.type in ("tuple", "list") and described_sized(link))
 
 
-def carrier(link: Link) -> tuple[str, str] | None:
-    """``(type, attribute)`` of an object whose attribute holds the tensor (``Trace.out``)."""
-    if link.edge == "attribute" and link.kind in ("object", "container"):
-        return (link.type, link.key) if link.key.isidentifier() else None
-    return None
-
-
 def binds(link: Link, name: str) -> bool:
     """Is ``link`` the holder that the name (or attribute) ``name`` binds: the root
     ``local 'total'``, ``global 'mod.TOTAL'``, an attribute ``Model.total``, a cell?"""
