@@ -97,11 +97,13 @@ def candidates(
         found.append(_under(source, made, no_grad))
     cached = _cache_name(links)
     if cached:
-        found.extend(_cache_clears(source, cached))
+        found.extend(_cache_clears(source, cached, statement))
     unique: dict[tuple[int, int, tuple[str, ...]], Edit] = {}
     for edit in found:
         unique.setdefault((edit.first, edit.last, edit.new), edit)
-    first = "reset" if deferred else _likeliest(statement, links)
+    # A cache on the chain keeps what it returned whatever the line does with it: its
+    # cache_clear() first (the line's own changes break the backward through it).
+    first = "reset" if deferred else "cache_clear" if cached else _likeliest(statement, links)
     ordered = sorted(unique.values(), key=lambda edit: edit.kind != first)  # stable
     return ordered[:MAX_CANDIDATES]
 
@@ -219,6 +221,9 @@ def _rewrites(
                 for method, kind in _ITEMS]  # fmt: skip
     if isinstance(node, ast.Constant) or _detached(node):
         return []
+    if isinstance(node, ast.Call) and element is not None and element.kind == "object":
+        built = [(_built(source, node, method), kind) for method, kind in _ITEMS]
+        return [(text, kind) for text, kind in built if text]
     atom = _atom(text)
     if many or (element is not None and element.kind == "container"):
         base = element.base if element is not None else "list"
@@ -231,6 +236,25 @@ def _rewrites(
         detached = ", ".join(f"{atom}.{name}.detach()" for name in element.carriers)
         found.append((f"type({atom})({detached})", "rebuild"))
     return found
+
+
+def _built(source: Source, call: ast.Call, method: str) -> str:
+    """An object made on the line (``StepOutput(loss, logits, hidden)``) from each of its
+    arguments detached or as numbers (``method``), written on the arguments, since every
+    one may carry the graph; "" when the call has none to change or unpacks some."""
+    if any(isinstance(arg, ast.Starred) for arg in call.args) or any(
+        keyword.arg is None for keyword in call.keywords
+    ):
+        return ""
+    def one(arg: ast.expr) -> str:
+        text = node_text(source, arg)
+        kept = isinstance(arg, (ast.Constant, ast.Lambda)) or _detached(arg)
+        return text if kept else f"{_atom(text)}.{method}()"
+
+    parts = [one(arg) for arg in call.args]
+    parts += [f"{keyword.arg}={one(keyword.value)}" for keyword in call.keywords]
+    changed = [part for part in parts if part.endswith(f".{method}()")]
+    return f"{node_text(source, call.func)}({', '.join(parts)})" if changed else ""
 
 
 #: A literal's items detached, or as numbers (``tolist()``: a 0-dim tensor's is its number).
@@ -372,22 +396,49 @@ def _after(source: Source, statement: ast.stmt, text: str, kind: str) -> Edit:
 
 
 def _cache_name(links: Sequence[Link]) -> str:
-    """The global name of an ``lru_cache`` on the chain (``features``), "" for none."""
-    if len(links) > 1 and links[1].type == _LRU and links[0].type == "global":
-        return links[0].name
+    """How the chain reaches an ``lru_cache`` on it: the global name of the cached
+    function (``features``), or ``.name`` for one kept as an attribute (``self.embed =
+    cached``); "" for none."""
+    for at in range(1, len(links)):
+        if links[at].type != _LRU:
+            continue
+        before = links[at - 1]
+        if before.kind == "root" and before.type == "global":
+            return before.name
+        if before.edge == "attribute" and before.key:
+            return f".{before.key}"
     return ""
 
 
-def _cache_clears(source: Source, name: str) -> list[Edit]:
-    """``name.cache_clear()`` after the first statement of another function that calls
-    the cached function ``name``: what it cached is used by then."""
+def _cache_clears(source: Source, name: str, statement: ast.stmt) -> list[Edit]:
+    """``<cached>.cache_clear()`` after the statement that calls the cached function: the
+    line to change when it calls it (spelled as it does, ``self.embed``), else, for a
+    global one, the first statement of another function that calls it: what it cached is
+    used by then."""
+    spelled = _calls(source, statement, name)
+    if spelled:
+        return [_after(source, statement, f"{spelled}.cache_clear()", "cache_clear")]
+    if name.startswith("."):
+        return []
     for node in ast.walk(source.tree):
         if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or node.name == name:
             continue
-        for statement in node.body:
-            if isinstance(statement, (ast.Expr, ast.Assign, ast.AugAssign)) and any(
-                isinstance(call, ast.Call) and isinstance(call.func, ast.Name)
-                and call.func.id == name for call in ast.walk(statement)
-            ):  # fmt: skip
-                return [_after(source, statement, f"{name}.cache_clear()", "cache_clear")]
+        for each in node.body:
+            if isinstance(each, (ast.Expr, ast.Assign, ast.AugAssign)) and _calls(source, each,
+                                                                                 name):
+                return [_after(source, each, f"{name}.cache_clear()", "cache_clear")]
     return []
+
+
+def _calls(source: Source, statement: ast.stmt, name: str) -> str:
+    """How ``statement`` spells the cached function it calls (``features``,
+    ``self.embed`` for ``.embed``); "" when it calls none."""
+    for call in ast.walk(statement):
+        if not isinstance(call, ast.Call):
+            continue
+        func = call.func
+        if isinstance(func, ast.Name) and func.id == name:
+            return name
+        if isinstance(func, ast.Attribute) and name == f".{func.attr}" and _plain(func):
+            return node_text(source, func)
+    return ""
