@@ -165,19 +165,117 @@ def test_keeps_nothing():
 '''
 
 
-def _with_toygrad(root: Path) -> Path:
-    """A copy of the package with toygrad's bundle registered, and the library beside it."""
+#: A second toy library, shaped like torch: its graph nodes refuse weak references (as
+#: torch's C++ nodes do: what a step made is told by the nodes' numbers), and a hook
+#: registered on a node is kept where only the library can read it (torch keeps node
+#: hooks in C++). Its bundle says so through the backend's hooks; nothing else changes.
+CGRAD = '''
+STATS = {"Tensor": {"alive": 0, "created": 0}, "Node": {"alive": 0, "created": 0}}
+
+
+class Node:
+    __slots__ = ("next_functions", "seq", "_hooks")  # no __weakref__: as a C++ node
+
+    def __init__(self, *inputs):
+        self.next_functions = tuple((t.grad_fn, 0) for t in inputs)
+        self.seq = STATS["Node"]["created"]
+        self._hooks = []
+        STATS["Node"]["created"] += 1
+        STATS["Node"]["alive"] += 1
+
+    def register_hook(self, fn):
+        self._hooks.append(fn)
+
+    def __del__(self):
+        STATS["Node"]["alive"] -= 1
+
+
+class Tensor:
+    def __init__(self, value, grad_fn=None, requires_grad=False):
+        self.value, self.grad_fn, self.requires_grad, self.shape = value, grad_fn, requires_grad, ()
+        STATS["Tensor"]["created"] += 1
+        STATS["Tensor"]["alive"] += 1
+
+    def __del__(self):
+        STATS["Tensor"]["alive"] -= 1
+
+    def __mul__(self, other):
+        return Tensor(self.value * other.value, grad_fn=Node(self, other))
+'''
+
+#: cgrad's bundle: toygrad's, plus what makes it torch-shaped (numbered nodes, hooks read
+#: only inside ``reading_hooks``).
+CGRAD_BUNDLE = BUNDLE_MODULE.replace("toygrad", "cgrad").replace("Toy", "C").replace(
+    "class CBackend(Backend):\n    name = \"cgrad\"\n",
+    """class CBackend(Backend):
+    name = "cgrad"
+    node_hook_tables = {"hooks": "register_hook"}
+    reading = False
+
+    def node_number_now(self):
+        return self.toy.STATS["Node"]["created"]
+
+    @contextlib.contextmanager
+    def reading_hooks(self):
+        self.reading = True
+        try:
+            yield None
+        finally:
+            self.reading = False
+""",
+).replace(
+    "        return iter(())",
+    """        if self.reading and node._hooks:
+            yield Edge("attr", "hooks"), node._hooks""",
+).replace("import sys\n", "import contextlib\nimport sys\n", 1).replace(
+    "    return node.sequence_nr", "    return node.seq"
+)
+
+#: What runs on the copy with cgrad: graph nodes kept without their tensors (found by
+#: number), and a hook on a node whose closure holds the node's tensor (found by reading
+#: the hooks the library keeps).
+CGRAD_CHECKS = '''
+import json, sys
+import pytest_graphleak, cgrad
+from pytest_graphleak import check
+
+assert pytest_graphleak.__file__.startswith(sys.argv[1]), pytest_graphleak.__file__
+nodes = []
+
+
+def keeps_nodes():
+    nodes.append((cgrad.Tensor(2.0, requires_grad=True) * cgrad.Tensor(3.0)).grad_fn)
+
+
+def hooked():
+    out = cgrad.Tensor(2.0, requires_grad=True) * cgrad.Tensor(3.0)
+    out.grad_fn.register_hook(lambda grad: out)
+
+
+kept, cycle = check(keeps_nodes), check(hooked)
+print(json.dumps({
+    "kept": [kept.leaked, kept.diagnosis.pattern, kept.diagnosis.chain],
+    "cycle": [cycle.leaked, cycle.diagnosis.pattern, cycle.diagnosis.cycle,
+              cycle.diagnosis.notes],
+}))
+'''
+
+
+def _with_toygrad(root: Path, name: str = "toygrad", library: str = TOYGRAD,
+                  bundle: str = BUNDLE_MODULE) -> Path:  # fmt: skip
+    """A copy of the package with the toy library's bundle registered, and the library
+    beside it."""
     copy = root / "pytest_graphleak"
     shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
-    (root / "toygrad.py").write_text(TOYGRAD, encoding="utf-8")
-    (copy / "probes" / "autograd" / "toygrad_bundle.py").write_text(BUNDLE_MODULE, "utf-8")
+    (root / f"{name}.py").write_text(library, encoding="utf-8")
+    (copy / "probes" / "autograd" / f"{name}_bundle.py").write_text(bundle, "utf-8")
     registry = copy / "probes" / "autograd" / "__init__.py"
     before = registry.read_text(encoding="utf-8").splitlines(keepends=True)
     after = []
     for line in before:
         after.append(line)
         if line.startswith("from pytest_graphleak.probes.autograd.torch_bundle import"):
-            module = line.split()[1].replace("torch", "toygrad")
+            module = line.split()[1].replace("torch", name)
             after.append(f"from {module} import BUNDLE as TOY\n")
         if line == "    TORCH,\n":
             after.append("    TOY,\n")
@@ -206,6 +304,24 @@ def test_a_third_library_is_one_bundle_module_and_one_line(tmp_path: Path) -> No
     assert not leaked and not unmeasured
     assert {"toygrad.nodes", "toygrad.tensors", "gc.cyclic_garbage"} <= set(measured)
     assert not found["torch"]  # nothing imported torch on the way
+
+
+def test_a_torch_shaped_library_is_one_bundle_module_and_one_line(tmp_path: Path) -> None:
+    """What the diagnosis once asked of torch by name (nodes told by number, hooks kept
+    outside Python) it now asks of the bundle: a torch-shaped toy gets both."""
+    _with_toygrad(tmp_path, "cgrad", CGRAD, CGRAD_BUNDLE)
+    run = _run(tmp_path, "-c", CGRAD_CHECKS, str(tmp_path))
+    assert run.returncode == 0, run.stderr
+    found = json.loads(run.stdout.strip().splitlines()[-1])
+    leaked, pattern, chain = found["kept"]
+    # The nodes refuse weak references: only their numbers tell the steps' from older ones.
+    assert leaked and pattern == "list-accumulation", found["kept"]
+    assert chain and "nodes" in chain[0] and "Node" in chain[-1], chain
+    leaked, pattern, cycle, notes = found["cycle"]
+    assert leaked and pattern == "cycle", found["cycle"]
+    assert any(".hooks" in link for link in cycle), cycle  # read through reading_hooks
+    assert any("hook registered on Node with grad_fn.register_hook() whose closure" in note
+               for note in notes), notes  # fmt: skip
 
 
 def test_the_outlive_audit_counts_a_third_library(tmp_path: Path) -> None:

@@ -26,7 +26,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_graphleak.diagnose.backends import NODE, TENSOR, Backend, TorchBackend, active_backends
+from pytest_graphleak.diagnose.backends import NODE, TENSOR, Backend, active_backends
 from pytest_graphleak.diagnose.classify import Grown, facts_of, grown_of, pattern_of
 from pytest_graphleak.diagnose.cycles import (
     cycle_story,
@@ -103,7 +103,6 @@ class _Found:
     cycle's labels and fix, and what a running loop's collections saw."""
 
     roots: list[tuple[str, object]]
-    torch: TorchBackend | None
     chain_path: Path | None = None
     cycle_path: Path | None = None
     cycle: list[str] = field(default_factory=list)
@@ -140,8 +139,7 @@ def _diagnose_with_step(
         obs = observe(step, backends, runs=recorded + RUNS - RECORDED_RUNS,
                       recorded_runs=recorded)  # fmt: skip
     notes: list[str] = []
-    torch = next((b for b in backends if isinstance(b, TorchBackend)), None)
-    found = _Found([], torch)
+    found = _Found([])
     try:
         if obs.error:
             notes.append(said.step_raised(obs.error))
@@ -196,12 +194,12 @@ def _search(
     """The chain from a root to what the steps left alive, or the cycle that keeps it."""
     # Only memory grew and no tensor stayed alive: no graph node to look for either
     # (the memory survey finds the holder), so the chain search is skipped.
-    alive = bool(obs.alive) or obs.torch_seq is not None
+    alive = bool(obs.alive) or bool(obs.numbered)
     searched = Searched()
     if alive and not (grown.memory_only and not obs.alive):
         seeds = [leaked.obj for leaked in obs.alive]
         try:
-            searched = find_chain(found.roots, _target_test(obs, found.torch), walker, seeds=seeds)
+            searched = find_chain(found.roots, _target_test(obs), walker, seeds=seeds)
         finally:
             seeds.clear()
         found.chain_path = searched.path
@@ -243,7 +241,7 @@ def _unrooted(
     if found.cycle_path is not None:
         notes.append(said.uncollectable(not_reached(searched)))
         return
-    held = pack_hook_cycle(obs, found.torch)
+    held = pack_hook_cycle(obs)
     if held:
         found.cycle, note = held
         notes.append(note)
@@ -262,7 +260,7 @@ def _told(
 ) -> Diagnosis:
     """The facts counted, the pattern decided (``pattern_of``), the diagnosis made."""
     graph = GraphWalk()
-    nodes = _torch_leaked_nodes(obs, found.torch, found.chain_path, graph)
+    nodes = _numbered_leaked_nodes(obs, found.chain_path, graph)
     runs = max(1, min(obs.recorded_runs, obs.runs_done))
     seen = found.seen
     sites = _sites(obs, nodes, runs, seen.sites if seen is not None else {})
@@ -305,16 +303,19 @@ def _told(
     return diagnosis
 
 
-def _target_test(obs: Observation, torch: TorchBackend | None) -> Callable[[object], bool]:
+def _target_test(obs: Observation) -> Callable[[object], bool]:
+    """What the chain search looks for: a leaked object, or a node numbered by one of the
+    recorded steps (a library whose nodes are told by number)."""
     ids = {id(leaked.obj) for leaked in obs.alive}
-    lo, hi = obs.torch_seq if obs.torch_seq is not None else (0, 0)
+    numbered = [(backend, lo, hi) for backend, lo, hi in obs.numbered if hi > lo]
 
     def is_target(obj: object) -> bool:
         if id(obj) in ids:
             return True
-        if torch is not None and hi > lo and torch.kind(obj) == NODE:
-            seq = torch.sequence_nr(obj)
-            return seq is not None and lo <= seq < hi
+        for backend, lo, hi in numbered:
+            if backend.kind(obj) == NODE:
+                seq = backend.sequence_nr(obj)
+                return seq is not None and lo <= seq < hi
         return False
 
     return is_target
@@ -358,31 +359,29 @@ def _parts(item: object) -> list[object]:
     return list(attrs.values()) if isinstance(attrs, dict) else []
 
 
-def _torch_leaked_nodes(
-    obs: Observation, torch: TorchBackend | None, chain_path: Path | None, graph: GraphWalk
+def _numbered_leaked_nodes(
+    obs: Observation, chain_path: Path | None, graph: GraphWalk
 ) -> list[int]:
-    """Sequence numbers of torch graph nodes made by the recorded runs and still alive
-    (those ``graph`` reaches within its bound)."""
-    if torch is None or obs.torch_seq is None:
-        return []
-    lo, hi = obs.torch_seq
-    starts: list[Any] = [item.obj for item in obs.leaked if item.backend is torch]
-    if chain_path is not None:
-        starts.extend(o for o in chain_path.objects if torch.kind(o) is not None)
-    frontier = [grad_fn_of(obj) if torch.kind(obj) == TENSOR else obj for obj in starts]
-    starts.clear()
+    """Numbers of the graph nodes made by the recorded runs and still alive, of the
+    libraries whose nodes are told by number (those ``graph`` reaches within its bound)."""
     found: set[int] = set()
+    for backend, lo, hi in obs.numbered:
+        starts: list[Any] = [item.obj for item in obs.leaked if item.backend is backend]
+        if chain_path is not None:
+            starts.extend(o for o in chain_path.objects if backend.kind(o) is not None)
+        frontier = [grad_fn_of(obj) if backend.kind(obj) == TENSOR else obj for obj in starts]
+        starts.clear()
 
-    def note(node: Any) -> None:
-        seq = torch.sequence_nr(node)
-        if seq is not None and lo <= seq < hi:
-            found.add(seq)
+        def note(node: Any, backend: Backend = backend, lo: int = lo, hi: int = hi) -> None:
+            seq = backend.sequence_nr(node)
+            if seq is not None and lo <= seq < hi:
+                found.add(seq)
 
-    try:
-        graph.count(frontier, note)
-        return sorted(found)
-    finally:
-        frontier.clear()
+        try:
+            graph.count(frontier, note)
+        finally:
+            frontier.clear()
+    return sorted(found)
 
 
 def _sites(

@@ -11,7 +11,5 @@ just to look.
 from __future__ import annotations
 
 from pytest_graphleak.probes.autograd import NODE, TENSOR, Backend, active_backends
-from pytest_graphleak.probes.autograd.minigrad_bundle import MinigradBackend
-from pytest_graphleak.probes.autograd.torch_bundle import TorchBackend
 
-__all__ = ["NODE", "TENSOR", "Backend", "MinigradBackend", "TorchBackend", "active_backends"]
+__all__ = ["NODE", "TENSOR", "Backend", "active_backends"]

@@ -22,6 +22,7 @@ for the link that makes it.
 from __future__ import annotations
 
 import ast
+import contextlib
 import inspect
 import linecache
 import sys
@@ -29,7 +30,7 @@ import types
 from collections.abc import Sequence
 from typing import Any
 
-from pytest_graphleak.diagnose.backends import NODE, TENSOR, Backend, TorchBackend
+from pytest_graphleak.diagnose.backends import NODE, TENSOR, Backend
 from pytest_graphleak.diagnose.churn import carries_graph
 from pytest_graphleak.diagnose.edges import ObjectEdges
 from pytest_graphleak.diagnose.observed import Leaked, Observation, SeenCycle
@@ -37,32 +38,24 @@ from pytest_graphleak.diagnose.render import drawing, render_cycle
 from pytest_graphleak.diagnose.search import Path, find_cycle
 from pytest_graphleak.heap.graphwalk import grad_fn_of
 from pytest_graphleak.heap.usercode import is_user_file, library_label
-from pytest_graphleak.probes.autograd.torch_hooks import reading
 from pytest_graphleak.result import CreationSite, display_path
 from pytest_graphleak.words import cycles as words
 
 #: Leaked objects a cycle is searched from, at most (tensors first).
 _STARTS = 8
-#: Attributes of a node that are hook tables, and the call that fills each.
-_NODE_HOOKS = {"post_hooks": "register_hook", "pre_hooks": "register_prehook"}
 
 
 def find_first(leaked: Sequence[Leaked], walker: ObjectEdges) -> Path | None:
     """A cycle through one of the leaked objects; tensors are tried first. The hooks torch
     keeps on graph nodes are links of the search."""
-    torch = next((b for b in walker.backends if isinstance(b, TorchBackend)), None)
     # What grew first: a cycle that holds a graph, not one of a library's bare tensors.
     ordered = sorted(leaked, key=lambda item: (not carries_graph(item), item.kind != TENSOR))[
         :_STARTS
     ]
-    if torch is None:
+    with contextlib.ExitStack() as reading:  # hooks a library keeps outside Python
+        for backend in walker.backends:
+            reading.enter_context(backend.reading_hooks())
         return _search(ordered, walker)
-    with reading(torch.torch) as hooks:
-        torch.node_hooks = hooks
-        try:
-            return _search(ordered, walker)
-        finally:
-            torch.node_hooks = None
 
 
 def _search(ordered: list[Leaked], walker: ObjectEdges) -> Path | None:
@@ -112,16 +105,14 @@ def cycle_story(path: Path, walker: ObjectEdges, *, collectable: bool) -> tuple[
         backend, kind = found
         key = str(edge.key)
         hook = path.objects[i + 2] if i + 2 < len(path.objects) else None
-        if kind == NODE and key in _NODE_HOOKS and backend.name == "torch":
+        outside = backend.name if backend.hooks_outside_python and not collectable else ""
+        if kind == NODE and key in backend.node_hook_tables:
             node = backend.node_name(obj)
-            return _hook_story(words.node_hook(node, _NODE_HOOKS[key]), hook,
-                               held_in_cpp=not collectable)  # fmt: skip
-        if (kind == TENSOR and key in ("_backward_hooks", "hooks")) or (
-            kind == NODE and key == "pre_hooks"  # minigrad: a non-leaf tensor's hooks
-        ):
-            return _hook_story(words.TENSOR_HOOK, hook,
-                               held_in_cpp=backend.name == "torch" and not collectable)  # fmt: skip
-        ctx = _ctx_attribute(backend, obj, kind, key)
+            where = words.node_hook(node, backend.node_hook_tables[key])
+            return _hook_story(where, hook, held_by=outside)
+        if (kind, key) in backend.tensor_hook_tables:
+            return _hook_story(words.TENSOR_HOOK, hook, held_by=outside)
+        ctx = backend.ctx_attribute(obj, key) if kind == NODE else None
         if ctx is not None:
             library = _library_of(backend, obj)
             if library:  # not the user's forward to edit: their own link of the cycle
@@ -130,15 +121,6 @@ def cycle_story(path: Path, walker: ObjectEdges, *, collectable: bool) -> tuple[
                     return told
             return _ctx_story(backend, obj, ctx, path.objects[i + 1], walker, collectable)
     return [], ""
-
-
-def _ctx_attribute(backend: Backend, node: Any, kind: str, key: str) -> str | None:
-    """The ctx attribute this link reads (``out`` for ``ctx.out``), or None."""
-    if kind != NODE:
-        return None
-    if isinstance(backend, TorchBackend):
-        return key if backend.is_ctx(node) and key != "run_function" else None
-    return key.removeprefix("ctx.") if key.startswith("ctx.") else None
 
 
 def _function_name(backend: Backend, node: Any) -> str:
@@ -151,8 +133,10 @@ def _ctx_story(
 ) -> tuple[list[str], str]:
     found = walker.backend_of(value)
     held = "" if found is not None and found[1] == TENSOR else type(value).__name__
-    return words.ctx_story(_function_name(backend, node), attr, held, collectable=collectable,
-                           torch=backend.name == "torch")  # fmt: skip
+    return words.ctx_story(
+        _function_name(backend, node), attr, held, collectable=collectable,
+        grad_fn_is_ctx=backend.ctx_is_grad_fn, issue=backend.ctx_issue,
+    )  # fmt: skip
 
 
 def _library_of(backend: Backend, node: Any) -> str:
@@ -160,7 +144,7 @@ def _library_of(backend: Backend, node: Any) -> str:
     or "" when the forward is the user's code."""
     forward = getattr(getattr(node, "_forward_cls", None), "forward", None)
     code = getattr(forward, "__code__", None)
-    if code is None or backend.name != "torch" or is_user_file(code.co_filename):
+    if code is None or not backend.ctx_is_grad_fn or is_user_file(code.co_filename):
         return ""
     return library_label(code.co_filename)
 
@@ -223,12 +207,12 @@ def stored_line(cls: type, name: str) -> tuple[str, int, str, str] | None:
     return None
 
 
-def _hook_story(where: str, hook: object, *, held_in_cpp: bool) -> tuple[list[str], str]:
+def _hook_story(where: str, hook: object, *, held_by: str) -> tuple[list[str], str]:
     """The hook's words: a bound method names its owner, any other hook is a closure."""
     method = None
     if isinstance(hook, types.MethodType):
         method = (type(hook.__self__).__name__, getattr(hook, "__qualname__", "the hook"))
-    return words.hook_story(where, method, held_in_cpp=held_in_cpp)
+    return words.hook_story(where, method, held_by=held_by)
 
 
 def hook_sites(path: Path) -> list[CreationSite]:
@@ -245,20 +229,23 @@ def hook_sites(path: Path) -> list[CreationSite]:
     return []
 
 
-def pack_hook_cycle(obs: Observation, torch: TorchBackend | None) -> tuple[list[str], str] | None:
-    """A tensor kept by its own grad_fn through a saved-tensor pack hook (C++ only)."""
-    if torch is None or not obs.pack_hooks:
+def pack_hook_cycle(obs: Observation) -> tuple[list[str], str] | None:
+    """A tensor kept by its own grad_fn through a saved-tensor pack hook (no Python link:
+    the node keeps its own output outside Python, ``Backend.saves_own_output``)."""
+    if not obs.pack_hooks:
         return None
     for leaked in obs.alive:
-        if leaked.kind != TENSOR or leaked.backend is not torch:
+        backend = leaked.backend
+        if leaked.kind != TENSOR:
             continue
         grad_fn = grad_fn_of(leaked.obj)
         if grad_fn is None:
             continue
-        seq = torch.sequence_nr(grad_fn)
+        seq = backend.sequence_nr(grad_fn)
         hook = obs.pack_hooks.get(seq) if seq is not None else None
-        if hook is None or not hasattr(grad_fn, "_saved_result"):
+        if hook is None or not backend.saves_own_output(grad_fn):
             continue
         named = f"{hook.name} ({display_path(hook.filename)}:{hook.lineno})"
-        return words.pack_hook_story(torch.describe(leaked.obj), torch.node_name(grad_fn), named)
+        return words.pack_hook_story(backend.describe(leaked.obj), backend.node_name(grad_fn),
+                                     named)  # fmt: skip
     return None

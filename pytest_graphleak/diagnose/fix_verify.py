@@ -24,6 +24,7 @@ from pytest_graphleak.diagnose.fix_source import Edit, Source, read_source, unif
 from pytest_graphleak.diagnose.fix_swap import NotSwappable, compile_changed, find_function, swapped
 from pytest_graphleak.heap.usercode import is_user_file
 from pytest_graphleak.patterns import CYCLE, FIXES
+from pytest_graphleak.probes.autograd import loaded
 from pytest_graphleak.result import CreationSite, Diagnosis, Fix, display_path
 from pytest_graphleak.words import verify as why
 from pytest_graphleak.words.lines import growth_fix
@@ -168,10 +169,11 @@ def _none_held(
 
 
 def _no_grad(site: CreationSite, starts: Iterable[object]) -> str | None:
-    """``torch.no_grad()`` (or ``mg.no_grad()`` where the code is minigrad's) spelled with
-    the name the file imported it under; None when the file imports neither."""
-    for wanted in ("torch", "minigrad"):
-        name = _module_name(site, starts, wanted)
+    """``torch.no_grad()`` (or ``mg.no_grad()`` where the code is minigrad's: the
+    ``no_grad`` of an autograd library's bundle) spelled with the name the file imported
+    it under; None when the file imports none."""
+    for bundle, module in loaded():
+        name = _module_name(site, starts, bundle.name) if hasattr(module, "no_grad") else None
         if name is not None:
             return f"{name}.no_grad()"
     return None

@@ -30,7 +30,6 @@ from pytest_graphleak.diagnose.backends import (
     NODE,
     TENSOR,
     Backend,
-    TorchBackend,
     active_backends,
 )
 from pytest_graphleak.diagnose.churn import split
@@ -81,7 +80,6 @@ class LoopRecorder:
 
     def __init__(self, backends: list[Backend] | None = None) -> None:
         self.backends = backends if backends is not None else active_backends()
-        self._torch = next((b for b in self.backends if isinstance(b, TorchBackend)), None)
         self.mode = site_recorder(self.backends)
         names = {backend.name for backend in self.backends}
         #: The libraries that record their own sites, each with its module and the
@@ -92,8 +90,10 @@ class LoopRecorder:
             if bundle.record_sites is not None and bundle.name in names
         ]
         self.made: Made = {}  # step 0: alive before the recording
-        self._seq_lo: int | None = None
-        self._seq_hi: int | None = None
+        #: The node numbers of the libraries that number their nodes (torch's), when the
+        #: recording began and when its last step ended (``numbered``).
+        self._first_number: list[tuple[Backend, int]] = []
+        self._last_number: dict[int, int] = {}
         self.steps_recorded = 0
         self.recording = False
         self.seen_cycle: SeenCycle | None = None
@@ -118,8 +118,8 @@ class LoopRecorder:
         if self.steps_recorded == 0:
             # What is alive now is older than the recording: step 0, dropped at the end.
             note_new(gc.get_objects(), self.backends, self.made, 0)
-            if self._torch is not None:
-                self._seq_lo = self._torch.current_sequence_nr()
+            self._first_number = [(backend, number) for backend in self.backends
+                                  if (number := backend.node_number_now()) is not None]  # fmt: skip
         self._own = [(switch, module, switch(module, True)) for switch, module, _ in self._own]
         if self.mode is not None:
             self.mode.__enter__()
@@ -130,8 +130,10 @@ class LoopRecorder:
         self.steps_recorded += 1
         try:
             note_new(gc.get_objects(), self.backends, self.made, self.steps_recorded)
-            if self._torch is not None:
-                self._seq_hi = self._torch.current_sequence_nr()
+            for backend, _ in self._first_number:
+                number = backend.node_number_now()
+                if number is not None:
+                    self._last_number[id(backend)] = number
         except Exception as exc:
             self._failed("list what a recorded step made", exc)
 
@@ -191,17 +193,18 @@ class LoopRecorder:
         self._own = [(switch, module, None) for switch, module, _ in self._own]
 
     @property
-    def torch_seq(self) -> tuple[int, int] | None:
-        """The autograd sequence numbers of the recorded steps' nodes: [lo, hi)."""
-        if self._seq_lo is None or self._seq_hi is None:
-            return None
-        return self._seq_lo, self._seq_hi
+    def numbered(self) -> list[tuple[Backend, int, int]]:
+        """The node numbers the recorded steps' nodes got, [lo, hi), per library that
+        numbers its nodes (``Backend.node_number_now``)."""
+        last = self._last_number
+        return [(backend, lo, last[id(backend)])
+                for backend, lo in self._first_number if id(backend) in last]  # fmt: skip
 
     def observation(self, *, later_steps: int) -> Observation:
         """What the recorded steps made that is still alive (call after a collection)."""
         obs = Observation(self.steps_recorded + later_steps, self.steps_recorded)
         obs.runs_done = obs.runs
-        obs.torch_seq = self.torch_seq
+        obs.numbered = self.numbered
         for ref, backend, kind, step in self.made.values():
             obj = ref()
             if obj is not None and step > 0:

@@ -63,7 +63,7 @@ def observe(
             if recording:
                 recorder.stop_step()
         if result.runs_done >= recorded_runs:
-            result.torch_seq = recorder.torch_seq
+            result.numbered = recorder.numbered
         made = recorder.made
         candidates = {oid for oid, (ref, _, _, run) in made.items() if run and ref() is not None}
         # The candidates that only the cyclic GC frees go to result.cyclic. The collector

@@ -80,8 +80,9 @@ class Observation:
     recorded_runs: int
     alive: list[Leaked] = field(default_factory=list)  # held by live references
     cyclic: list[Leaked] = field(default_factory=list)  # found only by the cyclic GC
-    #: Range of torch autograd sequence numbers of the recorded runs: [lo, hi).
-    torch_seq: tuple[int, int] | None = None
+    #: The node numbers of the recorded runs, [lo, hi), per library whose nodes are told
+    #: by number (``Backend.node_number_now``: torch's C++ nodes).
+    numbered: list[tuple[Backend, int, int]] = field(default_factory=list)
     node_sites: dict[int, Site] = field(default_factory=dict)
     pack_hooks: dict[int, Any] = field(default_factory=dict)
     #: user site -> library line that made a tensor for it ("via"), when there was one

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import ast
 
-#: A hook torch keeps on a graph node in C++: the collector cannot see the link.
-NO_COLLECT = "; torch holds the hook from C++, so not even gc.collect() frees it"
 CHECKPOINT = (
     "the cycle runs through the ctx of a reentrant torch.utils.checkpoint, which keeps "
     "run_function (and what its closure captures) until the graph is freed"
@@ -28,23 +26,24 @@ def _freed(collectable: bool) -> str:
 
 
 def ctx_story(
-    fn: str, attr: str, held: str, *, collectable: bool, torch: bool
+    fn: str, attr: str, held: str, *, collectable: bool, grad_fn_is_ctx: bool, issue: str
 ) -> Told:
     """A custom autograd Function ``fn`` whose forward stored ``held`` (a type name; ""
-    for a tensor) as ``ctx.<attr>``."""
+    for a tensor) as ``ctx.<attr>``; ``grad_fn_is_ctx``: the library's ctx is the
+    output's grad_fn itself (torch's), explained at ``issue`` ("" none)."""
     what = "a tensor" if not held else f"a {held} that leads back to its output"
-    link = "is that ctx itself" if torch else "keeps that ctx"
+    link = "is that ctx itself" if grad_fn_is_ctx else "keeps that ctx"
+    cited = f" ({issue})" if issue else ""
     note = (
         f"the cycle runs through the ctx of the custom autograd Function {fn}: its forward "
         f"stored {what} as ctx.{attr}, and the output's grad_fn {link}, so each call's "
-        f"output and graph are {_freed(collectable)}"
-        + (" (pytorch/pytorch#25340)" if torch else "")
+        f"output and graph are {_freed(collectable)}{cited}"
     )
-    if torch and not held:
+    if grad_fn_is_ctx and not held:
         fix = (
             f"in {fn}.forward, save the tensor with ctx.save_for_backward({attr}) instead of "
             f"ctx.{attr} = {attr}, and read it back with ctx.saved_tensors in backward; keep "
-            "only non-tensor values as ctx attributes (pytorch/pytorch#25340)"
+            f"only non-tensor values as ctx attributes{cited}"
         )
     else:
         fix = (
@@ -102,9 +101,10 @@ def _detached(value: str) -> str:
     return f"{value}.detach()" if simple else f"({value}).detach()"
 
 
-def hook_story(where: str, method: tuple[str, str] | None, *, held_in_cpp: bool) -> Told:
+def hook_story(where: str, method: tuple[str, str] | None, *, held_by: str) -> Told:
     """A hook registered on ``where`` that refers back to its tensor: a bound method
-    (``method``: its owner's type and its qualified name) or a closure (None)."""
+    (``method``: its owner's type and its qualified name) or a closure (None);
+    ``held_by``: the library that holds the hook outside Python's collector ("" none)."""
     if method is not None:
         owner, name = method
         note = (
@@ -127,8 +127,8 @@ def hook_story(where: str, method: tuple[str, str] | None, *, held_in_cpp: bool)
             "capture tensor.detach() (or a weakref.ref) in the hook instead of the tensor, "
             "or remove the hook with the handle that register_hook returns once it has run"
         )
-    if held_in_cpp:
-        note += NO_COLLECT
+    if held_by:  # the collector cannot see the link
+        note += f"; {held_by} holds the hook from C++, so not even gc.collect() frees it"
     return [note], fix
 
 

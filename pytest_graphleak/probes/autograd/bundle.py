@@ -20,6 +20,7 @@ A new library is one bundle module (its ``BUNDLE``) and one line in
 
 from __future__ import annotations
 
+import contextlib
 import types
 import weakref
 from collections.abc import Callable, Iterator
@@ -148,6 +149,43 @@ class Backend:
     def creation_site(self, obj: Any) -> tuple[str, int] | None:
         """(file, line) the library itself recorded for ``obj`` (``record_sites``)."""
         return None
+
+    # -- what the diagnosis asks of a library whose graph lives outside Python (torch's
+    # C++ nodes); the defaults fit one whose nodes are plain Python objects (minigrad).
+
+    def node_number_now(self) -> int | None:
+        """The number (``sequence_nr``) the next graph node will get, where its nodes
+        cannot be held weakly or found among Python's objects: what a few steps made is
+        then told by its numbers. None: its nodes are Python objects, found as such."""
+        return None
+
+    def reading_hooks(self) -> contextlib.AbstractContextManager[object]:
+        """A block during which ``edges`` also yields the hooks the library keeps on its
+        nodes outside Python (a cycle search runs in it)."""
+        return contextlib.nullcontext()
+
+    #: Its hooks (and the cycles through them) are held outside Python's collector: not
+    #: even ``gc.collect()`` frees such a cycle.
+    hooks_outside_python = False
+    #: A node's attribute tables of hooks registered on the node itself
+    #: (``grad_fn.register_hook``), each with the call that fills it.
+    node_hook_tables: dict[str, str] = {}  # noqa: RUF012 - read only, by every instance
+    #: ``(kind, attribute)`` of the tables of hooks registered on a tensor.
+    tensor_hook_tables: frozenset[tuple[str, str]] = frozenset()
+    #: A custom Function's ctx is its output's grad_fn itself (torch's), so a tensor
+    #: stored on it closes a cycle; ``ctx_issue`` is where that is explained.
+    ctx_is_grad_fn = False
+    ctx_issue = ""
+
+    def ctx_attribute(self, node: Any, key: str) -> str | None:
+        """The ctx attribute that the edge ``key`` out of ``node`` reads (``out`` for
+        ``ctx.out``), or None: not a custom Function's ctx."""
+        return None
+
+    def saves_own_output(self, node: Any) -> bool:
+        """The node keeps its own output for backward (where a saved-tensor pack hook
+        that returns the tensor itself closes a cycle no Python link shows)."""
+        return False
 
 
 @dataclass

@@ -18,6 +18,8 @@ from pytest_graphleak.probes.minigrad_probe import MinigradProbe
 
 class MinigradBackend(Backend):
     name = "minigrad"
+    #: A non-leaf tensor's hooks live on its node's ``pre_hooks``.
+    tensor_hook_tables = frozenset({(TENSOR, "hooks"), (NODE, "pre_hooks")})
 
     def __init__(self, mg: Any) -> None:
         super().__init__()
@@ -51,6 +53,10 @@ class MinigradBackend(Backend):
                 yield Edge("attr", "grad"), meta.grad
             if meta.hooks:
                 yield Edge("attr", "hooks"), meta.hooks
+
+    def ctx_attribute(self, node: Any, key: str) -> str | None:
+        """A custom Function's ctx attributes are labelled ``ctx.<name>`` on its node."""
+        return key.removeprefix("ctx.") if key.startswith("ctx.") else None
 
     def _node_edges(self, node: Any) -> Iterator[tuple[Edge, object]]:
         if node.pre_hooks:

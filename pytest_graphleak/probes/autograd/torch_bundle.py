@@ -10,6 +10,7 @@ among what each step leaves alive.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -17,7 +18,7 @@ from typing import Any
 from pytest_graphleak.heap.edge import Edge
 from pytest_graphleak.heap.graphwalk import grad_fn_of
 from pytest_graphleak.probes.autograd.bundle import NODE, TENSOR, AutogradBundle, Backend
-from pytest_graphleak.probes.autograd.torch_hooks import NodeHooks
+from pytest_graphleak.probes.autograd.torch_hooks import NodeHooks, reading
 from pytest_graphleak.probes.autograd.torch_modules import MODULE_TABLES, recomputed_attributes
 from pytest_graphleak.probes.autograd.torch_sites import site_recorder
 from pytest_graphleak.probes.base import ProbeBase
@@ -27,6 +28,11 @@ from pytest_graphleak.probes.torch_probe import TorchProbe, fake_tensor_type, te
 class TorchBackend(Backend):
     name = "torch"
     grows_in_place = True
+    hooks_outside_python = True
+    node_hook_tables = {"post_hooks": "register_hook", "pre_hooks": "register_prehook"}  # noqa: RUF012
+    tensor_hook_tables = frozenset({(TENSOR, "_backward_hooks"), (TENSOR, "hooks")})
+    ctx_is_grad_fn = True
+    ctx_issue = "pytorch/pytorch#25340"
 
     def __init__(self, torch: Any) -> None:
         super().__init__()
@@ -76,6 +82,24 @@ class TorchBackend(Backend):
             return int(node._sequence_nr())
         except Exception:
             return None
+
+    def node_number_now(self) -> int | None:
+        return self.current_sequence_nr()
+
+    @contextlib.contextmanager
+    def reading_hooks(self) -> Iterator[object]:
+        with reading(self.torch) as hooks:
+            self.node_hooks = hooks
+            try:
+                yield hooks
+            finally:
+                self.node_hooks = None
+
+    def ctx_attribute(self, node: Any, key: str) -> str | None:
+        return key if self.is_ctx(node) and key != "run_function" else None
+
+    def saves_own_output(self, node: Any) -> bool:
+        return hasattr(node, "_saved_result")
 
     def current_sequence_nr(self) -> int:
         """The sequence number the next autograd node of this thread will get."""
