@@ -169,39 +169,17 @@ def test_keeps_nothing():
 #: torch's C++ nodes do: what a step made is told by the nodes' numbers), and a hook
 #: registered on a node is kept where only the library can read it (torch keeps node
 #: hooks in C++). Its bundle says so through the backend's hooks; nothing else changes.
-CGRAD = '''
-STATS = {"Tensor": {"alive": 0, "created": 0}, "Node": {"alive": 0, "created": 0}}
-
-
-class Node:
-    __slots__ = ("next_functions", "seq", "_hooks")  # no __weakref__: as a C++ node
-
-    def __init__(self, *inputs):
-        self.next_functions = tuple((t.grad_fn, 0) for t in inputs)
-        self.seq = STATS["Node"]["created"]
-        self._hooks = []
-        STATS["Node"]["created"] += 1
-        STATS["Node"]["alive"] += 1
-
-    def register_hook(self, fn):
-        self._hooks.append(fn)
-
-    def __del__(self):
-        STATS["Node"]["alive"] -= 1
-
-
-class Tensor:
-    def __init__(self, value, grad_fn=None, requires_grad=False):
-        self.value, self.grad_fn, self.requires_grad, self.shape = value, grad_fn, requires_grad, ()
-        STATS["Tensor"]["created"] += 1
-        STATS["Tensor"]["alive"] += 1
-
-    def __del__(self):
-        STATS["Tensor"]["alive"] -= 1
-
-    def __mul__(self, other):
-        return Tensor(self.value * other.value, grad_fn=Node(self, other))
-'''
+CGRAD = TOYGRAD.replace(
+    "class Node:\n",
+    'class Node:\n    __slots__ = ("next_functions", "sequence_nr", "_hooks")  # as a C++ node\n\n',
+).replace(
+    "        STATS[\"Node\"][\"created\"] += 1\n",
+    "        STATS[\"Node\"][\"created\"] += 1\n        self._hooks = []\n",
+).replace(
+    "    def __del__(self):\n        STATS[\"Node\"]",
+    "    def register_hook(self, fn):\n        self._hooks.append(fn)\n\n"
+    "    def __del__(self):\n        STATS[\"Node\"]",
+)
 
 #: cgrad's bundle: toygrad's, plus what makes it torch-shaped (numbered nodes, hooks read
 #: only inside ``reading_hooks``).
@@ -227,9 +205,7 @@ CGRAD_BUNDLE = BUNDLE_MODULE.replace("toygrad", "cgrad").replace("Toy", "C").rep
     "        return iter(())",
     """        if self.reading and node._hooks:
             yield Edge("attr", "hooks"), node._hooks""",
-).replace("import sys\n", "import contextlib\nimport sys\n", 1).replace(
-    "    return node.sequence_nr", "    return node.seq"
-)
+).replace("import sys\n", "import contextlib\nimport sys\n", 1)
 
 #: What runs on the copy with cgrad: graph nodes kept without their tensors (found by
 #: number), and a hook on a node whose closure holds the node's tensor (found by reading
