@@ -200,7 +200,8 @@ def _census_table(quick: bool) -> str:
     import torch
 
     from pytest_graphleak.outlive.census import Census
-    from pytest_graphleak.outlive.explain import Holder, explain
+    from pytest_graphleak.outlive.explain import explain
+    from pytest_graphleak.outlive.found import Holder
 
     pin_threads()
     model = torch.nn.Linear(16, 1)

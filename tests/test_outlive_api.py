@@ -14,7 +14,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "pytest_graphleak" / "outlive"
 
 SCRIPT = """
 import json, sys, types
-from pytest_graphleak.outlive import Census, Holder, explain
+from pytest_graphleak.outlive import Census, Holder
+from pytest_graphleak.outlive.explain import explain
 import minigrad as mg
 
 module = types.ModuleType("user_mod")
@@ -72,6 +73,9 @@ def main() -> None:
     fixture = Fixture("state", "session", (state, None, None))
     test = AuditedTest("test_x.py::test_x", module=module, fixtures={"state": fixture})
     audit = Audit()
+    census = audit.census()  # a test that leaves nothing alive: no diagnosis imported
+    (mg.Tensor([1.0], requires_grad=True) * 2).sum()
+    quiet = audit.audit(test, census) == [] and "pytest_graphleak.diagnose" not in sys.modules
     census = audit.census()
     module.KEPT.append(mg.Tensor([1.0], requires_grad=True) * 2)
     state["losses"].append(mg.Tensor([2.0], requires_grad=True) * 3)
@@ -79,7 +83,8 @@ def main() -> None:
     module.LATER = state["losses"]  # handed on to a global before the fixture is torn down
     fixture.cached_result = None
     later = [(r.diagnosis.chain[0], r.name) for r in audit.judge_pending(test)]
-    print(json.dumps({"found": found, "later": later, "pytest": "pytest" in sys.modules}))
+    print(json.dumps({"found": found, "later": later, "pytest": "pytest" in sys.modules,
+                      "quiet": quiet}))
 
 
 main()
@@ -91,5 +96,7 @@ def test_an_audit_of_a_test_and_a_fixture_runs_without_pytest() -> None:
                          check=True, timeout=120)  # fmt: skip
     found = json.loads(run.stdout.strip().splitlines()[-1])
     assert not found["pytest"]
+    # the diagnosis is imported only when a root reaches a graph (outlive/found)
+    assert found["quiet"]
     assert found["found"] == ["global 'user_mod.KEPT'"]  # the fixture's graph: deferred
     assert found["later"] == [["global 'user_mod.LATER'", "test_x.py::test_x::outlive"]]

@@ -24,7 +24,8 @@ import pytest
 import minigrad as mg
 from pytest_graphleak.outlive import audit as audit_module
 from pytest_graphleak.outlive.audit import Audit
-from pytest_graphleak.outlive.explain import Holder, Listed, explain
+from pytest_graphleak.outlive.explain import explain
+from pytest_graphleak.outlive.found import Holder, Listed
 from pytest_graphleak.outlive.gate import Gate
 from pytest_graphleak.outlive.subjects import AuditedTest
 from pytest_graphleak.probes.autograd import active_backends

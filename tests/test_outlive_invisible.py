@@ -94,7 +94,8 @@ def test_the_census_freezes_and_collects_nothing(monkeypatch: pytest.MonkeyPatch
 def test_the_census_falls_back_to_the_roots_when_the_young_generations_moved_on() -> None:
     """An older generation collected (or a freeze) during the test: ``young()`` says it
     cannot tell, and the graph is still found from a root (the audit's search)."""
-    from pytest_graphleak.outlive.explain import Holder, explain
+    from pytest_graphleak.outlive.explain import explain
+    from pytest_graphleak.outlive.found import Holder
 
     holder: list[object] = []
     census = Census()
@@ -176,12 +177,15 @@ def test_a_failure_inside_the_audit_is_a_note(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """In-process: the audit's own error never becomes the test's."""
-    from pytest_graphleak.outlive import audit
+    import importlib
+
+    # the module (its function has the same name); the audit imports it when it runs
+    explain = importlib.import_module("pytest_graphleak.outlive.explain")
 
     def broken(*args: object, **kwargs: object) -> None:
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(audit, "explain", broken)
+    monkeypatch.setattr(explain, "explain", broken)
     pytester.makepyfile(test_x=textwrap.dedent("""
         import minigrad as mg
         H = []

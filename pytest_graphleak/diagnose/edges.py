@@ -21,7 +21,7 @@ from collections.abc import Collection, Iterator
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
-from pytest_graphleak.heap.edge import PROXY_TYPES, Edge
+from pytest_graphleak.heap.edge import PROXY_TYPES, SUSPENDED, Edge, paused_frame
 from pytest_graphleak.heap.usercode import is_private_module, is_user_module
 
 if TYPE_CHECKING:
@@ -39,7 +39,6 @@ _NO_WALK_TYPES = (
 )
 
 #: Objects that keep a paused frame: their references are that frame's local variables.
-SUSPENDED = (types.GeneratorType, types.CoroutineType, types.AsyncGeneratorType)
 MAX_ITEMS = 20_000  # one container's items looked at, at most (its newest)
 
 
@@ -200,15 +199,6 @@ class ObjectEdges:
         for ref in gc.get_referents(obj):
             if id(ref) not in seen and not isinstance(ref, type):
                 yield Edge("ref"), ref
-
-
-def paused_frame(obj: object) -> types.FrameType | None:
-    """The frame of a generator, coroutine or async generator (None once it finished)."""
-    for name in ("gi_frame", "cr_frame", "ag_frame"):
-        frame = getattr(obj, name, None)
-        if isinstance(frame, types.FrameType):
-            return frame
-    return None
 
 
 def _frame_local_edges(obj: object) -> Iterator[tuple[Edge, object]]:

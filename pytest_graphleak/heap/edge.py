@@ -9,12 +9,24 @@ write it. It lives below the diagnosis because the autograd bundles
 from __future__ import annotations
 
 import contextlib
+import types
 import weakref
 from dataclasses import dataclass
 from typing import Any
 
 #: weakref.proxy types: they hold nothing, and touching a dead one raises ReferenceError.
 PROXY_TYPES = (weakref.ProxyType, weakref.CallableProxyType)
+#: Objects that pause with a frame of locals (read as ``local '<name>'`` edges).
+SUSPENDED = (types.GeneratorType, types.CoroutineType, types.AsyncGeneratorType)
+
+
+def paused_frame(obj: object) -> types.FrameType | None:
+    """The frame of a generator, coroutine or async generator (None once it finished)."""
+    for name in ("gi_frame", "cr_frame", "ag_frame"):
+        frame = getattr(obj, name, None)
+        if isinstance(frame, types.FrameType):
+            return frame
+    return None
 
 _MAX_REPR = 40
 #: How each kind of edge reads in a chain, its key put in for {}.

@@ -29,28 +29,26 @@ import types
 import warnings
 import weakref
 from collections.abc import Collection, Iterator
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pytest_graphleak.heap.usercode import is_user_module
 from pytest_graphleak.outlive.census import Census, TypeKinds
-from pytest_graphleak.outlive.explain import (
-    MAX_VISITED,
-    Deferred,
-    Explained,
-    Holder,
-    Listed,
-    Targets,
-    explain,
-)
 from pytest_graphleak.outlive.fixture_scopes import (
     FixtureInstance,
     FixtureScopes,
     root_of,
     sites_text,
 )
+from pytest_graphleak.outlive.found import (
+    MAX_VISITED,
+    Deferred,
+    Explained,
+    Holder,
+    Listed,
+    Targets,
+)
 from pytest_graphleak.outlive.gate import LIMIT as GATE_LIMIT
 from pytest_graphleak.outlive.gate import Gate
-from pytest_graphleak.outlive.rerun import SiteRun, amend
 from pytest_graphleak.outlive.roots import (
     class_attributes,
     global_values,
@@ -60,6 +58,9 @@ from pytest_graphleak.outlive.roots import (
 )
 from pytest_graphleak.outlive.subjects import AuditedTest, FixtureDef
 from pytest_graphleak.result import CheckResult, JudgedAt
+
+if TYPE_CHECKING:  # imported when a test is run again for its sites (it imports the diagnosis)
+    from pytest_graphleak.outlive.rerun import SiteRun
 
 
 class Rerun(Protocol):
@@ -188,6 +189,10 @@ class Audit(FixtureScopes):
             if reach is False:
                 return Explained()
             roots = self.holders(test, imported=imported)
+            # imported now: a suite whose tests leave nothing of the user's alive never
+            # imports the diagnosis (outlive/found)
+            from pytest_graphleak.outlive.explain import explain
+
             explained = explain(targets, roots, nodeid=test.nodeid,
                                 backends=census.backends, keep_paths=keep_paths,
                                 site_of=site_of)  # fmt: skip
@@ -220,6 +225,8 @@ class Audit(FixtureScopes):
                     result.diagnosis.notes.append(f"the test is not run again to find its "
                                                   f"sites: {why}")  # fmt: skip
             return
+        from pytest_graphleak.outlive.rerun import SiteRun, amend
+
         root = None
         if watched is not None:
             reader = {h.label: h.read for h in self.holders(test)}

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from pytest_graphleak.outlive.census import Census
-from pytest_graphleak.outlive.explain import Deferred, Holder, Listed, explain
+from pytest_graphleak.outlive.found import Deferred, Holder, Listed
 from pytest_graphleak.outlive.roots import (
     MISSING,
     fixture_label,
@@ -98,6 +98,8 @@ class FixtureScopes:
             at = self._judged_at(fixturedef)
             if at is not None:
                 at = replace(at, made_during=(deferred.nodeid,))
+            from pytest_graphleak.outlive.explain import explain  # only with graphs to name
+
             try:
                 explained = explain(Listed(alive), self.holders(test, fixtures=False),
                                     nodeid=test.nodeid, made_by=deferred.nodeid,
@@ -165,6 +167,8 @@ class FixtureScopes:
             if now is None:
                 return
             roots = [h for h in self.holders(test) if not h.fixture or h.owner is fixturedef]
+            from pytest_graphleak.outlive.explain import explain  # only with graphs to name
+
             explained = explain(now, roots, nodeid=test.nodeid, backends=now.backends)
             try:
                 for deferred in explained.deferred:
@@ -203,6 +207,8 @@ class FixtureScopes:
         try:
             with self.quiet(test.nodeid):  # a failure is a note, never the teardown's error
                 roots = self._teardown_roots(test, fixturedef, owned)
+                from pytest_graphleak.outlive.explain import explain  # only with graphs to name
+
                 earlier = explain(Listed(alive), roots, nodeid=test.nodeid,
                                   made_by=tests_text(pending), fixture=label,
                                   backends=active_backends(), judging=fixturedef)  # fmt: skip

@@ -44,8 +44,7 @@ import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from pytest_graphleak.diagnose.edges import SUSPENDED, paused_frame
-from pytest_graphleak.heap.edge import PROXY_TYPES
+from pytest_graphleak.heap.edge import PROXY_TYPES, SUSPENDED, paused_frame
 from pytest_graphleak.heap.quiet import silenced
 from pytest_graphleak.heap.usercode import is_private_module, is_user_module
 from pytest_graphleak.probes.autograd import Backend

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pytest_graphleak.heap.usercode import is_user_module
-from pytest_graphleak.outlive.explain import Deferred, Holder
+from pytest_graphleak.outlive.found import Deferred, Holder
 from pytest_graphleak.outlive.subjects import AuditedTest, FixtureDef
 
 _SKIP_GLOBALS = (types.ModuleType, types.BuiltinFunctionType, type(sys))
