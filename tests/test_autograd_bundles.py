@@ -324,3 +324,26 @@ def test_the_registry_lists_each_library_once_and_imports_none() -> None:
 def test_a_stub_module_of_the_same_name_has_no_backend(name: str) -> None:
     bundle = next(bundle for bundle in BUNDLES if bundle.name == name)
     assert bundle.backend(object()) is None
+
+
+def test_the_diagnosis_names_no_library() -> None:
+    """What the diagnosis asks of torch or minigrad it asks of their bundles' backends
+    (issue 46): no module of ``diagnose/`` names a library, its backend class or its
+    bundle module."""
+    import ast
+
+    libraries = {bundle.name for bundle in BUNDLES}
+    found = []
+    for path in sorted((PACKAGE / "diagnose").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            named = ""
+            if isinstance(node, ast.Constant) and node.value in libraries:
+                named = str(node.value)
+            elif isinstance(node, ast.Name) and node.id.endswith("Backend") and node.id[:-7]:
+                named = node.id
+            elif isinstance(node, ast.ImportFrom) and any(f"{lib}_" in (node.module or "")
+                                                           for lib in libraries):  # fmt: skip
+                named = str(node.module)
+            if named:
+                found.append(f"{path.name}:{node.lineno} {named}")
+    assert found == []

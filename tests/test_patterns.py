@@ -3,6 +3,7 @@ first guess, the help texts and the failure texts all agree with it."""
 
 from __future__ import annotations
 
+import ast
 import json
 from pathlib import Path
 
@@ -66,3 +67,37 @@ def test_the_one_decider_only_gives_table_words() -> None:
 def test_marker_help_names_every_word(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest("--markers")
     assert f"({patterns.words_text()})" in result.stdout.str().replace("\n", " ")
+
+
+#: Strings equal to a pattern word that name something else: the ``cycle:`` line of a
+#: failure text (a view line's kind) and the DOT graph of a cycle.
+_NOT_THE_PATTERN = {"report/view.py", "report/github.py", "report/html_cards.py", "report/dot.py"}
+
+
+_SCOPES = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+def _docstrings(tree: ast.Module) -> set[int]:
+    bodies = [node for node in ast.walk(tree) if isinstance(node, _SCOPES)]
+    return {id(node.body[0].value) for node in bodies
+            if node.body and isinstance(node.body[0], ast.Expr)}  # fmt: skip
+
+
+def test_no_module_but_patterns_spells_a_pattern_word() -> None:
+    """Every other module names a word through ``patterns`` (``patterns.CYCLE``...), so a
+    word is spelled once and a misspelt one is a name error (issue 46)."""
+    package = Path(patterns.__file__).parent
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        where = path.relative_to(package).as_posix()
+        if where == "patterns.py":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        docs = _docstrings(tree)
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Constant) and node.value in patterns.PATTERNS
+                    and id(node) not in docs):  # fmt: skip
+                if node.value == patterns.CYCLE and where in _NOT_THE_PATTERN:
+                    continue
+                found.append(f"{where}:{node.lineno} {node.value!r}")
+    assert found == []
