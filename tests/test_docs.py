@@ -195,3 +195,11 @@ def test_the_readme_output_fits_80_columns_and_a_stacked_table_names_its_columns
     css = (REPO / "docs/stylesheets/extra.css").read_text(encoding="utf-8")
     rule = css[css.index(".md-typeset .output pre > code {"):][:120]
     assert "white-space: pre;" in rule and "overflow-x: auto;" in rule
+
+
+def test_a_fix_line_is_cut_with_the_lines_it_goes_on_in(hooks: ModuleType) -> None:
+    story = ["graphleak: t.py::test_keep leaks: list-accumulation", "  note: x",
+             "  fix (verified: 19 more steps with this change grew nothing): t.py:11:",
+             "      losses.append(loss.item())", "  kept on purpose? ..."]  # fmt: skip
+    assert hooks.fix_lines(story) == story[2:4]
+    assert hooks.fix_lines(story[:2]) == []

@@ -532,9 +532,11 @@ def github_outputs() -> dict[str, str]:
 # `<!-- graphleak: pytest failure test_x.py marker -->`: the failure text that a
 # `pytest --graphleak` run of the page's marked test prints in its FAILURES section (a
 # leak, or a check that measured nothing: no GraphLeakError there).
+# `<!-- graphleak: pytest failure test_x.py fix [off] -->`: the `fix` line (and the lines
+# it goes on in) of that failure text; `off`: run with `--graphleak-verify-fix=off`.
 _PYTEST_FAILURE = re.compile(
     r"^( *)<!-- graphleak: pytest (?:failure|warning) (\S+)"
-    r"( full| sites of \S+\.md| outlive| marker)? -->",
+    r"( full| sites of \S+\.md| outlive| marker| fix(?: off)?)? -->",
     re.M,
 )
 _SHORT = ("held by:", "created at:", "stored at:", "--- rank", "graphleak:")
@@ -561,10 +563,12 @@ def page_test_failure(markdown: str, match: re.Match[str]) -> str:
         if not picked:
             return f"(no output: {name} gave no GraphOutliveWarning in this build)"
         return indent + output_block("\n".join(picked))
-    if mode == "marker":  # the marker's own failure text, not an exception
+    if mode == "marker" or mode.startswith("fix"):  # the marker's own failure text
         args = ["--graphleak", "-W", "ignore"]
+        args += ["--graphleak-verify-fix=off"] if mode == "fix off" else []
         out = _run_page_test(name, block.group(1), args, 1, "graphleak: ")
         picked = marker_failure_lines(out) if out is not None else []
+        picked = fix_lines(picked) if mode.startswith("fix") else picked
         if not picked:
             return f"(no output: {name} printed no graphleak failure in this build)"
         return indent + output_block("\n".join(picked))
@@ -583,13 +587,14 @@ def page_test_failure(markdown: str, match: re.Match[str]) -> str:
 def _run_page_test(name: str, source: str, args: list[str], code: int, want: str) -> str | None:
     """pytest's stdout for a page's test file run alone (cached by the sources' hash), or
     None, with a warning (so --strict fails), when it does not exit `code` printing `want`."""
-    cached = CACHE / f"pytest-{_sources_hash([], name + source + ' '.join(args))}.txt"
+    # an 80-column terminal, as a CI log's (part of the key: a wider one was used before)
+    cached = CACHE / f"pytest-{_sources_hash([], name + source + ' '.join(args) + ' 80')}.txt"
     if cached.exists():
         return cached.read_text(encoding="utf-8")
     with tempfile.TemporaryDirectory() as tmp:
         Path(tmp, name).parent.mkdir(parents=True, exist_ok=True)
         Path(tmp, name).write_text(source, encoding="utf-8")
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "120", "OMP_NUM_THREADS": "1"}
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "80", "OMP_NUM_THREADS": "1"}
         env.pop("PYTEST_ADDOPTS", None)
         done = subprocess.run(
             [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly",
@@ -634,6 +639,16 @@ def marker_failure_lines(out: str) -> list[str]:
     end = next((i for i in range(start + 1, len(lines)) if re.match(r"[=_]{3}", lines[i])),
                len(lines))  # fmt: skip
     return lines[start:end]
+
+
+def fix_lines(story: list[str]) -> list[str]:
+    """A failure text's ``fix`` line and the lines it goes on in (indented deeper)."""
+    start = next((i for i, line in enumerate(story) if line.startswith("  fix")), None)
+    if start is None:
+        return []
+    end = next((i for i in range(start + 1, len(story)) if not story[i].startswith("   ")),
+               len(story))  # fmt: skip
+    return story[start:end]
 
 
 def failure_lines(out: str, mode: str) -> list[str]:
