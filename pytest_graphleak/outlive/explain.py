@@ -50,7 +50,14 @@ from pytest_graphleak.outlive.found import (
 from pytest_graphleak.patterns import BY_WORD
 from pytest_graphleak.result import JUDGED_AT_FIXTURE_TEARDOWN, CheckResult, Diagnosis, Verdict
 from pytest_graphleak.words.fix import choose_fix
-from pytest_graphleak.words.recorders import argument_name, call_name, recorder_of, recorder_story
+from pytest_graphleak.words.recorders import (
+    argument_name,
+    call_name,
+    history_of,
+    history_story,
+    recorder_of,
+    recorder_story,
+)
 from pytest_graphleak.words.verify import AUDIT
 
 #: Where an object was made, in user code (None: not recorded).
@@ -242,11 +249,15 @@ def _result(
 
 
 def _story(pattern: str, links: list[Any], objects: list[Any], sites: list[Any]) -> str:
-    """What the pattern means here: in the user's words when a mock's records keep the
-    graph (``words/recorders``), else the pattern's outlive meaning."""
+    """What the pattern means here: in the user's words when a mock's records or a
+    framework's record of logged values keep the graph (``words/recorders``), else the
+    pattern's outlive meaning."""
     recorder = recorder_of(links)
     if recorder is not None:
         return recorder_story(recorder, argument_name(sites), call_name(objects))
+    history = history_of(links)
+    if history is not None:
+        return history_story(history)
     return BY_WORD[pattern].outlive_meaning
 
 

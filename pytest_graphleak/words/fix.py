@@ -37,7 +37,12 @@ from pytest_graphleak.patterns import (
 from pytest_graphleak.result import Diagnosis, Link
 from pytest_graphleak.words.chain import cached, holder_text
 from pytest_graphleak.words.lines import GROWING, STORING, fix_for_stored, growth_fix
-from pytest_graphleak.words.recorders import argument_name, recorder_fix, recorder_of
+from pytest_graphleak.words.recorders import (
+    argument_name,
+    history_of,
+    recorder_fix,
+    recorder_of,
+)
 from pytest_graphleak.words.source import first_statement
 
 
@@ -56,6 +61,9 @@ def choose_fix(diagnosis: Diagnosis, *, cycle_fix: str | None = None) -> str:
     recorder = recorder_of(diagnosis.links) if pattern in STORING else None
     if recorder is not None:  # a mock's records: what the user controls, not its insides
         return recorder_fix(recorder, argument_name([*diagnosis.stored_at, *diagnosis.sites]))
+    history = history_of(diagnosis.links) if pattern in STORING else None
+    if history is not None:  # a framework's record of what was logged: what is logged
+        return history.fix
     if pattern in STORING and cached(diagnosis.links):  # never .detach() what backward uses
         return cache_fix(cached(diagnosis.links))
     if pattern in STORING:

@@ -6,6 +6,13 @@ mock, the fixture that makes it, the call), never the mock's private attributes.
 
 ``recorder_of(links)`` reads the typed chain only; ``call_name(objects)`` reads the
 chain's objects (where the diagnosis is made) for the method that was called.
+
+A framework's own record of logged values is another recorder the user does not write
+(``history_of``): transformers' ``TrainerState.log_history`` keeps every dict given to
+``Trainer.log()``, ignite's ``State.metrics`` each attached metric's last value. The
+story names what fills it and the fix what the user passes to it, never the record's
+insides. (Lightning's ``self.log`` detaches what it keeps unless ``enable_graph=True``;
+its records are private attributes: told with the pattern's usual words.)
 """
 
 from __future__ import annotations
@@ -49,6 +56,65 @@ def recorder_of(links: Sequence[Link]) -> Recorder | None:
         fixture = links[0].name if links[0].type == "fixture" else ""
         return Recorder(name, fixture)
     return None
+
+
+@dataclass(frozen=True)
+class History:
+    """A framework's record of logged values on the holder chain (``history_of``)."""
+
+    holder: str  # the user's words for it: ``trainer.state.log_history``
+    fills: str  # what puts values there, told after "keeps"
+    put: str  # how a value gets there: "logged", "stored"
+    lasts: str  # what it lives as long as
+    fix: str
+
+
+#: (type name, attribute) -> (fallback words for the holder, what fills it, how a value
+#: gets there, what it lives as long as, the fix with {holder}): the records frameworks
+#: keep of what was logged.
+_HISTORIES = {
+    ("TrainerState", "log_history"): (
+        "TrainerState.log_history",
+        "every dict logged with `Trainer.log()` (the trainer's own logs and the results "
+        "of `compute_metrics`) for the whole run",
+        "logged",
+        "the trainer",
+        "log numbers: put loss.item() (or loss.detach()) in the dict given to "
+        "Trainer.log() and return numbers from compute_metrics, not graph-carrying tensors",
+    ),
+    ("State", "metrics"): (
+        "engine.state.metrics",
+        "the last value of every metric attached to the engine (and whatever a handler "
+        "stores there)",
+        "stored",
+        "the engine",
+        "have the metric's compute() return a number (.item()) or a detached tensor "
+        "(.detach()), and store value.item() or value.detach() where a handler sets "
+        "{holder}[...]",
+    ),
+}  # fmt: skip
+
+
+def history_of(links: Sequence[Link]) -> History | None:
+    """The first framework record of logged values on the chain that keeps the graph in
+    what it records (``_HISTORIES``); None."""
+    for at, link in enumerate(links[1:], start=1):
+        known = _HISTORIES.get((link.type, link.key)) if link.edge == "attribute" else None
+        if known is None:
+            continue
+        path = [links[0].name, *(before.key for before in links[1:at + 1])]
+        plain = bool(links[0].name) and all(b.edge == "attribute" for b in links[1:at + 1])
+        fallback, fills, put, lasts, fix = known
+        holder = ".".join(path) if plain else fallback
+        return History(holder, fills, put, lasts, fix.format(holder=holder))
+    return None
+
+
+def history_story(history: History) -> str:
+    """transformers' record `trainer.state.log_history` keeps every dict logged...,
+    so a graph-carrying tensor logged there stays alive as long as the trainer."""
+    return (f"`{history.holder}` keeps {history.fills}, so a graph-carrying tensor "
+            f"{history.put} there stays alive as long as {history.lasts}")  # fmt: skip
 
 
 def call_name(objects: Sequence[Any]) -> str:
