@@ -126,7 +126,8 @@ def test_a_run_writes_one_valid_result_per_finding_with_its_fix_and_baseline_sta
     assert message[0] == "test_suite.py::test_history leaks: list-accumulation."
     assert f"stored at: test_suite.py:{line} in test_history: history.append(x * 3)  " \
         "(once per step)" in message
-    assert "outlived it" in kept["message"]["text"].splitlines()[0]
+    assert kept["message"]["text"].splitlines()[0] == (
+        "test_suite.py::test_keeps: autograd graphs outlived the teardown (list-accumulation).")
     # The verified fixes: their replacements make the change graphleak fix --apply writes.
     [fix] = new["fixes"]
     assert fix["description"]["text"].startswith("fix (verified: ")

@@ -124,7 +124,8 @@ def _result(
     pattern = check.pattern or "leak"
     label = check_label(test, index)
     outlive = check.kind == "outlive"
-    head = (f"{label}: an autograd graph made during the test outlived it ({pattern})."
+    # The audit's finding (a test's, or a fixture's judged at its teardown): kept, not grown.
+    head = (f"{label}: autograd graphs outlived the teardown ({pattern})."
             if outlive else f"{label} leaks: {pattern}.")  # fmt: skip
     if status == "known":
         head += " Known: listed in the baseline file, it fails nothing."
