@@ -19,11 +19,11 @@ import pytest
 
 from pytest_graphleak.diagnose import diagnose
 from pytest_graphleak.diagnose.classify import Facts, pattern_of
-from pytest_graphleak.diagnose.holders import UNROOTED
 from pytest_graphleak.probes import METRICS
 from pytest_graphleak.report.dot import drawing_dot
 from pytest_graphleak.report.text import render_text
 from pytest_graphleak.result import CheckResult, Diagnosis, Growth, Verdict
+from pytest_graphleak.words.notes import UNROOTED
 
 torch = pytest.importorskip("torch")
 

@@ -29,20 +29,11 @@ from pytest_graphleak.heap.graphwalk import GraphWalk, grad_fn_of
 from pytest_graphleak.heap.quiet import silenced
 from pytest_graphleak.patterns import CYCLE
 from pytest_graphleak.result import Diagnosis, Verdict
+from pytest_graphleak.words import notes as said
 from pytest_graphleak.words.fix import choose_fix, story_of
 
 _MIN_ACCUMULATED = 2
 _GRAPH_LIMIT = 5_000
-NO_LINES = (
-    "no created-at or stored-at line: a running loop's steps cannot be re-run and none "
-    "was recorded before this judgement, so the diagnosis looked at the heap as it is "
-    "(graphleak.check(step) re-runs a step and names the lines)"
-)
-_CYCLES_FREED = (
-    "each step's tensors or graph nodes were freed only by gc.collect(): a reference cycle "
-    "holds them, and the check's own collection after each step freed it before the "
-    "diagnosis could draw it; graphleak.check(step) re-runs the step and draws the cycle"
-)
 
 
 def _tensor(obj: Any, walker: ObjectEdges, *, graph: bool) -> bool:
@@ -115,9 +106,9 @@ def diagnose_heap(
     graph_grew: bool,
     only_cycles: bool = False,
 ) -> Diagnosis:
-    notes = [NO_LINES]
+    notes = [said.NO_LINES]
     if only_cycles:  # containers of older tensors the roots reach are not what grew
-        notes.append(_CYCLES_FREED)
+        notes.append(said.CYCLES_FREED)
         return _diagnosis(verdict, notes, None, walker, graph_grew=False, only_cycles=True)
     labelled = given_roots(roots)
     # Tensors grew and graph nodes did not: a container of tensors the roots reach is
@@ -129,8 +120,7 @@ def diagnose_heap(
         if path is not None:
             container: Any = path.objects[-1]  # a container _accumulates accepted
             extend(path, next(t for t in items_of(container) if _tensor(t, walker, graph=graph)))
-            what = "graph-carrying items" if graph else "tensors without a graph"
-            notes.append(f"{type(container).__name__} of {len(container)} {what}")
+            notes.append(said.container_of(type(container).__name__, len(container), graph=graph))
             return _diagnosis(verdict, notes, path, walker, kept_counts=True, graph_grew=graph)
         if not graph:
             return _diagnosis(verdict, notes, None, walker, graph_grew=False)
@@ -153,11 +143,10 @@ def diagnose_heap(
                 candidate.clear()
         if best is not None:
             size, path = best
-            nodes = "node" if size[1] == "1" else "nodes"  # the text: "5012+" past the bound
-            notes.append(f"its autograd graph has {size[1]} {nodes}")
+            notes.append(said.graph_size(size[1]))
             return _diagnosis(verdict, notes, path, walker, leaked_count=1)
         if cyclic:
-            notes.append(_CYCLES_FREED)
+            notes.append(said.CYCLES_FREED)
         return _diagnosis(verdict, notes, None, walker, cyclic_count=cyclic,
                           memory_only=memory_only)  # fmt: skip
     finally:

@@ -32,11 +32,9 @@ from pytest_graphleak.diagnose.search import (
     find_cycle,
 )
 from pytest_graphleak.heap.containers import GROWABLE
-from pytest_graphleak.metrics import count_of
 from pytest_graphleak.result import display_path
+from pytest_graphleak.words import notes as said
 
-#: The root label of a chain that starts at a holder no root reaches.
-UNROOTED = "unknown root"
 _LOOKED_AT = 20  # leaked objects whose referrers are asked for
 
 
@@ -63,7 +61,7 @@ def unrooted_holder(obs: Observation, walker: ObjectEdges) -> Path | None:
         containers.clear()
         for obj in held:  # a loop, not a generator: its cell would refer to the container
             if any(item is obj for item in items_of(container)):
-                path = Path(UNROOTED, [container], [])
+                path = Path(said.UNROOTED, [container], [])
                 extend(path, obj)
                 _prepend_parent(path, walker, mine)
                 return path
@@ -149,9 +147,8 @@ def thread_holders(obs: Observation) -> list[str]:
                 if id(value) in ids:
                     code = current.f_code
                     place = f"{display_path(code.co_filename)}:{current.f_lineno}"
-                    where = f"{code.co_name}() at {place}"
                     thread = names.get(ident, str(ident))
-                    found.append(f"local '{name}' of {where} in thread '{thread}'")
+                    found.append(said.thread_local(name, code.co_name, place, thread))
             local_vars.clear()
             current = current.f_back
     stacks.clear()
@@ -163,19 +160,10 @@ def not_reached(searched: Searched) -> str:
     reaches the leaked objects (every root searched whole), or that none of what it saw
     does, and which roots it could not search whole (``Searched.cut``)."""
     if searched.whole:
-        return "no chain from a fixture, global, closure or self reaches the leaked objects"
+        return said.NOT_REACHED
     cut = searched.cut
-    named = ", ".join(cut[:3]) + (f" and {len(cut) - 3} more" if len(cut) > 3 else "")
-    others = searched.roots - len(cut)
-    whole = (f"; no chain from the {count_of(others, 'other root')}, searched whole"
-             if others else "")  # fmt: skip
-    return (
-        "no chain found from a fixture, global, closure or self to the leaked objects: the "
-        f"search stopped at its budget (it looked at {searched.visited:,} objects: at most "
-        f"{MAX_VISITED:,} in all, {MAX_PER_ROOT:,} from one root, the newest "
-        f"{MAX_ITEMS:,} entries of a container) before it had seen all that {named} "
-        f"{'reaches' if len(cut) == 1 else 'reach'}{whole}"
-    )
+    return said.search_stopped(cut, searched.roots - len(cut), searched.visited,
+                               (MAX_VISITED, MAX_PER_ROOT, MAX_ITEMS))  # fmt: skip
 
 
 def no_holder_note(obs: Observation, searched: Searched) -> str:
@@ -189,15 +177,8 @@ def no_holder_note(obs: Observation, searched: Searched) -> str:
     if referrers:
         kinds = ", ".join(sorted({type(r).__name__ for r in referrers})[:5])
         referrers.clear()
-        return f"no holder found: {not_reached(searched)}; they are referred to by: {kinds}"
-    return (
-        f"no holder found: {not_reached(searched)}, and no Python object refers to them. "
-        "They may be held from C++ "
-        "(autograd hooks, saved tensors, a custom Function's ctx, an extension), by the "
-        "local variables of a thread that is still running, or as the base of a numpy "
-        "array made with .numpy() (the array keeps its tensor alive; Python's gc does "
-        "not see that link)"
-    )
+        return said.referred_to(not_reached(searched), kinds)
+    return said.unreferred(not_reached(searched))
 
 
 def unrooted(
@@ -208,19 +189,11 @@ def unrooted(
     that may be."""
     path = unrooted_holder(obs, walker)
     if path is not None:
-        notes.append(
-            f"{not_reached(searched)}: "
-            f"the chain ({UNROOTED} -> ...) starts at what holds them, found by asking who "
-            "refers to them (e.g. a fixture fetched with request.getfixturevalue, or a "
-            "library's own list)"
-        )
+        notes.append(said.found_by_referrers(not_reached(searched)))
         return path
     threads = thread_holders(obs)
     if threads:
-        notes.append(
-            "held by the local variables of a thread that is still running: "
-            + "; ".join(threads)
-        )
+        notes.append(said.held_by_threads(threads))
     else:
         notes.append(no_holder_note(obs, searched))
     return None

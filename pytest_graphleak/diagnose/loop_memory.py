@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 from pytest_graphleak.diagnose.backends import TENSOR
 from pytest_graphleak.diagnose.edges import Edge, ObjectEdges
 from pytest_graphleak.diagnose.facts import set_chain
-from pytest_graphleak.diagnose.heap import NO_LINES
 from pytest_graphleak.diagnose.memory import array_bytes, survey
 from pytest_graphleak.diagnose.render import drawing
 from pytest_graphleak.diagnose.roots import Roots, all_roots
@@ -279,7 +278,7 @@ class GrowthWatch:
         added, now = format_amount(after - slot.nbytes, BYTES), format_amount(after, BYTES)
         diagnosis.notes.append(said.grew_by(added, now, rebuilt=bool(slot.lines)))
         if slot.made_at is not None or slot.lines:  # the next step showed its lines
-            diagnosis.notes[:] = [note for note in diagnosis.notes if note != NO_LINES]
+            diagnosis.notes[:] = [note for note in diagnosis.notes if note != said.NO_LINES]
         if slot.made_at is not None:
             diagnosis.sites = [creation_site(slot.made_at, 1)]
         if slot.lines:

@@ -11,6 +11,7 @@ from typing import Any
 from pytest_graphleak.diagnose.sites import Site
 from pytest_graphleak.probes.autograd import Backend
 from pytest_graphleak.result import CreationSite, Drawing, display_path
+from pytest_graphleak.words import notes as said
 
 
 @dataclass
@@ -45,21 +46,12 @@ class Churn:
 
     def note(self, steps: int, via: dict[Site, str] | None = None) -> str:
         """``sdelib makes 15 tensors a step that only the cyclic collector frees ...``"""
-        per = self.tensors / max(1, steps)
-        count = f"{per:.0f}" if per == int(per) else f"{per:.1f}"
-        who = f"the library {self.library}" if self.library else "a library"
-        made = ""
+        line = inner = ""
         if self.sites:
             site = max(self.sites, key=lambda s: (self.sites[s], s))
             line = f"{display_path(site[0])}:{site[1]}"
             inner = (via or {}).get(site, "")
-            made = f" (created at {line}" + (f" via {inner})" if inner else ")")
-        return (
-            f"{who} makes {count} {'tensor' if count == '1' else 'tensors'} a step that "
-            f"only the cyclic collector frees{made}: its own reference cycles hold them, "
-            "they carry no autograd graph and none of your objects is on those cycles, so "
-            "they are not a leak of yours (every gc.collect() frees them all)"
-        )
+        return said.churn(self.library, self.tensors / max(1, steps), line, inner)
 
 
 @dataclass

@@ -119,3 +119,100 @@ def grew_by(added: str, now: str, *, rebuilt: bool) -> str:
     """The holder's array grew by ``added`` (now ``now``): rebuilt, or grown in place."""
     how = "a new array in the same place" if rebuilt else "the same array"
     return f"grew by {added} during the loop's next step (now {now}): {how}"
+
+
+# No chain from the roots (``diagnose.holders``): what the search proved, and where the
+# holder may be instead.
+
+#: The root label of a chain that starts at a holder no root reaches.
+UNROOTED = "unknown root"
+NOT_REACHED = "no chain from a fixture, global, closure or self reaches the leaked objects"
+
+
+def search_stopped(cut: list[str], others: int, visited: int, limits: tuple[int, int, int]) -> str:
+    """The search stopped at its budget (``limits``: objects in all, from one root, the
+    newest entries of a container) before it saw all that the roots ``cut`` reach;
+    ``others``: the roots it searched whole."""
+    most, per_root, items = limits
+    named = ", ".join(cut[:3]) + (f" and {len(cut) - 3} more" if len(cut) > 3 else "")
+    whole = (f"; no chain from the {count_of(others, 'other root')}, searched whole"
+             if others else "")  # fmt: skip
+    return (
+        "no chain found from a fixture, global, closure or self to the leaked objects: the "
+        f"search stopped at its budget (it looked at {visited:,} objects: at most "
+        f"{most:,} in all, {per_root:,} from one root, the newest "
+        f"{items:,} entries of a container) before it had seen all that {named} "
+        f"{'reaches' if len(cut) == 1 else 'reach'}{whole}"
+    )
+
+
+def thread_local(name: str, function: str, place: str, thread: str) -> str:
+    return f"local '{name}' of {function}() at {place} in thread '{thread}'"
+
+
+def held_by_threads(locals_: list[str]) -> str:
+    return "held by the local variables of a thread that is still running: " + "; ".join(locals_)
+
+
+def referred_to(not_reached: str, kinds: str) -> str:
+    return f"no holder found: {not_reached}; they are referred to by: {kinds}"
+
+
+def unreferred(not_reached: str) -> str:
+    """Nothing the diagnosis can see refers to the leaked objects: why that may be."""
+    return (
+        f"no holder found: {not_reached}, and no Python object refers to them. "
+        "They may be held from C++ "
+        "(autograd hooks, saved tensors, a custom Function's ctx, an extension), by the "
+        "local variables of a thread that is still running, or as the base of a numpy "
+        "array made with .numpy() (the array keeps its tensor alive; Python's gc does "
+        "not see that link)"
+    )
+
+
+def found_by_referrers(not_reached: str) -> str:
+    return (
+        f"{not_reached}: "
+        f"the chain ({UNROOTED} -> ...) starts at what holds them, found by asking who "
+        "refers to them (e.g. a fixture fetched with request.getfixturevalue, or a "
+        "library's own list)"
+    )
+
+
+# The heap as it is (``diagnose.heap``: a hand-written loop that cannot re-run a step).
+
+NO_LINES = (
+    "no created-at or stored-at line: a running loop's steps cannot be re-run and none "
+    "was recorded before this judgement, so the diagnosis looked at the heap as it is "
+    "(graphleak.check(step) re-runs a step and names the lines)"
+)
+CYCLES_FREED = (
+    "each step's tensors or graph nodes were freed only by gc.collect(): a reference cycle "
+    "holds them, and the check's own collection after each step freed it before the "
+    "diagnosis could draw it; graphleak.check(step) re-runs the step and draws the cycle"
+)
+
+
+def container_of(kind: str, length: int, *, graph: bool) -> str:
+    """The container the roots reach, of ``length`` graph-carrying items (or tensors)."""
+    what = "graph-carrying items" if graph else "tensors without a graph"
+    return f"{kind} of {length} {what}"
+
+
+def graph_size(size: str) -> str:
+    """``size``: the node count as text ("5012+" past the walk's bound)."""
+    return f"its autograd graph has {size} {'node' if size == '1' else 'nodes'}"
+
+
+def churn(library: str, per_step: float, line: str, via: str) -> str:
+    """A library's own cycles held ``per_step`` tensors without a graph each step, made
+    at ``line`` ("" unknown), through the library line ``via`` ("" none)."""
+    count = f"{per_step:.0f}" if per_step == int(per_step) else f"{per_step:.1f}"
+    who = f"the library {library}" if library else "a library"
+    made = f" (created at {line}" + (f" via {via})" if via else ")") if line else ""
+    return (
+        f"{who} makes {count} {'tensor' if count == '1' else 'tensors'} a step that "
+        f"only the cyclic collector frees{made}: its own reference cycles hold them, "
+        "they carry no autograd graph and none of your objects is on those cycles, so "
+        "they are not a leak of yours (every gc.collect() frees them all)"
+    )
