@@ -18,7 +18,9 @@ from suite_helpers import FAST
 import minigrad  # noqa: F401
 from pytest_graphleak.cli import main
 from pytest_graphleak.cli.patches import apply
+from pytest_graphleak.exceptions import OutputPathError
 from pytest_graphleak.report.model import Report
+from pytest_graphleak.report.output_paths import Output, check_outputs
 from pytest_graphleak.report.sarif import fix_object, is_sarif_report, sarif_log
 from pytest_graphleak.result import Fix
 
@@ -182,3 +184,16 @@ def test_a_report_without_findings_is_a_valid_log_with_no_results(tmp_path: Path
     valid(log)
     assert log["runs"][0]["results"] == []
     assert "properties" not in log["runs"][0]  # no baseline: no baseline section
+
+
+def test_a_sarif_path_replaces_only_graphleaks_own_log(tmp_path: Path) -> None:
+    """``--graphleak-sarif`` over another tool's SARIF log (or the test file, the flag
+    used as a switch) is refused before the run; graphleak's own log is replaced."""
+    other = tmp_path / "codeql.sarif"
+    other.write_text(json.dumps({"version": "2.1.0", "runs": [
+        {"tool": {"driver": {"name": "CodeQL"}}, "results": []}]}))
+    with pytest.raises(OutputPathError, match="a graphleak SARIF log"):
+        check_outputs([Output("--graphleak-sarif", other, "sarif")])
+    own = tmp_path / "graphleak.sarif"
+    own.write_text(json.dumps(sarif_log(Report(), base=str(tmp_path))))
+    check_outputs([Output("--graphleak-sarif", own, "sarif")])
