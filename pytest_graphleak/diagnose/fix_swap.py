@@ -24,6 +24,7 @@ from typing import Any
 from pytest_graphleak.diagnose.fix_source import Edit, Source, changed_lines
 from pytest_graphleak.exceptions import NotSwappable
 from pytest_graphleak.heap.usercode import is_user_file
+from pytest_graphleak.words import verify as why
 
 #: Objects the walk visits at most (a test's reach is small; this bounds a huge one).
 MAX_VISITS = 20_000
@@ -141,15 +142,15 @@ def compile_changed(func: types.FunctionType, source: Source, edit: Edit) -> typ
     ``NotSwappable`` saying why it cannot be had."""
     code = func.__code__
     if code.co_name == "<lambda>":
-        raise NotSwappable("the line is in a lambda")
+        raise NotSwappable(why.IN_LAMBDA)
     text = "\n".join(changed_lines(source, edit)) + "\n"
     try:
         tree = ast.parse(text, source.filename)
     except SyntaxError as exc:
-        raise NotSwappable(f"the changed file does not parse: {exc.msg}") from None
+        raise NotSwappable(why.unparsable(exc.msg)) from None
     found = _def_of(tree, code)
     if found is None:
-        raise NotSwappable(f"no def of {code.co_name} starts at line {code.co_firstlineno}")
+        raise NotSwappable(why.no_def(code.co_name, code.co_firstlineno))
     node, owner = found
     _keep_line_numbers(node, edit)
     node.decorator_list = []
@@ -171,12 +172,12 @@ def compile_changed(func: types.FunctionType, source: Source, edit: Edit) -> typ
     try:
         compiled = compile(module, source.filename, "exec", dont_inherit=True)
     except (SyntaxError, ValueError) as exc:
-        raise NotSwappable(f"the changed function does not compile: {exc}") from None
+        raise NotSwappable(why.uncompilable(exc)) from None
     new = _code_named(compiled, code.co_name, node.lineno)  # its decorators are left out
     if new is None:
-        raise NotSwappable(f"the compiled code of {code.co_name} was not found")
+        raise NotSwappable(why.code_not_found(code.co_name))
     if new.co_freevars != code.co_freevars:
-        raise NotSwappable(f"{code.co_name} would close over other variables")
+        raise NotSwappable(why.other_closure(code.co_name))
     if sys.version_info >= (3, 11):  # the name a traceback shows stays the user's
         return new.replace(co_qualname=code.co_qualname)
     return new

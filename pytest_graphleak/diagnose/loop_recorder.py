@@ -47,6 +47,7 @@ from pytest_graphleak.diagnose.sites import (
 from pytest_graphleak.heap.gcstate import Measuring
 from pytest_graphleak.heap.graphwalk import grad_fn_of
 from pytest_graphleak.probes.autograd import loaded
+from pytest_graphleak.words import notes as said
 
 #: id -> (weak reference, backend, kind, step); a weakref tells a reused id apart.
 Made = dict[int, tuple[weakref.ref[Any], Backend, str, int]]
@@ -103,7 +104,7 @@ class LoopRecorder:
         self.trouble: list[str] = []
 
     def _failed(self, doing: str, exc: Exception) -> None:
-        note = f"the creation-site recording failed to {doing}: {type(exc).__name__}: {exc}"
+        note = said.recording_failed(doing, exc)
         if note not in self.trouble:
             self.trouble.append(note)
 

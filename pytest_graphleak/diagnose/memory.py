@@ -54,6 +54,7 @@ from pytest_graphleak.diagnose.stored import MISSING, follow_edge
 from pytest_graphleak.heap.containers import GROWABLE
 from pytest_graphleak.metrics import BYTES, format_amount
 from pytest_graphleak.result import CreationSite
+from pytest_graphleak.words import notes as said
 
 _MAX_OBJECTS = 100_000
 #: References read in all, over every root's turns (see ``survey``).
@@ -232,7 +233,7 @@ def growing_holder(
             with recorder if recorder is not None else contextlib.nullcontext():
                 step()
         except Exception as exc:
-            notes.append(f"the step raised during diagnosis: {type(exc).__name__}: {exc}")
+            notes.append(said.step_raised(f"{type(exc).__name__}: {exc}"))
             return None, []
         trouble = recorder_trouble(recorder)
         if trouble:
@@ -298,7 +299,7 @@ def _made_by_next_step(
         try:
             step()
         except Exception as exc:
-            notes.append(f"the step raised during diagnosis: {type(exc).__name__}: {exc}")
+            notes.append(said.step_raised(f"{type(exc).__name__}: {exc}"))
             return []
         if grown.edge is not None:
             now = (follow_edge(grown.holder, grown.edge, walker) if grown.holder is not None

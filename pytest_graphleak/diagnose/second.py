@@ -24,6 +24,7 @@ from pytest_graphleak.diagnose.search import Path, shortest_path
 from pytest_graphleak.diagnose.sites import per_step
 from pytest_graphleak.diagnose.stored import root_reader, watch_holder
 from pytest_graphleak.result import display_path
+from pytest_graphleak.words import notes as said
 
 #: Objects looked at from the named holder, at most, to see which leaked tensors it keeps.
 _REACH = 5_000
@@ -73,12 +74,8 @@ def other_holder(
             second.clear()
         runs = max(1, min(obs.recorded_runs, obs.runs_done))
         total, other = len(leaked) / runs, len(others) / runs
-        return (
-            f"a second holder: the holder above keeps {_count(total - other)} of the "
-            f"{_count(total)} graph-carrying tensors each step leaves; the other "
-            f"{_count(other)} {'is' if other == 1 else 'are'} kept by "
-            f"{' -> '.join(labels)}{where}. Fix both, or the check fails again on this one"
-        )
+        return said.second_holder(_count(total - other), _count(total), _count(other),
+                                  other != 1, " -> ".join(labels), where)  # fmt: skip
     finally:
         leaked.clear()
 

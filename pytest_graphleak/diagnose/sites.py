@@ -27,6 +27,7 @@ from pytest_graphleak.heap.usercode import INSTALLED_MARKERS, is_user_file, libr
 from pytest_graphleak.probes.autograd import BUNDLES, Backend, loaded
 from pytest_graphleak.probes.autograd.bundle import Site, SiteRecorder
 from pytest_graphleak.result import CreationSite
+from pytest_graphleak.words import notes as said
 
 #: This package's own directory (diagnose/ is one level below it).
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -132,9 +133,7 @@ def recorder_trouble(recorder: SiteRecorder | None) -> str:
     said to be unknown, not left out silently."""
     if recorder is None or not recorder.failures:
         return ""
-    ops = "operation" if recorder.failures == 1 else f"{recorder.failures} operations"
-    return (f"the creation-site recorder could not read what {ops} of the step returned "
-            f"(first: {recorder.failure}); where those were made is unknown")  # fmt: skip
+    return said.unread_outputs(recorder.failures, recorder.failure)
 
 
 def recorded_by_mode(backend: Backend) -> bool:

@@ -44,7 +44,7 @@ from pytest_graphleak.diagnose.sites import Site, names_a_library, site_and_via
 from pytest_graphleak.heap.containers import attributes, length
 from pytest_graphleak.heap.graphwalk import grad_fn_of
 from pytest_graphleak.heap.usercode import is_user_file, library_label
-from pytest_graphleak.metrics import count_of
+from pytest_graphleak.words import notes as said
 
 MISSING = object()
 
@@ -72,7 +72,7 @@ class Watched:
 
 def watch_failed(failure: str) -> str:
     """The note on a line watch that failed (``LineWatch.failure``)."""
-    return f"stored at: unknown, the line watch that looks for it failed ({failure})"
+    return said.watch_failed(failure)
 
 
 def follow_edge(obj: Any, edge: Edge, walker: ObjectEdges) -> Any:
@@ -287,14 +287,8 @@ def _same_kind(obj: object, now_at: list[Any], at: int) -> object:
 
 
 def _grown(obj: object, before: int, now: int, every: str, *, rebuilt: bool = False) -> str:
-    name = type(obj).__name__
-    if length(obj) is None:
-        gained = count_of(now - before, "attribute")
-        return f"{name} on the chain gains {gained} {every} ({before} -> {now})"
-    if rebuilt:  # ``h = h + [loss]``: a new list in its place, one entry longer
-        return (f"{name} on the chain is replaced by a longer one {every} (len {before} -> "
-                f"{now}): each step's copy keeps the old entries and adds new ones")  # fmt: skip
-    return f"{name} on the chain grows by {now - before} {every} (len {before} -> {now})"
+    return said.grown(type(obj).__name__, before, now, every, sized=length(obj) is not None,
+                      rebuilt=rebuilt)  # fmt: skip
 
 
 def root_reader(

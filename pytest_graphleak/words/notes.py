@@ -216,3 +216,41 @@ def churn(library: str, per_step: float, line: str, via: str) -> str:
         "they carry no autograd graph and none of your objects is on those cycles, so "
         "they are not a leak of yours (every gc.collect() frees them all)"
     )
+
+
+def watch_failed(failure: str) -> str:
+    """The note on a line watch that failed (``stored.LineWatch.failure``)."""
+    return f"stored at: unknown, the line watch that looks for it failed ({failure})"
+
+
+def grown(name: str, before: int, now: int, every: str, *, sized: bool, rebuilt: bool) -> str:
+    """A holder on the chain, seen growing while steps ran: ``sized`` a container (its
+    length), else an object (its attributes); ``rebuilt``: a longer copy put in its place."""
+    if not sized:
+        gained = count_of(now - before, "attribute")
+        return f"{name} on the chain gains {gained} {every} ({before} -> {now})"
+    if rebuilt:  # ``h = h + [loss]``: a new list in its place, one entry longer
+        return (f"{name} on the chain is replaced by a longer one {every} (len {before} -> "
+                f"{now}): each step's copy keeps the old entries and adds new ones")  # fmt: skip
+    return f"{name} on the chain grows by {now - before} {every} (len {before} -> {now})"
+
+
+def second_holder(kept: str, total: str, other: str, plural: bool, chain: str, where: str) -> str:
+    """Another holder keeps ``other`` of the ``total`` graph-carrying tensors a step leaves."""
+    return (
+        f"a second holder: the holder above keeps {kept} of the "
+        f"{total} graph-carrying tensors each step leaves; the other "
+        f"{other} {'are' if plural else 'is'} kept by "
+        f"{chain}{where}. Fix both, or the check fails again on this one"
+    )
+
+
+def recording_failed(doing: str, exc: BaseException) -> str:
+    return f"the creation-site recording failed to {doing}: {type(exc).__name__}: {exc}"
+
+
+def unread_outputs(failures: int, first: str) -> str:
+    """The site recorder could not read what ``failures`` operations returned."""
+    ops = "operation" if failures == 1 else f"{failures} operations"
+    return (f"the creation-site recorder could not read what {ops} of the step returned "
+            f"(first: {first}); where those were made is unknown")  # fmt: skip

@@ -47,3 +47,28 @@ def none_held(tried: int, ran: int, grown: list[str]) -> str:
     count = (f"none of the {tried} changes tried held" if tried > 1
              else "the one change tried did not hold")  # fmt: skip
     return f"{count}: {' and '.join(how)}"
+
+
+# Why a change could not be put in the step's code (``diagnose.fix_swap.NotSwappable``).
+
+IN_LAMBDA = "the line is in a lambda"
+
+
+def unparsable(message: str) -> str:
+    return f"the changed file does not parse: {message}"
+
+
+def no_def(function: str, line: int) -> str:
+    return f"no def of {function} starts at line {line}"
+
+
+def uncompilable(exc: BaseException) -> str:
+    return f"the changed function does not compile: {exc}"
+
+
+def code_not_found(function: str) -> str:
+    return f"the compiled code of {function} was not found"
+
+
+def other_closure(function: str) -> str:
+    return f"{function} would close over other variables"
