@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from suite_helpers import FAST, REPO
 
+import minigrad  # noqa: F401  (imported once here: in-process runs must not load numpy again)
 from pytest_graphleak.cli import main
 from pytest_graphleak.cli.patches import Refused, apply
 
@@ -50,7 +51,8 @@ def leak_report(pytester: pytest.Pytester) -> Path:
     """A report of one leak whose fix was verified; the test file beside it."""
     pytester.makepyfile(test_keep=LEAKY)
     report = pytester.path / "graphleak.json"
-    result = pytester.runpytest_subprocess("--graphleak", f"--graphleak-report={report}", *FAST)
+    # In process (minigrad only, nothing the house rules forbid): a tenth of a subprocess.
+    result = pytester.runpytest("--graphleak", f"--graphleak-report={report}", *FAST)
     result.assert_outcomes(failed=1)
     return report
 
@@ -82,7 +84,7 @@ def test_apply_writes_it_and_the_test_then_passes(
     assert "1 applied, 0 refused" in err
     # That line changed, nothing else (pytester writes the file without a last newline).
     assert path.read_text() == before.replace("losses.append(loss)", "losses.append(loss.item())")
-    pytester.runpytest_subprocess("--graphleak", *FAST).assert_outcomes(passed=1)
+    pytester.runpytest("--graphleak", *FAST).assert_outcomes(passed=1)
 
 
 def test_apply_refuses_a_file_changed_since_the_run(
@@ -146,8 +148,8 @@ def test_a_report_without_verified_fixes_leaves_nothing_unapplied(
 ) -> None:
     pytester.makepyfile(test_keep=LEAKY)
     report = pytester.path / "graphleak.json"
-    pytester.runpytest_subprocess("--graphleak", f"--graphleak-report={report}",
-                                  "--graphleak-verify-fix=off", *FAST)  # fmt: skip
+    pytester.runpytest("--graphleak", f"--graphleak-report={report}",
+                       "--graphleak-verify-fix=off", *FAST)  # fmt: skip
     code, out, err = run_fix(capsys, str(report), "--apply")
     assert (code, out) == (0, "")
     assert "no verified fix for test_keep.py::test_accumulates: fix verification is off" in err
@@ -255,7 +257,7 @@ def test_shapes_the_old_rules_missed_get_verified_fixes_that_apply(
     as a number), a ``functools.lru_cache`` of graphs (cleared after the call)."""
     pytester.makepyfile(test_shapes=SHAPES)
     report = pytester.path / "graphleak.json"
-    first = pytester.runpytest_subprocess("--graphleak", f"--graphleak-report={report}", *FAST)
+    first = pytester.runpytest("--graphleak", f"--graphleak-report={report}", *FAST)
     first.assert_outcomes(failed=3)
     code, out, err = run_fix(capsys, str(report), "--apply")
     assert code == 0, err
@@ -265,4 +267,4 @@ def test_shapes_the_old_rules_missed_get_verified_fixes_that_apply(
         "graphleak fix: applied test_shapes.py:47: loss = (embed(step[0]) ** 2).mean(); "
         "then embed.cache_clear()",
     ], out
-    pytester.runpytest_subprocess("--graphleak", *FAST).assert_outcomes(passed=3)
+    pytester.runpytest("--graphleak", *FAST).assert_outcomes(passed=3)
