@@ -1,8 +1,8 @@
 """A leak found by the user's own loop (``graphleak.track()``), ``graphleak.check()`` or
 a framework callback raising inside ``fit()`` reads under pytest as the marker's does:
 the user's line, then the report in 80 columns, coloured, the series only with ``-v``,
-the fix last; no ``E`` wall, no fixture repr. Subprocess runs: the terminal's width
-comes from COLUMNS, and xdist runs its own workers."""
+the fix last; no ``E`` wall, no fixture repr. The runs are in process (minigrad alone,
+the terminal's width from COLUMNS, set for the run), but xdist's and Lightning's."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import re
 import pytest
 from suite_helpers import failure_section
 
-pytest.importorskip("minigrad")
+pytest.importorskip("minigrad")  # at import: in-process runs must not load numpy again
 
 _LOOPS = """
 import minigrad as mg
@@ -66,11 +66,11 @@ _WHERE = {
 _SERIES = "  series (warmup | measured):"
 
 
-def _run(pytester: pytest.Pytester, *args: str) -> str:
+def _run(pytester: pytest.Pytester, *args: str, subprocess: bool = False) -> str:
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("COLUMNS", "80")
-        result = pytester.runpytest_subprocess("-p", "no:randomly", "-p", "no:cacheprovider",
-                                               *args)  # fmt: skip
+        run = pytester.runpytest_subprocess if subprocess else pytester.runpytest
+        result = run("-p", "no:randomly", "-p", "no:cacheprovider", *args)
     return result.stdout.str()
 
 
@@ -137,7 +137,7 @@ def test_colours_long_native_and_line_styles(pytester: pytest.Pytester) -> None:
 def test_under_xdist_the_worker_breaks_the_lines(pytester: pytest.Pytester) -> None:
     pytest.importorskip("xdist")
     pytester.makepyfile(test_own=_LOOPS)
-    out = _run(pytester, "-n", "2", "-k", "test_track or test_short")
+    out = _run(pytester, "-n", "2", "-k", "test_track or test_short", subprocess=True)
     for name in ("test_track", "test_short"):
         _check_failure(out, name, verbose=False)
 
@@ -183,7 +183,7 @@ def test_a_lightning_callbacks_leak_reads_as_the_markers(pytester: pytest.Pytest
         if importlib.util.find_spec(name) is None:
             pytest.skip(f"{name} is not installed")
     pytester.makepyfile(test_fit=_FIT)
-    out = _run(pytester, "-W", "ignore", "-p", "no:logging", "-s")
+    out = _run(pytester, "-W", "ignore", "-p", "no:logging", "-s", subprocess=True)
     failure = failure_section(out, "test_fit").split("\n")
     assert failure[:2] == ["test_fit.py:30: in test_fit", "    trainer.fit(Tiny(), data)"]
     story = failure[2:]
