@@ -4,6 +4,8 @@ The diagnosis (``diagnose/``) finds the facts (the typed holder chain, the lines
 made and stored the leak, what grew) and ``diagnose.classify.pattern_of`` decides the
 pattern; this package words them: ``fix.choose_fix`` (the one fix chooser),
 ``fix.story_of``, ``lines`` (the fix worded for the user's own line, read with ``ast``),
-``backward`` (whether a later backward reads the container) and ``chain`` (what the
-typed chain says). Nothing here reads a live object or a rendered chain label.
+``backward`` (whether a later backward reads the container), ``chain`` (what the
+typed chain says), ``cycles`` (a reference cycle's note and fix), ``notes`` (the
+diagnosis' notes) and ``verify`` (why a fix is not verified). Nothing here reads a live
+object or a rendered chain label.
 """

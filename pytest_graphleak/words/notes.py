@@ -1,6 +1,7 @@
-"""The notes of a diagnosis made from steps (re-run, or a running loop's recorded ones):
-what they left alive, what a cycle freed, what the walk could not finish. ``diagnose``
-counts; this module words the counts."""
+"""The notes of a diagnosis: what its steps (re-run, or a running loop's recorded ones)
+left alive, what a cycle freed, a holder seen growing, a second holder, and why no
+holder, line or site could be named. ``diagnose/`` finds and counts; this module words
+what it found, from names and numbers only."""
 
 from __future__ import annotations
 
