@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from pytest_graphleak.status import check_status
+from pytest_graphleak.status import Status, check_status
 
 #: In the reason of an outlive finding judged when a wider-scope fixture was torn down:
 #: the graphs were made by an earlier test (``outlive/explain``, ``report/text``).
@@ -380,7 +380,7 @@ class CheckResult:
         return self.verdict.leaked
 
     @property
-    def status(self) -> str:
+    def status(self) -> Status:
         """``leaked``, ``error``, ``unmeasured`` or ``clean``: the one rule, ``status.py``."""
         return check_status(leaked=self.leaked, error=self.error, unmeasured=self.unmeasured)
 

@@ -17,25 +17,44 @@ Every surface says the same word: the JSON report's ``status`` and summary, JUni
 Each row also says how it is shown, so no renderer keeps a table of its own: its colour
 token (the terminal's markup name; the HTML page's badge colour of that token), its group
 (a leak, no verdict, or clean: what the HTML page opens and folds, what the commands list
-first) and its display order (the report's rows, the HTML chips, ``graphleak report``).
-Renderers switch on a check's or a test's status, never on its raw fields (``leaked``,
-``error``, ``unmeasured``).
+first) and its display order (the report's rows, the HTML chips, ``graphleak report``),
+its GitHub annotation level, its SARIF level and whether the terminal writes it in bold.
+Renderers ask a status's row (``BY_WORD``) what to do, never compare a status with its
+string (the names below: ``LEAKED``, ...), and never read a check's raw fields
+(``leaked``, ``error``, ``unmeasured``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Literal
 
+Status = Literal["leaked", "warned", "xfailed", "error", "unmeasured", "known", "clean"]
+#: The words by name: a renderer asks a status's row (``BY_WORD``) what to do, and names
+#: a status through these where it must, never by its string (``tests/test_status_rule``
+#: fails on a comparison with a status word), so a typo is a name error, not a silent miss.
+LEAKED: Status = "leaked"
+WARNED: Status = "warned"
+XFAILED: Status = "xfailed"
+ERROR: Status = "error"
+UNMEASURED: Status = "unmeasured"
+KNOWN: Status = "known"
+CLEAN: Status = "clean"
+
+Group = Literal["leak", "no verdict", "known", "clean"]
 #: The groups of ``StatusFacts.group``.
-LEAK, NO_VERDICT, KNOWN, CLEAN = "leak", "no verdict", "known", "clean"
+LEAK: Group = "leak"
+NO_VERDICT: Group = "no verdict"
+GROUP_KNOWN: Group = "known"
+GROUP_CLEAN: Group = "clean"
 
 
 @dataclass(frozen=True)
 class StatusFacts:
     """What is known about one status word."""
 
-    word: str  # JSON status and summary key, JUnit graphleak.status, HTML class, counts
+    word: Status  # JSON status and summary key, JUnit graphleak.status, HTML class, counts
     label: str  # the terminal's and the HTML badge's word for it (capitals)
     meaning: str  # one line: the reports page, the schema's description
     #: ``graphleak check`` / ``graphleak report``: the exit code of a run whose worst
@@ -51,51 +70,81 @@ class StatusFacts:
     #: to change), ``known`` (a leak listed in the baseline file: accepted for now, a
     #: filter of its own, so that new leaks read apart from it), ``clean``: the HTML page
     #: opens a leak's and a no-verdict's card and folds a known or clean one.
-    group: str
+    group: Group
     #: Where its rows and counts come on every surface: the lowest first.
     order: int
+    #: The level of its GitHub workflow command (``error``, ``warning``, ``notice``; ""
+    #: for none); None: by what the check did to the test (an error where it failed it,
+    #: none on an expected failure, else a warning).
+    annotation: str | None = ""
+    #: The level of its SARIF result ("" for a status that has no result: no leak found).
+    sarif_level: str = ""
+    #: The terminal writes its word in bold: it fails the test, or is a leak that warns.
+    bold: bool = False
+
+    @property
+    def found(self) -> bool:
+        """A leak was found, accepted (known) or not: the row names the line and the fix."""
+        return self.group in (LEAK, GROUP_KNOWN)
+
+    @property
+    def no_verdict(self) -> bool:
+        """Nothing was judged (a step raised, nothing measured): what ran and what to change."""
+        return self.group == NO_VERDICT
+
+    @property
+    def opened(self) -> bool:
+        """The HTML page opens its card (a leak's, a no-verdict's); a known or clean one
+        is folded."""
+        return self.group not in (GROUP_KNOWN, GROUP_CLEAN)
 
 
 TABLE: tuple[StatusFacts, ...] = (
     StatusFacts(
-        "leaked", "LEAKED", "a check leaked and that failed the test", 1, True,
-        colour="red", group=LEAK, order=10,
+        LEAKED, "LEAKED", "a check leaked and that failed the test", 1, True,
+        colour="red", group=LEAK, order=10, annotation="error", sarif_level="error",
+        bold=True,
     ),
     StatusFacts(
-        "warned", "WARNING",
+        WARNED, "WARNING",
         "a check leaked and that failed nothing (warn-only mode, the outlive audit's warn "
         "mode, a caught error; the test passed, was skipped or failed for another reason)",
-        1, False, colour="yellow", group=LEAK, order=20,
+        1, False, colour="yellow", group=LEAK, order=20, annotation="warning",
+        sarif_level="warning", bold=True,
     ),
     StatusFacts(
-        "xfailed", "XFAIL", "a check leaked and the test was expected to fail", 1, False,
-        colour="yellow", group=LEAK, order=30,
+        XFAILED, "XFAIL", "a check leaked and the test was expected to fail", 1, False,
+        colour="yellow", group=LEAK, order=30, annotation="", sarif_level="note",
     ),
     StatusFacts(
-        "error", "ERROR", "a step raised, so there is no verdict", 3, True,
-        colour="purple", group=NO_VERDICT, order=40,
+        ERROR, "ERROR", "a step raised, so there is no verdict", 3, True,
+        colour="purple", group=NO_VERDICT, order=40, annotation=None, bold=True,
     ),
     StatusFacts(
-        "unmeasured", "UNMEASURED",
+        UNMEASURED, "UNMEASURED",
         "the check's probes measured nothing the step uses, or its loop was too short to "
         "judge, so there is no verdict", 4, True, colour="blue", group=NO_VERDICT, order=50,
+        annotation=None, bold=True,
     ),
     StatusFacts(
-        "known", "KNOWN",
+        KNOWN, "KNOWN",
         "a check leaked and the finding is listed in the baseline file, so it failed "
-        "nothing (--graphleak-baseline)", 0, False, colour="cyan", group=KNOWN, order=35,
+        "nothing (--graphleak-baseline)", 0, False, colour="cyan", group=GROUP_KNOWN, order=35,
+        annotation="notice", sarif_level="note",
     ),
-    StatusFacts("clean", "CLEAN", "nothing grew", 0, False, colour="green", group=CLEAN,
+    StatusFacts(CLEAN, "CLEAN", "nothing grew", 0, False, colour="green", group=GROUP_CLEAN,
                 order=60),
 )  # fmt: skip
 
 BY_WORD: dict[str, StatusFacts] = {row.word: row for row in TABLE}
 #: Every status of a test in the reports, worst first (the JSON summary's order).
-STATUSES: tuple[str, ...] = tuple(row.word for row in TABLE)
+STATUSES: tuple[Status, ...] = tuple(row.word for row in TABLE)
 #: The statuses that are a leak (``leaked`` as pytest's outcome makes it read).
-LEAK_STATUSES: tuple[str, ...] = tuple(row.word for row in TABLE if row.group == LEAK)
+LEAK_STATUSES: tuple[Status, ...] = tuple(row.word for row in TABLE if row.group == LEAK)
 #: Every status in the order the reports show them (rows, chips, counts).
-DISPLAY_ORDER: tuple[str, ...] = tuple(row.word for row in sorted(TABLE, key=lambda r: r.order))
+DISPLAY_ORDER: tuple[Status, ...] = tuple(
+    row.word for row in sorted(TABLE, key=lambda r: r.order)
+)
 
 
 def display_key(status: str) -> int:
@@ -104,31 +153,31 @@ def display_key(status: str) -> int:
     return facts.order if facts is not None else 1_000
 
 
-def check_status(*, leaked: bool, error: object, unmeasured: object) -> str:
+def check_status(*, leaked: bool, error: object, unmeasured: object) -> Status:
     """The status of one check, by the precedence."""
     if leaked:
-        return "leaked"
+        return LEAKED
     if error:
-        return "error"
-    return "unmeasured" if unmeasured else "clean"
+        return ERROR
+    return UNMEASURED if unmeasured else CLEAN
 
 
-def worst(statuses: Iterable[str]) -> str:
+def worst(statuses: Iterable[str]) -> Status:
     """The first of ``statuses`` in the precedence (``clean`` for none)."""
     given = set(statuses)
-    return next((word for word in STATUSES if word in given), "clean")
+    return next((word for word in STATUSES if word in given), CLEAN)
 
 
-def read_in_test(status: str, *, warned: bool, known: bool = False, outcome: str) -> str:
+def read_in_test(status: Status, *, warned: bool, known: bool = False, outcome: str) -> Status:
     """One check's status as its test reads it (``model.TestRow.status_of``; a test's is
     its worst check's): a leak listed in the baseline file is ``known``; a leak that failed
     nothing (the check's ``warned``) is ``warned``; else a leak reads by pytest's outcome
     (``failed``: leaked, ``xfailed``: xfailed, anything else: warned)."""
-    if status == "leaked" and known:
-        return "known"  # listed in the baseline file: it failed nothing, whatever pytest says
-    if status != "leaked" or (outcome == "failed" and not warned):
+    if status == LEAKED and known:
+        return KNOWN  # listed in the baseline file: it failed nothing, whatever pytest says
+    if status != LEAKED or (outcome == "failed" and not warned):
         return status
-    return "xfailed" if outcome == "xfailed" and not warned else "warned"
+    return XFAILED if outcome == "xfailed" and not warned else WARNED
 
 
 def outcome_of(status: str) -> str:

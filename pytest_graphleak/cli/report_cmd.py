@@ -20,7 +20,7 @@ from pytest_graphleak.report.text import baseline_lines, render_result
 from pytest_graphleak.report.validate import validate
 from pytest_graphleak.report.writers import Run
 from pytest_graphleak.result import CheckResult
-from pytest_graphleak.status import display_key
+from pytest_graphleak.status import KNOWN, display_key
 
 
 def run_report(args: argparse.Namespace) -> int:
@@ -48,7 +48,7 @@ def run_report(args: argparse.Namespace) -> int:
             # differs (fixture checks inside a test).
             if test.nodeid and test.nodeid != check.name:
                 print(f"{test.nodeid} ({test.outcome}):")
-            if test.status_of(check) == "known":  # as the terminal marks it
+            if test.status_of(check) == KNOWN:  # as the terminal marks it
                 print("KNOWN: listed in the baseline file, it fails nothing")
             print(terminal_text(render_result(check), colour=colour))
     told = baseline_lines(report.baseline)

@@ -61,6 +61,7 @@ from pytest_graphleak.report.text import line_markup, render_text, wrap_line, wr
 from pytest_graphleak.report.writers import WRITER_OPTIONS, WRITERS, Run, Writer
 from pytest_graphleak.result import CheckResult
 from pytest_graphleak.status import BY_WORD as STATUS_FACTS
+from pytest_graphleak.status import ERROR, UNMEASURED
 
 #: pytest 8 and later read a ``(word, markup)`` status word wherever they print it;
 #: pytest 7 only while a report is logged (progress and verbose lines), and prints
@@ -311,11 +312,11 @@ class SessionReport:
             # the test with its exception (the contract): pytest's own FAILED, as its count
             # says ("1 failed"); the graphleak report's row says why there is no verdict.
             status = _no_verdict(found) if data is not None else self._no_verdict.get(report.nodeid)
-            if status is None or status == "error":
+            if status is None or status == ERROR:
                 return None
             facts = STATUS_FACTS[status]
             word = self._word(report, facts.label, {facts.colour: True})
-            return "failed", "U" if status == "unmeasured" else "F", word
+            return "failed", "U" if status == UNMEASURED else "F", word
         leaked = _has_leak(found) if data is not None else report.nodeid in self._leaked
         if leaked and report.passed:
             return "passed", "l", self._word(report, "LEAK-WARNING", {"yellow": True})

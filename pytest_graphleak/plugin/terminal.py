@@ -31,7 +31,19 @@ from pytest_graphleak.report.span import error_line, span_text
 from pytest_graphleak.report.text import LINE_MARKUP, line_markup, tests_text, wrap_line, wrapped
 from pytest_graphleak.report.view import culprit, diagnosis_view
 from pytest_graphleak.result import CheckResult
-from pytest_graphleak.status import LEAK_STATUSES, display_key
+from pytest_graphleak.status import BY_WORD as STATUS_FACTS
+from pytest_graphleak.status import (
+    CLEAN,
+    ERROR,
+    KNOWN,
+    LEAK_STATUSES,
+    LEAKED,
+    UNMEASURED,
+    WARNED,
+    XFAILED,
+    Status,
+    display_key,
+)
 from pytest_graphleak.status import TABLE as STATUS_TABLE
 from pytest_graphleak.verdict import slowest_leak_text
 from pytest_graphleak.words.chain import names_of
@@ -73,7 +85,7 @@ def crash_message(item: Any, result: CheckResult) -> str:
     """The message of pytest's short summary line (``LEAKED <nodeid> - <message>``): the
     ``short_message``, with fewer links of the holder where pytest would cut the line at
     the terminal's width (it cuts mid-word), unless pytest shows it whole (CI, ``-vv``)."""
-    word = "UNMEASURED" if result.status == "unmeasured" else "LEAKED"
+    word = STATUS_FACTS[UNMEASURED if result.status == UNMEASURED else LEAKED].label
     return short_message(result, room=summary_room(item, word))
 
 
@@ -117,7 +129,7 @@ def short_message(result: CheckResult, room: int | None = None) -> str:
     """``list-accumulation: +1 tensor/step, held by fixture 'state' -> dict['losses']``;
     within ``room`` columns where it can be: the holder's last links, then the holder
     left out, never a word cut."""
-    if result.status == "unmeasured":
+    if result.status == UNMEASURED:
         told = f"not measured, so no verdict: {result.unmeasured}"
         if room is None or len(told) <= room:
             return told
@@ -289,7 +301,7 @@ def section_lines(
     ordered = sorted(rows, key=lambda test: (display_key(test.status), test.nodeid))
     body = [
         (part, markup)
-        for test in ordered if verbose or test.status != "clean"
+        for test in ordered if verbose or test.status != CLEAN
         for line, markup in summary_lines(test, width, warn_only)
         for part in wrap_line(line, columns)
     ]  # fmt: skip
@@ -297,13 +309,13 @@ def section_lines(
                    for part in wrap_line(f"note: {note}", columns)]  # fmt: skip
 
 
-def no_verdict(results: Sequence[CheckResult]) -> str | None:
+def no_verdict(results: Sequence[CheckResult]) -> Status | None:
     """``error`` or ``unmeasured``: the status of a failed test's checks (a report's
     ``graphleak`` data, ``model.results_of``) that have no leak verdict
     (``model.TestRow.status``); None for any other: the status word pytest's progress and
     short summary print for it."""
     status = TestRow.of("", "failed", results).status
-    return status if status in ("error", "unmeasured") else None
+    return status if STATUS_FACTS[status].no_verdict else None
 
 
 def summary_lines(
@@ -318,37 +330,38 @@ def summary_lines(
         word, markup = _STATUS_STYLE[status]
         head = f"{word} {check_label(test, index)}"
         at = check.judged_at  # a fixture's finding (``JudgedAt``), or None
-        if status in (*LEAK_STATUSES, "known"):  # a leak found, accepted or not
+        facts = STATUS_FACTS[status]
+        if facts.found:  # a leak found, accepted or not
             outlive = ("" if check.kind != "outlive" else "outlived the test: " if at is None
                        else "outlived the fixture's teardown: ")  # fmt: skip
             head += f"  {outlive}{check.pattern or 'leak'}"
             found = culprit(check.diagnosis)
             if found:
                 head += f"  {found}"
-            if status == "warned" and at is not None and not at.charged_to:
+            if status == WARNED and at is not None and not at.charged_to:
                 head += "  (the session's: no test that requested it was running)"
-            elif status == "warned":
+            elif status == WARNED:
                 head += f"  ({_warned_why(test.outcome, warn_only)})"
-            elif status == "xfailed":
+            elif status == XFAILED:
                 head += "  (expected to fail)"
-            elif status == "known":
+            elif status == KNOWN:
                 head += "  (listed in the baseline file)"
-        elif status == "error":
+        elif status == ERROR:
             head += f"  step raised: {error_line(check)}"
-        elif status == "unmeasured":
+        elif status == UNMEASURED:
             head += f"  not measured: {check.unmeasured}"
         else:
             head += f"  ({span_text(check, short=True)}{_reach(check)})"
         lines.append((head, markup))
-        if at is not None and at.made_during and status in (*LEAK_STATUSES, "known"):
+        if at is not None and at.made_during and facts.found:
             told = f"made during: {tests_text(at.made_during)}"
             if at.requested_by:
                 told += f"; requested by: {tests_text(at.requested_by)}"
             lines.append((f"    {told}", {}))
-        if status == "unmeasured" and check.unmeasured_fix:  # what to change, as a leak's
+        if status == UNMEASURED and check.unmeasured_fix:  # what to change, as a leak's
             fix = f"fix: {check.unmeasured_fix}"
             lines.append((f"    {fix}", line_markup(fix)))
-        if status == "known":
+        if status == KNOWN:
             continue  # one line: it is accepted for now; the reports have its details
         cells = [
             (
@@ -367,7 +380,7 @@ def summary_lines(
         )
         # what the numbers cannot say (a count that is a lower bound)
         lines.extend((f"    note: {note}", {"yellow": True}) for note in check.notes)
-        if status == "warned":  # no failure text shows these: the warning is one line
+        if status == WARNED:  # no failure text shows these: the warning is one line
             lines.extend((f"    {line}", line_markup(line)) for line in detail_lines(check))
         elif status in LEAK_STATUSES:  # the failure text above has the rest: what to change
             lines.extend((f"    {line}", line_markup(line)) for line in detail_lines(check)
@@ -376,9 +389,9 @@ def summary_lines(
 
 
 #: The terminal's word of each status (``status.TABLE``), padded, and its colour token
-#: (bold where the status fails the test, or is a leak).
+#: (bold where the status fails the test, or is a leak that warns: ``StatusFacts.bold``).
 _STATUS_STYLE: dict[str, tuple[str, dict[str, bool]]] = {
-    row.word: (f"{row.label:<7}", {row.colour: True, "bold": row.fails or row.word == "warned"})
+    row.word: (f"{row.label:<7}", {row.colour: True, "bold": row.bold})
     for row in STATUS_TABLE
 }
 

@@ -40,15 +40,12 @@ from pytest_graphleak.report.view import diagnosis_view, fix_of, line_to_change
 from pytest_graphleak.result import CheckResult, Diagnosis, relative_to
 from pytest_graphleak.status import (
     BY_WORD,
+    CLEAN,
     DISPLAY_ORDER,
-    KNOWN,
-    LEAK,
-    TABLE,
+    ERROR,
+    UNMEASURED,
     display_key,
 )
-
-#: The statuses of a leak found (a known one too): their rows name the line and the fix.
-_FOUND = tuple(row.word for row in TABLE if row.group in (LEAK, KNOWN))
 
 
 @dataclass(frozen=True)
@@ -123,18 +120,14 @@ def report_rows(report: Report, locations: Mapping[str, tuple[str, int]]) -> lis
     return rows
 
 
-#: The annotation of a leak, by its status: an error where it failed the test, a warning
-#: where it failed nothing, a notice for a known finding (the baseline file's), none for
-#: an expected failure.
-_LEAK_LEVEL = {"leaked": "error", "warned": "warning", "known": "notice", "xfailed": ""}
-
-
 def _level(status: str, outcome: str) -> str:
     """The annotation's level for every outcome pytest gives (passed, failed, skipped,
-    xfailed): a leak's by its status; an unmeasured check's by what it did to the test
-    (it fails the test, or warns in warn-only mode)."""
-    if status in _LEAK_LEVEL:
-        return _LEAK_LEVEL[status]
+    xfailed): its status row's (``StatusFacts.annotation``: a leak's, a clean check's);
+    a check with no verdict's by what it did to the test (it fails the test, or warns in
+    warn-only mode)."""
+    level = BY_WORD[status].annotation
+    if level is not None:
+        return level
     return {"failed": "error", "xfailed": ""}.get(outcome, "warning")
 
 
@@ -142,7 +135,7 @@ def _check_row(
     label: str, status: str, outcome: str, result: CheckResult, test_place: tuple[str, int]
 ) -> Row:
     level = _level(status, outcome)
-    if status in _FOUND:
+    if BY_WORD[status].found:
         pattern = result.pattern or "leak"
         file, line = _line_to_change(result.diagnosis, test_place)
         title = f"{pattern} (outlived the test)" if result.kind == "outlive" else pattern
@@ -156,11 +149,11 @@ def _check_row(
                    tried.diff or "" if verified and tried else "",
                    tried.filename if verified and tried else "",
                    worded[0] if worded else "")  # fmt: skip
-    if status == "unmeasured":
+    if status == UNMEASURED:
         return Row(label, status, "unmeasured", *test_place,
                    f"not measured, so no verdict: {result.unmeasured}", level,
                    result.unmeasured_fix)  # fmt: skip
-    if status == "error":  # on the user's line that raised, when the traceback had one
+    if status == ERROR:  # on the user's line that raised, when the traceback had one
         site = result.error_site
         place = (site.filename, site.lineno) if site is not None else test_place
         return Row(label, status, "error", *place, f"step raised: {error_line(result)}", level)
@@ -276,8 +269,8 @@ def step_summary(
         head += f"; {others} other {'finding' if others == 1 else 'findings'}"
     if not rows:
         return f"{head}\n\n{no_rows(summary)}\n\n"
-    clean = [row for row in rows if row.status == "clean"]
-    listed = sorted((row for row in rows if row.status != "clean"),
+    clean = [row for row in rows if row.status == CLEAN]
+    listed = sorted((row for row in rows if row.status != CLEAN),
                     key=lambda r: (display_key(r.status), r.test))  # fmt: skip
     lines = [head, "", f"{told[:1].upper()}{told[1:]}.", ""]
     if listed:
@@ -341,10 +334,10 @@ def _heading(summary: Mapping[str, int]) -> str:
     """``1 leaked, 2 unmeasured``: the statuses of the tests other than clean; ``3 clean``
     when every test is; the session's sentence when no test has a result."""
     parts = [f"{summary[word]} {word}" for word in DISPLAY_ORDER
-             if word != "clean" and summary.get(word)]  # fmt: skip
+             if word != CLEAN and summary.get(word)]  # fmt: skip
     if parts:
         return ", ".join(parts)
-    clean = summary.get("clean")
+    clean = summary.get(CLEAN)
     return f"{clean} clean" if clean else sentence(summary)
 
 

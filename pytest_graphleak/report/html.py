@@ -44,7 +44,7 @@ from pytest_graphleak.report.json_doc import file_head
 from pytest_graphleak.report.model import Report, TestRow, headline_growth
 from pytest_graphleak.report.summary import no_rows
 from pytest_graphleak.report.view import fix_of
-from pytest_graphleak.status import BY_WORD, CLEAN, DISPLAY_ORDER, TABLE, display_key
+from pytest_graphleak.status import BY_WORD, DISPLAY_ORDER, GROUP_CLEAN, TABLE, display_key
 
 __all__ = ["anchor_of", "is_html_report", "render_html", "shown_path", "source_context"]
 
@@ -52,7 +52,7 @@ __all__ = ["anchor_of", "is_html_report", "render_html", "shown_path", "source_c
 _ANCHOR_SAFE = re.compile(r"[^A-Za-z0-9_.:/-]+")
 _DIGITS = re.compile(r"(\d+)")
 #: The status word of the clean group (``status.TABLE``).
-CLEAN_WORD = next(row.word for row in TABLE if row.group == CLEAN)
+CLEAN_WORD = next(row.word for row in TABLE if row.group == GROUP_CLEAN)
 
 
 def render_html(
@@ -92,8 +92,8 @@ def render_html(
         anchors = anchors_of([row.nodeid for row in rows])
         # With findings, the clean tests fold into one line each in the index and among
         # the cards: the first finding's card is a screen down, not past every clean row.
-        clean = [row for row in rows if _group(row) == CLEAN]
-        found = [row for row in rows if _group(row) != CLEAN]
+        clean = [row for row in rows if _group(row) == GROUP_CLEAN]
+        found = [row for row in rows if _group(row) != GROUP_CLEAN]
         if not found or not clean:
             found, clean = rows, []
         main = [_index(found, anchors)]
@@ -149,7 +149,7 @@ def natural(text: str) -> tuple[tuple[int, int | str], ...]:
 
 def _group(row: TestRow) -> str:
     facts = BY_WORD.get(row.status)
-    return facts.group if facts is not None else CLEAN
+    return facts.group if facts is not None else GROUP_CLEAN
 
 
 def _folded(summary: str, body: str) -> str:

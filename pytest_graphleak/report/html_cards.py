@@ -31,7 +31,7 @@ from pytest_graphleak.report.view import (
     to_change,
 )
 from pytest_graphleak.result import CheckResult, CreationSite, Diagnosis, display_path, relative_to
-from pytest_graphleak.status import BY_WORD, CLEAN, KNOWN, LEAK
+from pytest_graphleak.status import BY_WORD, ERROR, UNMEASURED
 
 #: Renders DOT text to an inline ``<svg>``; None means "show the DOT text instead".
 DotRenderer = Callable[[str], "str | None"]
@@ -120,8 +120,8 @@ class Cards:
     def card(self, test: TestRow, anchor: str) -> str:
         """One test: its badge, node id and time, then each check's block."""
         status = test.status
-        group = BY_WORD[status].group if status in BY_WORD else CLEAN
-        opened = "" if group in (CLEAN, KNOWN) else " open"
+        facts = BY_WORD.get(status)
+        opened = " open" if facts is not None and facts.opened else ""
         kinds = "".join('<span class="badge kind">outlived the test</span>'
                         for check in test.checks[:1] if check.kind == "outlive")  # fmt: skip
         head = (
@@ -144,12 +144,11 @@ class Cards:
             what = "outlive audit" if check.kind == "outlive" else check.name
             parts.append(f"<h3>{badge(status)}check <code>{breakable(what)}</code></h3>")
         diagnosis = check.diagnosis
-        group = BY_WORD[status].group if status in BY_WORD else CLEAN
-        if status == "error":
+        if status == ERROR:
             parts.append(self.error_card(check))
-        elif status == "unmeasured":
+        elif status == UNMEASURED:
             parts.append(self.unmeasured_card(check))
-        elif group in (LEAK, KNOWN):
+        elif BY_WORD[status].found:
             parts.append(self.what_to_change(check))
         if diagnosis is not None:
             parts.append(self.graph(diagnosis))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from pytest_graphleak.status import CLEAN, TABLE
+from pytest_graphleak.status import GROUP_CLEAN, TABLE
 
 #: Each colour token's badge background (white text on it), light and dark themes.
 BADGE_COLOURS: dict[str, tuple[str, str]] = {
@@ -180,7 +180,7 @@ def stylesheet(statuses: Iterable[str]) -> str:
     dots = " ".join(f".dot.{row.word} {{ background: {BADGE_COLOURS[row.colour][0]}; }}"
                     for row in TABLE)  # fmt: skip
     shown = list(statuses)
-    clean = next(row.word for row in TABLE if row.group == CLEAN)
+    clean = next(row.word for row in TABLE if row.group == GROUP_CLEAN)
     chosen = ",\n".join(f"#show-{word}:checked ~ header label[for=show-{word}]"
                         for word in ["all", *shown])  # fmt: skip
     hidden = ",\n".join(f"#show-{word}:checked ~ main .row:not(.s-{word})" for word in shown)

@@ -9,7 +9,7 @@ def junit_properties(test: TestRow) -> list[tuple[str, str]]:
     """JUnit XML properties of one test: status, pattern and every metric's growth per
     step (``graphleak.<metric>.per_step``). With several checks in one test, each
     check's names get its 1-based index: ``graphleak.2.<metric>.per_step``."""
-    properties = [("graphleak.status", test.status)]
+    properties: list[tuple[str, str]] = [("graphleak.status", test.status)]
     several = len(test.checks) > 1
     for index, check in enumerate(test.checks, start=1):
         prefix = f"graphleak.{index}" if several else "graphleak"

@@ -30,7 +30,7 @@ from pytest_graphleak.metrics import finite, listing_key
 from pytest_graphleak.patterns import BY_WORD as PATTERNS
 from pytest_graphleak.report.summary import sentence
 from pytest_graphleak.result import CheckResult, Declaration, Growth
-from pytest_graphleak.status import read_in_test, worst
+from pytest_graphleak.status import Status, read_in_test, worst
 
 
 @dataclass(frozen=True)
@@ -131,13 +131,13 @@ class TestRow:
     outcome: str
     checks: tuple[CheckResult, ...] = field(default_factory=tuple)
 
-    def status_of(self, check: CheckResult) -> str:
+    def status_of(self, check: CheckResult) -> Status:
         """One check's status as this test reads it (``status.read_in_test``)."""
         return read_in_test(check.status, warned=check.warned, known=check.known,
                             outcome=self.outcome)
 
     @property
-    def status(self) -> str:
+    def status(self) -> Status:
         """The test's status: its worst check's (``status.worst``)."""
         return worst(self.status_of(check) for check in self.checks)
 

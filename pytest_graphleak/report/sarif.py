@@ -41,7 +41,7 @@ from pytest_graphleak.report.model import BaselineSection, Report, TestRow, chec
 from pytest_graphleak.report.view import diagnosis_view, fix_qualifier, line_to_change
 from pytest_graphleak.result import CheckResult, Fix, relative_to
 from pytest_graphleak.status import BY_WORD as STATUSES
-from pytest_graphleak.status import KNOWN, LEAK
+from pytest_graphleak.status import KNOWN
 
 SCHEMA_URI = (
     "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
@@ -49,9 +49,6 @@ SCHEMA_URI = (
 TOOL = "pytest-graphleak"
 SRCROOT = "%SRCROOT%"
 _HOME = "https://github.com/pytest-graphleak/pytest-graphleak"
-#: A result's level by its status: an error where the leak failed the test, a warning
-#: where it failed nothing, a note for a known finding and an expected failure.
-_LEVELS = {"leaked": "error", "warned": "warning", "known": "note", "xfailed": "note"}
 
 
 def render_sarif(document: Mapping[str, Any], run: Any) -> str:
@@ -78,7 +75,7 @@ def sarif_log(
     for test in report.tests:
         for index, check in enumerate(test.checks):
             status = test.status_of(check)
-            if STATUSES[status].group not in (LEAK, KNOWN):
+            if not STATUSES[status].found:
                 continue
             place = _place(test, check, locations or {}, rootdir)
             pattern = check.pattern or "leak"
@@ -127,7 +124,7 @@ def _result(
     # The audit's finding (a test's, or a fixture's judged at its teardown): kept, not grown.
     head = (f"{label}: autograd graphs outlived the teardown ({pattern})."
             if outlive else f"{label} leaks: {pattern}.")  # fmt: skip
-    if status == "known":
+    if status == KNOWN:
         head += " Known: listed in the baseline file, it fails nothing."
     lines = [head, check.verdict.reason]
     path = _shown(base)
@@ -140,7 +137,7 @@ def _result(
         location["region"] = {"startLine": line}
     result: dict[str, Any] = {
         "ruleId": pattern,
-        "level": _LEVELS.get(status, "warning"),
+        "level": STATUSES[status].sarif_level,
         "message": {"text": "\n".join(line for line in lines if line)},
         "locations": [{"physicalLocation": location}],
         "partialFingerprints": {"graphleakFinding/v1": _fingerprint(test, check)},

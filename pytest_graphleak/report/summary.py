@@ -33,7 +33,7 @@ def counts(
     ended in each status, how many the outlive audit looked at and, with a baseline file,
     how many of its findings are fixed. ``fixtures``: how many of the rows are a
     fixture's, not a test's (``model.TestRow.is_fixture``); only counted when some are."""
-    by_status = dict.fromkeys(STATUSES, 0)
+    by_status: dict[str, int] = dict.fromkeys(STATUSES, 0)
     for status in statuses:
         by_status[status] += 1
     found = {"checked": sum(by_status.values()), **by_status, "audited": audited}

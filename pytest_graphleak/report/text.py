@@ -22,6 +22,7 @@ from pytest_graphleak.report.view import diagnosis_view
 from pytest_graphleak.report.view import site_text as view_site_text
 from pytest_graphleak.result import JUDGED_AT_FIXTURE_TEARDOWN, CheckResult, CreationSite, Growth
 from pytest_graphleak.status import BY_WORD as STATUS_WORDS
+from pytest_graphleak.status import CLEAN, ERROR, LEAKED, UNMEASURED
 from pytest_graphleak.verdict import slowest_leak_text
 
 #: Series longer than this are shown as head ... tail.
@@ -33,15 +34,15 @@ def render_text(result: CheckResult, *, series: bool = True) -> str:
     ``series``: with every sample's value (the plugin shows them under ``-v``; the
     sparklines tell the shape without them)."""
     status = result.status  # the one rule: a leak outranks an error, an error no verdict
-    if status == "error":
+    if status == ERROR:
         return f"graphleak: {result.name}: the step raised {error_line(result)}"
     if result.kind == "outlive":
         return render_outlive(result)
     notes = [f"  note: {note}" for note in result.notes]
-    if status == "unmeasured":  # why, then what to change, as a leak's text ends
+    if status == UNMEASURED:  # why, then what to change, as a leak's text ends
         fix = f"\n  fix: {result.unmeasured_fix}" if result.unmeasured_fix else ""
         return f"graphleak: {result.name}: not measured, so no verdict: {result.unmeasured}{fix}"
-    if status == "clean":
+    if status == CLEAN:
         return "\n".join([f"graphleak: {result.name}: no leak ({result.verdict.reason})", *notes])
     pattern = result.pattern or FALLBACK
     lines = [
@@ -148,19 +149,19 @@ def verdict_line(result: CheckResult) -> str:
     """One line: the status's word (LEAKED / ERROR / UNMEASURED / CLEAN), the name, why."""
     status = result.status
     label = STATUS_WORDS[status].label
-    if status == "leaked":
+    if status == LEAKED:
         grown = ", ".join(
             f"{g.metric} {format_rate(g.per_step, result.declared(g.metric).unit)}"
             for g in grown_in_order(result)
         )
         return f"{label} {result.name}: {result.pattern} ({grown})"
-    if status == "error":
+    if status == ERROR:
         # An import failure says so itself ("importing x.py raised ..."); a step's error
         # is its exception and where ("ValueError: ...; raised at step 3 of 19 (...)").
         error = error_line(result)
         raised = "" if error.startswith("importing ") else "the step raised "
         return f"{label} {result.name}: {raised}{error}"
-    if status == "unmeasured":
+    if status == UNMEASURED:
         return f"{label} {result.name}: no verdict: {result.unmeasured}"
     period = result.verdict.slowest_leak_steps
     catches = f"; catches {slowest_leak_text(period)} or faster" if period else ""
@@ -172,12 +173,12 @@ def verdict_line(result: CheckResult) -> str:
 
 def render_result(result: CheckResult) -> str:
     """The full terminal report of one result."""
-    if result.status == "leaked":
+    if result.status == LEAKED:
         return render_text(result)
     lines = [verdict_line(result)]
-    if result.verdict.reason and result.status == "clean":
+    if result.verdict.reason and result.status == CLEAN:
         lines.append(f"  {result.verdict.reason}")
-    if result.status == "unmeasured" and result.unmeasured_fix:  # what to change
+    if result.status == UNMEASURED and result.unmeasured_fix:  # what to change
         lines.append(f"  fix: {result.unmeasured_fix}")
     lines.extend(metric_rows(result))
     return "\n".join(lines)
