@@ -26,7 +26,7 @@ REFUSED = {"diagnose": False, "name": "x", "settings": None, "raise_on_leak": Tr
            "stepz": 3, "enabled": True, "warn_only": True, "report": "r.json",
            "html": "r.html", "github": "on", "outlive": "warn", "outlive_keep": 3,
            "outlive_sites": "rerun", "baseline": "b.json",
-           "baseline_update": True, "verify_fix": "off"}  # fmt: skip
+           "baseline_update": True, "verify_fix": "off", "sarif": "r.sarif"}  # fmt: skip
 
 CALLBACKS = [
     ("lightning", "lightning", "GraphLeakCallback"),
