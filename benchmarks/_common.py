@@ -221,6 +221,19 @@ def verdict_cell(met: bool) -> str:
     return "**met**" if met else "**not met**"
 
 
+def load_now() -> str:
+    """The load averages over 1, 5 and 15 minutes, as ``uptime`` prints them."""
+    return ", ".join(f"{value:.2f}" for value in os.getloadavg())
+
+
+def load_note(before: str, after: str) -> str:
+    """A results note: the machine's load when the runs began and ended."""
+    return (f"Machine load (load averages over 1, 5 and 15 minutes, as `uptime` prints them) "
+            f"when the runs began: {before}; when they ended: {after}. Other processes "
+            "share the machine: on a loaded one wall-clock times move with the load, CPU "
+            "times (a thread's own) much less.")  # fmt: skip
+
+
 def write_results(
     topic: str, title: str, body: str, *, out: Path | None, quick: bool
 ) -> Path | None:

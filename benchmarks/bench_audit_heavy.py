@@ -45,6 +45,8 @@ from _common import (
     BENCH_DIR,
     REPO_ROOT,
     fmt_num,
+    load_note,
+    load_now,
     markdown_table,
     no_dev_plugins,
     parse_args,
@@ -321,6 +323,7 @@ def main() -> None:
     rounds = QUICK_ROUNDS if args.quick else ROUNDS
     plugins = no_dev_plugins(args.quick)
     tests = QUICK_TESTS if args.quick else TESTS
+    load_before = load_now()
     # the rows are named without the count, which a quick run changes (tests audited)
     suites = {"synthetic graph-heavy suite": _synthetic(tests, rounds, plugins)}
     missing = public_suite_missing()
@@ -332,6 +335,7 @@ def main() -> None:
         spread, whole = _rows(name, runs)
         spreads.extend(spread)
         wholes.append(whole)
+    load_after = load_now()
     why = "a quick run leaves it out" if args.quick else missing
     note = ("" if not why else f"\n\nThe public suite was not run: {why} "
             "(benchmarks/README.md, \"The public suite\").")  # fmt: skip
@@ -349,6 +353,7 @@ def main() -> None:
             ["suite", "rounds", "plain pytest", "--graphleak", "time ratio", "peak RSS ratio",
              "same outcomes", f"time <= {SUITE_RATIO:g}x, RSS <= 1.05x, same outcomes"],
             wholes) + note
+        + "\n\n" + load_note(load_before, load_after)
     )  # fmt: skip
     write_results("audit_heavy", "The audit on graph-heavy suites", body,
                   out=args.out, quick=args.quick)  # fmt: skip

@@ -39,6 +39,8 @@ from _common import (
     catalogue_modules,
     fill_heap,
     fmt_num,
+    load_note,
+    load_now,
     markdown_table,
     parse_args,
     pin_threads,
@@ -157,6 +159,7 @@ def main() -> None:
     args = parse_args(__doc__.splitlines()[0])
     pin_threads()
     repeat = 1 if args.quick else 5
+    load_before = load_now()
     sizes = HEAP_SIZES[:1] if args.quick else HEAP_SIZES
     cases = QUICK_CASES if args.quick else CASES
     catalogue_table, catalogue_worst = _catalogue_table(
@@ -212,6 +215,7 @@ def main() -> None:
         ],
         rows,
     )
+    load_after = load_now()
     biggest = sizes[-1]
     met = worst[biggest] <= TARGET_S
     body = (
@@ -231,7 +235,8 @@ def main() -> None:
         f"{catalogue_table}\n\n"
         f"Target: every catalogue example diagnosed in <= {fmt_num(CATALOGUE_TARGET_S)} s: "
         f"worst {fmt_num(catalogue_worst)} s, "
-        f"{verdict_cell(catalogue_worst <= CATALOGUE_TARGET_S)}.\n"
+        f"{verdict_cell(catalogue_worst <= CATALOGUE_TARGET_S)}.\n\n"
+        f"{load_note(load_before, load_after)}\n"
     )
     write_results("diagnose", "diagnose(): cost vs heap size", body, out=args.out,
                   quick=args.quick)  # fmt: skip
