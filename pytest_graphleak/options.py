@@ -202,8 +202,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("verify_fix", "choice", "on",
            "try each leak's fix before printing it: the step re-run a few more times with "
            "the change applied in memory (no file is written), the first change under "
-           "which nothing grows printed as verified; 'off' prints the advice marked not "
-           "verified (default: on)",
+           "which nothing grows printed as verified (the outlive audit's findings with "
+           "--graphleak-outlive-sites=rerun: the test run once more per change); 'off' "
+           "prints the advice marked not verified (default: on)",
            frozenset({"pytest"}), "--graphleak-verify-fix", "graphleak_verify_fix",
            _one_of(VERIFY_FIX_MODES), metavar="on|off", command_flag="--verify-fix"),
     Option("warn_only", "bool", False,
@@ -226,10 +227,11 @@ OPTIONS: tuple[Option, ...] = (
            "how the outlive audit finds where a kept graph was made and stored: 'rerun' runs "
            "each test that left a graph alive once more (its function-scoped fixtures too), "
            "recording where torch made each tensor (created at) and which line stored it in "
-           "its holder (stored at); that run is not reported and does not change the test's "
-           "outcome, but what it does to module state and wider-scope fixtures happens "
-           "twice. 'off': minigrad's creation sites only, recorded while the test runs "
-           "(default: off)",
+           "its holder (stored at), and then once more for each change it tries as the fix "
+           "(with fix verification on, docs/fixes.md); those runs are not reported and do "
+           "not change the test's outcome, but what they do to module state and "
+           "wider-scope fixtures happens again each time. 'off': minigrad's creation sites "
+           "only, recorded while the test runs (default: off)",
            frozenset({"pytest"}), "--graphleak-outlive-sites", "graphleak_outlive_sites",
            _one_of(OUTLIVE_SITES), metavar="off|rerun"),
     Option("report", "path", None,

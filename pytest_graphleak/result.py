@@ -168,6 +168,9 @@ class Fix:
     diff: str | None = None
     #: How many steps ran with the change (warmup included).
     steps: int = 0
+    #: How many more runs of the whole test the change was verified by (the outlive
+    #: audit's re-run: it judges a test, not a step); 0 for a step's check.
+    runs: int = 0
     #: The changed file (absolute) and the content hash it had when the change was
     #: verified: ``graphleak fix --apply`` writes only a file that still has it.
     filename: str = ""
@@ -461,7 +464,7 @@ def read_fix(value: Any, tried: Any) -> tuple[str, Fix | None]:
     return str(value or ""), Fix(**tried) if tried else None
 
 
-_FIX_FIELDS = ("text", "verified", "why_not", "diff", "steps", "filename", "sha256")
+_FIX_FIELDS = ("text", "verified", "why_not", "diff", "steps", "runs", "filename", "sha256")
 
 
 def _number(value: Any) -> Any:

@@ -502,17 +502,21 @@ def test_rerun_finds_torch_sites_without_changing_the_outcome(pytester: pytest.P
         "*stored at: test_torch_suite.py:* in test_appends_loss: history.append(loss)  "
         "(once in the test's re-run)",
         "*note: created at and stored at: from one more run of the test*",
-        "*fix (not verified): *history.append(loss.item())*",  # worded for the stored line
+        # tried: the test ran once more with the change and left nothing
+        "*fix (verified: one more run of the test with this change left no graph alive): "
+        "test_torch_suite.py:44: history.append(loss.item())",
     ])  # fmt: skip
     said_in_order(result.stdout.str(), [
         "*test_adds_to_global_total left*",
         "*stored at: test_torch_suite.py:* in test_adds_to_global_total: TOTAL += _loss(*",
-        "*fix (not verified): *TOTAL += _loss(model, batch).item()*",
+        "*fix (verified: one more run*): test_torch_suite.py:49: TOTAL = (TOTAL + "
+        "_loss(model, batch)).detach()",
     ])  # fmt: skip
     said_in_order(result.stdout.str(), [
         "*test_adds_to_session_total left*",
         "*stored at: test_torch_suite.py:* in test_adds_to_session_total: state*total*+=*",
-        "*fix (not verified): *state*total*+= _loss(model, batch).item()*",
+        "*fix (verified: one more run*): test_torch_suite.py:53: state?\"total\"? = "
+        "(state?\"total\"? + _loss(model, batch)).detach()",
     ])  # fmt: skip
     # each of the six tests shows its captured setup output once (the re-run's is dropped)
     assert result.stdout.str().count("batch set up") == 6

@@ -42,6 +42,9 @@ class Trial:
     #: Something grew, but no metric that counts graph nodes: the change cut the graph
     #: and what the holder keeps still piles up.
     graph_cut: bool = False
+    #: The outlive audit's trial: the whole test ran this many more times (``grew``
+    #: then names the holders still keeping graphs after its teardown); 0 for a step's.
+    runs: int = 0
 
 
 def not_verified(text: str, why: str) -> Fix:
@@ -117,7 +120,8 @@ def _first_held(
             name = display_path(source.filename)
             return Fix(text=f"{name}:{edit.first}: {edit.shown}", verified=True,
                        diff=unified_diff(source, edit, name), steps=outcome.steps,
-                       filename=os.path.abspath(source.filename), sha256=source.sha256)  # fmt: skip
+                       runs=outcome.runs, filename=os.path.abspath(source.filename),
+                       sha256=source.sha256)  # fmt: skip
         tried.append((edit, outcome))
     return None
 
@@ -165,7 +169,8 @@ def _none_held(
     elif not diagnosis.kept_without_graph and any(t.graph_cut for t in trials):
         advice += why.PILED_UP  # the graph was cut, yet the holder still grows by one a step
     grown = sorted({name for t in trials for name in t.grew})
-    return not_verified(advice, why.none_held(len(tried), len(trials), grown))
+    runs = any(t.runs for t in trials)
+    return not_verified(advice, why.none_held(len(tried), len(trials), grown, runs=runs))
 
 
 def _no_grad(site: CreationSite, starts: Iterable[object]) -> str | None:

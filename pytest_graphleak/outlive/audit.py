@@ -57,7 +57,9 @@ from pytest_graphleak.outlive.roots import (
     resolve_name,
 )
 from pytest_graphleak.outlive.subjects import AuditedTest, FixtureDef
-from pytest_graphleak.result import CheckResult, JudgedAt
+from pytest_graphleak.patterns import FIXES
+from pytest_graphleak.result import CheckResult, Fix, JudgedAt
+from pytest_graphleak.words import verify as said
 
 if TYPE_CHECKING:  # imported when a test is run again for its sites (it imports the diagnosis)
     from pytest_graphleak.outlive.rerun import SiteRun
@@ -68,14 +70,20 @@ class Rerun(Protocol):
 
     def refusal(self) -> str: ...  # why the test is not run again ("" when it can be)
     def run(self) -> str: ...  # run it; the phase (setup, teardown) that failed, or ""
+    # name -> the test's function, then its fixtures' (where a fix's line is looked for)
+    def functions(self) -> dict[str, object]: ...
 
 
 class Audit(FixtureScopes):
     """The audit's state across a run of tests (see the module docstring)."""
 
-    def __init__(self, *, keep: Collection[str] = (), sites: str = "off") -> None:
+    def __init__(
+        self, *, keep: Collection[str] = (), sites: str = "off", verify_fix: bool = True
+    ) -> None:
         self.keep = tuple(keep)
         self.sites = sites
+        #: The re-run mode tries each finding's fix (``outlive/rerun_fix``).
+        self.verify_fix = verify_fix
         #: The re-run in progress (``sites="rerun"``): the front end's call hook records.
         self.rerun: SiteRun | None = None
         #: Graphs kept only by a wider-scope fixture, with that fixture's definition.
@@ -224,6 +232,7 @@ class Audit(FixtureScopes):
                 if result.diagnosis is not None:
                     result.diagnosis.notes.append(f"the test is not run again to find its "
                                                   f"sites: {why}")  # fmt: skip
+                    _not_tried(result, said.not_rerun(why))
             return
         from pytest_graphleak.outlive.rerun import SiteRun, amend
 
@@ -247,12 +256,58 @@ class Audit(FixtureScopes):
                             f"the test ran once more to find its sites, but {why}: "
                             "created at and stored at unknown"
                         )
+                        _not_tried(result, said.rerun_failed(why))
                 return
             again = self._census_explained(test, run.census, site_of=run.site_of)
             run.counted = False  # the census is finished
             amend(results, again.results, watched=watched.root_label
                   if watched is not None else "", stored=run.stored, via=run.via,
                   call_error=run.call_error, trouble=run.trouble)  # fmt: skip
+        finally:
+            run.close()
+        self._fixes_from_rerun(test, rerun, results)
+
+    def _fixes_from_rerun(
+        self, test: AuditedTest, rerun: Rerun, results: list[CheckResult]
+    ) -> None:
+        """Each finding's fix tried by running the test again with it (``rerun_fix``)."""
+        if not self.verify_fix:
+            for result in results:
+                _not_tried(result, said.OFF)
+            return
+        from pytest_graphleak.outlive.rerun_fix import try_fixes
+
+        starts = dict(rerun.functions())
+        starts.update((h.label, h.value) for h in self.holders(test))
+        try:
+            try_fixes(results, starts=starts, run_once=lambda: self._run_with_change(test, rerun))
+        finally:
+            starts.clear()
+
+    def _run_with_change(self, test: AuditedTest, rerun: Rerun) -> tuple[str, list[str]]:
+        """The test once more, a change in place (``rerun_fix.RunOnce``): why it cannot be
+        judged ("" when it can), and the labels of the holders that keep graphs it made
+        after its teardown."""
+        from pytest_graphleak.outlive.rerun import SiteRun
+
+        run = self.rerun = SiteRun(None, None, None, record=False)
+        try:
+            try:
+                failed = rerun.run()
+            finally:
+                self.rerun = None
+                run.call_ends()
+            if failed or run.call_error or not run.called or not run.counted:
+                return (f"its {failed} failed" if failed else run.call_error
+                        or "it could not be counted"), []  # fmt: skip
+            # site_of given: the summary's note on graphs no search named is the first run's
+            again = self._census_explained(test, run.census, site_of=_no_site)
+            run.counted = False  # the census is finished
+            try:
+                kept = [root_of(result, raw=True) for result in again.results]
+                return "", kept + [deferred.fixture for deferred in again.deferred]
+            finally:
+                again.release()
         finally:
             run.close()
 
@@ -367,6 +422,19 @@ def _unseen_note(reached: bool | None, count: int, first: str) -> str:
     return (f"outlive audit: in {tests} your roots reach more than {GATE_LIMIT:,} objects, so "
             f"only the holder search looked for the graphs left alive, and it {budget}: "
             f"one kept past that is not named; the first: {first}")  # fmt: skip
+
+
+def _no_site(obj: object) -> None:
+    return None
+
+
+def _not_tried(result: CheckResult, clause: str) -> None:
+    """The fix of a finding whose test was not run again with a change: why, in one
+    ``clause`` (``words.verify``)."""
+    diagnosis = result.diagnosis
+    if diagnosis is not None:
+        advice = diagnosis.fix or FIXES.get(diagnosis.pattern, "")
+        diagnosis.fix_tried = Fix(text=advice, verified=False, why_not=clause)
 
 
 def _note_unknownsites_text(result: CheckResult, rerun: bool) -> None:

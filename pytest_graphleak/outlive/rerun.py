@@ -27,7 +27,6 @@ from pytest_graphleak.diagnose.stored import LiveWatch, watch_failed
 from pytest_graphleak.outlive.census import Census
 from pytest_graphleak.result import CheckResult
 from pytest_graphleak.words.fix import choose_fix
-from pytest_graphleak.words.verify import AUDIT_RERUN
 
 #: What the first run's story says when the re-run is its source.
 FOUND_BY = (
@@ -37,10 +36,16 @@ FOUND_BY = (
 
 class SiteRun:
     """One re-run's recorders: ``call_begins()`` / ``call_ends()`` around its call phase
-    (the audit's call hook), ``finish()`` after its teardown, ``close()`` always."""
+    (the audit's call hook), ``finish()`` after its teardown, ``close()`` always.
+    ``record=False``: the census alone, no site recorder (a re-run that tries a fix:
+    only what it leaves alive is looked at)."""
 
-    def __init__(self, watched: Path | None, walker: Any, root: Callable[[], object] | None):
+    def __init__(
+        self, watched: Path | None, walker: Any, root: Callable[[], object] | None,
+        *, record: bool = True,
+    ) -> None:  # fmt: skip
         self.census = Census()
+        self.record = record
         self.recorder: LoopRecorder | None = None
         self._watch = LiveWatch(watched, walker, root) if watched is not None else None
         self.stored: Counter[Site] = Counter()
@@ -55,7 +60,7 @@ class SiteRun:
     def call_begins(self) -> None:
         self.called = True
         self.counted = self.census.begin()
-        if not self.counted:
+        if not self.counted or not self.record:
             return
         self.recorder = LoopRecorder()
         self.recorder.start_step()
@@ -127,8 +132,8 @@ def amend(
             if not stored and not any(note.startswith("stored at:") for note in trouble or ()):
                 diagnosis.notes.append("stored at: no user line of the re-run changed the holder")
             diagnosis.fix = choose_fix(diagnosis)  # worded for the storing line, as a step's is
-        if diagnosis.fix_tried is not None:
-            diagnosis.fix_tried = not_verified(diagnosis.fix, AUDIT_RERUN)
+        if diagnosis.fix_tried is not None:  # the advice, worded again; tried next
+            diagnosis.fix_tried = not_verified(diagnosis.fix, diagnosis.fix_tried.why_not or "")
         diagnosis.notes.append(FOUND_BY)
 
 

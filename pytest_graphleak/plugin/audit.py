@@ -51,7 +51,8 @@ class OutliveAudit:
 
     def __init__(self, settings: Settings) -> None:
         self.mode = settings.outlive
-        self.audit = Audit(keep=settings.outlive_keep, sites=settings.outlive_sites)
+        self.audit = Audit(keep=settings.outlive_keep, sites=settings.outlive_sites,
+                           verify_fix=settings.verify_fix != "off")  # fmt: skip
         #: The test whose protocol runs (a fixture's teardown is judged during it).
         self._item: pytest.Item | None = None
 
@@ -296,6 +297,18 @@ class _Rerun:
 
     def run(self) -> str:
         return outlive_rerun.failed_phase(outlive_rerun.run_again(self._item, self._next))
+
+    def functions(self) -> dict[str, object]:
+        """The test's function, then its fixtures' (where the line a fix changes runs)."""
+        found: dict[str, object] = {}
+        function = getattr(self._item, "function", None)
+        if function is not None:
+            found["the test"] = function
+        for name, fixturedef in fixturedefs(self._item).items():
+            func = getattr(fixturedef, "func", None)
+            if func is not None:
+                found[f"fixture '{name}'"] = func
+        return found
 
 
 def _charged_to(result: CheckResult, nodeid: str) -> bool:

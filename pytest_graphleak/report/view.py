@@ -106,6 +106,9 @@ def fix_qualifier(diagnosis: Diagnosis | None) -> str:
     tried = diagnosis.fix_tried if diagnosis is not None else None
     if tried is None:
         return ""
+    if tried.verified and tried.runs:  # the outlive audit's: the whole test ran again
+        runs = "one more run" if tried.runs == 1 else f"{tried.runs} more runs"
+        return f"verified: {runs} of the test with this change left no graph alive"
     if tried.verified:
         return f"verified: {tried.steps} more steps with this change grew nothing"
     return "not verified"

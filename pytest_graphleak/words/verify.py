@@ -7,7 +7,6 @@ from __future__ import annotations
 OFF = "fix verification is off (--graphleak-verify-fix=off)"
 LOOP = "the step of a running loop (track(), a framework callback) cannot be re-run"
 AUDIT = "the outlive audit does not re-run the test (--graphleak-outlive-sites=rerun does)"
-AUDIT_RERUN = "the outlive audit's re-run does not try fixes yet"
 LIBRARY = "the line to change is in a library, not in your code"
 NO_LINE = "no line to change was found"
 CYCLE_UNTRIED = (
@@ -24,6 +23,18 @@ PILED_UP = (
 )
 
 
+def not_rerun(why: str) -> str:
+    """The outlive audit's re-run mode does not run this test again (``why``: its
+    refusal, ``plugin.outlive_rerun.refusal``)."""
+    return f"the test is not run again, so no change was tried: {why}"
+
+
+def rerun_failed(why: str) -> str:
+    """The re-run that looks for a finding's sites did not pass (``why``: "its setup
+    failed"): no line to change, no change tried."""
+    return f"no change was tried: the test's re-run to find its sites did not pass ({why})"
+
+
 def unreadable(path: str) -> str:
     return f"{path} could not be read"
 
@@ -38,11 +49,15 @@ def raised(exc: BaseException) -> str:
     return f"raised {type(exc).__name__}"
 
 
-def none_held(tried: int, ran: int, grown: list[str]) -> str:
+def none_held(tried: int, ran: int, grown: list[str], *, runs: bool = False) -> str:
     """How the ``tried`` changes failed, never the changes themselves (a change that
-    failed is not printed): ``ran`` of them ran and left ``grown`` growing."""
+    failed is not printed): ``ran`` of them ran and left ``grown`` growing (``runs``:
+    the outlive audit's re-runs of the test, which left graphs alive in the holders
+    ``grown``)."""
     how = [f"{tried - ran} could not run or raised"] if ran < tried else []
-    if ran:
+    if ran and runs:
+        how.append(f"{ran} left graphs alive after the test in {', '.join(grown)}")
+    elif ran:
         how.append(f"{ran} left {', '.join(grown)} growing")
     count = (f"none of the {tried} changes tried held" if tried > 1
              else "the one change tried did not hold")  # fmt: skip
