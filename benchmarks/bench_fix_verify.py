@@ -38,7 +38,7 @@ def _load(path: Path) -> Any:
     spec = importlib.util.spec_from_file_location(f"bench_fix_{path.stem}", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # as an imported module is: its functions are found
+    sys.modules[spec.name] = module  # as an imported module is (a dataclass needs it)
     spec.loader.exec_module(module)
     return module
 

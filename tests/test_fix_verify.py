@@ -246,3 +246,48 @@ def test_a_list_a_later_backward_reads_is_cleared_after_that_backward(
         ":47: torch.stack(self.pending[-4:]).mean().backward(); then self.pending.clear()"
     ), tried.text
     assert "+            self.pending.clear()\n" in (tried.diff or ""), tried.diff
+
+
+UNREGISTERED = """\
+import minigrad as mg
+
+
+class Trainer:
+    def __init__(self):
+        self.w = mg.Tensor([1.0, 2.0], requires_grad=True)
+        self.losses = []
+
+    def step(self):
+        loss = (self.w * 2).sum()
+        loss.backward()
+        self.losses.append(loss)
+
+
+TRAINER = Trainer()
+
+
+def leaky_step():
+    TRAINER.step()
+"""
+
+
+def test_a_module_not_in_sys_modules_gets_its_fix_verified(tmp_path: Path) -> None:
+    """A file loaded with ``module_from_spec`` and never put in ``sys.modules`` (as a
+    script runner or a notebook tool may load one): its globals are still roots through
+    its functions, its class is still the user's (by its methods' file), so the holder,
+    the storing line and the fix are found and the fix is verified."""
+    path = tmp_path / "unregistered_trainer.py"
+    path.write_text(UNREGISTERED)
+    spec = importlib.util.spec_from_file_location("_fix_verify_unregistered", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert spec.name not in sys.modules
+    result = pytest_graphleak.check(module.leaky_step, steps=6, warmup=2)
+    diagnosis = result.diagnosis
+    assert diagnosis is not None and diagnosis.chain[0] == "global 'TRAINER'", diagnosis
+    tried = diagnosis.fix_tried
+    assert tried is not None and tried.verified, tried
+    assert tried.text.endswith(":12: self.losses.append(loss.item())"), tried
+    assert module.Trainer.step.__code__.co_filename == str(path)  # its own code is back
+    assert "loss.item()" not in path.read_text()

@@ -133,8 +133,26 @@ def _own_dict(obj: object) -> dict[str, Any] | None:
 
 
 def _user_class(cls: type) -> bool:
+    """A class of the user's: its module's file is theirs; for a class whose module is
+    not in ``sys.modules`` (loaded with ``importlib.util.module_from_spec`` and never
+    registered, a file run with ``exec``), the file of one of its own functions."""
     module = sys.modules.get(getattr(cls, "__module__", "") or "")
-    return module is not None and is_user_file(getattr(module, "__file__", "") or "")
+    if module is not None:
+        return is_user_file(getattr(module, "__file__", "") or "")
+    try:
+        own = list(vars(cls).values())[:MAX_ITEMS]
+    except TypeError:  # no __dict__ to read
+        return False
+    return any(is_user_file(code.co_filename) for code in map(_code_of, own) if code is not None)
+
+
+def _code_of(value: object) -> types.CodeType | None:
+    """The code of a function, or of the one a ``staticmethod``/``classmethod``/
+    ``property`` wraps."""
+    for inner in (value, getattr(value, "__func__", None), getattr(value, "fget", None)):
+        if isinstance(inner, types.FunctionType):
+            return inner.__code__
+    return None
 
 
 def compile_changed(func: types.FunctionType, source: Source, edit: Edit) -> types.CodeType:

@@ -103,8 +103,18 @@ def all_roots(
         for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or (), strict=False):
             with contextlib.suppress(ValueError):  # a cell not filled yet
                 found.append((f"closure '{name}'", cell.cell_contents))
-    for module in _user_modules(functions, site_files):
-        for name, value in list(vars(module).items()):
+    namespaces = [vars(module) for module in _user_modules(functions, site_files)]
+    # A module not in sys.modules (loaded with importlib.util.module_from_spec and never
+    # registered, a file run with exec): its functions' globals are its namespace.
+    seen = {id(names) for names in namespaces}
+    for fn in functions:
+        names = fn.__globals__
+        if id(names) not in seen and not is_private_module(str(names.get("__name__", ""))):
+            seen.add(id(names))
+            namespaces.append(names)
+    for names in namespaces:
+        for name, value in list(names.items()):
             if not name.startswith("__") and not isinstance(value, _SKIP_GLOBAL_TYPES):
                 found.append((f"global '{name}'", value))
+    namespaces.clear()
     return found
