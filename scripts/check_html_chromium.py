@@ -44,7 +44,7 @@ CHROMIUM_FLAGS = [
 def sample_report(path: Path) -> None:
     """A report with every section the renderer has: charts, chain, sites, a graph."""
     from pytest_graphleak.report.html import render_html
-    from pytest_graphleak.report.json_doc import CheckedTest, build_document
+    from pytest_graphleak.report.json_doc import CheckedTest, build_report
     from pytest_graphleak.result import CheckResult, CreationSite, Diagnosis, Growth, Verdict
 
     warmup, steps = 3, 12
@@ -103,8 +103,8 @@ def sample_report(path: Path) -> None:
         CheckedTest(cyclic.name, "passed", [cyclic.to_dict()]),
         CheckedTest(clean.name, "passed", [clean.to_dict()]),
     ]
-    document = build_document(tests, generated_by="check_html_chromium sample")
-    path.write_text(render_html(document), encoding="utf-8")
+    report = build_report(tests, generated_by="check_html_chromium sample")
+    path.write_text(render_html(report), encoding="utf-8")
 
 
 def run_chromium(chromium: str, profile: Path, *args: str) -> subprocess.CompletedProcess[str]:

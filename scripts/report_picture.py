@@ -112,8 +112,9 @@ def fingerprint(document: dict[str, Any], root: Path) -> str:
     version and the run's directory written alike."""
     sys.path.insert(0, str(ROOT))
     from pytest_graphleak.report.html import render_html
+    from pytest_graphleak.report.model import Report
 
-    page = render_html(document, draw=None, environment={"rootdir": str(root)})
+    page = render_html(Report.from_dict(document), draw=None, environment={"rootdir": str(root)})
     page = page.replace(str(root), "ROOT").replace(str(document.get("generated_by")), "VERSION")
     page = re.sub(r"\d+\.\d+ s\b", "# s", page)
     return hashlib.sha256(page.encode("utf-8")).hexdigest()

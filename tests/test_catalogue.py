@@ -187,7 +187,7 @@ def test_every_surface_shows_the_one_fix(path: Path) -> None:
     assert sum(1 for text in detail_lines(read_back) if text.startswith(label)) == 1
     nodeid = f"{path.name}::test_leaky"
     document = build_document([CheckedTest(nodeid, "failed", [data])], generated_by="test")
-    page = html.unescape(render_html(document, draw=None).replace("<wbr>", ""))
+    page = html.unescape(render_html(Report.from_dict(document), draw=None).replace("<wbr>", ""))
     assert f'class="fix-text">{fix}</' in page  # (<wbr>: where a long line may break)
     rows = report_rows(Report.from_dict(document), {})
     assert [row.fix for row in rows] == [fix]

@@ -251,6 +251,7 @@ def test_track_without_a_probe_has_no_verdict() -> None:
 def test_reports_show_an_unmeasured_check() -> None:
     from pytest_graphleak.report.html import render_html
     from pytest_graphleak.report.json_doc import CheckedTest, build_document
+    from pytest_graphleak.report.model import Report
 
     result = check(lambda: None, steps=4, warmup=1, probes="cuda")
     assert result.unmeasured
@@ -261,7 +262,7 @@ def test_reports_show_an_unmeasured_check() -> None:
     assert document["tests"][0]["status"] == "unmeasured"
     jsonschema = pytest.importorskip("jsonschema")
     jsonschema.validate(document, load_schema())
-    page = render_html(document, draw=None)
+    page = render_html(Report.from_dict(document), draw=None)
     assert "UNMEASURED" in page
     assert "not measured, so there is no verdict" in page
     assert "no probe measured anything" in page

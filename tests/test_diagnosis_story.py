@@ -369,6 +369,7 @@ def test_a_hand_written_loop_keeping_detached_tensors_is_not_retained_grad_fn() 
 def test_html_report_shows_stored_at_story_and_fix() -> None:
     from pytest_graphleak.report.html import render_html
     from pytest_graphleak.report.json_doc import CheckedTest, build_document
+    from pytest_graphleak.report.model import Report
 
     model = torch.nn.Linear(3, 1)
     state: dict[str, Any] = {"losses": []}
@@ -383,7 +384,7 @@ def test_html_report_shows_stored_at_story_and_fix() -> None:
                          {"torch.tensors": "objects"}, v, d)  # fmt: skip
     doc = build_document([CheckedTest("t.py::test_x", "failed", [result.to_dict()])],
                          generated_by="test")  # fmt: skip
-    page = render_html(doc, draw=None)
+    page = render_html(Report.from_dict(doc), draw=None)
     assert "stored at (the line that puts it in its holder)" in page
     assert "state[&quot;losses&quot;].append(" in page
     assert "carry no autograd graph" in page

@@ -24,7 +24,8 @@ from pytest_graphleak.report.dot import (
 )
 from pytest_graphleak.report.html import render_html, source_context
 from pytest_graphleak.report.html_script import SCRIPT
-from pytest_graphleak.report.json_doc import CheckedTest, build_document
+from pytest_graphleak.report.json_doc import CheckedTest, build_document, build_report
+from pytest_graphleak.report.model import Report
 from pytest_graphleak.report.svg import series_chart
 from pytest_graphleak.result import (
     CheckResult,
@@ -137,7 +138,7 @@ def document(**kwargs: Any) -> dict[str, Any]:
 
 
 def test_page_is_self_contained_and_escapes_everything() -> None:
-    html = render_html(document(warn_only=True), draw=None)
+    html = render_html(Report.from_dict(document(warn_only=True)), draw=None)
     page = Page(html)
     assert html.startswith("<!DOCTYPE html>")
     assert page.all("meta", charset="utf-8")
@@ -161,7 +162,7 @@ def test_page_is_self_contained_and_escapes_everything() -> None:
 
 
 def test_every_series_gets_a_chart_with_the_warmup_shaded() -> None:
-    page = Page(render_html(document(), draw=None))
+    page = Page(render_html(Report.from_dict(document()), draw=None))
     charts = page.all("svg", class_="chart")
     assert len(charts) == 3 + 1 + 3
     assert [a["aria-label"] for a in charts[:3]] == [
@@ -186,7 +187,7 @@ def test_every_series_gets_a_chart_with_the_warmup_shaded() -> None:
 
 
 def test_leaks_come_first_and_the_verdict_chain_sites_are_shown() -> None:
-    page = Page(render_html(document(), draw=None))
+    page = Page(render_html(Report.from_dict(document()), draw=None))
     text = "".join(page.text)
     # Anchors come from the test ids: the same link finds the same test after a rerun.
     headings = [a["id"] for a in page.all("section")]
@@ -203,7 +204,7 @@ def test_leaks_come_first_and_the_verdict_chain_sites_are_shown() -> None:
 
 
 def test_retained_graph_drawn_without_graphviz_fitted_with_a_full_size_view() -> None:
-    html = render_html(document(), draw=None)
+    html = render_html(Report.from_dict(document()), draw=None)
     page = Page(html)
     drawings = page.all("svg", class_="graph-drawing")
     # The chain and the cycle, each four times: page, 800 px and phone layouts, full size.
@@ -226,16 +227,16 @@ def test_graphviz_drawing_is_an_option_beside_the_own_drawing() -> None:
         seen.append(text)
         return '<svg class="drawn"><g></g></svg>'
 
-    drawn = Page(render_html(document(), draw=fake_draw))
+    drawn = Page(render_html(Report.from_dict(document()), draw=fake_draw))
     assert len(drawn.all("svg", class_="drawn")) == 2  # the chain and the cycle
     assert len(drawn.all("svg", class_="graph-drawing")) == 2 * 4
     assert any("closure 'fn'" in text for text in seen)
     # Without Graphviz, a diagnosis' own DOT drawing is kept as text to draw elsewhere.
     own_drawing = Drawing([DrawingNode("a"), DrawingNode("b")], [DrawingEdge(0, 1)])
     own = CheckedTest("t.py::test_dot", "failed", [leak("d", chain=[], drawn=own_drawing)])
-    page = Page(render_html(build_document([own], generated_by="x"), draw=None))
+    page = Page(render_html(build_report([own], generated_by="x"), draw=None))
     assert drawing_dot(own_drawing) in "".join(page.pre_text)
-    refused = Page(render_html(document(), draw=lambda text: None))
+    refused = Page(render_html(Report.from_dict(document()), draw=lambda text: None))
     assert not refused.pre_text or "digraph" not in "".join(refused.pre_text)
     assert "what the leak keeps" in "".join(drawn.text)
 
@@ -251,7 +252,7 @@ def test_what_to_change_comes_first_with_relative_paths(tmp_path: Path) -> None:
                             sites=[site], stored_at=[site], fix="append loss.item()"),
     ).to_dict()  # fmt: skip
     doc = build_document([CheckedTest("t.py::t", "failed", [result])], generated_by="x")
-    html = render_html(doc, draw=None, environment={"rootdir": str(tmp_path)})
+    html = render_html(Report.from_dict(doc), draw=None, environment={"rootdir": str(tmp_path)})
     text = "".join(Page(html).text)
     change = text.index("what to change")
     assert change < text.index("measured steps") < text.index("minigrad.tensors", change)
@@ -265,7 +266,7 @@ def test_what_to_change_comes_first_with_relative_paths(tmp_path: Path) -> None:
 
 
 def test_dark_mode_and_a_filter_without_script() -> None:
-    html = render_html(document(), draw=None)
+    html = render_html(Report.from_dict(document()), draw=None)
     page = Page(html)
     assert "@media (prefers-color-scheme: dark)" in html
     # One chip per status the page has, counting what the summary counts (a warned
@@ -393,7 +394,7 @@ def test_all_zero_series_are_listed_but_not_drawn() -> None:
         verdict=Verdict(True, [Growth("minigrad.tensors", 2.0, 5.0, 1.0)], "list-accumulation"),
     ).to_dict()
     doc = build_document([CheckedTest("t.py::test_mg", "failed", [check])], generated_by="x")
-    page = Page(render_html(doc, draw=None))
+    page = Page(render_html(Report.from_dict(doc), draw=None))
     assert [a["aria-label"] for a in page.all("svg", class_="chart")] == ["minigrad.tensors"]
     text = "".join(page.text)
     assert "zero throughout, not drawn: torch.tensors" in text
@@ -445,11 +446,11 @@ def test_source_context_around_a_creation_site(tmp_path: Path) -> None:
 
 def test_environment_block_and_narrow_layout() -> None:
     environment = {"time": "2026-11-23 14:00:00 UTC", "command": "pytest --graphleak"}
-    page = Page(render_html(document(), draw=None, environment=environment))
+    page = Page(render_html(Report.from_dict(document()), draw=None, environment=environment))
     text = "".join(page.text)
     assert "pytest --graphleak" in text and "2026-11-23 14:00:00 UTC" in text
     assert "took" not in text  # none of these checks was timed: no "0 checks took 0.00 s"
-    html = render_html(document(), draw=None)
+    html = render_html(Report.from_dict(document()), draw=None)
     assert "@media (max-width: 640px)" in html and 'class="scroll"' in html
 
 
@@ -505,7 +506,7 @@ def test_error_unmeasured_and_outlive_cards_say_what_ran_and_what_to_change() ->
         CheckedTest("t.py::test_um", "failed", [unmeasured]),
         CheckedTest("t.py::test_keeps", "passed", [outlive]),
     ], generated_by="x")  # fmt: skip
-    html = render_html(doc, draw=None)
+    html = render_html(Report.from_dict(doc), draw=None)
     text = "".join(Page(html).text)
     # The step kept apart from the message: never "at step 5 at step 5".
     assert "ValueError: bad batch at step 5" in text and "at step 5 at step 5" not in text
@@ -569,7 +570,7 @@ def test_index_is_four_columns_with_the_fix_under_the_test_and_clean_rows_folded
     tests = [CheckedTest(f"t.py::test_step[{n}]", "passed", [_clean(f"t.py::test_step[{n}]")])
              for n in (10, 9, 100, 2)]  # fmt: skip
     tests.append(CheckedTest("t.py::test_keeps", "passed", [outlive]))
-    html = render_html(build_document(tests, generated_by="x"), draw=None)
+    html = render_html(build_report(tests, generated_by="x"), draw=None)
     page = Page(html)
     # Four columns, only the test's flexible: the table fits 641-900 px (the fix is no
     # column of its own but a line under the test id).
@@ -594,7 +595,7 @@ def test_index_is_four_columns_with_the_fix_under_the_test_and_clean_rows_folded
     summaries = "".join(page.text)
     assert "4 clean tests: nothing grew" in summaries and "cards of the 4 clean tests" in summaries
     # With no finding there is nothing to fold: every row shows.
-    clean_only = render_html(build_document(tests[:4], generated_by="x"), draw=None)
+    clean_only = render_html(build_report(tests[:4], generated_by="x"), draw=None)
     assert not Page(clean_only).all("details", class_="group row s-clean")
     assert [r[1].removeprefix("CLEAN") for r in _index_rows(clean_only)] == [
         f"t.py::test_step[{n}]" for n in (2, 9, 10, 100)]  # fmt: skip
@@ -605,7 +606,7 @@ def test_test_ids_break_between_parts_and_are_not_underlined() -> None:
 
     assert breakable_id("tests/test_a.py::test_b_c[1-a_b]") == (
         "tests/<wbr>test_a.py::<wbr>test_b_c<wbr>[1-a_b]")  # fmt: skip
-    html = render_html(document(), draw=None)
+    html = render_html(Report.from_dict(document()), draw=None)
     assert "a.id {" in html and "text-decoration: none" in html[html.index("a.id {"):][:200]
     links = Page(html).all("a", class_="id")
     assert links and all(a["href"].startswith("#t-") for a in links)
@@ -626,7 +627,7 @@ def test_cards_use_the_same_words_and_a_clean_verdict_in_plain_words() -> None:
         CheckedTest("t.py::test_ok", "passed", [_clean("t.py::test_ok")]),
         CheckedTest("t.py::test_leak", "failed", [verified]),
     ], generated_by="x")  # fmt: skip
-    html = render_html(doc, draw=None)
+    html = render_html(Report.from_dict(doc), draw=None)
     labels = re.findall(r"<dt>(.*?)</dt>", html)
     # "fix" on every card; the verified qualifier under the fix, not in the label column
     assert "to change" not in labels and labels.count("fix") == 2

@@ -102,7 +102,7 @@ def test_the_html_index_names_the_metric_the_terminal_names() -> None:
     check = _minigrad_leak()
     document = build_document([CheckedTest(check.name, "failed", [check.to_dict()])],
                               generated_by="t")  # fmt: skip
-    page = render_html(document, draw=None)
+    page = render_html(Report.from_dict(document), draw=None)
     start = page.index('<table class="index">')
     index = page[start : page.index("</table>", start)]
     growth = re.search(r'<td class="mono">([^<]*(?:<wbr>[^<]*)*) <span class="rate">(.*?)</span>',
@@ -183,7 +183,7 @@ def test_every_surface_reads_the_unmeasured_fix_field() -> None:
                               generated_by="t")  # fmt: skip
     validate(document, load_schema())
     assert CheckResult.from_dict(check.to_dict()).unmeasured_fix == check.unmeasured_fix
-    page = render_html(document, draw=None)
+    page = render_html(Report.from_dict(document), draw=None)
     assert '<dt>fix</dt><dd class="fix">import torch before the check</dd>' in page
     assert '<span class="fix">fix: import torch before the check</span>' in page  # the index
     (command,) = commands(report_rows(Report.from_dict(document), {}), "/")

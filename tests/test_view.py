@@ -9,7 +9,7 @@ from html import unescape
 from pytest_graphleak.patterns import FIXES, MEANINGS
 from pytest_graphleak.plugin.terminal import detail_lines
 from pytest_graphleak.report.html import render_html
-from pytest_graphleak.report.json_doc import CheckedTest, build_document
+from pytest_graphleak.report.json_doc import CheckedTest, build_report
 from pytest_graphleak.report.text import render_text
 from pytest_graphleak.report.view import LABELS, diagnosis_view, to_change
 from pytest_graphleak.result import CheckResult, CreationSite, Diagnosis, Growth, Verdict
@@ -51,7 +51,7 @@ def test_every_surface_draws_the_view() -> None:
     assert all(f"  {line.plain()}\n" in text + "\n" for line in view)
     assert detail_lines(FULL) == [
         line.plain() for line in view if line.kind not in ("pattern", "note")]  # fmt: skip
-    page = unescape(render_html(build_document(
+    page = unescape(render_html(build_report(
         [CheckedTest("t.py::test_step", "failed", [check])], generated_by="test")))  # fmt: skip
     # break opportunities at separators and an unbroken arrow: no text of their own
     page = re.sub(r"<wbr>|<span class=\"arrow\">(->)</span>", r"\1", page)

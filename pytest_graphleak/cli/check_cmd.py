@@ -20,7 +20,7 @@ from pytest_graphleak.exceptions import GraphLeakError, UnmeasuredError, UsageEr
 from pytest_graphleak.options import Settings, settings_from_command
 from pytest_graphleak.pipeline import error_result
 from pytest_graphleak.report.environment import describe_run
-from pytest_graphleak.report.json_doc import CheckedTest, build_document
+from pytest_graphleak.report.json_doc import CheckedTest, build_report
 from pytest_graphleak.report.text import render_result, verdict_line
 from pytest_graphleak.report.writers import WRITERS, Run, Writer
 from pytest_graphleak.result import CheckResult
@@ -163,17 +163,17 @@ def _write_reports(args: argparse.Namespace, settings: Settings,
     # One test per checked step, as the session report writes them: failed or passed as
     # pytest would end it (a leak, a raising step and an unmeasured check fail).
     tests = [CheckedTest(r.name, outcome_of(r.status), [r.to_dict()]) for r in results]
-    document = build_document(tests, generated_by="graphleak check", notes=notes,
-                              rootdir=os.getcwd())  # fmt: skip
+    report = build_report(tests, generated_by="graphleak check", notes=notes,
+                          rootdir=os.getcwd())  # fmt: skip
     environment = describe_run(args.command_line, os.getcwd(), started, time.time())
     run = Run(environment=environment, locations=locations)
     for writer, flag, path in outputs:
         if path is not None and writer.render is not None:
-            write_output(path, writer.render(document, run), flag)
+            write_output(path, writer.render(report, run), flag)
             print(f"graphleak: {writer.label} report written to {path}", file=sys.stderr)
     for writer in publishers:
         assert writer.publish is not None
-        for problem in writer.publish(document, run):
+        for problem in writer.publish(report, run):
             print(f"graphleak check: {problem}", file=sys.stderr)
 
 

@@ -35,8 +35,8 @@ class Found:
 
 
 def run_fix(args: argparse.Namespace) -> int:
-    document, report = load_report(args.path)
-    rootdir = document.get("rootdir")
+    report = load_report(args.path)
+    rootdir = report.rootdir
     found, unverified = verified_fixes(report)
     for name, why in unverified:
         print(f"graphleak fix: no verified fix for {name}: {why}", file=sys.stderr)

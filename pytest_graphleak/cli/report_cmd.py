@@ -26,12 +26,12 @@ from pytest_graphleak.status import KNOWN, display_key
 def run_report(args: argparse.Namespace) -> int:
     flags = output_flags()
     paths = checked_outputs(*((flag, getattr(args, w.kind), w.kind) for w, flag in flags))
-    document, report = load_report(args.path)
+    report = load_report(args.path)
     results = [check for test in report.tests for check in test.checks]
     if any(path is not None for path in paths):
         for (writer, flag), path in zip(flags, paths, strict=True):
             if path is not None and writer.render is not None:
-                write_output(path, writer.render(document, Run()), flag)
+                write_output(path, writer.render(report, Run()), flag)
                 print(f"graphleak: {writer.label} report written to {path}", file=sys.stderr)
         return exit_code(results)
 
@@ -58,9 +58,9 @@ def run_report(args: argparse.Namespace) -> int:
     return exit_code(results)
 
 
-def load_report(path: str) -> tuple[dict[str, Any], Report]:
-    """A saved report, as read and typed (``model.Report``); every way it can be unusable
-    is a UsageError naming the file."""
+def load_report(path: str) -> Report:
+    """A saved report, typed (``model.Report``: what every writer renders, as in the run
+    that wrote it); every way it can be unusable is a UsageError naming the file."""
     file = Path(path)
     if not file.exists():
         raise UsageError(f"no such file: {path}")
@@ -99,7 +99,7 @@ def load_report(path: str) -> tuple[dict[str, Any], Report]:
             f"({type(exc).__name__}: {exc})"
         ) from None
     _check_counts(path, document, report)
-    return document, report
+    return report
 
 
 def _first_bad_check(tests: list[dict[str, Any]]) -> tuple[int, int]:

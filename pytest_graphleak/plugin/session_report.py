@@ -51,11 +51,12 @@ from pytest_graphleak.report.environment import describe_run
 from pytest_graphleak.report.github import Row
 from pytest_graphleak.report.json_doc import (
     CheckedTest,
-    build_document,
+    build_report,
+    document_of,
     dumps,
 )
 from pytest_graphleak.report.junit import junit_properties
-from pytest_graphleak.report.model import results_of
+from pytest_graphleak.report.model import Report, results_of
 from pytest_graphleak.report.summary import NOTHING_CHECKED, counts, sentence
 from pytest_graphleak.report.text import line_markup, render_text, wrap_line, wrapped
 from pytest_graphleak.report.writers import WRITER_OPTIONS, WRITERS, Run, Writer
@@ -342,8 +343,9 @@ class SessionReport:
             ]
         return self._rows
 
-    def document(self) -> dict[str, Any]:
-        return build_document(
+    def report(self) -> Report:
+        """The typed report every writer renders (``json_doc.build_report``)."""
+        return build_report(
             self.rows(), generated_by=_generated_by(), warn_only=self.settings.warn_only,
             notes=sorted(self.notes), audited=len(self._audited),
             baseline=self.baseline.section() if self.baseline is not None else None,
@@ -359,17 +361,17 @@ class SessionReport:
                 session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
         if not self.outputs:  # none on a worker: the controller writes the reports
             return
-        document = self.document()
+        report = self.report()
         run = Run(environment=self._environment(), locations=self._locations)
         failed = False
         for output in self.outputs:
             assert output.writer.render is not None  # a file writer
-            failed |= not write_report(output, output.writer.render(document, run))
+            failed |= not write_report(output, output.writer.render(report, run))
         if failed and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
         if failed and all(o.written_to is None for o in self.outputs):
             # Neither the file nor its fallback could be written: keep the data in the log.
-            sys.stdout.write("graphleak JSON report follows:\n" + dumps(document))
+            sys.stdout.write("graphleak JSON report follows:\n" + dumps(document_of(report)))
 
     def _environment(self) -> dict[str, str]:
         command = ["pytest", *self.config.invocation_params.args]
@@ -431,7 +433,7 @@ class SessionReport:
         run = Run(locations=self._locations, rows=self.extra_rows, print_line=tr.write_line)
         for writer in self.publishers:
             assert writer.publish is not None
-            for problem in writer.publish(self.document(), run):
+            for problem in writer.publish(self.report(), run):
                 tr.write_line(f"ERROR: {problem}", red=True, bold=True)
 
 

@@ -80,10 +80,9 @@ def wanted(mode: Any, environ: Mapping[str, str]) -> bool:
     return mode in (None, "auto") and environ.get("GITHUB_ACTIONS") == "true"
 
 
-def publish(document: Mapping[str, Any], run: Any) -> list[str]:
+def publish(report: Report, run: Any) -> list[str]:
     """Print the workflow commands (``run.print_line``) and append the table to the step
     summary; returns what went wrong (the summary file could not be written)."""
-    report = Report.from_dict(document)  # the typed read model: no dict read below
     rows = [*report_rows(report, run.locations), *run.rows]
     workspace = run.environ.get("GITHUB_WORKSPACE") or os.getcwd()
     for line in commands(rows, workspace):

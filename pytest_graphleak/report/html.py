@@ -22,7 +22,6 @@ import re
 from collections.abc import Mapping, Sequence
 from html import escape
 from pathlib import Path
-from typing import Any
 
 from pytest_graphleak.metrics import count_of, format_rate
 from pytest_graphleak.patterns import FALLBACK
@@ -56,12 +55,12 @@ CLEAN_WORD = next(row.word for row in TABLE if row.group == GROUP_CLEAN)
 
 
 def render_html(
-    document: Mapping[str, Any],
+    report: Report,
     *,
     draw: DotRenderer | None = render_svg,
     environment: Mapping[str, str] | None = None,
 ) -> str:
-    """The whole report page for a document from ``json_doc.build_document``.
+    """The whole report page of a report (``json_doc.build_report``, or a file read back).
 
     ``draw`` turns DOT text into inline SVG (default: Graphviz when on PATH); pass
     None to never draw with Graphviz (the plugin's own drawing of the chain and the
@@ -71,7 +70,6 @@ def render_html(
     the charts of noisy metrics (process RSS, CUDA reserved) is each check's own
     (``Declaration.tolerance``).
     """
-    report = Report.from_dict(document)  # the typed read model: no dict read below
     # Leaks first, then by node id, its numbers as numbers ([9] before [10]): the order
     # is the same on every run and under xdist.
     rows = sorted(report.tests, key=lambda row: (display_key(row.status), natural(row.nodeid)))

@@ -1,10 +1,12 @@
-"""The session's JSON report: one versioned document for all checked tests.
+"""The session's report, typed, and its JSON document: one versioned document for all
+checked tests.
 
-The document is built only from the plain ``report.graphleak`` dicts that pytest
-(and pytest-xdist) carry from each test's call phase, so it is the same whether
-the tests ran in one process or on many workers. Its JSON Schema is
-``schema.json`` beside this module (described in the README, section "Reports").
-The HTML report is rendered from this same document.
+The report (``build_report``: a ``model.Report``) is built only from the plain
+``report.graphleak`` dicts that pytest (and pytest-xdist) carry from each test's call
+phase, so it is the same whether the tests ran in one process or on many workers; every
+writer renders it (``writers.WRITERS``). The JSON writer writes it as the document
+(``document_of``), whose JSON Schema is ``schema.json`` beside this module (described in
+the README, section "Reports"); ``graphleak report`` reads one back into the same report.
 
 This module and ``validate`` are the schema's boundary: they build, write and check the
 document's dicts themselves. Nothing else reads those dicts but the typed read model
@@ -24,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_graphleak.report.dot import drawing_dot
-from pytest_graphleak.report.model import TestRow, metric_rows
+from pytest_graphleak.report.model import BaselineSection, Report, TestRow, metric_rows
 from pytest_graphleak.report.summary import counts
 from pytest_graphleak.result import CheckResult
 
@@ -66,11 +68,11 @@ def _metrics(check: CheckResult) -> dict[str, dict[str, Any]]:
     return {row.name: row.to_dict() for row in metric_rows(check)}
 
 
-def document_check(check: Mapping[str, Any], result: CheckResult) -> dict[str, Any]:
-    """One check as the document holds it: its ``CheckResult.to_dict()`` (``check``,
-    copied shallowly: a deep copy of every series cost 5x the whole document) with its
+def document_check(result: CheckResult) -> dict[str, Any]:
+    """One check as the document holds it: its ``CheckResult.to_dict()`` with its
     ``metrics`` and, beside its diagnosis' drawing, that drawing's Graphviz DOT text
-    (``dot``: "" when nothing was drawn), both read from ``result``, the same check typed."""
+    (``dot``: "" when nothing was drawn)."""
+    check = result.to_dict()
     out = {**check, "metrics": _metrics(result)}
     if result.diagnosis is not None:
         drawn = result.diagnosis.drawing
@@ -78,7 +80,7 @@ def document_check(check: Mapping[str, Any], result: CheckResult) -> dict[str, A
     return out
 
 
-def build_document(
+def build_report(
     tests: Iterable[CheckedTest],
     *,
     generated_by: str,
@@ -87,39 +89,50 @@ def build_document(
     audited: int = 0,
     baseline: Mapping[str, Any] | None = None,
     rootdir: str | None = None,
-) -> dict[str, Any]:
-    """The report document, tests sorted by node id (deterministic under xdist).
-    ``audited``: the tests the outlive audit looked at (``summary.counts``); ``baseline``:
-    the baseline file's section (``plugin/baseline.BaselineRun.section``), when one is used;
-    ``rootdir``: the run's root directory (``graphleak fix --apply`` writes under it only)."""
-    ordered = sorted(tests, key=lambda t: t.nodeid)
-    entries = [_entry(test) for test in ordered]
-    fixtures = sum(test.typed().is_fixture for test in ordered)
-    fixed = len(baseline["fixed"]) if baseline is not None else None
-    extra: dict[str, Any] = {"baseline": dict(baseline)} if baseline is not None else {}
-    if rootdir is not None:
-        extra["rootdir"] = os.path.abspath(rootdir)
+) -> Report:
+    """The typed report every writer renders (``writers.Writer``), tests sorted by node
+    id (deterministic under xdist). ``audited``: the tests the outlive audit looked at
+    (``summary.counts``); ``baseline``: the baseline file's section
+    (``plugin/baseline.BaselineRun.section``), when one is used; ``rootdir``: the run's
+    root directory (``graphleak fix --apply`` writes under it only)."""
+    rows = tuple(test.typed() for test in sorted(tests, key=lambda t: t.nodeid))
+    section = BaselineSection.from_dict(baseline) if baseline is not None else None
+    summary = counts((row.status for row in rows), audited=audited,
+                     fixed=len(section.fixed) if section is not None else None,
+                     fixtures=sum(row.is_fixture for row in rows))  # fmt: skip
+    return Report(generated_by=generated_by, warn_only=warn_only, summary=summary,
+                  notes=tuple(notes), tests=rows, baseline=section,
+                  rootdir=os.path.abspath(rootdir) if rootdir is not None else None)  # fmt: skip
+
+
+def document_of(report: Report) -> dict[str, Any]:
+    """The report as its JSON document (``schema.json``): what the JSON writer writes."""
+    extra: dict[str, Any] = {}
+    if report.baseline is not None:
+        extra["baseline"] = report.baseline.to_dict()
+    if report.rootdir is not None:
+        extra["rootdir"] = report.rootdir
     return {
         **extra,
         "schema": DOCUMENT_SCHEMA_VERSION,
-        "generated_by": generated_by,
-        "warn_only": warn_only,
-        "summary": counts((entry["status"] for entry in entries), audited=audited,
-                          fixed=fixed, fixtures=fixtures),
-        "notes": list(notes),
-        "tests": entries,
+        "generated_by": report.generated_by,
+        "warn_only": report.warn_only,
+        "summary": dict(report.summary),
+        "notes": list(report.notes),
+        "tests": [_entry(test) for test in report.tests],
     }
 
 
-def _entry(test: CheckedTest) -> dict[str, Any]:
-    """One test of the document: typed once (``CheckedTest.typed``), for its status and
-    every check's metrics; the typed rows are let go test by test (held all at once,
-    they made the collector's passes over 10,000 tests twice as slow)."""
-    typed = test.typed()
-    checks = [document_check(check, result)
-              for check, result in zip(test.checks, typed.checks, strict=True)]  # fmt: skip
-    return {"nodeid": test.nodeid, "outcome": test.outcome, "status": typed.status,
-            "checks": checks}  # fmt: skip
+def build_document(tests: Iterable[CheckedTest], **options: Any) -> dict[str, Any]:
+    """The report document of ``tests`` (``build_report``'s options): the JSON writer's
+    text, as a dict."""
+    return document_of(build_report(tests, **options))
+
+
+def _entry(test: TestRow) -> dict[str, Any]:
+    """One test of the document, with its status by the one rule."""
+    return {"nodeid": test.nodeid, "outcome": test.outcome, "status": test.status,
+            "checks": [document_check(check) for check in test.checks]}  # fmt: skip
 
 
 def dumps(document: Mapping[str, Any]) -> str:

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_graphleak.baseline import KEY_FIELDS, Key
+from pytest_graphleak.baseline import KEY_FIELDS, Entry, Key
 from pytest_graphleak.metrics import finite, listing_key
 from pytest_graphleak.patterns import BY_WORD as PATTERNS
 from pytest_graphleak.report.summary import sentence
@@ -171,16 +171,49 @@ class BaselineSection:
     file: str = ""
     entries: int = 0
     stale: tuple[Key, ...] = ()  # absent in reports written before it
+    #: entries this run could not check (neither known nor fixed)
+    unchecked: int = 0
+    #: what an update wrote (findings, added, removed, pruned); None without one
+    updated: Mapping[str, int] | None = None
+    #: the person's reason of each fixed or stale entry ("" where none was given)
+    reasons: Mapping[Key, str] = field(default_factory=dict)
+    #: False for a report written before ``stale`` existed: written back without it
+    has_stale: bool = True
 
     @classmethod
     def from_dict(cls, section: Mapping[str, Any]) -> BaselineSection:
-        def keys(name: str) -> tuple[Key, ...]:
-            return tuple(Key(**{field: str(entry.get(field) or "") for field in KEY_FIELDS})
-                         for entry in section.get(name) or ())  # fmt: skip
+        reasons: dict[Key, str] = {}
 
+        def keys(name: str) -> tuple[Key, ...]:
+            found = []
+            for entry in section.get(name) or ():
+                key = Key(**{field: str(entry.get(field) or "") for field in KEY_FIELDS})
+                reasons[key] = str(entry.get("reason") or "")
+                found.append(key)
+            return tuple(found)
+
+        updated = section.get("updated")
         return cls(keys("fixed"), str(section.get("update_command") or ""),
                    file=str(section.get("file") or ""), entries=int(section.get("entries") or 0),
-                   stale=keys("stale"))  # fmt: skip
+                   stale=keys("stale"), unchecked=int(section.get("unchecked") or 0),
+                   updated={str(k): int(v) for k, v in updated.items()}
+                   if isinstance(updated, Mapping) else None,
+                   reasons=reasons, has_stale="stale" in section)  # fmt: skip
+
+    def to_dict(self) -> dict[str, Any]:
+        """The document's ``baseline`` object (``schema.json``)."""
+
+        def entries(keys: tuple[Key, ...]) -> list[dict[str, str]]:
+            return [Entry(key, self.reasons.get(key, "")).to_dict() for key in keys]
+
+        out: dict[str, Any] = {
+            "file": self.file, "entries": self.entries, "fixed": entries(self.fixed),
+            "unchecked": self.unchecked, "update_command": self.update_command,
+            "updated": dict(self.updated) if self.updated is not None else None,
+        }  # fmt: skip
+        if self.has_stale:
+            out["stale"] = entries(self.stale)
+        return out
 
 
 @dataclass(frozen=True)
@@ -195,6 +228,9 @@ class Report:
     tests: tuple[TestRow, ...] = ()
     #: the baseline file's section; None without ``--graphleak-baseline``
     baseline: BaselineSection | None = None
+    #: the run's root directory (``graphleak fix --apply`` writes under it only); None in
+    #: a report written without one
+    rootdir: str | None = None
 
     @property
     def sentence(self) -> str:
@@ -214,6 +250,7 @@ class Report:
             notes=tuple(str(note) for note in document.get("notes", ())),
             tests=tuple(TestRow.from_dict(test) for test in document.get("tests", ())),
             baseline=BaselineSection.from_dict(section) if section is not None else None,
+            rootdir=str(document["rootdir"]) if document.get("rootdir") is not None else None,
         )
 
 

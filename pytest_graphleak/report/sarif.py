@@ -51,12 +51,11 @@ SRCROOT = "%SRCROOT%"
 _HOME = "https://github.com/pytest-graphleak/pytest-graphleak"
 
 
-def render_sarif(document: Mapping[str, Any], run: Any) -> str:
-    """The writer's ``render`` (``writers.WRITERS``): the log of a report document, paths
+def render_sarif(report: Report, run: Any) -> str:
+    """The writer's ``render`` (``writers.WRITERS``): the log of a report, paths
     relative to ``$GITHUB_WORKSPACE`` (else the current directory)."""
     base = run.environ.get("GITHUB_WORKSPACE") or os.getcwd()
-    log = sarif_log(Report.from_dict(document), base=base, locations=run.locations,
-                    rootdir=str(document.get("rootdir") or ""))  # fmt: skip
+    log = sarif_log(report, base=base, locations=run.locations, rootdir=report.rootdir or "")
     return json.dumps(log, indent=2, ensure_ascii=False) + "\n"
 
 

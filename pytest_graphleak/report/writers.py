@@ -1,7 +1,9 @@
 """The report writers: every output format graphleak can write, in one registry.
 
 A writer (coverage.py's ``Reporter`` shape) is a kind, the options-table key that turns
-it on, and a ``render`` of the report document (``json_doc.build_document``). A *file*
+it on, and a ``render`` of the typed report (``model.Report``: ``json_doc.build_report``
+in a run, ``graphleak report`` reads a file into it); no writer reads a report's dicts
+(the JSON writer writes them: ``json_doc.document_of``). A *file*
 writer's option is a path; its ``recognise`` tells graphleak's own file of that kind, so
 that ``output_paths`` replaces no other file; the front end (the session report, the
 ``graphleak`` command) owns the file handling. A writer that is no file (the GitHub gate:
@@ -25,19 +27,20 @@ from typing import Any
 from pytest_graphleak.report import github
 from pytest_graphleak.report.github import Row
 from pytest_graphleak.report.html import is_html_report, render_html
-from pytest_graphleak.report.json_doc import dumps, is_json_report
+from pytest_graphleak.report.json_doc import document_of, dumps, is_json_report
+from pytest_graphleak.report.model import Report
 from pytest_graphleak.report.sarif import is_sarif_report, render_sarif
 
 
 @dataclass
 class Run:
-    """What a writer may need beyond the document: facts of the run that made it."""
+    """What a writer may need beyond the report: facts of the run that made it."""
 
     #: label -> text (time, versions, command, rootdir): the HTML page's environment block
     environment: Mapping[str, str] = field(default_factory=dict)
     #: node id (or check name) -> (absolute file, 1-based line) of the test or step function
     locations: Mapping[str, tuple[str, int]] = field(default_factory=dict)
-    #: rows other parts of the run add to the document's (an after-teardown audit, say)
+    #: rows other parts of the run add to the report's (an after-teardown audit, say)
     rows: Sequence[Row] = ()
     environ: Mapping[str, str] = field(default_factory=lambda: os.environ)
     #: writes one line of a writer that prints (the GitHub workflow commands)
@@ -55,14 +58,14 @@ class Writer:
     label: str  # "JSON": how messages name it ("JSON report: graphleak.json")
     option: str  # the ``options.OPTIONS`` key that turns it on
     #: The whole output of a file writer, written to the path its option gives.
-    render: Callable[[Mapping[str, Any], Run], str] | None = None
+    render: Callable[[Report, Run], str] | None = None
     #: Is graphleak's own file of this kind at the path (a file writer may replace it)?
     recognise: Callable[[Path], bool] | None = None
     what: str = ""  # "a graphleak JSON report": what a refused path is not
     #: A writer that is no file: on for this option value? ...
     wanted: Callable[[Any, Mapping[str, str]], bool] | None = None
     #: ... then it delivers itself; returns problems to show (a step summary not written).
-    publish: Callable[[Mapping[str, Any], Run], list[str]] | None = None
+    publish: Callable[[Report, Run], list[str]] | None = None
 
     @property
     def to_file(self) -> bool:
@@ -70,10 +73,10 @@ class Writer:
 
 
 WRITERS: tuple[Writer, ...] = (
-    Writer("json", "JSON", "report", render=lambda document, run: dumps(document),
+    Writer("json", "JSON", "report", render=lambda report, run: dumps(document_of(report)),
            recognise=is_json_report, what="a graphleak JSON report"),
     Writer("html", "HTML", "html",
-           render=lambda document, run: render_html(document, environment=run.environment),
+           render=lambda report, run: render_html(report, environment=run.environment),
            recognise=is_html_report, what="a graphleak HTML report"),
     Writer("sarif", "SARIF", "sarif", render=render_sarif, recognise=is_sarif_report,
            what="a graphleak SARIF log"),
