@@ -148,8 +148,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.hookimpl(tryfirst=True)  # pytest prints header lines in reverse: ours comes last
-def pytest_report_header(config: pytest.Config) -> str | None:
-    return terminal.header_line(settings_of(config))
+def pytest_report_header(config: pytest.Config) -> list[str] | None:
+    return terminal.header_lines(settings_of(config), terminal.columns_of(config))
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

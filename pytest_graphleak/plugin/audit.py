@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import inspect
 import types
-import warnings
 from collections.abc import Generator
 from typing import Any
 
@@ -28,7 +27,7 @@ from pytest_graphleak.outlive import Audit, AuditedTest, Census, FixtureDef, roo
 from pytest_graphleak.plugin import outlive_rerun
 from pytest_graphleak.plugin.baseline import FIXTURE_FINDINGS, FIXTURES_JUDGED, unknown
 from pytest_graphleak.plugin.session_report import AUDITED
-from pytest_graphleak.plugin.terminal import OPT_OUT, columns_of, summary_room, warning_text
+from pytest_graphleak.plugin.terminal import OPT_OUT, columns_of, summary_room, warn_at_test
 from pytest_graphleak.report.model import results_of
 from pytest_graphleak.report.text import render_text, wrap_line
 from pytest_graphleak.result import CheckResult
@@ -119,10 +118,11 @@ class OutliveAudit:
         item.stash[_FOUND_KEY] = [result.to_dict() for result in results]
         if not new:
             return
-        text = "\n".join(render_text(result) for result in new)
         if self.mode == "fail":
-            raise GraphOutliveError(text, results)
-        _warn(item, text)
+            raise GraphOutliveError("\n".join(render_text(result) for result in new), results)
+        # The warning points to the graphleak report section, which tells the story (its
+        # row of the test): a finding is told once.
+        warn_at_test(item, GraphOutliveWarning, outlive_pointer(new))
 
     # -- wider-scope fixtures ----------------------------------------------------------
     @pytest.hookimpl(hookwrapper=True, tryfirst=True)
@@ -215,6 +215,9 @@ class OutliveAudit:
             assert excinfo is not None
             # The story only, as the fail mode's: no frames of the plugin's own source.
             report.longrepr = excinfo.getrepr(style="value")
+            if isinstance(excinfo.value, GraphOutliveWarning) and found:
+                # the warning raised as an error says one line: the story, as fail's
+                _tell_story(report.longrepr, [r for r in results_of(found) if not r.known])
             crash = getattr(report.longrepr, "reprcrash", None)
             if crash is not None and found:  # pytest's short summary line reads this
                 results = results_of(found)
@@ -231,6 +234,17 @@ class OutliveAudit:
         for note in sorted(self.notes):
             for line in wrap_line(f"graphleak: {note}", columns):
                 terminalreporter.write_line(line, yellow=True)
+
+
+def _tell_story(longrepr: Any, results: list[CheckResult]) -> None:
+    """Put the findings' story in place of the value-style entry's lines (in place)."""
+    if not results:
+        return
+    story = "\n".join(render_text(result) for result in results).split("\n")
+    for element in getattr(longrepr, "chain", ()):
+        for entry in getattr(element[0], "reprentries", ()):
+            if getattr(entry, "style", None) == "value":
+                entry.lines = story
 
 
 def audited(item: pytest.Item) -> AuditedTest:
@@ -317,17 +331,18 @@ def _charged_to(result: CheckResult, nodeid: str) -> bool:
     return result.judged_at is None or result.judged_at.charged_to == nodeid
 
 
-def _warn(item: pytest.Item, text: str) -> None:
-    """The warning, attributed to the test's definition (not to the plugin)."""
-    function = getattr(item, "function", None)
-    code = getattr(function, "__code__", None)
-    filename = code.co_filename if code is not None else str(getattr(item, "path", "?"))
-    lineno = code.co_firstlineno if code is not None else 0
-    module = getattr(getattr(item, "module", None), "__name__", "graphleak")
-    text = warning_text(text, columns_of(item.config))
-    warnings.warn_explicit(
-        GraphOutliveWarning(text), GraphOutliveWarning, filename, lineno, module=module
-    )
+def outlive_pointer(results: list[CheckResult]) -> str:
+    """The warning's one line: what outlived the test and who holds it, and where the
+    story is (the graphleak report section's row of the test)."""
+    first = results[0]
+    at = first.judged_at
+    what = (f"{at.row} kept autograd graphs alive after its teardown"
+            if at is not None and at.label else "autograd graphs outlived the test")  # fmt: skip
+    held = root_of(first, raw=True)
+    held = f", held by {held}" if held else ""
+    more = f", and {len(results) - 1} more" if len(results) > 1 else ""
+    return (f"graphleak: {what}: {first.pattern or 'retained-grad-fn'}{held}{more}; the "
+            "graphleak report section tells where and the fix")  # fmt: skip
 
 
 def _short(result: CheckResult, room: int | None = None) -> str:

@@ -43,7 +43,7 @@ from pytest_graphleak.baseline import Baseline, Key
 from pytest_graphleak.exceptions import BaselineError
 from pytest_graphleak.options import Settings
 from pytest_graphleak.report.model import result_of
-from pytest_graphleak.report.text import wrap_line
+from pytest_graphleak.report.text import command_lines, wrap_line
 from pytest_graphleak.result import CheckResult
 
 #: The loaded file and whether this run writes it, for the process that runs the tests.
@@ -391,10 +391,11 @@ class BaselineRun:
                         f"{len(self.baseline.entries)} entries not checked in this run (their "
                         f"tests did not run, or ran without that check{why})", {}))  # fmt: skip
         wrapped = [(part, markup) for line, markup in out for part in wrap_line(line, columns)]
-        for intro in (baseline.UPDATE_INTRO, baseline.PRUNE_INTRO):  # the command whole
+        for intro in (baseline.UPDATE_INTRO, baseline.PRUNE_INTRO):  # the command, to copy
             at = next((i for i, (line, _) in enumerate(wrapped) if line == intro), None)
             if at is not None:
-                wrapped.insert(at + 1, (f"  {self.update_command()}", {}))
+                command = command_lines(self.update_command(), columns)
+                wrapped[at + 1:at + 1] = [(line, {}) for line in command]
         return wrapped
 
 

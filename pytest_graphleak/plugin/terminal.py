@@ -11,12 +11,15 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import textwrap
 import time
 import warnings
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 from _pytest._code import code as _code
+from _pytest.pathlib import bestrelpath
 
 from pytest_graphleak.metrics import format_amount, format_rate
 from pytest_graphleak.patterns import FALLBACK
@@ -28,7 +31,14 @@ from pytest_graphleak.report.model import (
 )
 from pytest_graphleak.report.scale import sparkline
 from pytest_graphleak.report.span import error_line, span_text
-from pytest_graphleak.report.text import LINE_MARKUP, line_markup, tests_text, wrap_line, wrapped
+from pytest_graphleak.report.text import (
+    KEPT_ON_PURPOSE,
+    LINE_MARKUP,
+    line_markup,
+    tests_text,
+    wrap_line,
+    wrapped,
+)
 from pytest_graphleak.report.view import culprit, diagnosis_view
 from pytest_graphleak.result import CheckResult
 from pytest_graphleak.status import BY_WORD as STATUS_FACTS
@@ -65,10 +75,33 @@ _NOUNS = {"tensors": ("tensor", "tensors"), "nodes": ("graph node", "graph nodes
 def header_line(settings: Any) -> str | None:
     """``graphleak: checking @pytest.mark.no_graph_growth tests: steps=16 ...``; None when
     checking is off."""
+    parts = header_parts(settings)
+    return None if parts is None else " ".join(parts)
+
+
+def header_lines(settings: Any, columns: int) -> list[str] | None:
+    """The header line in ``columns``: folded between its settings (never inside one:
+    ``rss_tolerance=1.0 MiB/step`` stays whole), each further line indented by four
+    columns; None when checking is off."""
+    parts = header_parts(settings)
+    if parts is None:
+        return None
+    lines = [parts[0]]
+    for part in parts[1:]:
+        if len(lines[-1]) + 1 + len(part) <= columns:
+            lines[-1] += " " + part
+        else:
+            lines.append("    " + part)
+    return lines
+
+
+def header_parts(settings: Any) -> list[str] | None:
+    """The header's words: what is checked, then each setting in effect."""
     if not settings.enabled:
         return None
     probes = ",".join(settings.probes) if settings.probes else "all imported"
     parts = [
+        f"graphleak: checking @pytest.mark.{MARKER} tests:",
         f"steps={settings.steps}",
         f"warmup={settings.warmup}",
         f"rss_tolerance={format_amount(settings.rss_tolerance, 'bytes')}/step",
@@ -78,7 +111,7 @@ def header_line(settings: Any) -> str | None:
     ]
     if settings.warn_only:
         parts.append("warn-only (leaks do not fail)")
-    return f"graphleak: checking @pytest.mark.{MARKER} tests: " + " ".join(parts)
+    return parts
 
 
 def crash_message(item: Any, result: CheckResult) -> str:
@@ -116,13 +149,43 @@ def columns_of(config: Any) -> int:
         return 80
 
 
-def warning_text(text: str, columns: int) -> str:
-    """A warning's text as pytest's warnings summary shows it in ``columns``: each line
-    after the first broken at spaces (``wrap_line``), two columns narrower for the
-    summary's own indent. The first line, after pytest's ``file:line: Category:``, stays
-    whole, as a leak's headline does: it is the line a CI log is searched for."""
+def warning_text(text: str, columns: int, *, first: int | None = None) -> str:
+    """A warning's text as pytest's warnings summary shows it in ``columns``: broken at
+    spaces (``wrap_line``), two columns narrower for the summary's own indent. ``first``:
+    the columns left for the first line after pytest's ``file:line: Category: `` (None:
+    the first line stays whole)."""
     head, *rest = text.split("\n")
-    return "\n".join([head, *(part for line in rest for part in wrap_line(line, columns - 2))])
+    more: list[str] = []
+    if first is not None and len(head) > first:
+        cut = textwrap.wrap(head, width=max(first, 20), break_long_words=False,
+                            break_on_hyphens=False)  # fmt: skip
+        head = cut[0]
+        more = textwrap.wrap(" ".join(cut[1:]), width=columns - 2, initial_indent="  ",
+                             subsequent_indent="  ", break_long_words=False,
+                             break_on_hyphens=False)  # fmt: skip
+    broken = [part for line in rest for part in wrap_line(line, columns - 2)]
+    return "\n".join([head, *more, *broken])
+
+
+def warn_at_test(item: Any, category: type[Warning], message: str) -> None:
+    """Warn ``message``, attributed to the test's own definition (not to the plugin), its
+    file as pytest's short summary names it (relative to where pytest was run, where that
+    is shorter), the message broken at spaces so that pytest's ``file:line: Category:``
+    line fits the terminal."""
+    function = getattr(item, "function", None)
+    code = getattr(function, "__code__", None)
+    filename = code.co_filename if code is not None else str(getattr(item, "path", "?"))
+    lineno = code.co_firstlineno if code is not None else 0
+    module = getattr(getattr(item, "module", None), "__name__", "graphleak")
+    try:
+        shown = bestrelpath(item.config.invocation_params.dir, Path(filename))
+    except (OSError, ValueError, AttributeError):  # another drive; no config
+        shown = filename
+    filename = shown if len(shown) < len(filename) else filename
+    columns = columns_of(item.config)
+    room = columns - len(f"  {filename}:{lineno}: {category.__name__}: ")
+    text = warning_text(message, columns, first=room)
+    warnings.warn_explicit(category(text), category, filename, lineno, module=module)
 
 
 def short_message(result: CheckResult, room: int | None = None) -> str:
@@ -173,18 +236,9 @@ def _rate(metric: str, per_step: float, result: CheckResult) -> str:
 def warn_leak(item: Any, result: CheckResult, category: type[Warning]) -> None:
     """Warn-only mode: one line, attributed to the test's own definition (not to the
     plugin); the full report is in the ``graphleak report`` section, not repeated."""
-    function = getattr(item, "function", None)
-    code = getattr(function, "__code__", None)
-    filename = code.co_filename if code is not None else str(getattr(item, "path", "?"))
-    lineno = code.co_firstlineno if code is not None else 0
-    module = getattr(getattr(item, "module", None), "__name__", "graphleak")
     what = "graph leak" if result.leaked else "no verdict"
-    message = warning_text(
-        f"{result.name}: {what} (warn-only, not failed)\n"
-        f"  {short_message(result)}; see the graphleak report section",
-        columns_of(item.config),
-    )
-    warnings.warn_explicit(category(message), category, filename, lineno, module=module)
+    warn_at_test(item, category, f"{result.name}: {what} (warn-only, not failed)\n"
+                 f"  {short_message(result)}; see the graphleak report section")  # fmt: skip
 
 
 def detail_lines(check: CheckResult) -> list[str]:
@@ -335,7 +389,7 @@ def summary_lines(
             outlive = ("" if check.kind != "outlive" else "outlived the test: " if at is None
                        else "outlived the fixture's teardown: ")  # fmt: skip
             head += f"  {outlive}{check.pattern or 'leak'}"
-            found = culprit(check.diagnosis)
+            found = culprit(check.diagnosis) if status != "warned" else ""  # its held by:
             if found:
                 head += f"  {found}"
             if status == WARNED and at is not None and not at.charged_to:
@@ -382,6 +436,8 @@ def summary_lines(
         lines.extend((f"    note: {note}", {"yellow": True}) for note in check.notes)
         if status == WARNED:  # no failure text shows these: the warning is one line
             lines.extend((f"    {line}", line_markup(line)) for line in detail_lines(check))
+            if check.kind == "outlive":
+                lines.append((f"    {KEPT_ON_PURPOSE}", {}))
         elif status in LEAK_STATUSES:  # the failure text above has the rest: what to change
             lines.extend((f"    {line}", line_markup(line)) for line in detail_lines(check)
                          if line.startswith(("fix: ", "fix (")))  # fmt: skip

@@ -9,6 +9,7 @@ what was measured (``render_result``) otherwise.
 from __future__ import annotations
 
 import re
+import shlex
 import textwrap
 from collections.abc import Sequence
 
@@ -93,11 +94,13 @@ def render_outlive(result: CheckResult) -> str:
         lines.append(f"  requested by: {tests_text(at.requested_by)}")
     view = diagnosis_view(pattern, result.diagnosis, outlive=True)
     lines.extend(f"  {line.plain()}" for line in view)
-    lines.append(
-        "  kept on purpose? mark the test @pytest.mark.graphleak_outlive_ok, or list the "
-        "holder in graphleak_outlive_keep"
-    )
+    lines.append(f"  {KEPT_ON_PURPOSE}")
     return "\n".join(lines)
+
+
+#: The outlive story's last line: what to do when the graph is kept on purpose.
+KEPT_ON_PURPOSE = ("kept on purpose? mark the test @pytest.mark.graphleak_outlive_ok, or "
+                   "list the holder in graphleak_outlive_keep")  # fmt: skip
 
 
 def tests_text(nodeids: Sequence[str]) -> str:
@@ -184,11 +187,11 @@ def render_result(result: CheckResult) -> str:
     return "\n".join(lines)
 
 
-def baseline_lines(section: BaselineSection | None) -> list[str]:
-    """What a run said of its baseline file's entries, as its terminal said it: the
-    entries fixed since the baseline and those whose test is gone, each block with the
-    command that updates the file (``graphleak report``; the terminal's own lines are
-    ``plugin/baseline.BaselineRun.lines``)."""
+def baseline_lines(section: BaselineSection | None, width: int = 80) -> list[str]:
+    """What a run said of its baseline file's entries, as its terminal said it, in
+    ``width`` columns: the entries fixed since the baseline and those whose test is gone,
+    each block with the command that updates the file (``graphleak report``; the
+    terminal's own lines are ``plugin/baseline.BaselineRun.lines``)."""
     if section is None:
         return []
     lines: list[str] = []
@@ -196,8 +199,9 @@ def baseline_lines(section: BaselineSection | None) -> list[str]:
               (section.stale, stale_heading(len(section.stale), section.entries), PRUNE_INTRO))
     for keys, heading, intro in blocks:
         if keys:
-            lines += [heading, *(f"  {key.text()}" for key in keys), intro,
-                      f"  {section.update_command}"]  # fmt: skip
+            lines += [*(part for line in (heading, *(f"  {key.text()}" for key in keys), intro)
+                        for part in wrap_line(line, width)),
+                      *command_lines(section.update_command, width)]  # fmt: skip
     return lines
 
 
@@ -240,13 +244,37 @@ def wrap_line(line: str, width: int) -> list[str]:
     found = _LABEL.match(line)
     if found:
         return _words(line, width, min(len(found.group(0)), width // 3))
+    fields = _FIELDS.split(line.strip())
+    column = len(line) - len(fields[-1]) if len(fields) == 2 else width
+    if column <= width // 2 and " " in fields[-1]:
+        # a metric and its values (a series): the values go on under their own column,
+        # so that the rows of a block stay aligned
+        return _words(line, width, column)
     lines: list[str] = []
-    for field in _FIELDS.split(line.strip()):
+    for field in fields:
         if lines and len(lines[-1]) + 2 + len(field) <= width:
             lines[-1] += "  " + field
         else:
             lines.extend(_words(" " * (lead + 4 if lines else lead) + field, width, lead + 4))
     return lines
+
+
+def command_lines(command: str, width: int, indent: str = "  ") -> list[str]:
+    """A shell command (``shlex.join``'s quoting) to be copied as it is, in ``width``
+    columns: broken between its words, each line but the last ended by `` \\`` (the
+    shell's line continuation), each further line indented two more columns; a word
+    longer than a line stays whole. Whole on one line where it fits, or in a width under
+    40 columns (as ``wrap_line``)."""
+    if len(indent) + len(command) <= width or width < 40:
+        return [indent + command]
+    words = [shlex.quote(word) for word in shlex.split(command)]
+    lines = [indent + words[0]] if words else [indent]
+    for word in words[1:]:
+        if len(lines[-1]) + 1 + len(word) + 2 <= width:  # room for " \\" after it
+            lines[-1] += " " + word
+        else:
+            lines.append(f"{indent}  {word}")
+    return [line + " \\" for line in lines[:-1]] + lines[-1:]
 
 
 def wrapped(text: str, width: int) -> list[tuple[str, str]]:
