@@ -141,6 +141,8 @@ _WINDOW = re.compile(r" steps \d+-\d+$")  # a check's name, not a chain label
 _ACCESS = {"attribute": ".{}", "ctx attribute": ".{}", "hook": ".{}", "key": "[*]",
            "index": "[*]", "member": "[*]", "closure cell": " closure '{}'",
            "generator frame": " local '{}'", "context value": ".get()"}  # fmt: skip
+#: How a holder spelled from a cycle's links starts.
+CYCLE = "cycle: "
 #: The links after which the holder ends: what a graph reaches is how deep the walk went.
 _GRAPH_KINDS = ("tensor", "node")
 
@@ -154,9 +156,18 @@ def check_label(nodeid: str, name: str) -> str:
     return rest or "marker"
 
 
-def holder_path(links: Sequence[Mapping[str, Any]]) -> str:
+def holder_path(
+    links: Sequence[Mapping[str, Any]], cycle: Sequence[Mapping[str, Any]] = ()
+) -> str:
     """The holder of a finding from the diagnosis' typed links (``diagnosis.links`` as
-    plain data, root first): ``global 'history' -> list[*] -> Tensor``."""
+    plain data, root first): ``global 'history' -> list[*] -> Tensor``; where no root
+    reaches it, the cycle that keeps it (``diagnosis.cycle_links``): ``cycle: Holder.me
+    -> Holder``, so that another cycle in the same test is another finding."""
+    if not links and cycle:
+        return CYCLE + " -> ".join(
+            str(link.get("type", "")) + _access(str(link.get("edge", "")), str(link.get("key", "")))
+            for link in cycle
+        )
     parts: list[str] = []
     for at, link in enumerate(links):
         kind, name = str(link.get("type", "")), str(link.get("name", ""))
@@ -200,10 +211,11 @@ def scope_test(node: str) -> str:
 
 def key_of(
     nodeid: str, *, name: str, pattern: str | None, links: Sequence[Mapping[str, Any]],
-    judged_at: Mapping[str, str] | None = None,
+    judged_at: Mapping[str, str] | None = None, cycle: Sequence[Mapping[str, Any]] = (),
 ) -> Key:  # fmt: skip
     """The key of a leaked check of the test ``nodeid``: the check's name, its pattern and
-    its diagnosis' typed links as plain data (``CheckResult``'s fields). ``judged_at``
+    its diagnosis' typed links (and its cycle's, ``cycle``) as plain data
+    (``CheckResult``'s fields). ``judged_at``
     (``CheckResult.judged_at``: fixture, scope, node): an outlive finding judged at that
     fixture instance's teardown, keyed on the instance, not on ``nodeid``."""
     if judged_at:
@@ -211,21 +223,26 @@ def key_of(
             test=scope_test(judged_at["node"]),
             check=fixture_check(judged_at["fixture"], judged_at["scope"]),
             pattern=pattern or "",
-            holder=holder_path(links),
+            holder=holder_path(links, cycle),
         )
     return Key(
         test=nodeid,
         check=check_label(nodeid, name),
         pattern=pattern or "",
-        holder=holder_path(links),
+        holder=holder_path(links, cycle),
     )
 
 
 def written_before(key: Key, entries: Iterable[Key]) -> Key | None:
-    """The entry that an earlier pytest-graphleak wrote for ``key``, a finding judged at
-    a fixture's teardown (``is_fixture_check``): keyed on the test whose teardown judged
-    it (``outlive``, a test inside the scope, the same pattern and holder); None when
-    there is none, or more than one."""
+    """The entry that an earlier pytest-graphleak wrote for ``key``: for a finding judged
+    at a fixture's teardown (``is_fixture_check``), keyed on the test whose teardown
+    judged it (``outlive``, a test inside the scope, the same pattern and holder); for a
+    cycle no root reaches (its holder spelled from the cycle, ``CYCLE``), the entry of
+    its test, check and pattern with no holder, as files written before then keyed it.
+    None when there is none, or more than one."""
+    if key.holder.startswith(CYCLE):
+        empty = Key(key.test, key.check, key.pattern, "")
+        return empty if empty in set(entries) else None
     if not is_fixture_check(key.check):
         return None
     found = [old for old in entries if old.check == "outlive" and old.pattern == key.pattern
@@ -397,6 +414,9 @@ class Update:
     rekeyed: int = 0
     #: Entries the run did not check whose test no longer exists (``stale``): removed.
     pruned: list[Key] = field(default_factory=list)
+    #: Entries of cycles written with no holder, rewritten with the cycle's links (``CYCLE``)
+    #: and their reasons.
+    cycles: int = 0
 
 
 def updated(
@@ -427,8 +447,9 @@ def updated(
         added=sorted(key for key in now if key not in before and key not in moved),
         removed=sorted(key for key in gone if checked(key)),
         kept=len(now & set(before)) + len(kept_unchecked),
-        rekeyed=len(moved),
+        rekeyed=sum(not key.holder.startswith(CYCLE) for key in moved),
         pruned=pruned,
+        cycles=sum(key.holder.startswith(CYCLE) for key in moved),
     )
 
 

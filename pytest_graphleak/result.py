@@ -261,6 +261,10 @@ class Diagnosis:
     #: cycles (``diagnose.churn``): the note that says so; the cyclic garbage's growth is
     #: then not the user's leak (``verdict.withdraw``). "" otherwise.
     library_cycles: str = ""
+    #: For a cycle: its typed links (``Link``, no root), one per object of the cycle, each
+    #: with the edge the cycle leaves it by (what ``cycle`` renders); the baseline keys a
+    #: cycle on them. Empty when no cycle was drawn.
+    cycle_links: list[Link] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -361,6 +365,10 @@ class CheckResult:
     #: ``known``, it fails nothing; set where the result is recorded, and again by the
     #: session reporter, which matches every finding of the run (``pytest_graphleak.baseline``).
     known: bool = False
+    #: For a known leak: the reason its baseline entry gives ("" when it gives none, or the
+    #: leak is known only because the run updates the file); set with ``known`` by the
+    #: session reporter. Every surface that shows a known finding shows it.
+    known_reason: str = ""
     #: metric name -> what it is and the noise it was judged with (``Declaration``).
     declarations: dict[str, Declaration] = field(default_factory=dict)
     #: An outlive finding judged at a wider-scope fixture's teardown: that fixture
@@ -415,6 +423,7 @@ class CheckResult:
             diag["stored_at"] = [CreationSite(**s) for s in diag.get("stored_at", [])]
             diag["change_at"] = [CreationSite(**s) for s in diag.get("change_at", [])]
             diag["links"] = [Link(**link) for link in diag.get("links", [])]
+            diag["cycle_links"] = [Link(**link) for link in diag.get("cycle_links", [])]
             diag["fix"], diag["fix_tried"] = read_fix(diag.get("fix", ""), diag.get("fix_tried"))
             drawn = diag.get("drawing")
             diag["drawing"] = Drawing.from_dict(drawn) if drawn else None
@@ -435,6 +444,7 @@ class CheckResult:
             sample_steps=data.get("sample_steps"),
             kind=data.get("kind", "step"), warned=bool(data.get("warned", False)),
             known=bool(data.get("known", False)),
+            known_reason=str(data.get("known_reason") or ""),
             declarations={k: Declaration(**v) for k, v in data.get("declarations", {}).items()},
             judged_at=_judged_at(judged) if (judged := data.get("judged_at")) else None,
         )  # fmt: skip

@@ -13,7 +13,7 @@ from pytest_graphleak.pipeline import declarations
 from pytest_graphleak.plugin.terminal import (
     Progress,
     colour_failure,
-    header_line,
+    header_lines,
     line_markup,
     short_message,
     unchecked_hint,
@@ -66,12 +66,16 @@ def test_short_message_names_pattern_rate_and_holder() -> None:
     assert short_message(cycle) == "cycle: gc.cyclic_garbage +1/step, kept by a reference cycle"
 
 
-def test_header_line_only_when_checking() -> None:
-    assert header_line(Settings()) is None
-    line = header_line(Settings(enabled=True, warn_only=True, probes=("torch", "gc")))
-    assert line is not None
-    assert "steps=16 warmup=3 rss_tolerance=1.0 MiB/step probes=torch,gc" in line
-    assert line.endswith("warn-only (leaks do not fail)")
+def test_header_lines_only_when_checking_folded_between_settings() -> None:
+    assert header_lines(Settings(), 80) is None
+    lines = header_lines(Settings(enabled=True, warn_only=True, probes=("torch", "gc")), 80)
+    assert lines == [
+        "graphleak: checking @pytest.mark.no_graph_growth tests: steps=16 warmup=3",
+        "    rss_tolerance=1.0 MiB/step probes=torch,gc start_scan=roots diagnose=on",
+        "    warn-only (leaks do not fail)",
+    ]
+    wide = header_lines(Settings(enabled=True, probes=("torch", "gc")), 200)
+    assert wide is not None and len(wide) == 1
 
 
 def test_unchecked_hint_counts_marked_call_reports() -> None:

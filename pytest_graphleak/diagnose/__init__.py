@@ -35,7 +35,7 @@ from pytest_graphleak.diagnose.cycles import (
     pack_hook_cycle,
 )
 from pytest_graphleak.diagnose.edges import Edge, ObjectEdges, items_of
-from pytest_graphleak.diagnose.facts import chain_of
+from pytest_graphleak.diagnose.facts import chain_of, cycle_links_of
 from pytest_graphleak.diagnose.heap import diagnose_heap
 from pytest_graphleak.diagnose.holders import not_reached, plain_cycle, unrooted
 from pytest_graphleak.diagnose.loop_memory import watch_growth
@@ -106,6 +106,7 @@ class _Found:
     chain_path: Path | None = None
     cycle_path: Path | None = None
     cycle: list[str] = field(default_factory=list)
+    cycle_links: list[Link] = field(default_factory=list)  # its typed links (the key)
     cycle_fix: str = ""
     change_at: list[CreationSite] = field(default_factory=list)  # a cycle's hook, closure
     seen: SeenCycle | None = None
@@ -216,6 +217,7 @@ def _search(
         _unrooted(found, obs, walker, notes, searched)
     if found.cycle_path is not None:
         found.cycle = render_cycle(found.cycle_path, walker, hanging)
+        found.cycle_links = cycle_links_of(found.cycle_path, walker)
         told, found.cycle_fix = cycle_story(found.cycle_path, walker,
                                             collectable=obs.cyclic != [])  # fmt: skip
         notes.extend(told)
@@ -228,6 +230,7 @@ def _search(
         notes.append(said.loop_freed(seen.freed))
         if not found.cycle and seen.cycle:
             found.cycle, found.cycle_fix = list(seen.cycle), seen.fix
+            found.cycle_links = list(seen.cycle_links)
             found.change_at = list(seen.change_at)
             notes.extend(seen.notes)
 
@@ -296,7 +299,8 @@ def _told(
     story = story_of(pattern, graph_grew=facts.graph_grew, tensors=kept_tensors,
                      has_chain=found.chain_path is not None)  # fmt: skip
     drawn = drawing(found.chain_path, found.cycle_path, walker) or (seen.drawing if seen else None)
-    diagnosis = Diagnosis(pattern, cycle=found.cycle, sites=sites, notes=notes, drawing=drawn,
+    diagnosis = Diagnosis(pattern, cycle=found.cycle, cycle_links=found.cycle_links,
+                          sites=sites, notes=notes, drawing=drawn,
                           story=story, change_at=found.change_at,
                           kept_without_graph=kept_tensors and not facts.graph_grew)  # fmt: skip
     diagnosis.chain, diagnosis.links = found.chain

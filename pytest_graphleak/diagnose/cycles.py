@@ -33,6 +33,7 @@ from typing import Any
 from pytest_graphleak.diagnose.backends import NODE, TENSOR, Backend
 from pytest_graphleak.diagnose.churn import carries_graph
 from pytest_graphleak.diagnose.edges import ObjectEdges
+from pytest_graphleak.diagnose.facts import cycle_links_of
 from pytest_graphleak.diagnose.observed import Leaked, Observation, SeenCycle
 from pytest_graphleak.diagnose.render import drawing, render_cycle
 from pytest_graphleak.diagnose.search import Path, find_cycle
@@ -84,6 +85,7 @@ def see_cycle(
     if path is not None:
         try:
             seen.cycle = render_cycle(path, walker)
+            seen.cycle_links = cycle_links_of(path, walker)
             seen.notes, seen.fix = cycle_story(path, walker, collectable=True)
             seen.drawing = drawing(None, path, walker)
             seen.change_at = hook_sites(path)

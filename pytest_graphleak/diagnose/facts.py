@@ -53,6 +53,13 @@ def links_of(path: Path, walker: ObjectEdges) -> list[Link]:
     return links
 
 
+def cycle_links_of(path: Path, walker: ObjectEdges) -> list[Link]:
+    """The typed links of a cycle's ``path``: one per object (no root), each with the
+    edge the cycle leaves it by."""
+    return [_link(obj, path.edges[i] if i < len(path.edges) else None, walker)
+            for i, obj in enumerate(path.objects)]  # fmt: skip
+
+
 def root_link(label: str) -> Link:
     """The root of a chain from its label (``fixture 'st'``, ``self``, ``global 'm.H'``):
     its kind, and the user's name for it when the label names one."""

@@ -10,7 +10,7 @@ from typing import Any
 
 from pytest_graphleak.diagnose.sites import Site
 from pytest_graphleak.probes.autograd import Backend
-from pytest_graphleak.result import CreationSite, Drawing, display_path
+from pytest_graphleak.result import CreationSite, Drawing, Link, display_path
 from pytest_graphleak.words import notes as said
 
 
@@ -27,6 +27,8 @@ class SeenCycle:
     sites: dict[Site, int] = field(default_factory=dict)  # their creation sites, counted
     #: The line to change: the cycle's hook or closure of the user's (``hook_sites``).
     change_at: list[CreationSite] = field(default_factory=list)
+    #: The cycle's typed links (``Diagnosis.cycle_links``).
+    cycle_links: list[Link] = field(default_factory=list)
 
 
 @dataclass

@@ -119,10 +119,12 @@ def mark_known(item: pytest.Item, result: CheckResult) -> bool:
 def key_for(nodeid: str, result: CheckResult) -> Key:
     """The baseline key of a leaked result of the test ``nodeid`` (one judged at a
     wider-scope fixture's teardown: of that fixture instance, ``CheckResult.judged_at``)."""
-    links = [asdict(link) for link in result.diagnosis.links] if result.diagnosis else []
+    found = result.diagnosis
+    links = [asdict(link) for link in found.links] if found else []
+    cycle = [asdict(link) for link in found.cycle_links] if found else []
     judged = asdict(result.judged_at) if result.judged_at is not None else None
     return baseline.key_of(nodeid, name=result.name, pattern=result.pattern, links=links,
-                           judged_at=judged)  # fmt: skip
+                           judged_at=judged, cycle=cycle)  # fmt: skip
 
 
 def unknown(item: pytest.Item, results: Iterable[CheckResult]) -> list[CheckResult]:
@@ -238,6 +240,17 @@ class BaselineRun:
                 if entry is not None and entry != key:
                     self.matched_before.add(entry)
                 check["known"] = self.update or entry is not None
+                check["known_reason"] = self.reason(entry)
+
+    @property
+    def file(self) -> str:
+        """The baseline file's path, as the run was given it."""
+        return str(self.baseline.path)
+
+    def reason(self, entry: Key | None) -> str:
+        """The reason the file gives for the entry ``entry`` ("" for none)."""
+        found = self.baseline.entries.get(entry) if entry is not None else None
+        return found.reason if found is not None else ""
 
     def checked(self, key: Key) -> bool:
         """Whether this run could have found the entry (the module docstring)."""
@@ -336,6 +349,9 @@ class BaselineRun:
         if done.rewritten_from is None:
             rekeyed = (f", {done.rekeyed} judged at a fixture's teardown keyed on that "
                        "fixture now" if done.rekeyed else "")  # fmt: skip
+            rekeyed += ("" if not done.cycles else ", 1 cycle keyed on its links now"
+                        if done.cycles == 1 else f", {done.cycles} cycles keyed on their "
+                        "links now")  # fmt: skip
             pruned = (f", {len(done.pruned)} removed as their tests no longer exist"
                       if done.pruned else "")  # fmt: skip
             return (f"graphleak baseline: wrote {len(done.entries)} findings to {path} "

@@ -400,7 +400,8 @@ class SessionReport:
         rows = [test.typed() for test in self.rows()]  # the read model (report.model)
         columns = self.config.get_terminal_writer().fullwidth
         body = section_lines(rows, self.notes, self.settings.warn_only, columns=columns,
-                             verbose=(self.config.getoption("verbose") or 0) > 0)  # fmt: skip
+                             verbose=(self.config.getoption("verbose") or 0) > 0,
+                             baseline_file=self.baseline.file if self.baseline else "")  # fmt: skip
         for theirs, title in ((self.session_failures, "fixture findings that failed the session"),
                               (self.session_warnings, "fixture findings, on no test")):  # fmt: skip
             if theirs:  # no test's failure text or warning shows them

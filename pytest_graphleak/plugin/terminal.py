@@ -39,7 +39,7 @@ from pytest_graphleak.report.text import (
     wrap_line,
     wrapped,
 )
-from pytest_graphleak.report.view import culprit, diagnosis_view
+from pytest_graphleak.report.view import culprit, diagnosis_view, known_text
 from pytest_graphleak.result import CheckResult
 from pytest_graphleak.status import BY_WORD as STATUS_FACTS
 from pytest_graphleak.status import (
@@ -70,13 +70,6 @@ OPT_OUT_HELP = (
 )
 
 _NOUNS = {"tensors": ("tensor", "tensors"), "nodes": ("graph node", "graph nodes")}
-
-
-def header_line(settings: Any) -> str | None:
-    """``graphleak: checking @pytest.mark.no_graph_growth tests: steps=16 ...``; None when
-    checking is off."""
-    parts = header_parts(settings)
-    return None if parts is None else " ".join(parts)
 
 
 def header_lines(settings: Any, columns: int) -> list[str] | None:
@@ -246,8 +239,10 @@ def detail_lines(check: CheckResult) -> list[str]:
     check: what a warned check shows in the summary section instead of a failure. The
     pattern heads the summary's line; notes have their own lines."""
     pattern = check.pattern or FALLBACK
-    view = diagnosis_view(pattern, check.diagnosis, outlive=check.kind == "outlive")
-    return [line.plain() for line in view if line.kind not in ("pattern", "note")]
+    outlive = check.kind == "outlive"  # no series: its notes are the diagnosis' own
+    view = diagnosis_view(pattern, check.diagnosis, outlive=outlive)
+    hidden = ("pattern",) if outlive else ("pattern", "note")
+    return [line.plain() for line in view if line.kind not in hidden]
 
 
 def unchecked_hint(reports: Iterable[Any]) -> str | None:
@@ -345,7 +340,7 @@ def _warned_why(outcome: str, warn_only: bool) -> str:
 
 def section_lines(
     rows: Sequence[TestRow], notes: Iterable[str], warn_only: bool, *, columns: int,
-    verbose: bool,
+    verbose: bool, baseline_file: str = "",
 ) -> list[tuple[str, dict[str, bool]]]:
     """The ``graphleak report`` section's lines before its count line: each test's rows
     (a clean test's only with ``-v``) in the reports' order (leaks first, then by node id:
@@ -356,7 +351,7 @@ def section_lines(
     body = [
         (part, markup)
         for test in ordered if verbose or test.status != CLEAN
-        for line, markup in summary_lines(test, width, warn_only)
+        for line, markup in summary_lines(test, width, warn_only, baseline_file)
         for part in wrap_line(line, columns)
     ]  # fmt: skip
     return body + [(part, {"yellow": True}) for note in sorted(notes)
@@ -373,7 +368,7 @@ def no_verdict(results: Sequence[CheckResult]) -> Status | None:
 
 
 def summary_lines(
-    test: TestRow, width: int, warn_only: bool
+    test: TestRow, width: int, warn_only: bool, baseline_file: str = ""
 ) -> list[tuple[str, dict[str, bool]]]:
     """The terminal rows of one checked test: a head line with status, node id,
     pattern and culprit, then each grown metric with start -> end, growth per step
@@ -389,7 +384,7 @@ def summary_lines(
             outlive = ("" if check.kind != "outlive" else "outlived the test: " if at is None
                        else "outlived the fixture's teardown: ")  # fmt: skip
             head += f"  {outlive}{check.pattern or 'leak'}"
-            found = culprit(check.diagnosis) if status != "warned" else ""  # its held by:
+            found = culprit(check.diagnosis) if status != WARNED else ""  # its held by:
             if found:
                 head += f"  {found}"
             if status == WARNED and at is not None and not at.charged_to:
@@ -398,8 +393,6 @@ def summary_lines(
                 head += f"  ({_warned_why(test.outcome, warn_only)})"
             elif status == XFAILED:
                 head += "  (expected to fail)"
-            elif status == KNOWN:
-                head += "  (listed in the baseline file)"
         elif status == ERROR:
             head += f"  step raised: {error_line(check)}"
         elif status == UNMEASURED:
@@ -415,8 +408,11 @@ def summary_lines(
         if status == UNMEASURED and check.unmeasured_fix:  # what to change, as a leak's
             fix = f"fix: {check.unmeasured_fix}"
             lines.append((f"    {fix}", line_markup(fix)))
-        if status == KNOWN:
-            continue  # one line: it is accepted for now; the reports have its details
+        if status == KNOWN:  # accepted for now: why (the file's reason), and the fix
+            told = known_text(check.known_reason, baseline_file)
+            lines.append((f"    {told}", {"cyan": True}))
+            lines.extend(_fix_lines(check))
+            continue
         cells = [
             (
                 row.name,
@@ -435,13 +431,20 @@ def summary_lines(
         # what the numbers cannot say (a count that is a lower bound)
         lines.extend((f"    note: {note}", {"yellow": True}) for note in check.notes)
         if status == WARNED:  # no failure text shows these: the warning is one line
+            if check.kind == "outlive":  # what was left, as the fail mode's text says it
+                lines.append((f"    {check.verdict.reason}", {}))
             lines.extend((f"    {line}", line_markup(line)) for line in detail_lines(check))
             if check.kind == "outlive":
                 lines.append((f"    {KEPT_ON_PURPOSE}", {}))
         elif status in LEAK_STATUSES:  # the failure text above has the rest: what to change
-            lines.extend((f"    {line}", line_markup(line)) for line in detail_lines(check)
-                         if line.startswith(("fix: ", "fix (")))  # fmt: skip
+            lines.extend(_fix_lines(check))
     return lines
+
+
+def _fix_lines(check: CheckResult) -> list[tuple[str, dict[str, bool]]]:
+    """The check's fix line (verified or not), as a row's last line."""
+    return [(f"    {line}", line_markup(line)) for line in detail_lines(check)
+            if line.startswith(("fix: ", "fix ("))]  # fmt: skip
 
 
 #: The terminal's word of each status (``status.TABLE``), padded, and its colour token

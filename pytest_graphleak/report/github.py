@@ -36,13 +36,20 @@ from pytest_graphleak.metrics import format_rate
 from pytest_graphleak.report.model import BaselineSection, Report, check_label, metric_rows
 from pytest_graphleak.report.span import error_line, span_text
 from pytest_graphleak.report.summary import no_rows, sentence
-from pytest_graphleak.report.view import diagnosis_view, fix_of, line_to_change
+from pytest_graphleak.report.view import (
+    baseline_name,
+    diagnosis_view,
+    fix_of,
+    known_text,
+    line_to_change,
+)
 from pytest_graphleak.result import CheckResult, Diagnosis, relative_to
 from pytest_graphleak.status import (
     BY_WORD,
     CLEAN,
-    DISPLAY_ORDER,
     ERROR,
+    KNOWN,
+    STATUSES,
     UNMEASURED,
     display_key,
 )
@@ -71,6 +78,10 @@ class Row:
     #: The fix as the failure text words it, with whether it was verified (``fix
     #: (verified: ...): ...``, ``fix (not verified): ...  (why)``); "" to say ``fix: ...``.
     fix_line: str = ""
+    #: A known finding: the baseline file's name, and the line that says so with the
+    #: reason its entry gives (``view.known_text``); "" for any other row.
+    known_in: str = ""
+    known: str = ""
 
 
 def wanted(mode: Any, environ: Mapping[str, str]) -> bool:
@@ -115,7 +126,12 @@ def report_rows(report: Report, locations: Mapping[str, tuple[str, int]]) -> lis
             at = check.judged_at
             if at is not None and at.file:  # a fixture's finding: its line, not a test's
                 place = (at.file, at.line)
-            rows.append(_check_row(label, test.status_of(check), test.outcome, check, place))
+            row = _check_row(label, test.status_of(check), test.outcome, check, place)
+            if row.status == KNOWN:  # why it fails nothing: the baseline file's reason
+                file = report.baseline.file if report.baseline is not None else ""
+                row = replace(row, known_in=baseline_name(file),
+                              known=known_text(check.known_reason, file))  # fmt: skip
+            rows.append(row)
     return rows
 
 
@@ -212,14 +228,16 @@ def commands(rows: Iterable[Row], workspace: str) -> list[str]:
             continue
         properties = []
         path = relative_path(row.file, workspace)
-        title = f"graphleak: {row.title}"
+        title = (f"graphleak (known, in {row.known_in}): {row.title}" if row.known_in
+                 else f"graphleak: {row.title}")  # fmt: skip
         if path:
             properties.append(f"file={_property(path)}")
             if row.line > 0:
                 properties.append(f"line={row.line}")
             title += f" at {path}:{row.line}" if row.line > 0 else f" in {path}"
         properties.append(f"title={_property(title)}")
-        told = [row.fix_line or f"fix: {row.fix}"] if row.fix else []
+        told = [row.known] if row.known else []  # a known one: why it fails nothing
+        told += [row.fix_line or f"fix: {row.fix}"] if row.fix else []
         told += [*row.summary.split("\n"), f"test: {row.test}"]
         lines.append(f"::{row.level} {','.join(properties)}::{_data(chr(10).join(told))}")
     return lines
@@ -243,9 +261,11 @@ def _property(text: str) -> str:
 
 
 # -- the step summary ----------------------------------------------------------------
-#: A status's mark in the table, by its colour (``status.TABLE``): seen at a glance.
-_MARKS = {"red": "\U0001f534", "yellow": "\U0001f7e1", "purple": "\U0001f7e3",
-          "blue": "\U0001f535", "cyan": "\U0001f537", "green": "\U0001f7e2"}  # fmt: skip
+#: Each status's badge in the step summary: one of its own, so that two statuses never
+#: read alike (a known finding's is not an unmeasured check's blue).
+BADGES = {"leaked": "\U0001f534", "warned": "\U0001f7e1", "xfailed": "\U0001f7e0",
+          "error": "\U0001f7e3", "unmeasured": "\U0001f535", "known": "\u26aa",
+          "clean": "\U0001f7e2"}  # fmt: skip
 
 
 def step_summary(
@@ -257,9 +277,12 @@ def step_summary(
     environ: Mapping[str, str] | None = None,
 ) -> str:
     """A markdown section: a short heading (the statuses other than clean), the session's
-    sentence (``summary.sentence``: tests, not checks), one table row per check that is
-    not clean (its status marked, the fix in a column of its own), the clean ones folded
-    into a count. ``others``: how many of ``rows`` are findings of other kinds
+    sentence (``summary.sentence``: tests, not checks), then each new finding (a leak, an
+    error, an unmeasured check) as a short block, worst first: its badge, status and test,
+    the pattern and the line to change, the fix, and the rest folded in ``<details>``
+    (what holds it, what grew, the verified fix as a diff). The known findings (with the
+    baseline file's reason) and the clean checks are folded into a count each, a list
+    that opens on a click. ``others``: how many of ``rows`` are findings of other kinds
     (``writers.Run.rows``). With ``GITHUB_SERVER_URL``, ``GITHUB_REPOSITORY`` and
     ``GITHUB_SHA`` in ``environ``, each line links to the file at the run's commit."""
     told = sentence(summary)
@@ -268,44 +291,90 @@ def step_summary(
         head += f"; {others} other {'finding' if others == 1 else 'findings'}"
     if not rows:
         return f"{head}\n\n{no_rows(summary)}\n\n"
-    clean = [row for row in rows if row.status == CLEAN]
-    listed = sorted((row for row in rows if row.status != CLEAN),
-                    key=lambda r: (display_key(r.status), r.test))  # fmt: skip
+    found = sorted((row for row in rows if row.status not in (CLEAN, KNOWN)),
+                   key=lambda r: (display_key(r.status), r.test))  # fmt: skip
     lines = [head, "", f"{told[:1].upper()}{told[1:]}.", ""]
-    if listed:
-        lines += ["| Status | Test | Pattern | Line | Fix | Details |",
-                  "|---|---|---|---|---|---|"]  # fmt: skip
-    for row in listed:
-        pattern = "" if row.title == row.status else _text(row.title)  # no word twice
-        cells = [_mark(row.status), f"`{_code(row.test)}`", pattern,
-                 _where(row, workspace, environ or {}), _text(row.fix),
-                 "<br>".join(_text(line) for line in row.summary.splitlines())]  # fmt: skip
-        lines.append("| " + " | ".join(cells) + " |")
-    lines += _verified_diffs(listed, workspace)
+    for row in found:
+        lines += _finding_block(row, workspace, environ or {})
+    known = sorted((row for row in rows if row.status == KNOWN), key=lambda r: r.test)
+    if known:
+        where = known[0].known_in
+        lines += [f"<details><summary>{BADGES['known']} {_count(len(known), 'known finding')} "
+                  f"(listed in {_text(where)}: {'it fails' if len(known) == 1 else 'they fail'} "
+                  "nothing)</summary>", ""]  # fmt: skip
+        lines += [_known_item(row, workspace, environ or {}) for row in known]
+        lines += ["", "</details>", ""]
+    clean = [row for row in rows if row.status == CLEAN]
     if clean:
-        lines += ["", f"<details><summary>{len(clean)} clean "
-                  f"{'check' if len(clean) == 1 else 'checks'} (nothing grew)</summary>", ""]
+        lines += [f"<details><summary>{BADGES['clean']} {_count(len(clean), 'clean check')} "
+                  "(nothing grew)</summary>", ""]  # fmt: skip
         lines += [f"- `{_code(row.test)}`: {_text(row.summary)}" for row in clean]
-        lines += ["", "</details>"]
-    return "\n".join(lines) + "\n\n"
+        lines += ["", "</details>", ""]
+    return "\n".join(lines).rstrip("\n") + "\n\n"
 
 
-def _verified_diffs(rows: Sequence[Row], workspace: str) -> list[str]:
-    """Under the table, each verified fix as a ``diff`` block under its test's name, its
-    file named relative to the workspace (``graphleak fix`` prints the same change)."""
-    lines: list[str] = []
-    for row in rows:
-        if not row.diff:
-            continue
-        name = relative_path(row.diff_file, workspace) or row.diff_file
-        diff = row.diff.splitlines()
-        if len(diff) >= 2 and diff[0].startswith("--- ") and diff[1].startswith("+++ "):
-            diff[:2] = [f"--- a/{name}", f"+++ b/{name}"]
-        fence = "````" if any(line.lstrip(" +-").startswith("```") for line in diff) else "```"
-        lines += ["", f"Verified fix for `{_code(row.test)}` (the step re-run with it grew "
-                  "nothing; `graphleak fix REPORT.json --apply` writes it):", "",
-                  f"{fence}diff", *diff, fence]  # fmt: skip
-    return lines
+def _finding_block(row: Row, workspace: str, environ: Mapping[str, str]) -> list[str]:
+    """One new finding: badge, status and test; what it is and where; the fix; then the
+    details folded (the lines of its annotation after the fix, and a verified fix's
+    diff)."""
+    facts = BY_WORD.get(row.status)
+    label = facts.label if facts is not None else row.status.upper()
+    what = _text(row.title)
+    where = _where(row, workspace, environ)
+    lines = [f"{BADGES.get(row.status, '')} **{label}** `{_code(row.test)}`".strip() + "<br>",
+             f"{what} at {where}" if where else what]  # fmt: skip
+    if row.fix:
+        fix = row.fix_line or f"fix: {row.fix}"
+        label, _, text = fix.partition(": ") if not row.fix_line else _fix_parts(fix)
+        lines[-1] += "<br>"
+        lines.append(f"**{_text(label)}:** {_text(text)}")
+    told = [line for line in row.summary.splitlines() if line.strip()]
+    if not row.fix and told:  # no fix to name (a step that raised): what happened instead
+        lines[-1] += "<br>"
+        lines.append(_text(told.pop(0)))
+    details = [f"- {_text(line)}" for line in told]
+    diff = _diff_block(row, workspace)
+    if details or diff:
+        lines += ["", "<details><summary>details</summary>", "", *details, *diff, "",
+                  "</details>"]  # fmt: skip
+    return [*lines, ""]
+
+
+def _fix_parts(fix_line: str) -> tuple[str, str, str]:
+    """``fix (verified: 8 more steps ...): train.py:12: ...`` as its label and its text."""
+    depth = 0
+    for at, char in enumerate(fix_line):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if char == ":" and depth == 0:
+            return fix_line[:at], ":", fix_line[at + 1:].lstrip()
+    return "fix", ":", fix_line
+
+
+def _known_item(row: Row, workspace: str, environ: Mapping[str, str]) -> str:
+    """A known finding in one list item: the test, what and where, the baseline file's
+    reason, the fix."""
+    where = _where(row, workspace, environ)
+    at = f" at {where}" if where else ""
+    fix = f"; fix: {_text(row.fix)}" if row.fix else ""
+    return f"- `{_code(row.test)}`: {_text(row.title)}{at}; {_text(row.known)}{fix}"
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" + ("" if number == 1 else "s")
+
+
+def _diff_block(row: Row, workspace: str) -> list[str]:
+    """A verified fix as a ``diff`` block, its file named relative to the workspace
+    (``graphleak fix`` prints the same change); none when the fix is not verified."""
+    if not row.diff:
+        return []
+    name = relative_path(row.diff_file, workspace) or row.diff_file
+    diff = row.diff.splitlines()
+    if len(diff) >= 2 and diff[0].startswith("--- ") and diff[1].startswith("+++ "):
+        diff[:2] = [f"--- a/{name}", f"+++ b/{name}"]
+    fence = "````" if any(line.lstrip(" +-").startswith("```") for line in diff) else "```"
+    return ["", "The verified fix (the step re-run with it grew nothing; `graphleak fix "
+            "REPORT.json --apply` writes it):", "", f"{fence}diff", *diff, fence]
 
 
 def fixed_section(baseline: BaselineSection | None) -> str:
@@ -332,19 +401,12 @@ def fixed_section(baseline: BaselineSection | None) -> str:
 def _heading(summary: Mapping[str, int]) -> str:
     """``1 leaked, 2 unmeasured``: the statuses of the tests other than clean; ``3 clean``
     when every test is; the session's sentence when no test has a result."""
-    parts = [f"{summary[word]} {word}" for word in DISPLAY_ORDER
+    parts = [f"{summary[word]} {word}" for word in STATUSES  # the count line's order
              if word != CLEAN and summary.get(word)]  # fmt: skip
     if parts:
         return ", ".join(parts)
     clean = summary.get(CLEAN)
     return f"{clean} clean" if clean else sentence(summary)
-
-
-def _mark(status: str) -> str:
-    facts = BY_WORD.get(status)
-    if facts is None:
-        return _text(status)
-    return f"{_MARKS.get(facts.colour, '')} **{facts.label}**".strip()
 
 
 def _where(row: Row, workspace: str, environ: Mapping[str, str]) -> str:

@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from html import escape
 from pathlib import Path
 
+from pytest_graphleak.baseline import PRUNE_INTRO, UPDATE_INTRO, fixed_heading, stale_heading
 from pytest_graphleak.metrics import count_of, format_rate
 from pytest_graphleak.patterns import FALLBACK
 from pytest_graphleak.report.dot import render_svg
@@ -40,7 +41,7 @@ from pytest_graphleak.report.html_cards import (
 from pytest_graphleak.report.html_script import SCRIPT, TOOLS
 from pytest_graphleak.report.html_style import stylesheet
 from pytest_graphleak.report.json_doc import file_head
-from pytest_graphleak.report.model import Report, TestRow, headline_growth
+from pytest_graphleak.report.model import BaselineSection, Report, TestRow, headline_growth
 from pytest_graphleak.report.summary import no_rows
 from pytest_graphleak.report.view import fix_of
 from pytest_graphleak.status import BY_WORD, DISPLAY_ORDER, GROUP_CLEAN, TABLE, display_key
@@ -73,13 +74,15 @@ def render_html(
     # Leaks first, then by node id, its numbers as numbers ([9] before [10]): the order
     # is the same on every run and under xdist.
     rows = sorted(report.tests, key=lambda row: (display_key(row.status), natural(row.nodeid)))
-    cards = Cards(draw, (environment or {}).get("rootdir"))
+    section = report.baseline
+    cards = Cards(draw, (environment or {}).get("rootdir"), section.file if section else "")
     header = [
         "<h1>graphleak report</h1>",
         f'<p class="muted">{escape(report.generated_by)} &middot; '
         f"{_summary_line(report)}</p>",
     ]
     header.extend(f'<p class="note">{escape(note)}</p>' for note in report.notes)
+    header.append(_baseline_block(section))
     header.append(_environment_block(environment or {}, rows))
     statuses = [w for w in DISPLAY_ORDER if any(row.status == w for row in rows)]
     inputs = _inputs(statuses) if rows else ""
@@ -174,6 +177,24 @@ def _chips(summary: Mapping[str, int], statuses: Sequence[str], rows: int) -> st
         chips.append(f'<label for="show-{word}"><i class="dot {word}"></i>'
                      f"{escape(word)} ({count})</label>")
     return f'<nav class="filter">{"".join(chips)}</nav>'
+
+
+def _baseline_block(section: BaselineSection | None) -> str:
+    """The baseline file's entries the run no longer found (fixed) and those whose test
+    it did not collect (stale), each list with the command that updates the file, as the
+    terminal (``report.text.baseline_lines``) and the step summary list them; "" when
+    there are none."""
+    if section is None:
+        return ""
+    blocks = ((section.fixed, fixed_heading(len(section.fixed), section.file), UPDATE_INTRO),
+              (section.stale, stale_heading(len(section.stale), section.entries), PRUNE_INTRO))
+    parts = []
+    for keys, heading, intro in blocks:
+        if keys:
+            items = "".join(f"<li><code>{breakable(key.text())}</code></li>" for key in keys)
+            parts.append(f"<p>{escape(heading)}</p><ul>{items}</ul><p>{escape(intro)}</p>"
+                         f"<pre><code>{escape(section.update_command)}</code></pre>")
+    return f'<section class="baseline">{"".join(parts)}</section>' if parts else ""
 
 
 def _summary_line(report: Report) -> str:

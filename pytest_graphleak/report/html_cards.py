@@ -27,11 +27,12 @@ from pytest_graphleak.report.view import (
     LABELS,
     ViewLine,
     diagnosis_view,
+    known_text,
     site_text,
     to_change,
 )
 from pytest_graphleak.result import CheckResult, CreationSite, Diagnosis, display_path, relative_to
-from pytest_graphleak.status import BY_WORD, ERROR, UNMEASURED
+from pytest_graphleak.status import BY_WORD, ERROR, KNOWN, UNMEASURED
 
 #: Renders DOT text to an inline ``<svg>``; None means "show the DOT text instead".
 DotRenderer = Callable[[str], "str | None"]
@@ -110,9 +111,10 @@ class Cards:
     """How the page draws a test: the Graphviz renderer and the rootdir that paths are
     shown relative to. Each block of a check is one method returning HTML text."""
 
-    def __init__(self, draw: DotRenderer | None, root: str | None) -> None:
+    def __init__(self, draw: DotRenderer | None, root: str | None, baseline: str = "") -> None:
         self.draw = draw
         self.root = root
+        self.baseline = baseline  # the baseline file (a known finding's card names it)
 
     def shown(self, filename: str) -> str:
         return shown_path(filename, self.root)
@@ -149,7 +151,7 @@ class Cards:
         elif status == UNMEASURED:
             parts.append(self.unmeasured_card(check))
         elif BY_WORD[status].found:
-            parts.append(self.what_to_change(check))
+            parts.append(self.what_to_change(check, known=status == KNOWN))
         if diagnosis is not None:
             parts.append(self.graph(diagnosis))
         parts.append(self.outcome_line(check))
@@ -183,8 +185,9 @@ class Cards:
         rows.append(("why", breakable(check.unmeasured or ""), ""))
         return _change_block("not measured, so there is no verdict", rows)
 
-    def what_to_change(self, check: CheckResult) -> str:
-        """The lines to act on (``view.to_change``): pattern, held by, cycle, stored at, fix."""
+    def what_to_change(self, check: CheckResult, *, known: bool = False) -> str:
+        """The lines to act on (``view.to_change``): pattern, held by, cycle, stored at, fix;
+        a known finding's first, with the reason its baseline entry gives."""
         pattern = str(check.pattern or FALLBACK)
         outlive = check.kind == "outlive"
         lines = to_change(diagnosis_view(pattern, check.diagnosis, path=self.shown,
@@ -193,6 +196,9 @@ class Cards:
         # text: a long label would widen the label column of every row
         rows = [(LABELS[line.kind], view_cell(line), VIEW_CSS.get(line.kind, ""))
                 for line in lines]  # fmt: skip
+        if known:  # why it fails nothing: "known", then "in FILE: <reason>"
+            label, _, why = known_text(check.known_reason, self.baseline).partition(", ")
+            rows.insert(0, (escape(label), escape(why), ""))
         return _change_block("what to change", rows)
 
     def outcome_line(self, check: CheckResult) -> str:

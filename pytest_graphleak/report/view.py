@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import PurePath
 from typing import Any, Literal
 
 from pytest_graphleak.patterns import FIXES, MEANINGS
@@ -166,3 +167,18 @@ def culprit(diagnosis: Diagnosis | None) -> str:
 
 def _linked(links: Sequence[Any]) -> str:
     return " -> ".join(map(str, links))
+
+
+#: What a known finding's line says when its entry gives no reason.
+NO_REASON = "no reason written there yet"
+
+
+def known_text(reason: str, file: str) -> str:
+    """``known, in graphleak-baseline.json: <reason>``: what every surface says of a known
+    finding (the baseline file's entry lists it), with the reason its entry gives."""
+    return f"known, in {baseline_name(file)}: {reason or NO_REASON}"
+
+
+def baseline_name(file: str) -> str:
+    """The baseline file as a known finding names it: its file name."""
+    return PurePath(file).name if file else "the baseline file"
