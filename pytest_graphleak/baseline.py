@@ -122,6 +122,9 @@ class Baseline:
     #: merged into another entry that then named the same finding.
     respelled: int = 0
     merged: int = 0
+    #: Entries whose check named a nested step with its function's ``<locals>`` path
+    #: (``check(test_x.<locals>.step)``), read as ``check()`` names it now (``renamed``).
+    renamed: int = 0
 
     def __contains__(self, key: object) -> bool:
         return key in self.entries
@@ -195,6 +198,17 @@ def respelled(holder: str) -> str:
     Tensor`` -> ``global 'R' -> dict[*] -> Tensor``): an entry written before keys were
     ``[*]``, as a finding's key spells it now; unchanged when it has no such key."""
     return _SPELLED_KEY.sub(r"\1\2[*]", holder)
+
+
+#: A nested step's ``<locals>`` path in a check's name, as files written before
+#: ``check()`` named the step alone spelled it: ``check(test_x.<locals>.step)``.
+_LOCALS = re.compile(r"^check\((?:[^()]*<locals>\.)+")
+
+
+def renamed(check: str) -> str:
+    """``check`` as ``check()`` names a nested step now (``check(step)``, no
+    ``<locals>`` path); unchanged when it has none."""
+    return _LOCALS.sub("check(", check)
 
 
 def fixture_check(fixture: str, scope: str) -> str:
@@ -314,6 +328,10 @@ def _add_respelled(baseline: Baseline, entry: Entry) -> None:
     if holder != key.holder:
         baseline.respelled += 1
         key = Key(key.test, key.check, key.pattern, holder)
+    check = renamed(key.check)
+    if check != key.check:
+        baseline.renamed += 1
+        key = Key(key.test, check, key.pattern, key.holder)
     earlier = baseline.entries.get(key)
     if earlier is None:
         baseline.entries[key] = Entry(key, entry.reason)

@@ -104,22 +104,23 @@ def test_annotation_on_the_storing_line_and_the_step_summary(
         "earlier step\n### graphleak: 1 leaked, 1 unmeasured\n\n3 tests with results: 1 leaked, "
         "1 unmeasured, 1 clean; 3 audited for graphs that outlive them.\n"
     ), summary
-    assert "| Status | Test | Pattern | Line | Fix | Details |" in summary
+    assert "| Status |" not in summary  # a short block per finding, not a wide table
     link = f"https://github.com/octo/repo/blob/0123abc/test_gate.py#L{STORED_LINE}"
-    assert (f"| \U0001f534 **LEAKED** | `test_gate.py::test_accumulates` | list-accumulation | "
-            f"[`test_gate.py:{STORED_LINE}`]({link}) | "
-            f"test\\_gate.py:{STORED_LINE}: losses.append(loss.item())") in summary  # fmt: skip
-    assert "\U0001f535 **UNMEASURED** | `test_gate.py::test_unmeasured` |  |" in summary
-    # Under the table, the verified fix as a diff of the file (issue 44).
-    block = summary.split("Verified fix for `test_gate.py::test_accumulates` (the step re-run "
-                          "with it grew nothing; `graphleak fix REPORT.json --apply` writes "
-                          "it):\n\n```diff\n")[1].split("\n```\n")[0]  # fmt: skip
+    assert (f"\U0001f534 **LEAKED** `test_gate.py::test_accumulates`<br>\nlist-accumulation at "
+            f"[`test_gate.py:{STORED_LINE}`]({link})<br>\n**fix (verified: 8 more steps with "
+            f"this change grew nothing):** test\\_gate.py:{STORED_LINE}: "
+            "losses.append(loss.item())\n") in summary  # fmt: skip
+    assert "\U0001f535 **UNMEASURED** `test_gate.py::test_unmeasured`<br>\nunmeasured at " \
+        in summary
+    # In its details, the verified fix as a diff of the file (issue 44).
+    block = summary.split("The verified fix (the step re-run with it grew nothing; `graphleak "
+                          "fix REPORT.json --apply` writes it):\n\n```diff\n")[1].split(
+                          "\n```\n")[0]  # fmt: skip
     assert block.startswith("--- a/test_gate.py\n+++ b/test_gate.py\n@@ "), block
     assert "\n-    losses.append(loss)" in block and "\n+    losses.append(loss.item())" in block
-    assert summary.count("Verified fix for ") == 1  # the unmeasured check has none
-    # clean rows are folded into a count, not listed one by one in the table
-    assert "| `test_gate.py::test_clean`" not in summary
-    assert "<details><summary>1 clean check (nothing grew)</summary>" in summary
+    assert summary.count("The verified fix ") == 1  # the unmeasured check has none
+    # clean rows are folded into a count, not listed one by one
+    assert "<details><summary>\U0001f7e2 1 clean check (nothing grew)</summary>" in summary
     assert "- `test_gate.py::test_clean`: 6 steps after 2 warmup" in summary
 
 
@@ -163,8 +164,8 @@ def test_step_summary_escapes_markdown_and_links_only_with_github_facts(tmp_path
     rows = [Row("t.py::test_a", "leaked", "cycle", str(tmp_path / "t.py"), 7,
                 "cycle: f.<locals>.hook closure 'x' -> x | y *z*", "error", "use __slots__")]
     plain = github.step_summary(rows, str(tmp_path), {"checked": 1, "leaked": 1})
-    assert "| `t.py:7` | use \\_\\_slots\\_\\_ | cycle: f.&lt;locals&gt;.hook closure 'x' -&gt; " \
-        "x \\| y \\*z\\* |" in plain, plain
+    assert "cycle at `t.py:7`<br>\n**fix:** use \\_\\_slots\\_\\_\n" in plain, plain
+    assert "- cycle: f.&lt;locals&gt;.hook closure 'x' -&gt; x \\| y \\*z\\*\n" in plain, plain
     linked = github.step_summary(rows, str(tmp_path), {"checked": 1, "leaked": 1}, environ={
         "GITHUB_SERVER_URL": "https://ghe.example/", "GITHUB_REPOSITORY": "o/r",
         "GITHUB_SHA": "f00"})  # fmt: skip
@@ -266,7 +267,7 @@ def test_generic_rows_from_another_part_of_the_run(tmp_path: Path) -> None:
     table = github.step_summary(rows, str(tmp_path), {}, others=len(rows))
     # The head counts tests by the session's summary; these rows are no test's checks.
     assert table.splitlines()[0] == "### graphleak: no test ran a graphleak check; 3 other findings"
-    assert "| \U0001f534 **LEAKED** | `t.py::test_a` | outlived its test | `t.py:7` |" in table
+    assert "\U0001f534 **LEAKED** `t.py::test_a`<br>\noutlived its test at `t.py:7`<br>\n" in table
 
 
 def test_the_registry_names_every_writer_once() -> None:
@@ -306,7 +307,7 @@ def test_another_part_of_the_run_adds_rows_through_the_session_report(
         "test_gate.py%3A3::a tensor made by this test is still alive after its teardown%0A"
         "test: test_gate.py::test_clean"
     ]
-    assert "**LEAKED** | `test_gate.py::test_clean` | outlived its test |" in github_env.read_text()
+    assert "**LEAKED** `test_gate.py::test_clean`<br>\noutlived its test" in github_env.read_text()
 
 
 def test_a_cycle_is_annotated_on_its_hook_not_where_the_tensor_was_made(

@@ -387,6 +387,13 @@ class BaselineRun:
             out.append((self._wrote(self.written, path), {}))
         if self.baseline.respelled:
             out.append((self._respelled(path), {}))
+        if self.baseline.renamed:
+            done = ("this update wrote them so" if self.written is not None
+                    else f"{UPDATE_FLAG} writes them so")  # fmt: skip
+            out.append((f"graphleak baseline: {self.baseline.renamed} entries of {path} name "
+                        "a nested step with its function's <locals> path (written before "
+                        "check() named the step alone: check(step)); they were matched by "
+                        f"the step's name; {done}", {}))  # fmt: skip
         fixed = self.fixed()
         if fixed:
             out.append((baseline.fixed_heading(len(fixed), path), {"green": True}))

@@ -48,7 +48,10 @@ class GraphleakFixture:
         api.require_runnable(step, f"graphleak.check(step) in {self._item.nodeid}")
         settings = self.resolve("check()", options)
         self._checks += 1
-        name = f"{self._item.nodeid}::check({getattr(step, '__qualname__', 'step')})"
+        # the step's own name: a function or lambda nested in the test is named without
+        # the test's ``<locals>`` path (the node id names the test already)
+        qualname = str(getattr(step, "__qualname__", "step")).rpartition("<locals>.")[2]
+        name = f"{self._item.nodeid}::check({qualname})"
         roots = api.roots_of_frame(sys._getframe(1), exclude=(id(self),))
         return measure_and_record(self._item, step, settings, name, roots, (id(self),),
                                    from_marker=False)  # fmt: skip

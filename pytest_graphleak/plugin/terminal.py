@@ -152,8 +152,9 @@ def warning_text(text: str, columns: int, *, first: int | None = None) -> str:
     if first is not None and len(head) > first:
         cut = textwrap.wrap(head, width=max(first, 20), break_long_words=False,
                             break_on_hyphens=False)  # fmt: skip
-        head = cut[0]
-        more = textwrap.wrap(" ".join(cut[1:]), width=columns - 2, initial_indent="  ",
+        # a first word wider than the room goes under pytest's line, with the rest
+        head, cut = ("", cut) if len(cut[0]) > first else (cut[0], cut[1:])
+        more = textwrap.wrap(" ".join(cut), width=columns - 2, initial_indent="  ",
                              subsequent_indent="  ", break_long_words=False,
                              break_on_hyphens=False)  # fmt: skip
     broken = [part for line in rest for part in wrap_line(line, columns - 2)]
@@ -230,7 +231,11 @@ def warn_leak(item: Any, result: CheckResult, category: type[Warning]) -> None:
     """Warn-only mode: one line, attributed to the test's own definition (not to the
     plugin); the full report is in the ``graphleak report`` section, not repeated."""
     what = "graph leak" if result.leaked else "no verdict"
-    warn_at_test(item, category, f"{result.name}: {what} (warn-only, not failed)\n"
+    # pytest names the test over its warnings: the check's name only where it says more
+    # (``check(step)``, ``track(1)``)
+    name = result.name.removeprefix(getattr(item, "nodeid", "")).lstrip(":")
+    told = f"{name}: {what}" if name else what
+    warn_at_test(item, category, f"{told} (warn-only, not failed)\n"
                  f"  {short_message(result)}; see the graphleak report section")  # fmt: skip
 
 
