@@ -219,8 +219,9 @@ def test_verbose_run_summary_status_json_html_junit(
             # leaks first, as every report lists them (status.display_key), then by node id
             "CLEAN   test_fake.py::test_two_checks[[]1[]] [[]check_a[]]  (6 steps after 2 warmup)",
             "LEAKED  test_fake.py::test_two_checks[[]1[]] [[]check_b[]]  list-accumulation*",
-            "WARNING test_fake.py::test_warned  list-accumulation",
-            "*(test passed)",
+            # a warned row: its chain once, in its held by: line (no held: in its head)
+            "WARNING test_fake.py::test_warned  list-accumulation  (test passed)",
+            "    held by: *",
             "ERROR   test_fake.py::test_raised  step raised: ValueError: bad batch at step 3",
             "CLEAN   test_fake.py::test_clean  (6 steps after 2 warmup)",
             "note: ignored malformed graphleak results of test_fake.py::test_malformed:",

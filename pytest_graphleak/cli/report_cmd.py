@@ -57,9 +57,8 @@ def run_report(args: argparse.Namespace) -> int:
             if test.nodeid and test.nodeid != check.name:
                 print(f"{test.nodeid} ({test.outcome}):")
             if test.status_of(check) == KNOWN:  # as the terminal marks it, with why
-                told = known_text(check.known_reason, file)
-                print(terminal_text(f"KNOWN{told.removeprefix('known')} (it fails nothing)",
-                                    colour=colour))
+                known = known_text(check.known_reason, file).removeprefix("known")
+                print(terminal_text(f"KNOWN{known} (it fails nothing)", colour=colour))
             print(terminal_text(render_result(check), colour=colour))
     told = baseline_lines(report.baseline, width)
     if told:

@@ -261,13 +261,6 @@ def _property(text: str) -> str:
 
 
 # -- the step summary ----------------------------------------------------------------
-#: Each status's badge in the step summary: one of its own, so that two statuses never
-#: read alike (a known finding's is not an unmeasured check's blue).
-BADGES = {"leaked": "\U0001f534", "warned": "\U0001f7e1", "xfailed": "\U0001f7e0",
-          "error": "\U0001f7e3", "unmeasured": "\U0001f535", "known": "\u26aa",
-          "clean": "\U0001f7e2"}  # fmt: skip
-
-
 def step_summary(
     rows: Sequence[Row],
     workspace: str,
@@ -299,14 +292,14 @@ def step_summary(
     known = sorted((row for row in rows if row.status == KNOWN), key=lambda r: r.test)
     if known:
         where = known[0].known_in
-        lines += [f"<details><summary>{BADGES['known']} {_count(len(known), 'known finding')} "
+        lines += [f"<details><summary>{_badge(KNOWN_WORD)} {_count(len(known), 'known finding')} "
                   f"(listed in {_text(where)}: {'it fails' if len(known) == 1 else 'they fail'} "
                   "nothing)</summary>", ""]  # fmt: skip
         lines += [_known_item(row, workspace, environ or {}) for row in known]
         lines += ["", "</details>", ""]
     clean = [row for row in rows if row.status == CLEAN]
     if clean:
-        lines += [f"<details><summary>{BADGES['clean']} {_count(len(clean), 'clean check')} "
+        lines += [f"<details><summary>{_badge(CLEAN_WORD)} {_count(len(clean), 'clean check')} "
                   "(nothing grew)</summary>", ""]  # fmt: skip
         lines += [f"- `{_code(row.test)}`: {_text(row.summary)}" for row in clean]
         lines += ["", "</details>", ""]
@@ -321,7 +314,7 @@ def _finding_block(row: Row, workspace: str, environ: Mapping[str, str]) -> list
     label = facts.label if facts is not None else row.status.upper()
     what = _text(row.title)
     where = _where(row, workspace, environ)
-    lines = [f"{BADGES.get(row.status, '')} **{label}** `{_code(row.test)}`".strip() + "<br>",
+    lines = [f"{_badge(row.status)} **{label}** `{_code(row.test)}`".strip() + "<br>",
              f"{what} at {where}" if where else what]  # fmt: skip
     if row.fix:
         fix = row.fix_line or f"fix: {row.fix}"
@@ -357,6 +350,16 @@ def _known_item(row: Row, workspace: str, environ: Mapping[str, str]) -> str:
     at = f" at {where}" if where else ""
     fix = f"; fix: {_text(row.fix)}" if row.fix else ""
     return f"- `{_code(row.test)}`: {_text(row.title)}{at}; {_text(row.known)}{fix}"
+
+
+#: The status words the step summary folds (``status.TABLE``'s words).
+KNOWN_WORD, CLEAN_WORD = "known", "clean"
+
+
+def _badge(status: str) -> str:
+    """The status's badge (``StatusFacts.badge``); "" for an unknown word."""
+    facts = BY_WORD.get(status)
+    return facts.badge if facts is not None else ""
 
 
 def _count(number: int, noun: str) -> str:
