@@ -170,7 +170,7 @@ def test_expected_failures_read_as_xfailed_and_status_words_print_plain(
         [
             # leaks first (status.display_key), then by node id
             "LEAKED  test_status.py::test_leaky  list-accumulation  held: *",
-            "WARNING test_status.py::test_warned  list-accumulation  held: *(test passed)",
+            "WARNING test_status.py::test_warned  list-accumulation  (test passed)",
             "XFAIL   test_status.py::TestCaseLeak::test_expected_leak  list-accumulation  "
             "held: *(expected to fail)",
             "XFAIL   test_status.py::test_known_leak  list-accumulation  held: *"

@@ -189,7 +189,7 @@ def test_the_reason_and_known_on_every_surface(run: Run) -> None:
     assert "known, in bl.json: no reason written there yet" in terminal  # the outlive one
     assert terminal.count(f"known, in bl.json: {REASON}") == 2
     # the HTML card: first in its "what to change"
-    assert html_text(run.html).count(f"known, in bl.json {REASON}") == 2
+    assert html_text(run.html).count(f"known in bl.json: {REASON}") == 2
     # the step summary: folded like the clean checks, each with its reason
     known = run.summary.split("known findings (listed in bl.json")[1].split("</details>")[0]
     assert known.count("known, in bl.json: epoch losses kept") == 2
