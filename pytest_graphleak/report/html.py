@@ -82,7 +82,7 @@ def render_html(
         f"{_summary_line(report)}</p>",
     ]
     header.extend(f'<p class="note">{escape(note)}</p>' for note in report.notes)
-    header.append(_baseline_block(section))
+    header.extend(block for block in [_baseline_block(section)] if block)
     header.append(_environment_block(environment or {}, rows))
     statuses = [w for w in DISPLAY_ORDER if any(row.status == w for row in rows)]
     inputs = _inputs(statuses) if rows else ""
