@@ -292,14 +292,14 @@ def step_summary(
     known = sorted((row for row in rows if row.status == KNOWN), key=lambda r: r.test)
     if known:
         where = known[0].known_in
-        lines += [f"<details><summary>{_badge(KNOWN_WORD)} {_count(len(known), 'known finding')} "
+        lines += [f"<details><summary>{_badge(KNOWN)} {_count(len(known), 'known finding')} "
                   f"(listed in {_text(where)}: {'it fails' if len(known) == 1 else 'they fail'} "
                   "nothing)</summary>", ""]  # fmt: skip
         lines += [_known_item(row, workspace, environ or {}) for row in known]
         lines += ["", "</details>", ""]
     clean = [row for row in rows if row.status == CLEAN]
     if clean:
-        lines += [f"<details><summary>{_badge(CLEAN_WORD)} {_count(len(clean), 'clean check')} "
+        lines += [f"<details><summary>{_badge(CLEAN)} {_count(len(clean), 'clean check')} "
                   "(nothing grew)</summary>", ""]  # fmt: skip
         lines += [f"- `{_code(row.test)}`: {_text(row.summary)}" for row in clean]
         lines += ["", "</details>", ""]
@@ -350,10 +350,6 @@ def _known_item(row: Row, workspace: str, environ: Mapping[str, str]) -> str:
     at = f" at {where}" if where else ""
     fix = f"; fix: {_text(row.fix)}" if row.fix else ""
     return f"- `{_code(row.test)}`: {_text(row.title)}{at}; {_text(row.known)}{fix}"
-
-
-#: The status words the step summary folds (``status.TABLE``'s words).
-KNOWN_WORD, CLEAN_WORD = "known", "clean"
 
 
 def _badge(status: str) -> str:
