@@ -58,7 +58,7 @@ from pytest_graphleak.words.recorders import (
     recorder_of,
     recorder_story,
 )
-from pytest_graphleak.words.verify import AUDIT
+from pytest_graphleak.words.verify import AUDIT, FIXTURE_TEARDOWN
 
 #: Where an object was made, in user code (None: not recorded).
 SiteOf = Callable[[Any], Site | None]
@@ -238,7 +238,8 @@ def _result(
         kept_without_graph=bool(tensors) and node_count == 0,  # the census keeps graph objects
     )  # fmt: skip
     diagnosis.fix = choose_fix(diagnosis)  # no stored line yet: the holder's name, none invented
-    diagnosis.fix_tried = not_verified(diagnosis.fix, AUDIT)
+    # judged at a fixture's teardown: no test of its own to run again, whatever the mode
+    diagnosis.fix_tried = not_verified(diagnosis.fix, FIXTURE_TEARDOWN if made_by else AUDIT)
     tensors.clear()
     nodes.clear()
     return CheckResult(

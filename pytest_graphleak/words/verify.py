@@ -7,6 +7,10 @@ from __future__ import annotations
 OFF = "fix verification is off (--graphleak-verify-fix=off)"
 LOOP = "the step of a running loop (track(), a framework callback) cannot be re-run"
 AUDIT = "the outlive audit does not re-run the test (--graphleak-outlive-sites=rerun does)"
+FIXTURE_TEARDOWN = (
+    "judged at a wider-scope fixture's teardown, after the tests that made the graph had "
+    "ended: no test is run again for it, so no change was tried"
+)
 LIBRARY = "the line to change is in a library, not in your code"
 NO_LINE = "no line to change was found"
 CYCLE_UNTRIED = (
