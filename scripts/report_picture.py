@@ -116,7 +116,7 @@ def fingerprint(document: dict[str, Any], root: Path) -> str:
 
     page = render_html(Report.from_dict(document), draw=None, environment={"rootdir": str(root)})
     page = page.replace(str(root), "ROOT").replace(str(document.get("generated_by")), "VERSION")
-    page = re.sub(r"\d+\.\d+ s\b", "# s", page)
+    page = re.sub(r"(?:<|&lt;)?\d+\.\d+ s\b", "# s", page)  # "<0.01 s" too
     return hashlib.sha256(page.encode("utf-8")).hexdigest()
 
 
