@@ -96,6 +96,7 @@ def test_a_run_writes_one_valid_result_per_finding_with_its_fix_and_baseline_sta
     # Known: test_list. Fixed since: an entry of test_clean. New: test_history, test_keeps.
     written = json.loads(baseline.read_text())
     [entry] = [e for e in written["findings"] if e["test"].endswith("::test_list")]
+    entry["reason"] = "tracked in #12"
     written["findings"] = [entry, {**entry, "test": entry["test"].replace("list", "clean")}]
     baseline.write_text(json.dumps(written))
     sarif, report = pytester.path / "out.sarif", pytester.path / "out.json"
@@ -115,6 +116,9 @@ def test_a_run_writes_one_valid_result_per_finding_with_its_fix_and_baseline_sta
     known, new, kept = (results[f"test_suite.py::{name}"] for name in
                         ("test_list", "test_history", "test_keeps"))  # fmt: skip
     assert (known["baselineState"], known["level"]) == ("unchanged", "note")
+    assert known["properties"]["knownReason"] == "tracked in #12"
+    assert "Known, in baseline.json: tracked in #12 (it fails nothing)." in known["message"]["text"]
+    assert "knownReason" not in new["properties"]
     assert (new["baselineState"], new["level"]) == ("new", "error")
     assert (kept["baselineState"], kept["level"], kept["properties"]["kind"]) == (
         "new", "warning", "outlive")

@@ -38,7 +38,12 @@ from pytest_graphleak.baseline import Key, key_of
 from pytest_graphleak.patterns import BY_WORD, PATTERNS
 from pytest_graphleak.report.hunks import hunks
 from pytest_graphleak.report.model import BaselineSection, Report, TestRow, check_label
-from pytest_graphleak.report.view import diagnosis_view, fix_qualifier, line_to_change
+from pytest_graphleak.report.view import (
+    diagnosis_view,
+    fix_qualifier,
+    known_text,
+    line_to_change,
+)
 from pytest_graphleak.result import CheckResult, Fix, relative_to
 from pytest_graphleak.status import BY_WORD as STATUSES
 from pytest_graphleak.status import KNOWN
@@ -123,8 +128,10 @@ def _result(
     # The audit's finding (a test's, or a fixture's judged at its teardown): kept, not grown.
     head = (f"{label}: autograd graphs outlived the teardown ({pattern})."
             if outlive else f"{label} leaks: {pattern}.")  # fmt: skip
-    if status == KNOWN:
-        head += " Known: listed in the baseline file, it fails nothing."
+    known = ""
+    if status == KNOWN:  # the reason the baseline entry gives, as every surface says it
+        known = known_text(check.known_reason, report.baseline.file if report.baseline else "")
+        head += f" {known[0].upper()}{known[1:]} (it fails nothing)."
     lines = [head, check.verdict.reason]
     path = _shown(base)
     lines += [line.plain() for line in diagnosis_view(pattern, check.diagnosis, path=path,
@@ -142,6 +149,8 @@ def _result(
         "partialFingerprints": {"graphleakFinding/v1": _fingerprint(test, check)},
         "properties": {"test": test.nodeid, "status": status, "kind": check.kind},
     }
+    if known:
+        result["properties"]["knownReason"] = check.known_reason
     if pattern in PATTERNS:
         result["ruleIndex"] = PATTERNS.index(pattern)
     tried = check.diagnosis.fix_tried if check.diagnosis is not None else None
