@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pytest_graphleak.diagnose.fix_cycles import cycle_closures, weak_captures
+from pytest_graphleak.diagnose.fix_hooks import hook_edits, pack_hooks
 from pytest_graphleak.diagnose.fix_source import changed_lines, read_source
 
 HOOK = """\
@@ -59,3 +60,57 @@ def test_a_hook_and_a_lambda_read_their_captured_tensor_through_a_weak_reference
                         "        out._backward = lambda: out_ref().grad")
     # A line with no closure defined on it: nothing to build.
     assert weak_captures(source, 2, weakref_name=None) == []
+
+
+HOOKS = """\
+import weakref
+
+
+class Stats:
+    def __init__(self, t, weak):
+        self.mean = t.mean()
+        self.mean.grad_fn.register_hook(self._on_grad)
+        hook = other if weak else self._on_grad
+        self.mean.register_hook(hook)
+
+    def _on_grad(self, *grads):
+        pass
+
+
+def _identity(x):
+    return x
+
+
+def _scaled(x):
+    return x * 2
+"""
+
+
+def test_a_bound_method_hook_is_read_weakly_and_a_pack_hook_returns_detached(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "stats.py"
+    path.write_text(HOOKS)
+    source = read_source(str(path))
+    assert source is not None
+    bound = ["Tensor(...).grad_fn", "MeanBackward0.post_hooks", "OrderedDict[1]",
+             "bound method Stats._on_grad.__self__", "Stats.mean",
+             "Tensor(...) (the same object: the cycle closes)"]  # fmt: skip
+    direct, assigned = hook_edits(source, bound, weakref_name="weakref")
+    weak = ("(lambda *args, **kwargs: on_grad_ref()(*args, **kwargs) if on_grad_ref() is "
+            "not None else None)")
+    assert direct.new == ("        on_grad_ref = weakref.WeakMethod(self._on_grad)",
+                          f"        self.mean.grad_fn.register_hook({weak})")
+    # through a local name: only the read of the method changes, the other branch stays
+    assert (assigned.first, assigned.last) == (8, 8)
+    assert assigned.new[1] == f"        hook = other if weak else {weak}"
+    packed = ["Tensor(...).grad_fn", f"ReluBackward0._saved_result (packed by saved-tensor "
+              f"pack hook _identity ({path}:15))", "Tensor(...) (the same object: ...)"]
+    assert pack_hooks(packed) == [("_identity", str(path), 15)]
+    [detached] = hook_edits(source, packed, weakref_name=None)
+    assert (detached.first, detached.kind) == (16, "detach")
+    assert detached.new == ("    return x.detach()",)
+    # a pack hook that does not return its argument as it is, or no hook link: nothing
+    assert hook_edits(source, [packed[1].replace("_identity", "_scaled").replace(":15", ":19")],
+                      weakref_name=None) == []  # fmt: skip
+    assert hook_edits(source, ["Tensor(...).grad_fn", "SoftClipBackward (ctx).out"], None) == []

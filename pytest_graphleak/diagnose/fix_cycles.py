@@ -139,7 +139,7 @@ def _weakly(
 ) -> Edit:
     assert statement.end_lineno is not None
     lines = list(source.lines[statement.lineno - 1 : statement.end_lineno])
-    ref = _unused(source, f"{name}_ref")
+    ref = unused_name(source, f"{name}_ref")
     body = closure.body if isinstance(closure.body, list) else [closure.body]
     reads = [node for part in body for node in ast.walk(part)
              if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Load)]
@@ -157,7 +157,7 @@ def _weakly(
     return Edit(source.filename, statement.lineno, statement.end_lineno, new, shown, "weak")
 
 
-def _unused(source: Source, name: str) -> str:
+def unused_name(source: Source, name: str) -> str:
     """``name``, or ``name_2``... when the file already uses it."""
     used = {node.id for node in ast.walk(source.tree) if isinstance(node, ast.Name)}
     candidate, n = name, 1

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from pytest_graphleak.diagnose.fix_candidates import CUTS_GRAPHS, candidates
 from pytest_graphleak.diagnose.fix_cycles import cycle_closures, weak_captures
+from pytest_graphleak.diagnose.fix_hooks import hook_edits, pack_hooks
 from pytest_graphleak.diagnose.fix_source import Edit, Source, read_source, unified_diff
 from pytest_graphleak.diagnose.fix_swap import NotSwappable, compile_changed, find_function, swapped
 from pytest_graphleak.heap.usercode import is_user_file
@@ -83,19 +84,33 @@ def verify_fix(
 def _cycle_fix(
     diagnosis: Diagnosis, advice: str, starts: list[object], trial: Callable[[], Trial]
 ) -> Fix:
-    """A cycle through a closure of the user's: its captured variables held weakly
-    (``fix_cycles``), tried like any change; other cycles are not tried."""
-    site = next((s for s in diagnosis.change_at if is_user_file(s.filename)), None)
-    source = read_source(site.filename) if site is not None else None
-    if site is None or source is None:
-        return not_verified(advice, why.CYCLE_UNTRIED)
-    edits = weak_captures(source, site.lineno, _module_name(site, starts, "weakref"),
-                          cycle_closures(diagnosis.cycle))  # fmt: skip
-    if not edits:
-        return not_verified(advice, why.CYCLE_UNTRIED)
+    """A cycle through a hook or closure of the user's: a closure's captured variables
+    held weakly (``fix_cycles``), a bound method registered as a hook reached through a
+    ``WeakMethod``, a pack hook's return detached (``fix_hooks``), tried like any change;
+    other cycles are not tried, and the clause says why."""
+    places = [(s.filename, s.lineno) for s in diagnosis.change_at if is_user_file(s.filename)]
+    places += [(f, line) for _, f, line in pack_hooks(diagnosis.cycle) if is_user_file(f)]
     tried: list[tuple[Edit, Trial | str]] = []
-    return _first_held(edits, source, starts, trial, tried) or _none_held(
-        diagnosis, advice, tried, site)
+    done: set[str] = set()
+    for filename, lineno in places:  # each file once, at its first place
+        if filename in done:
+            continue
+        done.add(filename)
+        source = read_source(filename)
+        if source is None:
+            continue
+        at = CreationSite(filename, lineno, "", 1, "")
+        weak = _module_name(at, starts, "weakref")
+        edits = weak_captures(source, lineno, weak, cycle_closures(diagnosis.cycle))
+        edits += hook_edits(source, diagnosis.cycle, weak)
+        held = _first_held(edits, source, starts, trial, tried)
+        if held is not None:
+            return held
+    if not tried:
+        ctx = any("(ctx)." in link for link in diagnosis.cycle)
+        return not_verified(advice, why.CTX_UNTRIED if ctx else why.CYCLE_UNTRIED)
+    site = CreationSite(places[0][0], places[0][1], "", 1, "")
+    return _none_held(diagnosis, advice, tried, site)
 
 
 def _first_held(

@@ -14,8 +14,14 @@ FIXTURE_TEARDOWN = (
 LIBRARY = "the line to change is in a library, not in your code"
 NO_LINE = "no line to change was found"
 CYCLE_UNTRIED = (
-    "for a reference cycle, only a weak reference in place of a closure's captured variable "
-    "is tried, and none could be built for this one"
+    "for a reference cycle, the changes tried are a closure's captured variable or a hook's "
+    "bound method held weakly and a pack hook's return detached, and none could be built "
+    "for this one (removing a hook with its handle takes changes in two places)"
+)
+CTX_UNTRIED = (
+    "the cycle runs through a ctx attribute: the fix saves the tensor with "
+    "ctx.save_for_backward in forward and reads ctx.saved_tensors in backward, a change "
+    "in two functions, which is not tried"
 )
 NOTHING_BUILT = "no change could be built from that line"
 NOT_RUN = "no function that the step calls runs that line"

@@ -1,0 +1,142 @@
+"""Changes for a reference cycle through a hook of the user's that is not a closure
+(``fix_cycles`` holds a closure's captured variable weakly):
+
+- a **bound method registered as a hook** (``t.grad_fn.register_hook(self._on_grad)``,
+  ``module.register_forward_hook(self.record)``): the autograd node or the module keeps
+  the method, the method its object, and the object the tensor. The change reads the
+  method through a ``weakref.WeakMethod`` made just before, where the hook passed to a
+  ``register_*hook`` call reads ``self.NAME`` (the call's argument, or the assignment of
+  the local name passed)::
+
+      on_grad_ref = weakref.WeakMethod(self._on_grad)
+      t.grad_fn.register_hook((lambda *args, **kwargs: on_grad_ref()(*args, **kwargs)
+                               if on_grad_ref() is not None else None))
+
+  Only that read changes, so another hook assigned to the same name (another branch)
+  is registered as it was. The hook still runs while its object lives and does nothing
+  once it is gone, when nothing can read what it records.
+- a **saved-tensor pack hook that returns its input** (``saved_tensors_hooks(_identity,
+  ...)`` with ``def _identity(x): return x``): the saved output keeps its own
+  ``grad_fn`` alive through the packed value. The change returns it detached
+  (``return x.detach()``), as PyTorch's docs ask of a pack hook that keeps the tensor.
+
+Removing a hook's handle after use is not built: it needs the handle kept where the hook
+is registered and removed where the step ends, two statements in two places that the
+facts of a cycle do not name.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+from collections.abc import Iterable
+
+from pytest_graphleak.diagnose.fix_cycles import unused_name
+from pytest_graphleak.diagnose.fix_source import (
+    Edit,
+    Source,
+    indent_of,
+    node_text,
+    one_line,
+    replace_node,
+    statement_at,
+)
+
+#: A cycle link through a bound method's object (``diagnose.edges``).
+_BOUND = re.compile(r"\bbound method (?:[A-Za-z_][\w.]*\.)?([A-Za-z_]\w*)\.__self__")
+#: A cycle link through a saved tensor packed by a hook (``diagnose.edges``).
+_PACKED = re.compile(r"packed by saved-tensor pack hook ([A-Za-z_]\w*) \((.+):(\d+)\)")
+_REGISTER = re.compile(r"^register_\w*hook$")
+
+
+def hook_edits(source: Source, cycle: Iterable[str], weakref_name: str | None) -> list[Edit]:
+    """The edits of ``source`` for the cycle whose links are ``cycle`` (see the module
+    docstring). ``weakref_name``: the name the file imported ``weakref`` under; None: the
+    edit imports it."""
+    links = list(cycle)
+    methods = {name for link in links for name in _BOUND.findall(link)}
+    edits = [_weak_method(source, read, weakref_name) for read in _hook_reads(source, methods)]
+    for name, filename, line in pack_hooks(links):
+        if filename == source.filename:
+            edits.extend(_detached_return(source, name, line))
+    return [edit for edit in edits if edit is not None]
+
+
+def pack_hooks(cycle: Iterable[str]) -> list[tuple[str, str, int]]:
+    """(name, file, line of its ``def``) of each saved-tensor pack hook a cycle's links
+    name."""
+    return [(name, os.path.abspath(filename), int(line)) for link in cycle
+            for name, filename, line in _PACKED.findall(link)]  # fmt: skip
+
+
+def _hook_reads(source: Source, methods: set[str]) -> list[ast.Attribute]:
+    """Where a ``register_*hook`` call's hook (its first argument) reads one of
+    ``methods`` of ``self``: the argument itself, or the ``self.NAME`` in the assignment
+    of the local name passed (``hook = ... if weak else self._on_grad``): only that read
+    changes, so a hook that is no bound method (the other branch) is registered as it
+    was."""
+    if not methods:
+        return []
+    found: list[ast.Attribute] = []
+    for function in ast.walk(source.tree):
+        if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        assigned: dict[str, list[ast.Attribute]] = {}
+        for node in ast.walk(function):
+            if isinstance(node, ast.Assign):
+                reads = [n for n in ast.walk(node.value) if _is_method(n, methods)]
+                for target in node.targets:
+                    if isinstance(target, ast.Name) and reads:
+                        assigned.setdefault(target.id, []).extend(reads)  # type: ignore[arg-type]
+        for call in ast.walk(function):
+            if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
+                    and _REGISTER.match(call.func.attr) and call.args):  # fmt: skip
+                continue
+            hook = call.args[0]
+            if isinstance(hook, ast.Attribute) and _is_method(hook, methods):
+                found.append(hook)
+            elif isinstance(hook, ast.Name):
+                found.extend(assigned.get(hook.id, []))
+    return list({id(read): read for read in found}.values())
+
+
+def _is_method(node: ast.AST, methods: set[str]) -> bool:
+    return (isinstance(node, ast.Attribute) and node.attr in methods
+            and isinstance(node.value, ast.Name) and node.value.id == "self")  # fmt: skip
+
+
+def _weak_method(source: Source, read: ast.Attribute, weakref_name: str | None) -> Edit | None:
+    statement = statement_at(source.tree, read.lineno)
+    if statement is None or statement.end_lineno is None:
+        return None
+    ref = unused_name(source, f"{read.attr.lstrip('_') or 'hook'}_ref")
+    weak = (f"(lambda *args, **kwargs: {ref}()(*args, **kwargs) if {ref}() is not None "
+            "else None)")  # fmt: skip
+    lines = replace_node(source, statement, read, weak)
+    pad = indent_of(source.lines[statement.lineno - 1])
+    made = f"{ref} = {weakref_name or 'weakref'}.WeakMethod({node_text(source, read)})"
+    head = [f"{pad}import weakref"] if weakref_name is None else []
+    new = (*head, f"{pad}{made}", *lines)
+    shown = f"{made}; {one_line(lines)}"
+    return Edit(source.filename, statement.lineno, statement.end_lineno, new, shown, "weak")
+
+
+def _detached_return(source: Source, name: str, lineno: int) -> list[Edit]:
+    """``return x.detach()`` for the pack hook ``name`` defined on ``lineno`` when its
+    one ``return`` gives back its own argument."""
+    for function in ast.walk(source.tree):
+        if not (isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef))
+                and function.name == name and function.lineno == lineno):  # fmt: skip
+            continue
+        params = [a.arg for a in [*function.args.posonlyargs, *function.args.args]]
+        returns = [n for n in ast.walk(function) if isinstance(n, ast.Return)]
+        if len(params) != 1 or len(returns) != 1 or returns[0].value is None:
+            return []
+        value = returns[0].value
+        if not (isinstance(value, ast.Name) and value.id == params[0]):
+            return []
+        lines = replace_node(source, returns[0], value, f"{value.id}.detach()")
+        end = returns[0].end_lineno or returns[0].lineno
+        return [Edit(source.filename, returns[0].lineno, end, lines, one_line(lines), "detach")]
+    return []
