@@ -114,3 +114,39 @@ def test_a_bound_method_hook_is_read_weakly_and_a_pack_hook_returns_detached(
     assert hook_edits(source, [packed[1].replace("_identity", "_scaled").replace(":15", ":19")],
                       weakref_name=None) == []  # fmt: skip
     assert hook_edits(source, ["Tensor(...).grad_fn", "SoftClipBackward (ctx).out"], None) == []
+
+
+CHECKPOINTS = """\
+from torch.utils.checkpoint import checkpoint
+
+
+def step(state, x):
+    features = {}
+
+    def run_block(inp):
+        features  # noqa: B018
+        return state.block(inp)
+
+    a = checkpoint(run_block, x, use_reentrant=state.reentrant)
+    b = checkpoint(run_block,
+                   x,)
+    c = checkpoint(run_block, x, use_reentrant=False)
+    d = checkpoint(other, x)
+    return a, b, c, d
+"""
+
+
+def test_a_reentrant_checkpoint_keeping_a_closure_becomes_non_reentrant(tmp_path: Path) -> None:
+    path = tmp_path / "ckpt.py"
+    path.write_text(CHECKPOINTS)
+    source = read_source(str(path))
+    assert source is not None
+    cycle = ["Tensor(...)", "CheckpointFunctionBackward (ctx).run_function",
+             "function step.<locals>.run_block closure 'features'", "dict['hidden']",
+             "Tensor(...) (the same object: the cycle closes)"]  # fmt: skip
+    # the calls that pass run_block and are not already non-reentrant; not other's
+    given, added = hook_edits(source, cycle, weakref_name=None)
+    assert given.shown == "a = checkpoint(run_block, x, use_reentrant=False)"
+    assert (added.first, added.last) == (12, 13)
+    assert added.new == ("    b = checkpoint(run_block,",
+                         "                   x, use_reentrant=False)")

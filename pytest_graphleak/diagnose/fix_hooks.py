@@ -20,6 +20,13 @@
   ``grad_fn`` alive through the packed value. The change returns it detached
   (``return x.detach()``), as PyTorch's docs ask of a pack hook that keeps the tensor.
 
+- a **closure kept by a reentrant checkpoint's ctx** (``CheckpointFunctionBackward
+  (ctx).run_function``, then the closure's captured variable): torch's reentrant
+  ``checkpoint`` keeps the function on its autograd node, so a closure that reaches the
+  output closes a cycle. The change is the non-reentrant checkpoint on the call that
+  passes the function (``checkpoint(run_block, x, use_reentrant=False)``), which
+  PyTorch recommends and which keeps no function on the node.
+
 Removing a hook's handle after use is not built: it needs the handle kept where the hook
 is registered and removed where the step ends, two statements in two places that the
 facts of a cycle do not name.
@@ -48,6 +55,10 @@ _BOUND = re.compile(r"\bbound method (?:[A-Za-z_][\w.]*\.)?([A-Za-z_]\w*)\.__sel
 #: A cycle link through a saved tensor packed by a hook (``diagnose.edges``).
 _PACKED = re.compile(r"packed by saved-tensor pack hook ([A-Za-z_]\w*) \((.+):(\d+)\)")
 _REGISTER = re.compile(r"^register_\w*hook$")
+#: A cycle link through the function a reentrant checkpoint keeps on its ctx.
+_CHECKPOINT = "CheckpointFunctionBackward (ctx).run_function"
+#: The function a cycle link names (``function train_step.<locals>.run_block closure``).
+_FUNCTION = re.compile(r"\bfunction (?:[\w.<>]+\.)?([A-Za-z_]\w*) closure\b")
 
 
 def hook_edits(source: Source, cycle: Iterable[str], weakref_name: str | None) -> list[Edit]:
@@ -60,6 +71,9 @@ def hook_edits(source: Source, cycle: Iterable[str], weakref_name: str | None) -
     for name, filename, line in pack_hooks(links):
         if filename == source.filename:
             edits.extend(_detached_return(source, name, line))
+    if any(_CHECKPOINT in link for link in links):
+        names = {name for link in links for name in _FUNCTION.findall(link)}
+        edits.extend(_non_reentrant(source, names))
     return [edit for edit in edits if edit is not None]
 
 
@@ -120,6 +134,41 @@ def _weak_method(source: Source, read: ast.Attribute, weakref_name: str | None) 
     new = (*head, f"{pad}{made}", *lines)
     shown = f"{made}; {one_line(lines)}"
     return Edit(source.filename, statement.lineno, statement.end_lineno, new, shown, "weak")
+
+
+def _non_reentrant(source: Source, functions: set[str]) -> list[Edit]:
+    """``use_reentrant=False`` on each ``checkpoint(...)`` call that passes one of
+    ``functions`` (any, when the cycle names none) with it not already ``False``."""
+    edits = []
+    for call in ast.walk(source.tree):
+        if not (isinstance(call, ast.Call) and call.args and _name_of(call.func) == "checkpoint"):
+            continue
+        first = call.args[0]
+        if functions and not (isinstance(first, ast.Name) and first.id in functions):
+            continue
+        statement = statement_at(source.tree, call.lineno)
+        if statement is None or statement.end_lineno is None:
+            continue
+        given = next((k for k in call.keywords if k.arg == "use_reentrant"), None)
+        value = given.value if given is not None else None
+        if isinstance(value, ast.Constant) and value.value is False:
+            continue
+        if value is not None:
+            lines = replace_node(source, statement, value, "False")
+        else:  # the call rewritten with the keyword added after its arguments
+            text = node_text(source, call)
+            head = text[:-1].rstrip().rstrip(",")
+            lines = replace_node(source, statement, call, f"{head}, use_reentrant=False)")
+        lines = tuple("\n".join(lines).split("\n"))  # a call over several lines stays so
+        edits.append(Edit(source.filename, statement.lineno, statement.end_lineno, lines,
+                          one_line(lines), "checkpoint"))  # fmt: skip
+    return edits
+
+
+def _name_of(func: ast.expr) -> str:
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    return func.id if isinstance(func, ast.Name) else ""
 
 
 def _detached_return(source: Source, name: str, lineno: int) -> list[Edit]:

@@ -86,8 +86,9 @@ def _cycle_fix(
 ) -> Fix:
     """A cycle through a hook or closure of the user's: a closure's captured variables
     held weakly (``fix_cycles``), a bound method registered as a hook reached through a
-    ``WeakMethod``, a pack hook's return detached (``fix_hooks``), tried like any change;
-    other cycles are not tried, and the clause says why."""
+    ``WeakMethod``, a pack hook's return detached, a checkpoint made non-reentrant
+    (``fix_hooks``), tried like any change; other cycles are not tried, and the clause
+    says why."""
     places = [(s.filename, s.lineno) for s in diagnosis.change_at if is_user_file(s.filename)]
     places += [(f, line) for _, f, line in pack_hooks(diagnosis.cycle) if is_user_file(f)]
     tried: list[tuple[Edit, Trial | str]] = []
