@@ -111,6 +111,68 @@ def test_own_loop_failures_read_as_the_markers(pytester: pytest.Pytester) -> Non
     assert short[3].startswith("           ") and "track() saw 2 t.step() calls" in "".join(short)
 
 
+_FIXTURES = """
+import minigrad as mg
+import pytest
+
+w = mg.Tensor([[0.5, -0.2], [0.1, 0.3]], requires_grad=True)
+x = mg.Tensor([[1.0, 2.0]])
+losses = []
+
+
+def step():
+    losses.append((x @ w).sum())
+
+
+@pytest.fixture
+def warmed(graphleak):
+    graphleak.check(step, steps=6, warmup=2)
+    yield
+
+
+@pytest.fixture
+def after(graphleak):
+    yield
+    kept = []
+    with graphleak.track(warmup=2, steps=6) as t:
+        for _ in range(12):
+            kept.append((x @ w).sum())
+            t.step()
+
+
+def test_setup(warmed):
+    pass
+
+
+def test_teardown(after):
+    pass
+"""
+
+
+def test_a_fixtures_check_errors_with_the_same_text(pytester: pytest.Pytester) -> None:
+    """A check run by a fixture, before or after the test, is pytest's ERROR (setup or
+    teardown), and its text is the story of a check run by the test's body."""
+    pytester.makepyfile(test_fx=_FIXTURES)
+    out = _run(pytester)
+    assert "GraphleakFixture object at" not in out
+    assert re.search(r"\b1 passed, 2 errors\b", out), out
+    where = {"setup of test_setup": ("test_fx.py:15: in warmed", "check(step)"),
+             "teardown of test_teardown": ("test_fx.py:26: in after", "track(1)")}  # fmt: skip
+    for phase, (line, check) in where.items():
+        match = re.search(r"_ ERROR at " + phase + r" _+\n(.*?)(?=\n_{3,} |\n={3,})", out, re.S)
+        assert match, out
+        failure = match.group(1).split("\n")
+        assert failure[0] == line, failure
+        story = failure[2:]
+        test = phase.rpartition(" ")[2]
+        assert story[0] == f"graphleak: test_fx.py::{test}::{check} leaks: list-accumulation"
+        assert all(len(line) <= 80 for line in failure), failure
+        assert not any(line.startswith("E ") for line in failure), failure
+        assert _SERIES not in story, story
+        _story_ends_with_its_fix(story)
+        assert f"ERROR test_fx.py::{test} - list-accumulation: +1 tensor/step" in out
+
+
 def test_colours_long_native_and_line_styles(pytester: pytest.Pytester) -> None:
     """Colours as the marker's (the headline red, the fix green); ``--tb=long`` shows every
     frame of the user's code on the way to the check, ``--tb=native`` Python's own

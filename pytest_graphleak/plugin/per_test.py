@@ -73,13 +73,14 @@ class Reports:
     ) -> Generator[None, Any, None]:
         outcome = yield
         report: pytest.TestReport = outcome.get_result()
-        if call.when != "call":
-            return
-        results = item.stash.get(RESULTS_KEY, None)
-        if results:
-            _mark_warned(results, call.excinfo)
-            report.graphleak = [result.to_dict() for result in results]  # type: ignore[attr-defined]
-            del item.stash[RESULTS_KEY]  # pop, so nothing outlives the report
+        if call.when == "call":
+            results = item.stash.get(RESULTS_KEY, None)
+            if results:
+                _mark_warned(results, call.excinfo)
+                report.graphleak = [result.to_dict() for result in results]  # type: ignore[attr-defined]
+                del item.stash[RESULTS_KEY]  # pop, so nothing outlives the report
+        # A check run by a fixture (setup or teardown) fails as an ERROR, pytest's word;
+        # its text is the same as a check run by the test's body.
         excinfo = call.excinfo
         if excinfo is None or not isinstance(excinfo.value, (GraphLeakError, UnmeasuredError)):
             return
@@ -97,7 +98,7 @@ class Reports:
             verbose = (config.getoption("verbose") or 0) > 0
             story = str(excinfo.value) if result is None else render_text(result, series=verbose)
             message = (story.partition("\n")[0] if result is None
-                       else terminal.crash_message(item, result))  # fmt: skip
+                       else terminal.crash_message(item, result, call.when))  # fmt: skip
             report.longrepr = story_repr(item, excinfo, story, message,
                                          every_frame=style == "long")  # fmt: skip
         worker = hasattr(config, "workerinput")  # pytest-xdist's worker
@@ -107,7 +108,7 @@ class Reports:
         crash = getattr(report.longrepr, "reprcrash", None)
         if crash is not None and result is not None:
             # pytest's short summary line reads this: say what leaked, not the exception type.
-            crash.message = terminal.crash_message(item, result)
+            crash.message = terminal.crash_message(item, result, call.when)
             if style == "line":
                 # One line per failure, at the user's line: not the leak text, not ours.
                 report.longrepr = one_line_repr(item, excinfo, crash.message)

@@ -107,11 +107,14 @@ def header_parts(settings: Any) -> list[str] | None:
     return parts
 
 
-def crash_message(item: Any, result: CheckResult) -> str:
-    """The message of pytest's short summary line (``LEAKED <nodeid> - <message>``): the
+def crash_message(item: Any, result: CheckResult, when: str = "call") -> str:
+    """The message of pytest's short summary line (``LEAKED <nodeid> - <message>``, or
+    ``ERROR ...`` for a check that failed a fixture's setup or teardown, ``when``): the
     ``short_message``, with fewer links of the holder where pytest would cut the line at
     the terminal's width (it cuts mid-word), unless pytest shows it whole (CI, ``-vv``)."""
     word = STATUS_FACTS[UNMEASURED if result.status == UNMEASURED else LEAKED].label
+    if when != "call":  # a fixture's check: pytest's ERROR row, not ours
+        word = "ERROR"
     return short_message(result, room=summary_room(item, word))
 
 
