@@ -277,6 +277,20 @@ def test_the_html_lists_the_fixed_entries_with_the_update_command(run: Run) -> N
         in text.replace("&#x27;", "'").replace("&quot;", '"')
 
 
+def test_the_baseline_parts_of_the_html_are_styled(run: Run) -> None:
+    """The fixed entries' panel and a known card's "known" row have the page's own look
+    (scripts/report_layout.py and Chromium screenshots checked it at 360 and 1280 px),
+    and the update command is a block that scrolls sideways, not one that widens the page."""
+    assert run.html.count('<dt>known</dt><dd class="known">in bl.json: ') == 3
+    section = run.html.split('<section class="baseline">')[1].split("</section>")[0]
+    assert f"<pre><code>{run.document['baseline']['update_command'][:20]}" in section
+    css = run.html.split("<style>")[1].split("</style>")[0]
+    assert re.search(r"\nsection\.baseline \{[^}]*border-left: 4px solid var\(--known\)", css)
+    assert re.search(r"\.change dd\.known \{ color: var\(--known\)", css)
+    assert re.search(r"\npre \{[^}]*overflow-x: auto", css)  # the command scrolls
+    assert css.count("--known: ") == 2  # a colour in each theme
+
+
 def test_a_nested_steps_check_is_named_by_the_step_and_old_entries_are_read_so(
     tmp_path: Path,
 ) -> None:

@@ -198,7 +198,7 @@ class Cards:
                 for line in lines]  # fmt: skip
         if known:  # why it fails nothing: "known", then "in FILE: <reason>"
             label, _, why = known_text(check.known_reason, self.baseline).partition(", ")
-            rows.insert(0, (escape(label), escape(why), ""))
+            rows.insert(0, (escape(label), escape(why), "known"))
         return _change_block("what to change", rows)
 
     def outcome_line(self, check: CheckResult) -> str:

@@ -26,12 +26,14 @@ _BASE = """
 :root { color-scheme: light dark; --fg: #1d1d24; --bg: #ffffff; --muted: #5c5c66;
   --line: #dcdce4; --panel: #f4f4f8; --accent: #3b5bdb; --alarm: #c62828; --here: #ffe3a3;
   --change: #fff7e0; --change-line: #e0a800; --band: #2e7d32; --band-alpha: .16;
-  --root: #dde8ff; --root-line: #3b5bdb; --leaked: #fde2e2; --leaked-line: #c62828; }
+  --root: #dde8ff; --root-line: #3b5bdb; --leaked: #fde2e2; --leaked-line: #c62828;
+  --known: #00707a; }
 @media (prefers-color-scheme: dark) {
   :root { --fg: #e6e6ee; --bg: #16161c; --muted: #a6a6b4; --line: #3a3a46;
     --panel: #23232c; --accent: #8ea8ff; --alarm: #ff8a80; --here: #5a4a12;
     --change: #2b2615; --change-line: #b08a00; --band: #7ddc82; --band-alpha: .24;
-    --root: #1f2b4d; --root-line: #8ea8ff; --leaked: #4a1f22; --leaked-line: #ff8a80; }
+    --root: #1f2b4d; --root-line: #8ea8ff; --leaked: #4a1f22; --leaked-line: #ff8a80;
+    --known: #5fcfd8; }
 }
 body { font-family: system-ui, sans-serif; margin: 1.5rem auto; padding: 0 1.5rem;
        color: var(--fg); background: var(--bg); max-width: 1100px; line-height: 1.4; }
@@ -88,6 +90,17 @@ details.group > table.index { margin-top: 0; }
 .change dd.fix .fix-text { font-weight: 600; }
 .change .qualifier { display: block; color: var(--muted); font-size: .85rem; }
 .change pre { margin: .2rem 0; background: var(--bg); white-space: pre-wrap; }
+.change dd.known { color: var(--known); }
+.change dt:has(+ dd.known) { color: var(--known); }
+.change dt:has(+ dd.known), .change dd.known { padding-bottom: .25rem;
+                                               border-bottom: 1px dashed var(--change-line); }
+section.baseline { background: var(--panel); border-left: 4px solid var(--known);
+                   padding: .3rem .8rem; margin: .8rem 0; }
+section.baseline p { margin: .4rem 0; }
+section.baseline > p:first-child, section.baseline pre + p { font-weight: 600; }
+section.baseline ul + p { color: var(--muted); font-size: .9rem; }
+section.baseline ul { margin: .2rem 0; padding-left: 1.2rem; }
+section.baseline pre { margin: .2rem 0 .4rem; background: var(--bg); }
 .charts { display: flex; flex-wrap: wrap; gap: .6rem; max-width: 980px; }
 svg.chart { background: var(--bg); border: 1px solid var(--line); height: auto;
             flex: 1 1 360px; width: 360px; max-width: min(100%, 480px); }
@@ -152,6 +165,7 @@ input.show:focus-visible ~ header .filter { outline: 2px solid var(--accent); }
   svg.chart .chart-title { font-size: 15px; }
   .change dl { grid-template-columns: minmax(0, 1fr); }
   .change dd { margin-bottom: .3rem; }
+  .change dt:has(+ dd.known) { border-bottom: 0; padding-bottom: 0; }  /* stacked: one line */
   table.sites td:nth-child(4), table.sites th:nth-child(4) { display: none; }
   table.metrics td:nth-child(3), table.metrics th:nth-child(3),
   table.metrics td:nth-child(4), table.metrics th:nth-child(4) { display: none; }
