@@ -4,7 +4,8 @@
     python scripts/report_layout.py REPORT.html [--widths 1280,900,800,641,420,360]
 
 For each width, a copy of the page with a measuring script appended is loaded with
-``--dump-dom``; the script writes what it found into the DOM, as JSON:
+``--dump-dom``, in a frame of that width (``HOST``); the script writes what it found into
+the DOM, as JSON:
 
 * ``overflow``: how many px the page is wider than the window (0: nothing is cut);
 * ``index_right``: how far the index table's right edge is past the window (<= 0 fits);
@@ -35,7 +36,7 @@ from check_html_chromium import run_chromium  # noqa: E402
 #: Appended to the page: measures, then writes ``<pre id="layout">JSON</pre>``.
 MEASURE = """<script>
 (function () {
-  var width = window.innerWidth, out = {};
+  var width = window.innerWidth, out = {window: width};
   out.overflow = Math.max(0, document.documentElement.scrollWidth - width);
   var index = document.querySelector("table.index");
   out.index_right = index ? Math.round(index.getBoundingClientRect().right - width) : null;
@@ -70,17 +71,40 @@ MEASURE = """<script>
 </script>"""
 
 
+#: The page measured in a frame of the width asked for: headless Chromium's window is
+#: never narrower than 500 px for ``--dump-dom`` (a 360 px window measures at 500 px),
+#: a frame is as narrow as it is told. The frame's measures are copied out to be dumped.
+HOST = """<!DOCTYPE html><html><body style="margin:0">
+<iframe id="page" src="{src}" style="width:{width}px;height:900px;border:0"></iframe>
+<script>
+document.getElementById("page").onload = function () {{
+  var found = this.contentDocument.getElementById("layout");
+  var pre = document.createElement("pre");
+  pre.id = "layout";
+  pre.textContent = found ? found.textContent : "null";
+  document.body.appendChild(pre);
+}};
+</script></body></html>"""
+
+
 def measure(chromium: str, page: Path, width: int, work: Path) -> dict[str, object]:
     """The page's measures at ``width`` px (see the module's docstring)."""
     copy = work / f"measure-{width}.html"
     html = page.read_text(encoding="utf-8")
     copy.write_text(html.replace("</body>", MEASURE + "</body>"), encoding="utf-8")
+    host = work / f"host-{width}.html"
+    host.write_text(HOST.format(src=copy.name, width=width), encoding="utf-8")
     done = run_chromium(chromium, work / "profile", "--dump-dom", "--virtual-time-budget=2000",
-                        f"--window-size={width},900", copy.as_uri())  # fmt: skip
+                        "--allow-file-access-from-files", "--window-size=1400,900",
+                        host.as_uri())  # fmt: skip
     found = re.search(r'<pre id="layout">(.*?)</pre>', done.stdout, re.S)
-    if found is None:
+    measures = json.loads(found.group(1).replace("&quot;", '"')) if found else None
+    if not isinstance(measures, dict):
         raise SystemExit(f"no measures at {width} px:\n{done.stderr[-1500:]}")
-    return dict(json.loads(found.group(1).replace("&quot;", '"')))
+    shown = measures.pop("window")
+    if shown != width:  # a measure of another width would pass for this one's
+        raise SystemExit(f"asked for {width} px, the page was {shown} px wide")
+    return measures
 
 
 def problems(found: dict[str, object]) -> list[str]:
