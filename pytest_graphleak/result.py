@@ -239,6 +239,11 @@ class Diagnosis:
     #: The line to change when it is neither where a leaked tensor is stored nor where it
     #: is made: a cycle's hook or closure of the user's, at its ``def`` (or ``lambda``) line.
     change_at: list[CreationSite] = field(default_factory=list)
+    #: A second holder the step leaks into (a note names it): the lines that store into
+    #: it and its chain's typed links, root first; empty when there is none. A fix must
+    #: change both holders' lines (``diagnose.fix_verify`` tries them together).
+    second_stored_at: list[CreationSite] = field(default_factory=list)
+    second_links: list[Link] = field(default_factory=list)
     #: What the numbers say the pattern means here, when it differs from the pattern's
     #: usual meaning (e.g. the kept tensors carry no graph); "" for the usual one.
     story: str = ""
@@ -422,6 +427,9 @@ class CheckResult:
             diag["sites"] = [CreationSite(**s) for s in diag.get("sites", [])]
             diag["stored_at"] = [CreationSite(**s) for s in diag.get("stored_at", [])]
             diag["change_at"] = [CreationSite(**s) for s in diag.get("change_at", [])]
+            diag["second_stored_at"] = [CreationSite(**s)
+                                        for s in diag.get("second_stored_at", [])]
+            diag["second_links"] = [Link(**link) for link in diag.get("second_links", [])]
             diag["links"] = [Link(**link) for link in diag.get("links", [])]
             diag["cycle_links"] = [Link(**link) for link in diag.get("cycle_links", [])]
             diag["fix"], diag["fix_tried"] = read_fix(diag.get("fix", ""), diag.get("fix_tried"))

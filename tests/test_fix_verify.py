@@ -6,8 +6,10 @@ prints, the user's function is always put back, and no file is written."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,7 +18,7 @@ from pytest_graphleak.diagnose import fix_verify
 from pytest_graphleak.diagnose.fix_candidates import candidates
 from pytest_graphleak.diagnose.fix_source import Edit, read_source
 from pytest_graphleak.diagnose.fix_swap import compile_changed, swapped
-from pytest_graphleak.result import CreationSite, Diagnosis, Link
+from pytest_graphleak.result import CheckResult, CreationSite, Diagnosis, Link
 from pytest_graphleak.words import verify as why
 
 pytest_plugins = ["pytester"]
@@ -248,6 +250,16 @@ def test_a_list_a_later_backward_reads_is_cleared_after_that_backward(
     assert "+            self.pending.clear()\n" in (tried.diff or ""), tried.diff
 
 
+def _load_unregistered(path: Path, text: str) -> tuple[Path, Any]:
+    """``text`` written to ``path`` and run as a module never put in ``sys.modules``."""
+    path.write_text(text)
+    spec = importlib.util.spec_from_file_location(f"_fix_verify_{path.stem}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return path, module
+
+
 UNREGISTERED = """\
 import minigrad as mg
 
@@ -276,13 +288,8 @@ def test_a_module_not_in_sys_modules_gets_its_fix_verified(tmp_path: Path) -> No
     script runner or a notebook tool may load one): its globals are still roots through
     its functions, its class is still the user's (by its methods' file), so the holder,
     the storing line and the fix are found and the fix is verified."""
-    path = tmp_path / "unregistered_trainer.py"
-    path.write_text(UNREGISTERED)
-    spec = importlib.util.spec_from_file_location("_fix_verify_unregistered", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    assert spec.name not in sys.modules
+    path, module = _load_unregistered(tmp_path / "unregistered_trainer.py", UNREGISTERED)
+    assert module.__name__ not in sys.modules
     result = pytest_graphleak.check(module.leaky_step, steps=6, warmup=2)
     diagnosis = result.diagnosis
     assert diagnosis is not None and diagnosis.chain[0] == "global 'TRAINER'", diagnosis
@@ -291,3 +298,37 @@ def test_a_module_not_in_sys_modules_gets_its_fix_verified(tmp_path: Path) -> No
     assert tried.text.endswith(":12: self.losses.append(loss.item())"), tried
     assert module.Trainer.step.__code__.co_filename == str(path)  # its own code is back
     assert "loss.item()" not in path.read_text()
+
+
+TWO_HOLDERS = """\
+import minigrad as mg
+
+w = mg.Tensor([1.0, 2.0], requires_grad=True)
+losses = []
+outs = {}
+
+
+def leaky_step():
+    out = w * 2
+    loss = out.sum()
+    loss.backward()
+    losses.append(loss)
+    outs[len(outs)] = out
+"""
+
+
+def test_a_step_leaking_into_two_holders_gets_both_lines_changed(tmp_path: Path) -> None:
+    """One change per holder would leave the other growing: the second holder's line
+    (a note names it) is changed with the first, in one verified edit."""
+    _, module = _load_unregistered(tmp_path / "two_holders.py", TWO_HOLDERS)
+    diagnosis = pytest_graphleak.check(module.leaky_step, steps=6, warmup=2).diagnosis
+    assert diagnosis is not None
+    assert [s.lineno for s in diagnosis.second_stored_at] == [13], diagnosis
+    tried = diagnosis.fix_tried
+    assert tried is not None and tried.verified, tried
+    assert tried.text.endswith(":12: losses.append(loss.item()) (and line 13: "
+                               "outs[len(outs)] = out.tolist())"), tried
+    assert tried.diff is not None and tried.diff.count("\n+ ") == 2, tried.diff
+    read = CheckResult.from_dict(json.loads(json.dumps(
+        pytest_graphleak.check(module.leaky_step, steps=6, warmup=2).to_dict())))
+    assert read.diagnosis is not None and read.diagnosis.second_links, read.diagnosis

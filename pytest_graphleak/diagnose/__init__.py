@@ -176,8 +176,10 @@ def _diagnose_with_step(
             grown_at = min(watched.growth) if watched.growth else None
             second = other_holder(found.chain_path, obs, found.roots, walker, step,
                                   period=period, holder_at=grown_at)  # fmt: skip
-            if second:  # one round of fixes must be enough: the other holder is named
-                notes.append(second)
+            if second.note:  # one round of fixes must be enough: the other holder is named
+                notes.append(second.note)
+                diagnosis.second_stored_at = second.stored_at
+                diagnosis.second_links = second.links
         diagnosis.fix = choose_fix(diagnosis, cycle_fix=found.cycle_fix)
         if (step is None and obs.wants_follow and found.chain_path is not None
                 and diagnosis.pattern in STORING):  # fmt: skip

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pytest_graphleak.diagnose.fix_candidates import CUTS_GRAPHS, candidates
 from pytest_graphleak.diagnose.fix_cycles import cycle_closures, weak_captures
 from pytest_graphleak.diagnose.fix_hooks import hook_edits, pack_hooks
+from pytest_graphleak.diagnose.fix_pairs import both_holders
 from pytest_graphleak.diagnose.fix_source import Edit, Source, read_source, unified_diff
 from pytest_graphleak.diagnose.fix_swap import NotSwappable, compile_changed, find_function, swapped
 from pytest_graphleak.heap.usercode import is_user_file
@@ -75,8 +76,13 @@ def verify_fix(
         return not_verified(advice, why.unreadable(display_path(site.filename)))
     made = next((s.lineno for s in diagnosis.sites if s.filename == site.filename), None)
     tried: list[tuple[Edit, Trial | str]] = []
-    edits = candidates(source, site.lineno, diagnosis.links,
-                       no_grad=_no_grad(site, starts), made_at=made)  # fmt: skip
+    no_grad = _no_grad(site, starts)
+    edits = candidates(source, site.lineno, diagnosis.links, no_grad=no_grad, made_at=made)
+    second = next((s for s in diagnosis.second_stored_at if s.filename == site.filename
+                   and s.lineno != site.lineno), None)  # fmt: skip
+    if second is not None:  # a change of one holder's line leaves the other growing
+        others = candidates(source, second.lineno, diagnosis.second_links, no_grad=no_grad)
+        edits = both_holders(source, edits, others) or edits
     return _first_held(edits, source, starts, trial, tried) or _none_held(
         diagnosis, advice, tried, site)
 

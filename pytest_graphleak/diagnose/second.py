@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 from pytest_graphleak.diagnose.backends import TENSOR
 from pytest_graphleak.diagnose.churn import carries_graph
@@ -23,11 +24,21 @@ from pytest_graphleak.diagnose.observed import Observation
 from pytest_graphleak.diagnose.search import Path, shortest_path
 from pytest_graphleak.diagnose.sites import per_step
 from pytest_graphleak.diagnose.stored import root_reader, watch_holder
-from pytest_graphleak.result import display_path
+from pytest_graphleak.result import CreationSite, Link, display_path
 from pytest_graphleak.words import notes as said
 
 #: Objects looked at from the named holder, at most, to see which leaked tensors it keeps.
 _REACH = 5_000
+
+
+@dataclass
+class Second:
+    """The second holder: the note that names it, the lines that store into it and its
+    chain's typed links (``Diagnosis.second_stored_at``, ``second_links``)."""
+
+    note: str = ""
+    stored_at: list[CreationSite] = field(default_factory=list)
+    links: list[Link] = field(default_factory=list)
 
 
 def other_holder(
@@ -39,10 +50,10 @@ def other_holder(
     *,
     period: int,
     holder_at: int | None = None,
-) -> str:
-    """The note naming the holder of the leaked graph-carrying tensors that ``path``'s
-    holder (its object at ``holder_at``: the container that grew; else the one that
-    holds the tensor) does not keep; "" when it keeps them all or no other chain
+) -> Second:
+    """The holder of the leaked graph-carrying tensors that ``path``'s holder (its
+    object at ``holder_at``: the container that grew; else the one that holds the
+    tensor) does not keep; an empty ``Second`` when it keeps them all or no other chain
     reaches them."""
     at = holder_at if holder_at is not None else max(0, len(path.objects) - 2)
     holder = path.objects[at]
@@ -51,16 +62,17 @@ def other_holder(
         kept = _reached(holder, walker)
         others = {id(item.obj) for item in leaked if id(item.obj) not in kept}
         if not others or len(others) == len(leaked):
-            return ""
+            return Second()
         seeds = [item.obj for item in leaked if id(item.obj) in others]
         second = shortest_path(roots, lambda obj: id(obj) in others, walker, seeds=seeds)
         seeds.clear()
         if second is None:
-            return ""
+            return Second()
+        lines: list[CreationSite] = []
         try:
             if any(obj is holder for obj in second.objects):  # the same holder after all
-                return ""
-            labels, _ = chain_of(second, walker)
+                return Second()
+            labels, links = chain_of(second, walker)
             where = ""
             if step is not None:
                 watched = watch_holder(second, step, walker, steps=period,
@@ -74,8 +86,9 @@ def other_holder(
             second.clear()
         runs = max(1, min(obs.recorded_runs, obs.runs_done))
         total, other = len(leaked) / runs, len(others) / runs
-        return said.second_holder(_count(total - other), _count(total), _count(other),
+        note = said.second_holder(_count(total - other), _count(total), _count(other),
                                   other != 1, " -> ".join(labels), where)  # fmt: skip
+        return Second(note, lines, links)
     finally:
         leaked.clear()
 
