@@ -8,17 +8,21 @@ call: a timed search gives up at once, a search counted in work does not notice.
 
 from __future__ import annotations
 
+import gc
 import itertools
+import sys
 import time
 from typing import Any
 
 import pytest
 
 import minigrad as mg
+from pytest_graphleak.diagnose import search
 from pytest_graphleak.diagnose.backends import active_backends
 from pytest_graphleak.diagnose.edges import ObjectEdges
 from pytest_graphleak.diagnose.holders import not_reached
-from pytest_graphleak.diagnose.search import MAX_PER_ROOT, Searched, find_chain
+from pytest_graphleak.diagnose.search import MAX_PER_ROOT, Path, Searched, ancestors, find_chain
+from pytest_graphleak.diagnose.stored import root_reader
 
 
 class Logger:
@@ -134,3 +138,77 @@ def test_the_holder_no_root_reaches_is_chosen_by_what_it_holds_not_the_heaps_ord
         assert path.objects[-2] is many and few
     finally:
         path.clear()
+
+
+def test_on_a_heap_too_big_for_its_levels_the_climb_gives_way_to_the_plain_search(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each level of the climb scans the whole heap: on a heap that would make its levels
+    scan more than ``MAX_SCANNED`` objects it climbs fewer (here one, too few for the
+    leak six links down) and the search from the roots decides: the same chain, found
+    by walking the datasets' shares too."""
+    roots, leaked = _deep()
+    ids = {id(obj) for obj in leaked}
+    walker = ObjectEdges(active_backends())
+    assert ancestors(leaked, [obj for _, obj in roots], walker) is not None  # 12 levels
+    monkeypatch.setattr(search, "_tracked_objects", lambda: search.MAX_SCANNED)
+    assert ancestors(leaked, [obj for _, obj in roots], walker) is None  # one level
+    found = find_chain(roots, lambda o: id(o) in ids, walker, seeds=leaked)
+    assert found.path is not None
+    found.path.clear()
+    assert found.path.root_label == "global 'TRAINER'"
+    assert found.visited > 20  # the datasets were walked: no climb chose the way
+
+
+@pytest.mark.parametrize("enabled", [True, False], ids=["gc-on", "gc-off"])
+def test_the_search_pauses_automatic_collection_and_gives_it_back(enabled: bool) -> None:
+    """A full collection set off by the search's own allocations costs seconds on a big
+    heap and frees nothing the search reads: none runs during it, and gc is as it was."""
+    roots, leaked = _deep()
+    ids = {id(obj) for obj in leaked}
+    walker = ObjectEdges(active_backends())
+    seen: list[bool] = []
+
+    def target(obj: object) -> bool:
+        seen.append(gc.isenabled())
+        return id(obj) in ids
+
+    was = gc.isenabled()
+    (gc.enable if enabled else gc.disable)()
+    try:
+        found = find_chain(roots, target, walker, seeds=leaked)
+        assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()
+    assert found.path is not None
+    found.path.clear()
+    assert seen and not any(seen)
+
+
+KEPT_FOR_THE_READER: list[int] = [1, 2, 3]
+
+
+def test_a_global_roots_module_is_found_without_a_heap_scan(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The chain's root ``global 'x'`` is read again from its module's namespace, found
+    in ``sys.modules`` (a scan of a 1.5M-object heap took half of a diagnosis); a value
+    bound in two modules is left to the heap scan, which finds the namespace it met."""
+    kept = KEPT_FOR_THE_READER
+    path = Path("global 'KEPT_FOR_THE_READER'", [kept])
+    scans: list[object] = []
+    real = gc.get_referrers
+
+    def counted(*objs: object) -> list[object]:
+        scans.append(objs)
+        return real(*objs)
+
+    monkeypatch.setattr(gc, "get_referrers", counted)
+    reader = root_reader(path, dict)
+    assert reader is not None and reader() is kept and not scans
+    monkeypatch.setattr(sys.modules[__name__], "KEPT_FOR_THE_READER", [4])
+    assert reader() == [4]  # rebound: read again
+    monkeypatch.setattr(sys.modules[__name__], "KEPT_FOR_THE_READER", kept)
+    monkeypatch.setattr(mg, "KEPT_FOR_THE_READER", kept, raising=False)  # bound twice
+    reader = root_reader(path, dict)
+    assert reader is not None and reader() is kept and scans

@@ -61,6 +61,17 @@ def user_functions(step: Callable[[], object] | None, *, depth: int = 3) -> list
     return found
 
 
+def _absolute(path: str) -> str:
+    """``os.path.abspath``, remembered for absolute paths (they do not depend on the
+    working directory): every module's file is compared on each diagnosis, thousands."""
+    return _normalized(path) if os.path.isabs(path) else os.path.abspath(path)
+
+
+@functools.lru_cache(maxsize=8192)
+def _normalized(path: str) -> str:
+    return os.path.normpath(path)
+
+
 def _user_modules(functions: Iterable[Any], filenames: Iterable[str]) -> list[types.ModuleType]:
     """Modules of the user's functions and of the files where leaked objects were made."""
     modules: list[types.ModuleType] = []
@@ -74,13 +85,13 @@ def _user_modules(functions: Iterable[Any], filenames: Iterable[str]) -> list[ty
 
     for fn in functions:
         add(sys.modules.get(getattr(fn, "__module__", "") or ""))
-    wanted = {os.path.abspath(f) for f in filenames if f and not f.startswith("<")}
+    wanted = {_absolute(f) for f in filenames if f and not f.startswith("<")}
     if wanted:
         by_file: dict[str, types.ModuleType] = {}
         for module in list(sys.modules.values()):
             path = getattr(module, "__file__", None)
             if isinstance(path, str):
-                by_file[os.path.abspath(path)] = module
+                by_file[_absolute(path)] = module
         for path in sorted(wanted):
             add(by_file.get(path))
     return modules

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_graphleak.diagnose.edges import Edge, ObjectEdges, holds_references, partly_read
+from pytest_graphleak.heap.gcstate import collection_paused
 from pytest_graphleak.heap.quiet import silenced
 
 #: Budgets of one search from the roots, in objects: visited in all, and queued from one
@@ -42,6 +43,10 @@ MAX_PER_ROOT = 25_000
 #: the library's or the interpreter's objects, not a chain the roots hold).
 MAX_LEVELS = 12
 MAX_ANCESTORS = 20_000
+#: Objects the climb's heap scans may go through in all: a level scans every tracked
+#: object, so on a heap of 1.5M objects the climb gets 4 levels, not 12 (each ~40 ms of
+#: one core), and the plain search decides the rest; heaps of up to 500k keep all 12.
+MAX_SCANNED = 6_000_000
 #: References a first look from the roots may read before the climb (which scans the
 #: heap once a level) is worth its cost: most chains are short and found here.
 FIRST_LOOK = 10_000
@@ -110,7 +115,18 @@ def find_chain(
     Each object queued is charged to the root it was reached from; past ``MAX_PER_ROOT``
     that root queues nothing more, so a root that reaches a huge dataset cannot starve
     the others. Deterministic: the same objects give the same chain, however slow the
-    machine."""
+    machine. Automatic collection waits while it runs (``collection_paused``)."""
+    with collection_paused():
+        return _find_chain(roots, is_target, walker, max_visited, seeds)
+
+
+def _find_chain(
+    roots: Sequence[tuple[str, object]],
+    is_target: Callable[[object], bool],
+    walker: ObjectEdges,
+    max_visited: int,
+    seeds: Sequence[object],
+) -> Searched:
     if seeds:
         first = _breadth_first(roots, is_target, walker, max_visited, None, max_read=FIRST_LOOK)
         if first.path is not None or not first.cut:  # found, or proved none: every root whole
@@ -203,7 +219,8 @@ def ancestors(
     level by level (``gc.get_referrers``: one scan of the heap a level) until a level
     meets a root, and one level more (an instance's ``__dict__`` is a level of its own
     here, not a link of a chain); None when no root is met within ``MAX_LEVELS`` levels
-    or the climb spreads past ``MAX_ANCESTORS`` objects (the plain search decides then).
+    (fewer on a heap so big that they would scan more than ``MAX_SCANNED`` objects) or
+    the climb spreads past ``MAX_ANCESTORS`` objects (the plain search decides then).
 
     Types, modules' namespaces and roots are not climbed past: every instance refers to
     its type, every function to its module's namespace, and a chain starts at a root.
@@ -214,8 +231,9 @@ def ancestors(
     climbing: list[object] = []
     mine = {id(kept), id(frontier), id(climbing), id(seeds)}
     met_at: int | None = None
+    levels = max(1, min(MAX_LEVELS, MAX_SCANNED // max(1, _tracked_objects())))
     try:
-        for level in range(MAX_LEVELS):
+        for level in range(levels):
             if met_at is not None and level > met_at + 1:
                 break
             climbing.extend(obj for obj in frontier if _climbed_past(obj, root_ids))
@@ -240,6 +258,12 @@ def ancestors(
         kept.clear()
         frontier.clear()
         climbing.clear()
+
+
+def _tracked_objects() -> int:
+    """How many objects one ``gc.get_referrers`` scan goes through (the list is dropped
+    before the climb scans: it would be a referrer of everything)."""
+    return len(gc.get_objects())
 
 
 def _climbed_past(obj: object, root_ids: set[int]) -> bool:

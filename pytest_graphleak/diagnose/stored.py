@@ -304,13 +304,38 @@ def root_reader(
     kind, _, rest = label.partition(" ")
     name = rest.strip("'")
     if kind == "global":
-        for holder in gc.get_referrers(first):
-            if isinstance(holder, dict) and "__name__" in holder and holder.get(name) is first:
-                return lambda: holder.get(name, MISSING)
+        namespace = _module_dict_holding(name, first)
+        if namespace is not None:
+            return lambda: namespace.get(name, MISSING)
     elif kind == "closure":
         for holder in gc.get_referrers(first):
             if isinstance(holder, types.CellType):
                 return lambda: _cell_contents(holder)
+    return None
+
+
+def _module_dict_holding(name: str, value: object) -> dict[str, Any] | None:
+    """The namespace whose ``name`` is ``value``: the one module in ``sys.modules`` that
+    binds it (the roots' globals come from there; a lookup a module, no heap scan), else,
+    when none or several do, the first namespace ``gc.get_referrers`` finds (one scan of
+    the heap: a namespace outside ``sys.modules``, or a value bound in several)."""
+    found: list[dict[str, Any]] = []
+    for module in list(sys.modules.values()):
+        try:  # anything may sit in sys.modules, a lazy module's attribute may raise
+            namespace = vars(module)
+        except Exception:
+            continue
+        if not isinstance(namespace, dict) or namespace.get(name, MISSING) is not value:
+            continue
+        if all(seen is not namespace for seen in found):  # os.path and posixpath: once
+            found.append(namespace)
+            if len(found) > 1:
+                break
+    if len(found) == 1:
+        return found[0]
+    for holder in gc.get_referrers(value):
+        if isinstance(holder, dict) and "__name__" in holder and holder.get(name) is value:
+            return holder
     return None
 
 
