@@ -303,3 +303,24 @@ def test_which_modules_are_the_users_is_asked_once_per_name(
     monkeypatch.setitem(sys.modules, "graphleak_gate_new_module", module)
     audit.root_values(test)
     assert asked[first:] == ["graphleak_gate_new_module"]
+
+
+def test_plain_values_are_passed_over_without_a_rule(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Numbers, strings and tuples or dicts of them are most of what a walk reads, and
+    none leads on: the gate asks no per-type rule of them (a dict lookup and a weak
+    reference each, twice the walk's time on a config-heavy root), and still finds
+    the tensor beside them."""
+    target = graph_tensor()
+    plain: list[object] = [1, 2.0, 3j, True, "s", b"b", None, (1, "a"), {"k": 1}]
+    root = [*plain, [target]]
+    asked: list[type] = []
+    rule = Gate._rule
+
+    def counted(self: Gate, obj: object, backends: Any) -> int:
+        asked.append(type(obj))
+        return rule(self, obj, backends)
+
+    monkeypatch.setattr(Gate, "_rule", counted)
+    wanted = Listed([target]).made_during
+    assert Gate().may_reach([root], wanted, active_backends()) is True
+    assert not {type(value) for value in plain} & set(asked)

@@ -61,6 +61,10 @@ _ENTER, _SKIP, _CLASS, _FUNCTION, _METHOD, _GRAPH, _PAUSED, _VAR, _CONTEXT, _ARR
 #: user's are entered) nor by this walk.
 _OPAQUE = (types.ModuleType, types.FrameType, types.CodeType, types.BuiltinFunctionType,
            types.GetSetDescriptorType, types.MemberDescriptorType, *PROXY_TYPES)  # fmt: skip
+#: Values the collector does not track and that are never an array, a context variable
+#: or a graph object (exact types: a subclass may be any of them): most of what a walk
+#: reads (numbers, strings, a tuple or dict of them), left without asking ``_rule``.
+_PLAIN = frozenset({int, float, complex, bool, str, bytes, type(None), tuple, dict})
 #: Edges into autograd graphs: the audit's search does not follow them (``graphs=False``).
 _GRAPH_EDGES = frozenset({"grad_fn", "next"})
 
@@ -188,8 +192,10 @@ class Gate:
         """The objects not seen yet that can lead to another (the labelled search's
         ``holds_references``): those the collector tracks, and numpy arrays, context
         variables and graph objects, which it may not."""
+        leading = (_ARRAY, _VAR, _GRAPH)
         return [obj for obj in objects if id(obj) not in seen and (
-            gc.is_tracked(obj) or self._rule(obj, backends) in (_ARRAY, _VAR, _GRAPH))]  # fmt: skip
+            gc.is_tracked(obj)
+            or (type(obj) not in _PLAIN and self._rule(obj, backends) in leading))]  # fmt: skip
 
     def _user_class(self, cls: Any) -> bool:
         """Is ``cls`` a class of the user's (entered), or a library's (left)? Cached by
