@@ -272,14 +272,15 @@ def test_generic_rows_from_another_part_of_the_run(tmp_path: Path) -> None:
 
 def test_the_registry_names_every_writer_once() -> None:
     """A format is one module plus one entry: its option is in the options table, a file
-    writer has a recogniser, a writer that is no file publishes itself."""
+    writer has a recogniser, a writer that is no file publishes itself or adds to another
+    tool's file (JUnit: pytest's)."""
     from pytest_graphleak.options import OPTIONS_BY_KEY
     from pytest_graphleak.report.output_paths import _OWN
 
     assert len({writer.kind for writer in WRITERS}) == len(WRITERS)
     assert set(WRITER_OPTIONS) <= set(OPTIONS_BY_KEY)
-    for writer in WRITERS:
-        assert (writer.render is None) == (writer.publish is not None)
+    for writer in WRITERS:  # a file, a writer that delivers itself, or another tool's file's
+        assert [writer.render, writer.publish, writer.properties].count(None) == 2
         if writer.to_file:
             assert _OWN[writer.kind][0] is writer.recognise
 

@@ -60,6 +60,11 @@ def test_every_writer_takes_the_typed_report() -> None:
     github = next(w for w in WRITERS if w.publish is not None)
     assert github.publish is not None
     assert next(iter(inspect.signature(github.publish).parameters)) == "report"
+    # JUnit XML's properties too: on pytest's --junitxml, each test's from its typed row
+    junit = next(w for w in WRITERS if w.kind == "junit")
+    assert junit.host_option == "xmlpath" and junit.properties is not None
+    assert junit.properties(report.tests[0])[:2] == [
+        ("graphleak.status", "leaked"), ("graphleak.leaked", "true")]  # fmt: skip
 
 
 def _baseline_document() -> dict[str, object]:

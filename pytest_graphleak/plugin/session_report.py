@@ -25,7 +25,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from typing import Any
 
 import pytest
@@ -55,8 +55,7 @@ from pytest_graphleak.report.json_doc import (
     document_of,
     dumps,
 )
-from pytest_graphleak.report.junit import junit_properties
-from pytest_graphleak.report.model import Report, results_of
+from pytest_graphleak.report.model import Report, TestRow, results_of
 from pytest_graphleak.report.summary import NOTHING_CHECKED, counts, sentence
 from pytest_graphleak.report.text import line_markup, render_text, wrap_line, wrapped
 from pytest_graphleak.report.writers import WRITER_OPTIONS, WRITERS, Run, Writer
@@ -112,9 +111,13 @@ class SessionReport:
         self._failed_by_leak: set[str] = set()
         #: Failed tests whose status is ``error`` or ``unmeasured`` (their status word).
         self._no_verdict: dict[str, str] = {}
-        #: JUnit properties go on the teardown report, which pytest keeps to the end: only
-        #: when a JUnit XML file is written (its writer keeps every test until then anyway).
-        self._junit = bool(config.getoption("xmlpath", default=None))
+        #: The writers that add to pytest's own file (``Writer.properties``: JUnit XML):
+        #: their properties go on the teardown report, which pytest keeps to the end, only
+        #: when that file is written (its writer keeps every test until then anyway).
+        self._annotators: list[Callable[[TestRow], list[tuple[str, str]]]] = [
+            writer.properties for writer in WRITERS if writer.properties is not None
+            and config.getoption(writer.host_option, default=None)
+        ]  # fmt: skip
         self._junit_pending: dict[str, list[tuple[str, str]]] = {}
         #: node id -> pytest's call outcome, from its call report to its teardown report
         #: (the outlive audit's results come with the teardown).
@@ -287,8 +290,10 @@ class SessionReport:
                 f"data: {type(exc).__name__}: {exc}"
             )
             return
-        if self._junit:
-            self._junit_pending[test.nodeid] = junit_properties(test.typed())
+        if self._annotators:
+            typed = test.typed()
+            self._junit_pending[test.nodeid] = [pair for properties in self._annotators
+                                                for pair in properties(typed)]  # fmt: skip
 
     def teststatus(
         self, report: pytest.TestReport

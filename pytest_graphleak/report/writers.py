@@ -8,7 +8,8 @@ writer's option is a path; its ``recognise`` tells graphleak's own file of that 
 that ``output_paths`` replaces no other file; the front end (the session report, the
 ``graphleak`` command) owns the file handling. A writer that is no file (the GitHub gate:
 workflow commands on stdout, a table appended to the step summary) delivers its own
-output through ``publish``.
+output through ``publish``. A writer that adds to another tool's file (JUnit XML
+properties on pytest's ``--junitxml`` test cases) gives each test's ``properties``.
 
 A new format is one module plus one entry in ``WRITERS``: the pytest flag and ini key
 come from its option in ``options.OPTIONS``, and the session report, ``graphleak check``
@@ -28,7 +29,8 @@ from pytest_graphleak.report import github
 from pytest_graphleak.report.github import Row
 from pytest_graphleak.report.html import is_html_report, render_html
 from pytest_graphleak.report.json_doc import document_of, dumps, is_json_report
-from pytest_graphleak.report.model import Report
+from pytest_graphleak.report.junit import junit_properties
+from pytest_graphleak.report.model import Report, TestRow
 from pytest_graphleak.report.sarif import is_sarif_report, render_sarif
 
 
@@ -56,7 +58,7 @@ def _print_line(line: str) -> None:
 class Writer:
     kind: str  # "json": the registry key and ``output_paths.Output.kind``
     label: str  # "JSON": how messages name it ("JSON report: graphleak.json")
-    option: str  # the ``options.OPTIONS`` key that turns it on
+    option: str  # the ``options.OPTIONS`` key that turns it on ("": another tool's)
     #: The whole output of a file writer, written to the path its option gives.
     render: Callable[[Report, Run], str] | None = None
     #: Is graphleak's own file of this kind at the path (a file writer may replace it)?
@@ -66,6 +68,11 @@ class Writer:
     wanted: Callable[[Any, Mapping[str, str]], bool] | None = None
     #: ... then it delivers itself; returns problems to show (a step summary not written).
     publish: Callable[[Report, Run], list[str]] | None = None
+    #: A writer that adds to another tool's file: on when that tool's option (pytest's
+    #: ``dest``) is set; the name/value pairs of one test (as the test ends: the tool
+    #: writes its file as it goes).
+    host_option: str = ""
+    properties: Callable[[TestRow], list[tuple[str, str]]] | None = None
 
     @property
     def to_file(self) -> bool:
@@ -81,7 +88,8 @@ WRITERS: tuple[Writer, ...] = (
     Writer("sarif", "SARIF", "sarif", render=render_sarif, recognise=is_sarif_report,
            what="a graphleak SARIF log"),
     Writer("github", "GitHub", "github", wanted=github.wanted, publish=github.publish),
+    Writer("junit", "JUnit", "", host_option="xmlpath", properties=junit_properties),
 )  # fmt: skip
 
 #: The options-table keys of every writer (what a reporter without the core plugin adds).
-WRITER_OPTIONS: tuple[str, ...] = tuple(writer.option for writer in WRITERS)
+WRITER_OPTIONS: tuple[str, ...] = tuple(writer.option for writer in WRITERS if writer.option)
