@@ -125,9 +125,9 @@ class SessionReport:
         self._rows: list[CheckedTest] | None = None  # decoded once, at the end
         #: New findings of fixtures torn down after their last test that requested them,
         #: in fail mode: they fail the session, not a test (``JudgedAt.charged_to``).
-        self.session_failures: list[dict[str, Any]] = []
+        self.session_failures: list[CheckResult] = []
         #: Those in warn mode: told in a section of their own, as no test's warning.
-        self.session_warnings: list[dict[str, Any]] = []
+        self.session_warnings: list[CheckResult] = []
         #: Node ids of the tests the outlive audit looked at (a set: of a test that
         #: pytest-rerunfailures ran again, one).
         self._audited: set[str] = set()
@@ -200,20 +200,19 @@ class SessionReport:
             return
         self._call_outcomes[report.nodeid] = _outcome(report)  # until its teardown
         data = getattr(report, "graphleak", None)
-        results = results_of(data)  # read once: every question below asks the results
+        # typed once: every question below asks the results; malformed data is noted
+        checks = self._checks_of(data, report.nodeid, "results") if data else None
+        results = checks if checks is not None else results_of(data)
         if _has_leak(results):
             self._leaked.add(report.nodeid)
         if _has_leak(results, failing=True):
             self._failed_by_leak.add(report.nodeid)
         if report.failed and (status := _no_verdict(results)):  # the short summary's word
             self._no_verdict[report.nodeid] = status
-        if not data:
-            return
-        checks = self._checks_of(data, report.nodeid, "results")
         if checks is None:
             return
         self._locations[report.nodeid] = _location(self.config, report)
-        self._keep(CheckedTest(report.nodeid, _outcome(report), checks))
+        self._keep(report.nodeid, _outcome(report), checks)
 
     def _collect_teardown(self, report: pytest.TestReport) -> None:
         """Add the outlive audit's results (on the teardown report) to the test's row.
@@ -237,7 +236,7 @@ class SessionReport:
             earlier, checks = json.loads(self._results[report.nodeid])
             outcome = "failed" if report.failed else earlier
         self._locations.setdefault(report.nodeid, _location(self.config, report))
-        self._keep(CheckedTest(report.nodeid, outcome, [*checks, *found]))
+        self._keep(report.nodeid, outcome, found, earlier=checks)
 
     def _collect_fixture_findings(self, data: object, nodeid: str) -> None:
         """Findings of fixtures the test ``nodeid`` did not request, torn down in its
@@ -246,8 +245,8 @@ class SessionReport:
         (``pytest_sessionfinish``)."""
         found = self._checks_of(data, nodeid, "fixture findings")
         for check in found or ():
-            row = str(check["name"])
-            failing = check["leaked"] and not check["warned"] and not check["known"]
+            row = check.name
+            failing = check.leaked and not check.warned and not check.known
             checks: list[dict[str, Any]] = []
             outcome = "failed" if failing else "passed"
             if row in self._results:  # another pytest-xdist worker's instance
@@ -255,45 +254,49 @@ class SessionReport:
                 outcome = "failed" if failing or earlier == "failed" else outcome
             if failing:
                 self.session_failures.append(check)
-            elif check["leaked"] and not check["known"]:
+            elif check.leaked and not check.known:
                 self.session_warnings.append(check)
-            judged = check.get("judged_at") or {}
-            self._locations.setdefault(row, (str(judged.get("file") or ""),
-                                             int(judged.get("line") or 0)))  # fmt: skip
-            self._keep(CheckedTest(row, outcome, [*checks, check]))
+            judged = check.judged_at
+            self._locations.setdefault(row, (judged.file, judged.line) if judged else ("", 0))
+            self._keep(row, outcome, [check], earlier=checks)
             self._junit_pending.pop(row, None)  # no test case of its own in the JUnit XML
 
-    def _checks_of(self, data: object, nodeid: str, what: str) -> list[dict[str, Any]] | None:
-        """A report's ``graphleak`` checks, round-tripped through ``CheckResult`` (which
-        checks the layout and gives every check the same keys); None, and a note naming
-        ``what`` was ignored, when they are malformed."""
+    def _checks_of(self, data: object, nodeid: str, what: str) -> list[CheckResult] | None:
+        """A report's ``graphleak`` checks (the dicts that crossed pytest-xdist), typed:
+        ``CheckResult`` checks the layout; None, and a note naming ``what`` was ignored,
+        when they are malformed."""
         try:
             if not isinstance(data, list):
                 raise TypeError(f"expected a list of check dicts, got {type(data).__name__}")
-            return [CheckResult.from_dict(check).to_dict() for check in data]
+            return [CheckResult.from_dict(check) for check in data]
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             self.notes.append(
                 f"ignored malformed graphleak {what} of {nodeid}: {type(exc).__name__}: {exc}"
             )
             return None
 
-    def _keep(self, test: CheckedTest) -> None:
-        """The test's row, kept as JSON text until the session ends (and its JUnit
-        properties); a note instead when its checks are not JSON data."""
+    def _keep(
+        self, nodeid: str, outcome: str, found: Sequence[CheckResult],
+        earlier: Sequence[Mapping[str, Any]] = (),
+    ) -> None:
+        """The test's row (the checks kept ``earlier``, then those ``found`` now), kept as
+        compact JSON text until the session ends: one object a test, not thousands, for
+        the collector's passes over a long session (benchmarks/results/session_rows.md);
+        and its JUnit properties, from the typed checks. A note instead when its checks
+        are not JSON data."""
+        checks = [*earlier, *(check.to_dict() for check in found)]
         try:  # NaN stays NaN: this text is read back by json, not by others
-            self._results[test.nodeid] = json.dumps(
-                [test.outcome, test.checks], separators=(",", ":")
-            )
+            self._results[nodeid] = json.dumps([outcome, checks], separators=(",", ":"))
         except (TypeError, ValueError) as exc:
             self.notes.append(
-                f"ignored graphleak results of {test.nodeid} that are not JSON "
+                f"ignored graphleak results of {nodeid} that are not JSON "
                 f"data: {type(exc).__name__}: {exc}"
             )
             return
         if self._annotators:
-            typed = test.typed()
-            self._junit_pending[test.nodeid] = [pair for properties in self._annotators
-                                                for pair in properties(typed)]  # fmt: skip
+            row = TestRow.of(nodeid, outcome, [*map(CheckResult.from_dict, earlier), *found])
+            self._junit_pending[nodeid] = [pair for properties in self._annotators
+                                           for pair in properties(row)]  # fmt: skip
 
     def teststatus(
         self, report: pytest.TestReport
@@ -412,7 +415,7 @@ class SessionReport:
             if theirs:  # no test's failure text or warning shows them
                 tr.write_sep("=", f"graphleak: {title}")
             for check in theirs:
-                for part, line in wrapped(render_text(CheckResult.from_dict(check)), columns):
+                for part, line in wrapped(render_text(check), columns):
                     tr.write_line(part, **line_markup(line))
         if body:  # a clean run ends with the count line alone: what was checked, audited
             tr.write_sep("=", "graphleak report")
