@@ -171,6 +171,12 @@ def test_a_fixtures_check_errors_with_the_same_text(pytester: pytest.Pytester) -
         assert _SERIES not in story, story
         _story_ends_with_its_fix(story)
         assert f"ERROR test_fx.py::{test} - list-accumulation: +1 tensor/step" in out
+    # --tb=line: pytest prints an ERROR's repr (a failure's crash line it prints itself)
+    lines = _run(pytester, "--tb=line").split("\n")
+    for phase, (shown, _) in where.items():
+        at = next(i for i, x in enumerate(lines) if f" ERROR at {phase} _" in x)
+        number = shown.split(":")[1]
+        assert lines[at + 1].endswith(f"test_fx.py:{number}: list-accumulation: +1 tensor/step")
 
 
 def test_colours_long_native_and_line_styles(pytester: pytest.Pytester) -> None:

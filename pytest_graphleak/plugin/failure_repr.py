@@ -31,13 +31,20 @@ from pytest_graphleak.heap.usercode import is_user_file
 
 
 def one_line_repr(
-    item: pytest.Item, excinfo: pytest.ExceptionInfo[BaseException], message: str
+    item: pytest.Item,
+    excinfo: pytest.ExceptionInfo[BaseException],
+    message: str,
+    *,
+    printed: bool = False,
 ) -> ExceptionChainRepr:
     """A repr that prints ``PATH:LINE: message`` (and crosses pytest-xdist as pytest's
-    own reprs do)."""
+    own reprs do). pytest's ``--tb=line`` prints a failure's crash line itself, but an
+    ERROR's (a fixture's setup or teardown) only as its repr prints it: ``printed``
+    makes the repr print that line."""
     path, lineno = user_line(item, excinfo)
     crash = ReprFileLocation(path, lineno, message)
-    return ExceptionChainRepr([(ReprTraceback([], None, "line"), crash, None)])
+    entries = [ReprEntry([str(crash)], None, None, None, "value")] if printed else []
+    return ExceptionChainRepr([(ReprTraceback(entries, None, "line"), crash, None)])
 
 
 def story_repr(

@@ -111,7 +111,8 @@ class Reports:
             crash.message = terminal.crash_message(item, result, call.when)
             if style == "line":
                 # One line per failure, at the user's line: not the leak text, not ours.
-                report.longrepr = one_line_repr(item, excinfo, crash.message)
+                report.longrepr = one_line_repr(item, excinfo, crash.message,
+                                                printed=call.when != "call")  # fmt: skip
 
 
 def _mark_warned(results: list[CheckResult], excinfo: pytest.ExceptionInfo[Any] | None) -> None:
