@@ -8,8 +8,8 @@ verdict) are timed apart, with how many changes were re-run and whether one held
 Target (issue 44): a leak's diagnosis plus verification at most 0.5 s, median over the
 catalogue.
 
-Then the share of leaks whose line to change is in the user's code (``stored at:``, else
-``created at:``; for a cycle, the hook or closure line) that get a verified fix, on the
+Then the share of leaks whose ``stored at:`` or ``created at:`` line (for a cycle, also
+its hook or closure line) is in the user's code that get a verified fix, on the
 catalogue and on a held-out-like set: the round-5 repros (``--repros DIR``, default
 ``/work/shared/repros/round5``, skipped where it is missing and with ``--quick``), each
 folder's test files copied to a temporary directory and run as a new user would, with
@@ -94,19 +94,19 @@ def measure(path: Path) -> list[object]:
 
 
 def _line_kind(diagnosis: Any) -> str:
-    """Where the line a fix changes is: "user" (the user's code), "library", or "none"
-    found (``fix_verify``'s rule: a cycle's hook or closure line, else stored at, else
-    created at)."""
+    """Where the leak's lines are (issue 44's measure: a leak whose ``stored at:`` or
+    ``created at:`` line is in the user's code; a cycle's hook or closure line counts
+    too): "user", "library" (lines, none the user's), or "none" found."""
+    from pytest_graphleak.diagnose.fix_hooks import pack_hooks
     from pytest_graphleak.heap.usercode import is_user_file
-    from pytest_graphleak.patterns import CYCLE
 
     if diagnosis is None:
         return "none"
-    sites = (list(diagnosis.change_at) if diagnosis.pattern == CYCLE
-             else [*diagnosis.stored_at, *diagnosis.sites])  # fmt: skip
-    if any(is_user_file(site.filename) for site in sites):
+    files = [s.filename for s in [*diagnosis.stored_at, *diagnosis.sites, *diagnosis.change_at]]
+    files += [filename for _, filename, _ in pack_hooks(diagnosis.cycle)]
+    if any(is_user_file(filename) for filename in files):
         return "user"
-    return "library" if sites else "none"
+    return "library" if files else "none"
 
 
 def repro_rows(folder: Path) -> list[list[str]]:
