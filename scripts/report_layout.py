@@ -9,7 +9,8 @@ the DOM, as JSON:
 
 * ``overflow``: how many px the page is wider than the window (0: nothing is cut);
 * ``index_right``: how far the index table's right edge is past the window (<= 0 fits);
-* ``tick_px``: the smallest rendered chart tick (its font size times the chart's scale);
+* ``tick_px``: the smallest rendered chart tick (its font size times the chart's scale),
+  every card and group opened (last, after the fold checks);
 * ``fold``: after "collapse all", whether every card's marker says shut, and whether one
   card then opens by its own summary (its content shows); after "expand all", whether
   every card is open.
@@ -40,16 +41,6 @@ MEASURE = """<script>
   out.overflow = Math.max(0, document.documentElement.scrollWidth - width);
   var index = document.querySelector("table.index");
   out.index_right = index ? Math.round(index.getBoundingClientRect().right - width) : null;
-  var ticks = [];
-  document.querySelectorAll("svg.chart").forEach(function (svg) {
-    var box = svg.getBoundingClientRect();
-    if (!box.width) { return; }
-    var scale = box.width / svg.viewBox.baseVal.width;
-    svg.querySelectorAll("text.tick").forEach(function (t) {
-      ticks.push(parseFloat(getComputedStyle(t).fontSize) * scale);
-    });
-  });
-  out.tick_px = ticks.length ? Math.round(Math.min.apply(null, ticks) * 10) / 10 : null;
   var cards = Array.prototype.slice.call(document.querySelectorAll("details.card"));
   var collapse = document.getElementById("collapse"), expand = document.getElementById("expand");
   if (collapse && cards.length) {
@@ -63,6 +54,19 @@ MEASURE = """<script>
     var all = cards.every(function (d) { return d.open; });
     out.fold = {collapse_all_shuts: shut, one_opens_after: opened, expand_all_opens: all};
   }
+  // Every chart as it reads once opened: a folded card's or group's content has no
+  // layout of its width until it opens (its size would be a stale one).
+  document.querySelectorAll("details").forEach(function (d) { d.open = true; });
+  var ticks = [];
+  document.querySelectorAll("svg.chart").forEach(function (svg) {
+    var box = svg.getBoundingClientRect();
+    if (!box.width || (svg.checkVisibility && !svg.checkVisibility())) { return; }
+    var scale = box.width / svg.viewBox.baseVal.width;
+    svg.querySelectorAll("text.tick").forEach(function (t) {
+      ticks.push(parseFloat(getComputedStyle(t).fontSize) * scale);
+    });
+  });
+  out.tick_px = ticks.length ? Math.round(Math.min.apply(null, ticks) * 10) / 10 : null;
   var pre = document.createElement("pre");
   pre.id = "layout";
   pre.textContent = JSON.stringify(out);
