@@ -85,7 +85,7 @@ def test_no_grad_views_crash_no_step_and_sites_are_named(pytester: pytest.Pytest
                           "stored at: test_views.py:* KEPT.append(turned)"])
     # the audit's re-run ran to the end too: it names the lines
     said_in_order(out, [
-        "test_views.py::test_outlives left autograd graphs alive",
+        "WARNING test_views.py::test_outlives*outlived the test",  # the report section's row
         "held by: global 'test_views.KEPT' -> list(len=",
         "created at: test_views.py:* in test_outlives: KEPT.append(",
         "stored at: test_views.py:* in test_outlives: KEPT.append(",
@@ -168,7 +168,7 @@ def test_a_failing_recorder_is_a_note_not_a_crash(pytester: pytest.Pytester) -> 
     note = ("the creation-site recorder could not read what * of the step returned (first: "
             "*: LookupError: no site for this one); where those were made is unknown")  # fmt: skip
     said_in_order(failure_section(out, "test_marker"), ["leaks: list-accumulation", note])
-    said_in_order(out, ["test_broken.py::test_outlives left autograd graphs alive", note,
+    said_in_order(out, ["WARNING test_broken.py::test_outlives*outlived the test", note,
                         "created at and stored at: from one more run of the test"])
     said_in_order(out, ["LOOP RAISED GraphLeakError", "track() leaks: list-accumulation", note])
     assert "left none in this holder" not in out
