@@ -102,3 +102,30 @@ def test_graphleak_report_writes_a_report_back_byte_for_byte(tmp_path: Path) -> 
     old = dumps(document)
     saved.write_text(old, encoding="utf-8")
     assert json_writer.render(load_report(str(saved)), Run()) == old
+
+
+PLUGIN = REPORT.parent / "plugin"
+CHECK_FIELDS = frozenset({*CheckResult.__dataclass_fields__, "leaked", "status", "pattern"})
+
+
+def _check_field_writes(source: str) -> list[str]:
+    """``check["known"] = ...`` (or ``+=``): a check's field set on its dict."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        targets = (node.targets if isinstance(node, ast.Assign)
+                   else [node.target] if isinstance(node, ast.AugAssign) else [])  # fmt: skip
+        for target in targets:
+            if (isinstance(target, ast.Subscript) and isinstance(target.slice, ast.Constant)
+                    and target.slice.value in CHECK_FIELDS):  # fmt: skip
+                found.append(f"line {node.lineno}: {target.slice.value!r}")
+    return found
+
+
+@pytest.mark.parametrize("module", sorted(p.name for p in PLUGIN.glob("*.py")))
+def test_known_and_warned_are_set_on_typed_results(module: str) -> None:
+    assert _check_field_writes((PLUGIN / module).read_text(encoding="utf-8")) == []
+
+
+def test_the_scan_sees_a_field_set_on_a_dict() -> None:
+    planted = 'check["known"] = True\nfor c in found:\n    c["warned"] = 1\nenv["CI"] = "1"\n'
+    assert _check_field_writes(planted) == ["line 1: 'known'", "line 3: 'warned'"]

@@ -33,7 +33,7 @@ from pytest_graphleak.report.text import render_text, wrap_line
 from pytest_graphleak.result import CheckResult
 
 _CENSUS_KEY = pytest.StashKey[Census]()
-_FOUND_KEY = pytest.StashKey["list[dict[str, Any]]"]()
+_FOUND_KEY = pytest.StashKey["list[CheckResult]"]()
 #: Roots of the chains of this test's leaked step checks: the audit does not repeat them.
 _CHECKED_ROOTS_KEY = pytest.StashKey["set[str]"]()
 #: The census ran to its end (the session report counts the tests audited).
@@ -42,7 +42,7 @@ _AUDITED_KEY = pytest.StashKey[bool]()
 _TORN_DOWN_KEY = pytest.StashKey["list[list[str]]"]()
 #: Findings of fixtures this test did not request, torn down in its teardown
 #: (``FIXTURE_FINDINGS``): the session's, carried by its report to the session reporter.
-_THEIRS_KEY = pytest.StashKey["list[dict[str, Any]]"]()
+_THEIRS_KEY = pytest.StashKey["list[CheckResult]"]()
 
 
 class OutliveAudit:
@@ -111,11 +111,11 @@ class OutliveAudit:
             results = [r for r in results if _charged_to(r, item.nodeid)]
             for result in unknown(item, theirs):  # marks the known ones
                 result.warned = self.mode != "fail"
-            item.stash[_THEIRS_KEY] = [result.to_dict() for result in theirs]
+            item.stash[_THEIRS_KEY] = theirs
         if not results:
             return
         new = unknown(item, results)  # one listed in the baseline file is known: no error
-        item.stash[_FOUND_KEY] = [result.to_dict() for result in results]
+        item.stash[_FOUND_KEY] = results
         if not new:
             return
         if self.mode == "fail":
@@ -195,7 +195,7 @@ class OutliveAudit:
         theirs = item.stash.get(_THEIRS_KEY, None)
         if theirs is not None:
             del item.stash[_THEIRS_KEY]
-            setattr(report, FIXTURE_FINDINGS, theirs)
+            setattr(report, FIXTURE_FINDINGS, [result.to_dict() for result in theirs])
         found = item.stash.get(_FOUND_KEY, None)
         excinfo = call.excinfo
         # The findings failed the teardown (fail mode, or the warning raised as an error
@@ -207,21 +207,20 @@ class OutliveAudit:
         )
         if found:
             del item.stash[_FOUND_KEY]  # pop: nothing outlives the report
-            if not failed_by_them:
-                for check in found:
-                    check["warned"] = True
-            report.graphleak = found  # type: ignore[attr-defined]
+            if not failed_by_them:  # set on the typed results, then they travel as data
+                for result in found:
+                    result.warned = True
+            report.graphleak = [result.to_dict() for result in found]  # type: ignore[attr-defined]
         if failed_by_them:
             assert excinfo is not None
             # The story only, as the fail mode's: no frames of the plugin's own source.
             report.longrepr = excinfo.getrepr(style="value")
             if isinstance(excinfo.value, GraphOutliveWarning) and found:
                 # the warning raised as an error says one line: the story, as fail's
-                _tell_story(report.longrepr, [r for r in results_of(found) if not r.known])
+                _tell_story(report.longrepr, [r for r in found if not r.known])
             crash = getattr(report.longrepr, "reprcrash", None)
             if crash is not None and found:  # pytest's short summary line reads this
-                results = results_of(found)
-                first = next((r for r in results if not r.known), results[0])
+                first = next((r for r in found if not r.known), found[0])
                 crash.message = _short(first, summary_room(item, "ERROR"))
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:

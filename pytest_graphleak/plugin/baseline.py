@@ -230,17 +230,20 @@ class BaselineRun:
         if report.when not in ("call", "teardown") or not isinstance(checks, list):
             checks = []
         theirs = getattr(report, FIXTURE_FINDINGS, None) if report.when == "teardown" else None
-        for check in [*checks, *(theirs if isinstance(theirs, list) else ())]:
-            result = result_of(check)
-            if result is not None and result.leaked:  # the flag goes on the data that
-                # travels on (pytest-xdist, the session reporter)
+        for found in (checks, theirs if isinstance(theirs, list) else []):
+            for index, check in enumerate(found):
+                result = result_of(check)
+                if result is None or not result.leaked:
+                    continue
                 key = key_for(report.nodeid, result)
                 self.found.add(key)
                 entry = self.baseline.match(key)
                 if entry is not None and entry != key:
                     self.matched_before.add(entry)
-                check["known"] = self.update or entry is not None
-                check["known_reason"] = self.reason(entry)
+                # set on the typed result; its data travels on (the session reporter)
+                result.known = self.update or entry is not None
+                result.known_reason = self.reason(entry)
+                found[index] = result.to_dict()
 
     @property
     def file(self) -> str:
