@@ -25,7 +25,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable, Generator, Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from typing import Any
 
 import pytest
@@ -58,7 +58,7 @@ from pytest_graphleak.report.json_doc import (
 from pytest_graphleak.report.model import Report, TestRow, results_of
 from pytest_graphleak.report.summary import NOTHING_CHECKED, counts, sentence
 from pytest_graphleak.report.text import line_markup, render_text, wrap_line, wrapped
-from pytest_graphleak.report.writers import WRITER_OPTIONS, WRITERS, Run, Writer
+from pytest_graphleak.report.writers import WRITER_OPTIONS, WRITERS, Run, Writer, annotators
 from pytest_graphleak.result import CheckResult
 from pytest_graphleak.status import BY_WORD as STATUS_FACTS
 from pytest_graphleak.status import ERROR, UNMEASURED
@@ -114,10 +114,7 @@ class SessionReport:
         #: The writers that add to pytest's own file (``Writer.properties``: JUnit XML):
         #: their properties go on the teardown report, which pytest keeps to the end, only
         #: when that file is written (its writer keeps every test until then anyway).
-        self._annotators: list[Callable[[TestRow], list[tuple[str, str]]]] = [
-            writer.properties for writer in WRITERS if writer.properties is not None
-            and config.getoption(writer.host_option, default=None)
-        ]  # fmt: skip
+        self._annotators = annotators(lambda dest: config.getoption(dest, default=None))
         self._junit_pending: dict[str, list[tuple[str, str]]] = {}
         #: node id -> pytest's call outcome, from its call report to its teardown report
         #: (the outlive audit's results come with the teardown).
@@ -275,10 +272,8 @@ class SessionReport:
             )
             return None
 
-    def _keep(
-        self, nodeid: str, outcome: str, found: Sequence[CheckResult],
-        earlier: Sequence[Mapping[str, Any]] = (),
-    ) -> None:
+    def _keep(self, nodeid: str, outcome: str, found: Sequence[CheckResult],
+              earlier: Sequence[Mapping[str, Any]] = ()) -> None:  # fmt: skip
         """The test's row (the checks kept ``earlier``, then those ``found`` now), kept as
         compact JSON text until the session ends: one object a test, not thousands, for
         the collector's passes over a long session (benchmarks/results/session_rows.md);

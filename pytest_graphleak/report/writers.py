@@ -91,5 +91,14 @@ WRITERS: tuple[Writer, ...] = (
     Writer("junit", "JUnit", "", host_option="xmlpath", properties=junit_properties),
 )  # fmt: skip
 
+def annotators(
+    option: Callable[[str], object],
+) -> list[Callable[[TestRow], list[tuple[str, str]]]]:
+    """The ``properties`` of each writer that adds to another tool's file, for those
+    whose tool's option is set (``option``: pytest's ``config.getoption`` of a dest)."""
+    return [writer.properties for writer in WRITERS
+            if writer.properties is not None and option(writer.host_option)]  # fmt: skip
+
+
 #: The options-table keys of every writer (what a reporter without the core plugin adds).
 WRITER_OPTIONS: tuple[str, ...] = tuple(writer.option for writer in WRITERS if writer.option)
