@@ -143,16 +143,16 @@ def test_the_holder_no_root_reaches_is_chosen_by_what_it_holds_not_the_heaps_ord
 def test_on_a_heap_too_big_for_its_levels_the_climb_gives_way_to_the_plain_search(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Each level of the climb scans the whole heap: on a heap that would make its levels
-    scan more than ``MAX_SCANNED`` objects it climbs fewer (here one, too few for the
-    leak six links down) and the search from the roots decides: the same chain, found
-    by walking the datasets' shares too."""
+    """Each level of the climb compares the whole heap with the objects it climbs from:
+    when that would pass ``MAX_COMPARED`` comparisons it climbs fewer levels (here none)
+    and the search from the roots decides: the same chain, found by walking the
+    datasets' shares too."""
     roots, leaked = _deep()
     ids = {id(obj) for obj in leaked}
     walker = ObjectEdges(active_backends())
     assert ancestors(leaked, [obj for _, obj in roots], walker) is not None  # 12 levels
-    monkeypatch.setattr(search, "_tracked_objects", lambda: search.MAX_SCANNED)
-    assert ancestors(leaked, [obj for _, obj in roots], walker) is None  # one level
+    monkeypatch.setattr(search, "_tracked_objects", lambda: search.MAX_COMPARED)
+    assert ancestors(leaked, [obj for _, obj in roots], walker) is None  # no level
     found = find_chain(roots, lambda o: id(o) in ids, walker, seeds=leaked)
     assert found.path is not None
     found.path.clear()

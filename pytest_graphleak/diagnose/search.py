@@ -43,10 +43,12 @@ MAX_PER_ROOT = 25_000
 #: the library's or the interpreter's objects, not a chain the roots hold).
 MAX_LEVELS = 12
 MAX_ANCESTORS = 20_000
-#: Objects the climb's heap scans may go through in all: a level scans every tracked
-#: object, so on a heap of 1.5M objects the climb gets 4 levels, not 12 (each ~40 ms of
-#: one core), and the plain search decides the rest; heaps of up to 500k keep all 12.
-MAX_SCANNED = 6_000_000
+#: Comparisons the climb's heap scans may make in all: a level's ``gc.get_referrers``
+#: compares every reference of every tracked object with each object of the level, so
+#: a level costs (tracked objects) x (objects climbed from). On a heap of 1.5M objects
+#: that is 20 objects climbed from in all (a level from 38 leaked objects took 0.15 s of
+#: one core); past it the plain search decides.
+MAX_COMPARED = 30_000_000
 #: References a first look from the roots may read before the climb (which scans the
 #: heap once a level) is worth its cost: most chains are short and found here.
 FIRST_LOOK = 10_000
@@ -219,8 +221,9 @@ def ancestors(
     level by level (``gc.get_referrers``: one scan of the heap a level) until a level
     meets a root, and one level more (an instance's ``__dict__`` is a level of its own
     here, not a link of a chain); None when no root is met within ``MAX_LEVELS`` levels
-    (fewer on a heap so big that they would scan more than ``MAX_SCANNED`` objects) or
-    the climb spreads past ``MAX_ANCESTORS`` objects (the plain search decides then).
+    (fewer when its scans would compare more than ``MAX_COMPARED`` pairs: a big heap, a
+    wide level) or the climb spreads past ``MAX_ANCESTORS`` objects (the plain search
+    decides then).
 
     Types, modules' namespaces and roots are not climbed past: every instance refers to
     its type, every function to its module's namespace, and a chain starts at a root.
@@ -231,14 +234,15 @@ def ancestors(
     climbing: list[object] = []
     mine = {id(kept), id(frontier), id(climbing), id(seeds)}
     met_at: int | None = None
-    levels = max(1, min(MAX_LEVELS, MAX_SCANNED // max(1, _tracked_objects())))
+    tracked, compared = _tracked_objects(), 0
     try:
-        for level in range(levels):
+        for level in range(MAX_LEVELS):
             if met_at is not None and level > met_at + 1:
                 break
             climbing.extend(obj for obj in frontier if _climbed_past(obj, root_ids))
             frontier.clear()
-            if not climbing:
+            compared += tracked * len(climbing)
+            if not climbing or compared > MAX_COMPARED:
                 break
             referrers = gc.get_referrers(*climbing)
             climbing.clear()
