@@ -199,7 +199,7 @@ def _census_table(quick: bool) -> str:
 
     import torch
 
-    from pytest_graphleak.outlive.census import Census
+    from pytest_graphleak.outlive.census import Census, TypeKinds
     from pytest_graphleak.outlive.explain import explain
     from pytest_graphleak.outlive.found import Holder
 
@@ -209,7 +209,7 @@ def _census_table(quick: bool) -> str:
     holders = [Holder(f"global '{name}'", name, value) for name, value in roots.items()]
     rows = []
     heap: list[object] = []
-    kinds: dict[type, bool] = {}
+    kinds = TypeKinds()  # kept across tests, as the audit keeps it
     for size in (10_000, 100_000) if quick else (10_000, 100_000, 1_000_000):
         heap.extend(fill_heap(size - len(heap)))
         gc.collect()

@@ -112,5 +112,10 @@ class NotSwappable(GraphleakError):
     words (the candidate is then counted as one that could not run)."""
 
 
+class Unjudged(GraphleakError):
+    """The audit's run of a test with a change in place did not pass (its call raised,
+    its setup or teardown failed): the change is no fix (``fix_verify`` drops it)."""
+
+
 class Refused(GraphleakError):
     """``graphleak fix --apply`` will not write a fix into a file: why, naming the file."""

@@ -34,6 +34,7 @@ WHERE = {
     "UserCodeError": ("pytest_graphleak.cli.exits", Exception),
     "NotSwappable": ("pytest_graphleak.diagnose.fix_swap", Exception),
     "Refused": ("pytest_graphleak.cli.patches", Exception),
+    "Unjudged": ("pytest_graphleak.outlive.rerun_fix", Exception),
 }
 WARNINGS = {"GraphLeakWarning": "pytest_graphleak", "GraphOutliveWarning": "pytest_graphleak"}
 

@@ -822,6 +822,7 @@ PURE_CACHES = {
     "pytest_graphleak.heap.usercode.is_user_file",
     "pytest_graphleak.probes.warmup_tensors._mode_class",  # a class, made once
     "pytest_graphleak.diagnose.sites._scopes",  # a source file's function scopes
+    "pytest_graphleak.diagnose.roots._normalized",  # an absolute path's normal form
     "pytest_graphleak.probes.process_probe.mallinfo2",  # the C library's function, or None
 }
 #: What a module-level name can hold that changes in place: containers, a namespace

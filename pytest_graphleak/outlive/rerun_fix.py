@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from pytest_graphleak.diagnose.fix_verify import Trial, not_verified, verify_fix
+from pytest_graphleak.exceptions import Unjudged
 from pytest_graphleak.outlive.fixture_scopes import root_of
 from pytest_graphleak.patterns import FIXES
 from pytest_graphleak.result import CheckResult
@@ -26,11 +27,6 @@ from pytest_graphleak.words import verify as why
 #: can: its setup, call and teardown passed) and the labels of the holders that still
 #: keep graphs it made after its teardown.
 RunOnce = Callable[[], tuple[str, list[str]]]
-
-
-class Unjudged(Exception):
-    """The run with the change did not pass (its call raised, its setup or teardown
-    failed): the change is no fix (``fix_verify.try_edit`` drops it)."""
 
 
 def try_fixes(

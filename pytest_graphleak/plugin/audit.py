@@ -24,6 +24,7 @@ import pytest
 from pytest_graphleak.exceptions import GraphOutliveError, GraphOutliveWarning
 from pytest_graphleak.options import Settings
 from pytest_graphleak.outlive import Audit, AuditedTest, Census, FixtureDef, root_of
+from pytest_graphleak.patterns import RETAINED_GRAD_FN
 from pytest_graphleak.plugin import outlive_rerun
 from pytest_graphleak.plugin.baseline import FIXTURE_FINDINGS, FIXTURES_JUDGED, unknown
 from pytest_graphleak.plugin.session_report import AUDITED
@@ -340,7 +341,7 @@ def outlive_pointer(results: list[CheckResult]) -> str:
     held = root_of(first, raw=True)
     held = f", held by {held}" if held else ""
     more = f", and {len(results) - 1} more" if len(results) > 1 else ""
-    return (f"graphleak: {what}: {first.pattern or 'retained-grad-fn'}{held}{more}; the "
+    return (f"graphleak: {what}: {first.pattern or RETAINED_GRAD_FN}{held}{more}; the "
             "graphleak report section tells where and the fix")  # fmt: skip
 
 
