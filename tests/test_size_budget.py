@@ -29,6 +29,30 @@ def test_the_package_keeps_its_size_budget() -> None:
     assert all(reason for _, reason in check_size.EXCEPTIONS.values())
 
 
+def test_the_package_keeps_its_total_and_its_loose_types_under_their_ceilings() -> None:
+    """The package's total lines and the ``Any``/``type: ignore`` counts (package, minigrad
+    and tests) stay at or below the ceilings in scripts/check_size.py."""
+    assert check_size.over_ceilings(check_size.total_lines(), check_size.loose_types()) == []
+
+
+def test_the_ceilings_see_a_grown_package_and_loose_types(tmp_path: Path) -> None:
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "a.py").write_text(
+        "import typing\nfrom typing import Any\n\n"
+        "def f(x: Any) -> typing.Any:  # type: ignore[misc]\n"
+        "    return x  # a comment that says Any is not counted\n"
+        "s = 'type: ignore in a string is not counted'\n"
+    )
+    assert check_size.total_lines(tmp_path, "pkg") == 6
+    loose = check_size.loose_types(tmp_path, ("pkg",))
+    assert loose == {"Any": 2, "type: ignore": 1}  # the annotations, not the import
+    assert check_size.over_ceilings(6, loose, 5, {"Any": 2, "type: ignore": 0}) == [
+        "pytest_graphleak/: 6 lines, over its total of 5",
+        "'type: ignore' written 1 times, over its ceiling of 0",
+    ]
+
+
 def _function(name: str, lines: int, indent: str = "") -> str:
     body = "".join(f"{indent}    x = {i}\n" for i in range(lines - 1))
     return f"{indent}def {name}():\n{body}"
