@@ -40,12 +40,12 @@ EXCEPTIONS: dict[str, tuple[int, str]] = {
 
 #: The lines of ``pytest_graphleak/`` (its ``.py`` files) at most.
 TOTAL_PACKAGE = "pytest_graphleak"
-TOTAL_BUDGET = 0  # set below from today's size; see CONTRIBUTING.md "Budgets"
+TOTAL_BUDGET = 28_748  # 2026-11-29: its size then; see CONTRIBUTING.md "Budgets"
 
 #: Loose typing at most: ``Any`` written as a name, ``# type: ignore`` comments; counted in
 #: ``LOOSE_TREES``. mypy checks the rest; these are the holes it is told to look past.
 LOOSE_TREES = ("pytest_graphleak", "minigrad", "tests")
-LOOSE_TYPES: dict[str, int] = {"Any": 0, "type: ignore": 0}
+LOOSE_TYPES: dict[str, int] = {"Any": 851, "type: ignore": 117}  # 2026-11-29
 
 
 def _functions(tree: ast.AST, prefix: str = "") -> Iterator[tuple[str, int]]:
