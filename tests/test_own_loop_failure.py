@@ -176,7 +176,8 @@ def test_a_fixtures_check_errors_with_the_same_text(pytester: pytest.Pytester) -
     for phase, (shown, _) in where.items():
         at = next(i for i, x in enumerate(lines) if f" ERROR at {phase} _" in x)
         number = shown.split(":")[1]
-        assert lines[at + 1].endswith(f"test_fx.py:{number}: list-accumulation: +1 tensor/step")
+        # the holder follows where the line has room (CI's terminal is wider)
+        assert f"test_fx.py:{number}: list-accumulation: +1 tensor/step" in lines[at + 1]
 
 
 def test_colours_long_native_and_line_styles(pytester: pytest.Pytester) -> None:
