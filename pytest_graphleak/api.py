@@ -23,10 +23,11 @@ from typing import TYPE_CHECKING, Any
 from pytest_graphleak.engine import tracker
 from pytest_graphleak.exceptions import GraphLeakError
 from pytest_graphleak.loop import LoopCheck
-from pytest_graphleak.options import CheckOptions, Settings, TrackOptions, call_settings
+from pytest_graphleak.options import CheckOptions, TrackOptions
 from pytest_graphleak.pipeline import error_result, measure, raise_or_warn
 from pytest_graphleak.report.text import render_text
 from pytest_graphleak.result import CheckResult
+from pytest_graphleak.settings import Settings, call_settings
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack

@@ -24,7 +24,6 @@ from pytest_graphleak.exceptions import (
 )
 from pytest_graphleak.heap.usercode import is_user_file
 from pytest_graphleak.metrics import Metric
-from pytest_graphleak.options import Settings
 from pytest_graphleak.patterns import FALLBACK, FIXES, MEMORY_GROWTH, PATTERNS
 from pytest_graphleak.result import (
     CheckResult,
@@ -34,6 +33,7 @@ from pytest_graphleak.result import (
     Fix,
     Verdict,
 )
+from pytest_graphleak.settings import Settings
 from pytest_graphleak.verdict import (
     FEWEST_STEPS,
     Limits,

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:  # for annotations only: this module imports nothing of the package
-    from pytest_graphleak.options import Settings
     from pytest_graphleak.result import CheckResult
+    from pytest_graphleak.settings import Settings
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,9 @@ import pytest_graphleak
 from pytest_graphleak import CheckResult, GraphLeakError, check, pipeline, track
 from pytest_graphleak.engine import tracker
 from pytest_graphleak.metrics import Metric, Recheck
-from pytest_graphleak.options import Settings
 from pytest_graphleak.probes.base import ProbeBase
 from pytest_graphleak.report import render_text, sparkline
+from pytest_graphleak.settings import Settings
 
 torch = pytest.importorskip("torch")
 mg = pytest.importorskip("minigrad")

@@ -23,7 +23,7 @@ from pytest_graphleak import UnmeasuredError, check
 from pytest_graphleak.cli import main
 from pytest_graphleak.cli.exits import EXIT_UNMEASURED
 from pytest_graphleak.loop import LoopCheck
-from pytest_graphleak.options import Settings
+from pytest_graphleak.settings import Settings
 from pytest_graphleak.verdict import FEWEST_STEPS, too_few_steps
 
 pytest_plugins = ["pytester"]

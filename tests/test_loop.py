@@ -10,8 +10,8 @@ import pytest
 
 from pytest_graphleak import GraphLeakError, GraphLeakWarning, UnmeasuredError, track
 from pytest_graphleak.loop import LoopCheck, close_open_checks
-from pytest_graphleak.options import Settings
 from pytest_graphleak.report import render_text
+from pytest_graphleak.settings import Settings
 
 torch = pytest.importorskip("torch")
 

@@ -21,9 +21,9 @@ from suite_helpers import FAST, folded
 from pytest_graphleak import GraphLeakError, track
 from pytest_graphleak.loop import LoopCheck
 from pytest_graphleak.metrics import Metric
-from pytest_graphleak.options import Settings
 from pytest_graphleak.report import render_text
 from pytest_graphleak.result import Growth, Verdict
+from pytest_graphleak.settings import Settings
 from pytest_graphleak.verdict import (
     dropped,
     reset_period,

@@ -14,9 +14,9 @@ import pytest
 
 from pytest_graphleak import GraphLeakWarning, track
 from pytest_graphleak.loop import LoopCheck
-from pytest_graphleak.options import Settings
 from pytest_graphleak.report import render_text
 from pytest_graphleak.result import CheckResult
+from pytest_graphleak.settings import Settings
 
 torch = pytest.importorskip("torch")
 

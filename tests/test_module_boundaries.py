@@ -260,7 +260,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("heap", "probes"),  # what is measured, gc state, user code
     # measuring; the diagnosis and its words; the outlive audit
     ("engine", "diagnose", "words", "outlive"),
-    ("options",),  # the options table
+    ("options", "settings"),  # the options table, and settings resolved from it
     ("report",),  # renderings of results
     ("pipeline",),  # measure -> judge -> explain
     ("loop", "loop_windows"),  # a check inside a running loop, and its windows

@@ -11,16 +11,9 @@ import pytest
 from suite_helpers import FAST
 
 from pytest_graphleak import api, distributed, options, plugin
-from pytest_graphleak.options import (
-    OPTIONS,
-    CheckOptions,
-    OptionError,
-    Settings,
-    TrackOptions,
-    keywords,
-    settings_from,
-)
+from pytest_graphleak.options import OPTIONS, CheckOptions, OptionError, TrackOptions, keywords
 from pytest_graphleak.plugin import flags
+from pytest_graphleak.settings import Settings, settings_from
 
 COUNTING = """
 import pytest

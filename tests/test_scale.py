@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 
-from pytest_graphleak.options import Settings
 from pytest_graphleak.pipeline import declarations
 from pytest_graphleak.probes import METRICS
 from pytest_graphleak.probes.cuda_probe import byte_metrics
@@ -17,6 +16,7 @@ from pytest_graphleak.report.scale import (
     ticks,
     value_range,
 )
+from pytest_graphleak.settings import Settings
 
 MIB = 1024.0 * 1024.0
 

@@ -11,8 +11,8 @@ import threading
 import pytest
 
 from pytest_graphleak import session
-from pytest_graphleak.options import Settings
 from pytest_graphleak.result import CheckResult
+from pytest_graphleak.settings import Settings
 
 try:  # imported here, once: an in-process pytester run drops the modules it imported, and
     # torch cannot be imported a second time in one process

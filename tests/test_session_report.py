@@ -22,10 +22,10 @@ import jsonschema
 import pytest
 from suite_helpers import report_section
 
-from pytest_graphleak.options import Settings
 from pytest_graphleak.plugin import session_report
 from pytest_graphleak.report.json_doc import load_schema
 from pytest_graphleak.result import CheckResult, Verdict
+from pytest_graphleak.settings import Settings
 
 pytest_plugins = ["pytester"]
 

@@ -22,7 +22,7 @@ from suite_helpers import folded
 
 from pytest_graphleak import GraphLeakWarning, UnmeasuredError, track
 from pytest_graphleak.loop import LoopCheck
-from pytest_graphleak.options import Settings
+from pytest_graphleak.settings import Settings
 from pytest_graphleak.verdict import FEWEST_STEPS, fewest_steps, loop_fewest_steps
 
 torch = pytest.importorskip("torch")

@@ -18,13 +18,13 @@ import minigrad as mg
 from pytest_graphleak import check, track
 from pytest_graphleak.diagnose.facts import root_link
 from pytest_graphleak.loop import LoopCheck
-from pytest_graphleak.options import Settings
 from pytest_graphleak.patterns import FIXES
 from pytest_graphleak.report.github import report_rows
 from pytest_graphleak.report.model import Report
 from pytest_graphleak.report.text import render_text
 from pytest_graphleak.report.view import diagnosis_view
 from pytest_graphleak.result import CheckResult, CreationSite, Diagnosis, Link, Verdict
+from pytest_graphleak.settings import Settings
 from pytest_graphleak.words import lines
 from pytest_graphleak.words.chain import holder_text
 from pytest_graphleak.words.fix import choose_fix, usual_fix

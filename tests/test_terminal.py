@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-from pytest_graphleak.options import Settings
 from pytest_graphleak.pipeline import declarations
 from pytest_graphleak.plugin.terminal import (
     Progress,
@@ -20,6 +19,7 @@ from pytest_graphleak.plugin.terminal import (
 )
 from pytest_graphleak.probes import METRICS
 from pytest_graphleak.result import CheckResult, Diagnosis, Growth, Link, Verdict
+from pytest_graphleak.settings import Settings
 
 
 def _result(pattern: str, growths: list[Growth], diagnosis: Diagnosis | None) -> CheckResult:

@@ -69,7 +69,7 @@ def test_user_frozen_heap_still_catches_leaks_and_passes_clean_steps(restore_gc)
     """With objects frozen by the user the tracker samples the whole unfrozen heap: counts
     must be exact (no frozen baseline counted twice, nothing missed)."""
     from pytest_graphleak import pipeline
-    from pytest_graphleak.options import Settings
+    from pytest_graphleak.settings import Settings
 
     torch = pytest.importorskip("torch")
     weights = torch.ones(3, requires_grad=True)

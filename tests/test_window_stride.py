@@ -11,8 +11,8 @@ import pytest
 from pytest_graphleak import GraphLeakWarning
 from pytest_graphleak.engine.stride import MIN_SAMPLES, choose_stride, max_stride
 from pytest_graphleak.loop import LoopCheck
-from pytest_graphleak.options import Settings
 from pytest_graphleak.probes import METRICS
+from pytest_graphleak.settings import Settings
 from pytest_graphleak.verdict import judge, max_leak_period
 
 torch = pytest.importorskip("torch")

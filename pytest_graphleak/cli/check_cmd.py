@@ -17,13 +17,13 @@ from pytest_graphleak.cli.outputs import checked_outputs, output_flags, write_ou
 from pytest_graphleak.cli.target import Target, resolve, running_as
 from pytest_graphleak.cli.user_traceback import print_user_traceback
 from pytest_graphleak.exceptions import GraphLeakError, UnmeasuredError, UsageError, UserCodeError
-from pytest_graphleak.options import Settings, settings_from_command
 from pytest_graphleak.pipeline import error_result
 from pytest_graphleak.report.environment import describe_run
 from pytest_graphleak.report.json_doc import CheckedTest, build_report
 from pytest_graphleak.report.text import render_result, verdict_line
 from pytest_graphleak.report.writers import WRITERS, Run, Writer
 from pytest_graphleak.result import CheckResult
+from pytest_graphleak.settings import Settings, settings_from_command
 from pytest_graphleak.status import outcome_of
 
 

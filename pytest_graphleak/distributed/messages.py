@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_graphleak.distributed.factory import FactoryRef
-from pytest_graphleak.options import Settings
+from pytest_graphleak.settings import Settings
 
 #: Every event a rank sends, with its fields, in the order a rank sends them.
 EVENTS: dict[str, tuple[str, ...]] = {

@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_graphleak import session
 from pytest_graphleak.loop import LoopCheck, check_count, check_sample_every
-from pytest_graphleak.options import CallbackOptions, OptionError, Settings
+from pytest_graphleak.options import CallbackOptions, OptionError
 from pytest_graphleak.result import CheckResult
+from pytest_graphleak.settings import Settings
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack

@@ -22,7 +22,6 @@ from typing import Any
 import pytest
 
 from pytest_graphleak.exceptions import GraphOutliveError, GraphOutliveWarning
-from pytest_graphleak.options import Settings
 from pytest_graphleak.outlive import Audit, AuditedTest, Census, FixtureDef, root_of
 from pytest_graphleak.patterns import RETAINED_GRAD_FN
 from pytest_graphleak.plugin import outlive_rerun
@@ -32,6 +31,7 @@ from pytest_graphleak.plugin.terminal import OPT_OUT, columns_of, summary_room, 
 from pytest_graphleak.report.model import results_of
 from pytest_graphleak.report.text import render_text, wrap_line
 from pytest_graphleak.result import CheckResult
+from pytest_graphleak.settings import Settings
 
 _CENSUS_KEY = pytest.StashKey[Census]()
 _FOUND_KEY = pytest.StashKey["list[CheckResult]"]()

@@ -41,10 +41,10 @@ import pytest
 from pytest_graphleak import baseline
 from pytest_graphleak.baseline import Baseline, Key
 from pytest_graphleak.exceptions import BaselineError
-from pytest_graphleak.options import Settings
 from pytest_graphleak.report.model import result_of
 from pytest_graphleak.report.text import command_lines, wrap_line
 from pytest_graphleak.result import CheckResult
+from pytest_graphleak.settings import Settings
 
 #: The loaded file and whether this run writes it, for the process that runs the tests.
 BASELINE_KEY = pytest.StashKey["tuple[Baseline, bool]"]()

@@ -13,11 +13,12 @@ import pytest
 from pytest_graphleak import api, distributed
 from pytest_graphleak.api import Track
 from pytest_graphleak.exceptions import GraphLeakWarning
-from pytest_graphleak.options import CheckOptions, Settings, TrackOptions
+from pytest_graphleak.options import CheckOptions, TrackOptions
 from pytest_graphleak.plugin import terminal
 from pytest_graphleak.plugin.marker import check_on_ranks, measure_and_record, warns_instead
 from pytest_graphleak.plugin.stash import record
 from pytest_graphleak.result import CheckResult
+from pytest_graphleak.settings import Settings
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack

@@ -2,7 +2,7 @@
 each option that applies to pytest gets its flag and its ini twin with one help text
 (``add_options``), typed as the running pytest reads TOML (``ini_type``), and a run's
 settings are resolved from them (``settings_from_config``: command line beats ini beats
-default, ``options.settings_from``)."""
+default, ``settings.settings_from``)."""
 
 from __future__ import annotations
 
@@ -10,14 +10,8 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from pytest_graphleak.options import (
-    OPTIONS,
-    Option,
-    OptionError,
-    Settings,
-    add_flag,
-    settings_from,
-)
+from pytest_graphleak.options import OPTIONS, Option, OptionError, add_flag
+from pytest_graphleak.settings import Settings, settings_from
 
 
 def _pytest_version() -> tuple[int, int]:

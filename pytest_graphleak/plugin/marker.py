@@ -19,7 +19,7 @@ import pytest
 from pytest_graphleak import distributed, patterns, pipeline
 from pytest_graphleak.exceptions import GraphLeakError, GraphLeakWarning
 from pytest_graphleak.heap.usercode import is_pytest_module
-from pytest_graphleak.options import OptionError, Settings
+from pytest_graphleak.options import OptionError
 from pytest_graphleak.plugin import terminal
 from pytest_graphleak.plugin.stash import (
     ITEM_SETTINGS_KEY,
@@ -31,6 +31,7 @@ from pytest_graphleak.plugin.stash import (
 from pytest_graphleak.plugin.subtests_once import subtests_reported_once
 from pytest_graphleak.report.text import render_text
 from pytest_graphleak.result import CheckResult
+from pytest_graphleak.settings import Settings
 from pytest_graphleak.values import int_at_least
 
 #: Fixture values never offered to the diagnosis as roots (pytest's own objects).

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from pytest_graphleak.exceptions import OutputPathError
-from pytest_graphleak.options import Settings
 from pytest_graphleak.report.json_doc import write_text_atomic
 from pytest_graphleak.report.output_paths import Output, check_outputs
 from pytest_graphleak.report.writers import Writer
+from pytest_graphleak.settings import Settings
 
 
 @dataclass

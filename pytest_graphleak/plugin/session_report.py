@@ -31,7 +31,6 @@ from typing import Any
 import pytest
 
 from pytest_graphleak.exceptions import OptionError
-from pytest_graphleak.options import Settings
 from pytest_graphleak.plugin import flags
 from pytest_graphleak.plugin.baseline import (
     FIXTURE_FINDINGS,
@@ -60,6 +59,7 @@ from pytest_graphleak.report.summary import NOTHING_CHECKED, counts, sentence
 from pytest_graphleak.report.text import line_markup, render_text, wrap_line, wrapped
 from pytest_graphleak.report.writers import WRITER_OPTIONS, WRITERS, Run, Writer, annotators
 from pytest_graphleak.result import CheckResult
+from pytest_graphleak.settings import Settings
 from pytest_graphleak.status import BY_WORD as STATUS_FACTS
 from pytest_graphleak.status import ERROR, UNMEASURED
 

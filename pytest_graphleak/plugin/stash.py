@@ -9,11 +9,11 @@ from typing import Any, Protocol
 
 import pytest
 
-from pytest_graphleak.options import Settings
 from pytest_graphleak.plugin import terminal
 from pytest_graphleak.plugin.baseline import mark_known
 from pytest_graphleak.result import CheckResult
 from pytest_graphleak.session import Session
+from pytest_graphleak.settings import Settings
 
 
 class Finder(Protocol):
