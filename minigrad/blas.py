@@ -43,7 +43,7 @@ def _libraries() -> list[ctypes.CDLL]:
 def _find(names: tuple[str, ...]) -> ctypes._NamedFuncPointer | None:
     for lib in _libraries():
         for name in names:
-            fn = getattr(lib, name, None)
+            fn: ctypes._NamedFuncPointer | None = getattr(lib, name, None)
             if fn is not None:
                 return fn
     return None

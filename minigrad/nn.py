@@ -271,7 +271,8 @@ class CausalSelfAttention(Module):
         scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(self.head_dim))
         att = ops.softmax(scores + self.mask[:steps, :steps], axis=-1)
         out = (att @ v).transpose(1, 2).reshape(batch, steps, d_model)
-        return self.proj(out)
+        projected: Tensor = self.proj(out)
+        return projected
 
 
 class TransformerBlock(Module):
@@ -290,7 +291,8 @@ class TransformerBlock(Module):
 
     def forward(self, x: Tensor) -> Tensor:
         x = x + self.attn(self.ln1(x))
-        return x + self.mlp(self.ln2(x))
+        mixed: Tensor = self.mlp(self.ln2(x))
+        return x + mixed
 
 
 class TinyTransformer(Module):
@@ -327,4 +329,5 @@ class TinyTransformer(Module):
         x = self.tok_emb(ids) + self.pos_emb(np.arange(steps))
         for block in self.blocks:
             x = block(x)
-        return self.head(self.ln_f(x))
+        logits: Tensor = self.head(self.ln_f(x))
+        return logits

@@ -313,10 +313,10 @@ class Tensor:
         return self._impl.data
 
     def item(self) -> float:
-        data = self._impl.data
-        if data.size != 1:
+        if (data := self._impl.data).size != 1:
             raise ValueError(f"item() needs a one-element tensor, got shape {data.shape}")
-        return data.item()
+        value: float = data.item()
+        return value
 
     def tolist(self) -> Any:
         return self._impl.data.tolist()

@@ -64,7 +64,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_graphleak.exceptions import BaselineError  # defined there, raised here
+from pytest_graphleak.exceptions import BaselineError as BaselineError  # raised here; re-exported
 
 #: The key naming the file's kind, whose value is its version; bump on any change of the
 #: layout that an older reader would misread.

@@ -45,9 +45,9 @@ from typing import Any
 from pytest_graphleak import exceptions, pipeline, session
 from pytest_graphleak.engine import tracker
 from pytest_graphleak.engine.stride import CpuLedger
+from pytest_graphleak.exceptions import OptionError
 from pytest_graphleak.heap import gcstate
 from pytest_graphleak.loop_windows import LoopWindows, check_count, check_sample_every
-from pytest_graphleak.options import OptionError
 from pytest_graphleak.report.text import render_text
 from pytest_graphleak.result import CheckResult, Verdict
 from pytest_graphleak.settings import Settings

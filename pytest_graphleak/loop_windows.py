@@ -38,7 +38,7 @@ from typing import Any
 
 from pytest_graphleak.engine import tracker
 from pytest_graphleak.engine.stride import MIN_SAMPLES, CpuLedger
-from pytest_graphleak.options import OptionError
+from pytest_graphleak.exceptions import OptionError
 from pytest_graphleak.result import CheckResult
 from pytest_graphleak.settings import Settings
 from pytest_graphleak.values import optional_int_at_least

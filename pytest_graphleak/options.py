@@ -26,8 +26,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypedDict
 
+from pytest_graphleak.exceptions import OptionError as OptionError  # options.OptionError
 from pytest_graphleak.probes import PROBE_NAMES
-from pytest_graphleak.values import OptionError, byte_size, flag, int_at_least, one_of
+from pytest_graphleak.values import byte_size, flag, int_at_least, one_of
 from pytest_graphleak.verdict import FEWEST_STEPS, steps_to_catch
 
 DEFAULT_STEPS = 16

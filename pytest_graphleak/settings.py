@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_graphleak.exceptions import OptionError
 from pytest_graphleak.options import (
     DEFAULT_RSS_TOLERANCE,
     DEFAULT_STEPS,
@@ -22,7 +23,6 @@ from pytest_graphleak.options import (
     OPTIONS_BY_KEY,
     keywords,
 )
-from pytest_graphleak.values import OptionError
 from pytest_graphleak.verdict import FEWEST_STEPS, fewest_steps
 
 

@@ -20,9 +20,10 @@ import minigrad as mg
 from pytest_graphleak.diagnose import diagnose
 from pytest_graphleak.diagnose.backends import active_backends
 from pytest_graphleak.diagnose.classify import Facts, only_memory_grew, pattern_of
-from pytest_graphleak.diagnose.edges import Edge, ObjectEdges
+from pytest_graphleak.diagnose.edges import ObjectEdges
 from pytest_graphleak.diagnose.render import MAX_DRAWN, drawing, render_chain
 from pytest_graphleak.diagnose.search import Path, find_cycle, shortest_path
+from pytest_graphleak.heap.edge import Edge
 from pytest_graphleak.probes import METRICS
 from pytest_graphleak.report.dot import drawing_dot
 from pytest_graphleak.result import Growth, Verdict

@@ -16,7 +16,8 @@ from suite_helpers import FAST, REPO
 
 import minigrad  # noqa: F401  (imported once here: in-process runs must not load numpy again)
 from pytest_graphleak.cli import main
-from pytest_graphleak.cli.patches import Refused, apply
+from pytest_graphleak.cli.patches import apply
+from pytest_graphleak.exceptions import Refused
 
 pytest_plugins = ["pytester"]
 

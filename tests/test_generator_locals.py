@@ -15,7 +15,8 @@ import pytest
 import minigrad as mg
 from pytest_graphleak import check
 from pytest_graphleak.diagnose.backends import active_backends
-from pytest_graphleak.diagnose.edges import Edge, ObjectEdges
+from pytest_graphleak.diagnose.edges import ObjectEdges
+from pytest_graphleak.heap.edge import Edge
 from pytest_graphleak.report.text import render_text
 
 

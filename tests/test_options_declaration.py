@@ -11,7 +11,8 @@ import pytest
 from suite_helpers import FAST
 
 from pytest_graphleak import api, distributed, options, plugin
-from pytest_graphleak.options import OPTIONS, CheckOptions, OptionError, TrackOptions, keywords
+from pytest_graphleak.exceptions import OptionError
+from pytest_graphleak.options import OPTIONS, CheckOptions, TrackOptions, keywords
 from pytest_graphleak.plugin import flags
 from pytest_graphleak.settings import Settings, settings_from
 
@@ -167,7 +168,7 @@ def test_every_place_checks_a_count_with_the_same_words() -> None:
     import argparse
 
     from pytest_graphleak.cli import positive_int
-    from pytest_graphleak.loop import check_count
+    from pytest_graphleak.loop_windows import check_count
     from pytest_graphleak.values import seconds
     from pytest_graphleak.verdict import judge
 

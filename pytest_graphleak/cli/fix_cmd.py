@@ -17,8 +17,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from pytest_graphleak.cli.exits import EXIT_CLEAN, EXIT_LEAK
-from pytest_graphleak.cli.patches import Refused, apply, diff_for, refusal, shown_path
+from pytest_graphleak.cli.patches import apply, diff_for, refusal, shown_path
 from pytest_graphleak.cli.report_cmd import load_report
+from pytest_graphleak.exceptions import Refused
 from pytest_graphleak.report.model import Report
 from pytest_graphleak.result import Fix
 

@@ -30,7 +30,8 @@ class CausalSelfAttention(nn.Module):
         mask = torch.ones(time, time, dtype=torch.bool).triu(1)
         weights = scores.masked_fill(mask, float("-inf")).softmax(dim=-1)
         out = (weights @ v).transpose(1, 2).reshape(batch, time, dim)
-        return self.proj(out)
+        projected: torch.Tensor = self.proj(out)
+        return projected
 
 
 class TinyTransformer(nn.Module):
@@ -50,7 +51,8 @@ class TinyTransformer(nn.Module):
         x = self.tokens(idx) + self.positions(positions)
         x = x + self.attention(self.norm1(x))
         x = x + self.mlp(self.norm2(x))
-        return self.head(self.norm3(x))
+        logits: torch.Tensor = self.head(self.norm3(x))
+        return logits
 
 
 def build(

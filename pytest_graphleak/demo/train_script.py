@@ -46,7 +46,7 @@ class Trainer:
         self.optimizer.step()
         self.record("opt")
         self.losses.append(loss)  # LEAK: the list keeps every step's loss with its graph
-        return loss.item()
+        return float(loss.item())
 
     def step_retains_graph(self) -> float:
         x, y = self.next_batch()
@@ -62,7 +62,7 @@ class Trainer:
             self.running_loss = loss
         else:  # ... and this tensor chains every step's graph to the next one
             self.running_loss = 0.9 * self.running_loss + 0.1 * loss
-        return loss.item()
+        return float(loss.item())
 
     def step_fixed(self) -> float:
         x, y = self.next_batch()
@@ -74,7 +74,7 @@ class Trainer:
         self.record("bwd")
         self.optimizer.step()
         self.record("opt")
-        value = loss.item()  # FIX: keep the number, not the tensor
+        value: float = loss.item()  # FIX: keep the number, not the tensor
         self.losses.append(value)
         self.running_loss = value if self.running_loss is None else (
             0.9 * self.running_loss + 0.1 * value

@@ -34,7 +34,7 @@ from pytest_graphleak.diagnose.cycles import (
     hook_sites,
     pack_hook_cycle,
 )
-from pytest_graphleak.diagnose.edges import Edge, ObjectEdges, items_of
+from pytest_graphleak.diagnose.edges import ObjectEdges, items_of
 from pytest_graphleak.diagnose.facts import chain_of, cycle_links_of
 from pytest_graphleak.diagnose.heap import diagnose_heap
 from pytest_graphleak.diagnose.holders import not_reached, plain_cycle, unrooted
@@ -46,12 +46,14 @@ from pytest_graphleak.diagnose.render import drawing, render_cycle
 from pytest_graphleak.diagnose.roots import all_roots
 from pytest_graphleak.diagnose.search import Path, Searched, find_chain
 from pytest_graphleak.diagnose.second import other_holder
-from pytest_graphleak.diagnose.sites import Site, memory_sites, per_step
+from pytest_graphleak.diagnose.sites import memory_sites, per_step
 from pytest_graphleak.diagnose.stored import root_reader, watch_holder
 from pytest_graphleak.heap.containers import SIZED
+from pytest_graphleak.heap.edge import Edge
 from pytest_graphleak.heap.graphwalk import GraphWalk, grad_fn_of
 from pytest_graphleak.metrics import Metric
 from pytest_graphleak.patterns import MEMORY_GROWTH
+from pytest_graphleak.probes.autograd.bundle import Site
 from pytest_graphleak.result import CreationSite, Diagnosis, Link, Verdict
 from pytest_graphleak.words import notes as said
 from pytest_graphleak.words.fix import choose_fix, story_of

@@ -249,7 +249,8 @@ def _array_base(obj: object) -> object | None:
     numpy = sys.modules.get("numpy")
     if numpy is None or not isinstance(obj, numpy.ndarray):
         return None
-    return obj.base
+    base: object = obj.base
+    return base
 
 
 def partly_read(obj: object) -> bool:

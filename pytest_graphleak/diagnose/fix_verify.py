@@ -23,7 +23,8 @@ from pytest_graphleak.diagnose.fix_cycles import cycle_closures, weak_captures
 from pytest_graphleak.diagnose.fix_hooks import hook_edits, pack_hooks
 from pytest_graphleak.diagnose.fix_pairs import both_holders
 from pytest_graphleak.diagnose.fix_source import Edit, Source, read_source, unified_diff
-from pytest_graphleak.diagnose.fix_swap import NotSwappable, compile_changed, find_function, swapped
+from pytest_graphleak.diagnose.fix_swap import compile_changed, find_function, swapped
+from pytest_graphleak.exceptions import NotSwappable
 from pytest_graphleak.heap.usercode import is_user_file
 from pytest_graphleak.patterns import CYCLE, FIXES
 from pytest_graphleak.probes.autograd import loaded

@@ -21,7 +21,7 @@ import types
 from typing import Any
 
 from pytest_graphleak.diagnose.backends import TENSOR
-from pytest_graphleak.diagnose.edges import MAX_ITEMS, Edge, ObjectEdges, items_of
+from pytest_graphleak.diagnose.edges import MAX_ITEMS, ObjectEdges, items_of
 from pytest_graphleak.diagnose.observed import Observation
 from pytest_graphleak.diagnose.search import (
     MAX_PER_ROOT,
@@ -32,6 +32,7 @@ from pytest_graphleak.diagnose.search import (
     find_cycle,
 )
 from pytest_graphleak.heap.containers import GROWABLE
+from pytest_graphleak.heap.edge import Edge
 from pytest_graphleak.result import display_path
 from pytest_graphleak.words import notes as said
 

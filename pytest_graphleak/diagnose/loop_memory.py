@@ -29,14 +29,13 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
 from pytest_graphleak.diagnose.backends import TENSOR
-from pytest_graphleak.diagnose.edges import Edge, ObjectEdges
+from pytest_graphleak.diagnose.edges import ObjectEdges
 from pytest_graphleak.diagnose.facts import set_chain
 from pytest_graphleak.diagnose.memory import array_bytes, survey
 from pytest_graphleak.diagnose.render import drawing
 from pytest_graphleak.diagnose.roots import Roots, all_roots
 from pytest_graphleak.diagnose.search import Path, shortest_path
 from pytest_graphleak.diagnose.sites import (
-    Site,
     creation_site,
     per_step,
     recorder_trouble,
@@ -51,7 +50,9 @@ from pytest_graphleak.diagnose.stored import (
     root_reader,
     watch_failed,
 )
+from pytest_graphleak.heap.edge import Edge
 from pytest_graphleak.metrics import BYTES, format_amount
+from pytest_graphleak.probes.autograd.bundle import Site
 from pytest_graphleak.result import Diagnosis
 from pytest_graphleak.words import notes as said
 

@@ -37,8 +37,6 @@ from pytest_graphleak.diagnose.cycles import see_cycle
 from pytest_graphleak.diagnose.edges import ObjectEdges
 from pytest_graphleak.diagnose.observed import Churn, Leaked, Observation, SeenCycle
 from pytest_graphleak.diagnose.sites import (
-    Site,
-    SiteRecorder,
     function_at,
     recorded_by_mode,
     recorder_trouble,
@@ -47,6 +45,7 @@ from pytest_graphleak.diagnose.sites import (
 from pytest_graphleak.heap.gcstate import Measuring
 from pytest_graphleak.heap.graphwalk import grad_fn_of
 from pytest_graphleak.probes.autograd import loaded
+from pytest_graphleak.probes.autograd.bundle import Site, SiteRecorder
 from pytest_graphleak.words import notes as said
 
 #: id -> (weak reference, backend, kind, step); a weakref tells a reused id apart.

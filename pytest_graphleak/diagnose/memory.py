@@ -40,11 +40,9 @@ from itertools import islice
 from typing import Any
 
 from pytest_graphleak.diagnose.backends import TENSOR
-from pytest_graphleak.diagnose.edges import Edge, ObjectEdges, items_of
+from pytest_graphleak.diagnose.edges import ObjectEdges, items_of
 from pytest_graphleak.diagnose.search import MAX_PER_ROOT, Path, shortest_path
 from pytest_graphleak.diagnose.sites import (
-    Site,
-    SiteRecorder,
     creation_site,
     recorder_trouble,
     site_recorder,
@@ -52,7 +50,9 @@ from pytest_graphleak.diagnose.sites import (
 )
 from pytest_graphleak.diagnose.stored import MISSING, follow_edge
 from pytest_graphleak.heap.containers import GROWABLE
+from pytest_graphleak.heap.edge import Edge
 from pytest_graphleak.metrics import BYTES, format_amount
+from pytest_graphleak.probes.autograd.bundle import Site, SiteRecorder
 from pytest_graphleak.result import CreationSite
 from pytest_graphleak.words import notes as said
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_graphleak.diagnose.sites import Site
 from pytest_graphleak.probes.autograd import Backend
+from pytest_graphleak.probes.autograd.bundle import Site
 from pytest_graphleak.result import CreationSite, Drawing, Link, display_path
 from pytest_graphleak.words import notes as said
 

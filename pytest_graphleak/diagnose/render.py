@@ -19,9 +19,10 @@ import types
 from collections import deque
 from typing import Any
 
-from pytest_graphleak.diagnose.edges import SUSPENDED, Edge, ObjectEdges
+from pytest_graphleak.diagnose.edges import ObjectEdges
 from pytest_graphleak.diagnose.search import Path
 from pytest_graphleak.heap.containers import SIZED
+from pytest_graphleak.heap.edge import SUSPENDED, Edge
 from pytest_graphleak.heap.usercode import is_user_module, top_package
 from pytest_graphleak.result import Drawing, DrawingEdge, DrawingNode
 

@@ -29,7 +29,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_graphleak.diagnose.edges import Edge, ObjectEdges, holds_references, partly_read
+from pytest_graphleak.diagnose.edges import ObjectEdges, holds_references, partly_read
+from pytest_graphleak.heap.edge import Edge
 from pytest_graphleak.heap.gcstate import collection_paused
 from pytest_graphleak.heap.quiet import silenced
 

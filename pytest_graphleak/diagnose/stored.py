@@ -38,12 +38,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_graphleak.diagnose.backends import TENSOR
-from pytest_graphleak.diagnose.edges import Edge, ObjectEdges, paused_frame
+from pytest_graphleak.diagnose.edges import ObjectEdges
 from pytest_graphleak.diagnose.search import Path
-from pytest_graphleak.diagnose.sites import Site, names_a_library, site_and_via
+from pytest_graphleak.diagnose.sites import names_a_library, site_and_via
 from pytest_graphleak.heap.containers import attributes, length
+from pytest_graphleak.heap.edge import Edge, paused_frame
 from pytest_graphleak.heap.graphwalk import grad_fn_of
 from pytest_graphleak.heap.usercode import is_user_file, library_label
+from pytest_graphleak.probes.autograd.bundle import Site
 from pytest_graphleak.words import notes as said
 
 MISSING = object()

@@ -18,7 +18,8 @@ from pytest_graphleak.distributed.factory import FactoryLike, factory_ref
 from pytest_graphleak.distributed.messages import Job
 from pytest_graphleak.distributed.rank import STACKS_SIGNAL, rank_main
 from pytest_graphleak.distributed.results import DistributedResult, RankResult, ranks_text
-from pytest_graphleak.options import CheckOptions, OptionError
+from pytest_graphleak.exceptions import OptionError
+from pytest_graphleak.options import CheckOptions
 from pytest_graphleak.result import CheckResult
 from pytest_graphleak.settings import Settings, call_settings
 from pytest_graphleak.values import int_at_least, seconds

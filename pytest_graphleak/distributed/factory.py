@@ -51,7 +51,8 @@ class FactoryRef:
             raise TypeError(f"step factory {self.label!r} is not callable: {type(target).__name__}")
         if self.args or self.kwargs:
             return functools.partial(target, *self.args, **dict(self.kwargs))
-        return target
+        step: Callable[..., Callable[[], object]] = target
+        return step
 
 
 def factory_ref(factory: FactoryLike) -> FactoryRef:

@@ -13,8 +13,10 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from pytest_graphleak import session
-from pytest_graphleak.loop import LoopCheck, check_count, check_sample_every
-from pytest_graphleak.options import CallbackOptions, OptionError
+from pytest_graphleak.exceptions import OptionError
+from pytest_graphleak.loop import LoopCheck
+from pytest_graphleak.loop_windows import check_count, check_sample_every
+from pytest_graphleak.options import CallbackOptions
 from pytest_graphleak.result import CheckResult
 from pytest_graphleak.settings import Settings
 

@@ -36,7 +36,7 @@ from pytest_graphleak.diagnose.facts import chain_of
 from pytest_graphleak.diagnose.fix_verify import not_verified
 from pytest_graphleak.diagnose.render import drawing
 from pytest_graphleak.diagnose.search import Path, shortest_path
-from pytest_graphleak.diagnose.sites import Site, creation_site, function_at, most_common
+from pytest_graphleak.diagnose.sites import creation_site, function_at, most_common
 from pytest_graphleak.heap.graphwalk import GraphWalk, grad_fn_of
 from pytest_graphleak.outlive.found import (
     MAX_COUNTED,
@@ -48,6 +48,7 @@ from pytest_graphleak.outlive.found import (
     Targets,
 )
 from pytest_graphleak.patterns import BY_WORD
+from pytest_graphleak.probes.autograd.bundle import Site
 from pytest_graphleak.result import JUDGED_AT_FIXTURE_TEARDOWN, CheckResult, Diagnosis, Verdict
 from pytest_graphleak.words.fix import choose_fix
 from pytest_graphleak.words.recorders import (

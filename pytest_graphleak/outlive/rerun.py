@@ -22,9 +22,10 @@ from typing import Any
 from pytest_graphleak.diagnose.fix_verify import not_verified
 from pytest_graphleak.diagnose.loop_recorder import LoopRecorder
 from pytest_graphleak.diagnose.search import Path
-from pytest_graphleak.diagnose.sites import Site, per_step, recorder_trouble
+from pytest_graphleak.diagnose.sites import per_step, recorder_trouble
 from pytest_graphleak.diagnose.stored import LiveWatch, watch_failed
 from pytest_graphleak.outlive.census import Census
+from pytest_graphleak.probes.autograd.bundle import Site
 from pytest_graphleak.result import CheckResult
 from pytest_graphleak.words.fix import choose_fix
 

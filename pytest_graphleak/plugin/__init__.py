@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from pytest_graphleak import options
-from pytest_graphleak.options import OptionError
+from pytest_graphleak.exceptions import OptionError
 from pytest_graphleak.plugin import flags, terminal
 from pytest_graphleak.plugin.finder import TestFinder
 from pytest_graphleak.plugin.fixture import GraphleakFixture

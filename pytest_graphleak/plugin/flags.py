@@ -10,7 +10,8 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from pytest_graphleak.options import OPTIONS, Option, OptionError, add_flag
+from pytest_graphleak.exceptions import OptionError
+from pytest_graphleak.options import OPTIONS, Option, add_flag
 from pytest_graphleak.settings import Settings, settings_from
 
 

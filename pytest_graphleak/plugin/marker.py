@@ -17,9 +17,8 @@ from typing import Any
 import pytest
 
 from pytest_graphleak import distributed, patterns, pipeline
-from pytest_graphleak.exceptions import GraphLeakError, GraphLeakWarning
+from pytest_graphleak.exceptions import GraphLeakError, GraphLeakWarning, OptionError
 from pytest_graphleak.heap.usercode import is_pytest_module
-from pytest_graphleak.options import OptionError
 from pytest_graphleak.plugin import terminal
 from pytest_graphleak.plugin.stash import (
     ITEM_SETTINGS_KEY,

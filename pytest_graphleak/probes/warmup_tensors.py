@@ -25,7 +25,7 @@ import sys
 import weakref
 from collections.abc import Callable
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_graphleak.heap.op_warnings import catch_op_warnings, release_op_warnings
 
@@ -108,8 +108,12 @@ def _mode_class() -> type:
     tensor_type = torch.Tensor
     is_compiling = torch.compiler.is_compiling
     sequences = (list, tuple)
+    if TYPE_CHECKING:  # typed as torch's own class; torch is not imported here at run time
+        from torch.overrides import TorchFunctionMode
+    else:
+        TorchFunctionMode = torch.overrides.TorchFunctionMode
 
-    class RecordTensors(torch.overrides.TorchFunctionMode):
+    class RecordTensors(TorchFunctionMode):
         def __init__(self, remember: Callable[[Any], None]) -> None:
             super().__init__()
             self.remember = remember

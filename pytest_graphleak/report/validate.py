@@ -112,7 +112,7 @@ def _one_of(value: object, options: list[Any], root: Mapping[str, Any], at: str)
 def _resolve(ref: str, root: Mapping[str, Any]) -> Mapping[str, Any]:
     if not ref.startswith("#/"):
         raise SchemaError("", f"the schema refers outside itself: {ref}")
-    node: Any = root
+    node: Mapping[str, Any] = root
     for part in ref[2:].split("/"):
         node = node[part]
     return node

@@ -34,7 +34,8 @@ class MinigradBackend(Backend):
 
     def creation_site(self, obj: Any) -> tuple[str, int] | None:
         try:
-            return self.mg.creation_site(obj)
+            site: tuple[str, int] | None = self.mg.creation_site(obj)
+            return site
         except Exception:
             return None
 
