@@ -22,7 +22,7 @@ EXPECTED_PATTERN = "list-accumulation"
 #: The attribute the culprit chain must name.
 CULPRIT = "history"
 #: Text of the line that stores the leaked tensor (the ``stored at:`` line).
-STORED_AT = "trainer.history.setdefault(name, []).append(stored)"
+STORED_AT = "trainer.history.setdefault(name, []).append(value)"
 
 
 @dataclass
@@ -55,8 +55,10 @@ def train_epoch(trainer: Trainer) -> None:
     output["train_loss"].backward()
     trainer.optimizer.step()
     for name, value in output.items():
-        stored = value.item() if trainer.detach else value  # the leak: the graph is kept
-        trainer.history.setdefault(name, []).append(stored)
+        if trainer.detach:  # the fixed twin keeps numbers
+            trainer.history.setdefault(name, []).append(value.item())
+        else:  # the leak: the graph is kept
+            trainer.history.setdefault(name, []).append(value)
 
 
 _TRAINERS: dict[str, Trainer] = {}

@@ -76,10 +76,10 @@ def train_batch(loop: EpochLoop) -> None:
     out["loss"].backward()
     loop.optimizer.step()
     if loop.detach:  # the fixed twin keeps numbers for the epoch-end hook
-        kept = {key: value.item() for key, value in out.items()}
+        loop.epoch_outputs.append({key: value.item() for key, value in out.items()})
     else:  # the Trainer kept each step's outputs for the epoch-end hook, "loss" detached
         kept = {key: value.detach() if key == "loss" else value for key, value in out.items()}
-    loop.epoch_outputs.append(kept)
+        loop.epoch_outputs.append(kept)
 
 
 _LOOPS: dict[str, EpochLoop] = {}

@@ -56,10 +56,12 @@ def train_batch(state: TrainState) -> None:
     state.optimizer.zero_grad()
     loss.backward()
     state.optimizer.step()
-    state.losses.update(loss)
-    if state.reset:  # the epoch's end (an epoch of one batch here)
+    if state.reset:  # the epoch's end (an epoch of one batch here): read, then reset
+        state.losses.update(loss)
         state.epoch_losses = state.losses.compute().tolist()
         state.losses.reset()
+    else:  # never reset: the metric keeps every loss
+        state.losses.update(loss)
 
 
 _STATES: dict[str, TrainState] = {}
