@@ -164,3 +164,86 @@ def test_a_mixed_run_gives_the_same_counts_on_every_surface(
     by_rows = {labels[label]: rows.count(label) for label in set(rows)}
     folded = re.search(r"(\d+) clean checks?", told)
     assert {**by_rows, "clean": int(folded.group(1)) if folded else 0} == expected, told
+
+
+# A check in each place a fixture can run one: one that fails the setup, one that fails
+# the teardown, a clean one before the test and a clean one after a test that leaves a
+# graph alive (the outlive audit's finding joins the teardown's check).
+_FIXTURES = """\
+import minigrad as mg
+import pytest
+
+losses, history = [], []
+
+def step():
+    losses.append((mg.Tensor([1.0, 2.0], requires_grad=True) * 2).sum())
+
+def clean():
+    (mg.Tensor([1.0, 2.0], requires_grad=True) * 2).sum().backward()
+
+@pytest.fixture
+def leaks_before(graphleak):
+    graphleak.check(step, steps=6, warmup=2)
+    yield
+
+@pytest.fixture
+def leaks_after(graphleak):
+    yield
+    graphleak.check(step, steps=6, warmup=2)
+
+@pytest.fixture
+def clean_before(graphleak):
+    graphleak.check(clean, steps=6, warmup=2)
+    yield
+
+@pytest.fixture
+def clean_after(graphleak):
+    yield
+    graphleak.check(clean, steps=6, warmup=2)
+
+def test_setup(leaks_before):
+    pass
+
+def test_teardown(leaks_after):
+    pass
+
+def test_before(clean_before):
+    pass
+
+def test_after(clean_after):
+    history.append((mg.Tensor([1.0], requires_grad=True) * 2).sum())
+"""
+
+
+def test_a_fixtures_checks_reach_every_report_whatever_its_phase(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A check that failed its fixture's setup, and any check run in a teardown, is on
+    the test's row in the terminal's graphleak report, the JSON, the HTML and
+    ``graphleak report``, counted the same on each."""
+    pytester.makepyfile(test_fx=_FIXTURES)
+    monkeypatch.setenv("COLUMNS", "80")
+    result = pytester.runpytest("--graphleak", "-p", "no:randomly",
+                                "--graphleak-report=r.json", "--graphleak-html=r.html")  # fmt: skip
+    result.assert_outcomes(passed=3, errors=2)
+    told = (
+        "4 tests with results: 2 leaked, 1 warned, 1 clean; "
+        "2 audited for graphs that outlive them"
+    )
+    result.stdout.fnmatch_lines([f"graphleak: {told[:64]}", "*graphs that outlive them"])
+    report = result.stdout.str().split("= graphleak report =")[1]
+    for test in ("test_setup", "test_teardown"):
+        assert f"LEAKED  test_fx.py::{test}  list-accumulation" in report, report
+    document = json.loads((pytester.path / "r.json").read_text())
+    assert _counted(sentence(document["summary"])) == {"leaked": 2, "warned": 1, "clean": 1}
+    rows = {t["nodeid"].split("::")[1]: t for t in document["tests"]}
+    assert sorted(rows) == ["test_after", "test_before", "test_setup", "test_teardown"]
+    kinds = {test: [(c["name"].rpartition("::")[2], c["kind"]) for c in row["checks"]]
+             for test, row in rows.items()}  # fmt: skip
+    assert kinds["test_teardown"] == [("check(step)", "step")]
+    assert kinds["test_after"] == [("check(clean)", "step"), ("outlive", "outlive")]
+    assert rows["test_setup"]["outcome"] == rows["test_teardown"]["outcome"] == "failed"
+    assert escape(told) in (pytester.path / "r.html").read_text()
+    capsys.readouterr()
+    assert main(["report", str(pytester.path / "r.json")]) == 1
+    assert told in " ".join(capsys.readouterr().out.split())

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
-import gc
 import sys
 import types
 from collections.abc import Iterable, Mapping
@@ -162,16 +161,6 @@ def still_kept(fixturedef: FixtureDef) -> str:
     if cls is not None:
         return f"{cls} still kept it after tearDownClass ran"
     return f"fixture '{fixturedef.argname}' still kept it after its own teardown code ran"
-
-
-def may_hold(value: object) -> bool:
-    """Can a fixture's value hold a graph? (an empty dict or list, None, or numbers cannot:
-    CPython does not track such containers)."""
-    if value is None or isinstance(value, _ATOMS):
-        return False
-    numpy = sys.modules.get("numpy")
-    return gc.is_tracked(value) or (numpy is not None and isinstance(value, numpy.ndarray)
-                                    and value.dtype == object)  # fmt: skip
 
 
 def tests_text(pending: list[Deferred]) -> str:

@@ -1,8 +1,9 @@
 """pytest wiring only: the hooks pytest calls on this plugin (the ``pytest11`` entry
 point) and the ``graphleak`` fixture. The plugin never measures (``tracker``/``probes``
-do) and never decides (``verdict`` does). Results travel on the call-phase report as
-``report.graphleak``: a list of ``CheckResult.to_dict()`` (plain JSON data, so it
-crosses pytest-xdist unchanged).
+do) and never decides (``verdict`` does). Results travel on the call-phase report (a
+fixture's that failed its setup or ran in its teardown, and the outlive audit's, on that
+phase's) as ``report.graphleak``: a list of ``CheckResult.to_dict()`` (plain JSON data,
+so it crosses pytest-xdist unchanged).
 
 What the hooks call lives beside them: ``stash`` (what the plugin keeps on pytest's
 objects; ``record``), ``marker`` (the marker's check), ``per_test`` (the per-test hook

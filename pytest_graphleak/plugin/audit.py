@@ -211,7 +211,8 @@ class OutliveAudit:
             if not failed_by_them:  # set on the typed results, then they travel as data
                 for result in found:
                     result.warned = True
-            report.graphleak = [result.to_dict() for result in found]  # type: ignore[attr-defined]
+            earlier = getattr(report, "graphleak", None) or []  # teardown checks: kept
+            report.graphleak = [*earlier, *(result.to_dict() for result in found)]  # type: ignore[attr-defined]
         if failed_by_them:
             assert excinfo is not None
             # The story only, as the fail mode's: no frames of the plugin's own source.

@@ -219,7 +219,7 @@ class BaselineRun:
         self.collection_failed = self.collection_failed or report.failed
 
     def logreport(self, report: pytest.TestReport) -> None:
-        """Match a call or teardown report's findings (before the reporter keeps them)."""
+        """Match a report's findings (before the reporter keeps them)."""
         if report.when == "call" and report.outcome in ("passed", "failed"):
             self.ran.add(report.nodeid)
         if report.when == "teardown" and getattr(report, _AUDITED, False):
@@ -227,7 +227,7 @@ class BaselineRun:
         for fixture, scope, node in getattr(report, FIXTURES_JUDGED, None) or ():
             self.fixtures.add((baseline.scope_test(node), baseline.fixture_check(fixture, scope)))
         checks = getattr(report, "graphleak", None)
-        if report.when not in ("call", "teardown") or not isinstance(checks, list):
+        if not isinstance(checks, list):
             checks = []
         theirs = getattr(report, FIXTURE_FINDINGS, None) if report.when == "teardown" else None
         for found in (checks, theirs if isinstance(theirs, list) else []):

@@ -63,7 +63,8 @@ def need_report_hooks(config: pytest.Config) -> None:
 
 
 class Reports:
-    """A test's check results go onto its call report (``report.graphleak``), and a leak's
+    """A test's check results go onto its call report (``report.graphleak``; a fixture's
+    that failed its setup or ran in its teardown onto that phase's), and a leak's
     failure reads as the leak. With --graphleak from the start; without it, from the first
     test that runs a check (``need_report_hooks``)."""
 
@@ -73,12 +74,13 @@ class Reports:
     ) -> Generator[None, Any, None]:
         outcome = yield
         report: pytest.TestReport = outcome.get_result()
-        if call.when == "call":
-            results = item.stash.get(RESULTS_KEY, None)
-            if results:
-                _mark_warned(results, call.excinfo)
-                report.graphleak = [result.to_dict() for result in results]  # type: ignore[attr-defined]
-                del item.stash[RESULTS_KEY]  # pop, so nothing outlives the report
+        results = item.stash.get(RESULTS_KEY, None)
+        # A fixture's checks wait for the call's report, but a failed or skipped setup's
+        # (no call follows) and a teardown's: on their own phase's report.
+        if results and (call.when != "setup" or not report.passed):
+            _mark_warned(results, call.excinfo)
+            attach(report, results)
+            del item.stash[RESULTS_KEY]  # pop, so nothing outlives the report
         # A check run by a fixture (setup or teardown) fails as an ERROR, pytest's word;
         # its text is the same as a check run by the test's body.
         excinfo = call.excinfo
@@ -113,6 +115,12 @@ class Reports:
                 # One line per failure, at the user's line: not the leak text, not ours.
                 report.longrepr = one_line_repr(item, excinfo, crash.message,
                                                 printed=call.when != "call")  # fmt: skip
+
+
+def attach(report: pytest.TestReport, results: list[CheckResult]) -> None:
+    """Add ``results`` to ``report.graphleak`` as data, after the checks already on it."""
+    earlier = getattr(report, "graphleak", None) or []
+    report.graphleak = [*earlier, *(result.to_dict() for result in results)]  # type: ignore[attr-defined]
 
 
 def _mark_warned(results: list[CheckResult], excinfo: pytest.ExceptionInfo[Any] | None) -> None:

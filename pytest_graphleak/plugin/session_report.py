@@ -2,7 +2,7 @@
 the JSON and HTML files, and JUnit XML properties.
 
 The reporter reads only ``report.graphleak`` (a list of ``CheckResult.to_dict()``) from
-call-phase reports in ``pytest_runtest_logreport``, which pytest-xdist replays on the
+each phase's report in ``pytest_runtest_logreport``, which pytest-xdist replays on the
 controller with the same plain data, so a run on many workers gives the same reports as
 one process. Workers write nothing. It also works without the core plugin
 (``add_options`` and ``GraphleakSessionReport(config)`` from a conftest).
@@ -177,16 +177,16 @@ class SessionReport:
         if report.when == "teardown" and report.nodeid in self._junit_pending:
             properties = self._junit_pending.pop(report.nodeid)
             report.user_properties = [*report.user_properties, *properties]
-        self._logging = report
+        self._logging, data = report, hasattr(report, "graphleak")
         yield
         self._logging = None
-        if report.when == "call" and not self.is_worker:
-            self._collect(report)
-        if report.when in ("call", "teardown") and hasattr(report, "graphleak"):
+        if not self.is_worker and (report.when == "call" or (report.when == "setup" and data)):
+            self._collect(report)  # a setup's checks: it failed or skipped, no call follows
+        if hasattr(report, "graphleak"):
             del report.graphleak  # pop: kept as text
 
     def _collect(self, report: pytest.TestReport) -> None:
-        """Record a call report's checks (see ``pytest_runtest_logreport``)."""
+        """Record a call report's checks, or an ending setup's (``logreport``)."""
         self._leaked.discard(report.nodeid)  # of a rerun test, the last attempt decides
         self._failed_by_leak.discard(report.nodeid)
         self._no_verdict.pop(report.nodeid, None)
@@ -304,8 +304,9 @@ class SessionReport:
         data = getattr(report, "graphleak", None)
         found = results_of(data)  # the checks, read once
         if report.when == "teardown" and report.passed and _has_leak(found):
-            # the outlive audit's warning, after the call's word (PASSED): no letter
-            return "", "", self._word(report, "OUTLIVE-WARNING", {"yellow": True})
+            # the outlive audit's or a teardown check's warning, after the call's PASSED
+            label = "OUTLIVE" if any(c.kind == "outlive" for c in found if c.leaked) else "LEAK"
+            return "", "", self._word(report, f"{label}-WARNING", {"yellow": True})
         if report.when != "call" or hasattr(report, "wasxfail"):
             return None
         if report.failed:  # by a leak, not for its own reason with a leak that only warned
