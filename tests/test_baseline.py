@@ -15,8 +15,9 @@ import jsonschema
 import pytest
 
 import minigrad  # noqa: F401  # imported once here: in-process runs drop what they import
-from pytest_graphleak import baseline
-from pytest_graphleak.baseline import BaselineError, Entry, Key
+from pytest_graphleak import baseline, baseline_keys
+from pytest_graphleak.baseline import BaselineError, Entry
+from pytest_graphleak.baseline_keys import Key
 from pytest_graphleak.report.json_doc import load_schema
 
 pytest_plugins = ["pytester"]
@@ -518,18 +519,18 @@ def _losses(length: int, shape: list[int], nodes: int) -> list[dict]:
 
 
 def test_keys_leave_out_what_a_run_changes() -> None:
-    first = baseline.key_of("t.py::test_a", **_check("t.py::test_a", _losses(12, [3, 4], 9)))
-    later = baseline.key_of("t.py::test_a", **_check("t.py::test_a", _losses(40, [8, 4], 1)))
+    first = baseline_keys.key_of("t.py::test_a", **_check("t.py::test_a", _losses(12, [3, 4], 9)))
+    later = baseline_keys.key_of("t.py::test_a", **_check("t.py::test_a", _losses(40, [8, 4], 1)))
     assert first == later
     assert first.holder == "fixture 'state' -> dict[*] -> list[*] -> Tensor"
     dict_of_steps = [{"kind": "root", "type": "global", "name": "cache"},
                      _link("container", "dict", "key", "21", length=22),
                      _link("tensor", "Tensor")]  # fmt: skip
-    assert baseline.holder_path(dict_of_steps) == "global 'cache' -> dict[*] -> Tensor"
+    assert baseline_keys.holder_path(dict_of_steps) == "global 'cache' -> dict[*] -> Tensor"
     itself = [{"kind": "root", "type": "self", "name": "self"},
               _link("object", "Model", "attribute", "total"), _link("tensor", "Tensor")]
-    assert baseline.holder_path(itself) == "self -> Model.total -> Tensor"
-    assert baseline.holder_path([]) == ""
+    assert baseline_keys.holder_path(itself) == "self -> Model.total -> Tensor"
+    assert baseline_keys.holder_path([]) == ""
 
 
 def test_another_holder_or_check_is_another_finding() -> None:
@@ -539,12 +540,12 @@ def test_another_holder_or_check_is_another_finding() -> None:
         return [{"kind": "root", "type": "global", "name": root},
                 _link("container", "list", edge, "2"), _link("tensor", "Tensor")]
 
-    one = baseline.key_of(name, **_check(name, held_by("history")))
-    assert one != baseline.key_of(name, **_check(name, held_by("others")))
-    assert one != baseline.key_of(name, **_check(name, held_by("history", "attribute")))
-    tracked = baseline.key_of(name, **_check(f"{name}::track(1) steps 5-12", held_by("xs")))
+    one = baseline_keys.key_of(name, **_check(name, held_by("history")))
+    assert one != baseline_keys.key_of(name, **_check(name, held_by("others")))
+    assert one != baseline_keys.key_of(name, **_check(name, held_by("history", "attribute")))
+    tracked = baseline_keys.key_of(name, **_check(f"{name}::track(1) steps 5-12", held_by("xs")))
     assert tracked.check == "track(1)"
-    assert baseline.key_of(name, **_check(f"{name}::outlive", [])).check == "outlive"
+    assert baseline_keys.key_of(name, **_check(f"{name}::outlive", [])).check == "outlive"
 
 
 def test_render_is_sorted_and_reads_back(tmp_path: Path) -> None:

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_graphleak import baseline
-from pytest_graphleak.baseline import Baseline, Entry, Key
+from pytest_graphleak import baseline, baseline_keys
+from pytest_graphleak.baseline import Baseline, Entry
+from pytest_graphleak.baseline_keys import Key
 
 pytest_plugins = ["pytester"]
 
@@ -83,7 +84,7 @@ def written(pytester: pytest.Pytester) -> Path:
     result = _run(pytester, "--graphleak-baseline-update")
     assert result.ret == 0, result.stdout.str()
     path = pytester.path / "bl.json"
-    assert [tuple(e[f] for f in baseline.KEY_FIELDS) for e in _entries(path)] == [KEY]
+    assert [tuple(e[f] for f in baseline_keys.KEY_FIELDS) for e in _entries(path)] == [KEY]
     return path
 
 
@@ -110,7 +111,7 @@ def test_an_update_under_xdist_writes_one_entry(pytester: pytest.Pytester) -> No
     result = _run(pytester, "-n", "2", "--graphleak-baseline-update")
     assert result.ret == 0, result.stdout.str()
     entries = _entries(pytester.path / "bl.json")
-    assert [tuple(e[f] for f in baseline.KEY_FIELDS) for e in entries] == [KEY]
+    assert [tuple(e[f] for f in baseline_keys.KEY_FIELDS) for e in entries] == [KEY]
     _known_and_nothing_fixed(_run(pytester, "-n", "2"), pytester)
 
 
@@ -156,8 +157,8 @@ def test_the_key_names_the_fixture_instance() -> None:
              {"kind": "tensor", "type": "Tensor"}]  # fmt: skip
     for scope, node, test in [("module", "t/test_m.py", "t/test_m.py"),
                               ("class", "t/test_m.py::TestA", "t/test_m.py::TestA"),
-                              ("package", "t", "t"), ("session", "", baseline.SESSION)]:
-        key = baseline.key_of("t/test_m.py::TestA::test_x", name="t/test_m.py::TestA::test_x"
+                              ("package", "t", "t"), ("session", "", baseline_keys.SESSION)]:
+        key = baseline_keys.key_of("t/test_m.py::TestA::test_x", name="t/test_m.py::TestA::test_x"
                               "::outlive", pattern="list-accumulation", links=links,
                               judged_at={"fixture": "store", "scope": scope, "node": node})
         assert (key.test, key.check) == (test, f"outlive({scope} fixture 'store')")
@@ -171,7 +172,7 @@ def test_the_key_names_the_fixture_instance() -> None:
 
 
 @pytest.mark.parametrize(("scope", "test"), [("class", "test_mod.py::TestFit"),
-                                             ("session", baseline.SESSION)])  # fmt: skip
+                                             ("session", baseline_keys.SESSION)])  # fmt: skip
 def test_class_and_session_fixtures_are_keyed_on_their_instance(
     pytester: pytest.Pytester, scope: str, test: str
 ) -> None:
@@ -209,7 +210,7 @@ def test_a_run_of_some_of_the_scopes_tests_does_not_read_its_entry_as_fixed(
                                  "a fixture's entry is checked by a run of its whole scope)"])
     result = _run(pytester, *select, "--graphleak-baseline-update")
     assert result.ret == 0, result.stdout.str()
-    assert [tuple(e[f] for f in baseline.KEY_FIELDS) for e in _entries(written)] == [KEY]
+    assert [tuple(e[f] for f in baseline_keys.KEY_FIELDS) for e in _entries(written)] == [KEY]
     result = _run(pytester, "test_mod.py")  # the module whole: checked, found, known
     _known_and_nothing_fixed(result, pytester)
 
@@ -276,7 +277,7 @@ def test_a_class_fixture_that_archives_its_graphs_is_keyed_on_the_fixture(
     result = _run(pytester, "--graphleak-baseline-update")
     assert result.ret == 0, result.stdout.str()
     entries = _entries(pytester.path / "bl.json")
-    assert [tuple(e[f] for f in baseline.KEY_FIELDS) for e in entries] == [
+    assert [tuple(e[f] for f in baseline_keys.KEY_FIELDS) for e in entries] == [
         ("test_archive.py::TestArchive", "outlive(class fixture 'store')",
          "list-accumulation", "global 'ARCHIVE' -> list[*] -> Tensor"),
     ]  # fmt: skip

@@ -14,8 +14,9 @@ import pytest
 from suite_helpers import folded
 
 import minigrad  # noqa: F401  # imported once here: in-process runs drop what they import
-from pytest_graphleak import baseline
-from pytest_graphleak.baseline import Entry, Key
+from pytest_graphleak import baseline, baseline_keys
+from pytest_graphleak.baseline import Entry
+from pytest_graphleak.baseline_keys import Key
 
 pytest_plugins = ["pytester"]
 
@@ -126,14 +127,14 @@ def test_entries_that_respelled_name_one_finding_are_merged(tmp_path: Path) -> N
     ],
 )
 def test_respelled_reads_each_dict_key_as_a_star(old: str, now: str) -> None:
-    assert baseline.respelled(old) == now
+    assert baseline_keys.respelled(old) == now
 
 
 def test_a_string_key_is_a_star_in_a_new_key() -> None:
     links = [{"kind": "root", "type": "global", "name": "RESULTS"},
              {"kind": "container", "type": "dict", "edge": "key", "key": "'/tmp/pytest-7/x'"},
              {"kind": "tensor", "type": "Tensor", "edge": "graph"}]  # fmt: skip
-    assert baseline.holder_path(links) == HOLDER
+    assert baseline_keys.holder_path(links) == HOLDER
 
 
 # -- stale entries: their test no longer exists (b_stale_entry_unnamed) ----------------------
@@ -279,7 +280,7 @@ def test_graphleak_report_marks_known_and_lists_fixed_and_stale_entries(
     old = _findings(pytester)
     gone = {**old[0], "test": "test_suite.py::test_renamed"}
     text = (pytester.path / "bl.json").read_text(encoding="utf-8")
-    entries = [Entry(Key(*(e[f] for f in baseline.KEY_FIELDS)), e["reason"])
+    entries = [Entry(Key(*(e[f] for f in baseline_keys.KEY_FIELDS)), e["reason"])
                for e in [*old, gone]]  # fmt: skip
     (pytester.path / "bl.json").write_text(baseline.render(entries), encoding="utf-8")
     assert text != baseline.render(entries)

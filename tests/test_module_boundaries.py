@@ -255,7 +255,8 @@ def test_the_scans_see_a_reach_in() -> None:
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("exceptions",),  # the errors: import nothing of the package (results typed only)
     # plain data: imports only the errors
-    ("metrics", "patterns", "status", "result", "session", "values", "targets", "baseline"),
+    ("metrics", "patterns", "status", "result", "session", "values", "targets", "baseline",
+     "baseline_keys"),
     ("verdict",),  # the pure judgement
     ("heap", "probes"),  # what is measured, gc state, user code
     # measuring; the diagnosis and its words; the outlive audit
@@ -278,6 +279,9 @@ LAYER_ONE_IMPORTS: dict[str, str] = {
     "pytest_graphleak.result -> pytest_graphleak.status":
         "a CheckResult's status is status.check_status, the one status rule (both plain "
         "data); follow-up: the status rule could take the result's fields instead",
+    "pytest_graphleak.baseline -> pytest_graphleak.baseline_keys":
+        "the baseline file's entries are findings' keys: one subject in two modules, the "
+        "file (reading, writing, the update) and the key (what makes two findings one)",
 }  # fmt: skip
 
 #: Imports made for annotations only (``if TYPE_CHECKING:``) that close an import circle:

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 from suite_helpers import REPO, folded, report_section
 
-from pytest_graphleak.baseline import Key, holder_path, key_of, load, renamed, written_before
+from pytest_graphleak.baseline import load
+from pytest_graphleak.baseline_keys import Key, holder_path, key_of, renamed, written_before
 
 SUITE = '''
 import minigrad as mg

@@ -38,8 +38,9 @@ from typing import Any
 
 import pytest
 
-from pytest_graphleak import baseline
-from pytest_graphleak.baseline import Baseline, Key
+from pytest_graphleak import baseline, baseline_keys
+from pytest_graphleak.baseline import Baseline
+from pytest_graphleak.baseline_keys import Key
 from pytest_graphleak.exceptions import BaselineError
 from pytest_graphleak.report.model import result_of
 from pytest_graphleak.report.text import command_lines, wrap_line
@@ -123,8 +124,8 @@ def key_for(nodeid: str, result: CheckResult) -> Key:
     links = [asdict(link) for link in found.links] if found else []
     cycle = [asdict(link) for link in found.cycle_links] if found else []
     judged = asdict(result.judged_at) if result.judged_at is not None else None
-    return baseline.key_of(nodeid, name=result.name, pattern=result.pattern, links=links,
-                           judged_at=judged, cycle=cycle)  # fmt: skip
+    return baseline_keys.key_of(nodeid, name=result.name, pattern=result.pattern, links=links,
+                                judged_at=judged, cycle=cycle)  # fmt: skip
 
 
 def unknown(item: pytest.Item, results: Iterable[CheckResult]) -> list[CheckResult]:
@@ -159,7 +160,7 @@ def runs_whole(config: pytest.Config, node: str) -> bool:
         else:
             continue
         covered = f"{covered}::{inside}" if inside else covered
-        if covered == "" or baseline.inside(node, covered):
+        if covered == "" or baseline_keys.inside(node, covered):
             return True
     return False
 
@@ -225,7 +226,8 @@ class BaselineRun:
         if report.when == "teardown" and getattr(report, _AUDITED, False):
             self.audited.add(report.nodeid)
         for fixture, scope, node in getattr(report, FIXTURES_JUDGED, None) or ():
-            self.fixtures.add((baseline.scope_test(node), baseline.fixture_check(fixture, scope)))
+            check = baseline_keys.fixture_check(fixture, scope)
+            self.fixtures.add((baseline_keys.scope_test(node), check))
         checks = getattr(report, "graphleak", None)
         if not isinstance(checks, list):
             checks = []
@@ -257,8 +259,8 @@ class BaselineRun:
 
     def checked(self, key: Key) -> bool:
         """Whether this run could have found the entry (the module docstring)."""
-        if baseline.is_fixture_check(key.check):
-            node = "" if key.test == baseline.SESSION else key.test
+        if baseline_keys.is_fixture_check(key.check):
+            node = "" if key.test == baseline_keys.SESSION else key.test
             return ((key.test, key.check) in self.fixtures and not self.stopped_early
                     and runs_whole(self.config, node))  # fmt: skip
         if key.test not in self.ran:
@@ -298,11 +300,11 @@ class BaselineRun:
         collected = self.collected
         if collected is None or self.deselected or self.collection_failed:
             return False
-        node = "" if key.test == baseline.SESSION else key.test
+        node = "" if key.test == baseline_keys.SESSION else key.test
         if not runs_whole(self.config, node):
             return False
-        if baseline.is_fixture_check(key.check):
-            return not any(baseline.inside(test, key.test) for test in collected)
+        if baseline_keys.is_fixture_check(key.check):
+            return not any(baseline_keys.inside(test, key.test) for test in collected)
         return key.test not in collected
 
     def section(self) -> dict[str, Any]:
@@ -368,7 +370,7 @@ class BaselineRun:
 
     def _respelled(self, path: str) -> str:
         """Entries written before a holder read every dict key as ``[*]``
-        (``baseline.respelled``): how they were matched, and what writes them so."""
+        (``baseline_keys.respelled``): how they were matched, and what writes them so."""
         loaded = self.baseline
         merged = (f" ({loaded.merged} merged into an entry that then named the same "
                   "finding, reasons joined)" if loaded.merged else "")  # fmt: skip
@@ -411,7 +413,7 @@ class BaselineRun:
             out.append((baseline.PRUNE_INTRO, {}))
         unchecked = [key for key in self.unchecked_entries() if key not in gone]
         if unchecked:
-            scoped = any(baseline.is_fixture_check(key.check) for key in unchecked)
+            scoped = any(baseline_keys.is_fixture_check(key.check) for key in unchecked)
             why = "; a fixture's entry is checked by a run of its whole scope" if scoped else ""
             out.append((f"graphleak baseline: {len(unchecked)} of its "
                         f"{len(self.baseline.entries)} entries not checked in this run (their "

@@ -25,7 +25,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_graphleak.baseline import KEY_FIELDS, Entry, Key
+from pytest_graphleak.baseline import Entry
+from pytest_graphleak.baseline_keys import KEY_FIELDS, Key
 from pytest_graphleak.metrics import finite, listing_key
 from pytest_graphleak.patterns import BY_WORD as PATTERNS
 from pytest_graphleak.report.summary import sentence

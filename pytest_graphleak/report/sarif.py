@@ -34,7 +34,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from pytest_graphleak.baseline import Key, key_of
+from pytest_graphleak.baseline_keys import Key, key_of
 from pytest_graphleak.patterns import BY_WORD, PATTERNS
 from pytest_graphleak.report.hunks import hunks
 from pytest_graphleak.report.model import BaselineSection, Report, TestRow, check_label
@@ -227,7 +227,7 @@ def fix_object(tried: Fix, base: str, qualifier: str) -> dict[str, Any]:
 
 
 def _fingerprint(test: TestRow, check: CheckResult) -> str:
-    """A hash of the finding's baseline key (``baseline.key_of``): stable from run to run."""
+    """A hash of the finding's baseline key (``baseline_keys.key_of``): stable from run to run."""
     links = [asdict(link) for link in check.diagnosis.links] if check.diagnosis else []
     judged = asdict(check.judged_at) if check.judged_at is not None else None
     key = key_of(test.nodeid, name=check.name, pattern=check.pattern, links=links,
