@@ -13,12 +13,11 @@ import gc
 import os
 import sys
 import sysconfig
-import types
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from suite_helpers import GcState, gc_state
+from suite_helpers import FakeModule, GcState, MakeModule, gc_state
 
 #: Plugins that the pytest runs tests start do without (see ``_lean_subprocesses``).
 LEAN_ADDOPTS = "-p no:hypothesispytest -p no:trio -p no:anyio"
@@ -86,14 +85,14 @@ def _in_process_runs_keep_gc_state(request: pytest.FixtureRequest) -> Iterator[N
 
 
 @pytest.fixture
-def fake_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[..., types.ModuleType]:
+def fake_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> MakeModule:
     """Make a module in sys.modules (for this test only) whose file looks like the user's
     (in tmp_path) or like an installed package's (in site-packages): the start walk
     enters the first kind's globals and not the second's."""
 
-    def make(name: str, *, installed: bool) -> types.ModuleType:
+    def make(name: str, *, installed: bool) -> FakeModule:
         base = sysconfig.get_paths()["purelib"] if installed else str(tmp_path)
-        module = types.ModuleType(name)
+        module = FakeModule(name)
         module.__file__ = os.path.join(base, f"{name}.py")
         monkeypatch.setitem(sys.modules, name, module)
         return module

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import gc
 import re
-from collections.abc import Sequence
+import types
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from pytest_graphleak.heap.gcstate import user_frozen_count
 
@@ -22,6 +24,21 @@ FAST = ("-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:xdist")
 #: (enabled, thresholds, debug flags, objects frozen by the user): the gc state a check,
 #: a test or an in-process pytest run must leave as it found it.
 GcState = tuple[bool, tuple[int, ...], int, int]
+
+#: A JSON document as ``json.loads`` reads it: what each value is, the test says.
+JsonDoc = dict[str, Any]
+
+if TYPE_CHECKING:
+
+    class FakeModule(types.ModuleType):
+        """A plain module that a test fills with whatever attributes it needs."""
+
+        def __setattr__(self, name: str, value: object) -> None: ...
+else:
+    FakeModule = types.ModuleType
+
+#: The ``fake_module`` fixture (conftest.py): ``make(name, installed=...)``.
+MakeModule = Callable[..., FakeModule]
 
 
 def gc_state() -> GcState:

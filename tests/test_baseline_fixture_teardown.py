@@ -65,7 +65,8 @@ def _run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
 
 def _entries(path: Path) -> list[dict[str, str]]:
     baseline.load(path)  # one entry per key: a repeated one is an error
-    return json.loads(path.read_text(encoding="utf-8"))["findings"]
+    findings: list[dict[str, str]] = json.loads(path.read_text(encoding="utf-8"))["findings"]
+    return findings
 
 
 def _known_and_nothing_fixed(result: pytest.RunResult, pytester: pytest.Pytester) -> None:

@@ -10,6 +10,7 @@ import io
 import json
 import re
 import sys
+from collections.abc import Iterator
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -52,7 +53,7 @@ FAST = ["--steps", "6", "--warmup", "2"]
 
 
 @pytest.fixture
-def steps_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def steps_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A step module with a unique name; cwd, sys.path and sys.modules restored after.
     The reports are printed unbroken (a name's length would move where an 80-column line
     breaks); the test of the 80-column layout sets COLUMNS itself."""

@@ -16,9 +16,9 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
+from suite_helpers import JsonDoc
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -43,7 +43,7 @@ def _optional_missing(text: str) -> bool:
     return any(importlib.util.find_spec(name) is None for name in needed)
 
 
-def verdicts(document: dict[str, Any]) -> dict[str, tuple[str, str | None]]:
+def verdicts(document: JsonDoc) -> dict[str, tuple[str, str | None]]:
     """node id -> (status, pattern of its check)."""
     return {
         test["nodeid"]: (test["status"], test["checks"][0].get("pattern"))

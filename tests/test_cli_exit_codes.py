@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from suite_helpers import REPO
+from suite_helpers import REPO, JsonDoc
 
 from pytest_graphleak.cli.exits import EXIT_CLEAN, EXIT_INTERRUPTED, EXIT_USAGE, EXIT_USER_CODE
 
@@ -150,7 +150,7 @@ def _report_with(tmp_path: Path, change: object) -> Path:
 
 
 def test_report_reads_a_null_sample(tmp_path: Path) -> None:
-    def null_sample(document: dict) -> None:
+    def null_sample(document: JsonDoc) -> None:
         check = document["tests"][0]["checks"][0]
         check["series"][check["verdict"]["growths"][0]["metric"]][3] = None  # a grown one
 

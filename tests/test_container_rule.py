@@ -56,7 +56,8 @@ def _step(holder: Any, backend: str) -> Any:
 @pytest.mark.parametrize("backend", ["torch", "minigrad"])
 def test_a_deque_gets_what_a_list_gets(backend: str) -> None:
     texts = []
-    for holder in ([], collections.deque()):
+    holders: tuple[list[object], collections.deque[object]] = ([], collections.deque())
+    for holder in holders:
         result = check(_step(holder, backend), steps=8, warmup=2)
         assert result.diagnosis is not None
         diagnosis = result.diagnosis

@@ -12,6 +12,7 @@ import fnmatch
 import json
 import subprocess
 import sys
+import types
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from pytest_graphleak.report.json_doc import load_schema
 pytest.importorskip("minigrad")
 # Imported here, not inside a test: pytester restores sys.modules after each test, and a
 # second import of torch in one process crashes.
+torch: types.ModuleType | None
 try:
     import torch
 except ImportError:  # the torch cases skip
@@ -158,6 +160,7 @@ def test_probes_that_leave_out_the_library_the_step_uses(pytester: pytest.Pytest
 
 @pytest.mark.skipif(torch is None, reason="needs torch")
 def test_no_probe_at_all_and_warn_only(pytester: pytest.Pytester) -> None:
+    assert torch is not None
     if torch.cuda.is_available():
         pytest.skip("needs a machine without a CUDA device")
     pytester.makepyfile(test_chosen=CHOSEN)

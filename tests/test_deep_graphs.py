@@ -18,7 +18,7 @@ import itertools
 import json
 
 import pytest
-from suite_helpers import FAST
+from suite_helpers import FAST, JsonDoc
 
 pytest.importorskip("torch")
 
@@ -72,7 +72,7 @@ def test_b_runs_after():
 """
 
 
-def _checks(pytester: pytest.Pytester) -> list[dict]:
+def _checks(pytester: pytest.Pytester) -> list[JsonDoc]:
     document = json.loads((pytester.path / "r.json").read_text(encoding="utf-8"))
     return [check for test in document["tests"] for check in test["checks"]]
 

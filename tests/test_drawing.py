@@ -109,6 +109,7 @@ def _writes_dot(path: Path) -> list[str]:
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         text = node.value if isinstance(node, ast.Constant) else None
         if isinstance(text, str) and any(w in text for w in ("digraph", "rankdir", "fillcolor")):
+            assert isinstance(node, ast.Constant)  # a string constant: an expression
             found.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
     return found
 

@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import jsonschema
 import pytest
-from suite_helpers import FAST
+from suite_helpers import FAST, JsonDoc
 
 from pytest_graphleak.cli import main
 from pytest_graphleak.report.json_doc import load_schema
@@ -34,7 +33,7 @@ def test_accumulates():
 """
 
 
-def leak_report(pytester: pytest.Pytester, *flags: str) -> tuple[Path, dict[str, Any]]:
+def leak_report(pytester: pytest.Pytester, *flags: str) -> tuple[Path, JsonDoc]:
     pytester.makepyfile(test_keep=LEAKY)
     report = pytester.path / "graphleak.json"
     result = pytester.runpytest_subprocess("--graphleak", f"--graphleak-report={report}",
@@ -43,7 +42,7 @@ def leak_report(pytester: pytest.Pytester, *flags: str) -> tuple[Path, dict[str,
     return report, json.loads(report.read_text(encoding="utf-8"))
 
 
-def only_check(document: dict[str, Any]) -> dict[str, Any]:
+def only_check(document: JsonDoc) -> JsonDoc:
     [test] = document["tests"]
     [check] = test["checks"]
     return check  # type: ignore[no-any-return]

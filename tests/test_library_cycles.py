@@ -275,7 +275,8 @@ def test_a_loop_passes_a_librarys_own_cycles(
             step()
             tracked.step()
     result = tracked.result
-    assert result is not None and not result.leaked, render_text(result)
+    assert result is not None
+    assert not result.leaked, render_text(result)
     assert _CHURN in result.verdict.reason
 
 

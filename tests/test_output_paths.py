@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from suite_helpers import FAST
 
-from pytest_graphleak.report.output_paths import Output, OutputPathError, check_outputs
+from pytest_graphleak.exceptions import OutputPathError
+from pytest_graphleak.report.output_paths import Output, check_outputs
 
 TEST_MODEL = """\
 import pytest

@@ -87,7 +87,7 @@ def test_wheel_has_the_packages_and_no_tests(built: tuple[list[str], Path, Path]
         assert needed in classifiers
     assert any(c.startswith("Development Status ::") for c in classifiers)
     # The README is the long description: its links must work on PyPI too (absolute).
-    prose = re.sub(r"```.*?```|`[^`\n]*`", "", metadata.get_payload(), flags=re.S)
+    prose = re.sub(r"```.*?```|`[^`\n]*`", "", str(metadata.get_payload()), flags=re.S)
     targets = re.findall(r"\]\(([^)\s]+)", prose)
     assert targets
     relative = [t for t in targets if not t.startswith(("https://", "http://", "#"))]

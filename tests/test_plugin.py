@@ -196,7 +196,9 @@ def pytest_runtest_logreport(report):
 '''
 
 
-def test_catalogue_fails_leaks_with_their_pattern_and_passes_clean_twins(pytester) -> None:
+def test_catalogue_fails_leaks_with_their_pattern_and_passes_clean_twins(
+    pytester: pytest.Pytester
+) -> None:
     pytester.makepyfile(test_catalogue=CATALOGUE)
     pytester.makeconftest(REPORT_CONFTEST)
     result = pytester.runpytest_subprocess("--graphleak", "-rA", *FAST)
@@ -258,7 +260,7 @@ def test_catalogue_fails_leaks_with_their_pattern_and_passes_clean_twins(pyteste
     assert records["test_fixture_track"][0]["steps"] == 12
 
 
-def test_warn_only_reports_without_failing(pytester) -> None:
+def test_warn_only_reports_without_failing(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
         """
         import pytest
@@ -294,7 +296,7 @@ def test_warn_only_reports_without_failing(pytester) -> None:
     assert "plugin.py" not in out and "series (warmup" not in out
 
 
-def test_without_graphleak_marked_tests_run_once(pytester) -> None:
+def test_without_graphleak_marked_tests_run_once(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
         """
         import pytest

@@ -7,6 +7,9 @@ import json
 import sys
 import weakref
 
+import pytest
+from suite_helpers import MakeModule
+
 from pytest_graphleak.engine.reach import Reach, reachable
 
 
@@ -39,7 +42,7 @@ def test_containers_instances_and_closure_cells_are_entered() -> None:
     assert id(deep) in found and id(in_cell) in found
 
 
-def test_user_module_globals_are_entered_library_ones_are_not(fake_module) -> None:
+def test_user_module_globals_are_entered_library_ones_are_not(fake_module: MakeModule) -> None:
     user = fake_module("graphleak_fake_user_mod", installed=False)
     library = fake_module("graphleak_fake_installed_mod", installed=True)
     user.held = Marker()
@@ -48,10 +51,10 @@ def test_user_module_globals_are_entered_library_ones_are_not(fake_module) -> No
     assert id(user.held) in found
     assert id(library.held) not in found
     # a function's globals follow the same rule (the stdlib's json here)
-    assert id(json._default_encoder) not in ids(reachable([json.dumps]))
+    assert id(vars(json)["_default_encoder"]) not in ids(reachable([json.dumps]))
 
 
-def test_user_classes_are_entered_library_classes_and_code_are_not(fake_module) -> None:
+def test_user_classes_are_entered_library_classes_and_code_are_not(fake_module: MakeModule) -> None:
     user = fake_module("graphleak_fake_user_cls", installed=False)
     cls = type("Trainer", (), {"total": Marker(), "__module__": user.__name__})
     found = ids(reachable([cls()]))
@@ -77,11 +80,11 @@ def test_past_the_limit_the_walk_gives_up() -> None:
     assert reachable([huge], limit=100) is None
 
 
-def test_a_container_bigger_than_the_limit_is_never_listed(monkeypatch) -> None:
+def test_a_container_bigger_than_the_limit_is_never_listed(monkeypatch: pytest.MonkeyPatch) -> None:
     """Sizes are read before listing (C ``__len__``, also for subclasses), so a huge
     dataset costs nothing to give up on, even when its items hold nothing tracked."""
 
-    class Samples(list):  # a user subclass: its own __len__ is never called
+    class Samples(list[object]):  # a user subclass: its own __len__ is never called
         def __len__(self) -> int:
             raise AssertionError("the walk called user code")
 
@@ -100,7 +103,7 @@ def test_a_container_bigger_than_the_limit_is_never_listed(monkeypatch) -> None:
     assert reachable([numbers], limit=2000) is not None
 
 
-def test_reach_holds_nothing(fake_module) -> None:
+def test_reach_holds_nothing(fake_module: MakeModule) -> None:
     user = fake_module("graphleak_fake_user_held", installed=False)
     cls = type("Model", (), {"__module__": user.__name__})
     instance = cls()

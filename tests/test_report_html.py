@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from suite_helpers import JsonDoc
 
 from pytest_graphleak.engine.coverage import add_probe_fix
 from pytest_graphleak.metrics import format_amount, format_rate
@@ -76,7 +77,7 @@ class Page(HTMLParser):
 
 def leak(
     name: str, *, chain: list[str], drawn: Drawing | None = None, cycle: list[str] | None = None
-) -> dict:
+) -> JsonDoc:
     calls = 3 + 6
     return CheckResult(
         name=name,

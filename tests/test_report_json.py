@@ -11,6 +11,7 @@ from typing import Any
 
 import jsonschema
 import pytest
+from suite_helpers import JsonDoc
 
 from pytest_graphleak.report.dot import drawing_dot
 from pytest_graphleak.report.json_doc import (
@@ -32,7 +33,7 @@ from pytest_graphleak.result import (
 )
 
 
-def leaky_check(name: str = "t.py::test_leak", warmup: int = 2, steps: int = 5) -> dict[str, Any]:
+def leaky_check(name: str = "t.py::test_leak", warmup: int = 2, steps: int = 5) -> JsonDoc:
     calls = warmup + steps
     return CheckResult(
         name=name,
@@ -57,7 +58,7 @@ def leaky_check(name: str = "t.py::test_leak", warmup: int = 2, steps: int = 5) 
     ).to_dict()
 
 
-def clean_check(name: str = "t.py::test_ok") -> dict[str, Any]:
+def clean_check(name: str = "t.py::test_ok") -> JsonDoc:
     return CheckResult(
         name=name,
         steps=4,
@@ -68,7 +69,7 @@ def clean_check(name: str = "t.py::test_ok") -> dict[str, Any]:
     ).to_dict()
 
 
-def error_check() -> dict[str, Any]:
+def error_check() -> JsonDoc:
     return CheckResult(
         name="t.py::test_err",
         steps=4,
@@ -152,10 +153,10 @@ def test_schema_rejects_a_wrong_document(path: tuple[Any, ...], value: object) -
         jsonschema.validate(document, load_schema())
 
 
-def metric_summary(check: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def metric_summary(check: JsonDoc) -> dict[str, JsonDoc]:
     """The ``metrics`` of ``check`` in the document that the report writes."""
     document = build_document([CheckedTest("t.py::t", "failed", [check])], generated_by="test")
-    metrics: dict[str, dict[str, Any]] = document["tests"][0]["checks"][0]["metrics"]
+    metrics: dict[str, JsonDoc] = document["tests"][0]["checks"][0]["metrics"]
     return metrics
 
 

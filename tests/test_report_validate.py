@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from suite_helpers import REPO
+from suite_helpers import REPO, JsonDoc
 
 from pytest_graphleak.report.json_doc import load_schema
 from pytest_graphleak.report.validate import SchemaError, validate
@@ -54,7 +54,7 @@ def test_fixture_checks(graphleak):
 
 
 @pytest.fixture(scope="module")
-def written_documents(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+def written_documents(tmp_path_factory: pytest.TempPathFactory) -> list[JsonDoc]:
     """Reports as the tools write them: a pytest session and two graphleak check runs."""
     work = tmp_path_factory.mktemp("reports")
     (work / "test_suite.py").write_text(SUITE)
@@ -78,7 +78,7 @@ def written_documents(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str
     return documents
 
 
-def test_every_written_document_is_valid(written_documents: list[dict[str, Any]]) -> None:
+def test_every_written_document_is_valid(written_documents: list[JsonDoc]) -> None:
     schema = load_schema()
     for document in written_documents:
         validate(document, schema)
@@ -122,7 +122,7 @@ def _changed_in_place(
 
 
 def test_agrees_with_jsonschema_on_every_changed_field(
-    written_documents: list[dict[str, Any]],
+    written_documents: list[JsonDoc],
 ) -> None:
     jsonschema = pytest.importorskip("jsonschema")
     schema = load_schema()
@@ -151,7 +151,7 @@ def _value_at(document: Any, path: tuple[Any, ...]) -> Any:
     return document
 
 
-def test_an_error_names_the_field(written_documents: list[dict[str, Any]]) -> None:
+def test_an_error_names_the_field(written_documents: list[JsonDoc]) -> None:
     document = written_documents[0]
     changed = _set(document, ("tests", 1, "checks", 0, "steps"), "many")
     with pytest.raises(SchemaError) as caught:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import jsonschema
 import pytest
-from suite_helpers import FAST
+from suite_helpers import FAST, JsonDoc
 
 # Imported here, before pytester's in-process runs: each run drops the modules it imported
 # from sys.modules, and numpy cannot be imported twice in one process.
@@ -62,18 +61,18 @@ def test_keeps():
 """
 
 
-def valid(log: dict[str, Any]) -> None:
+def valid(log: JsonDoc) -> None:
     validator = jsonschema.Draft4Validator(
         SCHEMA, format_checker=jsonschema.Draft4Validator.FORMAT_CHECKER)
     errors = [f"{list(e.absolute_path)}: {e.message}" for e in validator.iter_errors(log)]
     assert not errors, errors
 
 
-def by_test(log: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def by_test(log: JsonDoc) -> dict[str, JsonDoc]:
     return {result["properties"]["test"]: result for result in log["runs"][0]["results"]}
 
 
-def with_replacements(text: str, replacements: list[dict[str, Any]]) -> str:
+def with_replacements(text: str, replacements: list[JsonDoc]) -> str:
     """``text`` with SARIF whole-line replacements made (a region from the start of one
     line to the start of another), as a SARIF viewer applies a fix."""
     lines = text.splitlines(keepends=True)

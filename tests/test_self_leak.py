@@ -102,7 +102,7 @@ def many_tests(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
                                        for c in t["checks"]]], separators=(",", ":")))
         for t in tests
     ) / len(tests)  # fmt: skip
-    by_count = {s["tests"]: s for s in samples}
+    by_count: dict[int, dict[str, float]] = {s["tests"]: s for s in samples}
 
     def per_test(key: str, first: int, last: int) -> float:
         return (by_count[last][key] - by_count[first][key]) / (last - first)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import _thread
 import json
 import threading
+import types
 
 import pytest
 
@@ -14,6 +15,7 @@ from pytest_graphleak import session
 from pytest_graphleak.result import CheckResult
 from pytest_graphleak.settings import Settings
 
+torch: types.ModuleType | None
 try:  # imported here, once: an in-process pytester run drops the modules it imported, and
     # torch cannot be imported a second time in one process
     import torch

@@ -17,6 +17,7 @@ import re
 import xml.etree.ElementTree as ET
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import Literal
 
 import jsonschema
 import pytest
@@ -427,7 +428,9 @@ def test_rows_keep_exact_values_and_the_last_attempt(pytester: pytest.Pytester) 
     """A rerun's last attempt counts; NaN and ints come back as they were recorded."""
     reporter = session_report.GraphleakSessionReport(pytester.parseconfig(), Settings())
 
-    def report(nodeid: str, first: float, outcome: str = "passed") -> pytest.TestReport:
+    def report(
+        nodeid: str, first: float, outcome: Literal["passed", "failed"] = "passed"
+    ) -> pytest.TestReport:
         check = CheckResult(
             name=nodeid, steps=2, warmup=1,
             series={"minigrad.tensors": [first, float("nan"), 3]},

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import json
 import xml.etree.ElementTree as ET
-from typing import Any
 
 import jsonschema
 import pytest
-from suite_helpers import report_section
+from suite_helpers import JsonDoc, report_section
 
 from pytest_graphleak.report.json_doc import load_schema
 
@@ -111,7 +110,7 @@ def test_leaks_twice(state):
 )
 
 
-def _run(pytester: pytest.Pytester, *args: str) -> tuple[pytest.RunResult, dict[str, Any]]:
+def _run(pytester: pytest.Pytester, *args: str) -> tuple[pytest.RunResult, JsonDoc]:
     with pytest.MonkeyPatch.context() as patch:  # one row a line: these tests read words
         patch.setenv("COLUMNS", "250")  # (test_session_report reads the 80-column layout)
         result = pytester.runpytest_subprocess(
@@ -136,7 +135,7 @@ def _junit_statuses(pytester: pytest.Pytester) -> dict[str, list[str]]:
     return statuses
 
 
-def _outcomes(document: dict[str, Any]) -> dict[str, tuple[str, str]]:
+def _outcomes(document: JsonDoc) -> dict[str, tuple[str, str]]:
     return {t["nodeid"]: (t["outcome"], t["status"]) for t in document["tests"]}
 
 

@@ -53,6 +53,17 @@ def test_the_ceilings_see_a_grown_package_and_loose_types(tmp_path: Path) -> Non
     ]
 
 
+def test_the_test_modules_mypy_skips_are_a_ceiling(tmp_path: Path) -> None:
+    """pyproject.toml's list of test modules that mypy --strict skips only shrinks."""
+    assert len(check_size.untyped_tests()) <= check_size.UNTYPED_TESTS
+    (tmp_path / "pyproject.toml").write_text(
+        "[[tool.mypy.overrides]]\n"
+        f"{check_size.UNTYPED_MARKER} a ceiling\n"
+        'module = [\n    "test_a",\n    "integrations.test_b",\n]\n'
+        'ignore_errors = true\n\n[[tool.mypy.overrides]]\nmodule = ["psutil"]\n'
+    )
+    assert check_size.untyped_tests(tmp_path) == ["test_a", "integrations.test_b"]
+
 def _function(name: str, lines: int, indent: str = "") -> str:
     body = "".join(f"{indent}    x = {i}\n" for i in range(lines - 1))
     return f"{indent}def {name}():\n{body}"

@@ -11,23 +11,29 @@ giving up (a big dataset reachable: the recording alone must find the tensor).
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Callable
+from typing import TYPE_CHECKING, NoReturn
 
 import pytest
+from suite_helpers import FakeModule, MakeModule
 
 import pytest_graphleak
 from pytest_graphleak.engine import tracker
 
-torch = pytest.importorskip("torch")
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = pytest.importorskip("torch")
 
 
-def _loss(weight):
+def _loss(weight: torch.Tensor) -> torch.Tensor:
     # SumBackward0 saves no tensor: the graph grows on `total` with no new Python object,
     # so only a check that knows `total` from the start can see it.
     return weight.sum()
 
 
 @pytest.fixture
-def weight():
+def weight() -> torch.Tensor:
     return torch.ones(4, requires_grad=True)
 
 
@@ -49,7 +55,7 @@ def _caught(result: pytest_graphleak.CheckResult) -> None:
     assert result.leaked and result.pattern == "retained-grad-fn", result.pattern
 
 
-def test_closure_tensor_growing_in_place_is_caught(weight, big) -> None:
+def test_closure_tensor_growing_in_place_is_caught(weight: torch.Tensor, big: bool) -> None:
     total = torch.zeros(())
     dataset = _dataset(big)
 
@@ -61,7 +67,9 @@ def test_closure_tensor_growing_in_place_is_caught(weight, big) -> None:
     _caught(pytest_graphleak.check(step))
 
 
-def test_tensor_in_another_user_module_is_caught(weight, fake_module, big) -> None:
+def test_tensor_in_another_user_module_is_caught(
+    weight: torch.Tensor, fake_module: MakeModule, big: bool
+) -> None:
     stats = fake_module("graphleak_user_stats", installed=False)
     stats.total = torch.zeros(())
     stats.dataset = _dataset(big)
@@ -73,14 +81,14 @@ def test_tensor_in_another_user_module_is_caught(weight, fake_module, big) -> No
 
 
 def test_tensor_held_only_by_an_installed_library_is_caught_by_the_recording(
-    weight, fake_module
+    weight: torch.Tensor, fake_module: MakeModule
 ) -> None:
     """The walk does not enter installed packages' globals; the warmup recording sees
     the tensor because the step uses it. Without warmup, only the heap scan finds it
     (start_scan="heap", --graphleak-start-scan=heap)."""
     library = fake_module("graphleak_installed_metrics", installed=True)
 
-    def make_step(accumulator):
+    def make_step(accumulator: FakeModule) -> Callable[[], None]:
         def step() -> None:
             accumulator.total += _loss(weight)
 
@@ -95,7 +103,7 @@ def test_tensor_held_only_by_an_installed_library_is_caught_by_the_recording(
     _caught(pytest_graphleak.check(make_step(library), warmup=0, start_scan="heap"))
 
 
-def test_track_walks_the_callers_locals(weight, big) -> None:
+def test_track_walks_the_callers_locals(weight: torch.Tensor, big: bool) -> None:
     holder = {"total": torch.zeros(())}
     dataset = _dataset(big)
     with pytest_graphleak.track(warmup=2) as t:
@@ -107,7 +115,9 @@ def test_track_walks_the_callers_locals(weight, big) -> None:
     assert t.result.pattern == "retained-grad-fn", t.result.pattern
 
 
-def test_past_the_walk_limit_without_warmup_the_heap_is_scanned(weight, fake_module) -> None:
+def test_past_the_walk_limit_without_warmup_the_heap_is_scanned(
+    weight: torch.Tensor, fake_module: MakeModule
+) -> None:
     library = fake_module("graphleak_installed_big", installed=True)
     library.total = torch.zeros(())
     dataset = [[i] for i in range(150_000)]  # more than the walk's limit
@@ -121,7 +131,9 @@ def test_past_the_walk_limit_without_warmup_the_heap_is_scanned(weight, fake_mod
     assert series.series["torch.nodes"][-1] > series.series["torch.nodes"][0] + 10
 
 
-def test_past_the_short_walk_the_warmup_recording_is_the_start_set(weight, fake_module) -> None:
+def test_past_the_short_walk_the_warmup_recording_is_the_start_set(
+    weight: torch.Tensor, fake_module: MakeModule
+) -> None:
     library = fake_module("graphleak_installed_big_recorded", installed=True)
     library.total = torch.zeros(())
     dataset = _dataset(True)
@@ -137,7 +149,7 @@ def test_past_the_short_walk_the_warmup_recording_is_the_start_set(weight, fake_
     assert len(series.notes) == 1 and "gave up past 10,000 objects" in series.notes[0]
 
 
-def test_the_recording_alone_says_what_it_cannot_see(weight) -> None:
+def test_the_recording_alone_says_what_it_cannot_see(weight: torch.Tensor) -> None:
     """A tensor the step touches only after warmup is outside the recording: the clean
     verdict says so, and the heap scan finds the leak."""
     dataset = _dataset(True)
@@ -159,7 +171,7 @@ def test_the_recording_alone_says_what_it_cannot_see(weight) -> None:
     _caught(pytest_graphleak.check(step, warmup=3, start_scan="heap"))
 
 
-def test_a_complete_walk_adds_no_note(weight) -> None:
+def test_a_complete_walk_adds_no_note(weight: torch.Tensor) -> None:
     total = torch.zeros(())
 
     def step() -> None:
@@ -170,7 +182,7 @@ def test_a_complete_walk_adds_no_note(weight) -> None:
     assert series.start_scan == "roots+warmup" and not series.notes
 
 
-def test_minigrad_growth_needs_no_start_set(big) -> None:
+def test_minigrad_growth_needs_no_start_set(big: bool) -> None:
     """minigrad's probe counts every alive tensor and node (mg.stats()): a graph growing
     on an older minigrad tensor is caught however the torch start set was found."""
     mg = pytest.importorskip("minigrad")
@@ -186,7 +198,7 @@ def test_minigrad_growth_needs_no_start_set(big) -> None:
     assert result.leaked and result.pattern == "retained-grad-fn", result.pattern
 
 
-def test_a_clean_step_reaches_few_objects(weight) -> None:
+def test_a_clean_step_reaches_few_objects(weight: torch.Tensor) -> None:
     total = torch.zeros(())
 
     def step() -> None:
@@ -271,12 +283,12 @@ def test_marker_finds_tensors_in_fixtures_globals_and_self(
 
 
 def test_a_walk_that_fails_falls_back_to_the_heap_or_the_recording(
-    weight, fake_module, monkeypatch
+    weight: torch.Tensor, fake_module: MakeModule, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     library = fake_module("graphleak_installed_walk_fails", installed=True)
     library.total = torch.zeros(())
 
-    def broken(roots, **_):
+    def broken(roots: object, **_: object) -> NoReturn:
         raise RuntimeError("an object the walk cannot read")
 
     monkeypatch.setattr(tracker, "reachable", broken)

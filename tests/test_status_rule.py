@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -73,7 +74,7 @@ def test_a_test_status_is_its_worst_check_read_by_its_outcome(
 
 
 @pytest.fixture
-def lazy_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+def lazy_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """A minigrad step, checked with only the torch probe: nothing it uses is measured."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", list(sys.path))

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from suite_helpers import REPO, folded, report_section
+from suite_helpers import REPO, JsonDoc, folded, report_section
 
 from pytest_graphleak.baseline import load
 from pytest_graphleak.baseline_keys import Key, holder_path, key_of, renamed, written_before
@@ -103,7 +103,7 @@ BASELINE = {
 @dataclass(frozen=True)
 class Run:
     out: list[str]  # pytest's output lines
-    document: dict
+    document: JsonDoc
     html: str
     summary: str  # what was appended to $GITHUB_STEP_SUMMARY
     report: list[str]  # ``graphleak report r.json``'s output lines

@@ -114,10 +114,10 @@ def test_a_test_failed_for_its_own_reason_keeps_its_findings_as_warnings(
     expected["test_warn_only_check_then_assert"] = ("failed", "warned")
     assert rows == expected
     assert document["summary"]["leaked"] == 0 and document["summary"]["warned"] == 7
-    rows = folded("\n".join(report_section(result.outlines))).split("WARNING test_own.py::")
+    lines = folded("\n".join(report_section(result.outlines))).split("WARNING test_own.py::")
     for name, (_, why) in EXPECTED.items():
         # the row's lines (status, held by, why it failed nothing), folded
-        assert any(row.startswith(f"{name} ") and why in row for row in rows), (name, out)
+        assert any(line.startswith(f"{name} ") and why in line for line in lines), (name, out)
     result.stdout.fnmatch_lines(["*FAILED test_own.py::test_assert - assert*"])
     commands = _commands(result)
     # one per leak: six outlive findings, the warn-only check's (its list dies with it)

@@ -44,6 +44,8 @@ def _dict_reads(source: str) -> list[str]:
     """``x.get("field")`` and ``x["field"]`` with a report's field name."""
     found = []
     for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, (ast.Call, ast.Subscript)):
+            continue
         key = None
         if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                 and node.func.attr == "get" and node.args):  # fmt: skip

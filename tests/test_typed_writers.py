@@ -112,6 +112,8 @@ def _check_field_writes(source: str) -> list[str]:
     """``check["known"] = ...`` (or ``+=``): a check's field set on its dict."""
     found = []
     for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, (ast.Assign, ast.AugAssign)):
+            continue
         targets = (node.targets if isinstance(node, ast.Assign)
                    else [node.target] if isinstance(node, ast.AugAssign) else [])  # fmt: skip
         for target in targets:

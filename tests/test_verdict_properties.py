@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from pytest_graphleak.probes import METRICS
+from pytest_graphleak.result import Verdict
 from pytest_graphleak.verdict import Limits, judge
 
 SETTINGS = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -99,7 +100,7 @@ def periodic(draw: st.DrawFn) -> tuple[list[int], int]:
     return prefix + measured, len(prefix)
 
 
-def verdict_of(metric: str, series: list[int], warmup: int):
+def verdict_of(metric: str, series: list[int], warmup: int) -> Verdict:
     return judge({metric: series}, UNITS, warmup=warmup)
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import jsonschema
 import pytest
-from suite_helpers import folded, report_section
+from suite_helpers import JsonDoc, folded, report_section
 
 from pytest_graphleak.report.json_doc import load_schema
 
@@ -84,7 +84,7 @@ ARGS = ("-p", "no:cacheprovider", "-p", "no:hypothesispytest", "-v")
 
 def _run(
     pytester: pytest.Pytester, *args: str, subprocess: bool = True
-) -> tuple[pytest.RunResult, dict[str, Any], str]:
+) -> tuple[pytest.RunResult, JsonDoc, str]:
     """A run and its reports. Runs compared with an xdist run are subprocesses, as its
     workers are (what else lives in a process changes absolute counts); the others may
     run in-process (minigrad, which LEAKY_SUITE imports, is imported here for them:
@@ -104,7 +104,7 @@ def _run(
     return result, document, (out / "r.html").read_text()
 
 
-def _verdicts(document: dict[str, Any]) -> list[Any]:
+def _verdicts(document: JsonDoc) -> list[Any]:
     """What must be identical between runs, per test and check."""
     return [
         (
@@ -278,7 +278,9 @@ def test_catalogue_same_alone_and_on_two_workers(pytester: pytest.Pytester) -> N
     assert _summary(alone) == _summary(spread)  # its count line: the workers' audits too
     assert doc_alone["summary"] == doc_spread["summary"]
     assert _Sections(html_alone).shape == _Sections(html_spread).shape
-    statuses = {t["nodeid"].rsplit("::", 1)[1]: set() for t in doc_alone["tests"]}
+    statuses: dict[str, set[str]] = {
+        t["nodeid"].rsplit("::", 1)[1]: set() for t in doc_alone["tests"]
+    }
     for test in doc_alone["tests"]:
         statuses[test["nodeid"].rsplit("::", 1)[1]].add(test["status"])
     assert statuses == {"test_leaky": {"leaked"}, "test_fixed": {"clean"}}
