@@ -369,8 +369,8 @@ def test_check_and_report_read_in_80_columns(
     steps_file: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An 80-column CI log: the commands break a report's lines at spaces under their
-    labels, as pytest's failure text does; the headlines stay whole, and ``-q``'s one line
-    per target is not broken."""
+    labels, as pytest's failure text does (a headline that fits stays one line), and
+    ``-q``'s one line per target is not broken."""
     monkeypatch.setenv("COLUMNS", "80")
     leaky = f"{steps_file.name}::leaky_step"
     code, out, _ = run(capsys, "check", leaky, *FAST, "--json", "out.json")

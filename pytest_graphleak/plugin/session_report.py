@@ -56,7 +56,7 @@ from pytest_graphleak.report.json_doc import (
 )
 from pytest_graphleak.report.model import Report, TestRow, results_of
 from pytest_graphleak.report.summary import NOTHING_CHECKED, counts, sentence
-from pytest_graphleak.report.text import line_markup, render_text, wrap_line, wrapped
+from pytest_graphleak.report.text import line_markup, render_text, words, wrap_line, wrapped
 from pytest_graphleak.report.writers import WRITER_OPTIONS, WRITERS, Run, Writer, annotators
 from pytest_graphleak.result import CheckResult
 from pytest_graphleak.settings import Settings
@@ -424,11 +424,12 @@ class SessionReport:
             tr.write_line(part)
         for line, markup in self.baseline.lines(columns) if self.baseline is not None else ():
             tr.write_line(line, **markup)
-        for output in self.outputs:
-            if output.error:
-                tr.write_line(f"ERROR: {output.error}", red=True, bold=True)
-            elif output.written_to is not None:
-                tr.write_line(f"{output.writer.label} report: {output.written_to}")
+        for output in self.outputs:  # a path wider than the line folds after a "/"
+            said = f"{output.writer.label} report: {output.written_to}"
+            for part in words(f"ERROR: {output.error}" if output.error else said, columns,
+                              7 if output.error else 4):  # fmt: skip
+                if output.error or output.written_to is not None:
+                    tr.write_line(part, red=bool(output.error), bold=bool(output.error))
         if rows or self.extra_rows:
             self._publish(tr)
 

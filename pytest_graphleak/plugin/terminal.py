@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import textwrap
 import time
 import warnings
 from collections.abc import Iterable, Sequence
@@ -36,6 +35,7 @@ from pytest_graphleak.report.text import (
     LINE_MARKUP,
     line_markup,
     tests_text,
+    words,
     wrap_line,
     wrapped,
 )
@@ -153,13 +153,10 @@ def warning_text(text: str, columns: int, *, first: int | None = None) -> str:
     head, *rest = text.split("\n")
     more: list[str] = []
     if first is not None and len(head) > first:
-        cut = textwrap.wrap(head, width=max(first, 20), break_long_words=False,
-                            break_on_hyphens=False)  # fmt: skip
+        cut = words(head, max(first, 20), 0)
         # a first word wider than the room goes under pytest's line, with the rest
         head, cut = ("", cut) if len(cut[0]) > first else (cut[0], cut[1:])
-        more = textwrap.wrap(" ".join(cut), width=columns - 2, initial_indent="  ",
-                             subsequent_indent="  ", break_long_words=False,
-                             break_on_hyphens=False)  # fmt: skip
+        more = words("  " + " ".join(cut), columns - 2, 2) if cut else []
     broken = [part for line in rest for part in wrap_line(line, columns - 2)]
     return "\n".join([head, *more, *broken])
 

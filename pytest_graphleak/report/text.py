@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 import shlex
-import textwrap
 from collections.abc import Sequence
 
 from pytest_graphleak.baseline import PRUNE_INTRO, UPDATE_INTRO, fixed_heading, stale_heading
@@ -233,29 +232,32 @@ _FIELDS = re.compile(r"(?<=\S) {2,}(?=\S)")
 
 
 def wrap_line(line: str, width: int) -> list[str]:
-    """``line`` in lines of at most ``width`` columns, broken at spaces only (a path, a
-    chain link or a line of code is never cut). A labelled line (``fix: ...``) goes on
-    under the text after its label; a row of fields two spaces apart breaks between
-    fields first, each further line indented by four columns. A line that fits, or a
-    width under 40 columns, is left as it is."""
+    """``line`` in lines of at most ``width`` columns, broken at spaces (a path, a chain
+    link or a line of code is not cut); only a word wider than a line (a long test id)
+    folds, after ``::`` or ``/`` or before ``[`` (``words``). A labelled line
+    (``fix: ...``) goes on under the text after its label; a row of fields two spaces
+    apart breaks between fields first, each further line indented by four columns. A
+    line that fits, or a width under 40 columns, is left as it is."""
     if len(line) <= width or width < 40:
         return [line]
     lead = len(line) - len(line.lstrip())
     found = _LABEL.match(line)
     if found:
-        return _words(line, width, min(len(found.group(0)), width // 3))
+        return words(line, width, min(len(found.group(0)), width // 3))
     fields = _FIELDS.split(line.strip())
     column = len(line) - len(fields[-1]) if len(fields) == 2 else width
     if column <= width // 2 and " " in fields[-1]:
         # a metric and its values (a series): the values go on under their own column,
         # so that the rows of a block stay aligned
-        return _words(line, width, column)
+        return words(line, width, column)
     lines: list[str] = []
     for field in fields:
         if lines and len(lines[-1]) + 2 + len(field) <= width:
             lines[-1] += "  " + field
+        elif lines and len(field) > width - lead - 4:  # a long id: folded from this line on
+            lines[-1:] = words(f"{lines[-1]}  {field}", width, lead + 4)
         else:
-            lines.extend(_words(" " * (lead + 4 if lines else lead) + field, width, lead + 4))
+            lines.extend(words(" " * (lead + 4 if lines else lead) + field, width, lead + 4))
     return lines
 
 
@@ -280,22 +282,37 @@ def command_lines(command: str, width: int, indent: str = "  ") -> list[str]:
 def wrapped(text: str, width: int) -> list[tuple[str, str]]:
     """Each line of a report in ``width`` columns (``wrap_line``), paired with the line it
     came from (whose label gives its colour, ``line_markup``). A leak's headline
-    (``graphleak: <test id> leaks: <pattern>``) stays whole, as pytest keeps its own test
-    ids: it is the line a CI log is searched for (each rank's, in a distributed check's
-    text)."""
+    (``graphleak: <test id> leaks: <pattern>``), the line a CI log is searched for, keeps
+    ``leaks: <pattern>`` together: where it does not fit, the id goes on its own line
+    (folded as ``words`` folds it), the pattern on the next."""
     parts: list[tuple[str, str]] = []
     for line in text.split("\n"):
-        whole = line.startswith("graphleak: ") and " leaks: " in line
-        parts.extend((part, line) for part in ([line] if whole else wrap_line(line, width)))
+        head = line.startswith("graphleak: ") and " leaks: " in line
+        glued = line.replace(" leaks: ", " leaks:\0", 1) if head else line
+        parts.extend((part.replace("\0", " "), line) for part in wrap_line(glued, width))
     return parts
 
 
-def _words(line: str, width: int, indent: int) -> list[str]:
-    """``line`` broken at single spaces, its own indent kept, the rest under ``indent``."""
-    lines = textwrap.wrap(line, width=width, subsequent_indent=" " * indent,
-                          break_long_words=False, break_on_hyphens=False)  # fmt: skip
-    first = len(line) - len(line.lstrip())  # textwrap drops the line's own indent
-    return [" " * first + lines[0].lstrip(), *lines[1:]] if lines else [line]
+#: Where a word wider than a line (a test id, a path) may fold: after ``::`` or ``/``,
+#: before ``[`` (as the HTML report breaks its ids).
+_FOLDS = re.compile(r"(?<=::)|(?<=/)(?!/)|(?=\[)")
+
+
+def words(line: str, width: int, indent: int) -> list[str]:
+    """``line`` broken at spaces, its own indent kept, the rest under ``indent``; a word
+    wider than a line folds at ``_FOLDS`` (a piece wider than a line stays whole)."""
+    lines = [line[: len(line) - len(line.lstrip())]]
+    fresh = True  # nothing on the last line but its indent
+    for gap, word in re.findall(r"(\s*)(\S+)", line.lstrip()):
+        pieces = _FOLDS.split(word) if len(word) > width - indent else [word]
+        for index, piece in enumerate(filter(None, pieces)):
+            glue = "" if fresh or index else gap
+            if not fresh and len(lines[-1]) + len(glue) + len(piece) > width:
+                lines.append(" " * indent)
+                glue = ""
+            lines[-1] += glue + piece
+            fresh = False
+    return lines
 
 
 #: How each line of a failure text is coloured in a terminal that shows colour (pytest's
