@@ -4,8 +4,13 @@ lambda closures show the re-run verifying them (``tests/test_catalogue.py``)."""
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
+from types import ModuleType
 
+import minigrad  # noqa: F401  (imported once here: checks below run minigrad in process)
+import pytest_graphleak
+from pytest_graphleak.cli.patches import apply
 from pytest_graphleak.diagnose.fix_cycles import cycle_closures, weak_captures
 from pytest_graphleak.diagnose.fix_hooks import hook_edits, pack_hooks
 from pytest_graphleak.diagnose.fix_source import changed_lines, read_source
@@ -150,3 +155,121 @@ def test_a_reentrant_checkpoint_keeping_a_closure_becomes_non_reentrant(tmp_path
     assert (added.first, added.last) == (12, 13)
     assert added.new == ("    b = checkpoint(run_block,",
                          "                   x, use_reentrant=False)")
+
+
+UNHOOKED = """\
+def step(state, x):
+    out = state.model(x)
+    seen = {"out": out}
+
+    def save_cam(grad):
+        seen["cam"] = (grad * seen["out"]).sum()
+
+    out.register_hook(save_cam)
+    loss = out.sum()
+    if state.explain:
+        loss.backward()
+    state.after = 1
+
+
+def kept(state, x):
+    out = state.model(x)
+    handle = out.register_hook(lambda g: g * out)
+    out.sum().backward()
+
+
+def never(state, x):
+    out = state.model(x)
+    out.register_hook(lambda g: g * out)
+    return out
+
+
+def branches(state, x):
+    out = state.model(x)
+    if state.explain:
+        out.register_hook(lambda g: g * out)
+    else:
+        out.sum().backward()
+"""
+
+
+def test_a_hook_is_removed_with_its_handle_after_the_backward_that_follows_it(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "unhook.py"
+    path.write_text(UNHOOKED)
+    source = read_source(str(path))
+    assert source is not None
+    cycle = ["Tensor(...)._backward_hooks", "OrderedDict[1]",
+             "function step.<locals>.save_cam closure 'seen'", "dict['out']",
+             "Tensor(...) (the same object: the cycle closes)"]  # fmt: skip
+    # the closure defined on line 5, registered on line 8; the backward (inside an if)
+    # follows in the same block: the handle kept, removed after that statement
+    [edit] = hook_edits(source, cycle, weakref_name=None, lineno=5)
+    assert (edit.first, edit.last, edit.kind) == (8, 11, "unhook")
+    assert edit.new == ("    hook_handle = out.register_hook(save_cam)", "    loss = out.sum()",
+                        "    if state.explain:", "        loss.backward()",
+                        "    hook_handle.remove()")  # fmt: skip
+    assert edit.shown == ("hook_handle = out.register_hook(save_cam); then hook_handle.remove() "
+                          "after if state.explain: loss.backward()")  # fmt: skip
+    # a lambda whose handle is kept under a name: that name is removed
+    [named] = hook_edits(source, cycle, weakref_name=None, lineno=17)
+    assert named.new[-1] == "    handle.remove()" and named.last == 18
+    # no backward after the registration in its block: no place to remove it
+    assert hook_edits(source, cycle, weakref_name=None, lineno=23) == []
+    # a backward in another block (the else of the if that registers it): nothing
+    assert hook_edits(source, cycle, weakref_name=None, lineno=30) == []
+    # no closure of the cycle on the line: nothing
+    assert hook_edits(source, cycle, weakref_name=None, lineno=2) == []
+
+
+CAM = """\
+import numpy as np
+
+import minigrad as mg
+from minigrad import nn
+
+net = nn.Linear(4, 3, rng=np.random.default_rng(0))
+state = {"steps": 0, "cams": []}
+
+
+def leaky_step():
+    state["steps"] += 1
+    out = net(mg.Tensor(np.ones((2, 4), dtype=np.float32)))
+    seen = {"out": out}  # a dict: no weak reference can hold it
+
+    def save_cam(grad):
+        state["cams"] = [float((grad * seen["out"]).sum().item())]
+
+    out.register_hook(save_cam)
+    score = out.sum()
+    if state["steps"] % 1000 == 0:  # explained now and then: minigrad drops run hooks
+        score.backward()
+"""
+
+
+def _load(path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"graphleak_unhook_{path.stat().st_mtime_ns}",
+                                                  path)  # fmt: skip
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_hooks_removal_is_verified_where_no_weak_reference_can_hold(tmp_path: Path) -> None:
+    """The closure captures a dict: holding it weakly raises in the re-run and is dropped;
+    the hook's handle removed after the backward that follows its registration holds,
+    and the file with that diff applied is clean."""
+    path = tmp_path / "cam.py"
+    path.write_text(CAM)
+    result = pytest_graphleak.check(_load(path).leaky_step)
+    assert result.diagnosis is not None and result.diagnosis.pattern == "cycle"
+    fix = result.diagnosis.fix_tried
+    assert fix is not None and fix.verified and fix.diff, fix
+    assert fix.text == (f"{path}:18: hook_handle = out.register_hook(save_cam); then "
+                        "hook_handle.remove() after if state[\"steps\"] % 1000 == 0: "
+                        "score.backward()")  # fmt: skip
+    apply(str(path), [fix.diff])
+    assert "    hook_handle.remove()\n" in path.read_text()
+    assert not pytest_graphleak.check(_load(path).leaky_step).leaked

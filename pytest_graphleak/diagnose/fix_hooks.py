@@ -27,9 +27,10 @@
   passes the function (``checkpoint(run_block, x, use_reentrant=False)``), which
   PyTorch recommends and which keeps no function on the node.
 
-Removing a hook's handle after use is not built: it needs the handle kept where the hook
-is registered and removed where the step ends, two statements in two places that the
-facts of a cycle do not name.
+- a **hook removed with its handle**: a ``register_*hook`` statement of its own that
+  registers the hook on the cycle, with a later statement of its block that calls
+  ``backward``: the handle kept and removed after that backward (one edit over those
+  lines). Elsewhere the facts name no place where the hook has run and can go.
 """
 
 from __future__ import annotations
@@ -61,19 +62,24 @@ _CHECKPOINT = "CheckpointFunctionBackward (ctx).run_function"
 _FUNCTION = re.compile(r"\bfunction (?:[\w.<>]+\.)?([A-Za-z_]\w*) closure\b")
 
 
-def hook_edits(source: Source, cycle: Iterable[str], weakref_name: str | None) -> list[Edit]:
+def hook_edits(
+    source: Source, cycle: Iterable[str], weakref_name: str | None, lineno: int = 0
+) -> list[Edit]:
     """The edits of ``source`` for the cycle whose links are ``cycle`` (see the module
     docstring). ``weakref_name``: the name the file imported ``weakref`` under; None: the
-    edit imports it."""
+    edit imports it. ``lineno``: the cycle's line to change in this file (a closure's
+    ``def`` or ``lambda``), 0 for none."""
     links = list(cycle)
     methods = {name for link in links for name in _BOUND.findall(link)}
-    edits = [_weak_method(source, read, weakref_name) for read in _hook_reads(source, methods)]
+    reads = _hook_reads(source, methods)
+    edits = [_weak_method(source, read, weakref_name) for read in reads]
     for name, filename, line in pack_hooks(links):
         if filename == source.filename:
             edits.extend(_detached_return(source, name, line))
     if any(_CHECKPOINT in link for link in links):
         names = {name for link in links for name in _FUNCTION.findall(link)}
         edits.extend(_non_reentrant(source, names))
+    edits.extend(removed_handles(source, lineno, reads))
     return [edit for edit in edits if edit is not None]
 
 
@@ -189,3 +195,59 @@ def _detached_return(source: Source, name: str, lineno: int) -> list[Edit]:
         end = returns[0].end_lineno or returns[0].lineno
         return [Edit(source.filename, returns[0].lineno, end, lines, one_line(lines), "detach")]
     return []
+
+
+
+
+def removed_handles(source: Source, lineno: int, reads: list[ast.Attribute]) -> list[Edit]:
+    """The handle of each ``register_*hook`` statement whose hook is the closure defined on
+    ``lineno`` or one of the bound-method ``reads`` kept, and removed after the first later
+    statement of its block that calls ``.backward`` (not in a ``def`` or ``class``)."""
+    defined = {node.name for node in ast.walk(source.tree)
+               if isinstance(node, _DEFS) and node.lineno == lineno}  # fmt: skip
+    edits = []
+    blocks = [getattr(node, field) for node in ast.walk(source.tree)
+              for field in ("body", "orelse", "finalbody")
+              if isinstance(getattr(node, field, None), list)]  # fmt: skip
+    for block in blocks:
+        for at, statement in enumerate(block):
+            call = statement.value if isinstance(statement, ast.Expr | ast.Assign) else None
+            targets = statement.targets if isinstance(statement, ast.Assign) else [None]
+            if not (isinstance(call, ast.Call) and call.args and len(targets) == 1
+                    and _REGISTER.match(_name_of(call.func))):  # fmt: skip
+                continue
+            hook = call.args[0]
+            ours = ((isinstance(hook, ast.Lambda) and hook.lineno == lineno)
+                    or (isinstance(hook, ast.Name) and hook.id in defined)
+                    or any(hook is read for read in reads))  # fmt: skip
+            after = next((s for s in block[at + 1 :] if _backward_in(s)), None)
+            if ours and after is not None:
+                edits.append(_unhooked(source, statement, targets[0], after))
+    return edits
+
+
+_DEFS = (ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+def _backward_in(statement: ast.stmt) -> bool:
+    return not isinstance(statement, (*_DEFS, ast.ClassDef)) and any(
+        isinstance(node, ast.Call) and _name_of(node.func) == "backward"
+        for node in ast.walk(statement))  # fmt: skip
+
+
+def _unhooked(
+    source: Source, statement: ast.stmt, target: ast.expr | None, after: ast.stmt
+) -> Edit:
+    """Lines from ``statement`` (the registration) to ``after`` (the backward): the
+    handle kept (the name it is assigned to, else a new one) and removed after them."""
+    last = after.end_lineno or after.lineno
+    lines = list(source.lines[statement.lineno - 1 : last])
+    pad = indent_of(lines[0])
+    handle = target.id if isinstance(target, ast.Name) else unused_name(source, "hook_handle")
+    if target is None:
+        lines[0] = f"{pad}{handle} = {lines[0][len(pad) :]}"
+    end = (statement.end_lineno or statement.lineno) - statement.lineno + 1
+    shown = (f"{one_line(lines[:end])}; then {handle}.remove() after "
+             f"{one_line(source.lines[after.lineno - 1 : last])}")  # fmt: skip
+    return Edit(source.filename, statement.lineno, last, (*lines, f"{pad}{handle}.remove()"),
+                shown, "unhook")  # fmt: skip

@@ -110,7 +110,7 @@ def _cycle_fix(
         at = CreationSite(filename, lineno, "", 1, "")
         weak = _module_name(at, starts, "weakref")
         edits = weak_captures(source, lineno, weak, cycle_closures(diagnosis.cycle))
-        edits += hook_edits(source, diagnosis.cycle, weak)
+        edits += hook_edits(source, diagnosis.cycle, weak, lineno)
         held = _first_held(edits, source, starts, trial, tried)
         if held is not None:
             return held

@@ -15,9 +15,10 @@ LIBRARY = "the line to change is in a library, not in your code"
 NO_LINE = "no line to change was found"
 CYCLE_UNTRIED = (
     "for a reference cycle, the changes tried are a closure's captured variable or a hook's "
-    "bound method held weakly, a pack hook's return detached and a checkpoint made "
-    "non-reentrant, and none could be built for this one (removing a hook with its handle "
-    "takes changes in two places)"
+    "bound method held weakly, a pack hook's return detached, a checkpoint made "
+    "non-reentrant and a hook's handle removed after a backward, and none could be built "
+    "for this one (a hook's handle is removed only where the hook is registered in a "
+    "statement of its own and a later statement of the same block calls backward)"
 )
 CTX_UNTRIED = (
     "the cycle runs through a ctx attribute: the fix saves the tensor with "
