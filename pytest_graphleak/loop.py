@@ -13,12 +13,9 @@ run, sampled every ``stride`` steps. Where each window is judged, and when judgi
 (a growth one epoch's reset could take back, a leak with no creation sites recorded),
 is ``loop_windows.LoopWindows``, which ``LoopCheck`` extends.
 
-A loop that ends with fewer measured steps than a loop is judged from
-(``verdict.loop_fewest_steps``: 3, or fewer when ``window=`` asks for fewer) gets no leak
-verdict but an unmeasured result (``_too_short``): it fails a pytest test as an
-unmeasured check does, and warns in a real run, where a callback never stops training
-for it. A run announced that short is measured as one of unknown length, so that its
-end says how many steps really ran.
+A loop that ends with fewer measured steps than a loop is judged from gets no leak verdict
+but an unmeasured result (``loop_unmeasured``). A run announced that short is measured as
+one of unknown length, so that its end says how many steps really ran.
 
 gc state: from ``start()`` to the last judgement, objects alive at the baseline are
 frozen and every sample runs the tracker's ``gc.collect()`` of the objects made since.
@@ -36,17 +33,15 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import math
-import os
-import sys
-import warnings
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pytest_graphleak import exceptions, pipeline, session
+from pytest_graphleak import pipeline, session
 from pytest_graphleak.engine import tracker
 from pytest_graphleak.engine.stride import CpuLedger
 from pytest_graphleak.exceptions import OptionError
 from pytest_graphleak.heap import gcstate
+from pytest_graphleak.loop_unmeasured import fail_or_warn, unmeasured_result
 from pytest_graphleak.loop_windows import LoopWindows, check_count, check_sample_every
 from pytest_graphleak.report.text import render_text
 from pytest_graphleak.result import CheckResult, Verdict
@@ -59,26 +54,11 @@ from pytest_graphleak.verdict import (
     too_short_loop,
 )
 
+if TYPE_CHECKING:
+    from pytest_graphleak.diagnose.for_loop import After
+
 #: "return": only give the result back (``track()`` outside pytest without raise_on_leak).
 ON_LEAK = ("raise", "warn", "return")
-
-#: Why a loop's leak has no ``stored at:`` line (the diagnosis's notes).
-LOOP_ENDED = (
-    "the loop ended at the judged step: no later step ran in which to see the line that "
-    "stores the leak (stored at)"
-)
-LOOP_RAISED = "the loop raised during the step after the judged one: no stored-at line"
-NOT_STORED_NEXT_STEP = (
-    "no user line changed the holder during the loop's next step, so no stored-at line "
-    "(stored less often than once a step, or by library code that no user line calls)"
-)
-
-#: Why a loop's memory-growth names no holder (``loop_memory``'s note), by the note above.
-GROWTH_UNSEEN = {
-    LOOP_ENDED: "the loop ended at the judged step",
-    LOOP_RAISED: "the loop raised during the step after the judged one",
-}
-
 
 def close_open_checks(*, keep_scoped: bool = False, of: session.Session | None = None) -> int:
     """End every open check without a verdict and restore the gc state; how many.
@@ -94,37 +74,6 @@ def close_open_checks(*, keep_scoped: bool = False, of: session.Session | None =
 
 
 atexit.register(close_open_checks)
-
-
-def _under_pytest() -> bool:
-    """A pytest test is running in this process: its session's (the plugin's), or any
-    test phase (pytest sets PYTEST_CURRENT_TEST; a script that a test starts inherits the
-    variable but has not imported pytest's runner)."""
-    if session.current().test is not None:
-        return True
-    return bool(os.environ.get("PYTEST_CURRENT_TEST")) and "_pytest.runner" in sys.modules
-
-
-#: Packages whose frames a loop's warning skips: this one, and the frameworks that call
-#: a callback, so that the warning points at the user's ``fit()`` / ``run()`` line.
-_NOT_USER = frozenset({
-    "pytest_graphleak", "ignite", "lightning", "pytorch_lightning", "lightning_fabric",
-    "transformers", "accelerate", "torch",
-})  # fmt: skip
-
-
-def _user_stacklevel() -> int:
-    """``warnings.warn``'s stacklevel, for the function that calls this one, that points
-    at the first frame of user code (else the outermost frame)."""
-    frame = sys._getframe(1)
-    level = 1
-    while frame.f_back is not None:
-        module = str(frame.f_globals.get("__name__", ""))
-        if module.partition(".")[0] not in _NOT_USER:
-            break
-        frame = frame.f_back
-        level += 1
-    return level
 
 
 class LoopCheck(LoopWindows):
@@ -245,7 +194,7 @@ class LoopCheck(LoopWindows):
             self._calls += 1
             return None
         if self._pending is not None:
-            self._settle(note=None, report=True)
+            self._settle(after="step", report=True)
         if self._done or self._sampler is None:
             return None  # past the judged step: not measured
         self._calls += 1
@@ -288,7 +237,7 @@ class LoopCheck(LoopWindows):
         """The loop ended: judge the open window if it has two measured steps or more."""
         __tracebackhide__ = True
         if self._pending is not None:
-            self._settle(note=LOOP_ENDED, report=True)
+            self._settle(after="ended", report=True)
         if self._sampler is None:
             return None
         if self.rolling and self._extended_from is not None:
@@ -317,26 +266,18 @@ class LoopCheck(LoopWindows):
         self._unmeasured(why, fix)
 
     def _unmeasured(self, why: str, fix: str) -> None:
-        """Publish a result with no verdict (``why``, ``fix``): fails a pytest test when
-        ``on_leak="raise"``, else warns (see ``_too_short``)."""
+        """Publish a result with no verdict (``why``, ``fix``), then fail or warn
+        (``loop_unmeasured.fail_or_warn``)."""
         __tracebackhide__ = True
-        warmup = self.settings.warmup
-        result = CheckResult(
-            name=self.name, steps=max(0, self._calls - warmup), warmup=warmup, series={},
-            units={}, verdict=Verdict(leaked=False, reason=f"no verdict: {why}"), unmeasured=why,
-            unmeasured_fix=fix,
-        )  # fmt: skip
+        result = unmeasured_result(self.name, self._calls, self.settings.warmup, why, fix)
         self._publish(result, report=False)
-        text = render_text(result)
-        if self.on_leak == "raise" and _under_pytest():
-            raise pipeline.failure(text, leaked=False, result=result)
-        warnings.warn(exceptions.GraphLeakWarning(text), stacklevel=_user_stacklevel())
+        fail_or_warn(result, on_leak=self.on_leak)
 
     def close(self) -> None:
         """End measuring (the loop raised: no verdict on the open window, and a judged
         leak is recorded without raising); restores the gc state."""
         if self._pending is not None:
-            self._settle(note=LOOP_RAISED, report=False)
+            self._settle(after="raised", report=False)
         if self._recorder is not None:
             self._recorder.close()
             self._recorder = None
@@ -451,7 +392,7 @@ class LoopCheck(LoopWindows):
 
         return for_loop.watch_holder(follow, self._roots)
 
-    def _settle(self, *, note: str | None, report: bool) -> None:
+    def _settle(self, *, after: After, report: bool) -> None:
         """The judged step's leak, watched during the step after it: its ``stored at:``
         lines (or a note saying why there are none), then reported."""
         __tracebackhide__ = True
@@ -460,9 +401,7 @@ class LoopCheck(LoopWindows):
         assert self._pending is not None
         result, watch = self._pending
         self._pending = None
-        for_loop.settle(watch, result.diagnosis, ran=note is None,
-                        why=GROWTH_UNSEEN.get(note or "", ""),
-                        unseen=note or NOT_STORED_NEXT_STEP)  # fmt: skip
+        for_loop.settle(watch, result.diagnosis, after=after)
         if self._sampler is None and self in self._listed_in:
             self._listed_in.remove(self)
         self._publish(result, report=report)

@@ -264,7 +264,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("options", "settings"),  # the options table, and settings resolved from it
     ("report",),  # renderings of results
     ("pipeline",),  # measure -> judge -> explain
-    ("loop", "loop_windows"),  # a check inside a running loop, and its windows
+    # a check inside a running loop, its windows, its end without a verdict
+    ("loop", "loop_windows", "loop_unmeasured"),
     ("api", "distributed", "__init__"),  # the public front ends
     ("integrations", "cli", "demo", "plugin", "__main__"),  # the outer front ends
 )

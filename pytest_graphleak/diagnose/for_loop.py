@@ -10,7 +10,7 @@ how a watch's findings enter the diagnosis can change without touching the loop.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from pytest_graphleak.diagnose.loop_memory import GrowthWatch
 from pytest_graphleak.diagnose.loop_recorder import LoopRecorder
@@ -18,9 +18,11 @@ from pytest_graphleak.diagnose.observed import Observation
 from pytest_graphleak.diagnose.sites import per_step
 from pytest_graphleak.diagnose.stored import LiveWatch, root_reader, watch_failed
 from pytest_graphleak.result import Diagnosis
+from pytest_graphleak.words import notes as said
 from pytest_graphleak.words.fix import choose_fix
 
 __all__ = [
+    "After",
     "LoopRecorder",
     "NextStepWatch",
     "Observation",
@@ -51,13 +53,24 @@ def watch_holder(follow: tuple[Any, Any], roots: Callable[[], Mapping[str, objec
     return LiveWatch(path, walker, root_reader(path, roots))
 
 
-def settle(
-    watch: NextStepWatch, diagnosis: Diagnosis | None, *, ran: bool, why: str, unseen: str
-) -> None:
+#: What followed the judged step: the next step ran to its end, the loop ended, or the
+#: next step raised.
+After = Literal["step", "ended", "raised"]
+#: The note when no storing line was seen, and why a memory watch saw nothing, by ``After``.
+_UNSEEN = {
+    "step": said.NOT_STORED_NEXT_STEP,
+    "ended": said.ENDED_NOT_STORED,
+    "raised": said.RAISED_NOT_STORED,
+}
+_GROWTH_UNSEEN = {"step": "", "ended": said.LOOP_ENDED, "raised": said.LOOP_RAISED}
+
+
+def settle(watch: NextStepWatch, diagnosis: Diagnosis | None, *, after: After) -> None:
     """Stop ``watch`` after the next step and put what it saw into ``diagnosis``: a memory
     watch's holder and lines, or the lines that stored the leak (the fix is then chosen
-    again, worded for them). ``ran``: the next step ran to its end; ``why`` says why a
-    memory watch saw nothing; ``unseen`` is the note when no storing line was seen."""
+    again, worded for them); else a note saying why none (``after``: what followed the
+    judged step)."""
+    ran, why, unseen = after == "step", _GROWTH_UNSEEN[after], _UNSEEN[after]
     changes, via = watch.stop()
     if isinstance(watch, GrowthWatch):
         if diagnosis is None:

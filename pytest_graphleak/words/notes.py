@@ -90,6 +90,19 @@ def loop_gone(why: str) -> str:
 
 
 LOOP_ENDED = "the loop ended at the judged step"
+LOOP_RAISED = "the loop raised during the step after the judged one"
+
+# Why a loop's leak has no ``stored at:`` line (``diagnose.for_loop.settle``: the step
+# after the judged one is watched for it), by what followed the judged step.
+ENDED_NOT_STORED = (
+    f"{LOOP_ENDED}: no later step ran in which to see the line that stores the leak "
+    "(stored at)"
+)
+RAISED_NOT_STORED = f"{LOOP_RAISED}: no stored-at line"
+NOT_STORED_NEXT_STEP = (
+    "no user line changed the holder during the loop's next step, so no stored-at line "
+    "(stored less often than once a step, or by library code that no user line calls)"
+)
 NO_ARRAYS = (
     "no holder named: the loop's roots reach no tensor or array (a holder is "
     "looked for from them: give track() or the callback the objects that keep "
