@@ -5,6 +5,8 @@ from __future__ import annotations
 import gc
 import importlib.metadata
 import weakref
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
@@ -17,11 +19,14 @@ from pytest_graphleak.probes.base import ProbeBase
 from pytest_graphleak.report import render_text, sparkline
 from pytest_graphleak.settings import Settings
 
-torch = pytest.importorskip("torch")
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = pytest.importorskip("torch")
 mg = pytest.importorskip("minigrad")
 
 
-def torch_steps():
+def torch_steps() -> tuple[Callable[[], None], Callable[[], None]]:
     w = torch.randn(4, 4, requires_grad=True)
     x = torch.randn(2, 4)
     kept: list[object] = []
@@ -155,6 +160,12 @@ def recheck_run(recheck: Recheck | Exception) -> CheckResult:
     class CacheProbe(ProbeBase):
         metrics = (cached,)
         calls = 0
+
+        def available(self) -> bool:
+            return True
+
+        def sample(self, fresh: Sequence[object]) -> dict[str, float]:
+            return {}
 
         def recheck(self) -> Recheck | None:
             self.calls += 1

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from suite_helpers import JsonDoc
 
 import minigrad  # noqa: F401  # imported once here: in-process runs drop what they import
 from pytest_graphleak import baseline, baseline_keys
@@ -119,13 +120,13 @@ def _run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
                               "--graphleak-report=r.json", *args)  # fmt: skip
 
 
-def _document(pytester: pytest.Pytester) -> dict:
-    document = json.loads((pytester.path / "r.json").read_text(encoding="utf-8"))
+def _document(pytester: pytest.Pytester) -> JsonDoc:
+    document: JsonDoc = json.loads((pytester.path / "r.json").read_text(encoding="utf-8"))
     jsonschema.validate(document, load_schema())
     return document
 
 
-def _statuses(document: dict) -> dict[str, str]:
+def _statuses(document: JsonDoc) -> dict[str, str]:
     return {t["nodeid"].split("::")[-1]: t["status"] for t in document["tests"]}
 
 
@@ -498,16 +499,16 @@ def test_the_ini_key_names_the_file_relative_to_the_ini_file(pytester: pytest.Py
 
 
 # -- keys ---------------------------------------------------------------------------------
-def _link(kind: str, type_: str, edge: str = "", key: str = "", **more: object) -> dict:
+def _link(kind: str, type_: str, edge: str = "", key: str = "", **more: object) -> JsonDoc:
     return {"kind": kind, "type": type_, "edge": edge, "key": key, **more}
 
 
-def _check(name: str, links: list[dict], pattern: str = "list-accumulation") -> dict:
+def _check(name: str, links: list[JsonDoc], pattern: str = "list-accumulation") -> JsonDoc:
     """``key_of``'s keywords for a leaked check: its name, pattern and typed links."""
     return {"name": name, "pattern": pattern, "links": links}
 
 
-def _losses(length: int, shape: list[int], nodes: int) -> list[dict]:
+def _losses(length: int, shape: list[int], nodes: int) -> list[JsonDoc]:
     """``fixture 'state' -> dict['losses'] -> list(len=...) -> Tensor -> nodes``."""
     return [
         {"kind": "root", "type": "fixture", "name": "state"},
@@ -536,7 +537,7 @@ def test_keys_leave_out_what_a_run_changes() -> None:
 def test_another_holder_or_check_is_another_finding() -> None:
     name = "t.py::test_a"
 
-    def held_by(root: str, edge: str = "index") -> list[dict]:
+    def held_by(root: str, edge: str = "index") -> list[JsonDoc]:
         return [{"kind": "root", "type": "global", "name": root},
                 _link("container", "list", edge, "2"), _link("tensor", "Tensor")]
 

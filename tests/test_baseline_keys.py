@@ -305,8 +305,8 @@ def test_graphleak_report_marks_known_and_lists_fixed_and_stale_entries(
             "this run of the whole suite did not collect (deleted or renamed), neither known "
             "nor fixed: test_suite.py::test_renamed [",
             f" remove them with: {_COMMAND.strip()}"]  # fmt: skip
-    at = [tail.find(text) for text in said]
-    assert -1 not in at and at == sorted(at), (at, tail)
+    found_at = [tail.find(text) for text in said]
+    assert -1 not in found_at and found_at == sorted(found_at), (found_at, tail)
 
 
 _COMMAND = ("  pytest --graphleak -p no:randomly --graphleak-outlive=fail "

@@ -36,6 +36,7 @@ import pytest
 
 import pytest_graphleak
 from pytest_graphleak.cli import main as cli_main
+from pytest_graphleak.options import TrackOptions
 from pytest_graphleak.patterns import PATTERNS
 from pytest_graphleak.plugin.terminal import detail_lines
 from pytest_graphleak.probes import METRICS
@@ -220,8 +221,8 @@ def test_a_loop_of_leaky_steps_is_diagnosed_inside_the_loop(path: Path, steps: i
     loop's own steps (``stored at:`` from the step after the judged one)."""
     module = load(path)
     module.leaky_step()  # the state, made before the loop
-    options = {"steps": steps} if steps is not None else {}
-    with pytest_graphleak.track(warmup=2, **options) as t:
+    options: TrackOptions = {"warmup": 2, "steps": steps} if steps is not None else {"warmup": 2}
+    with pytest_graphleak.track(**options) as t:
         for _ in range(30):
             module.leaky_step()
             t.step()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import re
 import sys
+from collections.abc import Callable
 from contextlib import redirect_stdout
 from pathlib import Path
 
@@ -51,7 +52,7 @@ def test_oneoff():
 """
 
 
-def one_off_minigrad() -> object:
+def one_off_minigrad() -> Callable[[], None]:
     weights = mg.Tensor([[1.0, 2.0]], requires_grad=True)
     cache: dict[str, object] = {}
     calls = [0]

@@ -83,16 +83,18 @@ def raises_at(k: int, exc: BaseException) -> Callable[[], None]:
     return step
 
 
+def _all_at_once() -> None:
+    gc.disable()
+    gc.set_threshold(1000, 20, 20)
+    gc.set_debug(gc.DEBUG_SAVEALL)
+
+
 USER_STATES: dict[str, Callable[[], None]] = {
     "default": lambda: None,
     "disabled": gc.disable,
     "threshold": lambda: gc.set_threshold(7, 3, 2),
     "debug-saveall": lambda: gc.set_debug(gc.DEBUG_SAVEALL | gc.DEBUG_UNCOLLECTABLE),
-    "all-at-once": lambda: (
-        gc.disable(),
-        gc.set_threshold(1000, 20, 20),
-        gc.set_debug(gc.DEBUG_SAVEALL),
-    ),
+    "all-at-once": _all_at_once,
 }
 
 # name -> (a fresh step, the exception it ends with); fresh because the raisers count calls

@@ -22,7 +22,7 @@ from pytest_graphleak import GraphLeakError, track
 from pytest_graphleak.loop import LoopCheck
 from pytest_graphleak.metrics import Metric
 from pytest_graphleak.report import render_text
-from pytest_graphleak.result import Growth, Verdict
+from pytest_graphleak.result import CheckResult, Growth, Verdict
 from pytest_graphleak.settings import Settings
 from pytest_graphleak.verdict import (
     dropped,
@@ -101,7 +101,8 @@ def test_a_list_of_each_epochs_detached_losses_is_no_leak(epochs: int, batches: 
                 epoch_losses.append(loss.detach())  # type: ignore[attr-defined]
                 t.step()
             torch.stack(epoch_losses).mean().item()
-    assert t.result is not None and not t.result.leaked, render_text(t.result)
+    assert t.result is not None
+    assert not t.result.leaked, render_text(t.result)
 
 
 @pytest.mark.parametrize("every", [4, 6, 8, 10])
@@ -115,7 +116,8 @@ def test_a_deferred_backward_over_a_few_steps_is_no_leak(every: int) -> None:
                 model.train(torch.stack(pending).mean())
                 pending.clear()
             t.step()
-    assert t.result is not None and not t.result.leaked, render_text(t.result)
+    assert t.result is not None
+    assert not t.result.leaked, render_text(t.result)
 
 
 # -- track(): real leaks still fail ------------------------------------------------------
@@ -187,7 +189,9 @@ def test_growth_that_survives_each_reset_is_judged_across_the_resets() -> None:
 
 
 # -- the callbacks' LoopCheck: an announced epoch end is a reset point ---------------------
-def run_epochs(check: LoopCheck, model: Model, epochs: int, batches: int, *, clear: bool) -> list:
+def run_epochs(
+    check: LoopCheck, model: Model, epochs: int, batches: int, *, clear: bool
+) -> list[CheckResult]:
     epoch_losses: list[object] = []
     check.start(length=epochs * batches, roots=lambda: {"model": model, "outs": epoch_losses})
     for _ in range(epochs):

@@ -641,7 +641,7 @@ def lookups_by_name(tree: ast.AST, *, plugin: bool = False) -> list[str]:
             and isinstance(node.func, ast.Attribute)
             and _is_sys_modules(node.func.value, sys_names, modules_names)
         ):
-            keys = node.args[:1]
+            keys = [*node.args[:1]]
         elif isinstance(node, ast.Compare) and any(
             _is_sys_modules(other, sys_names, modules_names) for other in node.comparators
         ):
@@ -1121,7 +1121,7 @@ def _module_of(
     attr = ""
     if setting and isinstance(node, ast.Call) and len(node.args) > 1:
         key = node.args[1]
-        attr = key.value if isinstance(key, ast.Constant) else "<computed>"
+        attr = str(key.value) if isinstance(key, ast.Constant) else "<computed>"
     elif assigning:
         first = getattr(node, "targets", [getattr(node, "target", None)])[0]
         attr = first.attr

@@ -8,6 +8,8 @@ from __future__ import annotations
 import fnmatch
 import gc
 import textwrap
+import types
+from collections.abc import Callable
 
 import pytest
 from suite_helpers import folded
@@ -17,6 +19,7 @@ from pytest_graphleak.outlive.census import Census
 
 pytest_plugins = ["pytester"]
 
+torch: types.ModuleType | None
 try:
     import torch
 except ImportError:
@@ -75,10 +78,16 @@ def test_the_census_freezes_and_collects_nothing(monkeypatch: pytest.MonkeyPatch
     """Direct: no gc function that changes state is called between begin() and the end
     of the search, on the young-generation path and on the roots' path."""
     calls: list[str] = []
+
+    def counted(name: str, original: Callable[..., object]) -> Callable[..., object]:
+        def call(*args: object, **kwargs: object) -> object:
+            calls.append(name)
+            return original(*args, **kwargs)
+
+        return call
+
     for name in ("freeze", "unfreeze", "collect", "disable", "enable", "set_threshold"):
-        original = getattr(gc, name)
-        monkeypatch.setattr(gc, name, lambda *a, _n=name, _o=original, **k: (calls.append(_n),
-                                                                               _o(*a, **k))[1])
+        monkeypatch.setattr(gc, name, counted(name, getattr(gc, name)))
     kept: list[object] = []
     census = Census()
     census.begin()
@@ -237,6 +246,7 @@ def test_a_graph_built_at_a_lazy_import_is_named_for_no_test(pytester: pytest.Py
 def test_the_census_reads_torch_under_inference_mode() -> None:
     """A test run under inference_mode (entered by a fixture): the counter is still read,
     so the census never takes every older graph for the test's."""
+    assert torch is not None
     w = torch.ones(2, requires_grad=True)
     older = (w * 2).sum()
     census = Census()
@@ -253,6 +263,7 @@ def test_the_near_walk_reads_every_container_the_rule_names() -> None:
     """A tensor grown in place inside a deque is found as inside a list (one rule)."""
     from collections import deque
 
+    assert torch is not None
     w = torch.ones(2, requires_grad=True)
     near = {"recent": deque([torch.zeros(())]), "plain": [torch.zeros(())]}
     census = Census()

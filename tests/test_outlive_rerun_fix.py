@@ -13,7 +13,7 @@ import json
 
 import jsonschema
 import pytest
-from suite_helpers import FAST, folded, said_in_order
+from suite_helpers import FAST, JsonDoc, folded, said_in_order
 
 import minigrad  # noqa: F401  # loaded once, before the in-process runs
 from pytest_graphleak.report.json_doc import load_schema
@@ -63,9 +63,10 @@ def test_last_user_of_weight(weight):
 RERUN = ("--graphleak", "--graphleak-outlive-sites=rerun", *FAST)
 
 
-def _fix_of(document: dict, test: str) -> dict:
+def _fix_of(document: JsonDoc, test: str) -> JsonDoc:
     row = next(row for row in document["tests"] if row["nodeid"].endswith(test))
-    return row["checks"][0]["diagnosis"]["fix"]
+    fix: JsonDoc = row["checks"][0]["diagnosis"]["fix"]
+    return fix
 
 
 def test_the_rerun_prints_only_the_fix_that_held(pytester: pytest.Pytester) -> None:

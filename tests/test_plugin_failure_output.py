@@ -224,8 +224,8 @@ def test_an_unmeasured_short_summary_line_is_cut_at_a_word(pytester: pytest.Pyte
     (told,) = [x for x in whole.outlines if x.startswith("UNMEASURED test_um.py") and " - " in x]
     reason = told.split(" - not measured, so no verdict: ")[1]  # whole: no " ..."
     assert reason.endswith("add minigrad to the probes"), told
-    cut = short.split(" - not measured: ")[1].removesuffix(" ...")
-    assert reason.startswith(cut) and reason[len(cut)] == " ", (cut, reason)
+    head = short.split(" - not measured: ")[1].removesuffix(" ...")
+    assert reason.startswith(head) and reason[len(head)] == " ", (head, reason)
 
 
 def test_an_outlive_short_summary_line_leaves_the_holder_out_rather_than_cut_a_word(
