@@ -41,6 +41,12 @@ else:
 MakeModule = Callable[..., FakeModule]
 
 
+def unchecked(call: Callable[..., object]) -> Callable[..., object]:
+    """``call`` as a caller who ignores its signature sees it: for a test that passes a
+    wrong argument on purpose, to see the error it raises."""
+    return call
+
+
 def gc_state() -> GcState:
     return gc.isenabled(), gc.get_threshold(), gc.get_debug(), user_frozen_count()
 

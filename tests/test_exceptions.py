@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import ast
 import importlib
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from suite_helpers import unchecked
 
 import pytest_graphleak
 from pytest_graphleak import exceptions
@@ -94,17 +94,12 @@ class _ToyCallback(FrameworkCheck):
     framework = "toy"
 
 
-def _untyped(call: Callable[..., object]) -> Callable[..., object]:
-    """``call`` as a caller who ignores its signature sees it (to pass a wrong keyword)."""
-    return call
-
-
 @pytest.mark.parametrize(
     ("call", "words"),
     [
         (lambda: pytest_graphleak.check(lambda: None, name="step", steps=0),
          r"check\(step\): steps must be an integer >= 1, got 0"),
-        (lambda: _untyped(pytest_graphleak.check)(lambda: None, name="step", on_leak="warn"),
+        (lambda: unchecked(pytest_graphleak.check)(lambda: None, name="step", on_leak="warn"),
          r"check\(step\): unknown keyword argument 'on_leak'"),
         (lambda: pytest_graphleak.track(warmup=-1),
          r"track\(\): warmup must be an integer >= 0, got -1"),
@@ -112,7 +107,7 @@ def _untyped(call: Callable[..., object]) -> Callable[..., object]:
          r"_ToyCallback\(\) \(toy\): window must be an integer >= 2 \(or None\), got 1"),
         (lambda: _ToyCallback(steps=3, window=4),
          r"_ToyCallback\(\) \(toy\): give steps= or window=, not both"),
-        (lambda: _untyped(_ToyCallback)(on_leak="log"),
+        (lambda: unchecked(_ToyCallback)(on_leak="log"),
          r"_ToyCallback\(\) \(toy\): on_leak must be 'raise' or 'warn', got 'log'"),
     ],
     ids=["check-steps", "check-keyword", "track-warmup", "callback-window",

@@ -59,18 +59,17 @@ def written_documents(tmp_path_factory: pytest.TempPathFactory) -> list[JsonDoc]
     work = tmp_path_factory.mktemp("reports")
     (work / "test_suite.py").write_text(SUITE)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    run = {"cwd": work, "capture_output": True, "text": True, "env": env, "timeout": 600}
     subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly",
          "-p", "no:xdist", "--graphleak", "--graphleak-report=session.json", "test_suite.py"],
-        **run,
+        cwd=work, capture_output=True, text=True, env=env, timeout=600,
     )  # fmt: skip
     (work / "steps.py").write_text("KEPT = []\n\ndef leaky():\n    KEPT.append([0] * 100000)\n")
     (work / "exits.py").write_text("import sys\nsys.exit(3)\n")
     subprocess.run(
         [sys.executable, "-m", "pytest_graphleak", "check", "steps.py::leaky", "exits.py::f",
          "--steps", "6", "--json", "check.json"],
-        **run,
+        cwd=work, capture_output=True, text=True, env=env, timeout=600,
     )  # fmt: skip
     documents = [json.loads((work / name).read_text()) for name in ("session.json", "check.json")]
     statuses = {t["status"] for d in documents for t in d["tests"]}

@@ -91,14 +91,18 @@ def find_interpreter(version: str) -> str | None:
     return None
 
 
-def sh(cmd: list[str], log: Path, timeout: float = 1800, **kwargs: object) -> tuple[int, str]:
+def sh(
+    cmd: list[str], log: Path, timeout: float = 1800, *, cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+) -> tuple[int, str]:
     proc = subprocess.run(
         cmd,
         capture_output=True,
         text=True,
         timeout=timeout,
         check=False,
-        **kwargs,  # type: ignore[arg-type]
+        cwd=cwd,
+        env=env,
     )
     out = proc.stdout + proc.stderr
     with log.open("a", encoding="utf-8") as fh:

@@ -80,13 +80,14 @@ def rnn_step(detach: bool = True) -> Step:
         h = state["h"]
         losses = []
         for t in range(8):
-            h = cell(mg.Tensor(emb[chunk[t : t + 1]]), h)  # type: ignore[arg-type]
+            h = cell(mg.Tensor(emb[chunk[t : t + 1]]), h)
             losses.append(F.cross_entropy(head(h), chunk[t + 1 : t + 2]))
         loss = mg.stack(losses).mean()
         opt.zero_grad()
         if detach:
             loss.backward()
-            h.unchain_backward()  # type: ignore[union-attr]  # truncated BPTT
+            assert isinstance(h, mg.Tensor)
+            h.unchain_backward()  # truncated BPTT
         else:
             loss.backward(retain_graph=True)  # the "fix" for the freed-graph error that leaks
         state["h"] = h
