@@ -97,7 +97,7 @@ def test_numpy_leak_1mib_a_step():
 '''
 
 
-def _burn(stop: multiprocessing.synchronize.Event) -> None:  # type: ignore[name-defined]
+def _burn(stop: multiprocessing.synchronize.Event) -> None:
     while not stop.is_set():
         sum(range(10_000))
 
@@ -168,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append(row)
                 print(f"run {run}: {row['status']} {row['pattern']} malloc={row['malloc']} "
                       f"mallinfo2 {row['cost']} ms "
-                      f"{row['wall']:.1f} s {row['note'][:160]}", flush=True)
+                      f"{row['wall']:.1f} s {str(row['note'])[:160]}", flush=True)
                 write(rows, args)  # after every run: a run stopped early keeps its table
     finally:
         stop.set()
