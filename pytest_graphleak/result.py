@@ -7,11 +7,11 @@ through JSON (reports, pytest-xdist) unchanged via ``to_dict`` / ``from_dict``.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from pytest_graphleak.drawing import Drawing
 from pytest_graphleak.status import Status, check_status
 
 #: In the reason of an outlive finding judged when a wider-scope fixture was torn down:
@@ -78,30 +78,6 @@ class CreationSite:
     #: Steps that ``count`` is over: 1, or k when the line acted fewer times than the k
     #: steps watched (a leak every third step: 1 in 3 steps, not "1 per step").
     every: int = 1
-
-
-def relative_to(filename: str, root: str) -> str | None:
-    """``filename`` relative to the directory ``root`` when the file is under it; None
-    for any other file (outside it, on another drive, a pseudo-file like ``<string>``).
-    The one "relative path, else ..." rule: the terminal, the HTML page and the GitHub
-    annotations each choose only what "else" is."""
-    if not filename or filename.startswith("<"):
-        return None
-    try:
-        relative = os.path.relpath(os.path.abspath(filename), os.path.abspath(root))
-    except ValueError:  # another drive (Windows)
-        return None
-    if relative == os.pardir or relative.startswith(os.pardir + os.sep):
-        return None
-    return relative
-
-
-def display_path(filename: str) -> str:
-    """A file under the working directory (pytest's rootdir, as a rule) relative to it;
-    any other file as it is."""
-    if not os.path.isabs(filename):
-        return filename
-    return relative_to(filename, os.curdir) or filename
 
 
 @dataclass
@@ -175,46 +151,6 @@ class Fix:
     #: verified: ``graphleak fix --apply`` writes only a file that still has it.
     filename: str = ""
     sha256: str = ""
-
-
-@dataclass
-class DrawingNode:
-    """One box of a ``Drawing``: its text and what it stands for."""
-
-    label: str  # the object described (``list(len=3)``, ``Tensor(shape=(), ...)``)
-    #: "root": the chain's root (the user's name for it); "node": a leaked autograd graph
-    #: node (drawn to stand out); "object": anything else.
-    kind: str = "object"
-
-
-@dataclass
-class DrawingEdge:
-    """One arrow of a ``Drawing``, between two of its nodes (by their index)."""
-
-    source: int
-    target: int
-    #: "root": from the root to the first object; "reference": a link of the chain or
-    #: the cycle, ``label`` saying how (``['losses']``, ``.history``; "" for none);
-    #: "graph": an edge of the retained autograd graph behind the chain's tensor.
-    kind: str = "reference"
-    label: str = ""
-
-
-@dataclass
-class Drawing:
-    """The retained graph as plain data: the chain (or the cycle) and, behind its last
-    tensor or node, the autograd graph, at most ``diagnose.render.MAX_DRAWN`` objects.
-    The diagnosis makes it (``diagnose.render.drawing``); the reports draw it
-    (``report.dot.drawing_dot``: Graphviz DOT). Nodes are listed in the order the
-    edges first reach them."""
-
-    nodes: list[DrawingNode] = field(default_factory=list)
-    edges: list[DrawingEdge] = field(default_factory=list)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Drawing:
-        return cls(nodes=[DrawingNode(**node) for node in data.get("nodes", [])],
-                   edges=[DrawingEdge(**edge) for edge in data.get("edges", [])])  # fmt: skip
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""The retained graph as plain data (``result.Drawing``), drawn as DOT by the reports only.
+"""The retained graph as plain data (``drawing.Drawing``), drawn as DOT by the reports only.
 
 The diagnosis records what it found as typed nodes and edges; ``report/dot.py`` writes
 the Graphviz text (issue 34, item 7: no rendering in ``diagnose/``).
@@ -14,17 +14,11 @@ from typing import Any
 from pytest_graphleak.diagnose.edges import ObjectEdges
 from pytest_graphleak.diagnose.render import drawing
 from pytest_graphleak.diagnose.search import shortest_path
+from pytest_graphleak.drawing import Drawing, DrawingEdge, DrawingNode
 from pytest_graphleak.report.dot import diagnosis_dot, drawing_dot
 from pytest_graphleak.report.json_doc import CheckedTest, build_document, dumps, load_schema
 from pytest_graphleak.report.validate import validate
-from pytest_graphleak.result import (
-    CheckResult,
-    Diagnosis,
-    Drawing,
-    DrawingEdge,
-    DrawingNode,
-    Verdict,
-)
+from pytest_graphleak.result import CheckResult, Diagnosis, Verdict
 
 PACKAGE = Path(__file__).resolve().parents[1] / "pytest_graphleak"
 

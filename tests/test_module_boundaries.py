@@ -256,7 +256,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("exceptions",),  # the errors: import nothing of the package (results typed only)
     # plain data: imports only the errors
     ("metrics", "patterns", "status", "result", "session", "values", "targets", "baseline",
-     "baseline_keys"),
+     "baseline_keys", "drawing", "paths"),
     ("verdict",),  # the pure judgement
     ("heap", "probes"),  # what is measured, gc state, user code
     # measuring; the diagnosis and its words; the outlive audit
@@ -280,6 +280,9 @@ LAYER_ONE_IMPORTS: dict[str, str] = {
     "pytest_graphleak.result -> pytest_graphleak.status":
         "a CheckResult's status is status.check_status, the one status rule (both plain "
         "data); follow-up: the status rule could take the result's fields instead",
+    "pytest_graphleak.result -> pytest_graphleak.drawing":
+        "a Diagnosis carries the retained graph it drew (plain data both): the drawing's "
+        "three types in a module of their own, as the reports and diagnose/render use them",
     "pytest_graphleak.baseline -> pytest_graphleak.baseline_keys":
         "the baseline file's entries are findings' keys: one subject in two modules, the "
         "file (reading, writing, the update) and the key (what makes two findings one)",

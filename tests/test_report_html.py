@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from suite_helpers import JsonDoc
 
+from pytest_graphleak.drawing import Drawing, DrawingEdge, DrawingNode
 from pytest_graphleak.engine.coverage import add_probe_fix
 from pytest_graphleak.metrics import format_amount, format_rate
 from pytest_graphleak.report import dot as dot_mod
@@ -33,9 +34,6 @@ from pytest_graphleak.result import (
     CreationSite,
     Declaration,
     Diagnosis,
-    Drawing,
-    DrawingEdge,
-    DrawingNode,
     Growth,
     Verdict,
 )

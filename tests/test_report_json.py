@@ -13,6 +13,7 @@ import jsonschema
 import pytest
 from suite_helpers import JsonDoc
 
+from pytest_graphleak.drawing import Drawing, DrawingEdge, DrawingNode
 from pytest_graphleak.report.dot import drawing_dot
 from pytest_graphleak.report.json_doc import (
     CheckedTest,
@@ -21,16 +22,7 @@ from pytest_graphleak.report.json_doc import (
     load_schema,
     write_text_atomic,
 )
-from pytest_graphleak.result import (
-    CheckResult,
-    CreationSite,
-    Diagnosis,
-    Drawing,
-    DrawingEdge,
-    DrawingNode,
-    Growth,
-    Verdict,
-)
+from pytest_graphleak.result import CheckResult, CreationSite, Diagnosis, Growth, Verdict
 
 
 def leaky_check(name: str = "t.py::test_leak", warmup: int = 2, steps: int = 5) -> JsonDoc:

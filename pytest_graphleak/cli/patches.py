@@ -27,8 +27,9 @@ from pathlib import Path
 
 from pytest_graphleak.diagnose.fix_source import sha256_of
 from pytest_graphleak.exceptions import Refused
+from pytest_graphleak.paths import relative_to
 from pytest_graphleak.report.hunks import Hunk, hunks
-from pytest_graphleak.result import Fix, relative_to
+from pytest_graphleak.result import Fix
 
 #: A path part that marks an installed package's file.
 INSTALLED = frozenset({"site-packages", "dist-packages"})

@@ -11,7 +11,7 @@ graph nodes a step leaves behind, then
   labels, and which hook or pack hook holds it when the cycle runs through torch's C++;
 - the **sites**: file:line of user code that made the leaked tensors and nodes;
 - the **pattern** (``pattern_of``) and the retained graph as plain data
-  (``result.Drawing``; the reports write it as Graphviz DOT).
+  (``drawing.Drawing``; the reports write it as Graphviz DOT).
 
 Without a step (a hand-written loop checked with ``track()``) it inspects the heap as it
 is. The returned ``Diagnosis`` is plain strings and numbers: nothing here keeps a

@@ -39,7 +39,8 @@ from pytest_graphleak.diagnose.render import drawing, render_cycle
 from pytest_graphleak.diagnose.search import Path, find_cycle
 from pytest_graphleak.heap.graphwalk import grad_fn_of
 from pytest_graphleak.heap.usercode import is_user_file, library_label
-from pytest_graphleak.result import CreationSite, display_path
+from pytest_graphleak.paths import display_path
+from pytest_graphleak.result import CreationSite
 from pytest_graphleak.words import cycles as words
 
 #: Leaked objects a cycle is searched from, at most (tensors first).

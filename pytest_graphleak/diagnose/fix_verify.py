@@ -26,9 +26,10 @@ from pytest_graphleak.diagnose.fix_source import Edit, Source, read_source, unif
 from pytest_graphleak.diagnose.fix_swap import compile_changed, find_function, swapped
 from pytest_graphleak.exceptions import NotSwappable
 from pytest_graphleak.heap.usercode import is_user_file
+from pytest_graphleak.paths import display_path
 from pytest_graphleak.patterns import CYCLE, FIXES
 from pytest_graphleak.probes.autograd import loaded
-from pytest_graphleak.result import CreationSite, Diagnosis, Fix, display_path
+from pytest_graphleak.result import CreationSite, Diagnosis, Fix
 from pytest_graphleak.words import verify as why
 from pytest_graphleak.words.lines import growth_fix
 

@@ -33,7 +33,7 @@ from pytest_graphleak.diagnose.search import (
 )
 from pytest_graphleak.heap.containers import GROWABLE
 from pytest_graphleak.heap.edge import Edge
-from pytest_graphleak.result import display_path
+from pytest_graphleak.paths import display_path
 from pytest_graphleak.words import notes as said
 
 _LOOKED_AT = 20  # leaked objects whose referrers are asked for

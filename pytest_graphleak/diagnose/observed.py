@@ -8,9 +8,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_graphleak.drawing import Drawing
+from pytest_graphleak.paths import display_path
 from pytest_graphleak.probes.autograd import Backend
 from pytest_graphleak.probes.autograd.bundle import Site
-from pytest_graphleak.result import CreationSite, Drawing, Link, display_path
+from pytest_graphleak.result import CreationSite, Link
 from pytest_graphleak.words import notes as said
 
 

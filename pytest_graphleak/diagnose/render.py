@@ -1,5 +1,5 @@
 """Turn paths of live objects into plain data: the culprit chain and the cycle as
-strings, the retained graph as a ``result.Drawing`` (the reports draw it: ``report.dot``).
+strings, the retained graph as a ``drawing.Drawing`` (the reports draw it: ``report.dot``).
 
 The chain reads the way the user would reach the object in code::
 
@@ -21,10 +21,10 @@ from typing import Any
 
 from pytest_graphleak.diagnose.edges import ObjectEdges
 from pytest_graphleak.diagnose.search import Path
+from pytest_graphleak.drawing import Drawing, DrawingEdge, DrawingNode
 from pytest_graphleak.heap.containers import SIZED
 from pytest_graphleak.heap.edge import SUSPENDED, Edge
 from pytest_graphleak.heap.usercode import is_user_module, top_package
-from pytest_graphleak.result import Drawing, DrawingEdge, DrawingNode
 
 #: Longest run of graph nodes written out in a chain before the middle is elided.
 _MAX_NODE_RUN = 4
@@ -148,7 +148,7 @@ def drawing(
     chain_path: Path | None, cycle_path: Path | None, walker: ObjectEdges
 ) -> Drawing | None:
     """The chain (or cycle) and the graph behind its last tensor or node, as plain data
-    (``result.Drawing``: at most ``MAX_DRAWN`` objects besides the root); None when there
+    (``drawing.Drawing``: at most ``MAX_DRAWN`` objects besides the root); None when there
     is no path. The reports draw it (``report.dot``)."""
     path = chain_path or cycle_path
     if path is None or not path.objects:

@@ -24,7 +24,8 @@ from pytest_graphleak.diagnose.observed import Observation
 from pytest_graphleak.diagnose.search import Path, shortest_path
 from pytest_graphleak.diagnose.sites import per_step
 from pytest_graphleak.diagnose.stored import root_reader, watch_holder
-from pytest_graphleak.result import CreationSite, Link, display_path
+from pytest_graphleak.paths import display_path
+from pytest_graphleak.result import CreationSite, Link
 from pytest_graphleak.words import notes as said
 
 #: Objects looked at from the named holder, at most, to see which leaked tensors it keeps.

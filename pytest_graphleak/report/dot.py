@@ -1,7 +1,7 @@
 """Graphviz DOT text for a retained graph, and its rendering to inline SVG.
 
 The diagnosis records the retained graph as plain data (``Diagnosis.drawing``, a
-``result.Drawing``: typed nodes and edges, no DOT syntax); ``drawing_dot`` writes it
+``drawing.Drawing``: typed nodes and edges, no DOT syntax); ``drawing_dot`` writes it
 as DOT, the JSON document's ``dot`` and the HTML page's. When there is no drawing,
 ``diagnosis_dot`` builds a small one from the culprit chain and the cycle.
 ``render_svg`` runs Graphviz's ``dot`` when it is on PATH; callers show the DOT text
@@ -15,7 +15,8 @@ import shutil
 import subprocess
 from collections.abc import Sequence
 
-from pytest_graphleak.result import Diagnosis, Drawing, DrawingNode
+from pytest_graphleak.drawing import Drawing, DrawingNode
+from pytest_graphleak.result import Diagnosis
 
 #: How a drawing's root and its leaked graph nodes stand out (the HTML legend says so).
 _DRAWN_STYLE = {"root": ', style=filled, fillcolor="#dde8ff"',

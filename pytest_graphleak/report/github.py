@@ -33,6 +33,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from pytest_graphleak.metrics import format_rate
+from pytest_graphleak.paths import relative_to
 from pytest_graphleak.report.model import BaselineSection, Report, check_label, metric_rows
 from pytest_graphleak.report.span import error_line, span_text
 from pytest_graphleak.report.summary import no_rows, sentence
@@ -43,7 +44,7 @@ from pytest_graphleak.report.view import (
     known_text,
     line_to_change,
 )
-from pytest_graphleak.result import CheckResult, Diagnosis, relative_to
+from pytest_graphleak.result import CheckResult, Diagnosis
 from pytest_graphleak.status import (
     BY_WORD,
     CLEAN,

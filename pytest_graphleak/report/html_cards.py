@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from html import escape
 
 from pytest_graphleak.metrics import count_of, format_amount, format_rate
+from pytest_graphleak.paths import display_path, relative_to
 from pytest_graphleak.patterns import FALLBACK
 from pytest_graphleak.report.dot import diagnosis_dot
 from pytest_graphleak.report.graph_svg import chain_svg, cycle_svg
@@ -31,7 +32,7 @@ from pytest_graphleak.report.view import (
     site_text,
     to_change,
 )
-from pytest_graphleak.result import CheckResult, CreationSite, Diagnosis, display_path, relative_to
+from pytest_graphleak.result import CheckResult, CreationSite, Diagnosis
 from pytest_graphleak.status import BY_WORD, ERROR, KNOWN, UNMEASURED
 
 #: Renders DOT text to an inline ``<svg>``; None means "show the DOT text instead".

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_graphleak.baseline_keys import Key, key_of
+from pytest_graphleak.paths import relative_to
 from pytest_graphleak.patterns import BY_WORD, PATTERNS
 from pytest_graphleak.report.hunks import hunks
 from pytest_graphleak.report.model import BaselineSection, Report, TestRow, check_label
@@ -44,7 +45,7 @@ from pytest_graphleak.report.view import (
     known_text,
     line_to_change,
 )
-from pytest_graphleak.result import CheckResult, Fix, relative_to
+from pytest_graphleak.result import CheckResult, Fix
 from pytest_graphleak.status import BY_WORD as STATUSES
 from pytest_graphleak.status import KNOWN
 

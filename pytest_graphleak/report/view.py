@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any, Literal
 
+from pytest_graphleak.paths import display_path
 from pytest_graphleak.patterns import FIXES, MEANINGS
-from pytest_graphleak.result import CreationSite, Diagnosis, display_path
+from pytest_graphleak.result import CreationSite, Diagnosis
 
 Kind = Literal["pattern", "held-by", "cycle", "created-at", "stored-at", "note", "fix"]
 
