@@ -9,10 +9,14 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from typing import TYPE_CHECKING
 
 import pytest
 
-torch = pytest.importorskip("torch")
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = pytest.importorskip("torch")
 
 pytestmark = pytest.mark.skipif(
     not torch.cuda.is_available(), reason="needs a CUDA GPU (torch.cuda.is_available() is False)"
@@ -38,7 +42,7 @@ def test_leaky_cuda_step_is_caught_and_its_fixed_twin_passes(model: torch.nn.Mod
 
     def train() -> torch.Tensor:
         optimizer.zero_grad(set_to_none=True)
-        loss = model(inputs).pow(2).mean()
+        loss: torch.Tensor = model(inputs).pow(2).mean()
         loss.backward()
         optimizer.step()
         return loss

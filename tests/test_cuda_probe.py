@@ -11,15 +11,21 @@ import gc
 import sys
 import weakref
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import pytest
 
-torch = pytest.importorskip("torch")
+from pytest_graphleak.metrics import Metric
 
-from pytest_graphleak.engine.tracker import run  # noqa: E402
-from pytest_graphleak.metrics import Recheck  # noqa: E402
-from pytest_graphleak.probes import TorchProbe, make_probes  # noqa: E402
-from pytest_graphleak.probes.cuda_probe import (  # noqa: E402
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = pytest.importorskip("torch")
+
+from pytest_graphleak.engine.tracker import run
+from pytest_graphleak.metrics import Recheck
+from pytest_graphleak.probes import TorchProbe, make_probes
+from pytest_graphleak.probes.cuda_probe import (
     ALLOCATED,
     RESERVED,
     TENSORS,
@@ -27,8 +33,8 @@ from pytest_graphleak.probes.cuda_probe import (  # noqa: E402
     byte_metrics,
     device_metric,
 )
-from pytest_graphleak.result import Growth, Verdict  # noqa: E402
-from pytest_graphleak.verdict import confirm, judge, needs_recheck  # noqa: E402
+from pytest_graphleak.result import Growth, Verdict
+from pytest_graphleak.verdict import confirm, judge, needs_recheck
 
 MiB = 1 << 20
 
@@ -108,7 +114,7 @@ def leak_verdict(*metrics: str) -> Verdict:
     return Verdict(leaked=True, growths=growths, pattern="memory-growth", reason="grew: ...")
 
 
-def declared(probe: CudaProbe) -> dict:
+def declared(probe: CudaProbe) -> dict[str, Metric]:
     return {m.name: m for m in (*probe.metrics, *TorchProbe.metrics)}
 
 

@@ -10,10 +10,11 @@ from __future__ import annotations
 import functools
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from suite_helpers import said_in_order
+from suite_helpers import said_in_order, unchecked
 
 torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
@@ -37,7 +38,7 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "ddp_leaky_and_fixe
 # --------------------------------------------------------------------------- factories
 
 
-def make_failing_step(rank: int, world_size: int) -> object:
+def make_failing_step(rank: int, world_size: int) -> Callable[[], None]:
     """Rank 1 raises at its 3rd call, while rank 0 hangs at its 3rd call."""
     calls = [0]
     flag = torch.ones(1)
@@ -53,7 +54,7 @@ def make_failing_step(rank: int, world_size: int) -> object:
     return step
 
 
-def make_hanging_step(rank: int, world_size: int) -> object:
+def make_hanging_step(rank: int, world_size: int) -> Callable[[], None]:
     calls = [0]
 
     def step() -> None:
@@ -68,7 +69,7 @@ def hang_here_forever() -> None:
     time.sleep(3600)
 
 
-def make_plain_step(rank: int, world_size: int, scale: float = 1.0) -> object:
+def make_plain_step(rank: int, world_size: int, scale: float = 1.0) -> Callable[[], None]:
     return lambda: None
 
 
@@ -159,15 +160,15 @@ def test_a_hung_rank_times_out_with_its_stack() -> None:
 
 
 def test_factory_references_are_checked_before_spawning(tmp_path: Path) -> None:
-    def nested(rank: int, world_size: int) -> object:
+    def nested(rank: int, world_size: int) -> Callable[[], None]:
         return lambda: None
 
     with pytest.raises(TypeError, match="nested function"):
         factory_ref(nested)
     with pytest.raises(TypeError, match="lambda"):
-        factory_ref(lambda rank, world_size: None)
+        unchecked(factory_ref)(lambda rank, world_size: None)
     with pytest.raises(TypeError, match="module-level function"):
-        factory_ref(42)  # type: ignore[arg-type]
+        unchecked(factory_ref)(42)
     with pytest.raises(ValueError, match=r"write .package\.module:function."):
         factory_ref("no_colon_here")
     with pytest.raises(ValueError, match="is not a Python file"):
@@ -199,13 +200,14 @@ def test_factory_references_are_checked_before_spawning(tmp_path: Path) -> None:
 )
 def test_bad_arguments_name_what_is_wrong(kwargs: dict[str, object], message: str) -> None:
     with pytest.raises(ValueError) as caught:
-        check_distributed(make_plain_step, **kwargs)  # type: ignore[arg-type]
+        unchecked(check_distributed)(make_plain_step, **kwargs)
     assert message in str(caught.value)
 
 
 def test_unpicklable_bound_arguments_fail_before_spawning() -> None:
     with pytest.raises(TypeError, match="cannot be sent to the spawned ranks"):
-        check_distributed(functools.partial(make_plain_step, scale=lambda: 1.0))
+        bound = functools.partial(unchecked(make_plain_step), scale=lambda: 1.0)
+        unchecked(check_distributed)(bound)
 
 
 # --------------------------------------------------------------------------- the fixture

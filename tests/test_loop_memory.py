@@ -9,6 +9,7 @@ import sys
 import tracemalloc
 import warnings
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -18,7 +19,10 @@ from pytest_graphleak.report import render_text
 from pytest_graphleak.result import CheckResult
 from pytest_graphleak.settings import Settings
 
-torch = pytest.importorskip("torch")
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = pytest.importorskip("torch")
 
 CAT_LINE = "self.preds = torch.cat([self.preds, out.detach()])"
 
@@ -241,6 +245,8 @@ def test_a_module_global_rebuilt_by_a_step_function_is_named() -> None:
 
 class BufferEvaluator(torch.nn.Module):
     """The same leak in a registered buffer: ``self.preds = ...`` goes to ``_buffers``."""
+
+    preds: torch.Tensor  # registered in __init__
 
     def __init__(self) -> None:
         super().__init__()

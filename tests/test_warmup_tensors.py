@@ -5,13 +5,18 @@ from __future__ import annotations
 
 import gc
 import weakref
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import pytest
 
 from pytest_graphleak.engine import tracker
 from pytest_graphleak.probes.warmup_tensors import WarmupTensors
 
-torch = pytest.importorskip("torch")
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = pytest.importorskip("torch")
 
 
 def _stack_len() -> int:
@@ -90,13 +95,19 @@ def test_holds_no_tensor_alive() -> None:
 
 def test_stop_leaves_the_modes_pushed_above_it() -> None:
     class UserMode(torch.overrides.TorchFunctionMode):
-        def __torch_function__(self, func, types, args=(), kwargs=None):
+        def __torch_function__(
+            self,
+            func: Callable[..., object],
+            types: object,
+            args: Sequence[object] = (),
+            kwargs: Mapping[str, object] | None = None,
+        ) -> object:
             return func(*args, **(kwargs or {}))
 
     before = _stack_len()
     recorder = WarmupTensors()
     recorder.start()
-    user = UserMode()
+    user: torch.overrides.TorchFunctionMode = UserMode()
     user.__enter__()  # a step that pushed a mode and did not pop it
     try:
         recorder.stop().clear()
