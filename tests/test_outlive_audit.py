@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import gc
 import json
-from typing import ClassVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, ClassVar
 
 import jsonschema
 import pytest
-from suite_helpers import folded, report_section, said_in_order
+from suite_helpers import FakeModule, folded, report_section, said_in_order
 
 import minigrad as mg
 from pytest_graphleak import session
@@ -22,11 +23,14 @@ from pytest_graphleak.report.json_doc import load_schema
 
 pytest_plugins = ["pytester"]
 
-try:  # imported here, once: an in-process pytester run drops the modules it imported, and
-    # torch cannot be imported a second time in one process
+if TYPE_CHECKING:
     import torch
-except ImportError:  # minigrad alone: the torch tests skip
-    torch = None
+else:
+    try:  # imported here, once: an in-process pytester run drops the modules it imported,
+        # and torch cannot be imported a second time in one process
+        import torch
+    except ImportError:  # minigrad alone: the torch tests skip
+        torch = None
 
 needs_torch = pytest.mark.skipif(torch is None, reason="torch is not installed")
 
@@ -680,8 +684,8 @@ def test_recomputed_attributes_need_a_hook_that_names_them_and_a_parameter_graph
             super().__init__()
             self.raw = torch.nn.Parameter(torch.ones(2))
 
-    def recompute(name: str):  # a closure that carries the name, as a user's hook would
-        def hook(module, args):
+    def recompute(name: str) -> Callable[[Scale, object], None]:
+        def hook(module: Scale, args: object) -> None:  # carries the name, as a user's would
             setattr(module, name, module.raw * 2)
         return hook
 
@@ -821,32 +825,32 @@ def test_keep_names_resolve_without_imports_or_computed_attributes() -> None:
     """Direct: a keep entry is looked up in sys.modules and in attributes already set: no
     import, no module ``__getattr__``, no property."""
     import sys
-    import types
 
     from pytest_graphleak.outlive.roots import resolve_name
 
     calls: list[str] = []
-    module = types.ModuleType("graphleak_keep_probe")
+    module = FakeModule("graphleak_keep_probe")
     module.__getattr__ = lambda name: calls.append(name)  # type: ignore[method-assign]
 
     class Box:
         items: ClassVar[list[int]] = []
+        mine: dict[str, object]  # set on BOX below
 
         @property
         def computed(self) -> list[int]:
             calls.append("computed")
             return []
 
-    module.Box = Box  # type: ignore[attr-defined]
-    module.BOX = Box()  # type: ignore[attr-defined]
-    module.BOX.mine = {}  # type: ignore[attr-defined]
+    module.Box = Box
+    module.BOX = Box()
+    module.BOX.mine = {}
     sys.modules[module.__name__] = module
     try:
         assert resolve_name("graphleak_keep_probe.Box.items") == [Box.items]
-        assert resolve_name("graphleak_keep_probe.BOX.mine") == [module.BOX.mine]  # type: ignore[attr-defined]
+        assert resolve_name("graphleak_keep_probe.BOX.mine") == [module.BOX.mine]
         assert resolve_name("graphleak_keep_probe.BOX.computed") == []
         assert resolve_name("graphleak_keep_probe.LAZY") == []
-        assert resolve_name("graphleak_keep_probe.B*") == [Box, module.BOX]  # type: ignore[attr-defined]
+        assert resolve_name("graphleak_keep_probe.B*") == [Box, module.BOX]
         assert resolve_name("graphleak_not_imported.CACHE") == []
         assert "graphleak_not_imported" not in sys.modules
         assert resolve_name("state") == []  # a fixture's name: matched by name
