@@ -37,14 +37,15 @@ def make_engine(leak: str = "", accumulate: int = 1) -> tuple[Engine, dict[str, 
         if leak == "list":
             state["history"].append(loss)  # type: ignore[attr-defined]
         elif leak == "total":
-            state["total"] = state["total"] + loss  # type: ignore[operator]
+            state["total"] = state["total"] + loss
         elif leak == "outputs":
             state["outputs"].append({"loss": loss, "preds": preds})  # type: ignore[attr-defined]
         elif leak == "cache":
             state["cache"][engine.state.iteration] = preds  # type: ignore[index]
         elif leak == "queue":
-            state["queue"] = torch.cat([preds, state["queue"]])[:16]  # type: ignore[list-item]
-        return loss.item()
+            state["queue"] = torch.cat([preds, state["queue"]])[:16]
+        value: float = loss.item()
+        return value
 
     engine = Engine(update)
     engine.logger.setLevel(logging.CRITICAL)
@@ -66,16 +67,20 @@ def batches(count: int) -> list[tuple[object, object]]:
     ]
 
 
-def run(leak: str, handler: GraphLeakHandler, **options: object) -> None:
-    engine, _ = make_engine(leak, accumulate=int(options.pop("accumulate", 1)))  # type: ignore[call-overload]
+def run(
+    leak: str, handler: GraphLeakHandler, *, epoch: int = 40, accumulate: int = 1,
+    max_epochs: int | None = None, max_iters: int | None = None,
+) -> None:
+    engine, _ = make_engine(leak, accumulate=accumulate)
     handler.attach(engine)
-    engine.run(batches(int(options.pop("epoch", 40))), **options)  # type: ignore[call-overload]
+    engine.run(batches(epoch), max_epochs=max_epochs, max_iters=max_iters)
 
 
 def test_a_clean_run_with_the_usual_handlers_passes(recorded: list[CheckResult]) -> None:
     handler = GraphLeakHandler(warmup=3)
     run("", handler, epoch=6, max_epochs=5, accumulate=2)  # epoch ends inside the window
-    assert handler.result is not None and not handler.result.leaked, handler.result.verdict.reason
+    assert handler.result is not None
+    assert not handler.result.leaked, handler.result.verdict.reason
     # 30 steps: the 11 after the first window of warmup + 16 are shorter than a window, a
     # tail with no verdict of its own (it may lie inside the run's last epoch).
     assert [(r.steps, r.leaked) for r in handler.results] == [(16, False)]

@@ -38,7 +38,9 @@ CALLBACKS = [
 def _callback_class(framework: str, module: str, name: str) -> type:
     pytest.importorskip("torch")
     pytest.importorskip(framework)
-    return getattr(importlib.import_module(f"pytest_graphleak.integrations.{module}"), name)
+    integration = importlib.import_module(f"pytest_graphleak.integrations.{module}")
+    callback: type = getattr(integration, name)
+    return callback
 
 
 @pytest.mark.parametrize(("framework", "module", "name"), CALLBACKS, ids=[c[1] for c in CALLBACKS])
