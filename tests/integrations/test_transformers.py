@@ -5,26 +5,31 @@ from __future__ import annotations
 
 import gc
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from pytest_graphleak import GraphLeakError
 from pytest_graphleak.result import CheckResult
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+if TYPE_CHECKING:
+    import torch
+    import transformers
+else:
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
-from pytest_graphleak.integrations.transformers import GraphLeakCallback  # noqa: E402
+from pytest_graphleak.integrations.transformers import GraphLeakCallback
 
 
-class Tokens(torch.utils.data.Dataset):
+class Tokens(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
     def __init__(self, size: int) -> None:
         self.size = size
 
     def __len__(self) -> int:
         return self.size
 
-    def __getitem__(self, i: int) -> dict[str, object]:
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
         gen = torch.Generator().manual_seed(i)
         return {
             "input_ids": torch.randint(0, 50, (8,), generator=gen),
@@ -36,9 +41,17 @@ class MyTrainer(transformers.Trainer):
     """A Trainer subclass as users write them; ``leak`` picks one of the usual leaks."""
 
     leak = ""
+    step_losses: list[torch.Tensor]
+    cached_logits: list[torch.Tensor]
+    running: torch.Tensor
 
-    def compute_loss(self, model, inputs, return_outputs=False, **kwargs):  # type: ignore[no-untyped-def]
-        loss, outputs = super().compute_loss(model, inputs, return_outputs=True, **kwargs)
+    def compute_loss(
+        self, model: torch.nn.Module, inputs: dict[str, object],
+        return_outputs: bool = False, num_items_in_batch: torch.Tensor | int | None = None,
+    ) -> torch.Tensor | tuple[torch.Tensor, object]:
+        loss, outputs = super().compute_loss(
+            model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch
+        )
         if self.leak == "list":
             self.step_losses.append(loss)
         elif self.leak == "total":
@@ -49,7 +62,8 @@ class MyTrainer(transformers.Trainer):
 
 
 def train(
-    tmp_path: Path, callback: object, *, leak: str = "", size: int = 400, **options: object
+    tmp_path: Path, callback: transformers.TrainerCallback, *, leak: str = "", size: int = 400,
+    gradient_accumulation_steps: int = 1,
 ) -> None:
     torch.manual_seed(0)
     config = transformers.BertConfig(
@@ -59,7 +73,8 @@ def train(
     args = transformers.TrainingArguments(
         output_dir=str(tmp_path), max_steps=24, per_device_train_batch_size=4,
         logging_steps=1, report_to=[], save_strategy="no", use_cpu=True, disable_tqdm=True,
-        lr_scheduler_type="linear", warmup_steps=2, **options,
+        lr_scheduler_type="linear", warmup_steps=2,
+        gradient_accumulation_steps=gradient_accumulation_steps,
     )  # fmt: skip
     trainer = MyTrainer(
         model=transformers.BertForSequenceClassification(config),
@@ -80,7 +95,8 @@ def test_a_clean_run_with_the_usual_features_passes(
     assert isinstance(cb, transformers.TrainerCallback) and cb.result is None
     # 16 samples, batches of 4, 2 per optimizer step: a new epoch every 2 steps.
     train(tmp_path, cb, size=16, gradient_accumulation_steps=2)
-    assert cb.result is not None and not cb.result.leaked, cb.result.verdict.reason
+    assert cb.result is not None
+    assert not cb.result.leaked, cb.result.verdict.reason
     # One step per batch: 24 optimizer steps are 48 batches, in windows of 16 after the
     # first warmup + 16; the 13 left are shorter than a window: a tail with no verdict of
     # its own (it may lie inside the run's last epoch).
