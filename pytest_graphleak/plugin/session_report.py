@@ -1,5 +1,5 @@
-"""Session-wide reports of graphleak checks: the terminal summary, the status letter,
-the JSON and HTML files, and JUnit XML properties.
+"""Session-wide reports of graphleak checks: the terminal summary, the status letter
+(``plugin/status_word``), the JSON and HTML files, and JUnit XML properties.
 
 The reporter reads only ``report.graphleak`` (a list of ``CheckResult.to_dict()``) from
 each phase's report in ``pytest_runtest_logreport``, which pytest-xdist replays on the
@@ -44,7 +44,7 @@ from pytest_graphleak.plugin.report_files import (
     refuse_unsafe_outputs,
     write_report,
 )
-from pytest_graphleak.plugin.terminal import no_verdict as _no_verdict
+from pytest_graphleak.plugin.status_word import StatusWords
 from pytest_graphleak.plugin.terminal import section_lines
 from pytest_graphleak.report.environment import describe_run
 from pytest_graphleak.report.github import Row
@@ -60,13 +60,6 @@ from pytest_graphleak.report.text import line_markup, render_text, words, wrap_l
 from pytest_graphleak.report.writers import WRITER_OPTIONS, WRITERS, Run, Writer, annotators
 from pytest_graphleak.result import CheckResult
 from pytest_graphleak.settings import Settings
-from pytest_graphleak.status import BY_WORD as STATUS_FACTS
-from pytest_graphleak.status import ERROR, UNMEASURED
-
-#: pytest 8 and later read a ``(word, markup)`` status word wherever they print it;
-#: pytest 7 only while a report is logged (progress and verbose lines), and prints
-#: the tuple itself in its short test summary ("('LEAKED', {'red': True}) test_x.py::...").
-_WORD_MARKUP_EVERYWHERE = hasattr(pytest.TestReport, "_get_verbose_word_with_markup")
 
 #: The outcome recorded for an expected failure (pytest's own word for it).
 _XFAILED = "xfailed"
@@ -104,13 +97,8 @@ class SessionReport:
         #: node id -> compact JSON of (outcome, checks); of a rerun test, the last attempt.
         self._results: dict[str, str] = {}
         self.notes: list[str] = []
-        #: Node ids whose last call report carried a leak: the status word of pytest's
-        #: short summary is asked again at the end, when ``report.graphleak`` is gone.
-        self._leaked: set[str] = set()
-        #: Of those, the ones whose leak failed the test (``LEAKED``, not pytest's word).
-        self._failed_by_leak: set[str] = set()
-        #: Failed tests whose status is ``error`` or ``unmeasured`` (their status word).
-        self._no_verdict: dict[str, str] = {}
+        #: The status word pytest prints for each checked test (``plugin/status_word``).
+        self.status_words = StatusWords()
         #: The writers that add to pytest's own file (``Writer.properties``: JUnit XML):
         #: their properties go on the teardown report, which pytest keeps to the end, only
         #: when that file is written (its writer keeps every test until then anyway).
@@ -128,8 +116,6 @@ class SessionReport:
         #: Node ids of the tests the outlive audit looked at (a set: of a test that
         #: pytest-rerunfailures ran again, one).
         self._audited: set[str] = set()
-        #: The report being logged now: where pytest 7 understands a (word, markup) word.
-        self._logging: pytest.TestReport | None = None
         self.outputs: list[ReportFile] = []
         #: Findings of other kinds for the writers that are no file (an after-teardown
         #: audit, say): each a ``report.github.Row``, annotated and tabled like a check's.
@@ -177,9 +163,9 @@ class SessionReport:
         if report.when == "teardown" and report.nodeid in self._junit_pending:
             properties = self._junit_pending.pop(report.nodeid)
             report.user_properties = [*report.user_properties, *properties]
-        self._logging, data = report, hasattr(report, "graphleak")
+        self.status_words.logging, data = report, hasattr(report, "graphleak")
         yield
-        self._logging = None
+        self.status_words.logging = None
         if not self.is_worker and (report.when == "call" or (report.when == "setup" and data)):
             self._collect(report)  # a setup's checks: it failed or skipped, no call follows
         if hasattr(report, "graphleak"):
@@ -187,9 +173,7 @@ class SessionReport:
 
     def _collect(self, report: pytest.TestReport) -> None:
         """Record a call report's checks, or an ending setup's (``logreport``)."""
-        self._leaked.discard(report.nodeid)  # of a rerun test, the last attempt decides
-        self._failed_by_leak.discard(report.nodeid)
-        self._no_verdict.pop(report.nodeid, None)
+        self.status_words.forget(report.nodeid)  # of a rerun test, the last attempt decides
         if report.outcome == _RERUN:
             # pytest-rerunfailures runs this test again: only its final attempt counts.
             # (It logs no teardown for this attempt, so nothing else would drop these.)
@@ -200,12 +184,7 @@ class SessionReport:
         # typed once: every question below asks the results; malformed data is noted
         checks = self._checks_of(data, report.nodeid, "results") if data else None
         results = checks if checks is not None else results_of(data)
-        if _has_leak(results):
-            self._leaked.add(report.nodeid)
-        if _has_leak(results, failing=True):
-            self._failed_by_leak.add(report.nodeid)
-        if report.failed and (status := _no_verdict(results)):  # the short summary's word
-            self._no_verdict[report.nodeid] = status
+        self.status_words.remember(report, results)  # asked again at the end
         if checks is None:
             return
         self._locations[report.nodeid] = _location(self.config, report)
@@ -292,49 +271,6 @@ class SessionReport:
             row = TestRow.of(nodeid, outcome, [*map(CheckResult.from_dict, earlier), *found])
             self._junit_pending[nodeid] = [pair for properties in self._annotators
                                            for pair in properties(row)]  # fmt: skip
-
-    def teststatus(
-        self, report: pytest.TestReport
-    ) -> tuple[str, str, str | tuple[str, Mapping[str, bool]]] | None:
-        """``pytest_report_teststatus``: ``L``/``LEAKED`` for a test failed by a leak;
-        ``l``/``LEAK-WARNING`` for a leak reported on a passing test (warn-only). The
-        category stays pytest's, so a leaked test counts as failed and the exit code is
-        non-zero. Expected failures and reruns keep pytest's (or pytest-rerunfailures')
-        own status."""
-        data = getattr(report, "graphleak", None)
-        found = results_of(data)  # the checks, read once
-        if report.when == "teardown" and report.passed and _has_leak(found):
-            # the outlive audit's or a teardown check's warning, after the call's PASSED
-            label = "OUTLIVE" if any(c.kind == "outlive" for c in found if c.leaked) else "LEAK"
-            return "", "", self._word(report, f"{label}-WARNING", {"yellow": True})
-        if report.when != "call" or hasattr(report, "wasxfail"):
-            return None
-        if report.failed:  # by a leak, not for its own reason with a leak that only warned
-            failing = data is not None and _has_leak(found, failing=True)
-            if failing or (data is None and report.nodeid in self._failed_by_leak):
-                return "failed", "L", self._word(report, "LEAKED", {"red": True})
-            # a check with no verdict: its status word, not FAILED. A step that raised fails
-            # the test with its exception (the contract): pytest's own FAILED, as its count
-            # says ("1 failed"); the graphleak report's row says why there is no verdict.
-            status = _no_verdict(found) if data is not None else self._no_verdict.get(report.nodeid)
-            if status is None or status == ERROR:
-                return None
-            facts = STATUS_FACTS[status]
-            word = self._word(report, facts.label, {facts.colour: True})
-            return "failed", "U" if status == UNMEASURED else "F", word
-        leaked = _has_leak(found) if data is not None else report.nodeid in self._leaked
-        if leaked and report.passed:
-            return "passed", "l", self._word(report, "LEAK-WARNING", {"yellow": True})
-        return None
-
-    def _word(
-        self, report: pytest.TestReport, word: str, markup: Mapping[str, bool]
-    ) -> str | tuple[str, Mapping[str, bool]]:
-        """The status word with its markup where pytest reads a (word, markup) pair;
-        the plain word in pytest 7's short summary, which would print the pair."""
-        if _WORD_MARKUP_EVERYWHERE or report is self._logging:
-            return word, markup
-        return word
 
     # -- writing --------------------------------------------------------------------
 
@@ -457,13 +393,6 @@ def _outcome(report: pytest.TestReport) -> str:
     return report.outcome
 
 
-def _has_leak(results: Sequence[CheckResult], *, failing: bool = False) -> bool:
-    """A leaked check among a report's, not a known one (the baseline file's: its test
-    reads as pytest says); ``failing``: one whose leak failed the test (not ``warned``)."""
-    return any(check.leaked and not check.known and not (failing and check.warned)
-               for check in results)  # fmt: skip
-
-
 def _generated_by() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -487,7 +416,7 @@ class ReportHooks:
     def pytest_report_teststatus(
         self, report: pytest.TestReport, config: pytest.Config
     ) -> tuple[str, str, str | tuple[str, Mapping[str, bool]]] | None:
-        return self.reporter.teststatus(report)
+        return self.reporter.status_words.teststatus(report)
 
 
 class GraphleakSessionReport(SessionReport, ReportHooks):
