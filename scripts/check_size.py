@@ -51,11 +51,11 @@ TOTAL_BUDGET = 28_994
 #: Loose typing at most: ``Any`` written as a name, ``# type: ignore`` comments; counted in
 #: ``LOOSE_TREES``. mypy checks the rest; these are the holes it is told to look past.
 LOOSE_TREES = ("pytest_graphleak", "minigrad", "tests")
-LOOSE_TYPES: dict[str, int] = {"Any": 830, "type: ignore": 99}  # 2026-11-29
+LOOSE_TYPES: dict[str, int] = {"Any": 825, "type: ignore": 98}  # 2026-11-29
 
 #: Test modules that mypy --strict skips: pyproject.toml's overrides block headed
 #: ``UNTYPED_MARKER`` (``ignore_errors``) lists at most this many.
-UNTYPED_TESTS = 2  # 2026-11-29
+UNTYPED_TESTS = 1  # 2026-11-29
 UNTYPED_MARKER = "# UNTYPED TESTS:"
 
 

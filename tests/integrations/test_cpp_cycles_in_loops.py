@@ -7,18 +7,26 @@ failure is ``cycle`` with the link named, the user's creating line and the fix."
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from pytest_graphleak import GraphLeakError
 from pytest_graphleak.result import CheckResult
 
-torch = pytest.importorskip("torch")
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.filterwarnings("ignore:.*LeafSpec.*", "ignore::UserWarning:lightning")
 
 
 class Clip(torch.autograd.Function):
+    if TYPE_CHECKING:  # torch's Function.apply is untyped; this one takes and gives a tensor
+
+        @classmethod
+        def apply(cls, x: torch.Tensor) -> torch.Tensor: ...
+
     @staticmethod
     def forward(ctx: Any, x: Any) -> Any:
         out = torch.tanh(x)
@@ -33,16 +41,17 @@ class Clip(torch.autograd.Function):
 class Stats:
     """Keeps a batch mean and logs its gradient from a hook on the mean's grad_fn."""
 
-    def __init__(self, features: Any) -> None:
+    def __init__(self, features: torch.Tensor) -> None:
         self.seen = 0
         self.mean = features.mean()
+        assert self.mean.grad_fn is not None
         self.mean.grad_fn.register_hook(self._on_grad)
 
-    def _on_grad(self, *grads: Any) -> None:
+    def _on_grad(self, *grads: object) -> None:
         self.seen += 1
 
 
-def leaky(leak: str, features: Any) -> Any:
+def leaky(leak: str, features: torch.Tensor) -> torch.Tensor:
     """The features after the chosen leak (the same tensor values)."""
     if leak == "ctx":
         return Clip.apply(features)
@@ -64,7 +73,10 @@ def _check(text: str, leak: str) -> None:
 
 @pytest.mark.parametrize("leak", ["ctx", "hook"])
 def test_lightning_callback_draws_the_cycle(leak: str, recorded: list[CheckResult]) -> None:
-    L = pytest.importorskip("lightning")
+    if TYPE_CHECKING:
+        import lightning as L
+    else:
+        L = pytest.importorskip("lightning")
     from torch.utils.data import DataLoader, TensorDataset
 
     from pytest_graphleak.integrations.lightning import GraphLeakCallback
@@ -83,7 +95,9 @@ def test_lightning_callback_draws_the_cycle(leak: str, recorded: list[CheckResul
 
     gen = torch.Generator().manual_seed(0)
     data = TensorDataset(torch.randn(160, 6, generator=gen), torch.randn(160, 1, generator=gen))
-    trainer = L.Trainer(max_steps=30, callbacks=[cb := GraphLeakCallback(warmup=3)],
+    cb = GraphLeakCallback(warmup=3)
+    assert isinstance(cb, L.Callback)  # made one by GraphLeakCallback.__new__
+    trainer = L.Trainer(max_steps=30, callbacks=[cb],
                         logger=False, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False, num_sanity_val_steps=0)  # fmt: skip
     with pytest.raises(GraphLeakError) as info:
@@ -96,24 +110,32 @@ def test_lightning_callback_draws_the_cycle(leak: str, recorded: list[CheckResul
 def test_transformers_callback_draws_the_cycle(
     leak: str, tmp_path: Path, recorded: list[CheckResult]
 ) -> None:
-    transformers = pytest.importorskip("transformers")
+    if TYPE_CHECKING:
+        import transformers
+    else:
+        transformers = pytest.importorskip("transformers")
     pytest.importorskip("accelerate")
     from pytest_graphleak.integrations.transformers import GraphLeakCallback
 
-    class Tokens(torch.utils.data.Dataset):
+    class Tokens(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
         def __len__(self) -> int:
             return 400
 
-        def __getitem__(self, i: int) -> dict[str, Any]:
+        def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
             gen = torch.Generator().manual_seed(i)
             return {"input_ids": torch.randint(0, 50, (8,), generator=gen),
                     "labels": torch.tensor(i % 2)}  # fmt: skip
 
     class LeakyTrainer(transformers.Trainer):
-        def compute_loss(self, model, inputs, return_outputs=False, **kwargs):  # type: ignore[no-untyped-def]
+        def compute_loss(
+            self, model: torch.nn.Module, inputs: dict[str, object], return_outputs: bool = False,
+            num_items_in_batch: torch.Tensor | int | None = None,
+        ) -> torch.Tensor | tuple[torch.Tensor, object]:
             outputs = model(input_ids=inputs["input_ids"])
             logits = leaky(leak, outputs.logits)
-            loss = torch.nn.functional.cross_entropy(logits, inputs["labels"])
+            labels = inputs["labels"]
+            assert isinstance(labels, torch.Tensor)
+            loss = torch.nn.functional.cross_entropy(logits, labels)
             return (loss, outputs) if return_outputs else loss
 
     torch.manual_seed(0)
