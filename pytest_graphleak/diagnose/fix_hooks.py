@@ -50,6 +50,7 @@ from pytest_graphleak.diagnose.fix_source import (
     replace_node,
     statement_at,
 )
+from pytest_graphleak.words.cycles import UNHOOK
 
 #: A cycle link through a bound method's object (``diagnose.edges``).
 _BOUND = re.compile(r"\bbound method (?:[A-Za-z_][\w.]*\.)?([A-Za-z_]\w*)\.__self__")
@@ -247,7 +248,7 @@ def _unhooked(
     if target is None:
         lines[0] = f"{pad}{handle} = {lines[0][len(pad) :]}"
     end = (statement.end_lineno or statement.lineno) - statement.lineno + 1
-    shown = (f"{one_line(lines[:end])}; then {handle}.remove() after "
-             f"{one_line(source.lines[after.lineno - 1 : last])}")  # fmt: skip
+    shown = UNHOOK.format(one_line(lines[:end]), handle,
+                          one_line(source.lines[after.lineno - 1 : last]))  # fmt: skip
     return Edit(source.filename, statement.lineno, last, (*lines, f"{pad}{handle}.remove()"),
                 shown, "unhook")  # fmt: skip

@@ -59,6 +59,7 @@ from pytest_graphleak.outlive.roots import (
 from pytest_graphleak.outlive.subjects import AuditedTest, FixtureDef
 from pytest_graphleak.patterns import FIXES
 from pytest_graphleak.result import CheckResult, Fix, JudgedAt
+from pytest_graphleak.words import outlive as words
 from pytest_graphleak.words import verify as said
 
 if TYPE_CHECKING:  # imported when a test is run again for its sites (it imports the diagnosis)
@@ -130,7 +131,7 @@ class Audit(FixtureScopes):
                 warnings.simplefilter("ignore")
                 yield
         except Exception as exc:  # the audit must never fail a test by itself
-            self.notes.add(f"outlive audit failed in {nodeid}: {type(exc).__name__}: {exc}")
+            self.notes.add(words.AUDIT_FAILED.format(nodeid, type(exc).__name__, exc))
 
     def audit(
         self, test: AuditedTest, census: Census, *, checked: Collection[str] = (),
@@ -230,8 +231,7 @@ class Audit(FixtureScopes):
         if why:
             for result in results:
                 if result.diagnosis is not None:
-                    result.diagnosis.notes.append(f"the test is not run again to find its "
-                                                  f"sites: {why}")  # fmt: skip
+                    result.diagnosis.notes.append(words.NOT_RERUN.format(why))
                     _not_tried(result, said.not_rerun(why))
             return
         from pytest_graphleak.outlive.rerun import SiteRun, amend
@@ -248,14 +248,11 @@ class Audit(FixtureScopes):
                 self.rerun = None
                 run.call_ends()
             if not run.called or not run.counted or failed:
-                why = (f"its {failed} failed" if failed else "its call phase did not run"
-                       if not run.called else "it could not be counted")
+                why = (words.PHASE_FAILED.format(failed) if failed else words.CALL_NOT_RUN
+                       if not run.called else words.NOT_COUNTED)  # fmt: skip
                 for result in results:
                     if result.diagnosis is not None:
-                        result.diagnosis.notes.append(
-                            f"the test ran once more to find its sites, but {why}: "
-                            "created at and stored at unknown"
-                        )
+                        result.diagnosis.notes.append(words.RERUN_FAILED.format(why))
                         _not_tried(result, said.rerun_failed(why))
                 return
             again = self._census_explained(test, run.census, site_of=run.site_of)
@@ -298,8 +295,8 @@ class Audit(FixtureScopes):
                 self.rerun = None
                 run.call_ends()
             if failed or run.call_error or not run.called or not run.counted:
-                return (f"its {failed} failed" if failed else run.call_error
-                        or "it could not be counted"), []  # fmt: skip
+                return (words.PHASE_FAILED.format(failed) if failed else run.call_error
+                        or words.NOT_COUNTED), []  # fmt: skip
             # site_of given: the summary's note on graphs no search named is the first run's
             again = self._census_explained(test, run.census, site_of=_no_site)
             run.counted = False  # the census is finished
@@ -339,7 +336,7 @@ class Audit(FixtureScopes):
             if self._kept_on_purpose(holder.qualified):
                 kept.setdefault(id(holder.value), holder.value)
         roots = [h for h in holders if id(h.value) not in kept]
-        roots.extend(Holder("kept on purpose", "", obj, kept=True) for obj in kept.values())
+        roots.extend(Holder(words.KEPT_ON_PURPOSE, "", obj, kept=True) for obj in kept.values())
         return roots
 
     def root_values(
@@ -413,15 +410,7 @@ class _Without:
 
 
 def _unseen_note(reached: bool | None, count: int, first: str) -> str:
-    tests = f"{count} test{'s' if count != 1 else ''}"
-    budget = f"stops at {MAX_VISITED:,} objects"
-    if reached:
-        return (f"outlive audit: {tests} left graphs alive that a first walk from your roots "
-                f"reached but the holder search did not name (it follows fewer references "
-                f"than that walk, and {budget}): not reported; the first: {first}")
-    return (f"outlive audit: in {tests} your roots reach more than {GATE_LIMIT:,} objects, so "
-            f"only the holder search looked for the graphs left alive, and it {budget}: "
-            f"one kept past that is not named; the first: {first}")  # fmt: skip
+    return words.unseen(reached, count, first, MAX_VISITED, GATE_LIMIT)
 
 
 def _no_site(obj: object) -> None:
@@ -441,16 +430,10 @@ def _note_unknownsites_text(result: CheckResult, rerun: bool) -> None:
     diagnosis = result.diagnosis
     if diagnosis is None or diagnosis.sites:
         return
-    if rerun:
-        if not any("ran once more" in n or "not run again" in n for n in diagnosis.notes):
-            diagnosis.notes.append("created at: unknown (no site recorded for what it keeps)")
-        return
-    diagnosis.notes.append(
-        f"created at: unknown ({sites_text(False)} creation sites are not recorded while a "
-        "test runs; "
-        "--graphleak-outlive-sites=rerun runs a test with a finding once more to find "
-        "them and the line that stored the graph)"
-    )
+    if not rerun:
+        diagnosis.notes.append(words.no_sites(sites_text(False)))
+    elif not any(words.RAN_AGAIN in n or words.NOT_RUN_AGAIN in n for n in diagnosis.notes):
+        diagnosis.notes.append(words.NO_SITE_KEPT)
 
 
 def _fixture_name(label: str) -> str:

@@ -49,7 +49,8 @@ from pytest_graphleak.outlive.found import (
 )
 from pytest_graphleak.patterns import BY_WORD
 from pytest_graphleak.probes.autograd.bundle import Site
-from pytest_graphleak.result import JUDGED_AT_FIXTURE_TEARDOWN, CheckResult, Diagnosis, Verdict
+from pytest_graphleak.result import CheckResult, Diagnosis, Verdict
+from pytest_graphleak.words import outlive as said
 from pytest_graphleak.words.fix import choose_fix
 from pytest_graphleak.words.recorders import (
     argument_name,
@@ -136,8 +137,7 @@ def explain(
     walker.exclude.difference_update(owned)
     last = outcome.results[-1].diagnosis if len(outcome.results) == MAX_HOLDERS else None
     if last is not None:  # the search stopped there: say so where the user reads
-        last.notes.append(f"at most {MAX_HOLDERS} holders are named per test: what other "
-                          "holders keep was not looked for")  # fmt: skip
+        last.notes.append(said.HOLDERS_NAMED.format(MAX_HOLDERS))
     return outcome
 
 
@@ -214,24 +214,12 @@ def _result(
     sites = [creation_site(site, count) for site, count in most_common(made)]
     maker = made_by or nodeid
     counted = f"{node_count:,}{'+' if graph.truncated else ''}"
-    nouns = "tensor" if len(tensors) == 1 else "tensors"
-    what = (f"{len(tensors)} graph-carrying {nouns} ({counted} graph nodes)" if tensors
-            else f"{counted} graph nodes")  # fmt: skip
-    reason = f"{what} made during {maker} still alive after its teardown"
-    if made_by:  # judged at a wider-scope fixture's teardown, maybe for several tests
-        reason = f"{what} made during {maker}{JUDGED_AT_FIXTURE_TEARDOWN}{fixture}"
+    # made_by: judged at a wider-scope fixture's teardown, maybe for several tests
+    reason = said.reason(len(tensors), counted, maker, in_place=in_place,
+                         fixture=fixture if made_by else "")  # fmt: skip
+    notes = [said.KEPT_BY.format(made_by, fixture)] if made_by else []
     if in_place:
-        old = "a tensor" if len(tensors) <= 1 else f"{len(tensors)} tensors"
-        reason = (f"{old} whose graph {maker} extended in place ({counted} graph nodes), "
-                  "still alive after its teardown")  # fmt: skip
-    notes: list[str] = []
-    if made_by:
-        notes.append(f"made during {made_by}; kept by {fixture} until its teardown")
-    if in_place:
-        notes.append(
-            "an in-place op (+=, add_()) extended the graph of a tensor that had none or an "
-            "older one: each test that does so chains its graph onto the same one"
-        )
+        notes.append(said.IN_PLACE)
     diagnosis = Diagnosis(
         pattern, chain=chain, links=links, sites=sites, notes=notes,
         drawing=drawing(path, None, walker),

@@ -14,16 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_graphleak.outlive.census import Census
 from pytest_graphleak.outlive.found import Deferred, Holder, Listed
-from pytest_graphleak.outlive.roots import (
-    MISSING,
-    fixture_label,
-    owned_by,
-    still_kept,
-    tests_text,
-)
+from pytest_graphleak.outlive.roots import MISSING, fixture_label, owned_by, still_kept
 from pytest_graphleak.outlive.subjects import AuditedTest, FixtureDef
 from pytest_graphleak.probes.autograd import BUNDLES, active_backends
 from pytest_graphleak.result import CheckResult, JudgedAt, Link
+from pytest_graphleak.words import outlive as said
 
 if TYPE_CHECKING:
     import weakref
@@ -112,10 +107,7 @@ class FixtureScopes:
                 if at is not None:
                     result.name = at.row
                 if result.diagnosis is not None and not result.diagnosis.sites:
-                    result.diagnosis.notes.append(
-                        f"created at: unknown (sites are recorded for {sites_text(True)} graphs "
-                        "only, and the test that made it ran before)"
-                    )
+                    result.diagnosis.notes.append(said.MADE_BEFORE.format(sites_text(True)))
             results.extend(explained.results)
         self._pending = still
         return results
@@ -200,8 +192,9 @@ class FixtureScopes:
             if at is not None:
                 self._torn_down.append(at)
             return
+        made = tuple(dict.fromkeys(d.nodeid for d in pending))  # the tests, in order
         if at is not None:
-            at = replace(at, made_during=tuple(dict.fromkeys(d.nodeid for d in pending)))
+            at = replace(at, made_during=made)
         results: list[CheckResult] = []
         label = fixture_label(fixturedef)
         try:
@@ -210,7 +203,7 @@ class FixtureScopes:
                 from pytest_graphleak.outlive.explain import explain  # only with graphs to name
 
                 earlier = explain(Listed(alive), roots, nodeid=test.nodeid,
-                                  made_by=tests_text(pending), fixture=label,
+                                  made_by=said.tests_text(made), fixture=label,
                                   backends=active_backends(), judging=fixturedef)  # fmt: skip
                 for deferred in earlier.deferred:  # handed on to another live fixture
                     if deferred.owner is not None and deferred.tensors:
@@ -229,12 +222,9 @@ class FixtureScopes:
                 continue
             root = root_of(result, raw=True)
             if root == label or root.endswith(owned_by(fixturedef)):
-                diagnosis.notes.append(
-                    f"{still_kept(fixturedef)} (one that clears it there keeps nothing)"
-                )
+                diagnosis.notes.append(still_kept(fixturedef))
             if not diagnosis.sites:
-                diagnosis.notes.append(f"created at: unknown ({sites_text(False)} creation sites "
-                                       "are not recorded while a test runs)")  # fmt: skip
+                diagnosis.notes.append(said.no_sites(sites_text(False), hint=False))
         self._judged.extend(results)
 
     def _release(self, fixturedef: FixtureDef) -> list[tuple[type, str]]:
@@ -264,7 +254,7 @@ class FixtureScopes:
         for cls, name in owned:
             value = vars(cls).get(name, MISSING)
             if value is not MISSING:
-                label = f"class attribute '{cls.__qualname__}.{name}'{owned_by(fixturedef)}"
+                label = said.CLASS_ATTRIBUTE.format(cls.__qualname__, name) + owned_by(fixturedef)
                 mine.append(Holder(label, f"{cls.__module__}.{cls.__qualname__}.{name}", value,
                                    fixture=True, owner=fixturedef, exclusive=True))  # fmt: skip
         if self.keep:  # the keep list applies to these too

@@ -27,12 +27,8 @@ from pytest_graphleak.diagnose.stored import LiveWatch, watch_failed
 from pytest_graphleak.outlive.census import Census
 from pytest_graphleak.probes.autograd.bundle import Site
 from pytest_graphleak.result import CheckResult
+from pytest_graphleak.words import outlive as said
 from pytest_graphleak.words.fix import choose_fix
-
-#: What the first run's story says when the re-run is its source.
-FOUND_BY = (
-    "created at and stored at: from one more run of the test (--graphleak-outlive-sites=rerun)"
-)
 
 
 class SiteRun:
@@ -120,22 +116,18 @@ def amend(
         found = by_root.get(root)
         diagnosis.notes.extend(trouble or ())
         if found is None or found.diagnosis is None:
-            raised = f"raised {call_error} in its call and " if call_error else ""
-            diagnosis.notes.append(
-                "the test ran once more to find where its graphs were made, and that run "
-                f"{raised}left none in this holder: created at and stored at unknown"
-            )
+            diagnosis.notes.append(said.rerun_left_none(call_error))
             continue
         if not diagnosis.sites:
             diagnosis.sites = list(found.diagnosis.sites)
         if root == watched:
             diagnosis.stored_at = per_step(stored, 1, via)
             if not stored and not any(note.startswith("stored at:") for note in trouble or ()):
-                diagnosis.notes.append("stored at: no user line of the re-run changed the holder")
+                diagnosis.notes.append(said.NO_STORING_LINE)
             diagnosis.fix = choose_fix(diagnosis)  # worded for the storing line, as a step's is
         if diagnosis.fix_tried is not None:  # the advice, worded again; tried next
             diagnosis.fix_tried = not_verified(diagnosis.fix, diagnosis.fix_tried.why_not or "")
-        diagnosis.notes.append(FOUND_BY)
+        diagnosis.notes.append(said.FOUND_BY)
 
 
 def _root(result: CheckResult) -> str:

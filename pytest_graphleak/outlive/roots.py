@@ -16,8 +16,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pytest_graphleak.heap.usercode import is_user_module
-from pytest_graphleak.outlive.found import Deferred, Holder
+from pytest_graphleak.outlive.found import Holder
 from pytest_graphleak.outlive.subjects import AuditedTest, FixtureDef
+from pytest_graphleak.words import outlive as said
 
 _SKIP_GLOBALS = (types.ModuleType, types.BuiltinFunctionType, type(sys))
 
@@ -55,7 +56,7 @@ def class_attributes(
                                                            classmethod, property)):  # fmt: skip
                 continue
             qualified = f"{klass.__module__}.{klass.__qualname__}.{name}"
-            label = f"class attribute '{klass.__qualname__}.{name}'"
+            label = said.CLASS_ATTRIBUTE.format(klass.__qualname__, name)
             owner = owners.get(name)
             if owner is not None and owner.cached_result is not None:
                 yield Holder(label + owned_by(owner), qualified, value, fixture=True,
@@ -143,29 +144,13 @@ def _setup_class(fixturedef: FixtureDef) -> str | None:
 
 
 def fixture_label(fixturedef: FixtureDef) -> str:
-    cls = _setup_class(fixturedef)
-    if cls is not None:
-        return f"class {cls} (setUpClass)"
-    return f"fixture '{fixturedef.argname}' ({fixturedef.scope} scope)"
+    return said.fixture_label(_setup_class(fixturedef), str(fixturedef.argname), fixturedef.scope)
 
 
 def owned_by(fixturedef: FixtureDef) -> str:
     """The label's tail for a class attribute a class-scoped fixture set."""
-    if _setup_class(fixturedef) is not None:
-        return " (set by setUpClass)"
-    return f" (set by fixture '{fixturedef.argname}')"
+    return said.set_by(_setup_class(fixturedef), str(fixturedef.argname))
 
 
 def still_kept(fixturedef: FixtureDef) -> str:
-    cls = _setup_class(fixturedef)
-    if cls is not None:
-        return f"{cls} still kept it after tearDownClass ran"
-    return f"fixture '{fixturedef.argname}' still kept it after its own teardown code ran"
-
-
-def tests_text(pending: list[Deferred]) -> str:
-    """The tests that made the graphs: ``a``, ``a and b``, ``a, b, c and 2 more tests``."""
-    names = list(dict.fromkeys(deferred.nodeid for deferred in pending))
-    if len(names) <= 3:
-        return " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
-    return f"{', '.join(names[:3])} and {len(names) - 3} more tests"
+    return said.still_kept(_setup_class(fixturedef), str(fixturedef.argname))

@@ -34,7 +34,6 @@ from pytest_graphleak.report.text import (
     KEPT_ON_PURPOSE,
     LINE_MARKUP,
     line_markup,
-    tests_text,
     words,
     wrap_line,
     wrapped,
@@ -57,6 +56,7 @@ from pytest_graphleak.status import (
 from pytest_graphleak.status import TABLE as STATUS_TABLE
 from pytest_graphleak.verdict import slowest_leak_text
 from pytest_graphleak.words.chain import names_of
+from pytest_graphleak.words.outlive import tests_text
 
 __all__ = ["LINE_MARKUP", "line_markup"]  # their home is report.text; read here too
 

@@ -24,6 +24,7 @@ from pytest_graphleak.result import JUDGED_AT_FIXTURE_TEARDOWN, CheckResult, Cre
 from pytest_graphleak.status import BY_WORD as STATUS_WORDS
 from pytest_graphleak.status import CLEAN, ERROR, LEAKED, UNMEASURED
 from pytest_graphleak.verdict import slowest_leak_text
+from pytest_graphleak.words.outlive import tests_text
 
 #: Series longer than this are shown as head ... tail.
 _MAX_SHOWN = 24
@@ -100,13 +101,6 @@ def render_outlive(result: CheckResult) -> str:
 #: The outlive story's last line: what to do when the graph is kept on purpose.
 KEPT_ON_PURPOSE = ("kept on purpose? mark the test @pytest.mark.graphleak_outlive_ok, or "
                    "list the holder in graphleak_outlive_keep")  # fmt: skip
-
-
-def tests_text(nodeids: Sequence[str]) -> str:
-    """``a``, ``a and b``, ``a, b, c and 2 more tests``."""
-    if len(nodeids) > 3:
-        return f"{', '.join(nodeids[:3])} and {len(nodeids) - 3} more tests"
-    return " and ".join([", ".join(nodeids[:-1]), nodeids[-1]] if len(nodeids) > 1 else nodeids)
 
 
 def site_text(site: CreationSite) -> str:

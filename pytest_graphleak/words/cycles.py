@@ -14,6 +14,7 @@ CHECKPOINT = (
 TENSOR_HOOK = "the tensor with register_hook()"
 
 Told = tuple[list[str], str]  # (notes, fix): "" for the pattern's usual fix
+UNHOOK = "{}; then {}.remove() after {}"  # the hook's line, its handle, the line after
 
 
 def node_hook(node: str, call: str) -> str:
