@@ -72,6 +72,18 @@ def load(path: Path) -> ModuleType:
     return module
 
 
+#: ``check(leaky_step)`` of each example, made once in this process: the tests of its
+#: diagnosis, its surfaces and its fix read the same result (each check re-runs the step
+#: for the verdict, the diagnosis and every change its fix tries).
+_CHECKED: dict[Path, CheckResult] = {}
+
+
+def checked(path: Path) -> CheckResult:
+    if path not in _CHECKED:
+        _CHECKED[path] = pytest_graphleak.check(load(path).leaky_step)
+    return _CHECKED[path]
+
+
 def loadable(path: Path) -> bool:
     """Can this example be imported here (its optional framework is installed)?"""
     try:
@@ -129,7 +141,7 @@ NOT_VERIFIED = {
 @pytest.mark.parametrize("path", CATALOGUE, ids=lambda p: p.stem)
 def test_leak_is_diagnosed(path: Path) -> None:
     module = load(path)
-    result = pytest_graphleak.check(module.leaky_step)
+    result = checked(path)
     assert result.error is None, result.error
     assert result.leaked, result.verdict.reason
     diagnosis = result.diagnosis
@@ -171,8 +183,7 @@ def test_leak_is_diagnosed(path: Path) -> None:
 def test_every_surface_shows_the_one_fix(path: Path) -> None:
     """The fix is one field made once: the text, the terminal, the JSON (also read back),
     the view, the HTML page and the GitHub annotation carry exactly it."""
-    module = load(path)
-    result = pytest_graphleak.check(module.leaky_step)
+    result = checked(path)
     assert result.leaked and result.diagnosis is not None, result.verdict.reason
     advice = result.diagnosis.fix
     assert advice, "a diagnosis always holds its fix"
@@ -354,8 +365,7 @@ def test_a_kept_distribution_is_told_which_tensors_to_detach() -> None:
     """A kept ``Normal`` carries graphs in ``.loc`` and ``.scale``: detaching ``.loc`` alone
     before storing it leaves the graph of ``.scale``."""
     path = EXAMPLES / "torch_kept_distributions.py"
-    module = load(path)
-    result = pytest_graphleak.check(module.leaky_step)
+    result = checked(path)
     assert result.diagnosis is not None
     fix = result.diagnosis.fix
     assert "dist.loc.detach() and dist.scale.detach()" in fix, fix
