@@ -4,18 +4,27 @@ the usual leaks fail inside the loop with the right pattern and holder."""
 from __future__ import annotations
 
 import gc
+from typing import TYPE_CHECKING
 
 import pytest
 
 from pytest_graphleak import GraphLeakError, GraphLeakWarning, UnmeasuredError
 from pytest_graphleak.result import CheckResult
 
-torch = pytest.importorskip("torch")
-L = pytest.importorskip("lightning")
+if TYPE_CHECKING:
+    import lightning as L
+    import torch
+    from lightning.pytorch.utilities.types import OptimizerLRSchedulerConfig
+else:
+    torch = pytest.importorskip("torch")
+    L = pytest.importorskip("lightning")
 pytestmark = pytest.mark.filterwarnings("ignore:.*LeafSpec.*", "ignore::UserWarning:lightning")
 from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
 from pytest_graphleak.integrations.lightning import GraphLeakCallback  # noqa: E402
+
+#: A batch of the DataLoaders here: inputs and targets.
+Batch = tuple["torch.Tensor", "torch.Tensor"]
 
 
 class Regressor(L.LightningModule):
@@ -32,8 +41,8 @@ class Regressor(L.LightningModule):
         self.total = torch.zeros(())
         self.all_preds = torch.zeros(0, 1)
 
-    def training_step(self, batch: object, batch_idx: int) -> object:
-        x, y = batch  # type: ignore[misc]
+    def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
+        x, y = batch
         preds = self.net(x)
         loss = torch.nn.functional.mse_loss(preds, y)
         self.log("train_loss", loss, on_step=True, prog_bar=False)
@@ -51,11 +60,11 @@ class Regressor(L.LightningModule):
         self.step_losses.clear()
         self.training_step_outputs.clear()
 
-    def validation_step(self, batch: object, batch_idx: int) -> None:
-        x, y = batch  # type: ignore[misc]
+    def validation_step(self, batch: Batch, batch_idx: int) -> None:
+        x, y = batch
         self.log("val_loss", torch.nn.functional.mse_loss(self.net(x), y))
 
-    def configure_optimizers(self) -> object:
+    def configure_optimizers(self) -> OptimizerLRSchedulerConfig:
         optimizer = torch.optim.SGD(self.parameters(), lr=0.01)
         scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=4, gamma=0.9)
         return {
@@ -64,7 +73,7 @@ class Regressor(L.LightningModule):
         }
 
 
-def loader(batches: int) -> DataLoader:
+def loader(batches: int) -> DataLoader[tuple[torch.Tensor, ...]]:
     gen = torch.Generator().manual_seed(0)
     data = TensorDataset(
         torch.randn(4 * batches, 8, generator=gen), torch.randn(4 * batches, 1, generator=gen)
@@ -73,18 +82,19 @@ def loader(batches: int) -> DataLoader:
 
 
 def fit(
-    model: Regressor, callback: object, *, batches: int, max_steps: int = 30, **options: object
+    model: L.LightningModule, callback: GraphLeakCallback, *, batches: int, max_steps: int = 30,
+    accumulate_grad_batches: int = 1, limit_val_batches: int | None = None,
+    fast_dev_run: bool = False,
 ) -> None:
+    assert isinstance(callback, L.Callback)  # made one by GraphLeakCallback.__new__
     trainer = L.Trainer(
         max_steps=max_steps, callbacks=[callback], logger=False, enable_checkpointing=False,
         enable_progress_bar=False, enable_model_summary=False, log_every_n_steps=1,
-        num_sanity_val_steps=0, **options,
-    )  # fmt: skip
-    trainer.fit(
-        model,
-        loader(batches),
-        **({"val_dataloaders": loader(2)} if "limit_val_batches" in options else {}),
+        num_sanity_val_steps=0, accumulate_grad_batches=accumulate_grad_batches,
+        limit_val_batches=limit_val_batches, fast_dev_run=fast_dev_run,
     )
+    validation = loader(2) if limit_val_batches is not None else None
+    trainer.fit(model, loader(batches), val_dataloaders=validation)
 
 
 def test_a_clean_run_with_the_usual_features_passes(recorded: list[CheckResult]) -> None:
@@ -93,7 +103,8 @@ def test_a_clean_run_with_the_usual_features_passes(recorded: list[CheckResult])
     # 8 batches per epoch, 2 per optimizer step: an epoch ends (with a validation run)
     # every 4 steps, inside the measured window.
     fit(Regressor(), cb, batches=8, accumulate_grad_batches=2, limit_val_batches=2)
-    assert cb.result is not None and not cb.result.leaked, cb.result.verdict.reason
+    assert cb.result is not None
+    assert not cb.result.leaked, cb.result.verdict.reason
     # One step per batch (60 batches for 30 optimizer steps), in windows of 16 after the
     # first warmup + 16; the 9 batches left when the run ends are shorter than a window:
     # a tail with no verdict of its own (it may lie inside the run's last epoch).
@@ -204,8 +215,8 @@ class Pooled(Regressor):
         self.pool: list[object] = []
         self.last_preds: object = None
 
-    def training_step(self, batch: object, batch_idx: int) -> object:
-        x, y = batch  # type: ignore[misc]
+    def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
+        x, y = batch
         self.last_preds = preds = self.net(x)
         return torch.nn.functional.mse_loss(preds, y)
 
@@ -248,9 +259,11 @@ class TwoOptimizers(L.LightningModule):
         self.d = torch.nn.Linear(8, 1)
         self.d_losses: list[object] = []
 
-    def training_step(self, batch: object, batch_idx: int) -> None:
-        x, _ = batch  # type: ignore[misc]
-        opt_g, opt_d = self.optimizers()  # type: ignore[misc]
+    def training_step(self, batch: Batch, batch_idx: int) -> None:
+        x, _ = batch
+        optimizers = self.optimizers()
+        assert isinstance(optimizers, list)  # one per configure_optimizers entry
+        opt_g, opt_d = optimizers
         d_loss = self.d(self.g(x).detach()).mean() - self.d(x).mean()
         opt_d.zero_grad()
         self.manual_backward(d_loss)
@@ -261,7 +274,7 @@ class TwoOptimizers(L.LightningModule):
         opt_g.step()
         self.d_losses.append(d_loss)
 
-    def configure_optimizers(self) -> object:
+    def configure_optimizers(self) -> list[torch.optim.Optimizer]:
         return [torch.optim.SGD(self.g.parameters(), lr=0.01),
                 torch.optim.SGD(self.d.parameters(), lr=0.01)]  # fmt: skip
 
@@ -271,7 +284,7 @@ def test_manual_optimization_with_two_optimizers_is_judged_per_batch_inside_the_
 ) -> None:
     cb = GraphLeakCallback(warmup=3)
     with pytest.raises(GraphLeakError) as info:
-        fit(TwoOptimizers(), cb, batches=40, max_steps=60)  # type: ignore[arg-type]
+        fit(TwoOptimizers(), cb, batches=40, max_steps=60)
     text = str(info.value)
     assert "held by: pl_module -> TwoOptimizers.d_losses -> list(len=19) -> Tensor(" in text
     assert "d_loss = self.d(self.g(x).detach()).mean() - self.d(x).mean()" in text
