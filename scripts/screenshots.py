@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Screenshots of the HTML report and six docs pages, to look at before a release.
+"""Screenshots of the HTML report and the docs pages (``DOCS_PAGES``), to look at before a
+release.
 
     python scripts/screenshots.py [--out DIR] [--widths 1280,800,420,360] [--screens 2]
 
@@ -7,14 +8,15 @@ Takes each page at each width, light and dark (Chromium's ``--force-dark-mode``,
 the report and the docs theme follow through ``prefers-color-scheme``), as PNG files
 ``DIR/<page>-<width>-<theme>-<screen>.png``: screen 1 is the top of the page, screen 2
 the next one down (a wrapper page scrolls the page in a frame: headless Chromium has no
-scroll flag). The reports are the mixed run of ``scripts/report_picture.py`` (a leak, its
-fixed twin, an outlived graph, an unmeasured check, an error) and a 200-test run with
-three leaks (``report-200``), each also measured at every width first
-(``scripts/report_layout.py``: overflow, the index's edge, tick size, the fold
-controls); the docs are built with ``mkdocs build`` into a temporary directory.
-``DIR/index.html`` lays every shot out on one page. Needs ``chromium`` (Debian:
-``apt-get install -y chromium``) and mkdocs (the ``dev`` extra). The measures are printed,
-not asserted: look at the pictures.
+scroll flag). A width under 500 px is shot in a frame of that width and cropped
+(``MIN_WINDOW``): headless Chromium lays a narrower window out at 500 px. The reports
+are the mixed run of ``scripts/report_picture.py`` (a leak, its fixed twin, an outlived
+graph, an unmeasured check, an error) and a 200-test run with three leaks
+(``report-200``), each also measured at every width first (``scripts/report_layout.py``:
+overflow, the index's edge, tick size, the fold controls); the docs are built with
+``mkdocs build`` into a temporary directory. ``DIR/index.html`` lays every shot out on
+one page. Needs ``chromium`` (Debian: ``apt-get install -y chromium``) and mkdocs (the
+``dev`` extra). The measures are printed, not asserted: look at the pictures.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import zlib
 from html import escape
 from pathlib import Path
 
@@ -44,6 +47,7 @@ DOCS_PAGES = {
     "diagnosis": "diagnosis/index.html",
     "options": "options/index.html",
     "integrations": "integrations/index.html",
+    "lightning": "integrations/lightning/index.html",
     "comparison": "comparison/index.html",
 }
 
@@ -81,10 +85,14 @@ def run_big(directory: Path) -> Path:
 
 #: The window's height at each width: a laptop screen, a phone's.
 HEIGHTS = {1280: 900, 800: 1000, 420: 860, 360: 780}
+#: Headless Chromium lays a window out at this width at least (a "360 px" window is a
+#: 500 px page, cropped): a narrower page is shot in a frame of its own width, in a
+#: window of this width, and the picture cropped to the frame.
+MIN_WINDOW = 500
 
 _FRAME = """<!DOCTYPE html><html><head><meta charset="utf-8"><style>
 body {{ margin: 0; overflow: hidden; }}
-iframe {{ position: absolute; left: 0; top: -{offset}px; width: 100%;
+iframe {{ position: absolute; left: 0; top: -{offset}px; width: {width};
           height: {height}px; border: 0; }}</style></head>
 <body><iframe src="{url}"></iframe></body></html>"""
 
@@ -94,18 +102,68 @@ def shoot(chromium: str, work: Path, url: str, out: Path, width: int, *, dark: b
     """One screenshot of ``url``: screen ``screen`` (1: the top) of a ``width`` window."""
     height = HEIGHTS.get(width, 900)
     target = url
-    if screen > 1:  # scrolled: the page in a frame, moved up by the screens above
+    narrow = width < MIN_WINDOW
+    if screen > 1 or narrow:  # the page in a frame: scrolled by the screens above, or narrow
         frame = work / f"frame-{width}-{screen}.html"
         offset = (screen - 1) * height
-        frame.write_text(_FRAME.format(offset=offset, height=offset + height, url=url),
+        frame.write_text(_FRAME.format(offset=offset, height=offset + height, url=url,
+                                       width=f"{width}px" if narrow else "100%"),
                          encoding="utf-8")  # fmt: skip
         target = frame.as_uri()
     flags = ["--force-dark-mode"] if dark else []
     # A profile per theme: the docs theme keeps the palette it first chose in storage.
     profile = work / ("profile-dark" if dark else "profile-light")
     run_chromium(chromium, profile, *flags, "--virtual-time-budget=3000",
-                 f"--window-size={width},{height}", f"--screenshot={out}", target)  # fmt: skip
+                 f"--window-size={max(width, MIN_WINDOW)},{height}", f"--screenshot={out}",
+                 target)  # fmt: skip
+    if narrow and out.is_file():
+        crop_png(out, width)
     return out.is_file()
+
+
+def crop_png(path: Path, width: int) -> None:
+    """Keep the left ``width`` pixels of Chromium's PNG (8-bit RGB or RGBA, not
+    interlaced), written back unfiltered: no imaging library needed."""
+    data = path.read_bytes()
+    chunks, at = [], 8
+    while at < len(data):
+        size = int.from_bytes(data[at : at + 4], "big")
+        chunks.append((data[at + 4 : at + 8], data[at + 8 : at + 8 + size]))
+        at += 12 + size
+    head = next(body for kind, body in chunks if kind == b"IHDR")
+    full, rows = int.from_bytes(head[0:4], "big"), int.from_bytes(head[4:8], "big")
+    if head[8] != 8 or head[9] not in (2, 6) or head[12] != 0 or width >= full:
+        return
+    step = 4 if head[9] == 6 else 3
+    raw = zlib.decompress(b"".join(body for kind, body in chunks if kind == b"IDAT"))
+    stride, prior, kept = full * step, bytearray(full * step), bytearray()
+    for row in range(rows):
+        start = row * (stride + 1)
+        kind, line = raw[start], bytearray(raw[start + 1 : start + 1 + stride])
+        for i in range(stride):
+            left = line[i - step] if i >= step else 0
+            up, corner = prior[i], prior[i - step] if i >= step else 0
+            if kind == 1:
+                line[i] = (line[i] + left) & 255
+            elif kind == 2:
+                line[i] = (line[i] + up) & 255
+            elif kind == 3:
+                line[i] = (line[i] + (left + up) // 2) & 255
+            elif kind == 4:
+                guess = left + up - corner
+                near = min((abs(guess - left), 0, left), (abs(guess - up), 1, up),
+                           (abs(guess - corner), 2, corner))  # fmt: skip
+                line[i] = (line[i] + near[2]) & 255
+        prior = line
+        kept += b"\0" + line[: width * step]
+    header = width.to_bytes(4, "big") + head[4:]
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return (len(body).to_bytes(4, "big") + kind + body
+                + zlib.crc32(kind + body).to_bytes(4, "big"))  # fmt: skip
+
+    path.write_bytes(data[:8] + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(bytes(kept)))
+                     + chunk(b"IEND", b""))  # fmt: skip
 
 
 def contact_sheet(out: Path, shots: list[Path]) -> None:
@@ -141,8 +199,11 @@ def main(argv: list[str] | None = None) -> int:
         (work / "run").mkdir()
         run_suite(work / "run")
         site = work / "site"
+        # the docs hooks import this checkout's package, not an installed one
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
         built = subprocess.run([sys.executable, "-m", "mkdocs", "build", "-q", "-d", str(site)],
-                               cwd=ROOT, capture_output=True, text=True, check=False)  # fmt: skip
+                               cwd=ROOT, env=env, capture_output=True, text=True,
+                               check=False)  # fmt: skip
         (work / "big").mkdir()
         reports = {"report": work / "run" / "r.html", "report-200": run_big(work / "big")}
         for name, report in reports.items():  # what the pictures should show, measured
