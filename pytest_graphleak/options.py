@@ -21,14 +21,21 @@ twin (a ``store_true`` flag defaulting to False would always win over the ini fi
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypedDict
 
 from pytest_graphleak.exceptions import OptionError as OptionError  # options.OptionError
 from pytest_graphleak.probes import PROBE_NAMES
-from pytest_graphleak.values import byte_size, flag, int_at_least, one_of
+from pytest_graphleak.values import (
+    byte_size,
+    file_path,
+    flag,
+    from_text,
+    holder_names,
+    int_at_least,
+    one_of,
+)
 from pytest_graphleak.verdict import FEWEST_STEPS, steps_to_catch
 
 DEFAULT_STEPS = 16
@@ -48,7 +55,7 @@ PLACES = ("pytest", "marker", "check", "track", "command")
 
 
 # -- value checks: Python value (from a marker, a call or a typed ini value) -> normalised
-# (the shared ones in ``values``; probe names and paths are the table's own)
+# (the shared ones in ``values``; probe names are the table's own)
 def _int_at_least(minimum: int) -> Callable[[str, object], int]:
     return lambda key, value: int_at_least(key, value, minimum)
 
@@ -85,47 +92,6 @@ OUTLIVE_MODES = ("warn", "fail", "off")
 OUTLIVE_SITES = ("off", "rerun")
 
 
-def _holder_names(key: str, value: object) -> tuple[str, ...]:
-    # As probe names: "a.b,c.d", a TOML list, or ini lines split as shell words.
-    if isinstance(value, str):
-        value = [value]
-    if not (isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)):
-        raise OptionError(
-            f"{key} must be dotted holder names like 'mypkg.cache.CACHE', got {value!r}"
-        )
-    names = tuple(part.strip() for v in value for part in v.split(",") if part.strip())
-    bad = [name for name in names if not re.fullmatch(r"[\w.*?\[\]]+", name)]
-    if bad:
-        raise OptionError(
-            f"{key}: {', '.join(map(repr, bad))} is not a dotted name "
-            "(module.NAME, module.Class.NAME or a fixture's name; * and ? match any text)"
-        )
-    return names
-
-
-def _path(key: str, value: object) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise OptionError(f"{key} must be a file path, got {value!r}")
-    return value.strip()
-
-
-# -- text (command line, ini file) -> Python value, by type; the value check then names
-# a bad text. Sizes and probe names are parsed by their value checks.
-def _text_int(text: str) -> object:
-    try:
-        return int(text.strip())
-    except ValueError:
-        return text
-
-
-_BOOL_TEXT = {**dict.fromkeys(("1", "true", "yes", "on"), True),
-              **dict.fromkeys(("0", "false", "no", "off"), False)}  # fmt: skip
-_FROM_TEXT: dict[str, Callable[[str], object]] = {
-    "int": _text_int, "choice": str.strip, "path": str.strip,
-    "bool": lambda text: _BOOL_TEXT.get(text.strip().lower(), text),
-}  # fmt: skip
-
-
 @dataclass(frozen=True)
 class Option:
     key: str  # the Settings field and the marker / call keyword
@@ -145,7 +111,7 @@ class Option:
 
     def parse(self, raw: object, label: str) -> Any:
         """``raw`` (text, or a typed ini value) checked; errors say ``invalid {label}``."""
-        value = _FROM_TEXT.get(self.type, str)(raw) if isinstance(raw, str) else raw
+        value = from_text(self.type, raw) if isinstance(raw, str) else raw
         try:
             return self.check(self.key, value)
         except OptionError as exc:
@@ -219,7 +185,7 @@ OPTIONS: tuple[Option, ...] = (
            "attributes (tests.test_x.TestModel.cache) or fixtures (state); * and ? match any "
            "text; the object named is kept whatever alias reaches it (default: none)",
            frozenset({"pytest"}), "--graphleak-outlive-keep", "graphleak_outlive_keep",
-           _holder_names, metavar="NAMES"),
+           holder_names, metavar="NAMES"),
     Option("outlive_sites", "choice", "off",
            "how the outlive audit finds where a kept graph was made and stored: 'rerun' runs "
            "each test that left a graph alive once more (its function-scoped fixtures too), "
@@ -236,20 +202,20 @@ OPTIONS: tuple[Option, ...] = (
            "existing file is replaced only if it is a graphleak JSON report. Relative paths: "
            "to the current directory, or to an ini file's own directory",
            frozenset({"pytest"}), "--graphleak-report", "graphleak_report",
-           _path, metavar="PATH", command_flag="--json"),
+           file_path, metavar="PATH", command_flag="--json"),
     Option("html", "path", None,
            "write a self-contained HTML report (charts, culprit chains, graph drawings) of "
            "every graphleak check to PATH; existing files and relative paths as for the JSON "
            "report",
            frozenset({"pytest"}), "--graphleak-html", "graphleak_html",
-           _path, metavar="PATH", command_flag="--html"),
+           file_path, metavar="PATH", command_flag="--html"),
     Option("sarif", "path", None,
            "write a SARIF 2.1.0 log of every leak and outlive finding to PATH, for GitHub "
            "code scanning (github/codeql-action/upload-sarif): each on the line that stores "
            "the leaked object (else the line that created it), with its verified fix as a "
            "SARIF fix; existing files and relative paths as for the JSON report",
            frozenset({"pytest"}), "--graphleak-sarif", "graphleak_sarif",
-           _path, metavar="PATH", command_flag="--sarif"),
+           file_path, metavar="PATH", command_flag="--sarif"),
     Option("github", "choice", "auto",
            "on GitHub Actions: a workflow command (::error, or ::warning where the test "
            "passed) per leak and per unmeasured check, on the line that stores the leaked "
@@ -265,7 +231,7 @@ OPTIONS: tuple[Option, ...] = (
            "a new one fails as without it; one listed and no longer found is reported as "
            "fixed since the baseline. Relative paths as for the JSON report",
            frozenset({"pytest"}), "--graphleak-baseline", "graphleak_baseline",
-           _path, metavar="FILE"),
+           file_path, metavar="FILE"),
     Option("baseline_update", "bool", False,
            "write the --graphleak-baseline file from this run's findings (each kept with its "
            "reason; entries of tests that did not run kept; fixed ones removed); the "

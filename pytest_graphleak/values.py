@@ -9,7 +9,7 @@ got 0``. Bottom layer: no import of the rest of the package.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from pytest_graphleak.exceptions import OptionError  # defined there, raised here
 
@@ -76,3 +76,53 @@ def byte_size(key: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
         raise OptionError(f"{key} must be a number of bytes >= 0 (or '2MiB'), got {value!r}")
     return float(value)
+
+
+def holder_names(key: str, value: object) -> tuple[str, ...]:
+    """Dotted names of holders (``--graphleak-outlive-keep``): "a.b,c.d", a TOML list, or
+    ini lines split as shell words; ``*`` and ``?`` match any text."""
+    if isinstance(value, str):
+        value = [value]
+    if not (isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)):
+        raise OptionError(
+            f"{key} must be dotted holder names like 'mypkg.cache.CACHE', got {value!r}"
+        )
+    names = tuple(part.strip() for v in value for part in v.split(",") if part.strip())
+    bad = [name for name in names if not re.fullmatch(r"[\w.*?\[\]]+", name)]
+    if bad:
+        raise OptionError(
+            f"{key}: {', '.join(map(repr, bad))} is not a dotted name "
+            "(module.NAME, module.Class.NAME or a fixture's name; * and ? match any text)"
+        )
+    return names
+
+
+def file_path(key: str, value: object) -> str:
+    """A file path, not empty (stripped)."""
+    if not isinstance(value, str) or not value.strip():
+        raise OptionError(f"{key} must be a file path, got {value!r}")
+    return value.strip()
+
+
+# -- text (command line, ini file) -> Python value, by the option's type; its value check
+# then names a bad text. Sizes and names are parsed by their value checks.
+def _text_int(text: str) -> object:
+    try:
+        return int(text.strip())
+    except ValueError:
+        return text
+
+
+_BOOL_TEXT = {**dict.fromkeys(("1", "true", "yes", "on"), True),
+              **dict.fromkeys(("0", "false", "no", "off"), False)}  # fmt: skip
+_FROM_TEXT: dict[str, Callable[[str], object]] = {
+    "int": _text_int, "choice": str.strip, "path": str.strip,
+    "bool": lambda text: _BOOL_TEXT.get(text.strip().lower(), text),
+}  # fmt: skip
+
+
+def from_text(kind: str, text: str) -> object:
+    """``text`` (from a command line or an ini file) as an option of type ``kind`` takes
+    it: an int or a bool where it reads as one, a choice or a path stripped; else the
+    text itself, for the option's value check to read or refuse."""
+    return _FROM_TEXT.get(kind, str)(text)
