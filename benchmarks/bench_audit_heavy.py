@@ -11,7 +11,9 @@ Two suites, each run as fresh ``pytest`` processes, plain and with ``--graphleak
   later; the module keeps a model registry, an ``lru_cache`` of detached tensors, a
   ``Mock`` that records detached losses, and parametrized input tensors, as a real test
   module does. None of it is reachable from a root of the user's with a graph: the run
-  fails if the audit reports anything.
+  fails if the audit reports anything. It is run twice: as it is, and with a dataset of
+  a million objects in a module global (``DATASET``), which the audit's cost per test
+  must not follow (it climbs from what a test left alive to its holders: ``outlive/climb``).
 * **torchmetrics** (public): its own regression unit tests that compute gradients
   (``tests/unittests/regression -k differentiability``), from a checkout of the
   version installed here. Skipped, and said so, when it is not set up (see
@@ -54,6 +56,9 @@ from _common import (
 )
 
 TESTS = 600
+#: Items of the module-level dataset of the second synthetic suite (a list of
+#: ``[i, {"label": i}]``: a million objects the collector tracks, reachable from a root).
+STATIC = 1_000_000
 QUICK_TESTS = 120
 ROUNDS = 3
 QUICK_ROUNDS = 1
@@ -168,6 +173,7 @@ for _name in ("mlp", "wide"):
 LOSSES = []
 RECORDER = mock.Mock()  # a module-level test double that records detached losses
 INPUTS = [torch.randn(8, 16) for _ in range(20)]  # parametrized data, as suites have
+DATASET = [[_i, {{"label": _i}}] for _i in range({static})]  # a module-level dataset
 
 
 @functools.lru_cache(maxsize=32)
@@ -293,7 +299,9 @@ def verdict(met: bool) -> str:
     return "**met**" if met else "**not met**"
 
 
-def _synthetic(tests: int, rounds: int, plugins: tuple[str, ...]) -> dict[str, list[Round]]:
+def _synthetic(
+    tests: int, rounds: int, plugins: tuple[str, ...], static: int = 0
+) -> dict[str, list[Round]]:  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="bench-audit-heavy-") as tmp:
         folder = Path(tmp) / "suite"
         library = Path(tmp) / "site-packages" / "fakelib"
@@ -301,7 +309,8 @@ def _synthetic(tests: int, rounds: int, plugins: tuple[str, ...]) -> dict[str, l
         folder.mkdir()
         (library / "__init__.py").write_text(textwrap.dedent(LIBRARY), encoding="utf-8")
         (folder / "conftest.py").write_text(textwrap.dedent(CONFTEST), encoding="utf-8")
-        (folder / "test_heavy.py").write_text(SUITE.format(tests=tests), encoding="utf-8")
+        (folder / "test_heavy.py").write_text(SUITE.format(tests=tests, static=static),
+                                              encoding="utf-8")  # fmt: skip
         return _suite(folder, [str(folder)], [library.parent], rounds, plugins, strict=True)
 
 
@@ -325,7 +334,9 @@ def main() -> None:
     tests = QUICK_TESTS if args.quick else TESTS
     load_before = load_now()
     # the rows are named without the count, which a quick run changes (tests audited)
-    suites = {"synthetic graph-heavy suite": _synthetic(tests, rounds, plugins)}
+    suites = {"synthetic graph-heavy suite": _synthetic(tests, rounds, plugins),
+              f"the same, a {STATIC:,}-item dataset in a module global":
+              _synthetic(tests, rounds, plugins, STATIC)}  # fmt: skip
     missing = public_suite_missing()
     if not missing and not args.quick:  # a quick run leaves the 30 s collection out
         suites["torchmetrics regression, -k differentiability"] = _suite(

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pytest_graphleak.heap.usercode import is_user_module
 from pytest_graphleak.outlive.census import Census, TypeKinds
+from pytest_graphleak.outlive.climb import Reach, Roots, climb
 from pytest_graphleak.outlive.fixture_scopes import (
     FixtureInstance,
     FixtureScopes,
@@ -58,6 +59,7 @@ from pytest_graphleak.outlive.roots import (
 )
 from pytest_graphleak.outlive.subjects import AuditedTest, FixtureDef
 from pytest_graphleak.patterns import FIXES
+from pytest_graphleak.probes.autograd import Backend
 from pytest_graphleak.result import CheckResult, Fix, JudgedAt
 from pytest_graphleak.words import outlive as words
 from pytest_graphleak.words import verify as said
@@ -172,32 +174,19 @@ class Audit(FixtureScopes):
         if not census.finish():
             return Explained()  # the test numbered no graph node
         targets: Targets = census  # a search of the roots for graphs the test numbered
-        found = census.young()
+        found = self.listed(test, census)
         try:
             if found is not None:  # what it made is listed: only those are looked for
-                near = self.root_values(test, others=False)
-                found.extend(census.grown_near(near))
-                near.clear()
                 if not found:
                     return Explained()
                 targets = Listed(found, census.grown_in_place)
             if handed:  # judged at a fixture's teardown just now: that fixture's finding
                 targets = _Without(targets, handed)
             imported = census.modules_imported()
-            # Most graphs still alive are held by nothing of the user's (torch's C++, a
-            # cycle the collector has not freed yet): the cheap walk says so first.
-            values = self.root_values(test, imported=imported)
-            kept = [h.value for h in self.holders(test, imported=imported) if h.kept] if (
-                self.keep) else []  # fmt: skip
-            try:
-                reach = self._gate.may_reach(values, targets.made_during, census.backends,
-                                             kept=kept)  # fmt: skip
-            finally:
-                values.clear()
-                kept.clear()
-            if reach is False:
+            reaching = self.reaching(test, census, found, targets, imported)
+            if reaching is None:
                 return Explained()
-            roots = self.holders(test, imported=imported)
+            reached, roots = reaching
             # imported now: a suite whose tests leave nothing of the user's alive never
             # imports the diagnosis (outlive/found)
             from pytest_graphleak.outlive.explain import explain
@@ -206,11 +195,84 @@ class Audit(FixtureScopes):
                                 backends=census.backends, keep_paths=keep_paths,
                                 site_of=site_of)  # fmt: skip
             if site_of is None and not explained.results and not explained.deferred:
-                self._not_named(test.nodeid, reach)
+                self._not_named(test.nodeid, reached)
             return explained
         finally:
             if found is not None:
                 found.clear()
+
+    def listed(self, test: AuditedTest, census: Census) -> list[object] | None:
+        """The graph objects the test made that are alive (``Census.young``) and the old
+        tensors near its roots whose graph it extended in place; None: not listed."""
+        found = census.young()
+        if found is not None:
+            near = self.root_values(test, others=False)
+            found.extend(census.grown_near(near))
+            near.clear()
+        return found
+
+    def reaching(
+        self, test: AuditedTest, census: Census, found: list[object] | None, targets: Targets,
+        imported: Collection[str] = (),
+    ) -> tuple[bool | None, list[Holder]] | None:  # fmt: skip
+        """The roots to search for ``targets``, and whether one is known to reach them
+        (None: not known); None when none does. Climbed to from the graphs where it can
+        tell (``outlive/climb``: those roots alone), else walked down to from every
+        root, as far as the gate's limit."""
+        reach = self._climbed(test, census, found, targets, imported)
+        if reach is None:  # not known upwards: the walk down from the roots, bounded
+            reached = self._walked(test, targets, imported, census.backends)
+            return None if reached is False else (reached, self.holders(test, imported=imported))
+        if not reach:
+            return None
+        return True, self.holders(test, imported=imported, reach=reach)
+
+    def _climbed(
+        self, test: AuditedTest, census: Census, found: list[object] | None, targets: Targets,
+        imported: Collection[str],
+    ) -> Reach | None:  # fmt: skip
+        """The roots that hold a graph the test left alive, climbed to from the graphs
+        (``outlive/climb``): None when they are not listed or it cannot tell."""
+        if found is None:
+            return None
+        listed = [obj for obj in found if targets.made_during(obj)]
+        roots = self._roots(test, imported)
+        try:
+            return climb(self._gate, listed, roots, census.backends, census.since(),
+                         own=(id(found), id(listed)))  # fmt: skip
+        finally:
+            listed.clear()
+            roots.clear()
+
+    def _walked(
+        self, test: AuditedTest, targets: Targets, imported: Collection[str],
+        backends: list[Backend],
+    ) -> bool | None:  # fmt: skip
+        """The gate's walk down from every root (``outlive/gate``), bounded."""
+        values = self.root_values(test, imported=imported)
+        kept = [h.value for h in self.holders(test, imported=imported) if h.kept] if (
+            self.keep) else []  # fmt: skip
+        try:
+            return self._gate.may_reach(values, targets.made_during, backends, kept=kept)
+        finally:
+            values.clear()
+            kept.clear()
+
+    def _roots(self, test: AuditedTest, imported: Collection[str]) -> Roots:
+        """Where the roots are (``climb.Roots``): each module's globals by its dict, so
+        that no global is read unless a graph's holders lead to it."""
+        roots = Roots()
+        for module in (test.module, *self._other_modules(test.module, imported)):
+            if module is not None:
+                roots.modules[id(vars(module))] = module
+        if test.cls is not None:
+            roots.values.update((id(h.value), h.value)
+                                for h in class_attributes(test.cls, self._set_by))  # fmt: skip
+        roots.values.update((id(h.value), h.value) for h in live_fixtures(test))
+        if self.keep:
+            roots.kept.update((id(h.value), h.value)
+                              for h in self.holders(test, imported=imported) if h.kept)  # fmt: skip
+        return roots
 
     def _not_named(self, nodeid: str, reached: bool | None) -> None:
         """What the audit could not see, said once in the summary with a count: graphs
@@ -311,21 +373,26 @@ class Audit(FixtureScopes):
     # -- roots --------------------------------------------------------------------------
     def holders(
         self, test: AuditedTest, *, fixtures: bool = True, others: bool = True,
-        imported: Collection[str] = (),
+        imported: Collection[str] = (), reach: Reach | None = None,
     ) -> list[Holder]:  # fmt: skip
         """The roots; ``others``: the user's other modules' globals too, but those of
         the modules first ``imported`` during the test (what their import made is not
-        the test's: a graph built at import is named for no test)."""
+        the test's: a graph built at import is named for no test). ``reach``: only the
+        roots a climb found holding a graph (``outlive/climb``)."""
         module = test.module
         holders: list[Holder] = []
         if module is not None:
-            holders.extend(globals_of(module))
+            holders.extend(globals_of(module, _names(reach, module)))
         if test.cls is not None:
-            holders.extend(class_attributes(test.cls, self._set_by))
+            holders.extend(h for h in class_attributes(test.cls, self._set_by)
+                           if reach is None or id(h.value) in reach.values)  # fmt: skip
         if fixtures:
-            holders.extend(live_fixtures(test))
+            holders.extend(h for h in live_fixtures(test)
+                           if reach is None or id(h.value) in reach.values)  # fmt: skip
         for other in self._other_modules(module, imported) if others else ():
-            holders.extend(globals_of(other))
+            names = _names(reach, other)
+            if names is None or names:
+                holders.extend(globals_of(other, names))
         if not self.keep:
             return holders
         # graphleak_outlive_keep names holder OBJECTS: whatever alias or path reaches one
@@ -407,6 +474,13 @@ class _Without:
 
     def grown_in_place(self, obj: object) -> bool:
         return id(obj) not in self._ids and self._targets.grown_in_place(obj)
+
+
+def _names(reach: Reach | None, module: types.ModuleType) -> set[str] | None:
+    """The globals of ``module`` the climb found holding a graph (None: all)."""
+    if reach is None:
+        return None
+    return {name for owner, name in reach.globals if owner == module.__name__}
 
 
 def _unseen_note(reached: bool | None, count: int, first: str) -> str:

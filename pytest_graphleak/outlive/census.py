@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import itertools
 import sys
 import types
 import weakref
@@ -93,6 +94,7 @@ class Census:
         #: Which types are tensor or graph node types (kept by the audit across tests).
         self._kinds = kinds if kinds is not None else TypeKinds()
         self._older_collections = 0
+        self._frozen = 0
         #: The newest module in sys.modules when the test began (``modules_imported``).
         self._last_module: str | None = None
 
@@ -112,6 +114,7 @@ class Census:
         """Read the counters; True (the census never needs to step aside)."""
         self._older_collections = _older_collections()
         self._marker = _Marker()
+        self._frozen = gc.get_freeze_count()
         self._last_module = next(reversed(sys.modules), None)
         self._start = self._counters()
         self._unread = {lib: n is None and lib in sys.modules for lib, n in self._start.items()}
@@ -186,36 +189,50 @@ class Census:
         graph node yet). For a wider-scope fixture torn down in the test's own teardown:
         what its value keeps is judged then, before pytest drops it (``outlive/audit``).
         This census goes on unchanged."""
-        view = Census()
+        view = Census(self._kinds)
+        view._marker, view._frozen = self._marker, self._frozen
+        view._older_collections = self._older_collections
         view._start, view._checked = self._start, list(self._checked)
         view._unread = dict(self._unread)
         return view if view._close() else None
 
     @silenced
     def young(self) -> list[Any] | None:
-        """The graph objects the test made that the young generations hold (call after
-        ``finish()``; the caller owns the list and must clear it); None when an older
-        generation was collected or objects were frozen since ``begin()``: what the test
-        made may have moved out of them."""
-        marker, self._marker = self._marker, None
-        if marker is None or _older_collections() != self._older_collections:
-            return None
-        objects = gc.get_objects(0)
-        objects.extend(gc.get_objects(1))
+        """The graph objects the test made that the collector tracks (call after
+        ``finish()``; the caller owns the list and must clear it), found among the
+        objects made since ``begin()`` (``since``); None when those are not known."""
+        objects = self.since()
+        if objects is None:  # moved on by a collection: the whole heap is looked at
+            if self._marker is None or gc.get_freeze_count() != self._frozen:
+                return None
+            objects = gc.get_objects()
         try:
             # One object per type first (a few hundred types for thousands of objects),
             # so that only the objects of graph types are looked at one by one; the
             # types in one C pass, a sample object only of a type not seen before.
             present = set(map(type, objects))
-            if type(marker) not in present:  # frozen, or moved on by a collection
-                return None
             graph_types = self._kinds.graph_types(present, objects, self.kind)
             present.clear()
             if not graph_types:
                 return []
-            return [obj for obj in objects if type(obj) in graph_types and self.made_during(obj)]
+            # the graph objects picked in C (a whole heap is a million objects)
+            graphs = itertools.compress(objects, map(graph_types.__contains__, map(type, objects)))
+            return [obj for obj in graphs if self.made_during(obj)]
         finally:
             objects.clear()
+
+    def since(self) -> list[object] | None:
+        """The young generations (the caller owns the list), when they hold all the
+        objects made since ``begin()``: no older generation was collected meanwhile and
+        the marker is still there (nothing was frozen); else None."""
+        marker = self._marker
+        objects = gc.get_objects(0)
+        objects.extend(gc.get_objects(1))
+        if _older_collections() == self._older_collections and any(
+                obj is marker for obj in objects):  # fmt: skip
+            return objects
+        objects.clear()
+        return None
 
     @silenced
     def grown_near(self, roots: Iterable[object]) -> list[Any]:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from pytest_graphleak.outlive.census import Census
-from pytest_graphleak.outlive.found import Deferred, Holder, Listed
+from pytest_graphleak.outlive.found import Deferred, Holder, Listed, Targets
 from pytest_graphleak.outlive.roots import MISSING, fixture_label, owned_by, still_kept
 from pytest_graphleak.outlive.subjects import AuditedTest, FixtureDef
 from pytest_graphleak.probes.autograd import BUNDLES, active_backends
@@ -47,6 +47,13 @@ class FixtureScopes:
             self, test: AuditedTest, *, fixtures: bool = True, others: bool = True,
             imported: Collection[str] = (),
         ) -> list[Holder]: ...  # fmt: skip
+
+        def listed(self, test: AuditedTest, census: Census) -> list[object] | None: ...
+
+        def reaching(
+            self, test: AuditedTest, census: Census, found: list[object] | None,
+            targets: Targets, imported: Collection[str] = (),
+        ) -> tuple[bool | None, list[Holder]] | None: ...  # fmt: skip
 
         def _kept_on_purpose(self, qualified: str) -> bool: ...
 
@@ -156,12 +163,19 @@ class FixtureScopes:
             return  # nothing of this test reaches the fixture's own objects
         with self.quiet(test.nodeid):  # a failure is a note, never the teardown's error
             now = census.so_far()
-            if now is None:
+            found = None if now is None else self.listed(test, now)
+            if now is None or found == []:
                 return
-            roots = [h for h in self.holders(test) if not h.fixture or h.owner is fixturedef]
+            targets: Targets = now if found is None else Listed(found, now.grown_in_place)
+            reaching = self.reaching(test, now, found, targets)
+            if found is not None:
+                found.clear()
+            if reaching is None:
+                return
+            roots = [h for h in reaching[1] if not h.fixture or h.owner is fixturedef]
             from pytest_graphleak.outlive.explain import explain  # only with graphs to name
 
-            explained = explain(now, roots, nodeid=test.nodeid, backends=now.backends)
+            explained = explain(targets, roots, nodeid=test.nodeid, backends=now.backends)
             try:
                 for deferred in explained.deferred:
                     if deferred.owner is fixturedef and deferred.tensors:

@@ -54,7 +54,7 @@ from pytest_graphleak.probes.autograd import Backend
 LIMIT = 100_000
 
 #: What the walk does with an object, decided once per type.
-_ENTER, _SKIP, _CLASS, _FUNCTION, _METHOD, _GRAPH, _PAUSED, _VAR, _CONTEXT, _ARRAY, _MODULE = (
+ENTER, SKIP, CLASS, FUNCTION, _METHOD, _GRAPH, _PAUSED, VAR, CONTEXT, _ARRAY, _MODULE = (
     range(11))  # fmt: skip
 
 #: Never entered by the labelled search (``edges._NO_WALK_TYPES``, but classes: the
@@ -103,14 +103,14 @@ class Gate:
                     if id(obj) in seen:
                         continue
                     seen[id(obj)] = obj
+                    if len(seen) > limit:
+                        return None
                     rule = self._rule(obj, backends)
-                    if rule == _ENTER:
+                    if rule == ENTER:
                         entered.append(obj)
-                    elif rule != _SKIP and self._read(obj, rule, wanted, backends,
+                    elif rule != SKIP and self._read(obj, rule, wanted, backends,
                                                       entered, read):  # fmt: skip
                         return True
-                if len(seen) > limit:
-                    return None
                 frontier.clear()
                 # One C call for the level; an untracked object holds nothing, but numpy
                 # arrays and context variables (read by ``_read``) and graph objects.
@@ -141,10 +141,10 @@ class Gate:
             with contextlib.suppress(Exception):
                 read.extend(child for edge, child in backend.edges(obj)
                             if edge.kind not in _GRAPH_EDGES)  # fmt: skip
-        elif rule == _CLASS:
+        elif rule == CLASS:
             if self._user_class(obj):
                 entered.append(obj)
-        elif rule == _FUNCTION:
+        elif rule == FUNCTION:
             if not is_private_module(getattr(obj, "__module__", None)):
                 _function_references(obj, read)
         elif rule == _METHOD:
@@ -155,11 +155,11 @@ class Gate:
             if frame is not None:
                 read.extend(frame.f_locals.values())
             entered.append(obj)
-        elif rule == _VAR:
+        elif rule == VAR:
             value = obj.get(_NO_VALUE)
             if value is not _NO_VALUE:
                 read.append(value)
-        elif rule == _CONTEXT:
+        elif rule == CONTEXT:
             read.extend(obj.values())
         elif rule == _MODULE:
             recomputed = _recomputed(obj, backends)
@@ -175,6 +175,17 @@ class Gate:
             if obj.base is not None:
                 read.append(obj.base)
         return False
+
+    def reads(self, obj: object, rule: int, backends: list[Backend]) -> list[object] | None:
+        """What the walk reads of ``obj`` (its ``rule`` not ``ENTER``): None when that is
+        all the collector shows of it, else the objects read (none: the walk stops)."""
+        entered: list[object] = []
+        read: list[object] = []
+        self._read(obj, rule, _never, backends, entered, read)
+        return None if entered else read
+
+    def rule(self, obj: object, backends: list[Backend]) -> int:
+        return self._rule(obj, backends)
 
     def _rule(self, obj: object, backends: list[Backend]) -> int:
         tp = type(obj)
@@ -192,7 +203,7 @@ class Gate:
         """The objects not seen yet that can lead to another (the labelled search's
         ``holds_references``): those the collector tracks, and numpy arrays, context
         variables and graph objects, which it may not."""
-        leading = (_ARRAY, _VAR, _GRAPH)
+        leading = (_ARRAY, VAR, _GRAPH)
         return [obj for obj in objects if id(obj) not in seen and (
             gc.is_tracked(obj)
             or (type(obj) not in _PLAIN and self._rule(obj, backends) in leading))]  # fmt: skip
@@ -211,29 +222,29 @@ class Gate:
 
 def _rule_of(tp: type, obj: object, backends: list[Backend]) -> int:
     if issubclass(tp, _OPAQUE):
-        return _SKIP
+        return SKIP
     if any(backend.kind(obj) is not None for backend in backends):
         return _GRAPH
     if tp is types.FunctionType:
-        return _FUNCTION
+        return FUNCTION
     if tp is types.MethodType:
         return _METHOD
     if is_private_module(getattr(tp, "__module__", None)):
-        return _SKIP  # pytest's and the plugin's objects (``edges.is_private``)
+        return SKIP  # pytest's and the plugin's objects (``edges.is_private``)
     if issubclass(tp, type):
-        return _CLASS
+        return CLASS
     if issubclass(tp, SUSPENDED):
         return _PAUSED
     if tp is contextvars.ContextVar:
-        return _VAR
+        return VAR
     if tp is contextvars.Context:
-        return _CONTEXT
+        return CONTEXT
     numpy = sys.modules.get("numpy")
     if numpy is not None and issubclass(tp, numpy.ndarray):
         return _ARRAY
     if any(backend.has_members and backend.member_tables(obj) for backend in backends):
         return _MODULE
-    return _ENTER
+    return ENTER
 
 
 def _recomputed(module: Any, backends: list[Backend]) -> set[str]:
@@ -254,6 +265,10 @@ def _function_references(fn: types.FunctionType, into: list[Any]) -> None:
     into.extend(fn.__defaults__ or ())
     into.extend((fn.__kwdefaults__ or {}).values())
     into.extend(fn.__dict__.values())
+
+
+def _never(obj: object) -> bool:
+    return False
 
 
 #: A ContextVar without a value in the current context.

@@ -12,7 +12,7 @@ import contextlib
 import fnmatch
 import sys
 import types
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from pytest_graphleak.heap.usercode import is_user_module
@@ -23,10 +23,12 @@ from pytest_graphleak.words import outlive as said
 _SKIP_GLOBALS = (types.ModuleType, types.BuiltinFunctionType, type(sys))
 
 
-def globals_of(module: types.ModuleType) -> Iterable[Holder]:
+def globals_of(module: types.ModuleType, only: Collection[str] | None = None) -> Iterable[Holder]:
+    """The module's globals as roots (``only``: those names alone)."""
     prefix = module.__name__
     names = vars(module)
-    for name, value in list(names.items()):
+    items = list(names.items()) if only is None else [(n, names[n]) for n in only if n in names]
+    for name, value in items:
         if not name.startswith("__") and not isinstance(value, _SKIP_GLOBALS):
             yield Holder(f"global '{prefix}.{name}'", f"{prefix}.{name}", value,
                          read=reader(names, name, value))  # fmt: skip
