@@ -16,7 +16,7 @@ import pytest
 from test_outlive_gate import SHAPES, Box, _verdicts, graph_tensor
 
 import minigrad  # noqa: F401  # imported once here: in-process runs drop what they import
-from pytest_graphleak.outlive import audit as audit_module
+from pytest_graphleak.outlive import audit_roots as audit_module
 from pytest_graphleak.outlive import climb as climb_module
 from pytest_graphleak.outlive.audit import Audit
 from pytest_graphleak.outlive.climb import Reach, Roots, climb
@@ -105,7 +105,7 @@ def _audit(module: types.ModuleType, monkeypatch: pytest.MonkeyPatch) -> Seen:
     """One audited test that keeps a graph in ``module.KEPT``."""
     monkeypatch.undo()  # an earlier call's counters
     seen = Seen()
-    real_climb, real_walk, real_globals = audit_module.climb, Gate.may_reach, globals_of
+    real_climb, real_walk, real_globals = climb, Gate.may_reach, globals_of
 
     def counted_climb(
         gate: Gate, targets: Sequence[object], roots: Roots, backends: list[Backend],

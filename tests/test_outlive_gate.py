@@ -23,7 +23,7 @@ import pytest
 
 import minigrad as mg
 from pytest_graphleak.heap import usercode
-from pytest_graphleak.outlive import audit as audit_module
+from pytest_graphleak.outlive import audit_roots as audit_module
 from pytest_graphleak.outlive.audit import Audit
 from pytest_graphleak.outlive.explain import explain
 from pytest_graphleak.outlive.found import Holder, Listed
@@ -254,8 +254,8 @@ def test_a_graph_the_walk_reached_but_no_search_named_is_said(pytester: pytest.P
     result = pytester.runpytest_subprocess("-p", "no:randomly", "-p", "no:cacheprovider",
                                            "--graphleak")  # fmt: skip
     text = " ".join(result.stdout.str().split())
-    assert ("graphleak: outlive audit: 1 test left graphs alive that a first walk from your "
-            "roots reached but the holder search did not name") in text  # fmt: skip
+    assert ("graphleak: outlive audit: 1 test left graphs alive that a first, unlabelled look "
+            "found your roots holding but the holder search did not name") in text  # fmt: skip
     assert "the first: test_dunder.py::test_keeps_it_under_a_dunder_name" in text
     result.assert_outcomes(passed=1)
 

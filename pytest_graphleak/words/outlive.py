@@ -54,14 +54,16 @@ def no_sites(libraries: str, *, hint: bool = True) -> str:
 
 def unseen(reached: bool | None, count: int, first: str, visited: int, gate: int) -> str:
     """The summary's note on graphs left alive that no holder search named: ``reached``, a
-    first walk from the roots reached them; else the roots reach more than ``gate``
-    objects; the search stops at ``visited``."""
+    first look (the climb from the graphs, or the walk from the roots) found roots holding
+    them; else the roots reach more than ``gate`` objects; the search stops at
+    ``visited``."""
     tests = f"{count} test{'s' if count != 1 else ''}"
     budget = f"stops at {visited:,} objects"
     if reached:
-        return (f"outlive audit: {tests} left graphs alive that a first walk from your roots "
-                f"reached but the holder search did not name (it follows fewer references "
-                f"than that walk, and {budget}): not reported; the first: {first}")
+        return (f"outlive audit: {tests} left graphs alive that a first, unlabelled look "
+                f"found your roots holding but the holder search did not name (it follows "
+                f"fewer references than that look, and {budget}): not reported; the first: "
+                f"{first}")  # fmt: skip
     return (f"outlive audit: in {tests} your roots reach more than {gate:,} objects, so "
             f"only the holder search looked for the graphs left alive, and it {budget}: "
             f"one kept past that is not named; the first: {first}")  # fmt: skip
