@@ -7,6 +7,8 @@ from __future__ import annotations
 import pytest
 from suite_helpers import folded
 
+from pytest_graphleak.cli import main
+
 pytest.importorskip("minigrad")
 
 _LEAKY = """
@@ -117,7 +119,7 @@ def test_the_failure_reads_in_80_columns_and_shows_each_sample_with_v(
 
 
 def test_a_long_test_id_folds_at_its_separators_and_an_unmeasured_headline_wraps(
-    pytester: pytest.Pytester,
+    pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """``graphleak: <id> leaks: <pattern>`` keeps ``leaks: <pattern>`` together; an id too
     long for the line folds after ``::`` and ``/`` and before ``[``, its continuation
@@ -125,15 +127,21 @@ def test_a_long_test_id_folds_at_its_separators_and_an_unmeasured_headline_wraps
     columns. An unmeasured check's headline is a sentence: it breaks at spaces like the
     lines under it."""
     name = "test_training_step_does_not_leak_with_mixed_precision"
+    param = "[resnet50-batch_size=64-optimizer=adamw-amp]"
     pytester.makepyfile(test_heads=f"""
         import pytest
         import minigrad as mg
         kept = []
+        step = lambda: kept.append(mg.Tensor([1.0], requires_grad=True) * 2)
 
         @pytest.mark.no_graph_growth(steps=4, warmup=1)
         @pytest.mark.parametrize("arch", ["resnet50-batch_size=64-optimizer=adamw-amp"])
         def {name}(arch):
             kept.append((mg.Tensor([1.0], requires_grad=True) * 2).sum())
+
+        @pytest.mark.parametrize("arch", ["resnet50-batch_size=64-optimizer=adamw-amp"])
+        def test_check_step(graphleak, arch):
+            graphleak.check(step, steps=4, warmup=1)
 
         @pytest.mark.no_graph_growth(steps=4, warmup=1, probes=["torch"])
         def test_unmeasured():
@@ -141,13 +149,19 @@ def test_a_long_test_id_folds_at_its_separators_and_an_unmeasured_headline_wraps
     """)  # fmt: skip
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("COLUMNS", "80")
-        result = pytester.runpytest("--graphleak", "-p", "no:randomly")
+        result = pytester.runpytest("--graphleak", "-p", "no:randomly", "--graphleak-report=r.json")
+        capsys.readouterr()
+        main(["report", "r.json"])  # graphleak report, 80 columns too
+        told = capsys.readouterr().out.splitlines()
+    assert not [x for x in told if len(x) > 80], told
+    assert f"           {param} leaks: list-accumulation" in told
+    at = told.index(f"test_heads.py::test_check_step{param}")  # a check named otherwise:
+    assert told[at + 1] == "    (failed):"  # its test's line, broken at its space
     lines = result.outlines
     ours = lines[lines.index(next(x for x in lines if "= FAILURES =" in x)) + 1 :]
-    ours = ours[: ours.index(next(x for x in ours if "short test summary" in x))]
+    ours = ours[: ours.index(next(x for x in ours if x.startswith("JSON report: ")))]
     wide = [x for x in ours if len(x) > 80 and not x.startswith("_ ")]  # but pytest's own
     assert not wide, wide
-    param = "[resnet50-batch_size=64-optimizer=adamw-amp]"
     at = lines.index(f"graphleak: test_heads.py::{name}")
     assert lines[at + 1] == f"           {param} leaks: list-accumulation"
     at = lines.index(f"LEAKED  test_heads.py::{name}")
