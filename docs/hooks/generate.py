@@ -112,7 +112,7 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
 
 # -- options -------------------------------------------------------------------------------
 def options_page() -> str:
-    from pytest_graphleak import options
+    from pytest_graphleak import options, settings
 
     def where(option: Any) -> str:
         places = []
@@ -135,7 +135,7 @@ def options_page() -> str:
         "calls' keywords and makes `graphleak check`'s flags, so this page cannot drift",
         "from the code.",
         "",
-        _flags_whole(_paragraph(options.__doc__ or "", "Precedence")),
+        _flags_whole(_paragraph(settings.__doc__ or "", "Precedence")),
         "",
         '<div class="names-table options-table stack-table" markdown>',
         "",
