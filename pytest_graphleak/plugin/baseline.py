@@ -46,10 +46,11 @@ from pytest_graphleak.report.model import result_of
 from pytest_graphleak.report.text import command_lines, wrap_line
 from pytest_graphleak.result import CheckResult
 from pytest_graphleak.settings import Settings
+from pytest_graphleak.words import baseline as said
+from pytest_graphleak.words.baseline import UPDATE_FLAG
 
 #: The loaded file and whether this run writes it, for the process that runs the tests.
 BASELINE_KEY = pytest.StashKey["tuple[Baseline, bool]"]()
-UPDATE_FLAG = "--graphleak-baseline-update"
 #: The flag the outlive audit sets on a teardown report (``session_report.AUDITED``).
 _AUDITED = "graphleak_audited"
 #: On a teardown report: the wider-scope fixture instances the outlive audit judged when
@@ -349,38 +350,6 @@ class BaselineRun:
             return
         self.written = update
 
-    @staticmethod
-    def _wrote(done: baseline.Update, path: str) -> str:
-        if done.rewritten_from is None:
-            rekeyed = (f", {done.rekeyed} judged at a fixture's teardown keyed on that "
-                       "fixture now" if done.rekeyed else "")  # fmt: skip
-            rekeyed += ("" if not done.cycles else ", 1 cycle keyed on its links now"
-                        if done.cycles == 1 else f", {done.cycles} cycles keyed on their "
-                        "links now")  # fmt: skip
-            pruned = (f", {len(done.pruned)} removed as their tests no longer exist"
-                      if done.pruned else "")  # fmt: skip
-            return (f"graphleak baseline: wrote {len(done.entries)} findings to {path} "
-                    f"({len(done.added)} added, {len(done.removed)} removed as fixed"
-                    f"{pruned}{rekeyed})")  # fmt: skip
-        dropped = (f"; {done.dropped} entries of tests that did not run were dropped"
-                   if done.dropped else "")  # fmt: skip
-        return (f"graphleak baseline: rewrote {path} from version {done.rewritten_from} to "
-                f"{baseline.VERSION}: {len(done.entries)} findings, {done.reasons_kept} "
-                f"reasons kept{dropped}")  # fmt: skip
-
-    def _respelled(self, path: str) -> str:
-        """Entries written before a holder read every dict key as ``[*]``
-        (``baseline_keys.respelled``): how they were matched, and what writes them so."""
-        loaded = self.baseline
-        merged = (f" ({loaded.merged} merged into an entry that then named the same "
-                  "finding, reasons joined)" if loaded.merged else "")  # fmt: skip
-        done = ("; this update wrote them so" if self.written is not None
-                else f"; {UPDATE_FLAG} writes them so")  # fmt: skip
-        return (f"graphleak baseline: {loaded.respelled} entries of {path} spell a dict's "
-                "key in their holder (written before holders read every key as [*]: a "
-                "key can change from run to run, a tmp_path, a run name); they were "
-                f"matched with [*] for the key{merged}{done}")
-
     def lines(self, columns: int = 0) -> list[tuple[str, dict[str, bool]]]:
         """The terminal's lines after the session's sentence, in ``columns`` (broken at
         spaces), but the update command: whole on a line of its own, to be copied."""
@@ -388,17 +357,13 @@ class BaselineRun:
         if self.error:
             return [(f"ERROR: {self.error}", {"red": True, "bold": True})]
         out: list[tuple[str, dict[str, bool]]] = []
+        loaded, written = self.baseline, self.written is not None
         if self.written is not None:
-            out.append((self._wrote(self.written, path), {}))
-        if self.baseline.respelled:
-            out.append((self._respelled(path), {}))
-        if self.baseline.renamed:
-            done = ("this update wrote them so" if self.written is not None
-                    else f"{UPDATE_FLAG} writes them so")  # fmt: skip
-            out.append((f"graphleak baseline: {self.baseline.renamed} entries of {path} name "
-                        "a nested step with its function's <locals> path (written before "
-                        "check() named the step alone: check(step)); they were matched by "
-                        f"the step's name; {done}", {}))  # fmt: skip
+            out.append((said.wrote(self.written, path), {}))
+        if loaded.respelled:
+            out.append((said.respelled(loaded.respelled, loaded.merged, path, written), {}))
+        if loaded.renamed:
+            out.append((said.renamed(loaded.renamed, path, written), {}))
         fixed = self.fixed()
         if fixed:
             out.append((baseline.fixed_heading(len(fixed), path), {"green": True}))
@@ -414,10 +379,8 @@ class BaselineRun:
         unchecked = [key for key in self.unchecked_entries() if key not in gone]
         if unchecked:
             scoped = any(baseline_keys.is_fixture_check(key.check) for key in unchecked)
-            why = "; a fixture's entry is checked by a run of its whole scope" if scoped else ""
-            out.append((f"graphleak baseline: {len(unchecked)} of its "
-                        f"{len(self.baseline.entries)} entries not checked in this run (their "
-                        f"tests did not run, or ran without that check{why})", {}))  # fmt: skip
+            entries = len(self.baseline.entries)
+            out.append((said.not_checked(len(unchecked), entries, scoped=scoped), {}))
         wrapped = [(part, markup) for line, markup in out for part in wrap_line(line, columns)]
         for intro in (baseline.UPDATE_INTRO, baseline.PRUNE_INTRO):  # the command, to copy
             at = next((i for i, (line, _) in enumerate(wrapped) if line == intro), None)
