@@ -11,6 +11,7 @@ import types
 import weakref
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import ClassVar, cast
 
 import pytest
 from test_outlive_gate import SHAPES, Box, _verdicts, graph_tensor
@@ -182,3 +183,52 @@ def test_a_graph_in_an_object_array_in_a_root_is_still_named(
     seen = _audit(user_module, monkeypatch)
     assert seen.taken == [None] and seen.walks == 1
     assert seen.chains == [f"global '{STATIC}.ARRAY'"]
+
+
+@dataclass
+class _Fixture:
+    """An outlive.FixtureDef, of pytest's (whose objects the climb never enters)."""
+
+    argname: str
+    scope: str
+    cached_result: tuple[object, object, object] | None
+
+
+_Fixture.__module__ = "_pytest.fixtures"
+
+
+class Suite:
+    held: ClassVar[list[object]] = []
+
+
+def test_a_live_fixture_and_a_class_attribute_are_climbed_to(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The roots that are values (a live wider-scope fixture's, a test class's attribute)
+    are reached by the climb itself: the walk down from the roots does not run."""
+    module = types.ModuleType("graphleak_climb_fixture")
+    fixture = _Fixture("state", "session", ({"losses": []}, None, None))
+    seen = Seen()
+    real_walk = Gate.may_reach
+
+    def counted_walk(
+        self: Gate, roots: Iterable[object], wanted: Callable[[object], bool],
+        backends: list[Backend], *, limit: int = LIMIT, kept: Iterable[object] = (),
+    ) -> bool | None:  # fmt: skip
+        seen.walks += 1
+        return real_walk(self, roots, wanted, backends, limit=limit, kept=kept)
+
+    monkeypatch.setattr(Gate, "may_reach", counted_walk)
+    audit = Audit()
+    test = AuditedTest("t.py::Suite::test_x", module=module, cls=Suite,
+                       fixtures={"state": fixture})  # fmt: skip
+    census = audit.census()
+    assert fixture.cached_result is not None
+    cast("dict[str, list[object]]", fixture.cached_result[0])["losses"].append(graph_tensor())
+    Suite.held.append(graph_tensor())
+    try:
+        chains = [r.diagnosis.chain[0] for r in audit.audit(test, census) if r.diagnosis]
+    finally:
+        Suite.held.clear()
+    assert chains == ["class attribute 'Suite.held'"]  # the fixture's: judged at its teardown
+    assert seen.walks == 0

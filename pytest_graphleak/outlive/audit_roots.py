@@ -1,12 +1,8 @@
 """Where the audit looks for what holds a test's graphs (``Audit``'s part): the roots
 (the test module's and the user's other modules' globals, the test class's attributes,
 the live wider-scope fixtures, less what is kept on purpose), and which of them hold a
-graph: climbed to from the graphs (``outlive/climb``), else walked down to from every
-root as far as the gate's limit (``outlive/gate``).
-
-Which modules are the user's is decided once per module name, and a module's globals
-are read only when a graph's holders lead to its dict: nothing per root is read after
-each test.
+graph: climbed to from the graphs (``outlive/climb``; a module's globals are read only
+when a holder leads to its dict), else walked down to from every root (``outlive/gate``).
 """
 
 from __future__ import annotations
@@ -109,10 +105,9 @@ class AuditRoots:
         for module in (test.module, *self._other_modules(test.module, imported)):
             if module is not None:
                 roots.modules[id(vars(module))] = module
-        if test.cls is not None:
-            roots.values.update((id(h.value), h.value)
-                                for h in class_attributes(test.cls, self._set_by))  # fmt: skip
-        roots.values.update((id(h.value), h.value) for h in live_fixtures(test))
+        for holder in class_attributes(test.cls, self._set_by) if test.cls is not None else ():
+            (roots.fixtures if holder.fixture else roots.values)[id(holder.value)] = holder.value
+        roots.fixtures.update((id(h.value), h.value) for h in live_fixtures(test))
         if self.keep:
             roots.kept.update((id(h.value), h.value)
                               for h in self.holders(test, imported=imported) if h.kept)  # fmt: skip

@@ -6,10 +6,8 @@ worker are read after every test that left a graph alive. ``climb`` starts from 
 graph objects (the census lists them) and goes up to their holders, so that its cost is
 what the test left alive and what holds it:
 
-- the young generations (``gc.get_objects(0)`` and ``(1)``: what was made since the
-  last collections, a few thousand objects) are indexed once per call: who among them
-  refers to whom, and how many references each has from outside them (its reference
-  count less theirs);
+- the objects made since the test began (the young generations) are indexed once: who
+  among them refers to whom, and each one's references from outside them;
 - an object referred to from outside them (an older object holds it: a module's list)
   or an old one is looked up with ``gc.get_referrers``, one pass over the heap in C for
   up to ``MAX_PER_PASS`` of them at a time, and its references are counted: a reference
@@ -22,10 +20,9 @@ what the test left alive and what holds it:
   purpose neither. A context variable's value makes the answer None.
 
 It climbs everything the walk could have come down, so an empty answer is final as the
-gate's False is; and it answers with the roots it reached (``Reach``), so the labelled
-search that names the holders (``outlive/explain``) starts from those alone. Past
-``MAX_TAKEN`` objects or ``MAX_PASSES`` heap passes it answers None. Nothing it reads
-is kept after it returns, and nothing is collected, frozen or changed.
+gate's False is, and it names the roots it reached (``Reach``): the holder search
+(``outlive/explain``) starts from those alone. Past ``MAX_TAKEN`` objects or
+``MAX_PASSES`` passes it answers None. It keeps, collects, freezes and changes nothing.
 """
 
 from __future__ import annotations
@@ -51,16 +48,21 @@ MAX_YOUNG = 200_000
 @dataclass
 class Roots:
     """Where the roots are, without listing their values: the root modules' globals (by
-    the id of their ``__dict__``), the other roots' values (a test class's attributes,
-    live wider-scope fixtures) and what is kept on purpose (no root, climbed by none)."""
+    the id of their ``__dict__``), the other roots' values (a test class's attributes;
+    ``fixtures``: live wider-scope fixtures' values and the class attributes they set)
+    and what is kept on purpose (no root, climbed by none). Nothing above a root's value
+    is climbed but above a fixture's: a global of the user's that holds a fixture's value
+    makes the graph the test's, not the fixture's."""
 
     modules: dict[int, object] = field(default_factory=dict)
     values: dict[int, object] = field(default_factory=dict)
+    fixtures: dict[int, object] = field(default_factory=dict)
     kept: dict[int, object] = field(default_factory=dict)
 
     def clear(self) -> None:
         self.modules.clear()
         self.values.clear()
+        self.fixtures.clear()
         self.kept.clear()
 
 
@@ -79,19 +81,17 @@ class Reach:
 
 
 class _Probe:
-    """A fresh object, counted as the others are: the references the counting makes."""
+    """A fresh object counted as the others: the references the counting itself makes."""
 
 
 def _hamt_types() -> frozenset[type]:
     """The types a context's values are kept in (their holders lead to a ContextVar)."""
-    var: contextvars.ContextVar[object] = contextvars.ContextVar("graphleak_climb")
     context = contextvars.copy_context()
-    context.run(var.set, _Probe())
-    found = {type(context)}
-    frontier = gc.get_referents(context)
+    context.run(contextvars.ContextVar[object]("graphleak_climb").set, _Probe())
+    found, frontier = {type(context)}, gc.get_referents(context)
     for _ in range(4):
         frontier = [obj for obj in frontier if type(obj).__name__.startswith("hamt")]
-        found.update(type(obj) for obj in frontier)
+        found.update(map(type, frontier))
         frontier = gc.get_referents(*frontier)
     return frozenset(found)
 
@@ -179,7 +179,9 @@ class _Climb:
         self.rising: list[int] = []
         self.reach = Reach()
         self.unknown = False
-        self.own = {*own, id(self.taken), id(self.outside), id(young.objects)}
+        self.own = {*own, id(self.taken), id(self.outside), id(young.objects), id(roots),
+                    id(roots.modules), id(roots.values), id(roots.fixtures),
+                    id(roots.kept)}  # fmt: skip
 
     def run(self, targets: Sequence[object]) -> Reach | None:
         if not self.young.where:
@@ -206,7 +208,10 @@ class _Climb:
 
     def _take(self, obj: object) -> None:
         self.taken[id(obj)] = obj
-        if id(obj) in self.roots.values:
+        if id(obj) in self.roots.values:  # the shortest chain starts here: no need to go on
+            self.reach.values.add(id(obj))
+            return
+        if id(obj) in self.roots.fixtures:
             self.reach.values.add(id(obj))
         at = self.young.where.get(id(obj))
         if at is None:
