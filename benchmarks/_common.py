@@ -338,6 +338,7 @@ def torch_mlp_step(batch: int = 64, sizes: Sequence[int] = (128, 256, 10)) -> Ca
         loss.backward()
         with torch.no_grad():
             for p in params:
+                assert p.grad is not None
                 p.add_(p.grad, alpha=-0.01)
         return loss.item()
 
@@ -363,7 +364,8 @@ def torch_transformer_step(
             self.head = torch.nn.Linear(d_model, vocab)
 
         def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-            return self.head(self.block(self.embed(tokens)))
+            logits: torch.Tensor = self.head(self.block(self.embed(tokens)))
+            return logits
 
     model = TinyLM()
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
@@ -391,7 +393,7 @@ def minigrad_mlp_step(
     import minigrad as mg
 
     rng = np.random.default_rng(0)
-    layers: list[object] = []
+    layers: list[mg.nn.Module] = []
     for fan_in, fan_out in itertools.pairwise(sizes):
         layers += [mg.nn.Linear(fan_in, fan_out), mg.nn.ReLU()]
     model = mg.nn.Sequential(*layers[:-1])
@@ -404,7 +406,7 @@ def minigrad_mlp_step(
         loss = ((model(x) - target) ** 2).mean()
         loss.backward()
         opt.step()
-        return loss.item()
+        return float(loss.item())
 
     return step
 
@@ -446,7 +448,7 @@ def _step_keeping_losses(
         weight.grad = None
         if every and calls[0] % every == 0:
             kept.append(loss)
-        return loss.item()
+        return float(loss.item())
 
     return step, kept
 

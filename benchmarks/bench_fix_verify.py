@@ -55,7 +55,7 @@ def _load(path: Path) -> Any:
     return module
 
 
-def measure(path: Path) -> list[object]:
+def measure(path: Path) -> tuple[str, float, float, int, str, str, str]:
     """One row: example, diagnosis s, verification s, changes re-run, verified."""
     import pytest_graphleak
     from pytest_graphleak import pipeline
@@ -90,7 +90,7 @@ def measure(path: Path) -> list[object]:
     verified = "yes" if tried is not None and tried.verified else "no"
     where = _line_kind(result.diagnosis)
     why = "" if verified == "yes" or tried is None else tried.why_not or ""
-    return [path.stem, spent["explain"], spent["tried_fix"], reruns[0], verified, where, why]
+    return (path.stem, spent["explain"], spent["tried_fix"], reruns[0], verified, where, why)
 
 
 def _line_kind(diagnosis: Any) -> str:
@@ -168,12 +168,12 @@ def main(argv: list[str] | None = None) -> None:
         import torch  # noqa: F401  (before the first example, as a suite would import it)
     pin_threads()
     rows = [measure(path) for path in files]
-    totals = [float(row[1]) + float(row[2]) for row in rows]  # type: ignore[arg-type]
+    totals = [row[1] + row[2] for row in rows]
     median = statistics.median(totals)
     table = markdown_table(
         ["example", "diagnosis", "verification", "changes re-run", "verified", "line"],
         [[row[0], f"{fmt_num(float(row[1]))} s", f"{fmt_num(float(row[2]))} s", row[3], row[4],
-          row[5]] for row in rows],  # type: ignore[arg-type]
+          row[5]] for row in rows],
     )
     verified = sum(row[4] == "yes" for row in rows)
     ran = repros.is_dir() and not args.quick

@@ -141,7 +141,7 @@ def _session(work: Path, extra: list[str], *, count: bool = False) -> dict[str, 
     if proc.returncode != 0:
         raise SystemExit(f"bench_inert: pytest {' '.join(extra)} failed:\n"
                          f"{(proc.stdout + proc.stderr)[-3000:]}")  # fmt: skip
-    data = json.loads(out.read_text(encoding="utf-8"))
+    data: dict[str, float] = json.loads(out.read_text(encoding="utf-8"))
     out.unlink()
     return data
 

@@ -125,6 +125,8 @@ def torch_transformer() -> Step:
     from torch import nn
 
     class Attention(nn.Module):
+        mask: torch.Tensor  # a registered buffer
+
         def __init__(self) -> None:
             super().__init__()
             self.query, self.key = nn.Linear(D_MODEL, D_MODEL), nn.Linear(D_MODEL, D_MODEL)
@@ -140,7 +142,8 @@ def torch_transformer() -> Step:
             q, k, v = (self.heads(m(x), b, t) for m in (self.query, self.key, self.value))
             scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(D_MODEL // HEADS))
             att = torch.softmax(scores + self.mask[:t, :t], dim=-1)
-            return self.proj((att @ v).transpose(1, 2).reshape(b, t, d))
+            out: torch.Tensor = self.proj((att @ v).transpose(1, 2).reshape(b, t, d))
+            return out
 
     class Block(nn.Module):
         def __init__(self) -> None:
@@ -156,7 +159,8 @@ def torch_transformer() -> Step:
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             x = x + self.attn(self.ln1(x))
-            return x + self.mlp(self.ln2(x))
+            mixed: torch.Tensor = self.mlp(self.ln2(x))
+            return x + mixed
 
     vocab, next_batch = _text_batches()
 
@@ -169,7 +173,8 @@ def torch_transformer() -> Step:
 
         def forward(self, idx: torch.Tensor) -> torch.Tensor:
             x = self.tok(idx) + self.pos(torch.arange(idx.shape[1]))
-            return self.head(self.ln_f(self.blocks(x)))
+            logits: torch.Tensor = self.head(self.ln_f(self.blocks(x)))
+            return logits
 
     torch.manual_seed(0)
     model = Model()
@@ -211,21 +216,21 @@ def counters_patched_out() -> Iterator[None]:
         self.saved = None
         self.pre_hooks = None
 
-    patched = {
+    patched: dict[type, Callable[..., None]] = {
         TensorImpl: impl_init,
         AutogradMeta: meta_init,
         Node: node_init,
     }
-    originals = {cls: (cls.__init__, cls.__del__) for cls in patched}
-    try:
+    originals = {cls: (vars(cls)["__init__"], vars(cls)["__del__"]) for cls in patched}
+    try:  # setattr: mypy refuses __init__ assigned on a class
         for cls, init in patched.items():
-            cls.__init__ = init  # type: ignore[method-assign,assignment]
-            del cls.__del__  # type: ignore[attr-defined]
+            setattr(cls, "__init__", init)  # noqa: B010
+            delattr(cls, "__del__")
         yield
     finally:
         for cls, (init, fin) in originals.items():
-            cls.__init__ = init  # type: ignore[method-assign]
-            cls.__del__ = fin  # type: ignore[attr-defined]
+            setattr(cls, "__init__", init)  # noqa: B010
+            setattr(cls, "__del__", fin)  # noqa: B010
 
 
 # --------------------------------------------------------------------------- timing

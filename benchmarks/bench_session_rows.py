@@ -34,6 +34,10 @@ import tempfile
 import time
 import tracemalloc
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pytest_graphleak.report.json_doc import CheckedTest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -47,13 +51,17 @@ from _common import (
 )
 
 SIZES = (1_000, 10_000)
+#: A check as ``CheckResult.to_dict`` gives it; a test's row as it arrives.
+Doc = dict[str, object]
+Row = tuple[str, str, list[Doc]]
+
 QUICK_SIZES = (1_000,)  # a size of the full run: the smoke test compares rows
 #: A quick run's pytest session holds this many trivial tests (1,000 take seconds).
 QUICK_PYTEST_TESTS = 100
 LEAK_EVERY = 10
 
 
-def _rows() -> tuple[dict, dict]:
+def _rows() -> tuple[Doc, Doc]:
     """A real leaky check (with its diagnosis) and a real clean one, as plain dicts."""
     import minigrad as mg
     from pytest_graphleak import check
@@ -78,11 +86,11 @@ def _rows() -> tuple[dict, dict]:
     return leak, ok
 
 
-def _checked_tests(n: int, leak: dict, ok: dict) -> list[tuple[str, str, list[dict]]]:
+def _checked_tests(n: int, leak: Doc, ok: Doc) -> list[Row]:
     """n (nodeid, outcome, checks) triples, each row its own objects (as they arrive
     from separate reports), not n references to one dict."""
     leak_text, ok_text = json.dumps(leak), json.dumps(ok)
-    out = []
+    out: list[Row] = []
     for i in range(n):
         leaked = i % LEAK_EVERY == 0
         check = json.loads(leak_text if leaked else ok_text)
@@ -95,31 +103,31 @@ def _checked_tests(n: int, leak: dict, ok: dict) -> list[tuple[str, str, list[di
 # Three ways to keep the rows until the end of the session: (keep, finish) pairs. keep
 # takes the arriving rows and returns what the reporter holds; finish turns that into the
 # rows the summary and the reports are built from.
-def _keep_dicts(arriving: list, _: Path) -> object:
+def _keep_dicts(arriving: list[Row], _: Path) -> object:
     from pytest_graphleak.report.json_doc import CheckedTest
 
     return {nodeid: CheckedTest(nodeid, outcome, checks) for nodeid, outcome, checks in arriving}
 
 
-def _finish_dicts(held: object, _: Path) -> list:
+def _finish_dicts(held: object, _: Path) -> list[CheckedTest]:
     return list(held.values())  # type: ignore[attr-defined]
 
 
-def _keep_text(arriving: list, _: Path) -> object:
+def _keep_text(arriving: list[Row], _: Path) -> object:
     return {
         nodeid: json.dumps([outcome, checks], separators=(",", ":"))
         for nodeid, outcome, checks in arriving
     }
 
 
-def _finish_text(held: object, _: Path) -> list:
+def _finish_text(held: object, _: Path) -> list[CheckedTest]:
     from pytest_graphleak.report.json_doc import CheckedTest
 
     texts: dict[str, str] = held  # type: ignore[assignment]
     return [CheckedTest(nodeid, *json.loads(text)) for nodeid, text in texts.items()]
 
 
-def _keep_spool(arriving: list, directory: Path) -> object:
+def _keep_spool(arriving: list[Row], directory: Path) -> object:
     """The removed ResultSpool's work, re-enacted: one JSON line per test, the file
     opened per test (no handle outlives a test)."""
     path = directory / "results.jsonl"
@@ -130,7 +138,7 @@ def _keep_spool(arriving: list, directory: Path) -> object:
     return None
 
 
-def _finish_spool(_: object, directory: Path) -> list:
+def _finish_spool(_: object, directory: Path) -> list[CheckedTest]:
     from pytest_graphleak.report.json_doc import CheckedTest
 
     tests = {}
@@ -148,7 +156,7 @@ VARIANTS = {
 }
 
 
-def _measure(variant: str, n: int, leak: dict, ok: dict) -> dict[str, float]:
+def _measure(variant: str, n: int, leak: Doc, ok: Doc) -> dict[str, float]:
     """Memory (tracemalloc, one pass) and time (another pass, tracing off) of a variant."""
     keep, finish = VARIANTS[variant]
     with tempfile.TemporaryDirectory(prefix="bench-rows-") as name:
@@ -190,12 +198,12 @@ def _strict(value: object) -> object:
     return value
 
 
-def _indented(document: dict) -> str:
+def _indented(document: Doc) -> str:
     """The report text as ``dumps`` wrote it before: every value on its own line."""
     return json.dumps(_strict(document), indent=2, sort_keys=True, allow_nan=False) + "\n"
 
 
-def _document_cost(n: int, leak: dict, ok: dict) -> dict[str, float]:
+def _document_cost(n: int, leak: Doc, ok: Doc) -> dict[str, float]:
     """Seconds to build the document and to write its text either way, and the sizes."""
     from pytest_graphleak.report.json_doc import build_document, dumps
 

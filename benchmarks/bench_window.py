@@ -75,7 +75,7 @@ def build_trainer(steps: int, callbacks: list[Any], out_dir: str) -> Any:
     import torch
     import transformers
 
-    class Tokens(torch.utils.data.Dataset):
+    class Tokens(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
         def __len__(self) -> int:
             return 512
 
