@@ -40,7 +40,8 @@ from pytest_graphleak.options import TrackOptions
 from pytest_graphleak.patterns import PATTERNS
 from pytest_graphleak.plugin.terminal import detail_lines
 from pytest_graphleak.probes import METRICS
-from pytest_graphleak.report.github import commands, report_rows
+from pytest_graphleak.report.github import commands
+from pytest_graphleak.report.github_rows import report_rows
 from pytest_graphleak.report.html import render_html
 from pytest_graphleak.report.json_doc import CheckedTest, build_document
 from pytest_graphleak.report.model import Report

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 import minigrad  # noqa: F401  (loaded before pytester runs in-process: numpy loads once)
-from pytest_graphleak.report import github
-from pytest_graphleak.report.github import Row
+from pytest_graphleak.report import github, github_rows
+from pytest_graphleak.report.github_rows import Row
 from pytest_graphleak.report.writers import WRITER_OPTIONS, WRITERS
 
 pytest_plugins = ["pytester"]
@@ -154,10 +154,10 @@ def test_every_annotation_opens_with_its_fix(
 
 
 def test_code_only_drops_the_trailing_comment() -> None:
-    assert github.code_only("losses.append(loss)  # keep it") == "losses.append(loss)"
-    assert github.code_only("d['#'] = x  # a") == "d['#'] = x"
-    assert github.code_only("f(a,  # more follows") == "f(a,"
-    assert github.code_only("x = '#not a comment'") == "x = '#not a comment'"
+    assert github_rows.code_only("losses.append(loss)  # keep it") == "losses.append(loss)"
+    assert github_rows.code_only("d['#'] = x  # a") == "d['#'] = x"
+    assert github_rows.code_only("f(a,  # more follows") == "f(a,"
+    assert github_rows.code_only("x = '#not a comment'") == "x = '#not a comment'"
 
 
 def test_step_summary_escapes_markdown_and_links_only_with_github_facts(tmp_path: Path) -> None:
@@ -292,7 +292,7 @@ def test_another_part_of_the_run_adds_rows_through_the_session_report(
     ``extra_rows`` on the controller; they are annotated beside the checks'."""
     pytester.makeconftest(
         """
-        from pytest_graphleak.report.github import Row
+        from pytest_graphleak.report.github_rows import Row
 
         def pytest_sessionfinish(session):
             report = session.config.pluginmanager.get_plugin("graphleak-session-report")

@@ -232,7 +232,7 @@ def test_a_module_fixtures_annotation_is_not_put_on_an_innocent_test(
 
 
 def test_without_a_known_line_the_annotation_goes_to_the_fixture() -> None:
-    from pytest_graphleak.report.github import report_rows
+    from pytest_graphleak.report.github_rows import report_rows
     from pytest_graphleak.report.model import Report, TestRow
     from pytest_graphleak.result import CheckResult, Diagnosis, JudgedAt, Verdict
 

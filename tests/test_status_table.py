@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from pytest_graphleak import status
-from pytest_graphleak.report.github import Row, commands
-from pytest_graphleak.report.github import _level as github_level
+from pytest_graphleak.report.github import commands
+from pytest_graphleak.report.github_rows import Row
+from pytest_graphleak.report.github_rows import _level as github_level
 
 PACKAGE = Path(status.__file__).parent
 #: Where statuses are rendered: the report writers, the plugin's terminal and session

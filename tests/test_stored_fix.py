@@ -19,7 +19,7 @@ from pytest_graphleak import check, track
 from pytest_graphleak.diagnose.facts import root_link
 from pytest_graphleak.loop import LoopCheck
 from pytest_graphleak.patterns import FIXES
-from pytest_graphleak.report.github import report_rows
+from pytest_graphleak.report.github_rows import report_rows
 from pytest_graphleak.report.model import Report
 from pytest_graphleak.report.text import render_text
 from pytest_graphleak.report.view import diagnosis_view

@@ -47,7 +47,7 @@ from pytest_graphleak.plugin.report_files import (
 from pytest_graphleak.plugin.status_word import StatusWords
 from pytest_graphleak.plugin.terminal import section_lines
 from pytest_graphleak.report.environment import describe_run
-from pytest_graphleak.report.github import Row
+from pytest_graphleak.report.github_rows import Row
 from pytest_graphleak.report.json_doc import (
     CheckedTest,
     build_report,
@@ -118,7 +118,7 @@ class SessionReport:
         self._audited: set[str] = set()
         self.outputs: list[ReportFile] = []
         #: Findings of other kinds for the writers that are no file (an after-teardown
-        #: audit, say): each a ``report.github.Row``, annotated and tabled like a check's.
+        #: audit, say): each a ``report.github_rows.Row``, annotated and tabled like a check's.
         self.extra_rows: list[Row] = []
         self.publishers: list[Writer] = []
         self._started = time.time()  # for the HTML page's environment block

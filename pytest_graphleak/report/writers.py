@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_graphleak.report import github
-from pytest_graphleak.report.github import Row
+from pytest_graphleak.report.github_rows import Row
 from pytest_graphleak.report.html import is_html_report, render_html
 from pytest_graphleak.report.json_doc import document_of, dumps, is_json_report
 from pytest_graphleak.report.junit import junit_properties
