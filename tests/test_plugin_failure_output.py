@@ -205,7 +205,7 @@ def test_warnings_and_notes_read_in_80_columns(pytester: pytest.Pytester) -> Non
 
 
 def test_session_notes_break_at_spaces_under_their_label() -> None:
-    from pytest_graphleak.plugin.terminal import section_lines
+    from pytest_graphleak.plugin.report_section import section_lines
 
     note = ("a pytest-xdist worker crashed while running tests/test_a_long_module_name.py::"
             "test_one, so it has no graphleak result (run it alone)")  # fmt: skip

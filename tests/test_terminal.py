@@ -164,7 +164,7 @@ def test_coloured_entries_write_markup_only_when_the_writer_has_it(markup: bool)
 
 
 def test_warned_detail_lines_are_coloured_as_the_failure_text() -> None:
-    from pytest_graphleak.plugin.terminal import summary_lines
+    from pytest_graphleak.plugin.report_section import summary_lines
     from pytest_graphleak.report.json_doc import CheckedTest
 
     growth = Growth("minigrad.tensors", 1.0, 4.0, 1.0)

@@ -174,7 +174,7 @@ def _unmeasured(fix: str) -> CheckResult:
 
 
 def test_every_surface_reads_the_unmeasured_fix_field() -> None:
-    from pytest_graphleak.plugin.terminal import summary_lines
+    from pytest_graphleak.plugin.report_section import summary_lines
     from pytest_graphleak.report.github import commands
     from pytest_graphleak.report.github_rows import report_rows
     from pytest_graphleak.report.json_doc import load_schema

@@ -44,8 +44,8 @@ from pytest_graphleak.plugin.report_files import (
     refuse_unsafe_outputs,
     write_report,
 )
+from pytest_graphleak.plugin.report_section import section_lines
 from pytest_graphleak.plugin.status_word import StatusWords
-from pytest_graphleak.plugin.terminal import section_lines
 from pytest_graphleak.report.environment import describe_run
 from pytest_graphleak.report.github_rows import Row
 from pytest_graphleak.report.json_doc import (

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 
 import pytest
 
-from pytest_graphleak.plugin.terminal import no_verdict
+from pytest_graphleak.plugin.report_section import no_verdict
 from pytest_graphleak.report.model import results_of
 from pytest_graphleak.result import CheckResult
 from pytest_graphleak.status import BY_WORD as STATUS_FACTS
