@@ -31,22 +31,26 @@ from __future__ import annotations
 import ast
 from collections.abc import Sequence
 
+from pytest_graphleak.diagnose.fix_after import (
+    cache_clears,
+    cache_name,
+    clear_after_backward,
+    resets,
+)
 from pytest_graphleak.diagnose.fix_source import (
+    STORES,
     Edit,
     Source,
     char_col,
     indent_of,
     node_text,
     one_line,
+    plain,
     replace_node,
     statement_at,
 )
-from pytest_graphleak.result import CreationSite, Link
-from pytest_graphleak.words.backward import backward_after
+from pytest_graphleak.result import Link
 
-#: Methods that put their argument into the container they are called on.
-STORES = frozenset({"append", "appendleft", "add", "insert", "put", "put_nowait", "push",
-                    "extend", "extendleft", "setdefault", "add_", "copy_"})  # fmt: skip
 #: Methods that take many values at once: their argument is an iterable of tensors.
 MANY = frozenset({"extend", "extendleft"})
 #: At most this many candidates are tried per leak (each costs a re-run).
@@ -54,7 +58,6 @@ MAX_CANDIDATES = 8
 #: Kinds of change (``Edit.kind``) that only cut graphs: what they keep still takes
 #: memory, so none can stop a growth of memory alone (``fix_verify`` skips them then).
 CUTS_GRAPHS = frozenset({"detach", "rebuild", "total", "no_grad"})
-_LRU = "_lru_cache_wrapper"
 
 
 def candidates(
@@ -87,17 +90,17 @@ def candidates(
             found.append(_edit(source, statement, new, kind))
         if isinstance(statement, ast.AugAssign) and node is statement.value:
             found.append(_total_detached(source, statement))
-    found.extend(_resets(source, statement))
-    deferred = _clear_after_backward(source, statement)
+    found.extend(resets(source, statement))
+    deferred = clear_after_backward(source, statement)
     found.extend(deferred)
     if no_grad is not None and _computes(statement):
         found.append(_under(source, statement, no_grad))
     made = statement_at(source.tree, made_at) if made_at is not None else None
     if no_grad is not None and made is not None and made is not statement and _computes(made):
         found.append(_under(source, made, no_grad))
-    cached = _cache_name(links)
+    cached = cache_name(links)
     if cached:
-        found.extend(_cache_clears(source, cached, statement))
+        found.extend(cache_clears(source, cached, statement))
     unique: dict[tuple[int, int, tuple[str, ...]], Edit] = {}
     for edit in found:
         unique.setdefault((edit.first, edit.last, edit.new), edit)
@@ -106,27 +109,6 @@ def candidates(
     first = "reset" if deferred else "cache_clear" if cached else _likeliest(statement, links)
     ordered = sorted(unique.values(), key=lambda edit: edit.kind != first)  # stable
     return ordered[:MAX_CANDIDATES]
-
-
-def _clear_after_backward(source: Source, statement: ast.stmt) -> list[Edit]:
-    """``holder.clear()`` right after the later statement that runs a backward through
-    what ``holder.append(x)`` keeps (``torch.stack(pending[-4:]).mean().backward()``):
-    the tensors are needed with their graphs until then, so detaching them here would
-    break it (``words.backward``). Only where that statement is in the same file and
-    names the holder itself (not a helper that takes it under another name)."""
-    call = statement.value if isinstance(statement, ast.Expr) else None
-    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
-            and call.func.attr in STORES and _plain(call.func.value)):  # fmt: skip
-        return []
-    holder = node_text(source, call.func.value)
-    line = source.lines[statement.lineno - 1].strip()
-    later = backward_after(CreationSite(source.filename, statement.lineno, line, 1), holder)
-    if later is None:
-        return []
-    backward = statement_at(source.tree, later[0])
-    if backward is None or holder not in node_text(source, backward):
-        return []
-    return [_after(source, backward, f"{holder}.clear()", "reset")]
 
 
 def _likeliest(statement: ast.stmt, links: Sequence[Link]) -> str:
@@ -232,7 +214,7 @@ def _rewrites(
     found.append((f"{atom}.detach()", "detach"))
     if not scalar and element is not None and element.kind == "tensor":
         found.append((f"{atom}.tolist()", "numbers"))  # where even a detached tensor piles up
-    if element is not None and element.kind == "object" and element.carriers and _plain(node):
+    if element is not None and element.kind == "object" and element.carriers and plain(node):
         detached = ", ".join(f"{atom}.{name}.detach()" for name in element.carriers)
         found.append((f"type({atom})({detached})", "rebuild"))
     return found
@@ -324,13 +306,6 @@ def _atom(text: str) -> str:
     return text if plain else f"({text})"
 
 
-def _plain(node: ast.expr) -> bool:
-    """A name or an attribute: evaluated more than once without side effects."""
-    while isinstance(node, ast.Attribute):
-        node = node.value
-    return isinstance(node, ast.Name)
-
-
 def _scalar(links: Sequence[Link]) -> bool:
     """The kept tensor at the chain's end is 0-dim (a loss): ``.item()`` keeps its value."""
     last = next((link for link in reversed(links) if link.kind == "tensor"), None)
@@ -370,75 +345,3 @@ def _under(source: Source, statement: ast.stmt, no_grad: str) -> Edit:
     new = (f"{pad}with {no_grad}:", *(f"    {line}" if line.strip() else line for line in old))
     shown = f"with {no_grad}: {one_line(old)}"
     return Edit(source.filename, statement.lineno, statement.end_lineno, new, shown, "no_grad")
-
-
-def _resets(source: Source, statement: ast.stmt) -> list[Edit]:
-    """``metric.update(x)`` on an object that accumulates: ``metric.reset()`` after it
-    (the object's own method; a type without it raises, and the candidate is dropped)."""
-    call = statement.value if isinstance(statement, ast.Expr) else None
-    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)):
-        return []
-    holder = call.func.value
-    if call.func.attr in STORES or not _plain(holder):
-        return []
-    name = node_text(source, holder)
-    return [_after(source, statement, f"{name}.{method}()", "reset")
-            for method in ("reset", "clear")]  # fmt: skip
-
-
-def _after(source: Source, statement: ast.stmt, text: str, kind: str) -> Edit:
-    """``text`` as a statement of its own right after ``statement``."""
-    assert statement.end_lineno is not None
-    old = source.lines[statement.lineno - 1 : statement.end_lineno]
-    new = (*old, indent_of(old[0]) + text)
-    return Edit(source.filename, statement.lineno, statement.end_lineno, new,
-                f"{one_line(old)}; then {text}", kind)  # fmt: skip
-
-
-def _cache_name(links: Sequence[Link]) -> str:
-    """How the chain reaches an ``lru_cache`` on it: the global name of the cached
-    function (``features``), or ``.name`` for one kept as an attribute (``self.embed =
-    cached``); "" for none."""
-    for at in range(1, len(links)):
-        if links[at].type != _LRU:
-            continue
-        before = links[at - 1]
-        if before.kind == "root" and before.type == "global":
-            return before.name
-        if before.edge == "attribute" and before.key:
-            return f".{before.key}"
-    return ""
-
-
-def _cache_clears(source: Source, name: str, statement: ast.stmt) -> list[Edit]:
-    """``<cached>.cache_clear()`` after the statement that calls the cached function: the
-    line to change when it calls it (spelled as it does, ``self.embed``), else, for a
-    global one, the first statement of another function that calls it: what it cached is
-    used by then."""
-    spelled = _calls(source, statement, name)
-    if spelled:
-        return [_after(source, statement, f"{spelled}.cache_clear()", "cache_clear")]
-    if name.startswith("."):
-        return []
-    for node in ast.walk(source.tree):
-        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or node.name == name:
-            continue
-        for each in node.body:
-            if isinstance(each, (ast.Expr, ast.Assign, ast.AugAssign)) and _calls(source, each,
-                                                                                 name):
-                return [_after(source, each, f"{name}.cache_clear()", "cache_clear")]
-    return []
-
-
-def _calls(source: Source, statement: ast.stmt, name: str) -> str:
-    """How ``statement`` spells the cached function it calls (``features``,
-    ``self.embed`` for ``.embed``); "" when it calls none."""
-    for call in ast.walk(statement):
-        if not isinstance(call, ast.Call):
-            continue
-        func = call.func
-        if isinstance(func, ast.Name) and func.id == name:
-            return name
-        if isinstance(func, ast.Attribute) and name == f".{func.attr}" and _plain(func):
-            return node_text(source, func)
-    return ""

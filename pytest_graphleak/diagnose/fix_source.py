@@ -19,6 +19,18 @@ from dataclasses import dataclass
 CONTEXT = 3
 
 
+#: Methods that put their argument into the container they are called on.
+STORES = frozenset({"append", "appendleft", "add", "insert", "put", "put_nowait", "push",
+                    "extend", "extendleft", "setdefault", "add_", "copy_"})  # fmt: skip
+
+
+def plain(node: ast.expr) -> bool:
+    """A name or an attribute: evaluated more than once without side effects."""
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return isinstance(node, ast.Name)
+
+
 @dataclass(frozen=True)
 class Edit:
     """Lines ``first``..``last`` (1-based, inclusive) of ``filename`` replaced by ``new``
