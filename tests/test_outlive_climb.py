@@ -20,6 +20,7 @@ import minigrad  # noqa: F401  # imported once here: in-process runs drop what t
 from pytest_graphleak.outlive import audit_roots as audit_module
 from pytest_graphleak.outlive import climb as climb_module
 from pytest_graphleak.outlive.audit import Audit
+from pytest_graphleak.outlive.audit_roots import FIRST_WALK
 from pytest_graphleak.outlive.climb import Reach, Roots, climb
 from pytest_graphleak.outlive.found import Holder
 from pytest_graphleak.outlive.gate import LIMIT, Gate
@@ -97,7 +98,7 @@ class Seen:
     names), and the chains of its findings."""
 
     taken: list[int | None] = field(default_factory=list)
-    walks: int = 0
+    walks: list[int] = field(default_factory=list)  # each walk's limit
     roots: list[tuple[str, Collection[str] | None]] = field(default_factory=list)
     chains: list[str] = field(default_factory=list)
 
@@ -120,7 +121,7 @@ def _audit(module: types.ModuleType, monkeypatch: pytest.MonkeyPatch) -> Seen:
         self: Gate, roots: Iterable[object], wanted: Callable[[object], bool],
         backends: list[Backend], *, limit: int = LIMIT, kept: Iterable[object] = (),
     ) -> bool | None:  # fmt: skip
-        seen.walks += 1
+        seen.walks.append(limit)
         return real_walk(self, roots, wanted, backends, limit=limit, kept=kept)
 
     def counted_globals(
@@ -144,18 +145,18 @@ def test_the_audits_work_does_not_grow_with_what_the_roots_reach(
     user_module: types.ModuleType, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A module-level dataset (here 100,000 lists) reachable from a root: the audit
-    after a test that kept a graph takes in as many objects as without it, walks
-    nothing down from the roots, and the holder search starts from the one root that
-    holds the graph."""
+    after a test that kept a graph walks down from the roots no further than its first
+    short walk, climbs from the graph instead, taking in a few objects, and the holder
+    search starts from the one root that holds the graph."""
     small = _audit(user_module, monkeypatch)
     vars(user_module)["DATA"] = [[i, {"a": i}] for i in range(100_000)]
     vars(user_module)["KEPT"].clear()
     big = _audit(user_module, monkeypatch)
     assert small.chains == big.chains == [f"global '{STATIC}.KEPT'"]
-    assert small.walks == big.walks == 0
-    assert big.taken == small.taken
-    assert all(taken is not None and taken < 100 for taken in big.taken)
-    assert big.roots == small.roots == [(STATIC, {"KEPT"})]
+    assert big.walks == [FIRST_WALK]  # the first, short walk only: past it, the climb
+    assert len(big.taken) == 1 and big.taken[0] is not None and big.taken[0] < 100
+    assert big.roots == [(STATIC, {"KEPT"})]
+    assert all(limit == FIRST_WALK for limit in small.walks)
 
 
 def test_past_its_budget_the_climb_does_not_know(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -180,8 +181,9 @@ def test_a_graph_in_an_object_array_in_a_root_is_still_named(
             array[0] = value
 
     vars(user_module).update(KEPT=Appending(), ARRAY=array)
+    vars(user_module)["DATA"] = [[i] for i in range(FIRST_WALK)]  # past the first walk
     seen = _audit(user_module, monkeypatch)
-    assert seen.taken == [None] and seen.walks == 1
+    assert seen.taken == [None] and seen.walks == [FIRST_WALK, LIMIT]
     assert seen.chains == [f"global '{STATIC}.ARRAY'"]
 
 
@@ -215,7 +217,7 @@ def test_a_live_fixture_and_a_class_attribute_are_climbed_to(
         self: Gate, roots: Iterable[object], wanted: Callable[[object], bool],
         backends: list[Backend], *, limit: int = LIMIT, kept: Iterable[object] = (),
     ) -> bool | None:  # fmt: skip
-        seen.walks += 1
+        seen.walks.append(limit)
         return real_walk(self, roots, wanted, backends, limit=limit, kept=kept)
 
     monkeypatch.setattr(Gate, "may_reach", counted_walk)
@@ -231,4 +233,4 @@ def test_a_live_fixture_and_a_class_attribute_are_climbed_to(
     finally:
         Suite.held.clear()
     assert chains == ["class attribute 'Suite.held'"]  # the fixture's: judged at its teardown
-    assert seen.walks == 0
+    assert all(limit == FIRST_WALK for limit in seen.walks)

@@ -17,6 +17,7 @@ from pytest_graphleak.heap.usercode import is_user_module
 from pytest_graphleak.outlive.census import Census
 from pytest_graphleak.outlive.climb import Reach, Roots, climb
 from pytest_graphleak.outlive.found import Holder, Targets
+from pytest_graphleak.outlive.gate import LIMIT as GATE_LIMIT
 from pytest_graphleak.outlive.gate import Gate
 from pytest_graphleak.outlive.roots import (
     class_attributes,
@@ -28,6 +29,9 @@ from pytest_graphleak.outlive.roots import (
 from pytest_graphleak.outlive.subjects import AuditedTest, FixtureDef
 from pytest_graphleak.probes.autograd import Backend
 from pytest_graphleak.words import outlive as words
+
+#: Objects the first walk down from the roots reads before the climb is asked instead.
+FIRST_WALK = 10_000
 
 
 class AuditRoots:
@@ -56,16 +60,22 @@ class AuditRoots:
         imported: Collection[str] = (),
     ) -> tuple[bool | None, list[Holder]] | None:  # fmt: skip
         """The roots to search for ``targets``, and whether one is known to reach them
-        (None: not known); None when none does. Climbed to from the graphs where it can
-        tell (``outlive/climb``: those roots alone), else walked down to from every
-        root, as far as the gate's limit."""
-        reach = self._climbed(test, census, found, targets, imported)
-        if reach is None:  # not known upwards: the walk down from the roots, bounded
-            reached = self._walked(test, targets, imported, census.backends)
-            return None if reached is False else (reached, self.holders(test, imported=imported))
-        if not reach:
+        (None: not known); None when none does. A short walk down from every root first
+        (``FIRST_WALK`` objects: where the roots reach little, it says "none" cheapest);
+        else climbed to from the graphs (``outlive/climb``: the holder search starts from
+        the roots it reached alone); where the climb cannot tell, walked down as far as the
+        gate's limit."""
+        reached = self._walked(test, targets, imported, census.backends, FIRST_WALK)
+        if reached is False:
             return None
-        return True, self.holders(test, imported=imported, reach=reach)
+        reach = self._climbed(test, census, found, targets, imported)
+        if reach:
+            return True, self.holders(test, imported=imported, reach=reach)
+        if reach is not None and reached is None:
+            return None
+        if reached is None:
+            reached = self._walked(test, targets, imported, census.backends, GATE_LIMIT)
+        return None if reached is False else (reached, self.holders(test, imported=imported))
 
     def _climbed(
         self, test: AuditedTest, census: Census, found: list[object] | None, targets: Targets,
@@ -86,14 +96,15 @@ class AuditRoots:
 
     def _walked(
         self, test: AuditedTest, targets: Targets, imported: Collection[str],
-        backends: list[Backend],
+        backends: list[Backend], limit: int,
     ) -> bool | None:  # fmt: skip
-        """The gate's walk down from every root (``outlive/gate``), bounded."""
+        """The gate's walk down from every root (``outlive/gate``), as far as ``limit``."""
         values = self.root_values(test, imported=imported)
         kept = [h.value for h in self.holders(test, imported=imported) if h.kept] if (
             self.keep) else []  # fmt: skip
         try:
-            return self._gate.may_reach(values, targets.made_during, backends, kept=kept)
+            return self._gate.may_reach(values, targets.made_during, backends, limit=limit,
+                                        kept=kept)  # fmt: skip
         finally:
             values.clear()
             kept.clear()

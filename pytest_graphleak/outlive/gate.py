@@ -115,6 +115,8 @@ class Gate:
                 # One C call for the level; an untracked object holds nothing, but numpy
                 # arrays and context variables (read by ``_read``) and graph objects.
                 children = gc.get_referents(*entered)
+                if len(seen) + len(children) > limit + limit:  # a level past the limit
+                    return None  # (a million-item list): not even looked through
                 children.extend(read)
                 entered.clear()
                 read.clear()
