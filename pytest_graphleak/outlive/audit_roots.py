@@ -45,10 +45,12 @@ class AuditRoots:
     _user_module: dict[str, bool]
 
     # -- where graphs are held ---------------------------------------------------------
-    def listed(self, test: AuditedTest, census: Census) -> list[object] | None:
+    def listed(
+        self, test: AuditedTest, census: Census, *, whole: bool = False
+    ) -> list[object] | None:  # fmt: skip
         """The graph objects the test made that are alive (``Census.young``) and the old
         tensors near its roots whose graph it extended in place; None: not listed."""
-        found = census.young()
+        found = census.young(whole=whole)
         if found is not None:
             near = self.root_values(test, others=False)
             found.extend(census.grown_near(near))
@@ -68,7 +70,12 @@ class AuditRoots:
         reached = self._walked(test, targets, imported, census.backends, FIRST_WALK)
         if reached is False:
             return None
-        reach = self._climbed(test, census, found, targets, imported)
+        listed = self.listed(test, census, whole=True) if found is None else found
+        try:
+            reach = self._climbed(test, census, listed, targets, imported)
+        finally:
+            if listed is not found and listed is not None:
+                listed.clear()
         if reach:
             return True, self.holders(test, imported=imported, reach=reach)
         if reach is not None and reached is None:

@@ -197,13 +197,14 @@ class Census:
         return view if view._close() else None
 
     @silenced
-    def young(self) -> list[Any] | None:
+    def young(self, *, whole: bool = False) -> list[Any] | None:
         """The graph objects the test made that the collector tracks (call after
         ``finish()``; the caller owns the list and must clear it), found among the
-        objects made since ``begin()`` (``since``); None when those are not known."""
+        objects made since ``begin()`` (``since``); None when those are not known. With
+        ``whole``, after a collection moved them on, among all (a pass over the heap)."""
         objects = self.since()
         if objects is None:  # moved on by a collection: the whole heap is looked at
-            if self._marker is None or gc.get_freeze_count() != self._frozen:
+            if not whole or self._marker is None or gc.get_freeze_count() != self._frozen:
                 return None
             objects = gc.get_objects()
         try:

@@ -1,23 +1,20 @@
 """The audit's first question asked upwards: which roots hold what the test left alive?
 
-``Gate.may_reach`` walks down from the roots, so its cost is what the roots reach: a
-module-level dataset, a big config, or the hundred test modules of a pytest-xdist
-worker are read after every test that left a graph alive. ``climb`` starts from those
-graph objects (the census lists them) and goes up to their holders, so that its cost is
-what the test left alive and what holds it:
+``Gate.may_reach`` walks down from the roots: its cost is what they reach (a dataset in
+a module global, a pytest-xdist worker's hundred test modules). ``climb`` goes up from
+the graph objects the census listed to their holders, at the cost of what the test left
+alive and what holds it:
 
-- the objects made since the test began (the young generations) are indexed once: who
-  among them refers to whom, and each one's references from outside them;
-- an object referred to from outside them (an older object holds it: a module's list)
-  or an old one is looked up with ``gc.get_referrers``, one pass over the heap in C for
-  up to ``MAX_PER_PASS`` of them at a time, and its references are counted: a reference
-  that no holder the collector sees explains (a numpy object array's item, a tensor held
-  from C++, a running frame's local) makes the answer None, "not known";
-- a holder is taken in only where ``Gate.may_reach``'s walk would follow the reference
-  (``Gate.reads``): modules, frames, code, library classes, pytest's and the plugin's
-  objects, a function's ``__globals__``, the edges into autograd graphs and the
-  attributes a forward pre-hook remakes are never climbed through, and what is kept on
-  purpose neither. A context variable's value makes the answer None.
+- the objects made since the test began are indexed once: who among them refers to
+  whom, and each one's references from outside them;
+- one held from outside them, or an old one, is looked up with ``gc.get_referrers`` (a
+  pass over the heap in C for up to ``MAX_PER_PASS`` at a time) and its references are
+  counted: one that no holder the collector sees explains (a numpy object array's item,
+  a tensor held from C++, a running frame's local) makes the answer None, "not known";
+- a holder is taken in only where the gate's walk would follow the reference
+  (``Gate.reads``): not modules, frames, code, library classes, pytest's and the
+  plugin's objects, a function's ``__globals__``, autograd graph edges, attributes a
+  forward pre-hook remakes, what is kept on purpose. A ContextVar's value: None.
 
 It climbs everything the walk could have come down, so an empty answer is final as the
 gate's False is, and it names the roots it reached (``Reach``): the holder search
