@@ -50,8 +50,9 @@ TOTAL_PACKAGE = "pytest_graphleak"
 #: (outlive/climb.py and audit_roots.py: the audit climbs from a test's graphs, issue 43),
 #: +28 (words/baseline.py), +12 (report/github_rows.py), +23 (plugin/report_section.py),
 #: +33 (diagnose/fix_after.py), +13 (the audit's short first walk before its climb, issue
-#: 43); see CONTRIBUTING.md "Budgets".
-TOTAL_BUDGET = 29_649
+#: 43), +5 (the census's whole-heap listing only after that walk); see CONTRIBUTING.md
+#: "Budgets".
+TOTAL_BUDGET = 29_654
 
 #: Loose typing at most: ``Any`` written as a name, ``# type: ignore`` comments; counted in
 #: ``LOOSE_TREES``. mypy checks the rest; these are the holes it is told to look past.
