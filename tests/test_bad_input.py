@@ -34,6 +34,12 @@ def only_line(text: str, needle: str) -> str:
     return lines[0]
 
 
+def unfolded(text: str) -> str:
+    """``text`` with the plugin's folded lines joined: a path wider than the terminal
+    folds after a ``/``, a sentence at a space, each continuation indented."""
+    return re.sub(r"\n {2,}", " ", re.sub(r"/\n +", "/", text))
+
+
 # ------------------------------------------------------------ marker arguments
 
 BAD_MARKERS = """
@@ -513,7 +519,7 @@ def test_a_report_that_cannot_be_written_is_saved_elsewhere_and_said_where(
     )
     target = pytester.mkdir("out") / "graphleak.json"
     result = pytester.runpytest_subprocess("--graphleak", f"--graphleak-report={target}")
-    text = result.stdout.str() + result.stderr.str()
+    text = unfolded(result.stdout.str() + result.stderr.str())
     line = only_line(text, str(target))
     assert "could not write the graphleak" in line and "Permission denied" in line, line
     saved = re.search(r"saved it to '([^']+)' instead", line)

@@ -72,7 +72,7 @@ def test_no_text_says_retained_grad_fn_when_no_graph_node_grew(
     assert result.parseoutcomes().get("failed") == 3, text[-3000:]
     assert "retained-grad-fn" not in text, text
     # one section per failure, its wrapped lines joined (the terminal wraps at 80 columns)
-    sections = {s.split(" ", 1)[0]: folded(s) for s in text.split("graphleak: ")[1:]}
+    sections = {s.split(None, 1)[0]: folded(s) for s in text.split("graphleak: ")[1:]}
 
     fetched = sections["test_getfixturevalue.py::test_getfixturevalue"]
     assert "leaks: list-accumulation" in fetched
