@@ -14,6 +14,7 @@ a test that feeds it a small synthetic source with the shapes it must catch.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -406,26 +407,35 @@ def test_every_part_of_the_package_has_a_layer() -> None:
     assert {top_part(name) for name in MODULES} <= set(LAYER_OF)
 
 
-RUNTIME = {name: runtime_dependencies(name) for name in MODULES}
-TYPING = {name: type_only_dependencies(name) for name in MODULES}
+@functools.cache
+def runtime_graph() -> dict[str, set[str]]:
+    """Every module -> what it imports at run time. Built on first use, not at import:
+    every xdist worker collects this file, and the scan costs seconds."""
+    return {name: runtime_dependencies(name) for name in MODULES}
+
+
+@functools.cache
+def typing_graph() -> dict[str, set[str]]:
+    """Every module -> what it imports for type checking only (built on first use)."""
+    return {name: type_only_dependencies(name) for name in MODULES}
 
 
 def test_no_layer_imports_a_higher_one() -> None:
     """Imports, function-level ones and those named by a string too, go down the layers;
     layer 0 imports nothing of the package, layer 1 only layer 0 but the listed exceptions."""
-    found = layer_violations(RUNTIME)
+    found = layer_violations(runtime_graph())
     assert [edge for edge in found if edge not in LAYER_ONE_IMPORTS] == []
     assert set(LAYER_ONE_IMPORTS) <= set(found)  # none stale
 
 
 def test_the_package_has_no_import_circle() -> None:
-    assert circles(RUNTIME) == []
+    assert circles(runtime_graph()) == []
 
 
 def test_the_type_only_circles_are_the_listed_ones() -> None:
     """An ``if TYPE_CHECKING:`` import is for annotations only, but a circle it closes is
     still two modules that know each other: only the listed ones, each with its reason."""
-    found = type_only_circles(RUNTIME, TYPING)
+    found = type_only_circles(runtime_graph(), typing_graph())
     assert {edge: found[edge] for edge in found if edge not in TYPE_ONLY_CIRCLES} == {}
     assert set(TYPE_ONLY_CIRCLES) <= set(found)  # none stale
 
@@ -512,7 +522,7 @@ def test_the_layer_scan_holds_the_errors_to_no_import() -> None:
             f"pytest_graphleak.exceptions -> {dep}" for dep in sorted(found)
         ]
     assert LAYER_OF["exceptions"] == ERRORS
-    assert RUNTIME["pytest_graphleak.exceptions"] == set()
+    assert runtime_graph()["pytest_graphleak.exceptions"] == set()
 
 
 def test_the_circle_scan_counts_type_only_circles() -> None:
