@@ -257,7 +257,7 @@ def test_graph_outliving_its_module_fixture_is_named_at_its_teardown(
             pass
         """
     )
-    result = pytester.runpytest("--graphleak", "-p", "no:randomly")
+    result = pytester.runpytest_subprocess("--graphleak", "-p", "no:randomly")
     # torn down in the teardown of test_last, which did not request it: the session's
     result.assert_outcomes(passed=2)
     said_in_order(result.stdout.str(), [
@@ -509,7 +509,7 @@ def test_torch_graphs_grown_in_place_on_old_tensors_are_named(pytester: pytest.P
 @needs_torch
 def test_rerun_finds_torch_sites_without_changing_the_outcome(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_torch_suite=TORCH_SUITE)
-    result = pytester.runpytest("--graphleak", "--graphleak-outlive-sites=rerun", "-rP",
+    result = pytester.runpytest_subprocess("--graphleak", "--graphleak-outlive-sites=rerun", "-rP",
                                 "-p", "no:randomly")  # fmt: skip
     result.assert_outcomes(passed=5, failed=1, warnings=3)
     assert _warned(result) == list(_NAMED)
@@ -940,7 +940,7 @@ def test_request_cls_attributes_are_judged_at_the_class_fixtures_teardown(
     are that fixture's while it lives, as its yielded value is: cleared at its teardown,
     nothing is named; left filled, they are named then, with the test that filled them."""
     pytester.makepyfile(test_cls=CLASS_FIXTURES)
-    result = pytester.runpytest("--graphleak", "-p", "no:randomly")
+    result = pytester.runpytest_subprocess("--graphleak", "-p", "no:randomly")
     result.assert_outcomes(passed=8, warnings=1)
     found = _outlive_warnings(result)
     assert len(found) == 1, found
@@ -957,7 +957,9 @@ def test_request_cls_attributes_are_judged_at_the_class_fixtures_teardown(
         "*note: fixture 'kept' still kept it after its own teardown code ran*",
     ])  # fmt: skip
     assert "left autograd graphs alive after its teardown" not in folded(result.stdout.str())
-    result = pytester.runpytest("--graphleak", "-p", "no:randomly", "--graphleak-outlive=fail")
+    result = pytester.runpytest_subprocess(
+        "--graphleak", "-p", "no:randomly", "--graphleak-outlive=fail"
+    )
     result.assert_outcomes(passed=8, errors=1)
     said_in_order(result.stdout.str(), ["ERROR test_cls.py::TestKeeps::test_second*"])
 

@@ -72,7 +72,7 @@ def _fix_of(document: JsonDoc, test: str) -> JsonDoc:
 def test_the_rerun_prints_only_the_fix_that_held(pytester: pytest.Pytester) -> None:
     path = pytester.makepyfile(test_suite=SUITE)
     before = path.read_bytes()
-    result = pytester.runpytest(*RERUN, "--graphleak-report=out.json")
+    result = pytester.runpytest_subprocess(*RERUN, "--graphleak-report=out.json")
     result.assert_outcomes(passed=4, warnings=3)
     out = result.stdout.str()
     said_in_order(out, [
@@ -114,7 +114,7 @@ def test_the_rerun_prints_only_the_fix_that_held(pytester: pytest.Pytester) -> N
 
 def test_verification_off_tries_no_change_in_the_rerun(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_suite=SUITE)
-    result = pytester.runpytest(*RERUN, "--graphleak-verify-fix=off")
+    result = pytester.runpytest_subprocess(*RERUN, "--graphleak-verify-fix=off")
     result.assert_outcomes(passed=4, warnings=3)
     out = folded(result.stdout.str())
     # the two tests that are run again (the third is refused, the fixture's has no test)
