@@ -42,17 +42,11 @@ EXCEPTIONS: dict[str, tuple[int, str]] = {
 
 #: The lines of ``pytest_graphleak/`` (its ``.py`` files) at most.
 TOTAL_PACKAGE = "pytest_graphleak"
-#: 2026-11-29: its size then (28,748), +26 (settings.py), +24 (mypy --strict's explicit
-#: imports), +24 (baseline_keys.py), +15 (report/text.words: folding a test id wider
-#: than a line), +63 (a hook removed with its handle, issue 44), +34 (loop_unmeasured.py),
-#: +26 (drawing.py, paths.py), +34 (plugin/status_word.py), +43 (words/outlive.py: the
-#: outlive audit's sentences, issue 46), +16 (values.from_text, its docstrings), +487
-#: (outlive/climb.py and audit_roots.py: the audit climbs from a test's graphs, issue 43),
-#: +28 (words/baseline.py), +12 (report/github_rows.py), +23 (plugin/report_section.py),
-#: +33 (diagnose/fix_after.py), +13 (the audit's short first walk before its climb, issue
-#: 43), +5 (the census's whole-heap listing only after that walk); see CONTRIBUTING.md
-#: "Budgets".
-TOTAL_BUDGET = 29_654
+#: 2026-11-29: its size then (28,748), then +906 through the day (module splits, issue 43's
+#: climb, words/ moves: each in its own commit) to 29,654, then 31,341 (+1,687): the same
+#: code laid out by ruff format (one argument, element or field a line where a statement
+#: does not fit on one), no new code. See CONTRIBUTING.md "Budgets".
+TOTAL_BUDGET = 31_341
 
 #: Loose typing at most: ``Any`` written as a name, ``# type: ignore`` comments; counted in
 #: ``LOOSE_TREES``. mypy checks the rest; these are the holes it is told to look past.
