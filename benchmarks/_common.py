@@ -211,8 +211,9 @@ def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> 
     for row in rows:
         cells = [str(cell).replace("|", "\\|") for cell in row]
         if len(cells) != len(headers):
-            raise ValueError(f"markdown_table: row {cells!r} has {len(cells)} cells, "
-                             f"expected {len(headers)}")
+            raise ValueError(
+                f"markdown_table: row {cells!r} has {len(cells)} cells, expected {len(headers)}"
+            )
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -228,10 +229,12 @@ def load_now() -> str:
 
 def load_note(before: str, after: str) -> str:
     """A results note: the machine's load when the runs began and ended."""
-    return (f"Machine load (load averages over 1, 5 and 15 minutes, as `uptime` prints them) "
-            f"when the runs began: {before}; when they ended: {after}. Other processes "
-            "share the machine: on a loaded one wall-clock times move with the load, CPU "
-            "times (a thread's own) much less.")  # fmt: skip
+    return (
+        f"Machine load (load averages over 1, 5 and 15 minutes, as `uptime` prints them) "
+        f"when the runs began: {before}; when they ended: {after}. Other processes "
+        "share the machine: on a loaded one wall-clock times move with the load, CPU "
+        "times (a thread's own) much less."
+    )
 
 
 def write_results(
@@ -285,11 +288,14 @@ def profile_top(
 def parse_args(description: str, argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument(
-        "--quick", action="store_true",
+        "--quick",
+        action="store_true",
         help="a few iterations only (smoke test); results are not written unless --out is given",
     )
     parser.add_argument(
-        "--out", type=Path, default=None,
+        "--out",
+        type=Path,
+        default=None,
         help="where to write the markdown table (default: benchmarks/results/<topic>.md)",
     )
     return parser.parse_args(argv)
@@ -457,7 +463,7 @@ def _step_keeping_losses(
 
 #: Written into a generated test directory: records each test's call-phase duration (the
 #: test body under whatever plugin wraps it, without fixture setup) in a JSON file.
-DURATIONS_CONFTEST = '''
+DURATIONS_CONFTEST = """
 import json, os
 
 _DURATIONS = {}
@@ -480,7 +486,7 @@ def pytest_sessionfinish(session):
         with open(path, "w", encoding="utf-8") as fh:
             json.dump({"durations": _DURATIONS, "outcomes": _OUTCOMES,
                        "heap": len(gc.get_objects())}, fh)
-'''
+"""
 
 
 #: Plugins of the development environment that a benchmark session does not need; the
@@ -489,8 +495,17 @@ NO_DEV_PLUGINS = ("-p", "no:hypothesispytest", "-p", "no:xdist")
 #: The other plugins of the development environment (pytest-trio imports trio and
 #: hypothesis): 0.7 s of CPU per pytest start. Left out of quick runs only, so that a full
 #: run keeps measuring the sessions its committed tables measured.
-QUICK_NO_DEV_PLUGINS = (*NO_DEV_PLUGINS, "-p", "no:trio", "-p", "no:anyio",
-                        "-p", "no:rerunfailures", "-p", "no:timeout")  # fmt: skip
+QUICK_NO_DEV_PLUGINS = (
+    *NO_DEV_PLUGINS,
+    "-p",
+    "no:trio",
+    "-p",
+    "no:anyio",
+    "-p",
+    "no:rerunfailures",
+    "-p",
+    "no:timeout",
+)
 
 
 def no_dev_plugins(quick: bool) -> tuple[str, ...]:
@@ -532,13 +547,26 @@ def run_pytest(
         start = time.perf_counter()
         proc = subprocess.run(
             [str(python), "-m", "pytest", *args],
-            cwd=cwd, env=run_env, capture_output=True, text=True, timeout=timeout,
+            cwd=cwd,
+            env=run_env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
         )
         wall = time.perf_counter() - start
-        data = (json.loads(record.read_text(encoding="utf-8")) if record.exists()
-                else {"durations": {}, "outcomes": {}})
-    return PytestRun(wall, data["durations"], data["outcomes"], proc.stdout + proc.stderr,
-                     proc.returncode, data.get("heap", 0))
+        data = (
+            json.loads(record.read_text(encoding="utf-8"))
+            if record.exists()
+            else {"durations": {}, "outcomes": {}}
+        )
+    return PytestRun(
+        wall,
+        data["durations"],
+        data["outcomes"],
+        proc.stdout + proc.stderr,
+        proc.returncode,
+        data.get("heap", 0),
+    )
 
 
 # --------------------------------------------------------------------------- catalogue

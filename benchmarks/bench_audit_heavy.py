@@ -68,10 +68,12 @@ P50_MS, P99_MS, SLOWEST_MS, SUITE_RATIO = 0.5, 10.0, 50.0, 1.05
 #: The public suite: a torchmetrics checkout's tests folder and the packages its tests
 #: import (scipy, scikit-learn, cachier...), installed in a folder named site-packages so
 #: that they count as libraries. Overridden by the environment.
-PUBLIC = Path(os.environ.get("GRAPHLEAK_BENCH_TORCHMETRICS",
-                             BENCH_DIR / ".public" / "torchmetrics" / "tests"))  # fmt: skip
-PUBLIC_SITE = Path(os.environ.get("GRAPHLEAK_BENCH_TORCHMETRICS_SITE",
-                                  BENCH_DIR / ".public" / "site-packages"))  # fmt: skip
+PUBLIC = Path(
+    os.environ.get("GRAPHLEAK_BENCH_TORCHMETRICS", BENCH_DIR / ".public" / "torchmetrics" / "tests")
+)
+PUBLIC_SITE = Path(
+    os.environ.get("GRAPHLEAK_BENCH_TORCHMETRICS_SITE", BENCH_DIR / ".public" / "site-packages")
+)
 PUBLIC_ARGS = ["unittests/regression", "-k", "differentiability"]
 MODES = {"plain pytest": [], "--graphleak": ["--graphleak"]}
 
@@ -153,12 +155,12 @@ def basis(n):
     return weight * n  # a graph kept by the library's lru_cache
 '''
 
-CONFTEST = '''
+CONFTEST = """
 import torch
 torch.set_num_threads(1)
-'''
+"""
 
-SUITE = '''
+SUITE = """
 import functools
 from unittest import mock
 
@@ -215,7 +217,7 @@ def test_step(i):
         RECORDER.on_step(loss.detach())
         detached_basis(i % 16)
     assert loss.item() >= 0
-'''
+"""
 
 
 @dataclass
@@ -228,34 +230,60 @@ class Round:
     outcomes: dict[str, str] = field(default_factory=dict)
 
 
-def _run(cwd: Path, args: list[str], pythonpath: list[Path], plugins: tuple[str, ...],
-         strict: bool) -> Round:  # fmt: skip
+def _run(
+    cwd: Path, args: list[str], pythonpath: list[Path], plugins: tuple[str, ...], strict: bool
+) -> Round:
     """One pytest process: its wall time, and what the timer plugin wrote."""
     with tempfile.TemporaryDirectory(prefix="bench-audit-run-") as tmp:
         times = Path(tmp) / "times.json"
         (Path(tmp) / "graphleak_bench_timer.py").write_text(TIMER, encoding="utf-8")
         path = [tmp, *map(str, pythonpath), str(REPO_ROOT)]
-        env = {**os.environ, "GRAPHLEAK_BENCH_TIMES": str(times), "OMP_NUM_THREADS": "1",
-               "PYTHONPATH": os.pathsep.join(path)}  # fmt: skip
+        env = {
+            **os.environ,
+            "GRAPHLEAK_BENCH_TIMES": str(times),
+            "OMP_NUM_THREADS": "1",
+            "PYTHONPATH": os.pathsep.join(path),
+        }
         strictly = ["-W", "error::pytest_graphleak.GraphOutliveWarning"] if strict else []
-        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "-p",
-                   "no:cacheprovider", *plugins, "-p", "graphleak_bench_timer", *strictly,
-                   *args]  # fmt: skip
+        command = [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:randomly",
+            "-p",
+            "no:cacheprovider",
+            *plugins,
+            "-p",
+            "graphleak_bench_timer",
+            *strictly,
+            *args,
+        ]
         started = time.perf_counter()
         done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True)
         wall = time.perf_counter() - started
         if done.returncode not in (0, 1) or not times.exists():
-            raise SystemExit(f"pytest {' '.join(args)} exited {done.returncode}:\n"
-                             f"{(done.stdout + done.stderr)[-3000:]}")  # fmt: skip
+            raise SystemExit(
+                f"pytest {' '.join(args)} exited {done.returncode}:\n"
+                f"{(done.stdout + done.stderr)[-3000:]}"
+            )
         if strict and done.returncode != 0:
             raise SystemExit(f"the synthetic suite failed or was reported:\n{done.stdout[-3000:]}")
         data = json.loads(times.read_text(encoding="utf-8"))
-    return Round(wall, data["peak_kib"], data["times"], data["cpu"], data["found"],
-                 data["outcomes"])  # fmt: skip
+    return Round(
+        wall, data["peak_kib"], data["times"], data["cpu"], data["found"], data["outcomes"]
+    )
 
 
-def _suite(cwd: Path, args: list[str], pythonpath: list[Path], rounds: int,
-           plugins: tuple[str, ...], strict: bool) -> dict[str, list[Round]]:  # fmt: skip
+def _suite(
+    cwd: Path,
+    args: list[str],
+    pythonpath: list[Path],
+    rounds: int,
+    plugins: tuple[str, ...],
+    strict: bool,
+) -> dict[str, list[Round]]:
     runs: dict[str, list[Round]] = {mode: [] for mode in MODES}
     for _ in range(rounds):  # interleaved: the machine's load moves both alike
         for mode, extra in MODES.items():
@@ -281,18 +309,34 @@ def _rows(name: str, runs: dict[str, list[Round]]) -> tuple[list[list[str]], lis
         p50, p95, p99 = (_quantile(quiet, q) for q in (0.5, 0.95, 0.99))
         slowest = max(quiet, default=0.0)
         met = p50 <= P50_MS and p99 <= P99_MS and slowest <= SLOWEST_MS
-        spreads.append([f"{name} ({clock} time)", f"{len(times):,}", f"{findings}",
-                        f"{fmt_num(p50)} ms", f"{fmt_num(p95)} ms", f"{fmt_num(p99)} ms",
-                        f"{fmt_num(slowest)} ms", f"{fmt_num(sum(times.values()))} s",
-                        verdict(met)])  # fmt: skip
+        spreads.append(
+            [
+                f"{name} ({clock} time)",
+                f"{len(times):,}",
+                f"{findings}",
+                f"{fmt_num(p50)} ms",
+                f"{fmt_num(p95)} ms",
+                f"{fmt_num(p99)} ms",
+                f"{fmt_num(slowest)} ms",
+                f"{fmt_num(sum(times.values()))} s",
+                verdict(met),
+            ]
+        )
     wall_plain = statistics.median(r.wall_s for r in plain)
     wall_audit = statistics.median(r.wall_s for r in audited)
     paired = statistics.median(a.wall_s / p.wall_s for a, p in zip(audited, plain, strict=True))
     rss = statistics.median(a.peak_kib / p.peak_kib for a, p in zip(audited, plain, strict=True))
     same = all(a.outcomes == p.outcomes for a, p in zip(audited, plain, strict=True))
-    suite = [name, f"{len(plain)}", f"{fmt_num(wall_plain)} s", f"{fmt_num(wall_audit)} s",
-             f"{paired:.3f}x", f"{rss:.3f}x", "yes" if same else "**no**",
-             verdict(paired <= SUITE_RATIO and rss <= 1.05 and same)]  # fmt: skip
+    suite = [
+        name,
+        f"{len(plain)}",
+        f"{fmt_num(wall_plain)} s",
+        f"{fmt_num(wall_audit)} s",
+        f"{paired:.3f}x",
+        f"{rss:.3f}x",
+        "yes" if same else "**no**",
+        verdict(paired <= SUITE_RATIO and rss <= 1.05 and same),
+    ]
     return spreads, suite
 
 
@@ -302,7 +346,7 @@ def verdict(met: bool) -> str:
 
 def _synthetic(
     tests: int, rounds: int, plugins: tuple[str, ...], static: int = 0
-) -> dict[str, list[Round]]:  # fmt: skip
+) -> dict[str, list[Round]]:
     with tempfile.TemporaryDirectory(prefix="bench-audit-heavy-") as tmp:
         folder = Path(tmp) / "suite"
         library = Path(tmp) / "site-packages" / "fakelib"
@@ -310,8 +354,9 @@ def _synthetic(
         folder.mkdir()
         (library / "__init__.py").write_text(textwrap.dedent(LIBRARY), encoding="utf-8")
         (folder / "conftest.py").write_text(textwrap.dedent(CONFTEST), encoding="utf-8")
-        (folder / "test_heavy.py").write_text(SUITE.format(tests=tests, static=static),
-                                              encoding="utf-8")  # fmt: skip
+        (folder / "test_heavy.py").write_text(
+            SUITE.format(tests=tests, static=static), encoding="utf-8"
+        )
         return _suite(folder, [str(folder)], [library.parent], rounds, plugins, strict=True)
 
 
@@ -336,13 +381,15 @@ def main() -> None:
     load_before = load_now()
     # the rows are named without the count, which a quick run changes (tests audited)
     static = QUICK_STATIC if args.quick else STATIC
-    suites = {"synthetic graph-heavy suite": _synthetic(tests, rounds, plugins),
-              "the same, a big dataset in a module global":
-              _synthetic(tests, rounds, plugins, static)}  # fmt: skip
+    suites = {
+        "synthetic graph-heavy suite": _synthetic(tests, rounds, plugins),
+        "the same, a big dataset in a module global": _synthetic(tests, rounds, plugins, static),
+    }
     missing = public_suite_missing()
     if not missing and not args.quick:  # a quick run leaves the 30 s collection out
         suites["torchmetrics regression, -k differentiability"] = _suite(
-            PUBLIC, PUBLIC_ARGS, [PUBLIC_SITE], rounds, plugins, strict=False)  # fmt: skip
+            PUBLIC, PUBLIC_ARGS, [PUBLIC_SITE], rounds, plugins, strict=False
+        )
     spreads, wholes = [], []
     for name, runs in suites.items():
         spread, whole = _rows(name, runs)
@@ -350,28 +397,57 @@ def main() -> None:
         wholes.append(whole)
     load_after = load_now()
     why = "a quick run leaves it out" if args.quick else missing
-    note = ("" if not why else f"\n\nThe public suite was not run: {why} "
-            "(benchmarks/README.md, \"The public suite\").")  # fmt: skip
-    note += (f"\n\nThe big dataset: a list of {static:,} `[i, {{\"label\": i}}]` in the test "
-             "module (as many objects the collector tracks, all reachable from a root).")
+    note = (
+        ""
+        if not why
+        else f'\n\nThe public suite was not run: {why} (benchmarks/README.md, "The public suite").'
+    )
+    note += (
+        f'\n\nThe big dataset: a list of {static:,} `[i, {{"label": i}}]` in the test '
+        "module (as many objects the collector tracks, all reachable from a root)."
+    )
     body = (
         "Per test: the audit's own calls, over the tests without a finding (the round of "
         "median wall time): wall-clock time, and the CPU time of the thread that runs them "
         "(what the audit itself spends, whatever else the machine runs)."
-        "\n\n" + markdown_table(
-            ["suite", "tests audited", "with a finding", "p50", "p95", "p99", "max",
-             "audit total", f"p50 <= {P50_MS:g} ms, p99 <= {P99_MS:g} ms, "
-             f"max <= {SLOWEST_MS:g} ms"], spreads)
+        "\n\n"
+        + markdown_table(
+            [
+                "suite",
+                "tests audited",
+                "with a finding",
+                "p50",
+                "p95",
+                "p99",
+                "max",
+                "audit total",
+                f"p50 <= {P50_MS:g} ms, p99 <= {P99_MS:g} ms, max <= {SLOWEST_MS:g} ms",
+            ],
+            spreads,
+        )
         + "\n\nWhole suite: fresh pytest processes, plain and --graphleak interleaved; "
         "wall time median of the rounds; ratios are medians of the paired rounds' ratios."
-        "\n\n" + markdown_table(
-            ["suite", "rounds", "plain pytest", "--graphleak", "time ratio", "peak RSS ratio",
-             "same outcomes", f"time <= {SUITE_RATIO:g}x, RSS <= 1.05x, same outcomes"],
-            wholes) + note
-        + "\n\n" + load_note(load_before, load_after)
-    )  # fmt: skip
-    write_results("audit_heavy", "The audit on graph-heavy suites", body,
-                  out=args.out, quick=args.quick)  # fmt: skip
+        "\n\n"
+        + markdown_table(
+            [
+                "suite",
+                "rounds",
+                "plain pytest",
+                "--graphleak",
+                "time ratio",
+                "peak RSS ratio",
+                "same outcomes",
+                f"time <= {SUITE_RATIO:g}x, RSS <= 1.05x, same outcomes",
+            ],
+            wholes,
+        )
+        + note
+        + "\n\n"
+        + load_note(load_before, load_after)
+    )
+    write_results(
+        "audit_heavy", "The audit on graph-heavy suites", body, out=args.out, quick=args.quick
+    )
 
 
 if __name__ == "__main__":

@@ -42,7 +42,9 @@ from _common import (
 
 #: A pytest plugin (loaded with -p) that records call durations and, in loop mode,
 #: calls each marked body warmup + steps times itself, as the marker would.
-LOOP_PLUGIN = DURATIONS_CONFTEST + '''
+LOOP_PLUGIN = (
+    DURATIONS_CONFTEST
+    + """
 
 import pytest
 
@@ -60,7 +62,9 @@ def pytest_pyfunc_call(pyfuncitem):
     for _ in range(calls):
         pyfuncitem.obj(**kwargs)
     return True
-'''
+"""
+)
+
 
 def profile_checks(files: list[Path]) -> str:
     """cProfile of ``check(fixed_step)`` for every example, in this process."""
@@ -112,18 +116,28 @@ def main(argv: list[str] | None = None) -> None:
         pythonpath = os.pathsep.join([tmp, str(REPO_ROOT)])
         for _ in range(rounds):
             for mode, extra in modes.items():
-                env = dict(os.environ, PYTHONPATH=pythonpath,
-                           BENCH_LOOP="1" if mode == "loop" else "0")
+                env = dict(
+                    os.environ, PYTHONPATH=pythonpath, BENCH_LOOP="1" if mode == "loop" else "0"
+                )
                 run = run_pytest(
                     sys.executable,
-                    ["-q", "-p", "no:cacheprovider", *no_dev_plugins(args.quick),
-                     "-p", "bench_catalogue_plugin", *extra,
-                     *[str(f.relative_to(REPO_ROOT)) for f in files]],
-                    cwd=REPO_ROOT, env=env,
+                    [
+                        "-q",
+                        "-p",
+                        "no:cacheprovider",
+                        *no_dev_plugins(args.quick),
+                        "-p",
+                        "bench_catalogue_plugin",
+                        *extra,
+                        *[str(f.relative_to(REPO_ROOT)) for f in files],
+                    ],
+                    cwd=REPO_ROOT,
+                    env=env,
                 )
                 if not run.durations:
-                    raise SystemExit(f"bench_catalogue: the {mode} run recorded nothing:\n"
-                                     f"{run.output[-3000:]}")
+                    raise SystemExit(
+                        f"bench_catalogue: the {mode} run recorded nothing:\n{run.output[-3000:]}"
+                    )
                 walls[mode].append(run.wall_s)
                 bodies[mode].append(sum(run.durations.values()))
                 outcomes[mode] = run.outcomes
@@ -141,8 +155,10 @@ def main(argv: list[str] | None = None) -> None:
     total = sum(parts.values())
     split = markdown_table(
         ["part of the `--graphleak` run", "seconds", "share"],
-        [[name, fmt_num(seconds), f"{fmt_num(100 * seconds / total)}%"]
-         for name, seconds in parts.items()]
+        [
+            [name, fmt_num(seconds), f"{fmt_num(100 * seconds / total)}%"]
+            for name, seconds in parts.items()
+        ]
         + [["total: wall of the `--graphleak` run", fmt_num(total), "100%"]],
     )
     walls_table = markdown_table(
@@ -150,23 +166,35 @@ def main(argv: list[str] | None = None) -> None:
         [[mode, Stats.of(walls[mode]).fmt("s"), f"{fmt_num(body[mode])} s"] for mode in modes],
     )
     full = outcomes["full"]
-    wrong = sorted(node for node, outcome in full.items()
-                   if (node.endswith("test_leaky") and outcome != "failed")
-                   or (node.endswith("test_fixed") and outcome != "passed"))
+    wrong = sorted(
+        node
+        for node, outcome in full.items()
+        if (node.endswith("test_leaky") and outcome != "failed")
+        or (node.endswith("test_fixed") and outcome != "passed")
+    )
     leaky_failed = sum(1 for n, o in full.items() if n.endswith("test_leaky") and o == "failed")
     fixed_passed = sum(1 for n, o in full.items() if n.endswith("test_fixed") and o == "passed")
-    steps_dominate = parts["the steps themselves (warmup + steps calls)"] >= parts[
-        "measuring (check start, samples, gc, verdict)"]
-    targets = markdown_table(["target", "measured", "result"], [
-        ["the steps dominate the measuring",
-         f"steps {fmt_num(parts['the steps themselves (warmup + steps calls)'])} s vs "
-         f"measuring {fmt_num(parts['measuring (check start, samples, gc, verdict)'])} s",
-         verdict_cell(steps_dominate)],
-        ["every test_leaky fails and every test_fixed passes",
-         f"{leaky_failed} leaky failed, {fixed_passed} fixed passed of {len(files)} each"
-         + (f"; wrong: {', '.join(wrong)}" if wrong else ""),
-         verdict_cell(not wrong)],
-    ])
+    steps_dominate = (
+        parts["the steps themselves (warmup + steps calls)"]
+        >= parts["measuring (check start, samples, gc, verdict)"]
+    )
+    targets = markdown_table(
+        ["target", "measured", "result"],
+        [
+            [
+                "the steps dominate the measuring",
+                f"steps {fmt_num(parts['the steps themselves (warmup + steps calls)'])} s vs "
+                f"measuring {fmt_num(parts['measuring (check start, samples, gc, verdict)'])} s",
+                verdict_cell(steps_dominate),
+            ],
+            [
+                "every test_leaky fails and every test_fixed passes",
+                f"{leaky_failed} leaky failed, {fixed_passed} fixed passed of {len(files)} each"
+                + (f"; wrong: {', '.join(wrong)}" if wrong else ""),
+                verdict_cell(not wrong),
+            ],
+        ],
+    )
     checks = 2 * len(files)
     per_check = parts["measuring (check start, samples, gc, verdict)"] / checks
     body_text = (
@@ -179,8 +207,13 @@ def main(argv: list[str] | None = None) -> None:
         "cProfile, the plugin's functions and gc calls by own time):\n\n"
         f"```\n{'(skipped in a quick run)' if args.quick else profile_checks(files)}\n```\n"
     )
-    write_results("catalogue", "pytest --graphleak over the catalogue", body_text,
-                  out=args.out, quick=args.quick)
+    write_results(
+        "catalogue",
+        "pytest --graphleak over the catalogue",
+        body_text,
+        out=args.out,
+        quick=args.quick,
+    )
 
 
 if __name__ == "__main__":

@@ -102,8 +102,9 @@ class _DiagnosisCall:
         self.right: list[bool] = []
 
     def __call__(self) -> None:
-        result = diagnose(self.verdict, metrics=METRICS,
-                          step=self.module.leaky_step, roots=self.roots)
+        result = diagnose(
+            self.verdict, metrics=METRICS, step=self.module.leaky_step, roots=self.roots
+        )
         named = self.module.CULPRIT in " ".join(result.chain + result.cycle)
         self.right.append(result.pattern == self.module.EXPECTED_PATTERN and named)
 
@@ -145,13 +146,19 @@ def _catalogue_table(repeat: int, only: tuple[str, ...] | None = None) -> tuple[
         worst = max(worst, timing.median)
         verdict = "yes" if all(call.right) else f"{sum(call.right)}/{len(call.right)}"
         met = timing.median <= CATALOGUE_TARGET_S
-        rows.append([path.stem, module.EXPECTED_PATTERN, timing.fmt("s"), verdict,
-                     verdict_cell(met)])  # fmt: skip
+        rows.append(
+            [path.stem, module.EXPECTED_PATTERN, timing.fmt("s"), verdict, verdict_cell(met)]
+        )
     table = markdown_table(
-        ["example", "pattern", "diagnose()", "right pattern + culprit + stored at",
-         f"<= {fmt_num(CATALOGUE_TARGET_S)} s"],
+        [
+            "example",
+            "pattern",
+            "diagnose()",
+            "right pattern + culprit + stored at",
+            f"<= {fmt_num(CATALOGUE_TARGET_S)} s",
+        ],
         rows,
-    )  # fmt: skip
+    )
     return table, worst
 
 
@@ -162,8 +169,7 @@ def main() -> None:
     load_before = load_now()
     sizes = HEAP_SIZES[:1] if args.quick else HEAP_SIZES
     cases = QUICK_CASES if args.quick else CASES
-    catalogue_table, catalogue_worst = _catalogue_table(
-        repeat, QUICK_CASES if args.quick else None)
+    catalogue_table, catalogue_worst = _catalogue_table(repeat, QUICK_CASES if args.quick else None)
     modules = {stem: _load(stem) for stem in cases}
     for module in modules.values():
         for _ in range(3):  # past first use, as after the plugin's warmup
@@ -238,8 +244,7 @@ def main() -> None:
         f"{verdict_cell(catalogue_worst <= CATALOGUE_TARGET_S)}.\n\n"
         f"{load_note(load_before, load_after)}\n"
     )
-    write_results("diagnose", "diagnose(): cost vs heap size", body, out=args.out,
-                  quick=args.quick)  # fmt: skip
+    write_results("diagnose", "diagnose(): cost vs heap size", body, out=args.out, quick=args.quick)
 
 
 if __name__ == "__main__":

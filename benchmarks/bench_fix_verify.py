@@ -125,11 +125,27 @@ def repro_rows(folder: Path) -> list[list[str]]:
             for test_file in sorted(repro.glob("*.py")):
                 shutil.copy(test_file, tmp)
             subprocess.run(
-                [sys.executable, "-m", "pytest", "--graphleak", "--graphleak-outlive-sites=rerun",
-                 "--graphleak-report=out.json", "-q", "-p", "no:randomly", "-p", "no:cacheprovider",
-                 "-p", "no:xdist"],
-                cwd=tmp, capture_output=True, text=True, timeout=900, check=False,
-            )  # fmt: skip
+                [
+                    sys.executable,
+                    "-m",
+                    "pytest",
+                    "--graphleak",
+                    "--graphleak-outlive-sites=rerun",
+                    "--graphleak-report=out.json",
+                    "-q",
+                    "-p",
+                    "no:randomly",
+                    "-p",
+                    "no:cacheprovider",
+                    "-p",
+                    "no:xdist",
+                ],
+                cwd=tmp,
+                capture_output=True,
+                text=True,
+                timeout=900,
+                check=False,
+            )
             report = Path(tmp) / "out.json"
             document = json.loads(report.read_text(encoding="utf-8")) if report.exists() else {}
             for test in document.get("tests", []):
@@ -141,8 +157,15 @@ def repro_rows(folder: Path) -> list[list[str]]:
                     tried = diagnosis.fix_tried if diagnosis is not None else None
                     verified = tried is not None and tried.verified
                     why = "-" if verified or tried is None else tried.why_not or "-"
-                    rows.append([repro.name, result.name, _line_kind(diagnosis),
-                                 "yes" if verified else "no", why])  # fmt: skip
+                    rows.append(
+                        [
+                            repro.name,
+                            result.name,
+                            _line_kind(diagnosis),
+                            "yes" if verified else "no",
+                            why,
+                        ]
+                    )
     return rows
 
 
@@ -159,7 +182,7 @@ def main(argv: list[str] | None = None) -> None:
     if "--repros" in argv:  # parse_args knows --quick and --out only
         at = argv.index("--repros")
         repros = Path(argv[at + 1])
-        argv = [*argv[:at], *argv[at + 2:]]
+        argv = [*argv[:at], *argv[at + 2 :]]
     args = parse_args(__doc__.splitlines()[0], argv)
     files = catalogue_modules()
     if args.quick:
@@ -172,8 +195,17 @@ def main(argv: list[str] | None = None) -> None:
     median = statistics.median(totals)
     table = markdown_table(
         ["example", "diagnosis", "verification", "changes re-run", "verified", "line"],
-        [[row[0], f"{fmt_num(float(row[1]))} s", f"{fmt_num(float(row[2]))} s", row[3], row[4],
-          row[5]] for row in rows],
+        [
+            [
+                row[0],
+                f"{fmt_num(float(row[1]))} s",
+                f"{fmt_num(float(row[2]))} s",
+                row[3],
+                row[4],
+                row[5],
+            ]
+            for row in rows
+        ],
     )
     verified = sum(row[4] == "yes" for row in rows)
     ran = repros.is_dir() and not args.quick
@@ -182,13 +214,22 @@ def main(argv: list[str] | None = None) -> None:
     held, held_user = _share(held_rows, 2, 3)
     both, both_user = caught + held, user + held_user
     share = both / both_user if both_user else 0.0
-    targets = markdown_table(["target", "measured", "result"], [
-        [f"diagnosis + verification <= {TARGET_S} s (median over the catalogue)",
-         f"{fmt_num(median)} s", verdict_cell(median <= TARGET_S)],
-        [f"leaks whose line is in user code with a verified fix >= {TARGET_VERIFIED:.0%}",
-         f"{both} of {both_user} ({share:.0%}; catalogue{' and round-5 repros' if ran else ''})",
-         verdict_cell(share >= TARGET_VERIFIED)],
-    ])  # fmt: skip
+    targets = markdown_table(
+        ["target", "measured", "result"],
+        [
+            [
+                f"diagnosis + verification <= {TARGET_S} s (median over the catalogue)",
+                f"{fmt_num(median)} s",
+                verdict_cell(median <= TARGET_S),
+            ],
+            [
+                f"leaks whose line is in user code with a verified fix >= {TARGET_VERIFIED:.0%}",
+                f"{both} of {both_user} ({share:.0%}; "
+                f"catalogue{' and round-5 repros' if ran else ''})",
+                verdict_cell(share >= TARGET_VERIFIED),
+            ],
+        ],
+    )
     missed = [[row[0], row[6]] for row in rows if row[5] == "user" and row[4] != "yes"]
     held_table = markdown_table(["repro", "check", "line", "verified", "why not"], held_rows)
     body = (
@@ -197,17 +238,29 @@ def main(argv: list[str] | None = None) -> None:
         "steps times per change tried, so it costs about as much as the check's own steps "
         f"per change.\n\n{table}\n\n"
         f"Catalogue leaks whose line is in user code: {user}; with a verified fix: {caught}."
-        + (" The others, and why:\n\n"
-           f"{markdown_table(['example', 'why not verified'], missed)}\n\n" if missed
-           else "\n\n")
+        + (
+            " The others, and why:\n\n"
+            f"{markdown_table(['example', 'why not verified'], missed)}\n\n"
+            if missed
+            else "\n\n"
+        )
         + f"Round-5 repros (`{repros}`, each folder's test files run with `pytest --graphleak "
         "--graphleak-outlive-sites=rerun`): "
-        + (f"{len(held_rows)} leaks, {held_user} with their line in user code, {held} of "
-           f"those with a verified fix.\n\n{held_table}\n\n" if ran else "not run.\n\n")
+        + (
+            f"{len(held_rows)} leaks, {held_user} with their line in user code, {held} of "
+            f"those with a verified fix.\n\n{held_table}\n\n"
+            if ran
+            else "not run.\n\n"
+        )
         + f"{targets}\n"
     )
-    write_results("fix_verify", "Diagnosis and fix verification per catalogue leak", body,
-                  out=args.out, quick=args.quick)
+    write_results(
+        "fix_verify",
+        "Diagnosis and fix verification per catalogue leak",
+        body,
+        out=args.out,
+        quick=args.quick,
+    )
 
 
 if __name__ == "__main__":

@@ -128,19 +128,32 @@ def test_trivial(i):
 
 def _session(work: Path, extra: list[str], *, count: bool = False) -> dict[str, float]:
     out = work / "times.json"
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), BENCH_INERT_OUT=str(out),
-               PYTHONDONTWRITEBYTECODE="1")  # fmt: skip
+    env = dict(
+        os.environ, PYTHONPATH=str(REPO_ROOT), BENCH_INERT_OUT=str(out), PYTHONDONTWRITEBYTECODE="1"
+    )
     env.pop("BENCH_INERT_COUNT", None)
     if count:
         env["BENCH_INERT_COUNT"] = "1"
     # The development plugins are left out on both sides: they cost the same either way
     # and only add noise (and seconds of start-up) to a difference of microseconds.
-    args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-            "-p", "no:randomly", *QUICK_NO_DEV_PLUGINS, *extra, "test_trivial.py"]  # fmt: skip
+    args = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:randomly",
+        *QUICK_NO_DEV_PLUGINS,
+        *extra,
+        "test_trivial.py",
+    ]
     proc = subprocess.run(args, cwd=work, env=env, capture_output=True, text=True, timeout=300)
     if proc.returncode != 0:
-        raise SystemExit(f"bench_inert: pytest {' '.join(extra)} failed:\n"
-                         f"{(proc.stdout + proc.stderr)[-3000:]}")  # fmt: skip
+        raise SystemExit(
+            f"bench_inert: pytest {' '.join(extra)} failed:\n{(proc.stdout + proc.stderr)[-3000:]}"
+        )
     data: dict[str, float] = json.loads(out.read_text(encoding="utf-8"))
     out.unlink()
     return data
@@ -184,29 +197,50 @@ def main(argv: list[str] | None = None) -> None:
     for mode in MODES:
         median, iqr = _median_iqr(per_test[mode])
         start_median, start_iqr = _median_iqr(startup[mode])
-        rows.append([
-            mode,
-            f"{fmt_num(median * 1e6)} us (IQR {fmt_num(iqr * 1e6)})",
-            f"{fmt_num(statistics.median(collection[mode]) * 1e6)} us",
-            f"{fmt_num(start_median * 1e3)} ms (IQR {fmt_num(start_iqr * 1e3)})",
-        ])  # fmt: skip
+        rows.append(
+            [
+                mode,
+                f"{fmt_num(median * 1e6)} us (IQR {fmt_num(iqr * 1e6)})",
+                f"{fmt_num(statistics.median(collection[mode]) * 1e6)} us",
+                f"{fmt_num(start_median * 1e3)} ms (IQR {fmt_num(start_iqr * 1e3)})",
+            ]
+        )
     table = markdown_table(
-        ["run", "CPU per test: collection + run loop (median over rounds)",
-         "of which collection", "CPU per session: start to pytest_sessionstart"], rows)
+        [
+            "run",
+            "CPU per test: collection + run loop (median over rounds)",
+            "of which collection",
+            "CPU per session: start to pytest_sessionstart",
+        ],
+        rows,
+    )
     installed = exact["installed, no --graphleak"]
     hooks = installed["hooks"] / tests
     item_us = installed.get("item_work", 0.0) / tests * 1e6
     own_us = item_us  # and 0 for every hook that runs per test (counted: ``hooks``)
     met = hooks == 0 and own_us <= TARGET_US
     target = markdown_table(
-        ["target", "tests", "hooks of the plugin called per test (run loop)",
-         "its marker check at collection, per item", "side by side: over -p no:graphleak "
-         "per test (medians; paired by round), ratio", "result"],
-        [[f"installed without --graphleak: <= {fmt_num(TARGET_US)} us per test",
-          f"{tests:,}", fmt_num(hooks), f"{fmt_num(item_us)} us",
-          f"{fmt_num((inert - base) * 1e6)} us; {fmt_num(statistics.median(diffs) * 1e6)} us; "
-          f"{inert / base:.3f}x", verdict_cell(met)]],
-    )  # fmt: skip
+        [
+            "target",
+            "tests",
+            "hooks of the plugin called per test (run loop)",
+            "its marker check at collection, per item",
+            "side by side: over -p no:graphleak per test (medians; paired by round), ratio",
+            "result",
+        ],
+        [
+            [
+                f"installed without --graphleak: <= {fmt_num(TARGET_US)} us per test",
+                f"{tests:,}",
+                fmt_num(hooks),
+                f"{fmt_num(item_us)} us",
+                f"{fmt_num((inert - base) * 1e6)} us; {fmt_num(statistics.median(diffs) * 1e6)} "
+                "us; "
+                f"{inert / base:.3f}x",
+                verdict_cell(met),
+            ]
+        ],
+    )
     reading = (
         "No hook of the plugin runs per test without `--graphleak`, so what it adds per test "
         "is its marker check at collection (a keyword lookup per item)"
@@ -235,8 +269,13 @@ def main(argv: list[str] | None = None) -> None:
         "once per session, mostly its import (`pytest_graphleak.plugin` and what it "
         "imports), is the difference in the start-up column.\n"
     )
-    write_results("inert", "Installed without --graphleak: cost per test", body,
-                  out=args.out, quick=args.quick)
+    write_results(
+        "inert",
+        "Installed without --graphleak: cost per test",
+        body,
+        out=args.out,
+        quick=args.quick,
+    )
 
 
 if __name__ == "__main__":

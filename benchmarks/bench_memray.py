@@ -45,7 +45,7 @@ BENCH_PYTHON = BENCH_VENV / "bin" / "python"
 #: The limit a user might pick without tuning: a few KiB per allocation site.
 USER_LIMIT_BYTES = 4096
 
-TEST_MODULE = '''
+TEST_MODULE = """
 import importlib.util
 import os
 import sys
@@ -112,7 +112,7 @@ def test_case(step):
     else:
         for _ in range(STEPS):
             step()
-'''
+"""
 
 _SIZE = re.compile(r"^\s*- ([\d.]+)(B|KiB|MiB|GiB) allocated here:", re.MULTILINE)
 _HEADER = re.compile(r"^_{3,} (test_case\[.*?\]) _{3,}$", re.MULTILINE)
@@ -125,7 +125,7 @@ def memray_leaks(output: str) -> dict[str, list[int]]:
     headers = list(_HEADER.finditer(output))
     for i, header in enumerate(headers):
         end = headers[i + 1].start() if i + 1 < len(headers) else len(output)
-        section = output[header.end():end]
+        section = output[header.end() : end]
         sizes = [int(float(num) * _UNITS[unit]) for num, unit in _SIZE.findall(section)]
         if sizes:
             leaks[header.group(1)] = sizes
@@ -157,8 +157,9 @@ def main(argv: list[str] | None = None) -> None:
         (work / "test_cases.py").write_text(
             TEST_MODULE.format(bench_dir=str(BENCH_DIR), catalogue=catalogue), encoding="utf-8"
         )
-        base_env = dict(os.environ, BENCH_STEPS=str(steps), BENCH_WARMUP=str(warmup),
-                        PYTHONPATH=str(REPO_ROOT))
+        base_env = dict(
+            os.environ, BENCH_STEPS=str(steps), BENCH_WARMUP=str(warmup), PYTHONPATH=str(REPO_ROOT)
+        )
         modes: dict[str, list[str]] = {
             "plain": ["-p", "no:memray", "-p", "no:graphleak"],
             # pytest-memray's docs advise the system allocator for limit_leaks.
@@ -180,8 +181,9 @@ def main(argv: list[str] | None = None) -> None:
                     env["PYTHONMALLOC"] = "malloc"
                 run = run_pytest(python, [*extra, *common], cwd=work, env=env)
                 if not run.durations:
-                    raise SystemExit(f"bench_memray: the {mode} run recorded nothing:\n"
-                                     f"{run.output[-3000:]}")
+                    raise SystemExit(
+                        f"bench_memray: the {mode} run recorded nothing:\n{run.output[-3000:]}"
+                    )
                 walls[mode].append(run.wall_s)
                 for node, seconds in run.durations.items():
                     durations[mode].setdefault(node, []).append(seconds)
@@ -199,35 +201,54 @@ def main(argv: list[str] | None = None) -> None:
         graph = Stats.of(durations.get("graphleak", {}).get(node, [float("nan")])).median
         sizes = leaks.get(test_name, [])
         is_leaky = not (case.endswith(":fixed") or case.endswith("clean-twin"))
-        verdicts = {"memray": max(sizes, default=0) > USER_LIMIT_BYTES,
-                    "graphleak": outcomes.get("graphleak", {}).get(node) == "failed"}
+        verdicts = {
+            "memray": max(sizes, default=0) > USER_LIMIT_BYTES,
+            "graphleak": outcomes.get("graphleak", {}).get(node) == "failed",
+        }
         for tool, failed in verdicts.items():
             tally[tool][0 if is_leaky else 2] += failed
             tally[tool][1 if is_leaky else 3] += 1
-        rows.append([
-            f"`{case}`",
-            f"{fmt_num(max(sizes) / 1024) if sizes else 0} / {fmt_num(sum(sizes) / 1024)}",
-            "fail" if max(sizes, default=0) > USER_LIMIT_BYTES else "pass",
-            _outcome(outcomes.get("graphleak", {}).get(node)),
-            # The quick run (smoke test) runs memray only: the other cells say so.
-            f"{fmt_num(plain * 1e3)}" if "plain" in modes else "n/a",
-            f"{fmt_num(memray * 1e3)} ({fmt_num(ratio(memray, plain))}x)"
-            if "plain" in modes else f"{fmt_num(memray * 1e3)}",
-            f"{fmt_num(graph * 1e3)} ({fmt_num(ratio(graph, plain))}x)"
-            if "graphleak" in modes else "n/a",
-        ])
+        rows.append(
+            [
+                f"`{case}`",
+                f"{fmt_num(max(sizes) / 1024) if sizes else 0} / {fmt_num(sum(sizes) / 1024)}",
+                "fail" if max(sizes, default=0) > USER_LIMIT_BYTES else "pass",
+                _outcome(outcomes.get("graphleak", {}).get(node)),
+                # The quick run (smoke test) runs memray only: the other cells say so.
+                f"{fmt_num(plain * 1e3)}" if "plain" in modes else "n/a",
+                f"{fmt_num(memray * 1e3)} ({fmt_num(ratio(memray, plain))}x)"
+                if "plain" in modes
+                else f"{fmt_num(memray * 1e3)}",
+                f"{fmt_num(graph * 1e3)} ({fmt_num(ratio(graph, plain))}x)"
+                if "graphleak" in modes
+                else "n/a",
+            ]
+        )
     table = markdown_table(
-        ["step", "memray leaked KiB: largest site / total",
-         f"memray at {USER_LIMIT_BYTES // 1024} KiB/site", "--graphleak",
-         f"plain ms ({steps} calls)", f"memray ms ({steps} calls)",
-         f"graphleak ms ({warmup}+{steps} calls)"],
+        [
+            "step",
+            "memray leaked KiB: largest site / total",
+            f"memray at {USER_LIMIT_BYTES // 1024} KiB/site",
+            "--graphleak",
+            f"plain ms ({steps} calls)",
+            f"memray ms ({steps} calls)",
+            f"graphleak ms ({warmup}+{steps} calls)",
+        ],
         rows,
     )
     summary = markdown_table(
         ["tool", "leaky steps failed", "clean steps failed (false positives)"],
-        [[f"pytest-memray `limit_leaks(\"{USER_LIMIT_BYTES // 1024} KiB\")`" if tool == "memray"
-          else "pytest-graphleak `--graphleak`", f"{c}/{n}", f"{fp}/{m}"]
-         for tool, (c, n, fp, m) in tally.items() if tool in durations],
+        [
+            [
+                f'pytest-memray `limit_leaks("{USER_LIMIT_BYTES // 1024} KiB")`'
+                if tool == "memray"
+                else "pytest-graphleak `--graphleak`",
+                f"{c}/{n}",
+                f"{fp}/{m}",
+            ]
+            for tool, (c, n, fp, m) in tally.items()
+            if tool in durations
+        ],
     )
     wall_rows = [[mode, Stats.of(values).fmt("s")] for mode, values in walls.items()]
     body = (
@@ -246,8 +267,9 @@ def main(argv: list[str] | None = None) -> None:
         "count; a one-every-3rd leak leaks a third as much per site. It names the allocating "
         "line, not the pattern or the reference that keeps the graph alive.\n"
     )
-    write_results("memray", "pytest-memray limit_leaks vs --graphleak", body,
-                  out=args.out, quick=args.quick)
+    write_results(
+        "memray", "pytest-memray limit_leaks vs --graphleak", body, out=args.out, quick=args.quick
+    )
 
 
 if __name__ == "__main__":

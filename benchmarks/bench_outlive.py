@@ -62,8 +62,10 @@ QUICK_OFFENDERS = 5  # the rows are the runs, not the count: a quick run needs a
 RERUN_MODES = {
     "plain pytest": [],
     "--graphleak (sites off)": ["--graphleak"],
-    "--graphleak --graphleak-outlive-sites=rerun": ["--graphleak",
-                                                    "--graphleak-outlive-sites=rerun"],
+    "--graphleak --graphleak-outlive-sites=rerun": [
+        "--graphleak",
+        "--graphleak-outlive-sites=rerun",
+    ],
 }
 MODES = {
     "plain pytest": [],
@@ -71,8 +73,11 @@ MODES = {
     "--graphleak (audit on)": ["--graphleak"],
 }
 #: A quick run's sessions: the audit's paths and what they are compared with.
-QUICK_MODES = ("plain pytest", "--graphleak (audit on)",
-               "--graphleak --graphleak-outlive-sites=rerun")
+QUICK_MODES = (
+    "plain pytest",
+    "--graphleak (audit on)",
+    "--graphleak --graphleak-outlive-sites=rerun",
+)
 
 CONFTEST = f"""
 import json, os, time
@@ -139,11 +144,27 @@ def _run_suite(
     ``strict``: an outlive warning fails the run (no test may be named); ``plugins``:
     ``-p no:...`` arguments (a quick run leaves out the dev environment's plugins)."""
     times_file = folder / "times.json"
-    env = {**os.environ, "BENCH_OUTLIVE_TIMES": str(times_file),
-           "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1"}  # fmt: skip
+    env = {
+        **os.environ,
+        "BENCH_OUTLIVE_TIMES": str(times_file),
+        "PYTHONPATH": str(REPO_ROOT),
+        "OMP_NUM_THREADS": "1",
+    }
     strictly = ["-W", "error::pytest_graphleak.GraphOutliveWarning"] if strict else []
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "-p",
-               "no:cacheprovider", *plugins, *strictly, *args, str(folder)]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:randomly",
+        "-p",
+        "no:cacheprovider",
+        *plugins,
+        *strictly,
+        *args,
+        str(folder),
+    ]
     started = time.perf_counter()
     done = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - started
@@ -175,19 +196,43 @@ def _suite_table(
     for mode in modes:
         wall = statistics.median(walls[mode])
         extra = medians[mode] - plain
-        rows.append([mode, f"{fmt_num(medians[mode])} ms", f"{fmt_num(extra)} ms",
-                     f"{medians[mode] / plain:.2f}x", f"{fmt_num(wall)} s"])  # fmt: skip
+        rows.append(
+            [
+                mode,
+                f"{fmt_num(medians[mode])} ms",
+                f"{fmt_num(extra)} ms",
+                f"{medians[mode] / plain:.2f}x",
+                f"{fmt_num(wall)} s",
+            ]
+        )
     audit = medians["--graphleak (audit on)"] - plain
     verdict = "**met**" if audit <= TARGET_MS else "**not met**"
-    head = ["run", "per test (median of round medians)", "over plain pytest", "ratio",
-            "session wall time"]  # fmt: skip
+    head = [
+        "run",
+        "per test (median of round medians)",
+        "over plain pytest",
+        "ratio",
+        "session wall time",
+    ]
     table = markdown_table(head, rows)
     target = markdown_table(
-        ["target", "tests", "heap (gc objects at the end)",
-         "audit on, over plain pytest, per test", "result"],
-        [[f"audit on, over plain pytest: <= {TARGET_MS:g} ms per test", f"{tests:,}",
-          f"{objects:,}", f"{fmt_num(audit)} ms", verdict]],
-    )  # fmt: skip
+        [
+            "target",
+            "tests",
+            "heap (gc objects at the end)",
+            "audit on, over plain pytest, per test",
+            "result",
+        ],
+        [
+            [
+                f"audit on, over plain pytest: <= {TARGET_MS:g} ms per test",
+                f"{tests:,}",
+                f"{objects:,}",
+                f"{fmt_num(audit)} ms",
+                verdict,
+            ]
+        ],
+    )
     return table + "\n\n" + target, medians
 
 
@@ -234,14 +279,28 @@ def _census_table(quick: bool) -> str:
                 assert not young
             audited.append(time.perf_counter() - start)
         step, both = statistics.median(plain) * 1e3, statistics.median(audited) * 1e3
-        rows.append([f"{size:,}", f"{tracked_object_count():,}", f"{fmt_num(step)} ms",
-                     f"{fmt_num(both)} ms", f"{fmt_num(both - step)} ms",
-                     f"{searched} of {len(audited)}"])  # fmt: skip
+        rows.append(
+            [
+                f"{size:,}",
+                f"{tracked_object_count():,}",
+                f"{fmt_num(step)} ms",
+                f"{fmt_num(both)} ms",
+                f"{fmt_num(both - step)} ms",
+                f"{searched} of {len(audited)}",
+            ]
+        )
     heap.clear()
     return markdown_table(
-        ["heap filled to", "gc-tracked objects", "torch step alone",
-         "step inside the census", "census cost", "roots searched"], rows,
-    )  # fmt: skip
+        [
+            "heap filled to",
+            "gc-tracked objects",
+            "torch step alone",
+            "step inside the census",
+            "census cost",
+            "roots searched",
+        ],
+        rows,
+    )
 
 
 GARBAGE_CONFTEST = """
@@ -301,9 +360,15 @@ def _garbage_table(tests: int, rounds: int, plugins: tuple[str, ...]) -> str:
     verdict = "**met**" if audited <= plain * 1.05 else "**not met**"
     target = markdown_table(
         ["target", "tests", "audit on, over plain pytest", "result"],
-        [["peak RSS with the audit on: within 5% of plain pytest's", f"{tests:,}",
-          f"{(audited / plain - 1) * 100:+.1f}%", verdict]],
-    )  # fmt: skip
+        [
+            [
+                "peak RSS with the audit on: within 5% of plain pytest's",
+                f"{tests:,}",
+                f"{(audited / plain - 1) * 100:+.1f}%",
+                verdict,
+            ]
+        ],
+    )
     return markdown_table(["run", "peak RSS (median over rounds)", "ratio"], rows) + "\n\n" + target
 
 
@@ -322,10 +387,13 @@ def _rerun_table(
                 per_test[mode].append(statistics.median(times))
     medians = {mode: statistics.median(values) * 1e3 for mode, values in per_test.items()}
     plain = medians["plain pytest"]
-    rows = [[mode, f"{fmt_num(medians[mode])} ms", f"{fmt_num(medians[mode] - plain)} ms"]
-            for mode in modes]  # fmt: skip
-    return markdown_table(["run", "per named test (median of round medians)",
-                           "over plain pytest"], rows)  # fmt: skip
+    rows = [
+        [mode, f"{fmt_num(medians[mode])} ms", f"{fmt_num(medians[mode] - plain)} ms"]
+        for mode in modes
+    ]
+    return markdown_table(
+        ["run", "per named test (median of round medians)", "over plain pytest"], rows
+    )
 
 
 def main() -> None:
@@ -383,8 +451,9 @@ move between runs of the same code by more than the census costs (compare plain 
 with the plugin on and the audit off, which runs no census), so the target is judged on
 the audited run against plain pytest, and the census alone is the table above.
 """
-    write_results("outlive", "Outlive audit: cost per unmarked test", body,
-                  out=args.out, quick=args.quick)  # fmt: skip
+    write_results(
+        "outlive", "Outlive audit: cost per unmarked test", body, out=args.out, quick=args.quick
+    )
 
 
 if __name__ == "__main__":

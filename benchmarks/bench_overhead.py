@@ -48,7 +48,7 @@ STEPS = {
     "minigrad MLP 64x128-256-10": "minigrad_mlp_step",
 }
 
-TEST_MODULE = '''
+TEST_MODULE = """
 import os
 import sys
 
@@ -93,7 +93,7 @@ def test_step(name, mode):
         for _ in range(calls):
             fn()
         print(f"CALLS {{name}} {{calls}}")
-'''
+"""
 
 
 def _available(module: str) -> bool:
@@ -115,8 +115,13 @@ def split_check(builder: str, checks: int) -> dict[str, Stats]:
     for _ in range(3):
         step()
     calls = DEFAULT_WARMUP + DEFAULT_STEPS
-    parts: dict[str, list[float]] = {"start": [], "step": [], "sample": [], "end": [],
-                                     "start heap": []}  # fmt: skip
+    parts: dict[str, list[float]] = {
+        "start": [],
+        "step": [],
+        "sample": [],
+        "end": [],
+        "start heap": [],
+    }
     clock = time.perf_counter
     for _ in range(checks):
         heap_scan = Sampler(warmup=DEFAULT_WARMUP, start_scan="heap")
@@ -165,8 +170,11 @@ def profile_check() -> str:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(__doc__.splitlines()[0], argv)
     rounds = 1 if args.quick else 7
-    builders = {name: fn for name, fn in STEPS.items()
-                if _available("minigrad.nn") or not fn.startswith("minigrad")}
+    builders = {
+        name: fn
+        for name, fn in STEPS.items()
+        if _available("minigrad.nn") or not fn.startswith("minigrad")
+    }
     if args.quick:  # minigrad only: no torch import, so the smoke run takes seconds
         builders = {k: v for k, v in builders.items() if v.startswith("minigrad")}
 
@@ -177,32 +185,55 @@ def main(argv: list[str] | None = None) -> None:
             TEST_MODULE.format(bench_dir=str(BENCH_DIR), builders=builders), encoding="utf-8"
         )
         env = dict(os.environ, BENCH_ROUNDS=str(rounds), PYTHONPATH=str(REPO_ROOT))
-        run = run_pytest(sys.executable,
-                         ["-q", "-s", "-p", "no:cacheprovider", *no_dev_plugins(args.quick),
-                          "--graphleak", "test_overhead.py"],
-                         cwd=work, env=env)
+        run = run_pytest(
+            sys.executable,
+            [
+                "-q",
+                "-s",
+                "-p",
+                "no:cacheprovider",
+                *no_dev_plugins(args.quick),
+                "--graphleak",
+                "test_overhead.py",
+            ],
+            cwd=work,
+            env=env,
+        )
     if run.returncode != 0:
         raise SystemExit(f"bench_overhead: the pytest session failed:\n{run.output[-4000:]}")
-    calls = {match.group(1): int(match.group(2))
-             for match in re.finditer(r"CALLS (.+) (\d+)$", run.output, re.MULTILINE)}
+    calls = {
+        match.group(1): int(match.group(2))
+        for match in re.finditer(r"CALLS (.+) (\d+)$", run.output, re.MULTILINE)
+    }
 
     rows = []
     all_met = True
     for name in builders:
         n = calls[name]
-        per_call = {mode: [d / n for node, d in run.durations.items()
-                           if f"[{name}-" in node and node.endswith(f"-{mode}]")]
-                    for mode in ("plain", "checked")}
+        per_call = {
+            mode: [
+                d / n
+                for node, d in run.durations.items()
+                if f"[{name}-" in node and node.endswith(f"-{mode}]")
+            ]
+            for mode in ("plain", "checked")
+        }
         plain, checked = Stats.of(per_call["plain"]), Stats.of(per_call["checked"])
         overhead = checked.median - plain.median
         budget = 0.10 * plain.median + 0.5e-3
         met = overhead <= budget
         all_met &= met
-        rows.append([
-            name, n, plain.fmt("ms"), checked.fmt("ms"),
-            f"{fmt_num(overhead * 1e3)} ms ({fmt_num(100 * overhead / plain.median)}%)",
-            f"{fmt_num(budget * 1e3)} ms", verdict_cell(met),
-        ])
+        rows.append(
+            [
+                name,
+                n,
+                plain.fmt("ms"),
+                checked.fmt("ms"),
+                f"{fmt_num(overhead * 1e3)} ms ({fmt_num(100 * overhead / plain.median)}%)",
+                f"{fmt_num(budget * 1e3)} ms",
+                verdict_cell(met),
+            ]
+        )
     split_rows = []
     steady_met = True
     for name, builder in builders.items():
@@ -210,19 +241,36 @@ def main(argv: list[str] | None = None) -> None:
         step_s, sample_s = split["step"].median, split["sample"].median
         met = sample_s <= 0.10 * step_s + 0.5e-3
         steady_met &= met
-        split_rows.append([name] + [split[part].fmt("ms") for part in
-                                    ("step", "sample", "start", "end", "start heap")]
-                          + [f"{fmt_num(100 * sample_s / step_s)}%", verdict_cell(met)])
+        split_rows.append(
+            [name]
+            + [split[part].fmt("ms") for part in ("step", "sample", "start", "end", "start heap")]
+            + [f"{fmt_num(100 * sample_s / step_s)}%", verdict_cell(met)]
+        )
     split_table = markdown_table(
-        ["step", "the step itself", "sample after the step",
-         "check start (walk from the step, spread)", "end (restore gc)",
-         "for comparison: start with `start_scan=\"heap\"` (spread)", "sample / step",
-         "per measured step: sample <= 10% + 0.5 ms"],
-        split_rows)
+        [
+            "step",
+            "the step itself",
+            "sample after the step",
+            "check start (walk from the step, spread)",
+            "end (restore gc)",
+            'for comparison: start with `start_scan="heap"` (spread)',
+            "sample / step",
+            "per measured step: sample <= 10% + 0.5 ms",
+        ],
+        split_rows,
+    )
     table = markdown_table(
-        ["step", "calls per test", "plain loop, per step", "under the marker, per step",
-         "overhead per step", "budget (10% + 0.5 ms)",
-         "per call incl. check start: overhead <= 10% + 0.5 ms"], rows)
+        [
+            "step",
+            "calls per test",
+            "plain loop, per step",
+            "under the marker, per step",
+            "overhead per step",
+            "budget (10% + 0.5 ms)",
+            "per call incl. check start: overhead <= 10% + 0.5 ms",
+        ],
+        rows,
+    )
     body = (
         "Both columns are call-phase durations of tests in ONE `pytest --graphleak` session "
         f"(medians over {rounds} interleaved rounds, IQR in brackets), divided by the number "
@@ -243,8 +291,9 @@ def main(argv: list[str] | None = None) -> None:
         "functions and gc calls, sorted by own time):\n\n"
         f"```\n{'(skipped in a quick run)' if args.quick else profile_check()}\n```\n"
     )
-    write_results("overhead", "Per-step overhead of the marker", body,
-                  out=args.out, quick=args.quick)
+    write_results(
+        "overhead", "Per-step overhead of the marker", body, out=args.out, quick=args.quick
+    )
 
 
 if __name__ == "__main__":

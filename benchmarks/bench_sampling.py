@@ -137,7 +137,9 @@ def measure(extra: int, repeat: int) -> dict[str, Any]:
             scenario.leave_new_objects()
             fresh_count = len(gc.get_objects())
             results: dict[str, Any] = {
-                "tracked": tracked, "fresh": fresh_count, "scan": scan,
+                "tracked": tracked,
+                "fresh": fresh_count,
+                "scan": scan,
                 **{name: stats for name, (stats, _) in begin.items()},
                 "notes": {name: note for name, (_, note) in begin.items()},
                 "tracker": time_calls(sampler.after_step, repeat=repeat),
@@ -186,9 +188,11 @@ def _time_probe(probe: Any, repeat: int) -> Stats:
     before = getattr(probe, "before_collect", None)
     try:
         if before is not None:  # the gc probe pairs each sample with a count before
+
             def call() -> object:
                 before(fresh)
                 return probe.sample(fresh)
+
             return time_calls(call, repeat=repeat)
         return time_calls(lambda: probe.sample(fresh), repeat=repeat)
     finally:
@@ -208,8 +212,15 @@ def main(argv: list[str] | None = None) -> None:
 
     measured = {size: measure(size, repeat) for size in sizes}
 
-    cost_names = ["tracker", "probe torch", "probe minigrad", "probe gc", "probe process",
-                  "gc.collect", "gc.get_objects"]
+    cost_names = [
+        "tracker",
+        "probe torch",
+        "probe minigrad",
+        "probe gc",
+        "probe process",
+        "gc.collect",
+        "gc.get_objects",
+    ]
     labels = {
         "tracker": "one tracker sample (all probes + gc)",
         "probe torch": "torch probe `sample(fresh)`",
@@ -220,8 +231,8 @@ def main(argv: list[str] | None = None) -> None:
         "gc.get_objects": "`gc.get_objects()` after freeze",
         "begin roots": "per-check start: walk from the step's roots (default), once per check",
         "begin reachable": "per-check start: the same, with the filler also reachable from a "
-                           "root (the walk gives up; the warmup recording is the start set)",
-        "begin heap": "per-check start: `start_scan=\"heap\"` (one heap scan)",
+        "root (the walk gives up; the warmup recording is the start set)",
+        "begin heap": 'per-check start: `start_scan="heap"` (one heap scan)',
         "scan": "REFERENCE: full `gc.get_objects()` scan counting tensors",
     }
     rows = []
@@ -236,9 +247,11 @@ def main(argv: list[str] | None = None) -> None:
             cells.append(stats.fmt(unit) + (f" [{note}]" if note else ""))
         rows.append(cells)
     heap_row = ["gc-tracked objects (fresh after the step)"] + [
-        f"{measured[s]['tracked']:,} ({measured[s]['fresh']})" for s in sizes]
-    table = markdown_table(["cost (median, IQR)"] + [f"+{s:,} objects" for s in sizes],
-                           [heap_row, *rows])
+        f"{measured[s]['tracked']:,} ({measured[s]['fresh']})" for s in sizes
+    ]
+    table = markdown_table(
+        ["cost (median, IQR)"] + [f"+{s:,} objects" for s in sizes], [heap_row, *rows]
+    )
 
     big = measured[sizes[-1]]
     torch_sample = big["probe torch"].median + big["gc.get_objects"].median
@@ -248,14 +261,26 @@ def main(argv: list[str] | None = None) -> None:
     targets = markdown_table(
         ["target (largest heap)", "measured", "result"],
         [
-            [f"torch sample (`get_objects` + probe) <= {TARGET_SAMPLE_S * 1e3:g} ms",
-             f"{fmt_num(torch_sample * 1e3)} ms", verdict_cell(torch_sample <= TARGET_SAMPLE_S)],
-            [f"torch sample >= {TARGET_RATIO:g}x cheaper than the full scan",
-             f"{fmt_num(ratio_torch)}x", verdict_cell(ratio_torch >= TARGET_RATIO)],
-            [f"whole tracker sample (all probes, gc.collect) <= {TARGET_SAMPLE_S * 1e3:g} ms",
-             f"{fmt_num(whole * 1e3)} ms", verdict_cell(whole <= TARGET_SAMPLE_S)],
-            [f"whole tracker sample >= {TARGET_RATIO:g}x cheaper than the full scan",
-             f"{fmt_num(ratio_whole)}x", verdict_cell(ratio_whole >= TARGET_RATIO)],
+            [
+                f"torch sample (`get_objects` + probe) <= {TARGET_SAMPLE_S * 1e3:g} ms",
+                f"{fmt_num(torch_sample * 1e3)} ms",
+                verdict_cell(torch_sample <= TARGET_SAMPLE_S),
+            ],
+            [
+                f"torch sample >= {TARGET_RATIO:g}x cheaper than the full scan",
+                f"{fmt_num(ratio_torch)}x",
+                verdict_cell(ratio_torch >= TARGET_RATIO),
+            ],
+            [
+                f"whole tracker sample (all probes, gc.collect) <= {TARGET_SAMPLE_S * 1e3:g} ms",
+                f"{fmt_num(whole * 1e3)} ms",
+                verdict_cell(whole <= TARGET_SAMPLE_S),
+            ],
+            [
+                f"whole tracker sample >= {TARGET_RATIO:g}x cheaper than the full scan",
+                f"{fmt_num(ratio_whole)}x",
+                verdict_cell(ratio_whole >= TARGET_RATIO),
+            ],
         ],
     )
     body = (
@@ -271,7 +296,7 @@ def main(argv: list[str] | None = None) -> None:
         "values reach and records the tensors the warmup steps pass to torch operations, so "
         "it stays flat as the heap grows, also when a root reaches the filler (the walk gives "
         "up and the recording alone is the start set); with warmup=0 the walk goes up to "
-        "100k objects and then scans the heap (O(heap), as `start_scan=\"heap\"`). Either "
+        '100k objects and then scans the heap (O(heap), as `start_scan="heap"`). Either '
         "is paid once per check, not per step.\n\n"
         f"```\n{big['profile']}\n```\n"
         "torch 2.13 keeps the Python wrapper of an autograd node (and of a storage) alive "

@@ -144,8 +144,7 @@ def _finish_spool(_: object, directory: Path) -> list[CheckedTest]:
     tests = {}
     for line in (directory / "results.jsonl").read_bytes().splitlines():
         record = json.loads(line)
-        tests[record["nodeid"]] = CheckedTest(record["nodeid"], record["outcome"],
-                                              record["checks"])  # fmt: skip
+        tests[record["nodeid"]] = CheckedTest(record["nodeid"], record["outcome"], record["checks"])
     return list(tests.values())
 
 
@@ -238,16 +237,31 @@ def _pytest_rss(n: int, workdir: Path, quick: bool) -> float:
     tests.mkdir()
     (tests / "conftest.py").write_text(PYTEST_PROBE)
     (tests / "test_many.py").write_text(
-        f"import pytest\n\n@pytest.mark.parametrize('i', range({n}))\n"
-        "def test_step(i):\n    pass\n"
+        f"import pytest\n\n@pytest.mark.parametrize('i', range({n}))\ndef test_step(i):\n    pass\n"
     )
     out = tests / "rss.txt"
     subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:graphleak", "-p", "no:cacheprovider",
-         "-p", "no:randomly", *no_dev_plugins(quick), str(tests)],
-        cwd=tests, capture_output=True, text=True, check=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:graphleak",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:randomly",
+            *no_dev_plugins(quick),
+            str(tests),
+        ],
+        cwd=tests,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
         env={**os.environ, "BENCH_RSS_OUT": str(out), "PYTHONPATH": str(REPO_ROOT)},
-    )  # fmt: skip
+    )
     return float(out.read_text())
 
 
@@ -270,35 +284,58 @@ def main(argv: list[str] | None = None) -> None:
             pytest_rss = _pytest_rss(pytest_n, Path(directory), args.quick)
             pytest_per_test = (pytest_rss - base) / (pytest_n - 1)
             cost = _document_cost(n, leak, ok)
-            for name, layout in (("before", "indent=2, every value on its own line (before)"),
-                                 ("now", "top level indented, one line per test (now)")):
-                report_rows.append([
-                    f"{n:,}", layout, f"{fmt_num(cost['build_s'])} s",
-                    f"{fmt_num(cost[f'{name}_s'])} s",
-                    f"{fmt_num(cost[f'{name}_s'] * 1e6 / n)} µs",
-                    f"{fmt_num(cost[f'{name}_bytes'] / 2**20)} MiB",
-                ])  # fmt: skip
+            for name, layout in (
+                ("before", "indent=2, every value on its own line (before)"),
+                ("now", "top level indented, one line per test (now)"),
+            ):
+                report_rows.append(
+                    [
+                        f"{n:,}",
+                        layout,
+                        f"{fmt_num(cost['build_s'])} s",
+                        f"{fmt_num(cost[f'{name}_s'])} s",
+                        f"{fmt_num(cost[f'{name}_s'] * 1e6 / n)} µs",
+                        f"{fmt_num(cost[f'{name}_bytes'] / 2**20)} MiB",
+                    ]
+                )
             speedup = cost["before_s"] / cost["now_s"]
             for variant in VARIANTS:
                 m = _measure(variant, n, leak, ok)
                 last[variant] = m
-                rows.append([
-                    f"{n:,}", variant, _per_test(m["during"], n), _per_test(m["at_end"], n),
-                    f"{fmt_num(m['keep_s'] * 1e6 / n)} µs",
-                    f"{fmt_num(m['finish_s'] * 1e6 / n)} µs",
-                    f"{fmt_num(pytest_per_test / 1024)} KiB/test",
-                ])  # fmt: skip
+                rows.append(
+                    [
+                        f"{n:,}",
+                        variant,
+                        _per_test(m["during"], n),
+                        _per_test(m["at_end"], n),
+                        f"{fmt_num(m['keep_s'] * 1e6 / n)} µs",
+                        f"{fmt_num(m['finish_s'] * 1e6 / n)} µs",
+                        f"{fmt_num(pytest_per_test / 1024)} KiB/test",
+                    ]
+                )
     table = markdown_table(
-        ["checked tests", "rows kept as", "held while tests run", "held at the end",
-         "keep, per test", "read back at the end, per test",
-         "pytest's own memory per test (RSS)"],
+        [
+            "checked tests",
+            "rows kept as",
+            "held while tests run",
+            "held at the end",
+            "keep, per test",
+            "read back at the end, per test",
+            "pytest's own memory per test (RSS)",
+        ],
         rows,
-    )  # fmt: skip
+    )
     report_table = markdown_table(
-        ["checked tests", "report text", "build the document", "write its text",
-         "write, per test", "size"],
+        [
+            "checked tests",
+            "report text",
+            "build the document",
+            "write its text",
+            "write, per test",
+            "size",
+        ],
         report_rows,
-    )  # fmt: skip
+    )
     dicts, text, spool = last["dicts"], last["compact JSON text"], last["spool file"]
     n = sizes[-1]
     body = (
@@ -329,8 +366,13 @@ def main(argv: list[str] | None = None) -> None:
         "of every number. A non-finite number (a probe that failed to read) is looked for "
         "only when the C encoder refuses one, not by a second walk over every value.\n"
     )
-    write_results("session_rows", "session report: rows in memory vs a spool file", body,
-                  out=args.out, quick=args.quick)  # fmt: skip
+    write_results(
+        "session_rows",
+        "session report: rows in memory vs a spool file",
+        body,
+        out=args.out,
+        quick=args.quick,
+    )
 
 
 if __name__ == "__main__":

@@ -54,6 +54,8 @@ from _common import (
 )
 
 HEAP = 1_000_000
+
+
 #: A small MLP whose SGD step takes about 0.25 ms on one core.
 class _Mlp(TypedDict):
     batch: int
@@ -76,7 +78,7 @@ QUICK_LAYOUT = "user-global"
 #: CPU time of each test's call phase, next to pytest's wall-clock durations: on a shared
 #: machine the wall clock also counts the time a process waits for a core, which neither
 #: the step nor the plugin controls.
-CPU_CONFTEST = '''
+CPU_CONFTEST = """
 
 import time
 
@@ -95,9 +97,9 @@ def pytest_runtest_call(item):
 def pytest_unconfigure(config):  # pytest_sessionfinish is the durations' hook above
     with open(os.environ["BENCH_CPU_JSON"], "w", encoding="utf-8") as fh:
         json.dump(_CPU, fh)
-'''
+"""
 
-TEST_MODULE = '''
+TEST_MODULE = """
 import json
 import os
 import sys
@@ -135,7 +137,7 @@ def test_step(mode):
             STEP()
     else:
         STEP()  # the plugin calls this body CALLS times
-'''
+"""
 
 
 # ---------------------------------------------------------------- 1. pytest sessions
@@ -151,12 +153,27 @@ def session_overhead(layout: str, rounds: int, heap: int, quick: bool) -> dict[s
             TEST_MODULE.format(bench_dir=str(BENCH_DIR), mlp=MLP, warmup=WARMUP, steps=STEPS),
             encoding="utf-8",
         )
-        env = dict(os.environ, BENCH_ROUNDS=str(rounds), BENCH_HEAP=str(heap),
-                   BENCH_LAYOUT=layout, BENCH_CPU_JSON=str(cpu_json),
-                   PYTHONPATH=str(REPO_ROOT))  # fmt: skip
-        run = run_pytest(sys.executable,
-                         ["-q", "-p", "no:cacheprovider", *no_dev_plugins(quick), "--graphleak",
-                          "test_start.py"], cwd=work, env=env)  # fmt: skip
+        env = dict(
+            os.environ,
+            BENCH_ROUNDS=str(rounds),
+            BENCH_HEAP=str(heap),
+            BENCH_LAYOUT=layout,
+            BENCH_CPU_JSON=str(cpu_json),
+            PYTHONPATH=str(REPO_ROOT),
+        )
+        run = run_pytest(
+            sys.executable,
+            [
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                *no_dev_plugins(quick),
+                "--graphleak",
+                "test_start.py",
+            ],
+            cwd=work,
+            env=env,
+        )
         if run.returncode != 0:
             raise SystemExit(f"bench_start: the {layout} session failed:\n{run.output[-4000:]}")
         cpu: dict[str, float] = json.loads(cpu_json.read_text(encoding="utf-8"))
@@ -288,8 +305,12 @@ def recording_cost(rounds: int) -> dict[str, Any]:
         recorded.append((clock() - t0) / 3)
         seen.append(len(tensors))
         tensors.clear()
-    return {"plain": Stats.of(plain), "recorded": Stats.of(recorded), "ops": count_ops(step),
-            "alive": max(seen)}  # fmt: skip
+    return {
+        "plain": Stats.of(plain),
+        "recorded": Stats.of(recorded),
+        "ops": count_ops(step),
+        "alive": max(seen),
+    }
 
 
 # ---------------------------------------------------------------------- tables
@@ -306,8 +327,7 @@ def main(argv: list[str] | None = None) -> None:
 
     _common.pin_threads()
     layouts = [QUICK_LAYOUT] if args.quick else list(LAYOUTS)
-    sessions = {layout: session_overhead(layout, rounds, heap, args.quick)
-                for layout in layouts}
+    sessions = {layout: session_overhead(layout, rounds, heap, args.quick) for layout in layouts}
     local = in_process(heap, 3 if args.quick else 30)
     record = recording_cost(3 if args.quick else 30)
 
@@ -323,32 +343,59 @@ def main(argv: list[str] | None = None) -> None:
         start, sample = here["start"].median, here["sample"].median
         met = overhead <= TARGET_OVERHEAD_S and start < TARGET_START_S and sample < TARGET_SAMPLE_S
         all_met &= met
-        rows.append([
-            label, f"{run['heap']:,}",
-            f"{run['plain cpu'].fmt('ms')} / {fmt_num(run['plain'].median * 1e3)} ms",
-            f"{run['checked cpu'].fmt('ms')} / {fmt_num(run['checked'].median * 1e3)} ms",
-            f"**{fmt_num(overhead * 1e3)} ms** / {fmt_num(over('checked') * 1e3)} ms",
-            here["start"].fmt("ms"), here["kind"], here["sample"].fmt("ms"),
-            f"{fmt_num(over('warmup0', ' cpu') * 1e3)} ms / "
-            f"{fmt_num(over('warmup0') * 1e3)} ms",
-            verdict_cell(met),
-        ])
+        rows.append(
+            [
+                label,
+                f"{run['heap']:,}",
+                f"{run['plain cpu'].fmt('ms')} / {fmt_num(run['plain'].median * 1e3)} ms",
+                f"{run['checked cpu'].fmt('ms')} / {fmt_num(run['checked'].median * 1e3)} ms",
+                f"**{fmt_num(overhead * 1e3)} ms** / {fmt_num(over('checked') * 1e3)} ms",
+                here["start"].fmt("ms"),
+                here["kind"],
+                here["sample"].fmt("ms"),
+                f"{fmt_num(over('warmup0', ' cpu') * 1e3)} ms / "
+                f"{fmt_num(over('warmup0') * 1e3)} ms",
+                verdict_cell(met),
+            ]
+        )
     table = markdown_table(
-        ["heap layout", "gc objects in the session", "plain step: CPU / wall",
-         "checked step: CPU / wall", "overhead per step: CPU (target <= 0.3 ms) / wall",
-         "per-check start (target < 5 ms)", "start set",
-         "tracker sample, clean step (target < 0.3 ms)",
-         "for comparison: overhead with warmup=0 (walk, then heap scan): CPU / wall",
-         "all three targets"], rows)  # fmt: skip
+        [
+            "heap layout",
+            "gc objects in the session",
+            "plain step: CPU / wall",
+            "checked step: CPU / wall",
+            "overhead per step: CPU (target <= 0.3 ms) / wall",
+            "per-check start (target < 5 ms)",
+            "start set",
+            "tracker sample, clean step (target < 0.3 ms)",
+            "for comparison: overhead with warmup=0 (walk, then heap scan): CPU / wall",
+            "all three targets",
+        ],
+        rows,
+    )
     plain_t, rec_t = record["plain"].median, record["recorded"].median
     rec_table = markdown_table(
-        ["step", "torch operations per step", "plain", "recording", "cost per warmup step",
-         "per operation", "recorded tensors alive at the end of warmup"],
-        [["torch transformer (1 layer, d=64, seq 32, batch 8, Adam)", record["ops"],
-          record["plain"].fmt("ms"), record["recorded"].fmt("ms"),
-          f"{fmt_num((rec_t - plain_t) * 1e3)} ms",
-          f"{fmt_num((rec_t - plain_t) / max(1, record['ops']) * 1e6)} us",
-          record["alive"]]])  # fmt: skip
+        [
+            "step",
+            "torch operations per step",
+            "plain",
+            "recording",
+            "cost per warmup step",
+            "per operation",
+            "recorded tensors alive at the end of warmup",
+        ],
+        [
+            [
+                "torch transformer (1 layer, d=64, seq 32, batch 8, Adam)",
+                record["ops"],
+                record["plain"].fmt("ms"),
+                record["recorded"].fmt("ms"),
+                f"{fmt_num((rec_t - plain_t) * 1e3)} ms",
+                f"{fmt_num((rec_t - plain_t) / max(1, record['ops']) * 1e6)} us",
+                record["alive"],
+            ]
+        ],
+    )
     body = (
         f"A torch MLP step ({MLP['batch']}x{'-'.join(map(str, MLP['sizes']))}, SGD, one thread) "
         f"with {heap:,} extra gc-tracked objects on the heap, in two layouts"
@@ -374,8 +421,9 @@ def main(argv: list[str] | None = None) -> None:
         "interleaved rounds):\n\n"
         f"{rec_table}\n"
     )
-    write_results("start", "A check's start on a 1M-object heap", body,
-                  out=args.out, quick=args.quick)
+    write_results(
+        "start", "A check's start on a 1M-object heap", body, out=args.out, quick=args.quick
+    )
 
 
 if __name__ == "__main__":

@@ -39,8 +39,7 @@ CASES: dict[str, tuple[Callable[[], Callable[[], object]], bool]] = {
     "torch, one tensor every 3rd step": (lambda: _common.leaky_torch_step(every=3)[0], True),
     "torch, clean twin": (lambda: _common.leaky_torch_step(every=0)[0], False),
     "minigrad, one tensor per step": (lambda: _common.leaky_minigrad_step(every=1)[0], True),
-    "minigrad, one tensor every 3rd step":
-        (lambda: _common.leaky_minigrad_step(every=3)[0], True),
+    "minigrad, one tensor every 3rd step": (lambda: _common.leaky_minigrad_step(every=3)[0], True),
     "minigrad, clean twin": (lambda: _common.leaky_minigrad_step(every=0)[0], False),
 }
 
@@ -98,8 +97,11 @@ def main(argv: list[str] | None = None) -> None:
             cell = f"{false} false positive(s)"
         rows.append([name, cell, f"`{marks}`"])
     table = markdown_table(
-        ["step", "caught from k measured steps on",
-         f"verdict for k = {first_k}..{max_k} (L = leak)"],
+        [
+            "step",
+            "caught from k measured steps on",
+            f"verdict for k = {first_k}..{max_k} (L = leak)",
+        ],
         rows,
     )
 
@@ -114,18 +116,31 @@ def main(argv: list[str] | None = None) -> None:
         fixed_false = sum(leaked(module.fixed_step) for _ in range(repeats))
         leaky_caught = sum(leaked(module.leaky_step) for _ in range(repeats))
         clean_ok &= fixed_false == 0
-        catalogue_rows.append([f"`{path.name}`", f"{leaky_caught}/{repeats}",
-                               f"{fixed_false}/{repeats}"])
-    catalogue = markdown_table(
-        ["example", "leaky_step caught", "fixed_step false positives"], catalogue_rows
-    ) if catalogue_rows else "(no catalogue in this run)"
+        catalogue_rows.append(
+            [f"`{path.name}`", f"{leaky_caught}/{repeats}", f"{fixed_false}/{repeats}"]
+        )
+    catalogue = (
+        markdown_table(
+            ["example", "leaky_step caught", "fixed_step false positives"], catalogue_rows
+        )
+        if catalogue_rows
+        else "(no catalogue in this run)"
+    )
 
-    targets = markdown_table(["target", "result"], [
-        [f"one-per-step leak caught within {TARGET_STEPS} measured steps (torch and minigrad)",
-         verdict_cell(one_per_step_ok)],
-        ["no false positive on the clean twins and the catalogue's fixed steps",
-         verdict_cell(clean_ok)],
-    ])
+    targets = markdown_table(
+        ["target", "result"],
+        [
+            [
+                f"one-per-step leak caught within {TARGET_STEPS} measured steps (torch and "
+                "minigrad)",
+                verdict_cell(one_per_step_ok),
+            ],
+            [
+                "no false positive on the clean twins and the catalogue's fixed steps",
+                verdict_cell(clean_ok),
+            ],
+        ],
+    )
     body = (
         f"`pytest_graphleak.check(step, steps=k)` with the default warmup ({DEFAULT_WARMUP} "
         f"steps), each k on a fresh step; the default is steps={DEFAULT_STEPS}. A leak is "

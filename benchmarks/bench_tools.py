@@ -139,8 +139,11 @@ def main() -> None:
                 ms = (time.perf_counter() - started) * 1000
                 caught[tool][kind == "fixed"] += flagged
                 word = "**flags**" if flagged else "passes"
-                cells.append(f"{word} ({detail}; {fmt_num(ms)} ms)" if detail
-                             else f"{word} ({fmt_num(ms)} ms)")  # fmt: skip
+                cells.append(
+                    f"{word} ({detail}; {fmt_num(ms)} ms)"
+                    if detail
+                    else f"{word} ({fmt_num(ms)} ms)"
+                )
                 del module, step
                 gc.collect()
             rows.append(cells)
@@ -173,8 +176,13 @@ def main() -> None:
     )
     if skipped:
         body += f"\nNot measured (a dependency this environment lacks): {', '.join(skipped)}.\n"
-    write_results("tools", "objgraph and tracemalloc next to --graphleak", body,
-                  out=args.out, quick=args.quick)  # fmt: skip
+    write_results(
+        "tools",
+        "objgraph and tracemalloc next to --graphleak",
+        body,
+        out=args.out,
+        quick=args.quick,
+    )
 
 
 if __name__ == "__main__":

@@ -100,14 +100,25 @@ def build_trainer(steps: int, callbacks: list[Any], out_dir: str) -> Any:
 
     torch.manual_seed(0)
     config = transformers.BertConfig(
-        vocab_size=1000, hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
-        intermediate_size=256, max_position_embeddings=64,
-    )  # fmt: skip
+        vocab_size=1000,
+        hidden_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=256,
+        max_position_embeddings=64,
+    )
     args = transformers.TrainingArguments(
-        output_dir=out_dir, max_steps=steps, per_device_train_batch_size=8, logging_steps=50,
-        report_to=[], save_strategy="no", use_cpu=True, disable_tqdm=True,
-        lr_scheduler_type="linear", warmup_steps=10,
-    )  # fmt: skip
+        output_dir=out_dir,
+        max_steps=steps,
+        per_device_train_batch_size=8,
+        logging_steps=50,
+        report_to=[],
+        save_strategy="no",
+        use_cpu=True,
+        disable_tqdm=True,
+        lr_scheduler_type="linear",
+        warmup_steps=10,
+    )
     trainer = Trainer(
         model=transformers.BertForSequenceClassification(config),
         args=args,
@@ -357,8 +368,13 @@ def main() -> None:
         "At the end of the run (or when it raises and the check is closed) gc is as it was "
         "and nothing stays frozen."
     )
-    write_results("window", "Window mode on a transformers training run", body,
-                  out=options.out, quick=options.quick)  # fmt: skip
+    write_results(
+        "window",
+        "Window mode on a transformers training run",
+        body,
+        out=options.out,
+        quick=options.quick,
+    )
 
 
 def _fresh_process(steps: int) -> float:
@@ -366,8 +382,9 @@ def _fresh_process(steps: int) -> float:
     import subprocess
 
     env = {**os.environ, FRESH_ENV: str(steps)}
-    done = subprocess.run([sys.executable, __file__], env=env, capture_output=True, text=True,
-                          check=True)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, __file__], env=env, capture_output=True, text=True, check=True
+    )
     return float(done.stdout.strip().splitlines()[-1])
 
 

@@ -29,13 +29,33 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import BENCH_DIR, REPO_ROOT, RESULTS_DIR, fmt_num, machine_description
 
 #: Run order: ours first (cheapest first), then the ones other modules own.
-BENCHMARKS = ("sampling", "overhead", "start", "time_to_verdict", "catalogue", "memray",
-              "minigrad", "diagnose", "window", "tools",
-              "session_rows", "outlive", "audit_heavy", "inert", "fix_verify")
+BENCHMARKS = (
+    "sampling",
+    "overhead",
+    "start",
+    "time_to_verdict",
+    "catalogue",
+    "memray",
+    "minigrad",
+    "diagnose",
+    "window",
+    "tools",
+    "session_rows",
+    "outlive",
+    "audit_heavy",
+    "inert",
+    "fix_verify",
+)
 BENCH_VENV = BENCH_DIR / ".venv-bench"
 #: Pinned so the comparison is reproducible; torch pinned as everywhere in the project.
-BENCH_REQUIREMENTS = ("torch==2.13.0", "pytest-memray==1.11.0", "objgraph==3.7.0", "numpy",
-                      "psutil", "pytest")
+BENCH_REQUIREMENTS = (
+    "torch==2.13.0",
+    "pytest-memray==1.11.0",
+    "objgraph==3.7.0",
+    "numpy",
+    "psutil",
+    "pytest",
+)
 PER_BENCHMARK_TIMEOUT_S = 480
 
 
@@ -65,8 +85,9 @@ def run_benchmark(topic: str, *, quick: bool, out_dir: Path | None) -> tuple[boo
         cmd += ["--out", str(out_dir / f"{topic}.md")]
     start = time.perf_counter()
     try:
-        proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True,
-                              timeout=PER_BENCHMARK_TIMEOUT_S)
+        proc = subprocess.run(
+            cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=PER_BENCHMARK_TIMEOUT_S
+        )
     except subprocess.TimeoutExpired:
         return False, time.perf_counter() - start, f"timed out after {PER_BENCHMARK_TIMEOUT_S} s"
     elapsed = time.perf_counter() - start
@@ -93,8 +114,11 @@ def target_rows(text: str) -> list[tuple[str, str, str]]:
             header = cells
         elif cells[-1] in ("**met**", "**not met**"):
             criterion = header[-1] if header else ""
-            what = cells[0] if criterion in ("target", "result", "verdict", "") else (
-                f"{cells[0]}: {criterion}")
+            what = (
+                cells[0]
+                if criterion in ("target", "result", "verdict", "")
+                else (f"{cells[0]}: {criterion}")
+            )
             rows.append((what, " · ".join(cells[1:-1]), cells[-1]))
     return rows
 
@@ -104,9 +128,11 @@ def build_results_md(results_dir: Path = RESULTS_DIR) -> str:
     tables = sorted(results_dir.glob("*.md"))
     order = {topic: i for i, topic in enumerate(BENCHMARKS)}
     tables.sort(key=lambda p: (order.get(p.stem, len(order)), p.stem))
-    glance = [f"| {path.stem} | {what} | {measured} | {result} |"
-              for path in tables
-              for what, measured, result in target_rows(path.read_text(encoding="utf-8"))]
+    glance = [
+        f"| {path.stem} | {what} | {measured} | {result} |"
+        for path in tables
+        for what, measured, result in target_rows(path.read_text(encoding="utf-8"))
+    ]
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     parts = [
         "# Benchmark results",
@@ -136,15 +162,28 @@ def build_results_md(results_dir: Path = RESULTS_DIR) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", nargs="+", choices=BENCHMARKS, metavar="TOPIC",
-                        help=f"run only these ({', '.join(BENCHMARKS)})")
-    parser.add_argument("--quick", action="store_true",
-                        help="every benchmark in its quick mode; tables go to --out-dir only")
-    parser.add_argument("--out-dir", type=Path, default=None,
-                        help="write the tables here instead of benchmarks/results/")
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        choices=BENCHMARKS,
+        metavar="TOPIC",
+        help=f"run only these ({', '.join(BENCHMARKS)})",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="every benchmark in its quick mode; tables go to --out-dir only",
+    )
+    parser.add_argument(
+        "--out-dir",
+        type=Path,
+        default=None,
+        help="write the tables here instead of benchmarks/results/",
+    )
     parser.add_argument("--setup-only", action="store_true", help="only create the bench venv")
-    parser.add_argument("--report-only", action="store_true",
-                        help="only rebuild RESULTS.md from results/*.md")
+    parser.add_argument(
+        "--report-only", action="store_true", help="only rebuild RESULTS.md from results/*.md"
+    )
     args = parser.parse_args(argv)
 
     if args.report_only:
@@ -161,12 +200,18 @@ def main(argv: list[str] | None = None) -> int:
     for topic in topics:
         print(f"run_all: {topic} ...", flush=True)
         ok, seconds, why = run_benchmark(topic, quick=args.quick, out_dir=args.out_dir)
-        print(f"run_all: {topic}: {'ok' if ok else 'FAILED'} in {fmt_num(seconds)} s"
-              + (f"\n{why}" if why else ""), flush=True)
+        print(
+            f"run_all: {topic}: {'ok' if ok else 'FAILED'} in {fmt_num(seconds)} s"
+            + (f"\n{why}" if why else ""),
+            flush=True,
+        )
         if not ok:
             failures.append(topic)
-    print(f"run_all: {len(topics) - len(failures)}/{len(topics)} benchmarks ran in "
-          f"{fmt_num(time.perf_counter() - started)} s", flush=True)
+    print(
+        f"run_all: {len(topics) - len(failures)}/{len(topics)} benchmarks ran in "
+        f"{fmt_num(time.perf_counter() - started)} s",
+        flush=True,
+    )
     if args.out_dir is None and not args.quick:
         (BENCH_DIR / "RESULTS.md").write_text(build_results_md(), encoding="utf-8")
         print(f"run_all: wrote {BENCH_DIR / 'RESULTS.md'}")

@@ -85,8 +85,13 @@ def check(
     label = name or getattr(step, "__qualname__", None) or repr(step)
     resolved = call_settings(settings, options, where=f"check({label})")
     try:
-        result = measure(step, settings=resolved, name=label, diagnose_step=step,
-                         roots=roots_of_frame(sys._getframe(1)))  # fmt: skip
+        result = measure(
+            step,
+            settings=resolved,
+            name=label,
+            diagnose_step=step,
+            roots=roots_of_frame(sys._getframe(1)),
+        )
     except Exception as exc:
         if raise_on_leak:
             raise
@@ -121,8 +126,13 @@ class Track:
         on_result: Callable[[CheckResult], None] | None = None,
         steps: int | None = None,
     ) -> None:
-        self._check = LoopCheck(settings, name=name, steps=steps, on_result=on_result,
-                                on_leak="raise" if raise_on_leak else "return")  # fmt: skip
+        self._check = LoopCheck(
+            settings,
+            name=name,
+            steps=steps,
+            on_result=on_result,
+            on_leak="raise" if raise_on_leak else "return",
+        )
         self._check.scoped = True  # ended by __exit__, even with a track() nested inside
         self._check.saw, self._check.unit = "track() saw", "t.step() call"
         self._on_result = on_result
@@ -180,8 +190,9 @@ class Track:
             # error result says at which step it was raised.
             tracker.annotate_step_error(exc, check.calls + 1, warmup, None)
             if check.result is None:
-                error = error_result(check.name, steps=max(0, check.calls - warmup),
-                                     warmup=warmup, exc=exc)  # fmt: skip
+                error = error_result(
+                    check.name, steps=max(0, check.calls - warmup), warmup=warmup, exc=exc
+                )
                 check.results.append(error)
                 if self._on_result is not None:
                     self._on_result(error)

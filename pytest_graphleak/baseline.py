@@ -165,8 +165,9 @@ def read_document(path: Path) -> object:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
-        raise BaselineError(f"cannot read the baseline file {str(path)!r}: "
-                            f"{exc.strerror or exc}") from None  # fmt: skip
+        raise BaselineError(
+            f"cannot read the baseline file {str(path)!r}: {exc.strerror or exc}"
+        ) from None
     except (UnicodeDecodeError, ValueError) as exc:
         raise BaselineError(f"the baseline file {str(path)!r} is not JSON: {exc}") from None
 
@@ -177,9 +178,13 @@ def _entry(item: object, where: str) -> Entry:
     missing = [name for name in KEY_FIELDS if not isinstance(item.get(name), str)]
     unknown = sorted(set(item) - set(FIELDS))
     if missing or unknown or not isinstance(item.get("reason", ""), str):
-        what = (f"lacks {', '.join(map(repr, missing))} (text)" if missing
-                else f"has unknown field {', '.join(map(repr, unknown))}" if unknown
-                else "has a 'reason' that is not text")  # fmt: skip
+        what = (
+            f"lacks {', '.join(map(repr, missing))} (text)"
+            if missing
+            else f"has unknown field {', '.join(map(repr, unknown))}"
+            if unknown
+            else "has a 'reason' that is not text"
+        )
         raise BaselineError(f"{where} {what}: {json.dumps(item, sort_keys=True)[:200]}")
     key = Key(*(item[name] for name in KEY_FIELDS))
     if not key.test or not key.check:
@@ -210,23 +215,27 @@ def fixed_heading(count: int, path: str) -> str:
 
 def stale_heading(count: int, entries: int) -> str:
     """The line over the entries whose test a run of the whole suite did not collect."""
-    return (f"graphleak baseline: {count} of its {entries} entries name tests this run of the "
-            "whole suite did not collect (deleted or renamed), neither known nor fixed:")
+    return (
+        f"graphleak baseline: {count} of its {entries} entries name tests this run of the "
+        "whole suite did not collect (deleted or renamed), neither known nor fixed:"
+    )
 
 
 # -- writing ----------------------------------------------------------------------------
 def render(entries: Iterable[Entry]) -> str:
     """The file's text: entries sorted by key, one field a line, so that a review's diff
     shows each finding added or removed as a block of its own."""
-    rows = [json.dumps(entry.to_dict(), indent=2, ensure_ascii=False)
-            for entry in sorted(entries, key=lambda e: e.key)]  # fmt: skip
+    rows = [
+        json.dumps(entry.to_dict(), indent=2, ensure_ascii=False)
+        for entry in sorted(entries, key=lambda e: e.key)
+    ]
     findings = ",\n".join("    " + row.replace("\n", "\n    ") for row in rows)
     body = f"[\n{findings}\n  ]" if rows else "[]"
     return (
         "{\n"
         f"  {json.dumps(FORMAT_KEY)}: {VERSION},\n"
-        f"  \"about\": {json.dumps(ABOUT)},\n"
-        f"  \"findings\": {body}\n"
+        f'  "about": {json.dumps(ABOUT)},\n'
+        f'  "findings": {body}\n'
         "}\n"
     )
 
@@ -255,9 +264,12 @@ class Update:
 
 
 def updated(
-    old: Baseline | None, found: Iterable[Key], checked: Callable[[Key], bool],
-    *, stale: Callable[[Key], bool] = lambda key: False,
-) -> Update:  # fmt: skip
+    old: Baseline | None,
+    found: Iterable[Key],
+    checked: Callable[[Key], bool],
+    *,
+    stale: Callable[[Key], bool] = lambda key: False,
+) -> Update:
     """The entries after a run that found ``found``: each finding once, with its old
     reason if it had an entry; an old entry that the run ``checked`` and did not find is
     dropped (fixed), one it did not check (its test did not run) is kept, unless it is
@@ -271,8 +283,10 @@ def updated(
         earlier = written_before(key, before)
         if earlier is not None and earlier not in now and earlier not in moved.values():
             moved[key] = earlier
-    entries = [before.get(key) or Entry(key, before[moved[key]].reason if key in moved else "")
-               for key in now]  # fmt: skip
+    entries = [
+        before.get(key) or Entry(key, before[moved[key]].reason if key in moved else "")
+        for key in now
+    ]
     gone = [key for key in before if key not in now and key not in moved.values()]
     unchecked = [key for key in gone if not checked(key)]
     pruned = sorted(key for key in unchecked if stale(key))
@@ -292,6 +306,7 @@ def _rewritten(old: Baseline, found: set[Key], checked: Callable[[Key], bool]) -
     """An older file rewritten from this run's findings: a finding takes the reason of
     the old entry of its test, check and pattern when each side has one such (the holder
     was spelled another way); the old entries are replaced."""
+
     def triple(key: Key) -> tuple[str, str, str]:
         return key.test, key.check, key.pattern
 
@@ -304,6 +319,12 @@ def _rewritten(old: Baseline, found: set[Key], checked: Callable[[Key], bool]) -
     olds, news = alone(old.entries), alone(found)
     reasons = {news[t]: old.entries[k].reason for t, k in olds.items() if t in news}
     entries = sorted((Entry(key, reasons.get(key, "")) for key in found), key=lambda e: e.key)
-    return Update(entries=entries, added=sorted(found), removed=sorted(old.entries), kept=0,
-                  rewritten_from=old.version, reasons_kept=sum(map(bool, reasons.values())),
-                  dropped=sum(not checked(key) for key in old.entries))  # fmt: skip
+    return Update(
+        entries=entries,
+        added=sorted(found),
+        removed=sorted(old.entries),
+        kept=0,
+        rewritten_from=old.version,
+        reasons_kept=sum(map(bool, reasons.values())),
+        dropped=sum(not checked(key) for key in old.entries),
+    )

@@ -67,9 +67,17 @@ _WINDOW = re.compile(r" steps \d+-\d+$")  # a check's name, not a chain label
 #: How the holder spells the edge a chain leaves an object by (``result.Link.edge``);
 #: an index, a dict's key (any: a path, a run name, a counter) and a set's member are
 #: ``[*]``: they change from run to run. Names of the user's code are kept.
-_ACCESS = {"attribute": ".{}", "ctx attribute": ".{}", "hook": ".{}", "key": "[*]",
-           "index": "[*]", "member": "[*]", "closure cell": " closure '{}'",
-           "generator frame": " local '{}'", "context value": ".get()"}  # fmt: skip
+_ACCESS = {
+    "attribute": ".{}",
+    "ctx attribute": ".{}",
+    "hook": ".{}",
+    "key": "[*]",
+    "index": "[*]",
+    "member": "[*]",
+    "closure cell": " closure '{}'",
+    "generator frame": " local '{}'",
+    "context value": ".get()",
+}
 #: How a holder spelled from a cycle's links starts.
 CYCLE = "cycle: "
 #: The links after which the holder ends: what a graph reaches is how deep the walk went.
@@ -80,14 +88,12 @@ def check_label(nodeid: str, name: str) -> str:
     """The kind of check, from its name: ``marker`` for the test's own (the name is the
     node id), else what follows the node id (``check(step)``, ``track(1)``, ``outlive``),
     a window's step range left out."""
-    rest = name[len(nodeid):] if name.startswith(nodeid) else name
+    rest = name[len(nodeid) :] if name.startswith(nodeid) else name
     rest = _WINDOW.sub("", rest.lstrip(":"))
     return rest or "marker"
 
 
-def holder_path(
-    links: Sequence[Mapping[str, Any]], cycle: Sequence[Mapping[str, Any]] = ()
-) -> str:
+def holder_path(links: Sequence[Mapping[str, Any]], cycle: Sequence[Mapping[str, Any]] = ()) -> str:
     """The holder of a finding from the diagnosis' typed links (``diagnosis.links`` as
     plain data, root first): ``global 'history' -> list[*] -> Tensor``; where no root
     reaches it, the cycle that keeps it (``diagnosis.cycle_links``): ``cycle: Holder.me
@@ -150,9 +156,14 @@ def scope_test(node: str) -> str:
 
 
 def key_of(
-    nodeid: str, *, name: str, pattern: str | None, links: Sequence[Mapping[str, Any]],
-    judged_at: Mapping[str, str] | None = None, cycle: Sequence[Mapping[str, Any]] = (),
-) -> Key:  # fmt: skip
+    nodeid: str,
+    *,
+    name: str,
+    pattern: str | None,
+    links: Sequence[Mapping[str, Any]],
+    judged_at: Mapping[str, str] | None = None,
+    cycle: Sequence[Mapping[str, Any]] = (),
+) -> Key:
     """The key of a leaked check of the test ``nodeid``: the check's name, its pattern and
     its diagnosis' typed links (and its cycle's, ``cycle``) as plain data
     (``CheckResult``'s fields). ``judged_at``
@@ -185,8 +196,14 @@ def written_before(key: Key, entries: Iterable[Key]) -> Key | None:
         return empty if empty in set(entries) else None
     if not is_fixture_check(key.check):
         return None
-    found = [old for old in entries if old.check == "outlive" and old.pattern == key.pattern
-             and old.holder == key.holder and inside(old.test, key.test)]  # fmt: skip
+    found = [
+        old
+        for old in entries
+        if old.check == "outlive"
+        and old.pattern == key.pattern
+        and old.holder == key.holder
+        and inside(old.test, key.test)
+    ]
     return found[0] if len(found) == 1 else None
 
 

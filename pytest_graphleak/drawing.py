@@ -45,5 +45,7 @@ class Drawing:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Drawing:
-        return cls(nodes=[DrawingNode(**node) for node in data.get("nodes", [])],
-                   edges=[DrawingEdge(**edge) for edge in data.get("edges", [])])  # fmt: skip
+        return cls(
+            nodes=[DrawingNode(**node) for node in data.get("nodes", [])],
+            edges=[DrawingEdge(**edge) for edge in data.get("edges", [])],
+        )

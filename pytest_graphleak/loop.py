@@ -60,6 +60,7 @@ if TYPE_CHECKING:
 #: "return": only give the result back (``track()`` outside pytest without raise_on_leak).
 ON_LEAK = ("raise", "warn", "return")
 
+
 def close_open_checks(*, keep_scoped: bool = False, of: session.Session | None = None) -> int:
     """End every open check without a verdict and restore the gc state; how many.
     ``keep_scoped``: leave the checks of ``with`` blocks still running (``scoped``): their
@@ -261,8 +262,9 @@ class LoopCheck(LoopWindows):
         (``on_leak="raise"``); in a real run, or with "warn" / "return", it warns and
         lets the loop's caller go on (a callback never stops training for it)."""
         __tracebackhide__ = True
-        why, fix = too_short_loop(self._calls, self.settings.warmup, self.fewest, saw=self.saw,
-                                  unit=self.unit)  # fmt: skip
+        why, fix = too_short_loop(
+            self._calls, self.settings.warmup, self.fewest, saw=self.saw, unit=self.unit
+        )
         self._unmeasured(why, fix)
 
     def _unmeasured(self, why: str, fix: str) -> None:
@@ -328,8 +330,7 @@ class LoopCheck(LoopWindows):
             self._end_sampler()
             for known in ("rechecking", "unmeasured", "unmeasured_fix", "coverage_notes"):
                 setattr(window, known, getattr(whole, known))  # once the sampler has ended
-        return self._conclude(window, settings, verdict, observation, final=final,
-                              at_end=at_end)  # fmt: skip
+        return self._conclude(window, settings, verdict, observation, final=final, at_end=at_end)
 
     def _observe(self, verdict: Verdict, *, at_end: bool) -> Any:
         """What the diagnosis of a leak starts from: the steps recorded ahead, else the
@@ -349,18 +350,29 @@ class LoopCheck(LoopWindows):
         return observation
 
     def _conclude(
-        self, window: tracker.Series, settings: Settings, verdict: Verdict, observation: Any,
-        *, final: bool, at_end: bool,
-    ) -> CheckResult:  # fmt: skip
+        self,
+        window: tracker.Series,
+        settings: Settings,
+        verdict: Verdict,
+        observation: Any,
+        *,
+        final: bool,
+        at_end: bool,
+    ) -> CheckResult:
         """The judged window's result, diagnosed from ``observation``; then the next
         window (or the end), and the result reported now or after the next step."""
         __tracebackhide__ = True
         try:
             result = pipeline.conclude(
-                window, settings=settings, name=self._result_name(final=final),
-                diagnose_step=None, roots=self._roots, exclude=(id(self),),
-                observation=observation, verdict=verdict,
-            )  # fmt: skip
+                window,
+                settings=settings,
+                name=self._result_name(final=final),
+                diagnose_step=None,
+                roots=self._roots,
+                exclude=(id(self),),
+                observation=observation,
+                verdict=verdict,
+            )
         finally:
             follow = observation.follow if observation is not None else None
             growth = observation.growth if observation is not None else None
@@ -428,5 +440,10 @@ class LoopCheck(LoopWindows):
     def _report(self, result: CheckResult) -> None:
         __tracebackhide__ = True
         if self.on_leak in ("warn", "raise"):
-            pipeline.raise_or_warn(render_text(result), leaked=result.leaked, result=result,
-                                   warn=self.on_leak == "warn", stacklevel=3)  # fmt: skip
+            pipeline.raise_or_warn(
+                render_text(result),
+                leaked=result.leaked,
+                result=result,
+                warn=self.on_leak == "warn",
+                stacklevel=3,
+            )

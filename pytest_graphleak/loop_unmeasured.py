@@ -21,10 +21,15 @@ from pytest_graphleak.result import CheckResult, Verdict
 def unmeasured_result(name: str, calls: int, warmup: int, why: str, fix: str) -> CheckResult:
     """The result of a loop check that saw ``calls`` steps and no verdict (``why``)."""
     return CheckResult(
-        name=name, steps=max(0, calls - warmup), warmup=warmup, series={},
-        units={}, verdict=Verdict(leaked=False, reason=f"no verdict: {why}"), unmeasured=why,
+        name=name,
+        steps=max(0, calls - warmup),
+        warmup=warmup,
+        series={},
+        units={},
+        verdict=Verdict(leaked=False, reason=f"no verdict: {why}"),
+        unmeasured=why,
         unmeasured_fix=fix,
-    )  # fmt: skip
+    )
 
 
 def fail_or_warn(result: CheckResult, *, on_leak: str) -> None:
@@ -49,10 +54,18 @@ def under_pytest() -> bool:
 
 #: Packages whose frames a loop's warning skips: this one, and the frameworks that call
 #: a callback, so that the warning points at the user's ``fit()`` / ``run()`` line.
-_NOT_USER = frozenset({
-    "pytest_graphleak", "ignite", "lightning", "pytorch_lightning", "lightning_fabric",
-    "transformers", "accelerate", "torch",
-})  # fmt: skip
+_NOT_USER = frozenset(
+    {
+        "pytest_graphleak",
+        "ignite",
+        "lightning",
+        "pytorch_lightning",
+        "lightning_fabric",
+        "transformers",
+        "accelerate",
+        "torch",
+    }
+)
 
 
 def user_stacklevel() -> int:

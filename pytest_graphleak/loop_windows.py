@@ -248,9 +248,12 @@ class LoopWindows(abc.ABC):
                 # same; a leak not seen rising by then is reported without them.
                 return
         elif self.rolling and not (
-            self._leaks or self._window_start == 0 or self._judge_at == self._length
-            or self._deferred is not None or self._extended_from is not None
-        ):  # fmt: skip
+            self._leaks
+            or self._window_start == 0
+            or self._judge_at == self._length
+            or self._deferred is not None
+            or self._extended_from is not None
+        ):
             return  # later rolling windows: after a first leak, in the last, or deferred
         if self._recorder is None:
             from pytest_graphleak.diagnose import for_loop
@@ -284,10 +287,11 @@ class LoopWindows(abc.ABC):
         of this epoch's losses, emptied when the epoch ends, grows so in every window
         inside one epoch."""
         return (
-            self.rolling and self._deferred is None
+            self.rolling
+            and self._deferred is None
             and undone_by_a_reset(verdict, window.metrics)
             and within_one_period(self._window_start, self._calls, self._resets)
-        )  # fmt: skip
+        )
 
     def _sample_the_end(self) -> None:
         """A window kept open for a reset point that the loop ended first: its last sample
@@ -328,10 +332,14 @@ class LoopWindows(abc.ABC):
         recorded = self._recorder is not None and self._recorder.steps_recorded
         more = RECORDED_STEPS + LATER_STEPS
         if (
-            not verdict.leaked or not self.rolling or at_end or recorded
-            or self._deferred is not None or not self.settings.diagnose
+            not verdict.leaked
+            or not self.rolling
+            or at_end
+            or recorded
+            or self._deferred is not None
+            or not self.settings.diagnose
             or (self._length is not None and self._calls + more > self._length)
-        ):  # fmt: skip
+        ):
             return False
         self._deferred = verdict
         self._judge_at = self._calls + more

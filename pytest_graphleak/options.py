@@ -121,124 +121,260 @@ class Option:
 _PER_CHECK = frozenset({"pytest", "marker", "check", "track"})
 
 OPTIONS: tuple[Option, ...] = (
-    Option("enabled", "bool", False,
-           "run @pytest.mark.no_graph_growth tests warmup+steps times and fail them when "
-           "tensors, graph nodes, cyclic garbage or memory grow (default: off)",
-           frozenset({"pytest"}), "--graphleak", "graphleak", _bool),
-    Option("steps", "int", DEFAULT_STEPS,
-           f"measured steps per checked test, after warmup (default: {DEFAULT_STEPS}; "
-           f"{steps_to_catch(3)} or more catch a leak of one object every third step, "
-           f"{steps_to_catch(5)} or more every fifth; fewer than {FEWEST_STEPS}: no "
-           "verdict, the check is unmeasured)",
-           _PER_CHECK, "--graphleak-steps", "graphleak_steps",
-           _int_at_least(1), metavar="N", command_flag="--steps"),
-    Option("warmup", "int", DEFAULT_WARMUP,
-           f"unmeasured warmup steps before the measured ones (default: {DEFAULT_WARMUP})",
-           _PER_CHECK, "--graphleak-warmup", "graphleak_warmup",
-           _int_at_least(0), metavar="N", command_flag="--warmup"),
-    Option("rss_tolerance", "size", float(DEFAULT_RSS_TOLERANCE),
-           "process RSS (and CUDA reserved) growth per step that is still allocator noise, "
-           "in bytes or with a unit like 512KiB or 2MiB (default: 1MiB)",
-           _PER_CHECK, "--graphleak-rss-tolerance", "graphleak_rss_tolerance",
-           byte_size, metavar="SIZE", command_flag="--rss-tolerance"),
-    Option("probes", "names", None,
-           f"probes to sample among {', '.join(PROBE_NAMES)} (comma-separated, or a list in "
-           "an ini/TOML file), or 'all' (default: all whose library is already imported)",
-           _PER_CHECK, "--graphleak-probes", "graphleak_probes",
-           _probes, metavar="NAMES", command_flag="--probes"),
-    Option("start_scan", "choice", "roots",
-           "how a check finds the tensors alive before its first step, whose graphs can grow "
-           "in place (total += loss): 'roots' walks what the test reaches (fixture values, "
-           "self, the step's closure and globals, the user's modules) and records the tensors "
-           "the warmup steps pass to torch operations (with warmup=0: no recording, and past "
-           "100k objects the walk falls back to 'heap'); 'heap' scans every object, O(heap) "
-           "per check: needed only for a tensor the walk does not reach (a library's globals, "
-           "past its limit) that no warmup step passes to a torch operation (default: roots)",
-           _PER_CHECK, "--graphleak-start-scan", "graphleak_start_scan",
-           _one_of(START_SCANS), metavar="roots|heap", command_flag="--start-scan"),
-    Option("diagnose", "bool", True,
-           "turn off the diagnosis of each leak (its referrer chain and creation sites), "
-           "as the ini key set to false does: the failure then names the pattern from the "
-           "counts alone (default: every leak is diagnosed)",
-           _PER_CHECK, "--graphleak-no-diagnose", "graphleak_diagnose",
-           _bool, flag_value=False, command_flag="--no-diagnose"),
-    Option("verify_fix", "choice", "on",
-           "try each leak's fix before printing it: the step re-run a few more times with "
-           "the change applied in memory (no file is written), the first change under "
-           "which nothing grows printed as verified (the outlive audit's findings with "
-           "--graphleak-outlive-sites=rerun: the test run once more per change); 'off' "
-           "prints the advice marked not verified (default: on)",
-           frozenset({"pytest"}), "--graphleak-verify-fix", "graphleak_verify_fix",
-           _one_of(VERIFY_FIX_MODES), metavar="on|off", command_flag="--verify-fix"),
-    Option("warn_only", "bool", False,
-           "report leaks (warning, summary, reports) without failing the tests",
-           frozenset({"pytest"}), "--graphleak-warn-only", "graphleak_warn_only", _bool),
-    Option("outlive", "choice", "warn",
-           "with --graphleak, audit every test (marked or not) after its teardown for autograd "
-           "graphs it made that are still alive: 'warn' (GraphOutliveWarning), 'fail' (an "
-           "error at the test's teardown) or 'off' (default: warn)",
-           frozenset({"pytest"}), "--graphleak-outlive", "graphleak_outlive",
-           _one_of(OUTLIVE_MODES), metavar="warn|fail|off"),
-    Option("outlive_keep", "names", (),
-           "holders meant to keep graphs past a test (a deliberate cache), which the outlive "
-           "audit does not report: dotted names of module globals (mypkg.cache.CACHE), class "
-           "attributes (tests.test_x.TestModel.cache) or fixtures (state); * and ? match any "
-           "text; the object named is kept whatever alias reaches it (default: none)",
-           frozenset({"pytest"}), "--graphleak-outlive-keep", "graphleak_outlive_keep",
-           holder_names, metavar="NAMES"),
-    Option("outlive_sites", "choice", "off",
-           "how the outlive audit finds where a kept graph was made and stored: 'rerun' runs "
-           "each test that left a graph alive once more (its function-scoped fixtures too), "
-           "recording where torch made each tensor (created at) and which line stored it in "
-           "its holder (stored at), and then once more for each change it tries as the fix "
-           "(with fix verification on, docs/fixes.md); those runs are not reported and do "
-           "not change the test's outcome, but what they do to module state and "
-           "wider-scope fixtures happens again each time. 'off': minigrad's creation sites "
-           "only, recorded while the test runs (default: off)",
-           frozenset({"pytest"}), "--graphleak-outlive-sites", "graphleak_outlive_sites",
-           _one_of(OUTLIVE_SITES), metavar="off|rerun"),
-    Option("report", "path", None,
-           "write a JSON report of every graphleak check to PATH (schema in the docs); an "
-           "existing file is replaced only if it is a graphleak JSON report. Relative paths: "
-           "to the current directory, or to an ini file's own directory",
-           frozenset({"pytest"}), "--graphleak-report", "graphleak_report",
-           file_path, metavar="PATH", command_flag="--json"),
-    Option("html", "path", None,
-           "write a self-contained HTML report (charts, culprit chains, graph drawings) of "
-           "every graphleak check to PATH; existing files and relative paths as for the JSON "
-           "report",
-           frozenset({"pytest"}), "--graphleak-html", "graphleak_html",
-           file_path, metavar="PATH", command_flag="--html"),
-    Option("sarif", "path", None,
-           "write a SARIF 2.1.0 log of every leak and outlive finding to PATH, for GitHub "
-           "code scanning (github/codeql-action/upload-sarif): each on the line that stores "
-           "the leaked object (else the line that created it), with its verified fix as a "
-           "SARIF fix; existing files and relative paths as for the JSON report",
-           frozenset({"pytest"}), "--graphleak-sarif", "graphleak_sarif",
-           file_path, metavar="PATH", command_flag="--sarif"),
-    Option("github", "choice", "auto",
-           "on GitHub Actions: a workflow command (::error, or ::warning where the test "
-           "passed) per leak and per unmeasured check, on the line that stores the leaked "
-           "object (else the line that created it, else the test's), and a table of the "
-           "checked tests appended to "
-           "$GITHUB_STEP_SUMMARY; 'auto' (the default) when GITHUB_ACTIONS=true, 'on' always, "
-           "'off' never",
-           frozenset({"pytest"}), "--graphleak-github", "graphleak_github",
-           _one_of(GITHUB_MODES), metavar="auto|on|off", command_flag="--github"),
-    Option("baseline", "path", None,
-           "a baseline file of known findings (docs: 'Adopting it on an existing suite'): "
-           "a leak or outlive finding listed there is reported as known and fails nothing; "
-           "a new one fails as without it; one listed and no longer found is reported as "
-           "fixed since the baseline. Relative paths as for the JSON report",
-           frozenset({"pytest"}), "--graphleak-baseline", "graphleak_baseline",
-           file_path, metavar="FILE"),
-    Option("baseline_update", "bool", False,
-           "write the --graphleak-baseline file from this run's findings (each kept with its "
-           "reason; entries of tests that did not run kept; fixed ones removed); the "
-           "findings written read as known, so the run does not fail on them",
-           frozenset({"pytest"}), "--graphleak-baseline-update", "graphleak_baseline_update",
-           _bool),
-)  # fmt: skip
+    Option(
+        "enabled",
+        "bool",
+        False,
+        "run @pytest.mark.no_graph_growth tests warmup+steps times and fail them when "
+        "tensors, graph nodes, cyclic garbage or memory grow (default: off)",
+        frozenset({"pytest"}),
+        "--graphleak",
+        "graphleak",
+        _bool,
+    ),
+    Option(
+        "steps",
+        "int",
+        DEFAULT_STEPS,
+        f"measured steps per checked test, after warmup (default: {DEFAULT_STEPS}; "
+        f"{steps_to_catch(3)} or more catch a leak of one object every third step, "
+        f"{steps_to_catch(5)} or more every fifth; fewer than {FEWEST_STEPS}: no "
+        "verdict, the check is unmeasured)",
+        _PER_CHECK,
+        "--graphleak-steps",
+        "graphleak_steps",
+        _int_at_least(1),
+        metavar="N",
+        command_flag="--steps",
+    ),
+    Option(
+        "warmup",
+        "int",
+        DEFAULT_WARMUP,
+        f"unmeasured warmup steps before the measured ones (default: {DEFAULT_WARMUP})",
+        _PER_CHECK,
+        "--graphleak-warmup",
+        "graphleak_warmup",
+        _int_at_least(0),
+        metavar="N",
+        command_flag="--warmup",
+    ),
+    Option(
+        "rss_tolerance",
+        "size",
+        float(DEFAULT_RSS_TOLERANCE),
+        "process RSS (and CUDA reserved) growth per step that is still allocator noise, "
+        "in bytes or with a unit like 512KiB or 2MiB (default: 1MiB)",
+        _PER_CHECK,
+        "--graphleak-rss-tolerance",
+        "graphleak_rss_tolerance",
+        byte_size,
+        metavar="SIZE",
+        command_flag="--rss-tolerance",
+    ),
+    Option(
+        "probes",
+        "names",
+        None,
+        f"probes to sample among {', '.join(PROBE_NAMES)} (comma-separated, or a list in "
+        "an ini/TOML file), or 'all' (default: all whose library is already imported)",
+        _PER_CHECK,
+        "--graphleak-probes",
+        "graphleak_probes",
+        _probes,
+        metavar="NAMES",
+        command_flag="--probes",
+    ),
+    Option(
+        "start_scan",
+        "choice",
+        "roots",
+        "how a check finds the tensors alive before its first step, whose graphs can grow "
+        "in place (total += loss): 'roots' walks what the test reaches (fixture values, "
+        "self, the step's closure and globals, the user's modules) and records the tensors "
+        "the warmup steps pass to torch operations (with warmup=0: no recording, and past "
+        "100k objects the walk falls back to 'heap'); 'heap' scans every object, O(heap) "
+        "per check: needed only for a tensor the walk does not reach (a library's globals, "
+        "past its limit) that no warmup step passes to a torch operation (default: roots)",
+        _PER_CHECK,
+        "--graphleak-start-scan",
+        "graphleak_start_scan",
+        _one_of(START_SCANS),
+        metavar="roots|heap",
+        command_flag="--start-scan",
+    ),
+    Option(
+        "diagnose",
+        "bool",
+        True,
+        "turn off the diagnosis of each leak (its referrer chain and creation sites), "
+        "as the ini key set to false does: the failure then names the pattern from the "
+        "counts alone (default: every leak is diagnosed)",
+        _PER_CHECK,
+        "--graphleak-no-diagnose",
+        "graphleak_diagnose",
+        _bool,
+        flag_value=False,
+        command_flag="--no-diagnose",
+    ),
+    Option(
+        "verify_fix",
+        "choice",
+        "on",
+        "try each leak's fix before printing it: the step re-run a few more times with "
+        "the change applied in memory (no file is written), the first change under "
+        "which nothing grows printed as verified (the outlive audit's findings with "
+        "--graphleak-outlive-sites=rerun: the test run once more per change); 'off' "
+        "prints the advice marked not verified (default: on)",
+        frozenset({"pytest"}),
+        "--graphleak-verify-fix",
+        "graphleak_verify_fix",
+        _one_of(VERIFY_FIX_MODES),
+        metavar="on|off",
+        command_flag="--verify-fix",
+    ),
+    Option(
+        "warn_only",
+        "bool",
+        False,
+        "report leaks (warning, summary, reports) without failing the tests",
+        frozenset({"pytest"}),
+        "--graphleak-warn-only",
+        "graphleak_warn_only",
+        _bool,
+    ),
+    Option(
+        "outlive",
+        "choice",
+        "warn",
+        "with --graphleak, audit every test (marked or not) after its teardown for autograd "
+        "graphs it made that are still alive: 'warn' (GraphOutliveWarning), 'fail' (an "
+        "error at the test's teardown) or 'off' (default: warn)",
+        frozenset({"pytest"}),
+        "--graphleak-outlive",
+        "graphleak_outlive",
+        _one_of(OUTLIVE_MODES),
+        metavar="warn|fail|off",
+    ),
+    Option(
+        "outlive_keep",
+        "names",
+        (),
+        "holders meant to keep graphs past a test (a deliberate cache), which the outlive "
+        "audit does not report: dotted names of module globals (mypkg.cache.CACHE), class "
+        "attributes (tests.test_x.TestModel.cache) or fixtures (state); * and ? match any "
+        "text; the object named is kept whatever alias reaches it (default: none)",
+        frozenset({"pytest"}),
+        "--graphleak-outlive-keep",
+        "graphleak_outlive_keep",
+        holder_names,
+        metavar="NAMES",
+    ),
+    Option(
+        "outlive_sites",
+        "choice",
+        "off",
+        "how the outlive audit finds where a kept graph was made and stored: 'rerun' runs "
+        "each test that left a graph alive once more (its function-scoped fixtures too), "
+        "recording where torch made each tensor (created at) and which line stored it in "
+        "its holder (stored at), and then once more for each change it tries as the fix "
+        "(with fix verification on, docs/fixes.md); those runs are not reported and do "
+        "not change the test's outcome, but what they do to module state and "
+        "wider-scope fixtures happens again each time. 'off': minigrad's creation sites "
+        "only, recorded while the test runs (default: off)",
+        frozenset({"pytest"}),
+        "--graphleak-outlive-sites",
+        "graphleak_outlive_sites",
+        _one_of(OUTLIVE_SITES),
+        metavar="off|rerun",
+    ),
+    Option(
+        "report",
+        "path",
+        None,
+        "write a JSON report of every graphleak check to PATH (schema in the docs); an "
+        "existing file is replaced only if it is a graphleak JSON report. Relative paths: "
+        "to the current directory, or to an ini file's own directory",
+        frozenset({"pytest"}),
+        "--graphleak-report",
+        "graphleak_report",
+        file_path,
+        metavar="PATH",
+        command_flag="--json",
+    ),
+    Option(
+        "html",
+        "path",
+        None,
+        "write a self-contained HTML report (charts, culprit chains, graph drawings) of "
+        "every graphleak check to PATH; existing files and relative paths as for the JSON "
+        "report",
+        frozenset({"pytest"}),
+        "--graphleak-html",
+        "graphleak_html",
+        file_path,
+        metavar="PATH",
+        command_flag="--html",
+    ),
+    Option(
+        "sarif",
+        "path",
+        None,
+        "write a SARIF 2.1.0 log of every leak and outlive finding to PATH, for GitHub "
+        "code scanning (github/codeql-action/upload-sarif): each on the line that stores "
+        "the leaked object (else the line that created it), with its verified fix as a "
+        "SARIF fix; existing files and relative paths as for the JSON report",
+        frozenset({"pytest"}),
+        "--graphleak-sarif",
+        "graphleak_sarif",
+        file_path,
+        metavar="PATH",
+        command_flag="--sarif",
+    ),
+    Option(
+        "github",
+        "choice",
+        "auto",
+        "on GitHub Actions: a workflow command (::error, or ::warning where the test "
+        "passed) per leak and per unmeasured check, on the line that stores the leaked "
+        "object (else the line that created it, else the test's), and a table of the "
+        "checked tests appended to "
+        "$GITHUB_STEP_SUMMARY; 'auto' (the default) when GITHUB_ACTIONS=true, 'on' always, "
+        "'off' never",
+        frozenset({"pytest"}),
+        "--graphleak-github",
+        "graphleak_github",
+        _one_of(GITHUB_MODES),
+        metavar="auto|on|off",
+        command_flag="--github",
+    ),
+    Option(
+        "baseline",
+        "path",
+        None,
+        "a baseline file of known findings (docs: 'Adopting it on an existing suite'): "
+        "a leak or outlive finding listed there is reported as known and fails nothing; "
+        "a new one fails as without it; one listed and no longer found is reported as "
+        "fixed since the baseline. Relative paths as for the JSON report",
+        frozenset({"pytest"}),
+        "--graphleak-baseline",
+        "graphleak_baseline",
+        file_path,
+        metavar="FILE",
+    ),
+    Option(
+        "baseline_update",
+        "bool",
+        False,
+        "write the --graphleak-baseline file from this run's findings (each kept with its "
+        "reason; entries of tests that did not run kept; fixed ones removed); the "
+        "findings written read as known, so the run does not fail on them",
+        frozenset({"pytest"}),
+        "--graphleak-baseline-update",
+        "graphleak_baseline_update",
+        _bool,
+    ),
+)
 
 OPTIONS_BY_KEY: dict[str, Option] = {option.key: option for option in OPTIONS}
 
@@ -286,8 +422,7 @@ def add_flag(add: Callable[..., Any], name: str, dest: str, option: Option) -> N
         action = "store_true" if option.flag_value is True else "store_false"
         add(name, action=action, dest=dest, default=None, help=option.help)
     else:
-        add(name, action="store", dest=dest, default=None, metavar=option.metavar,
-            help=option.help)  # fmt: skip
+        add(name, action="store", dest=dest, default=None, metavar=option.metavar, help=option.help)
 
 
 # -- the graphleak check command -------------------------------------------------------

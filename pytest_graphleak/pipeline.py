@@ -45,18 +45,20 @@ from pytest_graphleak.verdict import (
 )
 
 
-def failure(
-    text: str, *, leaked: bool, result: CheckResult | None = None
-) -> GraphleakError:
+def failure(text: str, *, leaked: bool, result: CheckResult | None = None) -> GraphleakError:
     """The error a failed check raises: GraphLeakError for a leak, UnmeasuredError for a
     check that measured nothing its step uses; ``text`` is its report."""
     return GraphLeakError(text, result) if leaked else UnmeasuredError(text, result)
 
 
 def raise_or_warn(
-    text: str, *, leaked: bool, result: CheckResult | None = None, warn: bool = False,
+    text: str,
+    *,
+    leaked: bool,
+    result: CheckResult | None = None,
+    warn: bool = False,
     stacklevel: int = 1,
-) -> None:  # fmt: skip
+) -> None:
     """Fail a check (``failure``), or with ``warn`` report it as a GraphLeakWarning with
     the same text; ``stacklevel`` counts from the caller, as ``warnings.warn``'s does."""
     __tracebackhide__ = True
@@ -70,8 +72,13 @@ def judged(series: tracker.Series, settings: Settings) -> Verdict:
     """The verdict on a measured series; noisy metrics (as their probes declare them)
     get the RSS tolerance."""
     limits = Limits(noise=settings.rss_tolerance)
-    return judge(series.series, series.metrics, warmup=settings.warmup, limits=limits,
-                 every=series.sample_every)  # fmt: skip
+    return judge(
+        series.series,
+        series.metrics,
+        warmup=settings.warmup,
+        limits=limits,
+        every=series.sample_every,
+    )
 
 
 def declarations(metrics: Mapping[str, Metric], settings: Settings) -> dict[str, Declaration]:
@@ -79,10 +86,14 @@ def declarations(metrics: Mapping[str, Metric], settings: Settings) -> dict[str,
     limits): kept on the result, so the reports draw and word it as it was judged."""
     limits = Limits(noise=settings.rss_tolerance)
     return {
-        name: Declaration(unit=metric.unit, counts=metric.counts, noisy=metric.noisy,
-                          tolerance=limits.for_metric(metric))
+        name: Declaration(
+            unit=metric.unit,
+            counts=metric.counts,
+            noisy=metric.noisy,
+            tolerance=limits.for_metric(metric),
+        )
         for name, metric in metrics.items()
-    }  # fmt: skip
+    }
 
 
 def step_error_text(exc: BaseException) -> str:
@@ -113,11 +124,18 @@ def error_result(name: str, *, steps: int, warmup: int, exc: BaseException) -> C
     raised and the user's line it came from kept apart from the exception's words."""
     verdict = Verdict(leaked=False, reason="the step raised; no verdict")
     where = str(getattr(exc, "graphleak_where", ""))
-    return CheckResult(name=name, steps=steps, warmup=warmup, series={}, units={},
-                       verdict=verdict, error=step_error_text(exc),
-                       error_step=getattr(exc, "graphleak_step", None),
-                       error_measuring=where.startswith("while measuring"),
-                       error_site=raised_at(exc))  # fmt: skip
+    return CheckResult(
+        name=name,
+        steps=steps,
+        warmup=warmup,
+        series={},
+        units={},
+        verdict=verdict,
+        error=step_error_text(exc),
+        error_step=getattr(exc, "graphleak_step", None),
+        error_measuring=where.startswith("while measuring"),
+        error_site=raised_at(exc),
+    )
 
 
 def explain(
@@ -136,13 +154,22 @@ def explain(
 
     counted = verdict.pattern or FALLBACK
     try:
-        diagnosis = diagnose(verdict, metrics=metrics, step=step, roots=roots, exclude=exclude,
-                             observation=observation)  # fmt: skip
+        diagnosis = diagnose(
+            verdict,
+            metrics=metrics,
+            step=step,
+            roots=roots,
+            exclude=exclude,
+            observation=observation,
+        )
         if not isinstance(diagnosis, Diagnosis):
             raise TypeError(f"diagnose() returned {diagnosis!r}")
     except Exception as exc:
-        return Diagnosis(counted, notes=[f"diagnosis failed: {type(exc).__name__}: {exc}"],
-                         fix=FIXES.get(counted, ""))
+        return Diagnosis(
+            counted,
+            notes=[f"diagnosis failed: {type(exc).__name__}: {exc}"],
+            fix=FIXES.get(counted, ""),
+        )
     if diagnosis.pattern not in PATTERNS:
         diagnosis.notes.append(f"diagnosis gave pattern {diagnosis.pattern!r}; kept the count's")
         diagnosis.pattern = counted
@@ -166,15 +193,26 @@ def measure(
     """
     __tracebackhide__ = True  # pytest shows the step's frames, not the path to them
     with session.check_span():  # what the check's steps make is its own, not the audit's
-        series = tracker.run(step, steps=settings.steps, warmup=settings.warmup,
-                             probes=settings.probes, start_scan=settings.start_scan,
-                             roots=list(roots().values()) if roots else ())  # fmt: skip
+        series = tracker.run(
+            step,
+            steps=settings.steps,
+            warmup=settings.warmup,
+            probes=settings.probes,
+            start_scan=settings.start_scan,
+            roots=list(roots().values()) if roots else (),
+        )
         if settings.steps < FEWEST_STEPS:
             # The step ran as asked (its own errors surface), but so few samples cannot
             # tell a one-off from a leak: no verdict, as for a loop too short to judge.
             return too_few(name, settings, series)
-        return conclude(series, settings=settings, name=name, diagnose_step=diagnose_step,
-                        roots=roots, exclude=exclude)  # fmt: skip
+        return conclude(
+            series,
+            settings=settings,
+            name=name,
+            diagnose_step=diagnose_step,
+            roots=roots,
+            exclude=exclude,
+        )
 
 
 def too_few(name: str, settings: Settings, series: tracker.Series) -> CheckResult:
@@ -182,9 +220,17 @@ def too_few(name: str, settings: Settings, series: tracker.Series) -> CheckResul
     steps (``verdict.too_few_steps``): no series is judged, none is shown."""
     why, fix = too_few_steps(settings.steps, source=settings.source("steps"))
     verdict = Verdict(leaked=False, reason=f"no verdict: {why}")
-    return CheckResult(name=name, steps=settings.steps, warmup=settings.warmup, series={},
-                       units={}, verdict=verdict, duration_s=series.duration_s,
-                       unmeasured=why, unmeasured_fix=fix)  # fmt: skip
+    return CheckResult(
+        name=name,
+        steps=settings.steps,
+        warmup=settings.warmup,
+        series={},
+        units={},
+        verdict=verdict,
+        duration_s=series.duration_s,
+        unmeasured=why,
+        unmeasured_fix=fix,
+    )
 
 
 def conclude(
@@ -205,12 +251,20 @@ def conclude(
         # What the measurement could not see matters when it found no graph growth.
         verdict.reason = "; ".join([verdict.reason, *series.notes])
     head = settings.warmup if series.warmup_steps is None else series.warmup_steps
-    result = CheckResult(name=name, steps=series.calls - head, warmup=settings.warmup,
-                         series=series.series, units=series.units, verdict=verdict,
-                         duration_s=series.duration_s, notes=list(series.probe_notes),
-                         sample_every=series.sample_every, sample_steps=series.sample_steps,
-                         warmup_steps=None if head == settings.warmup else head,
-                         declarations=declarations(series.metrics, settings))  # fmt: skip
+    result = CheckResult(
+        name=name,
+        steps=series.calls - head,
+        warmup=settings.warmup,
+        series=series.series,
+        units=series.units,
+        verdict=verdict,
+        duration_s=series.duration_s,
+        notes=list(series.probe_notes),
+        sample_every=series.sample_every,
+        sample_steps=series.sample_steps,
+        warmup_steps=None if head == settings.warmup else head,
+        declarations=declarations(series.metrics, settings),
+    )
     remarks = list(series.coverage_notes)
     if series.unmeasured and not verdict.leaked:
         result.unmeasured = series.unmeasured  # no clean verdict without a measurement
@@ -223,15 +277,21 @@ def conclude(
         started = time.perf_counter()
         found_roots = roots() if roots else {}
         result.diagnosis = explain(
-            verdict, metrics=series.metrics, step=diagnose_step,
-            roots=found_roots, exclude=exclude, observation=observation,
-        )  # fmt: skip
+            verdict,
+            metrics=series.metrics,
+            step=diagnose_step,
+            roots=found_roots,
+            exclude=exclude,
+            observation=observation,
+        )
         if result.diagnosis.library_cycles:  # a library's own cycles: not the user's leak
-            result.verdict = withdraw(verdict, series.metrics, "cycles",
-                                      result.diagnosis.library_cycles)  # fmt: skip
+            result.verdict = withdraw(
+                verdict, series.metrics, "cycles", result.diagnosis.library_cycles
+            )
         if result.verdict.leaked:
-            tried = tried_fix(result.diagnosis, settings=settings, step=diagnose_step,
-                              roots=found_roots)  # fmt: skip
+            tried = tried_fix(
+                result.diagnosis, settings=settings, step=diagnose_step, roots=found_roots
+            )
             result.diagnosis.fix_tried = tried
             if not tried.verified and tried.text:  # never a change tried that failed
                 result.diagnosis.fix = tried.text
@@ -263,9 +323,14 @@ def tried_fix(
     reached = list(roots.values())
 
     def trial() -> fix_verify.Trial:
-        series = tracker.run(step, steps=settings.steps, warmup=settings.warmup,
-                             probes=settings.probes, start_scan=settings.start_scan,
-                             roots=reached)  # fmt: skip
+        series = tracker.run(
+            step,
+            steps=settings.steps,
+            warmup=settings.warmup,
+            probes=settings.probes,
+            start_scan=settings.start_scan,
+            roots=reached,
+        )
         verdict = judged(series, settings)
         if diagnosis.library_cycles:  # the library's own cycles grow whatever is changed
             verdict = withdraw(verdict, series.metrics, "cycles", diagnosis.library_cycles)

@@ -123,8 +123,17 @@ class Link:
 
 
 #: The edges a chain label names (``Link.named``).
-NAMED_EDGES = frozenset({"key", "attribute", "closure cell", "generator frame",
-                         "context value", "ctx attribute", "hook"})  # fmt: skip
+NAMED_EDGES = frozenset(
+    {
+        "key",
+        "attribute",
+        "closure cell",
+        "generator frame",
+        "context value",
+        "ctx attribute",
+        "hook",
+    }
+)
 
 
 @dataclass
@@ -341,8 +350,12 @@ class CheckResult:
         return self.diagnosis.pattern if self.diagnosis is not None else self.verdict.pattern
 
     def to_dict(self) -> dict[str, Any]:
-        out = {**asdict(self), "schema": SCHEMA_VERSION, "leaked": self.leaked,
-               "pattern": self.pattern}  # fmt: skip
+        out = {
+            **asdict(self),
+            "schema": SCHEMA_VERSION,
+            "leaked": self.leaked,
+            "pattern": self.pattern,
+        }
         if self.diagnosis is not None:
             diagnosis = out["diagnosis"]
             diagnosis.pop("fix_tried")
@@ -363,8 +376,7 @@ class CheckResult:
             diag["sites"] = [CreationSite(**s) for s in diag.get("sites", [])]
             diag["stored_at"] = [CreationSite(**s) for s in diag.get("stored_at", [])]
             diag["change_at"] = [CreationSite(**s) for s in diag.get("change_at", [])]
-            diag["second_stored_at"] = [CreationSite(**s)
-                                        for s in diag.get("second_stored_at", [])]
+            diag["second_stored_at"] = [CreationSite(**s) for s in diag.get("second_stored_at", [])]
             diag["second_links"] = [Link(**link) for link in diag.get("second_links", [])]
             diag["links"] = [Link(**link) for link in diag.get("links", [])]
             diag["cycle_links"] = [Link(**link) for link in diag.get("cycle_links", [])]
@@ -375,29 +387,42 @@ class CheckResult:
             diagnosis = Diagnosis(**diag)
         site = data.get("error_site")
         return cls(
-            name=data["name"], steps=data["steps"], warmup=data["warmup"],
+            name=data["name"],
+            steps=data["steps"],
+            warmup=data["warmup"],
             series={k: [_number(x) for x in v] for k, v in data["series"].items()},
-            units=dict(data["units"]), verdict=Verdict(**verdict_data), diagnosis=diagnosis,
-            duration_s=data.get("duration_s", 0.0), error=data.get("error"),
-            error_step=data.get("error_step"), error_measuring=bool(data.get("error_measuring")),
+            units=dict(data["units"]),
+            verdict=Verdict(**verdict_data),
+            diagnosis=diagnosis,
+            duration_s=data.get("duration_s", 0.0),
+            error=data.get("error"),
+            error_step=data.get("error_step"),
+            error_measuring=bool(data.get("error_measuring")),
             error_site=CreationSite(**site) if site else None,
-            unmeasured=data.get("unmeasured"), unmeasured_fix=data.get("unmeasured_fix", ""),
+            unmeasured=data.get("unmeasured"),
+            unmeasured_fix=data.get("unmeasured_fix", ""),
             notes=list(data.get("notes", [])),
             sample_every=int(data.get("sample_every", 1)),
             warmup_steps=data.get("warmup_steps"),
             sample_steps=data.get("sample_steps"),
-            kind=data.get("kind", "step"), warned=bool(data.get("warned", False)),
+            kind=data.get("kind", "step"),
+            warned=bool(data.get("warned", False)),
             known=bool(data.get("known", False)),
             known_reason=str(data.get("known_reason") or ""),
             declarations={k: Declaration(**v) for k, v in data.get("declarations", {}).items()},
             judged_at=_judged_at(judged) if (judged := data.get("judged_at")) else None,
-        )  # fmt: skip
+        )
 
 
 def _judged_at(data: Mapping[str, Any]) -> JudgedAt:
     """A ``JudgedAt`` read back from JSON (its tests are a list there)."""
-    return JudgedAt(**{**data, "requested_by": tuple(data.get("requested_by", ())),
-                       "made_during": tuple(data.get("made_during", ()))})
+    return JudgedAt(
+        **{
+            **data,
+            "requested_by": tuple(data.get("requested_by", ())),
+            "made_during": tuple(data.get("made_during", ())),
+        }
+    )
 
 
 def fix_document(diagnosis: Diagnosis, tried: Fix) -> dict[str, Any]:

@@ -143,7 +143,6 @@ def settings_from(
     return _resolved(values, sources, "graphleak settings")
 
 
-
 def settings_from_command(args: Any) -> Settings:
     """Settings of ``graphleak check``: its flags over the defaults (no ini file)."""
     values: dict[str, Any] = {}
@@ -158,5 +157,3 @@ def settings_from_command(args: Any) -> Settings:
             values[option.key] = option.parse(str(raw), f"{flag} {raw}")
         sources[option.key] = f"command line option {flag}"
     return _resolved(values, sources, "graphleak check")
-
-

@@ -104,42 +104,100 @@ class StatusFacts:
 
 TABLE: tuple[StatusFacts, ...] = (
     StatusFacts(
-        LEAKED, "LEAKED", "a check leaked and that failed the test", 1, True,
-        colour="red", group=LEAK, order=10, annotation="error", sarif_level="error",
-        bold=True, badge="\U0001f534",
+        LEAKED,
+        "LEAKED",
+        "a check leaked and that failed the test",
+        1,
+        True,
+        colour="red",
+        group=LEAK,
+        order=10,
+        annotation="error",
+        sarif_level="error",
+        bold=True,
+        badge="\U0001f534",
     ),
     StatusFacts(
-        WARNED, "WARNING",
+        WARNED,
+        "WARNING",
         "a check leaked and that failed nothing (warn-only mode, the outlive audit's warn "
         "mode, a caught error; the test passed, was skipped or failed for another reason)",
-        1, False, colour="yellow", group=LEAK, order=20, annotation="warning",
-        sarif_level="warning", bold=True, badge="\U0001f7e1",
+        1,
+        False,
+        colour="yellow",
+        group=LEAK,
+        order=20,
+        annotation="warning",
+        sarif_level="warning",
+        bold=True,
+        badge="\U0001f7e1",
     ),
     StatusFacts(
-        XFAILED, "XFAIL", "a check leaked and the test was expected to fail", 1, False,
-        colour="yellow", group=LEAK, order=30, annotation="", sarif_level="note",
+        XFAILED,
+        "XFAIL",
+        "a check leaked and the test was expected to fail",
+        1,
+        False,
+        colour="yellow",
+        group=LEAK,
+        order=30,
+        annotation="",
+        sarif_level="note",
         badge="\U0001f7e0",
     ),
     StatusFacts(
-        ERROR, "ERROR", "a step raised, so there is no verdict", 3, True,
-        colour="purple", group=NO_VERDICT, order=40, annotation=None, bold=True,
+        ERROR,
+        "ERROR",
+        "a step raised, so there is no verdict",
+        3,
+        True,
+        colour="purple",
+        group=NO_VERDICT,
+        order=40,
+        annotation=None,
+        bold=True,
         badge="\U0001f7e3",
     ),
     StatusFacts(
-        UNMEASURED, "UNMEASURED",
+        UNMEASURED,
+        "UNMEASURED",
         "the check's probes measured nothing the step uses, or its loop was too short to "
-        "judge, so there is no verdict", 4, True, colour="blue", group=NO_VERDICT, order=50,
-        annotation=None, bold=True, badge="\U0001f535",
+        "judge, so there is no verdict",
+        4,
+        True,
+        colour="blue",
+        group=NO_VERDICT,
+        order=50,
+        annotation=None,
+        bold=True,
+        badge="\U0001f535",
     ),
     StatusFacts(
-        KNOWN, "KNOWN",
+        KNOWN,
+        "KNOWN",
         "a check leaked and the finding is listed in the baseline file, so it failed "
-        "nothing (--graphleak-baseline)", 0, False, colour="cyan", group=GROUP_KNOWN, order=35,
-        annotation="notice", sarif_level="note", badge="\u26aa",
+        "nothing (--graphleak-baseline)",
+        0,
+        False,
+        colour="cyan",
+        group=GROUP_KNOWN,
+        order=35,
+        annotation="notice",
+        sarif_level="note",
+        badge="\u26aa",
     ),
-    StatusFacts(CLEAN, "CLEAN", "nothing grew", 0, False, colour="green", group=GROUP_CLEAN,
-                order=60, badge="\U0001f7e2"),
-)  # fmt: skip
+    StatusFacts(
+        CLEAN,
+        "CLEAN",
+        "nothing grew",
+        0,
+        False,
+        colour="green",
+        group=GROUP_CLEAN,
+        order=60,
+        badge="\U0001f7e2",
+    ),
+)
 
 BY_WORD: dict[str, StatusFacts] = {row.word: row for row in TABLE}
 #: Every status of a test in the reports, worst first (the JSON summary's order).
@@ -147,9 +205,7 @@ STATUSES: tuple[Status, ...] = tuple(row.word for row in TABLE)
 #: The statuses that are a leak (``leaked`` as pytest's outcome makes it read).
 LEAK_STATUSES: tuple[Status, ...] = tuple(row.word for row in TABLE if row.group == LEAK)
 #: Every status in the order the reports show them (rows, chips, counts).
-DISPLAY_ORDER: tuple[Status, ...] = tuple(
-    row.word for row in sorted(TABLE, key=lambda r: r.order)
-)
+DISPLAY_ORDER: tuple[Status, ...] = tuple(row.word for row in sorted(TABLE, key=lambda r: r.order))
 
 
 def display_key(status: str) -> int:

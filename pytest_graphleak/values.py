@@ -30,9 +30,7 @@ def optional_int_at_least(key: str, value: object, minimum: int) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise OptionError(
-            _named(key, f"must be an integer >= {minimum} (or None), got {value!r}")
-        )
+        raise OptionError(_named(key, f"must be an integer >= {minimum} (or None), got {value!r}"))
     return value
 
 
@@ -56,11 +54,18 @@ def seconds(key: str, value: object) -> float:
 
 
 _BYTE_UNITS = {
-    "": 1, "b": 1,
-    "k": 1000, "kb": 1000, "kib": 1024,
-    "m": 1000**2, "mb": 1000**2, "mib": 1024**2,
-    "g": 1000**3, "gb": 1000**3, "gib": 1024**3,
-}  # fmt: skip
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "kb": 1000,
+    "kib": 1024,
+    "m": 1000**2,
+    "mb": 1000**2,
+    "mib": 1024**2,
+    "g": 1000**3,
+    "gb": 1000**3,
+    "gib": 1024**3,
+}
 
 
 def byte_size(key: str, value: object) -> float:
@@ -113,12 +118,16 @@ def _text_int(text: str) -> object:
         return text
 
 
-_BOOL_TEXT = {**dict.fromkeys(("1", "true", "yes", "on"), True),
-              **dict.fromkeys(("0", "false", "no", "off"), False)}  # fmt: skip
+_BOOL_TEXT = {
+    **dict.fromkeys(("1", "true", "yes", "on"), True),
+    **dict.fromkeys(("0", "false", "no", "off"), False),
+}
 _FROM_TEXT: dict[str, Callable[[str], object]] = {
-    "int": _text_int, "choice": str.strip, "path": str.strip,
+    "int": _text_int,
+    "choice": str.strip,
+    "path": str.strip,
     "bool": lambda text: _BOOL_TEXT.get(text.strip().lower(), text),
-}  # fmt: skip
+}
 
 
 def from_text(kind: str, text: str) -> object:

@@ -193,8 +193,7 @@ def rising_period(
         # Stops at the first pair that does not rise: a flat (clean) series costs
         # O(max_period), not O(steps * max_period), which 200 steps made ~30 ms a check.
         if all(
-            floors[i + k] - floors[i] > 0 and floors[i + k] - floors[i] >= needed
-            for i in pairs
+            floors[i + k] - floors[i] > 0 and floors[i + k] - floors[i] >= needed for i in pairs
         ):
             return k
     return 0
@@ -221,8 +220,9 @@ def lifted(samples: Sequence[float], at: int) -> list[float]:
     return [v + drop if i >= at else v for i, v in enumerate(samples)]
 
 
-def _dip_of(values: Sequence[float], warmup: int, samples: Sequence[float],
-            margin: float | None) -> int | None:  # fmt: skip
+def _dip_of(
+    values: Sequence[float], warmup: int, samples: Sequence[float], margin: float | None
+) -> int | None:
     if margin is None or len(samples) < 3:
         return None
     before = float(values[warmup - 1]) if warmup >= 1 else samples[0]
@@ -248,9 +248,13 @@ def metric_grows(
 
 
 def growth_of(
-    metric: str, values: Sequence[float], warmup: int, every: int = 1, *,
+    metric: str,
+    values: Sequence[float],
+    warmup: int,
+    every: int = 1,
+    *,
     dip_margin: float | None = None,
-) -> Growth:  # fmt: skip
+) -> Growth:
     """From-what-to-what over the measured steps (``judge`` checked there is one), and
     the floor's mean rise per step (never thrown off by a warmup spike in the baseline or
     a spike in one step); ``every``: steps per sample. ``dip_margin``: a noisy metric's
@@ -261,8 +265,10 @@ def growth_of(
     floors = suffix_floor(samples)
     gaps = max(1, len(floors) - 1)
     at = _dip_of(values, warmup, samples, dip_margin)
-    if at is not None and rising_period(floors, max_leak_period(len(values) - warmup),
-                                        dip_margin or 0.0) == 0:  # fmt: skip
+    if (
+        at is not None
+        and rising_period(floors, max_leak_period(len(values) - warmup), dip_margin or 0.0) == 0
+    ):
         floors = suffix_floor(lifted(samples, at))
         gaps = max(1, len(floors) - 2)  # the dip's step counts as no growth: left out
     per_step = (floors[-1] - floors[0]) / gaps / every
@@ -328,8 +334,13 @@ def judge(
     grown = ", ".join(
         f"{g.metric} {format_rate(g.per_step, metrics[g.metric].unit)}" for g in growths
     )
-    return Verdict(leaked=True, growths=growths, pattern=pattern, reason=f"grew: {grown}",
-                   slowest_leak_steps=slowest)  # fmt: skip
+    return Verdict(
+        leaked=True,
+        growths=growths,
+        pattern=pattern,
+        reason=f"grew: {grown}",
+        slowest_leak_steps=slowest,
+    )
 
 
 def needs_recheck(verdict: Verdict, metrics: Mapping[str, Metric]) -> bool:
@@ -373,13 +384,19 @@ def withdraw(verdict: Verdict, metrics: Mapping[str, Metric], counts: str, note:
     """Pure: the verdict without the growths of the metrics that count ``counts``, which
     the diagnosis found are not the user's leak (``cycles``: a library's own reference
     cycles that hold no graph); ``note`` says why. Every other growth stands as judged."""
-    standing = [g for g in verdict.growths
-                if g.metric not in metrics or metrics[g.metric].counts != counts]  # fmt: skip
+    standing = [
+        g for g in verdict.growths if g.metric not in metrics or metrics[g.metric].counts != counts
+    ]
     if not verdict.leaked or len(standing) == len(verdict.growths):
         return verdict
     if not standing:
-        return Verdict(leaked=False, growths=[], pattern=None, reason=f"clean: {note}",
-                       slowest_leak_steps=verdict.slowest_leak_steps)  # fmt: skip
+        return Verdict(
+            leaked=False,
+            growths=[],
+            pattern=None,
+            reason=f"clean: {note}",
+            slowest_leak_steps=verdict.slowest_leak_steps,
+        )
     pattern = first_pattern(metrics[g.metric] for g in standing if g.metric in metrics)
     return replace(verdict, growths=standing, pattern=pattern, reason=f"{verdict.reason}; {note}")
 

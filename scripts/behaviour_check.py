@@ -67,8 +67,16 @@ _TICKS = re.compile(r'<line class="grid"[^>]*/>|<text class="tick"[^>]*>[^<]*</t
 _NOISY_PROPERTY = re.compile(r'(name="graphleak\.(process|cuda)\.[^"]*" value=)"[^"]*"')
 _AMOUNT = re.compile(r"[+-]?\d+(\.\d+)?(\s?(B|KiB|MiB|GiB)\b)?")
 #: The files ``capture`` writes, raw under ``raw/`` and masked beside it.
-FILES = ("terminal.txt", "report.json", "report.html", "junit.xml", "github-summary.md",
-         "cli-report.txt", "cli-report-html.txt", "cli-report.html")  # fmt: skip
+FILES = (
+    "terminal.txt",
+    "report.json",
+    "report.html",
+    "junit.xml",
+    "github-summary.md",
+    "cli-report.txt",
+    "cli-report-html.txt",
+    "cli-report.html",
+)
 
 
 def mask(text: str, paths: dict[str, str]) -> str:
@@ -84,8 +92,10 @@ def mask_json(value: Any, paths: dict[str, str], key: str = "", noisy: bool = Fa
     """A JSON value with the measured and machine-dependent leaves masked."""
     if isinstance(value, dict):
         noisy = noisy or bool(_NOISY_METRIC.match(str(value.get("metric", ""))))
-        return {k: mask_json(v, paths, k, noisy or bool(_NOISY_METRIC.match(k)))
-                for k, v in value.items()}  # fmt: skip
+        return {
+            k: mask_json(v, paths, k, noisy or bool(_NOISY_METRIC.match(k)))
+            for k, v in value.items()
+        }
     if isinstance(value, list):
         return [mask_json(v, paths, key, noisy) for v in value]
     if isinstance(value, bool) or value is None:
@@ -118,14 +128,32 @@ def capture(out: Path) -> None:
     summary = raw / "github-summary.md"
     summary.write_text("", encoding="utf-8")
     pytest_args = [
-        sys.executable, "-m", "pytest", "--graphleak", "-p", "no:cacheprovider",
-        "-p", "no:randomly", "-p", "no:xdist", "-q", "--graphleak-github=on",
-        f"--graphleak-report={report}", f"--graphleak-html={html}",
-        f"--junitxml={raw / 'junit.xml'}", "-o", "junit_family=xunit1",
+        sys.executable,
+        "-m",
+        "pytest",
+        "--graphleak",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:randomly",
+        "-p",
+        "no:xdist",
+        "-q",
+        "--graphleak-github=on",
+        f"--graphleak-report={report}",
+        f"--graphleak-html={html}",
+        f"--junitxml={raw / 'junit.xml'}",
+        "-o",
+        "junit_family=xunit1",
         *[str(p.relative_to(ROOT)) for p in catalogue()],
-    ]  # fmt: skip
-    _run(pytest_args, out, "terminal.txt", GITHUB_STEP_SUMMARY=str(summary),
-         GITHUB_WORKSPACE=str(ROOT))  # fmt: skip
+    ]
+    _run(
+        pytest_args,
+        out,
+        "terminal.txt",
+        GITHUB_STEP_SUMMARY=str(summary),
+        GITHUB_WORKSPACE=str(ROOT),
+    )
     cli = [sys.executable, "-m", "pytest_graphleak", "report", str(report)]
     _run(cli, out, "cli-report.txt")
     _run([*cli, "--html", str(raw / "cli-report.html")], out, "cli-report-html.txt")
@@ -137,8 +165,11 @@ def capture(out: Path) -> None:
 def write_masked(out: Path) -> None:
     """The masked copy of each raw file (``diff`` makes them again: masks may improve)."""
     raw = out / "raw"
-    paths = {str(raw): "<OUT>", str(out): "<OUT>",
-             (raw / "root.txt").read_text(encoding="utf-8"): "<ROOT>"}  # fmt: skip
+    paths = {
+        str(raw): "<OUT>",
+        str(out): "<OUT>",
+        (raw / "root.txt").read_text(encoding="utf-8"): "<ROOT>",
+    }
     for name in FILES:
         text = (raw / name).read_text(encoding="utf-8")
         if name.endswith(".json"):

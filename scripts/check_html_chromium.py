@@ -136,8 +136,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("report", nargs="?", help="the HTML report (default: a sample)")
     parser.add_argument("--screenshot", default=None, help="PNG to write (default: beside it)")
     parser.add_argument("--chromium", default="chromium", help="the browser executable")
-    parser.add_argument("--width", type=int, default=1200,
-                        help="window width in px (480: the narrow layout)")  # fmt: skip
+    parser.add_argument(
+        "--width", type=int, default=1200, help="window width in px (480: the narrow layout)"
+    )
     parser.add_argument("--height", type=int, default=1800, help="window height in px")
     args = parser.parse_args(argv)
 

@@ -18,9 +18,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-PAGES = {"index": "index.html", "options": "options/index.html",
-         "integrations": "integrations/index.html", "diagnosis": "diagnosis/index.html",
-         "reports": "reports/index.html", "cli": "cli/index.html"}  # fmt: skip
+PAGES = {
+    "index": "index.html",
+    "options": "options/index.html",
+    "integrations": "integrations/index.html",
+    "diagnosis": "diagnosis/index.html",
+    "reports": "reports/index.html",
+    "cli": "cli/index.html",
+}
 #: width -> height of the first screen (a laptop, a tablet, two phones)
 SIZES = {1280: 800, 800: 900, 420: 900, 360: 780}
 
@@ -35,11 +40,21 @@ def main(site: Path, out: Path) -> int:
         for width, height in SIZES.items():
             shot = out / f"{name}-{width}.png"
             subprocess.run(
-                [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                 "--virtual-time-budget=3000", f"--window-size={width},{height}",
-                 f"--screenshot={shot}", (site / page).resolve().as_uri()],
-                capture_output=True, timeout=120, check=False,
-            )  # fmt: skip
+                [
+                    chromium,
+                    "--headless",
+                    "--no-sandbox",
+                    "--disable-gpu",
+                    "--hide-scrollbars",
+                    "--virtual-time-budget=3000",
+                    f"--window-size={width},{height}",
+                    f"--screenshot={shot}",
+                    (site / page).resolve().as_uri(),
+                ],
+                capture_output=True,
+                timeout=120,
+                check=False,
+            )
             print(shot if shot.exists() else f"{shot}: not written")
     return 0
 

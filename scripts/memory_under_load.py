@@ -42,7 +42,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results" / "memory_under_load.md"
 
-FRAGMENTING = '''
+FRAGMENTING = """
 import random
 
 KEPT = []
@@ -61,7 +61,7 @@ def test_fragment_{n}():
     scratch = [bytes(1 << 20) for _ in range(24)]
     KEPT.append(bytes(1000))
     del scratch
-'''
+"""
 
 LEAK = '''
 import os
@@ -115,19 +115,43 @@ def one_run(python: str, where: Path, report: Path) -> dict[str, object]:
     cost_file = report.with_suffix(".cost")
     started = time.perf_counter()
     proc = subprocess.run(
-        [python, "-m", "pytest", "-q", "-n", "2", "--graphleak", "-p", "no:randomly",
-         "-p", "no:cacheprovider", f"--graphleak-report={report}"],
-        cwd=where, capture_output=True, text=True, timeout=900,
-        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1",
-             "MEMORY_UNDER_LOAD_COST": str(cost_file)},
+        [
+            python,
+            "-m",
+            "pytest",
+            "-q",
+            "-n",
+            "2",
+            "--graphleak",
+            "-p",
+            "no:randomly",
+            "-p",
+            "no:cacheprovider",
+            f"--graphleak-report={report}",
+        ],
+        cwd=where,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={
+            **os.environ,
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "MEMORY_UNDER_LOAD_COST": str(cost_file),
+        },
     )
     wall = time.perf_counter() - started
     doc = json.loads(report.read_text(encoding="utf-8")) if report.exists() else {}
     test = next((t for t in doc.get("tests", []) if "numpy_leak" in t.get("nodeid", "")), None)
     checks = test.get("checks", []) if test is not None else []
     if not checks:
-        return {"status": "no result", "pattern": "", "malloc": "?", "cost": "?",
-                "note": proc.stdout[-300:].replace("\n", " "), "wall": wall}
+        return {
+            "status": "no result",
+            "pattern": "",
+            "malloc": "?",
+            "cost": "?",
+            "note": proc.stdout[-300:].replace("\n", " "),
+            "wall": wall,
+        }
     check = checks[0]
     malloc = check.get("series", {}).get("process.malloc_bytes") or []
     return {
@@ -145,8 +169,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--fragmenting", type=int, default=300)
-    parser.add_argument("--blocks", type=int, default=600,
-                        help="malloc'd blocks each fragmenting test makes (keeps half)")
+    parser.add_argument(
+        "--blocks",
+        type=int,
+        default=600,
+        help="malloc'd blocks each fragmenting test makes (keeps half)",
+    )
     parser.add_argument("--burners", type=int, default=1)
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
@@ -154,8 +182,10 @@ def main(argv: list[str] | None = None) -> int:
     # Stopped (SIGTERM): leave through ``finally``, which stops the burners.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     stop = multiprocessing.Event()
-    burners = [multiprocessing.Process(target=_burn, args=(stop,), daemon=True)
-               for _ in range(args.burners)]  # fmt: skip
+    burners = [
+        multiprocessing.Process(target=_burn, args=(stop,), daemon=True)
+        for _ in range(args.burners)
+    ]
     for burner in burners:
         burner.start()
     try:
@@ -166,9 +196,12 @@ def main(argv: list[str] | None = None) -> int:
                 report = where / f"report-{run}.json"
                 row = one_run(sys.executable, where, report)
                 rows.append(row)
-                print(f"run {run}: {row['status']} {row['pattern']} malloc={row['malloc']} "
-                      f"mallinfo2 {row['cost']} ms "
-                      f"{row['wall']:.1f} s {str(row['note'])[:160]}", flush=True)
+                print(
+                    f"run {run}: {row['status']} {row['pattern']} malloc={row['malloc']} "
+                    f"mallinfo2 {row['cost']} ms "
+                    f"{row['wall']:.1f} s {str(row['note'])[:160]}",
+                    flush=True,
+                )
                 write(rows, args)  # after every run: a run stopped early keeps its table
     finally:
         stop.set()
@@ -208,8 +241,10 @@ def write(rows: list[dict[str, object]], args: argparse.Namespace) -> None:
     ]
     for n, row in enumerate(rows, 1):
         note = str(row["note"]).replace("|", "\\|") or "-"
-        lines.append(f"| {n} | {row['status']} | {row['pattern'] or '-'} | {row['malloc']} | "
-                     f"{row['cost']} | {row['wall']:.1f} | {note} |")
+        lines.append(
+            f"| {n} | {row['status']} | {row['pattern'] or '-'} | {row['malloc']} | "
+            f"{row['cost']} | {row['wall']:.1f} | {note} |"
+        )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(lines) + "\n", encoding="utf-8")
     print(f"caught {caught} of {len(rows)}; malloc sampled in {sampled}; written to {args.out}")

@@ -98,9 +98,15 @@ def measure(chromium: str, page: Path, width: int, work: Path) -> dict[str, obje
     copy.write_text(html.replace("</body>", MEASURE + "</body>"), encoding="utf-8")
     host = work / f"host-{width}.html"
     host.write_text(HOST.format(src=copy.name, width=width), encoding="utf-8")
-    done = run_chromium(chromium, work / "profile", "--dump-dom", "--virtual-time-budget=2000",
-                        "--allow-file-access-from-files", "--window-size=1400,900",
-                        host.as_uri())  # fmt: skip
+    done = run_chromium(
+        chromium,
+        work / "profile",
+        "--dump-dom",
+        "--virtual-time-budget=2000",
+        "--allow-file-access-from-files",
+        "--window-size=1400,900",
+        host.as_uri(),
+    )
     found = re.search(r'<pre id="layout">(.*?)</pre>', done.stdout, re.S)
     measures = json.loads(found.group(1).replace("&quot;", '"')) if found else None
     if not isinstance(measures, dict):

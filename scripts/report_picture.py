@@ -93,18 +93,39 @@ def test_bad_batch(state):
 '''
 
 
-def run_suite(directory: Path, *extra: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:  # noqa: E501
+def run_suite(
+    directory: Path, *extra: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """Run ``SUITE`` as ``test_mixed.py`` in ``directory`` with the JSON and HTML reports
     (``r.json``, ``r.html``) and ``extra`` arguments."""
     (directory / "test_mixed.py").write_text(SUITE, encoding="utf-8")
     environ = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **(env or {})}
     environ.pop("PYTEST_ADDOPTS", None)
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "--graphleak", "-p", "no:cacheprovider",
-         "-p", "no:randomly", "-p", "no:xdist", "--graphleak-probes=minigrad,gc",
-         "--graphleak-report=r.json", "--graphleak-html=r.html", *extra, "test_mixed.py"],
-        cwd=directory, env=environ, capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--graphleak",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:randomly",
+            "-p",
+            "no:xdist",
+            "--graphleak-probes=minigrad,gc",
+            "--graphleak-report=r.json",
+            "--graphleak-html=r.html",
+            *extra,
+            "test_mixed.py",
+        ],
+        cwd=directory,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
 
 
 def fingerprint(document: dict[str, Any], root: Path) -> str:
@@ -125,8 +146,10 @@ def fresh(directory: Path) -> tuple[Path, str]:
     run = run_suite(directory)
     html, report = directory / "r.html", directory / "r.json"
     if run.returncode != 1 or not html.exists() or not report.exists():
-        raise SystemExit(f"expected a failing run and two reports (exit {run.returncode}):\n"
-                         f"{run.stdout[-3000:]}\n{run.stderr[-2000:]}")  # fmt: skip
+        raise SystemExit(
+            f"expected a failing run and two reports (exit {run.returncode}):\n"
+            f"{run.stdout[-3000:]}\n{run.stderr[-2000:]}"
+        )
     return html, fingerprint(json.loads(report.read_text(encoding="utf-8")), directory)
 
 
@@ -157,14 +180,21 @@ def main(argv: list[str] | None = None) -> int:
         from check_html_chromium import run_chromium
 
         shot = Path(tmp) / "shot.png"
-        taken = run_chromium(chromium, Path(tmp) / "profile", f"--screenshot={shot}",
-                             f"--window-size={WIDTH},{HEIGHT}", html.as_uri())  # fmt: skip
+        taken = run_chromium(
+            chromium,
+            Path(tmp) / "profile",
+            f"--screenshot={shot}",
+            f"--window-size={WIDTH},{HEIGHT}",
+            html.as_uri(),
+        )
         if not shot.exists():
             print(f"chromium wrote no screenshot:\n{taken.stderr[-2000:]}", file=sys.stderr)
             return 1
         shutil.copyfile(shot, PICTURE)
-    FINGERPRINT.write_text(f"{print_}  the page docs/images/report.png shows "
-                           "(scripts/report_picture.py)\n", encoding="utf-8")  # fmt: skip
+    FINGERPRINT.write_text(
+        f"{print_}  the page docs/images/report.png shows (scripts/report_picture.py)\n",
+        encoding="utf-8",
+    )
     print(f"wrote {PICTURE.relative_to(ROOT)} ({PICTURE.stat().st_size // 1024} KiB)")
     return 0
 

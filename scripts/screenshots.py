@@ -52,7 +52,7 @@ DOCS_PAGES = {
 }
 
 #: A 200-test run (three leaks among 197 clean tests): the report at scale.
-BIG_SUITE = '''\
+BIG_SUITE = """\
 import minigrad as mg
 import pytest
 
@@ -67,7 +67,7 @@ def test_step(case):
     loss.backward()
     if case in (7, 42, 150):
         kept.append(loss)  # three leaks among 200 tests
-'''
+"""
 
 
 def run_big(directory: Path) -> Path:
@@ -75,11 +75,29 @@ def run_big(directory: Path) -> Path:
     (directory / "test_big.py").write_text(BIG_SUITE, encoding="utf-8")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     env.pop("PYTEST_ADDOPTS", None)
-    subprocess.run([sys.executable, "-m", "pytest", "--graphleak", "-q", "-p", "no:randomly",
-                    "-p", "no:xdist", "-p", "no:cacheprovider", "--graphleak-probes=minigrad,gc",
-                    "--graphleak-html=r.html", "test_big.py"],
-                   cwd=directory, env=env, capture_output=True, timeout=600,
-                   check=False)  # fmt: skip
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--graphleak",
+            "-q",
+            "-p",
+            "no:randomly",
+            "-p",
+            "no:xdist",
+            "-p",
+            "no:cacheprovider",
+            "--graphleak-probes=minigrad,gc",
+            "--graphleak-html=r.html",
+            "test_big.py",
+        ],
+        cwd=directory,
+        env=env,
+        capture_output=True,
+        timeout=600,
+        check=False,
+    )
     return directory / "r.html"
 
 
@@ -97,8 +115,9 @@ iframe {{ position: absolute; left: 0; top: -{offset}px; width: {width};
 <body><iframe src="{url}"></iframe></body></html>"""
 
 
-def shoot(chromium: str, work: Path, url: str, out: Path, width: int, *, dark: bool,
-          screen: int) -> bool:  # fmt: skip
+def shoot(
+    chromium: str, work: Path, url: str, out: Path, width: int, *, dark: bool, screen: int
+) -> bool:
     """One screenshot of ``url``: screen ``screen`` (1: the top) of a ``width`` window."""
     height = HEIGHTS.get(width, 900)
     target = url
@@ -106,16 +125,28 @@ def shoot(chromium: str, work: Path, url: str, out: Path, width: int, *, dark: b
     if screen > 1 or narrow:  # the page in a frame: scrolled by the screens above, or narrow
         frame = work / f"frame-{width}-{screen}.html"
         offset = (screen - 1) * height
-        frame.write_text(_FRAME.format(offset=offset, height=offset + height, url=url,
-                                       width=f"{width}px" if narrow else "100%"),
-                         encoding="utf-8")  # fmt: skip
+        frame.write_text(
+            _FRAME.format(
+                offset=offset,
+                height=offset + height,
+                url=url,
+                width=f"{width}px" if narrow else "100%",
+            ),
+            encoding="utf-8",
+        )
         target = frame.as_uri()
     flags = ["--force-dark-mode"] if dark else []
     # A profile per theme: the docs theme keeps the palette it first chose in storage.
     profile = work / ("profile-dark" if dark else "profile-light")
-    run_chromium(chromium, profile, *flags, "--virtual-time-budget=3000",
-                 f"--window-size={max(width, MIN_WINDOW)},{height}", f"--screenshot={out}",
-                 target)  # fmt: skip
+    run_chromium(
+        chromium,
+        profile,
+        *flags,
+        "--virtual-time-budget=3000",
+        f"--window-size={max(width, MIN_WINDOW)},{height}",
+        f"--screenshot={out}",
+        target,
+    )
     if narrow and out.is_file():
         crop_png(out, width)
     return out.is_file()
@@ -151,19 +182,27 @@ def crop_png(path: Path, width: int) -> None:
                 line[i] = (line[i] + (left + up) // 2) & 255
             elif kind == 4:
                 guess = left + up - corner
-                near = min((abs(guess - left), 0, left), (abs(guess - up), 1, up),
-                           (abs(guess - corner), 2, corner))  # fmt: skip
+                near = min(
+                    (abs(guess - left), 0, left),
+                    (abs(guess - up), 1, up),
+                    (abs(guess - corner), 2, corner),
+                )
                 line[i] = (line[i] + near[2]) & 255
         prior = line
         kept += b"\0" + line[: width * step]
     header = width.to_bytes(4, "big") + head[4:]
 
     def chunk(kind: bytes, body: bytes) -> bytes:
-        return (len(body).to_bytes(4, "big") + kind + body
-                + zlib.crc32(kind + body).to_bytes(4, "big"))  # fmt: skip
+        return (
+            len(body).to_bytes(4, "big") + kind + body + zlib.crc32(kind + body).to_bytes(4, "big")
+        )
 
-    path.write_bytes(data[:8] + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(bytes(kept)))
-                     + chunk(b"IEND", b""))  # fmt: skip
+    path.write_bytes(
+        data[:8]
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(bytes(kept)))
+        + chunk(b"IEND", b"")
+    )
 
 
 def contact_sheet(out: Path, shots: list[Path]) -> None:
@@ -201,9 +240,14 @@ def main(argv: list[str] | None = None) -> int:
         site = work / "site"
         # the docs hooks import this checkout's package, not an installed one
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        built = subprocess.run([sys.executable, "-m", "mkdocs", "build", "-q", "-d", str(site)],
-                               cwd=ROOT, env=env, capture_output=True, text=True,
-                               check=False)  # fmt: skip
+        built = subprocess.run(
+            [sys.executable, "-m", "mkdocs", "build", "-q", "-d", str(site)],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         (work / "big").mkdir()
         reports = {"report": work / "run" / "r.html", "report-200": run_big(work / "big")}
         for name, report in reports.items():  # what the pictures should show, measured

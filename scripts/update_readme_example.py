@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 
-EXAMPLE = '''\
+EXAMPLE = """\
 import pytest
 import torch
 
@@ -46,7 +46,7 @@ def test_train_step(state):
     loss.backward()
     state["opt"].step()
     state["losses"].append(loss)      # the leak: every step's graph stays alive
-'''
+"""
 
 
 def run_example() -> str:
@@ -58,10 +58,23 @@ def run_example() -> str:
         for name in ("CI", "GITHUB_ACTIONS"):  # a CI log's short summary is not cut to width
             env.pop(name, None)
         proc = subprocess.run(
-            [sys.executable, "-m", "pytest", "--graphleak", "-p", "no:cacheprovider",
-             "-p", "no:randomly", "test_train.py"],
-            cwd=tmp, env=env, capture_output=True, text=True, timeout=300,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "--graphleak",
+                "-p",
+                "no:cacheprovider",
+                "-p",
+                "no:randomly",
+                "test_train.py",
+            ],
+            cwd=tmp,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         out = proc.stdout.replace(os.path.realpath(tmp) + os.sep, "").replace(tmp + os.sep, "")
     if proc.returncode != 1 or "FAILURES" not in out:
         raise SystemExit(f"the example did not fail as a leak (exit {proc.returncode}):\n{out}")

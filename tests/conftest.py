@@ -39,8 +39,6 @@ def restore_gc() -> Iterator[GcState]:
         gc.garbage[:] = garbage
 
 
-
-
 @pytest.fixture(scope="session", autouse=True)
 def _lean_environment() -> Iterator[None]:
     """The lean settings below, set before module- and session-scoped fixtures run (two
@@ -80,8 +78,10 @@ def _in_process_runs_keep_gc_state(request: pytest.FixtureRequest) -> Iterator[N
         return
     before = gc_state()
     yield
-    assert gc_state() == before, "an in-process pytest run changed the gc state: run it " \
+    assert gc_state() == before, (
+        "an in-process pytest run changed the gc state: run it "
         "with runpytest_subprocess (CONTRIBUTING.md, Testing the plugin)"
+    )
 
 
 @pytest.fixture

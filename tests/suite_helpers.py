@@ -77,8 +77,11 @@ def _unanchored(pattern: str) -> str:
         elif token == "?":
             out.append(".")
         elif len(token) > 1:  # [seq] or [!seq]
-            out.append("[^" + re.escape(token[2:-1]) + "]" if token[1] == "!" else
-                       "[" + re.escape(token[1:-1]) + "]")  # fmt: skip
+            out.append(
+                "[^" + re.escape(token[2:-1]) + "]"
+                if token[1] == "!"
+                else "[" + re.escape(token[1:-1]) + "]"
+            )
         else:
             out.append(re.escape(token))
     return "".join(out)
@@ -87,8 +90,9 @@ def _unanchored(pattern: str) -> str:
 def report_section(lines: Sequence[str]) -> list[str]:
     """The lines of the "graphleak report" section of a pytest run's output: its
     header line up to the next ``=`` line."""
-    start = next(i for i, line in enumerate(lines)
-                 if line.startswith("=") and " graphleak report " in line)  # fmt: skip
+    start = next(
+        i for i, line in enumerate(lines) if line.startswith("=") and " graphleak report " in line
+    )
     end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("=")), len(lines))
     return list(lines[start:end])
 
@@ -96,7 +100,8 @@ def report_section(lines: Sequence[str]) -> list[str]:
 def failure_section(output: str, name: str) -> str:
     """The failure section of one test (its name a part of the ``___ name ___`` line) in
     a pytest run's output."""
-    match = re.search(r"_{3,} (\S*" + re.escape(name) + r"\S*) _{3,}\n(.*?)(?=\n_{3,} |\n={3,})",
-                      output, re.S)  # fmt: skip
+    match = re.search(
+        r"_{3,} (\S*" + re.escape(name) + r"\S*) _{3,}\n(.*?)(?=\n_{3,} |\n={3,})", output, re.S
+    )
     assert match, f"no failure section for {name}"
     return match.group(2)

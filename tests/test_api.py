@@ -101,15 +101,19 @@ def test_track_measures_a_hand_written_minigrad_loop() -> None:
 
 
 def test_track_needs_enough_steps_and_propagates_errors() -> None:
-    with pytest.warns(pytest_graphleak.GraphLeakWarning, match=r"saw 2 t\.step"), \
-            track(warmup=3) as t:  # fmt: skip
+    with (
+        pytest.warns(pytest_graphleak.GraphLeakWarning, match=r"saw 2 t\.step"),
+        track(warmup=3) as t,
+    ):
         t.step()
         t.step()
     assert t.result is not None and t.result.status == "unmeasured"
     assert gc.isenabled()
     # Under pytest, raise_on_leak fails the check as any unmeasured one.
-    with pytest.raises(pytest_graphleak.UnmeasuredError, match=r"saw 1 t\.step\(\) call;"), \
-            track(warmup=3, raise_on_leak=True) as t:  # fmt: skip
+    with (
+        pytest.raises(pytest_graphleak.UnmeasuredError, match=r"saw 1 t\.step\(\) call;"),
+        track(warmup=3, raise_on_leak=True) as t,
+    ):
         t.step()
     assert gc.isenabled()
     with pytest.raises(KeyError), track(warmup=1) as t:
@@ -180,8 +184,14 @@ def recheck_run(recheck: Recheck | Exception) -> CheckResult:
         rechecking=[probe],
         calls=19,
     )
-    result = pipeline.conclude(series, settings=Settings(diagnose=False), name="n",
-                           diagnose_step=None, roots=None, exclude=())  # fmt: skip
+    result = pipeline.conclude(
+        series,
+        settings=Settings(diagnose=False),
+        name="n",
+        diagnose_step=None,
+        roots=None,
+        exclude=(),
+    )
     assert (result.steps, result.warmup) == (16, 3)
     assert probe.calls == 1
     assert series.rechecking == []  # dropped after use: it held the probe
@@ -216,9 +226,12 @@ class _AsyncCallable:
 
 @pytest.mark.parametrize(
     ("step", "kind"),
-    [(_async_step, "an async function"), (_generator_step, "a generator function"),
-     (_AsyncCallable(), "an async function")],
-)  # fmt: skip
+    [
+        (_async_step, "an async function"),
+        (_generator_step, "a generator function"),
+        (_AsyncCallable(), "an async function"),
+    ],
+)
 def test_check_refuses_a_step_whose_call_would_not_run_its_body(step: object, kind: str) -> None:
     with pytest.raises(TypeError, match=f"check\\(step\\): step is {kind}, so calling it would"):
         check(step)  # type: ignore[arg-type]
@@ -245,9 +258,14 @@ def test_nested_track_blocks_each_measure_the_loop() -> None:
 
 
 def test_an_outer_track_block_without_steps_gets_no_verdict() -> None:
-    with pytest.warns(pytest_graphleak.GraphLeakWarning,
-                      match=r"outer: not measured, .* track.* saw 0 t.step.. calls"), \
-            track(name="outer"), track(warmup=1) as inner:  # fmt: skip
+    with (
+        pytest.warns(
+            pytest_graphleak.GraphLeakWarning,
+            match=r"outer: not measured, .* track.* saw 0 t.step.. calls",
+        ),
+        track(name="outer"),
+        track(warmup=1) as inner,
+    ):
         for _ in range(4):
             inner.step()
     assert gc.isenabled() and gc.get_freeze_count() == 0

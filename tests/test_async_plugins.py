@@ -98,20 +98,23 @@ def test_a_plugin_that_runs_the_coroutine_itself_fails_the_test(pytester: pytest
                 asyncio.run(pyfuncitem.obj())
                 return True
     """)
-    pytester.makepyfile(test_own_loop="""
+    pytester.makepyfile(
+        test_own_loop="""
         import pytest
 
         @pytest.mark.no_graph_growth
         async def test_step():
             pass
-    """)
+    """
+    )
     result = pytester.runpytest("--graphleak", "-p", "no:randomly")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*no_graph_growth was not checked: an async test plugin ran*"])
 
 
 def test_an_isolated_asyncio_test_case_method_is_refused(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_iso="""
+    pytester.makepyfile(
+        test_iso="""
         import unittest
         import pytest
 
@@ -119,7 +122,8 @@ def test_an_isolated_asyncio_test_case_method_is_refused(pytester: pytest.Pytest
             @pytest.mark.no_graph_growth
             async def test_step(self):
                 pass
-    """)
+    """
+    )
     result = pytester.runpytest("--graphleak", "-p", "no:randomly")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*no_graph_growth needs a plain (synchronous, non-generator)*"])

@@ -24,7 +24,7 @@ from pytest_graphleak.probes.autograd import BUNDLES, loaded
 PACKAGE = Path(__file__).resolve().parents[1] / "pytest_graphleak"
 
 #: The toy library: tensors whose product carries a graph node, counted alive and made.
-TOYGRAD = '''
+TOYGRAD = """
 STATS = {"Tensor": {"alive": 0, "created": 0}, "Node": {"alive": 0, "created": 0}}
 
 
@@ -50,7 +50,7 @@ class Tensor:
 
     def __mul__(self, other):
         return Tensor(self.value * other.value, grad_fn=Node(self, other))
-'''
+"""
 
 #: The bundle module: everything the plugin needs to know of toygrad.
 BUNDLE_MODULE = '''"""toygrad's bundle."""
@@ -121,7 +121,7 @@ BUNDLE = AutogradBundle(
 '''
 
 #: What runs on the copy: a check of a leaking step and of a clean one.
-CHECKS = '''
+CHECKS = """
 import json, sys
 import pytest_graphleak, toygrad
 from pytest_graphleak import check
@@ -147,10 +147,10 @@ print(json.dumps({
     "good": [good.leaked, good.unmeasured, sorted(good.series)],
     "torch": "torch" in sys.modules,
 }))
-'''
+"""
 
 #: A test the outlive audit looks at: it keeps a toy graph in a module global.
-OUTLIVING = '''
+OUTLIVING = """
 import toygrad
 
 KEPT = []
@@ -162,30 +162,38 @@ def test_keeps_a_graph():
 
 def test_keeps_nothing():
     toygrad.Tensor(2.0, requires_grad=True) * toygrad.Tensor(3.0)
-'''
+"""
 
 
 #: A second toy library, shaped like torch: its graph nodes refuse weak references (as
 #: torch's C++ nodes do: what a step made is told by the nodes' numbers), and a hook
 #: registered on a node is kept where only the library can read it (torch keeps node
 #: hooks in C++). Its bundle says so through the backend's hooks; nothing else changes.
-CGRAD = TOYGRAD.replace(
-    "class Node:\n",
-    'class Node:\n    __slots__ = ("next_functions", "sequence_nr", "_hooks")  # as a C++ node\n\n',
-).replace(
-    "        STATS[\"Node\"][\"created\"] += 1\n",
-    "        STATS[\"Node\"][\"created\"] += 1\n        self._hooks = []\n",
-).replace(
-    "    def __del__(self):\n        STATS[\"Node\"]",
-    "    def register_hook(self, fn):\n        self._hooks.append(fn)\n\n"
-    "    def __del__(self):\n        STATS[\"Node\"]",
+CGRAD = (
+    TOYGRAD.replace(
+        "class Node:\n",
+        'class Node:\n    __slots__ = ("next_functions", "sequence_nr", "_hooks")  # as a C++ '
+        "node\n\n",
+    )
+    .replace(
+        '        STATS["Node"]["created"] += 1\n',
+        '        STATS["Node"]["created"] += 1\n        self._hooks = []\n',
+    )
+    .replace(
+        '    def __del__(self):\n        STATS["Node"]',
+        "    def register_hook(self, fn):\n        self._hooks.append(fn)\n\n"
+        '    def __del__(self):\n        STATS["Node"]',
+    )
 )
 
 #: cgrad's bundle: toygrad's, plus what makes it torch-shaped (numbered nodes, hooks read
 #: only inside ``reading_hooks``).
-CGRAD_BUNDLE = BUNDLE_MODULE.replace("toygrad", "cgrad").replace("Toy", "C").replace(
-    "class CBackend(Backend):\n    name = \"cgrad\"\n",
-    """class CBackend(Backend):
+CGRAD_BUNDLE = (
+    BUNDLE_MODULE.replace("toygrad", "cgrad")
+    .replace("Toy", "C")
+    .replace(
+        'class CBackend(Backend):\n    name = "cgrad"\n',
+        """class CBackend(Backend):
     name = "cgrad"
     node_hook_tables = {"hooks": "register_hook"}
     reading = False
@@ -201,16 +209,19 @@ CGRAD_BUNDLE = BUNDLE_MODULE.replace("toygrad", "cgrad").replace("Toy", "C").rep
         finally:
             self.reading = False
 """,
-).replace(
-    "        return iter(())",
-    """        if self.reading and node._hooks:
+    )
+    .replace(
+        "        return iter(())",
+        """        if self.reading and node._hooks:
             yield Edge("attr", "hooks"), node._hooks""",
-).replace("import sys\n", "import contextlib\nimport sys\n", 1)
+    )
+    .replace("import sys\n", "import contextlib\nimport sys\n", 1)
+)
 
 #: What runs on the copy with cgrad: graph nodes kept without their tensors (found by
 #: number), and a hook on a node whose closure holds the node's tensor (found by reading
 #: the hooks the library keeps).
-CGRAD_CHECKS = '''
+CGRAD_CHECKS = """
 import json, sys
 import pytest_graphleak, cgrad
 from pytest_graphleak import check
@@ -234,11 +245,12 @@ print(json.dumps({
     "cycle": [cycle.leaked, cycle.diagnosis.pattern, cycle.diagnosis.cycle,
               cycle.diagnosis.notes],
 }))
-'''
+"""
 
 
-def _with_toygrad(root: Path, name: str = "toygrad", library: str = TOYGRAD,
-                  bundle: str = BUNDLE_MODULE) -> Path:  # fmt: skip
+def _with_toygrad(
+    root: Path, name: str = "toygrad", library: str = TOYGRAD, bundle: str = BUNDLE_MODULE
+) -> Path:
     """A copy of the package with the toy library's bundle registered, and the library
     beside it."""
     copy = root / "pytest_graphleak"
@@ -262,8 +274,9 @@ def _with_toygrad(root: Path, name: str = "toygrad", library: str = TOYGRAD,
 
 def _run(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(root), "PYTHONDONTWRITEBYTECODE": "1"}
-    return subprocess.run([sys.executable, *args], cwd=root, env=env, capture_output=True,
-                          text=True, timeout=120)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, *args], cwd=root, env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_a_third_library_is_one_bundle_module_and_one_line(tmp_path: Path) -> None:
@@ -296,15 +309,28 @@ def test_a_torch_shaped_library_is_one_bundle_module_and_one_line(tmp_path: Path
     leaked, pattern, cycle, notes = found["cycle"]
     assert leaked and pattern == "cycle", found["cycle"]
     assert any(".hooks" in link for link in cycle), cycle  # read through reading_hooks
-    assert any("hook registered on Node with grad_fn.register_hook() whose closure" in note
-               for note in notes), notes  # fmt: skip
+    assert any(
+        "hook registered on Node with grad_fn.register_hook() whose closure" in note
+        for note in notes
+    ), notes
 
 
 def test_the_outlive_audit_counts_a_third_library(tmp_path: Path) -> None:
     _with_toygrad(tmp_path)
     (tmp_path / "test_outliving.py").write_text(OUTLIVING, encoding="utf-8")
-    run = _run(tmp_path, "-m", "pytest", "-q", "-p", "no:randomly", "-p", "no:cacheprovider",
-               "--graphleak", "--graphleak-outlive=fail", "test_outliving.py")  # fmt: skip
+    run = _run(
+        tmp_path,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:randomly",
+        "-p",
+        "no:cacheprovider",
+        "--graphleak",
+        "--graphleak-outlive=fail",
+        "test_outliving.py",
+    )
     assert run.returncode == 1, run.stdout + run.stderr
     assert "test_keeps_a_graph" in run.stdout and "KEPT" in run.stdout
     assert "2 passed, 1 error" in run.stdout
@@ -341,8 +367,9 @@ def test_the_diagnosis_names_no_library() -> None:
                 named = str(node.value)
             elif isinstance(node, ast.Name) and node.id.endswith("Backend") and node.id[:-7]:
                 named = node.id
-            elif isinstance(node, ast.ImportFrom) and any(f"{lib}_" in (node.module or "")
-                                                           for lib in libraries):  # fmt: skip
+            elif isinstance(node, ast.ImportFrom) and any(
+                f"{lib}_" in (node.module or "") for lib in libraries
+            ):
                 named = str(node.module)
             if named and isinstance(node, (ast.expr, ast.stmt)):
                 found.append(f"{path.name}:{node.lineno} {named}")

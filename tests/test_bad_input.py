@@ -309,9 +309,7 @@ def test_odd_tests_fail_pass_skip_and_xfail_as_they_should(pytester: pytest.Pyte
         for check in test["checks"]
         if check.get("error")
     }
-    assert errors == {
-        "test_odd.py::test_raises_on_fifth_call": "ValueError: boom on call 5"
-    }
+    assert errors == {"test_odd.py::test_raises_on_fifth_call": "ValueError: boom on call 5"}
     # every leak names its pattern and the root that holds it
     assert "fixture 'state'" in failure_section(out, "test_yield_fixture_leaky")
     assert "self" in failure_section(out, "TestMethods.test_method_leaky")
@@ -377,14 +375,16 @@ def test_marked_unittest_method_is_checked(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest("--graphleak", "-rA")
     out = result.stdout.str()
     result.assert_outcomes(passed=2, failed=2, skipped=1, xfailed=1)
-    result.stdout.fnmatch_lines_random([
-        "PASSED test_unit.py::TestLoop::test_clean",
-        "PASSED test_unit.py::TestLoop::test_z_counts",
-        "SKIPPED * not today",
-        "XFAIL test_unit.py::TestLoop::test_xfail_leaky*",
-        "* test_unit.py::TestLoop::test_leaky - *",  # the failure word is the reporter's
-        "FAILED test_unit.py::TestLoop::test_world_size - *",
-    ])  # fmt: skip
+    result.stdout.fnmatch_lines_random(
+        [
+            "PASSED test_unit.py::TestLoop::test_clean",
+            "PASSED test_unit.py::TestLoop::test_z_counts",
+            "SKIPPED * not today",
+            "XFAIL test_unit.py::TestLoop::test_xfail_leaky*",
+            "* test_unit.py::TestLoop::test_leaky - *",  # the failure word is the reporter's
+            "FAILED test_unit.py::TestLoop::test_world_size - *",
+        ]
+    )
     leaky = failure_section(out, "TestLoop.test_leaky")
     assert "leaks: list-accumulation" in leaky and "TestLoop.history" in leaky, leaky
     assert "Traceback" not in leaky and "plugin.py" not in leaky, leaky  # the report only

@@ -24,7 +24,7 @@ from pytest_graphleak.report.json_doc import load_schema
 pytest_plugins = ["pytester"]
 
 # -- the suite: 5 findings in 20 tests ------------------------------------------------------
-HEAD = '''
+HEAD = """
 import pytest
 import minigrad as mg
 
@@ -49,55 +49,60 @@ def model():
 
 def _loss(model):
     return (model(mg.Tensor([[1.0, 2.0, 3.0]])) ** 2).mean()
-'''
+"""
 
 TESTS = {
-    "marked_list": '''
+    "marked_list": """
 @pytest.mark.no_graph_growth(steps=8)
 def test_marked_list(model):
     history.append(_loss(model))
-''',
-    "marked_dict": '''
+""",
+    "marked_dict": """
 @pytest.mark.no_graph_growth(steps=8)
 def test_marked_dict(model):
     cache[len(cache)] = _loss(model)
-''',
-    "marked_total": '''
+""",
+    "marked_total": """
 @pytest.mark.no_graph_growth(steps=8)
 def test_marked_total(model):
     loss = _loss(model)
     state.total = loss if state.total is None else state.total + loss
-''',
-    "outlive_list": '''
+""",
+    "outlive_list": """
 def test_outlive_list(model):
     kept.append(_loss(model))
-''',
-    "outlive_dict": '''
+""",
+    "outlive_dict": """
 def test_outlive_dict(model):
     holder["x"] = [_loss(model)]
-''',
-    "clean_marked": '''
+""",
+    "clean_marked": """
 @pytest.mark.no_graph_growth(steps=8)
 def test_clean_marked(model):
     _loss(model).backward()
-''',
-    "clean_many": '''
+""",
+    "clean_many": """
 @pytest.mark.parametrize("n", range(14))
 def test_clean(model, n):
     assert _loss(model).item() >= 0
-''',
+""",
 }
-FIXED_OUTLIVE = '''
+FIXED_OUTLIVE = """
 def test_outlive_list(model):
     kept.append(_loss(model).item())
-'''
-NEW_LEAK = '''
+"""
+NEW_LEAK = """
 @pytest.mark.no_graph_growth(steps=8)
 def test_new_leak(model):
     fresh.append(_loss(model))
-'''
-FINDINGS = {"test_marked_list", "test_marked_dict", "test_marked_total",
-            "test_outlive_list", "test_outlive_dict"}  # fmt: skip
+"""
+FINDINGS = {
+    "test_marked_list",
+    "test_marked_dict",
+    "test_marked_total",
+    "test_outlive_list",
+    "test_outlive_dict",
+}
 
 
 @pytest.fixture(autouse=True)
@@ -106,8 +111,14 @@ def _wide_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", "250")
 
 
-def _suite(pytester: pytest.Pytester, *, order: list[str] | None = None, above: int = 0,
-           replace: dict[str, str] | None = None, extra: str = "") -> None:  # fmt: skip
+def _suite(
+    pytester: pytest.Pytester,
+    *,
+    order: list[str] | None = None,
+    above: int = 0,
+    replace: dict[str, str] | None = None,
+    extra: str = "",
+) -> None:
     """The suite's file: its tests in ``order``, ``above`` comment lines first (every
     finding's line moves), some tests replaced, one added."""
     tests = {**TESTS, **(replace or {})}
@@ -116,8 +127,14 @@ def _suite(pytester: pytest.Pytester, *, order: list[str] | None = None, above: 
 
 
 def _run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
-    return pytester.runpytest("--graphleak", "-p", "no:randomly", "--graphleak-baseline=bl.json",
-                              "--graphleak-report=r.json", *args)  # fmt: skip
+    return pytester.runpytest(
+        "--graphleak",
+        "-p",
+        "no:randomly",
+        "--graphleak-baseline=bl.json",
+        "--graphleak-report=r.json",
+        *args,
+    )
 
 
 def _document(pytester: pytest.Pytester) -> JsonDoc:
@@ -146,8 +163,9 @@ def written(pytester: pytest.Pytester) -> Path:
         return path
     result = _run(pytester, "--graphleak-baseline-update")
     assert result.ret == 0, result.stdout.str()
-    result.stdout.fnmatch_lines(["*graphleak baseline: wrote 5 findings to *bl.json "
-                                 "(5 added, 0 removed as fixed)*"])  # fmt: skip
+    result.stdout.fnmatch_lines(
+        ["*graphleak baseline: wrote 5 findings to *bl.json (5 added, 0 removed as fixed)*"]
+    )
     assert str(pytester.path) not in path.read_text(encoding="utf-8")
     _FIRST_RUN["bl.json"] = path.read_text(encoding="utf-8")
     return path
@@ -160,17 +178,19 @@ def test_the_first_run_writes_the_file_and_the_next_run_passes_with_5_known(
     assert [e["test"].split("::")[1] for e in entries] == sorted(FINDINGS)  # sorted by key
     assert all(set(e) == set(baseline.FIELDS) and e["reason"] == "" for e in entries)
     by_test = {e["test"].split("::")[1]: e for e in entries}
-    assert by_test["test_marked_dict"]["holder"] == (
-        "global 'cache' -> dict[*] -> Tensor"
-    )
+    assert by_test["test_marked_dict"]["holder"] == ("global 'cache' -> dict[*] -> Tensor")
     assert by_test["test_outlive_list"]["check"] == "outlive"
     assert by_test["test_marked_list"]["check"] == "marker"
 
     result = _run(pytester, "--junitxml=j.xml", "--graphleak-html=r.html")
     assert result.ret == 0, result.stdout.str()
     result.assert_outcomes(passed=20)
-    result.stdout.fnmatch_lines(["graphleak: 6 tests with results: 5 known, 1 clean; "
-                                 "20 audited for graphs that outlive them"])  # fmt: skip
+    result.stdout.fnmatch_lines(
+        [
+            "graphleak: 6 tests with results: 5 known, 1 clean; "
+            "20 audited for graphs that outlive them"
+        ]
+    )
     result.stdout.no_fnmatch_line("*fixed since the baseline*")
     result.stdout.no_fnmatch_line("*GraphOutliveWarning*")
     document = _document(pytester)
@@ -192,19 +212,22 @@ def test_a_new_leak_fails_naming_only_that_leak(pytester: pytest.Pytester, writt
     assert result.ret == 1
     result.assert_outcomes(passed=20, failed=1)
     result.stdout.fnmatch_lines(["LEAKED test_suite.py::test_new_leak - list-accumulation*"])
-    short = result.outlines[result.outlines.index(next(
-        line for line in result.outlines if "short test summary info" in line)):]  # fmt: skip
+    short = result.outlines[
+        result.outlines.index(
+            next(line for line in result.outlines if "short test summary info" in line)
+        ) :
+    ]
     failures = [line for line in short if line.startswith(("FAILED", "LEAKED", "ERROR"))]
     assert len(failures) == 1, failures
     result.stdout.fnmatch_lines(["graphleak: 7 tests with results: 1 leaked, 5 known, 1 clean;*"])
     assert _statuses(_document(pytester))["test_new_leak"] == "leaked"
 
 
-OTHER_HOLDER = '''
+OTHER_HOLDER = """
 @pytest.mark.no_graph_growth(steps=8)
 def test_marked_list(model):
     fresh.append(_loss(model))
-'''
+"""
 
 
 def test_the_same_test_leaking_through_another_holder_is_new(
@@ -214,11 +237,15 @@ def test_the_same_test_leaking_through_another_holder_is_new(
     result = _run(pytester)
     assert result.ret == 1
     result.assert_outcomes(passed=19, failed=1)
-    result.stdout.fnmatch_lines([
-        "graphleak: 6 tests with results: 1 leaked, 4 known, 1 clean, 1 fixed since the baseline;*",
-        "  test_suite.py::test_marked_list ?marker? list-accumulation, held by global 'history'*",
-        "LEAKED test_suite.py::test_marked_list - list-accumulation*",
-    ])  # fmt: skip
+    result.stdout.fnmatch_lines(
+        [
+            "graphleak: 6 tests with results: 1 leaked, 4 known, 1 clean, 1 fixed since the "
+            "baseline;*",
+            "  test_suite.py::test_marked_list ?marker? list-accumulation, held by global "
+            "'history'*",
+            "LEAKED test_suite.py::test_marked_list - list-accumulation*",
+        ]
+    )
 
 
 def test_a_fixed_finding_is_listed_with_the_command_that_updates_the_file(
@@ -230,15 +257,17 @@ def test_a_fixed_finding_is_listed_with_the_command_that_updates_the_file(
     _suite(pytester, replace={"outlive_list": FIXED_OUTLIVE})
     result = _run(pytester)
     assert result.ret == 0, result.stdout.str()
-    result.stdout.fnmatch_lines([
-        "graphleak: 5 tests with results: 4 known, 1 clean, 1 fixed since the baseline;*",
-        "fixed since the baseline (1, listed in *bl.json):",
-        "  test_suite.py::test_outlive_list [outlive] list-accumulation, held by global "
-        "'kept' -> list[*] -> Tensor",
-        "update the baseline file with:",
-        "  pytest --graphleak -p no:randomly --graphleak-baseline=bl.json * "
-        "--graphleak-baseline-update",
-    ])  # fmt: skip
+    result.stdout.fnmatch_lines(
+        [
+            "graphleak: 5 tests with results: 4 known, 1 clean, 1 fixed since the baseline;*",
+            "fixed since the baseline (1, listed in *bl.json):",
+            "  test_suite.py::test_outlive_list [outlive] list-accumulation, held by global "
+            "'kept' -> list[*] -> Tensor",
+            "update the baseline file with:",
+            "  pytest --graphleak -p no:randomly --graphleak-baseline=bl.json * "
+            "--graphleak-baseline-update",
+        ]
+    )
     fixed = _document(pytester)["baseline"]["fixed"]
     assert [entry["test"] for entry in fixed] == ["test_suite.py::test_outlive_list"]
     table = step_summary.read_text(encoding="utf-8")
@@ -275,9 +304,15 @@ def test_under_xdist_the_controller_matches_the_same(
     pytest.importorskip("xdist")
     _suite(pytester, extra=NEW_LEAK)
     result = pytester.runpytest_subprocess(
-        "--graphleak", "-p", "no:randomly", "--graphleak-baseline=bl.json", "-n", "2",
-        "--graphleak-report=r.json", "--graphleak-outlive=fail",
-    )  # fmt: skip
+        "--graphleak",
+        "-p",
+        "no:randomly",
+        "--graphleak-baseline=bl.json",
+        "-n",
+        "2",
+        "--graphleak-report=r.json",
+        "--graphleak-outlive=fail",
+    )
     assert result.ret == 1
     result.assert_outcomes(passed=20, failed=1)
     result.stdout.fnmatch_lines(["graphleak: 7 tests with results: 1 leaked, 5 known, 1 clean;*"])
@@ -324,8 +359,7 @@ def test_a_loop_leak_is_known_too(pytester: pytest.Pytester) -> None:
     assert _run(pytester).ret == pytest.ExitCode.USAGE_ERROR  # no file yet: write it first
     assert _run(pytester, "--graphleak-baseline-update").ret == 0
     (entry,) = json.loads((pytester.path / "bl.json").read_text(encoding="utf-8"))["findings"]
-    assert (entry["check"], entry["holder"]) == (
-        "track(1)", "local 'losses' -> list[*] -> Tensor")
+    assert (entry["check"], entry["holder"]) == ("track(1)", "local 'losses' -> list[*] -> Tensor")
     result = _run(pytester)
     assert result.ret == 0, result.stdout.str()
     result.stdout.fnmatch_lines(["graphleak: 1 test with results: 1 known;*"])
@@ -374,18 +408,29 @@ VERSION_1 = {
     "test_marked_dict": ("marker", "global 'cache' -> dict[*] -> Tensor(grad_fn=MeanBackward)"),
     "test_marked_list": ("marker", "global 'history' -> list -> Tensor(grad_fn=MeanBackward)"),
     "test_marked_total": ("marker", "global 'state' -> State.total -> Tensor(grad_fn=AddBackward)"),
-    "test_outlive_dict": ("outlive", "global 'test_suite.holder' -> dict['x'] -> list -> "
-                                     "Tensor(grad_fn=MeanBackward)"),
-    "test_outlive_list": ("outlive", "global 'test_suite.kept' -> list -> "
-                                     "Tensor(grad_fn=MeanBackward)"),
-}  # fmt: skip
+    "test_outlive_dict": (
+        "outlive",
+        "global 'test_suite.holder' -> dict['x'] -> list -> Tensor(grad_fn=MeanBackward)",
+    ),
+    "test_outlive_list": (
+        "outlive",
+        "global 'test_suite.kept' -> list -> Tensor(grad_fn=MeanBackward)",
+    ),
+}
 
 
 def _version_1(path: Path) -> None:
     patterns = {"test_marked_total": "retained-grad-fn"}
-    findings = [{"test": f"test_suite.py::{name}", "check": check,
-                 "pattern": patterns.get(name, "list-accumulation"), "holder": holder,
-                 "reason": f"ticket {name}"} for name, (check, holder) in VERSION_1.items()]
+    findings = [
+        {
+            "test": f"test_suite.py::{name}",
+            "check": check,
+            "pattern": patterns.get(name, "list-accumulation"),
+            "holder": holder,
+            "reason": f"ticket {name}",
+        }
+        for name, (check, holder) in VERSION_1.items()
+    ]
     path.write_text(json.dumps({"graphleak_baseline": 1, "findings": findings}), encoding="utf-8")
 
 
@@ -397,16 +442,22 @@ def test_a_version_1_file_is_refused_then_rewritten_by_the_update(
     _version_1(path)
     refused = _run(pytester)
     assert refused.ret == pytest.ExitCode.USAGE_ERROR
-    refused.stderr.fnmatch_lines(["*bl.json' has version 1, whose holders were the printed "
-                                  "chain; *--graphleak-baseline-update over the whole suite*"])
+    refused.stderr.fnmatch_lines(
+        [
+            "*bl.json' has version 1, whose holders were the printed "
+            "chain; *--graphleak-baseline-update over the whole suite*"
+        ]
+    )
     rewritten = _run(pytester, "--graphleak-baseline-update")
     assert rewritten.ret == 0, rewritten.stdout.str()
-    rewritten.stdout.fnmatch_lines(["graphleak baseline: rewrote *bl.json from version 1 to 2: "
-                                    "5 findings, 5 reasons kept"])  # fmt: skip
+    rewritten.stdout.fnmatch_lines(
+        ["graphleak baseline: rewrote *bl.json from version 1 to 2: 5 findings, 5 reasons kept"]
+    )
     document = json.loads(path.read_text(encoding="utf-8"))
     assert document["graphleak_baseline"] == 2
     assert {e["test"].split("::")[1]: e["reason"] for e in document["findings"]} == {
-        name: f"ticket {name}" for name in VERSION_1}
+        name: f"ticket {name}" for name in VERSION_1
+    }
     assert {e["holder"] for e in document["findings"]} >= {"global 'cache' -> dict[*] -> Tensor"}
     again = _run(pytester)
     assert again.ret == 0, again.stdout.str()
@@ -432,22 +483,29 @@ def test_a_rewrite_keeps_a_reason_only_where_one_finding_matches() -> None:
         ("{not json", "is not JSON"),
         ('{"findings": []}', "is not a graphleak baseline"),
         ('{"graphleak_baseline": 3, "findings": []}', "has version 3; this pytest-graphleak"),
-        ('{"graphleak_baseline": 1, "findings": []}',
-         "has version 1, whose holders were the printed chain; this pytest-graphleak keys "
-         "findings on the typed chain (version 2): rewrite it once with "
-         "--graphleak-baseline-update"),
-        ('{"graphleak_baseline": 2, "findings": [{"test": "t.py::a"}]}',
-         "entry 1 lacks 'check', 'pattern', 'holder'"),
-        ('{"graphleak_baseline": 2, "findings": ['
-         '{"test": "t.py::a", "check": "marker", "pattern": "cycle", "holder": "", "reason": ""},'
-         '{"test": "t.py::b", "check": "marker", "pattern": "cycle", "holder": ""},'
-         '{"test": "t.py::a", "check": "marker", "pattern": "cycle", "holder": "", "reason": "x"}'
-         "]}", "entry 3 repeats entry 1: t.py::a [marker] cycle"),
+        (
+            '{"graphleak_baseline": 1, "findings": []}',
+            "has version 1, whose holders were the printed chain; this pytest-graphleak keys "
+            "findings on the typed chain (version 2): rewrite it once with "
+            "--graphleak-baseline-update",
+        ),
+        (
+            '{"graphleak_baseline": 2, "findings": [{"test": "t.py::a"}]}',
+            "entry 1 lacks 'check', 'pattern', 'holder'",
+        ),
+        (
+            '{"graphleak_baseline": 2, "findings": ['
+            '{"test": "t.py::a", "check": "marker", "pattern": "cycle", "holder": "", "reason": '
+            '""},'
+            '{"test": "t.py::b", "check": "marker", "pattern": "cycle", "holder": ""},'
+            '{"test": "t.py::a", "check": "marker", "pattern": "cycle", "holder": "", "reason": '
+            '"x"}'
+            "]}",
+            "entry 3 repeats entry 1: t.py::a [marker] cycle",
+        ),
     ],
-)  # fmt: skip
-def test_a_bad_file_names_the_file_and_the_entry(
-    tmp_path: Path, text: str, expected: str
-) -> None:
+)
+def test_a_bad_file_names_the_file_and_the_entry(tmp_path: Path, text: str, expected: str) -> None:
     path = tmp_path / "bl.json"
     path.write_text(text, encoding="utf-8")
     with pytest.raises(BaselineError, match=r"bl\.json") as caught:
@@ -460,8 +518,12 @@ def test_a_bad_file_is_a_usage_error_before_the_suite_runs(pytester: pytest.Pyte
     pytester.path.joinpath("bl.json").write_text('{"graphleak_baseline": 7}', encoding="utf-8")
     result = pytester.runpytest("--graphleak", "--graphleak-baseline=bl.json")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*graphleak: the baseline file '*bl.json' has version 7; *"
-                                 "(from command line option --graphleak-baseline)"])  # fmt: skip
+    result.stderr.fnmatch_lines(
+        [
+            "*graphleak: the baseline file '*bl.json' has version 7; *"
+            "(from command line option --graphleak-baseline)"
+        ]
+    )
     missing = pytester.runpytest("--graphleak", "--graphleak-baseline=none.json")
     assert missing.ret == pytest.ExitCode.USAGE_ERROR
     missing.stderr.fnmatch_lines(["*cannot read the baseline file '*none.json'*"])
@@ -473,20 +535,24 @@ def test_the_update_never_replaces_a_file_that_is_not_a_baseline(
     pytester.makepyfile(test_x="def test_x():\n    pass\n")
     other = pytester.path / "conftest_data.json"
     other.write_text('{"mine": true}', encoding="utf-8")
-    result = pytester.runpytest("--graphleak", "--graphleak-baseline=conftest_data.json",
-                                "--graphleak-baseline-update")  # fmt: skip
+    result = pytester.runpytest(
+        "--graphleak", "--graphleak-baseline=conftest_data.json", "--graphleak-baseline-update"
+    )
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*will not replace '*conftest_data.json': it is not a "
-                                 "graphleak baseline file*"])  # fmt: skip
+    result.stderr.fnmatch_lines(
+        ["*will not replace '*conftest_data.json': it is not a graphleak baseline file*"]
+    )
     assert other.read_text(encoding="utf-8") == '{"mine": true}'
-    nowhere = pytester.runpytest("--graphleak", "--graphleak-baseline=no/bl.json",
-                                 "--graphleak-baseline-update")  # fmt: skip
+    nowhere = pytester.runpytest(
+        "--graphleak", "--graphleak-baseline=no/bl.json", "--graphleak-baseline-update"
+    )
     assert nowhere.ret == pytest.ExitCode.USAGE_ERROR
     nowhere.stderr.fnmatch_lines(["*cannot write '*bl.json': its directory does not exist*"])
     alone = pytester.runpytest("--graphleak", "--graphleak-baseline-update")
     assert alone.ret == pytest.ExitCode.USAGE_ERROR
-    alone.stderr.fnmatch_lines(["*--graphleak-baseline-update writes the file that "
-                                "--graphleak-baseline=FILE names*"])  # fmt: skip
+    alone.stderr.fnmatch_lines(
+        ["*--graphleak-baseline-update writes the file that --graphleak-baseline=FILE names*"]
+    )
 
 
 def test_the_ini_key_names_the_file_relative_to_the_ini_file(pytester: pytest.Pytester) -> None:
@@ -524,12 +590,17 @@ def test_keys_leave_out_what_a_run_changes() -> None:
     later = baseline_keys.key_of("t.py::test_a", **_check("t.py::test_a", _losses(40, [8, 4], 1)))
     assert first == later
     assert first.holder == "fixture 'state' -> dict[*] -> list[*] -> Tensor"
-    dict_of_steps = [{"kind": "root", "type": "global", "name": "cache"},
-                     _link("container", "dict", "key", "21", length=22),
-                     _link("tensor", "Tensor")]  # fmt: skip
+    dict_of_steps = [
+        {"kind": "root", "type": "global", "name": "cache"},
+        _link("container", "dict", "key", "21", length=22),
+        _link("tensor", "Tensor"),
+    ]
     assert baseline_keys.holder_path(dict_of_steps) == "global 'cache' -> dict[*] -> Tensor"
-    itself = [{"kind": "root", "type": "self", "name": "self"},
-              _link("object", "Model", "attribute", "total"), _link("tensor", "Tensor")]
+    itself = [
+        {"kind": "root", "type": "self", "name": "self"},
+        _link("object", "Model", "attribute", "total"),
+        _link("tensor", "Tensor"),
+    ]
     assert baseline_keys.holder_path(itself) == "self -> Model.total -> Tensor"
     assert baseline_keys.holder_path([]) == ""
 
@@ -538,8 +609,11 @@ def test_another_holder_or_check_is_another_finding() -> None:
     name = "t.py::test_a"
 
     def held_by(root: str, edge: str = "index") -> list[JsonDoc]:
-        return [{"kind": "root", "type": "global", "name": root},
-                _link("container", "list", edge, "2"), _link("tensor", "Tensor")]
+        return [
+            {"kind": "root", "type": "global", "name": root},
+            _link("container", "list", edge, "2"),
+            _link("tensor", "Tensor"),
+        ]
 
     one = baseline_keys.key_of(name, **_check(name, held_by("history")))
     assert one != baseline_keys.key_of(name, **_check(name, held_by("others")))

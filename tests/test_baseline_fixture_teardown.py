@@ -18,7 +18,7 @@ from pytest_graphleak.baseline_keys import Key
 
 pytest_plugins = ["pytester"]
 
-HEAD = '''
+HEAD = """
 import pytest
 import minigrad as mg
 
@@ -32,16 +32,22 @@ def store():
 
 def _loss():
     return (mg.nn.Linear(2, 1)(mg.Tensor([[1.0, 2.0]])) ** 2).mean()
-'''
+"""
 
 #: Every test hands the module fixture a graph: under ``-n 2`` both workers' instances
 #: keep one, whatever the split.
-TESTS = {name: f"\n\ndef {name}(store):\n    store.append(_loss())\n"
-         for name in ("test_a", "test_b", "test_c", "test_d")}  # fmt: skip
+TESTS = {
+    name: f"\n\ndef {name}(store):\n    store.append(_loss())\n"
+    for name in ("test_a", "test_b", "test_c", "test_d")
+}
 LAST = "\n\ndef test_last():\n    pass\n"
 OTHER = "def test_other():\n    pass\n"
-KEY = ("test_mod.py", "outlive(module fixture 'store')", "list-accumulation",
-       "fixture 'store' -> list[*] -> Tensor")  # fmt: skip
+KEY = (
+    "test_mod.py",
+    "outlive(module fixture 'store')",
+    "list-accumulation",
+    "fixture 'store' -> list[*] -> Tensor",
+)
 
 
 @pytest.fixture(autouse=True)
@@ -49,8 +55,13 @@ def _wide_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", "250")
 
 
-def _suite(pytester: pytest.Pytester, *, order: list[str] | None = None, extra: str = "",
-           clear: bool = False) -> None:  # fmt: skip
+def _suite(
+    pytester: pytest.Pytester,
+    *,
+    order: list[str] | None = None,
+    extra: str = "",
+    clear: bool = False,
+) -> None:
     body = "".join(TESTS[name] for name in order or list(TESTS))
     head = HEAD.format(clear="kept.clear()" if clear else "pass")
     pytester.makepyfile(test_mod=head + body + extra, test_other=OTHER)
@@ -58,9 +69,14 @@ def _suite(pytester: pytest.Pytester, *, order: list[str] | None = None, extra: 
 
 def _run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
     return pytester.runpytest_subprocess(
-        "--graphleak", "-p", "no:randomly", "--graphleak-baseline=bl.json",
-        "--graphleak-outlive=fail", "--graphleak-report=r.json", *args,
-    )  # fmt: skip
+        "--graphleak",
+        "-p",
+        "no:randomly",
+        "--graphleak-baseline=bl.json",
+        "--graphleak-outlive=fail",
+        "--graphleak-report=r.json",
+        *args,
+    )
 
 
 def _entries(path: Path) -> list[dict[str, str]]:
@@ -144,8 +160,12 @@ def test_an_entry_keyed_on_the_tearing_down_test_still_matches(
     _suite(pytester, order=list(reversed(TESTS)))  # test_a tears it down now
     _known_and_nothing_fixed(_run(pytester), pytester)
     result = _run(pytester, "--graphleak-baseline-update")
-    result.stdout.fnmatch_lines(["*(0 added, 0 removed as fixed, 1 judged at a fixture's "
-                                 "teardown keyed on that fixture now)*"])  # fmt: skip
+    result.stdout.fnmatch_lines(
+        [
+            "*(0 added, 0 removed as fixed, 1 judged at a fixture's "
+            "teardown keyed on that fixture now)*"
+        ]
+    )
     entries = _entries(written)
     assert [(e["test"], e["check"], e["reason"]) for e in entries] == [
         (test, KEY[1], "kept on purpose")
@@ -153,15 +173,24 @@ def test_an_entry_keyed_on_the_tearing_down_test_still_matches(
 
 
 def test_the_key_names_the_fixture_instance() -> None:
-    links = [{"kind": "root", "type": "fixture", "name": "store"},
-             {"kind": "container", "type": "list", "edge": "index", "key": "0"},
-             {"kind": "tensor", "type": "Tensor"}]  # fmt: skip
-    for scope, node, test in [("module", "t/test_m.py", "t/test_m.py"),
-                              ("class", "t/test_m.py::TestA", "t/test_m.py::TestA"),
-                              ("package", "t", "t"), ("session", "", baseline_keys.SESSION)]:
-        key = baseline_keys.key_of("t/test_m.py::TestA::test_x", name="t/test_m.py::TestA::test_x"
-                              "::outlive", pattern="list-accumulation", links=links,
-                              judged_at={"fixture": "store", "scope": scope, "node": node})
+    links = [
+        {"kind": "root", "type": "fixture", "name": "store"},
+        {"kind": "container", "type": "list", "edge": "index", "key": "0"},
+        {"kind": "tensor", "type": "Tensor"},
+    ]
+    for scope, node, test in [
+        ("module", "t/test_m.py", "t/test_m.py"),
+        ("class", "t/test_m.py::TestA", "t/test_m.py::TestA"),
+        ("package", "t", "t"),
+        ("session", "", baseline_keys.SESSION),
+    ]:
+        key = baseline_keys.key_of(
+            "t/test_m.py::TestA::test_x",
+            name="t/test_m.py::TestA::test_x::outlive",
+            pattern="list-accumulation",
+            links=links,
+            judged_at={"fixture": "store", "scope": scope, "node": node},
+        )
         assert (key.test, key.check) == (test, f"outlive({scope} fixture 'store')")
         assert key.holder == "fixture 'store' -> list[*] -> Tensor"
         old = Key("t/test_m.py::TestA::test_x", "outlive", key.pattern, key.holder)
@@ -172,8 +201,9 @@ def test_the_key_names_the_fixture_instance() -> None:
         assert found_other == (other if scope == "session" else None)
 
 
-@pytest.mark.parametrize(("scope", "test"), [("class", "test_mod.py::TestFit"),
-                                             ("session", baseline_keys.SESSION)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("scope", "test"), [("class", "test_mod.py::TestFit"), ("session", baseline_keys.SESSION)]
+)
 def test_class_and_session_fixtures_are_keyed_on_their_instance(
     pytester: pytest.Pytester, scope: str, test: str
 ) -> None:
@@ -183,8 +213,10 @@ def test_class_and_session_fixtures_are_keyed_on_their_instance(
     def suite(names: list[str]) -> None:
         head = HEAD.format(clear="pass").replace('scope="module"', f'scope="{scope}"')
         body = "".join(TESTS[name].replace("\n", "\n    ") for name in names)
-        pytester.makepyfile(test_mod=head + "\n\nclass TestFit:" + body.replace(
-            "(store)", "(self, store)") + "\n", test_other=OTHER)  # fmt: skip
+        pytester.makepyfile(
+            test_mod=head + "\n\nclass TestFit:" + body.replace("(store)", "(self, store)") + "\n",
+            test_other=OTHER,
+        )
 
     suite(list(TESTS))
     result = _run(pytester, "--graphleak-baseline-update")
@@ -207,8 +239,12 @@ def test_a_run_of_some_of_the_scopes_tests_does_not_read_its_entry_as_fixed(
     result = _run(pytester, *select)
     assert result.ret == 0, result.stdout.str()
     result.stdout.no_fnmatch_line("*fixed since the baseline*")
-    result.stdout.fnmatch_lines(["graphleak baseline: 1 of its 1 entries not checked*"
-                                 "a fixture's entry is checked by a run of its whole scope)"])
+    result.stdout.fnmatch_lines(
+        [
+            "graphleak baseline: 1 of its 1 entries not checked*"
+            "a fixture's entry is checked by a run of its whole scope)"
+        ]
+    )
     result = _run(pytester, *select, "--graphleak-baseline-update")
     assert result.ret == 0, result.stdout.str()
     assert [tuple(e[f] for f in baseline_keys.KEY_FIELDS) for e in _entries(written)] == [KEY]
@@ -221,15 +257,20 @@ def test_a_run_stopped_by_x_does_not_read_its_entry_as_fixed(
 ) -> None:
     """``-x`` stops before the tests that hand the fixture its graphs: not checked."""
     _suite(pytester, extra=LAST, order=["test_a", "test_b"])
-    pytester.makepyfile(test_mod=pytester.path.joinpath("test_mod.py").read_text().replace(
-        "def test_a(store):\n    store.append(_loss())", "def test_a(store):\n    assert False"))
+    pytester.makepyfile(
+        test_mod=pytester.path.joinpath("test_mod.py")
+        .read_text()
+        .replace(
+            "def test_a(store):\n    store.append(_loss())", "def test_a(store):\n    assert False"
+        )
+    )
     result = _run(pytester, "-x")
     assert result.ret == 1, result.stdout.str()
     result.stdout.no_fnmatch_line("*fixed since the baseline*")
     result.stdout.fnmatch_lines(["graphleak baseline: 1 of its 1 entries not checked*"])
 
 
-ARCHIVE = '''
+ARCHIVE = """
 import pytest
 import minigrad as mg
 
@@ -257,13 +298,13 @@ class TestArchive:
 
 def test_other():
     pass
-'''
+"""
 
 #: Runs the collected tests last first (pytest-randomly may not be installed).
-REVERSED = '''
+REVERSED = """
 def pytest_collection_modifyitems(items):
     items.reverse()
-'''
+"""
 
 
 @pytest.mark.parametrize("change", ["reversed", "xdist"])
@@ -279,9 +320,13 @@ def test_a_class_fixture_that_archives_its_graphs_is_keyed_on_the_fixture(
     assert result.ret == 0, result.stdout.str()
     entries = _entries(pytester.path / "bl.json")
     assert [tuple(e[f] for f in baseline_keys.KEY_FIELDS) for e in entries] == [
-        ("test_archive.py::TestArchive", "outlive(class fixture 'store')",
-         "list-accumulation", "global 'ARCHIVE' -> list[*] -> Tensor"),
-    ]  # fmt: skip
+        (
+            "test_archive.py::TestArchive",
+            "outlive(class fixture 'store')",
+            "list-accumulation",
+            "global 'ARCHIVE' -> list[*] -> Tensor",
+        ),
+    ]
     if change == "reversed":
         pytester.makeconftest(REVERSED)
         result = _run(pytester)

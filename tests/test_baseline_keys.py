@@ -20,7 +20,7 @@ from pytest_graphleak.baseline_keys import Key
 
 pytest_plugins = ["pytester"]
 
-RUN_VARYING = '''
+RUN_VARYING = """
 import minigrad as mg
 
 w = mg.Tensor([1.0, 2.0], requires_grad=True)
@@ -33,7 +33,7 @@ def test_cache_by_tmp_path(tmp_path):
 
 def test_cache_by_run_name():
     RESULTS[f"run-{len(RESULTS)}"] = (w * 3.0).sum()
-'''
+"""
 HOLDER = "global 'RESULTS' -> dict[*] -> Tensor"
 
 
@@ -43,8 +43,14 @@ def _wide_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
-    return pytester.runpytest("--graphleak", "-p", "no:randomly", "--graphleak-outlive=fail",
-                              "--graphleak-baseline=bl.json", *args)  # fmt: skip
+    return pytester.runpytest(
+        "--graphleak",
+        "-p",
+        "no:randomly",
+        "--graphleak-outlive=fail",
+        "--graphleak-baseline=bl.json",
+        *args,
+    )
 
 
 def _findings(pytester: pytest.Pytester) -> list[dict[str, str]]:
@@ -73,26 +79,46 @@ def test_an_entry_written_with_the_key_spelled_still_matches_and_is_respelled(
     pytester: pytest.Pytester,
 ) -> None:
     pytester.makepyfile(test_runs=RUN_VARYING)
-    old = [Entry(Key("test_runs.py::test_cache_by_run_name", "outlive", "list-accumulation",
-                     "global 'RESULTS' -> dict['run-1'] -> Tensor"), "the run cache"),
-           Entry(Key("test_runs.py::test_cache_by_tmp_path", "outlive", "list-accumulation",
-                     "global 'RESULTS' -> dict['<pytest basetemp>/test_c...] -> Tensor"),
-                 "")]  # fmt: skip
+    old = [
+        Entry(
+            Key(
+                "test_runs.py::test_cache_by_run_name",
+                "outlive",
+                "list-accumulation",
+                "global 'RESULTS' -> dict['run-1'] -> Tensor",
+            ),
+            "the run cache",
+        ),
+        Entry(
+            Key(
+                "test_runs.py::test_cache_by_tmp_path",
+                "outlive",
+                "list-accumulation",
+                "global 'RESULTS' -> dict['<pytest basetemp>/test_c...] -> Tensor",
+            ),
+            "",
+        ),
+    ]
     (pytester.path / "bl.json").write_text(baseline.render(old), encoding="utf-8")
     gate = _run(pytester)
     assert gate.ret == 0, gate.stdout.str()
     gate.stdout.fnmatch_lines(["graphleak: 2 tests with results: 2 known;*"])
     told = folded(gate.stdout.str())
-    assert ("graphleak baseline: 2 entries of " f"{pytester.path / 'bl.json'} spell a dict's key "
-            "in their holder (written before holders read every key as [*]: a key can change "
-            "from run to run, a tmp_path, a run name); they were matched with [*] for the "
-            "key; --graphleak-baseline-update writes them so") in told  # fmt: skip
+    assert (
+        "graphleak baseline: 2 entries of "
+        f"{pytester.path / 'bl.json'} spell a dict's key "
+        "in their holder (written before holders read every key as [*]: a key can change "
+        "from run to run, a tmp_path, a run name); they were matched with [*] for the "
+        "key; --graphleak-baseline-update writes them so"
+    ) in told
     gate.stdout.no_fnmatch_line("*fixed since the baseline*")
     update = _run(pytester, "--graphleak-baseline-update")
     assert update.ret == 0
     assert "matched with [*] for the key; this update wrote them so" in folded(update.stdout.str())
     assert [(e["holder"], e["reason"]) for e in _findings(pytester)] == [
-        (HOLDER, "the run cache"), (HOLDER, "")]
+        (HOLDER, "the run cache"),
+        (HOLDER, ""),
+    ]
     quiet = _run(pytester)
     assert quiet.ret == 0
     quiet.stdout.no_fnmatch_line("*spell a dict's key*")
@@ -100,11 +126,14 @@ def test_an_entry_written_with_the_key_spelled_still_matches_and_is_respelled(
 
 def test_entries_that_respelled_name_one_finding_are_merged(tmp_path: Path) -> None:
     path = tmp_path / "bl.json"
-    keys = [Key("t.py::a", "marker", "list-accumulation", f"global 'C' -> dict[{k}] -> Tensor")
-            for k in ("'a'", "'b'", "'c'")]
+    keys = [
+        Key("t.py::a", "marker", "list-accumulation", f"global 'C' -> dict[{k}] -> Tensor")
+        for k in ("'a'", "'b'", "'c'")
+    ]
     reasons = ["ticket 1", "ticket 2", "ticket 1"]
-    path.write_text(baseline.render(Entry(k, r) for k, r in zip(keys, reasons, strict=True)),
-                    encoding="utf-8")  # fmt: skip
+    path.write_text(
+        baseline.render(Entry(k, r) for k, r in zip(keys, reasons, strict=True)), encoding="utf-8"
+    )
     loaded = baseline.load(path)
     (key,) = loaded.entries
     assert key.holder == "global 'C' -> dict[*] -> Tensor"
@@ -116,12 +145,18 @@ def test_entries_that_respelled_name_one_finding_are_merged(tmp_path: Path) -> N
     ("old", "now"),
     [
         ("global 'R' -> dict['run-1'] -> Tensor", "global 'R' -> dict[*] -> Tensor"),
-        ("fixture 's' -> dict['a -> b'] -> OrderedDict[3] -> list[*] -> Tensor",
-         "fixture 's' -> dict[*] -> OrderedDict[*] -> list[*] -> Tensor"),
-        ("self -> Model.cache -> dict[('x', 1)] -> Tensor",
-         "self -> Model.cache -> dict[*] -> Tensor"),
-        ("global 'f' -> function.__defaults__[0] -> list[*] -> Tensor",
-         "global 'f' -> function.__defaults__[0] -> list[*] -> Tensor"),
+        (
+            "fixture 's' -> dict['a -> b'] -> OrderedDict[3] -> list[*] -> Tensor",
+            "fixture 's' -> dict[*] -> OrderedDict[*] -> list[*] -> Tensor",
+        ),
+        (
+            "self -> Model.cache -> dict[('x', 1)] -> Tensor",
+            "self -> Model.cache -> dict[*] -> Tensor",
+        ),
+        (
+            "global 'f' -> function.__defaults__[0] -> list[*] -> Tensor",
+            "global 'f' -> function.__defaults__[0] -> list[*] -> Tensor",
+        ),
         ("global 'h' -> list[*] -> Tensor", "global 'h' -> list[*] -> Tensor"),
         ("", ""),
     ],
@@ -131,14 +166,16 @@ def test_respelled_reads_each_dict_key_as_a_star(old: str, now: str) -> None:
 
 
 def test_a_string_key_is_a_star_in_a_new_key() -> None:
-    links = [{"kind": "root", "type": "global", "name": "RESULTS"},
-             {"kind": "container", "type": "dict", "edge": "key", "key": "'/tmp/pytest-7/x'"},
-             {"kind": "tensor", "type": "Tensor", "edge": "graph"}]  # fmt: skip
+    links = [
+        {"kind": "root", "type": "global", "name": "RESULTS"},
+        {"kind": "container", "type": "dict", "edge": "key", "key": "'/tmp/pytest-7/x'"},
+        {"kind": "tensor", "type": "Tensor", "edge": "graph"},
+    ]
     assert baseline_keys.holder_path(links) == HOLDER
 
 
 # -- stale entries: their test no longer exists (b_stale_entry_unnamed) ----------------------
-TRAIN = '''
+TRAIN = """
 import minigrad as mg
 
 w = mg.Tensor([1.0, 2.0], requires_grad=True)
@@ -156,9 +193,11 @@ def test_eval():
 
 def test_clean():
     assert (w * 2.0).sum().item() == 6.0
-'''
-STALE = ("test_train.py::test_eval [outlive] list-accumulation, held by global 'kept' -> "
-         "list[*] -> Tensor")
+"""
+STALE = (
+    "test_train.py::test_eval [outlive] list-accumulation, held by global 'kept' -> "
+    "list[*] -> Tensor"
+)
 
 
 def _deleted_eval(pytester: pytest.Pytester) -> None:
@@ -177,10 +216,12 @@ def test_an_entry_of_a_deleted_test_is_named_and_an_update_removes_it(
     gate = _run(pytester, "--graphleak-report=r.json")
     assert gate.ret == 0, gate.stdout.str()
     told = folded(gate.stdout.str())
-    assert ("graphleak baseline: 1 of its 2 entries name tests this run of the whole suite did "
-            f"not collect (deleted or renamed), neither known nor fixed: {STALE} remove them "
-            "with: pytest --graphleak -p no:randomly --graphleak-outlive=fail "
-            "--graphleak-baseline=bl.json --graphleak-report=r.json --basetemp=") in told
+    assert (
+        "graphleak baseline: 1 of its 2 entries name tests this run of the whole suite did "
+        f"not collect (deleted or renamed), neither known nor fixed: {STALE} remove them "
+        "with: pytest --graphleak -p no:randomly --graphleak-outlive=fail "
+        "--graphleak-baseline=bl.json --graphleak-report=r.json --basetemp="
+    ) in told
     assert "--graphleak-baseline-update JSON report:" in told
     assert "not checked in this run" not in told
     section = json.loads((pytester.path / "r.json").read_text(encoding="utf-8"))["baseline"]
@@ -188,8 +229,11 @@ def test_an_entry_of_a_deleted_test_is_named_and_an_update_removes_it(
     assert section["unchecked"] == 1
     update = _run(pytester, "--graphleak-baseline-update")
     assert update.ret == 0
-    assert ("wrote 1 findings to " f"{pytester.path / 'bl.json'} (0 added, 0 removed as fixed, 1 "
-            "removed as their tests no longer exist)") in folded(update.stdout.str())  # fmt: skip
+    assert (
+        "wrote 1 findings to "
+        f"{pytester.path / 'bl.json'} (0 added, 0 removed as fixed, 1 "
+        "removed as their tests no longer exist)"
+    ) in folded(update.stdout.str())
     assert [e["test"] for e in _findings(pytester)] == ["test_train.py::test_step"]
 
 
@@ -198,10 +242,16 @@ def test_under_xdist_the_controller_names_and_prunes_the_same(pytester: pytest.P
     pytest.importorskip("xdist")
     _deleted_eval(pytester)
     update = pytester.runpytest_subprocess(
-        "--graphleak", "-p", "no:randomly", "--graphleak-outlive=fail",
-        "--graphleak-baseline=bl.json", "-n", "2", "--graphleak-report=r.json",
+        "--graphleak",
+        "-p",
+        "no:randomly",
+        "--graphleak-outlive=fail",
+        "--graphleak-baseline=bl.json",
+        "-n",
+        "2",
+        "--graphleak-report=r.json",
         "--graphleak-baseline-update",
-    )  # fmt: skip
+    )
     assert update.ret == 0, update.stdout.str()
     section = json.loads((pytester.path / "r.json").read_text(encoding="utf-8"))["baseline"]
     assert section["updated"]["pruned"] == 1
@@ -210,8 +260,12 @@ def test_under_xdist_the_controller_names_and_prunes_the_same(pytester: pytest.P
 
 @pytest.mark.parametrize(
     "selection",
-    [("-k", "step"), ("test_train.py::test_step",), ("test_other.py",),
-     ("--deselect", "test_train.py::test_clean")],
+    [
+        ("-k", "step"),
+        ("test_train.py::test_step",),
+        ("test_other.py",),
+        ("--deselect", "test_train.py::test_clean"),
+    ],
     ids=["-k", "node-id", "another-file", "deselect"],
 )
 def test_a_run_of_part_of_the_suite_calls_no_entry_stale(
@@ -245,15 +299,19 @@ def test_the_update_says_a_file_with_a_json_typo_is_not_json_and_where(
     for flags in ((), ("--graphleak-baseline-update",)):
         result = pytester.runpytest("--graphleak", "--graphleak-baseline=bl.json", *flags)
         assert result.ret == pytest.ExitCode.USAGE_ERROR
-        result.stderr.fnmatch_lines(["*graphleak: the baseline file '*bl.json' is not JSON: "
-                                     "Expecting property name enclosed in double quotes: "
-                                     "line 1 column 42 (char 41)*"])  # fmt: skip
+        result.stderr.fnmatch_lines(
+            [
+                "*graphleak: the baseline file '*bl.json' is not JSON: "
+                "Expecting property name enclosed in double quotes: "
+                "line 1 column 42 (char 41)*"
+            ]
+        )
         result.stderr.no_fnmatch_line("*not a graphleak baseline*")
     assert (pytester.path / "bl.json").read_text(encoding="utf-8") == typo
 
 
 # -- graphleak report: known, fixed and stale, as the terminal (report_cmd_hides_known_and_fixed)
-FIXED_AND_KNOWN = '''
+FIXED_AND_KNOWN = """
 import minigrad as mg
 
 w = mg.Tensor([1.0, 2.0], requires_grad=True)
@@ -267,7 +325,7 @@ def test_step():
 
 def test_total():
     TOTAL.append((w * 3.0).sum().item())
-'''
+"""
 
 
 def test_graphleak_report_marks_known_and_lists_fixed_and_stale_entries(
@@ -280,8 +338,9 @@ def test_graphleak_report_marks_known_and_lists_fixed_and_stale_entries(
     old = _findings(pytester)
     gone = {**old[0], "test": "test_suite.py::test_renamed"}
     text = (pytester.path / "bl.json").read_text(encoding="utf-8")
-    entries = [Entry(Key(*(e[f] for f in baseline_keys.KEY_FIELDS)), e["reason"])
-               for e in [*old, gone]]  # fmt: skip
+    entries = [
+        Entry(Key(*(e[f] for f in baseline_keys.KEY_FIELDS)), e["reason"]) for e in [*old, gone]
+    ]
     (pytester.path / "bl.json").write_text(baseline.render(entries), encoding="utf-8")
     assert text != baseline.render(entries)
     pytester.makepyfile(test_suite=FIXED_AND_KNOWN)  # test_total's leak fixed
@@ -298,29 +357,45 @@ def test_graphleak_report_marks_known_and_lists_fixed_and_stale_entries(
     path = pytester.path / "bl.json"
     at = next(i for i, line in enumerate(lines) if line.startswith("fixed since the baseline"))
     tail = folded("\n".join(lines[at:]).replace(" \\\n", " "))  # the command unfolded
-    said = [f"fixed since the baseline (1, listed in {path}): test_suite.py::test_total "
-            "[outlive] list-accumulation, held by global 'TOTAL' -> list[*] -> Tensor "
-            f"update the baseline file with: {_COMMAND.strip()}",
-            " --graphleak-baseline-update graphleak baseline: 1 of its 3 entries name tests "
-            "this run of the whole suite did not collect (deleted or renamed), neither known "
-            "nor fixed: test_suite.py::test_renamed [",
-            f" remove them with: {_COMMAND.strip()}"]  # fmt: skip
+    said = [
+        f"fixed since the baseline (1, listed in {path}): test_suite.py::test_total "
+        "[outlive] list-accumulation, held by global 'TOTAL' -> list[*] -> Tensor "
+        f"update the baseline file with: {_COMMAND.strip()}",
+        " --graphleak-baseline-update graphleak baseline: 1 of its 3 entries name tests "
+        "this run of the whole suite did not collect (deleted or renamed), neither known "
+        "nor fixed: test_suite.py::test_renamed [",
+        f" remove them with: {_COMMAND.strip()}",
+    ]
     found_at = [tail.find(text) for text in said]
     assert -1 not in found_at and found_at == sorted(found_at), (found_at, tail)
 
 
-_COMMAND = ("  pytest --graphleak -p no:randomly --graphleak-outlive=fail "
-            "--graphleak-baseline=bl.json --graphleak-report=r.json")
+_COMMAND = (
+    "  pytest --graphleak -p no:randomly --graphleak-outlive=fail "
+    "--graphleak-baseline=bl.json --graphleak-report=r.json"
+)
 
 
 def test_the_step_summary_lists_stale_entries_with_the_update_command() -> None:
     from pytest_graphleak.report.github import fixed_section
     from pytest_graphleak.report.model import BaselineSection
 
-    entry = {"test": "t.py::test_gone", "check": "outlive", "pattern": "list-accumulation",
-             "holder": "global 'kept' -> list[*] -> Tensor", "reason": ""}  # fmt: skip
-    section = BaselineSection.from_dict({"file": "/x/bl.json", "entries": 3, "fixed": [],
-                                         "stale": [entry], "update_command": "pytest --u"})
+    entry = {
+        "test": "t.py::test_gone",
+        "check": "outlive",
+        "pattern": "list-accumulation",
+        "holder": "global 'kept' -> list[*] -> Tensor",
+        "reason": "",
+    }
+    section = BaselineSection.from_dict(
+        {
+            "file": "/x/bl.json",
+            "entries": 3,
+            "fixed": [],
+            "stale": [entry],
+            "update_command": "pytest --u",
+        }
+    )
     assert fixed_section(section) == (
         "#### Entries of tests no longer collected (deleted or renamed) (1)\n\n"
         "- `t.py::test_gone` [outlive] list-accumulation, held by "

@@ -112,7 +112,9 @@ def test_results_md_gathers_every_target_line(run_all: ModuleType, tmp_path: Pat
         "## Sample cost\n\n| target | measured | result |\n| --- | --- | --- |\n"
         "| sample <= 1 ms | 0.4 ms | **met** |\n\n"
         "| step | plain | checked | overhead <= 10% |\n| --- | --- | --- | --- |\n"
-        "| MLP | 1 ms | 9 ms | **not met** |\n", encoding="utf-8")
+        "| MLP | 1 ms | 9 ms | **not met** |\n",
+        encoding="utf-8",
+    )
     (tmp_path / "soak.md").write_text("no heading, no target\n", encoding="utf-8")
     text = run_all.build_results_md(tmp_path)
     assert "| sampling | sample <= 1 ms | 0.4 ms | **met** |" in text
@@ -120,4 +122,5 @@ def test_results_md_gathers_every_target_line(run_all: ModuleType, tmp_path: Pat
     assert "### Sample cost" in text  # headings move one level down
     assert "## soak" in text
     assert text.index("<!-- from results/sampling.md -->") < text.index(
-        "<!-- from results/soak.md -->")
+        "<!-- from results/soak.md -->"
+    )

@@ -19,7 +19,7 @@ pytest_plugins = ["pytester"]
 #: Imported before the in-process run, which must not be the first to load it.
 torch = pytest.importorskip("torch")
 
-_TEST = '''
+_TEST = """
 import functools
 
 import pytest
@@ -39,7 +39,7 @@ def test_cached():
     step[0] += 1
     features(step[0]).sum().backward()
     {after}
-'''
+"""
 
 
 @pytest.mark.parametrize("decorator", ["lru_cache(maxsize=None)", "cache"])
@@ -57,8 +57,7 @@ def test_a_cache_of_graphs_is_list_accumulation_fixed_by_clearing_it(
     assert "features(step[0]).sum().backward(); then features.cache_clear()" in text, text
     assert "store plain numbers" not in text and ".detach()" not in text, text
     # The fix applied (either of its two first ways): the test passes.
-    pytester.makepyfile(test_lru=_TEST.format(decorator=decorator,
-                                              after="features.cache_clear()"))  # fmt: skip
+    pytester.makepyfile(test_lru=_TEST.format(decorator=decorator, after="features.cache_clear()"))
     pytester.runpytest("--graphleak", *FAST).assert_outcomes(passed=1)
     bounded = _TEST.format(decorator="lru_cache(maxsize=2)", after="pass")
     pytester.makepyfile(test_lru=bounded)
@@ -69,13 +68,17 @@ def test_the_cache_fix_is_chosen_for_a_running_value_through_a_cache_too() -> No
     """The advice (what a fix that cannot be tried says, a loop's) for a chain through
     a cache: never the running-total fix (``update it with .item() or .detach()
     values``), never ``.detach()``."""
-    links = [Link("root", "global", name="encode"),
-             Link("object", "_lru_cache_wrapper", edge="reference"),
-             Link("container", "dict", edge="key", key="3", base="dict"),
-             Link("tensor", "Tensor", shape=[2, 1], graph=True)]  # fmt: skip
+    links = [
+        Link("root", "global", name="encode"),
+        Link("object", "_lru_cache_wrapper", edge="reference"),
+        Link("container", "dict", edge="key", key="3", base="dict"),
+        Link("tensor", "Tensor", shape=[2, 1], graph=True),
+    ]
     for pattern in ("retained-grad-fn", "list-accumulation"):
         fix = choose_fix(Diagnosis(pattern, links=links))
-        assert fix.startswith("encode is a functools cache that keeps every result it "
-                              "returned, with its autograd graph, one per distinct "
-                              "argument: clear it once the step is done"), fix
+        assert fix.startswith(
+            "encode is a functools cache that keeps every result it "
+            "returned, with its autograd graph, one per distinct "
+            "argument: clear it once the step is done"
+        ), fix
         assert "(encode.cache_clear())" in fix and ".item()" not in fix

@@ -133,10 +133,12 @@ def test_module_follows_the_catalogue_convention(path: Path) -> None:
 #: keeps a closure made non-reentrant).
 NOT_VERIFIED = {
     "torch_function_ctx_attribute": why.CTX_UNTRIED,
-    **dict.fromkeys(("torch_train_preds_cat", "torch_hf_eval_preds_concat"),
-                    "the one change tried did not hold: 1 left torch.storage_bytes growing"),
+    **dict.fromkeys(
+        ("torch_train_preds_cat", "torch_hf_eval_preds_concat"),
+        "the one change tried did not hold: 1 left torch.storage_bytes growing",
+    ),
     "torch_kept_distributions": "none of the 3 changes tried held",
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("path", CATALOGUE, ids=lambda p: p.stem)
@@ -193,8 +195,9 @@ def test_every_surface_shows_the_one_fix(path: Path) -> None:
     read_back = CheckResult.from_dict(data)
     assert read_back.diagnosis == result.diagnosis
     fix = fix_of(data["pattern"], read_back.diagnosis)  # the verified change, else the advice
-    [line] = [line for line in diagnosis_view(data["pattern"], read_back.diagnosis)
-              if line.kind == "fix"]  # fmt: skip
+    [line] = [
+        line for line in diagnosis_view(data["pattern"], read_back.diagnosis) if line.kind == "fix"
+    ]
     assert line.text == fix
     shown = f"{line.label}: {' '.join(fix.split())}"
     assert shown in " ".join(render_text(result).split())
@@ -209,8 +212,11 @@ def test_every_surface_shows_the_one_fix(path: Path) -> None:
     annotation = commands(rows, str(EXAMPLES.parent))  # the fix is the message's first line
     assert len(annotation) == 1
     # it says, as the failure text does, whether the fix was verified (and why not)
-    assert annotation[0].split("::", 2)[2].startswith(f"{line.plain()}%0A".replace("%", "%25")
-                                                      .replace("%250A", "%0A"))
+    assert (
+        annotation[0]
+        .split("::", 2)[2]
+        .startswith(f"{line.plain()}%0A".replace("%", "%25").replace("%250A", "%0A"))
+    )
 
 
 def _graph_grew(result: pytest_graphleak.CheckResult) -> bool:
@@ -218,12 +224,26 @@ def _graph_grew(result: pytest_graphleak.CheckResult) -> bool:
     return any(m is not None and m.counts == "nodes" for m in declared)
 
 
-STORING = [p for p in CATALOGUE if p.stem in {
-    "torch_running_mean_forward", "minigrad_running_mean_forward", "torch_feature_queue_cat",
-    "torch_cache_dict", "minigrad_cache_dict", "torch_hf_tr_loss", "torch_tntorch_history",
-    "torch_recent_losses_deque", "torch_deferred_backward_list", "torch_running_mean_buffer",
-    "torch_step_log_dict_subclass", "torch_audit_prediction_cache", "torch_kept_distributions",
-}]  # fmt: skip
+STORING = [
+    p
+    for p in CATALOGUE
+    if p.stem
+    in {
+        "torch_running_mean_forward",
+        "minigrad_running_mean_forward",
+        "torch_feature_queue_cat",
+        "torch_cache_dict",
+        "minigrad_cache_dict",
+        "torch_hf_tr_loss",
+        "torch_tntorch_history",
+        "torch_recent_losses_deque",
+        "torch_deferred_backward_list",
+        "torch_running_mean_buffer",
+        "torch_step_log_dict_subclass",
+        "torch_audit_prediction_cache",
+        "torch_kept_distributions",
+    }
+]
 
 
 @pytest.mark.parametrize("steps", [8, None], ids=["track(steps=8)", "track()"])
@@ -269,12 +289,12 @@ def test_the_whole_catalogue_fails_its_leaks_then_passes_with_its_fixes_applied(
             copies[pytester.path / path.name] = load(path)
             shutil.copy(path, pytester.path / path.name)
     report = pytester.path / "graphleak.json"
-    args = ["--graphleak", "-p", "no:cacheprovider", "-q", "-rfE",
-            *[p.name for p in copies]]  # fmt: skip
+    args = ["--graphleak", "-p", "no:cacheprovider", "-q", "-rfE", *[p.name for p in copies]]
     with pytest.MonkeyPatch.context() as patch:  # one line each: this test reads the words
         patch.setenv("COLUMNS", "400")  # (test_plugin_failure_output reads 80 columns)
-        first = pytester.runpytest_subprocess(f"--graphleak-report={report}", "-k", "test_leaky",
-                                              *args)  # fmt: skip
+        first = pytester.runpytest_subprocess(
+            f"--graphleak-report={report}", "-k", "test_leaky", *args
+        )
     _reported(first, copies)
 
     code, out, err = _fix_apply(capsys, report)
@@ -340,9 +360,16 @@ def test_the_outlive_audit_names_an_unmarked_tests_store(
     with pytest.MonkeyPatch.context() as patch:  # one line each: the words are read
         patch.setenv("COLUMNS", "400")
         result = pytester.runpytest_subprocess(
-            "--graphleak", "--graphleak-outlive=fail", *sites, "-p", "no:cacheprovider",
-            "-q", "-k", f"{leaky} or {fixed}", str(path),
-        )  # fmt: skip
+            "--graphleak",
+            "--graphleak-outlive=fail",
+            *sites,
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "-k",
+            f"{leaky} or {fixed}",
+            str(path),
+        )
     text = result.stdout.str()
     assert result.parseoutcomes().get("passed") == 2, text[-3000:]  # the teardown errors
     assert result.parseoutcomes().get("errors") == 1, text[-3000:]
@@ -354,8 +381,10 @@ def test_the_outlive_audit_names_an_unmarked_tests_store(
         assert f"stored at: {path}:" in section and module.STORED_AT in section, section
         # the re-run tried the change the fix names, the whole test run once more with it
         changed = module.FIX.rsplit(": ", 1)[-1]  # PREDICTIONS[name] = pred.detach()
-        assert ("fix (verified: one more run of the test with this change left no graph "
-                f"alive): {path}:") in section and f": {changed}\n" in section, section
+        assert (
+            "fix (verified: one more run of the test with this change left no graph "
+            f"alive): {path}:"
+        ) in section and f": {changed}\n" in section, section
     else:
         assert "created at: unknown" in section and "stored at:" not in section, section
         assert f"fix (not verified): {module.AUDIT_FIX}  (" in section, section
@@ -380,8 +409,9 @@ def test_a_kept_distribution_is_told_which_tensors_to_detach() -> None:
     assert (kept.type, kept.carriers) == ("Normal", ["loc", "scale"]), result.diagnosis.links
 
 
-GROWING = [p for p in CATALOGUE if p.stem in {"torch_train_preds_cat",
-                                               "torch_hf_eval_preds_concat"}]  # fmt: skip
+GROWING = [
+    p for p in CATALOGUE if p.stem in {"torch_train_preds_cat", "torch_hf_eval_preds_concat"}
+]
 
 
 @pytest.mark.parametrize("path", GROWING, ids=lambda p: p.stem)

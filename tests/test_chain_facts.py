@@ -51,8 +51,11 @@ def test_a_dict_of_lists_gives_key_index_and_tensor_facts() -> None:
     state: dict[str, Any] = {"losses": [1.0, loss]}
     links = _links([("fixture 'state'", state)], loss)
     assert [(link.kind, link.type, link.edge) for link in links] == [
-        ("root", "fixture", ""), ("container", "dict", "key"),
-        ("container", "list", "index"), ("tensor", "Tensor", "")]  # fmt: skip
+        ("root", "fixture", ""),
+        ("container", "dict", "key"),
+        ("container", "list", "index"),
+        ("tensor", "Tensor", ""),
+    ]
     assert links[1].key == "'losses'" and links[1].base == "dict" and links[1].grows
     assert links[2].length == 2 and links[2].key == "1"
     assert links[3].shape == [] and links[3].graph
@@ -82,7 +85,9 @@ def test_attributes_cells_and_generator_frames_are_typed_edges() -> None:
     trainer, step, paused = Trainer(), make(), frames()
     next(paused)
     assert [(link.edge, link.key) for link in _links([("self", trainer)], out)][:2] == [
-        ("", ""), ("attribute", "last")]  # fmt: skip
+        ("", ""),
+        ("attribute", "last"),
+    ]
     cell = _links([("local 'step'", step)], out)
     assert "closure cell" in [link.edge for link in cell], cell
     frame = _links([("local 'gen'", paused)], out)
@@ -109,11 +114,13 @@ def test_a_custom_functions_ctx_attribute_is_its_own_edge() -> None:
 
 
 def test_the_links_travel_through_the_json_report() -> None:
-    links = [Link("root", "fixture", name="st"),
-             Link("container", "list", edge="index", key="0", base="list", length=3,
-                  grows=True),
-             Link("tensor", "Tensor", shape=[2, 4], graph=True)]  # fmt: skip
-    diagnosis = Diagnosis("list-accumulation", chain=["fixture 'st'", "list(len=3)", "T"],
-                          links=links, fix="f")  # fmt: skip
+    links = [
+        Link("root", "fixture", name="st"),
+        Link("container", "list", edge="index", key="0", base="list", length=3, grows=True),
+        Link("tensor", "Tensor", shape=[2, 4], graph=True),
+    ]
+    diagnosis = Diagnosis(
+        "list-accumulation", chain=["fixture 'st'", "list(len=3)", "T"], links=links, fix="f"
+    )
     result = CheckResult("t", 0, 0, {}, {}, Verdict(leaked=True), diagnosis=diagnosis)
     assert CheckResult.from_dict(result.to_dict()).diagnosis == diagnosis

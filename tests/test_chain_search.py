@@ -89,8 +89,7 @@ def test_a_search_cut_at_its_budget_says_so_and_names_the_roots() -> None:
     big = [[i] for i in range(MAX_PER_ROOT + 10)]
     small = {"x": [1, 2]}
     walker = ObjectEdges(active_backends())
-    found = find_chain([("global 'BIG'", big), ("fixture 'small'", small)],
-                       lambda o: False, walker)  # fmt: skip
+    found = find_chain([("global 'BIG'", big), ("fixture 'small'", small)], lambda o: False, walker)
     assert found.path is None and found.cut == ["global 'BIG'"] and not found.whole
     told = not_reached(found)
     assert told.startswith("no chain found from a fixture, global, closure or self")
@@ -112,8 +111,7 @@ def test_a_search_of_every_root_whole_proves_there_is_no_chain() -> None:
 
 def test_a_container_read_in_part_cuts_its_root() -> None:
     walker = ObjectEdges(active_backends())
-    found = find_chain([("global 'ROWS'", [[i] for i in range(20_001)])], lambda o: False,
-                       walker)  # fmt: skip
+    found = find_chain([("global 'ROWS'", [[i] for i in range(20_001)])], lambda o: False, walker)
     assert found.cut == ["global 'ROWS'"]
 
 

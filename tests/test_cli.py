@@ -136,13 +136,16 @@ def test_several_targets_quiet_json_html_and_report_round_trip(
     steps_file: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     leaky, clean = f"{steps_file.name}::leaky_step", f"{steps_file.name}::clean_step"
-    code, out, err = run(capsys, "check", clean, leaky, *FAST, "-q",
-                         "--json", "out.json", "--html", "out.html")
+    code, out, err = run(
+        capsys, "check", clean, leaky, *FAST, "-q", "--json", "out.json", "--html", "out.html"
+    )
     assert code == EXIT_LEAK  # the worst of the two
     lines = out.splitlines()  # -q: one verdict line per target, in the order given
     assert len(lines) == 2
-    assert lines[0].startswith(f"CLEAN {clean}: nothing grew over 6 steps after 2 warmup; "
-                              "catches 1 object every 2 steps or faster (")
+    assert lines[0].startswith(
+        f"CLEAN {clean}: nothing grew over 6 steps after 2 warmup; "
+        "catches 1 object every 2 steps or faster ("
+    )
     assert lines[1].startswith(f"LEAKED {leaky}: list-accumulation (")
     assert "JSON report written to out.json" in err
 
@@ -203,8 +206,12 @@ def test_several_targets_quiet_json_html_and_report_round_trip(
 
 
 def test_clean_report_exits_0(steps_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert run(capsys, "check", f"{steps_file.name}::clean_step", *FAST, "-q",
-               "--json", "clean.json")[0] == EXIT_CLEAN
+    assert (
+        run(capsys, "check", f"{steps_file.name}::clean_step", *FAST, "-q", "--json", "clean.json")[
+            0
+        ]
+        == EXIT_CLEAN
+    )
     code, out, _ = run(capsys, "report", "clean.json")
     assert code == EXIT_CLEAN
     assert "1 checked: 1 clean" in out
@@ -213,8 +220,9 @@ def test_clean_report_exits_0(steps_file: Path, capsys: pytest.CaptureFixture[st
 def test_a_raising_step_exits_3_with_its_traceback(
     steps_file: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, out, err = run(capsys, "check", f"{steps_file.name}::raising_step", *FAST,
-                         "--json", "err.json")
+    code, out, err = run(
+        capsys, "check", f"{steps_file.name}::raising_step", *FAST, "--json", "err.json"
+    )
     assert code == EXIT_USER_CODE
     assert "Traceback" in err and 'raise ValueError("bad batch")' in err
     assert "graphleak: raised at step 4" in err
@@ -239,32 +247,46 @@ def test_importing_a_broken_module_exits_3(
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["check", "{f}::leaky_step", "--steps", "0"],
-         "invalid --steps 0: steps must be an integer >= 1, got 0"),
-        (["check", "{f}::leaky_step", "--steps", "ten"],
-         "invalid --steps ten: steps must be an integer >= 1, got 'ten'"),
-        (["check", "{f}::leaky_step", "--warmup", "-1"],
-         "invalid --warmup -1: warmup must be an integer >= 0, got -1"),
+        (
+            ["check", "{f}::leaky_step", "--steps", "0"],
+            "invalid --steps 0: steps must be an integer >= 1, got 0",
+        ),
+        (
+            ["check", "{f}::leaky_step", "--steps", "ten"],
+            "invalid --steps ten: steps must be an integer >= 1, got 'ten'",
+        ),
+        (
+            ["check", "{f}::leaky_step", "--warmup", "-1"],
+            "invalid --warmup -1: warmup must be an integer >= 0, got -1",
+        ),
         (["check", "{f}::leaky_step", "--rss-tolerance", "lots"], "rss_tolerance"),
-        (["check", "{f}::leaky_step", "--start-scan", "fast"],
-         "invalid --start-scan fast: start_scan must be one of roots, heap, got 'fast'"),
+        (
+            ["check", "{f}::leaky_step", "--start-scan", "fast"],
+            "invalid --start-scan fast: start_scan must be one of roots, heap, got 'fast'",
+        ),
         (["check", "{f}::leaky_step", "--probes", "nvml"], "unknown probe 'nvml'"),
-        (["check", "{f}::leaky_step", "--steps", "1", "--warmup", "0"],
-         "steps=1 with warmup=0 can never flag a leak"),
+        (
+            ["check", "{f}::leaky_step", "--steps", "1", "--warmup", "0"],
+            "steps=1 with warmup=0 can never flag a leak",
+        ),
         (["check", "missing.py::step"], "error: no such file: missing.py"),
         (["check", "{f}::no_such"], "has no function 'no_such'"),
         (["check", "{f}::needs_batch"], "needs arguments (batch)"),
         (["check", "{f}"], "name the step function too"),
-        (["check", "{f}::clean_step", "--json", "nodir/out.json"],
-         "--json 'nodir/out.json': directory 'nodir' does not exist"),
+        (
+            ["check", "{f}::clean_step", "--json", "nodir/out.json"],
+            "--json 'nodir/out.json': directory 'nodir' does not exist",
+        ),
         (["check", "{f}::clean_step", "--html", "."], "--html '.': is a directory"),
         (["check"], "the following arguments are required"),
         (["report", "missing.json"], "error: no such file: missing.json"),
         (["report", "bad.json"], "bad.json is not valid JSON (line 1, column 2"),
         (["report", "other.json"], "other.json is JSON but not a graphleak report"),
         (["report", "future.json"], "has report schema 99"),
-        (["report", "broken_check.json"],
-         "broken_check.json is not a valid graphleak report: the document: the field"),
+        (
+            ["report", "broken_check.json"],
+            "broken_check.json is not a valid graphleak report: the document: the field",
+        ),
         (["demo", "--steps", "0"], "argument --steps: must be an integer >= 1, got 0"),
         (["demo", "--plot", "nodir/plot.svg"], "--plot 'nodir/plot.svg': directory 'nodir'"),
         (["frobnicate"], "invalid choice: 'frobnicate'"),

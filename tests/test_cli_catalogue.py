@@ -61,9 +61,13 @@ def test_check_gives_every_catalogue_example_its_expected_verdict(tmp_path: Path
     targets = [f"{path}::{step}" for path in examples for step in ("leaky_step", "fixed_step")]
     proc = subprocess.run(
         [sys.executable, "-m", "pytest_graphleak", "check", "-q", "--json", str(report), *targets],
-        cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        cwd=ROOT,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
         timeout=600,
-    )  # fmt: skip
+    )
     assert proc.returncode == 1, proc.stdout[-3000:]
 
     by_check = verdicts(json.loads(report.read_text()))
@@ -73,9 +77,11 @@ def test_check_gives_every_catalogue_example_its_expected_verdict(tmp_path: Path
             f"{path}::leaky_step": ("leaked", expected),
             f"{path}::fixed_step": ("clean", None),
         }
-        disagreements += [f"{nodeid} gave {by_check.get(nodeid)}, expected {verdict}"
-                          for nodeid, verdict in wanted.items()
-                          if by_check.get(nodeid) != verdict]  # fmt: skip
+        disagreements += [
+            f"{nodeid} gave {by_check.get(nodeid)}, expected {verdict}"
+            for nodeid, verdict in wanted.items()
+            if by_check.get(nodeid) != verdict
+        ]
     assert not disagreements, "\n".join(disagreements)
     # The terminal output names each verdict too, one line per step in -q mode.
     assert proc.stdout.count("LEAKED examples/") == len(examples), proc.stdout[-3000:]

@@ -72,8 +72,12 @@ def env_without_torch(tmp_path: Path) -> dict[str, str]:
 def graphleak(*argv: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "pytest_graphleak", *argv],
-        env=env, cwd=cwd, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_demo_without_torch_tells_the_story_in_plain_lines(
@@ -81,8 +85,12 @@ def test_demo_without_torch_tells_the_story_in_plain_lines(
 ) -> None:
     proc = subprocess.run(
         [sys.executable, *DEMO, "--plot", "demo.svg"],
-        env=env_without_torch, cwd=tmp_path, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        env=env_without_torch,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     out = proc.stdout
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "\x1b" not in out and "\r" not in out  # piped: no escape codes, no redraws
@@ -104,7 +112,9 @@ def test_demo_without_torch_tells_the_story_in_plain_lines(
     # The summary table says the status table's labels, as every other surface does.
     table = out.split("Summary (first -> last measured step)")[1].splitlines()
     assert [row.split("  ")[-1].strip() for row in table if row.startswith("  ")][1:] == [
-        "LEAKED list-accumulation", "LEAKED retained-grad-fn", "CLEAN"
+        "LEAKED list-accumulation",
+        "LEAKED retained-grad-fn",
+        "CLEAN",
     ]
     # The log itself shows the leak: alive Node grows in the leaky runs, not in the fixed one.
     assert _alive_nodes(keeps)[-1] > _alive_nodes(keeps)[0]
@@ -117,8 +127,14 @@ def test_demo_without_torch_tells_the_story_in_plain_lines(
     lines = svg.findall(".//{http://www.w3.org/2000/svg}polyline")
     assert len(lines) == 3 * 2 * 2  # 3 metrics x 2 leaky runs x (leaky, fixed)
 
-    verbose = subprocess.run([sys.executable, *DEMO, "--verbose"], env=env_without_torch,
-                             cwd=tmp_path, capture_output=True, text=True, timeout=300)  # fmt: skip
+    verbose = subprocess.run(
+        [sys.executable, *DEMO, "--verbose"],
+        env=env_without_torch,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert len([x for x in verbose.stdout.splitlines() if x.startswith("Step")]) == 3 * 8
     assert "series (warmup | measured)" in verbose.stdout
 
@@ -137,8 +153,14 @@ def test_demo_on_a_terminal_draws_a_live_status_line(
 ) -> None:
     leader, follower = pty.openpty()
     env = {**env_without_torch, "TERM": "xterm", "COLUMNS": "120"}
-    proc = subprocess.Popen([sys.executable, *DEMO], env=env, cwd=tmp_path,
-                            stdout=follower, stderr=follower, stdin=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, *DEMO],
+        env=env,
+        cwd=tmp_path,
+        stdout=follower,
+        stderr=follower,
+        stdin=subprocess.DEVNULL,
+    )
     os.close(follower)
     chunks = []
     deadline = time.monotonic() + 300
@@ -170,8 +192,17 @@ def test_check_then_report_as_a_user_runs_them(
 ) -> None:
     (tmp_path / "train_e2e.py").write_text(STEPS)
     env = env_without_torch
-    proc = graphleak("check", "train_e2e.py::leaky_step", "train_e2e.py::fixed_step",
-                     "--steps", "6", "--json", "r.json", env=env, cwd=tmp_path)
+    proc = graphleak(
+        "check",
+        "train_e2e.py::leaky_step",
+        "train_e2e.py::fixed_step",
+        "--steps",
+        "6",
+        "--json",
+        "r.json",
+        env=env,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 1, proc.stderr
     assert "train_e2e.py::leaky_step leaks: list-accumulation" in proc.stdout
     assert "held by: global 'history' -> list" in proc.stdout
@@ -183,8 +214,7 @@ def test_check_then_report_as_a_user_runs_them(
     assert "2 checked: 1 leaked, 1 clean" in proc.stdout
     assert "held by: global 'history' -> list" in proc.stdout
 
-    proc = graphleak("check", "train_e2e.py::fixed_step", "--steps", "abc", env=env,
-                     cwd=tmp_path)
+    proc = graphleak("check", "train_e2e.py::fixed_step", "--steps", "abc", env=env, cwd=tmp_path)
     assert proc.returncode == 2
     assert "invalid --steps abc: steps must be an integer >= 1, got 'abc'" in proc.stderr
 

@@ -35,15 +35,29 @@ def leaky_step():  # the name has a character cp1252 and ASCII lack: \u2192
 
 def _graphleak(cwd: Path, encoding: str, *args: str) -> subprocess.CompletedProcess[bytes]:
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONIOENCODING": encoding}
-    return subprocess.run([sys.executable, "-m", "pytest_graphleak", *args], cwd=cwd,
-                          capture_output=True, env=env, timeout=300)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "pytest_graphleak", *args],
+        cwd=cwd,
+        capture_output=True,
+        env=env,
+        timeout=300,
+    )
 
 
 @pytest.mark.parametrize("encoding", ["ascii", "cp1252"])
 def test_check_and_report_on_a_narrow_stdout(tmp_path: Path, encoding: str) -> None:
     (tmp_path / "steps.py").write_text(_STEPS, encoding="utf-8")
-    leak = _graphleak(tmp_path, encoding, "check", "steps.py::leaky_step", "steps.py::clean_step",
-                      "--steps", "6", "--json", "out.json")  # fmt: skip
+    leak = _graphleak(
+        tmp_path,
+        encoding,
+        "check",
+        "steps.py::leaky_step",
+        "steps.py::clean_step",
+        "--steps",
+        "6",
+        "--json",
+        "out.json",
+    )
     assert leak.returncode == EXIT_LEAK, leak.stderr.decode(errors="replace")
     out = leak.stdout.decode(encoding)  # every byte is the encoding's own
     assert "steps.py::leaky_step" in out and "steps.py::clean_step" in out
@@ -81,19 +95,23 @@ def test_a_dumb_terminal_gets_no_redrawn_lines(monkeypatch: pytest.MonkeyPatch) 
     assert not _is_terminal(_Tty()) and not Display(_Tty()).live
 
 
-def test_pytest_output_on_a_narrow_stdout(pytester: pytest.Pytester,
-                                          monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_pytest_output_on_a_narrow_stdout(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """pytest's own writer escapes what its stdout cannot encode (``\\u2581``); with the
     plugin its terminal shows the ASCII look-alikes, as the commands do."""
     monkeypatch.setenv("PYTHONIOENCODING", "ascii")
     monkeypatch.setenv("PYTHONPATH", str(REPO))
-    pytester.makepyfile(test_narrow=_STEPS + """
+    pytester.makepyfile(
+        test_narrow=_STEPS
+        + """
 import pytest
 
 @pytest.mark.no_graph_growth(steps=5, warmup=2)
 def test_leaky():
     leaky_step()
-""")
+"""
+    )
     result = pytester.runpytest_subprocess("--graphleak", "-p", "no:randomly")
     result.assert_outcomes(failed=1)
     out = result.stdout.str()

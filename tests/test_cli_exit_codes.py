@@ -26,8 +26,9 @@ def graphleak(
 ) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, *([str(runner)] if runner else ["-m", "pytest_graphleak"])]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run([*command, *args], cwd=cwd, capture_output=True, text=True,
-                          env=env, timeout=300)  # fmt: skip
+    return subprocess.run(
+        [*command, *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=300
+    )
 
 
 def test_sys_exit_in_the_step_is_an_error_with_a_row(tmp_path: Path) -> None:
@@ -49,14 +50,16 @@ def test_sys_exit_in_the_step_is_an_error_with_a_row(tmp_path: Path) -> None:
 def test_sys_exit_at_import_is_an_error_with_a_row(tmp_path: Path) -> None:
     (tmp_path / "exits_import.py").write_text("import sys\nsys.exit(0)\n\ndef f():\n    pass\n")
     (tmp_path / "fine.py").write_text("def f():\n    pass\n")
-    proc = graphleak(tmp_path, "check", "exits_import.py::f", "fine.py::f", "--steps", "3",
-                     "--json", "out.json")  # fmt: skip
+    proc = graphleak(
+        tmp_path, "check", "exits_import.py::f", "fine.py::f", "--steps", "3", "--json", "out.json"
+    )
     assert proc.returncode == EXIT_USER_CODE, proc.stderr
     assert "importing exits_import.py called sys.exit(0), so no step was checked" in proc.stderr
     tests = json.loads((tmp_path / "out.json").read_text())["tests"]
     assert [(t["nodeid"], t["status"]) for t in tests] == [
-        ("exits_import.py::f", "error"), ("fine.py::f", "clean"),
-    ]  # fmt: skip
+        ("exits_import.py::f", "error"),
+        ("fine.py::f", "clean"),
+    ]
 
 
 def test_module_level_argparse_sees_only_the_script_name(tmp_path: Path) -> None:
@@ -83,8 +86,9 @@ def test_sys_argv_is_restored_after_the_check(
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", list(sys.path))
     monkeypatch.setattr(sys, "argv", ["graphleak", "check", "argv_probe.py::step"])
-    (tmp_path / "argv_probe.py").write_text("import sys\nSEEN = []\n\ndef step():\n"
-                                            "    SEEN.append(list(sys.argv))\n")  # fmt: skip
+    (tmp_path / "argv_probe.py").write_text(
+        "import sys\nSEEN = []\n\ndef step():\n    SEEN.append(list(sys.argv))\n"
+    )
     assert main(["check", "argv_probe.py::step", "--steps", "3", "-q"]) == EXIT_CLEAN
     assert sys.argv == ["graphleak", "check", "argv_probe.py::step"]
     assert sys.modules["argv_probe"].SEEN[0] == ["argv_probe.py"]
@@ -114,10 +118,24 @@ def test_ctrl_c_keeps_the_finished_result(tmp_path: Path) -> None:
     )
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pytest_graphleak", "check", "steps.py::fast", "steps.py::slow",
-         "--steps", "4", "--json", "out.json"],
-        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pytest_graphleak",
+            "check",
+            "steps.py::fast",
+            "steps.py::slow",
+            "--steps",
+            "4",
+            "--json",
+            "out.json",
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     deadline = time.monotonic() + 240
     while not (tmp_path / "slow-started").exists():
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
@@ -139,8 +157,9 @@ def _report_with(tmp_path: Path, change: object) -> Path:
         "import minigrad as mg\nKEPT = []\n\ndef step():\n"
         "    KEPT.append(mg.Tensor([1.0], requires_grad=True) * 2)\n"
     )
-    proc = graphleak(tmp_path, "check", "leaky.py::step", "--steps", "6", "--warmup", "1",
-                     "--json", "r.json")  # fmt: skip
+    proc = graphleak(
+        tmp_path, "check", "leaky.py::step", "--steps", "6", "--warmup", "1", "--json", "r.json"
+    )
     assert proc.returncode == 1, proc.stderr
     document = json.loads((tmp_path / "r.json").read_text())
     change(document)  # type: ignore[operator]
@@ -164,15 +183,18 @@ def test_report_reads_a_null_sample(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("change", "field"),
     [
-        (lambda d: d["tests"][0]["checks"][0].update(series="oops"),
-         "tests[0].checks[0].series: expected object, got string 'oops'"),
-        (lambda d: d["tests"][0]["checks"][0]["verdict"].pop("leaked"),
-         "tests[0].checks[0].verdict: the field 'leaked' is missing"),
-        (lambda d: d["tests"][0].update(status="fine"),
-         "tests[0].status: expected one of"),
+        (
+            lambda d: d["tests"][0]["checks"][0].update(series="oops"),
+            "tests[0].checks[0].series: expected object, got string 'oops'",
+        ),
+        (
+            lambda d: d["tests"][0]["checks"][0]["verdict"].pop("leaked"),
+            "tests[0].checks[0].verdict: the field 'leaked' is missing",
+        ),
+        (lambda d: d["tests"][0].update(status="fine"), "tests[0].status: expected one of"),
         (lambda d: d["summary"].update(checked=-1), "summary.checked: expected a number >= 0"),
     ],
-)  # fmt: skip
+)
 def test_report_names_file_and_field_of_a_malformed_document(
     tmp_path: Path, change: object, field: str
 ) -> None:
@@ -248,5 +270,7 @@ def test_report_refuses_a_summary_its_tests_do_not_make(tmp_path: Path) -> None:
     (tmp_path / "relabelled.json").write_text(json.dumps(relabelled))
     proc = graphleak(tmp_path, "report", "relabelled.json", "--html", "out.html")
     assert proc.returncode == EXIT_USAGE and not (tmp_path / "out.html").exists()
-    assert "relabelled.json is inconsistent: tests[0] (steps.py::leaks) has status 'clean', " \
-        "but its checks and outcome make it 'leaked'" in proc.stderr  # fmt: skip
+    assert (
+        "relabelled.json is inconsistent: tests[0] (steps.py::leaks) has status 'clean', "
+        "but its checks and outcome make it 'leaked'" in proc.stderr
+    )

@@ -31,8 +31,10 @@ def write(path: Path, text: str) -> Path:
 
 def test_file_function_is_loaded_with_its_directory_on_sys_path(tree: Path) -> None:
     write(tree / "lib" / "helper_mod_a.py", "VALUE = 41\n")
-    write(tree / "lib" / "train_a.py",
-          "import helper_mod_a\n\ndef step():\n    return helper_mod_a.VALUE + 1\n")
+    write(
+        tree / "lib" / "train_a.py",
+        "import helper_mod_a\n\ndef step():\n    return helper_mod_a.VALUE + 1\n",
+    )
     target = resolve("lib/train_a.py::step")
     assert target.name == "lib/train_a.py::step"
     assert target.func() == 42
@@ -48,8 +50,9 @@ def test_file_inside_a_package_imports_with_its_dotted_name(tree: Path) -> None:
 
 
 def test_module_colon_function_and_class_attribute(tree: Path) -> None:
-    write(tree / "mod_c.py",
-          "class Loop:\n    @staticmethod\n    def step():\n        return 'ok'\n")
+    write(
+        tree / "mod_c.py", "class Loop:\n    @staticmethod\n    def step():\n        return 'ok'\n"
+    )
     sys.path.insert(0, str(tree))
     assert resolve("mod_c:Loop.step").func() == "ok"
     assert resolve("mod_c.py::Loop::step").func() == "ok"  # pytest node-id spelling
@@ -117,16 +120,19 @@ def test_module_that_raises_on_import_is_user_code(tree: Path) -> None:
 
 
 def test_a_class_is_refused_not_checked_as_its_constructor(tree: Path) -> None:
-    write(tree / "model_cls.py", "class Trainer:\n    def __init__(self):\n        pass\n"
-                                  "\nLIMIT = 3\n")  # fmt: skip
+    write(
+        tree / "model_cls.py",
+        "class Trainer:\n    def __init__(self):\n        pass\n\nLIMIT = 3\n",
+    )
     with pytest.raises(UsageError, match=r"'model_cls.py::Trainer' is a class, not a function"):
         resolve("model_cls.py::Trainer")
     with pytest.raises(UsageError, match=r"'model_cls.py::LIMIT' is an int, not a function"):
         resolve("model_cls.py::LIMIT")
 
 
-@pytest.mark.parametrize("file", ["dir with space/step_sp.py", "pkg with space/step_sp2.py",
-                                  "train-v2.py"])  # fmt: skip
+@pytest.mark.parametrize(
+    "file", ["dir with space/step_sp.py", "pkg with space/step_sp2.py", "train-v2.py"]
+)
 def test_a_path_that_is_no_module_name_is_loaded_by_path(tree: Path, file: str) -> None:
     write(tree / file, "def step():\n    return 7\n")
     if file.startswith("pkg"):
@@ -144,7 +150,8 @@ def test_one_reader_of_a_reference_for_the_command_and_the_ranks(tmp_path: Path)
     assert parse_target("pkg.mod:make") == TargetSpec("", "pkg.mod", "make")
     assert parse_target("C:\\\\work\\\\steps.py") is None and parse_target("steps.py") is None
     file = tmp_path / "factories.py"
-    file.write_text("class Steps:\n    @staticmethod\n    def make(rank, size):\n"
-                    "        return lambda: None\n")  # fmt: skip
+    file.write_text(
+        "class Steps:\n    @staticmethod\n    def make(rank, size):\n        return lambda: None\n"
+    )
     ref = factory_ref(f"{file}::Steps::make")
     assert (ref.file, ref.qualname) == (str(file.resolve()), "Steps.make")

@@ -111,14 +111,20 @@ class _Store(dict):  # type: ignore[type-arg]
 @pytest.mark.parametrize(
     ("holder", "line", "fix"),
     [
-        (_RowList(), "rows.append(loss)",
-         "store loss.item() (a plain number) instead of loss, so that rows keeps no graph: "
-         "rows.append(loss.item())"),
-        (_Store(), "rows[len(rows)] = loss",
-         "store loss.item() (a plain number) instead of loss, so that rows keeps no graph: "
-         "rows[len(rows)] = loss.item()"),
+        (
+            _RowList(),
+            "rows.append(loss)",
+            "store loss.item() (a plain number) instead of loss, so that rows keeps no graph: "
+            "rows.append(loss.item())",
+        ),
+        (
+            _Store(),
+            "rows[len(rows)] = loss",
+            "store loss.item() (a plain number) instead of loss, so that rows keeps no graph: "
+            "rows[len(rows)] = loss.item()",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_subclass_of_a_container_gets_the_words_its_base_gets(
     holder: Any, line: str, fix: str
 ) -> None:
@@ -144,14 +150,22 @@ def test_a_namedtuple_record_in_a_list_is_not_taken_for_the_list() -> None:
 
     scalar = Link("tensor", "Tensor", shape=[])
     batch = Link("container", "Batch", edge="index", base="tuple", length=2)
-    kept = [Link("root", "local", name="kept"),
-            Link("container", "list", edge="index", base="list", length=24), batch, scalar]
+    kept = [
+        Link("root", "local", name="kept"),
+        Link("container", "list", edge="index", base="list", length=24),
+        batch,
+        scalar,
+    ]
     assert stored_fix("list-accumulation", "kept.append(Batch(x, y))", kept) == (
         ""  # a record: which field to detach is not known from this line
     )
-    state = [Link("root", "fixture", name="state"),
-             Link("container", "dict", edge="key", key="'batch'", base="dict"), batch, scalar]
-    assert stored_fix("list-accumulation", 'state["batch"] = Batch(x, y)', state) == ""  # fmt: skip
+    state = [
+        Link("root", "fixture", name="state"),
+        Link("container", "dict", edge="key", key="'batch'", base="dict"),
+        batch,
+        scalar,
+    ]
+    assert stored_fix("list-accumulation", 'state["batch"] = Batch(x, y)', state) == ""
 
 
 class _TensorDictLike:

@@ -35,7 +35,7 @@ except ImportError:  # the torch cases skip
 # The other runs are in-process (pytester.runpytest): their files import torch and
 # minigrad at the top, as this process has, so a subprocess would test nothing more.
 
-LAZY = '''
+LAZY = """
 import pytest
 
 KEEP = []
@@ -62,7 +62,7 @@ def test_imported_at_step_3_is_unmeasured():
 @pytest.mark.no_graph_growth(steps=6, warmup=1)
 def test_pure_python_clean():
     sum(range(100))
-'''
+"""
 
 
 def _statuses(path: Path) -> dict[str, dict[str, Any]]:
@@ -78,9 +78,7 @@ def _statuses(path: Path) -> dict[str, dict[str, Any]]:
 def test_a_library_imported_inside_the_step(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_lazy=LAZY)
     # A subprocess: minigrad must not be imported before the first step.
-    result = pytester.runpytest_subprocess(
-        *FAST, "--graphleak", "-v", "--graphleak-report=r.json"
-    )
+    result = pytester.runpytest_subprocess(*FAST, "--graphleak", "-v", "--graphleak-report=r.json")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.assert_outcomes(passed=2, failed=2)
     checks = _statuses(pytester.path / "r.json")
@@ -95,18 +93,22 @@ def test_a_library_imported_inside_the_step(pytester: pytest.Pytester) -> None:
         "no probe measured minigrad: it was first imported inside the step, at step 3"
     ), late["unmeasured"]
     out = folded(result.stdout.str())  # the terminal wraps at 80 columns
-    assert ("test_imported_at_step_3_is_unmeasured: not measured, so no verdict: no probe "
-            "measured minigrad: it was first imported inside the step, at step 3") in out
+    assert (
+        "test_imported_at_step_3_is_unmeasured: not measured, so no verdict: no probe "
+        "measured minigrad: it was first imported inside the step, at step 3"
+    ) in out
     assert "UNMEASURED test_lazy.py::test_imported_at_step_3_is_unmeasured not measured:" in out
     # a step that uses no autograd library: the process probe measured it, clean
     clean = checks["test_pure_python_clean"]
     assert clean["status"] == "clean" and clean["unmeasured"] is None
     assert clean["verdict"]["slowest_leak_steps"] == 2
-    assert ("CLEAN test_lazy.py::test_pure_python_clean (6 steps after 1 warmup; catches "
-            "1 object every 2 steps or faster)") in out
+    assert (
+        "CLEAN test_lazy.py::test_pure_python_clean (6 steps after 1 warmup; catches "
+        "1 object every 2 steps or faster)"
+    ) in out
 
 
-CHOSEN = '''
+CHOSEN = """
 import pytest
 import torch
 import minigrad as mg
@@ -131,7 +133,7 @@ def test_both_clean():
 @pytest.mark.no_graph_growth(steps=6, warmup=1, probes="process")
 def test_memory_only_by_choice():
     (W * 2).sum().backward()
-'''
+"""
 
 
 @pytest.mark.skipif(torch is None, reason="needs torch")
@@ -173,15 +175,21 @@ def test_no_probe_at_all_and_warn_only(pytester: pytest.Pytester) -> None:
         folded(result.stdout.str()),  # the terminal wraps at 80 columns
         "*test_torch_leak: not measured, so no verdict: no probe measured anything (cuda: no "
         "CUDA device is in use*; yet the step's module imports torch*add torch to the probes*",
-    )  # fmt: skip
+    )
     warned = pytester.runpytest(
-        *FAST, "--graphleak", "--graphleak-probes=cuda", "--graphleak-warn-only", "-k",
+        *FAST,
+        "--graphleak",
+        "--graphleak-probes=cuda",
+        "--graphleak-warn-only",
+        "-k",
         "torch_leak",
-    )  # fmt: skip
+    )
     assert warned.ret == pytest.ExitCode.OK
     warned.assert_outcomes(passed=1, warnings=1)
-    said_in_order(warned.stdout.str(), ["*GraphLeakWarning: no verdict (warn-only, not failed) "
-                                        "not measured, so no verdict: *"])  # fmt: skip
+    said_in_order(
+        warned.stdout.str(),
+        ["*GraphLeakWarning: no verdict (warn-only, not failed) not measured, so no verdict: *"],
+    )
 
 
 def test_the_api_and_the_cli(tmp_path: Path) -> None:
@@ -205,10 +213,24 @@ def test_the_api_and_the_cli(tmp_path: Path) -> None:
         "        KEEP.append(mg.Tensor([1.0], requires_grad=True) * 2.0)\n"
     )
     run = subprocess.run(
-        [sys.executable, "-m", "pytest_graphleak", "check", f"{script}::step", "--steps", "4",
-         "--warmup", "1", "--json", str(tmp_path / "r.json")],
-        capture_output=True, text=True, cwd=tmp_path, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pytest_graphleak",
+            "check",
+            f"{script}::step",
+            "--steps",
+            "4",
+            "--warmup",
+            "1",
+            "--json",
+            str(tmp_path / "r.json"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert run.returncode == EXIT_UNMEASURED, run.stdout + run.stderr
     assert "UNMEASURED" in run.stdout and "at step 2" in run.stdout, run.stdout
     document = json.loads((tmp_path / "r.json").read_text())

@@ -52,8 +52,9 @@ def _hook_step(how: str) -> Any:
     return step
 
 
-@pytest.mark.parametrize(("how", "table"), [("register_hook", "post_hooks"),
-                                            ("register_prehook", "pre_hooks")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("how", "table"), [("register_hook", "post_hooks"), ("register_prehook", "pre_hooks")]
+)
 def test_grad_fn_hook_with_a_bound_method_is_a_cycle(how: str, table: str) -> None:
     result = pytest_graphleak.check(_hook_step(how), steps=8)
     text = render_text(result)
@@ -192,7 +193,6 @@ def test_diagnose_restores_the_hook_registration_on_error(monkeypatch: pytest.Mo
     assert vars(torch.autograd.function._HookMixin)["_register_hook"] is original
 
 
-
 def test_minigrad_function_keeping_its_output_through_ctx_is_a_cycle() -> None:
     """minigrad's forward works on arrays, so ``ctx.out = out`` keeps an array; the cycle
     needs an object on ctx that holds the output, and lives while no backward releases the
@@ -229,7 +229,7 @@ def test_minigrad_function_keeping_its_output_through_ctx_is_a_cycle() -> None:
     assert any("record.out = Scale.apply(w * 1.0, record)" in s.line for s in d.sites), text
 
 
-_SOLVER = '''
+_SOLVER = """
 import torch
 
 
@@ -257,9 +257,9 @@ class Adjoint(torch.autograd.Function):
 
 def odeint_adjoint(func, y0, t):
     return Adjoint.apply(func, y0, t, *func.parameters())
-'''
+"""
 
-_USER = '''
+_USER = """
 import torch
 from {library} import odeint_adjoint
 
@@ -287,7 +287,7 @@ def step():
     cond = torch.randn(8, 4)
     xt = Flow(NET, cond).trajectory(torch.randn(8, 4), T)
     xt[-1].pow(2).mean().backward()
-'''
+"""
 
 
 _MODULES = itertools.count()
@@ -322,7 +322,8 @@ def test_a_library_functions_ctx_cycle_is_fixed_at_the_users_own_line(
     assert d.sites[0].line == "xt = odeint_adjoint(self, x0, t)", text
     assert d.fix.startswith("store Flow.xt without its graph: self.xt = xt.detach() ("), text
     assert "Adjoint.forward" not in d.fix and "ctx.save_for_backward" not in d.fix, text
-    assert any("Function Adjoint of odelib_" in note and "your Flow.xt" in note
-               for note in d.notes), text  # fmt: skip
+    assert any(
+        "Function Adjoint of odelib_" in note and "your Flow.xt" in note for note in d.notes
+    ), text
     fixed, _ = _ode_step(tmp_path, monkeypatch, "xt.detach()")
     assert not pytest_graphleak.check(fixed, steps=8).leaked

@@ -275,10 +275,22 @@ def test_confirm_leaves_other_metrics_and_clean_verdicts_alone(fake: FakeCuda) -
 
 
 def test_confirm_is_per_device() -> None:
-    baseline = {ALLOCATED: 10.0, f"{ALLOCATED}.0": 4.0, f"{ALLOCATED}.1": 6.0,
-                RESERVED: 10.0, f"{RESERVED}.0": 4.0, f"{RESERVED}.1": 6.0}
-    cleaned = {ALLOCATED: 12.0, f"{ALLOCATED}.0": 4.0, f"{ALLOCATED}.1": 8.0,
-               RESERVED: 12.0, f"{RESERVED}.0": 4.0, f"{RESERVED}.1": 8.0}
+    baseline = {
+        ALLOCATED: 10.0,
+        f"{ALLOCATED}.0": 4.0,
+        f"{ALLOCATED}.1": 6.0,
+        RESERVED: 10.0,
+        f"{RESERVED}.0": 4.0,
+        f"{RESERVED}.1": 6.0,
+    }
+    cleaned = {
+        ALLOCATED: 12.0,
+        f"{ALLOCATED}.0": 4.0,
+        f"{ALLOCATED}.1": 8.0,
+        RESERVED: 12.0,
+        f"{RESERVED}.0": 4.0,
+        f"{RESERVED}.1": 8.0,
+    }
     metrics = {
         m.name: m for d in (0, 1) for m in byte_metrics(f"{ALLOCATED}.{d}", f"{RESERVED}.{d}")
     }

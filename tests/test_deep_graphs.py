@@ -81,9 +81,7 @@ def test_deep_graphs_are_measured_freed_and_diagnosed_without_a_crash(
     pytester: pytest.Pytester,
 ) -> None:
     pytester.makepyfile(test_held=HELD_BY_A_FIXTURE, test_grown=GROWN_BY_A_LEAK)
-    result = pytester.runpytest_subprocess(
-        "--graphleak", "-v", "--graphleak-report=r.json", *FAST
-    )
+    result = pytester.runpytest_subprocess("--graphleak", "-v", "--graphleak-report=r.json", *FAST)
     # 139 (SIGSEGV) before the bounded walk; 1: the grown leak fails its test
     assert result.ret == 1, result.stdout.str()
     result.assert_outcomes(passed=3, failed=1)  # test_b_runs_after ran after each graph went

@@ -61,8 +61,12 @@ def test_torch_list_accumulation_chain_site_and_growth_note() -> None:
         state["losses"].append(loss)
 
     run(step)
-    d = diagnose(leak_verdict("torch.tensors", "torch.nodes"), metrics=METRICS, step=step,
-                 roots={"fixture 'state'": state})  # fmt: skip
+    d = diagnose(
+        leak_verdict("torch.tensors", "torch.nodes"),
+        metrics=METRICS,
+        step=step,
+        roots={"fixture 'state'": state},
+    )
     assert d.pattern == "list-accumulation"
     assert d.chain[:2] == ["fixture 'state'", "dict['losses']"]
     assert d.chain[2].startswith("list(len=")
@@ -90,10 +94,12 @@ def test_a_list_that_grows_every_kth_step_is_list_accumulation(every: int) -> No
     # the plugin's verdict: one more tensor every `every` steps
     verdict = Verdict(
         leaked=True,
-        growths=[Growth("torch.tensors", 1.0, 1.0 + 16 / every, 1 / every),
-                 Growth("torch.nodes", 3.0, 3.0 + 48 / every, 3 / every)],
+        growths=[
+            Growth("torch.tensors", 1.0, 1.0 + 16 / every, 1 / every),
+            Growth("torch.nodes", 3.0, 3.0 + 48 / every, 3 / every),
+        ],
         reason="test",
-    )  # fmt: skip
+    )
     d = diagnose(verdict, metrics=METRICS, step=step, roots={"fixture 'state'": state})
     assert d.pattern == "list-accumulation", d.notes
     assert d.chain[:2] == ["fixture 'state'", "dict['losses']"]
@@ -198,8 +204,9 @@ def test_minigrad_hidden_state_retained_through_a_fixture() -> None:
         state["h"] = cell(mg.ones(1, 2), state["h"])
 
     run(step)
-    d = diagnose(leak_verdict("minigrad.nodes"), metrics=METRICS,
-                 step=step, roots={"fixture 'state'": state})
+    d = diagnose(
+        leak_verdict("minigrad.nodes"), metrics=METRICS, step=step, roots={"fixture 'state'": state}
+    )
     assert d.pattern == "retained-grad-fn"
     tensor = "Tensor(shape=(1, 3), grad_fn=TanhBackward)"
     assert d.chain[:3] == ["fixture 'state'", "dict['h']", tensor]
@@ -241,8 +248,9 @@ def test_diagnosis_is_plain_data_and_keeps_nothing_alive() -> None:
         kept.append(t)
 
     run(step)
-    d = diagnose(leak_verdict("torch.tensors"), metrics=METRICS,
-                 step=step, roots={"local 'kept'": kept})
+    d = diagnose(
+        leak_verdict("torch.tensors"), metrics=METRICS, step=step, roots={"local 'kept'": kept}
+    )
     json.dumps(asdict(d))  # plain strings and numbers only
     kept.clear()
     gc.collect()
@@ -259,9 +267,13 @@ def test_excluded_and_plugin_objects_never_appear() -> None:
         public.append(t)
 
     run(step)
-    d = diagnose(leak_verdict(), metrics=METRICS, step=step, roots={"fixture 'holder'": holder,
-                                                   "fixture 'public'": public},
-                 exclude=[id(holder)])  # fmt: skip
+    d = diagnose(
+        leak_verdict(),
+        metrics=METRICS,
+        step=step,
+        roots={"fixture 'holder'": holder, "fixture 'public'": public},
+        exclude=[id(holder)],
+    )
     assert d.chain[0] == "fixture 'public'"
     assert "secret" not in " ".join(d.chain)
     assert all("pytest_graphleak" not in line for line in d.chain + d.cycle)
@@ -322,8 +334,12 @@ def test_memory_growth_names_the_container_that_holds_the_bytes() -> None:
         state["cache"].append(np.ones(100_000))  # 800 KB a step
 
     run(step)
-    d = diagnose(leak_verdict("process.rss_bytes"), metrics=METRICS,
-                 step=step, roots={"fixture 'state'": state})
+    d = diagnose(
+        leak_verdict("process.rss_bytes"),
+        metrics=METRICS,
+        step=step,
+        roots={"fixture 'state'": state},
+    )
     assert d.pattern == "memory-growth"
     assert d.chain[0] == "fixture 'state'" and "['cache']" in " ".join(d.chain), d.chain
     assert any(note.startswith("grows by 781.") for note in d.notes), d.notes
@@ -340,8 +356,12 @@ def test_memory_growth_names_an_array_replaced_by_a_bigger_one() -> None:
         loop.preds = torch.cat((loop.preds, torch.ones(64, 100)))  # same slot, more bytes
 
     run(step)
-    d = diagnose(leak_verdict("torch.storage_bytes"), metrics=METRICS,
-                 step=step, roots={"local 'loop'": loop})
+    d = diagnose(
+        leak_verdict("torch.storage_bytes"),
+        metrics=METRICS,
+        step=step,
+        roots={"local 'loop'": loop},
+    )
     assert d.pattern == "memory-growth"
     assert d.chain[0] == "local 'loop'" and "preds" in " ".join(d.chain), d.chain
     assert any("25.0 KiB per step" in note and "same place" in note for note in d.notes)
@@ -354,8 +374,9 @@ def test_memory_growth_finds_a_holder_in_the_steps_closure() -> None:
         hidden.append(bytes(300_000))
 
     run(step)
-    d = diagnose(leak_verdict("process.rss_bytes"), metrics=METRICS,
-                 step=step, roots={})  # no root given
+    d = diagnose(
+        leak_verdict("process.rss_bytes"), metrics=METRICS, step=step, roots={}
+    )  # no root given
     assert d.pattern == "memory-growth"
     assert d.chain[0] == "closure 'hidden'", d.chain
     assert "hidden.append(bytes(300_000))" in site_lines(d)
@@ -363,16 +384,18 @@ def test_memory_growth_finds_a_holder_in_the_steps_closure() -> None:
 
 def test_without_a_step_the_heap_is_inspected() -> None:
     losses = [torch.ones(1, requires_grad=True) * i for i in range(4)]
-    d = diagnose(leak_verdict("torch.tensors"), metrics=METRICS,
-                 step=None, roots={"local 'losses'": losses})
+    d = diagnose(
+        leak_verdict("torch.tensors"), metrics=METRICS, step=None, roots={"local 'losses'": losses}
+    )
     assert d.pattern == "list-accumulation"
     assert d.chain[:2] == ["local 'losses'", "list(len=4)"]
 
     total = torch.zeros(())
     for i in range(5):
         total = total + torch.ones((), requires_grad=True) * i
-    d = diagnose(leak_verdict("torch.nodes"), metrics=METRICS,
-                 step=None, roots={"local 'total'": total})
+    d = diagnose(
+        leak_verdict("torch.nodes"), metrics=METRICS, step=None, roots={"local 'total'": total}
+    )
     assert d.pattern == "retained-grad-fn"
     assert d.chain[0] == "local 'total'"
     assert any("autograd graph has" in n for n in d.notes)
@@ -472,8 +495,9 @@ def test_minigrad_only_process_without_torch() -> None:
         print(d.pattern, d.chain[0], d.sites[0].filename, d.sites[0].lineno)
         """
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=120, check=True)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
     assert out.stdout.split("\n")[0] == "list-accumulation global 'kept' <string> 10"
 
 
@@ -485,8 +509,12 @@ def test_a_root_reaching_a_huge_dataset_does_not_starve_the_others() -> None:
         losses.append(torch.ones(1, requires_grad=True) * 2)
 
     run(step)
-    d = diagnose(leak_verdict(), metrics=METRICS, step=step,
-                 roots={"fixture 'dataset'": dataset, "fixture 'losses'": losses})  # fmt: skip
+    d = diagnose(
+        leak_verdict(),
+        metrics=METRICS,
+        step=step,
+        roots={"fixture 'dataset'": dataset, "fixture 'losses'": losses},
+    )
     assert d.pattern == "list-accumulation"
     assert d.chain[0] == "fixture 'losses'"
 
@@ -510,8 +538,12 @@ def test_dead_and_live_weak_proxies_on_the_heap_do_not_break_the_diagnosis() -> 
         holder["dead"] = dead
 
     run(step)
-    d = diagnose(leak_verdict("torch.tensors"), metrics=METRICS, step=step,
-                 roots={"fixture 'holder'": holder})  # fmt: skip
+    d = diagnose(
+        leak_verdict("torch.tensors"),
+        metrics=METRICS,
+        step=step,
+        roots={"fixture 'holder'": holder},
+    )
     assert not any("diagnosis failed" in note for note in d.notes), d.notes
     assert d.pattern == "list-accumulation"
     assert d.chain[0] in ("closure 'kept'", "fixture 'holder'"), d.chain
@@ -525,8 +557,9 @@ def test_creation_sites_with_equal_counts_are_listed_in_source_order() -> None:
 
     from pytest_graphleak.diagnose.sites import MAX_SITES, per_step
 
-    counts = Counter({("b.py", 9, "f"): 4, ("a.py", 51, "f"): 4, ("a.py", 49, "f"): 4,
-                      ("a.py", 7, "g"): 8})  # fmt: skip
+    counts = Counter(
+        {("b.py", 9, "f"): 4, ("a.py", 51, "f"): 4, ("a.py", 49, "f"): 4, ("a.py", 7, "g"): 8}
+    )
     listed = [(site.filename, site.lineno) for site in per_step(counts, steps=4)]
     assert listed == [("a.py", 7), ("a.py", 49), ("a.py", 51), ("b.py", 9)][:MAX_SITES]
     reversed_insertion = Counter(dict(reversed(list(counts.items()))))

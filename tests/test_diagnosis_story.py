@@ -72,7 +72,7 @@ def test_detached_accumulation_says_no_graph_and_never_advises_detach() -> None:
     text = text_of(d, v)
     assert "graph-carrying" not in text
     assert "(or loss.detach())" not in text
-    assert "state[\"losses\"].append(loss.detach())" in stored_lines(d)
+    assert 'state["losses"].append(loss.detach())' in stored_lines(d)
 
 
 def test_graph_carrying_accumulation_keeps_the_usual_story() -> None:
@@ -383,10 +383,12 @@ def test_html_report_shows_stored_at_story_and_fix() -> None:
     run(step)
     v = verdict("torch.tensors")
     d = diagnose(v, metrics=METRICS, step=step, roots={"fixture 'state'": state})
-    result = CheckResult("t.py::test_x", 2, 0, {"torch.tensors": [1, 2]},
-                         {"torch.tensors": "objects"}, v, d)  # fmt: skip
-    doc = build_document([CheckedTest("t.py::test_x", "failed", [result.to_dict()])],
-                         generated_by="test")  # fmt: skip
+    result = CheckResult(
+        "t.py::test_x", 2, 0, {"torch.tensors": [1, 2]}, {"torch.tensors": "objects"}, v, d
+    )
+    doc = build_document(
+        [CheckedTest("t.py::test_x", "failed", [result.to_dict()])], generated_by="test"
+    )
     page = render_html(Report.from_dict(doc), draw=None)
     assert "stored at (the line that puts it in its holder)" in page
     assert "state[&quot;losses&quot;].append(" in page
@@ -446,7 +448,11 @@ def test_minigrad_sites_name_their_function() -> None:
         state["losses"].append((w * 2).sum())
 
     run(minigrad_step)
-    d = diagnose(verdict("minigrad.nodes"), metrics=METRICS, step=minigrad_step,
-                 roots={"fixture 'state'": state})  # fmt: skip
+    d = diagnose(
+        verdict("minigrad.nodes"),
+        metrics=METRICS,
+        step=minigrad_step,
+        roots={"fixture 'state'": state},
+    )
     mine = [s for s in d.sites if s.filename == THIS_FILE]
     assert mine and {s.function for s in mine} == {"minigrad_step"}, d.sites

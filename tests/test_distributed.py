@@ -295,8 +295,9 @@ def test_a_rank_that_measured_nothing_is_no_clean_verdict() -> None:
     names the rank."""
     from pytest_graphleak import UnmeasuredError
 
-    result = check_distributed(make_plain_step, world_size=1, steps=3, warmup=1,
-                               probes="cuda", raise_on_leak=False)  # fmt: skip
+    result = check_distributed(
+        make_plain_step, world_size=1, steps=3, warmup=1, probes="cuda", raise_on_leak=False
+    )
     assert not result.leaked and result.unmeasured_ranks == [0]
     assert result.unmeasured_text().startswith("not measured on rank(s) 0 of 1")
     with pytest.raises(UnmeasuredError, match=r"not measured on rank\(s\) 0 of 1"):

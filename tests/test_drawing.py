@@ -25,11 +25,20 @@ PACKAGE = Path(__file__).resolve().parents[1] / "pytest_graphleak"
 
 def sample() -> Drawing:
     return Drawing(
-        nodes=[DrawingNode("fixture 'st'", "root"), DrawingNode("dict"), DrawingNode("list(len=3)"),
-               DrawingNode('Tensor(shape=(), grad_fn="x")'), DrawingNode("MeanBackward0", "node")],
-        edges=[DrawingEdge(0, 1, "root"), DrawingEdge(1, 2, "reference", "['rows']"),
-               DrawingEdge(2, 3, "reference", ""), DrawingEdge(3, 4, "graph")],
-    )  # fmt: skip
+        nodes=[
+            DrawingNode("fixture 'st'", "root"),
+            DrawingNode("dict"),
+            DrawingNode("list(len=3)"),
+            DrawingNode('Tensor(shape=(), grad_fn="x")'),
+            DrawingNode("MeanBackward0", "node"),
+        ],
+        edges=[
+            DrawingEdge(0, 1, "root"),
+            DrawingEdge(1, 2, "reference", "['rows']"),
+            DrawingEdge(2, 3, "reference", ""),
+            DrawingEdge(3, 4, "graph"),
+        ],
+    )
 
 
 def test_a_drawing_is_written_as_dot_in_the_order_its_edges_reach_its_nodes() -> None:
@@ -69,20 +78,29 @@ def test_the_diagnosis_builds_a_drawing_of_plain_data() -> None:
     path.clear()
     assert drawn is not None
     assert [(n.label, n.kind) for n in drawn.nodes] == [
-        ("fixture 'st'", "root"), ("dict(len=1)", "object"), ("list(len=2)", "object"),
+        ("fixture 'st'", "root"),
+        ("dict(len=1)", "object"),
+        ("list(len=2)", "object"),
         ("Box", "object"),
-    ]  # fmt: skip
+    ]
     assert [(e.source, e.target, e.kind, e.label) for e in drawn.edges] == [
-        (0, 1, "root", ""), (1, 2, "reference", "['rows']"), (2, 3, "reference", "[1]"),
-    ]  # fmt: skip
+        (0, 1, "root", ""),
+        (1, 2, "reference", "['rows']"),
+        (2, 3, "reference", "[1]"),
+    ]
     assert drawing(None, None, walker) is None
 
 
 def test_the_document_carries_the_drawing_and_its_dot_text() -> None:
     result = CheckResult(
-        name="t", steps=3, warmup=1, series={}, units={}, verdict=Verdict(True),
+        name="t",
+        steps=3,
+        warmup=1,
+        series={},
+        units={},
+        verdict=Verdict(True),
         diagnosis=Diagnosis("list-accumulation", chain=["fixture 'st'"], drawing=sample()),
-    )  # fmt: skip
+    )
     data = result.to_dict()
     assert "dot" not in data["diagnosis"]  # the result holds the record, not its rendering
     back = CheckResult.from_dict(json.loads(json.dumps(data)))
@@ -109,6 +127,10 @@ def _writes_dot(path: Path) -> list[str]:
 
 
 def test_only_the_reports_write_dot() -> None:
-    found = [hit for path in sorted(PACKAGE.rglob("*.py")) if "report" not in path.parts
-             for hit in _writes_dot(path)]  # fmt: skip
+    found = [
+        hit
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if "report" not in path.parts
+        for hit in _writes_dot(path)
+    ]
     assert found == []

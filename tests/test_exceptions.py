@@ -41,9 +41,14 @@ WARNINGS = {"GraphLeakWarning": "pytest_graphleak", "GraphOutliveWarning": "pyte
 
 
 def _public(kind: type) -> dict[str, type]:
-    return {name: value for name, value in vars(exceptions).items()
-            if isinstance(value, type) and issubclass(value, kind) and value is not kind
-            and not name.startswith("_")}  # fmt: skip
+    return {
+        name: value
+        for name, value in vars(exceptions).items()
+        if isinstance(value, type)
+        and issubclass(value, kind)
+        and value is not kind
+        and not name.startswith("_")
+    }
 
 
 def test_every_public_error_derives_from_graphleak_error() -> None:
@@ -97,22 +102,40 @@ class _ToyCallback(FrameworkCheck):
 @pytest.mark.parametrize(
     ("call", "words"),
     [
-        (lambda: pytest_graphleak.check(lambda: None, name="step", steps=0),
-         r"check\(step\): steps must be an integer >= 1, got 0"),
-        (lambda: unchecked(pytest_graphleak.check)(lambda: None, name="step", on_leak="warn"),
-         r"check\(step\): unknown keyword argument 'on_leak'"),
-        (lambda: pytest_graphleak.track(warmup=-1),
-         r"track\(\): warmup must be an integer >= 0, got -1"),
-        (lambda: _ToyCallback(window=1),
-         r"_ToyCallback\(\) \(toy\): window must be an integer >= 2 \(or None\), got 1"),
-        (lambda: _ToyCallback(steps=3, window=4),
-         r"_ToyCallback\(\) \(toy\): give steps= or window=, not both"),
-        (lambda: unchecked(_ToyCallback)(on_leak="log"),
-         r"_ToyCallback\(\) \(toy\): on_leak must be 'raise' or 'warn', got 'log'"),
+        (
+            lambda: pytest_graphleak.check(lambda: None, name="step", steps=0),
+            r"check\(step\): steps must be an integer >= 1, got 0",
+        ),
+        (
+            lambda: unchecked(pytest_graphleak.check)(lambda: None, name="step", on_leak="warn"),
+            r"check\(step\): unknown keyword argument 'on_leak'",
+        ),
+        (
+            lambda: pytest_graphleak.track(warmup=-1),
+            r"track\(\): warmup must be an integer >= 0, got -1",
+        ),
+        (
+            lambda: _ToyCallback(window=1),
+            r"_ToyCallback\(\) \(toy\): window must be an integer >= 2 \(or None\), got 1",
+        ),
+        (
+            lambda: _ToyCallback(steps=3, window=4),
+            r"_ToyCallback\(\) \(toy\): give steps= or window=, not both",
+        ),
+        (
+            lambda: unchecked(_ToyCallback)(on_leak="log"),
+            r"_ToyCallback\(\) \(toy\): on_leak must be 'raise' or 'warn', got 'log'",
+        ),
     ],
-    ids=["check-steps", "check-keyword", "track-warmup", "callback-window",
-         "callback-both", "callback-on-leak"],
-)  # fmt: skip
+    ids=[
+        "check-steps",
+        "check-keyword",
+        "track-warmup",
+        "callback-window",
+        "callback-both",
+        "callback-on-leak",
+    ],
+)
 def test_a_bad_argument_raises_option_error_naming_the_call(call: Any, words: str) -> None:
     """A bad keyword of a check is the caller's mistake: an ``OptionError``, so that
     ``except GraphleakError`` catches it, still a ``ValueError``, naming the call and the

@@ -70,8 +70,10 @@ def one_off_minigrad() -> Callable[[], None]:
 def test_one_constant_and_its_words() -> None:
     assert FEWEST_STEPS == 3
     why, fix = too_few_steps(2, source="command line option --graphleak-steps")
-    assert why == ("steps=2 is too few for a verdict: with fewer than 3 measured steps, one "
-                   "tensor made once in a measured step would read as a leak")  # fmt: skip
+    assert why == (
+        "steps=2 is too few for a verdict: with fewer than 3 measured steps, one "
+        "tensor made once in a measured step would read as a leak"
+    )
     assert fix == "steps=3 or more (steps=2 came from command line option --graphleak-steps)"
     assert too_few_steps(1)[1] == "steps=3 or more"
 
@@ -129,10 +131,15 @@ def test_a_marker_with_too_few_steps_is_unmeasured_not_a_leak(
     assert result.ret == 1, out
     assert "leaks:" not in out and "+1/step" not in out
     # the short summary line: cut to the terminal's width, or whole where CI is set
-    assert re.search(r"UNMEASURED test_oneoff\.py::test_oneoff - not measured(, so no "
-                     rf"verdict)?: steps={steps}\b", out), out  # fmt: skip
-    assert (f"fix: steps=3 or more (steps={steps} came from "
-            f"@pytest.mark.no_graph_growth(steps={steps}) on test_oneoff.py::test_oneoff)") in out
+    assert re.search(
+        r"UNMEASURED test_oneoff\.py::test_oneoff - not measured(, so no "
+        rf"verdict)?: steps={steps}\b",
+        out,
+    ), out
+    assert (
+        f"fix: steps=3 or more (steps={steps} came from "
+        f"@pytest.mark.no_graph_growth(steps={steps}) on test_oneoff.py::test_oneoff)"
+    ) in out
 
 
 def test_graphleak_steps_2_is_unmeasured_and_steps_3_judges_the_one_off_clean(

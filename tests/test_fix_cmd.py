@@ -120,9 +120,12 @@ def _moved(report: Path, filename: Path, **top: Any) -> None:
     ],
 )
 def test_apply_refuses_a_library_or_a_virtual_environment(
-    leak_report: Path, pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str],
-    where: str, said: str,
-) -> None:  # fmt: skip
+    leak_report: Path,
+    pytester: pytest.Pytester,
+    capsys: pytest.CaptureFixture[str],
+    where: str,
+    said: str,
+) -> None:
     (pytester.path / "env").mkdir()
     (pytester.path / "env" / "pyvenv.cfg").write_text("home = /usr\n")
     target = pytester.path / where
@@ -148,8 +151,9 @@ def test_a_report_without_verified_fixes_leaves_nothing_unapplied(
 ) -> None:
     pytester.makepyfile(test_keep=LEAKY)
     report = pytester.path / "graphleak.json"
-    pytester.runpytest("--graphleak", f"--graphleak-report={report}",
-                       "--graphleak-verify-fix=off", *FAST)  # fmt: skip
+    pytester.runpytest(
+        "--graphleak", f"--graphleak-report={report}", "--graphleak-verify-fix=off", *FAST
+    )
     code, out, err = run_fix(capsys, str(report), "--apply")
     assert (code, out) == (0, "")
     assert "no verified fix for test_keep.py::test_accumulates: fix verification is off" in err
@@ -172,7 +176,7 @@ def test_apply_keeps_line_endings_and_applies_two_fixes_to_one_file(tmp_path: Pa
         apply(str(path), [overlapping, same])
 
 
-SHAPES = '''\
+SHAPES = """\
 import functools
 from unittest import mock
 
@@ -223,7 +227,7 @@ def test_cached():
     opt.zero_grad()
     loss.backward()
     opt.step()
-'''
+"""
 
 
 def test_shapes_the_old_rules_missed_get_verified_fixes_that_apply(

@@ -36,8 +36,9 @@ def test_accumulates():
 def leak_report(pytester: pytest.Pytester, *flags: str) -> tuple[Path, JsonDoc]:
     pytester.makepyfile(test_keep=LEAKY)
     report = pytester.path / "graphleak.json"
-    result = pytester.runpytest_subprocess("--graphleak", f"--graphleak-report={report}",
-                                           *FAST, *flags)  # fmt: skip
+    result = pytester.runpytest_subprocess(
+        "--graphleak", f"--graphleak-report={report}", *FAST, *flags
+    )
     result.assert_outcomes(failed=1)
     return report, json.loads(report.read_text(encoding="utf-8"))
 
@@ -69,8 +70,10 @@ def test_a_verified_fix_is_an_object_that_validates_and_round_trips(
     capsys.readouterr()
     assert main(["report", str(path), "--color=no"]) == 1
     text = " ".join(capsys.readouterr().out.split())
-    assert ("fix (verified: 8 more steps with this change grew nothing): "
-            "test_keep.py:11: losses.append(loss.item())") in text, text  # fmt: skip
+    assert (
+        "fix (verified: 8 more steps with this change grew nothing): "
+        "test_keep.py:11: losses.append(loss.item())"
+    ) in text, text
 
 
 def test_a_fix_not_verified_says_why_in_the_object(pytester: pytest.Pytester) -> None:

@@ -57,8 +57,9 @@ def test_a_fix_that_holds_prints_as_verified_and_the_file_is_untouched(
 
 def test_verification_off_says_not_verified_and_why(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_keep=LEAKY)
-    result = pytester.runpytest_subprocess("--graphleak", "--graphleak-verify-fix=off",
-                                           "-p", "no:randomly")  # fmt: skip
+    result = pytester.runpytest_subprocess(
+        "--graphleak", "--graphleak-verify-fix=off", "-p", "no:randomly"
+    )
     text = " ".join(result.stdout.str().split())
     assert "fix (not verified): " in text and why.OFF in text, text
     assert "fix (verified" not in text
@@ -191,8 +192,9 @@ def test_a_container_seen_to_grow_tries_plain_numbers_first(tmp_path: Path) -> N
     matrix = Link("tensor", "Tensor", shape=[4, 3], graph=True)
     edits = _candidates_for(tmp_path, "state.append(loss)", [ROOT, grown, matrix])
     assert [(e.shown, e.kind) for e in edits[:2]] == [
-        ("state.append(loss.tolist())", "numbers"), ("state.append(loss.detach())", "detach")
-    ]  # fmt: skip
+        ("state.append(loss.tolist())", "numbers"),
+        ("state.append(loss.detach())", "detach"),
+    ]
     bounded = Link("container", "deque", edge="index", key="3", base="deque", grows=True)
     edits = _candidates_for(tmp_path, "state.append(loss)", [ROOT, bounded, matrix])
     assert edits[0].shown == "state.append(loss.detach())"  # the usual order
@@ -209,9 +211,11 @@ def test_after_only_memory_grew_no_other_graph_cut_is_re_run(
     def edit(new: str, kind: str) -> Edit:
         return Edit(str(path), 3, 3, (line, new) if kind == "reset" else (new,), new.strip(), kind)
 
-    edits = [edit("    kept.append(max(values))", "detach"),
-             edit("    kept.append(min(values))", "no_grad"),
-             edit("    kept.clear()", "reset")]  # fmt: skip
+    edits = [
+        edit("    kept.append(max(values))", "detach"),
+        edit("    kept.append(min(values))", "no_grad"),
+        edit("    kept.clear()", "reset"),
+    ]
     monkeypatch.setattr(fix_verify, "candidates", lambda *a, **k: edits)
     runs: list[object] = []
 
@@ -326,9 +330,13 @@ def test_a_step_leaking_into_two_holders_gets_both_lines_changed(tmp_path: Path)
     assert [s.lineno for s in diagnosis.second_stored_at] == [13], diagnosis
     tried = diagnosis.fix_tried
     assert tried is not None and tried.verified, tried
-    assert tried.text.endswith(":12: losses.append(loss.item()) (and line 13: "
-                               "outs[len(outs)] = out.tolist())"), tried
+    assert tried.text.endswith(
+        ":12: losses.append(loss.item()) (and line 13: outs[len(outs)] = out.tolist())"
+    ), tried
     assert tried.diff is not None and tried.diff.count("\n+ ") == 2, tried.diff
-    read = CheckResult.from_dict(json.loads(json.dumps(
-        pytest_graphleak.check(module.leaky_step, steps=6, warmup=2).to_dict())))
+    read = CheckResult.from_dict(
+        json.loads(
+            json.dumps(pytest_graphleak.check(module.leaky_step, steps=6, warmup=2).to_dict())
+        )
+    )
     assert read.diagnosis is not None and read.diagnosis.second_links, read.diagnosis

@@ -43,8 +43,6 @@ class Snapshot:
         )
 
 
-
-
 def clean_step() -> None:
     w = mg.Tensor([[0.5, -0.25], [1.0, 2.0]], requires_grad=True)
     loss = (w @ mg.Tensor([[1.0], [2.0]])).tanh().sum()
@@ -239,8 +237,11 @@ def test_objects_frozen_before_the_plugin_is_imported_stay_frozen() -> None:
     state is recorded when the check begins, not when the module is imported."""
     done = subprocess.run(
         [sys.executable, "-c", FROZEN_BEFORE_IMPORT],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     frozen, after_clean, after_leak, still_frozen, clean, leaked, pattern = done.stdout.split()
     assert int(frozen) > 2000

@@ -89,8 +89,10 @@ def test_annotation_on_the_storing_line_and_the_step_summary(
         "grows: minigrad.tensors +1/step, minigrad.autograd_meta +1/step, minigrad.nodes +"
     )
     # the stored-at code without the user's trailing comment; no markdown anywhere
-    assert any(line.startswith("stored at: ") and line.endswith(
-        "losses.append(loss)  (once per step)") for line in lines), lines
+    assert any(
+        line.startswith("stored at: ") and line.endswith("losses.append(loss)  (once per step)")
+        for line in lines
+    ), lines
     assert "`" not in leak and "# stored here" not in leak
     assert lines[-1] == "test: test_gate.py::test_accumulates"
     unmeasured = next(c for c in commands if "unmeasured" in c)
@@ -106,16 +108,20 @@ def test_annotation_on_the_storing_line_and_the_step_summary(
     ), summary
     assert "| Status |" not in summary  # a short block per finding, not a wide table
     link = f"https://github.com/octo/repo/blob/0123abc/test_gate.py#L{STORED_LINE}"
-    assert (f"\U0001f534 **LEAKED** `test_gate.py::test_accumulates`<br>\nlist-accumulation at "
-            f"[`test_gate.py:{STORED_LINE}`]({link})<br>\n**fix (verified: 8 more steps with "
-            f"this change grew nothing):** test\\_gate.py:{STORED_LINE}: "
-            "losses.append(loss.item())\n") in summary  # fmt: skip
-    assert "\U0001f535 **UNMEASURED** `test_gate.py::test_unmeasured`<br>\nunmeasured at " \
-        in summary
+    assert (
+        f"\U0001f534 **LEAKED** `test_gate.py::test_accumulates`<br>\nlist-accumulation at "
+        f"[`test_gate.py:{STORED_LINE}`]({link})<br>\n**fix (verified: 8 more steps with "
+        f"this change grew nothing):** test\\_gate.py:{STORED_LINE}: "
+        "losses.append(loss.item())\n"
+    ) in summary
+    assert (
+        "\U0001f535 **UNMEASURED** `test_gate.py::test_unmeasured`<br>\nunmeasured at " in summary
+    )
     # In its details, the verified fix as a diff of the file (issue 44).
-    block = summary.split("The verified fix (the step re-run with it grew nothing; `graphleak "
-                          "fix REPORT.json --apply` writes it):\n\n```diff\n")[1].split(
-                          "\n```\n")[0]  # fmt: skip
+    block = summary.split(
+        "The verified fix (the step re-run with it grew nothing; `graphleak "
+        "fix REPORT.json --apply` writes it):\n\n```diff\n"
+    )[1].split("\n```\n")[0]
     assert block.startswith("--- a/test_gate.py\n+++ b/test_gate.py\n@@ "), block
     assert "\n-    losses.append(loss)" in block and "\n+    losses.append(loss.item())" in block
     assert summary.count("The verified fix ") == 1  # the unmeasured check has none
@@ -124,19 +130,19 @@ def test_annotation_on_the_storing_line_and_the_step_summary(
     assert "- `test_gate.py::test_clean`: 6 steps after 2 warmup" in summary
 
 
-def test_every_annotation_opens_with_its_fix(
-    pytester: pytest.Pytester, github_env: Path
-) -> None:
+def test_every_annotation_opens_with_its_fix(pytester: pytest.Pytester, github_env: Path) -> None:
     """A mixed suite (leaked, outlive-warned, unmeasured): the first three lines of every
     annotation hold the fix (GitHub's annotation box shows the first lines only)."""
-    pytester.makepyfile(test_more="""
+    pytester.makepyfile(
+        test_more="""
         import minigrad as mg
 
         kept = []
 
         def test_outlives():
             kept.append((mg.Tensor([1.0], requires_grad=True) * 2).sum())  # a note
-        """)  # fmt: skip
+        """
+    )
     result = pytester.runpytest("--graphleak", "-p", "no:randomly")
     commands = _commands(result.outlines)
     assert len(commands) == 3, result.outlines
@@ -148,9 +154,11 @@ def test_every_annotation_opens_with_its_fix(
             assert head[1].startswith("not measured, so no verdict: "), command
         assert "`" not in command and "# a note" not in command
     outlive = next(c for c in commands if "outlived" in c)
-    assert outlive.startswith("::warning file=test_more.py,line=6,title=graphleak%3A "
-                              "list-accumulation (outlived the test) at test_more.py%3A6::fix "
-                              "(not verified): ")
+    assert outlive.startswith(
+        "::warning file=test_more.py,line=6,title=graphleak%3A "
+        "list-accumulation (outlived the test) at test_more.py%3A6::fix "
+        "(not verified): "
+    )
 
 
 def test_code_only_drops_the_trailing_comment() -> None:
@@ -161,14 +169,31 @@ def test_code_only_drops_the_trailing_comment() -> None:
 
 
 def test_step_summary_escapes_markdown_and_links_only_with_github_facts(tmp_path: Path) -> None:
-    rows = [Row("t.py::test_a", "leaked", "cycle", str(tmp_path / "t.py"), 7,
-                "cycle: f.<locals>.hook closure 'x' -> x | y *z*", "error", "use __slots__")]
+    rows = [
+        Row(
+            "t.py::test_a",
+            "leaked",
+            "cycle",
+            str(tmp_path / "t.py"),
+            7,
+            "cycle: f.<locals>.hook closure 'x' -> x | y *z*",
+            "error",
+            "use __slots__",
+        )
+    ]
     plain = github.step_summary(rows, str(tmp_path), {"checked": 1, "leaked": 1})
     assert "cycle at `t.py:7`<br>\n**fix:** use \\_\\_slots\\_\\_\n" in plain, plain
     assert "- cycle: f.&lt;locals&gt;.hook closure 'x' -&gt; x \\| y \\*z\\*\n" in plain, plain
-    linked = github.step_summary(rows, str(tmp_path), {"checked": 1, "leaked": 1}, environ={
-        "GITHUB_SERVER_URL": "https://ghe.example/", "GITHUB_REPOSITORY": "o/r",
-        "GITHUB_SHA": "f00"})  # fmt: skip
+    linked = github.step_summary(
+        rows,
+        str(tmp_path),
+        {"checked": 1, "leaked": 1},
+        environ={
+            "GITHUB_SERVER_URL": "https://ghe.example/",
+            "GITHUB_REPOSITORY": "o/r",
+            "GITHUB_SHA": "f00",
+        },
+    )
     assert "[`t.py:7`](https://ghe.example/o/r/blob/f00/t.py#L7)" in linked
 
 
@@ -177,9 +202,13 @@ def test_step_summary_escapes_markdown_and_links_only_with_github_facts(tmp_path
     [(None, "true", True), ("off", "true", False), (None, "", False), ("on", "", True)],
 )
 def test_auto_on_off(
-    pytester: pytest.Pytester, github_env: Path, monkeypatch: pytest.MonkeyPatch,
-    flag: str | None, environ: str, expected: bool,
-) -> None:  # fmt: skip
+    pytester: pytest.Pytester,
+    github_env: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    flag: str | None,
+    environ: str,
+    expected: bool,
+) -> None:
     monkeypatch.setenv("GITHUB_ACTIONS", environ)
     args = ["--graphleak", "-p", "no:randomly", "-k", "unmeasured"]  # no diagnosis: fast
     if flag == "off":
@@ -234,15 +263,26 @@ def test_graphleak_check_annotates_too(
         __import__("sys").modules.pop("gate_steps", None)
     out = capsys.readouterr().out
     assert code == 1
-    assert re.search(r"^::error file=gate_steps\.py,line=5,title=graphleak%3A "
-                     r"list-accumulation at gate_steps\.py%3A5::fix \(verified: .*%0Atest: "
-                     r"gate_steps\.py::step$", out, re.M), out  # fmt: skip
+    assert re.search(
+        r"^::error file=gate_steps\.py,line=5,title=graphleak%3A "
+        r"list-accumulation at gate_steps\.py%3A5::fix \(verified: .*%0Atest: "
+        r"gate_steps\.py::step$",
+        out,
+        re.M,
+    ), out
 
 
 # -- the writer on its own: rows in, commands and a table out ------------------------
 def test_escaping_as_github_specifies(tmp_path: Path) -> None:
-    row = Row("t.py::test[a,b:c]", "leaked", "cycle, 100%: x", str(tmp_path / "a,b.py"), 3,
-              "line one\nline two\r 50%", "error")  # fmt: skip
+    row = Row(
+        "t.py::test[a,b:c]",
+        "leaked",
+        "cycle, 100%: x",
+        str(tmp_path / "a,b.py"),
+        3,
+        "line one\nline two\r 50%",
+        "error",
+    )
     (command,) = github.commands([row], str(tmp_path))
     assert command == (
         "::error file=a%2Cb.py,line=3,title=graphleak%3A cycle%2C 100%25%3A x at a%2Cb.py%3A3::"
@@ -254,11 +294,18 @@ def test_generic_rows_from_another_part_of_the_run(tmp_path: Path) -> None:
     """Another audit adds its rows: they become commands and table rows like a check's;
     a file outside the workspace gets no file property, a clean row no command."""
     rows = [
-        Row("t.py::test_a", "leaked", "outlived its test", str(tmp_path / "t.py"), 7,
-            "a tensor made by this test is still alive after its teardown", "error"),
+        Row(
+            "t.py::test_a",
+            "leaked",
+            "outlived its test",
+            str(tmp_path / "t.py"),
+            7,
+            "a tensor made by this test is still alive after its teardown",
+            "error",
+        ),
         Row("t.py::test_b", "clean", "clean", "/elsewhere/t.py", 2, "16 steps"),
         Row("t.py::test_c", "warned", "cycle", "/elsewhere/t.py", 2, "kept", "warning"),
-    ]  # fmt: skip
+    ]
     assert github.commands(rows, str(tmp_path)) == [
         "::error file=t.py,line=7,title=graphleak%3A outlived its test at t.py%3A7::"
         "a tensor made by this test is still alive after its teardown%0Atest: t.py::test_a",
@@ -333,6 +380,8 @@ def test_hook_cycle():
     result = pytester.runpytest("--graphleak", "-p", "no:randomly")
     (command,) = _commands(result.outlines)
     line = source.splitlines().index("    def keep(grad):  # its closure holds its own tensor") + 1
-    assert command.startswith(f"::error file=test_gate.py,line={line},title="
-                              f"graphleak%3A cycle at test_gate.py%3A{line}::"
-                              "fix (verified: "), command  # the closure's capture held weakly
+    assert command.startswith(
+        f"::error file=test_gate.py,line={line},title="
+        f"graphleak%3A cycle at test_gate.py%3A{line}::"
+        "fix (verified: "
+    ), command  # the closure's capture held weakly

@@ -48,9 +48,7 @@ def test_past_the_bound_the_count_is_a_stable_lower_bound_that_still_grows() -> 
 
 def test_an_unchanged_bound_walk_in_a_new_check_gives_the_same_count() -> None:
     top = chain(50)
-    assert GraphWalk(new_per_walk=10).count([top]) == GraphWalk(
-        new_per_walk=10
-    ).count([top])
+    assert GraphWalk(new_per_walk=10).count([top]) == GraphWalk(new_per_walk=10).count([top])
     assert GraphWalk().count([top]) == 50
 
 

@@ -92,8 +92,13 @@ def test_with_the_flag_the_per_test_hooks_run(pytester: pytest.Pytester) -> None
     result = pytester.runpytest(*FAST, "--graphleak", "--graphleak-outlive=off")
     result.assert_outcomes(passed=1)
     names = {name for _, name in json.loads((pytester.path / "calls.json").read_text())}
-    assert {"pytest_runtest_protocol", "pytest_runtest_call", "pytest_pyfunc_call",
-            "pytest_runtest_makereport", "pytest_runtest_logreport"} <= names  # fmt: skip
+    assert {
+        "pytest_runtest_protocol",
+        "pytest_runtest_call",
+        "pytest_pyfunc_call",
+        "pytest_runtest_makereport",
+        "pytest_runtest_logreport",
+    } <= names
 
 
 CHECKING_TESTS = """

@@ -83,7 +83,7 @@ def sdeint(sde, y0, steps=5, dt=0.2):
 _TORCH_NOISE = "_engine.randn(4, 3) * abs(end - start) ** 0.5"
 _MG_NOISE = "_engine.Tensor(__import__('numpy').random.randn(4, 3) * abs(end - start) ** 0.5)"
 
-_USER_TORCH = '''
+_USER_TORCH = """
 import torch
 import {library} as sdelib
 
@@ -105,9 +105,9 @@ def step():
     loss.backward()
     lin.weight.grad = None
     {extra}
-'''
+"""
 
-_USER_MG = '''
+_USER_MG = """
 import numpy as np
 import minigrad as mg
 import {library} as sdelib
@@ -130,24 +130,29 @@ def step():
     loss.backward()
     w.grad = None
     {extra}
-'''
+"""
 
 
-_USER_CYCLE = '''
+_USER_CYCLE = """
 
 class Noise:
     def __init__(self):
         self.eps = {noise}
         self.me = self
-'''
+"""
 
 _MODULES = itertools.count()
 
 
 def _sde_step(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, engine: str = "torch", extra: str = "",
-    kept: str = "None", user_extra: str = "",
-) -> tuple[Any, Path]:  # fmt: skip
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    *,
+    engine: str = "torch",
+    extra: str = "",
+    kept: str = "None",
+    user_extra: str = "",
+) -> tuple[Any, Path]:
     """The user's step and file; the solver is a library (under ``site-packages``)."""
     tag = next(_MODULES)
     library = tmp_path / "site-packages" / f"sdelib_{tag}"
@@ -210,10 +215,7 @@ def test_a_users_hook_cycle_beside_a_librarys_cycles_is_a_cycle(
     """The cycle drawn is the user's hook closure that holds the graph, not the
     library's interval tree."""
     pytest.importorskip("torch")
-    hooked = (
-        "y = lin(torch.ones(2, 3)) * 2\n"
-        "    y.register_hook(lambda g: g * y.detach().sign())"
-    )
+    hooked = "y = lin(torch.ones(2, 3)) * 2\n    y.register_hook(lambda g: g * y.detach().sign())"
     step, _ = _sde_step(tmp_path, monkeypatch, extra=hooked)
     result = pytest_graphleak.check(step, steps=8)
     text = render_text(result)
@@ -235,8 +237,13 @@ def test_a_users_own_cycle_of_tensors_without_a_graph_is_still_a_cycle(
     if engine == "torch":
         pytest.importorskip("torch")
     noise = "torch.randn(4, 3)" if engine == "torch" else "mg.Tensor(np.ones((4, 3)))"
-    step, _ = _sde_step(tmp_path, monkeypatch, engine=engine, extra="Noise()",
-                        user_extra=_USER_CYCLE.format(noise=noise))  # fmt: skip
+    step, _ = _sde_step(
+        tmp_path,
+        monkeypatch,
+        engine=engine,
+        extra="Noise()",
+        user_extra=_USER_CYCLE.format(noise=noise),
+    )
     result = pytest_graphleak.check(step, steps=8)
     text = render_text(result)
     d = result.diagnosis
@@ -294,7 +301,9 @@ def test_the_marker_passes_a_librarys_cycles_and_fails_the_users_list(
         "sys.path.insert(0, str(pathlib.Path(__file__).parent / 'site-packages'))\n"
     )
     body = _USER_TORCH.format(library="sdelib_marker", extra="pass")
-    pytester.makepyfile(test_sde=body + '''
+    pytester.makepyfile(
+        test_sde=body
+        + """
 
 import pytest
 
@@ -308,7 +317,8 @@ def test_solver():
 def test_solver_keeps_losses():
     step()
     history.append(lin(torch.zeros(1, 3)).sum())
-''')
+"""
+    )
     result = pytester.runpytest_subprocess("--graphleak", *FAST)
     result.assert_outcomes(passed=1, failed=1)
     out = folded(result.stdout.str())
@@ -319,8 +329,10 @@ def test_solver_keeps_losses():
 
 
 def test_withdraw_drops_only_the_growth_of_the_metrics_it_names() -> None:
-    metrics = {"gc.cyclic_garbage": Metric("gc.cyclic_garbage", "objects", "cycles"),
-               "t.tensors": Metric("t.tensors", "objects", "tensors")}  # fmt: skip
+    metrics = {
+        "gc.cyclic_garbage": Metric("gc.cyclic_garbage", "objects", "cycles"),
+        "t.tensors": Metric("t.tensors", "objects", "tensors"),
+    }
     cyclic = Growth("gc.cyclic_garbage", 15, 120, 15.0)
     tensors = Growth("t.tensors", 1, 8, 1.0)
     only = Verdict(leaked=True, growths=[cyclic], pattern="cycle", reason="grew")

@@ -126,8 +126,11 @@ def test_a_rolling_check_judges_window_after_window_and_keeps_the_leak() -> None
     names = [(result.name, result.leaked) for result in check.results]
     # The leaky window had no recorded steps: judged again 5 steps later, after
     # recording 3 of them, so the report names the lines too.
-    assert names == [("run steps 1-10", False), ("run steps 11-18", False),
-                     ("run steps 19-31", True)]  # fmt: skip
+    assert names == [
+        ("run steps 1-10", False),
+        ("run steps 11-18", False),
+        ("run steps 19-31", True),
+    ]
     leaks = [w for w in caught if issubclass(w.category, GraphLeakWarning)]
     assert len(leaks) == 1
     text = str(leaks[0].message)
@@ -205,9 +208,12 @@ def test_bad_arguments_and_a_run_too_short_say_what_is_wrong() -> None:
     check.start(length=3)
     for _ in range(3):
         check.after_step()
-    with pytest.raises(UnmeasuredError, match=r"cb: not measured, so no verdict: the loop is "
-                       r"too short: it ran 3 steps; a verdict needs at least 6 \(warmup=3 \+ "
-                       r"3 measured steps: .*\), and warmup \+ 7 catch"):
+    with pytest.raises(
+        UnmeasuredError,
+        match=r"cb: not measured, so no verdict: the loop is "
+        r"too short: it ran 3 steps; a verdict needs at least 6 \(warmup=3 \+ "
+        r"3 measured steps: .*\), and warmup \+ 7 catch",
+    ):
         check.finish()
     assert gc.isenabled() and not check.active
     result = check.result
@@ -227,8 +233,11 @@ def test_one_minimum_for_a_loop_its_end_and_track() -> None:
         for _ in range(5):
             t.step()
     assert t.result is not None and t.result.steps == 3 and t.result.status == "clean"
-    warned = pytest.warns(GraphLeakWarning, match=r"track\(\) saw 4 t.step\(\) calls; a "
-                          r"verdict needs at least 5 \(warmup=2 \+ 3 measured steps")
+    warned = pytest.warns(
+        GraphLeakWarning,
+        match=r"track\(\) saw 4 t.step\(\) calls; a "
+        r"verdict needs at least 5 \(warmup=2 \+ 3 measured steps",
+    )
     with warned, track(warmup=2) as t:
         for _ in range(4):
             t.step()

@@ -302,8 +302,10 @@ def test_lightning_epochs_of_30(epochs, clear):
 
 
 # looked up, not imported: importing them here would import torch into the test runner
-@pytest.mark.skipif(find_spec("ignite") is None or find_spec("lightning") is None,
-                    reason="needs pytorch-ignite and lightning")  # fmt: skip
+@pytest.mark.skipif(
+    find_spec("ignite") is None or find_spec("lightning") is None,
+    reason="needs pytorch-ignite and lightning",
+)
 def test_ignite_and_lightning_per_epoch_lists_pass_and_one_never_cleared_fails(
     pytester: pytest.Pytester,
 ) -> None:

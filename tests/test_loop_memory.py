@@ -93,7 +93,8 @@ def test_a_buffer_that_stops_growing_after_the_judgement_is_not_named() -> None:
     assert re.search(
         r"no holder named: none of the \d+ arrays the loop's roots reach grew during the "
         r"loop's next step \(grows less often than once a step, or is held where the roots "
-        r"do not lead\)", text
+        r"do not lead\)",
+        text,
     ), text
 
 

@@ -40,8 +40,14 @@ def test_spread():
 #: The listing order (``metrics.listing_key``): tensors, nodes, memory, cycles; among
 #: metrics that count tensors, the one named for them first. Malloc's metric is missing
 #: where mallinfo2 is not cheap on the heap; nothing else depends on this machine.
-LISTED = ("minigrad.tensors", "minigrad.autograd_meta", "minigrad.nodes",
-          "process.malloc_bytes", "process.rss_bytes", "gc.cyclic_garbage")  # fmt: skip
+LISTED = (
+    "minigrad.tensors",
+    "minigrad.autograd_meta",
+    "minigrad.nodes",
+    "process.malloc_bytes",
+    "process.rss_bytes",
+    "gc.cyclic_garbage",
+)
 
 
 def _names(text: str) -> list[str]:
@@ -79,15 +85,25 @@ def test_every_surface_lists_a_checks_metrics_in_one_order(
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
     pytester.makepyfile(test_spread=SPREAD)
     live = pytester.runpytest_subprocess(
-        "--graphleak", "-v", "-p", "no:randomly", "-p", "no:cacheprovider",
-        "--graphleak-report=run.json", "--junitxml=junit.xml",
-    )  # fmt: skip
+        "--graphleak",
+        "-v",
+        "-p",
+        "no:randomly",
+        "-p",
+        "no:cacheprovider",
+        "--graphleak-report=run.json",
+        "--junitxml=junit.xml",
+    )
     live.assert_outcomes(failed=1)
     command = [sys.executable, "-m", "pytest_graphleak", "report", "run.json"]
-    text = subprocess.run(command, capture_output=True, text=True, cwd=pytester.path,
-                          timeout=120)  # fmt: skip
-    subprocess.run([*command, "--html", "out.html"], capture_output=True, cwd=pytester.path,
-                   timeout=120, check=False)  # fmt: skip
+    text = subprocess.run(command, capture_output=True, text=True, cwd=pytester.path, timeout=120)
+    subprocess.run(
+        [*command, "--html", "out.html"],
+        capture_output=True,
+        cwd=pytester.path,
+        timeout=120,
+        check=False,
+    )
     page = (pytester.path / "out.html").read_text(encoding="utf-8")
 
     # The reference: the HTML card's table, rendered from the JSON report: grown first,
@@ -99,8 +115,10 @@ def test_every_surface_lists_a_checks_metrics_in_one_order(
     grown = [_names(name)[0] for grew, name in rows if grew]
     assert grown[:3] == list(LISTED[:3]), order  # the minigrad counts grew, exactly
     assert {"process.rss_bytes", "gc.cyclic_garbage"} <= set(order), order
-    assert order == [*[m for m in LISTED if m in grown],
-                     *[m for m in LISTED if m in order and m not in grown]]  # fmt: skip
+    assert order == [
+        *[m for m in LISTED if m in grown],
+        *[m for m in LISTED if m in order and m not in grown],
+    ]
 
     lists: dict[str, list[str]] = {}
     out = live.outlines
@@ -121,13 +139,21 @@ def test_every_surface_lists_a_checks_metrics_in_one_order(
     verdict = re.search(r"<p>verdict: (.*?)</p>", page)
     assert verdict is not None
     lists["html verdict"] = _names(verdict.group(1))
-    lists["html charts"] = [name for name in re.findall(r'aria-label="([^"]*)"', page)
-                            if name in LISTED]  # fmt: skip
+    lists["html charts"] = [
+        name for name in re.findall(r'aria-label="([^"]*)"', page) if name in LISTED
+    ]
     for surface, listed in lists.items():
         assert listed, surface
         assert _in_order(listed, order), (surface, listed, order)
-    for surface in ("failure text", "-v series", "report section", "annotation",
-                    "step summary", "graphleak report", "html verdict"):  # fmt: skip
+    for surface in (
+        "failure text",
+        "-v series",
+        "report section",
+        "annotation",
+        "step summary",
+        "graphleak report",
+        "html verdict",
+    ):
         assert lists[surface] == grown, surface  # the lists of what grew, all alike
     assert lists["junit"] == order
 
@@ -135,20 +161,27 @@ def test_every_surface_lists_a_checks_metrics_in_one_order(
 def _noisy_check(malloc: list[float]) -> CheckResult:
     """A leak of tensors with RSS and malloc sampled: each noisy metric with its own
     tolerance (malloc's a share of RSS's, as ``pipeline.declarations`` makes them)."""
-    series = {"minigrad.tensors": [float(i) for i in range(8)],
-              "process.rss_bytes": [1e8 + 4096.0 * i for i in range(8)],
-              "process.malloc_bytes": malloc,
-              "gc.cyclic_garbage": [0.0] * 8}  # fmt: skip
+    series = {
+        "minigrad.tensors": [float(i) for i in range(8)],
+        "process.rss_bytes": [1e8 + 4096.0 * i for i in range(8)],
+        "process.malloc_bytes": malloc,
+        "gc.cyclic_garbage": [0.0] * 8,
+    }
     declarations = {
         "minigrad.tensors": Declaration("objects", "tensors"),
         "process.rss_bytes": Declaration("bytes", "memory", noisy=True, tolerance=1024.0**2),
-        "process.malloc_bytes": Declaration("bytes", "memory", noisy=True,
-                                            tolerance=0.875 * 1024.0**2),
+        "process.malloc_bytes": Declaration(
+            "bytes", "memory", noisy=True, tolerance=0.875 * 1024.0**2
+        ),
         "gc.cyclic_garbage": Declaration("objects", "cycles"),
-    }  # fmt: skip
+    }
     units = {name: found.unit for name, found in declarations.items()}
-    verdict = Verdict(True, [Growth("minigrad.tensors", 2.0, 7.0, 1.0)], "list-accumulation",
-                      "grew: minigrad.tensors +1/step")  # fmt: skip
+    verdict = Verdict(
+        True,
+        [Growth("minigrad.tensors", 2.0, 7.0, 1.0)],
+        "list-accumulation",
+        "grew: minigrad.tensors +1/step",
+    )
     return CheckResult("t.py::test_x", 6, 2, series, units, verdict, declarations=declarations)
 
 
@@ -161,9 +194,11 @@ def _caption(check: CheckResult) -> str:
 
 def test_the_band_caption_names_each_banded_metric_with_its_own_tolerance() -> None:
     caption = _caption(_noisy_check([5e6 + 100.0 * i for i in range(8)]))
-    assert ("green band: the growth per step tolerated as noise (process.malloc_bytes "
-            "896.0 KiB/step, process.rss_bytes 1.0 MiB/step), growth inside it is not a "
-            "leak") in caption  # fmt: skip
+    assert (
+        "green band: the growth per step tolerated as noise (process.malloc_bytes "
+        "896.0 KiB/step, process.rss_bytes 1.0 MiB/step), growth inside it is not a "
+        "leak"
+    ) in caption
     assert "RSS and CUDA reserved" not in caption
     assert caption.endswith("zero throughout, not drawn: gc.cyclic_garbage")
     charts = Cards(draw=None, root=None).charts(_noisy_check([5e6] * 8))
@@ -187,8 +222,14 @@ def test_the_caption_names_no_band_that_is_not_drawn() -> None:
 def test_a_report_written_before_declarations_lists_memory_before_unknown_counts() -> None:
     """Without declarations (an older report) a bytes metric counts memory and an object
     metric is of unknown kind: listed last, by name, still never in a dict's order."""
-    check = CheckResult("t.py::test_x", 6, 2, {}, {"b.rss": "bytes", "a.count": "objects"},
-                        Verdict(False, reason="steady"))  # fmt: skip
+    check = CheckResult(
+        "t.py::test_x",
+        6,
+        2,
+        {},
+        {"b.rss": "bytes", "a.count": "objects"},
+        Verdict(False, reason="steady"),
+    )
     assert metric_order(check, ["a.count", "b.rss", "minigrad.x"]) == [
         "b.rss",
         "a.count",

@@ -150,10 +150,12 @@ def dynamic_imports(tree: ast.AST) -> list[str]:
     """``import_module(x)`` / ``__import__(x)`` calls whose module is no constant: what
     they import no scan can see."""
     return [
-        ast.unparse(node) for node in ast.walk(tree)
-        if isinstance(node, ast.Call) and _callee(node) in _IMPORTERS
+        ast.unparse(node)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and _callee(node) in _IMPORTERS
         and not (node.args and isinstance(node.args[0], ast.Constant))
-    ]  # fmt: skip
+    ]
 
 
 def dependencies(name: str) -> set[str]:
@@ -256,8 +258,19 @@ def test_the_scans_see_a_reach_in() -> None:
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("exceptions",),  # the errors: import nothing of the package (results typed only)
     # plain data: imports only the errors
-    ("metrics", "patterns", "status", "result", "session", "values", "targets", "baseline",
-     "baseline_keys", "drawing", "paths"),
+    (
+        "metrics",
+        "patterns",
+        "status",
+        "result",
+        "session",
+        "values",
+        "targets",
+        "baseline",
+        "baseline_keys",
+        "drawing",
+        "paths",
+    ),
     ("verdict",),  # the pure judgement
     ("heap", "probes"),  # what is measured, gc state, user code
     # measuring; the diagnosis and its words; the outlive audit
@@ -278,16 +291,19 @@ ERRORS, PLAIN_DATA = 0, 1
 #: Layer 1 imports nothing of the package but the errors; these runtime imports are the
 #: exceptions, each with its reason.
 LAYER_ONE_IMPORTS: dict[str, str] = {
-    "pytest_graphleak.result -> pytest_graphleak.status":
+    "pytest_graphleak.result -> pytest_graphleak.status": (
         "a CheckResult's status is status.check_status, the one status rule (both plain "
-        "data); follow-up: the status rule could take the result's fields instead",
-    "pytest_graphleak.result -> pytest_graphleak.drawing":
+        "data); follow-up: the status rule could take the result's fields instead"
+    ),
+    "pytest_graphleak.result -> pytest_graphleak.drawing": (
         "a Diagnosis carries the retained graph it drew (plain data both): the drawing's "
-        "three types in a module of their own, as the reports and diagnose/render use them",
-    "pytest_graphleak.baseline -> pytest_graphleak.baseline_keys":
+        "three types in a module of their own, as the reports and diagnose/render use them"
+    ),
+    "pytest_graphleak.baseline -> pytest_graphleak.baseline_keys": (
         "the baseline file's entries are findings' keys: one subject in two modules, the "
-        "file (reading, writing, the update) and the key (what makes two findings one)",
-}  # fmt: skip
+        "file (reading, writing, the update) and the key (what makes two findings one)"
+    ),
+}
 
 #: Imports made for annotations only (``if TYPE_CHECKING:``) that close an import circle:
 #: each is one edge of a circle the runtime does not see, and each is debt. The edge that
@@ -299,25 +315,29 @@ TYPE_ONLY_CIRCLES: dict[str, str] = {}
 #: minigrad's own import circles (as the depth-first walk closes them), accepted: opening
 #: them is minigrad's own work, and no part of the plugin depends on their shape.
 MINIGRAD_CIRCLES: dict[str, str] = {
-    "minigrad.autograd -> minigrad.tensor -> minigrad.autograd":
+    "minigrad.autograd -> minigrad.tensor -> minigrad.autograd": (
         "the backward engine makes tensors (function-level imports of make_tensor) and "
-        "Tensor is built on Node: one engine in two files",
-    "minigrad.autograd -> minigrad.tensor -> minigrad.ops -> minigrad.autograd":
-        "the same knot through ops (ops makes Nodes; tensor binds its operators to ops)",
-    "minigrad.tensor -> minigrad.ops -> minigrad.tensor":
+        "Tensor is built on Node: one engine in two files"
+    ),
+    "minigrad.autograd -> minigrad.tensor -> minigrad.ops -> minigrad.autograd": (
+        "the same knot through ops (ops makes Nodes; tensor binds its operators to ops)"
+    ),
+    "minigrad.tensor -> minigrad.ops -> minigrad.tensor": (
         "tensor.py binds its operators to ops at its end (ops builds on Tensor): the "
-        "torch-like methods live on the class, each op in one place",
-}  # fmt: skip
+        "torch-like methods live on the class, each op in one place"
+    ),
+}
 
 #: Modules that import a module whose name is computed at run time, which no scan can see.
 DYNAMIC_IMPORTS: dict[str, str] = {
-    "pytest_graphleak.cli":
-        "the subcommand's module, from its dispatch string (a constant, seen as an edge)",
+    "pytest_graphleak.cli": (
+        "the subcommand's module, from its dispatch string (a constant, seen as an edge)"
+    ),
     "pytest_graphleak.cli.target": "the user's target module (FILE.py::fn, module:fn)",
     "pytest_graphleak.distributed.factory": "the user's step factory module, in a rank",
     "pytest_graphleak.integrations.lightning": "the Lightning flavours (lightning.pytorch, "
-                                               "pytorch_lightning), by name",
-}  # fmt: skip
+    "pytorch_lightning), by name",
+}
 
 
 def top_part(name: str) -> str:
@@ -392,8 +412,9 @@ def _path(graph: dict[str, set[str]], start: str, goal: str) -> list[str] | None
 def type_only_circles(runtime: dict[str, set[str]], typing: dict[str, set[str]]) -> dict[str, str]:
     """Type-only edge ``a -> b`` that closes a circle (through any import, type-only or
     not) -> the circle, ``a -> b -> ... -> a``."""
-    every = {name: runtime.get(name, set()) | typing.get(name, set())
-             for name in {*runtime, *typing}}  # fmt: skip
+    every = {
+        name: runtime.get(name, set()) | typing.get(name, set()) for name in {*runtime, *typing}
+    }
     found = {}
     for name in sorted(typing):
         for dep in sorted(typing[name] - runtime.get(name, set())):
@@ -446,9 +467,10 @@ def test_no_renderer_reads_the_probe_registry() -> None:
     read may differ from the run that wrote it (issue 37, item 1)."""
     renderers = [name for name in MODULES if name.startswith("pytest_graphleak.report")]
     renderers.append("pytest_graphleak.plugin.terminal")
-    found = {name: sorted(dep for dep in dependencies(name)
-                          if dep.startswith("pytest_graphleak.probes"))
-             for name in renderers}  # fmt: skip
+    found = {
+        name: sorted(dep for dep in dependencies(name) if dep.startswith("pytest_graphleak.probes"))
+        for name in renderers
+    }
     assert {name: deps for name, deps in found.items() if deps} == {}
 
 
@@ -457,8 +479,11 @@ def test_the_loop_reaches_the_diagnosis_through_one_module() -> None:
     it needs through ``diagnose.for_loop``
     (and ``pipeline.conclude``), never a diagnosis module's internals (issue 37, item 3)."""
     for loop in ("pytest_graphleak.loop", "pytest_graphleak.loop_windows"):
-        reached = sorted(dep for dep in dependencies(loop) if dep.startswith(
-            ("pytest_graphleak.diagnose", "pytest_graphleak.words")))  # fmt: skip
+        reached = sorted(
+            dep
+            for dep in dependencies(loop)
+            if dep.startswith(("pytest_graphleak.diagnose", "pytest_graphleak.words"))
+        )
         assert reached == ["pytest_graphleak.diagnose.for_loop"], loop
 
 
@@ -492,9 +517,12 @@ def test_the_import_scan_sees_imports_by_name() -> None:
     name = "pytest_graphleak.diagnose.classify"
     edges = {module for module, _ in imported_modules(name, tree) if module in MODULES}
     assert edges == {
-        "pytest_graphleak.plugin", "pytest_graphleak.cli.check_cmd",
-        "pytest_graphleak.report.html", "pytest_graphleak.demo", "pytest_graphleak.api",
-    }  # fmt: skip
+        "pytest_graphleak.plugin",
+        "pytest_graphleak.cli.check_cmd",
+        "pytest_graphleak.report.html",
+        "pytest_graphleak.demo",
+        "pytest_graphleak.api",
+    }
     assert layer_violations({name: edges}) == [f"{name} -> {dep}" for dep in sorted(edges)]
     assert dynamic_imports(tree) == ["importlib.import_module(name)"]
 
@@ -502,9 +530,11 @@ def test_the_import_scan_sees_imports_by_name() -> None:
 def test_the_layer_scan_holds_layer_one_to_no_import() -> None:
     """Layer 1 imports nothing of the package but the errors (layer 0), not even another
     layer-1 module."""
-    graph = {"pytest_graphleak.patterns": {"pytest_graphleak.metrics"},
-             "pytest_graphleak.values": {"pytest_graphleak.exceptions"},
-             "pytest_graphleak.verdict": {"pytest_graphleak.metrics"}}  # fmt: skip
+    graph = {
+        "pytest_graphleak.patterns": {"pytest_graphleak.metrics"},
+        "pytest_graphleak.values": {"pytest_graphleak.exceptions"},
+        "pytest_graphleak.verdict": {"pytest_graphleak.metrics"},
+    }
     assert layer_violations(graph) == ["pytest_graphleak.patterns -> pytest_graphleak.metrics"]
 
 
@@ -512,8 +542,10 @@ def test_the_layer_scan_holds_the_errors_to_no_import() -> None:
     """``exceptions`` (layer 0) imports nothing of the package at run time, not even plain
     data: an error types the result it carries under ``TYPE_CHECKING`` only."""
     runtime = ast.parse("from pytest_graphleak.result import CheckResult\n")
-    typed = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
-                      "    from pytest_graphleak.result import CheckResult\n")  # fmt: skip
+    typed = ast.parse(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+        "    from pytest_graphleak.result import CheckResult\n"
+    )
     for tree, expected in ((runtime, {"pytest_graphleak.result"}), (typed, set())):
         known = {**MODULES, "pytest_graphleak.exceptions": (PACKAGE / "exceptions.py", tree)}
         found = runtime_dependencies("pytest_graphleak.exceptions", known)
@@ -560,10 +592,9 @@ _FOREIGN = ("pytest", "_pytest", "pytest_graphleak")
 def foreign_imports(name: str, tree: ast.AST) -> list[str]:
     """What a minigrad module imports of pytest or of pytest_graphleak, by an import
     statement (type-only too), ``import_module`` or a string naming one of their modules."""
-    return sorted({
-        module for module, _, _ in import_edges(name, tree)
-        if module.split(".")[0] in _FOREIGN
-    })  # fmt: skip
+    return sorted(
+        {module for module, _, _ in import_edges(name, tree) if module.split(".")[0] in _FOREIGN}
+    )
 
 
 def test_minigrad_imports_neither_pytest_nor_the_plugin() -> None:
@@ -587,9 +618,12 @@ def test_the_minigrad_scan_sees_pytest_and_the_plugin() -> None:
         "HOOK = 'pytest_graphleak.plugin:pytest_configure'\n"
     )
     assert foreign_imports("minigrad.ops", ast.parse(code)) == [
-        "_pytest.fixtures", "pytest", "pytest_graphleak", "pytest_graphleak.plugin",
+        "_pytest.fixtures",
+        "pytest",
+        "pytest_graphleak",
+        "pytest_graphleak.plugin",
         "pytest_graphleak.probes",
-    ]  # fmt: skip
+    ]
 
 
 # -- no lookup by name ------------------------------------------------------------------
@@ -604,8 +638,9 @@ def _names_sys(tree: ast.AST) -> tuple[set[str], set[str]]:
         if isinstance(node, ast.Import):
             sys_names |= {alias.asname or "sys" for alias in node.names if alias.name == "sys"}
         elif isinstance(node, ast.ImportFrom) and node.module == "sys" and not node.level:
-            modules_names |= {alias.asname or "modules"
-                              for alias in node.names if alias.name == "modules"}  # fmt: skip
+            modules_names |= {
+                alias.asname or "modules" for alias in node.names if alias.name == "modules"
+            }
     return sys_names, modules_names
 
 
@@ -623,16 +658,19 @@ def _is_sys_modules(node: ast.AST, sys_names: set[str], modules_names: set[str])
     if not (_callee(node) in ("getattr", "vars") or isinstance(node, ast.Subscript)):
         return False
     text = ast.unparse(node).replace('"', "'").replace(" ", "")
-    return any(text in (f"getattr({s},'modules')", f"vars({s})['modules']",
-                        f"{s}.__dict__['modules']") for s in sys_names)  # fmt: skip
+    return any(
+        text in (f"getattr({s},'modules')", f"vars({s})['modules']", f"{s}.__dict__['modules']")
+        for s in sys_names
+    )
 
 
 def _names_the_package(node: ast.AST) -> bool:
     return any(
-        isinstance(inner, ast.Constant) and isinstance(inner.value, str)
+        isinstance(inner, ast.Constant)
+        and isinstance(inner.value, str)
         and inner.value.startswith(_ROOT_NAME)
         for inner in ast.walk(node)
-    )  # fmt: skip
+    )
 
 
 def lookups_by_name(tree: ast.AST, *, plugin: bool = False) -> list[str]:
@@ -670,9 +708,13 @@ def lookups_by_name(tree: ast.AST, *, plugin: bool = False) -> list[str]:
         ):
             found.append(f"{node.lineno}: {ast.unparse(node)}")  # type: ignore[attr-defined]
     for function in ast.walk(tree):  # a walk over sys.modules that picks the package's
-        if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
-            _is_sys_modules(inner, sys_names, modules_names) for inner in ast.walk(function)
-        ) and _names_the_package(function):  # fmt: skip
+        if (
+            isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and any(
+                _is_sys_modules(inner, sys_names, modules_names) for inner in ast.walk(function)
+            )
+            and _names_the_package(function)
+        ):
             found.append(f"{function.lineno}: {function.name}() reads sys.modules by a name")
     return sorted(set(found), key=lambda line: int(line.split(":")[0]))
 
@@ -713,8 +755,7 @@ def test_the_lookup_scan_sees_every_spelling() -> None:
 # -- metric names -----------------------------------------------------------------------
 #: Metric-name text outside ``probes/``, with its reason: what a renderer or the engine
 #: should learn from a metric's declaration (or its bundle) instead.
-METRIC_NAMES_ALLOWED: dict[str, str] = {
-}  # fmt: skip
+METRIC_NAMES_ALLOWED: dict[str, str] = {}
 
 
 def metric_name_uses(tree: ast.AST, metrics: Iterable[str]) -> set[str]:
@@ -731,8 +772,11 @@ def metric_name_uses(tree: ast.AST, metrics: Iterable[str]) -> set[str]:
             if node.value in pieces or any(name in node.value for name in names):
                 found.add(repr(node.value))
         elif _callee(node) in ("startswith", "removeprefix", "endswith", "removesuffix"):
-            args = [a for arg in getattr(node, "args", [])
-                    for a in (arg.elts if isinstance(arg, ast.Tuple) else [arg])]  # fmt: skip
+            args = [
+                a
+                for arg in getattr(node, "args", [])
+                for a in (arg.elts if isinstance(arg, ast.Tuple) else [arg])
+            ]
             head = _callee(node) in ("startswith", "removeprefix")
             for arg in args:
                 text = arg.value if isinstance(arg, ast.Constant) else None
@@ -747,20 +791,22 @@ def metric_name_uses(tree: ast.AST, metrics: Iterable[str]) -> set[str]:
         elif isinstance(node, ast.Compare) and _splits_a_name(node):
             words = {word for name in names for word in name.split(".")}
             found |= {
-                repr(side.value) for side in [node.left, *node.comparators]
+                repr(side.value)
+                for side in [node.left, *node.comparators]
                 if isinstance(side, ast.Constant) and side.value in words
-            }  # fmt: skip
+            }
     return found
 
 
 def _splits_a_name(node: ast.Compare) -> bool:
     """A side of the comparison cuts a string at its dots (``name.split(".")[0]``)."""
     return any(
-        isinstance(inner, ast.Call) and _callee(inner) in ("split", "rsplit", "partition",
-                                                            "rpartition")
+        isinstance(inner, ast.Call)
+        and _callee(inner) in ("split", "rsplit", "partition", "rpartition")
         and any(isinstance(arg, ast.Constant) and arg.value == "." for arg in inner.args)
-        for side in [node.left, *node.comparators] for inner in ast.walk(side)
-    )  # fmt: skip
+        for side in [node.left, *node.comparators]
+        for inner in ast.walk(side)
+    )
 
 
 def test_metric_names_appear_only_in_the_probes() -> None:
@@ -769,8 +815,11 @@ def test_metric_names_appear_only_in_the_probes() -> None:
     from pytest_graphleak.probes import METRICS
 
     assert len(METRICS) >= 10
-    outside = {name: item for name, item in MODULES.items()
-               if not name.startswith("pytest_graphleak.probes")}  # fmt: skip
+    outside = {
+        name: item
+        for name, item in MODULES.items()
+        if not name.startswith("pytest_graphleak.probes")
+    }
     in_lines = [
         f"{path.relative_to(PACKAGE)}:{lineno}: {metric}"
         for path, _ in outside.values()
@@ -779,8 +828,11 @@ def test_metric_names_appear_only_in_the_probes() -> None:
         if metric in line
     ]  # comments and docstrings too
     assert in_lines == []
-    found = {f"{name}: {text}" for name, (_, tree) in outside.items()
-             for text in metric_name_uses(tree, METRICS)}  # fmt: skip
+    found = {
+        f"{name}: {text}"
+        for name, (_, tree) in outside.items()
+        for text in metric_name_uses(tree, METRICS)
+    }
     assert sorted(found - set(METRIC_NAMES_ALLOWED)) == []
     assert set(METRIC_NAMES_ALLOWED) <= found  # none stale
 
@@ -813,24 +865,30 @@ def test_the_metric_scan_sees_pieces_of_names() -> None:
 #: lives for a session belongs to ``session.Session`` (reached through
 #: ``session.current()``) or to the object that owns it (a plugin instance, a check).
 MODULE_STATE_ALLOWED: dict[str, str] = {
-    "pytest_graphleak.integrations.lightning._CONCRETE":
-        "cache: one class per (callback class, imported Lightning flavours)",
-    "pytest_graphleak.outlive.census._Walk._shared":
+    "pytest_graphleak.integrations.lightning._CONCRETE": (
+        "cache: one class per (callback class, imported Lightning flavours)"
+    ),
+    "pytest_graphleak.outlive.census._Walk._shared": (
         "cache: each type's kind for the audit's walk (heap/typetable: by the type only "
         "when it lives anyway, static or held by its module under its name; else by id "
-        "with a weak reference, its entry gone with it: keeps nothing alive)",
-    "pytest_graphleak.engine.reach._REACH":
-        "cache: is_user_module by module name (never by object: keeps nothing alive)",
-    "pytest_graphleak.session._CURRENT":
+        "with a weak reference, its entry gone with it: keeps nothing alive)"
+    ),
+    "pytest_graphleak.engine.reach._REACH": (
+        "cache: is_user_module by module name (never by object: keeps nothing alive)"
+    ),
+    "pytest_graphleak.session._CURRENT": (
         "the handover itself: a ContextVar holds one value per context, set when a "
-        "test's session is entered (or made on first use) and reset when it is left",
-    "pytest_graphleak.words.chain.NONE":
-        "a sentinel (the empty link where a chain has none), read and never changed",
-    "pytest_graphleak.session._FINDERS":
+        "test's session is entered (or made on first use) and reset when it is left"
+    ),
+    "pytest_graphleak.words.chain.NONE": (
+        "a sentinel (the empty link where a chain has none), read and never changed"
+    ),
+    "pytest_graphleak.session._FINDERS": (
         "the configured pytest runs' finders of their running test (one per run, pushed "
         "at configure, removed at unconfigure): how a check in any thread finds its test "
-        "without --graphleak, where nothing is set up per test",
-}  # fmt: skip
+        "without --graphleak, where nothing is set up per test"
+    ),
+}
 #: Functions cached with ``functools.cache``/``lru_cache``: pure, or reading what does not
 #: change during a run (the interpreter, its install, source files), never a test's data.
 PURE_CACHES = {
@@ -847,15 +905,42 @@ PURE_CACHES = {
 #: whose attributes are bumped, a context variable (``.set``), and iterators that
 #: ``next()`` advances (``itertools.count()``: a counter without a ``global``).
 _CONTAINERS = {
-    "list", "dict", "set", "bytearray", "defaultdict", "OrderedDict", "Counter", "deque",
-    "WeakSet", "WeakKeyDictionary", "WeakValueDictionary", "SimpleNamespace", "ContextVar",
-    "count", "cycle", "iter",
-}  # fmt: skip
+    "list",
+    "dict",
+    "set",
+    "bytearray",
+    "defaultdict",
+    "OrderedDict",
+    "Counter",
+    "deque",
+    "WeakSet",
+    "WeakKeyDictionary",
+    "WeakValueDictionary",
+    "SimpleNamespace",
+    "ContextVar",
+    "count",
+    "cycle",
+    "iter",
+}
 _MUTATORS = {
-    "append", "extend", "insert", "remove", "pop", "popitem", "clear", "update", "add",
-    "discard", "setdefault", "sort", "reverse", "appendleft", "popleft", "extendleft",
+    "append",
+    "extend",
+    "insert",
+    "remove",
+    "pop",
+    "popitem",
+    "clear",
+    "update",
+    "add",
+    "discard",
+    "setdefault",
+    "sort",
+    "reverse",
+    "appendleft",
+    "popleft",
+    "extendleft",
     "set",  # ContextVar.set
-}  # fmt: skip
+}
 
 
 def _module_level(body: list[ast.stmt]) -> Iterator[ast.stmt]:
@@ -947,14 +1032,20 @@ def class_containers(tree: ast.Module) -> dict[str, set[str]]:
         if not isinstance(node, ast.ClassDef):
             continue
         names = {
-            target.id for member in node.body if _makes_container(member)
-            for target in _assigned(member) if isinstance(target, ast.Name)
-        }  # fmt: skip
+            target.id
+            for member in node.body
+            if _makes_container(member)
+            for target in _assigned(member)
+            if isinstance(target, ast.Name)
+        }
         rebound = {
-            target.attr for inner in ast.walk(node) for target in _assigned(inner)
-            if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)
+            target.attr
+            for inner in ast.walk(node)
+            for target in _assigned(inner)
+            if isinstance(target, ast.Attribute)
+            and isinstance(target.value, ast.Name)
             and target.value.id == "self"
-        }  # fmt: skip
+        }
         if names - rebound:
             found[node.name] = names - rebound
     return found
@@ -983,8 +1074,9 @@ def _local_names(function: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
     args = function.args
     every = [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]
     local = {a.arg for a in every if a is not None}
-    declared = {n for node in ast.walk(function) if isinstance(node, ast.Global)
-                for n in node.names}  # fmt: skip
+    declared = {
+        n for node in ast.walk(function) if isinstance(node, ast.Global) for n in node.names
+    }
     for node in ast.walk(function):
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
             local.add(node.id)
@@ -1016,8 +1108,10 @@ def module_state(trees: dict[str, ast.Module]) -> list[str]:
     container and changed in place (``cls.x``, ``Class.x``, ``self.x`` never rebound),
     a ``global`` statement, an attribute set on a module (``setattr(module, ...)``,
     ``module.NAME = ...``); through a local alias too (``table = _TABLE``)."""
-    held = {name: module_containers(tree, _imported_classes(tree, trees))
-            for name, tree in trees.items()}  # fmt: skip
+    held = {
+        name: module_containers(tree, _imported_classes(tree, trees))
+        for name, tree in trees.items()
+    }
     found = {
         f"{name}.{instance}: a module-level instance of a mutable class"
         for name, (_, instances) in held.items()
@@ -1046,23 +1140,26 @@ def module_state(trees: dict[str, ast.Module]) -> list[str]:
             aliases = _aliases(function, local, names, modules, held)
             for node in ast.walk(function):
                 if isinstance(node, ast.Global):
-                    found |= {f"{name}.{n}: rebound by 'global' in {function.name}()"
-                              for n in node.names}  # fmt: skip
+                    found |= {
+                        f"{name}.{n}: rebound by 'global' in {function.name}()" for n in node.names
+                    }
                 target = _changed(node)
                 owner: tuple[str, str] | None = None
                 on_module = _module_of(node, target, local, modules)
                 if on_module:
-                    found.add(f"{on_module}: an attribute set on the module in "
-                              f"{name}.{function.name}()")  # fmt: skip
+                    found.add(
+                        f"{on_module}: an attribute set on the module in {name}.{function.name}()"
+                    )
                 elif isinstance(target, ast.Name) and target.id in aliases:
                     owner = aliases[target.id]
                 elif isinstance(target, ast.Name) and target.id not in local:
                     owner = names.get(target.id)
                 elif (
-                    isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)
+                    isinstance(target, ast.Attribute)
+                    and isinstance(target.value, ast.Name)
                     and modules.get(target.value.id) in held
                     and target.attr in held[modules[target.value.id]][0]
-                ):  # fmt: skip
+                ):
                     owner = (modules[target.value.id], target.attr)
                 elif isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name):
                     klass = cls if target.value.id in ("cls", "self") else target.value.id
@@ -1209,8 +1306,7 @@ PLANTED = {
         "pkg.state._IDS: changed in pkg.state.new_id()",
     ),
     "a namespace attribute bumped": (
-        "import types\n_RUN = types.SimpleNamespace(calls=0)\n"
-        "def called():\n    _RUN.calls += 1\n",
+        "import types\n_RUN = types.SimpleNamespace(calls=0)\ndef called():\n    _RUN.calls += 1\n",
         "",
         "pkg.state._RUN: changed in pkg.state.called()",
     ),
@@ -1279,33 +1375,41 @@ def test_the_state_scan_leaves_locals_and_constants_alone() -> None:
 # -- gc state has one owner -------------------------------------------------------------
 #: What changes the collector's state or runs it: called or handed on (``collect or
 #: gc.collect``), it is ``heap/gcstate.py``'s; ``garbage``/``callbacks`` when changed.
-_GC_CHANGES = {"collect", "freeze", "unfreeze", "disable", "enable", "set_threshold",
-               "set_debug"}  # fmt: skip
+_GC_CHANGES = {"collect", "freeze", "unfreeze", "disable", "enable", "set_threshold", "set_debug"}
 _GC_LISTS = {"garbage", "callbacks"}
 GC_OWNER = "pytest_graphleak.heap.gcstate"
 #: The gc calls outside ``heap/gcstate.py``, each with its reason: collections that leave
 #: the collector's settings as they were. Each could be a ``gcstate`` helper (follow-ups).
 GC_CALLS_ALLOWED: dict[str, str] = {
-    "pytest_graphleak.engine.tracker: gc.collect":
+    "pytest_graphleak.engine.tracker: gc.collect": (
         "the sample's full collection (the default of after_step's collect) and the "
-        "whole-heap check's first collection: the tracker measures after gc.collect()",
-    "pytest_graphleak.probes.cuda_probe: gc.collect":
-        "the CUDA recheck's cleaning before it re-queries the allocator",
-    "pytest_graphleak.diagnose.loop_recorder: gc.collect":
-        "frees again what the recorder's DEBUG_SAVEALL collection saved, before the "
-        "sample counts",
-    "pytest_graphleak.demo.story: gc.collect":
-        "the demo frees one run's model before the next run starts (no check is open)",
-    "pytest_graphleak.demo.backends: gc.collect":
-        "the demo's counters start from a collected heap (no check is open)",
-}  # fmt: skip
+        "whole-heap check's first collection: the tracker measures after gc.collect()"
+    ),
+    "pytest_graphleak.probes.cuda_probe: gc.collect": (
+        "the CUDA recheck's cleaning before it re-queries the allocator"
+    ),
+    "pytest_graphleak.diagnose.loop_recorder: gc.collect": (
+        "frees again what the recorder's DEBUG_SAVEALL collection saved, before the sample counts"
+    ),
+    "pytest_graphleak.demo.story: gc.collect": (
+        "the demo frees one run's model before the next run starts (no check is open)"
+    ),
+    "pytest_graphleak.demo.backends: gc.collect": (
+        "the demo's counters start from a collected heap (no check is open)"
+    ),
+}
 
 
 def gc_state_changes(tree: ast.AST) -> set[str]:
     """``gc.<what>`` that runs the collector or changes its state, however gc is imported
     (``import gc as g``, ``from gc import collect``, ``getattr(gc, "freeze")``)."""
-    gc_names = {alias.asname or "gc" for node in ast.walk(tree) if isinstance(node, ast.Import)
-                for alias in node.names if alias.name == "gc"}  # fmt: skip
+    gc_names = {
+        alias.asname or "gc"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
+        for alias in node.names
+        if alias.name == "gc"
+    }
     found = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module == "gc":
@@ -1319,8 +1423,12 @@ def gc_state_changes(tree: ast.AST) -> set[str]:
             found.add(f"gc.{node.attr}")
         elif _callee(node) == "getattr" and isinstance(node, ast.Call) and len(node.args) > 1:
             target, attr = node.args[0], node.args[1]
-            if isinstance(target, ast.Name) and target.id in gc_names and isinstance(
-                attr, ast.Constant) and attr.value in _GC_CHANGES | _GC_LISTS:  # fmt: skip
+            if (
+                isinstance(target, ast.Name)
+                and target.id in gc_names
+                and isinstance(attr, ast.Constant)
+                and attr.value in _GC_CHANGES | _GC_LISTS
+            ):
                 found.add(f"gc.{attr.value}")
         changed = _changed(node)
         if (
@@ -1336,8 +1444,12 @@ def gc_state_changes(tree: ast.AST) -> set[str]:
 def test_only_gcstate_changes_gc_state() -> None:
     """``heap/gcstate.py`` records and restores the collector's state; elsewhere only the
     listed collections run it."""
-    found = {f"{name}: {change}" for name, (_, tree) in MODULES.items() if name != GC_OWNER
-             for change in gc_state_changes(tree)}  # fmt: skip
+    found = {
+        f"{name}: {change}"
+        for name, (_, tree) in MODULES.items()
+        if name != GC_OWNER
+        for change in gc_state_changes(tree)
+    }
     assert sorted(found - set(GC_CALLS_ALLOWED)) == []
     assert set(GC_CALLS_ALLOWED) <= found  # none stale
     assert {"gc.freeze", "gc.unfreeze", "gc.disable", "gc.set_debug"} <= gc_state_changes(
@@ -1353,9 +1465,13 @@ def test_the_gc_scan_sees_every_spelling() -> None:
         "    del gc.garbage[:]\n    gc.get_objects()\n    gc.get_stats()\n    gc.isenabled()\n"
     )
     assert gc_state_changes(ast.parse(code)) == {
-        "gc.collect", "gc.unfreeze", "gc.freeze", "gc.set_threshold", "gc.callbacks",
+        "gc.collect",
+        "gc.unfreeze",
+        "gc.freeze",
+        "gc.set_threshold",
+        "gc.callbacks",
         "gc.garbage",
-    }  # fmt: skip
+    }
 
 
 # -- docs/DESIGN.md describes this tree -------------------------------------------------
@@ -1422,5 +1538,4 @@ def test_the_design_scan_sees_a_stale_layout() -> None:
     )
     assert layout_parts(text) == {"api", "gone", "engine"}
     assert layer_table(text) == {2: {"engine", "api"}, 1: {"metrics"}}
-    assert stale_references(text) == ["engine/gone.py", "tests/test_gone.py", "gone.py",
-                                      "gone2.py"]  # fmt: skip
+    assert stale_references(text) == ["engine/gone.py", "tests/test_gone.py", "gone.py", "gone2.py"]

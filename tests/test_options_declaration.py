@@ -37,9 +37,7 @@ def test_every_option_is_declared_once_with_type_default_help_and_places() -> No
     for option in OPTIONS:
         assert option.help and option.type and option.applies <= set(options.PLACES)
         assert getattr(defaults, option.key) == option.default, option.key
-    assert {f.name for f in dataclasses.fields(Settings)} == {o.key for o in OPTIONS} | {
-        "sources"
-    }
+    assert {f.name for f in dataclasses.fields(Settings)} == {o.key for o in OPTIONS} | {"sources"}
     assert set(CheckOptions.__annotations__) == set(keywords("check"))
     assert set(TrackOptions.__annotations__) == set(keywords("track"))
     assert set(keywords("marker")) == set(keywords("check"))
@@ -95,16 +93,31 @@ def test_one_sample_can_never_flag_a_leak_so_it_is_refused_naming_sources() -> N
 
 
 def test_typed_ini_values_resolve_like_their_text() -> None:
-    typed = settings_from({}, {"graphleak": True, "graphleak_steps": 5,
-                               "graphleak_probes": ["torch", "gc"],
-                               "graphleak_rss_tolerance": 2048})  # fmt: skip
-    text = settings_from({}, {"graphleak": "true", "graphleak_steps": "5",
-                              "graphleak_probes": ["torch,gc"],
-                              "graphleak_rss_tolerance": "2KiB"})  # fmt: skip
+    typed = settings_from(
+        {},
+        {
+            "graphleak": True,
+            "graphleak_steps": 5,
+            "graphleak_probes": ["torch", "gc"],
+            "graphleak_rss_tolerance": 2048,
+        },
+    )
+    text = settings_from(
+        {},
+        {
+            "graphleak": "true",
+            "graphleak_steps": "5",
+            "graphleak_probes": ["torch,gc"],
+            "graphleak_rss_tolerance": "2KiB",
+        },
+    )
     assert typed == text
     assert (typed.enabled, typed.steps, typed.probes, typed.rss_tolerance) == (
-        True, 5, ("torch", "gc"), 2048.0,
-    )  # fmt: skip
+        True,
+        5,
+        ("torch", "gc"),
+        2048.0,
+    )
     assert settings_from({}, {"graphleak_steps": None, "graphleak_probes": []}) == Settings()
     with pytest.raises(OptionError, match=r"invalid graphleak_steps = True .*integer"):
         settings_from({}, {"graphleak_steps": True}, ini_file="pyproject.toml")
@@ -129,7 +142,7 @@ def test_native_toml_table_with_bool_int_and_list(pytester: pytest.Pytester) -> 
     pytester.makepyfile(test_count=COUNTING)
     pytester.makefile(
         ".toml",
-        pyproject='[tool.pytest]\ngraphleak = true\ngraphleak_steps = 5\ngraphleak_warmup = 1\n'
+        pyproject="[tool.pytest]\ngraphleak = true\ngraphleak_steps = 5\ngraphleak_warmup = 1\n"
         'graphleak_probes = ["minigrad", "gc"]\n',
     )
     result = pytester.runpytest_subprocess("-s", *FAST)

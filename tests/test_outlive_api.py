@@ -33,8 +33,9 @@ print(json.dumps({"made": made, "chains": chains, "pytest": "pytest" in sys.modu
 
 
 def test_a_census_and_its_explanation_run_without_pytest() -> None:
-    run = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True,
-                         check=True, timeout=120)  # fmt: skip
+    run = subprocess.run(
+        [sys.executable, "-c", SCRIPT], capture_output=True, text=True, check=True, timeout=120
+    )
     found = json.loads(run.stdout.strip().splitlines()[-1])
     assert found["made"] and not found["pytest"]
     assert [chain[0] for chain in found["chains"]] == ["global 'user_mod.CACHE'"]
@@ -43,8 +44,11 @@ def test_a_census_and_its_explanation_run_without_pytest() -> None:
 def test_no_module_of_the_package_imports_pytest() -> None:
     for path in sorted(PACKAGE.glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
-                [node.module or ""] if isinstance(node, ast.ImportFrom) else [])  # fmt: skip
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else ([node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            )
             assert not any(n.split(".")[0] in ("pytest", "_pytest") for n in names), path
 
 
@@ -92,8 +96,13 @@ main()
 
 
 def test_an_audit_of_a_test_and_a_fixture_runs_without_pytest() -> None:
-    run = subprocess.run([sys.executable, "-c", AUDIT_SCRIPT], capture_output=True, text=True,
-                         check=True, timeout=120)  # fmt: skip
+    run = subprocess.run(
+        [sys.executable, "-c", AUDIT_SCRIPT],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
     found = json.loads(run.stdout.strip().splitlines()[-1])
     assert not found["pytest"]
     # the diagnosis is imported only when a root reaches a graph (outlive/found)

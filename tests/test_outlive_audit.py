@@ -112,25 +112,36 @@ def test_fail_mode_fails_the_test_at_teardown(pytester: pytest.Pytester) -> None
     pytester.makepyfile(test_suite=SUITE)
     result = pytester.runpytest("--graphleak", "--graphleak-outlive=fail", "-p", "no:randomly")
     result.assert_outcomes(passed=3, failed=1, errors=1)
-    said_in_order(result.stdout.str(), [
-        "*ERROR at teardown of test_appends_loss*",
-        "graphleak: test_suite.py::test_appends_loss left autograd graphs alive after its *",
-        "ERROR test_suite.py::test_appends_loss - *outlived the test: list-accumulation*",
-    ])  # fmt: skip
+    said_in_order(
+        result.stdout.str(),
+        [
+            "*ERROR at teardown of test_appends_loss*",
+            "graphleak: test_suite.py::test_appends_loss left autograd graphs alive after its *",
+            "ERROR test_suite.py::test_appends_loss - *outlived the test: list-accumulation*",
+        ],
+    )
     assert result.ret == pytest.ExitCode.TESTS_FAILED
 
 
 def test_rerun_in_fail_mode_adds_stored_at_to_minigrad_sites(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_suite=SUITE)
-    result = pytester.runpytest("--graphleak", "--graphleak-outlive=fail",
-                                "--graphleak-outlive-sites=rerun", "-p", "no:randomly")  # fmt: skip
+    result = pytester.runpytest(
+        "--graphleak",
+        "--graphleak-outlive=fail",
+        "--graphleak-outlive-sites=rerun",
+        "-p",
+        "no:randomly",
+    )
     result.assert_outcomes(passed=3, failed=1, errors=1)  # as without the re-run
-    said_in_order(result.stdout.str(), [
-        "*ERROR at teardown of test_appends_loss*",
-        "*created at: test_suite.py:14 in _loss: return (model(*",
-        "*stored at: test_suite.py:* in test_appends_loss: history.append(loss)  (once in the "
-        "test's re-run)",
-    ])  # fmt: skip
+    said_in_order(
+        result.stdout.str(),
+        [
+            "*ERROR at teardown of test_appends_loss*",
+            "*created at: test_suite.py:14 in _loss: return (model(*",
+            "*stored at: test_suite.py:* in test_appends_loss: history.append(loss)  (once in the "
+            "test's re-run)",
+        ],
+    )
 
 
 @pytest.mark.parametrize(
@@ -219,19 +230,25 @@ def test_wider_fixture_keeps_its_graph_and_globals_are_named(pytester: pytest.Py
     told = folded("\n".join(report_section(result.outlines)))
     assert "WARNING test_wider.py::test_stores_in_fixture_that_is_a_global outlived" in told
     assert "WARNING test_wider.py::TestCase::test_class_attribute outlived the test" in told
-    said_in_order(result.stdout.str(), [  # the report's rows, by node id
-        "*held by: class attribute 'TestCase.seen' -> dict?'x'? -> Tensor*",
-        "*held by: global 'test_wider.KEPT' -> list(len=1) -> Tensor*",
-    ])  # fmt: skip
-    said_in_order(result.stdout.str(), [
-        # the module fixture's dict still holds its graph when it is torn down (the last
-        # test's teardown, a test that did not request it): named then, with the test
-        # that stored it, as the session's finding (issue 43 item 3)
-        "*= graphleak: fixture findings, on no test =*",
-        "*made during test_wider.py::test_stores_in_module_fixture, still alive at the "
-        "teardown of fixture 'cache' (module scope)",
-        "*held by: fixture 'cache' (module scope) -> dict?'out'? -> Tensor*",
-    ])  # fmt: skip
+    said_in_order(
+        result.stdout.str(),
+        [  # the report's rows, by node id
+            "*held by: class attribute 'TestCase.seen' -> dict?'x'? -> Tensor*",
+            "*held by: global 'test_wider.KEPT' -> list(len=1) -> Tensor*",
+        ],
+    )
+    said_in_order(
+        result.stdout.str(),
+        [
+            # the module fixture's dict still holds its graph when it is torn down (the last
+            # test's teardown, a test that did not request it): named then, with the test
+            # that stored it, as the session's finding (issue 43 item 3)
+            "*= graphleak: fixture findings, on no test =*",
+            "*made during test_wider.py::test_stores_in_module_fixture, still alive at the "
+            "teardown of fixture 'cache' (module scope)",
+            "*held by: fixture 'cache' (module scope) -> dict?'out'? -> Tensor*",
+        ],
+    )
 
 
 def test_graph_outliving_its_module_fixture_is_named_at_its_teardown(
@@ -260,15 +277,19 @@ def test_graph_outliving_its_module_fixture_is_named_at_its_teardown(
     result = pytester.runpytest_subprocess("--graphleak", "-p", "no:randomly")
     # torn down in the teardown of test_last, which did not request it: the session's
     result.assert_outcomes(passed=2)
-    said_in_order(result.stdout.str(), [
-        "*= graphleak: fixture findings, on no test =*",
-        "graphleak: fixture 'box' (module scope) of test_late.py kept autograd graphs alive "
-        "after its teardown (outlive)",
-        "*made during test_late.py::test_fills_box, still alive at the teardown of fixture "
-        "'box' (module scope)",
-        "*held by: global 'test_late.LATER' -> list(len=1) -> dict?'loss'? -> Tensor*",
-        "*made during test_late.py::test_fills_box; kept by fixture 'box' (module scope) until*",
-    ])  # fmt: skip
+    said_in_order(
+        result.stdout.str(),
+        [
+            "*= graphleak: fixture findings, on no test =*",
+            "graphleak: fixture 'box' (module scope) of test_late.py kept autograd graphs alive "
+            "after its teardown (outlive)",
+            "*made during test_late.py::test_fills_box, still alive at the teardown of fixture "
+            "'box' (module scope)",
+            "*held by: global 'test_late.LATER' -> list(len=1) -> dict?'loss'? -> Tensor*",
+            "*made during test_late.py::test_fills_box; kept by fixture 'box' (module scope) "
+            "until*",
+        ],
+    )
 
 
 def test_marked_test_is_not_reported_twice(pytester: pytest.Pytester) -> None:
@@ -319,27 +340,37 @@ def test_reports_under_xdist(pytester: pytest.Pytester, monkeypatch: pytest.Monk
     monkeypatch.setenv("GITHUB_WORKSPACE", str(pytester.path))
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(pytester.path / "summary.md"))
     result = pytester.runpytest_subprocess(
-        "--graphleak", "-p", "no:randomly", "-n", "2", "--graphleak-report=out.json",
+        "--graphleak",
+        "-p",
+        "no:randomly",
+        "-n",
+        "2",
+        "--graphleak-report=out.json",
         "--junitxml=junit.xml",
-    )  # fmt: skip
+    )
     result.assert_outcomes(passed=3, failed=1)
     document = json.loads((pytester.path / "out.json").read_text())
     jsonschema.validate(document, load_schema())
     (test,) = [t for t in document["tests"] if t["nodeid"].endswith("test_appends_loss")]
     (check,) = test["checks"]
     assert (test["status"], check["kind"], check["pattern"]) == (
-        "warned", "outlive", "list-accumulation"
-    )  # fmt: skip
+        "warned",
+        "outlive",
+        "list-accumulation",
+    )
     assert check["diagnosis"]["chain"][0] == "global 'test_suite.history'"
     junit = (pytester.path / "junit.xml").read_text()
     assert '<property name="graphleak.kind" value="outlive"' in junit
     # The GitHub Actions gate: a warning (the test passed) on the line that made the graph.
-    said_in_order(result.stdout.str(), [
-        "::warning file=test_suite.py,line=14,title=graphleak%3A list-accumulation (outlived "
-        "the test) at test_suite.py%3A14::fix (not verified): *%0Aoutlived the test: "
-        "1 graph-carrying tensor*"
-        "%0Atest: test_suite.py::test_appends_loss",
-    ])  # fmt: skip
+    said_in_order(
+        result.stdout.str(),
+        [
+            "::warning file=test_suite.py,line=14,title=graphleak%3A list-accumulation (outlived "
+            "the test) at test_suite.py%3A14::fix (not verified): *%0Aoutlived the test: "
+            "1 graph-carrying tensor*"
+            "%0Atest: test_suite.py::test_appends_loss",
+        ],
+    )
     assert "test_appends_loss" in (pytester.path / "summary.md").read_text()
 
 
@@ -359,8 +390,12 @@ def test_census_tells_what_a_test_made_and_leaves_gc_alone() -> None:
     assert census.finish()
     assert (gc.isenabled(), gc.get_threshold(), gc.get_freeze_count()) == gc_state
     assert [census.made_during(t) for t in (older, before, inside, after, plain)] == [
-        False, True, False, True, False,
-    ]  # fmt: skip
+        False,
+        True,
+        False,
+        True,
+        False,
+    ]
     assert census.made_during(after.grad_fn) and not census.grown_in_place(after)
     assert not session.current().spans
 
@@ -480,8 +515,11 @@ def _warned(result: pytest.RunResult) -> list[str]:
     """The tests the audit warned about: a row of their own in the graphleak report (the
     warning itself is a pointer to it)."""
     told = folded("\n".join(report_section(result.outlines)))
-    return [name for name in (*_NAMED, *_QUIET)
-            if f"WARNING test_torch_suite.py::{name} outlived the test" in told]
+    return [
+        name
+        for name in (*_NAMED, *_QUIET)
+        if f"WARNING test_torch_suite.py::{name} outlived the test" in told
+    ]
 
 
 @needs_torch
@@ -490,51 +528,71 @@ def test_torch_graphs_grown_in_place_on_old_tensors_are_named(pytester: pytest.P
     result = pytester.runpytest("--graphleak", "-p", "no:randomly")
     result.assert_outcomes(passed=5, failed=1, warnings=3)
     assert _warned(result) == list(_NAMED)
-    said_in_order(result.stdout.str(),
-                  ["*held by: global 'test_torch_suite.history' -> list(len=1) -> Tensor*"])
-    said_in_order(result.stdout.str(), [
-        "*WARNING test_torch_suite.py::test_adds_to_global_total outlived the test: "
-        "retained-grad-fn*",
-        "*a tensor whose graph test_torch_suite.py::test_adds_to_global_total extended in "
-        "place*",
-        "*held by: global 'test_torch_suite.TOTAL' -> Tensor(shape=(), grad_fn=AddBackward0)",
-        "*note: an in-place op (+=, add_()) extended the graph of a tensor*",
-        "*held by: fixture 'state' (session scope) -> dict?'total'? -> Tensor(*grad_fn=Add*",
-    ])  # fmt: skip
+    said_in_order(
+        result.stdout.str(),
+        ["*held by: global 'test_torch_suite.history' -> list(len=1) -> Tensor*"],
+    )
+    said_in_order(
+        result.stdout.str(),
+        [
+            "*WARNING test_torch_suite.py::test_adds_to_global_total outlived the test: "
+            "retained-grad-fn*",
+            "*a tensor whose graph test_torch_suite.py::test_adds_to_global_total extended in "
+            "place*",
+            "*held by: global 'test_torch_suite.TOTAL' -> Tensor(shape=(), grad_fn=AddBackward0)",
+            "*note: an in-place op (+=, add_()) extended the graph of a tensor*",
+            "*held by: fixture 'state' (session scope) -> dict?'total'? -> Tensor(*grad_fn=Add*",
+        ],
+    )
     # torch records no site while a test runs: the story says so and how to get them
-    said_in_order(result.stdout.str(), ["*created at: unknown (torch's creation sites are not "
-                                 "recorded while a test runs; --graphleak-outlive-sites=rerun*"])
+    said_in_order(
+        result.stdout.str(),
+        [
+            "*created at: unknown (torch's creation sites are not "
+            "recorded while a test runs; --graphleak-outlive-sites=rerun*"
+        ],
+    )
 
 
 @needs_torch
 def test_rerun_finds_torch_sites_without_changing_the_outcome(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_torch_suite=TORCH_SUITE)
-    result = pytester.runpytest_subprocess("--graphleak", "--graphleak-outlive-sites=rerun", "-rP",
-                                "-p", "no:randomly")  # fmt: skip
+    result = pytester.runpytest_subprocess(
+        "--graphleak", "--graphleak-outlive-sites=rerun", "-rP", "-p", "no:randomly"
+    )
     result.assert_outcomes(passed=5, failed=1, warnings=3)
     assert _warned(result) == list(_NAMED)
-    said_in_order(result.stdout.str(), [
-        "*WARNING *test_appends_loss*outlived the test*",
-        "*created at: test_torch_suite.py:26 in _loss: return model(batch).pow(2).mean()*",
-        "*stored at: test_torch_suite.py:* in test_appends_loss: history.append(loss)  "
-        "(once in the test's re-run)",
-        "*note: created at and stored at: from one more run of the test*",
-        # tried: the test ran once more with the change and left nothing
-        "*fix (verified: one more run of the test with this change left no graph alive): "
-        "test_torch_suite.py:44: history.append(loss.item())",
-    ])  # fmt: skip
-    said_in_order(result.stdout.str(), [
-        "*WARNING *test_adds_to_global_total*outlived the test*",
-        "*stored at: test_torch_suite.py:* in test_adds_to_global_total: TOTAL += _loss(*",
-        "*fix (verified: one more run*): test_torch_suite.py:49: TOTAL = (TOTAL + "
-        "_loss(model, batch)).detach()",
-    ])  # fmt: skip
-    said_in_order(result.stdout.str(), [
-        "*WARNING *test_adds_to_session_total*outlived the test*",
-        "*stored at: test_torch_suite.py:* in test_adds_to_session_total: state*total*+=*",
-        "*fix (verified: one more run*): test_torch_suite.py:53: state?\"total\"? = "
-        "(state?\"total\"? + _loss(model, batch)).detach()",
-    ])  # fmt: skip
+    said_in_order(
+        result.stdout.str(),
+        [
+            "*WARNING *test_appends_loss*outlived the test*",
+            "*created at: test_torch_suite.py:26 in _loss: return model(batch).pow(2).mean()*",
+            "*stored at: test_torch_suite.py:* in test_appends_loss: history.append(loss)  "
+            "(once in the test's re-run)",
+            "*note: created at and stored at: from one more run of the test*",
+            # tried: the test ran once more with the change and left nothing
+            "*fix (verified: one more run of the test with this change left no graph alive): "
+            "test_torch_suite.py:44: history.append(loss.item())",
+        ],
+    )
+    said_in_order(
+        result.stdout.str(),
+        [
+            "*WARNING *test_adds_to_global_total*outlived the test*",
+            "*stored at: test_torch_suite.py:* in test_adds_to_global_total: TOTAL += _loss(*",
+            "*fix (verified: one more run*): test_torch_suite.py:49: TOTAL = (TOTAL + "
+            "_loss(model, batch)).detach()",
+        ],
+    )
+    said_in_order(
+        result.stdout.str(),
+        [
+            "*WARNING *test_adds_to_session_total*outlived the test*",
+            "*stored at: test_torch_suite.py:* in test_adds_to_session_total: state*total*+=*",
+            '*fix (verified: one more run*): test_torch_suite.py:53: state?"total"? = '
+            '(state?"total"? + _loss(model, batch)).detach()',
+        ],
+    )
     # each of the six tests shows its captured setup output once (the re-run's is dropped)
     assert result.stdout.str().count("batch set up") == 6
 
@@ -562,17 +620,21 @@ def test_rerun_that_leaves_nothing_and_one_that_is_refused_say_so(
             kept.append(weight * 3)
         """
     )
-    result = pytester.runpytest("--graphleak", "--graphleak-outlive-sites=rerun",
-                                "-p", "no:randomly")  # fmt: skip
+    result = pytester.runpytest(
+        "--graphleak", "--graphleak-outlive-sites=rerun", "-p", "no:randomly"
+    )
     result.assert_outcomes(passed=2, warnings=2)
-    said_in_order(result.stdout.str(), [
-        "*WARNING *test_keeps_on_its_first_run_only*outlived the test*",
-        "*note: the test ran once more to find where its graphs were made, and that run left "
-        "none in this holder: created at and stored at unknown",
-        "*WARNING *test_last_user_of_a_module_fixture*outlived the test*",
-        "*note: the test is not run again to find its sites: its module-scoped fixture "
-        "'weight' was torn down after it*",
-    ])  # fmt: skip
+    said_in_order(
+        result.stdout.str(),
+        [
+            "*WARNING *test_keeps_on_its_first_run_only*outlived the test*",
+            "*note: the test ran once more to find where its graphs were made, and that run left "
+            "none in this holder: created at and stored at unknown",
+            "*WARNING *test_last_user_of_a_module_fixture*outlived the test*",
+            "*note: the test is not run again to find its sites: its module-scoped fixture "
+            "'weight' was torn down after it*",
+        ],
+    )
 
 
 def test_outlive_sites_option_is_checked(pytester: pytest.Pytester) -> None:
@@ -600,11 +662,17 @@ def test_census_tells_tensors_grown_in_place_from_new_ones() -> None:
         during_check += (w * 5).sum()
     assert census.finish()
     assert [census.made_during(t) for t in (fresh_total, chained, made, during_check, w)] == [
-        True, True, True, False, False,
-    ]  # fmt: skip
+        True,
+        True,
+        True,
+        False,
+        False,
+    ]
     assert [census.grown_in_place(t) for t in (fresh_total, chained, made)] == [
-        True, True, False,
-    ]  # fmt: skip
+        True,
+        True,
+        False,
+    ]
 
 
 # Weights that parametrizations recompute in a forward pre-hook (old weight_norm,
@@ -664,12 +732,16 @@ def test_weights_recomputed_by_forward_pre_hooks_are_not_findings(
     """Issue 33 item 5: a model with weight_norm, spectral_norm or prune in a module global
     or a setUpClass attribute is no finding; a loss kept in a list still is."""
     pytester.makepyfile(test_parametrized=PARAMETRIZED)
-    result = pytester.runpytest_subprocess("--graphleak", "-p", "no:randomly",
-                                           "--graphleak-outlive=fail")  # fmt: skip
+    result = pytester.runpytest_subprocess(
+        "--graphleak", "-p", "no:randomly", "--graphleak-outlive=fail"
+    )
     result.assert_outcomes(passed=6, errors=1)
-    said_in_order(result.stdout.str(), [
-        "ERROR test_parametrized.py::test_keeps_a_loss_of_the_weight_norm_model*",
-    ])  # fmt: skip
+    said_in_order(
+        result.stdout.str(),
+        [
+            "ERROR test_parametrized.py::test_keeps_a_loss_of_the_weight_norm_model*",
+        ],
+    )
     assert "Linear.weight" not in result.stdout.str() and "_flat_weights" not in result.stdout.str()
 
 
@@ -687,6 +759,7 @@ def test_recomputed_attributes_need_a_hook_that_names_them_and_a_parameter_graph
     def recompute(name: str) -> Callable[[Scale, object], None]:
         def hook(module: Scale, args: object) -> None:  # carries the name, as a user's would
             setattr(module, name, module.raw * 2)
+
         return hook
 
     def forward_pre_hooks(module: torch.nn.Module) -> None:
@@ -700,8 +773,9 @@ def test_recomputed_attributes_need_a_hook_that_names_them_and_a_parameter_graph
 
     fed = Scale()  # the graph reaches a tensor that is not the module's parameter
     other = torch.ones(2, requires_grad=True)
-    fed.register_forward_pre_hook(lambda module, args, name="scaled": setattr(
-        module, name, module.raw * other))  # fmt: skip
+    fed.register_forward_pre_hook(
+        lambda module, args, name="scaled": setattr(module, name, module.raw * other)
+    )
     forward_pre_hooks(fed)
     assert recomputed_attributes(fed) == set()
 
@@ -747,18 +821,27 @@ def test_graphs_in_numpy_object_arrays_and_contextvars_are_named(
     result.assert_outcomes(passed=3, warnings=2)
     assert len(_outlive_warnings(result)) == 2
     warned = [line for line in result.outlines if line.startswith("test_missed.py::")]
-    assert warned == ["test_missed.py::test_numpy_object_array",  # pytest's, over each
-                      "test_missed.py::test_contextvar"]  # fmt: skip
-    said_in_order(result.stdout.str(), [
-        "*held by: global 'test_missed.OBJ_ARR' -> ndarray(shape=(2, 2), dtype=object) -> "
-        "Tensor*",
-    ])  # fmt: skip
+    assert warned == [
+        "test_missed.py::test_numpy_object_array",  # pytest's, over each
+        "test_missed.py::test_contextvar",
+    ]
+    said_in_order(
+        result.stdout.str(),
+        [
+            "*held by: global 'test_missed.OBJ_ARR' -> ndarray(shape=(2, 2), dtype=object) -> "
+            "Tensor*",
+        ],
+    )
     # the report's row, its lines joined (the terminal wraps at its width)
-    assert ("WARNING test_missed.py::test_numpy_object_array outlived the test: "
-            "list-accumulation") in folded(result.stdout.str())
-    said_in_order(result.stdout.str(), [
-        "*held by: global 'test_missed.CV' -> ContextVar('last_loss').get() -> Tensor*",
-    ])  # fmt: skip
+    assert (
+        "WARNING test_missed.py::test_numpy_object_array outlived the test: list-accumulation"
+    ) in folded(result.stdout.str())
+    said_in_order(
+        result.stdout.str(),
+        [
+            "*held by: global 'test_missed.CV' -> ContextVar('last_loss').get() -> Tensor*",
+        ],
+    )
 
 
 KEPT_CACHE = """
@@ -812,8 +895,9 @@ def test_keep_list_matches_the_holder_object_whatever_alias_reaches_it(
             c.embed(5)
         """,
     )
-    result = pytester.runpytest("--graphleak", "-p", "no:randomly",
-                                f"--graphleak-outlive-keep={keep}")  # fmt: skip
+    result = pytester.runpytest(
+        "--graphleak", "-p", "no:randomly", f"--graphleak-outlive-keep={keep}"
+    )
     result.assert_outcomes(passed=3)
     assert not _outlive_warnings(result)
     # the control: without the list, all three are named
@@ -944,18 +1028,21 @@ def test_request_cls_attributes_are_judged_at_the_class_fixtures_teardown(
     result.assert_outcomes(passed=8, warnings=1)
     found = _outlive_warnings(result)
     assert len(found) == 1, found
-    said_in_order(result.stdout.str(), [
-        "*graphleak: fixture 'kept' (class scope) of test_cls.py::TestKeeps kept autograd "
-        "graphs alive after its teardown: list-accumulation*",
-        # the last test's graph is the fixture's too, as the first's: one finding, whichever
-        # test of the class ran last (issue 42 item 4)
-        "*made during test_cls.py::TestKeeps::test_first and "
-        "test_cls.py::TestKeeps::test_second, still alive at the teardown of "
-        "fixture 'kept' (class scope)",
-        "*held by: class attribute 'TestKeeps.kept' (set by fixture 'kept') -> list(len=2) -> "
-        "Tensor*",
-        "*note: fixture 'kept' still kept it after its own teardown code ran*",
-    ])  # fmt: skip
+    said_in_order(
+        result.stdout.str(),
+        [
+            "*graphleak: fixture 'kept' (class scope) of test_cls.py::TestKeeps kept autograd "
+            "graphs alive after its teardown: list-accumulation*",
+            # the last test's graph is the fixture's too, as the first's: one finding, whichever
+            # test of the class ran last (issue 42 item 4)
+            "*made during test_cls.py::TestKeeps::test_first and "
+            "test_cls.py::TestKeeps::test_second, still alive at the teardown of "
+            "fixture 'kept' (class scope)",
+            "*held by: class attribute 'TestKeeps.kept' (set by fixture 'kept') -> list(len=2) -> "
+            "Tensor*",
+            "*note: fixture 'kept' still kept it after its own teardown code ran*",
+        ],
+    )
     assert "left autograd graphs alive after its teardown" not in folded(result.stdout.str())
     result = pytester.runpytest_subprocess(
         "--graphleak", "-p", "no:randomly", "--graphleak-outlive=fail"
@@ -1037,26 +1124,33 @@ def test_graph_kept_in_a_session_fixtures_value_is_named_at_its_teardown(
     result = pytester.runpytest("--graphleak", "-p", "no:randomly")
     # torn down in test_last's teardown, which did not request it: the session's finding
     result.assert_outcomes(passed=3)
-    said_in_order(result.stdout.str(), [
-        "*= graphleak: fixture findings, on no test =*",
-        "graphleak: fixture 'store' (session scope) kept autograd graphs alive after its "
-        "teardown (outlive)",
-        "*1 graph-carrying tensor (* graph nodes) made during test_session_value.py::test_stores, "
-        "still alive at the teardown of fixture 'store' (session scope)",
-        "*held by: fixture 'store' (session scope) -> dict?'loss'? -> Tensor*",
-    ])  # fmt: skip
+    said_in_order(
+        result.stdout.str(),
+        [
+            "*= graphleak: fixture findings, on no test =*",
+            "graphleak: fixture 'store' (session scope) kept autograd graphs alive after its "
+            "teardown (outlive)",
+            "*1 graph-carrying tensor (* graph nodes) made during "
+            "test_session_value.py::test_stores, "
+            "still alive at the teardown of fixture 'store' (session scope)",
+            "*held by: fixture 'store' (session scope) -> dict?'loss'? -> Tensor*",
+        ],
+    )
     assert "'cleared'" not in result.stdout.str() and "'own'" not in result.stdout.str()
     # the test that stored it is the last one of the fixture's scope: judged in its own
     # teardown, before pytest drops the value
     pytester.makepyfile(test_module_value=MODULE_VALUE)
     result = pytester.runpytest("--graphleak", "-p", "no:randomly", "test_module_value.py")
     result.assert_outcomes(passed=1, warnings=1)
-    said_in_order(result.stdout.str(), [
-        "*made during test_module_value.py::test_only, still alive at the teardown of fixture "
-        "'store' (module scope)",
-        "*held by: fixture 'store' (module scope) -> dict?'loss'? -> Tensor*",
-        "*note: fixture 'store' still kept it after its own teardown code ran*",
-    ])  # fmt: skip
+    said_in_order(
+        result.stdout.str(),
+        [
+            "*made during test_module_value.py::test_only, still alive at the teardown of fixture "
+            "'store' (module scope)",
+            "*held by: fixture 'store' (module scope) -> dict?'loss'? -> Tensor*",
+            "*note: fixture 'store' still kept it after its own teardown code ran*",
+        ],
+    )
 
 
 @needs_torch
@@ -1082,13 +1176,17 @@ def test_rerun_names_the_line_that_made_the_kept_graph_not_only_the_storing_one(
             TOTAL += _loss(torch.ones(2, 3))
         """
     )
-    result = pytester.runpytest_subprocess("--graphleak", "--graphleak-outlive-sites=rerun",
-                                           "-p", "no:randomly")  # fmt: skip
+    result = pytester.runpytest_subprocess(
+        "--graphleak", "--graphleak-outlive-sites=rerun", "-p", "no:randomly"
+    )
     result.assert_outcomes(passed=1, warnings=1)
-    said_in_order(result.stdout.str(), [
-        "*WARNING *test_adds_to_global_total*outlived the test*",
-        "*created at: test_total.py:8 in _loss: return MODEL(batch).pow(2).mean()  (* of "
-        "the kept tensors and nodes)",
-        "*created at: test_total.py:13 in test_adds_to_global_total: TOTAL += _loss(*",
-        "*stored at: test_total.py:13 in test_adds_to_global_total: TOTAL += _loss(*",
-    ])  # fmt: skip
+    said_in_order(
+        result.stdout.str(),
+        [
+            "*WARNING *test_adds_to_global_total*outlived the test*",
+            "*created at: test_total.py:8 in _loss: return MODEL(batch).pow(2).mean()  (* of "
+            "the kept tensors and nodes)",
+            "*created at: test_total.py:13 in test_adds_to_global_total: TOTAL += _loss(*",
+            "*stored at: test_total.py:13 in test_adds_to_global_total: TOTAL += _loss(*",
+        ],
+    )

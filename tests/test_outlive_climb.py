@@ -110,17 +110,26 @@ def _audit(module: types.ModuleType, monkeypatch: pytest.MonkeyPatch) -> Seen:
     real_climb, real_walk, real_globals = climb, Gate.may_reach, globals_of
 
     def counted_climb(
-        gate: Gate, targets: Sequence[object], roots: Roots, backends: list[Backend],
-        young: list[object] | None, own: Collection[int] = (),
-    ) -> Reach | None:  # fmt: skip
+        gate: Gate,
+        targets: Sequence[object],
+        roots: Roots,
+        backends: list[Backend],
+        young: list[object] | None,
+        own: Collection[int] = (),
+    ) -> Reach | None:
         reach = real_climb(gate, targets, roots, backends, young, own)
         seen.taken.append(None if reach is None else reach.taken)
         return reach
 
     def counted_walk(
-        self: Gate, roots: Iterable[object], wanted: Callable[[object], bool],
-        backends: list[Backend], *, limit: int = LIMIT, kept: Iterable[object] = (),
-    ) -> bool | None:  # fmt: skip
+        self: Gate,
+        roots: Iterable[object],
+        wanted: Callable[[object], bool],
+        backends: list[Backend],
+        *,
+        limit: int = LIMIT,
+        kept: Iterable[object] = (),
+    ) -> bool | None:
         seen.walks.append(limit)
         return real_walk(self, roots, wanted, backends, limit=limit, kept=kept)
 
@@ -214,16 +223,20 @@ def test_a_live_fixture_and_a_class_attribute_are_climbed_to(
     real_walk = Gate.may_reach
 
     def counted_walk(
-        self: Gate, roots: Iterable[object], wanted: Callable[[object], bool],
-        backends: list[Backend], *, limit: int = LIMIT, kept: Iterable[object] = (),
-    ) -> bool | None:  # fmt: skip
+        self: Gate,
+        roots: Iterable[object],
+        wanted: Callable[[object], bool],
+        backends: list[Backend],
+        *,
+        limit: int = LIMIT,
+        kept: Iterable[object] = (),
+    ) -> bool | None:
         seen.walks.append(limit)
         return real_walk(self, roots, wanted, backends, limit=limit, kept=kept)
 
     monkeypatch.setattr(Gate, "may_reach", counted_walk)
     audit = Audit()
-    test = AuditedTest("t.py::Suite::test_x", module=module, cls=Suite,
-                       fixtures={"state": fixture})  # fmt: skip
+    test = AuditedTest("t.py::Suite::test_x", module=module, cls=Suite, fixtures={"state": fixture})
     census = audit.census()
     assert fixture.cached_result is not None
     cast("dict[str, list[object]]", fixture.cached_result[0])["losses"].append(graph_tensor())

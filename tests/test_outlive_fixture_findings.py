@@ -48,14 +48,19 @@ class TestOther:
         pass
 """
 
-STORY = ("the mock `dummy_callback` records every call's arguments, so the graph-carrying "
-         "`y_pred` passed to `on_batch_end` stays alive as long as the fixture")  # fmt: skip
-FIX = ("call dummy_callback.reset_mock() once the test has read its calls, make "
-       "fixture 'dummy_callback' function-scoped, or pass y_pred.detach() (or "
-       "y_pred.item()) in the code that calls the mock")  # fmt: skip
+STORY = (
+    "the mock `dummy_callback` records every call's arguments, so the graph-carrying "
+    "`y_pred` passed to `on_batch_end` stays alive as long as the fixture"
+)
+FIX = (
+    "call dummy_callback.reset_mock() once the test has read its calls, make "
+    "fixture 'dummy_callback' function-scoped, or pass y_pred.detach() (or "
+    "y_pred.item()) in the code that calls the mock"
+)
 ROW = "fixture 'dummy_callback' (module scope) of test_cb.py"
-REQUESTED = ("requested by: test_cb.py::TestTrainer::test_fit and "
-             "test_cb.py::TestTrainer::test_called")
+REQUESTED = (
+    "requested by: test_cb.py::TestTrainer::test_fit and test_cb.py::TestTrainer::test_called"
+)
 
 
 @pytest.fixture(autouse=True)
@@ -85,28 +90,39 @@ def test_a_module_mock_fixture_is_not_charged_to_a_test_that_never_used_it(
     out = folded(result.stdout.str())
     assert "test_last" not in out.split("= graphleak: fixture findings, on no test =")[0]
     assert "= graphleak: fixture findings, on no test =" in out
-    for told in (f"graphleak: {ROW} kept autograd graphs alive after its teardown (outlive)",
-                 REQUESTED, STORY, FIX):  # fmt: skip
+    for told in (
+        f"graphleak: {ROW} kept autograd graphs alive after its teardown (outlive)",
+        REQUESTED,
+        STORY,
+        FIX,
+    ):
         assert told in out, told
     assert "dummy_callback._mock" not in out.split("held by:")[-1].split("created at:")[-1]
     section = report_section(result.outlines)
     assert any(line.startswith(f"WARNING {ROW}") for line in section), section
-    assert ("made during: test_cb.py::TestTrainer::test_fit and "
-            "test_cb.py::TestTrainer::test_called; requested by:") in folded("\n".join(section))
+    assert (
+        "made during: test_cb.py::TestTrainer::test_fit and "
+        "test_cb.py::TestTrainer::test_called; requested by:"
+    ) in folded("\n".join(section))
     assert not any("test_last" in line for line in section), section
     # the row is counted as the fixture's, not as a test's
-    assert ("graphleak: 1 fixture with results: 1 warned; 3 audited for graphs "
-            "that outlive them") in out  # fmt: skip
+    assert (
+        "graphleak: 1 fixture with results: 1 warned; 3 audited for graphs that outlive them"
+    ) in out
     document = json.loads((pytester.path / "r.json").read_text())
     assert document["summary"]["fixtures"] == 1
     tests = document["tests"]
     assert [t["nodeid"] for t in tests] == [ROW]
     judged = tests[0]["checks"][0]["judged_at"]
     assert judged["charged_to"] == "" and judged["requested_by"] == [
-        "test_cb.py::TestTrainer::test_fit", "test_cb.py::TestTrainer::test_called"]
+        "test_cb.py::TestTrainer::test_fit",
+        "test_cb.py::TestTrainer::test_called",
+    ]
     source = (pytester.path / "test_cb.py").read_text().splitlines()
     assert source[judged["line"] - 1 : judged["line"] + 1] == [  # the fixture's definition
-        '@pytest.fixture(scope="module")', "def dummy_callback():"]
+        '@pytest.fixture(scope="module")',
+        "def dummy_callback():",
+    ]
     assert judged["file"].endswith("test_cb.py")
 
 
@@ -120,8 +136,10 @@ def test_in_fail_mode_it_fails_the_session_not_the_passing_test(
     out = folded(result.stdout.str())
     assert "= graphleak: fixture findings that failed the session =" in out
     assert _named(REQUESTED, "test_cbf") in out and STORY in out
-    assert any(line.startswith(f"LEAKED  {_named(ROW, 'test_cbf')}")
-               for line in report_section(result.outlines))  # fmt: skip
+    assert any(
+        line.startswith(f"LEAKED  {_named(ROW, 'test_cbf')}")
+        for line in report_section(result.outlines)
+    )
 
 
 def test_the_last_test_that_requested_the_fixture_carries_it(
@@ -132,11 +150,13 @@ def test_the_last_test_that_requested_the_fixture_carries_it(
     pytester.makepyfile(test_cbl=MOCK_SUITE.split("\n\nclass TestOther")[0])
     result = _run(pytester, "--graphleak-outlive=fail")
     result.assert_outcomes(passed=2, errors=1)
-    result.stdout.fnmatch_lines([
-        f"graphleak: {_named(ROW, 'test_cbl')} kept autograd graphs alive after its teardown "
-        "(outlive)",
-        "ERROR test_cbl.py::TestTrainer::test_called - *",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            f"graphleak: {_named(ROW, 'test_cbl')} kept autograd graphs alive after its teardown "
+            "(outlive)",
+            "ERROR test_cbl.py::TestTrainer::test_called - *",
+        ]
+    )
 
 
 ARCHIVE = """
@@ -178,15 +198,18 @@ def test_a_class_fixtures_finding_has_a_row_of_its_own_named_for_it(
     assert len(heads) == len(set(heads)) == 1, section
     assert "fixture 'store' (class scope) of test_arch_rows.py::TestArchive" in heads[0]
     out = folded(result.stdout.str())
-    assert ("made during test_arch_rows.py::TestArchive::test_a and "
-            "test_arch_rows.py::TestArchive::test_b, still alive at the teardown of fixture "
-            "'store' (class scope)") in out  # fmt: skip
+    assert (
+        "made during test_arch_rows.py::TestArchive::test_a and "
+        "test_arch_rows.py::TestArchive::test_b, still alive at the teardown of fixture "
+        "'store' (class scope)"
+    ) in out
     assert "TestArchive::test_b left autograd graphs" not in out
     # the row lists the tests that made the graphs and those that requested the fixture
-    assert ("made during: test_arch_rows.py::TestArchive::test_a and "
-            "test_arch_rows.py::TestArchive::test_b; requested by: "
-            "test_arch_rows.py::TestArchive::test_a and test_arch_rows.py::TestArchive::test_b"
-            ) in folded("\n".join(section))  # fmt: skip
+    assert (
+        "made during: test_arch_rows.py::TestArchive::test_a and "
+        "test_arch_rows.py::TestArchive::test_b; requested by: "
+        "test_arch_rows.py::TestArchive::test_a and test_arch_rows.py::TestArchive::test_b"
+    ) in folded("\n".join(section))
 
 
 NOTICE = """
@@ -236,11 +259,27 @@ def test_without_a_known_line_the_annotation_goes_to_the_fixture() -> None:
     from pytest_graphleak.report.model import Report, TestRow
     from pytest_graphleak.result import CheckResult, Diagnosis, JudgedAt, Verdict
 
-    at = JudgedAt("store", "module", "test_m.py", label="fixture 'store' (module scope)",
-                  requested_by=("test_m.py::test_fill",), file="/w/test_m.py", line=8)
-    check = CheckResult(at.row, 0, 0, {}, {}, Verdict(leaked=True, pattern="list-accumulation"),
-                        Diagnosis("list-accumulation"), kind="outlive", warned=True,
-                        judged_at=at)  # fmt: skip
+    at = JudgedAt(
+        "store",
+        "module",
+        "test_m.py",
+        label="fixture 'store' (module scope)",
+        requested_by=("test_m.py::test_fill",),
+        file="/w/test_m.py",
+        line=8,
+    )
+    check = CheckResult(
+        at.row,
+        0,
+        0,
+        {},
+        {},
+        Verdict(leaked=True, pattern="list-accumulation"),
+        Diagnosis("list-accumulation"),
+        kind="outlive",
+        warned=True,
+        judged_at=at,
+    )
     report = Report(tests=(TestRow(at.row, "passed", (check,)),))
     row = report_rows(report, {at.row: ("/w/test_m.py", 20)})[0]
     assert (row.file, row.line, row.level) == ("/w/test_m.py", 8, "warning")
@@ -250,6 +289,8 @@ def test_the_count_line_tells_fixture_rows_from_tests() -> None:
     from pytest_graphleak.report.summary import counts, sentence
 
     told = sentence(counts(["leaked", "warned", "warned"], audited=5, fixtures=1))
-    assert told == ("2 tests and 1 fixture with results: 1 leaked, 2 warned; 5 audited for "
-                    "graphs that outlive them")  # fmt: skip
+    assert told == (
+        "2 tests and 1 fixture with results: 1 leaked, 2 warned; 5 audited for "
+        "graphs that outlive them"
+    )
     assert "fixtures" not in counts(["warned"], audited=1)  # absent when there are none

@@ -251,22 +251,28 @@ def test_keeps_four():
 
 def test_a_graph_the_walk_reached_but_no_search_named_is_said(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_dunder=DUNDER)
-    result = pytester.runpytest_subprocess("-p", "no:randomly", "-p", "no:cacheprovider",
-                                           "--graphleak")  # fmt: skip
+    result = pytester.runpytest_subprocess(
+        "-p", "no:randomly", "-p", "no:cacheprovider", "--graphleak"
+    )
     text = " ".join(result.stdout.str().split())
-    assert ("graphleak: outlive audit: 1 test left graphs alive that a first, unlabelled look "
-            "found your roots holding but the holder search did not name") in text  # fmt: skip
+    assert (
+        "graphleak: outlive audit: 1 test left graphs alive that a first, unlabelled look "
+        "found your roots holding but the holder search did not name"
+    ) in text
     assert "the first: test_dunder.py::test_keeps_it_under_a_dunder_name" in text
     result.assert_outcomes(passed=1)
 
 
 def test_roots_past_the_gates_limit_are_said(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_crowded=CROWDED)
-    result = pytester.runpytest_subprocess("-p", "no:randomly", "-p", "no:cacheprovider",
-                                           "--graphleak")  # fmt: skip
+    result = pytester.runpytest_subprocess(
+        "-p", "no:randomly", "-p", "no:cacheprovider", "--graphleak"
+    )
     text = " ".join(result.stdout.str().split())
-    assert ("graphleak: outlive audit: in 1 test your roots reach more than 100,000 objects, "
-            "so only the holder search looked for the graphs left alive") in text  # fmt: skip
+    assert (
+        "graphleak: outlive audit: in 1 test your roots reach more than 100,000 objects, "
+        "so only the holder search looked for the graphs left alive"
+    ) in text
     assert "the first: test_crowded.py::test_leaves_a_graph_in_an_array_no_root_reaches" in text
     result.assert_outcomes(passed=1)
 
@@ -275,11 +281,16 @@ def test_past_three_holders_the_last_finding_says_the_rest_was_not_looked_for(
     pytester: pytest.Pytester,
 ) -> None:
     pytester.makepyfile(test_three=THREE)
-    result = pytester.runpytest_subprocess("-p", "no:randomly", "-p", "no:cacheprovider",
-                                           "--graphleak")  # fmt: skip
+    result = pytester.runpytest_subprocess(
+        "-p", "no:randomly", "-p", "no:cacheprovider", "--graphleak"
+    )
     text = " ".join(result.stdout.str().split())
-    assert text.count("at most 3 holders are named per test: what other holders keep was "
-                      "not looked for") == 1  # fmt: skip
+    assert (
+        text.count(
+            "at most 3 holders are named per test: what other holders keep was not looked for"
+        )
+        == 1
+    )
 
 
 def test_which_modules_are_the_users_is_asked_once_per_name(

@@ -97,8 +97,11 @@ def test_keeps_a_graph_in_the_users_lru_cache():
 
 def _outcomes(output: str) -> list[str]:
     """Each test's outcome, from the -rA short summary (``PASSED test_heavy.py::...``)."""
-    return sorted(line.split(" - ")[0] for line in output.splitlines()
-                  if line.startswith(("PASSED ", "FAILED ", "ERROR ")))  # fmt: skip
+    return sorted(
+        line.split(" - ")[0]
+        for line in output.splitlines()
+        if line.startswith(("PASSED ", "FAILED ", "ERROR "))
+    )
 
 
 def _suite(pytester: pytest.Pytester) -> None:

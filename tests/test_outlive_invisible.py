@@ -124,8 +124,9 @@ def test_the_census_looks_at_the_whole_heap_when_the_young_generations_moved_on(
     try:
         assert census.finish()
         assert census.young() is None
-        found_from_root = explain(census, [Holder("global 'H'", "m.H", holder)], nodeid="t",
-                                  backends=census.backends)  # fmt: skip
+        found_from_root = explain(
+            census, [Holder("global 'H'", "m.H", holder)], nodeid="t", backends=census.backends
+        )
     finally:
         gc.unfreeze()
     chains = [r.diagnosis.chain[0] for r in found_from_root.results if r.diagnosis]
@@ -137,7 +138,8 @@ def test_lazy_torch_import_under_filterwarnings_error(pytester: pytest.Pytester)
     """A test that imports torch inside its body: no warning of the audit's making (the
     walk touched torch.distributed.reduce_op, whose check warns), so no teardown error."""
     pytester.makeini("[pytest]\nfilterwarnings = error\n")
-    pytester.makepyfile(test_lazy=textwrap.dedent("""
+    pytester.makepyfile(
+        test_lazy=textwrap.dedent("""
         H = []
 
         def test_imports_torch_inside():
@@ -146,7 +148,8 @@ def test_lazy_torch_import_under_filterwarnings_error(pytester: pytest.Pytester)
 
         def test_next():
             assert True
-    """))
+    """)
+    )
     quiet = "ignore::pytest_graphleak.GraphOutliveWarning"
     result = pytester.runpytest_subprocess("--graphleak", "-p", "no:randomly", "-W", quiet)
     result.assert_outcomes(passed=2)
@@ -161,9 +164,11 @@ def test_lazy_torch_import_under_filterwarnings_error(pytester: pytest.Pytester)
 def test_a_suite_that_freezes_its_heap_gets_the_full_story(pytester: pytest.Pytester) -> None:
     """conftest freezes the heap (a common startup trick); -W error: the diagnosis still
     names the holder, and the audit names what a test made in spite of the user's freeze."""
-    pytester.makeconftest("import gc\n\ndef pytest_configure(config):\n"
-                          "    gc.collect()\n    gc.freeze()\n")  # fmt: skip
-    pytester.makepyfile(test_f=textwrap.dedent("""
+    pytester.makeconftest(
+        "import gc\n\ndef pytest_configure(config):\n    gc.collect()\n    gc.freeze()\n"
+    )
+    pytester.makepyfile(
+        test_f=textwrap.dedent("""
         import gc
         import pytest, torch
         M = torch.nn.Linear(4, 1)
@@ -181,17 +186,21 @@ def test_a_suite_that_freezes_its_heap_gets_the_full_story(pytester: pytest.Pyte
             gc.freeze()
             H.append(M(torch.randn(2, 4)).sum())
             gc.unfreeze()
-    """))
+    """)
+    )
     shown = "default::pytest_graphleak.GraphOutliveWarning"
-    result = pytester.runpytest_subprocess("--graphleak", "-p", "no:randomly", "-W", "error",
-                                           "-W", shown)  # fmt: skip
+    result = pytester.runpytest_subprocess(
+        "--graphleak", "-p", "no:randomly", "-W", "error", "-W", shown
+    )
     result.assert_outcomes(failed=1, passed=1, warnings=1)
     out = result.stdout.str()
-    result.stdout.fnmatch_lines([
-        "*held by: fixture 'st' -> dict?'l'? -> list(len=*) -> Tensor*",
-        "*WARNING test_f.py::test_freeze_in_test  outlived the test: list-accumulation*",
-        "*held by: global 'test_f.H' -> list(len=1) -> Tensor*",
-    ])  # fmt: skip
+    result.stdout.fnmatch_lines(
+        [
+            "*held by: fixture 'st' -> dict?'l'? -> list(len=*) -> Tensor*",
+            "*WARNING test_f.py::test_freeze_in_test  outlived the test: list-accumulation*",
+            "*held by: global 'test_f.H' -> list(len=1) -> Tensor*",
+        ]
+    )
     assert "diagnosis failed" not in out and "audit skipped" not in out
     assert "alive before" not in out and "FutureWarning" not in out
 
@@ -209,17 +218,20 @@ def test_a_failure_inside_the_audit_is_a_note(
         raise RuntimeError("boom")
 
     monkeypatch.setattr(explain, "explain", broken)
-    pytester.makepyfile(test_x=textwrap.dedent("""
+    pytester.makepyfile(
+        test_x=textwrap.dedent("""
         import minigrad as mg
         H = []
 
         def test_keeps():
             H.append(mg.Tensor([1.0], requires_grad=True) * 2)
-    """))
+    """)
+    )
     result = pytester.runpytest("--graphleak", "-p", "no:randomly")
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["graphleak: outlive audit failed in test_x.py::test_keeps: "
-                                 "RuntimeError: boom"])  # fmt: skip
+    result.stdout.fnmatch_lines(
+        ["graphleak: outlive audit failed in test_x.py::test_keeps: RuntimeError: boom"]
+    )
 
 
 def test_a_graph_built_at_a_lazy_import_is_named_for_no_test(pytester: pytest.Pytester) -> None:
@@ -250,8 +262,8 @@ def test_a_graph_built_at_a_lazy_import_is_named_for_no_test(pytester: pytest.Py
     result.assert_outcomes(passed=2, warnings=1)
     out = folded(result.stdout.str())  # the terminal wraps at 80 columns
     assert fnmatch.fnmatch(
-        out, "*WARNING test_lazy.py::test_stores_in_an_early_module outlived the test*"
-        "kept_early.KEEP*",
+        out,
+        "*WARNING test_lazy.py::test_stores_in_an_early_module outlived the test*kept_early.KEEP*",
     ), out
     assert "test_imports_priors_lazily outlived" not in out
 
@@ -297,7 +309,8 @@ def test_a_background_threads_graphs_are_blamed_on_no_later_test(
     """A daemon thread keeps a bounded ring of graph-carrying outputs while unrelated
     tests run: torch numbers that thread's nodes on its own counter, so no later test is
     told it made them."""
-    pytester.makepyfile(test_bg=textwrap.dedent("""
+    pytester.makepyfile(
+        test_bg=textwrap.dedent("""
         import threading, time
         import torch
 
@@ -324,7 +337,8 @@ def test_a_background_threads_graphs_are_blamed_on_no_later_test(
         def test_stop():
             STOP.set()
             time.sleep(0.05)
-    """))
+    """)
+    )
     result = pytester.runpytest("--graphleak", "-p", "no:randomly")
     result.assert_outcomes(passed=3)
     assert "test_innocent  outlived" not in result.stdout.str()

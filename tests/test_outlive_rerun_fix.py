@@ -75,30 +75,41 @@ def test_the_rerun_prints_only_the_fix_that_held(pytester: pytest.Pytester) -> N
     result = pytester.runpytest_subprocess(*RERUN, "--graphleak-report=out.json")
     result.assert_outcomes(passed=4, warnings=3)
     out = result.stdout.str()
-    said_in_order(out, [
-        "*test_appends_loss*outlived the test*",
-        "*stored at: test_suite.py:16 in test_appends_loss: history.append(loss)*",
-        "*fix (verified: one more run of the test with this change left no graph alive): "
-        "test_suite.py:16: history.append(loss.item())",
-    ])  # fmt: skip
+    said_in_order(
+        out,
+        [
+            "*test_appends_loss*outlived the test*",
+            "*stored at: test_suite.py:16 in test_appends_loss: history.append(loss)*",
+            "*fix (verified: one more run of the test with this change left no graph alive): "
+            "test_suite.py:16: history.append(loss.item())",
+        ],
+    )
     # every change needs_the_graph's assert breaks, or leaves the graph: none printed
-    said_in_order(out, [
-        "*test_needs_the_graph*outlived the test*",
-        "*fix (not verified): * (none of the * changes tried held: * could not run or "
-        "raised*",
-    ])  # fmt: skip
+    said_in_order(
+        out,
+        [
+            "*test_needs_the_graph*outlived the test*",
+            "*fix (not verified): * (none of the * changes tried held: * could not run or raised*",
+        ],
+    )
     assert "needed.append(loss.item())" not in folded(out)
     assert "needed.append(loss.detach())" not in folded(out)
     # the last user of a module fixture is not run again: no change tried, and why
-    said_in_order(out, [
-        "*test_last_user_of_weight*outlived the test*",
-        f"*fix (not verified): * ({why.not_rerun('its module-scoped fixture')}*",
-    ])  # fmt: skip
+    said_in_order(
+        out,
+        [
+            "*test_last_user_of_weight*outlived the test*",
+            f"*fix (not verified): * ({why.not_rerun('its module-scoped fixture')}*",
+        ],
+    )
     # a graph judged at a module fixture's teardown has no test to run again
-    said_in_order(out, [
-        "*fixture 'store' (module scope) of test_suite.py kept autograd graphs alive*",
-        f"*fix (not verified): * ({why.FIXTURE_TEARDOWN})",
-    ])  # fmt: skip
+    said_in_order(
+        out,
+        [
+            "*fixture 'store' (module scope) of test_suite.py kept autograd graphs alive*",
+            f"*fix (not verified): * ({why.FIXTURE_TEARDOWN})",
+        ],
+    )
     assert path.read_bytes() == before  # no file written
     document = json.loads((pytester.path / "out.json").read_text())
     jsonschema.validate(document, load_schema())

@@ -26,8 +26,11 @@ def test_step():
 def test_foreign_files_and_shared_paths_are_refused(tmp_path: Path) -> None:
     source = tmp_path / "train.py"
     source.write_text("print('mine')\n")
-    with pytest.raises(OutputPathError, match=r"--json .*train.py.*exists and is not a "
-                       r"graphleak JSON report.*--json takes a path"):  # fmt: skip
+    with pytest.raises(
+        OutputPathError,
+        match=r"--json .*train.py.*exists and is not a "
+        r"graphleak JSON report.*--json takes a path",
+    ):
         check_outputs([Output("--json", source, "json")])
     shared = tmp_path / "out"
     with pytest.raises(OutputPathError, match="--json and --html both write"):
@@ -50,8 +53,11 @@ def test_foreign_files_and_shared_paths_are_refused(tmp_path: Path) -> None:
 def _pytest(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "pytest", *FAST, *args],
-        cwd=cwd, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_report_flag_used_as_a_switch_leaves_the_test_file_alone(tmp_path: Path) -> None:
@@ -69,13 +75,17 @@ def test_report_flag_used_as_a_switch_leaves_the_test_file_alone(tmp_path: Path)
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
-        (["--graphleak-report=out", "--graphleak-html=out"],
-         "command line option --graphleak-report and command line option --graphleak-html "
-         "both write"),
-        (["--graphleak-report=j.xml", "--junitxml=j.xml"],
-         "command line option --graphleak-report and --junitxml both write"),
+        (
+            ["--graphleak-report=out", "--graphleak-html=out"],
+            "command line option --graphleak-report and command line option --graphleak-html "
+            "both write",
+        ),
+        (
+            ["--graphleak-report=j.xml", "--junitxml=j.xml"],
+            "command line option --graphleak-report and --junitxml both write",
+        ),
     ],
-)  # fmt: skip
+)
 def test_two_outputs_on_one_path_are_a_usage_error(
     tmp_path: Path, flags: list[str], message: str
 ) -> None:
@@ -89,8 +99,13 @@ def test_two_outputs_on_one_path_are_a_usage_error(
 def test_a_report_from_an_earlier_run_is_replaced(tmp_path: Path) -> None:
     (tmp_path / "test_model.py").write_text(TEST_MODEL)
     for _ in range(2):  # the second run writes over the first run's reports
-        result = _pytest(tmp_path, "--graphleak", "--graphleak-report=r.json",
-                         "--graphleak-html=r.html", "test_model.py")  # fmt: skip
+        result = _pytest(
+            tmp_path,
+            "--graphleak",
+            "--graphleak-report=r.json",
+            "--graphleak-html=r.html",
+            "test_model.py",
+        )
         assert result.returncode == 0, result.stdout + result.stderr
     assert '"generated_by": "pytest-graphleak' in (tmp_path / "r.json").read_text()
 
@@ -98,8 +113,11 @@ def test_a_report_from_an_earlier_run_is_replaced(tmp_path: Path) -> None:
 def _graphleak(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "pytest_graphleak", *args],
-        cwd=cwd, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_graphleak_check_refuses_to_write_over_the_step_source(tmp_path: Path) -> None:

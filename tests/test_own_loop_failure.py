@@ -93,8 +93,9 @@ def _check_failure(out: str, name: str, *, verbose: bool) -> None:
     assert "GraphleakFixture object at" not in out
     if name != "test_short":  # a leak: the sparklines whole, the samples with -v only
         assert (_SERIES in story) == verbose, story
-        assert any(re.fullmatch(r"    minigrad\.nodes +\S+ -> \S+ +\+\S+ +\S+", line)
-                   for line in story), story  # fmt: skip
+        assert any(
+            re.fullmatch(r"    minigrad\.nodes +\S+ -> \S+ +\+\S+ +\S+", line) for line in story
+        ), story
     _story_ends_with_its_fix(story)
 
 
@@ -156,8 +157,10 @@ def test_a_fixtures_check_errors_with_the_same_text(pytester: pytest.Pytester) -
     out = _run(pytester)
     assert "GraphleakFixture object at" not in out
     assert re.search(r"\b1 passed, 2 errors\b", out), out
-    where = {"setup of test_setup": ("test_fx.py:15: in warmed", "check(step)"),
-             "teardown of test_teardown": ("test_fx.py:26: in after", "track(1)")}  # fmt: skip
+    where = {
+        "setup of test_setup": ("test_fx.py:15: in warmed", "check(step)"),
+        "teardown of test_teardown": ("test_fx.py:26: in after", "track(1)"),
+    }
     for phase, (line, check) in where.items():
         match = re.search(r"_ ERROR at " + phase + r" _+\n(.*?)(?=\n_{3,} |\n={3,})", out, re.S)
         assert match, out
@@ -191,16 +194,19 @@ def test_colours_long_native_and_line_styles(pytester: pytest.Pytester) -> None:
     assert f"{green}\x1b[1m  fix (not verified): " in coloured
     long = failure_section(_run(pytester, "--tb=long", "-k", "test_helper"), "test_helper")
     assert long.split("\n")[:4] == [
-        "test_own.py:39: in test_helper", "    loop_of(t, [])", *_WHERE["test_helper"],
-    ]  # fmt: skip
+        "test_own.py:39: in test_helper",
+        "    loop_of(t, [])",
+        *_WHERE["test_helper"],
+    ]
     native = _run(pytester, "--tb=native", "-k", "test_track")
     assert "Traceback (most recent call last):" in native
     assert "pytest_graphleak.GraphLeakError: graphleak: test_own.py::test_track::" in native
     line = _run(pytester, "--tb=line", "-k", "test_track or test_check")
     failures = line.split("= FAILURES =")[1].split("= graphleak report")[0].strip("= \n")
     assert [x.split(": ")[0].rsplit("/", 1)[-1] for x in failures.splitlines()] == [
-        "test_own.py:17", "test_own.py:21",
-    ]  # fmt: skip
+        "test_own.py:17",
+        "test_own.py:21",
+    ]
 
 
 def test_under_xdist_the_worker_breaks_the_lines(pytester: pytest.Pytester) -> None:

@@ -63,8 +63,15 @@ def test_sdist_has_every_tracked_file(built: tuple[list[str], Path, Path]) -> No
         names = {name.removeprefix(f"{top}/") for name in archive.getnames()}
     missing = sorted(set(tracked) - NOT_IN_SDIST - names)
     assert not missing, f"tracked files missing from the sdist: {missing}"
-    for needed in ("tests/conftest.py", "tests/minigrad/conftest.py", "examples/README.md",
-                   "LICENSE", "CHANGELOG.md", "mkdocs.yml", "docs/hooks/generate.py"):  # fmt: skip
+    for needed in (
+        "tests/conftest.py",
+        "tests/minigrad/conftest.py",
+        "examples/README.md",
+        "LICENSE",
+        "CHANGELOG.md",
+        "mkdocs.yml",
+        "docs/hooks/generate.py",
+    ):
         assert needed in names
 
 
@@ -82,8 +89,11 @@ def test_wheel_has_the_packages_and_no_tests(built: tuple[list[str], Path, Path]
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names), names
     assert metadata["License-Expression"] == "MIT"
     classifiers = metadata.get_all("Classifier") or []
-    for needed in ("Typing :: Typed", "Framework :: Pytest",
-                   *(f"Programming Language :: Python :: 3.{minor}" for minor in (10, 11, 12, 13))):
+    for needed in (
+        "Typing :: Typed",
+        "Framework :: Pytest",
+        *(f"Programming Language :: Python :: 3.{minor}" for minor in (10, 11, 12, 13)),
+    ):
         assert needed in classifiers
     assert any(c.startswith("Development Status ::") for c in classifiers)
     # The README is the long description: its links must work on PyPI too (absolute).
@@ -99,8 +109,11 @@ def test_cli_help_examples_exist(command: str) -> None:
     """Every example file the help text names exists and defines the named function."""
     run = subprocess.run(
         [sys.executable, "-m", "pytest_graphleak", command, "--help"],
-        cwd=REPO, capture_output=True, text=True, check=True,
-    )  # fmt: skip
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     for path, function in re.findall(r"(examples/\w+\.py)(?:::(\w+))?", run.stdout):
         assert (REPO / path).is_file(), f"`graphleak {command} --help` names missing {path}"
         if function:
@@ -122,6 +135,8 @@ def test_readme_is_a_front_page() -> None:
     assert any(line.split(" || ")[0] == command for line in ci_lines), command
     run = subprocess.run(
         [sys.executable, "scripts/update_readme_example.py", "--check"],
-        cwd=REPO, capture_output=True, text=True,
-    )  # fmt: skip
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
     assert run.returncode == 0, run.stdout + run.stderr

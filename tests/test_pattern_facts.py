@@ -36,10 +36,12 @@ def test_no_links_is_no_chain() -> None:
 
 
 def test_a_container_seen_growing_is_list_accumulation_whatever_its_type() -> None:
-    for container in (Link("container", "deque", edge="index", base="deque", grew=1),
-                      Link("container", "Rows", edge="key", base="dict", grew=2),
-                      Link("object", "History", edge="attribute", key="rows", grew=1),
-                      Link("tensordict", "TensorDict", edge="key", grew=1)):  # fmt: skip
+    for container in (
+        Link("container", "deque", edge="index", base="deque", grew=1),
+        Link("container", "Rows", edge="key", base="dict", grew=2),
+        Link("object", "History", edge="attribute", key="rows", grew=1),
+        Link("tensordict", "TensorDict", edge="key", grew=1),
+    ):
         assert pattern([ROOT, container, TENSOR]) == "list-accumulation", container
     # The same chain, nothing seen growing: a graph kept, not piling up.
     still = Link("container", "list", edge="index", base="list", length=40)
@@ -55,8 +57,9 @@ def test_kept_once_in_a_collection_counts_only_where_no_steps_were_watched() -> 
     assert pattern(attribute, kept_counts=True, leaked_count=1) == "retained-grad-fn"
     assert pattern(entry, kept_counts=False, leaked_count=1) == "retained-grad-fn"
     # The root's own edge is not an entry of a collection the chain passed through.
-    assert not facts_of([Link("root", "global", edge="key"), TENSOR],
-                        kept_counts=True).kept_in_container  # fmt: skip
+    assert not facts_of(
+        [Link("root", "global", edge="key"), TENSOR], kept_counts=True
+    ).kept_in_container
 
 
 def _facts_built(path: Path) -> list[str]:
@@ -66,9 +69,13 @@ def _facts_built(path: Path) -> list[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.FunctionDef) and node.name == "facts_of":
             allowed.update(id(inner) for inner in ast.walk(node))
-    return [f"{path.relative_to(PACKAGE)}:{node.lineno}" for node in ast.walk(tree)
-            if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "Facts"
-            and id(node) not in allowed]  # fmt: skip
+    return [
+        f"{path.relative_to(PACKAGE)}:{node.lineno}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and getattr(node.func, "id", "") == "Facts"
+        and id(node) not in allowed
+    ]
 
 
 def test_every_diagnosis_path_builds_its_facts_with_facts_of() -> None:
@@ -106,8 +113,11 @@ def test_the_audit_knows_a_step_checks_holder_by_its_root_link() -> None:
     from pytest_graphleak.result import CheckResult, Diagnosis
 
     def result(label: str, root: Link) -> CheckResult:
-        diagnosis = Diagnosis("list-accumulation", chain=[label, "list(len=3)"],
-                              links=[root, Link("container", "list", edge="index")])  # fmt: skip
+        diagnosis = Diagnosis(
+            "list-accumulation",
+            chain=[label, "list(len=3)"],
+            links=[root, Link("container", "list", edge="index")],
+        )
         return CheckResult("t", 1, 1, {}, {}, LEAK, diagnosis)
 
     step = result("global 'losses'", Link("root", "global", name="losses"))

@@ -45,7 +45,8 @@ def test_the_verdict_guesses_each_word_from_its_counts(row: patterns.PatternFact
 def test_the_no_graph_story_and_fix_come_from_the_table() -> None:
     kept = patterns.BY_WORD["list-accumulation"]
     assert story_of("list-accumulation", graph_grew=False, tensors=True, has_chain=True) == (
-        kept.no_graph_meaning)  # fmt: skip
+        kept.no_graph_meaning
+    )
     assert "(.item())" in kept.no_graph_fix and "deque(maxlen=N)" in kept.no_graph_fix
     story = story_of("memory-growth", graph_grew=False, tensors=True, has_chain=False)
     assert story.startswith(patterns.BY_WORD["memory-growth"].no_graph_meaning)
@@ -57,8 +58,14 @@ def test_the_no_graph_story_and_fix_come_from_the_table() -> None:
 
 
 def test_the_one_decider_only_gives_table_words() -> None:
-    facts = [Facts(), Facts(cyclic_count=1), Facts(has_chain=True, container_grew=True),
-             Facts(graph_grew=False), Facts(leaked_count=2), Facts(memory_only=True)]  # fmt: skip
+    facts = [
+        Facts(),
+        Facts(cyclic_count=1),
+        Facts(has_chain=True, container_grew=True),
+        Facts(graph_grew=False),
+        Facts(leaked_count=2),
+        Facts(memory_only=True),
+    ]
     for fact in facts:
         for guess in (*patterns.PATTERNS, None):
             assert pattern_of(Verdict(True, [], guess), fact) in patterns.PATTERNS
@@ -85,8 +92,11 @@ _SCOPES = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
 
 def _docstrings(tree: ast.Module) -> set[int]:
     bodies = [node for node in ast.walk(tree) if isinstance(node, _SCOPES)]
-    return {id(node.body[0].value) for node in bodies
-            if node.body and isinstance(node.body[0], ast.Expr)}  # fmt: skip
+    return {
+        id(node.body[0].value)
+        for node in bodies
+        if node.body and isinstance(node.body[0], ast.Expr)
+    }
 
 
 def test_no_module_but_patterns_spells_a_pattern_word() -> None:
@@ -101,8 +111,11 @@ def test_no_module_but_patterns_spells_a_pattern_word() -> None:
         tree = ast.parse(path.read_text(encoding="utf-8"))
         docs = _docstrings(tree)
         for node in ast.walk(tree):
-            if (isinstance(node, ast.Constant) and node.value in patterns.PATTERNS
-                    and id(node) not in docs):  # fmt: skip
+            if (
+                isinstance(node, ast.Constant)
+                and node.value in patterns.PATTERNS
+                and id(node) not in docs
+            ):
                 if node.value == patterns.CYCLE and where in _NOT_THE_PATTERN:
                     continue
                 found.append(f"{where}:{node.lineno} {node.value!r}")

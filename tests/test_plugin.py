@@ -16,7 +16,7 @@ pytest.importorskip("torch")
 pytest.importorskip("minigrad")
 
 
-CATALOGUE = '''
+CATALOGUE = """
 import numpy as np
 import pytest
 import torch
@@ -185,28 +185,30 @@ def test_fixture_track(graphleak, torch_state):
 @pytest.mark.no_graph_growth
 async def test_async(mg_state):
     pass
-'''
+"""
 
-REPORT_CONFTEST = '''
+REPORT_CONFTEST = """
 import json
 def pytest_runtest_logreport(report):
     if report.when == "call" and getattr(report, "graphleak", None):
         with open("graphleak-results.jsonl", "a") as out:
             out.write(json.dumps({"nodeid": report.nodeid, "checks": report.graphleak}) + "\\n")
-'''
+"""
 
 
 def test_catalogue_fails_leaks_with_their_pattern_and_passes_clean_twins(
-    pytester: pytest.Pytester
+    pytester: pytest.Pytester,
 ) -> None:
     pytester.makepyfile(test_catalogue=CATALOGUE)
     pytester.makeconftest(REPORT_CONFTEST)
     result = pytester.runpytest_subprocess("--graphleak", "-rA", *FAST)
     out = result.stdout.str()
     result.stdout.fnmatch_lines(  # folded between its settings, in 80 columns
-        ["graphleak: checking @pytest.mark.no_graph_growth tests: steps=* warmup=*",
-         "    rss_tolerance=1.0 MiB/step probes=all imported start_scan=roots diagnose=on"]
-    )  # fmt: skip
+        [
+            "graphleak: checking @pytest.mark.no_graph_growth tests: steps=* warmup=*",
+            "    rss_tolerance=1.0 MiB/step probes=all imported start_scan=roots diagnose=on",
+        ]
+    )
     # The short summary says what leaked, not "GraphLeakError: graphleak: t...".
     result.stdout.fnmatch_lines(["LEAKED test_catalogue.py::test_mg_total - retained-grad-fn: *"])
     for name, pattern in [
@@ -225,22 +227,30 @@ def test_catalogue_fails_leaks_with_their_pattern_and_passes_clean_twins(
         # folded: a long test id wraps the pattern onto the next line at 80 columns
         assert f"graphleak: test_catalogue.py::{name} leaks: {pattern}" in folded(out), name
     clean_twins = [
-        "test_torch_list_fixed", "test_torch_total_fixed", "test_torch_cycle_fixed",
-        "test_mg_list_fixed", "test_mg_total_fixed", "test_mg_cycle_fixed",
-        "test_memory_fixed", "test_param[False]", "test_fixture_check_clean",
-    ]  # fmt: skip
+        "test_torch_list_fixed",
+        "test_torch_total_fixed",
+        "test_torch_cycle_fixed",
+        "test_mg_list_fixed",
+        "test_mg_total_fixed",
+        "test_mg_cycle_fixed",
+        "test_memory_fixed",
+        "test_param[False]",
+        "test_fixture_check_clean",
+    ]
     for clean in clean_twins:
         clean = clean.replace("[", "[[]")
         result.stdout.fnmatch_lines([f"PASSED test_catalogue.py::{clean}"])
     # the failure text: what grew, from what to what, per step, the fix (each sample's
     # value only with -v: test_plugin_failure_output)
-    result.stdout.fnmatch_lines([
-        "*graphleak: test_catalogue.py::test_mg_list leaks: list-accumulation",
-        "*measured steps after 3 warmup steps*grew:",
-        "*minigrad.tensors*->*+*/step*",
-        "*pattern: list-accumulation*",
-        "*fix (verified: * more steps with this change grew nothing):*",
-    ])  # fmt: skip
+    result.stdout.fnmatch_lines(
+        [
+            "*graphleak: test_catalogue.py::test_mg_list leaks: list-accumulation",
+            "*measured steps after 3 warmup steps*grew:",
+            "*minigrad.tensors*->*+*/step*",
+            "*pattern: list-accumulation*",
+            "*fix (verified: * more steps with this change grew nothing):*",
+        ]
+    )
     # a raising step fails with its own exception, not with a leak report
     result.stdout.fnmatch_lines(["*ValueError: bad batch*", "*raised at step 5 of 19*"])
     assert "test_step_raises leaks" not in out
@@ -281,10 +291,13 @@ def test_warn_only_reports_without_failing(pytester: pytest.Pytester) -> None:
     result.assert_outcomes(passed=2)
     # A headline and one short line per leak, attributed to the test (not to the plugin);
     # the report is not repeated in the warning, the graphleak section carries it instead.
-    said_in_order(result.stdout.str(), [  # its lines broken at spaces in 80 columns
-        "*test_warn_only*.py:*: GraphLeakWarning: graph leak (warn-only, not failed) "
-        "list-accumulation: +1 tensor/step, held by *",
-    ])  # fmt: skip
+    said_in_order(
+        result.stdout.str(),
+        [  # its lines broken at spaces in 80 columns
+            "*test_warn_only*.py:*: GraphLeakWarning: graph leak (warn-only, not failed) "
+            "list-accumulation: +1 tensor/step, held by *",
+        ],
+    )
     result.stdout.fnmatch_lines(
         [
             "WARNING *::test_leaks  list-accumulation*",
@@ -318,6 +331,8 @@ def test_without_graphleak_marked_tests_run_once(pytester: pytest.Pytester) -> N
     result = pytester.runpytest_subprocess(*FAST)
     result.assert_outcomes(passed=3)
     result.stdout.fnmatch_lines(
-        ["graphleak: 2 tests marked @pytest.mark.no_graph_growth ran once, unchecked: add "
-         "--graphleak*"]
-    )  # fmt: skip
+        [
+            "graphleak: 2 tests marked @pytest.mark.no_graph_growth ran once, unchecked: add "
+            "--graphleak*"
+        ]
+    )

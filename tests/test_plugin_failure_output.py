@@ -34,13 +34,15 @@ def test_tb_line_prints_one_line_per_leak_at_the_users_line(pytester: pytest.Pyt
     assert "series (warmup | measured)" not in out and "pattern:" not in out
     failures = out.split("= FAILURES =")[1].split("= graphleak")[0].strip("= \n").splitlines()
     assert [line.split(": ")[0].rsplit("/", 1)[-1] for line in failures] == [
-        "test_tb.py:6", "test_tb.py:11",  # the marker, the graphleak.check call
-    ]  # fmt: skip
+        "test_tb.py:6",
+        "test_tb.py:11",  # the marker, the graphleak.check call
+    ]
     assert all("list-accumulation" in line for line in failures)
 
 
 def test_a_failing_subtest_is_reported_once(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_sub="""
+    pytester.makepyfile(
+        test_sub="""
         import pytest
 
         @pytest.mark.no_graph_growth(steps=4, warmup=1)
@@ -49,7 +51,8 @@ def test_a_failing_subtest_is_reported_once(pytester: pytest.Pytester) -> None:
                 assert 1 == 2
             with subtests.test(msg="right"):
                 pass
-    """)
+    """
+    )
     if not hasattr(pytest, "Subtests"):
         pytest.skip("pytest < 9 has no subtests fixture")
     result = pytester.runpytest("--graphleak", "-p", "no:randomly")
@@ -59,7 +62,8 @@ def test_a_failing_subtest_is_reported_once(pytester: pytest.Pytester) -> None:
 
 
 def test_the_fixture_refuses_async_and_generator_steps(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_kinds="""
+    pytester.makepyfile(
+        test_kinds="""
         async def run():
             pass
 
@@ -71,13 +75,17 @@ def test_the_fixture_refuses_async_and_generator_steps(pytester: pytest.Pytester
 
         def test_generator(graphleak):
             graphleak.check(gen)
-    """)
+    """
+    )
     result = pytester.runpytest("-p", "no:randomly")
     result.assert_outcomes(failed=2)
-    result.stdout.fnmatch_lines([
-        "*graphleak.check(step) in test_kinds.py::test_async: step is an async function*",
-        "*graphleak.check(step) in test_kinds.py::test_generator: step is a generator function*",
-    ])  # fmt: skip
+    result.stdout.fnmatch_lines(
+        [
+            "*graphleak.check(step) in test_kinds.py::test_async: step is an async function*",
+            "*graphleak.check(step) in test_kinds.py::test_generator: step is a generator "
+            "function*",
+        ]
+    )
 
 
 def test_the_failure_reads_in_80_columns_and_shows_each_sample_with_v(
@@ -86,7 +94,8 @@ def test_the_failure_reads_in_80_columns_and_shows_each_sample_with_v(
     """An 80-column CI log: long lines break at spaces under their label (the fix whole),
     the short summary drops the holder's links rather than cut a word; every sample's
     value only with -v; the failure's metrics in the order of the report section's."""
-    pytester.makepyfile(test_cols="""
+    pytester.makepyfile(
+        test_cols="""
         import pytest
         import minigrad as mg
         w = mg.Tensor([1.0, 2.0], requires_grad=True)
@@ -96,7 +105,8 @@ def test_the_failure_reads_in_80_columns_and_shows_each_sample_with_v(
         def test_marked_with_a_long_name():
             loss = (w * w).sum()
             kept_losses_of_this_training_step.append(loss)
-    """)  # fmt: skip
+    """
+    )
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("COLUMNS", "80")
         patch.delenv("CI", raising=False)
@@ -104,7 +114,7 @@ def test_the_failure_reads_in_80_columns_and_shows_each_sample_with_v(
         result = pytester.runpytest("--graphleak", "-p", "no:randomly")
         verbose = pytester.runpytest("--graphleak", "-p", "no:randomly", "-v")
     lines = result.outlines
-    failure = lines[lines.index(next(x for x in lines if "= FAILURES =" in x)):]
+    failure = lines[lines.index(next(x for x in lines if "= FAILURES =" in x)) :]
     failure = failure[: failure.index(next(x for x in failure if "graphleak report" in x))]
     assert all(len(line) <= 80 for line in failure), failure
     assert "series (warmup | measured)" not in result.stdout.str()
@@ -128,7 +138,8 @@ def test_a_long_test_id_folds_at_its_separators_and_an_unmeasured_headline_wraps
     lines under it."""
     name = "test_training_step_does_not_leak_with_mixed_precision"
     param = "[resnet50-batch_size=64-optimizer=adamw-amp]"
-    pytester.makepyfile(test_heads=f"""
+    pytester.makepyfile(
+        test_heads=f"""
         import pytest
         import minigrad as mg
         kept = []
@@ -146,7 +157,8 @@ def test_a_long_test_id_folds_at_its_separators_and_an_unmeasured_headline_wraps
         @pytest.mark.no_graph_growth(steps=4, warmup=1, probes=["torch"])
         def test_unmeasured():
             (mg.Tensor([1.0], requires_grad=True) * 2).sum().backward()
-    """)  # fmt: skip
+    """
+    )
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("COLUMNS", "80")
         result = pytester.runpytest("--graphleak", "-p", "no:randomly", "--graphleak-report=r.json")
@@ -177,7 +189,8 @@ def test_warnings_and_notes_read_in_80_columns(pytester: pytest.Pytester) -> Non
     break their lines at spaces so that every line, pytest's ``file:line: Category:``
     headline included, fits the terminal's width, and so do the notes. The outlive
     warning is a pointer: its story is told once, in the graphleak report section."""
-    pytester.makepyfile(test_warned="""
+    pytester.makepyfile(
+        test_warned="""
         import pytest
         import minigrad as mg
         KEPT = []
@@ -188,7 +201,8 @@ def test_warnings_and_notes_read_in_80_columns(pytester: pytest.Pytester) -> Non
         @pytest.mark.no_graph_growth(steps=4, warmup=1)
         def test_leaks():
             KEPT.append((mg.Tensor([1.0], requires_grad=True) * 3).sum())
-    """)  # fmt: skip
+    """
+    )
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("COLUMNS", "80")
         result = pytester.runpytest("--graphleak", "--graphleak-warn-only", "-p", "no:randomly")
@@ -207,8 +221,10 @@ def test_warnings_and_notes_read_in_80_columns(pytester: pytest.Pytester) -> Non
 def test_session_notes_break_at_spaces_under_their_label() -> None:
     from pytest_graphleak.plugin.report_section import section_lines
 
-    note = ("a pytest-xdist worker crashed while running tests/test_a_long_module_name.py::"
-            "test_one, so it has no graphleak result (run it alone)")  # fmt: skip
+    note = (
+        "a pytest-xdist worker crashed while running tests/test_a_long_module_name.py::"
+        "test_one, so it has no graphleak result (run it alone)"
+    )
     lines = [line for line, _ in section_lines([], [note], False, columns=80, verbose=False)]
     assert len(lines) > 1 and all(len(x) <= 80 for x in lines), lines
     assert lines[0].startswith("note: a pytest-xdist") and lines[1].startswith("      ")
@@ -218,14 +234,16 @@ def test_an_unmeasured_short_summary_line_is_cut_at_a_word(pytester: pytest.Pyte
     """pytest cuts a short summary line at the terminal's width, mid-word: an unmeasured
     check's reason is ended at a space with `` ...`` instead (whole in CI, as pytest
     shows it there)."""
-    pytester.makepyfile(test_um="""
+    pytester.makepyfile(
+        test_um="""
         import pytest
         import minigrad as mg
 
         @pytest.mark.no_graph_growth(steps=4, warmup=1, probes=["torch"])
         def test_probes_miss_the_step():
             (mg.Tensor([1.0], requires_grad=True) * 2).sum().backward()
-    """)  # fmt: skip
+    """
+    )
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("COLUMNS", "80")
         patch.delenv("CI", raising=False)
@@ -247,13 +265,15 @@ def test_an_outlive_short_summary_line_leaves_the_holder_out_rather_than_cut_a_w
 ) -> None:
     """pytest cuts the short summary line mid-word at the terminal's width: an outlive
     finding's message drops its holder to fit, then more (whole in CI)."""
-    pytester.makepyfile(test_kept="""
+    pytester.makepyfile(
+        test_kept="""
         import minigrad as mg
         KEPT_LOSSES_OF_EVERY_TEST = []
 
         def test_keeps():
             KEPT_LOSSES_OF_EVERY_TEST.append((mg.Tensor([1.0], requires_grad=True) * 2).sum())
-    """)  # fmt: skip
+    """
+    )
     args = ("--graphleak", "--graphleak-outlive=fail", "-p", "no:randomly")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("COLUMNS", "80")

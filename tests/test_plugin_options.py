@@ -44,25 +44,31 @@ def test_bad_option_values_name_their_source(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest(*FAST)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
-        [f"*graphleak: invalid graphleak_steps = many (from ini option graphleak_steps in {ini})"
-         ": steps must be an integer >= 1, got 'many'"]
-    )  # fmt: skip
+        [
+            f"*graphleak: invalid graphleak_steps = many (from ini option graphleak_steps in {ini})"
+            ": steps must be an integer >= 1, got 'many'"
+        ]
+    )
     pytester.makeini("[pytest]\n")
     result = pytester.runpytest("--graphleak-rss-tolerance=-3", *FAST)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
-        ["*invalid --graphleak-rss-tolerance=-3 (from command line option "
-         "--graphleak-rss-tolerance): rss_tolerance must be a size*"]
-    )  # fmt: skip
+        [
+            "*invalid --graphleak-rss-tolerance=-3 (from command line option "
+            "--graphleak-rss-tolerance): rss_tolerance must be a size*"
+        ]
+    )
 
 
 def test_markers_and_help_document_every_option(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest("--markers", *FAST)
     result.stdout.fnmatch_lines(
-        ["@pytest.mark.no_graph_growth(steps=N, warmup=N, rss_tolerance=SIZE, probes=NAMES, "
-         "start_scan=roots|heap, diagnose=BOOL, world_size=N): the test body is ONE "
-         "training step.*--graphleak*"]
-    )  # fmt: skip
+        [
+            "@pytest.mark.no_graph_growth(steps=N, warmup=N, rss_tolerance=SIZE, probes=NAMES, "
+            "start_scan=roots|heap, diagnose=BOOL, world_size=N): the test body is ONE "
+            "training step.*--graphleak*"
+        ]
+    )
     result = pytester.runpytest("--help", *FAST)
     # one help text per option: the flag and its ini twin show the same words
     result.stdout.fnmatch_lines(

@@ -112,8 +112,9 @@ def test_process_probe_reads_this_process_resident_memory() -> None:
     assert probe.available()
     rss = probe.metrics[0]
     assert rss.name == "process.rss_bytes"
-    assert probe.sample([])[rss.name] == pytest.approx(psutil.Process().memory_info().rss,
-                                                      abs=4 * 2**20)  # fmt: skip
+    assert probe.sample([])[rss.name] == pytest.approx(
+        psutil.Process().memory_info().rss, abs=4 * 2**20
+    )
     probe.start([])  # reads /proc/self/statm itself where there is one
     try:
         before = probe.sample([])[rss.name]
@@ -216,10 +217,12 @@ def test_dear_malloc_sampling_stops_after_warmup_where_it_costs_more_than_the_st
     assert all(math.isfinite(v) for v in values[:decided]), values
     assert all(math.isnan(v) for v in values[decided:]), values  # never judged: NaN
     (note,) = probe.notes()
-    assert note.startswith("process.malloc_bytes not sampled after warmup: counting the C "
-                           "heap's allocated bytes took ")  # fmt: skip
+    assert note.startswith(
+        "process.malloc_bytes not sampled after warmup: counting the C heap's allocated bytes took "
+    )
     assert "more than the step itself (" in note and note.endswith(
-        " ms a step as checked); memory growth was judged on RSS alone")
+        " ms a step as checked); memory growth was judged on RSS alone"
+    )
 
 
 def test_make_probes_selects_and_validates_names() -> None:

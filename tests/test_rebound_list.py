@@ -24,7 +24,7 @@ pytest_plugins = ["pytester"]
 #: Imported before the in-process run, which must not be the first to load it.
 torch = pytest.importorskip("torch")
 
-_TESTS = '''
+_TESTS = """
 import unittest
 
 import pytest
@@ -58,7 +58,7 @@ class TestClassAttribute(unittest.TestCase):
         loss = model(torch.randn(8, 4)).pow(2).mean()
         loss.backward()
         type(self).k = type(self).k + [{kept}]
-'''
+"""
 
 
 def test_a_rebuilt_list_is_list_accumulation_and_its_fix_removes_the_leak(

@@ -74,32 +74,43 @@ def test_no_grad_views_crash_no_step_and_sites_are_named(pytester: pytest.Pytest
     assert "outlive audit failed" not in out
     # the marker's diagnostic steps ran to the end: the holder, the lines
     marker = failure_section(out, "test_marker")
-    said_in_order(marker, [
-        "leaks: list-accumulation",
-        "held by: global 'KEPT' -> list(len=",
-        "created at: test_views.py:* in test_marker: KEPT.append((flat, turned, lin(",
-        "stored at: test_views.py:* in test_marker: KEPT.append(",
-    ])  # fmt: skip
+    said_in_order(
+        marker,
+        [
+            "leaks: list-accumulation",
+            "held by: global 'KEPT' -> list(len=",
+            "created at: test_views.py:* in test_marker: KEPT.append((flat, turned, lin(",
+            "stored at: test_views.py:* in test_marker: KEPT.append(",
+        ],
+    )
     views = failure_section(out, "test_marker_keeps_the_views_only")
-    said_in_order(views, ["held by: global 'KEPT' -> list(len=",
-                          "stored at: test_views.py:* KEPT.append(turned)"])
+    said_in_order(
+        views,
+        ["held by: global 'KEPT' -> list(len=", "stored at: test_views.py:* KEPT.append(turned)"],
+    )
     # the audit's re-run ran to the end too: it names the lines
-    said_in_order(out, [
-        "WARNING test_views.py::test_outlives*outlived the test",  # the report section's row
-        "held by: global 'test_views.KEPT' -> list(len=",
-        "created at: test_views.py:* in test_outlives: KEPT.append(",
-        "stored at: test_views.py:* in test_outlives: KEPT.append(",
-        "created at and stored at: from one more run of the test",
-    ])  # fmt: skip
+    said_in_order(
+        out,
+        [
+            "WARNING test_views.py::test_outlives*outlived the test",  # the report section's row
+            "held by: global 'test_views.KEPT' -> list(len=",
+            "created at: test_views.py:* in test_outlives: KEPT.append(",
+            "stored at: test_views.py:* in test_outlives: KEPT.append(",
+            "created at and stored at: from one more run of the test",
+        ],
+    )
     assert "left none in this holder" not in out
     # the loop raised its leak, not torch's error, with the lines of the recorded steps
-    said_in_order(out, [
-        "LOOP RAISED GraphLeakError",
-        "track() leaks: list-accumulation",
-        "held by: local 'held' -> list(len=",
-        "created at: *test_views.py:* in make: turned = lin.weight.t()",
-        "stored at: *test_views.py:* in test_loop: held.append(",
-    ])  # fmt: skip
+    said_in_order(
+        out,
+        [
+            "LOOP RAISED GraphLeakError",
+            "track() leaks: list-accumulation",
+            "held by: local 'held' -> list(len=",
+            "created at: *test_views.py:* in make: turned = lin.weight.t()",
+            "stored at: *test_views.py:* in test_loop: held.append(",
+        ],
+    )
 
 
 #: A conftest that breaks the recorder's own rule for finding the user's line on one
@@ -165,11 +176,19 @@ def test_a_failing_recorder_is_a_note_not_a_crash(pytester: pytest.Pytester) -> 
     )
     out = result.stdout.str()
     result.assert_outcomes(passed=2, failed=1, warnings=1)
-    note = ("the creation-site recorder could not read what * of the step returned (first: "
-            "*: LookupError: no site for this one); where those were made is unknown")  # fmt: skip
+    note = (
+        "the creation-site recorder could not read what * of the step returned (first: "
+        "*: LookupError: no site for this one); where those were made is unknown"
+    )
     said_in_order(failure_section(out, "test_marker"), ["leaks: list-accumulation", note])
-    said_in_order(out, ["WARNING test_broken.py::test_outlives*outlived the test", note,
-                        "created at and stored at: from one more run of the test"])
+    said_in_order(
+        out,
+        [
+            "WARNING test_broken.py::test_outlives*outlived the test",
+            note,
+            "created at and stored at: from one more run of the test",
+        ],
+    )
     said_in_order(out, ["LOOP RAISED GraphLeakError", "track() leaks: list-accumulation", note])
     assert "left none in this holder" not in out
 
@@ -187,10 +206,9 @@ def test_a_rerun_whose_call_raises_says_with_what(pytester: pytest.Pytester) -> 
             kept.append(torch.ones(2, requires_grad=True) * 2)
         """
     )
-    result = pytester.runpytest_subprocess("--graphleak", "--graphleak-outlive-sites=rerun",
-                                           *FAST)  # fmt: skip
+    result = pytester.runpytest_subprocess("--graphleak", "--graphleak-outlive-sites=rerun", *FAST)
     result.assert_outcomes(passed=1, warnings=1)
-    assert ("and that run raised ValueError: the second run refuses in its call and left "
-            "none in this holder: created at and stored at unknown") in folded(
-        result.stdout.str()
-    )
+    assert (
+        "and that run raised ValueError: the second run refuses in its call and left "
+        "none in this holder: created at and stored at unknown"
+    ) in folded(result.stdout.str())

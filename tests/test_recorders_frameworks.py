@@ -21,15 +21,22 @@ needs_torch = pytest.mark.skipif(find_spec("torch") is None, reason="torch is no
 def _chain(*links: tuple[str, str, str]) -> list[Link]:
     """A root global ``trainer``, then (type, edge, key) per link (the first is the root's
     object), ending at a tensor."""
-    return [Link("root", "global", name="trainer"),
-            *(Link("object", tp, edge=edge, key=key) for tp, edge, key in links),
-            Link("tensor", "Tensor", graph=True)]  # fmt: skip
+    return [
+        Link("root", "global", name="trainer"),
+        *(Link("object", tp, edge=edge, key=key) for tp, edge, key in links),
+        Link("tensor", "Tensor", graph=True),
+    ]
 
 
 def test_a_log_history_is_told_by_the_users_path_to_it() -> None:
-    history = history_of(_chain(("Trainer", "attribute", "state"),
-                                ("TrainerState", "attribute", "log_history"),
-                                ("list", "index", "0"), ("dict", "key", "'loss'")))  # fmt: skip
+    history = history_of(
+        _chain(
+            ("Trainer", "attribute", "state"),
+            ("TrainerState", "attribute", "log_history"),
+            ("list", "index", "0"),
+            ("dict", "key", "'loss'"),
+        )
+    )
     assert history is not None
     assert history_story(history) == (
         "`trainer.state.log_history` keeps every dict logged with `Trainer.log()` (the "
@@ -40,8 +47,9 @@ def test_a_log_history_is_told_by_the_users_path_to_it() -> None:
 
 
 def test_a_record_reached_through_a_container_is_named_by_its_type() -> None:
-    history = history_of(_chain(("list", "index", "0"),
-                                ("State", "attribute", "metrics"), ("dict", "key", "'acc'")))
+    history = history_of(
+        _chain(("list", "index", "0"), ("State", "attribute", "metrics"), ("dict", "key", "'acc'"))
+    )
     assert history is not None and history.holder == "engine.state.metrics"
     assert history.fix.endswith("where a handler sets engine.state.metrics[...]")
 
@@ -64,8 +72,12 @@ def _explained(holder: object, keep: Any) -> tuple[str, str, list[str]]:
     census.begin()
     keep((torch.ones(2, requires_grad=True) * 2).sum())
     assert census.finish()
-    found = explain(census, [Holder("global 'trainer'", "m.trainer", holder)], nodeid="t",
-                    backends=census.backends)  # fmt: skip
+    found = explain(
+        census,
+        [Holder("global 'trainer'", "m.trainer", holder)],
+        nodeid="t",
+        backends=census.backends,
+    )
     try:
         [result] = found.results
         assert result.diagnosis is not None
@@ -84,13 +96,16 @@ def test_a_loss_logged_in_transformers_log_history() -> None:
             self.state = TrainerState()
 
     trainer = Trainer()
-    story, fix, chain = _explained(trainer, lambda loss: trainer.state.log_history.append(
-        {"loss": loss, "step": 1}))  # fmt: skip
+    story, fix, chain = _explained(
+        trainer, lambda loss: trainer.state.log_history.append({"loss": loss, "step": 1})
+    )
     assert chain[:3] == ["global 'trainer'", "Trainer.state", "TrainerState.log_history"]
-    assert story.startswith("`trainer.state.log_history` keeps every dict logged with "
-                            "`Trainer.log()`")  # fmt: skip
-    assert fix.startswith("log numbers: put loss.item() (or loss.detach()) in the dict given "
-                          "to Trainer.log()")  # fmt: skip
+    assert story.startswith(
+        "`trainer.state.log_history` keeps every dict logged with `Trainer.log()`"
+    )
+    assert fix.startswith(
+        "log numbers: put loss.item() (or loss.detach()) in the dict given to Trainer.log()"
+    )
 
 
 @needs_torch
@@ -99,10 +114,12 @@ def test_a_metric_value_kept_in_ignites_state_metrics() -> None:
     from ignite.engine import Engine
 
     trainer = Engine(lambda engine, batch: None)
-    story, fix, chain = _explained(trainer, lambda loss: trainer.state.metrics.__setitem__(
-        "loss", loss))  # fmt: skip
+    story, fix, chain = _explained(
+        trainer, lambda loss: trainer.state.metrics.__setitem__("loss", loss)
+    )
     assert chain[:3] == ["global 'trainer'", "Engine.state", "State.metrics"]
-    assert story.startswith("`trainer.state.metrics` keeps the last value of every metric "
-                            "attached to the engine")  # fmt: skip
+    assert story.startswith(
+        "`trainer.state.metrics` keeps the last value of every metric attached to the engine"
+    )
     assert "stays alive as long as the engine" in story
     assert fix.endswith("where a handler sets trainer.state.metrics[...]")

@@ -243,22 +243,36 @@ def test_graphviz_drawing_is_an_option_beside_the_own_drawing() -> None:
 def test_what_to_change_comes_first_with_relative_paths(tmp_path: Path) -> None:
     site = CreationSite(str(tmp_path / "pkg" / "train.py"), 7, "state.append(loss)", 1, "step")
     result = CheckResult(
-        name="t", steps=4, warmup=1,
+        name="t",
+        steps=4,
+        warmup=1,
         series={"minigrad.tensors": [1.0, 2.0, 3.0, 4.0, 5.0]},
         units={"minigrad.tensors": "objects"},
         verdict=Verdict(True, [Growth("minigrad.tensors", 2.0, 5.0, 1.0)], "list-accumulation"),
-        diagnosis=Diagnosis("list-accumulation", chain=["fixture 'state'", "list(len=4)"],
-                            sites=[site], stored_at=[site], fix="append loss.item()"),
-    ).to_dict()  # fmt: skip
+        diagnosis=Diagnosis(
+            "list-accumulation",
+            chain=["fixture 'state'", "list(len=4)"],
+            sites=[site],
+            stored_at=[site],
+            fix="append loss.item()",
+        ),
+    ).to_dict()
     doc = build_document([CheckedTest("t.py::t", "failed", [result])], generated_by="x")
     html = render_html(Report.from_dict(doc), draw=None, environment={"rootdir": str(tmp_path)})
     text = "".join(Page(html).text)
     change = text.index("what to change")
     assert change < text.index("measured steps") < text.index("minigrad.tensors", change)
     block = text[change : text.index("measured steps")]
-    for line in ("pattern", "list-accumulation", "held by", "fixture 'state' -> list(len=4)",
-                 "stored at", "pkg/train.py:7 in step: state.append(loss)", "fix",
-                 "append loss.item()"):  # fmt: skip
+    for line in (
+        "pattern",
+        "list-accumulation",
+        "held by",
+        "fixture 'state' -> list(len=4)",
+        "stored at",
+        "pkg/train.py:7 in step: state.append(loss)",
+        "fix",
+        "append loss.item()",
+    ):
         assert line in block, line
     assert str(tmp_path) not in text[change:]  # only the environment block names rootdir
     assert 'class="fix"' in html
@@ -402,8 +416,9 @@ def test_all_zero_series_are_listed_but_not_drawn() -> None:
 
 def test_noisy_bytes_are_drawn_as_growth_with_the_tolerance_band() -> None:
     base = 235.3 * 1024**2
-    page = Page(series_chart([base, base + 12288], warmup=0, title="rss", unit="bytes",
-                             noise=1024**2))  # fmt: skip
+    page = Page(
+        series_chart([base, base + 12288], warmup=0, title="rss", unit="bytes", noise=1024**2)
+    )
     assert page.all("svg", class_="chart")[0]["aria-label"] == "rss"
     assert "bytes, growth from 235.3 MiB" in page.text
     labels = [t for t in page.text if t.startswith(("+", "-"))]
@@ -420,8 +435,9 @@ def test_noisy_bytes_are_drawn_as_growth_with_the_tolerance_band() -> None:
 def test_exact_bytes_are_drawn_on_their_own_range() -> None:
     """torch.storage_bytes 88 B -> 148 B fills the chart on a byte axis, not a MiB one."""
     values = [88.0 + 4 * i for i in range(16)]
-    page = Page(series_chart(values, warmup=1, title="torch.storage_bytes", unit="bytes",
-                             highlight=True))  # fmt: skip
+    page = Page(
+        series_chart(values, warmup=1, title="torch.storage_bytes", unit="bytes", highlight=True)
+    )
     labels = [t for t in page.text if t.startswith("+")]
     assert labels and all(label.endswith(" B") for label in labels), labels
     ys = [float(p.split(",")[1]) for p in page.all("polyline")[0]["points"].split()]
@@ -451,8 +467,6 @@ def test_environment_block_and_narrow_layout() -> None:
     assert "took" not in text  # none of these checks was timed: no "0 checks took 0.00 s"
     html = render_html(Report.from_dict(document()), draw=None)
     assert "@media (max-width: 640px)" in html and 'class="scroll"' in html
-
-
 
 
 def test_own_drawing_lays_out_chains_and_cycles() -> None:
@@ -488,23 +502,37 @@ def test_own_drawing_lays_out_chains_and_cycles() -> None:
 def test_error_unmeasured_and_outlive_cards_say_what_ran_and_what_to_change() -> None:
     site = CreationSite("t.py", 50, 'raise ValueError("bad batch at step 5")', 1, "test_bad")
     raised = CheckResult(
-        name="t.py::test_bad", steps=16, warmup=3, series={}, units={},
+        name="t.py::test_bad",
+        steps=16,
+        warmup=3,
+        series={},
+        units={},
         verdict=Verdict(False, reason="the step raised; no verdict"),
-        error="ValueError: bad batch at step 5", error_step=5, error_site=site,
-    ).to_dict()  # fmt: skip
+        error="ValueError: bad batch at step 5",
+        error_step=5,
+        error_site=site,
+    ).to_dict()
     unmeasured = CheckResult(
-        name="t.py::test_um", steps=16, warmup=3, series={}, units={},
-        verdict=Verdict(False), unmeasured="no probe measured anything (torch: torch is not "
+        name="t.py::test_um",
+        steps=16,
+        warmup=3,
+        series={},
+        units={},
+        verdict=Verdict(False),
+        unmeasured="no probe measured anything (torch: torch is not "
         "imported); yet the step made 95 minigrad tensors: add minigrad to the probes",
         unmeasured_fix=add_probe_fix("minigrad"),
-    ).to_dict()  # fmt: skip
+    ).to_dict()
     outlive = leak("t.py::test_keeps::outlive", chain=["global 'history'", "list(len=1)"])
     outlive["kind"] = "outlive"
-    doc = build_document([
-        CheckedTest("t.py::test_bad", "failed", [raised]),
-        CheckedTest("t.py::test_um", "failed", [unmeasured]),
-        CheckedTest("t.py::test_keeps", "passed", [outlive]),
-    ], generated_by="x")  # fmt: skip
+    doc = build_document(
+        [
+            CheckedTest("t.py::test_bad", "failed", [raised]),
+            CheckedTest("t.py::test_um", "failed", [unmeasured]),
+            CheckedTest("t.py::test_keeps", "passed", [outlive]),
+        ],
+        generated_by="x",
+    )
     html = render_html(Report.from_dict(doc), draw=None)
     text = "".join(Page(html).text)
     # The step kept apart from the message: never "at step 5 at step 5".
@@ -519,8 +547,10 @@ def test_error_unmeasured_and_outlive_cards_say_what_ran_and_what_to_change() ->
     assert 'id="t-t.py::test_keeps"' in html
     # Error and unmeasured badges have colours of their own.
     style = html[html.index("<style>") : html.index("</style>")]
-    colour = {w: re.search(rf"\.badge\.{w} {{ background: (#\w+)", style).group(1)  # type: ignore[union-attr]
-              for w in ("error", "unmeasured")}  # fmt: skip
+    colour = {
+        w: re.search(rf"\.badge\.{w} {{ background: (#\w+)", style).group(1)  # type: ignore[union-attr]
+        for w in ("error", "unmeasured")
+    }
     assert colour["error"] != colour["unmeasured"]
 
 
@@ -530,12 +560,15 @@ def test_tokens_break_at_separators_and_the_top_tick_covers_the_data() -> None:
     from pytest_graphleak.report.scale import axis
 
     assert wrap_label("Tensor(shape=(), grad_fn=SumBackward)") == [
-        "Tensor(shape=(), grad_fn=", "SumBackward)"]  # fmt: skip
+        "Tensor(shape=(), grad_fn=",
+        "SumBackward)",
+    ]
     assert "loss.<wbr>item(<wbr>)" in breakable("loss.item()")
     assert '<span class="arrow">-&gt;</span>' in breakable("a -> b")
     # a flag is one unit (no break after its hyphens, none inserted), the text around it not
     assert breakable("or --graphleak-probes=minigrad,... on x.y") == (
-        'or <span class="flag">--graphleak-probes=minigrad,...</span> on x.<wbr>y')
+        'or <span class="flag">--graphleak-probes=minigrad,...</span> on x.<wbr>y'
+    )
     mib = 1024.0**2
     top, ticks = axis(0.0, 46 * mib, "bytes")
     assert top >= 46 * mib and ticks[-1] == top == 48 * mib
@@ -549,33 +582,44 @@ def test_tokens_break_at_separators_and_the_top_tick_covers_the_data() -> None:
 
 def _clean(name: str) -> dict[str, Any]:
     return CheckResult(
-        name=name, steps=16, warmup=3, series={"minigrad.tensors": [4.0] * 19},
-        units={"minigrad.tensors": "objects"}, duration_s=0.02,
-        verdict=Verdict(False, reason="no metric grew: no floor rose every k <= 5 steps over "
-                        "16 measured steps (1 metric judged)", slowest_leak_steps=5),
-    ).to_dict()  # fmt: skip
+        name=name,
+        steps=16,
+        warmup=3,
+        series={"minigrad.tensors": [4.0] * 19},
+        units={"minigrad.tensors": "objects"},
+        duration_s=0.02,
+        verdict=Verdict(
+            False,
+            reason="no metric grew: no floor rose every k <= 5 steps over "
+            "16 measured steps (1 metric judged)",
+            slowest_leak_steps=5,
+        ),
+    ).to_dict()
 
 
 def _index_rows(html: str) -> list[list[str]]:
     """Each index row's cells as text, in page order (the folded clean table's too)."""
     rows = re.findall(r'<tr class="row s-[^"]*"[^>]*>(.*?)</tr>', html)
-    return [["".join(Page(cell).text) for cell in re.findall(r"<td[^>]*>(.*?)</td>", row)]
-            for row in rows]  # fmt: skip
+    return [
+        ["".join(Page(cell).text) for cell in re.findall(r"<td[^>]*>(.*?)</td>", row)]
+        for row in rows
+    ]
 
 
 def test_index_is_four_columns_with_the_fix_under_the_test_and_clean_rows_folded() -> None:
     outlive = leak("t.py::test_keeps::outlive", chain=["global 'history'", "list(len=1)"])
     outlive["kind"] = "outlive"
-    tests = [CheckedTest(f"t.py::test_step[{n}]", "passed", [_clean(f"t.py::test_step[{n}]")])
-             for n in (10, 9, 100, 2)]  # fmt: skip
+    tests = [
+        CheckedTest(f"t.py::test_step[{n}]", "passed", [_clean(f"t.py::test_step[{n}]")])
+        for n in (10, 9, 100, 2)
+    ]
     tests.append(CheckedTest("t.py::test_keeps", "passed", [outlive]))
     html = render_html(build_report(tests, generated_by="x"), draw=None)
     page = Page(html)
     # Four columns, only the test's flexible: the table fits 641-900 px (the fix is no
     # column of its own but a line under the test id).
     (table_html,) = re.findall(r'<table class="index">.*?</table>', html)[:1]
-    assert [a["class"] for a in Page(table_html).all("col")] == ["status", "test", "growth",
-                                                                 "time"]  # fmt: skip
+    assert [a["class"] for a in Page(table_html).all("col")] == ["status", "test", "growth", "time"]
     assert re.findall(r"<th>(\w+)</th>", table_html) == ["status", "test", "growth", "time"]
     assert "table.index { table-layout: fixed; width: 100%; }" in html
     rows = _index_rows(html)
@@ -588,7 +632,8 @@ def test_index_is_four_columns_with_the_fix_under_the_test_and_clean_rows_folded
     assert "4 timed checks took 0.08 s in all (slowest 0.02 s)" in "".join(page.text)
     # The clean rows come after the finding, folded into one line, numbers in order.
     assert [r[1].removeprefix("CLEAN") for r in rows[1:]] == [
-        f"t.py::test_step[{n}]" for n in (2, 9, 10, 100)]  # fmt: skip
+        f"t.py::test_step[{n}]" for n in (2, 9, 10, 100)
+    ]
     groups = page.all("details", class_="group row s-clean")
     assert len(groups) == 2 and not any("open" in g for g in groups)
     summaries = "".join(page.text)
@@ -597,16 +642,18 @@ def test_index_is_four_columns_with_the_fix_under_the_test_and_clean_rows_folded
     clean_only = render_html(build_report(tests[:4], generated_by="x"), draw=None)
     assert not Page(clean_only).all("details", class_="group row s-clean")
     assert [r[1].removeprefix("CLEAN") for r in _index_rows(clean_only)] == [
-        f"t.py::test_step[{n}]" for n in (2, 9, 10, 100)]  # fmt: skip
+        f"t.py::test_step[{n}]" for n in (2, 9, 10, 100)
+    ]
 
 
 def test_test_ids_break_between_parts_and_are_not_underlined() -> None:
     from pytest_graphleak.report.html_cards import breakable_id
 
     assert breakable_id("tests/test_a.py::test_b_c[1-a_b]") == (
-        "tests/<wbr>test_a.py::<wbr>test_b_c<wbr>[1-a_b]")  # fmt: skip
+        "tests/<wbr>test_a.py::<wbr>test_b_c<wbr>[1-a_b]"
+    )
     html = render_html(Report.from_dict(document()), draw=None)
-    assert "a.id {" in html and "text-decoration: none" in html[html.index("a.id {"):][:200]
+    assert "a.id {" in html and "text-decoration: none" in html[html.index("a.id {") :][:200]
     links = Page(html).all("a", class_="id")
     assert links and all(a["href"].startswith("#t-") for a in links)
     assert "<h2>t.<wbr>py" not in html and "<h2>t.py::<wbr>test_ok</h2>" in html
@@ -614,18 +661,29 @@ def test_test_ids_break_between_parts_and_are_not_underlined() -> None:
 
 def test_cards_use_the_same_words_and_a_clean_verdict_in_plain_words() -> None:
     unmeasured = CheckResult(
-        name="t.py::test_um", steps=16, warmup=3, series={}, units={},
-        verdict=Verdict(False), unmeasured="no probe measured anything",
+        name="t.py::test_um",
+        steps=16,
+        warmup=3,
+        series={},
+        units={},
+        verdict=Verdict(False),
+        unmeasured="no probe measured anything",
         unmeasured_fix=add_probe_fix("minigrad"),
-    ).to_dict()  # fmt: skip
+    ).to_dict()
     verified = leak("t.py::test_leak", chain=["fixture 'state'", "list(len=9)"])
-    verified["diagnosis"]["fix_tried"] = {"text": "t.py:4: losses.append(loss.item())",
-                                          "verified": True, "steps": 19}  # fmt: skip
-    doc = build_document([
-        CheckedTest("t.py::test_um", "failed", [unmeasured]),
-        CheckedTest("t.py::test_ok", "passed", [_clean("t.py::test_ok")]),
-        CheckedTest("t.py::test_leak", "failed", [verified]),
-    ], generated_by="x")  # fmt: skip
+    verified["diagnosis"]["fix_tried"] = {
+        "text": "t.py:4: losses.append(loss.item())",
+        "verified": True,
+        "steps": 19,
+    }
+    doc = build_document(
+        [
+            CheckedTest("t.py::test_um", "failed", [unmeasured]),
+            CheckedTest("t.py::test_ok", "passed", [_clean("t.py::test_ok")]),
+            CheckedTest("t.py::test_leak", "failed", [verified]),
+        ],
+        generated_by="x",
+    )
     html = render_html(Report.from_dict(doc), draw=None)
     labels = re.findall(r"<dt>(.*?)</dt>", html)
     # "fix" on every card; the verified qualifier under the fix, not in the label column
@@ -633,9 +691,12 @@ def test_cards_use_the_same_words_and_a_clean_verdict_in_plain_words() -> None:
     fix = re.search(r'<dt>fix</dt><dd class="fix">(.*?)</dd>', html.split("test_leak")[-1])
     assert fix is not None
     cell = "".join(Page(fix.group(1)).text)
-    assert cell == ("t.py:4: losses.append(loss.item())"
-                    "verified: 19 more steps with this change grew nothing")  # fmt: skip
+    assert cell == (
+        "t.py:4: losses.append(loss.item())verified: 19 more steps with this change grew nothing"
+    )
     text = "".join(Page(html).text)
     assert "floor" not in text and "k <=" not in text
-    assert ("verdict: nothing grew (1 metric judged over 16 measured steps after 3 warmup "
-            "steps); a leak that grows at least once every 5 steps would have shown") in text
+    assert (
+        "verdict: nothing grew (1 metric judged over 16 measured steps after 3 warmup "
+        "steps); a leak that grows at least once every 5 steps would have shown"
+    ) in text

@@ -94,9 +94,16 @@ def test_statuses_and_summary_counts() -> None:
     }
     document = build_document(sample_tests(), generated_by="pytest-graphleak test")
     assert document["summary"] == {
-        "checked": 5, "leaked": 2, "warned": 1, "xfailed": 0, "error": 1, "unmeasured": 0,
-        "known": 0, "clean": 1, "audited": 0,
-    }  # fmt: skip
+        "checked": 5,
+        "leaked": 2,
+        "warned": 1,
+        "xfailed": 0,
+        "error": 1,
+        "unmeasured": 0,
+        "known": 0,
+        "clean": 1,
+        "audited": 0,
+    }
     assert [t["nodeid"] for t in document["tests"]] == sorted(statuses)
 
 
@@ -155,8 +162,12 @@ def metric_summary(check: JsonDoc) -> dict[str, JsonDoc]:
 def test_the_documents_metrics_use_the_verdict_for_grown_ones_and_the_slope_otherwise() -> None:
     metrics = metric_summary(leaky_check(warmup=2, steps=5))
     assert metrics["torch.tensors"] == {
-        "unit": "objects", "start": 7.0, "end": 15.0, "per_step": 2.0, "grew": True,
-    }  # fmt: skip
+        "unit": "objects",
+        "start": 7.0,
+        "end": 15.0,
+        "per_step": 2.0,
+        "grew": True,
+    }
     rss = metrics["process.rss_bytes"]
     assert (rss["unit"], rss["grew"]) == ("bytes", False)
     assert rss["per_step"] == pytest.approx(4096.0)

@@ -60,17 +60,47 @@ def written_documents(tmp_path_factory: pytest.TempPathFactory) -> list[JsonDoc]
     (work / "test_suite.py").write_text(SUITE)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly",
-         "-p", "no:xdist", "--graphleak", "--graphleak-report=session.json", "test_suite.py"],
-        cwd=work, capture_output=True, text=True, env=env, timeout=600,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:randomly",
+            "-p",
+            "no:xdist",
+            "--graphleak",
+            "--graphleak-report=session.json",
+            "test_suite.py",
+        ],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     (work / "steps.py").write_text("KEPT = []\n\ndef leaky():\n    KEPT.append([0] * 100000)\n")
     (work / "exits.py").write_text("import sys\nsys.exit(3)\n")
     subprocess.run(
-        [sys.executable, "-m", "pytest_graphleak", "check", "steps.py::leaky", "exits.py::f",
-         "--steps", "6", "--json", "check.json"],
-        cwd=work, capture_output=True, text=True, env=env, timeout=600,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pytest_graphleak",
+            "check",
+            "steps.py::leaky",
+            "exits.py::f",
+            "--steps",
+            "6",
+            "--json",
+            "check.json",
+        ],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     documents = [json.loads((work / name).read_text()) for name in ("session.json", "check.json")]
     statuses = {t["status"] for d in documents for t in d["tests"]}
     assert {"leaked", "clean", "error", "xfailed"} <= statuses, statuses

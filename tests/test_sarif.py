@@ -63,7 +63,8 @@ def test_keeps():
 
 def valid(log: JsonDoc) -> None:
     validator = jsonschema.Draft4Validator(
-        SCHEMA, format_checker=jsonschema.Draft4Validator.FORMAT_CHECKER)
+        SCHEMA, format_checker=jsonschema.Draft4Validator.FORMAT_CHECKER
+    )
     errors = [f"{list(e.absolute_path)}: {e.message}" for e in validator.iter_errors(log)]
     assert not errors, errors
 
@@ -90,8 +91,9 @@ def test_a_run_writes_one_valid_result_per_finding_with_its_fix_and_baseline_sta
     pytester.makepyfile(test_suite=SUITE)
     source = (pytester.path / "test_suite.py").read_text()
     baseline = pytester.path / "baseline.json"
-    pytester.runpytest("--graphleak", f"--graphleak-baseline={baseline}",
-                       "--graphleak-baseline-update", *FAST)  # fmt: skip
+    pytester.runpytest(
+        "--graphleak", f"--graphleak-baseline={baseline}", "--graphleak-baseline-update", *FAST
+    )
     # Known: test_list. Fixed since: an entry of test_clean. New: test_history, test_keeps.
     written = json.loads(baseline.read_text())
     [entry] = [e for e in written["findings"] if e["test"].endswith("::test_list")]
@@ -99,40 +101,59 @@ def test_a_run_writes_one_valid_result_per_finding_with_its_fix_and_baseline_sta
     written["findings"] = [entry, {**entry, "test": entry["test"].replace("list", "clean")}]
     baseline.write_text(json.dumps(written))
     sarif, report = pytester.path / "out.sarif", pytester.path / "out.json"
-    result = pytester.runpytest("--graphleak", f"--graphleak-baseline={baseline}",
-                                f"--graphleak-sarif={sarif}", f"--graphleak-report={report}",
-                                *FAST)  # fmt: skip
+    result = pytester.runpytest(
+        "--graphleak",
+        f"--graphleak-baseline={baseline}",
+        f"--graphleak-sarif={sarif}",
+        f"--graphleak-report={report}",
+        *FAST,
+    )
     result.assert_outcomes(passed=3, failed=1)
     assert f"SARIF report: {sarif}" in result.stdout.str().replace("/\n    ", "/")  # folded
     log = json.loads(sarif.read_text())
     valid(log)
     run = log["runs"][0]
     assert [rule["id"] for rule in run["tool"]["driver"]["rules"]] == [
-        "list-accumulation", "retained-grad-fn", "cycle", "memory-growth"]
+        "list-accumulation",
+        "retained-grad-fn",
+        "cycle",
+        "memory-growth",
+    ]
     results = by_test(log)
-    assert sorted(results) == ["test_suite.py::test_history", "test_suite.py::test_keeps",
-                               "test_suite.py::test_list"]  # fmt: skip
-    known, new, kept = (results[f"test_suite.py::{name}"] for name in
-                        ("test_list", "test_history", "test_keeps"))  # fmt: skip
+    assert sorted(results) == [
+        "test_suite.py::test_history",
+        "test_suite.py::test_keeps",
+        "test_suite.py::test_list",
+    ]
+    known, new, kept = (
+        results[f"test_suite.py::{name}"] for name in ("test_list", "test_history", "test_keeps")
+    )
     assert (known["baselineState"], known["level"]) == ("unchanged", "note")
     assert known["properties"]["knownReason"] == "tracked in #12"
     assert "Known, in baseline.json: tracked in #12 (it fails nothing)." in known["message"]["text"]
     assert "knownReason" not in new["properties"]
     assert (new["baselineState"], new["level"]) == ("new", "error")
     assert (kept["baselineState"], kept["level"], kept["properties"]["kind"]) == (
-        "new", "warning", "outlive")
+        "new",
+        "warning",
+        "outlive",
+    )
     # On the line that stores the leaked tensor, relative to the workspace.
     line = source.splitlines().index("    history.append(x * 3)") + 1
     assert new["locations"][0]["physicalLocation"] == {
         "artifactLocation": {"uri": "test_suite.py", "uriBaseId": "%SRCROOT%"},
-        "region": {"startLine": line}}
+        "region": {"startLine": line},
+    }
     assert new["ruleId"] == "list-accumulation" and new["ruleIndex"] == 0
     message = new["message"]["text"].splitlines()
     assert message[0] == "test_suite.py::test_history leaks: list-accumulation."
-    assert f"stored at: test_suite.py:{line} in test_history: history.append(x * 3)  " \
+    assert (
+        f"stored at: test_suite.py:{line} in test_history: history.append(x * 3)  "
         "(once per step)" in message
+    )
     assert kept["message"]["text"].splitlines()[0] == (
-        "test_suite.py::test_keeps: autograd graphs outlived the teardown (list-accumulation).")
+        "test_suite.py::test_keeps: autograd graphs outlived the teardown (list-accumulation)."
+    )
     # The verified fixes: their replacements make the change graphleak fix --apply writes.
     [fix] = new["fixes"]
     assert fix["description"]["text"].startswith("fix (verified: ")
@@ -193,8 +214,11 @@ def test_a_sarif_path_replaces_only_graphleaks_own_log(tmp_path: Path) -> None:
     """``--graphleak-sarif`` over another tool's SARIF log (or the test file, the flag
     used as a switch) is refused before the run; graphleak's own log is replaced."""
     other = tmp_path / "codeql.sarif"
-    other.write_text(json.dumps({"version": "2.1.0", "runs": [
-        {"tool": {"driver": {"name": "CodeQL"}}, "results": []}]}))
+    other.write_text(
+        json.dumps(
+            {"version": "2.1.0", "runs": [{"tool": {"driver": {"name": "CodeQL"}}, "results": []}]}
+        )
+    )
     with pytest.raises(OutputPathError, match="a graphleak SARIF log"):
         check_outputs([Output("--graphleak-sarif", other, "sarif")])
     own = tmp_path / "graphleak.sarif"

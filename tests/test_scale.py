@@ -24,8 +24,10 @@ MIB = 1024.0 * 1024.0
 def noise_of(metric: str, tolerance: float = MIB) -> float:
     """The noise a check with this RSS tolerance keeps for ``metric`` (its declaration's
     tolerance, as ``pipeline.declarations`` writes it on the result)."""
-    declared = {**METRICS, **{m.name: m for m in byte_metrics("cuda.allocated_bytes.1",
-                                                              "cuda.reserved_bytes.1")}}
+    declared = {
+        **METRICS,
+        **{m.name: m for m in byte_metrics("cuda.allocated_bytes.1", "cuda.reserved_bytes.1")},
+    }
     return declarations(declared, Settings(rss_tolerance=tolerance))[metric].tolerance
 
 

@@ -18,7 +18,7 @@ pytest_plugins = ["pytester"]
 #: Imported before the in-process run, which must not be the first to load it.
 torch = pytest.importorskip("torch")
 
-_TEST = '''
+_TEST = """
 import pytest
 import torch
 
@@ -37,7 +37,7 @@ def test_two_holders():
     losses.append({loss})
     step[0] += 1
     outs[step[0]] = {out}
-'''
+"""
 
 
 def test_both_holders_are_named_and_one_round_of_fixes_passes(pytester: pytest.Pytester) -> None:

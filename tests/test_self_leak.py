@@ -85,23 +85,43 @@ def many_tests(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     (root / "conftest.py").write_text(SAMPLING_CONFTEST)
     (root / "test_many.py").write_text(MANY_TESTS)
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "--graphleak", "--graphleak-report=r.json",
-         "test_many.py"],
-        cwd=root, capture_output=True, text=True, timeout=600, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "--graphleak",
+            "--graphleak-report=r.json",
+            "test_many.py",
+        ],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    told = (f"{CHECKED} tests with results: {CHECKED} clean; {CONTROL + CHECKED} audited for "
-            "graphs that outlive them")
+    told = (
+        f"{CHECKED} tests with results: {CHECKED} clean; {CONTROL + CHECKED} audited for "
+        "graphs that outlive them"
+    )
     assert told in folded(proc.stdout), proc.stdout[-2000:]
     samples = json.loads((root / "samples.json").read_text())
     # What the session reporter keeps of each checked test until the end: its row as
     # compact JSON text (the report's checks without the "metrics" it adds).
     tests = json.loads((root / "r.json").read_text())["tests"]
     row_bytes = sum(
-        len(json.dumps([t["outcome"], [{k: v for k, v in c.items() if k != "metrics"}
-                                       for c in t["checks"]]], separators=(",", ":")))
+        len(
+            json.dumps(
+                [
+                    t["outcome"],
+                    [{k: v for k, v in c.items() if k != "metrics"} for c in t["checks"]],
+                ],
+                separators=(",", ":"),
+            )
+        )
         for t in tests
-    ) / len(tests)  # fmt: skip
+    ) / len(tests)
     by_count: dict[int, dict[str, float]] = {s["tests"]: s for s in samples}
 
     def per_test(key: str, first: int, last: int) -> float:

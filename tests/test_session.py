@@ -218,12 +218,20 @@ def test_a_framework_callback_in_a_thread_takes_the_runs_options_and_joins_the_r
     pytest.importorskip("ignite")
     pytester.makepyfile(test_fit=FIT_IN_A_THREAD)
     result = pytester.runpytest(
-        "--graphleak-warn-only", "--graphleak-report=r.json", "-p", "no:randomly",
-        "-p", "no:cacheprovider",
-    )  # fmt: skip
+        "--graphleak-warn-only",
+        "--graphleak-report=r.json",
+        "-p",
+        "no:randomly",
+        "-p",
+        "no:cacheprovider",
+    )
     result.assert_outcomes(passed=1, warnings=1)
-    result.stdout.fnmatch_lines(["*GraphLeakWarning: graphleak: test_fit.py::test_fit_in_a_thread"
-                                 "::ignite(update) leaks: list-accumulation*"])  # fmt: skip
+    result.stdout.fnmatch_lines(
+        [
+            "*GraphLeakWarning: graphleak: test_fit.py::test_fit_in_a_thread"
+            "::ignite(update) leaks: list-accumulation*"
+        ]
+    )
     document = json.loads((pytester.path / "r.json").read_text())
     assert [(t["nodeid"], t["status"]) for t in document["tests"]] == [
         ("test_fit.py::test_fit_in_a_thread", "warned")

@@ -158,8 +158,16 @@ def test_unchecked():
 
 # Plugins a report run does not need (hypothesis alone costs ~1.5 s of import per
 # process), and pytest-randomly: the expected output follows the file's order.
-BASE_ARGS = ("-p", "no:graphleak", "-p", "no:cacheprovider", "-p", "no:hypothesispytest",
-             "-p", "no:randomly")  # fmt: skip
+BASE_ARGS = (
+    "-p",
+    "no:graphleak",
+    "-p",
+    "no:cacheprovider",
+    "-p",
+    "no:hypothesispytest",
+    "-p",
+    "no:randomly",
+)
 
 
 def _fake_suite(pytester: pytest.Pytester) -> None:
@@ -187,10 +195,15 @@ def test_verbose_run_summary_status_json_html_junit(
     _fake_suite(pytester)
     pytester.mkdir("out")
     result = pytester.runpytest(
-        *BASE_ARGS, "-p", "no:xdist", "-v", "-rf",
-        "--graphleak-report=out/r.json", "--graphleak-html=out/r.html",
+        *BASE_ARGS,
+        "-p",
+        "no:xdist",
+        "-v",
+        "-rf",
+        "--graphleak-report=out/r.json",
+        "--graphleak-html=out/r.html",
         "--junitxml=out/junit.xml",
-    )  # fmt: skip
+    )
     # Leaks count as failures: the exit code is the gate.
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.assert_outcomes(passed=4, failed=4)
@@ -232,8 +245,9 @@ def test_verbose_run_summary_status_json_html_junit(
     )
     # Where each file is, its path folded after a "/" where it is wider than the line.
     paths = result.stdout.str().split("1 error, 1 clean\n")[1].replace("/\n    ", "/")
-    assert paths.startswith(f"JSON report: {pytester.path}/out/r.json\n"
-                            f"HTML report: {pytester.path}/out/r.html\n"), paths  # fmt: skip
+    assert paths.startswith(
+        f"JSON report: {pytester.path}/out/r.json\nHTML report: {pytester.path}/out/r.html\n"
+    ), paths
     # Each grown metric row carries a sparkline of the whole series; flat metrics get no row.
     assert "▁" in text and "█" in text
     assert "process.rss_bytes" not in text
@@ -244,9 +258,16 @@ def test_verbose_run_summary_status_json_html_junit(
     jsonschema.validate(document, load_schema())
     assert document["schema"] == 1
     assert document["summary"] == {
-        "checked": 6, "leaked": 3, "warned": 1, "xfailed": 0, "error": 1, "unmeasured": 0,
-        "known": 0, "clean": 1, "audited": 0,
-    }  # fmt: skip
+        "checked": 6,
+        "leaked": 3,
+        "warned": 1,
+        "xfailed": 0,
+        "error": 1,
+        "unmeasured": 0,
+        "known": 0,
+        "clean": 1,
+        "audited": 0,
+    }
     nodeids = [t["nodeid"] for t in document["tests"]]
     assert nodeids == sorted(nodeids)
     assert "test_fake.py::test_unchecked" not in nodeids
@@ -300,9 +321,7 @@ def test_quiet_run_with_ini_paths_and_letters(
     )
     # Run from a subdirectory: ini paths stay relative to the ini file's directory.
     monkeypatch.chdir(pytester.mkdir("sub"))
-    result = pytester.runpytest(
-        *BASE_ARGS, "-p", "no:xdist", str(pytester.path / "test_fake.py")
-    )
+    result = pytester.runpytest(*BASE_ARGS, "-p", "no:xdist", str(pytester.path / "test_fake.py"))
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     # The progress line: L for a leak that failed, l for a leak that only warned.
     result.stdout.fnmatch_lines(["../test_fake.py Ll.FLL.. *"])
@@ -325,9 +344,11 @@ def test_unwritable_report_path_is_a_usage_error_before_running(
     )
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
-        ["*command line option --graphleak-report '*missing/dir/r.json': "
-         "directory '*missing/dir' does not exist*"]
-    )  # fmt: skip
+        [
+            "*command line option --graphleak-report '*missing/dir/r.json': "
+            "directory '*missing/dir' does not exist*"
+        ]
+    )
     assert "test_leaky" not in result.stdout.str()
 
 
@@ -346,8 +367,13 @@ def test_write_failure_at_the_end_falls_back_and_fails_the_run(
     pytester.mkdir("out")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("COLUMNS", "1000")  # each sentence on one line
-        result = pytester.runpytest(*BASE_ARGS, "-p", "no:xdist", "--graphleak-report=out/r.json",
-                                    "--graphleak-html=out/r.html")  # fmt: skip
+        result = pytester.runpytest(
+            *BASE_ARGS,
+            "-p",
+            "no:xdist",
+            "--graphleak-report=out/r.json",
+            "--graphleak-html=out/r.html",
+        )
     # Every test passed, yet the report was not where CI expects it: not a green run.
     assert result.ret == pytest.ExitCode.INTERNAL_ERROR
     result.stdout.fnmatch_lines(
@@ -435,16 +461,18 @@ def test_rows_keep_exact_values_and_the_last_attempt(pytester: pytest.Pytester) 
         nodeid: str, first: float, outcome: Literal["passed", "failed"] = "passed"
     ) -> pytest.TestReport:
         check = CheckResult(
-            name=nodeid, steps=2, warmup=1,
+            name=nodeid,
+            steps=2,
+            warmup=1,
             series={"minigrad.tensors": [first, float("nan"), 3]},
-            units={"minigrad.tensors": "objects"}, verdict=Verdict(False, reason="r"),
+            units={"minigrad.tensors": "objects"},
+            verdict=Verdict(False, reason="r"),
         ).to_dict()
         made = pytest.TestReport(nodeid, ("t.py", 1, nodeid), {}, outcome, None, "call")
         made.graphleak = [check]  # type: ignore[attr-defined]
         return made
 
-    for made in (report("t.py::b", 1.0), report("t.py::a", 1.0, "failed"),
-                 report("t.py::b", 2.0)):  # fmt: skip
+    for made in (report("t.py::b", 1.0), report("t.py::a", 1.0, "failed"), report("t.py::b", 2.0)):
         hook = reporter.pytest_runtest_logreport(made)
         next(hook)
         with contextlib.suppress(StopIteration):

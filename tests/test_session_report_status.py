@@ -21,8 +21,16 @@ from pytest_graphleak.report.json_doc import load_schema
 pytest_plugins = ["pytester"]
 
 # pytest-randomly (installed in some environments) would shuffle the expected order.
-ARGS = ("-p", "no:cacheprovider", "-p", "no:hypothesispytest", "-p", "no:randomly",
-        "-p", "no:xdist")  # fmt: skip
+ARGS = (
+    "-p",
+    "no:cacheprovider",
+    "-p",
+    "no:hypothesispytest",
+    "-p",
+    "no:randomly",
+    "-p",
+    "no:xdist",
+)
 
 COMMON = """
 import unittest
@@ -114,9 +122,14 @@ def _run(pytester: pytest.Pytester, *args: str) -> tuple[pytest.RunResult, JsonD
     with pytest.MonkeyPatch.context() as patch:  # one row a line: these tests read words
         patch.setenv("COLUMNS", "250")  # (test_session_report reads the 80-column layout)
         result = pytester.runpytest_subprocess(
-            *ARGS, "--graphleak", "-v", "-rA", "--junitxml=junit.xml",
-            "--graphleak-report=r.json", *args,
-        )  # fmt: skip
+            *ARGS,
+            "--graphleak",
+            "-v",
+            "-rA",
+            "--junitxml=junit.xml",
+            "--graphleak-report=r.json",
+            *args,
+        )
     document = json.loads((pytester.path / "r.json").read_text())
     jsonschema.validate(document, load_schema())
     return result, document
@@ -187,9 +200,16 @@ def test_expected_failures_read_as_xfailed_and_status_words_print_plain(
         "test_status.py::test_warned": ("passed", "warned"),
     }
     assert document["summary"] == {
-        "checked": 4, "leaked": 1, "warned": 1, "xfailed": 2, "error": 0, "unmeasured": 0,
-        "known": 0, "clean": 0, "audited": 4,
-    }  # fmt: skip
+        "checked": 4,
+        "leaked": 1,
+        "warned": 1,
+        "xfailed": 2,
+        "error": 0,
+        "unmeasured": 0,
+        "known": 0,
+        "clean": 0,
+        "audited": 4,
+    }
     assert _junit_statuses(pytester) == {
         "test_expected_leak": ["xfailed"],
         "test_known_leak": ["xfailed"],

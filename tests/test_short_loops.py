@@ -89,8 +89,11 @@ def test_a_callback_run_shorter_than_its_steps_or_with_steps_2_gets_no_verdict()
     # steps=16 (a callback's keyword) on an epoch of 5 batches: 2 measured, no verdict
     check = LoopCheck(Settings(warmup=3), name="cb", steps=16, on_leak="warn")
     check.start(length=5)
-    with pytest.warns(GraphLeakWarning, match=r"cb: not measured, .* it ran 5 steps; a "
-                      r"verdict needs at least 6 \(warmup=3 \+ 3 measured steps"):
+    with pytest.warns(
+        GraphLeakWarning,
+        match=r"cb: not measured, .* it ran 5 steps; a "
+        r"verdict needs at least 6 \(warmup=3 \+ 3 measured steps",
+    ):
         for _ in range(5):
             check.after_step()
         check.finish()
@@ -98,8 +101,11 @@ def test_a_callback_run_shorter_than_its_steps_or_with_steps_2_gets_no_verdict()
     # steps=2 asked for two measured steps: too few for any verdict, as on a marker test
     check = LoopCheck(Settings(warmup=3), name="cb", steps=2, on_leak="warn")
     check.start(length=5)
-    with pytest.warns(GraphLeakWarning, match=r"(?s)cb: not measured, so no verdict: steps=2 is "
-                      r"too few for a verdict.*fix: steps=3 or more"):
+    with pytest.warns(
+        GraphLeakWarning,
+        match=r"(?s)cb: not measured, so no verdict: steps=2 is "
+        r"too few for a verdict.*fix: steps=3 or more",
+    ):
         for _ in range(5):
             check.after_step()
         check.finish()
@@ -148,11 +154,14 @@ def test_under_pytest_a_short_track_loop_is_unmeasured_not_leaked(
     result.assert_outcomes(failed=1)
     assert "leaks" not in out and "list-accumulation" not in out
     folded_out = folded(out)  # the terminal wraps at 80 columns
-    assert ("graphleak: test_short_loop.py::test_one_epoch::track(1): not measured, so no "
-            "verdict: the loop is too short: track() saw 5 t.step() calls; a verdict needs at "
-            "least 6 (warmup=3 + 3 measured steps:") in folded_out, out
-    assert ("UNMEASURED test_short_loop.py::test_one_epoch not measured: the loop is too "
-            "short") in folded_out, out
+    assert (
+        "graphleak: test_short_loop.py::test_one_epoch::track(1): not measured, so no "
+        "verdict: the loop is too short: track() saw 5 t.step() calls; a verdict needs at "
+        "least 6 (warmup=3 + 3 measured steps:"
+    ) in folded_out, out
+    assert (
+        "UNMEASURED test_short_loop.py::test_one_epoch not measured: the loop is too short"
+    ) in folded_out, out
     assert "graphleak: 1 checked: 1 unmeasured" in folded_out, out
     # warn-only: the test passes with the same sentence as a warning
     result = pytester.runpytest_subprocess(
@@ -194,8 +203,14 @@ def test_a_real_run_warns_and_training_goes_on(tmp_path: Path) -> None:
     script = tmp_path / "ign_short.py"
     script.write_text(textwrap.dedent(REAL_RUN))
     env = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                          cwd=tmp_path, env=env, timeout=300)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["ignite 5 unmeasured", "track 4 unmeasured"]
     assert (

@@ -65,9 +65,12 @@ def test_mypy_strict_is_never_relaxed(tmp_path: Path) -> None:
         "[tool.other]\ncheck_x = false\n"  # another tool's setting
     )
     assert check_size.mypy_relaxed(tmp_path) == [
-        "ignore_errors = true", "disallow_untyped_defs = false", "warn_return_any = false",
+        "ignore_errors = true",
+        "disallow_untyped_defs = false",
+        "warn_return_any = false",
         'disable_error_code = ["attr-defined"]',
     ]
+
 
 def _function(name: str, lines: int, indent: str = "") -> str:
     body = "".join(f"{indent}    x = {i}\n" for i in range(lines - 1))
@@ -78,10 +81,15 @@ def test_the_budget_sees_long_functions_and_modules(tmp_path: Path) -> None:
     package = tmp_path / "pkg"
     package.mkdir()
     (package / "a.py").write_text(
-        "import functools\n\n\n@functools.cache\n" + _function("long", 81)
-        + _function("fits", 80) + "class Box:\n" + _function("method", 90, "    ")
-        + _function("outer", 5) + "    " + _function("inner", 3).replace("\n    ", "\n        ")
-    )  # fmt: skip
+        "import functools\n\n\n@functools.cache\n"
+        + _function("long", 81)
+        + _function("fits", 80)
+        + "class Box:\n"
+        + _function("method", 90, "    ")
+        + _function("outer", 5)
+        + "    "
+        + _function("inner", 3).replace("\n    ", "\n        ")
+    )
     (package / "big.py").write_text("x = 1\n" * 501)
     (package / "small.py").write_text("x = 1\n" * 500)
     measured = check_size.sizes(tmp_path, ("pkg",))
@@ -98,9 +106,12 @@ def test_the_budget_sees_long_functions_and_modules(tmp_path: Path) -> None:
 def test_an_exception_is_a_ceiling_and_goes_when_it_fits() -> None:
     measured = {"m.py": 600, "m.py::grew": 95, "m.py::shrank": 85, "m.py::fits": 40}
     exceptions = {
-        "m.py": (600, "why"), "m.py::grew": (90, "why"), "m.py::shrank": (100, "why"),
-        "m.py::fits": (120, "why"), "m.py::gone": (99, "why"),
-    }  # fmt: skip
+        "m.py": (600, "why"),
+        "m.py::grew": (90, "why"),
+        "m.py::shrank": (100, "why"),
+        "m.py::fits": (120, "why"),
+        "m.py::gone": (99, "why"),
+    }
     assert check_size.problems(measured, exceptions) == [
         "m.py::grew: 95 lines, over its ceiling of 90",
         "m.py::fits: 40 lines, within 80: remove its EXCEPTIONS entry",

@@ -39,10 +39,20 @@ def test_window_mode_names_its_baseline_and_stride() -> None:
 
 
 def test_a_strided_series_is_drawn_and_labelled_in_steps() -> None:
-    svg = series_chart([5.0, 7.0, 9.0, 11.0], warmup=1, title="m", unit="objects",
-                       steps=[3, 23, 43, 63], head="baseline")  # fmt: skip
+    svg = series_chart(
+        [5.0, 7.0, 9.0, 11.0],
+        warmup=1,
+        title="m",
+        unit="objects",
+        steps=[3, 23, 43, 63],
+        head="baseline",
+    )
     assert re.findall(r"<title>step (\d+) \((\w+)\)", svg) == [
-        ("3", "warmup"), ("23", "measured"), ("43", "measured"), ("63", "measured")]
+        ("3", "warmup"),
+        ("23", "measured"),
+        ("43", "measured"),
+        ("63", "measured"),
+    ]
     assert "baseline: the sample after step 3" in svg
     labels = re.findall(r'y="([\d.]+)" text-anchor="\w+">((?:step )?\d+)<', svg)
     bottom = max(float(y) for y, _ in labels)

@@ -277,8 +277,7 @@ def test_marker_finds_tensors_in_fixtures_globals_and_self(
         for line in result.stdout.lines
         if line.startswith(("FAILED ", "LEAKED "))
     }
-    assert failed == {"test_fixture_dict_leaky", "test_module_global_leaky",
-                      "test_attribute_leaky"}  # fmt: skip
+    assert failed == {"test_fixture_dict_leaky", "test_module_global_leaky", "test_attribute_leaky"}
     assert result.stdout.str().count("retained-grad-fn") >= 3
 
 

@@ -26,13 +26,21 @@ from pytest_graphleak.result import CheckResult, Growth, Verdict
 SCHEMA = Path(status.__file__).parent / "report" / "schema.json"
 
 
-def _result(*, leaked: bool = False, error: str | None = None,
-            unmeasured: str | None = None) -> CheckResult:  # fmt: skip
+def _result(
+    *, leaked: bool = False, error: str | None = None, unmeasured: str | None = None
+) -> CheckResult:
     growths = [Growth("minigrad.tensors", 3.0, 8.0, 1.0)] if leaked else []
     verdict = Verdict(leaked, growths, "list-accumulation" if leaked else None, "why")
-    return CheckResult("t.py::step", 6, 2, {"minigrad.tensors": [1.0] * 8},
-                       {"minigrad.tensors": "objects"}, verdict, error=error,
-                       unmeasured=unmeasured)  # fmt: skip
+    return CheckResult(
+        "t.py::step",
+        6,
+        2,
+        {"minigrad.tensors": [1.0] * 8},
+        {"minigrad.tensors": "objects"},
+        verdict,
+        error=error,
+        unmeasured=unmeasured,
+    )
 
 
 def test_the_schema_lists_the_table_statuses() -> None:
@@ -90,8 +98,21 @@ def lazy_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
 def test_an_unmeasured_cli_check_is_failed_not_passed(
     lazy_step: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code = main(["check", lazy_step, "--steps", "4", "--warmup", "1", "--probes", "torch",
-                 "--json", "u.json", "-q"])  # fmt: skip
+    code = main(
+        [
+            "check",
+            lazy_step,
+            "--steps",
+            "4",
+            "--warmup",
+            "1",
+            "--probes",
+            "torch",
+            "--json",
+            "u.json",
+            "-q",
+        ]
+    )
     out, err = capsys.readouterr()
     assert code == EXIT_UNMEASURED, (out, err)
     assert out.startswith(f"UNMEASURED {lazy_step}: no verdict"), out

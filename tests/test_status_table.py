@@ -76,14 +76,24 @@ def test_the_scan_catches_a_planted_comparison(tmp_path: Path) -> None:
         encoding="utf-8",
     )
     assert status_comparisons(planted.read_text(encoding="utf-8")) == [
-        "line 2: 'known'", "line 4: 'error'", "line 4: 'unmeasured'", "line 4: 'warned'",
+        "line 2: 'known'",
+        "line 4: 'error'",
+        "line 4: 'unmeasured'",
+        "line 4: 'warned'",
         "line 6: 'clean'",
-    ]  # fmt: skip
+    ]
 
 
 def test_every_status_is_a_named_word_of_the_table() -> None:
-    named = {status.LEAKED, status.WARNED, status.XFAILED, status.ERROR, status.UNMEASURED,
-             status.KNOWN, status.CLEAN}  # fmt: skip
+    named = {
+        status.LEAKED,
+        status.WARNED,
+        status.XFAILED,
+        status.ERROR,
+        status.UNMEASURED,
+        status.KNOWN,
+        status.CLEAN,
+    }
     assert named == WORDS == set(status.BY_WORD)
     assert len(status.TABLE) == len(WORDS)
 
@@ -112,11 +122,23 @@ def test_the_annotation_level_is_the_rows(word: status.Status, outcome: str, lev
 def test_the_rows_say_what_each_surface_asks() -> None:
     rows = status.BY_WORD
     assert [w for w in status.DISPLAY_ORDER if rows[w].found] == [
-        "leaked", "warned", "xfailed", "known"]  # fmt: skip
+        "leaked",
+        "warned",
+        "xfailed",
+        "known",
+    ]
     assert [w for w in status.STATUSES if rows[w].no_verdict] == ["error", "unmeasured"]
     assert [w for w in status.STATUSES if not rows[w].opened] == ["known", "clean"]
     # bold in the terminal: it fails the test, or it is a leak that only warns
     assert [w for w in status.STATUSES if rows[w].bold] == [
-        "leaked", "warned", "error", "unmeasured"]  # fmt: skip
+        "leaked",
+        "warned",
+        "error",
+        "unmeasured",
+    ]
     assert {w: rows[w].sarif_level for w in status.STATUSES if rows[w].found} == {
-        "leaked": "error", "warned": "warning", "xfailed": "note", "known": "note"}  # fmt: skip
+        "leaked": "error",
+        "warned": "warning",
+        "xfailed": "note",
+        "known": "note",
+    }

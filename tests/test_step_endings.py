@@ -19,7 +19,7 @@ from suite_helpers import FAST
 pytest.importorskip("minigrad")
 
 
-ENDINGS = '''
+ENDINGS = """
 import sys
 import time
 import pytest
@@ -71,7 +71,7 @@ def test_track_block_fails(graphleak):
             if i == 3:
                 pytest.fail("failed inside the loop")
             t.step()
-'''
+"""
 
 
 def _checks(path: Any) -> dict[str, dict[str, Any]]:
@@ -102,8 +102,10 @@ def test_fail_exit_timeout_and_raising_track_get_a_note_and_a_row(
             assert note in out, note
     checks = _checks(pytester.path / "r.json")
     # The exception's own words, the step kept apart (never "at step 4 at step 4").
-    errors = {name.split("::", 1)[1]: (check["error"], check["error_step"])
-              for name, check in checks.items()}  # fmt: skip
+    errors = {
+        name.split("::", 1)[1]: (check["error"], check["error_step"])
+        for name, check in checks.items()
+    }
     assert errors == {
         "test_fail_traced": ("Failed: fail at step 4", 4),
         "test_fail_untraced": ("Failed: plain fail at step 3", 3),
@@ -125,7 +127,6 @@ def test_fail_exit_timeout_and_raising_track_get_a_note_and_a_row(
     result.stdout.fnmatch_lines(
         ["graphleak: 6 tests with results: 6 error; 6 audited for graphs that outlive them"]
     )
-
 
 
 RAISES = """
@@ -159,7 +160,7 @@ def test_a_raising_step_reads_failed_as_pytest_counts_it(
     result.stdout.fnmatch_lines(["ERROR  test_raise.py::test_raises", "*step raised: ValueError:*"])
 
 
-SUBTESTS = '''
+SUBTESTS = """
 import pytest
 
 N = {"n": 0}
@@ -169,7 +170,7 @@ def test_subtest_fails_at_step_4(subtests):
     N["n"] += 1
     with subtests.test(step=N["n"]):
         assert N["n"] != 4
-'''
+"""
 
 
 def test_a_failed_subtest_reads_as_failed_in_the_json(pytester: pytest.Pytester) -> None:
@@ -183,7 +184,7 @@ def test_a_failed_subtest_reads_as_failed_in_the_json(pytester: pytest.Pytester)
     assert check["leaked"] is False
 
 
-KNOWN_LEAKS = '''
+KNOWN_LEAKS = """
 import pytest
 import minigrad as mg
 
@@ -209,7 +210,7 @@ def test_known_leak_fixture(graphleak):
 @pytest.mark.no_graph_growth(steps=6, warmup=1)
 def test_new_leak():
     leak()
-'''
+"""
 
 
 def test_warn_only_keeps_a_strict_xfail_leak_expected(pytester: pytest.Pytester) -> None:
@@ -243,7 +244,7 @@ def test_runxfail_with_warn_only_warns_as_usual(pytester: pytest.Pytester) -> No
     result.assert_outcomes(passed=2, warnings=2)
 
 
-XFAIL_RAISES = '''
+XFAIL_RAISES = """
 import pytest
 import minigrad as mg
 
@@ -266,7 +267,7 @@ def test_admits_it_in_a_tuple():
 @pytest.mark.no_graph_growth(steps=6, warmup=1)
 def test_expects_another_error():
     leak()
-'''
+"""
 
 
 def test_warn_only_follows_the_xfail_raises_argument(pytester: pytest.Pytester) -> None:

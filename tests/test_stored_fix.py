@@ -56,8 +56,7 @@ def links(chain: list[str] | None) -> list[Link] | None:
         elif m := _SIZED.match(label):
             name = m.group(1)
             base = name if name in _BUILTIN else "tuple" if name in _TUPLES else "list"
-            made.append(Link("container", name, edge="index", base=base,
-                             length=int(m.group(2))))  # fmt: skip
+            made.append(Link("container", name, edge="index", base=base, length=int(m.group(2))))
         elif m := _KEYED.match(label):
             base = "dict" if "dict" in m.group(1).lower() else ""
             made.append(Link("container", m.group(1), edge="key", key=m.group(2), base=base))
@@ -85,46 +84,82 @@ def reword_fix(diagnosis: Diagnosis) -> None:
 @pytest.mark.parametrize(
     ("pattern", "line", "fix"),
     [
-        (LIST, "preds.append(out)",
-         "store out.detach() (or out.item() for a scalar) instead of out, so that preds "
-         "keeps no graph: preds.append(out.detach())"),
-        (LIST, "self.history.append(logits)  # kept for the plot",
-         "store logits.detach() (or logits.item() for a scalar) instead of logits, so that "
-         "self.history keeps no graph: self.history.append(logits.detach())"),
-        (LIST, "if keep: kept.append(a + b)",
-         "store (a + b).detach() (or (a + b).item() for a scalar) instead of a + b, so that "
-         "kept keeps no graph: kept.append((a + b).detach())"),
-        (LIST, "cache[k] = feats",
-         "store feats.detach() (or feats.item() for a scalar) instead of feats, so that "
-         "cache keeps no graph: cache[k] = feats.detach()"),
-        (LIST, "outputs += [out]",
-         "store out.detach() (or out.item() for a scalar) instead of out, so that outputs "
-         "keeps no graph: outputs += [out.detach()]"),
-        (LIST, "preds.append((out, y))",
-         "store (out, y) in preds with its graph-carrying tensors detached (.detach(), or "
-         ".item() for a scalar)"),
-        (LIST, "self.queue = torch.cat([keys, self.queue])[: self.size]",
-         "join keys.detach() instead of keys, so that self.queue keeps no graph: "
-         "self.queue = torch.cat([keys.detach(), self.queue])[: self.size]"),
-        (RETAINED, "total += loss",
-         "cut the graph that total keeps: total += loss.item() for a scalar (or "
-         "loss.detach() to keep a tensor) instead of total += loss"),
-        (RETAINED, "self.avg.add_(loss)",
-         "update self.avg with loss.detach() so that it keeps no graph: "
-         "self.avg.add_(loss.detach()) (or make the update under no_grad())"),
-        (RETAINED, "self.m = 0.9 * self.m + 0.1 * x.mean(0)",
-         "cut the graph that self.m keeps: self.m = (0.9 * self.m + 0.1 * x.mean(0)).detach() "
-         "(or compute it under no_grad())"),
-        (RETAINED, "h = self.cell(x, h)[0] + h",
-         "detach h once per step (h = h.detach() at the start or end of each step), so that "
-         "it carries no graph from one step to the next; if nothing backpropagates through "
-         "it, compute it under no_grad()"),
-        (RETAINED, "out, h = self.rnn(x, h)",
-         "detach h once per step (h = h.detach() at the start or end of each step), so that "
-         "it carries no graph from one step to the next; if nothing backpropagates through "
-         "it, compute it under no_grad()"),
+        (
+            LIST,
+            "preds.append(out)",
+            "store out.detach() (or out.item() for a scalar) instead of out, so that preds "
+            "keeps no graph: preds.append(out.detach())",
+        ),
+        (
+            LIST,
+            "self.history.append(logits)  # kept for the plot",
+            "store logits.detach() (or logits.item() for a scalar) instead of logits, so that "
+            "self.history keeps no graph: self.history.append(logits.detach())",
+        ),
+        (
+            LIST,
+            "if keep: kept.append(a + b)",
+            "store (a + b).detach() (or (a + b).item() for a scalar) instead of a + b, so that "
+            "kept keeps no graph: kept.append((a + b).detach())",
+        ),
+        (
+            LIST,
+            "cache[k] = feats",
+            "store feats.detach() (or feats.item() for a scalar) instead of feats, so that "
+            "cache keeps no graph: cache[k] = feats.detach()",
+        ),
+        (
+            LIST,
+            "outputs += [out]",
+            "store out.detach() (or out.item() for a scalar) instead of out, so that outputs "
+            "keeps no graph: outputs += [out.detach()]",
+        ),
+        (
+            LIST,
+            "preds.append((out, y))",
+            "store (out, y) in preds with its graph-carrying tensors detached (.detach(), or "
+            ".item() for a scalar)",
+        ),
+        (
+            LIST,
+            "self.queue = torch.cat([keys, self.queue])[: self.size]",
+            "join keys.detach() instead of keys, so that self.queue keeps no graph: "
+            "self.queue = torch.cat([keys.detach(), self.queue])[: self.size]",
+        ),
+        (
+            RETAINED,
+            "total += loss",
+            "cut the graph that total keeps: total += loss.item() for a scalar (or "
+            "loss.detach() to keep a tensor) instead of total += loss",
+        ),
+        (
+            RETAINED,
+            "self.avg.add_(loss)",
+            "update self.avg with loss.detach() so that it keeps no graph: "
+            "self.avg.add_(loss.detach()) (or make the update under no_grad())",
+        ),
+        (
+            RETAINED,
+            "self.m = 0.9 * self.m + 0.1 * x.mean(0)",
+            "cut the graph that self.m keeps: self.m = (0.9 * self.m + 0.1 * x.mean(0)).detach() "
+            "(or compute it under no_grad())",
+        ),
+        (
+            RETAINED,
+            "h = self.cell(x, h)[0] + h",
+            "detach h once per step (h = h.detach() at the start or end of each step), so that "
+            "it carries no graph from one step to the next; if nothing backpropagates through "
+            "it, compute it under no_grad()",
+        ),
+        (
+            RETAINED,
+            "out, h = self.rnn(x, h)",
+            "detach h once per step (h = h.detach() at the start or end of each step), so that "
+            "it carries no graph from one step to the next; if nothing backpropagates through "
+            "it, compute it under no_grad()",
+        ),
     ],
-)  # fmt: skip
+)
 def test_each_known_shape_is_worded_with_the_lines_own_names(
     pattern: str, line: str, fix: str
 ) -> None:
@@ -142,7 +177,7 @@ def test_each_known_shape_is_worded_with_the_lines_own_names(
         (LIST, "metric.update(preds, target)"),
         (LIST, "a.append(x); b.append(y)"),  # two stores: which one is unknown
         (LIST, "loss = model(x).sum()"),  # a fresh local each step stores nothing
-            (RETAINED, "h, c = self.rnn(x, h, c)"),  # two states: which one is unknown
+        (RETAINED, "h, c = self.rnn(x, h, c)"),  # two states: which one is unknown
         ("memory-growth", "preds.append(out)"),  # no stored-at line for this pattern
         ("cycle", "preds.append(out)"),
     ],
@@ -160,44 +195,74 @@ LOSSES = ["fixture 'state'", "dict['losses']", "list(len=24)", SCALAR]
     ("line", "chain", "fix"),
     [
         # A scalar in the chain: .item() is the fix; a larger tensor: .detach().
-        ('state["losses"].append(loss)', LOSSES,
-         'store loss.item() (a plain number) instead of loss, so that state["losses"] keeps no '
-         'graph: state["losses"].append(loss.item())'),
-        ("cache[k] = emb", ["local 'cache'", "dict[3]", MATRIX],
-         "store emb.detach() instead of emb, so that cache keeps no graph: "
-         "cache[k] = emb.detach()"),
-        ("total += loss", ["local 'total'", SCALAR, "MeanBackward0"],
-         "cut the graph that total keeps: total += loss.item() instead of total += loss"),
+        (
+            'state["losses"].append(loss)',
+            LOSSES,
+            'store loss.item() (a plain number) instead of loss, so that state["losses"] keeps no '
+            'graph: state["losses"].append(loss.item())',
+        ),
+        (
+            "cache[k] = emb",
+            ["local 'cache'", "dict[3]", MATRIX],
+            "store emb.detach() instead of emb, so that cache keeps no graph: "
+            "cache[k] = emb.detach()",
+        ),
+        (
+            "total += loss",
+            ["local 'total'", SCALAR, "MeanBackward0"],
+            "cut the graph that total keeps: total += loss.item() instead of total += loss",
+        ),
         # A module global and a dict entry grown in place (the outlive audit's chains).
-        ("TOTAL += loss", ["global 'train.TOTAL'", SCALAR],
-         "cut the graph that TOTAL keeps: TOTAL += loss.item() instead of TOTAL += loss"),
-        ('state["total"] += loss', ["fixture 'state' (session scope)", "dict['total']", SCALAR],
-         'cut the graph that state["total"] keeps: state["total"] += loss.item() instead of '
-         'state["total"] += loss'),
+        (
+            "TOTAL += loss",
+            ["global 'train.TOTAL'", SCALAR],
+            "cut the graph that TOTAL keeps: TOTAL += loss.item() instead of TOTAL += loss",
+        ),
+        (
+            'state["total"] += loss',
+            ["fixture 'state' (session scope)", "dict['total']", SCALAR],
+            'cut the graph that state["total"] keeps: state["total"] += loss.item() instead of '
+            'state["total"] += loss',
+        ),
         # A record of several tensors, made elsewhere: the chain shows the dict.
-        ("outputs.append(record)", ["self", "Loop.outputs", "list(len=24)", "dict['loss']", SCALAR],
-         "store record in outputs with its graph-carrying tensors detached (.detach(), or "
-         ".item() for a scalar)"),
-        ("kept.append(pair)", ["local 'kept'", "list(len=24)", "tuple(len=2)", SCALAR],
-         "store pair in kept with its graph-carrying tensors detached (.detach(), or .item() "
-         "for a scalar)"),
+        (
+            "outputs.append(record)",
+            ["self", "Loop.outputs", "list(len=24)", "dict['loss']", SCALAR],
+            "store record in outputs with its graph-carrying tensors detached (.detach(), or "
+            ".item() for a scalar)",
+        ),
+        (
+            "kept.append(pair)",
+            ["local 'kept'", "list(len=24)", "tuple(len=2)", SCALAR],
+            "store pair in kept with its graph-carrying tensors detached (.detach(), or .item() "
+            "for a scalar)",
+        ),
         # docs/cuda.md's recorded CUDA leak: its stored-at line and chain.
-        ("state[\"outputs\"].append(out)  # the leak: each step's output and its graph",
-         ["fixture 'state'", "dict['outputs']", "list(len=24)",
-          "Tensor(shape=(64, 256), grad_fn=AddmmBackward0)"],
-         'store out.detach() instead of out, so that state["outputs"] keeps no graph: '
-         'state["outputs"].append(out.detach())'),
+        (
+            'state["outputs"].append(out)  # the leak: each step\'s output and its graph',
+            [
+                "fixture 'state'",
+                "dict['outputs']",
+                "list(len=24)",
+                "Tensor(shape=(64, 256), grad_fn=AddmmBackward0)",
+            ],
+            'store out.detach() instead of out, so that state["outputs"] keeps no graph: '
+            'state["outputs"].append(out.detach())',
+        ),
         # The chain disagrees with the line's shape: the usual fix stays.
         ("kept.append(x)", ["local 'box'", "Box.x", SCALAR], ""),
         ("cache[k] = emb", ["local 'cache'", "dict[3]", "tuple(len=2)", SCALAR], ""),
         ("total += loss", ["local 'other'", SCALAR], ""),
         ('state["total"] += loss', ["fixture 'state'", "dict['count']", SCALAR], ""),
-        ("h, c = self.rnn(x, h, c)", ["self", "Net.c", SCALAR],
-         "detach c once per step (c = c.detach() at the start or end of each step), so that "
-         "it carries no graph from one step to the next; if nothing backpropagates through "
-         "it, compute it under no_grad()"),
+        (
+            "h, c = self.rnn(x, h, c)",
+            ["self", "Net.c", SCALAR],
+            "detach c once per step (c = c.detach() at the start or end of each step), so that "
+            "it carries no graph from one step to the next; if nothing backpropagates through "
+            "it, compute it under no_grad()",
+        ),
     ],
-)  # fmt: skip
+)
 def test_the_holder_chain_picks_item_or_detach_and_vetoes_a_shape_it_contradicts(
     line: str, chain: list[str], fix: str
 ) -> None:
@@ -259,17 +324,26 @@ class _Model:
 @pytest.mark.parametrize(
     ("method", "pattern", "fix"),
     [
-        ("keep_history", LIST,
-         "store logits.item() (a plain number) instead of logits, so that self.history keeps "
-         "no graph: self.history.append(logits.item())"),
-        ("keep_cache", LIST,
-         "store feats.detach() instead of feats, so that self.cache keeps no graph: "
-         "self.cache[self.step_no] = feats.detach()"),
-        ("keep_total", RETAINED,
-         "cut the graph that self.total keeps: self.total += out.item() instead of "
-         "self.total += out"),
+        (
+            "keep_history",
+            LIST,
+            "store logits.item() (a plain number) instead of logits, so that self.history keeps "
+            "no graph: self.history.append(logits.item())",
+        ),
+        (
+            "keep_cache",
+            LIST,
+            "store feats.detach() instead of feats, so that self.cache keeps no graph: "
+            "self.cache[self.step_no] = feats.detach()",
+        ),
+        (
+            "keep_total",
+            RETAINED,
+            "cut the graph that self.total keeps: self.total += out.item() instead of "
+            "self.total += out",
+        ),
     ],
-)  # fmt: skip
+)
 def test_check_words_the_fix_for_the_stored_line(
     backend: str, method: str, pattern: str, fix: str
 ) -> None:
@@ -337,22 +411,33 @@ METRICS_TAIL = (
 @pytest.mark.parametrize(
     ("line", "chain", "fix"),
     [
-        ('state["losses"].append(loss.detach())', LOSSES,
-         NO_GRAPH + 'store loss.item() instead, or bound or clear state["losses"] '
-         '(collections.deque(maxlen=N), or state["losses"].clear() at the end of each '
-         "epoch), " + METRICS_TAIL),
-        ("preds.append(logits.detach().cpu())", ["local 'preds'", "list(len=24)", MATRIX],
-         NO_GRAPH + "bound or clear preds (collections.deque(maxlen=N), or preds.clear() at "
-         "the end of each epoch), " + METRICS_TAIL),
-        ("loop.outputs.append(output)",
-         ["self", "Loop.outputs", "list(len=24)", "dict['prediction']", MATRIX],
-         NO_GRAPH + "bound or clear loop.outputs (collections.deque(maxlen=N), or "
-         "loop.outputs.clear() at the end of each epoch), " + METRICS_TAIL),
-        ("state.auroc.update(probs.detach(), labels)", ["x", "BinaryAUROC.preds",
-         "list(len=24)", MATRIX], ""),  # a call into a library: the table's wording
+        (
+            'state["losses"].append(loss.detach())',
+            LOSSES,
+            NO_GRAPH + 'store loss.item() instead, or bound or clear state["losses"] '
+            '(collections.deque(maxlen=N), or state["losses"].clear() at the end of each '
+            "epoch), " + METRICS_TAIL,
+        ),
+        (
+            "preds.append(logits.detach().cpu())",
+            ["local 'preds'", "list(len=24)", MATRIX],
+            NO_GRAPH + "bound or clear preds (collections.deque(maxlen=N), or preds.clear() at "
+            "the end of each epoch), " + METRICS_TAIL,
+        ),
+        (
+            "loop.outputs.append(output)",
+            ["self", "Loop.outputs", "list(len=24)", "dict['prediction']", MATRIX],
+            NO_GRAPH + "bound or clear loop.outputs (collections.deque(maxlen=N), or "
+            "loop.outputs.clear() at the end of each epoch), " + METRICS_TAIL,
+        ),
+        (
+            "state.auroc.update(probs.detach(), labels)",
+            ["x", "BinaryAUROC.preds", "list(len=24)", MATRIX],
+            "",
+        ),  # a call into a library: the table's wording
         ("preds.append(logits.detach())", ["local 'box'", "Box.x", MATRIX], ""),
     ],
-)  # fmt: skip
+)
 def test_kept_without_graph_names_the_container_to_bound(
     line: str, chain: list[str], fix: str
 ) -> None:
@@ -405,8 +490,9 @@ def test_reword_fix_reads_the_graph_flag_not_the_story() -> None:
     def diagnosis(*, story: str, bare: bool) -> Diagnosis:
         stored = [CreationSite("train.py", 3, "preds.append(out)", 1)]
         chain = ["global 'preds'", "list(len=24)", MATRIX]
-        return Diagnosis(LIST, chain=chain, stored_at=stored, story=story, fix="usual",
-                         kept_without_graph=bare)  # fmt: skip
+        return Diagnosis(
+            LIST, chain=chain, stored_at=stored, story=story, fix="usual", kept_without_graph=bare
+        )
 
     told = diagnosis(story="the test put a graph-carrying tensor into a container", bare=False)
     reword_fix(told)
@@ -420,9 +506,12 @@ def test_reword_fix_reads_the_graph_flag_not_the_story() -> None:
     none = Diagnosis(LIST, fix="usual")  # no stored-at line and no chain: the usual fix
     reword_fix(none)
     assert none.fix == FIXES[LIST]
-    assert CheckResult.from_dict(
-        CheckResult("t", 0, 0, {}, {}, Verdict(leaked=True), diagnosis=bare).to_dict()
-    ).diagnosis == bare
+    assert (
+        CheckResult.from_dict(
+            CheckResult("t", 0, 0, {}, {}, Verdict(leaked=True), diagnosis=bare).to_dict()
+        ).diagnosis
+        == bare
+    )
 
 
 # -- a statement over several lines: the whole statement is read from the file -------------
@@ -442,9 +531,12 @@ def test_check_words_the_fix_of_an_append_written_over_three_lines() -> None:
 
     def keep() -> None:
         logits = model.forward()
+        # the append written over three lines is what this test is about: kept as it is
+        # fmt: off
         model.history.append(
             logits
-        )  # fmt: skip
+        )
+        # fmt: on
 
     result = check(keep, steps=8, warmup=2)
     assert result.diagnosis is not None
@@ -460,15 +552,21 @@ def test_check_words_the_fix_of_an_append_written_over_three_lines() -> None:
 @pytest.mark.parametrize(
     ("line", "words"),
     [
-        ("preds = torch.cat([preds, out.detach()])",
-         "preds is rebuilt bigger every step (torch.cat of itself and out.detach()), so it "
-         "keeps every step's output: update running metrics (counts, sums) from out step by "
-         "step instead, or bound preds (keep its last rows)"),
-        ("loop.preds_host = logits if loop.preds_host is None else "
-         "torch.cat((loop.preds_host, logits), dim=0)",
-         "loop.preds_host is rebuilt bigger every step (torch.cat of itself and logits)"),
-        ("self.rows = np.concatenate([self.rows, batch])",
-         "self.rows is rebuilt bigger every step (np.concatenate of itself and batch)"),
+        (
+            "preds = torch.cat([preds, out.detach()])",
+            "preds is rebuilt bigger every step (torch.cat of itself and out.detach()), so it "
+            "keeps every step's output: update running metrics (counts, sums) from out step by "
+            "step instead, or bound preds (keep its last rows)",
+        ),
+        (
+            "loop.preds_host = logits if loop.preds_host is None else "
+            "torch.cat((loop.preds_host, logits), dim=0)",
+            "loop.preds_host is rebuilt bigger every step (torch.cat of itself and logits)",
+        ),
+        (
+            "self.rows = np.concatenate([self.rows, batch])",
+            "self.rows is rebuilt bigger every step (np.concatenate of itself and batch)",
+        ),
         ("preds = torch.cat([preds, a, b])", ""),  # two added: which is the step's output?
         ("preds = torch.cat([old, out])", ""),  # not rebuilt from itself
         ("preds.append(out)", ""),
@@ -480,15 +578,20 @@ def test_a_memory_growth_fix_is_worded_for_the_line_that_rebuilds_the_buffer(
 ) -> None:
     fix = growth_fix(line)
     assert fix.startswith(words) if words else fix == ""
-    diagnosis = Diagnosis("memory-growth", fix=FIXES["memory-growth"],
-                          sites=[CreationSite("f.py", 1, line, 1)])  # fmt: skip
+    diagnosis = Diagnosis(
+        "memory-growth", fix=FIXES["memory-growth"], sites=[CreationSite("f.py", 1, line, 1)]
+    )
     reword_fix(diagnosis)  # from created at when no stored-at line is known
     assert diagnosis.fix == (fix or FIXES["memory-growth"])
 
 
 # -- the user's own names: extend, the holder of the chain, a later backward (issue 34) --
-ROWS = ["fixture 'st'", "dict['rows']", "list(len=48)",
-        "Tensor(shape=(3,), grad_fn=UnbindBackward0)"]  # fmt: skip
+ROWS = [
+    "fixture 'st'",
+    "dict['rows']",
+    "list(len=48)",
+    "Tensor(shape=(3,), grad_fn=UnbindBackward0)",
+]
 
 
 def test_an_extend_of_a_split_tensor_splits_the_detached_tensor() -> None:
@@ -516,7 +619,7 @@ def test_an_extend_of_a_split_tensor_splits_the_detached_tensor() -> None:
         (["unknown root", "list(len=3)", "Tensor(shape=())"], ""),
         (["function step closure 'kept'", "list(len=3)", "Tensor(shape=())"], ""),
     ],
-)  # fmt: skip
+)
 def test_the_usual_fix_names_the_chains_holder_and_no_invented_variable(
     chain: list[str], holder: str
 ) -> None:
@@ -524,7 +627,9 @@ def test_the_usual_fix_names_the_chains_holder_and_no_invented_variable(
     fix = usual_fix(LIST, links(chain) or [])
     assert fix == (
         f"store plain numbers (.item()) or detached tensors (.detach()) in {holder}, not "
-        "graph-carrying tensors" if holder else ""
+        "graph-carrying tensors"
+        if holder
+        else ""
     )
     assert "loss" not in FIXES[LIST] + FIXES[RETAINED]
     diagnosis = Diagnosis(LIST, chain=chain)  # no stored-at line: the audit without re-run
@@ -552,9 +657,12 @@ def test_a_step_that_extends_with_a_split_tensor_gets_the_fix_in_its_own_words()
         st["rows"].extend(out.unbind(0))
 
     result = check(step, steps=8, warmup=2)
-    _agree(result, LIST,
-           'store out.detach().unbind(0) instead of out.unbind(0), so that st["rows"] keeps '
-           'no graph: st["rows"].extend(out.detach().unbind(0))')  # fmt: skip
+    _agree(
+        result,
+        LIST,
+        'store out.detach().unbind(0) instead of out.unbind(0), so that st["rows"] keeps '
+        'no graph: st["rows"].extend(out.detach().unbind(0))',
+    )
     assert result.diagnosis is not None
     assert [s.line for s in result.diagnosis.stored_at] == ['st["rows"].extend(out.unbind(0))']
 
@@ -584,8 +692,12 @@ def test_a_list_read_by_a_later_backward_is_cleared_after_it_never_item() -> Non
 
     result = check(step, steps=12, warmup=3)
     backward_line = step.__code__.co_firstlineno + 4
-    fix = _deferred_fix('st["pending"]', backward_line,
-                        'torch.stack(st["pending"][-4:]).mean().backward()', bound=False)
+    fix = _deferred_fix(
+        'st["pending"]',
+        backward_line,
+        'torch.stack(st["pending"][-4:]).mean().backward()',
+        bound=False,
+    )
     _agree(result, LIST, fix)  # a slice is read: a deque would break it, so not offered
     assert result.diagnosis is not None
     assert result.diagnosis.chain[-2].startswith("list(len=")
@@ -606,8 +718,9 @@ def test_a_minigrad_list_summed_into_a_later_backward_is_cleared_after_it() -> N
             total.backward()
 
     result = check(step, steps=12, warmup=3)
-    fix = _deferred_fix("pending", step.__code__.co_firstlineno + 5, "total.backward()",
-                        bound=True)  # fmt: skip  (no slice is read: a deque would do)
+    fix = _deferred_fix(
+        "pending", step.__code__.co_firstlineno + 5, "total.backward()", bound=True
+    )  # (no slice is read: a deque would do)
     _agree(result, LIST, fix)
 
 
@@ -643,8 +756,9 @@ def test_the_deferred_backward_repro_under_pytest(pytester: pytest.Pytester) -> 
     result = pytester.runpytest_subprocess("-p", "no:randomly", "--graphleak")
     result.assert_outcomes(failed=1, passed=2)  # the fixed twin passes; the audit warns
     out = result.stdout.str()
-    fix = _deferred_fix('st["pending"]', 13, 'torch.stack(st["pending"][-4:]).mean().backward()',
-                        bound=False)  # fmt: skip
+    fix = _deferred_fix(
+        'st["pending"]', 13, 'torch.stack(st["pending"][-4:]).mean().backward()', bound=False
+    )
     for line in (
         "graphleak: test_deferred.py::test_deferred_backward leaks: list-accumulation",
         "  held by: fixture 'st' -> dict['pending'] -> list(len=24) -> "
@@ -684,18 +798,23 @@ def test_a_kept_object_whose_attribute_carries_the_graph_is_named_with_it() -> N
         dists.append(torch.distributions.Normal(out, 1.0))
 
     trace = check(keep_trace, steps=8, warmup=2)
-    _agree(trace, LIST,
-           "traces keeps each Trace with the graph that its .out carries: keep "
-           "tr.out.detach() instead of tr, or detach tr.out before it is stored"
-           + PILED_UP)  # fmt: skip
+    _agree(
+        trace,
+        LIST,
+        "traces keeps each Trace with the graph that its .out carries: keep "
+        "tr.out.detach() instead of tr, or detach tr.out before it is stored" + PILED_UP,
+    )
     dist = check(keep_distribution, steps=8, warmup=2)
-    _agree(dist, LIST,
-           "dists keeps each Normal with the graph that its .loc carries: build it from "
-           "detached tensors (.detach()), or keep only detached tensors taken from it"
-           + PILED_UP)  # fmt: skip  # Normal(out.detach(), 1.0) was tried: the list still grew
-    for result, link, line in ((trace, "Trace.out", "traces.append(tr)"),
-                               (dist, "Normal.loc",
-                                "dists.append(torch.distributions.Normal(out, 1.0))")):
+    _agree(
+        dist,
+        LIST,
+        "dists keeps each Normal with the graph that its .loc carries: build it from "
+        "detached tensors (.detach()), or keep only detached tensors taken from it" + PILED_UP,
+    )  # Normal(out.detach(), 1.0) was tried: the list still grew
+    for result, link, line in (
+        (trace, "Trace.out", "traces.append(tr)"),
+        (dist, "Normal.loc", "dists.append(torch.distributions.Normal(out, 1.0))"),
+    ):
         assert result.diagnosis is not None
         assert result.diagnosis.chain[1:3] == [result.diagnosis.chain[1], link]
         assert result.diagnosis.chain[1].startswith("list(len=")
@@ -717,8 +836,13 @@ def test_a_loop_whose_backward_comes_before_the_store_in_its_body() -> None:
             t.step()
     assert t.result is not None
     first = test_a_loop_whose_backward_comes_before_the_store_in_its_body.__code__.co_firstlineno
-    _agree(t.result, LIST, _deferred_fix(
-        "pending", first + 9, "torch.stack(pending[-3:]).mean().backward()", bound=False))
+    _agree(
+        t.result,
+        LIST,
+        _deferred_fix(
+            "pending", first + 9, "torch.stack(pending[-3:]).mean().backward()", bound=False
+        ),
+    )
 
 
 def test_a_number_taken_from_the_container_feeds_no_backward(tmp_path: Any) -> None:
@@ -756,7 +880,7 @@ def test_a_kept_object_is_worded_with_the_path_to_its_tensor() -> None:
     )
 
 
-HELPERS = '''
+HELPERS = """
 class Accumulator:
     def step(self):
         loss = self.model(x)
@@ -792,7 +916,7 @@ def logged(st):
 
 def show(state):
     print(sum(x.item() for x in state["pending"]))
-'''
+"""
 
 
 def test_a_backward_in_a_helper_the_step_calls_is_seen(tmp_path: Any) -> None:
@@ -807,12 +931,13 @@ def test_a_backward_in_a_helper_the_step_calls_is_seen(tmp_path: Any) -> None:
     method = CreationSite(str(source), 5, "self.pending.append(loss)", 1)
     chain = ["local 'self'", "Accumulator.pending", "list(len=3)", SCALAR]
     assert deferred_fix(LIST, method, method.line, links(chain) or []) == _deferred_fix(
-        "self.pending", 10, "torch.stack(self.pending).mean().backward() in flush()",
-        bound=True)  # fmt: skip
+        "self.pending", 10, "torch.stack(self.pending).mean().backward() in flush()", bound=True
+    )
     function = CreationSite(str(source), 19, 'st["pending"].append(loss)', 1)
     chain = ["local 'st'", "dict['pending']", "list(len=3)", SCALAR]
     assert deferred_fix(LIST, function, function.line, links(chain) or []) == _deferred_fix(
-        'st["pending"]', 26, "total.backward() in flush()", bound=False)  # a slice is read
+        'st["pending"]', 26, "total.backward() in flush()", bound=False
+    )  # a slice is read
     only_numbers = CreationSite(str(source), 31, 'st["pending"].append(loss)', 1)
     assert deferred_fix(LIST, only_numbers, only_numbers.line, links(chain) or []) == ""
 
@@ -837,6 +962,13 @@ def test_a_step_whose_helper_runs_the_deferred_backward_gets_the_clear_fix() -> 
     acc = Accumulator()
     result = check(acc.step, steps=12, warmup=3)
     first = Accumulator.flush.__code__.co_firstlineno
-    _agree(result, LIST, _deferred_fix(
-        "self.pending", first + 1, "torch.stack(self.pending[-4:]).mean().backward() in flush()",
-        bound=False))  # fmt: skip
+    _agree(
+        result,
+        LIST,
+        _deferred_fix(
+            "self.pending",
+            first + 1,
+            "torch.stack(self.pending[-4:]).mean().backward() in flush()",
+            bound=False,
+        ),
+    )

@@ -60,21 +60,31 @@ def test_every_surface_counts_the_tests_with_results_and_the_tests_audited(
     step_summary = pytester.path / "step_summary.md"
     monkeypatch.setenv("GITHUB_ACTIONS", "true")
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step_summary))
-    result = pytester.runpytest("--graphleak", "-p", "no:randomly",
-                                "--graphleak-report=r.json", "--graphleak-html=r.html")  # fmt: skip
+    result = pytester.runpytest(
+        "--graphleak", "-p", "no:randomly", "--graphleak-report=r.json", "--graphleak-html=r.html"
+    )
     result.assert_outcomes(passed=5, failed=1)
     told = (
-        "3 tests with results: 1 leaked, 1 warned, 1 clean; "
-        "5 audited for graphs that outlive them"
+        "3 tests with results: 1 leaked, 1 warned, 1 clean; 5 audited for graphs that outlive them"
     )
     result.stdout.fnmatch_lines([f"graphleak: {told[:60]}*", "*outlive them"])  # 80 columns
     document = json.loads((pytester.path / "r.json").read_text())
-    assert document["summary"] == {"checked": 3, "leaked": 1, "warned": 1, "clean": 1,
-                                   "xfailed": 0, "error": 0, "unmeasured": 0,
-                                   "known": 0, "audited": 5}  # fmt: skip
+    assert document["summary"] == {
+        "checked": 3,
+        "leaked": 1,
+        "warned": 1,
+        "clean": 1,
+        "xfailed": 0,
+        "error": 0,
+        "unmeasured": 0,
+        "known": 0,
+        "audited": 5,
+    }
     assert [t["nodeid"].split("::")[1] for t in document["tests"]] == [
-        "test_clean", "test_leaks", "test_outlives",
-    ]  # fmt: skip
+        "test_clean",
+        "test_leaks",
+        "test_outlives",
+    ]
     assert escape(told) in (pytester.path / "r.html").read_text()
     assert step_summary.read_text().startswith(f"### graphleak: 1 leaked, 1 warned\n\n{told}.\n")
     capsys.readouterr()
@@ -86,8 +96,9 @@ def test_every_surface_counts_the_tests_with_results_and_the_tests_audited(
     assert " ".join(" ".join(told_there).split()) == told  # under it, broken at spaces
 
     # The audit off: every test in the report ran a check, and "checked" says so.
-    result = pytester.runpytest("--graphleak", "-p", "no:randomly", "--graphleak-outlive=off",
-                                "--graphleak-report=r.json")  # fmt: skip
+    result = pytester.runpytest(
+        "--graphleak", "-p", "no:randomly", "--graphleak-outlive=off", "--graphleak-report=r.json"
+    )
     result.stdout.fnmatch_lines(["graphleak: 2 checked: 1 leaked, 1 clean"])
     assert json.loads((pytester.path / "r.json").read_text())["summary"]["audited"] == 0
 
@@ -137,9 +148,13 @@ def test_a_mixed_run_gives_the_same_counts_on_every_surface(
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step_summary))
     monkeypatch.setenv("COLUMNS", "300")  # the count line on one line
     result = pytester.runpytest_subprocess(
-        "--graphleak", "-p", "no:randomly", "--graphleak-probes=minigrad,gc",
-        "--graphleak-report=r.json", "--graphleak-html=r.html",
-    )  # fmt: skip
+        "--graphleak",
+        "-p",
+        "no:randomly",
+        "--graphleak-probes=minigrad,gc",
+        "--graphleak-report=r.json",
+        "--graphleak-html=r.html",
+    )
     result.assert_outcomes(passed=2, failed=3)
     # The error's annotation sits on the user's line that raised, not on the test's def.
     suite = _script("report_picture").SUITE.splitlines()
@@ -225,12 +240,12 @@ def test_a_fixtures_checks_reach_every_report_whatever_its_phase(
     ``graphleak report``, counted the same on each."""
     pytester.makepyfile(test_fx=_FIXTURES)
     monkeypatch.setenv("COLUMNS", "80")
-    result = pytester.runpytest("--graphleak", "-p", "no:randomly",
-                                "--graphleak-report=r.json", "--graphleak-html=r.html")  # fmt: skip
+    result = pytester.runpytest(
+        "--graphleak", "-p", "no:randomly", "--graphleak-report=r.json", "--graphleak-html=r.html"
+    )
     result.assert_outcomes(passed=3, errors=2)
     told = (
-        "4 tests with results: 2 leaked, 1 warned, 1 clean; "
-        "2 audited for graphs that outlive them"
+        "4 tests with results: 2 leaked, 1 warned, 1 clean; 2 audited for graphs that outlive them"
     )
     result.stdout.fnmatch_lines([f"graphleak: {told[:64]}", "*graphs that outlive them"])
     report = result.stdout.str().split("= graphleak report =")[1]
@@ -240,8 +255,10 @@ def test_a_fixtures_checks_reach_every_report_whatever_its_phase(
     assert _counted(sentence(document["summary"])) == {"leaked": 2, "warned": 1, "clean": 1}
     rows = {t["nodeid"].split("::")[1]: t for t in document["tests"]}
     assert sorted(rows) == ["test_after", "test_before", "test_setup", "test_teardown"]
-    kinds = {test: [(c["name"].rpartition("::")[2], c["kind"]) for c in row["checks"]]
-             for test, row in rows.items()}  # fmt: skip
+    kinds = {
+        test: [(c["name"].rpartition("::")[2], c["kind"]) for c in row["checks"]]
+        for test, row in rows.items()
+    }
     assert kinds["test_teardown"] == [("check(step)", "step")]
     assert kinds["test_after"] == [("check(clean)", "step"), ("outlive", "outlive")]
     assert rows["test_setup"]["outcome"] == rows["test_teardown"]["outcome"] == "failed"

@@ -21,7 +21,7 @@ from suite_helpers import REPO, JsonDoc, folded, report_section
 from pytest_graphleak.baseline import load
 from pytest_graphleak.baseline_keys import Key, holder_path, key_of, renamed, written_before
 
-SUITE = '''
+SUITE = """
 import minigrad as mg
 import pytest
 
@@ -78,7 +78,7 @@ def test_known_cycle(state):
     h = Holder()
     h.me = h
     h.t = loss_of(state)
-'''
+"""
 
 REASON = "epoch losses kept for the plot until the trainer rewrite; ticket #123"
 T = "test_surface.py::"
@@ -88,16 +88,36 @@ T = "test_surface.py::"
 BASELINE = {
     "graphleak_baseline": 2,
     "findings": [
-        {"test": f"{T}test_fixed_since", "check": "marker", "pattern": "list-accumulation",
-         "holder": "fixture 'state' -> dict[*] -> list[*] -> Tensor", "reason": "old"},
-        {"test": f"{T}test_known_cycle", "check": "marker", "pattern": "cycle", "holder": "",
-         "reason": REASON},
-        {"test": f"{T}test_known_leak", "check": "marker", "pattern": "list-accumulation",
-         "holder": "global 'history' -> list[*] -> Tensor", "reason": REASON},
-        {"test": f"{T}test_known_outlive", "check": "outlive", "pattern": "list-accumulation",
-         "holder": "global 'kept' -> list[*] -> Tensor", "reason": ""},
+        {
+            "test": f"{T}test_fixed_since",
+            "check": "marker",
+            "pattern": "list-accumulation",
+            "holder": "fixture 'state' -> dict[*] -> list[*] -> Tensor",
+            "reason": "old",
+        },
+        {
+            "test": f"{T}test_known_cycle",
+            "check": "marker",
+            "pattern": "cycle",
+            "holder": "",
+            "reason": REASON,
+        },
+        {
+            "test": f"{T}test_known_leak",
+            "check": "marker",
+            "pattern": "list-accumulation",
+            "holder": "global 'history' -> list[*] -> Tensor",
+            "reason": REASON,
+        },
+        {
+            "test": f"{T}test_known_outlive",
+            "check": "outlive",
+            "pattern": "list-accumulation",
+            "holder": "global 'kept' -> list[*] -> Tensor",
+            "reason": "",
+        },
     ],
-}  # fmt: skip
+}
 
 
 @dataclass(frozen=True)
@@ -124,25 +144,59 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     (where / "test_surface.py").write_text(SUITE, encoding="utf-8")
     (where / "bl.json").write_text(json.dumps(BASELINE, indent=2), encoding="utf-8")
     summary = where / "summary.md"
-    env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "80", "GITHUB_ACTIONS": "true",
-           "GITHUB_STEP_SUMMARY": str(summary), "GITHUB_WORKSPACE": str(where)}  # fmt: skip
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "COLUMNS": "80",
+        "GITHUB_ACTIONS": "true",
+        "GITHUB_STEP_SUMMARY": str(summary),
+        "GITHUB_WORKSPACE": str(where),
+    }
     for name in ("PYTEST_ADDOPTS", "CI", "GITHUB_SERVER_URL", "GITHUB_REPOSITORY", "GITHUB_SHA"):
         env.pop(name, None)
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "--graphleak", "-p", "no:cacheprovider", "-p",
-         "no:randomly", "-p", "no:xdist", "--graphleak-probes=minigrad,gc",
-         "--graphleak-baseline=bl.json", "--graphleak-report=r.json", "--graphleak-html=r.html",
-         "test_surface.py"],
-        cwd=where, env=env, capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--graphleak",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:randomly",
+            "-p",
+            "no:xdist",
+            "--graphleak-probes=minigrad,gc",
+            "--graphleak-baseline=bl.json",
+            "--graphleak-report=r.json",
+            "--graphleak-html=r.html",
+            "test_surface.py",
+        ],
+        cwd=where,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert done.returncode == 1, done.stdout + done.stderr
-    report = subprocess.run([sys.executable, "-m", "pytest_graphleak", "report", "r.json"],
-                            cwd=where, env=env, capture_output=True, text=True, timeout=60,
-                            check=False)  # fmt: skip
+    report = subprocess.run(
+        [sys.executable, "-m", "pytest_graphleak", "report", "r.json"],
+        cwd=where,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert report.returncode == 1, report.stdout + report.stderr
-    return Run(done.stdout.splitlines(), json.loads((where / "r.json").read_text("utf-8")),
-               (where / "r.html").read_text("utf-8"), summary.read_text("utf-8"),
-               report.stdout.splitlines())
+    return Run(
+        done.stdout.splitlines(),
+        json.loads((where / "r.json").read_text("utf-8")),
+        (where / "r.html").read_text("utf-8"),
+        summary.read_text("utf-8"),
+        report.stdout.splitlines(),
+    )
 
 
 #: pytest's own lines about its environment, which it does not break.
@@ -161,8 +215,11 @@ def test_every_terminal_line_fits_80_columns(run: Run) -> None:
 
 def test_the_update_command_folds_with_shell_continuations(run: Run) -> None:
     at = run.out.index("update the baseline file with:")
-    lines = run.out[at + 1:at + 1 + next(i for i, line in enumerate(run.out[at + 1:], 1)
-                                         if not line.endswith(" \\"))]  # fmt: skip
+    lines = run.out[
+        at + 1 : at
+        + 1
+        + next(i for i, line in enumerate(run.out[at + 1 :], 1) if not line.endswith(" \\"))
+    ]
     assert len(lines) > 1 and all(line.endswith(" \\") for line in lines[:-1]), lines
     joined = " ".join(line.removesuffix(" \\").strip() for line in lines)
     assert joined == run.document["baseline"]["update_command"]
@@ -170,8 +227,10 @@ def test_the_update_command_folds_with_shell_continuations(run: Run) -> None:
 
 def test_the_same_counts_on_every_surface(run: Run) -> None:
     told = run.document["summary"]
-    sentence = ("7 tests with results: 1 leaked, 1 warned, 1 unmeasured, 3 known, 1 clean, "
-                "1 fixed since the baseline; 7 audited for graphs that outlive them")  # fmt: skip
+    sentence = (
+        "7 tests with results: 1 leaked, 1 warned, 1 unmeasured, 3 known, 1 clean, "
+        "1 fixed since the baseline; 7 audited for graphs that outlive them"
+    )
     assert (told["leaked"], told["known"], told["fixed"], told["unmeasured"]) == (1, 3, 1, 1)
     assert f"graphleak: {sentence}" in folded("\n".join(run.terminal))
     assert f"{sentence[:1].upper()}{sentence[1:]}." in run.summary
@@ -213,12 +272,15 @@ def test_known_rows_carry_their_fix(run: Run) -> None:
 def test_a_cycle_written_with_no_holder_still_matches_and_its_key_names_the_links(
     run: Run,
 ) -> None:
-    cycle = next(check for test in run.document["tests"] for check in test["checks"]
-                 if check["name"] == f"{T}test_known_cycle")  # fmt: skip
+    cycle = next(
+        check
+        for test in run.document["tests"]
+        for check in test["checks"]
+        if check["name"] == f"{T}test_known_cycle"
+    )
     assert cycle["known"] is True
     links = cycle["diagnosis"]["cycle_links"]
-    key = key_of(f"{T}test_known_cycle", name=cycle["name"], pattern="cycle", links=[],
-                 cycle=links)  # fmt: skip
+    key = key_of(f"{T}test_known_cycle", name=cycle["name"], pattern="cycle", links=[], cycle=links)
     assert key.holder == "cycle: Holder.me -> Holder"
     old = Key(key.test, "marker", "cycle", "")
     assert written_before(key, [old]) == old
@@ -229,26 +291,35 @@ def test_a_cycle_written_with_no_holder_still_matches_and_its_key_names_the_link
 def test_each_outlive_finding_is_told_once(run: Run) -> None:
     text = "\n".join(run.terminal)
     # the warning is a pointer, under pytest's line for the test
-    assert ("GraphOutliveWarning: graphleak: autograd graphs outlived the test: "
-            "list-accumulation, held by global 'test_surface.others'; the graphleak report "
-            "section tells where and the fix") in folded(text)
-    for told in ("held by: global 'test_surface.others' -> list(len=1)",
-                 "kept on purpose? mark the test"):  # fmt: skip
+    assert (
+        "GraphOutliveWarning: graphleak: autograd graphs outlived the test: "
+        "list-accumulation, held by global 'test_surface.others'; the graphleak report "
+        "section tells where and the fix"
+    ) in folded(text)
+    for told in (
+        "held by: global 'test_surface.others' -> list(len=1)",
+        "kept on purpose? mark the test",
+    ):
         assert folded(text).count(told) == 1, told
-    assert "held: Tensor(shape=(), grad_fn=SumBackward) (from global 'test_surface.others')" \
-        not in folded(text)  # the warned row's chain once: its held by
+    assert (
+        "held: Tensor(shape=(), grad_fn=SumBackward) (from global 'test_surface.others')"
+        not in folded(text)
+    )  # the warned row's chain once: its held by
 
 
 def test_the_step_summary_opens_on_the_new_findings(run: Run) -> None:
     summary = run.summary
-    order = [summary.index(text) for text in (
-        f"\U0001f534 **LEAKED** `{T}test_new_leak`<br>\nlist-accumulation at `test_surface.py:",
-        f"\U0001f7e1 **WARNING** `{T}test_new_outlive`",
-        f"\U0001f535 **UNMEASURED** `{T}test_unmeasured`<br>\nunmeasured at ",
-        "<details><summary>\u26aa 3 known findings (listed in bl.json: they fail nothing)",
-        "<details><summary>\U0001f7e2 1 clean check (nothing grew)</summary>",
-        "#### Fixed since the baseline (1)",
-    )]  # fmt: skip
+    order = [
+        summary.index(text)
+        for text in (
+            f"\U0001f534 **LEAKED** `{T}test_new_leak`<br>\nlist-accumulation at `test_surface.py:",
+            f"\U0001f7e1 **WARNING** `{T}test_new_outlive`",
+            f"\U0001f535 **UNMEASURED** `{T}test_unmeasured`<br>\nunmeasured at ",
+            "<details><summary>\u26aa 3 known findings (listed in bl.json: they fail nothing)",
+            "<details><summary>\U0001f7e2 1 clean check (nothing grew)</summary>",
+            "#### Fixed since the baseline (1)",
+        )
+    ]
     assert order == sorted(order), summary
     block = summary.split(f"**LEAKED** `{T}test_new_leak`")[1].split("\n\n")[0]
     assert "**fix (verified: " in block  # title, location, fix: the rest is folded
@@ -259,7 +330,7 @@ def test_the_step_summary_opens_on_the_new_findings(run: Run) -> None:
 
 def test_graphleak_report_aligns_its_series(run: Run) -> None:
     at = run.report.index("  series (warmup | measured):")
-    rows = [line for line in run.report[at + 1:at + 4] if line.startswith("    minigrad.")]
+    rows = [line for line in run.report[at + 1 : at + 4] if line.startswith("    minigrad.")]
     assert len(rows) == 3
     columns = {re.match(r"    \S+\s+", line).end() for line in rows}  # type: ignore[union-attr]
     assert len(columns) == 1, rows
@@ -272,10 +343,14 @@ def html_text(page: str) -> str:
 
 def test_the_html_lists_the_fixed_entries_with_the_update_command(run: Run) -> None:
     text = html_text(run.html)
-    assert (f"fixed since the baseline (1, listed in {run.document['baseline']['file']}): "
-            f"{T}test_fixed_since [marker] list-accumulation") in text
-    assert f"update the baseline file with: {run.document['baseline']['update_command']}" \
+    assert (
+        f"fixed since the baseline (1, listed in {run.document['baseline']['file']}): "
+        f"{T}test_fixed_since [marker] list-accumulation"
+    ) in text
+    assert (
+        f"update the baseline file with: {run.document['baseline']['update_command']}"
         in text.replace("&#x27;", "'").replace("&quot;", '"')
+    )
 
 
 def test_the_baseline_parts_of_the_html_are_styled(run: Run) -> None:
@@ -302,9 +377,22 @@ def test_a_nested_steps_check_is_named_by_the_step_and_old_entries_are_read_so(
     assert renamed("check(test_x.<locals>.<lambda>)") == "check(<lambda>)"
     assert renamed("check(helper)") == "check(helper)" and renamed("track(1)") == "track(1)"
     file = tmp_path / "bl.json"
-    file.write_text(json.dumps({"graphleak_baseline": 2, "findings": [
-        {"test": "t.py::test_x", "check": "check(test_x.<locals>.step)",
-         "pattern": "list-accumulation", "holder": "", "reason": "r"}]}))  # fmt: skip
+    file.write_text(
+        json.dumps(
+            {
+                "graphleak_baseline": 2,
+                "findings": [
+                    {
+                        "test": "t.py::test_x",
+                        "check": "check(test_x.<locals>.step)",
+                        "pattern": "list-accumulation",
+                        "holder": "",
+                        "reason": "r",
+                    }
+                ],
+            }
+        )
+    )
     loaded = load(file)
     assert loaded.renamed == 1
     assert Key("t.py::test_x", "check(step)", "list-accumulation", "") in loaded

@@ -26,43 +26,63 @@ def _result(pattern: str, growths: list[Growth], diagnosis: Diagnosis | None) ->
     """A result as a check makes it: the probes' declarations of its metrics kept on it."""
     measured = {g.metric: METRICS[g.metric] for g in growths}
     return CheckResult(
-        name="t.py::test_step", steps=16, warmup=3, series={},
+        name="t.py::test_step",
+        steps=16,
+        warmup=3,
+        series={},
         units={name: metric.unit for name, metric in measured.items()},
-        verdict=Verdict(True, growths, pattern, "grew"), diagnosis=diagnosis,
+        verdict=Verdict(True, growths, pattern, "grew"),
+        diagnosis=diagnosis,
         declarations=declarations(measured, Settings()),
-    )  # fmt: skip
+    )
 
 
 def test_short_message_names_pattern_rate_and_holder() -> None:
     chain = ["fixture 'state'", "dict['losses']", "list(len=24)", "Tensor(shape=())"]
     result = _result(
         "list-accumulation",
-        [Growth("torch.nodes", 18, 78, 4), Growth("torch.storage_bytes", 88, 148, 4),
-         Growth("torch.tensors", 8, 23, 1)],
-        Diagnosis(pattern="list-accumulation", chain=chain, links=[
-            Link("root", "fixture", name="state"),
-            Link("container", "dict", edge="key", key="'losses'", base="dict"),
-            Link("container", "list", edge="index", base="list", length=24),
-            Link("tensor", "Tensor", shape=[])]),
-    )  # fmt: skip
+        [
+            Growth("torch.nodes", 18, 78, 4),
+            Growth("torch.storage_bytes", 88, 148, 4),
+            Growth("torch.tensors", 8, 23, 1),
+        ],
+        Diagnosis(
+            pattern="list-accumulation",
+            chain=chain,
+            links=[
+                Link("root", "fixture", name="state"),
+                Link("container", "dict", edge="key", key="'losses'", base="dict"),
+                Link("container", "list", edge="index", base="list", length=24),
+                Link("tensor", "Tensor", shape=[]),
+            ],
+        ),
+    )
     assert short_message(result) == (
         "list-accumulation: +1 tensor/step, held by fixture 'state' -> dict['losses']"
     )
     total = _result(
         "retained-grad-fn",
         [Growth("minigrad.nodes", 5, 50, 3)],
-        Diagnosis(pattern="retained-grad-fn", chain=["self", "Trainer.tr_loss", "Tensor(x)"],
-                  links=[Link("root", "self", name="self"),
-                         Link("object", "Trainer", edge="attribute", key="tr_loss"),
-                         Link("tensor", "Tensor", shape=[2])]),
-    )  # fmt: skip
+        Diagnosis(
+            pattern="retained-grad-fn",
+            chain=["self", "Trainer.tr_loss", "Tensor(x)"],
+            links=[
+                Link("root", "self", name="self"),
+                Link("object", "Trainer", edge="attribute", key="tr_loss"),
+                Link("tensor", "Tensor", shape=[2]),
+            ],
+        ),
+    )
     assert short_message(total) == (
         "retained-grad-fn: +3 graph nodes/step, held by self -> Trainer.tr_loss"
     )
     memory = _result("memory-growth", [Growth("process.rss_bytes", 0, 1e8, 4 * 2**20)], None)
     assert short_message(memory) == "memory-growth: process.rss_bytes +4.0 MiB/step"
-    cycle = _result("cycle", [Growth("gc.cyclic_garbage", 0, 16, 1)],
-                    Diagnosis(pattern="cycle", cycle=["Tensor", "hook"]))  # fmt: skip
+    cycle = _result(
+        "cycle",
+        [Growth("gc.cyclic_garbage", 0, 16, 1)],
+        Diagnosis(pattern="cycle", cycle=["Tensor", "hook"]),
+    )
     assert short_message(cycle) == "cycle: gc.cyclic_garbage +1/step, kept by a reference cycle"
 
 
@@ -149,8 +169,9 @@ def test_coloured_entries_write_markup_only_when_the_writer_has_it(markup: bool)
     from _pytest._code.code import ExceptionChainRepr, ReprEntry, ReprTraceback
     from _pytest._io import TerminalWriter
 
-    entry = ReprEntry(["graphleak: t leaks: cycle", "  x", "  fix: do it"], None, None, None,
-                      "value")  # fmt: skip
+    entry = ReprEntry(
+        ["graphleak: t leaks: cycle", "  x", "  fix: do it"], None, None, None, "value"
+    )
     longrepr = ExceptionChainRepr([(ReprTraceback([entry], None, "value"), None, None)])
     colour_failure(longrepr)
     buffer = io.StringIO()
@@ -169,12 +190,16 @@ def test_warned_detail_lines_are_coloured_as_the_failure_text() -> None:
 
     growth = Growth("minigrad.tensors", 1.0, 4.0, 1.0)
     check = CheckResult(
-        name="t.py::t", steps=3, warmup=1, series={"minigrad.tensors": [1.0, 2.0, 3.0, 4.0]},
+        name="t.py::t",
+        steps=3,
+        warmup=1,
+        series={"minigrad.tensors": [1.0, 2.0, 3.0, 4.0]},
         units={"minigrad.tensors": "objects"},
         verdict=Verdict(True, [growth], "list-accumulation", "grew"),
-        diagnosis=Diagnosis("list-accumulation", chain=["fixture 'x'", "list(len=3)"],
-                            fix="append loss.item()"),
-    ).to_dict()  # fmt: skip
+        diagnosis=Diagnosis(
+            "list-accumulation", chain=["fixture 'x'", "list(len=3)"], fix="append loss.item()"
+        ),
+    ).to_dict()
     lines = dict(summary_lines(CheckedTest("t.py::t", "passed", [check]).typed(), 20, True))
     assert lines["    fix: append loss.item()"] == {"green": True, "bold": True}
     assert lines["    held by: fixture 'x' -> list(len=3)"] == {"yellow": True, "bold": True}

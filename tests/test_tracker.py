@@ -14,8 +14,6 @@ from pytest_graphleak.engine import tracker
 mg = pytest.importorskip("minigrad")
 
 
-
-
 def test_run_calls_warmup_plus_steps_and_samples_each_call(restore_gc: GcState) -> None:
     kept: list[object] = []
     calls = []

@@ -139,16 +139,17 @@ def test_shape_bug():
 """
 
 
-def test_the_repro_warn_mode_and_a_failing_assert(
-    pytester: pytest.Pytester, github: Path
-) -> None:
+def test_the_repro_warn_mode_and_a_failing_assert(pytester: pytest.Pytester, github: Path) -> None:
     """``round4/outlive_warn_on_failed_test_reads_leaked``: the default warn mode."""
     pytester.makepyfile(test_fail_other=WARN_MODE_ASSERT)
     result = pytester.runpytest_subprocess(*FAST, "--graphleak", "--graphleak-report=r.json")
     result.assert_outcomes(failed=1)
     out = folded(result.stdout.str())  # the terminal wraps at 80 columns
-    assert fnmatch.fnmatch(out, "*WARNING test_fail_other.py::test_shape_bug outlived the test: "
-                                "list-accumulation*(the test failed for another reason)*")
+    assert fnmatch.fnmatch(
+        out,
+        "*WARNING test_fail_other.py::test_shape_bug outlived the test: "
+        "list-accumulation*(the test failed for another reason)*",
+    )
     assert "graphleak: 1 test with results: 1 warned; 1 audited for graphs that outlive them" in out
     assert "LEAKED" not in result.stdout.str()
     [command] = _commands(result)
@@ -190,15 +191,16 @@ def test_a_finding_that_fails_the_teardown_shows_its_story_only(
     if how[0].startswith("ini:"):
         pytester.makeini("[pytest]\nfilterwarnings =\n    error\n")
         args = ()
-    result = pytester.runpytest_subprocess(*FAST, "--graphleak", "--graphleak-report=r.json",
-                                           *args)  # fmt: skip
+    result = pytester.runpytest_subprocess(*FAST, "--graphleak", "--graphleak-report=r.json", *args)
     result.assert_outcomes(passed=1, errors=1)
     out = result.stdout.str()
-    result.stdout.fnmatch_lines([
-        "*ERROR at teardown of test_keep*",
-        "*test_keep.py::test_keep left autograd graphs alive after its teardown (outlive)*",
-        "*held by: global 'test_keep.H' -> list*",
-    ])  # fmt: skip
+    result.stdout.fnmatch_lines(
+        [
+            "*ERROR at teardown of test_keep*",
+            "*test_keep.py::test_keep left autograd graphs alive after its teardown (outlive)*",
+            "*held by: global 'test_keep.H' -> list*",
+        ]
+    )
     for frame in PLUGIN_FRAMES:
         assert frame not in out, (frame, out)
     # the finding failed the test: LEAKED, an ::error, counted as leaked

@@ -26,9 +26,13 @@ READERS = {"model.py", "json_doc.py", "validate.py"}
 
 def _from_dict_calls(source: str) -> list[int]:
     """The lines of ``<anything>.from_dict(...)`` calls."""
-    return [node.lineno for node in ast.walk(ast.parse(source))
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-            and node.func.attr == "from_dict"]  # fmt: skip
+    return [
+        node.lineno
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "from_dict"
+    ]
 
 
 WRITING = sorted(p.name for p in REPORT.glob("*.py") if p.name not in READERS)
@@ -45,10 +49,14 @@ def test_the_scan_sees_a_from_dict_call() -> None:
 
 def test_every_writer_takes_the_typed_report() -> None:
     rendered = []
-    leak = CheckResult("t.py::test_leak", 6, 2, {"minigrad.tensors": [float(i) for i in range(8)]},
-                       {"minigrad.tensors": "objects"},
-                       Verdict(True, [Growth("minigrad.tensors", 2.0, 7.0, 1.0)],
-                               "list-accumulation", "grew"))  # fmt: skip
+    leak = CheckResult(
+        "t.py::test_leak",
+        6,
+        2,
+        {"minigrad.tensors": [float(i) for i in range(8)]},
+        {"minigrad.tensors": "objects"},
+        Verdict(True, [Growth("minigrad.tensors", 2.0, 7.0, 1.0)], "list-accumulation", "grew"),
+    )
     report = build_report([CheckedTest(leak.name, "failed", [leak.to_dict()])], generated_by="t")
     assert isinstance(report, Report) and report.tests[0].checks[0].leaked
     for writer in WRITERS:
@@ -64,25 +72,45 @@ def test_every_writer_takes_the_typed_report() -> None:
     junit = next(w for w in WRITERS if w.kind == "junit")
     assert junit.host_option == "xmlpath" and junit.properties is not None
     assert junit.properties(report.tests[0])[:2] == [
-        ("graphleak.status", "leaked"), ("graphleak.leaked", "true")]  # fmt: skip
+        ("graphleak.status", "leaked"),
+        ("graphleak.leaked", "true"),
+    ]
 
 
 def _baseline_document() -> dict[str, object]:
     """A document with every part of a baseline section: reasons, stale entries, an
     update's counts."""
-    entry = {"test": "t.py::test_a", "check": "marker", "pattern": "cycle",
-             "holder": "global 'x'", "reason": "a cache, on purpose"}  # fmt: skip
+    entry = {
+        "test": "t.py::test_a",
+        "check": "marker",
+        "pattern": "cycle",
+        "holder": "global 'x'",
+        "reason": "a cache, on purpose",
+    }
     stale = {**entry, "test": "t.py::test_gone", "reason": ""}
-    section = {"file": "/tmp/graphleak-baseline.json", "entries": 3, "fixed": [entry],
-               "unchecked": 1, "stale": [stale],
-               "update_command": "pytest --graphleak-baseline-update",
-               "updated": {"findings": 2, "added": 1, "removed": 1, "pruned": 0}}  # fmt: skip
-    clean = CheckResult("t.py::test_b", 6, 2, {"minigrad.tensors": [1.0] * 8},
-                        {"minigrad.tensors": "objects"},
-                        Verdict(False, reason="steady"))  # fmt: skip
-    return build_document([CheckedTest(clean.name, "passed", [clean.to_dict()])],
-                          generated_by="pytest-graphleak test", baseline=section,
-                          rootdir="/tmp")  # fmt: skip
+    section = {
+        "file": "/tmp/graphleak-baseline.json",
+        "entries": 3,
+        "fixed": [entry],
+        "unchecked": 1,
+        "stale": [stale],
+        "update_command": "pytest --graphleak-baseline-update",
+        "updated": {"findings": 2, "added": 1, "removed": 1, "pruned": 0},
+    }
+    clean = CheckResult(
+        "t.py::test_b",
+        6,
+        2,
+        {"minigrad.tensors": [1.0] * 8},
+        {"minigrad.tensors": "objects"},
+        Verdict(False, reason="steady"),
+    )
+    return build_document(
+        [CheckedTest(clean.name, "passed", [clean.to_dict()])],
+        generated_by="pytest-graphleak test",
+        baseline=section,
+        rootdir="/tmp",
+    )
 
 
 def test_graphleak_report_writes_a_report_back_byte_for_byte(tmp_path: Path) -> None:
@@ -114,11 +142,19 @@ def _check_field_writes(source: str) -> list[str]:
     for node in ast.walk(ast.parse(source)):
         if not isinstance(node, (ast.Assign, ast.AugAssign)):
             continue
-        targets = (node.targets if isinstance(node, ast.Assign)
-                   else [node.target] if isinstance(node, ast.AugAssign) else [])  # fmt: skip
+        targets = (
+            node.targets
+            if isinstance(node, ast.Assign)
+            else [node.target]
+            if isinstance(node, ast.AugAssign)
+            else []
+        )
         for target in targets:
-            if (isinstance(target, ast.Subscript) and isinstance(target.slice, ast.Constant)
-                    and target.slice.value in CHECK_FIELDS):  # fmt: skip
+            if (
+                isinstance(target, ast.Subscript)
+                and isinstance(target.slice, ast.Constant)
+                and target.slice.value in CHECK_FIELDS
+            ):
                 found.append(f"line {node.lineno}: {target.slice.value!r}")
     return found
 

@@ -65,7 +65,8 @@ def test_the_commands_traceback_starts_at_the_users_frame() -> None:
 
 
 def test_pytest_shows_the_users_line_for_warnings_and_errors(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_frames="""
+    pytester.makepyfile(
+        test_frames="""
         import pytest, torch
         w = torch.ones(3, requires_grad=True)
 
@@ -83,11 +84,16 @@ def test_pytest_shows_the_users_line_for_warnings_and_errors(pytester: pytest.Py
                 for _ in range(10):
                     kept.append(torch.tensor(w) * w)
                     t.step()
-    """)
+    """
+    )
     result = pytester.runpytest("--graphleak", "-p", "no:randomly")
     result.assert_outcomes(passed=1, failed=2)
     out = result.stdout.str()
     for ours in ("warmup_tensors.py", "tracker.py", "sites.py", "op_warnings.py"):
         assert ours not in out, out
-    result.stdout.fnmatch_lines(["*test_frames.py:6: UserWarning: To copy construct*",
-                                 "*test_frames.py:16: UserWarning: To copy construct*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*test_frames.py:6: UserWarning: To copy construct*",
+            "*test_frames.py:16: UserWarning: To copy construct*",
+        ]
+    )

@@ -208,8 +208,9 @@ def test_a_new_probes_metric_is_judged_by_its_declaration_alone() -> None:
     assert verdict.leaked and verdict.pattern == "list-accumulation"
     assert "jax.arrays +1/step" in verdict.reason
     noisy = Metric("jax.arrays", "bytes", "memory", noisy=True)
-    quiet = judge({"jax.arrays": leak_every(1)}, {"jax.arrays": noisy}, warmup=3,
-                  limits=Limits(noise=2.0))  # fmt: skip
+    quiet = judge(
+        {"jax.arrays": leak_every(1)}, {"jax.arrays": noisy}, warmup=3, limits=Limits(noise=2.0)
+    )
     assert not quiet.leaked
     with pytest.raises(ValueError, match=r"'jax\.arrays' has no declaration"):
         judge({"jax.arrays": leak_every(1)}, OBJ, warmup=3)

@@ -241,8 +241,9 @@ def test_a_memory_leak_is_caught_whatever_older_memory_is_freed_during_it(
     short = 1024 if metric == MALLOC else 0
     series = [float(500 * MIB + (growth - short) * i) for i in range(warmup + steps)]
     at = warmup + min(steps - 1, int(where * steps))
-    verdict = judge({metric: lowered(series, at, dip)}, UNITS, warmup=warmup,
-                    limits=Limits(noise=growth))  # fmt: skip
+    verdict = judge(
+        {metric: lowered(series, at, dip)}, UNITS, warmup=warmup, limits=Limits(noise=growth)
+    )
     # Freed: none, or more than the series grew over its measured steps and a step's
     # tolerance. Less only shortens the dip's step (not promised).
     if dip == 0 or dip > (steps + 1) * growth:
@@ -282,8 +283,9 @@ def test_settling_then_freeing_older_memory_is_clean(
     noise=st.lists(st.integers(0, MIB // 4), min_size=1, max_size=5),
     metric=BYTE_METRICS,
 )
-@example(case=([0, 0, 0] + [3, 4, 0, 1, 2] * 3 + [3], 3), dip=2**30, where=0.5, noise=[0],
-         metric=MALLOC)  # fmt: skip
+@example(
+    case=([0, 0, 0] + [3, 4, 0, 1, 2] * 3 + [3], 3), dip=2**30, where=0.5, noise=[0], metric=MALLOC
+)
 def test_a_sawtooth_freeing_older_memory_is_clean(
     case: tuple[list[int], int], dip: int, where: float, noise: list[int], metric: str
 ) -> None:

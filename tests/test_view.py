@@ -21,18 +21,35 @@ MADE = CreationSite("train.py", 10, "loss = model(x).sum()", 2, "step")
 def _leak(**diagnosis: object) -> CheckResult:
     verdict = Verdict(True, [Growth("minigrad.tensors", 3.0, 8.0, 1.0)], "list-accumulation")
     found = Diagnosis("list-accumulation", **diagnosis) if diagnosis else None  # type: ignore[arg-type]
-    return CheckResult("t.py::test_step", 6, 2, {"minigrad.tensors": [1, 2, 3, 4, 5, 6, 7, 8]},
-                       {"minigrad.tensors": "objects"}, verdict, found)  # fmt: skip
+    return CheckResult(
+        "t.py::test_step",
+        6,
+        2,
+        {"minigrad.tensors": [1, 2, 3, 4, 5, 6, 7, 8]},
+        {"minigrad.tensors": "objects"},
+        verdict,
+        found,
+    )
 
 
-FULL = _leak(chain=["fixture 'state'", "list(len=8)", "Tensor(shape=())"], sites=[MADE],
-             stored_at=[SITE], notes=["a note"])  # fmt: skip
+FULL = _leak(
+    chain=["fixture 'state'", "list(len=8)", "Tensor(shape=())"],
+    sites=[MADE],
+    stored_at=[SITE],
+    notes=["a note"],
+)
 
 
 def test_the_view_orders_and_tags_every_line() -> None:
     view = diagnosis_view("list-accumulation", FULL.diagnosis)
     assert [line.kind for line in view] == [
-        "pattern", "held-by", "created-at", "stored-at", "note", "fix"]  # fmt: skip
+        "pattern",
+        "held-by",
+        "created-at",
+        "stored-at",
+        "note",
+        "fix",
+    ]
     assert [line.plain() for line in view] == [
         f"pattern: list-accumulation ({MEANINGS['list-accumulation']})",
         "held by: fixture 'state' -> list(len=8) -> Tensor(shape=())",
@@ -50,12 +67,16 @@ def test_every_surface_draws_the_view() -> None:
     text = render_text(FULL)
     assert all(f"  {line.plain()}\n" in text + "\n" for line in view)
     assert detail_lines(FULL) == [
-        line.plain() for line in view if line.kind not in ("pattern", "note")]  # fmt: skip
-    page = unescape(render_html(build_report(
-        [CheckedTest("t.py::test_step", "failed", [check])], generated_by="test")))  # fmt: skip
+        line.plain() for line in view if line.kind not in ("pattern", "note")
+    ]
+    page = unescape(
+        render_html(
+            build_report([CheckedTest("t.py::test_step", "failed", [check])], generated_by="test")
+        )
+    )
     # break opportunities at separators and an unbroken arrow: no text of their own
     page = re.sub(r"<wbr>|<span class=\"arrow\">(->)</span>", r"\1", page)
-    change = page[page.index("what to change"):]
+    change = page[page.index("what to change") :]
     for line in to_change(view):
         assert f"<dt>{line.label}</dt>" in change and line.text in change, line
 

@@ -41,8 +41,9 @@ class Module:
 def run_windows(
     module: Module, steps: int, *, window: int, every: int | None, warmup: int = 2, **step: object
 ) -> LoopCheck:
-    check = LoopCheck(Settings(warmup=warmup), name="run", window=window, sample_every=every,
-                      on_leak="warn")  # fmt: skip
+    check = LoopCheck(
+        Settings(warmup=warmup), name="run", window=window, sample_every=every, on_leak="warn"
+    )
     check.start(length=steps, roots=lambda: {"module": module})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", GraphLeakWarning)
@@ -149,21 +150,37 @@ def test_a_fast_step_gets_the_largest_stride_a_window_allows() -> None:
 
 def test_choose_stride_keeps_the_check_within_its_share() -> None:
     # 20 ms steps, 0.25 ms samples, windows of 100: 0.15% of 2 s is 3 ms = 12 samples
-    assert choose_stride(window=100, step_cpu=0.020, sample_cpu=0.00025, share=0.0015,
-                         hook_cpu=0.0) == 9  # fmt: skip
+    assert (
+        choose_stride(window=100, step_cpu=0.020, sample_cpu=0.00025, share=0.0015, hook_cpu=0.0)
+        == 9
+    )
     assert choose_stride(window=100, step_cpu=1.0, sample_cpu=0.00025) == 1  # slow steps
     assert choose_stride(window=100, step_cpu=0.0001, sample_cpu=0.00025) == 20  # capped
     assert choose_stride(window=100, step_cpu=0.0, sample_cpu=0.00025) == 1  # not measured
     # once-a-window work takes its part of the budget first
-    assert choose_stride(window=100, step_cpu=0.020, sample_cpu=0.00025,
-                         window_cpu=0.002) == max_stride(100) == 20  # fmt: skip
+    assert (
+        choose_stride(window=100, step_cpu=0.020, sample_cpu=0.00025, window_cpu=0.002)
+        == max_stride(100)
+        == 20
+    )
     # and so do the calls on the steps between samples: 40 ms steps, 0.4 ms samples,
     # 0.5 ms judgements, a 0.1% share: 4 ms - 0.5 ms = 8.75 samples (k = 12); less 100 x
     # 8 us: 6.75 (15)
-    assert choose_stride(window=100, step_cpu=0.040, sample_cpu=0.0004, window_cpu=0.0005,
-                         hook_cpu=0.0, share=0.001) == 12  # fmt: skip
-    assert choose_stride(window=100, step_cpu=0.040, sample_cpu=0.0004,
-                         window_cpu=0.0005, share=0.001) == 15  # fmt: skip
+    assert (
+        choose_stride(
+            window=100,
+            step_cpu=0.040,
+            sample_cpu=0.0004,
+            window_cpu=0.0005,
+            hook_cpu=0.0,
+            share=0.001,
+        )
+        == 12
+    )
+    assert (
+        choose_stride(window=100, step_cpu=0.040, sample_cpu=0.0004, window_cpu=0.0005, share=0.001)
+        == 15
+    )
     # the default share (0.05%): a 40 ms step is at the cap, a 200 ms one buys samples
     assert choose_stride(window=100, step_cpu=0.040, sample_cpu=0.0004, window_cpu=0.0005) == 20
     assert choose_stride(window=100, step_cpu=0.200, sample_cpu=0.0004, window_cpu=0.0005) == 5

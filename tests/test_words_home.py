@@ -15,8 +15,11 @@ SCANNED = ("outlive", "diagnose")
 #: module -> (text with each f-string field as {}, ...).
 ALLOWED: dict[str, tuple[str, ...]] = {
     # code the fixes write into the user's file, and the patterns that read it back
-    "diagnose/fix_candidates.py": ("[t.{}() for t in {}]", "{k: v.{}() for k, v in {}.items()}",
-                                   "tuple(t.{}() for t in {})"),
+    "diagnose/fix_candidates.py": (
+        "[t.{}() for t in {}]",
+        "{k: v.{}() for k, v in {}.items()}",
+        "tuple(t.{}() for t in {})",
+    ),
     "diagnose/fix_hooks.py": (
         r"\bbound method (?:[A-Za-z_][\w.]*\.)?([A-Za-z_]\w*)\.__self__",
         r"packed by saved-tensor pack hook ([A-Za-z_]\w*) \((.+):(\d+)\)",
@@ -24,14 +27,17 @@ ALLOWED: dict[str, tuple[str, ...]] = {
         "(lambda *args, **kwargs: {}()(*args, **kwargs) if {}() is not None else None)",
     ),
     # what the recorder was doing when it raised: read into words.notes' sentence
-    "diagnose/loop_recorder.py": ("start a recorded step", "list what a recorded step made",
-                                  "read the cycles a collection freed",
-                                  "read the sites it recorded"),
+    "diagnose/loop_recorder.py": (
+        "start a recorded step",
+        "list what a recorded step made",
+        "read the cycles a collection freed",
+        "read the sites it recorded",
+    ),
     # leftovers, not moved yet: the memory rows, the drawing's labels, stored's error note
     "diagnose/memory.py": ("{} -> {} in the same place", "grows by {} per step: {}"),
     "diagnose/render.py": (" (the same object: the cycle closes)", "... ({} more graph nodes)"),
     "diagnose/stored.py": ("the step raised during diagnosis: {}",),
-}  # fmt: skip
+}
 
 
 def _text(node: ast.AST) -> str | None:

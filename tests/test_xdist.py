@@ -150,8 +150,10 @@ _FIGURES = re.compile(f"{_QUANTITY} -> {_QUANTITY}")
 
 def _summary(result: pytest.RunResult) -> list[str]:
     # Figures and the padding that aligns them depend on the process: mask both.
-    return [re.sub(r"\s+", " ", _FIGURES.sub("A -> B", line))
-            for line in report_section(result.outlines)]
+    return [
+        re.sub(r"\s+", " ", _FIGURES.sub("A -> B", line))
+        for line in report_section(result.outlines)
+    ]
 
 
 class _Sections(HTMLParser):
@@ -217,14 +219,22 @@ def test_same_verdicts_and_reports_alone_and_on_two_workers(pytester: pytest.Pyt
     assert by_id["test_leaks.py::test_fixed[1.0]"]["status"] == "clean"
     section = folded("\n".join(_summary(alone)))  # the terminal wraps at 80 columns
     assert "LEAKED test_leaks.py::test_list_accumulation list-accumulation held: " in section
-    assert ("graphleak: 6 tests with results: 3 leaked, 1 error, 2 clean; 6 audited for "
-            "graphs that outlive them") in section
+    assert (
+        "graphleak: 6 tests with results: 3 leaked, 1 error, 2 clean; 6 audited for "
+        "graphs that outlive them"
+    ) in section
 
 
 def test_warn_only_reports_without_failing(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_leaks=LEAKY_SUITE)
     result, document, _ = _run(
-        pytester, "--graphleak", "--graphleak-warn-only", "-p", "no:xdist", "-k", "not raises",
+        pytester,
+        "--graphleak",
+        "--graphleak-warn-only",
+        "-p",
+        "no:xdist",
+        "-k",
+        "not raises",
         subprocess=False,
     )
     assert result.ret == pytest.ExitCode.OK
@@ -232,8 +242,9 @@ def test_warn_only_reports_without_failing(pytester: pytest.Pytester) -> None:
     out = folded(result.stdout.str())  # the terminal wraps at 80 columns
     assert re.search(r"WARNING test_leaks\.py::test_list_accumulation +list-accumulation\b", out)
     assert "(warn-only: not failed)" in out
-    assert ("graphleak: 5 tests with results: 3 warned, 2 clean; 5 audited for graphs that "
-            "outlive them") in out
+    assert (
+        "graphleak: 5 tests with results: 3 warned, 2 clean; 5 audited for graphs that outlive them"
+    ) in out
     assert document["warn_only"] is True
     assert document["summary"]["warned"] == 3 and document["summary"]["leaked"] == 0
 

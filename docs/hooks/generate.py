@@ -151,7 +151,8 @@ def options_page() -> str:
             f"| [`{option.key}`](#{option.key})<br>{_flag_code(flag)}<br>`{option.ini}` "
             f"| {_escape_md(_summary(option.help))}.<br>Default {_default(option)}"
             f"{f' ({kind})' if kind else ''}"
-            + (f"; also a keyword of {also}" if also != "–" else "") + " |"
+            + (f"; also a keyword of {also}" if also != "–" else "")
+            + " |"
         )
     lines += ["", "</div>", ""]
     for option in options.OPTIONS:
@@ -264,8 +265,10 @@ def _type_of(node: dict[str, Any], schema: dict[str, Any]) -> str:
         return " or ".join(kind)
     if kind == "array":
         return f"array of {_type_of(node.get('items', {}), schema)}"
-    if kind == "object" and "properties" not in node and isinstance(
-        node.get("additionalProperties"), dict
+    if (
+        kind == "object"
+        and "properties" not in node
+        and isinstance(node.get("additionalProperties"), dict)
     ):
         return f"object: name -> {_type_of(node['additionalProperties'], schema)}"
     return str(kind)
@@ -345,8 +348,12 @@ def catalogue_page() -> str:
         lines += [f"Source: [`examples/{path.name}`]({BLOB}examples/{path.name}).", ""]
         text = texts.get(path.name)
         if text is None:
-            lines += ["!!! warning", "    No failure text: this example did not run in the "
-                      "site build (its backend is not installed?).", ""]  # fmt: skip
+            lines += [
+                "!!! warning",
+                "    No failure text: this example did not run in the "
+                "site build (its backend is not installed?).",
+                "",
+            ]
             continue
         lines += [output_block(text)]
     return "\n".join(lines) + "\n"
@@ -372,8 +379,11 @@ def _source_link(source: str) -> str:
 
 def _sources_hash(examples: list[Path], extra: str = "") -> str:
     digest = hashlib.sha256(sys.version.encode() + extra.encode())
-    files = [*examples, *sorted((ROOT / "pytest_graphleak").rglob("*.py")),
-             *sorted((ROOT / "minigrad").rglob("*.py"))]  # fmt: skip
+    files = [
+        *examples,
+        *sorted((ROOT / "pytest_graphleak").rglob("*.py")),
+        *sorted((ROOT / "minigrad").rglob("*.py")),
+    ]
     for path in files:
         digest.update(str(path.relative_to(ROOT)).encode())
         digest.update(path.read_bytes())
@@ -402,10 +412,20 @@ def _catalogue_texts(examples: list[Path]) -> dict[str, str]:
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "catalogue.json"
-        command = [sys.executable, "-m", "pytest", "--graphleak", "-q", "-p", "no:cacheprovider",
-                   "-p", "no:randomly", "--continue-on-collection-errors",
-                   f"--graphleak-report={report}",
-                   *(f"examples/{path.name}::test_leaky" for path in examples)]  # fmt: skip
+        command = [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--graphleak",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:randomly",
+            "--continue-on-collection-errors",
+            f"--graphleak-report={report}",
+            *(f"examples/{path.name}::test_leaky" for path in examples),
+        ]
         env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
         subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
         document = json.loads(report.read_text(encoding="utf-8")) if report.exists() else {}
@@ -459,11 +479,21 @@ def demo_output() -> str:
     if cached.exists():
         return cached.read_text(encoding="utf-8")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "-m", "pytest_graphleak", "demo"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest_graphleak", "demo"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     if done.returncode != 0:
-        log.warning("graphleak docs: graphleak demo exited %s:\n%s", done.returncode,
-                    done.stdout[-2000:] + done.stderr[-2000:])  # fmt: skip
+        log.warning(
+            "graphleak docs: graphleak demo exited %s:\n%s",
+            done.returncode,
+            done.stdout[-2000:] + done.stderr[-2000:],
+        )
     _store(cached, done.stdout)
     return done.stdout
 
@@ -498,24 +528,48 @@ def github_outputs() -> dict[str, str]:
     with tempfile.TemporaryDirectory() as tmp:
         Path(tmp, "test_leak.py").write_text(GITHUB_EXAMPLE, encoding="utf-8")
         summary = Path(tmp, "step_summary.md")
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1",
-               "GITHUB_ACTIONS": "true", "GITHUB_WORKSPACE": tmp,
-               "GITHUB_STEP_SUMMARY": str(summary)}  # fmt: skip
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            "OMP_NUM_THREADS": "1",
+            "GITHUB_ACTIONS": "true",
+            "GITHUB_WORKSPACE": tmp,
+            "GITHUB_STEP_SUMMARY": str(summary),
+        }
         env.pop("PYTEST_ADDOPTS", None)
         done = subprocess.run(
-            [sys.executable, "-m", "pytest", "--graphleak", "-q", "-p", "no:cacheprovider",
-             "-p", "no:randomly", "test_leak.py"],
-            cwd=tmp, env=env, capture_output=True, text=True, timeout=300, check=False,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "--graphleak",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                "-p",
+                "no:randomly",
+                "test_leak.py",
+            ],
+            cwd=tmp,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
         commands = [line for line in done.stdout.splitlines() if line.startswith("::")]
         text = summary.read_text(encoding="utf-8") if summary.exists() else ""
     if done.returncode != 1 or not commands or not text:
-        log.warning("graphleak docs: the GitHub example did not leak as expected (exit %s):\n%s",
-                    done.returncode, done.stdout[-2000:] + done.stderr[-2000:])  # fmt: skip
+        log.warning(
+            "graphleak docs: the GitHub example did not leak as expected (exit %s):\n%s",
+            done.returncode,
+            done.stdout[-2000:] + done.stderr[-2000:],
+        )
     stored = GITHUB_EXAMPLE.splitlines().index("    losses.append(loss)") + 1
     if commands and f",line={stored}," not in commands[0]:  # the page's prose names the line
-        log.warning("graphleak docs: the GitHub annotation is not on line %s: %s", stored,
-                    commands[0])  # fmt: skip
+        log.warning(
+            "graphleak docs: the GitHub annotation is not on line %s: %s", stored, commands[0]
+        )
     data = {"commands": "\n".join(commands), "summary": text}
     _store(cached, json.dumps(data, indent=1))
     return data
@@ -597,14 +651,34 @@ def _run_page_test(name: str, source: str, args: list[str], code: int, want: str
         env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "80", "OMP_NUM_THREADS": "1"}
         env.pop("PYTEST_ADDOPTS", None)
         done = subprocess.run(
-            [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly",
-             *args, name],
-            cwd=tmp, env=env, capture_output=True, text=True, timeout=600, check=False,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-p",
+                "no:cacheprovider",
+                "-p",
+                "no:randomly",
+                *args,
+                name,
+            ],
+            cwd=tmp,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
     out = done.stdout.replace(os.path.realpath(tmp) + os.sep, "").replace(tmp + os.sep, "")
     if done.returncode != code or want not in out:
-        log.warning("graphleak docs: %s did not exit %s with %s (exit %s):\n%s", name, code,
-                    want, done.returncode, out[-3000:] + done.stderr[-2000:])  # fmt: skip
+        log.warning(
+            "graphleak docs: %s did not exit %s with %s (exit %s):\n%s",
+            name,
+            code,
+            want,
+            done.returncode,
+            out[-3000:] + done.stderr[-2000:],
+        )
         return None
     _store(cached, out)
     return out
@@ -618,7 +692,7 @@ def outlive_lines(out: str, source: str) -> list[str]:
     if start is None:
         return []
     end = next((i for i in range(start + 1, len(lines)) if not lines[i].strip()), len(lines))
-    picked = [lines[start][lines[start].index("GraphOutliveWarning: "):]]
+    picked = [lines[start][lines[start].index("GraphOutliveWarning: ") :]]
     picked += [line[2:] for line in lines[start + 1 : end]]
     if len(picked) > 1 and any(picked[-1].strip() == line.strip() for line in source.splitlines()):
         picked.pop()
@@ -632,12 +706,14 @@ def marker_failure_lines(out: str) -> list[str]:
     failures = next((i for i, line in enumerate(lines) if " FAILURES " in line), None)
     if failures is None:
         return []
-    start = next((i for i in range(failures, len(lines)) if lines[i].startswith("graphleak: ")),
-                 None)  # fmt: skip
+    start = next(
+        (i for i in range(failures, len(lines)) if lines[i].startswith("graphleak: ")), None
+    )
     if start is None:
         return []
-    end = next((i for i in range(start + 1, len(lines)) if re.match(r"[=_]{3}", lines[i])),
-               len(lines))  # fmt: skip
+    end = next(
+        (i for i in range(start + 1, len(lines)) if re.match(r"[=_]{3}", lines[i])), len(lines)
+    )
     return lines[start:end]
 
 
@@ -646,8 +722,9 @@ def fix_lines(story: list[str]) -> list[str]:
     start = next((i for i, line in enumerate(story) if line.startswith("  fix")), None)
     if start is None:
         return []
-    end = next((i for i in range(start + 1, len(story)) if not story[i].startswith("   ")),
-               len(story))  # fmt: skip
+    end = next(
+        (i for i in range(start + 1, len(story)) if not story[i].startswith("   ")), len(story)
+    )
     return story[start:end]
 
 
@@ -661,12 +738,16 @@ def failure_lines(out: str, mode: str) -> list[str]:
     failures = next((i for i, line in enumerate(lines) if " FAILURES " in line), None)
     if failures is None or failures + 1 >= len(lines):
         return []
-    end = next((i for i in range(failures + 2, len(lines)) if _BANNER.match(lines[i])),
-               len(lines))  # fmt: skip
+    end = next((i for i in range(failures + 2, len(lines)) if _BANNER.match(lines[i])), len(lines))
     block = lines[failures + 2 : end]  # after the test's ``___ name ___`` line
-    start = next((i for i, line in enumerate(block)  # past the location and its source
-                  if not _LOCATION.match(line) and not line.startswith(" ")),
-                 len(block))  # fmt: skip
+    start = next(
+        (
+            i
+            for i, line in enumerate(block)  # past the location and its source
+            if not _LOCATION.match(line) and not line.startswith(" ")
+        ),
+        len(block),
+    )
     where, story = block[:start], block[start:]
     if not story or " leaks: " not in "\n".join(story):
         return []
@@ -722,8 +803,7 @@ def real_output(what: str) -> str:
     if what == "example summary":  # the graphleak report section of the same run
         lines = narrow_banners(example_output()).splitlines()
         start = next((i for i, line in enumerate(lines) if " graphleak report " in line), 0)
-        end = next((i for i, line in enumerate(lines) if "short test summary" in line),
-                   len(lines))  # fmt: skip
+        end = next((i for i, line in enumerate(lines) if "short test summary" in line), len(lines))
         return output_block("\n".join(lines[start:end]))
     if what == "github test":
         return f"```python\n{GITHUB_EXAMPLE.rstrip()}\n```"
@@ -794,22 +874,28 @@ def label_cells(block: str) -> str:
     head = re.search(r"<thead>(.*?)</thead>", block, re.S)
     if head is None:
         return block
-    names = [re.sub(r"<[^>]+>", "", th).strip()
-             for th in re.findall(r"<th[^>]*>(.*?)</th>", head.group(1), re.S)]  # fmt: skip
+    names = [
+        re.sub(r"<[^>]+>", "", th).strip()
+        for th in re.findall(r"<th[^>]*>(.*?)</th>", head.group(1), re.S)
+    ]
 
     def row(match: re.Match[str]) -> str:
         cells = iter(names)
-        return re.sub(r"<td([^>]*)>",
-                      lambda td: f'<td{td.group(1)} data-label="{next(cells, "")}">',
-                      match.group(0))  # fmt: skip
+        return re.sub(
+            r"<td([^>]*)>",
+            lambda td: f'<td{td.group(1)} data-label="{next(cells, "")}">',
+            match.group(0),
+        )
 
     return re.sub(r"<tr>.*?</tr>", row, block, flags=re.S)
 
 
 def on_post_build(config: Any) -> None:
     if not readme_is_current():
-        log.warning("graphleak docs: README.md's 30-second example or its output differs from "
-                    "a real run: run scripts/update_readme_example.py")  # fmt: skip
+        log.warning(
+            "graphleak docs: README.md's 30-second example or its output differs from "
+            "a real run: run scripts/update_readme_example.py"
+        )
 
 
 # -- CLI help and minigrad names -----------------------------------------------------------
@@ -820,23 +906,41 @@ def cli_help() -> str:
     from pytest_graphleak.cli import build_parser
 
     parser = build_parser()
-    parts = ["Generated from the command's own parser.", "", "```text",
-             parser.format_help().rstrip(), "```"]  # fmt: skip
+    parts = [
+        "Generated from the command's own parser.",
+        "",
+        "```text",
+        parser.format_help().rstrip(),
+        "```",
+    ]
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for name, sub in action.choices.items():
-                parts += ["", f"### `graphleak {name} --help`", "", "```text",
-                          sub.format_help().rstrip(), "```"]  # fmt: skip
+                parts += [
+                    "",
+                    f"### `graphleak {name} --help`",
+                    "",
+                    "```text",
+                    sub.format_help().rstrip(),
+                    "```",
+                ]
     return "\n".join(parts)
 
 
 def minigrad_names() -> str:
     import minigrad
 
-    lines = ["Generated from `minigrad.__all__` and the docstrings.", "",
-             "| name | what it is |", "|---|---|"]  # fmt: skip
-    for module_name, module in (("mg", minigrad), ("mg.nn", minigrad.nn),
-                                ("mg.optim", minigrad.optim)):  # fmt: skip
+    lines = [
+        "Generated from `minigrad.__all__` and the docstrings.",
+        "",
+        "| name | what it is |",
+        "|---|---|",
+    ]
+    for module_name, module in (
+        ("mg", minigrad),
+        ("mg.nn", minigrad.nn),
+        ("mg.optim", minigrad.optim),
+    ):
         for name in getattr(module, "__all__", []):
             value = getattr(module, name)
             if type(value).__name__ == "module":

@@ -37,14 +37,17 @@ exit codes:
   130 interrupted (Ctrl-C)
 """
 
-_MAIN_EPILOG = """\
+_MAIN_EPILOG = (
+    """\
 examples:
   graphleak demo                       watch a leaky training loop grow, then the fix
   graphleak check train.py::step       check a zero-argument training step
   graphleak report graphleak.json      show a saved JSON report
   graphleak fix graphleak.json         its verified fixes as a diff (--apply: write them)
 
-""" + _EXIT_CODES
+"""
+    + _EXIT_CODES
+)
 
 _DEMO_EPILOG = """\
 examples:
@@ -59,7 +62,8 @@ tracker, verdict and diagnosis as `pytest --graphleak`. Exit code 0 when the
 leaky runs were caught and the fixed run was clean, 1 otherwise.
 """
 
-_CHECK_EPILOG = """\
+_CHECK_EPILOG = (
+    """\
 examples:
   graphleak check examples/minigrad_ray_loss_sum.py::leaky_step
   graphleak check mypkg.train:step --steps 30 --warmup 5
@@ -71,9 +75,12 @@ The step is called warmup + steps times with no arguments; build the model,
 optimizer and data once at module level (or in a closure), as a training loop
 would. The same probes, verdict and diagnosis as `pytest --graphleak` decide.
 
-""" + _EXIT_CODES
+"""
+    + _EXIT_CODES
+)
 
-_REPORT_EPILOG = """\
+_REPORT_EPILOG = (
+    """\
 examples:
   graphleak report graphleak.json                  print every result
   graphleak report graphleak.json --html out.html  render it as one HTML file
@@ -81,7 +88,9 @@ examples:
 
 Reads a report written by `pytest --graphleak-report=PATH` or `graphleak check --json PATH`.
 
-""" + _EXIT_CODES
+"""
+    + _EXIT_CODES
+)
 
 
 _FIX_EPILOG = """\
@@ -152,20 +161,45 @@ def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         epilog=_DEMO_EPILOG,
         formatter_class=_FORMATTER,
     )
-    demo.add_argument("--steps", type=positive_int, default=24, metavar="N",
-                      help="measured steps per run (default: %(default)s)")
-    demo.add_argument("--warmup", type=positive_int, default=3, metavar="N",
-                      help="warmup steps per run, not judged (default: %(default)s)")
-    demo.add_argument("--torch", action="store_true",
-                      help="run the story on PyTorch instead of minigrad (needs torch)")
-    demo.add_argument("--plot", metavar="PATH", default=None,
-                      help="write an SVG chart of alive counts and RSS per step, leaky vs fixed")
-    demo.add_argument("--every", type=positive_int, default=None, metavar="K",
-                      help="print the per-step log every K steps (default: the first and "
-                           "last step of each run)")
-    demo.add_argument("-v", "--verbose", action="store_true",
-                      help="print the log line of every step, and each sample's value in "
-                           "the verdicts (as --every 1 and pytest -v)")
+    demo.add_argument(
+        "--steps",
+        type=positive_int,
+        default=24,
+        metavar="N",
+        help="measured steps per run (default: %(default)s)",
+    )
+    demo.add_argument(
+        "--warmup",
+        type=positive_int,
+        default=3,
+        metavar="N",
+        help="warmup steps per run, not judged (default: %(default)s)",
+    )
+    demo.add_argument(
+        "--torch",
+        action="store_true",
+        help="run the story on PyTorch instead of minigrad (needs torch)",
+    )
+    demo.add_argument(
+        "--plot",
+        metavar="PATH",
+        default=None,
+        help="write an SVG chart of alive counts and RSS per step, leaky vs fixed",
+    )
+    demo.add_argument(
+        "--every",
+        type=positive_int,
+        default=None,
+        metavar="K",
+        help="print the per-step log every K steps (default: the first and last step of each run)",
+    )
+    demo.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="print the log line of every step, and each sample's value in "
+        "the verdicts (as --every 1 and pytest -v)",
+    )
     demo.set_defaults(run=("pytest_graphleak.demo", "run_demo"))
 
 
@@ -182,14 +216,20 @@ def _add_check(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         epilog=_CHECK_EPILOG,
         formatter_class=_FORMATTER,
     )
-    check.add_argument("targets", nargs="+", metavar="FILE.py::FUNCTION | MODULE:FUNCTION",
-                       help="the step function to check (several: each is checked, the "
-                            "exit code is the worst)")
+    check.add_argument(
+        "targets",
+        nargs="+",
+        metavar="FILE.py::FUNCTION | MODULE:FUNCTION",
+        help="the step function to check (several: each is checked, the exit code is the worst)",
+    )
     # --steps, --warmup, ..., --json, --html: the options table's "command" flags.
     add_command_flags(check)
-    check.add_argument("-q", "--quiet", action="store_true",
-                       help="print only the verdict line (the full report still goes to "
-                            "--json/--html)")
+    check.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="print only the verdict line (the full report still goes to --json/--html)",
+    )
     _color_flag(check)
     check.set_defaults(run=("pytest_graphleak.cli.check_cmd", "run_check"))
 
@@ -200,14 +240,19 @@ def _add_report(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "report",
         help="render a saved JSON report in the terminal or as HTML",
         description="Render a saved graphleak JSON report in the terminal, or as HTML (or as "
-                    "any other report format).",
+        "any other report format).",
         epilog=_REPORT_EPILOG,
         formatter_class=_FORMATTER,
     )
     report.add_argument("path", metavar="PATH.json", help="the JSON report to read")
     for writer, flag in output_flags():  # every file writer (report.writers.WRITERS)
-        report.add_argument(flag, metavar="OUT", default=None, dest=writer.kind,
-                            help=f"write it to OUT as {writer.what} instead of printing")
+        report.add_argument(
+            flag,
+            metavar="OUT",
+            default=None,
+            dest=writer.kind,
+            help=f"write it to OUT as {writer.what} instead of printing",
+        )
     _color_flag(report)
     report.set_defaults(run=("pytest_graphleak.cli.report_cmd", "run_report"))
 
@@ -218,22 +263,29 @@ def _add_fix(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "fix",
         help="show a saved report's verified fixes as a diff, or write them (--apply)",
         description="Print the verified fixes of a saved graphleak JSON report as a unified "
-                    "diff of your files, or write them with --apply.",
+        "diff of your files, or write them with --apply.",
         epilog=_FIX_EPILOG,
         formatter_class=_FORMATTER,
     )
     fix.add_argument("path", metavar="PATH.json", help="the JSON report to read")
-    fix.add_argument("--apply", action="store_true",
-                     help="write the fixes into the files (only your files under the "
-                          "report's rootdir, unchanged since the run)")  # fmt: skip
+    fix.add_argument(
+        "--apply",
+        action="store_true",
+        help="write the fixes into the files (only your files under the "
+        "report's rootdir, unchanged since the run)",
+    )
     fix.set_defaults(run=("pytest_graphleak.cli.fix_cmd", "run_fix"))
 
 
 def _color_flag(parser: argparse.ArgumentParser) -> None:
     """``--color``, as pytest's (``cli.colour`` reads it)."""
-    parser.add_argument("--color", choices=("yes", "no", "auto"), default="auto",
-                        help="colour the output: yes, no, or auto (a terminal, unless "
-                             "NO_COLOR is set; default: %(default)s)")  # fmt: skip
+    parser.add_argument(
+        "--color",
+        choices=("yes", "no", "auto"),
+        default="auto",
+        help="colour the output: yes, no, or auto (a terminal, unless "
+        "NO_COLOR is set; default: %(default)s)",
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -42,11 +42,18 @@ def run_check(args: argparse.Namespace) -> int:
         while pending:
             target = pending.pop()  # hold no step once checked
             if isinstance(target, Target):
-                progress = StepProgress(target.name, settings.warmup + settings.steps,
-                                        live=not args.quiet and _is_terminal(sys.stderr))
+                progress = StepProgress(
+                    target.name,
+                    settings.warmup + settings.steps,
+                    live=not args.quiet and _is_terminal(sys.stderr),
+                )
                 with running_as(target.script), progress:
-                    result = _measure(progress.counted(target.func), target.name, settings,
-                                      alone=len(args.targets) == 1)  # fmt: skip
+                    result = _measure(
+                        progress.counted(target.func),
+                        target.name,
+                        settings,
+                        alone=len(args.targets) == 1,
+                    )
                 del progress
             else:
                 result = target  # its module could not be imported
@@ -58,9 +65,10 @@ def run_check(args: argparse.Namespace) -> int:
             results.append(result)
     except KeyboardInterrupt:
         # Ctrl-C: what finished is kept (as pytest --graphleak-report keeps finished tests).
-        missing = args.targets[len(results):]
-        note = (f"interrupted (Ctrl-C) while checking {missing[0]}: no result for "
-                f"{', '.join(missing)}")  # fmt: skip
+        missing = args.targets[len(results) :]
+        note = (
+            f"interrupted (Ctrl-C) while checking {missing[0]}: no result for {', '.join(missing)}"
+        )
         _write_reports(args, settings, outputs, results, [note], started, locations)
         raise
     _write_reports(args, settings, outputs, results, [], started, locations)
@@ -73,8 +81,16 @@ class StepProgress:
     terminal and without ``-q``: in a pipe or a log nothing is written. Shown from
     ``after_s`` on, at most every ``every_s``, so a fast check prints nothing."""
 
-    def __init__(self, name: str, total: int, *, live: bool, stream: TextIO | None = None,
-                 after_s: float = 0.5, every_s: float = 0.1) -> None:  # fmt: skip
+    def __init__(
+        self,
+        name: str,
+        total: int,
+        *,
+        live: bool,
+        stream: TextIO | None = None,
+        after_s: float = 0.5,
+        every_s: float = 0.1,
+    ) -> None:
         self.name, self.total, self.live = name, total, live
         self.stream = stream if stream is not None else sys.stderr
         self.after_s, self.every_s = after_s, every_s
@@ -152,19 +168,26 @@ def _where(func: Callable[[], object]) -> tuple[str, int]:
     return (os.path.abspath(code.co_filename), code.co_firstlineno) if code else ("", 0)
 
 
-def _write_reports(args: argparse.Namespace, settings: Settings,
-                   outputs: list[tuple[Writer, str, Path | None]], results: list[CheckResult],
-                   notes: list[str], started: float,
-                   locations: dict[str, tuple[str, int]]) -> None:  # fmt: skip
-    publishers = [w for w in WRITERS
-                  if w.wanted is not None and w.wanted(getattr(settings, w.option), os.environ)]
+def _write_reports(
+    args: argparse.Namespace,
+    settings: Settings,
+    outputs: list[tuple[Writer, str, Path | None]],
+    results: list[CheckResult],
+    notes: list[str],
+    started: float,
+    locations: dict[str, tuple[str, int]],
+) -> None:
+    publishers = [
+        w
+        for w in WRITERS
+        if w.wanted is not None and w.wanted(getattr(settings, w.option), os.environ)
+    ]
     if not publishers and all(path is None for _, _, path in outputs):
         return
     # One test per checked step, as the session report writes them: failed or passed as
     # pytest would end it (a leak, a raising step and an unmeasured check fail).
     tests = [CheckedTest(r.name, outcome_of(r.status), [r.to_dict()]) for r in results]
-    report = build_report(tests, generated_by="graphleak check", notes=notes,
-                          rootdir=os.getcwd())  # fmt: skip
+    report = build_report(tests, generated_by="graphleak check", notes=notes, rootdir=os.getcwd())
     environment = describe_run(args.command_line, os.getcwd(), started, time.time())
     run = Run(environment=environment, locations=locations)
     for writer, flag, path in outputs:

@@ -15,8 +15,15 @@ from pytest_graphleak.report.text import line_markup, wrapped
 from pytest_graphleak.status import TABLE
 
 #: ANSI SGR codes of the markup names pytest's terminal writer takes.
-_CODES = {"bold": "1", "red": "31", "green": "32", "yellow": "33", "blue": "34",
-          "purple": "35", "cyan": "36"}  # fmt: skip
+_CODES = {
+    "bold": "1",
+    "red": "31",
+    "green": "32",
+    "yellow": "33",
+    "blue": "34",
+    "purple": "35",
+    "cyan": "36",
+}
 #: A line that starts with a status word (``LEAKED name: ...``): the word's colour.
 _WORDS = {f"{row.label} ": {row.colour: True, "bold": row.fails} for row in TABLE}
 

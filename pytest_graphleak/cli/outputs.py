@@ -15,8 +15,9 @@ from pytest_graphleak.report.writers import WRITERS, Writer
 def output_flags() -> list[tuple[Writer, str]]:
     """Each file writer (``writers.WRITERS``) with its ``graphleak`` flag (``--json``,
     ``--html``: its option's ``command_flag``): ``check`` and ``report`` take the same."""
-    return [(w, OPTIONS_BY_KEY[w.option].command_flag or f"--{w.kind}") for w in WRITERS
-            if w.to_file]  # fmt: skip
+    return [
+        (w, OPTIONS_BY_KEY[w.option].command_flag or f"--{w.kind}") for w in WRITERS if w.to_file
+    ]
 
 
 def checked_outputs(*outputs: tuple[str, str | None, str]) -> list[Path | None]:

@@ -56,8 +56,10 @@ def refusal(fix: Fix, rootdir: str | None) -> str | None:
     if not fix.verified or not fix.diff or not fix.filename or not fix.sha256:
         return f"{name}: the fix was not verified"
     if not rootdir:
-        return (f"{name}: the report names no rootdir (written by an older version), so "
-                "where it may write is not known; run pytest --graphleak again")  # fmt: skip
+        return (
+            f"{name}: the report names no rootdir (written by an older version), so "
+            "where it may write is not known; run pytest --graphleak again"
+        )
     path = Path(os.path.realpath(fix.filename))
     root = Path(os.path.realpath(rootdir))
     if not path.is_relative_to(root):
@@ -74,8 +76,10 @@ def refusal(fix: Fix, rootdir: str | None) -> str | None:
     except OSError as exc:
         return f"{name}: cannot be read ({exc.strerror or exc})"
     if sha256_of(raw) != fix.sha256:
-        return (f"{name}: changed since the fix was verified (its content hash differs); "
-                "run pytest --graphleak again for a fix of the file as it is")  # fmt: skip
+        return (
+            f"{name}: changed since the fix was verified (its content hash differs); "
+            "run pytest --graphleak again for a fix of the file as it is"
+        )
     return None
 
 
@@ -89,14 +93,15 @@ def apply(filename: str, diffs: list[str]) -> None:
     for hunk in (h for diff in diffs for h in hunks(diff)):
         at = hunk.start - 1 if hunk.old else hunk.start
         if [line.rstrip("\r\n") for line in lines[at : at + len(hunk.old)]] != hunk.old:
-            raise Refused(f"{filename}: the fix's lines do not match the file at line "
-                          f"{hunk.start}")  # fmt: skip
+            raise Refused(f"{filename}: the fix's lines do not match the file at line {hunk.start}")
         changes.append(_core(hunk, at))
     changes.sort()
     for before, after in itertools.pairwise(changes):
         if before[0] + before[1] > after[0] or before[0] == after[0]:
-            raise Refused(f"{filename}: two fixes change the same lines; apply one, "
-                          "then run pytest --graphleak again")  # fmt: skip
+            raise Refused(
+                f"{filename}: two fixes change the same lines; apply one, "
+                "then run pytest --graphleak again"
+            )
     for at, count, new in reversed(changes):  # from the end: earlier indexes stay right
         replaced = lines[at : at + count]
         # New lines end as the lines around them do (the last line may have no ending).

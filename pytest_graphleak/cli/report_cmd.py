@@ -136,9 +136,11 @@ def _check_counts(path: str, document: dict[str, Any], report: Report) -> None:
                 "write the report again"
             )
     stored = document["summary"]
-    recounted = counts((test.status for test in report.tests),
-                       audited=stored.get("audited", 0),  # audited: no rows
-                       fixtures=sum(test.is_fixture for test in report.tests))  # fmt: skip
+    recounted = counts(
+        (test.status for test in report.tests),
+        audited=stored.get("audited", 0),  # audited: no rows
+        fixtures=sum(test.is_fixture for test in report.tests),
+    )
     if any(stored.get(key, 0) != number for key, number in recounted.items()):
         raise UsageError(
             f"{path} is inconsistent: its summary says {sentence(stored)!r}, but its tests "

@@ -159,9 +159,13 @@ def _lookup(module: ModuleType, attr: str, where: str) -> object:
 
 
 def _suggest(module: ModuleType, attr: str) -> str:
-    functions = {name: value for name, value in vars(module).items()
-                 if inspect.isfunction(value) and value.__module__ == module.__name__
-                 and not name.startswith("_")}  # fmt: skip
+    functions = {
+        name: value
+        for name, value in vars(module).items()
+        if inspect.isfunction(value)
+        and value.__module__ == module.__name__
+        and not name.startswith("_")
+    }
     close = difflib.get_close_matches(attr, sorted(functions), n=3)
     if close:
         return f" (did you mean {', '.join(close)}?)"
@@ -197,8 +201,11 @@ def _require_plain_zero_arg(func: object, spec: str) -> Callable[[], object]:
         signature = inspect.signature(func)
     except (TypeError, ValueError):
         return func  # builtins without a signature: let the call itself decide
-    required = [p.name for p in signature.parameters.values()
-                if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    required = [
+        p.name
+        for p in signature.parameters.values()
+        if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    ]
     if required:
         raise UsageError(
             f"'{spec}' needs arguments ({', '.join(required)}): graphleak check calls the "

@@ -74,7 +74,11 @@ def minigrad_backend() -> Backend:
 
         vocab_size, next_batch = _text_batches(seed)
         model = mg.nn.TinyTransformer(
-            vocab_size, d_model=D_MODEL, n_heads=HEADS, n_layers=LAYERS, block_size=BLOCK,
+            vocab_size,
+            d_model=D_MODEL,
+            n_heads=HEADS,
+            n_layers=LAYERS,
+            block_size=BLOCK,
             rng=np.random.default_rng(seed),
         )
         optimizer = mg.optim.Adam(model.parameters(), lr=3e-3)
@@ -136,7 +140,8 @@ def torch_backend() -> Backend:
         model, optimizer = torch_model.build(
             vocab_size, dim=D_MODEL, heads=HEADS, context=BLOCK, seed=seed
         )
-        return Parts(model, optimizer, torch_model.loss_fn,
-                     lambda: torch_model.as_batch(*numpy_batch()))
+        return Parts(
+            model, optimizer, torch_model.loss_fn, lambda: torch_model.as_batch(*numpy_batch())
+        )
 
     return Backend("torch", build, TorchCounter, lambda: torch.set_num_threads(threads))

@@ -74,17 +74,22 @@ def _legend(x: int, y: int, fixed_label: str) -> str:
     )
 
 
-def _panel(x: float, y: float, w: float, h: float, metric: Metric, leaky: PlotRun,
-           fixed: PlotRun) -> str:
+def _panel(
+    x: float, y: float, w: float, h: float, metric: Metric, leaky: PlotRun, fixed: PlotRun
+) -> str:
     left, top, bottom, right = 62, 18, 20, 8
     plot_w, plot_h = w - left - right, h - top - bottom
-    lines = [(leaky.series.get(metric.key, []), LEAKY_COLOUR),
-             (fixed.series.get(metric.key, []), FIXED_COLOUR)]
+    lines = [
+        (leaky.series.get(metric.key, []), LEAKY_COLOUR),
+        (fixed.series.get(metric.key, []), FIXED_COLOUR),
+    ]
     values = [v for series, _ in lines for v in series if math.isfinite(v)]
     count = max((len(series) for series, _ in lines), default=0)
-    parts = [f'<g transform="translate({x:.0f},{y:.0f})" {_FONT} font-size="11">',
-             f'<text x="{left}" y="12" font-weight="bold">{escape(metric.title)} — '
-             f'{escape(leaky.label)}</text>']
+    parts = [
+        f'<g transform="translate({x:.0f},{y:.0f})" {_FONT} font-size="11">',
+        f'<text x="{left}" y="12" font-weight="bold">{escape(metric.title)} — '
+        f"{escape(leaky.label)}</text>",
+    ]
     if not values or count < 2:
         parts.append(f'<text x="{left}" y="{top + plot_h / 2:.0f}">no samples</text></g>')
         return "".join(parts)
@@ -103,26 +108,34 @@ def _panel(x: float, y: float, w: float, h: float, metric: Metric, leaky: PlotRu
 
     warmup = min(leaky.warmup, count - 1)
     if warmup > 0:
-        parts.append(f'<rect x="{px(0):.1f}" y="{top}" width="{px(warmup) - px(0):.1f}" '
-                     f'height="{plot_h}" fill="#eeeeee"/>')
-    parts.append(f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" '
-                 'fill="none" stroke="#999999"/>')
+        parts.append(
+            f'<rect x="{px(0):.1f}" y="{top}" width="{px(warmup) - px(0):.1f}" '
+            f'height="{plot_h}" fill="#eeeeee"/>'
+        )
+    parts.append(
+        f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" '
+        'fill="none" stroke="#999999"/>'
+    )
     for value in ticks(low, high, metric.unit):
         label = format_amount(value, metric.unit)
         if metric.unit == "bytes" and value > 0:
             label = "+" + label  # the demo plots RSS as growth since step 1
-        parts.append(f'<line x1="{left}" y1="{py(value):.1f}" x2="{left + plot_w}" '
-                     f'y2="{py(value):.1f}" stroke="#eeeeee"/>'
-                     f'<text x="{left - 4}" y="{py(value) + 4:.1f}" text-anchor="end">'
-                     f'{escape(label)}</text>')
+        parts.append(
+            f'<line x1="{left}" y1="{py(value):.1f}" x2="{left + plot_w}" '
+            f'y2="{py(value):.1f}" stroke="#eeeeee"/>'
+            f'<text x="{left - 4}" y="{py(value) + 4:.1f}" text-anchor="end">'
+            f"{escape(label)}</text>"
+        )
     parts.append(f'<text x="{left}" y="{h - 4:.0f}">step 1</text>')
-    parts.append(f'<text x="{left + plot_w}" y="{h - 4:.0f}" text-anchor="end">'
-                 f'step {count}</text>')
+    parts.append(f'<text x="{left + plot_w}" y="{h - 4:.0f}" text-anchor="end">step {count}</text>')
     for series, colour in lines:
-        points = " ".join(f"{px(i):.1f},{py(v):.1f}" for i, v in enumerate(series)
-                          if math.isfinite(v))
+        points = " ".join(
+            f"{px(i):.1f},{py(v):.1f}" for i, v in enumerate(series) if math.isfinite(v)
+        )
         if points:
-            parts.append(f'<polyline points="{points}" fill="none" stroke="{colour}" '
-                         'stroke-width="2" stroke-linejoin="round"/>')
+            parts.append(
+                f'<polyline points="{points}" fill="none" stroke="{colour}" '
+                'stroke-width="2" stroke-linejoin="round"/>'
+            )
     parts.append("</g>")
     return "".join(parts)

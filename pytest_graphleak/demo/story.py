@@ -41,13 +41,20 @@ class Variant:
 
 
 VARIANTS = (
-    Variant("step_keeps_losses", "leaky: losses kept",
-            "losses.append(loss) keeps every step's loss with its graph", True),
-    Variant("step_retains_graph", "leaky: graph retained",
-            "backward(retain_graph=True), and a running loss kept as a tensor chains "
-            "the graphs together", True),
-    Variant("step_fixed", "fixed", "losses.append(loss.item()); backward() frees the graph",
-            False),
+    Variant(
+        "step_keeps_losses",
+        "leaky: losses kept",
+        "losses.append(loss) keeps every step's loss with its graph",
+        True,
+    ),
+    Variant(
+        "step_retains_graph",
+        "leaky: graph retained",
+        "backward(retain_graph=True), and a running loss kept as a tensor chains "
+        "the graphs together",
+        True,
+    ),
+    Variant("step_fixed", "fixed", "losses.append(loss.item()); backward() frees the graph", False),
 )
 
 
@@ -75,8 +82,18 @@ class PhaseRecorder:
 class LoggedStep:
     """The step handed to ``check``: runs the script's step, then logs one line."""
 
-    def __init__(self, step: Callable[[], float], recorder: PhaseRecorder, counter: Counter,
-                 display: Display, *, label: str, warmup: int, total: int, every: int) -> None:
+    def __init__(
+        self,
+        step: Callable[[], float],
+        recorder: PhaseRecorder,
+        counter: Counter,
+        display: Display,
+        *,
+        label: str,
+        warmup: int,
+        total: int,
+        every: int,
+    ) -> None:
         # every: log every k-th step (0: only the first and the last)
         self.step, self.recorder, self.counter, self.display = step, recorder, counter, display
         self.label, self.warmup, self.total, self.every = label, warmup, total, every
@@ -89,14 +106,22 @@ class LoggedStep:
         if len(self.records) >= self.total:
             return  # a diagnosis call after the measured steps: not part of the log
         alive, created = self.counter.read()
-        record = StepRecord(len(self.records) + 1, len(self.records) < self.warmup, loss,
-                            dict(self.recorder.rss), alive, created)
+        record = StepRecord(
+            len(self.records) + 1,
+            len(self.records) < self.warmup,
+            loss,
+            dict(self.recorder.rss),
+            alive,
+            created,
+        )
         self.records.append(record)
         if (self.every and record.step % self.every == 0) or record.step in (1, self.total):
             self.display.line(format_line(record, self._width))
         counts = " ".join(f"{k}={v}" for k, v in alive.items())
-        self.display.status(f"{self.label} {bar(record.step, self.total)} "
-                            f"{record.step}/{self.total}  loss {loss:.3f}  {counts}")
+        self.display.status(
+            f"{self.label} {bar(record.step, self.total)} "
+            f"{record.step}/{self.total}  loss {loss:.3f}  {counts}"
+        )
 
 
 def run_demo(args: argparse.Namespace) -> int:
@@ -108,19 +133,31 @@ def run_demo(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     # Short by default: each run's first and last step; --verbose: every step.
     every = 1 if args.verbose else (args.every or 0)
-    display.line(display.paint(
-        f"graphleak demo: a tiny character transformer on {backend.name}, trained "
-        f"{len(VARIANTS)} times ({warmup} warmup + {steps} measured steps each)", "bold"))
-    display.line("Each run is checked by pytest_graphleak.check(): the tracker, verdict and "
-                 "diagnosis of `pytest --graphleak`.")
+    display.line(
+        display.paint(
+            f"graphleak demo: a tiny character transformer on {backend.name}, trained "
+            f"{len(VARIANTS)} times ({warmup} warmup + {steps} measured steps each)",
+            "bold",
+        )
+    )
+    display.line(
+        "Each run is checked by pytest_graphleak.check(): the tracker, verdict and "
+        "diagnosis of `pytest --graphleak`."
+    )
     outcomes = []
     try:
         for number, variant in enumerate(VARIANTS, 1):
             display.line()
-            display.line(display.paint(f"== Run {number}/{len(VARIANTS)}: {variant.label} -- "
-                                       f"{variant.story}", "bold"))
-            outcomes.append(_run_variant(variant, backend, script, display, steps=steps,
-                                         warmup=warmup, every=every))  # fmt: skip
+            display.line(
+                display.paint(
+                    f"== Run {number}/{len(VARIANTS)}: {variant.label} -- {variant.story}", "bold"
+                )
+            )
+            outcomes.append(
+                _run_variant(
+                    variant, backend, script, display, steps=steps, warmup=warmup, every=every
+                )
+            )
             _show_verdict(outcomes[-1], display, series=args.verbose)
     finally:
         backend.close()
@@ -133,8 +170,16 @@ def run_demo(args: argparse.Namespace) -> int:
     return EXIT_CLEAN if all(o.as_expected for o in outcomes) else EXIT_LEAK
 
 
-def _run_variant(variant: Variant, backend: Backend, script: ModuleType, display: Display, *,
-                 steps: int, warmup: int, every: int) -> RunOutcome:
+def _run_variant(
+    variant: Variant,
+    backend: Backend,
+    script: ModuleType,
+    display: Display,
+    *,
+    steps: int,
+    warmup: int,
+    every: int,
+) -> RunOutcome:
     parts = backend.build(SEED)
     recorder = PhaseRecorder()
     # The diagnosis names this local in its reference chain ("local 'trainer'").
@@ -142,12 +187,21 @@ def _run_variant(variant: Variant, backend: Backend, script: ModuleType, display
         parts.model, parts.optimizer, parts.loss_fn, parts.next_batch, recorder.record
     )
     del parts
-    logged = LoggedStep(getattr(trainer, variant.method), recorder, backend.counter(), display,
-                        label=variant.label, warmup=warmup, total=warmup + steps, every=every)
+    logged = LoggedStep(
+        getattr(trainer, variant.method),
+        recorder,
+        backend.counter(),
+        display,
+        label=variant.label,
+        warmup=warmup,
+        total=warmup + steps,
+        every=every,
+    )
     try:
         # raise_on_leak: a step that raises is a bug of the demo; let its traceback show.
-        result = check(logged, steps=steps, warmup=warmup, name=f"demo: {variant.label}",
-                       raise_on_leak=True)
+        result = check(
+            logged, steps=steps, warmup=warmup, name=f"demo: {variant.label}", raise_on_leak=True
+        )
     except GraphLeakError as leak:
         assert leak.result is not None
         result = leak.result
@@ -164,9 +218,14 @@ def _show_verdict(outcome: RunOutcome, display: Display, *, series: bool) -> Non
     verdict = BY_WORD[result.status].label  # the word every other surface says
     colour = "green" if outcome.as_expected else "red"
     expected = "leak" if variant.expect_leak else "clean"
-    display.line(display.paint(
-        f"-- verdict: {verdict}" + (f" ({result.pattern})" if result.leaked else "")
-        + (" as expected" if outcome.as_expected else f" -- expected {expected}!"), colour))
+    display.line(
+        display.paint(
+            f"-- verdict: {verdict}"
+            + (f" ({result.pattern})" if result.leaked else "")
+            + (" as expected" if outcome.as_expected else f" -- expected {expected}!"),
+            colour,
+        )
+    )
     told = render_text(result, series=series) if result.leaked else render_result(result)
     display.line(terminal_text(told, colour=False))  # at the terminal's width, as `check`'s
 
@@ -206,8 +265,10 @@ def _write_plot(path: Path, outcomes: list[RunOutcome], backend: Backend) -> Non
     leaky = [plot_run(o) for o in outcomes if o.variant.expect_leak]
     fixed = next(plot_run(o) for o in outcomes if not o.variant.expect_leak)
     names = {v: k for k, v in keys.items()}
-    metrics = [Metric("tensors", f"alive {names['tensors']}", "objects"),
-               Metric("nodes", f"alive {names['nodes']}", "objects"),
-               Metric("rss", "RSS growth since step 1", "bytes")]
+    metrics = [
+        Metric("tensors", f"alive {names['tensors']}", "objects"),
+        Metric("nodes", f"alive {names['nodes']}", "objects"),
+        Metric("rss", "RSS growth since step 1", "bytes"),
+    ]
     title = f"graphleak demo on {backend.name}: alive objects and RSS per step, leaky vs fixed"
     write_output(path, render_plot(title, leaky, fixed, metrics), "--plot")

@@ -76,7 +76,7 @@ class Trainer:
         self.record("opt")
         value: float = loss.item()  # FIX: keep the number, not the tensor
         self.losses.append(value)
-        self.running_loss = value if self.running_loss is None else (
-            0.9 * self.running_loss + 0.1 * value
+        self.running_loss = (
+            value if self.running_loss is None else (0.9 * self.running_loss + 0.1 * value)
         )
         return value

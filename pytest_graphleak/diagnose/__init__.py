@@ -83,18 +83,26 @@ def diagnose(
     recorded = observation is not None and observation.recorded_runs > 0
     if step is None and not recorded:  # a hand-written loop: the heap as it is
         diagnosis = diagnose_heap(
-            verdict, roots, walker,
-            memory_only=grown.memory_only, graph_grew=grown.nodes, only_cycles=grown.only_cycles,
-        )  # fmt: skip
+            verdict,
+            roots,
+            walker,
+            memory_only=grown.memory_only,
+            graph_grew=grown.nodes,
+            only_cycles=grown.only_cycles,
+        )
     else:
         diagnosis = _diagnose_with_step(verdict, grown, step, roots, walker, backends, observation)
     if (
-        step is None and observation is not None and grown.memory_only
-        and diagnosis.pattern == MEMORY_GROWTH and not diagnosis.chain
-    ):  # fmt: skip
+        step is None
+        and observation is not None
+        and grown.memory_only
+        and diagnosis.pattern == MEMORY_GROWTH
+        and not diagnosis.chain
+    ):
         # A running loop: the arrays its roots reach, weighed again after its next step.
-        observation.growth = watch_growth(diagnosis, roots, walker, files=observation.made_in,
-                                          next_step=observation.wants_follow)  # fmt: skip
+        observation.growth = watch_growth(
+            diagnosis, roots, walker, files=observation.made_in, next_step=observation.wants_follow
+        )
     diagnosis.notes.append(said.took(time.perf_counter() - started))
     return diagnosis
 
@@ -139,8 +147,7 @@ def _diagnose_with_step(
         obs = observation
     else:
         assert step is not None
-        obs = observe(step, backends, runs=recorded + RUNS - RECORDED_RUNS,
-                      recorded_runs=recorded)  # fmt: skip
+        obs = observe(step, backends, runs=recorded + RUNS - RECORDED_RUNS, recorded_runs=recorded)
     notes: list[str] = []
     found = _Found([])
     try:
@@ -153,11 +160,16 @@ def _diagnose_with_step(
         _search(found, obs, grown, walker, notes)
         found.chain = chain_of(found.chain_path, walker)  # before more steps run
         watched = (
-            watch_holder(found.chain_path, step, walker, steps=period,
-                         root=root_reader(found.chain_path, dict))  # a global rebound too
+            watch_holder(
+                found.chain_path,
+                step,
+                walker,
+                steps=period,
+                root=root_reader(found.chain_path, dict),
+            )  # a global rebound too
             if found.chain_path is not None and step is not None and not obs.error
             else None
-        )  # fmt: skip
+        )
         links = found.chain[1]  # growth seen below is a fact of its link (``Link.grew``)
         if watched is not None:
             for at, gained in watched.growth.items():
@@ -176,15 +188,20 @@ def _diagnose_with_step(
             diagnosis.stored_at = per_step(watched.stored, watched.steps, watched.via)
             assert found.chain_path is not None  # watched: the chain was found
             grown_at = min(watched.growth) if watched.growth else None
-            second = other_holder(found.chain_path, obs, found.roots, walker, step,
-                                  period=period, holder_at=grown_at)  # fmt: skip
+            second = other_holder(
+                found.chain_path, obs, found.roots, walker, step, period=period, holder_at=grown_at
+            )
             if second.note:  # one round of fixes must be enough: the other holder is named
                 notes.append(second.note)
                 diagnosis.second_stored_at = second.stored_at
                 diagnosis.second_links = second.links
         diagnosis.fix = choose_fix(diagnosis, cycle_fix=found.cycle_fix)
-        if (step is None and obs.wants_follow and found.chain_path is not None
-                and diagnosis.pattern in STORING):  # fmt: skip
+        if (
+            step is None
+            and obs.wants_follow
+            and found.chain_path is not None
+            and diagnosis.pattern in STORING
+        ):
             obs.follow = (found.chain_path, walker)  # the loop watches it during its next step
             found.chain_path = None
         return diagnosis
@@ -222,8 +239,7 @@ def _search(
     if found.cycle_path is not None:
         found.cycle = render_cycle(found.cycle_path, walker, hanging)
         found.cycle_links = cycle_links_of(found.cycle_path, walker)
-        told, found.cycle_fix = cycle_story(found.cycle_path, walker,
-                                            collectable=obs.cyclic != [])  # fmt: skip
+        told, found.cycle_fix = cycle_story(found.cycle_path, walker, collectable=obs.cyclic != [])
         notes.extend(told)
         found.change_at = hook_sites(found.cycle_path)
         if hanging is not None:  # drawn too: the DOT shows the tensor's graph
@@ -300,13 +316,24 @@ def _told(
             notes.append(said.GROWING_SITES)
         sites = made or _memory_sites(step, notes)
     kept_tensors = grown.tensors or tensors > 0
-    story = story_of(pattern, graph_grew=facts.graph_grew, tensors=kept_tensors,
-                     has_chain=found.chain_path is not None)  # fmt: skip
+    story = story_of(
+        pattern,
+        graph_grew=facts.graph_grew,
+        tensors=kept_tensors,
+        has_chain=found.chain_path is not None,
+    )
     drawn = drawing(found.chain_path, found.cycle_path, walker) or (seen.drawing if seen else None)
-    diagnosis = Diagnosis(pattern, cycle=found.cycle, cycle_links=found.cycle_links,
-                          sites=sites, notes=notes, drawing=drawn,
-                          story=story, change_at=found.change_at,
-                          kept_without_graph=kept_tensors and not facts.graph_grew)  # fmt: skip
+    diagnosis = Diagnosis(
+        pattern,
+        cycle=found.cycle,
+        cycle_links=found.cycle_links,
+        sites=sites,
+        notes=notes,
+        drawing=drawn,
+        story=story,
+        change_at=found.change_at,
+        kept_without_graph=kept_tensors and not facts.graph_grew,
+    )
     diagnosis.chain, diagnosis.links = found.chain
     return diagnosis
 
@@ -352,8 +379,11 @@ def _grew_during_loop(
             links[at + 1].grew = len(runs)
             return
         if runs and period > 1:
-            notes.append(said.holds_some_recorded(type(obj).__name__, len(obj), len(runs),
-                                                  obs.recorded_runs, period))  # fmt: skip
+            notes.append(
+                said.holds_some_recorded(
+                    type(obj).__name__, len(obj), len(runs), obs.recorded_runs, period
+                )
+            )
             links[at + 1].grew = len(runs)
             return
 

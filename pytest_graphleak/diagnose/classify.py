@@ -90,10 +90,17 @@ def facts_of(
     # A functools cache keeps one result per distinct argument: a container that grows
     # by key, whether or not the steps watched showed a new key.
     held = held or any(link.type in CACHES for link in links[1:])
-    return Facts(leaked_count=leaked_count, cyclic_count=cyclic_count, has_chain=bool(links),
-                 container_grew=grew, cycle_held=cycle_held, memory_only=memory_only,
-                 graph_grew=graph_grew, only_cycles=only_cycles,
-                 kept_in_container=held)  # fmt: skip
+    return Facts(
+        leaked_count=leaked_count,
+        cyclic_count=cyclic_count,
+        has_chain=bool(links),
+        container_grew=grew,
+        cycle_held=cycle_held,
+        memory_only=memory_only,
+        graph_grew=graph_grew,
+        only_cycles=only_cycles,
+        kept_in_container=held,
+    )
 
 
 @dataclass(frozen=True)
@@ -126,8 +133,13 @@ def grown_of(verdict: Verdict, metrics: Mapping[str, Metric]) -> Grown:
     rates = [r for r, m in declared if m is not None and m.counts in ("tensors", "nodes") and r > 0]
     period = max(1, min(_MAX_GROWTH_STEPS, math.ceil(1 / min(rates) - 1e-9))) if rates else 1
     cycles_only = counts == {"cycles"} and all(m is not None for _, m in declared)
-    return Grown(only_memory_grew(verdict, metrics), period, "nodes" in counts, "tensors" in counts,
-                 only_cycles=cycles_only)  # fmt: skip
+    return Grown(
+        only_memory_grew(verdict, metrics),
+        period,
+        "nodes" in counts,
+        "tensors" in counts,
+        only_cycles=cycles_only,
+    )
 
 
 def pattern_of(verdict: Verdict, facts: Facts) -> str:

@@ -68,9 +68,7 @@ def _search(ordered: list[Leaked], walker: ObjectEdges) -> Path | None:
     return None
 
 
-def see_cycle(
-    cyclic: list[Leaked], backends: list[Backend], seen: SeenCycle | None
-) -> SeenCycle:
+def see_cycle(cyclic: list[Leaked], backends: list[Backend], seen: SeenCycle | None) -> SeenCycle:
     """``seen`` with the objects one collection of a running loop freed added: counted with
     their sites, and the first cycle through them drawn (plain text: they are freed next)."""
     if seen is None:
@@ -137,9 +135,13 @@ def _ctx_story(
     found = walker.backend_of(value)
     held = "" if found is not None and found[1] == TENSOR else type(value).__name__
     return words.ctx_story(
-        _function_name(backend, node), attr, held, collectable=collectable,
-        grad_fn_is_ctx=backend.ctx_is_grad_fn, issue=backend.ctx_issue,
-    )  # fmt: skip
+        _function_name(backend, node),
+        attr,
+        held,
+        collectable=collectable,
+        grad_fn_is_ctx=backend.ctx_is_grad_fn,
+        issue=backend.ctx_issue,
+    )
 
 
 def _library_of(backend: Backend, node: Any) -> str:
@@ -153,9 +155,14 @@ def _library_of(backend: Backend, node: Any) -> str:
 
 
 def _library_ctx_story(
-    backend: Backend, node: Any, attr: str, library: str, path: Path, walker: ObjectEdges,
+    backend: Backend,
+    node: Any,
+    attr: str,
+    library: str,
+    path: Path,
+    walker: ObjectEdges,
     collectable: bool,
-) -> tuple[list[str], str] | None:  # fmt: skip
+) -> tuple[list[str], str] | None:
     """A library's Function keeps on its ctx (``ctx.func``) an object of the user's that
     holds the Function's output (``Flow.xt``): the fix is the user's line that stores it,
     the library's internals are the note. None when no link of the cycle is the user's."""
@@ -166,8 +173,15 @@ def _library_ctx_story(
     owner = type(holder).__name__
     stored = stored_line(type(holder), name)
     where = (f"{display_path(stored[0])}:{stored[1]}", stored[2], stored[3]) if stored else None
-    return words.library_ctx_story(_function_name(backend, node), library, attr, owner, name,
-                                   collectable=collectable, stored=where)  # fmt: skip
+    return words.library_ctx_story(
+        _function_name(backend, node),
+        library,
+        attr,
+        owner,
+        name,
+        collectable=collectable,
+        stored=where,
+    )
 
 
 def _user_link(path: Path, walker: ObjectEdges) -> tuple[object, str] | None:
@@ -224,11 +238,13 @@ def hook_sites(path: Path) -> list[CreationSite]:
     for obj in path.objects:
         func = getattr(obj, "__func__", obj)  # a bound method's function
         code = getattr(func, "__code__", None)
-        if isinstance(func, types.FunctionType) and code is not None \
-                and is_user_file(code.co_filename):  # fmt: skip
+        if (
+            isinstance(func, types.FunctionType)
+            and code is not None
+            and is_user_file(code.co_filename)
+        ):
             line = linecache.getline(code.co_filename, code.co_firstlineno).strip()
-            return [CreationSite(code.co_filename, code.co_firstlineno, line, 1,
-                                 func.__qualname__)]  # fmt: skip
+            return [CreationSite(code.co_filename, code.co_firstlineno, line, 1, func.__qualname__)]
     return []
 
 
@@ -249,6 +265,7 @@ def pack_hook_cycle(obs: Observation) -> tuple[list[str], str] | None:
         if hook is None or not backend.saves_own_output(grad_fn):
             continue
         named = f"{hook.name} ({display_path(hook.filename)}:{hook.lineno})"
-        return words.pack_hook_story(backend.describe(leaked.obj), backend.node_name(grad_fn),
-                                     named)  # fmt: skip
+        return words.pack_hook_story(
+            backend.describe(leaked.obj), backend.node_name(grad_fn), named
+        )
     return None

@@ -260,9 +260,12 @@ def partly_read(obj: object) -> bool:
     if isinstance(obj, (dict, list, tuple, deque, set, frozenset)):
         return len(obj) > MAX_ITEMS
     numpy = sys.modules.get("numpy")
-    return numpy is not None and isinstance(obj, numpy.ndarray) and obj.dtype == object and (
-        obj.size > MAX_ITEMS
-    )  # fmt: skip
+    return (
+        numpy is not None
+        and isinstance(obj, numpy.ndarray)
+        and obj.dtype == object
+        and (obj.size > MAX_ITEMS)
+    )
 
 
 def items_of(container: Any) -> Any:
@@ -273,10 +276,15 @@ def items_of(container: Any) -> Any:
 def holds_references(obj: object, walker: ObjectEdges) -> bool:
     """Can ``obj`` lead to another object? (gc-tracked objects, tensors and graph
     nodes, and numpy arrays that view another object)."""
-    return gc.is_tracked(obj) or walker.backend_of(obj) is not None or (
-        _array_base(obj) is not None or type(obj) is contextvars.ContextVar
-        or _object_array_items(obj) is not None
-    )  # fmt: skip
+    return (
+        gc.is_tracked(obj)
+        or walker.backend_of(obj) is not None
+        or (
+            _array_base(obj) is not None
+            or type(obj) is contextvars.ContextVar
+            or _object_array_items(obj) is not None
+        )
+    )
 
 
 def _function_edges(fn: types.FunctionType) -> Iterator[tuple[Edge, object]]:

@@ -24,9 +24,18 @@ from pytest_graphleak.result import Diagnosis, Link
 #: ``global 'mod.HISTORY'`` (the roots' own format, made in ``roots`` and the audit).
 NAMED_ROOTS = ("fixture", "local", "closure", "global")
 #: Names for the edge kinds (``edges.Edge.kind``), as the words say them.
-_EDGE_WORDS = {"attr": "attribute", "key": "key", "index": "index", "closure": "closure cell",
-               "local": "generator frame", "member": "member", "grad_fn": "graph",
-               "next": "graph", "value": "context value", "ref": "reference"}  # fmt: skip
+_EDGE_WORDS = {
+    "attr": "attribute",
+    "key": "key",
+    "index": "index",
+    "closure": "closure cell",
+    "local": "generator frame",
+    "member": "member",
+    "grad_fn": "graph",
+    "next": "graph",
+    "value": "context value",
+    "ref": "reference",
+}
 #: Attributes through which a tensor or node keeps its hooks.
 _HOOKS = frozenset({"_backward_hooks", "hooks", "pre_hooks", "_forward_hooks"})
 
@@ -56,8 +65,10 @@ def links_of(path: Path, walker: ObjectEdges) -> list[Link]:
 def cycle_links_of(path: Path, walker: ObjectEdges) -> list[Link]:
     """The typed links of a cycle's ``path``: one per object (no root), each with the
     edge the cycle leaves it by."""
-    return [_link(obj, path.edges[i] if i < len(path.edges) else None, walker)
-            for i, obj in enumerate(path.objects)]  # fmt: skip
+    return [
+        _link(obj, path.edges[i] if i < len(path.edges) else None, walker)
+        for i, obj in enumerate(path.objects)
+    ]
 
 
 def root_link(label: str) -> Link:
@@ -78,8 +89,14 @@ def _link(obj: Any, out: Edge | None, walker: ObjectEdges) -> Link:
     edge, key = _edge(obj, out, found)
     kind_name = type(obj).__name__
     if found is not None and found[1] == TENSOR:
-        return Link("tensor", kind_name, edge=edge, key=key, shape=_shape(obj),
-                    graph=grad_fn_of(obj) is not None)  # fmt: skip
+        return Link(
+            "tensor",
+            kind_name,
+            edge=edge,
+            key=key,
+            shape=_shape(obj),
+            graph=grad_fn_of(obj) is not None,
+        )
     if found is not None and found[1] == NODE:
         return Link("node", kind_name, edge=edge, key=key)
     base = next((b.__name__ for b in SIZED if isinstance(obj, b)), "")
@@ -88,8 +105,16 @@ def _link(obj: Any, out: Edge | None, walker: ObjectEdges) -> Link:
     if tensordict_like(obj):  # its own .detach() cuts every tensor it holds
         kind = "tensordict"
     carriers = _carriers(obj, walker) if kind == "object" else []
-    return Link(kind, kind_name, edge=edge, key=key, base=base, length=size,
-                grows=growable(obj), carriers=carriers)  # fmt: skip
+    return Link(
+        kind,
+        kind_name,
+        edge=edge,
+        key=key,
+        base=base,
+        length=size,
+        grows=growable(obj),
+        carriers=carriers,
+    )
 
 
 def _carriers(obj: Any, walker: ObjectEdges) -> list[str]:
@@ -104,8 +129,12 @@ def _carriers(obj: Any, walker: ObjectEdges) -> list[str]:
     found = []
     for name, value in list(attributes.items())[:64]:
         held = walker.backend_of(value)
-        if (isinstance(name, str) and held is not None and held[1] == TENSOR
-                and grad_fn_of(value) is not None):  # fmt: skip
+        if (
+            isinstance(name, str)
+            and held is not None
+            and held[1] == TENSOR
+            and grad_fn_of(value) is not None
+        ):
             found.append(name)
     return found
 

@@ -32,8 +32,12 @@ def clear_after_backward(source: Source, statement: ast.stmt) -> list[Edit]:
     break it (``words.backward``). Only where that statement is in the same file and
     names the holder itself (not a helper that takes it under another name)."""
     call = statement.value if isinstance(statement, ast.Expr) else None
-    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
-            and call.func.attr in STORES and plain(call.func.value)):  # fmt: skip
+    if not (
+        isinstance(call, ast.Call)
+        and isinstance(call.func, ast.Attribute)
+        and call.func.attr in STORES
+        and plain(call.func.value)
+    ):
         return []
     holder = node_text(source, call.func.value)
     line = source.lines[statement.lineno - 1].strip()
@@ -56,8 +60,9 @@ def resets(source: Source, statement: ast.stmt) -> list[Edit]:
     if call.func.attr in STORES or not plain(holder):
         return []
     name = node_text(source, holder)
-    return [after(source, statement, f"{name}.{method}()", "reset")
-            for method in ("reset", "clear")]  # fmt: skip
+    return [
+        after(source, statement, f"{name}.{method}()", "reset") for method in ("reset", "clear")
+    ]
 
 
 def after(source: Source, statement: ast.stmt, text: str, kind: str) -> Edit:
@@ -65,8 +70,14 @@ def after(source: Source, statement: ast.stmt, text: str, kind: str) -> Edit:
     assert statement.end_lineno is not None
     old = source.lines[statement.lineno - 1 : statement.end_lineno]
     new = (*old, indent_of(old[0]) + text)
-    return Edit(source.filename, statement.lineno, statement.end_lineno, new,
-                f"{one_line(old)}; then {text}", kind)  # fmt: skip
+    return Edit(
+        source.filename,
+        statement.lineno,
+        statement.end_lineno,
+        new,
+        f"{one_line(old)}; then {text}",
+        kind,
+    )
 
 
 def cache_name(links: Sequence[Link]) -> str:
@@ -98,8 +109,9 @@ def cache_clears(source: Source, name: str, statement: ast.stmt) -> list[Edit]:
         if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or node.name == name:
             continue
         for each in node.body:
-            if isinstance(each, (ast.Expr, ast.Assign, ast.AugAssign)) and _calls(source, each,
-                                                                                 name):
+            if isinstance(each, (ast.Expr, ast.Assign, ast.AugAssign)) and _calls(
+                source, each, name
+            ):
                 return [after(source, each, f"{name}.cache_clear()", "cache_clear")]
     return []
 

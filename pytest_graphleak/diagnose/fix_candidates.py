@@ -84,8 +84,9 @@ def candidates(
     if _passes_on(statement):
         element = None  # what the callee stores is its own (a mock's call record), not x
     for node in _stored(statement):
-        for text, kind in _rewrites(source, node, scalar=scalar, element=element,
-                                    many=_many(statement)):  # fmt: skip
+        for text, kind in _rewrites(
+            source, node, scalar=scalar, element=element, many=_many(statement)
+        ):
             new = replace_node(source, statement, node, text)
             found.append(_edit(source, statement, new, kind))
         if isinstance(statement, ast.AugAssign) and node is statement.value:
@@ -134,8 +135,11 @@ def _stored(statement: ast.stmt) -> list[ast.expr]:
         return [statement.value]
     if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call):
         call = statement.value
-        args = [arg for arg in [*call.args, *(k.value for k in call.keywords)]
-                if not isinstance(arg, (ast.Constant, ast.Starred))]  # fmt: skip
+        args = [
+            arg
+            for arg in [*call.args, *(k.value for k in call.keywords)]
+            if not isinstance(arg, (ast.Constant, ast.Starred))
+        ]
         if isinstance(call.func, ast.Attribute) and call.func.attr in STORES:
             return args[-1:] + args[:-1]
         return args
@@ -168,15 +172,21 @@ def _parts(value: ast.expr) -> list[ast.expr]:
             skip.add(id(node.value))
         elif isinstance(node, ast.Call):
             skip.add(id(node.func))
-    names: list[ast.expr] = [node for node in ast.walk(value) if isinstance(node, ast.Name)
-                             and id(node) not in skip and node is not value]  # fmt: skip
+    names: list[ast.expr] = [
+        node
+        for node in ast.walk(value)
+        if isinstance(node, ast.Name) and id(node) not in skip and node is not value
+    ]
     return names[:3]
 
 
 def _many(statement: ast.stmt) -> bool:
     call = statement.value if isinstance(statement, ast.Expr) else None
-    return (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
-            and call.func.attr in MANY)  # fmt: skip
+    return (
+        isinstance(call, ast.Call)
+        and isinstance(call.func, ast.Attribute)
+        and call.func.attr in MANY
+    )
 
 
 def _rewrites(
@@ -190,17 +200,27 @@ def _rewrites(
     if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
         if not node.elts:
             return []
-        return [(_literal(node, [_atom(node_text(source, elt)) + f".{method}()"
-                                 for elt in node.elts]), kind)
-                for method, kind in _ITEMS]  # fmt: skip
+        return [
+            (
+                _literal(
+                    node, [_atom(node_text(source, elt)) + f".{method}()" for elt in node.elts]
+                ),
+                kind,
+            )
+            for method, kind in _ITEMS
+        ]
     if isinstance(node, ast.Dict):
         keys = [key for key in node.keys if key is not None]
         if len(keys) != len(node.keys):  # a ** unpacking
             return []
-        pairs = [(node_text(source, k), _atom(node_text(source, v)))
-                 for k, v in zip(keys, node.values, strict=True)]  # fmt: skip
-        return [("{" + ", ".join(f"{k}: {v}.{method}()" for k, v in pairs) + "}", kind)
-                for method, kind in _ITEMS]  # fmt: skip
+        pairs = [
+            (node_text(source, k), _atom(node_text(source, v)))
+            for k, v in zip(keys, node.values, strict=True)
+        ]
+        return [
+            ("{" + ", ".join(f"{k}: {v}.{method}()" for k, v in pairs) + "}", kind)
+            for method, kind in _ITEMS
+        ]
     if isinstance(node, ast.Constant) or _detached(node):
         return []
     if isinstance(node, ast.Call) and element is not None and element.kind == "object":
@@ -228,6 +248,7 @@ def _built(source: Source, call: ast.Call, method: str) -> str:
         keyword.arg is None for keyword in call.keywords
     ):
         return ""
+
     def one(arg: ast.expr) -> str:
         text = node_text(source, arg)
         kept = isinstance(arg, (ast.Constant, ast.Lambda)) or _detached(arg)
@@ -254,8 +275,11 @@ def _passes_on(statement: ast.stmt) -> bool:
 
 def _detached(node: ast.expr) -> bool:
     """``x.detach()``, ``x.item()``: already keeps no graph."""
-    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-            and node.func.attr in ("detach", "item", "tolist"))  # fmt: skip
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in ("detach", "item", "tolist")
+    )
 
 
 def _total_detached(source: Source, statement: ast.AugAssign) -> Edit:
@@ -333,8 +357,7 @@ def _computes(statement: ast.stmt) -> bool:
 
 def _edit(source: Source, statement: ast.stmt, new: tuple[str, ...], kind: str) -> Edit:
     assert statement.end_lineno is not None
-    return Edit(source.filename, statement.lineno, statement.end_lineno, new, one_line(new),
-                kind)  # fmt: skip
+    return Edit(source.filename, statement.lineno, statement.end_lineno, new, one_line(new), kind)
 
 
 def _under(source: Source, statement: ast.stmt, no_grad: str) -> Edit:

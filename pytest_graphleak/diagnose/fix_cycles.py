@@ -67,12 +67,16 @@ def _closure_at(
         if not isinstance(outer, (ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
         for statement in _statements(outer.body):
-            if _compound(statement) and not isinstance(statement, (ast.FunctionDef,
-                                                                   ast.AsyncFunctionDef)):
+            if _compound(statement) and not isinstance(
+                statement, (ast.FunctionDef, ast.AsyncFunctionDef)
+            ):
                 continue  # its own statements are looked at one by one
             for node in ast.walk(statement):
-                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) \
-                        and node.lineno == lineno and _owner(statement, node) is None:  # fmt: skip
+                if (
+                    isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+                    and node.lineno == lineno
+                    and _owner(statement, node) is None
+                ):
                     return node, outer, statement
     return None
 
@@ -102,8 +106,9 @@ def _owner(statement: ast.stmt, node: ast.AST) -> ast.AST | None:
     for inner in ast.walk(statement):
         if inner is node or inner is statement:
             continue
-        if isinstance(inner, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) \
-                and any(child is node for child in ast.walk(inner)):  # fmt: skip
+        if isinstance(inner, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) and any(
+            child is node for child in ast.walk(inner)
+        ):
             return inner
     return None
 
@@ -126,11 +131,14 @@ def _free_reads(closure: _Function) -> list[str]:
     own = {a.arg for a in [*params.posonlyargs, *params.args, *params.kwonlyargs]}
     own.update(a.arg for a in (params.vararg, params.kwarg) if a is not None)
     body = closure.body if isinstance(closure.body, list) else [closure.body]
-    names: list[ast.Name] = [node for part in body for node in ast.walk(part)
-                             if isinstance(node, ast.Name)]  # fmt: skip
+    names: list[ast.Name] = [
+        node for part in body for node in ast.walk(part) if isinstance(node, ast.Name)
+    ]
     own.update(n.id for n in names if isinstance(n.ctx, ast.Store))
-    reads = sorted((n for n in names if isinstance(n.ctx, ast.Load) and n.id not in own),
-                   key=lambda n: (n.lineno, n.col_offset))  # fmt: skip
+    reads = sorted(
+        (n for n in names if isinstance(n.ctx, ast.Load) and n.id not in own),
+        key=lambda n: (n.lineno, n.col_offset),
+    )
     return list(dict.fromkeys(n.id for n in reads))
 
 
@@ -141,8 +149,12 @@ def _weakly(
     lines = list(source.lines[statement.lineno - 1 : statement.end_lineno])
     ref = unused_name(source, f"{name}_ref")
     body = closure.body if isinstance(closure.body, list) else [closure.body]
-    reads = [node for part in body for node in ast.walk(part)
-             if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Load)]
+    reads = [
+        node
+        for part in body
+        for node in ast.walk(part)
+        if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Load)
+    ]
     for node in sorted(reads, key=lambda n: (n.lineno, n.col_offset), reverse=True):
         row = node.lineno - statement.lineno
         start = char_col(lines[row], node.col_offset)

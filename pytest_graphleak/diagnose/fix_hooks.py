@@ -87,8 +87,11 @@ def hook_edits(
 def pack_hooks(cycle: Iterable[str]) -> list[tuple[str, str, int]]:
     """(name, file, line of its ``def``) of each saved-tensor pack hook a cycle's links
     name."""
-    return [(name, os.path.abspath(filename), int(line)) for link in cycle
-            for name, filename, line in _PACKED.findall(link)]  # fmt: skip
+    return [
+        (name, os.path.abspath(filename), int(line))
+        for link in cycle
+        for name, filename, line in _PACKED.findall(link)
+    ]
 
 
 def _hook_reads(source: Source, methods: set[str]) -> list[ast.Attribute]:
@@ -111,8 +114,12 @@ def _hook_reads(source: Source, methods: set[str]) -> list[ast.Attribute]:
                     if isinstance(target, ast.Name) and reads:
                         assigned.setdefault(target.id, []).extend(reads)  # type: ignore[arg-type]
         for call in ast.walk(function):
-            if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
-                    and _REGISTER.match(call.func.attr) and call.args):  # fmt: skip
+            if not (
+                isinstance(call, ast.Call)
+                and isinstance(call.func, ast.Attribute)
+                and _REGISTER.match(call.func.attr)
+                and call.args
+            ):
                 continue
             hook = call.args[0]
             if isinstance(hook, ast.Attribute) and _is_method(hook, methods):
@@ -123,8 +130,12 @@ def _hook_reads(source: Source, methods: set[str]) -> list[ast.Attribute]:
 
 
 def _is_method(node: ast.AST, methods: set[str]) -> bool:
-    return (isinstance(node, ast.Attribute) and node.attr in methods
-            and isinstance(node.value, ast.Name) and node.value.id == "self")  # fmt: skip
+    return (
+        isinstance(node, ast.Attribute)
+        and node.attr in methods
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "self"
+    )
 
 
 def _weak_method(source: Source, read: ast.Attribute, weakref_name: str | None) -> Edit | None:
@@ -132,8 +143,7 @@ def _weak_method(source: Source, read: ast.Attribute, weakref_name: str | None) 
     if statement is None or statement.end_lineno is None:
         return None
     ref = unused_name(source, f"{read.attr.lstrip('_') or 'hook'}_ref")
-    weak = (f"(lambda *args, **kwargs: {ref}()(*args, **kwargs) if {ref}() is not None "
-            "else None)")  # fmt: skip
+    weak = f"(lambda *args, **kwargs: {ref}()(*args, **kwargs) if {ref}() is not None else None)"
     lines = replace_node(source, statement, read, weak)
     pad = indent_of(source.lines[statement.lineno - 1])
     made = f"{ref} = {weakref_name or 'weakref'}.WeakMethod({node_text(source, read)})"
@@ -167,8 +177,16 @@ def _non_reentrant(source: Source, functions: set[str]) -> list[Edit]:
             head = text[:-1].rstrip().rstrip(",")
             lines = replace_node(source, statement, call, f"{head}, use_reentrant=False)")
         lines = tuple("\n".join(lines).split("\n"))  # a call over several lines stays so
-        edits.append(Edit(source.filename, statement.lineno, statement.end_lineno, lines,
-                          one_line(lines), "checkpoint"))  # fmt: skip
+        edits.append(
+            Edit(
+                source.filename,
+                statement.lineno,
+                statement.end_lineno,
+                lines,
+                one_line(lines),
+                "checkpoint",
+            )
+        )
     return edits
 
 
@@ -182,8 +200,11 @@ def _detached_return(source: Source, name: str, lineno: int) -> list[Edit]:
     """``return x.detach()`` for the pack hook ``name`` defined on ``lineno`` when its
     one ``return`` gives back its own argument."""
     for function in ast.walk(source.tree):
-        if not (isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef))
-                and function.name == name and function.lineno == lineno):  # fmt: skip
+        if not (
+            isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and function.name == name
+            and function.lineno == lineno
+        ):
             continue
         params = [a.arg for a in [*function.args.posonlyargs, *function.args.args]]
         returns = [n for n in ast.walk(function) if isinstance(n, ast.Return)]
@@ -198,29 +219,39 @@ def _detached_return(source: Source, name: str, lineno: int) -> list[Edit]:
     return []
 
 
-
-
 def removed_handles(source: Source, lineno: int, reads: list[ast.Attribute]) -> list[Edit]:
     """The handle of each ``register_*hook`` statement whose hook is the closure defined on
     ``lineno`` or one of the bound-method ``reads`` kept, and removed after the first later
     statement of its block that calls ``.backward`` (not in a ``def`` or ``class``)."""
-    defined = {node.name for node in ast.walk(source.tree)
-               if isinstance(node, _DEFS) and node.lineno == lineno}  # fmt: skip
+    defined = {
+        node.name
+        for node in ast.walk(source.tree)
+        if isinstance(node, _DEFS) and node.lineno == lineno
+    }
     edits = []
-    blocks = [getattr(node, field) for node in ast.walk(source.tree)
-              for field in ("body", "orelse", "finalbody")
-              if isinstance(getattr(node, field, None), list)]  # fmt: skip
+    blocks = [
+        getattr(node, field)
+        for node in ast.walk(source.tree)
+        for field in ("body", "orelse", "finalbody")
+        if isinstance(getattr(node, field, None), list)
+    ]
     for block in blocks:
         for at, statement in enumerate(block):
             call = statement.value if isinstance(statement, ast.Expr | ast.Assign) else None
             targets = statement.targets if isinstance(statement, ast.Assign) else [None]
-            if not (isinstance(call, ast.Call) and call.args and len(targets) == 1
-                    and _REGISTER.match(_name_of(call.func))):  # fmt: skip
+            if not (
+                isinstance(call, ast.Call)
+                and call.args
+                and len(targets) == 1
+                and _REGISTER.match(_name_of(call.func))
+            ):
                 continue
             hook = call.args[0]
-            ours = ((isinstance(hook, ast.Lambda) and hook.lineno == lineno)
-                    or (isinstance(hook, ast.Name) and hook.id in defined)
-                    or any(hook is read for read in reads))  # fmt: skip
+            ours = (
+                (isinstance(hook, ast.Lambda) and hook.lineno == lineno)
+                or (isinstance(hook, ast.Name) and hook.id in defined)
+                or any(hook is read for read in reads)
+            )
             after = next((s for s in block[at + 1 :] if _backward_in(s)), None)
             if ours and after is not None:
                 edits.append(_unhooked(source, statement, targets[0], after))
@@ -233,7 +264,8 @@ _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef)
 def _backward_in(statement: ast.stmt) -> bool:
     return not isinstance(statement, (*_DEFS, ast.ClassDef)) and any(
         isinstance(node, ast.Call) and _name_of(node.func) == "backward"
-        for node in ast.walk(statement))  # fmt: skip
+        for node in ast.walk(statement)
+    )
 
 
 def _unhooked(
@@ -248,7 +280,14 @@ def _unhooked(
     if target is None:
         lines[0] = f"{pad}{handle} = {lines[0][len(pad) :]}"
     end = (statement.end_lineno or statement.lineno) - statement.lineno + 1
-    shown = UNHOOK.format(one_line(lines[:end]), handle,
-                          one_line(source.lines[after.lineno - 1 : last]))  # fmt: skip
-    return Edit(source.filename, statement.lineno, last, (*lines, f"{pad}{handle}.remove()"),
-                shown, "unhook")  # fmt: skip
+    shown = UNHOOK.format(
+        one_line(lines[:end]), handle, one_line(source.lines[after.lineno - 1 : last])
+    )
+    return Edit(
+        source.filename,
+        statement.lineno,
+        last,
+        (*lines, f"{pad}{handle}.remove()"),
+        shown,
+        "unhook",
+    )

@@ -28,8 +28,16 @@ def both_holders(source: Source, first: list[Edit], second: list[Edit]) -> list[
             continue
         middle = source.lines[early.last : late.first - 1]
         shown = f"{one.shown} (and line {other.first}: {other.shown})"
-        pairs.append(Edit(source.filename, early.first, late.last,
-                          (*early.new, *middle, *late.new), shown, one.kind))  # fmt: skip
+        pairs.append(
+            Edit(
+                source.filename,
+                early.first,
+                late.last,
+                (*early.new, *middle, *late.new),
+                shown,
+                one.kind,
+            )
+        )
     return pairs
 
 
@@ -40,7 +48,10 @@ def _same_function(tree: ast.Module, a: int, b: int) -> bool:
 
 
 def _innermost(tree: ast.Module, line: int) -> ast.AST | None:
-    functions = [node for node in ast.walk(tree)
-                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
-                 and node.lineno <= line <= (node.end_lineno or node.lineno)]  # fmt: skip
+    functions = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+        and node.lineno <= line <= (node.end_lineno or node.lineno)
+    ]
     return max(functions, key=lambda node: node.lineno, default=None)

@@ -20,8 +20,22 @@ CONTEXT = 3
 
 
 #: Methods that put their argument into the container they are called on.
-STORES = frozenset({"append", "appendleft", "add", "insert", "put", "put_nowait", "push",
-                    "extend", "extendleft", "setdefault", "add_", "copy_"})  # fmt: skip
+STORES = frozenset(
+    {
+        "append",
+        "appendleft",
+        "add",
+        "insert",
+        "put",
+        "put_nowait",
+        "push",
+        "extend",
+        "extendleft",
+        "setdefault",
+        "add_",
+        "copy_",
+    }
+)
 
 
 def plain(node: ast.expr) -> bool:

@@ -84,8 +84,9 @@ def _reachable_functions(starts: Iterable[object]) -> Iterator[types.FunctionTyp
 def _next(obj: object) -> list[object]:
     """What the walk follows from ``obj``: only toward the user's code."""
     if isinstance(obj, types.FunctionType):
-        found: list[object] = [cell.cell_contents for cell in obj.__closure__ or ()
-                               if _filled(cell)]  # fmt: skip
+        found: list[object] = [
+            cell.cell_contents for cell in obj.__closure__ or () if _filled(cell)
+        ]
         found.extend(getattr(obj, "__wrapped__", None) for _ in (0,) if hasattr(obj, "__wrapped__"))
         if is_user_file(obj.__code__.co_filename):
             found.extend(list(obj.__globals__.values())[: MAX_ITEMS * 5])
@@ -174,16 +175,31 @@ def compile_changed(func: types.FunctionType, source: Source, edit: Edit) -> typ
     node.decorator_list = []
     body: list[ast.stmt] = [node]
     if owner is not None:  # the class keeps super() and private names working
-        body = [ast.ClassDef(name=owner.name, bases=[], keywords=[], body=[node],
-                             decorator_list=[], **_TYPE_PARAMS)]  # fmt: skip
+        body = [
+            ast.ClassDef(
+                name=owner.name,
+                bases=[],
+                keywords=[],
+                body=[node],
+                decorator_list=[],
+                **_TYPE_PARAMS,
+            )
+        ]
     free = [name for name in code.co_freevars if name != "__class__" or owner is None]
     wrapper = ast.FunctionDef(
-        name=_WRAPPER, args=ast.arguments(posonlyargs=[], args=[], kwonlyargs=[], kw_defaults=[],
-                                           defaults=[]),
-        body=[*[ast.Assign(targets=[ast.Name(name, ast.Store())], value=ast.Constant(None))
-                for name in free], *body, ast.Return(ast.Constant(None))],
-        decorator_list=[], **_TYPE_PARAMS,
-    )  # fmt: skip
+        name=_WRAPPER,
+        args=ast.arguments(posonlyargs=[], args=[], kwonlyargs=[], kw_defaults=[], defaults=[]),
+        body=[
+            *[
+                ast.Assign(targets=[ast.Name(name, ast.Store())], value=ast.Constant(None))
+                for name in free
+            ],
+            *body,
+            ast.Return(ast.Constant(None)),
+        ],
+        decorator_list=[],
+        **_TYPE_PARAMS,
+    )
     module = ast.Module(body=[wrapper], type_ignores=[])
     ast.copy_location(wrapper, node)
     ast.fix_missing_locations(module)

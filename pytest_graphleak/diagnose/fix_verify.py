@@ -80,13 +80,20 @@ def verify_fix(
     tried: list[tuple[Edit, Trial | str]] = []
     no_grad = _no_grad(site, starts)
     edits = candidates(source, site.lineno, diagnosis.links, no_grad=no_grad, made_at=made)
-    second = next((s for s in diagnosis.second_stored_at if s.filename == site.filename
-                   and s.lineno != site.lineno), None)  # fmt: skip
+    second = next(
+        (
+            s
+            for s in diagnosis.second_stored_at
+            if s.filename == site.filename and s.lineno != site.lineno
+        ),
+        None,
+    )
     if second is not None:  # a change of one holder's line leaves the other growing
         others = candidates(source, second.lineno, diagnosis.second_links, no_grad=no_grad)
         edits = both_holders(source, edits, others) or edits
     return _first_held(edits, source, starts, trial, tried) or _none_held(
-        diagnosis, advice, tried, site)
+        diagnosis, advice, tried, site
+    )
 
 
 def _cycle_fix(
@@ -142,10 +149,15 @@ def _first_held(
         memory_left |= isinstance(outcome, Trial) and bool(outcome.grew) and outcome.memory_only
         if isinstance(outcome, Trial) and not outcome.grew:
             name = display_path(source.filename)
-            return Fix(text=f"{name}:{edit.first}: {edit.shown}", verified=True,
-                       diff=unified_diff(source, edit, name), steps=outcome.steps,
-                       runs=outcome.runs, filename=os.path.abspath(source.filename),
-                       sha256=source.sha256)  # fmt: skip
+            return Fix(
+                text=f"{name}:{edit.first}: {edit.shown}",
+                verified=True,
+                diff=unified_diff(source, edit, name),
+                steps=outcome.steps,
+                runs=outcome.runs,
+                filename=os.path.abspath(source.filename),
+                sha256=source.sha256,
+            )
         tried.append((edit, outcome))
     return None
 
@@ -214,5 +226,6 @@ def _module_name(site: CreationSite, starts: Iterable[object], module: str) -> s
     found = sys.modules.get(module)
     func = find_function(site.filename, site.lineno, starts)
     names = func.__globals__ if isinstance(func, types.FunctionType) else {}
-    return next((name for name, value in names.items()
-                 if found is not None and value is found), None)  # fmt: skip
+    return next(
+        (name for name, value in names.items() if found is not None and value is found), None
+    )

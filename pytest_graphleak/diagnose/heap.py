@@ -82,16 +82,28 @@ def _diagnosis(
     counts and the chain's typed links (``facts_of``; ``kept_counts``: a container
     the walk found holding graph tensors is the evidence, no steps were watched)."""
     chain, links = chain_of(path, walker)
-    facts = facts_of(links, kept_counts=kept_counts, leaked_count=leaked_count,
-                     cyclic_count=cyclic_count, memory_only=memory_only,
-                     graph_grew=graph_grew, only_cycles=only_cycles)  # fmt: skip
+    facts = facts_of(
+        links,
+        kept_counts=kept_counts,
+        leaked_count=leaked_count,
+        cyclic_count=cyclic_count,
+        memory_only=memory_only,
+        graph_grew=graph_grew,
+        only_cycles=only_cycles,
+    )
     pattern = pattern_of(verdict, facts)
-    story = story_of(pattern, graph_grew=facts.graph_grew, tensors=True,
-                     has_chain=facts.has_chain)  # fmt: skip
+    story = story_of(pattern, graph_grew=facts.graph_grew, tensors=True, has_chain=facts.has_chain)
     # Tensors grew or were found (tensors=True), without a graph; only cycles: unknown.
     bare = not facts.graph_grew and not facts.only_cycles
-    diagnosis = Diagnosis(pattern, chain=chain, links=links, notes=notes, story=story,
-                          kept_without_graph=bare, drawing=drawing(path, None, walker))  # fmt: skip
+    diagnosis = Diagnosis(
+        pattern,
+        chain=chain,
+        links=links,
+        notes=notes,
+        story=story,
+        kept_without_graph=bare,
+        drawing=drawing(path, None, walker),
+    )
     diagnosis.fix = choose_fix(diagnosis)
     return diagnosis
 
@@ -147,8 +159,9 @@ def diagnose_heap(
             return _diagnosis(verdict, notes, path, walker, leaked_count=1)
         if cyclic:
             notes.append(said.CYCLES_FREED)
-        return _diagnosis(verdict, notes, None, walker, cyclic_count=cyclic,
-                          memory_only=memory_only)  # fmt: skip
+        return _diagnosis(
+            verdict, notes, None, walker, cyclic_count=cyclic, memory_only=memory_only
+        )
     finally:
         if path is not None:
             path.clear()

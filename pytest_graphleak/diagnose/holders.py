@@ -48,17 +48,20 @@ def unrooted_holder(obs: Observation, walker: ObjectEdges) -> Path | None:
     try:
         referrers = gc.get_referrers(*held)
         containers = [
-            r for r in referrers
+            r
+            for r in referrers
             if isinstance(r, GROWABLE) and id(r) not in mine and walker.walkable(r)
-        ]  # fmt: skip
+        ]
         referrers.clear()
         if not containers:
             return None
         # Not the first in the heap's order, which may differ from run to run: the one
         # that holds the most of them (its kind is part of the baseline key).
         ids = {id(obj) for obj in held}
-        container = min(containers, key=lambda c: (
-            -sum(id(item) in ids for item in items_of(c)), type(c).__name__, len(c)))  # fmt: skip
+        container = min(
+            containers,
+            key=lambda c: (-sum(id(item) in ids for item in items_of(c)), type(c).__name__, len(c)),
+        )
         containers.clear()
         for obj in held:  # a loop, not a generator: its cell would refer to the container
             if any(item is obj for item in items_of(container)):
@@ -88,8 +91,7 @@ def _prepend_parent(path: Path, walker: ObjectEdges, mine: set[int]) -> None:
                 continue
             for edge, child in walker.edges(parent):
                 if child is container and edge.kind in ("key", "attr"):
-                    found.append(((edge.kind, str(edge.key), type(parent).__name__), parent,
-                                  edge))  # fmt: skip
+                    found.append(((edge.kind, str(edge.key), type(parent).__name__), parent, edge))
                     break
         if found:  # by name, not by the heap's order (which may differ from run to run)
             _, parent, edge = min(found, key=lambda candidate: candidate[0])
@@ -163,8 +165,9 @@ def not_reached(searched: Searched) -> str:
     if searched.whole:
         return said.NOT_REACHED
     cut = searched.cut
-    return said.search_stopped(cut, searched.roots - len(cut), searched.visited,
-                               (MAX_VISITED, MAX_PER_ROOT, MAX_ITEMS))  # fmt: skip
+    return said.search_stopped(
+        cut, searched.roots - len(cut), searched.visited, (MAX_VISITED, MAX_PER_ROOT, MAX_ITEMS)
+    )
 
 
 def no_holder_note(obs: Observation, searched: Searched) -> str:

@@ -204,8 +204,9 @@ class GrowthWatch:
         # Only slots that can be read again as they were found are watched (a change
         # before the first line would otherwise be charged to it).
         now = self._read_all()
-        self.slots[:] = [slot for slot, obj in zip(self.slots, now, strict=True)
-                         if obj is slot.array]  # fmt: skip
+        self.slots[:] = [
+            slot for slot, obj in zip(self.slots, now, strict=True) if obj is slot.array
+        ]
         now.clear()
         if self._tracing:
             tracemalloc.start(25)
@@ -259,9 +260,10 @@ class GrowthWatch:
 
     def _name_grown(self, diagnosis: Diagnosis) -> None:
         grown = [
-            slot for slot in self.slots
+            slot
+            for slot in self.slots
             if slot.nbytes_after is not None and slot.nbytes_after > slot.nbytes
-        ]  # fmt: skip
+        ]
         if not grown:
             diagnosis.notes.append(said.none_grew(len(self.slots), cut=self.cut))
             return

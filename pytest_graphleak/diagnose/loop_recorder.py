@@ -118,8 +118,11 @@ class LoopRecorder:
         if self.steps_recorded == 0:
             # What is alive now is older than the recording: step 0, dropped at the end.
             note_new(gc.get_objects(), self.backends, self.made, 0)
-            self._first_number = [(backend, number) for backend in self.backends
-                                  if (number := backend.node_number_now()) is not None]  # fmt: skip
+            self._first_number = [
+                (backend, number)
+                for backend in self.backends
+                if (number := backend.node_number_now()) is not None
+            ]
         self._own = [(switch, module, switch(module, True)) for switch, module, _ in self._own]
         if self.mode is not None:
             self.mode.__enter__()
@@ -197,8 +200,11 @@ class LoopRecorder:
         """The node numbers the recorded steps' nodes got, [lo, hi), per library that
         numbers its nodes (``Backend.node_number_now``)."""
         last = self._last_number
-        return [(backend, lo, last[id(backend)])
-                for backend, lo in self._first_number if id(backend) in last]  # fmt: skip
+        return [
+            (backend, lo, last[id(backend)])
+            for backend, lo in self._first_number
+            if id(backend) in last
+        ]
 
     def observation(self, *, later_steps: int) -> Observation:
         """What the recorded steps made that is still alive (call after a collection)."""

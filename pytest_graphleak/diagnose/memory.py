@@ -263,8 +263,9 @@ def growing_holder(
             after.release()
 
 
-def _path_to(roots: Sequence[tuple[str, object]], grown: _Growth, walker: ObjectEdges
-             ) -> Path | None:  # fmt: skip
+def _path_to(
+    roots: Sequence[tuple[str, object]], grown: _Growth, walker: ObjectEdges
+) -> Path | None:
     """The chain to what grew: to a slot's holder, then the slot's edge to its array."""
     if grown.edge is None:
         target = grown.target
@@ -302,8 +303,11 @@ def _made_by_next_step(
             notes.append(said.step_raised(f"{type(exc).__name__}: {exc}"))
             return []
         if grown.edge is not None:
-            now = (follow_edge(grown.holder, grown.edge, walker) if grown.holder is not None
-                   else MISSING)  # fmt: skip
+            now = (
+                follow_edge(grown.holder, grown.edge, walker)
+                if grown.holder is not None
+                else MISSING
+            )
             if now is not MISSING and now is not grown.target:
                 objects.append(now)
         elif isinstance(grown.target, GROWABLE) and len(grown.target) > grown.length:

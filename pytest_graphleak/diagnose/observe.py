@@ -92,8 +92,9 @@ def observe(
         sites.clear()
         result.trouble.extend(recorder.trouble)
         if result.cyclic:  # a library's own cycles of tensors without a graph: counted apart
-            result.cyclic, result.churn = split(result.cyclic, result.garbage,
-                                                ObjectEdges(backends))  # fmt: skip
+            result.cyclic, result.churn = split(
+                result.cyclic, result.garbage, ObjectEdges(backends)
+            )
             if not result.cyclic:
                 result.garbage.clear()
         result.node_sites_truncated = recorder.mode is not None and recorder.mode.nodes_truncated

@@ -133,8 +133,9 @@ def render_cycle(
             edge, leaked = hanging
             first = path.objects[0]
             library = library_of(first) if walker.backend_of(first) is None else ""
-            holder = ("" if not library else f"{library}'s ") + _short_type(first, walker) \
-                + edge.text()  # fmt: skip
+            holder = (
+                ("" if not library else f"{library}'s ") + _short_type(first, walker) + edge.text()
+            )
             labels[-1] += f", and {holder} holds {describe(leaked, walker)}"
     return labels
 

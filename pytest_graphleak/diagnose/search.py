@@ -181,8 +181,9 @@ def _breadth_first(
             if charged[root_index] >= share:
                 cut.add(root_index)  # that root's share is spent: its queue stays unexpanded
                 continue
-            if outcome.visited >= max_visited or (max_read is not None
-                                                  and outcome.read >= max_read):  # fmt: skip
+            if outcome.visited >= max_visited or (
+                max_read is not None and outcome.read >= max_read
+            ):
                 cut.update(seen[i][3] for i in (current, *queue))
                 break
             outcome.visited += 1

@@ -76,8 +76,9 @@ def other_holder(
             labels, links = chain_of(second, walker)
             where = ""
             if step is not None:
-                watched = watch_holder(second, step, walker, steps=period,
-                                       root=root_reader(second, dict))  # fmt: skip
+                watched = watch_holder(
+                    second, step, walker, steps=period, root=root_reader(second, dict)
+                )
                 lines = per_step(watched.stored, watched.steps, watched.via)
                 if lines:
                     line = lines[0]
@@ -87,8 +88,14 @@ def other_holder(
             second.clear()
         runs = max(1, min(obs.recorded_runs, obs.runs_done))
         total, other = len(leaked) / runs, len(others) / runs
-        note = said.second_holder(_count(total - other), _count(total), _count(other),
-                                  other != 1, " -> ".join(labels), where)  # fmt: skip
+        note = said.second_holder(
+            _count(total - other),
+            _count(total),
+            _count(other),
+            other != 1,
+            " -> ".join(labels),
+            where,
+        )
         return Second(note, lines, links)
     finally:
         leaked.clear()

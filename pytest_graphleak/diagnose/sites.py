@@ -173,8 +173,9 @@ def memory_sites(step: Callable[[], object], *, runs: int = 2) -> list[CreationS
     # A line far below the largest is one every step runs (``loss.backward()``,
     # ``optimizer.step()``, ``zero_grad()`` allocate a little each time), not what grows.
     largest = ranked[0][1] if ranked else 0
-    return [creation_site(key, counts[key]) for key, size in ranked
-            if size * _MEMORY_SHARE >= largest]  # fmt: skip
+    return [
+        creation_site(key, counts[key]) for key, size in ranked if size * _MEMORY_SHARE >= largest
+    ]
 
 
 def _plugin_dir() -> str:
@@ -202,8 +203,9 @@ def creation_site(site: Site, count: int, via: str = "", every: int = 1) -> Crea
     return CreationSite(filename, lineno, line, count, function, via, every)
 
 
-def per_step(counts: Counter[Site], steps: int, via: Mapping[Site, str] | None = None
-             ) -> list[CreationSite]:  # fmt: skip
+def per_step(
+    counts: Counter[Site], steps: int, via: Mapping[Site, str] | None = None
+) -> list[CreationSite]:
     """The most common sites, each with how often it occurs in one of ``steps`` steps, or
     (fewer times than the steps) in all of them: 1 in 3 steps."""
     steps = max(1, steps)

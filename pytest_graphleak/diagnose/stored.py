@@ -211,14 +211,21 @@ class LineWatch:
 
 
 def watch_holder(
-    path: Path, step: Callable[[], object], walker: ObjectEdges, *, steps: int,
+    path: Path,
+    step: Callable[[], object],
+    walker: ObjectEdges,
+    *,
+    steps: int,
     root: Callable[[], object] | None = None,
-) -> Watched:  # fmt: skip
+) -> Watched:
     """Run up to ``steps`` steps; stop after the first in which the holder changed.
     ``root`` reads the chain's root again (``root_reader``)."""
     watched = Watched()
-    sized = [(at, obj, size) for at, obj in enumerate(path.objects)
-             if walker.backend_of(obj) is None and (size := _size(obj)) is not None]
+    sized = [
+        (at, obj, size)
+        for at, obj in enumerate(path.objects)
+        if walker.backend_of(obj) is None and (size := _size(obj)) is not None
+    ]
     watch = LineWatch(path, walker, root)
     previous = sys.gettrace()
     try:
@@ -242,8 +249,9 @@ def watch_holder(
                 now = _same_kind(o, now_at, at)
                 if (_size(now) or 0) > before:
                     watched.growth[at] = (_size(now) or 0) - before
-                    watched.grown.append(_grown(o, before, before + watched.growth[at],
-                                                every, rebuilt=now is not o))  # fmt: skip
+                    watched.grown.append(
+                        _grown(o, before, before + watched.growth[at], every, rebuilt=now is not o)
+                    )
             now_at.clear()
             if watched.grown or watch.changes:
                 break
@@ -289,8 +297,9 @@ def _same_kind(obj: object, now_at: list[Any], at: int) -> object:
 
 
 def _grown(obj: object, before: int, now: int, every: str, *, rebuilt: bool = False) -> str:
-    return said.grown(type(obj).__name__, before, now, every, sized=length(obj) is not None,
-                      rebuilt=rebuilt)  # fmt: skip
+    return said.grown(
+        type(obj).__name__, before, now, every, sized=length(obj) is not None, rebuilt=rebuilt
+    )
 
 
 def root_reader(

@@ -40,7 +40,16 @@ from pytest_graphleak.distributed.results import DistributedResult, RankResult
 from pytest_graphleak.exceptions import RankError
 
 __all__ = [
-    "DEFAULT_START_TIMEOUT_S", "DEFAULT_TIMEOUT_S", "DistributedResult", "FactoryLike",
-    "FactoryRef", "RankError", "RankResult", "StepFactory", "check_distributed",
-    "check_distributed_many", "factory_label", "factory_ref",
-]  # fmt: skip
+    "DEFAULT_START_TIMEOUT_S",
+    "DEFAULT_TIMEOUT_S",
+    "DistributedResult",
+    "FactoryLike",
+    "FactoryRef",
+    "RankError",
+    "RankResult",
+    "StepFactory",
+    "check_distributed",
+    "check_distributed_many",
+    "factory_label",
+    "factory_ref",
+]

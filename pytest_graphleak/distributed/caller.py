@@ -61,10 +61,17 @@ def check_distributed(
     attach the results to the test report).
     """
     (result,) = check_distributed_many(
-        [step_factory], world_size=world_size, backend=backend, timeout=timeout,
-        start_timeout=start_timeout, names=None if name is None else [name],
-        raise_on_leak=raise_on_leak, on_result=on_result, settings=settings, **options,
-    )  # fmt: skip
+        [step_factory],
+        world_size=world_size,
+        backend=backend,
+        timeout=timeout,
+        start_timeout=start_timeout,
+        names=None if name is None else [name],
+        raise_on_leak=raise_on_leak,
+        on_result=on_result,
+        settings=settings,
+        **options,
+    )
     return result
 
 
@@ -120,9 +127,6 @@ def check_distributed_many(
     return results
 
 
-
-
-
 class Group:
     """The caller's view of the spawned ranks: what each reported, and when to stop waiting."""
 
@@ -138,10 +142,11 @@ class Group:
         self.job = job
         self.messages: Any = ctx.Queue()
         self.procs = [
-            ctx.Process(target=rank_main, args=(job, rank, self.messages),
-                        name=f"graphleak-rank-{rank}")
+            ctx.Process(
+                target=rank_main, args=(job, rank, self.messages), name=f"graphleak-rank-{rank}"
+            )
             for rank in range(job.world_size)
-        ]  # fmt: skip
+        ]
         self.table = [[RankResult(rank) for rank in range(job.world_size)] for _ in job.refs]
         self.ready: set[int] = set()
         self.done: set[int] = set()
@@ -246,7 +251,6 @@ class Group:
                 " s (start_timeout)"
             )
         return f"rank {rank} did not finish within the {self.job.timeout:g} s timeout (hung?)"
-
 
     def _stop(self) -> None:
         """No rank outlives the call: ranks that finished get a moment to exit on their

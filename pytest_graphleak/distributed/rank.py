@@ -30,8 +30,9 @@ def rank_main(job: Job, rank: int, messages: Any) -> None:
     index = 0
     try:
         size = str(job.world_size)
-        os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=size,
-                          LOCAL_WORLD_SIZE=size)  # fmt: skip
+        os.environ.update(
+            RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=size, LOCAL_WORLD_SIZE=size
+        )
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         import torch
         import torch.distributed as dist
@@ -53,8 +54,9 @@ def rank_main(job: Job, rank: int, messages: Any) -> None:
             for index, ref in enumerate(job.refs):
                 step = build_step(ref, rank, job.world_size)
                 name = f"{job.names[index]} [rank {rank}/{job.world_size}]"
-                result = check(control.wrap(step), name=name, raise_on_leak=False,
-                               settings=job.settings)  # fmt: skip
+                result = check(
+                    control.wrap(step), name=name, raise_on_leak=False, settings=job.settings
+                )
                 if result.error is not None and control.step_traceback:
                     result.error = f"{result.error}\n{control.step_traceback}"
                 send(messages, "result", rank=rank, index=index, result=result.to_dict())
@@ -68,8 +70,13 @@ def rank_main(job: Job, rank: int, messages: Any) -> None:
             dist.destroy_process_group()
     except BaseException:
         if index < len(job.refs):
-            send(messages, "error", rank=rank, index=index,
-                 traceback=f"rank {rank}:\n{traceback.format_exc()}")
+            send(
+                messages,
+                "error",
+                rank=rank,
+                index=index,
+                traceback=f"rank {rank}:\n{traceback.format_exc()}",
+            )
     finally:
         if STACKS_SIGNAL is not None:
             faulthandler.unregister(STACKS_SIGNAL)
@@ -101,8 +108,7 @@ def takes_rank(factory: Callable[..., object]) -> bool:
     except (TypeError, ValueError):
         return True
     return any(
-        p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)
-        for p in parameters
+        p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL) for p in parameters
     )
 
 

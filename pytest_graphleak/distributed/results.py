@@ -104,12 +104,16 @@ class DistributedResult:
     def _ranks_text(self, what: str, ranks: list[int], *, series: bool = True) -> str:
         """``what`` on the named ranks, then each of those ranks' full report (``series``:
         with every sample's value, as ``render_text``'s)."""
-        lines = [f"{what} on rank(s) {ranks_text(ranks)} of {self.world_size} "
-                 f"in distributed step {self.name!r}"]  # fmt: skip
+        lines = [
+            f"{what} on rank(s) {ranks_text(ranks)} of {self.world_size} "
+            f"in distributed step {self.name!r}"
+        ]
         for rank in self.ranks:
             if rank.rank in ranks and rank.result is not None:
-                lines += [f"--- rank {rank.rank} ---",
-                          render_text(rank.result, series=series).rstrip()]
+                lines += [
+                    f"--- rank {rank.rank} ---",
+                    render_text(rank.result, series=series).rstrip(),
+                ]
         return "\n".join(lines)
 
 

@@ -56,8 +56,10 @@ class Conclusion(NamedTuple):
 
 def add_probe_fix(lib: str) -> str:
     """The change for a library the step uses that no probe measured."""
-    return (f'add {lib} to the probes: probes=["{lib}", ...] on the marker, check() or '
-            f"track(), or --graphleak-probes={lib},...")  # fmt: skip
+    return (
+        f'add {lib} to the probes: probes=["{lib}", ...] on the marker, check() or '
+        f"track(), or --graphleak-probes={lib},..."
+    )
 
 
 def import_first_fix(lib: str) -> str:
@@ -86,8 +88,11 @@ class Coverage:
 
     def _unprobed(self) -> list[AutogradBundle]:
         """The libraries loaded when the check began that no probe measures."""
-        return [bundle for bundle in BUNDLES
-                if bundle.name in self._loaded and bundle.name not in self._active]  # fmt: skip
+        return [
+            bundle
+            for bundle in BUNDLES
+            if bundle.name in self._loaded and bundle.name not in self._active
+        ]
 
     def look_at_roots(self, roots: Iterable[object]) -> None:
         """Note that the step's own module imports a library not probed (one that counts
@@ -124,8 +129,9 @@ class Coverage:
         used = self._used(series)
         measured = [name for name in self._active if name in _ABSENT]
         if not series:
-            return Conclusion(self._nothing_measured(used),
-                              add_probe_fix(next(iter(used))) if used else "")  # fmt: skip
+            return Conclusion(
+                self._nothing_measured(used), add_probe_fix(next(iter(used))) if used else ""
+            )
         late = [lib for lib, call in self._appeared.items() if call > 1 and self.wants(lib)]
         if late:
             lib = late[0]

@@ -48,6 +48,7 @@ from pytest_graphleak.probes.base import WarmupRecorder
 #: the walk only adds what the recording cannot see, and must stay cheap (~ms).
 RECORDING_WALK_LIMIT = 10_000
 
+
 @dataclass
 class Series:
     """What a run measured: one sample per metric after each call."""
@@ -131,9 +132,13 @@ class Sampler:
     """
 
     def __init__(
-        self, *, warmup: int, probes: Sequence[str] | None = None, start_scan: str = "roots",
+        self,
+        *,
+        warmup: int,
+        probes: Sequence[str] | None = None,
+        start_scan: str = "roots",
         samples: int | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         """``samples``: how many samples the check takes, where it is known (a loop's is
         not): a probe whose reading has a cost of its own sizes it by them (``plan``)."""
         self._samples = samples
@@ -192,8 +197,11 @@ class Sampler:
     def _start_set(self, roots: list[object] | None) -> list[object]:
         walk = self.start_scan == "roots" and roots is not None
         if walk and self.warmup >= 1:
-            self._recorders = [(probe, recorder) for probe in self._probes
-                               if (recorder := probe.warmup_recorder()) is not None]  # fmt: skip
+            self._recorders = [
+                (probe, recorder)
+                for probe in self._probes
+                if (recorder := probe.warmup_recorder()) is not None
+            ]
         found = None
         if walk:
             limit = RECORDING_WALK_LIMIT if self._recorders else DEFAULT_LIMIT

@@ -51,7 +51,8 @@ def growable(obj: object) -> bool:
     if isinstance(obj, GROWABLE) or tensordict_like(obj):
         return True
     return is_user_module(getattr(type(obj), "__module__", None)) is True and (
-        hasattr(obj, "__dict__") or hasattr(type(obj), "__len__"))  # fmt: skip
+        hasattr(obj, "__dict__") or hasattr(type(obj), "__len__")
+    )
 
 
 def attributes(obj: object) -> int | None:

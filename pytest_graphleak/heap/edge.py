@@ -28,11 +28,19 @@ def paused_frame(obj: object) -> types.FrameType | None:
             return frame
     return None
 
+
 _MAX_REPR = 40
 #: How each kind of edge reads in a chain, its key put in for {}.
-_TEXTS = {"key": "[{}]", "index": "[{}]", "next": ".next_functions[{}]", "attr": ".{}",
-          "closure": " closure '{}'", "local": " local '{}'", "grad_fn": ".grad_fn",
-          "value": ".get()"}  # fmt: skip
+_TEXTS = {
+    "key": "[{}]",
+    "index": "[{}]",
+    "next": ".next_functions[{}]",
+    "attr": ".{}",
+    "closure": " closure '{}'",
+    "local": " local '{}'",
+    "grad_fn": ".grad_fn",
+    "value": ".get()",
+}
 
 
 @dataclass(frozen=True)

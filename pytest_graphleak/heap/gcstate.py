@@ -44,8 +44,11 @@ def interpreter_frozen() -> int:
     try:
         done = subprocess.run(
             [sys.executable, "-I", "-c", _FRESH_FROZEN],
-            capture_output=True, text=True, timeout=60, check=True,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
         return int(done.stdout)
     except (OSError, subprocess.SubprocessError, ValueError):
         return 0

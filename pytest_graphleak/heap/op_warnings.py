@@ -47,16 +47,25 @@ def release_op_warnings(saved: tuple[Any, Any, list[Any]], *, raising: bool) -> 
         # would replace it).
         with contextlib.suppress(Warning) if raising else contextlib.nullcontext():
             if message.filename != mode_file:  # placed deeper, by torch's Python code: kept
-                warnings.warn_explicit(message.message, message.category, message.filename,
-                                       message.lineno, source=message.source)  # fmt: skip
+                warnings.warn_explicit(
+                    message.message,
+                    message.category,
+                    message.filename,
+                    message.lineno,
+                    source=message.source,
+                )
                 continue
             caller = _torch_caller(sys._getframe(2))  # 2: above __torch_function__
             where = caller.f_globals
             warnings.warn_explicit(
-                message.message, message.category, caller.f_code.co_filename,
-                caller.f_lineno, module=where.get("__name__"),
-                registry=where.setdefault("__warningregistry__", {}), module_globals=where,
-            )  # fmt: skip
+                message.message,
+                message.category,
+                caller.f_code.co_filename,
+                caller.f_lineno,
+                module=where.get("__name__"),
+                registry=where.setdefault("__warningregistry__", {}),
+                module_globals=where,
+            )
 
 
 def _torch_caller(frame: Any) -> Any:

@@ -39,8 +39,10 @@ class FrameworkCheck:
         accepted = tuple(CallbackOptions.__annotations__)
         for key in options:
             if key not in accepted:
-                raise TypeError(f"{where}: unknown keyword argument {key!r}; expected one of "
-                                f"{', '.join(accepted)}")  # fmt: skip
+                raise TypeError(
+                    f"{where}: unknown keyword argument {key!r}; expected one of "
+                    f"{', '.join(accepted)}"
+                )
         values: dict[str, Any] = dict(options)
         self.window: int | None = values.pop("window", None)
         self.sample_every: int | None = values.pop("sample_every", None)
@@ -97,9 +99,15 @@ class FrameworkCheck:
         name = f"{node}::{self.framework}({label})" if node else f"{self.framework}({label})"
         self.close()
         record = test.record if test is not None else None  # the result joins the test's
-        self._check = LoopCheck(settings, name=name, steps=self.steps, window=self.window,
-                                sample_every=self.sample_every, on_leak=on_leak,
-                                on_result=record)  # fmt: skip
+        self._check = LoopCheck(
+            settings,
+            name=name,
+            steps=self.steps,
+            window=self.window,
+            sample_every=self.sample_every,
+            on_leak=on_leak,
+            on_result=record,
+        )
         self._check.start(length=length, roots=roots)
 
     def _step_ended(self) -> None:

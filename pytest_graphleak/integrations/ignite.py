@@ -36,8 +36,10 @@ class GraphLeakHandler(FrameworkCheck):
 
     def attach(self, engine: Engine) -> GraphLeakHandler:
         if not isinstance(engine, Engine):
-            raise TypeError(f"GraphLeakHandler.attach(engine): expected an ignite Engine, "
-                            f"got {type(engine).__name__}")  # fmt: skip
+            raise TypeError(
+                f"GraphLeakHandler.attach(engine): expected an ignite Engine, "
+                f"got {type(engine).__name__}"
+            )
         engine.add_event_handler(Events.STARTED, self._started)
         # ignite calls a handler that takes no arguments without the engine
         engine.add_event_handler(Events.ITERATION_COMPLETED, self._step_ended)

@@ -40,8 +40,12 @@ class GraphLeakCallback(FrameworkCheck, transformers.TrainerCallback):
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         trainer = _calling_trainer()
         model = kwargs.get("model")
-        held = {"trainer": trainer, "model": model, "optimizer": kwargs.get("optimizer"),
-                "lr_scheduler": kwargs.get("lr_scheduler")}  # fmt: skip
+        held = {
+            "trainer": trainer,
+            "model": model,
+            "optimizer": kwargs.get("optimizer"),
+            "lr_scheduler": kwargs.get("lr_scheduler"),
+        }
         roots = {label: value for label, value in held.items() if value is not None}
         label = type(trainer).__name__ if trainer is not None else type(model).__name__
         left = remaining(state.max_steps, state.global_step)

@@ -40,5 +40,18 @@ from pytest_graphleak.outlive.subjects import AuditedTest, FixtureDef
 
 # ``explain`` and ``rerun`` are imported from their modules, when needed: they import the
 # diagnosis, which an audit that names no holder never needs (``found``).
-__all__ = ["Audit", "AuditedTest", "Census", "Deferred", "Explained", "FixtureDef", "Holder",
-           "Listed", "Rerun", "Targets", "holder_key", "resolve_name", "root_of"]  # fmt: skip
+__all__ = [
+    "Audit",
+    "AuditedTest",
+    "Census",
+    "Deferred",
+    "Explained",
+    "FixtureDef",
+    "Holder",
+    "Listed",
+    "Rerun",
+    "Targets",
+    "holder_key",
+    "resolve_name",
+    "root_of",
+]

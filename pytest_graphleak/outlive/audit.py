@@ -123,16 +123,21 @@ class Audit(AuditRoots, FixtureScopes):
             self.notes.add(words.AUDIT_FAILED.format(nodeid, type(exc).__name__, exc))
 
     def audit(
-        self, test: AuditedTest, census: Census, *, checked: Collection[str] = (),
+        self,
+        test: AuditedTest,
+        census: Census,
+        *,
+        checked: Collection[str] = (),
         rerun: Rerun | None = None,
-    ) -> list[CheckResult]:  # fmt: skip
+    ) -> list[CheckResult]:
         """What the finished test left alive, told from the roots; holders whose key is
         in ``checked`` (the roots of the test's own leaked step checks) are not repeated."""
         rerun = rerun if self.sites == "rerun" else None
         handed = [obj for ref in self._handed if (obj := ref()) is not None]
         self._handed = []
-        explained = self._census_explained(test, census, keep_paths=rerun is not None,
-                                           handed=handed)  # fmt: skip
+        explained = self._census_explained(
+            test, census, keep_paths=rerun is not None, handed=handed
+        )
         handed.clear()
         try:
             for deferred in explained.deferred:
@@ -140,8 +145,11 @@ class Audit(AuditRoots, FixtureScopes):
                 if fixturedef is not None and deferred.tensors:
                     self._pending.append((deferred, fixturedef))
             paths: list[Any] = list(explained.paths) or [None] * len(explained.results)
-            kept = [(r, p) for r, p in zip(explained.results, paths, strict=True)
-                    if root_of(r) not in checked]  # fmt: skip
+            kept = [
+                (r, p)
+                for r, p in zip(explained.results, paths, strict=True)
+                if root_of(r) not in checked
+            ]
             paths.clear()
             results = [r for r, _ in kept]
             if rerun is not None and results:
@@ -154,8 +162,13 @@ class Audit(AuditRoots, FixtureScopes):
             explained.release()
 
     def _census_explained(
-        self, test: AuditedTest, census: Census, *, keep_paths: bool = False,
-        site_of: Any = None, handed: list[Any] | None = None,
+        self,
+        test: AuditedTest,
+        census: Census,
+        *,
+        keep_paths: bool = False,
+        site_of: Any = None,
+        handed: list[Any] | None = None,
     ) -> Explained:
         """What the census found, explained from the roots."""
         if not census.finish():
@@ -178,9 +191,14 @@ class Audit(AuditRoots, FixtureScopes):
             # imports the diagnosis (outlive/found)
             from pytest_graphleak.outlive.explain import explain
 
-            explained = explain(targets, roots, nodeid=test.nodeid,
-                                backends=census.backends, keep_paths=keep_paths,
-                                site_of=site_of)  # fmt: skip
+            explained = explain(
+                targets,
+                roots,
+                nodeid=test.nodeid,
+                backends=census.backends,
+                keep_paths=keep_paths,
+                site_of=site_of,
+            )
             if site_of is None and not explained.results and not explained.deferred:
                 self._not_named(test.nodeid, reached)
             return explained
@@ -199,9 +217,13 @@ class Audit(AuditRoots, FixtureScopes):
         self.notes.add(_unseen_note(reached, count + 1, first))
 
     def _sites_from_rerun(
-        self, test: AuditedTest, rerun: Rerun, results: list[CheckResult], watched: Any,
+        self,
+        test: AuditedTest,
+        rerun: Rerun,
+        results: list[CheckResult],
+        watched: Any,
         explained: Explained,
-    ) -> None:  # fmt: skip
+    ) -> None:
         """Run the test once more under the site recorders (``outlive/rerun``)."""
         why = rerun.refusal()
         if why:
@@ -224,8 +246,13 @@ class Audit(AuditRoots, FixtureScopes):
                 self.rerun = None
                 run.call_ends()
             if not run.called or not run.counted or failed:
-                why = (words.PHASE_FAILED.format(failed) if failed else words.CALL_NOT_RUN
-                       if not run.called else words.NOT_COUNTED)  # fmt: skip
+                why = (
+                    words.PHASE_FAILED.format(failed)
+                    if failed
+                    else words.CALL_NOT_RUN
+                    if not run.called
+                    else words.NOT_COUNTED
+                )
                 for result in results:
                     if result.diagnosis is not None:
                         result.diagnosis.notes.append(words.RERUN_FAILED.format(why))
@@ -233,9 +260,15 @@ class Audit(AuditRoots, FixtureScopes):
                 return
             again = self._census_explained(test, run.census, site_of=run.site_of)
             run.counted = False  # the census is finished
-            amend(results, again.results, watched=watched.root_label
-                  if watched is not None else "", stored=run.stored, via=run.via,
-                  call_error=run.call_error, trouble=run.trouble)  # fmt: skip
+            amend(
+                results,
+                again.results,
+                watched=watched.root_label if watched is not None else "",
+                stored=run.stored,
+                via=run.via,
+                call_error=run.call_error,
+                trouble=run.trouble,
+            )
         finally:
             run.close()
         self._fixes_from_rerun(test, rerun, results)
@@ -271,8 +304,11 @@ class Audit(AuditRoots, FixtureScopes):
                 self.rerun = None
                 run.call_ends()
             if failed or run.call_error or not run.called or not run.counted:
-                return (words.PHASE_FAILED.format(failed) if failed else run.call_error
-                        or words.NOT_COUNTED), []  # fmt: skip
+                return (
+                    words.PHASE_FAILED.format(failed)
+                    if failed
+                    else run.call_error or words.NOT_COUNTED
+                ), []
             # site_of given: the summary's note on graphs no search named is the first run's
             again = self._census_explained(test, run.census, site_of=_no_site)
             run.counted = False  # the census is finished

@@ -47,7 +47,7 @@ class AuditRoots:
     # -- where graphs are held ---------------------------------------------------------
     def listed(
         self, test: AuditedTest, census: Census, *, whole: bool = False
-    ) -> list[object] | None:  # fmt: skip
+    ) -> list[object] | None:
         """The graph objects the test made that are alive (``Census.young``) and the old
         tensors near its roots whose graph it extended in place; None: not listed."""
         found = census.young(whole=whole)
@@ -58,9 +58,13 @@ class AuditRoots:
         return found
 
     def reaching(
-        self, test: AuditedTest, census: Census, found: list[object] | None, targets: Targets,
+        self,
+        test: AuditedTest,
+        census: Census,
+        found: list[object] | None,
+        targets: Targets,
         imported: Collection[str] = (),
-    ) -> tuple[bool | None, list[Holder]] | None:  # fmt: skip
+    ) -> tuple[bool | None, list[Holder]] | None:
         """The roots to search for ``targets``, and whether one is known to reach them
         (None: not known); None when none does. A short walk down from every root first
         (``FIRST_WALK`` objects: where the roots reach little, it says "none" cheapest);
@@ -85,9 +89,13 @@ class AuditRoots:
         return None if reached is False else (reached, self.holders(test, imported=imported))
 
     def _climbed(
-        self, test: AuditedTest, census: Census, found: list[object] | None, targets: Targets,
+        self,
+        test: AuditedTest,
+        census: Census,
+        found: list[object] | None,
+        targets: Targets,
         imported: Collection[str],
-    ) -> Reach | None:  # fmt: skip
+    ) -> Reach | None:
         """The roots that hold a graph the test left alive, climbed to from the graphs
         (``outlive/climb``): None when they are not listed or it cannot tell."""
         if found is None:
@@ -95,23 +103,37 @@ class AuditRoots:
         listed = [obj for obj in found if targets.made_during(obj)]
         roots = self._roots(test, imported)
         try:
-            return climb(self._gate, listed, roots, census.backends, census.since(),
-                         own=(id(found), id(listed)))  # fmt: skip
+            return climb(
+                self._gate,
+                listed,
+                roots,
+                census.backends,
+                census.since(),
+                own=(id(found), id(listed)),
+            )
         finally:
             listed.clear()
             roots.clear()
 
     def _walked(
-        self, test: AuditedTest, targets: Targets, imported: Collection[str],
-        backends: list[Backend], limit: int,
-    ) -> bool | None:  # fmt: skip
+        self,
+        test: AuditedTest,
+        targets: Targets,
+        imported: Collection[str],
+        backends: list[Backend],
+        limit: int,
+    ) -> bool | None:
         """The gate's walk down from every root (``outlive/gate``), as far as ``limit``."""
         values = self.root_values(test, imported=imported)
-        kept = [h.value for h in self.holders(test, imported=imported) if h.kept] if (
-            self.keep) else []  # fmt: skip
+        kept = (
+            [h.value for h in self.holders(test, imported=imported) if h.kept]
+            if (self.keep)
+            else []
+        )
         try:
-            return self._gate.may_reach(values, targets.made_during, backends, limit=limit,
-                                        kept=kept)  # fmt: skip
+            return self._gate.may_reach(
+                values, targets.made_during, backends, limit=limit, kept=kept
+            )
         finally:
             values.clear()
             kept.clear()
@@ -127,15 +149,21 @@ class AuditRoots:
             (roots.fixtures if holder.fixture else roots.values)[id(holder.value)] = holder.value
         roots.fixtures.update((id(h.value), h.value) for h in live_fixtures(test))
         if self.keep:
-            roots.kept.update((id(h.value), h.value)
-                              for h in self.holders(test, imported=imported) if h.kept)  # fmt: skip
+            roots.kept.update(
+                (id(h.value), h.value) for h in self.holders(test, imported=imported) if h.kept
+            )
         return roots
 
     # -- roots --------------------------------------------------------------------------
     def holders(
-        self, test: AuditedTest, *, fixtures: bool = True, others: bool = True,
-        imported: Collection[str] = (), reach: Reach | None = None,
-    ) -> list[Holder]:  # fmt: skip
+        self,
+        test: AuditedTest,
+        *,
+        fixtures: bool = True,
+        others: bool = True,
+        imported: Collection[str] = (),
+        reach: Reach | None = None,
+    ) -> list[Holder]:
         """The roots; ``others``: the user's other modules' globals too, but those of
         the modules first ``imported`` during the test (what their import made is not
         the test's: a graph built at import is named for no test). ``reach``: only the
@@ -145,11 +173,15 @@ class AuditRoots:
         if module is not None:
             holders.extend(globals_of(module, _names(reach, module)))
         if test.cls is not None:
-            holders.extend(h for h in class_attributes(test.cls, self._set_by)
-                           if reach is None or id(h.value) in reach.values)  # fmt: skip
+            holders.extend(
+                h
+                for h in class_attributes(test.cls, self._set_by)
+                if reach is None or id(h.value) in reach.values
+            )
         if fixtures:
-            holders.extend(h for h in live_fixtures(test)
-                           if reach is None or id(h.value) in reach.values)  # fmt: skip
+            holders.extend(
+                h for h in live_fixtures(test) if reach is None or id(h.value) in reach.values
+            )
         for other in self._other_modules(module, imported) if others else ():
             names = _names(reach, other)
             if names is None or names:

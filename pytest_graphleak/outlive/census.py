@@ -230,7 +230,8 @@ class Census:
         objects = gc.get_objects(0)
         objects.extend(gc.get_objects(1))
         if _older_collections() == self._older_collections and any(
-                obj is marker for obj in objects):  # fmt: skip
+            obj is marker for obj in objects
+        ):
             return objects
         objects.clear()
         return None
@@ -353,9 +354,24 @@ _SKIP, _TENSOR, _ITEMS, _VALUES, _ATTRS, _UNKNOWN = range(6)
 _SIZED_KINDS = (_ITEMS, _VALUES)
 #: Skipped before any lookup: the values most containers hold.
 _ATOMS = frozenset({int, float, str, bool, type(None), bytes})
-_LEAVES = (int, float, complex, str, bytes, bool, type(None), range, types.ModuleType, type,
-           types.FunctionType, types.BuiltinFunctionType, types.MethodType, weakref.ProxyType,
-           weakref.CallableProxyType, weakref.ref)  # fmt: skip
+_LEAVES = (
+    int,
+    float,
+    complex,
+    str,
+    bytes,
+    bool,
+    type(None),
+    range,
+    types.ModuleType,
+    type,
+    types.FunctionType,
+    types.BuiltinFunctionType,
+    types.MethodType,
+    weakref.ProxyType,
+    weakref.CallableProxyType,
+    weakref.ref,
+)
 
 
 class _Walk:

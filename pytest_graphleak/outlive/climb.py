@@ -100,9 +100,13 @@ _NOT_AROUND = (SKIP, CLASS, FUNCTION)
 
 @silenced
 def climb(
-    gate: Gate, targets: Sequence[object], roots: Roots, backends: list[Backend],
-    young: list[object] | None, own: Collection[int] = (),
-) -> Reach | None:  # fmt: skip
+    gate: Gate,
+    targets: Sequence[object],
+    roots: Roots,
+    backends: list[Backend],
+    young: list[object] | None,
+    own: Collection[int] = (),
+) -> Reach | None:
     """The roots from which the gate's walk would reach one of ``targets`` (see the
     module docstring); None when not known. ``young``: the objects made since the test
     began (``Census.since``; this call empties the list); None when a collection moved
@@ -164,9 +168,13 @@ class _Young:
 
 class _Climb:
     def __init__(
-        self, gate: Gate, roots: Roots, backends: list[Backend], young: _Young,
+        self,
+        gate: Gate,
+        roots: Roots,
+        backends: list[Backend],
+        young: _Young,
         own: Collection[int],
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.gate, self.roots, self.backends, self.young = gate, roots, backends, young
         #: id -> each object taken in (they reach a target by the walk's references).
         self.taken: dict[int, object] = {}
@@ -176,9 +184,17 @@ class _Climb:
         self.rising: list[int] = []
         self.reach = Reach()
         self.unknown = False
-        self.own = {*own, id(self.taken), id(self.outside), id(young.objects), id(roots),
-                    id(roots.modules), id(roots.values), id(roots.fixtures),
-                    id(roots.kept)}  # fmt: skip
+        self.own = {
+            *own,
+            id(self.taken),
+            id(self.outside),
+            id(young.objects),
+            id(roots),
+            id(roots.modules),
+            id(roots.values),
+            id(roots.fixtures),
+            id(roots.kept),
+        }
 
     def run(self, targets: Sequence[object]) -> Reach | None:
         if not self.young.where:
@@ -287,7 +303,7 @@ class _Climb:
 
 def _add_around(
     gate: Gate, targets: Sequence[object], objects: list[object], backends: list[Backend]
-) -> None:  # fmt: skip
+) -> None:
     """Add to ``objects`` what ``targets`` refer to, and so on, through plain objects
     (no class, function or module): a graph's own parts, which hold one another."""
     seen = {id(obj) for obj in objects}

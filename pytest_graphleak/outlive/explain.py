@@ -93,16 +93,16 @@ def explain(
     # The search does not enter autograd graphs: a graph made before the test holds no
     # node made during it, and one the test made is found at the tensor that carries it.
     kept_on_purpose = [id(h.value) for h in holders if h.kept]
-    walker = ObjectEdges(backends, exclude=[id(targets), id(holders), id(claimed),
-                                            *kept_on_purpose], graphs=False)  # fmt: skip
+    walker = ObjectEdges(
+        backends, exclude=[id(targets), id(holders), id(claimed), *kept_on_purpose], graphs=False
+    )
     outcome = Explained(walker=walker if keep_paths else None)
     where = site_of or _recorded_site(backends)
     plain = [(h.label, h.value) for h in holders if not h.fixture and not h.kept]
     live = [h for h in holders if h.fixture and not h.kept]
     torn = [(h.label, h.value) for h in live if judging is not None and h.owner is judging]
     fixtures = [(h.label, h.value) for h in live if judging is None or h.owner is not judging]
-    owned = {id(h.value) for h in holders if h.fixture and h.exclusive}.difference(
-        walker.exclude)  # fmt: skip
+    owned = {id(h.value) for h in holders if h.fixture and h.exclusive}.difference(walker.exclude)
     while len(outcome.results) < MAX_HOLDERS:
         walker.exclude.update(owned)  # the user's roots do not pass through them
         path = _search(plain, wanted, walker)
@@ -119,12 +119,14 @@ def explain(
         walker.exclude.difference_update(owned)
         if deferred:
             owner = next((h.owner for h in holders if h.label == path.root_label), None)
-            outcome.deferred.append(Deferred(made_by or nodeid, path.root_label,
-                                             _weak(kept, backends), owner))  # fmt: skip
+            outcome.deferred.append(
+                Deferred(made_by or nodeid, path.root_label, _weak(kept, backends), owner)
+            )
         else:
             in_place = _in_place(path, targets, backends)
-            outcome.results.append(_result(path, kept, walker, backends, nodeid, made_by,
-                                           fixture, in_place, where))  # fmt: skip
+            outcome.results.append(
+                _result(path, kept, walker, backends, nodeid, made_by, fixture, in_place, where)
+            )
         plain = [root for root in plain if root[0] != path.root_label]
         torn = [root for root in torn if root[0] != path.root_label]
         fixtures = [root for root in fixtures if root[0] != path.root_label]
@@ -215,27 +217,37 @@ def _result(
     maker = made_by or nodeid
     counted = f"{node_count:,}{'+' if graph.truncated else ''}"
     # made_by: judged at a wider-scope fixture's teardown, maybe for several tests
-    reason = said.reason(len(tensors), counted, maker, in_place=in_place,
-                         fixture=fixture if made_by else "")  # fmt: skip
+    reason = said.reason(
+        len(tensors), counted, maker, in_place=in_place, fixture=fixture if made_by else ""
+    )
     notes = [said.KEPT_BY.format(made_by, fixture)] if made_by else []
     if in_place:
         notes.append(said.IN_PLACE)
     diagnosis = Diagnosis(
-        pattern, chain=chain, links=links, sites=sites, notes=notes,
+        pattern,
+        chain=chain,
+        links=links,
+        sites=sites,
+        notes=notes,
         drawing=drawing(path, None, walker),
         story=_story(pattern, links, path.objects, sites),
         kept_without_graph=bool(tensors) and node_count == 0,  # the census keeps graph objects
-    )  # fmt: skip
+    )
     diagnosis.fix = choose_fix(diagnosis)  # no stored line yet: the holder's name, none invented
     # judged at a fixture's teardown: no test of its own to run again, whatever the mode
     diagnosis.fix_tried = not_verified(diagnosis.fix, FIXTURE_TEARDOWN if made_by else AUDIT)
     tensors.clear()
     nodes.clear()
     return CheckResult(
-        name=f"{nodeid}::outlive", steps=0, warmup=0, series={}, units={},
+        name=f"{nodeid}::outlive",
+        steps=0,
+        warmup=0,
+        series={},
+        units={},
         verdict=Verdict(leaked=True, pattern=pattern, reason=reason),
-        diagnosis=diagnosis, kind="outlive",
-    )  # fmt: skip
+        diagnosis=diagnosis,
+        kind="outlive",
+    )
 
 
 def _story(pattern: str, links: list[Any], objects: list[Any], sites: list[Any]) -> str:

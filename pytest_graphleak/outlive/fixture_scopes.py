@@ -44,16 +44,24 @@ class FixtureScopes:
         def quiet(self, nodeid: str) -> contextlib.AbstractContextManager[None]: ...
 
         def holders(
-            self, test: AuditedTest, *, fixtures: bool = True, others: bool = True,
+            self,
+            test: AuditedTest,
+            *,
+            fixtures: bool = True,
+            others: bool = True,
             imported: Collection[str] = (),
-        ) -> list[Holder]: ...  # fmt: skip
+        ) -> list[Holder]: ...
 
         def listed(self, test: AuditedTest, census: Census) -> list[object] | None: ...
 
         def reaching(
-            self, test: AuditedTest, census: Census, found: list[object] | None,
-            targets: Targets, imported: Collection[str] = (),
-        ) -> tuple[bool | None, list[Holder]] | None: ...  # fmt: skip
+            self,
+            test: AuditedTest,
+            census: Census,
+            found: list[object] | None,
+            targets: Targets,
+            imported: Collection[str] = (),
+        ) -> tuple[bool | None, list[Holder]] | None: ...
 
         def _kept_on_purpose(self, qualified: str) -> bool: ...
 
@@ -73,17 +81,26 @@ class FixtureScopes:
         found = self._nodes.get(id(fixturedef))
         if found is None or found.fixturedef is not fixturedef:
             return None
-        return JudgedAt(fixturedef.argname, fixturedef.scope, found.node,
-                        label=fixture_label(fixturedef), requested_by=tuple(found.requested),
-                        file=found.where[0], line=found.where[1])  # fmt: skip
+        return JudgedAt(
+            fixturedef.argname,
+            fixturedef.scope,
+            found.node,
+            label=fixture_label(fixturedef),
+            requested_by=tuple(found.requested),
+            file=found.where[0],
+            line=found.where[1],
+        )
 
     def requested(self, test: AuditedTest) -> None:
         """``test`` ran (its teardown is over): the live wider-scope fixture instances it
         requested note it (``JudgedAt.requested_by``)."""
         for fixturedef in test.fixtures.values():
             found = self._nodes.get(id(fixturedef))
-            if (found is not None and found.fixturedef is fixturedef
-                    and fixturedef.cached_result is not None):  # fmt: skip
+            if (
+                found is not None
+                and found.fixturedef is fixturedef
+                and fixturedef.cached_result is not None
+            ):
                 found.requested.append(test.nodeid)
 
     def judge_pending(self, test: AuditedTest) -> list[CheckResult]:
@@ -103,10 +120,14 @@ class FixtureScopes:
             from pytest_graphleak.outlive.explain import explain  # only with graphs to name
 
             try:
-                explained = explain(Listed(alive), self.holders(test, fixtures=False),
-                                    nodeid=test.nodeid, made_by=deferred.nodeid,
-                                    fixture=deferred.fixture,
-                                    backends=active_backends())  # fmt: skip
+                explained = explain(
+                    Listed(alive),
+                    self.holders(test, fixtures=False),
+                    nodeid=test.nodeid,
+                    made_by=deferred.nodeid,
+                    fixture=deferred.fixture,
+                    backends=active_backends(),
+                )
             finally:
                 alive.clear()
             for result in explained.results:
@@ -126,7 +147,11 @@ class FixtureScopes:
         return dict(vars(cls)) if cls is not None else {}
 
     def fixture_set_up(
-        self, fixturedef: FixtureDef, cls: type | None, before: dict[str, Any], node: str = "",
+        self,
+        fixturedef: FixtureDef,
+        cls: type | None,
+        before: dict[str, Any],
+        node: str = "",
         where: tuple[str, int] = ("", 0),
     ) -> None:
         """Note the ``request.cls`` attributes a class-scoped fixture set (``before``: the
@@ -138,9 +163,11 @@ class FixtureScopes:
             self._nodes[id(fixturedef)] = FixtureInstance(fixturedef, node, where)
         if cls is None:
             return
-        changed = [name for name, value in list(vars(cls).items())
-                   if not name.startswith("__")
-                   and before.get(name, MISSING) is not value]  # fmt: skip
+        changed = [
+            name
+            for name, value in list(vars(cls).items())
+            if not name.startswith("__") and before.get(name, MISSING) is not value
+        ]
         before.clear()
         if changed:
             names = self._set_by.setdefault(id(cls), (cls, {}))[1]
@@ -154,11 +181,16 @@ class FixtureScopes:
         keeps is the fixture's now, as an earlier test's is (``Deferred``), whatever that
         code does with it next. So the finding and its key do not depend on which test of
         the fixture's scope ran last. ``census``: the test's own, while it runs."""
-        if (self.rerun is not None or test is None or census is None
-                or fixturedef.scope == "function"):  # fmt: skip
+        if (
+            self.rerun is not None
+            or test is None
+            or census is None
+            or fixturedef.scope == "function"
+        ):
             return
         owns = any(fd is fixturedef for fd in test.fixtures.values()) or any(
-            fd is fixturedef for _, names in self._set_by.values() for fd in names.values())
+            fd is fixturedef for _, names in self._set_by.values() for fd in names.values()
+        )
         if not owns:
             return  # nothing of this test reaches the fixture's own objects
         with self.quiet(test.nodeid):  # a failure is a note, never the teardown's error
@@ -200,8 +232,7 @@ class FixtureScopes:
         at = self._judged_at(fixturedef)
         if at is not None and any(fd is fixturedef for fd in test.fixtures.values()):
             # torn down after its last test that requested it: that test's finding
-            at = replace(at, requested_by=(*at.requested_by, test.nodeid),
-                         charged_to=test.nodeid)  # fmt: skip
+            at = replace(at, requested_by=(*at.requested_by, test.nodeid), charged_to=test.nodeid)
         if not alive:
             if at is not None:
                 self._torn_down.append(at)
@@ -216,9 +247,15 @@ class FixtureScopes:
                 roots = self._teardown_roots(test, fixturedef, owned)
                 from pytest_graphleak.outlive.explain import explain  # only with graphs to name
 
-                earlier = explain(Listed(alive), roots, nodeid=test.nodeid,
-                                  made_by=said.tests_text(made), fixture=label,
-                                  backends=active_backends(), judging=fixturedef)  # fmt: skip
+                earlier = explain(
+                    Listed(alive),
+                    roots,
+                    nodeid=test.nodeid,
+                    made_by=said.tests_text(made),
+                    fixture=label,
+                    backends=active_backends(),
+                    judging=fixturedef,
+                )
                 for deferred in earlier.deferred:  # handed on to another live fixture
                     if deferred.owner is not None and deferred.tensors:
                         self._pending.append((deferred, deferred.owner))
@@ -263,18 +300,36 @@ class FixtureScopes:
         mine: list[Holder] = []
         cached = fixturedef.cached_result
         if cached and cached[2] is None:
-            mine.append(Holder(fixture_label(fixturedef), fixturedef.argname, cached[0],
-                               fixture=True, owner=fixturedef))  # fmt: skip
+            mine.append(
+                Holder(
+                    fixture_label(fixturedef),
+                    fixturedef.argname,
+                    cached[0],
+                    fixture=True,
+                    owner=fixturedef,
+                )
+            )
         for cls, name in owned:
             value = vars(cls).get(name, MISSING)
             if value is not MISSING:
                 label = said.CLASS_ATTRIBUTE.format(cls.__qualname__, name) + owned_by(fixturedef)
-                mine.append(Holder(label, f"{cls.__module__}.{cls.__qualname__}.{name}", value,
-                                   fixture=True, owner=fixturedef, exclusive=True))  # fmt: skip
+                mine.append(
+                    Holder(
+                        label,
+                        f"{cls.__module__}.{cls.__qualname__}.{name}",
+                        value,
+                        fixture=True,
+                        owner=fixturedef,
+                        exclusive=True,
+                    )
+                )
         if self.keep:  # the keep list applies to these too
             kept = {id(h.value) for h in holders if h.kept}
-            mine = [h for h in mine if id(h.value) not in kept
-                    and not self._kept_on_purpose(h.qualified)]  # fmt: skip
+            mine = [
+                h
+                for h in mine
+                if id(h.value) not in kept and not self._kept_on_purpose(h.qualified)
+            ]
         values = {id(h.value) for h in mine}
         return [*(h for h in holders if id(h.value) not in values), *mine]
 

@@ -54,13 +54,19 @@ from pytest_graphleak.probes.autograd import Backend
 LIMIT = 100_000
 
 #: What the walk does with an object, decided once per type.
-ENTER, SKIP, CLASS, FUNCTION, _METHOD, _GRAPH, _PAUSED, VAR, CONTEXT, _ARRAY, _MODULE = (
-    range(11))  # fmt: skip
+ENTER, SKIP, CLASS, FUNCTION, _METHOD, _GRAPH, _PAUSED, VAR, CONTEXT, _ARRAY, _MODULE = range(11)
 
 #: Never entered by the labelled search (``edges._NO_WALK_TYPES``, but classes: the
 #: user's are entered) nor by this walk.
-_OPAQUE = (types.ModuleType, types.FrameType, types.CodeType, types.BuiltinFunctionType,
-           types.GetSetDescriptorType, types.MemberDescriptorType, *PROXY_TYPES)  # fmt: skip
+_OPAQUE = (
+    types.ModuleType,
+    types.FrameType,
+    types.CodeType,
+    types.BuiltinFunctionType,
+    types.GetSetDescriptorType,
+    types.MemberDescriptorType,
+    *PROXY_TYPES,
+)
 #: Values the collector does not track and that are never an array, a context variable
 #: or a graph object (exact types: a subclass may be any of them): most of what a walk
 #: reads (numbers, strings, a tuple or dict of them), left without asking ``_rule``.
@@ -82,9 +88,14 @@ class Gate:
 
     @silenced
     def may_reach(
-        self, roots: Iterable[object], wanted: Callable[[object], bool],
-        backends: list[Backend], *, limit: int = LIMIT, kept: Iterable[object] = (),
-    ) -> bool | None:  # fmt: skip
+        self,
+        roots: Iterable[object],
+        wanted: Callable[[object], bool],
+        backends: list[Backend],
+        *,
+        limit: int = LIMIT,
+        kept: Iterable[object] = (),
+    ) -> bool | None:
         """True when a root reaches a graph object for which ``wanted`` holds, False when
         none does, None when the walk passed ``limit`` objects first. ``kept``: objects
         kept on purpose (``graphleak_outlive_keep``), which no walk passes through."""
@@ -108,8 +119,7 @@ class Gate:
                     rule = self._rule(obj, backends)
                     if rule == ENTER:
                         entered.append(obj)
-                    elif rule != SKIP and self._read(obj, rule, wanted, backends,
-                                                      entered, read):  # fmt: skip
+                    elif rule != SKIP and self._read(obj, rule, wanted, backends, entered, read):
                         return True
                 frontier.clear()
                 # One C call for the level; an untracked object holds nothing, but numpy
@@ -130,9 +140,14 @@ class Gate:
             read.clear()
 
     def _read(
-        self, obj: Any, rule: int, wanted: Callable[[object], bool], backends: list[Backend],
-        entered: list[Any], read: list[Any],
-    ) -> bool:  # fmt: skip
+        self,
+        obj: Any,
+        rule: int,
+        wanted: Callable[[object], bool],
+        backends: list[Backend],
+        entered: list[Any],
+        read: list[Any],
+    ) -> bool:
         """Queue what ``obj`` refers to (``entered``: by gc, ``read``: read here); True
         when ``obj`` is a graph object ``wanted``."""
         if rule == _GRAPH:
@@ -141,8 +156,9 @@ class Gate:
             backend = next(b for b in backends if b.kind(obj) is not None)
             # an object whose attributes raise: the labelled search skips it too
             with contextlib.suppress(Exception):
-                read.extend(child for edge, child in backend.edges(obj)
-                            if edge.kind not in _GRAPH_EDGES)  # fmt: skip
+                read.extend(
+                    child for edge, child in backend.edges(obj) if edge.kind not in _GRAPH_EDGES
+                )
         elif rule == CLASS:
             if self._user_class(obj):
                 entered.append(obj)
@@ -168,8 +184,9 @@ class Gate:
             if not recomputed:
                 entered.append(obj)
             else:  # its attributes but those a forward pre-hook remakes, and its class
-                read.extend(value for name, value in list(obj.__dict__.items())
-                            if name not in recomputed)  # fmt: skip
+                read.extend(
+                    value for name, value in list(obj.__dict__.items()) if name not in recomputed
+                )
                 read.append(type(obj))
         elif rule == _ARRAY:
             if obj.dtype == object:
@@ -206,9 +223,15 @@ class Gate:
         ``holds_references``): those the collector tracks, and numpy arrays, context
         variables and graph objects, which it may not."""
         leading = (_ARRAY, VAR, _GRAPH)
-        return [obj for obj in objects if id(obj) not in seen and (
-            gc.is_tracked(obj)
-            or (type(obj) not in _PLAIN and self._rule(obj, backends) in leading))]  # fmt: skip
+        return [
+            obj
+            for obj in objects
+            if id(obj) not in seen
+            and (
+                gc.is_tracked(obj)
+                or (type(obj) not in _PLAIN and self._rule(obj, backends) in leading)
+            )
+        ]
 
     def _user_class(self, cls: Any) -> bool:
         """Is ``cls`` a class of the user's (entered), or a library's (left)? Cached by

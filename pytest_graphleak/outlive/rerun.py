@@ -38,9 +38,13 @@ class SiteRun:
     only what it leaves alive is looked at)."""
 
     def __init__(
-        self, watched: Path | None, walker: Any, root: Callable[[], object] | None,
-        *, record: bool = True,
-    ) -> None:  # fmt: skip
+        self,
+        watched: Path | None,
+        walker: Any,
+        root: Callable[[], object] | None,
+        *,
+        record: bool = True,
+    ) -> None:
         self.census = Census()
         self.record = record
         self.recorder: LoopRecorder | None = None
@@ -133,4 +137,3 @@ def amend(
 def _root(result: CheckResult) -> str:
     chain = result.diagnosis.chain if result.diagnosis is not None else []
     return chain[0] if chain else ""
-

@@ -30,8 +30,12 @@ def globals_of(module: types.ModuleType, only: Collection[str] | None = None) ->
     items = list(names.items()) if only is None else [(n, names[n]) for n in only if n in names]
     for name, value in items:
         if not name.startswith("__") and not isinstance(value, _SKIP_GLOBALS):
-            yield Holder(f"global '{prefix}.{name}'", f"{prefix}.{name}", value,
-                         read=reader(names, name, value))  # fmt: skip
+            yield Holder(
+                f"global '{prefix}.{name}'",
+                f"{prefix}.{name}",
+                value,
+                read=reader(names, name, value),
+            )
 
 
 def global_values(module: types.ModuleType) -> list[Any]:
@@ -54,15 +58,22 @@ def class_attributes(
             continue
         owners = (set_by or {}).get(id(klass), (klass, {}))[1]
         for name, value in list(vars(klass).items()):
-            if name.startswith("__") or isinstance(value, (types.FunctionType, staticmethod,
-                                                           classmethod, property)):  # fmt: skip
+            if name.startswith("__") or isinstance(
+                value, (types.FunctionType, staticmethod, classmethod, property)
+            ):
                 continue
             qualified = f"{klass.__module__}.{klass.__qualname__}.{name}"
             label = said.CLASS_ATTRIBUTE.format(klass.__qualname__, name)
             owner = owners.get(name)
             if owner is not None and owner.cached_result is not None:
-                yield Holder(label + owned_by(owner), qualified, value, fixture=True,
-                             owner=owner, exclusive=True)  # fmt: skip
+                yield Holder(
+                    label + owned_by(owner),
+                    qualified,
+                    value,
+                    fixture=True,
+                    owner=owner,
+                    exclusive=True,
+                )
                 continue
             yield Holder(label, qualified, value, read=reader(klass.__dict__, name, value))
 

@@ -46,8 +46,17 @@ from pytest_graphleak.report.ascii_text import degrade_to_ascii, restore
 from pytest_graphleak.session import current, push_finder, remove_finder
 
 #: Names other code and tests import from the plugin (each defined beside it).
-__all__ = ["LAZY_SESSION_KEY", "MARKER", "GraphleakFixture", "graphleak", "marker_settings",
-           "need_report_hooks", "record_result", "settings_of", "warns_instead"]  # fmt: skip
+__all__ = [
+    "LAZY_SESSION_KEY",
+    "MARKER",
+    "GraphleakFixture",
+    "graphleak",
+    "marker_settings",
+    "need_report_hooks",
+    "record_result",
+    "settings_of",
+    "warns_instead",
+]
 
 
 # -- configuration --------------------------------------------------------------------
@@ -172,4 +181,3 @@ def graphleak(request: pytest.FixtureRequest) -> GraphleakFixture:
     # warnings list it releases is pytest's, not one the body opens (PytestHeld).
     current()
     return GraphleakFixture(request.node, settings_of(request.config))
-

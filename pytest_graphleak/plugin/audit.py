@@ -51,8 +51,11 @@ class OutliveAudit:
 
     def __init__(self, settings: Settings) -> None:
         self.mode = settings.outlive
-        self.audit = Audit(keep=settings.outlive_keep, sites=settings.outlive_sites,
-                           verify_fix=settings.verify_fix != "off")  # fmt: skip
+        self.audit = Audit(
+            keep=settings.outlive_keep,
+            sites=settings.outlive_sites,
+            verify_fix=settings.verify_fix != "off",
+        )
         #: The test whose protocol runs (a fixture's teardown is judged during it).
         self._item: pytest.Item | None = None
 
@@ -97,8 +100,7 @@ class OutliveAudit:
         with audit.quiet(item.nodeid):
             if census is not None:
                 checked = item.stash.get(_CHECKED_ROOTS_KEY, set())
-                results = audit.audit(test, census, checked=checked,
-                                      rerun=_Rerun(item, nextitem))  # fmt: skip
+                results = audit.audit(test, census, checked=checked, rerun=_Rerun(item, nextitem))
                 item.stash[_AUDITED_KEY] = True
         results.extend(audit.judged())  # judged at the fixture teardowns just done
         torn = audit.torn_down()
@@ -144,8 +146,9 @@ class OutliveAudit:
         cls = request_cls(request) if fixturedef.scope == "class" else None
         before = self.audit.class_attributes(cls)
         outcome = yield
-        self.audit.fixture_set_up(fixturedef, cls, before, scope_node(request),
-                                  defined_at(fixturedef))  # fmt: skip
+        self.audit.fixture_set_up(
+            fixturedef, cls, before, scope_node(request), defined_at(fixturedef)
+        )
         add = getattr(fixturedef, "addfinalizer", None)
         if fixturedef.scope != "function" and add is not None and outcome.excinfo is None:
             # finalizers run last first: this one before the fixture's own teardown code
@@ -337,13 +340,18 @@ def outlive_pointer(results: list[CheckResult]) -> str:
     story is (the graphleak report section's row of the test)."""
     first = results[0]
     at = first.judged_at
-    what = (f"{at.row} kept autograd graphs alive after its teardown"
-            if at is not None and at.label else "autograd graphs outlived the test")  # fmt: skip
+    what = (
+        f"{at.row} kept autograd graphs alive after its teardown"
+        if at is not None and at.label
+        else "autograd graphs outlived the test"
+    )
     held = root_of(first, raw=True)
     held = f", held by {held}" if held else ""
     more = f", and {len(results) - 1} more" if len(results) > 1 else ""
-    return (f"graphleak: {what}: {first.pattern or RETAINED_GRAD_FN}{held}{more}; the "
-            "graphleak report section tells where and the fix")  # fmt: skip
+    return (
+        f"graphleak: {what}: {first.pattern or RETAINED_GRAD_FN}{held}{more}; the "
+        "graphleak report section tells where and the fix"
+    )
 
 
 def _short(result: CheckResult, room: int | None = None) -> str:

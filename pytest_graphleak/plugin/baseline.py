@@ -77,8 +77,9 @@ def configured(config: pytest.Config, settings: Settings) -> Baseline | None:
     path = _path(config, settings)
     try:
         if update and not path.parent.is_dir():
-            raise BaselineError(f"{UPDATE_FLAG} cannot write {str(path)!r}: its directory "
-                                "does not exist")  # fmt: skip
+            raise BaselineError(
+                f"{UPDATE_FLAG} cannot write {str(path)!r}: its directory does not exist"
+            )
         if update and not path.exists():
             loaded = Baseline(path)  # the first run writes it
         elif update and not baseline.is_baseline(path):
@@ -125,8 +126,9 @@ def key_for(nodeid: str, result: CheckResult) -> Key:
     links = [asdict(link) for link in found.links] if found else []
     cycle = [asdict(link) for link in found.cycle_links] if found else []
     judged = asdict(result.judged_at) if result.judged_at is not None else None
-    return baseline_keys.key_of(nodeid, name=result.name, pattern=result.pattern, links=links,
-                                judged_at=judged, cycle=cycle)  # fmt: skip
+    return baseline_keys.key_of(
+        nodeid, name=result.name, pattern=result.pattern, links=links, judged_at=judged, cycle=cycle
+    )
 
 
 def unknown(item: pytest.Item, results: Iterable[CheckResult]) -> list[CheckResult]:
@@ -262,8 +264,11 @@ class BaselineRun:
         """Whether this run could have found the entry (the module docstring)."""
         if baseline_keys.is_fixture_check(key.check):
             node = "" if key.test == baseline_keys.SESSION else key.test
-            return ((key.test, key.check) in self.fixtures and not self.stopped_early
-                    and runs_whole(self.config, node))  # fmt: skip
+            return (
+                (key.test, key.check) in self.fixtures
+                and not self.stopped_early
+                and runs_whole(self.config, node)
+            )
         if key.test not in self.ran:
             return False
         if key.check == "outlive":
@@ -282,8 +287,11 @@ class BaselineRun:
 
     def _not_found(self) -> list[Key]:
         """Entries no finding of this run matched (``Baseline.match``)."""
-        return [key for key in self.baseline.entries
-                if key not in self.found and key not in self.matched_before]  # fmt: skip
+        return [
+            key
+            for key in self.baseline.entries
+            if key not in self.found and key not in self.matched_before
+        ]
 
     def unchecked(self) -> int:
         return len(self.unchecked_entries())
@@ -318,11 +326,15 @@ class BaselineRun:
             "unchecked": self.unchecked(),
             "stale": [entry_dict(self.baseline, key) for key in self.stale_entries()],
             "update_command": self.update_command(),
-            "updated": None if written is None else {
-                "findings": len(written.entries), "added": len(written.added),
-                "removed": len(written.removed), "pruned": len(written.pruned),
+            "updated": None
+            if written is None
+            else {
+                "findings": len(written.entries),
+                "added": len(written.added),
+                "removed": len(written.removed),
+                "pruned": len(written.pruned),
             },
-        }  # fmt: skip
+        }
 
     def update_command(self) -> str:
         """This run's command with the update flag: what refreshes the file."""
@@ -345,8 +357,10 @@ class BaselineRun:
         try:
             write_text_atomic(path, baseline.render(update.entries))
         except OSError as exc:
-            self.error = (f"could not write the baseline file {str(path)!r} "
-                          f"({type(exc).__name__}: {exc.strerror or exc})")  # fmt: skip
+            self.error = (
+                f"could not write the baseline file {str(path)!r} "
+                f"({type(exc).__name__}: {exc.strerror or exc})"
+            )
             return
         self.written = update
 
@@ -386,7 +400,7 @@ class BaselineRun:
             at = next((i for i, (line, _) in enumerate(wrapped) if line == intro), None)
             if at is not None:
                 command = command_lines(self.update_command(), columns)
-                wrapped[at + 1:at + 1] = [(line, {}) for line in command]
+                wrapped[at + 1 : at + 1] = [(line, {}) for line in command]
         return wrapped
 
 

@@ -64,8 +64,9 @@ def _start_session(item: pytest.Item) -> Session:
     before each sample), ended by a finalizer of the test. Its results need the report
     hooks, registered now."""
     held = PytestHeld(item)
-    test = RunningTest(item.nodeid, settings_of(item.config),
-                       functools.partial(stash.record_result, item))  # fmt: skip
+    test = RunningTest(
+        item.nodeid, settings_of(item.config), functools.partial(stash.record_result, item)
+    )
     made = Session(test=test, before_sample=[held.release])
     item.stash[LAZY_SESSION_KEY] = made
     need_report_hooks(item.config)
@@ -83,4 +84,3 @@ def _start_session(item: pytest.Item) -> Session:
 
     item.addfinalizer(end)
     return made
-

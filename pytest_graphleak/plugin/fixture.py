@@ -54,8 +54,9 @@ class GraphleakFixture:
         qualname = str(getattr(step, "__qualname__", "step")).rpartition("<locals>.")[2]
         name = f"{self._item.nodeid}::check({qualname})"
         roots = api.roots_of_frame(sys._getframe(1), exclude=(id(self),))
-        return measure_and_record(self._item, step, settings, name, roots, (id(self),),
-                                   from_marker=False)  # fmt: skip
+        return measure_and_record(
+            self._item, step, settings, name, roots, (id(self),), from_marker=False
+        )
 
     def track(self, **options: Unpack[TrackOptions]) -> Track:
         """``with graphleak.track(warmup=3) as t:`` ... ``t.step()`` after each step;
@@ -72,8 +73,9 @@ class GraphleakFixture:
             if result.leaked and warn and not result.known:
                 terminal.warn_leak(self._item, result, GraphLeakWarning)
 
-        return Track(settings=settings, name=name, raise_on_leak=not warn,
-                     on_result=on_result, steps=steps)  # fmt: skip
+        return Track(
+            settings=settings, name=name, raise_on_leak=not warn, on_result=on_result, steps=steps
+        )
 
     def check_distributed(
         self,
@@ -95,10 +97,14 @@ class GraphleakFixture:
         settings = self.resolve("check_distributed()", options)
         label = distributed.factory_label(step_factory)
         return check_on_ranks(
-            self._item, step_factory, settings, world_size=world_size, backend=backend,
+            self._item,
+            step_factory,
+            settings,
+            world_size=world_size,
+            backend=backend,
             timeout=distributed.DEFAULT_TIMEOUT_S if timeout is None else timeout,
-            start_timeout=(distributed.DEFAULT_START_TIMEOUT_S if start_timeout is None
-                           else start_timeout),
+            start_timeout=(
+                distributed.DEFAULT_START_TIMEOUT_S if start_timeout is None else start_timeout
+            ),
             name=f"{self._item.nodeid}::check_distributed({label})",
-        )  # fmt: skip
-
+        )

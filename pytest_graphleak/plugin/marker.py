@@ -209,15 +209,17 @@ def measure_and_record(
     """Check ``step``, record the result on the test, fail (or warn) on a leak."""
     __tracebackhide__ = True
     try:
-        result = pipeline.measure(step, settings=settings, name=name, diagnose_step=step,
-                             roots=roots, exclude=exclude)  # fmt: skip
+        result = pipeline.measure(
+            step, settings=settings, name=name, diagnose_step=step, roots=roots, exclude=exclude
+        )
     except (pytest.skip.Exception, pytest.xfail.Exception):
         raise  # the test declared its own outcome (skip, xfail): pytest reports it
     except BaseException as exc:
         # Every way a step ends gets a row: an assert, pytest.fail(), SystemExit, a
         # pytest-timeout at step k, Ctrl-C.
-        record(item, pipeline.error_result(name, steps=settings.steps, warmup=settings.warmup,
-                                            exc=exc))  # fmt: skip
+        record(
+            item, pipeline.error_result(name, steps=settings.steps, warmup=settings.warmup, exc=exc)
+        )
         raise
     record(item, result)
     if result.known or not (result.leaked or result.unmeasured):
@@ -272,9 +274,12 @@ def check_on_ranks(
     warn-only mode), and so does a rank that measured nothing, as a single-process check."""
     __tracebackhide__ = True
     result = distributed.check_distributed(
-        factory, raise_on_leak=False, on_result=functools.partial(record, item),
-        settings=settings, **group,
-    )  # fmt: skip
+        factory,
+        raise_on_leak=False,
+        on_result=functools.partial(record, item),
+        settings=settings,
+        **group,
+    )
     new = [r for r in result.ranks if r.leaked and not getattr(r.result, "known", False)]
     if not judge or not (new or result.unmeasured_ranks):
         return result
@@ -282,4 +287,3 @@ def check_on_ranks(
     text = result.leak_text(series=verbose) if new else result.unmeasured_text()
     pipeline.raise_or_warn(text, leaked=bool(new), warn=warns_instead(item, settings), stacklevel=2)
     return result
-

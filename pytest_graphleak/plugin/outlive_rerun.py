@@ -50,8 +50,10 @@ def refusal(item: pytest.Item, fixturedefs: Mapping[str, Any]) -> str:
     for name, fixturedef in fixturedefs.items():
         scope = getattr(fixturedef, "scope", "function")
         if scope != "function" and getattr(fixturedef, "cached_result", None) is None:
-            return (f"its {scope}-scoped fixture '{name}' was torn down after it (it was its "
-                    "last test), and a re-run would set it up again")  # fmt: skip
+            return (
+                f"its {scope}-scoped fixture '{name}' was torn down after it (it was its "
+                "last test), and a re-run would set it up again"
+            )
     for node in item.listchain()[:-1]:
         if node not in stack and type(node).setup is not Node.setup:
             return f"'{node.name}' was torn down after it and has a setup of its own"

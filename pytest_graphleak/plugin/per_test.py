@@ -99,22 +99,26 @@ class Reports:
             # wall of E lines. --tb=native keeps Python's traceback: every frame, asked for.
             verbose = (config.getoption("verbose") or 0) > 0
             story = str(excinfo.value) if result is None else render_text(result, series=verbose)
-            message = (story.partition("\n")[0] if result is None
-                       else terminal.crash_message(item, result, call.when))  # fmt: skip
-            report.longrepr = story_repr(item, excinfo, story, message,
-                                         every_frame=style == "long")  # fmt: skip
+            message = (
+                story.partition("\n")[0]
+                if result is None
+                else terminal.crash_message(item, result, call.when)
+            )
+            report.longrepr = story_repr(item, excinfo, story, message, every_frame=style == "long")
         worker = hasattr(config, "workerinput")  # pytest-xdist's worker
-        terminal.colour_failure(report.longrepr,  # pattern, held by, stored at, fix
-                                worker_columns=terminal.columns_of(config) if worker
-                                else None)  # fmt: skip
+        terminal.colour_failure(
+            report.longrepr,  # pattern, held by, stored at, fix
+            worker_columns=terminal.columns_of(config) if worker else None,
+        )
         crash = getattr(report.longrepr, "reprcrash", None)
         if crash is not None and result is not None:
             # pytest's short summary line reads this: say what leaked, not the exception type.
             crash.message = terminal.crash_message(item, result, call.when)
             if style == "line":
                 # One line per failure, at the user's line: not the leak text, not ours.
-                report.longrepr = one_line_repr(item, excinfo, crash.message,
-                                                printed=call.when != "call")  # fmt: skip
+                report.longrepr = one_line_repr(
+                    item, excinfo, crash.message, printed=call.when != "call"
+                )
 
 
 def attach(report: pytest.TestReport, results: list[CheckResult]) -> None:
@@ -163,8 +167,7 @@ class Ranks(Reports):
         checking = settings_of(pyfuncitem.config).enabled
         if settings is not None and world_size > 1:
             # Spawned ranks run the test function even without --graphleak (unjudged).
-            check_marked_on_ranks(pyfuncitem, settings, world_size=world_size,
-                                   checking=checking)  # fmt: skip
+            check_marked_on_ranks(pyfuncitem, settings, world_size=world_size, checking=checking)
             return True
         if settings is None or not checking:
             return None  # unmarked, or checking is off: pytest runs the test once
@@ -233,8 +236,7 @@ class Checking(Ranks):
                 if checked_async:
                     during.enter_context(async_tests.anyio_steps(item))
                 outcome = yield
-            if (checked_async and outcome.excinfo is None
-                    and not item.stash.get(RESULTS_KEY, None)):  # fmt: skip
+            if checked_async and outcome.excinfo is None and not item.stash.get(RESULTS_KEY, None):
                 # A plugin ran the coroutine itself, once: no silent pass.
                 pytest.fail(async_tests.unchecked_refusal(item, MARKER), pytrace=False)
         finally:
@@ -247,4 +249,3 @@ class Checking(Ranks):
             from pytest_graphleak.loop import close_open_checks
 
             close_open_checks()  # a loop that raised through a framework left one open
-

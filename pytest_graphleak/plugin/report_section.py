@@ -53,8 +53,13 @@ def _warned_why(outcome: str, warn_only: bool) -> str:
 
 
 def section_lines(
-    rows: Sequence[TestRow], notes: Iterable[str], warn_only: bool, *, columns: int,
-    verbose: bool, baseline_file: str = "",
+    rows: Sequence[TestRow],
+    notes: Iterable[str],
+    warn_only: bool,
+    *,
+    columns: int,
+    verbose: bool,
+    baseline_file: str = "",
 ) -> list[tuple[str, dict[str, bool]]]:
     """The ``graphleak report`` section's lines before its count line: each test's rows
     (a clean test's only with ``-v``) in the reports' order (leaks first, then by node id:
@@ -64,12 +69,16 @@ def section_lines(
     ordered = sorted(rows, key=lambda test: (display_key(test.status), test.nodeid))
     body = [
         (part, markup)
-        for test in ordered if verbose or test.status != CLEAN
+        for test in ordered
+        if verbose or test.status != CLEAN
         for line, markup in summary_lines(test, width, warn_only, baseline_file)
         for part in wrap_line(line, columns)
-    ]  # fmt: skip
-    return body + [(part, {"yellow": True}) for note in sorted(notes)
-                   for part in wrap_line(f"note: {note}", columns)]  # fmt: skip
+    ]
+    return body + [
+        (part, {"yellow": True})
+        for note in sorted(notes)
+        for part in wrap_line(f"note: {note}", columns)
+    ]
 
 
 def no_verdict(results: Sequence[CheckResult]) -> Status | None:
@@ -95,8 +104,13 @@ def summary_lines(
         at = check.judged_at  # a fixture's finding (``JudgedAt``), or None
         facts = STATUS_FACTS[status]
         if facts.found:  # a leak found, accepted or not
-            outlive = ("" if check.kind != "outlive" else "outlived the test: " if at is None
-                       else "outlived the fixture's teardown: ")  # fmt: skip
+            outlive = (
+                ""
+                if check.kind != "outlive"
+                else "outlived the test: "
+                if at is None
+                else "outlived the fixture's teardown: "
+            )
             head += f"  {outlive}{check.pattern or 'leak'}"
             found = culprit(check.diagnosis) if status != WARNED else ""  # its held by:
             if found:
@@ -157,15 +171,17 @@ def summary_lines(
 
 def _fix_lines(check: CheckResult) -> list[tuple[str, dict[str, bool]]]:
     """The check's fix line (verified or not), as a row's last line."""
-    return [(f"    {line}", line_markup(line)) for line in detail_lines(check)
-            if line.startswith(("fix: ", "fix ("))]  # fmt: skip
+    return [
+        (f"    {line}", line_markup(line))
+        for line in detail_lines(check)
+        if line.startswith(("fix: ", "fix ("))
+    ]
 
 
 #: The terminal's word of each status (``status.TABLE``), padded, and its colour token
 #: (bold where the status fails the test, or is a leak that warns: ``StatusFacts.bold``).
 _STATUS_STYLE: dict[str, tuple[str, dict[str, bool]]] = {
-    row.word: (f"{row.label:<7}", {row.colour: True, "bold": row.bold})
-    for row in STATUS_TABLE
+    row.word: (f"{row.label:<7}", {row.colour: True, "bold": row.bold}) for row in STATUS_TABLE
 }
 
 

@@ -124,8 +124,9 @@ class SessionReport:
         self._started = time.time()  # for the HTML page's environment block
         loaded = configured(config, settings)  # a worker too: a known leak fails nothing
         #: The baseline file's findings matched (``--graphleak-baseline``), on the controller.
-        self.baseline = None if loaded is None or self.is_worker else BaselineRun(
-            config, loaded, settings)  # fmt: skip
+        self.baseline = (
+            None if loaded is None or self.is_worker else BaselineRun(config, loaded, settings)
+        )
         if self.baseline is not None:  # its hooks: what was collected (stale entries)
             config.pluginmanager.register(self.baseline, "graphleak-baseline")
         if self.is_worker:
@@ -140,10 +141,11 @@ class SessionReport:
         ]
         #: Writers that are no file and are on for this run (GitHub Actions).
         self.publishers = [
-            writer for writer in WRITERS
+            writer
+            for writer in WRITERS
             if writer.wanted is not None
             and writer.wanted(getattr(settings, writer.option), os.environ)
-        ]  # fmt: skip
+        ]
         refuse_unsafe_outputs(config, self.outputs)
 
     # -- collecting ---------------------------------------------------------------
@@ -251,8 +253,13 @@ class SessionReport:
             )
             return None
 
-    def _keep(self, nodeid: str, outcome: str, found: Sequence[CheckResult],
-              earlier: Sequence[Mapping[str, Any]] = ()) -> None:  # fmt: skip
+    def _keep(
+        self,
+        nodeid: str,
+        outcome: str,
+        found: Sequence[CheckResult],
+        earlier: Sequence[Mapping[str, Any]] = (),
+    ) -> None:
         """The test's row (the checks kept ``earlier``, then those ``found`` now), kept as
         compact JSON text until the session ends: one object a test, not thousands, for
         the collector's passes over a long session (benchmarks/results/session_rows.md);
@@ -269,8 +276,9 @@ class SessionReport:
             return
         if self._annotators:
             row = TestRow.of(nodeid, outcome, [*map(CheckResult.from_dict, earlier), *found])
-            self._junit_pending[nodeid] = [pair for properties in self._annotators
-                                           for pair in properties(row)]  # fmt: skip
+            self._junit_pending[nodeid] = [
+                pair for properties in self._annotators for pair in properties(row)
+            ]
 
     # -- writing --------------------------------------------------------------------
 
@@ -286,11 +294,14 @@ class SessionReport:
     def report(self) -> Report:
         """The typed report every writer renders (``json_doc.build_report``)."""
         return build_report(
-            self.rows(), generated_by=_generated_by(), warn_only=self.settings.warn_only,
-            notes=sorted(self.notes), audited=len(self._audited),
+            self.rows(),
+            generated_by=_generated_by(),
+            warn_only=self.settings.warn_only,
+            notes=sorted(self.notes),
+            audited=len(self._audited),
             baseline=self.baseline.section() if self.baseline is not None else None,
             rootdir=str(self.config.rootpath),
-        )  # fmt: skip
+        )
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if self.session_failures and session.exitstatus == pytest.ExitCode.OK:
@@ -339,11 +350,18 @@ class SessionReport:
         tr = terminalreporter
         rows = [test.typed() for test in self.rows()]  # the read model (report.model)
         columns = self.config.get_terminal_writer().fullwidth
-        body = section_lines(rows, self.notes, self.settings.warn_only, columns=columns,
-                             verbose=(self.config.getoption("verbose") or 0) > 0,
-                             baseline_file=self.baseline.file if self.baseline else "")  # fmt: skip
-        for theirs, title in ((self.session_failures, "fixture findings that failed the session"),
-                              (self.session_warnings, "fixture findings, on no test")):  # fmt: skip
+        body = section_lines(
+            rows,
+            self.notes,
+            self.settings.warn_only,
+            columns=columns,
+            verbose=(self.config.getoption("verbose") or 0) > 0,
+            baseline_file=self.baseline.file if self.baseline else "",
+        )
+        for theirs, title in (
+            (self.session_failures, "fixture findings that failed the session"),
+            (self.session_warnings, "fixture findings, on no test"),
+        ):
             if theirs:  # no test's failure text or warning shows them
                 tr.write_sep("=", f"graphleak: {title}")
             for check in theirs:
@@ -354,16 +372,25 @@ class SessionReport:
         for line, markup in body:
             tr.write_line(line, **markup)
         fixed = len(self.baseline.fixed()) if self.baseline is not None else None
-        told = sentence(counts((t.status for t in rows), audited=len(self._audited), fixed=fixed,
-                               fixtures=sum(t.is_fixture for t in rows)))  # fmt: skip
+        told = sentence(
+            counts(
+                (t.status for t in rows),
+                audited=len(self._audited),
+                fixed=fixed,
+                fixtures=sum(t.is_fixture for t in rows),
+            )
+        )
         for part in wrap_line(told if told == NOTHING_CHECKED else f"graphleak: {told}", columns):
             tr.write_line(part)
         for line, markup in self.baseline.lines(columns) if self.baseline is not None else ():
             tr.write_line(line, **markup)
         for output in self.outputs:  # a path wider than the line folds after a "/"
             said = f"{output.writer.label} report: {output.written_to}"
-            for part in words(f"ERROR: {output.error}" if output.error else said, columns,
-                              7 if output.error else 4):  # fmt: skip
+            for part in words(
+                f"ERROR: {output.error}" if output.error else said,
+                columns,
+                7 if output.error else 4,
+            ):
                 if output.error or output.written_to is not None:
                     tr.write_line(part, red=bool(output.error), bold=bool(output.error))
         if rows or self.extra_rows:

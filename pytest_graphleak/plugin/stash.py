@@ -25,6 +25,7 @@ class Finder(Protocol):
 
     def __call__(self) -> Session | None: ...
 
+
 MARKER = terminal.MARKER
 
 SETTINGS_KEY = pytest.StashKey[Settings]()
@@ -41,7 +42,6 @@ def settings_of(config: pytest.Config) -> Settings:
     return config.stash.get(SETTINGS_KEY, None) or Settings()
 
 
-
 def record_result(item: pytest.Item, result: CheckResult) -> None:
     """Add a result made outside the marker and the fixture (a framework callback) to the
     test's results: its report, the JSON, the summary (``session.RunningTest.record``)."""
@@ -54,4 +54,3 @@ def record(item: pytest.Item, result: CheckResult) -> None:
     # inside a training loop does not pay ~0.1 ms for asdict() on the loop's time.
     mark_known(item, result)  # a leak listed in the baseline file: known, it fails nothing
     item.stash.setdefault(RESULTS_KEY, []).append(result)
-

@@ -28,8 +28,9 @@ _WORD_MARKUP_EVERYWHERE = hasattr(pytest.TestReport, "_get_verbose_word_with_mar
 def has_leak(results: Sequence[CheckResult], *, failing: bool = False) -> bool:
     """A leaked check among a report's, not a known one (the baseline file's: its test
     reads as pytest says); ``failing``: one whose leak failed the test (not ``warned``)."""
-    return any(check.leaked and not check.known and not (failing and check.warned)
-               for check in results)  # fmt: skip
+    return any(
+        check.leaked and not check.known and not (failing and check.warned) for check in results
+    )
 
 
 class StatusWords:

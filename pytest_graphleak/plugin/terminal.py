@@ -218,8 +218,12 @@ def warn_leak(item: Any, result: CheckResult, category: type[Warning]) -> None:
     # (``check(step)``, ``track(1)``)
     name = result.name.removeprefix(getattr(item, "nodeid", "")).lstrip(":")
     told = f"{name}: {what}" if name else what
-    warn_at_test(item, category, f"{told} (warn-only, not failed)\n"
-                 f"  {short_message(result)}; see the graphleak report section")  # fmt: skip
+    warn_at_test(
+        item,
+        category,
+        f"{told} (warn-only, not failed)\n"
+        f"  {short_message(result)}; see the graphleak report section",
+    )
 
 
 def detail_lines(check: CheckResult) -> list[str]:

@@ -44,13 +44,23 @@ ABSENT: dict[str, str] = {probe.name: probe.absent for probe in PROBES}
 
 #: Every metric a probe declares, by name (with several GPUs the CUDA probe adds
 #: per-device byte metrics when it starts).
-METRICS: dict[str, Metric] = {
-    metric.name: metric for probe in PROBES for metric in probe.metrics
-}
+METRICS: dict[str, Metric] = {metric.name: metric for probe in PROBES for metric in probe.metrics}
 
-__all__ = ["ABSENT", "BACKENDS", "METRICS", "PROBES", "PROBE_NAMES", "BackendProbe",
-           "CudaProbe", "GcProbe", "MinigradProbe", "Probe", "ProcessProbe", "TorchProbe",
-           "make_probes"]  # fmt: skip
+__all__ = [
+    "ABSENT",
+    "BACKENDS",
+    "METRICS",
+    "PROBES",
+    "PROBE_NAMES",
+    "BackendProbe",
+    "CudaProbe",
+    "GcProbe",
+    "MinigradProbe",
+    "Probe",
+    "ProcessProbe",
+    "TorchProbe",
+    "make_probes",
+]
 
 
 def make_probes(names: Collection[str] | None = None) -> list[Probe]:

@@ -67,9 +67,21 @@ DECIDE_AFTER = 3
 
 
 class _MallInfo2(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_size_t) for name in (
-        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
-        "fordblks", "keepcost")]  # fmt: skip
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena",
+            "ordblks",
+            "smblks",
+            "hblks",
+            "hblkhd",
+            "usmblks",
+            "fsmblks",
+            "uordblks",
+            "fordblks",
+            "keepcost",
+        )
+    ]
 
 
 @functools.cache
@@ -160,10 +172,18 @@ class ProcessProbe(ProbeBase):
         if self._planned is not None and cost * self._planned <= CHECK_BUDGET_S:
             return
         self._malloc = None
-        total = (f" and {cost * self._planned:.2f} s over the check's {self._planned} samples"
-                 if self._planned is not None else "")  # fmt: skip
-        self._notes = [_not_sampled(cost, " after warmup", f", more than the step itself "
-                                    f"({step * 1e3:.1f} ms a step as checked){total}")]  # fmt: skip
+        total = (
+            f" and {cost * self._planned:.2f} s over the check's {self._planned} samples"
+            if self._planned is not None
+            else ""
+        )
+        self._notes = [
+            _not_sampled(
+                cost,
+                " after warmup",
+                f", more than the step itself ({step * 1e3:.1f} ms a step as checked){total}",
+            )
+        ]
 
     def start(self, heap: Sequence[object]) -> None:
         self.stop()
@@ -215,9 +235,11 @@ class ProcessProbe(ProbeBase):
 
 
 def _not_sampled(cost: float, when: str, why: str) -> str:
-    return (f"{MALLOC.name} not sampled{when}: counting the C heap's allocated bytes took "
-            f"{cost * 1e3:.1f} ms a sample on this fragmented heap{why}; memory growth was "
-            "judged on RSS alone")  # fmt: skip
+    return (
+        f"{MALLOC.name} not sampled{when}: counting the C heap's allocated bytes took "
+        f"{cost * 1e3:.1f} ms a sample on this fragmented heap{why}; memory growth was "
+        "judged on RSS alone"
+    )
 
 
 def _resident_pages(descriptor: int) -> int:

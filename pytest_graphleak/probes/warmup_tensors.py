@@ -41,8 +41,7 @@ class WarmupTensors:
     #: What it records and what it cannot see (the note when it alone made the start set).
     records = "the tensors that torch operations used"
     misses = (
-        "code outside torch's function dispatch (compiled graphs, C++ extensions, other "
-        "threads)"
+        "code outside torch's function dispatch (compiled graphs, C++ extensions, other threads)"
     )
 
     def __init__(self) -> None:

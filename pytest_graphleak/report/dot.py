@@ -19,8 +19,10 @@ from pytest_graphleak.drawing import Drawing, DrawingNode
 from pytest_graphleak.result import Diagnosis
 
 #: How a drawing's root and its leaked graph nodes stand out (the HTML legend says so).
-_DRAWN_STYLE = {"root": ', style=filled, fillcolor="#dde8ff"',
-                "node": ', style=filled, fillcolor="#fde2e2", color="#c62828", penwidth=1.5'}
+_DRAWN_STYLE = {
+    "root": ', style=filled, fillcolor="#dde8ff"',
+    "node": ', style=filled, fillcolor="#fde2e2", color="#c62828", penwidth=1.5',
+}
 _NODE_STYLE = 'node [shape=box, style="rounded,filled", fillcolor="#f4f4f8", fontname="Helvetica"]'
 
 
@@ -63,14 +65,20 @@ def drawing_dot(drawing: Drawing) -> str:
         if index not in declared:
             declared.add(index)
             node = drawing.nodes[index]
-            lines.append(f"  {names[index]} [label={quote(node.label)}"
-                         f"{_DRAWN_STYLE.get(node.kind, '')}];")  # fmt: skip
+            lines.append(
+                f"  {names[index]} [label={quote(node.label)}{_DRAWN_STYLE.get(node.kind, '')}];"
+            )
         return names[index]
 
     for edge in drawing.edges:
         source, target = declare(edge.source), declare(edge.target)
-        style = (" [style=dashed]" if edge.kind == "graph" else "" if edge.kind == "root"
-                 else f" [label={quote(edge.label or ' ')}]")  # fmt: skip
+        style = (
+            " [style=dashed]"
+            if edge.kind == "graph"
+            else ""
+            if edge.kind == "root"
+            else f" [label={quote(edge.label or ' ')}]"
+        )
         lines.append(f"  {source} -> {target}{style};")
     for index in range(len(drawing.nodes)):  # a node no edge reaches
         declare(index)
@@ -109,8 +117,13 @@ def render_svg(dot_text: str) -> str | None:
     if exe is None or not dot_text.strip():
         return None
     try:
-        done = subprocess.run([exe, "-Tsvg"], input=dot_text.encode("utf-8"),
-                              capture_output=True, timeout=10, check=False)
+        done = subprocess.run(
+            [exe, "-Tsvg"],
+            input=dot_text.encode("utf-8"),
+            capture_output=True,
+            timeout=10,
+            check=False,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     if done.returncode != 0:

@@ -13,8 +13,13 @@ from collections.abc import Sequence
 from importlib import metadata
 
 #: Distributions named when installed -> the module the run must have loaded, if any.
-_VERSIONS = {"pytest-graphleak": None, "pytest": None, "torch": "torch", "numpy": "numpy",
-             "pytest-xdist": "xdist"}  # fmt: skip
+_VERSIONS = {
+    "pytest-graphleak": None,
+    "pytest": None,
+    "torch": "torch",
+    "numpy": "numpy",
+    "pytest-xdist": "xdist",
+}
 
 
 def describe_run(

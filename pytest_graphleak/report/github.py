@@ -60,8 +60,11 @@ def publish(report: Report, run: Any) -> list[str]:
     if summary_path:
         try:
             with open(summary_path, "a", encoding="utf-8") as handle:
-                handle.write(step_summary(rows, workspace, report.summary,
-                                          others=len(run.rows), environ=run.environ))  # fmt: skip
+                handle.write(
+                    step_summary(
+                        rows, workspace, report.summary, others=len(run.rows), environ=run.environ
+                    )
+                )
                 handle.write(fixed_section(report.baseline))
         except OSError as exc:
             problems.append(
@@ -83,8 +86,11 @@ def commands(rows: Iterable[Row], workspace: str) -> list[str]:
             continue
         properties = []
         path = relative_path(row.file, workspace)
-        title = (f"graphleak (known, in {row.known_in}): {row.title}" if row.known_in
-                 else f"graphleak: {row.title}")  # fmt: skip
+        title = (
+            f"graphleak (known, in {row.known_in}): {row.title}"
+            if row.known_in
+            else f"graphleak: {row.title}"
+        )
         if path:
             properties.append(f"file={_property(path)}")
             if row.line > 0:
@@ -132,23 +138,31 @@ def step_summary(
         head += f"; {others} other {'finding' if others == 1 else 'findings'}"
     if not rows:
         return f"{head}\n\n{no_rows(summary)}\n\n"
-    found = sorted((row for row in rows if row.status not in (CLEAN, KNOWN)),
-                   key=lambda r: (display_key(r.status), r.test))  # fmt: skip
+    found = sorted(
+        (row for row in rows if row.status not in (CLEAN, KNOWN)),
+        key=lambda r: (display_key(r.status), r.test),
+    )
     lines = [head, "", f"{told[:1].upper()}{told[1:]}.", ""]
     for row in found:
         lines += _finding_block(row, workspace, environ or {})
     known = sorted((row for row in rows if row.status == KNOWN), key=lambda r: r.test)
     if known:
         where = known[0].known_in
-        lines += [f"<details><summary>{_badge(KNOWN)} {_count(len(known), 'known finding')} "
-                  f"(listed in {_text(where)}: {'it fails' if len(known) == 1 else 'they fail'} "
-                  "nothing)</summary>", ""]  # fmt: skip
+        lines += [
+            f"<details><summary>{_badge(KNOWN)} {_count(len(known), 'known finding')} "
+            f"(listed in {_text(where)}: {'it fails' if len(known) == 1 else 'they fail'} "
+            "nothing)</summary>",
+            "",
+        ]
         lines += [_known_item(row, workspace, environ or {}) for row in known]
         lines += ["", "</details>", ""]
     clean = [row for row in rows if row.status == CLEAN]
     if clean:
-        lines += [f"<details><summary>{_badge(CLEAN)} {_count(len(clean), 'clean check')} "
-                  "(nothing grew)</summary>", ""]  # fmt: skip
+        lines += [
+            f"<details><summary>{_badge(CLEAN)} {_count(len(clean), 'clean check')} "
+            "(nothing grew)</summary>",
+            "",
+        ]
         lines += [f"- `{_code(row.test)}`: {_text(row.summary)}" for row in clean]
         lines += ["", "</details>", ""]
     return "\n".join(lines).rstrip("\n") + "\n\n"
@@ -162,8 +176,10 @@ def _finding_block(row: Row, workspace: str, environ: Mapping[str, str]) -> list
     label = facts.label if facts is not None else row.status.upper()
     what = _text(row.title)
     where = _where(row, workspace, environ)
-    lines = [f"{_badge(row.status)} **{label}** `{_code(row.test)}`".strip() + "<br>",
-             f"{what} at {where}" if where else what]  # fmt: skip
+    lines = [
+        f"{_badge(row.status)} **{label}** `{_code(row.test)}`".strip() + "<br>",
+        f"{what} at {where}" if where else what,
+    ]
     if row.fix:
         fix = row.fix_line or f"fix: {row.fix}"
         label, _, text = fix.partition(": ") if not row.fix_line else _fix_parts(fix)
@@ -176,8 +192,7 @@ def _finding_block(row: Row, workspace: str, environ: Mapping[str, str]) -> list
     details = [f"- {_text(line)}" for line in told]
     diff = _diff_block(row, workspace)
     if details or diff:
-        lines += ["", "<details><summary>details</summary>", "", *details, *diff, "",
-                  "</details>"]  # fmt: skip
+        lines += ["", "<details><summary>details</summary>", "", *details, *diff, "", "</details>"]
     return [*lines, ""]
 
 
@@ -187,7 +202,7 @@ def _fix_parts(fix_line: str) -> tuple[str, str, str]:
     for at, char in enumerate(fix_line):
         depth += {"(": 1, ")": -1}.get(char, 0)
         if char == ":" and depth == 0:
-            return fix_line[:at], ":", fix_line[at + 1:].lstrip()
+            return fix_line[:at], ":", fix_line[at + 1 :].lstrip()
     return "fix", ":", fix_line
 
 
@@ -220,8 +235,15 @@ def _diff_block(row: Row, workspace: str) -> list[str]:
     if len(diff) >= 2 and diff[0].startswith("--- ") and diff[1].startswith("+++ "):
         diff[:2] = [f"--- a/{name}", f"+++ b/{name}"]
     fence = "````" if any(line.lstrip(" +-").startswith("```") for line in diff) else "```"
-    return ["", "The verified fix (the step re-run with it grew nothing; `graphleak fix "
-            "REPORT.json --apply` writes it):", "", f"{fence}diff", *diff, fence]
+    return [
+        "",
+        "The verified fix (the step re-run with it grew nothing; `graphleak fix "
+        "REPORT.json --apply` writes it):",
+        "",
+        f"{fence}diff",
+        *diff,
+        fence,
+    ]
 
 
 def fixed_section(baseline: BaselineSection | None) -> str:
@@ -230,9 +252,14 @@ def fixed_section(baseline: BaselineSection | None) -> str:
     the file (the JSON document's ``baseline``); "" when there are none."""
     if baseline is None:
         return ""
-    blocks = ((baseline.fixed, "Fixed since the baseline", "Update the baseline file"),
-              (baseline.stale, "Entries of tests no longer collected (deleted or renamed)",
-               "Remove them"))  # fmt: skip
+    blocks = (
+        (baseline.fixed, "Fixed since the baseline", "Update the baseline file"),
+        (
+            baseline.stale,
+            "Entries of tests no longer collected (deleted or renamed)",
+            "Remove them",
+        ),
+    )
     lines: list[str] = []
     for keys, title, then in blocks:
         if not keys:
@@ -248,8 +275,11 @@ def fixed_section(baseline: BaselineSection | None) -> str:
 def _heading(summary: Mapping[str, int]) -> str:
     """``1 leaked, 2 unmeasured``: the statuses of the tests other than clean; ``3 clean``
     when every test is; the session's sentence when no test has a result."""
-    parts = [f"{summary[word]} {word}" for word in STATUSES  # the count line's order
-             if word != CLEAN and summary.get(word)]  # fmt: skip
+    parts = [
+        f"{summary[word]} {word}"
+        for word in STATUSES  # the count line's order
+        if word != CLEAN and summary.get(word)
+    ]
     if parts:
         return ", ".join(parts)
     clean = summary.get(CLEAN)
@@ -262,8 +292,9 @@ def _where(row: Row, workspace: str, environ: Mapping[str, str]) -> str:
     if not path:
         return ""
     shown = f"{path}:{row.line}" if row.line > 0 else path
-    server, repo, sha = (environ.get(key, "") for key in
-                         ("GITHUB_SERVER_URL", "GITHUB_REPOSITORY", "GITHUB_SHA"))  # fmt: skip
+    server, repo, sha = (
+        environ.get(key, "") for key in ("GITHUB_SERVER_URL", "GITHUB_REPOSITORY", "GITHUB_SHA")
+    )
     if not (server and repo and sha):
         return f"`{_code(shown)}`"
     anchor = f"#L{row.line}" if row.line > 0 else ""

@@ -71,8 +71,9 @@ def report_rows(report: Report, locations: Mapping[str, tuple[str, int]]) -> lis
             row = _check_row(label, test.status_of(check), test.outcome, check, place)
             if row.status == KNOWN:  # why it fails nothing: the baseline file's reason
                 file = report.baseline.file if report.baseline is not None else ""
-                row = replace(row, known_in=baseline_name(file),
-                              known=known_text(check.known_reason, file))  # fmt: skip
+                row = replace(
+                    row, known_in=baseline_name(file), known=known_text(check.known_reason, file)
+                )
             rows.append(row)
     return rows
 
@@ -99,17 +100,32 @@ def _check_row(
         lines = _leak_lines(result, pattern)
         tried = result.diagnosis.fix_tried if result.diagnosis is not None else None
         verified = tried is not None and tried.verified and bool(tried.diff)
-        worded = [view.plain() for view in diagnosis_view(pattern, result.diagnosis)
-                  if view.kind == "fix"]  # fmt: skip
-        return Row(label, status, title, file, line, "\n".join(lines), level,
-                   fix_of(pattern, result.diagnosis),
-                   tried.diff or "" if verified and tried else "",
-                   tried.filename if verified and tried else "",
-                   worded[0] if worded else "")  # fmt: skip
+        worded = [
+            view.plain() for view in diagnosis_view(pattern, result.diagnosis) if view.kind == "fix"
+        ]
+        return Row(
+            label,
+            status,
+            title,
+            file,
+            line,
+            "\n".join(lines),
+            level,
+            fix_of(pattern, result.diagnosis),
+            tried.diff or "" if verified and tried else "",
+            tried.filename if verified and tried else "",
+            worded[0] if worded else "",
+        )
     if status == UNMEASURED:
-        return Row(label, status, "unmeasured", *test_place,
-                   f"not measured, so no verdict: {result.unmeasured}", level,
-                   result.unmeasured_fix)  # fmt: skip
+        return Row(
+            label,
+            status,
+            "unmeasured",
+            *test_place,
+            f"not measured, so no verdict: {result.unmeasured}",
+            level,
+            result.unmeasured_fix,
+        )
     if status == ERROR:  # on the user's line that raised, when the traceback had one
         site = result.error_site
         place = (site.filename, site.lineno) if site is not None else test_place
@@ -117,9 +133,7 @@ def _check_row(
     return Row(label, status, "clean", *test_place, span_text(result, short=True))
 
 
-def _line_to_change(
-    diagnosis: Diagnosis | None, test_place: tuple[str, int]
-) -> tuple[str, int]:
+def _line_to_change(diagnosis: Diagnosis | None, test_place: tuple[str, int]) -> tuple[str, int]:
     """Where the leaked object is stored, else the line to change of a cycle (its hook or
     closure), else where the user's code created it."""
     site = line_to_change(diagnosis)
@@ -139,8 +153,11 @@ def _leak_lines(result: CheckResult, pattern: str) -> list[str]:
     if outlive:  # the audit after teardown: kept, not seen to grow
         lines.append(f"outlived the test: {result.verdict.reason}")
     else:
-        grown = [f"{row.name} {format_rate(row.per_step, row.unit)}"
-                 for row in metric_rows(result) if row.grew]  # fmt: skip
+        grown = [
+            f"{row.name} {format_rate(row.per_step, row.unit)}"
+            for row in metric_rows(result)
+            if row.grew
+        ]
         lines.append(f"grows: {', '.join(grown)}" if grown else "leaks")
     lines.extend(line.plain() for line in view if line.kind == "stored-at")
     return lines

@@ -53,8 +53,9 @@ _PIECES = re.compile(r"[^ .(,=\[/_]*(?:[ .(,=\[/_]+|$)")
 def chain_svg(chain: Sequence[str], *, columns: int = 4) -> str:
     """The holder chain, root first: each link points to the next; the root is marked
     ``root``, the last object (what the leak keeps alive) ``leaked``."""
-    kinds = ["root" if i == 0 else "leaked" if i == len(chain) - 1 else ""
-             for i in range(len(chain))]  # fmt: skip
+    kinds = [
+        "root" if i == 0 else "leaked" if i == len(chain) - 1 else "" for i in range(len(chain))
+    ]
     return _drawing(list(chain), kinds, columns=columns, closed=False)
 
 
@@ -90,8 +91,10 @@ def _drawing(labels: list[str], kinds: list[str], *, columns: int, closed: bool)
     for source, target in edges:
         points = _route(source, target, corner, box_h, height)
         coords = " ".join(f"{x:.0f},{y:.0f}" for x, y in points)
-        parts.append(f'<polyline class="edge" points="{coords}" fill="none" stroke="#555555" '
-                     f'stroke-width="1.5"/>{_arrowhead(points[-2], points[-1])}')  # fmt: skip
+        parts.append(
+            f'<polyline class="edge" points="{coords}" fill="none" stroke="#555555" '
+            f'stroke-width="1.5"/>{_arrowhead(points[-2], points[-1])}'
+        )
     for i, (lines, kind) in enumerate(zip(wrapped, kinds, strict=True)):
         x, y = corner(i)
         parts.append(
@@ -133,11 +136,20 @@ def _route(
         return [(sx + _BOX_W, sy + box_h / 2), (tx, ty + box_h / 2)]
     if target == source + 1:  # next row, under this one
         middle = sy + box_h + _GAP_Y / 2
-        return [(sx + _BOX_W / 2, sy + box_h), (sx + _BOX_W / 2, middle),
-                (tx + _BOX_W / 2, middle), (tx + _BOX_W / 2, ty)]  # fmt: skip
+        return [
+            (sx + _BOX_W / 2, sy + box_h),
+            (sx + _BOX_W / 2, middle),
+            (tx + _BOX_W / 2, middle),
+            (tx + _BOX_W / 2, ty),
+        ]
     below = height - _MARGIN / 2 - 4
-    return [(sx + _BOX_W / 2, sy + box_h), (sx + _BOX_W / 2, below), (_MARGIN / 2, below),
-            (_MARGIN / 2, ty + box_h / 2), (tx, ty + box_h / 2)]  # fmt: skip
+    return [
+        (sx + _BOX_W / 2, sy + box_h),
+        (sx + _BOX_W / 2, below),
+        (_MARGIN / 2, below),
+        (_MARGIN / 2, ty + box_h / 2),
+        (tx, ty + box_h / 2),
+    ]
 
 
 def _arrowhead(before: tuple[float, float], tip: tuple[float, float]) -> str:
@@ -148,7 +160,10 @@ def _arrowhead(before: tuple[float, float], tip: tuple[float, float]) -> str:
     ux, uy = dx / length, dy / length
     size, half = 9.0, 4.5
     back = (tip[0] - ux * size, tip[1] - uy * size)
-    corners = [tip, (back[0] - uy * half, back[1] + ux * half),
-               (back[0] + uy * half, back[1] - ux * half)]  # fmt: skip
+    corners = [
+        tip,
+        (back[0] - uy * half, back[1] + ux * half),
+        (back[0] + uy * half, back[1] - ux * half),
+    ]
     coords = " ".join(f"{x:.1f},{y:.1f}" for x, y in corners)
     return f'<polygon class="arrowhead" points="{coords}" fill="#555555"/>'

@@ -78,8 +78,7 @@ def render_html(
     cards = Cards(draw, (environment or {}).get("rootdir"), section.file if section else "")
     header = [
         "<h1>graphleak report</h1>",
-        f'<p class="muted">{escape(report.generated_by)} &middot; '
-        f"{_summary_line(report)}</p>",
+        f'<p class="muted">{escape(report.generated_by)} &middot; {_summary_line(report)}</p>',
     ]
     header.extend(f'<p class="note">{escape(note)}</p>' for note in report.notes)
     header.extend(block for block in [_baseline_block(section)] if block)
@@ -99,8 +98,11 @@ def render_html(
             found, clean = rows, []
         main = [_index(found, anchors)]
         if clean:
-            main.append(_folded(f"{count_of(len(clean), 'clean test')}: nothing grew",
-                                _index(clean, anchors)))  # fmt: skip
+            main.append(
+                _folded(
+                    f"{count_of(len(clean), 'clean test')}: nothing grew", _index(clean, anchors)
+                )
+            )
         main += [cards.card(row, anchors[row.nodeid]) for row in found]
         if clean:
             folded = "".join(cards.card(row, anchors[row.nodeid]) for row in clean)
@@ -144,8 +146,9 @@ def anchors_of(nodeids: Sequence[str]) -> dict[str, str]:
 def natural(text: str) -> tuple[tuple[int, int | str], ...]:
     """A sort key that reads the numbers in ``text`` as numbers: ``test_x[9]`` sorts
     before ``test_x[10]``."""
-    return tuple((0, int(part)) if part.isdigit() else (1, part)
-                 for part in _DIGITS.split(text) if part)  # fmt: skip
+    return tuple(
+        (0, int(part)) if part.isdigit() else (1, part) for part in _DIGITS.split(text) if part
+    )
 
 
 def _group(row: TestRow) -> str:
@@ -155,16 +158,20 @@ def _group(row: TestRow) -> str:
 
 def _folded(summary: str, body: str) -> str:
     """Clean rows (or cards) folded into one line, shown by the "clean" chip."""
-    return (f'<details class="group row s-{CLEAN_WORD}"><summary>{escape(summary)}'
-            f"</summary>{body}</details>")  # fmt: skip
+    return (
+        f'<details class="group row s-{CLEAN_WORD}"><summary>{escape(summary)}'
+        f"</summary>{body}</details>"
+    )
 
 
 def _inputs(statuses: Sequence[str]) -> str:
     """The status filter's radio inputs: all, then one per status shown."""
     shows = [("all", "all tests"), *((w, f"{w} tests") for w in statuses)]
-    out = [f'<input type="radio" name="show" class="show" id="show-{word}"'
-           f'{" checked" if word == "all" else ""} aria-label="show {label}">'
-           for word, label in shows]  # fmt: skip
+    out = [
+        f'<input type="radio" name="show" class="show" id="show-{word}"'
+        f'{" checked" if word == "all" else ""} aria-label="show {label}">'
+        for word, label in shows
+    ]
     return "".join(out)
 
 
@@ -174,8 +181,9 @@ def _chips(summary: Mapping[str, int], statuses: Sequence[str], rows: int) -> st
     chips = ['<span class="muted">show:</span>', f'<label for="show-all">all ({rows})</label>']
     for word in statuses:
         count = summary.get(word, 0)
-        chips.append(f'<label for="show-{word}"><i class="dot {word}"></i>'
-                     f"{escape(word)} ({count})</label>")
+        chips.append(
+            f'<label for="show-{word}"><i class="dot {word}"></i>{escape(word)} ({count})</label>'
+        )
     return f'<nav class="filter">{"".join(chips)}</nav>'
 
 
@@ -186,14 +194,18 @@ def _baseline_block(section: BaselineSection | None) -> str:
     there are none."""
     if section is None:
         return ""
-    blocks = ((section.fixed, fixed_heading(len(section.fixed), section.file), UPDATE_INTRO),
-              (section.stale, stale_heading(len(section.stale), section.entries), PRUNE_INTRO))
+    blocks = (
+        (section.fixed, fixed_heading(len(section.fixed), section.file), UPDATE_INTRO),
+        (section.stale, stale_heading(len(section.stale), section.entries), PRUNE_INTRO),
+    )
     parts = []
     for keys, heading, intro in blocks:
         if keys:
             items = "".join(f"<li><code>{breakable(key.text())}</code></li>" for key in keys)
-            parts.append(f"<p>{escape(heading)}</p><ul>{items}</ul><p>{escape(intro)}</p>"
-                         f"<pre><code>{escape(section.update_command)}</code></pre>")
+            parts.append(
+                f"<p>{escape(heading)}</p><ul>{items}</ul><p>{escape(intro)}</p>"
+                f"<pre><code>{escape(section.update_command)}</code></pre>"
+            )
     return f'<section class="baseline">{"".join(parts)}</section>' if parts else ""
 
 
@@ -239,8 +251,7 @@ def _index(tests: Sequence[TestRow], anchors: Mapping[str, str]) -> str:
         )
     head = "".join(f"<th>{h}</th>" for h in ("status", "test", "growth", "time"))
     cols = "".join(f'<col class="{c}">' for c in ("status", "test", "growth", "time"))
-    return (f'<table class="index"><colgroup>{cols}</colgroup><tr>{head}</tr>'
-            f'{"".join(rows)}</table>')  # fmt: skip
+    return f'<table class="index"><colgroup>{cols}</colgroup><tr>{head}</tr>{"".join(rows)}</table>'
 
 
 def _growth(test: TestRow) -> str:
@@ -255,18 +266,20 @@ def _growth(test: TestRow) -> str:
     return ""
 
 
-
-
 def _environment_block(environment: Mapping[str, str], tests: Sequence[TestRow]) -> str:
     rows = [(str(k), str(v)) for k, v in environment.items() if v]
     # only the checks that were timed: the outlive audit runs no step and takes no time
     seconds = [float(c.duration_s) for t in tests for c in t.checks if c.duration_s]
     if seconds:
-        rows.append(("checks", f"{count_of(len(seconds), 'timed check')} took "
-                               f"{sum(seconds):.2f} s in all "
-                               f"(slowest {max(seconds):.2f} s)"))  # fmt: skip
+        rows.append(
+            (
+                "checks",
+                f"{count_of(len(seconds), 'timed check')} took "
+                f"{sum(seconds):.2f} s in all "
+                f"(slowest {max(seconds):.2f} s)",
+            )
+        )
     if not rows:
         return ""
     cells = [f'<tr><td>{escape(k)}</td><td class="mono">{escape(v)}</td></tr>' for k, v in rows]
     return f'<details class="env"><summary>environment</summary>{table((), cells)}</details>'
-

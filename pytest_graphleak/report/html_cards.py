@@ -39,8 +39,13 @@ from pytest_graphleak.status import BY_WORD, ERROR, KNOWN, UNMEASURED
 DotRenderer = Callable[[str], "str | None"]
 
 #: How each kind of diagnosis line is set (``report.view``).
-VIEW_CSS = {"held-by": "mono", "cycle": "mono", "stored-at": "mono", "created-at": "mono",
-            "fix": "fix"}  # fmt: skip
+VIEW_CSS = {
+    "held-by": "mono",
+    "cycle": "mono",
+    "stored-at": "mono",
+    "created-at": "mono",
+    "fix": "fix",
+}
 
 #: Where a long token may break: after these (node ids, paths, dotted names, calls).
 _SEPARATORS = ("::", "/", ".", "(", ",", "_", "=", "[")
@@ -52,9 +57,12 @@ def breakable(text: str) -> str:
     phone, never inside a word (``loss.item()`` may break as ``loss.`` / ``item()``)."""
     # a command-line flag (``--graphleak-probes=...``) is one unit: a browser would break
     # it after a hyphen, and a reader would copy half of it
-    return " ".join(f'<span class="flag">{escape(word, quote=False)}</span>'
-                    if word.startswith("--") and len(word) > 2 else _breakable_word(word)
-                    for word in text.split(" "))  # fmt: skip
+    return " ".join(
+        f'<span class="flag">{escape(word, quote=False)}</span>'
+        if word.startswith("--") and len(word) > 2
+        else _breakable_word(word)
+        for word in text.split(" ")
+    )
 
 
 def breakable_id(nodeid: str) -> str:
@@ -125,8 +133,11 @@ class Cards:
         status = test.status
         facts = BY_WORD.get(status)
         opened = " open" if facts is not None and facts.opened else ""
-        kinds = "".join('<span class="badge kind">outlived the test</span>'
-                        for check in test.checks[:1] if check.kind == "outlive")  # fmt: skip
+        kinds = "".join(
+            '<span class="badge kind">outlived the test</span>'
+            for check in test.checks[:1]
+            if check.kind == "outlive"
+        )
         head = (
             f'<section class="test row s-{status}" id="{escape(anchor)}">'
             f'<details class="card"{opened}><summary>{badge(status)}{kinds}'
@@ -134,8 +145,9 @@ class Cards:
             f'<span class="muted duration">{seconds(test)}</span></summary>'
             f'<p class="muted">pytest outcome: {escape(test.outcome)}</p>'
         )
-        body = "".join(self.check_block(test, index, check)
-                       for index, check in enumerate(test.checks))  # fmt: skip
+        body = "".join(
+            self.check_block(test, index, check) for index, check in enumerate(test.checks)
+        )
         return head + body + "</details></section>"
 
     def check_block(self, test: TestRow, index: int, check: CheckResult) -> str:
@@ -170,8 +182,14 @@ class Cards:
         site = check.error_site
         if site:
             rows.append(("your line", breakable(site_text(site, self.shown)), "mono"))
-        rows.append(("fix", "the step's own error, at your line: once a step runs "
-                     "through, the check gives a verdict", "fix"))  # fmt: skip
+        rows.append(
+            (
+                "fix",
+                "the step's own error, at your line: once a step runs "
+                "through, the check gives a verdict",
+                "fix",
+            )
+        )
         source = ""
         if site:
             source = source_context(site.filename, site.lineno, self.root)
@@ -191,12 +209,12 @@ class Cards:
         a known finding's first, with the reason its baseline entry gives."""
         pattern = str(check.pattern or FALLBACK)
         outlive = check.kind == "outlive"
-        lines = to_change(diagnosis_view(pattern, check.diagnosis, path=self.shown,
-                                         outlive=outlive))  # fmt: skip
+        lines = to_change(
+            diagnosis_view(pattern, check.diagnosis, path=self.shown, outlive=outlive)
+        )
         # the label alone ("fix"), its qualifier ("verified: 19 more steps ...") under the
         # text: a long label would widen the label column of every row
-        rows = [(LABELS[line.kind], view_cell(line), VIEW_CSS.get(line.kind, ""))
-                for line in lines]  # fmt: skip
+        rows = [(LABELS[line.kind], view_cell(line), VIEW_CSS.get(line.kind, "")) for line in lines]
         if known:  # why it fails nothing: "known", then "in FILE: <reason>"
             label, _, why = known_text(check.known_reason, self.baseline).partition(", ")
             rows.insert(0, (escape(label), escape(why), "known"))
@@ -230,23 +248,40 @@ class Cards:
         drawn = [r for r in rows if r.name not in zeros]
         head = head_label(check)
         charts = [
-            series_chart(r.series, warmup=check.warmup, title=r.name, unit=r.unit,
-                         highlight=r.grew, noise=r.tolerance,
-                         steps=step_numbers(check, len(r.series)), head=head)
+            series_chart(
+                r.series,
+                warmup=check.warmup,
+                title=r.name,
+                unit=r.unit,
+                highlight=r.grew,
+                noise=r.tolerance,
+                steps=step_numbers(check, len(r.series)),
+                head=head,
+            )
             for r in drawn
-        ]  # fmt: skip
+        ]
         if not charts:
             return ""
-        shaded = ("warmup steps" if head == "warmup" else
-                  "the baseline sample the measured ones are compared with")  # fmt: skip
-        legend = (f"each chart on its own scale; shaded: {shaded} (not judged); bytes drawn "
-                  "as growth from the first measured step")  # fmt: skip
+        shaded = (
+            "warmup steps"
+            if head == "warmup"
+            else "the baseline sample the measured ones are compared with"
+        )
+        legend = (
+            f"each chart on its own scale; shaded: {shaded} (not judged); bytes drawn "
+            "as growth from the first measured step"
+        )
         # each band is its own metric's tolerance (malloc's is a share of RSS's): name them all
-        banded = [f"{r.name} {format_amount(r.tolerance, r.unit)}/step" for r in drawn
-                  if draws_band(r.series, check.warmup, r.tolerance)]  # fmt: skip
+        banded = [
+            f"{r.name} {format_amount(r.tolerance, r.unit)}/step"
+            for r in drawn
+            if draws_band(r.series, check.warmup, r.tolerance)
+        ]
         if banded:
-            legend += (f"; green band: the growth per step tolerated as noise "
-                       f"({', '.join(banded)}), growth inside it is not a leak")  # fmt: skip
+            legend += (
+                f"; green band: the growth per step tolerated as noise "
+                f"({', '.join(banded)}), growth inside it is not a leak"
+            )
         if zeros:
             legend += f"; zero throughout, not drawn: {', '.join(zeros)}"
         return f'<p class="muted">{escape(legend)}</p><div class="charts">{"".join(charts)}</div>'
@@ -256,9 +291,8 @@ class Cards:
         parts = []
         for sites, title, count_header in (
             (diagnosis.sites, "created at", "objects/step"),
-            (diagnosis.stored_at, "stored at (the line that puts it in its holder)",
-             "times/step"),
-        ):  # fmt: skip
+            (diagnosis.stored_at, "stored at (the line that puts it in its holder)", "times/step"),
+        ):
             if sites:
                 parts.append(self.sites_block(title, count_header, sites))
         notes = diagnosis.notes
@@ -272,8 +306,10 @@ class Cards:
         with a full-size view; Graphviz's drawing as well when ``dot`` is on PATH (or its
         DOT text when only it has one)."""
         parts = []
-        for labels, title, draw in ((diagnosis.chain, "held by (root first)", chain_svg),
-                                    (diagnosis.cycle, "reference cycle", cycle_svg)):  # fmt: skip
+        for labels, title, draw in (
+            (diagnosis.chain, "held by (root first)", chain_svg),
+            (diagnosis.cycle, "reference cycle", cycle_svg),
+        ):
             if not labels:
                 continue
             wide = draw(labels, columns=4)
@@ -290,7 +326,7 @@ class Cards:
             svg = self.draw(dot_text) if self.draw is not None else None
             if svg is not None:
                 parts.append(
-                    "<details class=\"graphviz\"><summary>Graphviz's drawing of the retained "
+                    '<details class="graphviz"><summary>Graphviz\'s drawing of the retained '
                     f'graph</summary><div class="graph">{svg}</div></details>'
                 )
             elif diagnosis.drawing is not None or not parts:

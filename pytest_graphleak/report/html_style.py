@@ -187,25 +187,33 @@ input.show:focus-visible ~ header .filter { outline: 2px solid var(--accent); }
 def stylesheet(statuses: Iterable[str]) -> str:
     """The page's CSS: the base rules, a badge colour per status (light and dark), and
     the filter's rules for the chips of ``statuses`` (the ones the page has)."""
-    light = " ".join(f".badge.{row.word} {{ background: {BADGE_COLOURS[row.colour][0]}; }}"
-                     for row in TABLE)  # fmt: skip
-    dark = " ".join(f".badge.{row.word} {{ background: {BADGE_COLOURS[row.colour][1]}; }}"
-                    for row in TABLE)  # fmt: skip
-    dots = " ".join(f".dot.{row.word} {{ background: {BADGE_COLOURS[row.colour][0]}; }}"
-                    for row in TABLE)  # fmt: skip
+    light = " ".join(
+        f".badge.{row.word} {{ background: {BADGE_COLOURS[row.colour][0]}; }}" for row in TABLE
+    )
+    dark = " ".join(
+        f".badge.{row.word} {{ background: {BADGE_COLOURS[row.colour][1]}; }}" for row in TABLE
+    )
+    dots = " ".join(
+        f".dot.{row.word} {{ background: {BADGE_COLOURS[row.colour][0]}; }}" for row in TABLE
+    )
     shown = list(statuses)
     clean = next(row.word for row in TABLE if row.group == GROUP_CLEAN)
-    chosen = ",\n".join(f"#show-{word}:checked ~ header label[for=show-{word}]"
-                        for word in ["all", *shown])  # fmt: skip
+    chosen = ",\n".join(
+        f"#show-{word}:checked ~ header label[for=show-{word}]" for word in ["all", *shown]
+    )
     hidden = ",\n".join(f"#show-{word}:checked ~ main .row:not(.s-{word})" for word in shown)
     rules = [_BASE, light, f"@media (prefers-color-scheme: dark) {{ {dark} }}", dots]
-    rules.append(f"{chosen} {{\n  background: var(--accent); border-color: var(--accent); "
-                 "color: var(--bg); }")  # fmt: skip
+    rules.append(
+        f"{chosen} {{\n  background: var(--accent); border-color: var(--accent); "
+        "color: var(--bg); }"
+    )
     if hidden:
         rules.append(f"{hidden} {{ display: none; }}")
     if clean in shown:  # the "clean" chip shows the folded clean rows and cards, unfolded
-        rules.append(f"@supports selector(::details-content) {{\n"
-                     f"#show-{clean}:checked ~ main details.group > summary {{ display: none; }}\n"
-                     f"#show-{clean}:checked ~ main details.group::details-content {{\n"
-                     "  content-visibility: visible; display: block; } }")  # fmt: skip
+        rules.append(
+            f"@supports selector(::details-content) {{\n"
+            f"#show-{clean}:checked ~ main details.group > summary {{ display: none; }}\n"
+            f"#show-{clean}:checked ~ main details.group::details-content {{\n"
+            "  content-visibility: visible; display: block; } }"
+        )
     return "\n".join(rules) + "\n"

@@ -34,7 +34,6 @@ from pytest_graphleak.result import CheckResult
 DOCUMENT_SCHEMA_VERSION = 1
 
 
-
 @dataclass
 class CheckedTest:
     """One test that ran at least one graphleak check (marker or fixture)."""
@@ -97,12 +96,21 @@ def build_report(
     root directory (``graphleak fix --apply`` writes under it only)."""
     rows = tuple(test.typed() for test in sorted(tests, key=lambda t: t.nodeid))
     section = BaselineSection.from_dict(baseline) if baseline is not None else None
-    summary = counts((row.status for row in rows), audited=audited,
-                     fixed=len(section.fixed) if section is not None else None,
-                     fixtures=sum(row.is_fixture for row in rows))  # fmt: skip
-    return Report(generated_by=generated_by, warn_only=warn_only, summary=summary,
-                  notes=tuple(notes), tests=rows, baseline=section,
-                  rootdir=os.path.abspath(rootdir) if rootdir is not None else None)  # fmt: skip
+    summary = counts(
+        (row.status for row in rows),
+        audited=audited,
+        fixed=len(section.fixed) if section is not None else None,
+        fixtures=sum(row.is_fixture for row in rows),
+    )
+    return Report(
+        generated_by=generated_by,
+        warn_only=warn_only,
+        summary=summary,
+        notes=tuple(notes),
+        tests=rows,
+        baseline=section,
+        rootdir=os.path.abspath(rootdir) if rootdir is not None else None,
+    )
 
 
 def document_of(report: Report) -> dict[str, Any]:
@@ -131,8 +139,12 @@ def build_document(tests: Iterable[CheckedTest], **options: Any) -> dict[str, An
 
 def _entry(test: TestRow) -> dict[str, Any]:
     """One test of the document, with its status by the one rule."""
-    return {"nodeid": test.nodeid, "outcome": test.outcome, "status": test.status,
-            "checks": [document_check(check) for check in test.checks]}  # fmt: skip
+    return {
+        "nodeid": test.nodeid,
+        "outcome": test.outcome,
+        "status": test.status,
+        "checks": [document_check(check) for check in test.checks],
+    }
 
 
 def dumps(document: Mapping[str, Any]) -> str:
@@ -215,4 +227,3 @@ def _strict(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_strict(v) for v in value]
     return value
-

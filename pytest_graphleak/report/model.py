@@ -60,8 +60,13 @@ class MetricRow:
 
     def to_dict(self) -> dict[str, Any]:
         """The document's ``metrics`` entry (``schema.json``)."""
-        return {"unit": self.unit, "start": self.start, "end": self.end,
-                "per_step": self.per_step, "grew": self.grew}  # fmt: skip
+        return {
+            "unit": self.unit,
+            "start": self.start,
+            "end": self.end,
+            "per_step": self.per_step,
+            "grew": self.grew,
+        }
 
 
 def metric_order(check: CheckResult, metrics: Iterable[str]) -> list[str]:
@@ -75,8 +80,13 @@ def metric_order(check: CheckResult, metrics: Iterable[str]) -> list[str]:
     card's first row and first chart are what to look at, and since this only moves the
     grown ones ahead of the rest, two metrics never swap places between surfaces."""
     grown = {g.metric for g in check.verdict.growths}
-    return sorted(metrics, key=lambda metric: (
-        metric not in grown, *listing_key(metric, check.declared(metric).counts)))
+    return sorted(
+        metrics,
+        key=lambda metric: (
+            metric not in grown,
+            *listing_key(metric, check.declared(metric).counts),
+        ),
+    )
 
 
 def metric_rows(result: CheckResult) -> list[MetricRow]:
@@ -93,11 +103,17 @@ def metric_rows(result: CheckResult) -> list[MetricRow]:
             per_step = float(grown[metric].per_step)
         elif len(measured) > 1:
             per_step = (measured[-1] - measured[0]) / (len(measured) - 1) / result.sample_every
-        rows.append(MetricRow(
-            metric, result.declared(metric), series,
-            start=measured[0] if measured else None, end=measured[-1] if measured else None,
-            per_step=per_step, grew=metric in grown,
-        ))  # fmt: skip
+        rows.append(
+            MetricRow(
+                metric,
+                result.declared(metric),
+                series,
+                start=measured[0] if measured else None,
+                end=measured[-1] if measured else None,
+                per_step=per_step,
+                grew=metric in grown,
+            )
+        )
     return rows
 
 
@@ -114,8 +130,10 @@ def headline_growth(check: CheckResult) -> Growth | None:
 
     def key(growth: Growth) -> tuple[int, int, bool, str]:
         counts = check.declared(growth.metric).counts
-        return (told.index(counts) if counts in told else len(told),
-                *listing_key(growth.metric, counts))  # fmt: skip
+        return (
+            told.index(counts) if counts in told else len(told),
+            *listing_key(growth.metric, counts),
+        )
 
     return min(check.verdict.growths, key=key, default=None)
 
@@ -134,8 +152,9 @@ class TestRow:
 
     def status_of(self, check: CheckResult) -> Status:
         """One check's status as this test reads it (``status.read_in_test``)."""
-        return read_in_test(check.status, warned=check.warned, known=check.known,
-                            outcome=self.outcome)
+        return read_in_test(
+            check.status, warned=check.warned, known=check.known, outcome=self.outcome
+        )
 
     @property
     def status(self) -> Status:
@@ -194,12 +213,19 @@ class BaselineSection:
             return tuple(found)
 
         updated = section.get("updated")
-        return cls(keys("fixed"), str(section.get("update_command") or ""),
-                   file=str(section.get("file") or ""), entries=int(section.get("entries") or 0),
-                   stale=keys("stale"), unchecked=int(section.get("unchecked") or 0),
-                   updated={str(k): int(v) for k, v in updated.items()}
-                   if isinstance(updated, Mapping) else None,
-                   reasons=reasons, has_stale="stale" in section)  # fmt: skip
+        return cls(
+            keys("fixed"),
+            str(section.get("update_command") or ""),
+            file=str(section.get("file") or ""),
+            entries=int(section.get("entries") or 0),
+            stale=keys("stale"),
+            unchecked=int(section.get("unchecked") or 0),
+            updated={str(k): int(v) for k, v in updated.items()}
+            if isinstance(updated, Mapping)
+            else None,
+            reasons=reasons,
+            has_stale="stale" in section,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """The document's ``baseline`` object (``schema.json``)."""
@@ -208,10 +234,13 @@ class BaselineSection:
             return [Entry(key, self.reasons.get(key, "")).to_dict() for key in keys]
 
         out: dict[str, Any] = {
-            "file": self.file, "entries": self.entries, "fixed": entries(self.fixed),
-            "unchecked": self.unchecked, "update_command": self.update_command,
+            "file": self.file,
+            "entries": self.entries,
+            "fixed": entries(self.fixed),
+            "unchecked": self.unchecked,
+            "update_command": self.update_command,
             "updated": dict(self.updated) if self.updated is not None else None,
-        }  # fmt: skip
+        }
         if self.has_stale:
             out["stale"] = entries(self.stale)
         return out

@@ -88,12 +88,11 @@ def sarif_log(
                 rules.append({"id": pattern, "shortDescription": {"text": "a graph leak"}})
             results.append(_result(report, test, index, status, place, base))
     run: dict[str, Any] = {
-        "tool": {"driver": {"name": TOOL, **_version(), "informationUri": _HOME,
-                            "rules": rules}},
+        "tool": {"driver": {"name": TOOL, **_version(), "informationUri": _HOME, "rules": rules}},
         "originalUriBaseIds": {SRCROOT: {"uri": Path(os.path.abspath(base)).as_uri() + "/"}},
         "results": results,
         "columnKind": "unicodeCodePoints",
-    }  # fmt: skip
+    }
     if report.baseline is not None:
         run["properties"] = {"baseline": _baseline(report.baseline)}
     return {"$schema": SCHEMA_URI, "version": "2.1.0", "runs": [run]}
@@ -127,16 +126,21 @@ def _result(
     label = check_label(test, index)
     outlive = check.kind == "outlive"
     # The audit's finding (a test's, or a fixture's judged at its teardown): kept, not grown.
-    head = (f"{label}: autograd graphs outlived the teardown ({pattern})."
-            if outlive else f"{label} leaks: {pattern}.")  # fmt: skip
+    head = (
+        f"{label}: autograd graphs outlived the teardown ({pattern})."
+        if outlive
+        else f"{label} leaks: {pattern}."
+    )
     known = ""
     if status == KNOWN:  # the reason the baseline entry gives, as every surface says it
         known = known_text(check.known_reason, report.baseline.file if report.baseline else "")
         head += f" {known[0].upper()}{known[1:]} (it fails nothing)."
     lines = [head, check.verdict.reason]
     path = _shown(base)
-    lines += [line.plain() for line in diagnosis_view(pattern, check.diagnosis, path=path,
-                                                     outlive=outlive)]  # fmt: skip
+    lines += [
+        line.plain()
+        for line in diagnosis_view(pattern, check.diagnosis, path=path, outlive=outlive)
+    ]
     lines.append(f"test: {test.nodeid}")
     file, line = place
     location: dict[str, Any] = {"artifactLocation": _artifact(file, base)}
@@ -213,26 +217,32 @@ def fix_object(tried: Fix, base: str, qualifier: str) -> dict[str, Any]:
                     added.append(mark[1:] + "\n")
                 continue
             if changed:
-                replacements.append({
-                    "deletedRegion": {"startLine": first, "startColumn": 1,
-                                      "endLine": line, "endColumn": 1},
-                    "insertedContent": {"text": "".join(added)},
-                })  # fmt: skip
+                replacements.append(
+                    {
+                        "deletedRegion": {
+                            "startLine": first,
+                            "startColumn": 1,
+                            "endLine": line,
+                            "endColumn": 1,
+                        },
+                        "insertedContent": {"text": "".join(added)},
+                    }
+                )
             changed, added = False, []
             line += 1
     return {
         "description": {"text": f"fix ({qualifier}): {tried.text}"},
-        "artifactChanges": [{"artifactLocation": _artifact(tried.filename, base),
-                             "replacements": replacements}],
-    }  # fmt: skip
+        "artifactChanges": [
+            {"artifactLocation": _artifact(tried.filename, base), "replacements": replacements}
+        ],
+    }
 
 
 def _fingerprint(test: TestRow, check: CheckResult) -> str:
     """A hash of the finding's baseline key (``baseline_keys.key_of``): stable from run to run."""
     links = [asdict(link) for link in check.diagnosis.links] if check.diagnosis else []
     judged = asdict(check.judged_at) if check.judged_at is not None else None
-    key = key_of(test.nodeid, name=check.name, pattern=check.pattern, links=links,
-                 judged_at=judged)  # fmt: skip
+    key = key_of(test.nodeid, name=check.name, pattern=check.pattern, links=links, judged_at=judged)
     return hashlib.sha256(key.text().encode("utf-8")).hexdigest()
 
 
@@ -243,9 +253,13 @@ def _baseline(section: BaselineSection) -> dict[str, Any]:
     def keys(entries: tuple[Key, ...]) -> list[dict[str, str]]:
         return [asdict(entry) for entry in entries]
 
-    return {"file": section.file, "entries": section.entries, "fixedSinceBaseline":
-            keys(section.fixed), "stale": keys(section.stale),
-            "updateCommand": section.update_command}  # fmt: skip
+    return {
+        "file": section.file,
+        "entries": section.entries,
+        "fixedSinceBaseline": keys(section.fixed),
+        "stale": keys(section.stale),
+        "updateCommand": section.update_command,
+    }
 
 
 def is_sarif_report(path: Path) -> bool:
@@ -258,6 +272,7 @@ def is_sarif_report(path: Path) -> bool:
     runs = log.get("runs") if isinstance(log, dict) else None
     if not isinstance(runs, list) or not runs:
         return False
-    drivers = [(run.get("tool") or {}).get("driver") or {} if isinstance(run, dict) else {}
-               for run in runs]  # fmt: skip
+    drivers = [
+        (run.get("tool") or {}).get("driver") or {} if isinstance(run, dict) else {} for run in runs
+    ]
     return all(isinstance(driver, dict) and driver.get("name") == TOOL for driver in drivers)

@@ -57,9 +57,7 @@ def sentence(summary: Mapping[str, object]) -> str:
     if fixtures:
         named.append(f"{fixtures} {'fixture' if fixtures == 1 else 'fixtures'}")
     whose = " and ".join(named)
-    rows = f"{whose} with results" + (
-        f": {parts}" if parts else ""
-    )
+    rows = f"{whose} with results" + (f": {parts}" if parts else "")
     return f"{rows}; {audited} audited for graphs that outlive them"
 
 

@@ -84,8 +84,9 @@ def series_chart(
     if draws_band(shown, warmup, noise):
         parts.append(_band(shown, warmup, noise, (low, high), x_at, y_of, at))
     parts += _frame(tick_values, unit, at, y_of, x_at, plot_w, plot_h)
-    parts += _line(points, "series grew" if highlight else "series", warmup, base, unit, at,
-                   x_of, y_of)  # fmt: skip
+    parts += _line(
+        points, "series grew" if highlight else "series", warmup, base, unit, at, x_of, y_of
+    )
     parts.append("</svg>")
     return "".join(parts)
 
@@ -121,9 +122,12 @@ def _warmup_shade(
 ) -> str:
     """The shaded warmup (or baseline) samples, with a title saying they are not judged."""
     judged = f"steps {at[0]}-{at[warmup - 1]} are" if warmup > 1 else f"step {at[0]} is"
-    title = (f"warmup: {judged} not judged" if head == "warmup" else
-             f"baseline: the sample after step {at[warmup - 1]}, which the measured ones "
-             "are compared with (not judged)")  # fmt: skip
+    title = (
+        f"warmup: {judged} not judged"
+        if head == "warmup"
+        else f"baseline: the sample after step {at[warmup - 1]}, which the measured ones "
+        "are compared with (not judged)"
+    )
     return (
         f'<rect class="warmup" x="{_LEFT}" y="{_TOP}" width="{shade_end - _LEFT:.1f}" '
         f'height="{plot_h}"><title>{escape(title)}</title></rect>'

@@ -84,11 +84,12 @@ def render_outlive(result: CheckResult) -> str:
     # saved before then says so in its reason alone
     at = result.judged_at
     if at is not None and at.label:  # its own row, named for the fixture
-        header = (f"graphleak: {at.row} kept autograd graphs alive after its teardown "
-                  "(outlive)")  # fmt: skip
+        header = f"graphleak: {at.row} kept autograd graphs alive after its teardown (outlive)"
     elif at is not None or JUDGED_AT_FIXTURE_TEARDOWN in result.verdict.reason:
-        header = (f"graphleak: autograd graphs were still alive when a wider-scope fixture "
-                  f"was torn down, at the teardown of {nodeid} (outlive)")  # fmt: skip
+        header = (
+            f"graphleak: autograd graphs were still alive when a wider-scope fixture "
+            f"was torn down, at the teardown of {nodeid} (outlive)"
+        )
     lines = [header, f"  {result.verdict.reason}"]
     if at is not None and at.requested_by:
         lines.append(f"  requested by: {tests_text(at.requested_by)}")
@@ -99,8 +100,10 @@ def render_outlive(result: CheckResult) -> str:
 
 
 #: The outlive story's last line: what to do when the graph is kept on purpose.
-KEPT_ON_PURPOSE = ("kept on purpose? mark the test @pytest.mark.graphleak_outlive_ok, or "
-                   "list the holder in graphleak_outlive_keep")  # fmt: skip
+KEPT_ON_PURPOSE = (
+    "kept on purpose? mark the test @pytest.mark.graphleak_outlive_ok, or "
+    "list the holder in graphleak_outlive_keep"
+)
 
 
 def site_text(site: CreationSite) -> str:
@@ -116,13 +119,19 @@ def _growth_rows(result: CheckResult, growths: Sequence[Growth], width: int) -> 
     for growth in growths:
         declared = result.declared(growth.metric)
         unit = declared.unit
-        cells.append((
-            growth.metric,
-            f"{format_amount(growth.start, unit)} -> {format_amount(growth.end, unit)}",
-            format_rate(growth.per_step, unit),
-            sparkline(result.series.get(growth.metric, []), unit, warmup=result.warmup,
-                      noise=declared.tolerance),
-        ))  # fmt: skip
+        cells.append(
+            (
+                growth.metric,
+                f"{format_amount(growth.start, unit)} -> {format_amount(growth.end, unit)}",
+                format_rate(growth.per_step, unit),
+                sparkline(
+                    result.series.get(growth.metric, []),
+                    unit,
+                    warmup=result.warmup,
+                    noise=declared.tolerance,
+                ),
+            )
+        )
     span = max((len(c[1]) for c in cells), default=0)
     rate = max((len(c[2]) for c in cells), default=0)
     return [f"    {m:<{width}}  {r:>{span}}  {g:>{rate}}  {spark}" for m, r, g, spark in cells]
@@ -188,13 +197,20 @@ def baseline_lines(section: BaselineSection | None, width: int = 80) -> list[str
     if section is None:
         return []
     lines: list[str] = []
-    blocks = ((section.fixed, fixed_heading(len(section.fixed), section.file), UPDATE_INTRO),
-              (section.stale, stale_heading(len(section.stale), section.entries), PRUNE_INTRO))
+    blocks = (
+        (section.fixed, fixed_heading(len(section.fixed), section.file), UPDATE_INTRO),
+        (section.stale, stale_heading(len(section.stale), section.entries), PRUNE_INTRO),
+    )
     for keys, heading, intro in blocks:
         if keys:
-            lines += [*(part for line in (heading, *(f"  {key.text()}" for key in keys), intro)
-                        for part in wrap_line(line, width)),
-                      *command_lines(section.update_command, width)]  # fmt: skip
+            lines += [
+                *(
+                    part
+                    for line in (heading, *(f"  {key.text()}" for key in keys), intro)
+                    for part in wrap_line(line, width)
+                ),
+                *command_lines(section.update_command, width),
+            ]
     return lines
 
 
@@ -209,7 +225,7 @@ def metric_rows(result: CheckResult) -> list[str]:
     for metric, values in shown.items():
         declared = result.declared(metric)
         unit = declared.unit
-        measured = values[result.warmup:] or values  # not empty: empty series are zeros
+        measured = values[result.warmup :] or values  # not empty: empty series are zeros
         span = f"{format_amount(measured[0], unit)} -> {format_amount(measured[-1], unit)}"
         spark = sparkline(values, unit, warmup=result.warmup, noise=declared.tolerance)
         rows.append(f"  {metric:<{width}}  {span:<24} {spark}")

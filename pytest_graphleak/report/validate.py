@@ -24,10 +24,22 @@ __all__ = ["SchemaError", "validate"]
 
 #: Keywords that only describe (never constrain) a value.
 _ANNOTATIONS = frozenset({"$schema", "$id", "$defs", "title", "description"})
-_CHECKED = frozenset({
-    "type", "enum", "const", "required", "properties", "additionalProperties", "items",
-    "minItems", "minLength", "minimum", "oneOf", "$ref",
-})  # fmt: skip
+_CHECKED = frozenset(
+    {
+        "type",
+        "enum",
+        "const",
+        "required",
+        "properties",
+        "additionalProperties",
+        "items",
+        "minItems",
+        "minLength",
+        "minimum",
+        "oneOf",
+        "$ref",
+    }
+)
 
 _TYPES: dict[str, Any] = {
     "object": lambda v: isinstance(v, dict),

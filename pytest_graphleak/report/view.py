@@ -96,8 +96,14 @@ def diagnosis_view(
     fix = fix_of(pattern, diagnosis)
     tried = diagnosis.fix_tried if diagnosis is not None else None
     if fix:
-        lines.append(ViewLine("fix", fix, detail=tried.why_not or "" if tried else "",
-                              qualifier=fix_qualifier(diagnosis)))  # fmt: skip
+        lines.append(
+            ViewLine(
+                "fix",
+                fix,
+                detail=tried.why_not or "" if tried else "",
+                qualifier=fix_qualifier(diagnosis),
+            )
+        )
     return lines
 
 

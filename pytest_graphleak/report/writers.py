@@ -80,24 +80,45 @@ class Writer:
 
 
 WRITERS: tuple[Writer, ...] = (
-    Writer("json", "JSON", "report", render=lambda report, run: dumps(document_of(report)),
-           recognise=is_json_report, what="a graphleak JSON report"),
-    Writer("html", "HTML", "html",
-           render=lambda report, run: render_html(report, environment=run.environment),
-           recognise=is_html_report, what="a graphleak HTML report"),
-    Writer("sarif", "SARIF", "sarif", render=render_sarif, recognise=is_sarif_report,
-           what="a graphleak SARIF log"),
+    Writer(
+        "json",
+        "JSON",
+        "report",
+        render=lambda report, run: dumps(document_of(report)),
+        recognise=is_json_report,
+        what="a graphleak JSON report",
+    ),
+    Writer(
+        "html",
+        "HTML",
+        "html",
+        render=lambda report, run: render_html(report, environment=run.environment),
+        recognise=is_html_report,
+        what="a graphleak HTML report",
+    ),
+    Writer(
+        "sarif",
+        "SARIF",
+        "sarif",
+        render=render_sarif,
+        recognise=is_sarif_report,
+        what="a graphleak SARIF log",
+    ),
     Writer("github", "GitHub", "github", wanted=github.wanted, publish=github.publish),
     Writer("junit", "JUnit", "", host_option="xmlpath", properties=junit_properties),
-)  # fmt: skip
+)
+
 
 def annotators(
     option: Callable[[str], object],
 ) -> list[Callable[[TestRow], list[tuple[str, str]]]]:
     """The ``properties`` of each writer that adds to another tool's file, for those
     whose tool's option is set (``option``: pytest's ``config.getoption`` of a dest)."""
-    return [writer.properties for writer in WRITERS
-            if writer.properties is not None and option(writer.host_option)]  # fmt: skip
+    return [
+        writer.properties
+        for writer in WRITERS
+        if writer.properties is not None and option(writer.host_option)
+    ]
 
 
 #: The options-table keys of every writer (what a reporter without the core plugin adds).

@@ -38,10 +38,11 @@ def backward_after(site: CreationSite, holder: str) -> tuple[int, str, bool] | N
         key=lambda node: (node.lineno, node.col_offset),
     )
     sliced = any(
-        isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Slice)
+        isinstance(node, ast.Subscript)
+        and isinstance(node.slice, ast.Slice)
         and ast.unparse(node.value) == wanted
         for node in ast.walk(scope)
-    )  # fmt: skip
+    )
     end = (loop.end_lineno or loop.lineno) if loop is not None else 0
     after = [node for node in statements if node.lineno > site.lineno]
     turn = [node for node in after if node.lineno <= end]  # the rest of this turn
@@ -77,16 +78,22 @@ def _helper_backward(
         inside = _renamed(made, bound, callee)
         if not inside:
             continue
-        body = sorted((node for node in ast.walk(callee)
-                       if isinstance(node, ast.stmt) and node is not callee),
-                      key=lambda node: (node.lineno, node.col_offset))  # fmt: skip
+        body = sorted(
+            (
+                node
+                for node in ast.walk(callee)
+                if isinstance(node, ast.stmt) and node is not callee
+            ),
+            key=lambda node: (node.lineno, node.col_offset),
+        )
         for found in body:
             if _backward_in(found, inside):
                 reads = any(
-                    isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Slice)
+                    isinstance(node, ast.Subscript)
+                    and isinstance(node.slice, ast.Slice)
                     and ast.unparse(node.value) in inside
                     for node in ast.walk(callee)
-                )  # fmt: skip
+                )
                 return callee.name, found, reads
     return None
 
@@ -106,8 +113,14 @@ def _resolve(
         callee = _def_named(tree.body, func.id)
     elif isinstance(func, ast.Attribute) and isinstance(scope, _FUNCTIONS) and scope.args.args:
         receiver = scope.args.args[0].arg  # self.flush(): a method of the same class
-        owner = next((node for node in ast.walk(tree) if isinstance(node, ast.ClassDef)
-                      and scope in node.body), None)  # fmt: skip
+        owner = next(
+            (
+                node
+                for node in ast.walk(tree)
+                if isinstance(node, ast.ClassDef) and scope in node.body
+            ),
+            None,
+        )
         if owner is not None and ast.unparse(func.value) == receiver:
             callee = _def_named(owner.body, func.attr)
             given.append(receiver)
@@ -122,8 +135,7 @@ def _resolve(
 
 
 def _def_named(body: list[ast.stmt], name: str) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
-    return next((node for node in body if isinstance(node, _FUNCTIONS) and node.name == name),
-                None)  # fmt: skip
+    return next((node for node in body if isinstance(node, _FUNCTIONS) and node.name == name), None)
 
 
 def _renamed(
@@ -138,7 +150,7 @@ def _renamed(
             if text == outer:
                 inside.add(param)
             elif text.startswith(outer) and text[len(outer)] in ".[":
-                inside.add(param + text[len(outer):])
+                inside.add(param + text[len(outer) :])
         root = text.split(".", 1)[0].split("[", 1)[0]
         if root not in params and root != "self":  # a global the helper reads by name
             inside.add(text)
@@ -147,8 +159,9 @@ def _renamed(
 
 def _innermost(tree: ast.AST, lineno: int, kinds: tuple[type[ast.AST], ...]) -> Any:
     """The innermost node of ``kinds`` in ``tree`` whose lines hold ``lineno`` (None)."""
-    found: list[Any] = [node for node in ast.walk(tree)
-                        if isinstance(node, kinds) and node is not tree]  # fmt: skip
+    found: list[Any] = [
+        node for node in ast.walk(tree) if isinstance(node, kinds) and node is not tree
+    ]
     found = [node for node in found if node.lineno <= lineno <= (node.end_lineno or node.lineno)]
     return max(found, key=lambda node: node.lineno, default=None)
 
@@ -160,28 +173,54 @@ def _backward_in(statement: ast.stmt, made: set[str]) -> bool:
         made.update(_names(statement.target))  # for x in pending: x.backward()
     if isinstance(statement, _COMPOUND):  # its body's statements are walked one by one
         return False
-    if any(isinstance(node, ast.Call) and _runs_backward(node, made)
-           for node in ast.walk(statement)):  # fmt: skip
+    if any(
+        isinstance(node, ast.Call) and _runs_backward(node, made) for node in ast.walk(statement)
+    ):
         return True
     if isinstance(statement, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
         value = statement.value
         if value is not None and _uses(value, made):
-            targets = statement.targets if isinstance(statement, ast.Assign) else [
-                statement.target]  # fmt: skip
+            targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
             for target in targets:
                 made.update(_names(target))
     return False
 
 
 #: Statements whose body holds statements of their own (walked one by one).
-_COMPOUND = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try,
-             ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)  # fmt: skip
+_COMPOUND = (
+    ast.If,
+    ast.For,
+    ast.AsyncFor,
+    ast.While,
+    ast.With,
+    ast.AsyncWith,
+    ast.Try,
+    ast.FunctionDef,
+    ast.AsyncFunctionDef,
+    ast.ClassDef,
+)
 
 
 #: Calls whose result carries no graph of what they are given (``n = len(pending)``,
 #: ``x.item()``, ``x.detach()``).
-_NO_GRAPH_OUT = frozenset({"detach", "item", "tolist", "numpy", "float", "int", "bool", "len",
-                           "str", "repr", "print", "format", "isinstance", "id"})  # fmt: skip
+_NO_GRAPH_OUT = frozenset(
+    {
+        "detach",
+        "item",
+        "tolist",
+        "numpy",
+        "float",
+        "int",
+        "bool",
+        "len",
+        "str",
+        "repr",
+        "print",
+        "format",
+        "isinstance",
+        "id",
+    }
+)
 
 
 def _uses(node: ast.AST, made: set[str]) -> bool:

@@ -83,8 +83,9 @@ def held(links: Sequence[Link]) -> Held:
     if not at:
         return Held(NONE, NONE, None)
     shape = links[at].shape
-    return Held(links[at - 1], links[at - 2] if at >= 2 else NONE,
-                None if shape is None else shape == [])  # fmt: skip
+    return Held(
+        links[at - 1], links[at - 2] if at >= 2 else NONE, None if shape is None else shape == []
+    )
 
 
 def _accessor(link: Link) -> str:
@@ -97,8 +98,7 @@ def _accessor(link: Link) -> str:
 
 
 def _quoted(text: str) -> bool:
-    return len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"" and \
-        text[0] not in text[1:-1]  # fmt: skip
+    return len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"" and text[0] not in text[1:-1]
 
 
 def holder_text(links: Sequence[Link], *, container: bool = True) -> str:

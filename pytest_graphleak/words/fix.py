@@ -67,8 +67,9 @@ def choose_fix(diagnosis: Diagnosis, *, cycle_fix: str | None = None) -> str:
     if pattern in STORING and cached(diagnosis.links):  # never .detach() what backward uses
         return cache_fix(cached(diagnosis.links))
     if pattern in STORING:
-        worded = fix_for_stored(pattern, diagnosis.stored_at, diagnosis.links,
-                                graph=not diagnosis.kept_without_graph)  # fmt: skip
+        worded = fix_for_stored(
+            pattern, diagnosis.stored_at, diagnosis.links, graph=not diagnosis.kept_without_graph
+        )
         return worded or no_graph or usual_fix(pattern, diagnosis.links) or usual
     return usual
 

@@ -46,8 +46,12 @@ from pytest_graphleak.words.source import PRIMARY, Line
 #: Methods that put their (last) argument into the container they are called on.
 _PUTS = frozenset({"append", "appendleft", "add", "insert", "put", "put_nowait", "push"})
 #: The augmented assignments a running value is kept with (``total += loss``).
-_OPERATORS: dict[type[ast.operator], str] = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*",
-                                             ast.Div: "/"}  # fmt: skip
+_OPERATORS: dict[type[ast.operator], str] = {
+    ast.Add: "+",
+    ast.Sub: "-",
+    ast.Mult: "*",
+    ast.Div: "/",
+}
 #: Only the patterns whose holder a line stores have a ``stored at:`` line.
 STORING = (LIST_ACCUMULATION, RETAINED_GRAD_FN)
 #: The pattern whose fix is worded from the line that rebuilds a growing array.
@@ -414,5 +418,3 @@ def _extended(line: Line, statement: ast.stmt) -> tuple[str, ast.expr] | None:
         if isinstance(func, ast.Attribute) and func.attr == "extend" and len(args) == 1:
             return (line.of(func.value), args[0]) if line.puts_into() else None
     return None
-
-

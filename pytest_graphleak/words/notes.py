@@ -13,8 +13,10 @@ TOO_LARGE = (
     "node counts here are lower bounds, and only its first "
     f"{NEW_PER_WALK:,} nodes have a creation site"
 )
-GROWING_SITES = ("sites: the lines that made what grows (the grown tensor or "
-                 "array, or the growing container's newest entries)")  # fmt: skip
+GROWING_SITES = (
+    "sites: the lines that made what grows (the grown tensor or "
+    "array, or the growing container's newest entries)"
+)
 TRACED_SITES = "sites: lines whose Python/numpy allocations grew over 2 steps (tracemalloc)"
 
 
@@ -32,8 +34,10 @@ def tracing_raised(exc: BaseException) -> str:
 
 
 def still_alive(runs: int, steps: str, later: int, tensors: int, nodes: int) -> str:
-    return (f"made by {runs} {steps} and still alive {later}+ steps later: "
-            f"{count_of(tensors, 'tensor')}, {count_of(nodes, 'graph node')}")  # fmt: skip
+    return (
+        f"made by {runs} {steps} and still alive {later}+ steps later: "
+        f"{count_of(tensors, 'tensor')}, {count_of(nodes, 'graph node')}"
+    )
 
 
 def none_alive(steps: str) -> str:
@@ -59,8 +63,10 @@ def loop_freed(freed: int) -> str:
 
 def uncollectable(not_reached: str) -> str:
     """No chain from the roots (``not_reached`` says how far it looked), yet a cycle."""
-    return (f"{not_reached}: a reference cycle that the collector cannot free holds them "
-            "(part of it is inside torch)")  # fmt: skip
+    return (
+        f"{not_reached}: a reference cycle that the collector cannot free holds them "
+        "(part of it is inside torch)"
+    )
 
 
 def holds_recorded(container: str, length: int, runs: int) -> str:
@@ -70,8 +76,10 @@ def holds_recorded(container: str, length: int, runs: int) -> str:
 
 def holds_some_recorded(container: str, length: int, runs: int, recorded: int, period: int) -> str:
     """... or what some of them made, of a leak slower than one object a step."""
-    return (f"{container} on the chain (len {length}) holds what {runs} of {recorded} recorded "
-            f"steps made, and the counts grow by about one every {period} steps")  # fmt: skip
+    return (
+        f"{container} on the chain (len {length}) holds what {runs} of {recorded} recorded "
+        f"steps made, and the counts grow by about one every {period} steps"
+    )
 
 
 def took(seconds: float) -> str:
@@ -95,8 +103,7 @@ LOOP_RAISED = "the loop raised during the step after the judged one"
 # Why a loop's leak has no ``stored at:`` line (``diagnose.for_loop.settle``: the step
 # after the judged one is watched for it), by what followed the judged step.
 ENDED_NOT_STORED = (
-    f"{LOOP_ENDED}: no later step ran in which to see the line that stores the leak "
-    "(stored at)"
+    f"{LOOP_ENDED}: no later step ran in which to see the line that stores the leak (stored at)"
 )
 RAISED_NOT_STORED = f"{LOOP_RAISED}: no stored-at line"
 NOT_STORED_NEXT_STEP = (
@@ -108,8 +115,9 @@ NO_ARRAYS = (
     "looked for from them: give track() or the callback the objects that keep "
     "state)"
 )
-NO_LONGER_REACHED = ("no holder named: the array that grew is no longer "
-                     "reached from the loop's roots")  # fmt: skip
+NO_LONGER_REACHED = (
+    "no holder named: the array that grew is no longer reached from the loop's roots"
+)
 NO_STORED_AT = (
     "no stored-at line: no user line put a new array in its place during the "
     "loop's next step (it grew in place, or by library code)"
@@ -120,13 +128,16 @@ def none_grew(count: int, *, cut: bool) -> str:
     """None of the ``count`` weighed arrays grew (``cut``: more were found than weighed)."""
     which = (
         f"none of the {count} largest arrays the loop's roots reach grew"
-        if cut else
-        f"none of the {count} arrays the loop's roots reach grew" if count > 1 else
-        "the one array the loop's roots reach did not grow"
-    )  # fmt: skip
+        if cut
+        else f"none of the {count} arrays the loop's roots reach grew"
+        if count > 1
+        else "the one array the loop's roots reach did not grow"
+    )
     smaller = "what grows is smaller than them, " if cut else ""
-    return (f"no holder named: {which} during the loop's next step ({smaller}grows less "
-            "often than once a step, or is held where the roots do not lead)")  # fmt: skip
+    return (
+        f"no holder named: {which} during the loop's next step ({smaller}grows less "
+        "often than once a step, or is held where the roots do not lead)"
+    )
 
 
 def grew_by(added: str, now: str, *, rebuilt: bool) -> str:
@@ -149,8 +160,9 @@ def search_stopped(cut: list[str], others: int, visited: int, limits: tuple[int,
     ``others``: the roots it searched whole."""
     most, per_root, items = limits
     named = ", ".join(cut[:3]) + (f" and {len(cut) - 3} more" if len(cut) > 3 else "")
-    whole = (f"; no chain from the {count_of(others, 'other root')}, searched whole"
-             if others else "")  # fmt: skip
+    whole = (
+        f"; no chain from the {count_of(others, 'other root')}, searched whole" if others else ""
+    )
     return (
         "no chain found from a fixture, global, closure or self to the leaked objects: the "
         f"search stopped at its budget (it looked at {visited:,} objects: at most "
@@ -244,8 +256,10 @@ def grown(name: str, before: int, now: int, every: str, *, sized: bool, rebuilt:
         gained = count_of(now - before, "attribute")
         return f"{name} on the chain gains {gained} {every} ({before} -> {now})"
     if rebuilt:  # ``h = h + [loss]``: a new list in its place, one entry longer
-        return (f"{name} on the chain is replaced by a longer one {every} (len {before} -> "
-                f"{now}): each step's copy keeps the old entries and adds new ones")  # fmt: skip
+        return (
+            f"{name} on the chain is replaced by a longer one {every} (len {before} -> "
+            f"{now}): each step's copy keeps the old entries and adds new ones"
+        )
     return f"{name} on the chain grows by {now - before} {every} (len {before} -> {now})"
 
 
@@ -266,5 +280,7 @@ def recording_failed(doing: str, exc: BaseException) -> str:
 def unread_outputs(failures: int, first: str) -> str:
     """The site recorder could not read what ``failures`` operations returned."""
     ops = "operation" if failures == 1 else f"{failures} operations"
-    return (f"the creation-site recorder could not read what {ops} of the step returned "
-            f"(first: {first}); where those were made is unknown")  # fmt: skip
+    return (
+        f"the creation-site recorder could not read what {ops} of the step returned "
+        f"(first: {first}); where those were made is unknown"
+    )

@@ -29,8 +29,10 @@ AUDIT_FAILED = "outlive audit failed in {}: {}: {}"
 NOT_RERUN = NOT_RUN_AGAIN + " to find its sites: {}"
 PHASE_FAILED = "its {} failed"
 RERUN_FAILED = RAN_AGAIN + " to find its sites, but {}: created at and stored at unknown"
-MADE_BEFORE = ("created at: unknown (sites are recorded for {} graphs only, and the test that "
-               "made it ran before)")  # fmt: skip
+MADE_BEFORE = (
+    "created at: unknown (sites are recorded for {} graphs only, and the test that "
+    "made it ran before)"
+)
 HOLDERS_NAMED = "at most {} holders are named per test: what other holders keep was not looked for"
 KEPT_BY = "made during {}; kept by {} until its teardown"
 CLASS_ATTRIBUTE = "class attribute '{}.{}'"
@@ -39,17 +41,26 @@ CLASS_ATTRIBUTE = "class attribute '{}.{}'"
 def rerun_left_none(call_error: str) -> str:
     """The re-run left nothing in this holder (``call_error``: what its call raised)."""
     raised = f"raised {call_error} in its call and " if call_error else ""
-    return (f"{RAN_AGAIN} to find where its graphs were made, and that run {raised}left "
-            "none in this holder: created at and stored at unknown")  # fmt: skip
+    return (
+        f"{RAN_AGAIN} to find where its graphs were made, and that run {raised}left "
+        "none in this holder: created at and stored at unknown"
+    )
 
 
 def no_sites(libraries: str, *, hint: bool = True) -> str:
     """``libraries`` (their names) record no creation site while a test runs; ``hint``:
     say how to find them."""
-    tail = ("; --graphleak-outlive-sites=rerun runs a test with a finding once more to find "
-            "them and the line that stored the graph") if hint else ""  # fmt: skip
-    return (f"created at: unknown ({libraries} creation sites are not recorded while a test "
-            f"runs{tail})")
+    tail = (
+        (
+            "; --graphleak-outlive-sites=rerun runs a test with a finding once more to find "
+            "them and the line that stored the graph"
+        )
+        if hint
+        else ""
+    )
+    return (
+        f"created at: unknown ({libraries} creation sites are not recorded while a test runs{tail})"
+    )
 
 
 def unseen(reached: bool | None, count: int, first: str, visited: int, gate: int) -> str:
@@ -60,13 +71,17 @@ def unseen(reached: bool | None, count: int, first: str, visited: int, gate: int
     tests = f"{count} test{'s' if count != 1 else ''}"
     budget = f"stops at {visited:,} objects"
     if reached:
-        return (f"outlive audit: {tests} left graphs alive that a first, unlabelled look "
-                f"found your roots holding but the holder search did not name (it follows "
-                f"fewer references than that look, and {budget}): not reported; the first: "
-                f"{first}")  # fmt: skip
-    return (f"outlive audit: in {tests} your roots reach more than {gate:,} objects, so "
-            f"only the holder search looked for the graphs left alive, and it {budget}: "
-            f"one kept past that is not named; the first: {first}")  # fmt: skip
+        return (
+            f"outlive audit: {tests} left graphs alive that a first, unlabelled look "
+            f"found your roots holding but the holder search did not name (it follows "
+            f"fewer references than that look, and {budget}): not reported; the first: "
+            f"{first}"
+        )
+    return (
+        f"outlive audit: in {tests} your roots reach more than {gate:,} objects, so "
+        f"only the holder search looked for the graphs left alive, and it {budget}: "
+        f"one kept past that is not named; the first: {first}"
+    )
 
 
 def reason(tensors: int, nodes: str, maker: str, *, in_place: bool, fixture: str) -> str:
@@ -75,11 +90,16 @@ def reason(tensors: int, nodes: str, maker: str, *, in_place: bool, fixture: str
     fixture it was judged at ("" for the test's own teardown)."""
     if in_place:
         old = "a tensor" if tensors <= 1 else f"{tensors} tensors"
-        return (f"{old} whose graph {maker} extended in place ({nodes} graph nodes), "
-                "still alive after its teardown")  # fmt: skip
+        return (
+            f"{old} whose graph {maker} extended in place ({nodes} graph nodes), "
+            "still alive after its teardown"
+        )
     nouns = "tensor" if tensors == 1 else "tensors"
-    what = (f"{tensors} graph-carrying {nouns} ({nodes} graph nodes)" if tensors
-            else f"{nodes} graph nodes")  # fmt: skip
+    what = (
+        f"{tensors} graph-carrying {nouns} ({nodes} graph nodes)"
+        if tensors
+        else f"{nodes} graph nodes"
+    )
     if fixture:
         return f"{what} made during {maker}{JUDGED_AT_FIXTURE_TEARDOWN}{fixture}"
     return f"{what} made during {maker} still alive after its teardown"
@@ -99,8 +119,11 @@ def set_by(setup_class: str | None, fixture: str) -> str:
 
 def still_kept(setup_class: str | None, fixture: str) -> str:
     """The fixture's (or the unittest class's) own teardown left the graph in place."""
-    kept = (f"{setup_class} still kept it after tearDownClass ran" if setup_class is not None
-            else f"fixture '{fixture}' still kept it after its own teardown code ran")  # fmt: skip
+    kept = (
+        f"{setup_class} still kept it after tearDownClass ran"
+        if setup_class is not None
+        else f"fixture '{fixture}' still kept it after its own teardown code ran"
+    )
     return f"{kept} (one that clears it there keeps nothing)"
 
 

@@ -26,12 +26,32 @@ from typing import Any
 from pytest_graphleak.result import CreationSite, Link
 
 #: ``unittest.mock``'s classes of test doubles, by type name (``Link.type``).
-MOCK_TYPES = frozenset({"Mock", "MagicMock", "NonCallableMock", "NonCallableMagicMock",
-                        "AsyncMock", "PropertyMock", "NonCallableMagicMixin"})  # fmt: skip
+MOCK_TYPES = frozenset(
+    {
+        "Mock",
+        "MagicMock",
+        "NonCallableMock",
+        "NonCallableMagicMock",
+        "AsyncMock",
+        "PropertyMock",
+        "NonCallableMagicMixin",
+    }
+)
 #: Where a mock keeps what it was called with (and its children, which keep their own).
-_RECORDING = frozenset({"mock_calls", "call_args_list", "method_calls", "call_args",
-                        "_mock_mock_calls", "_mock_call_args_list", "_mock_method_calls",
-                        "_mock_call_args", "_mock_children", "_mock_return_value"})  # fmt: skip
+_RECORDING = frozenset(
+    {
+        "mock_calls",
+        "call_args_list",
+        "method_calls",
+        "call_args",
+        "_mock_mock_calls",
+        "_mock_call_args_list",
+        "_mock_method_calls",
+        "_mock_call_args",
+        "_mock_children",
+        "_mock_return_value",
+    }
+)
 _ASSIGNED = re.compile(r"^\s*([A-Za-z_]\w*)\s*(?::[^=]*)?=[^=]")
 
 
@@ -92,7 +112,7 @@ _HISTORIES = {
         "(.detach()), and store value.item() or value.detach() where a handler sets "
         "{holder}[...]",
     ),
-}  # fmt: skip
+}
 
 
 def history_of(links: Sequence[Link]) -> History | None:
@@ -102,8 +122,8 @@ def history_of(links: Sequence[Link]) -> History | None:
         known = _HISTORIES.get((link.type, link.key)) if link.edge == "attribute" else None
         if known is None:
             continue
-        path = [links[0].name, *(before.key for before in links[1:at + 1])]
-        plain = bool(links[0].name) and all(b.edge == "attribute" for b in links[1:at + 1])
+        path = [links[0].name, *(before.key for before in links[1 : at + 1])]
+        plain = bool(links[0].name) and all(b.edge == "attribute" for b in links[1 : at + 1])
         fallback, fills, put, lasts, fix = known
         holder = ".".join(path) if plain else fallback
         return History(holder, fills, put, lasts, fix.format(holder=holder))
@@ -113,8 +133,10 @@ def history_of(links: Sequence[Link]) -> History | None:
 def history_story(history: History) -> str:
     """transformers' record `trainer.state.log_history` keeps every dict logged...,
     so a graph-carrying tensor logged there stays alive as long as the trainer."""
-    return (f"`{history.holder}` keeps {history.fills}, so a graph-carrying tensor "
-            f"{history.put} there stays alive as long as {history.lasts}")  # fmt: skip
+    return (
+        f"`{history.holder}` keeps {history.fills}, so a graph-carrying tensor "
+        f"{history.put} there stays alive as long as {history.lasts}"
+    )
 
 
 def call_name(objects: Sequence[Any]) -> str:
@@ -149,8 +171,9 @@ def recorder_story(recorder: Recorder, argument: str, method: str) -> str:
     what = f"the graph-carrying `{argument}`" if argument else "a graph-carrying tensor"
     passed = f" passed to `{method}`" if method else " passed to it"
     lasts = "the fixture" if recorder.fixture else "the mock"
-    return (f"{mock} records every call's arguments, so {what}{passed} stays alive as "
-            f"long as {lasts}")  # fmt: skip
+    return (
+        f"{mock} records every call's arguments, so {what}{passed} stays alive as long as {lasts}"
+    )
 
 
 def recorder_fix(recorder: Recorder, argument: str) -> str:
@@ -160,7 +183,10 @@ def recorder_fix(recorder: Recorder, argument: str) -> str:
     parts = [f"call {mock}.reset_mock() once the test has read its calls"]
     if recorder.fixture:
         parts.append(f"make fixture '{recorder.fixture}' function-scoped")
-    passed = (f"{argument}.detach() (or {argument}.item())" if argument
-              else "detached tensors (.detach()) or numbers (.item())")  # fmt: skip
+    passed = (
+        f"{argument}.detach() (or {argument}.item())"
+        if argument
+        else "detached tensors (.detach()) or numbers (.item())"
+    )
     parts.append(f"pass {passed} in the code that calls the mock")
     return f"{', '.join(parts[:-1])}, or {parts[-1]}"

@@ -17,16 +17,29 @@ from pytest_graphleak.result import CreationSite, Link
 from pytest_graphleak.words import chain
 
 #: Calls that join a sequence of arrays into a new one (``torch.cat([q, x])``).
-JOINS = frozenset({"cat", "concat", "concatenate", "stack", "hstack", "vstack", "row_stack",
-                    "column_stack", "dstack"})  # fmt: skip
+JOINS = frozenset(
+    {
+        "cat",
+        "concat",
+        "concatenate",
+        "stack",
+        "hstack",
+        "vstack",
+        "row_stack",
+        "column_stack",
+        "dstack",
+    }
+)
 #: Calls whose result carries no graph: what they are given is stored already cut off.
 CUTS = frozenset({"detach", "item", "tolist", "numpy", "float", "int", "bool"})
 #: Calls that only detach, move or copy a tensor (``out.detach().cpu()``).
-COPIES = frozenset({"detach", "cpu", "cuda", "clone", "to", "float", "double", "half",
-                     "contiguous"})  # fmt: skip
+COPIES = frozenset(
+    {"detach", "cpu", "cuda", "clone", "to", "float", "double", "half", "contiguous"}
+)
 
 #: Expressions ``.detach()`` can follow without parentheses.
 PRIMARY = (ast.Name, ast.Attribute, ast.Call, ast.Subscript)
+
 
 class Line:
     """One parsed source line, the text of its parts, and what the holder chain says
@@ -65,8 +78,9 @@ class Line:
             return True
         if isinstance(target, ast.Subscript):  # state["total"]: dict['total']
             key = target.slice
-            return isinstance(key, ast.Constant) and link.edge == "key" and \
-                link.key == repr(key.value)  # fmt: skip
+            return (
+                isinstance(key, ast.Constant) and link.edge == "key" and link.key == repr(key.value)
+            )
         last = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
         return chain.binds(link, last)  # self.total, local 'total', global 'module.TOTAL'
 
@@ -87,7 +101,6 @@ def offset(text: str, node: ast.AST) -> int:
 def first_statement(site: CreationSite) -> str:
     """The text of the statement at ``site`` (read whole when it spans lines)."""
     return statement_text(site.filename, site.lineno) or site.line
-
 
 
 def statement_text(filename: str, lineno: int) -> str:
@@ -113,7 +126,6 @@ def statement_text(filename: str, lineno: int) -> str:
     return "" if innermost.end_lineno == innermost.lineno else ast.unparse(innermost)
 
 
-
 def uncut(node: ast.expr) -> ast.expr:
     """``logits`` of ``logits.detach().cpu()``: the expression before the calls that
     only copy or detach it."""
@@ -126,13 +138,11 @@ def uncut(node: ast.expr) -> ast.expr:
     return node
 
 
-
 def simple_statements(tree: ast.Module) -> Iterator[ast.stmt]:
     """The line's simple statements: ``if ok: kept.append(x)`` gives the append."""
     for node in ast.walk(tree):
         if isinstance(node, (ast.Expr, ast.Assign, ast.AugAssign, ast.AnnAssign)):
             yield node
-
 
 
 def cut(node: ast.AST) -> bool:

@@ -71,8 +71,11 @@ def none_held(tried: int, ran: int, grown: list[str], *, runs: bool = False) -> 
         how.append(f"{ran} left graphs alive after the test in {', '.join(grown)}")
     elif ran:
         how.append(f"{ran} left {', '.join(grown)} growing")
-    count = (f"none of the {tried} changes tried held" if tried > 1
-             else "the one change tried did not hold")  # fmt: skip
+    count = (
+        f"none of the {tried} changes tried held"
+        if tried > 1
+        else "the one change tried did not hold"
+    )
     return f"{count}: {' and '.join(how)}"
 
 

@@ -82,8 +82,10 @@ def find_interpreter(version: str) -> str | None:
         # a pyenv shim exists on PATH even when that version is not selected: ask it
         probe = subprocess.run(
             [candidate, "-c", "import sys; print(sys.version_info[:2])"],
-            capture_output=True, text=True, check=False,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         if probe.returncode == 0 and probe.stdout.strip() == str(
             tuple(int(p) for p in version.split("."))
         ):
@@ -92,7 +94,11 @@ def find_interpreter(version: str) -> str | None:
 
 
 def sh(
-    cmd: list[str], log: Path, timeout: float = 1800, *, cwd: Path | None = None,
+    cmd: list[str],
+    log: Path,
+    timeout: float = 1800,
+    *,
+    cwd: Path | None = None,
     env: dict[str, str] | None = None,
 ) -> tuple[int, str]:
     proc = subprocess.run(
@@ -138,15 +144,18 @@ def build(combo: Combo, venv: Path, log: Path, fresh: bool) -> bool:
         combo.steps["install project"] = f"FAIL: {last_line(out)}"
         return False
     code, out = sh(
-        [str(py), "-c",
-         "import importlib.metadata as m, sys\n"
-         "print(sys.version.split()[0])\n"
-         "for n in ['pytest', 'numpy', 'pytest-xdist', 'pytest-randomly', 'pytest-timeout',"
-         " 'pytest-rerunfailures', 'hypothesis', 'torch']:\n"
-         "    try: print(n, m.version(n))\n"
-         "    except m.PackageNotFoundError: pass\n"],
+        [
+            str(py),
+            "-c",
+            "import importlib.metadata as m, sys\n"
+            "print(sys.version.split()[0])\n"
+            "for n in ['pytest', 'numpy', 'pytest-xdist', 'pytest-randomly', 'pytest-timeout',"
+            " 'pytest-rerunfailures', 'hypothesis', 'torch']:\n"
+            "    try: print(n, m.version(n))\n"
+            "    except m.PackageNotFoundError: pass\n",
+        ],
         log,
-    )  # fmt: skip
+    )
     lines = out.strip().splitlines()
     combo.versions["python"] = lines[0] if lines else "?"
     for line in lines[1:]:

@@ -97,9 +97,15 @@ def test_lightning_callback_draws_the_cycle(leak: str, recorded: list[CheckResul
     data = TensorDataset(torch.randn(160, 6, generator=gen), torch.randn(160, 1, generator=gen))
     cb = GraphLeakCallback(warmup=3)
     assert isinstance(cb, L.Callback)  # made one by GraphLeakCallback.__new__
-    trainer = L.Trainer(max_steps=30, callbacks=[cb],
-                        logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                        enable_model_summary=False, num_sanity_val_steps=0)  # fmt: skip
+    trainer = L.Trainer(
+        max_steps=30,
+        callbacks=[cb],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+    )
     with pytest.raises(GraphLeakError) as info:
         trainer.fit(Model(), DataLoader(data, batch_size=4))
     _check(str(info.value), leak)
@@ -123,12 +129,17 @@ def test_transformers_callback_draws_the_cycle(
 
         def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
             gen = torch.Generator().manual_seed(i)
-            return {"input_ids": torch.randint(0, 50, (8,), generator=gen),
-                    "labels": torch.tensor(i % 2)}  # fmt: skip
+            return {
+                "input_ids": torch.randint(0, 50, (8,), generator=gen),
+                "labels": torch.tensor(i % 2),
+            }
 
     class LeakyTrainer(transformers.Trainer):
         def compute_loss(
-            self, model: torch.nn.Module, inputs: dict[str, object], return_outputs: bool = False,
+            self,
+            model: torch.nn.Module,
+            inputs: dict[str, object],
+            return_outputs: bool = False,
             num_items_in_batch: torch.Tensor | int | None = None,
         ) -> torch.Tensor | tuple[torch.Tensor, object]:
             outputs = model(input_ids=inputs["input_ids"])
@@ -140,16 +151,29 @@ def test_transformers_callback_draws_the_cycle(
 
     torch.manual_seed(0)
     config = transformers.BertConfig(
-        vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-        intermediate_size=32, max_position_embeddings=16,
-    )  # fmt: skip
+        vocab_size=50,
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=16,
+    )
     args = transformers.TrainingArguments(
-        output_dir=str(tmp_path), max_steps=24, per_device_train_batch_size=4, report_to=[],
-        save_strategy="no", use_cpu=True, disable_tqdm=True,
-    )  # fmt: skip
+        output_dir=str(tmp_path),
+        max_steps=24,
+        per_device_train_batch_size=4,
+        report_to=[],
+        save_strategy="no",
+        use_cpu=True,
+        disable_tqdm=True,
+    )
     cb = GraphLeakCallback(warmup=3)
-    trainer = LeakyTrainer(model=transformers.BertForSequenceClassification(config), args=args,
-                           train_dataset=Tokens(), callbacks=[cb])  # fmt: skip
+    trainer = LeakyTrainer(
+        model=transformers.BertForSequenceClassification(config),
+        args=args,
+        train_dataset=Tokens(),
+        callbacks=[cb],
+    )
     with pytest.raises(GraphLeakError) as info:
         trainer.train()
     _check(str(info.value), leak)

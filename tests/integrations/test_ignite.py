@@ -23,8 +23,13 @@ from pytest_graphleak.integrations.ignite import GraphLeakHandler  # noqa: E402
 def make_engine(leak: str = "", accumulate: int = 1) -> tuple[Engine, dict[str, object]]:
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    state: dict[str, object] = {"history": [], "total": torch.zeros(()), "outputs": [],
-                                "cache": {}, "queue": torch.zeros(0, 1)}  # fmt: skip
+    state: dict[str, object] = {
+        "history": [],
+        "total": torch.zeros(()),
+        "outputs": [],
+        "cache": {},
+        "queue": torch.zeros(0, 1),
+    }
 
     def update(engine: Engine, batch: tuple[object, object]) -> float:
         x, y = batch
@@ -68,8 +73,13 @@ def batches(count: int) -> list[tuple[object, object]]:
 
 
 def run(
-    leak: str, handler: GraphLeakHandler, *, epoch: int = 40, accumulate: int = 1,
-    max_epochs: int | None = None, max_iters: int | None = None,
+    leak: str,
+    handler: GraphLeakHandler,
+    *,
+    epoch: int = 40,
+    accumulate: int = 1,
+    max_epochs: int | None = None,
+    max_iters: int | None = None,
 ) -> None:
     engine, _ = make_engine(leak, accumulate=accumulate)
     handler.attach(engine)
@@ -93,20 +103,38 @@ HELD = "held by: closure 'state' of update -> "
 @pytest.mark.parametrize(
     ("leak", "pattern", "holder", "stored"),
     [
-        ("list", "list-accumulation", HELD + "dict['history'] -> list(len=19) -> Tensor(",
-         'state["history"].append(loss)'),
-        ("total", "retained-grad-fn",
-         HELD + "dict['total'] -> Tensor(shape=(), grad_fn=AddBackward0)",
-         'state["total"] = state["total"] + loss'),
-        ("outputs", "list-accumulation", HELD + "dict['outputs'] -> list(len=19) -> dict[",
-         'state["outputs"].append({"loss": loss, "preds": preds})'),
-        ("cache", "list-accumulation", HELD + "dict['cache'] -> dict[",
-         'state["cache"][engine.state.iteration] = preds'),
-        ("queue", "retained-grad-fn",
-         HELD + "dict['queue'] -> Tensor(shape=(16, 1), grad_fn=SliceBackward0)",
-         'state["queue"] = torch.cat([preds, state["queue"]])[:16]'),
+        (
+            "list",
+            "list-accumulation",
+            HELD + "dict['history'] -> list(len=19) -> Tensor(",
+            'state["history"].append(loss)',
+        ),
+        (
+            "total",
+            "retained-grad-fn",
+            HELD + "dict['total'] -> Tensor(shape=(), grad_fn=AddBackward0)",
+            'state["total"] = state["total"] + loss',
+        ),
+        (
+            "outputs",
+            "list-accumulation",
+            HELD + "dict['outputs'] -> list(len=19) -> dict[",
+            'state["outputs"].append({"loss": loss, "preds": preds})',
+        ),
+        (
+            "cache",
+            "list-accumulation",
+            HELD + "dict['cache'] -> dict[",
+            'state["cache"][engine.state.iteration] = preds',
+        ),
+        (
+            "queue",
+            "retained-grad-fn",
+            HELD + "dict['queue'] -> Tensor(shape=(16, 1), grad_fn=SliceBackward0)",
+            'state["queue"] = torch.cat([preds, state["queue"]])[:16]',
+        ),
     ],
-)  # fmt: skip
+)
 def test_the_usual_leaks_fail_inside_the_run(
     leak: str, pattern: str, holder: str, stored: str, recorded: list[CheckResult]
 ) -> None:

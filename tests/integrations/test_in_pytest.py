@@ -100,8 +100,9 @@ print("result:", handler.result.leaked, handler.result.pattern, handler.result.n
 def test_outside_pytest_a_script_gets_the_error_and_the_result(tmp_path: Path) -> None:
     script = tmp_path / "train.py"
     script.write_text(SCRIPT, encoding="utf-8")
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                          timeout=300, check=False)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=300, check=False
+    )
     assert done.returncode == 0, done.stderr
     out = done.stdout
     # Judged at iteration 12 (warmup 2 + steps 10), inside the run, and raised after the

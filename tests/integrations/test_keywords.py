@@ -22,11 +22,25 @@ ACCEPTED = {
     "on_leak": "warn",
 }
 #: Keywords of check(), the fixture or the marker that a callback does not take.
-REFUSED = {"diagnose": False, "name": "x", "settings": None, "raise_on_leak": True,
-           "stepz": 3, "enabled": True, "warn_only": True, "report": "r.json",
-           "html": "r.html", "github": "on", "outlive": "warn", "outlive_keep": 3,
-           "outlive_sites": "rerun", "baseline": "b.json",
-           "baseline_update": True, "verify_fix": "off", "sarif": "r.sarif"}  # fmt: skip
+REFUSED = {
+    "diagnose": False,
+    "name": "x",
+    "settings": None,
+    "raise_on_leak": True,
+    "stepz": 3,
+    "enabled": True,
+    "warn_only": True,
+    "report": "r.json",
+    "html": "r.html",
+    "github": "on",
+    "outlive": "warn",
+    "outlive_keep": 3,
+    "outlive_sites": "rerun",
+    "baseline": "b.json",
+    "baseline_update": True,
+    "verify_fix": "off",
+    "sarif": "r.sarif",
+}
 
 CALLBACKS = [
     ("lightning", "lightning", "GraphLeakCallback"),

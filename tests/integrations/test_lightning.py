@@ -82,16 +82,28 @@ def loader(batches: int) -> DataLoader[tuple[torch.Tensor, ...]]:
 
 
 def fit(
-    model: L.LightningModule, callback: GraphLeakCallback, *, batches: int, max_steps: int = 30,
-    accumulate_grad_batches: int = 1, limit_val_batches: int | None = None,
+    model: L.LightningModule,
+    callback: GraphLeakCallback,
+    *,
+    batches: int,
+    max_steps: int = 30,
+    accumulate_grad_batches: int = 1,
+    limit_val_batches: int | None = None,
     fast_dev_run: bool = False,
 ) -> None:
     assert isinstance(callback, L.Callback)  # made one by GraphLeakCallback.__new__
     trainer = L.Trainer(
-        max_steps=max_steps, callbacks=[callback], logger=False, enable_checkpointing=False,
-        enable_progress_bar=False, enable_model_summary=False, log_every_n_steps=1,
-        num_sanity_val_steps=0, accumulate_grad_batches=accumulate_grad_batches,
-        limit_val_batches=limit_val_batches, fast_dev_run=fast_dev_run,
+        max_steps=max_steps,
+        callbacks=[callback],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        log_every_n_steps=1,
+        num_sanity_val_steps=0,
+        accumulate_grad_batches=accumulate_grad_batches,
+        limit_val_batches=limit_val_batches,
+        fast_dev_run=fast_dev_run,
     )
     validation = loader(2) if limit_val_batches is not None else None
     trainer.fit(model, loader(batches), val_dataloaders=validation)
@@ -228,13 +240,18 @@ class Pooled(Regressor):
 @pytest.mark.parametrize(
     ("leak", "holder", "stored"),
     [
-        ("running_mean",
-         "held by: pl_module -> Pooled.net -> Sequential.1 -> Centered.running_mean -> Tensor(",
-         "self.running_mean = (1 - m) * self.running_mean + m * x.mean(0)"),
-        ("pool", "held by: pl_module -> Pooled.pool -> list(len=19) -> Tensor(",
-         "self.pool.append(self.last_preds)"),
+        (
+            "running_mean",
+            "held by: pl_module -> Pooled.net -> Sequential.1 -> Centered.running_mean -> Tensor(",
+            "self.running_mean = (1 - m) * self.running_mean + m * x.mean(0)",
+        ),
+        (
+            "pool",
+            "held by: pl_module -> Pooled.pool -> list(len=19) -> Tensor(",
+            "self.pool.append(self.last_preds)",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_leak_stored_in_forward_or_in_a_hook_names_the_storing_line(
     leak: str, holder: str, stored: str, recorded: list[CheckResult]
 ) -> None:
@@ -275,8 +292,10 @@ class TwoOptimizers(L.LightningModule):
         self.d_losses.append(d_loss)
 
     def configure_optimizers(self) -> list[torch.optim.Optimizer]:
-        return [torch.optim.SGD(self.g.parameters(), lr=0.01),
-                torch.optim.SGD(self.d.parameters(), lr=0.01)]  # fmt: skip
+        return [
+            torch.optim.SGD(self.g.parameters(), lr=0.01),
+            torch.optim.SGD(self.d.parameters(), lr=0.01),
+        ]
 
 
 def test_manual_optimization_with_two_optimizers_is_judged_per_batch_inside_the_loop(
@@ -308,8 +327,11 @@ def test_fast_dev_run_gets_no_verdict_saying_one_step(recorded: list[CheckResult
     """One batch is too short to judge: unmeasured under pytest (it was a ValueError at
     the run's start reading "the loop runs 1 steps"); on_leak="warn" lets training end."""
     cb = GraphLeakCallback(warmup=3)
-    with pytest.raises(UnmeasuredError, match=r"not measured, so no verdict: the loop is too "
-                       r"short: it ran 1 step; a verdict needs at least 6 \(warmup=3"):
+    with pytest.raises(
+        UnmeasuredError,
+        match=r"not measured, so no verdict: the loop is too "
+        r"short: it ran 1 step; a verdict needs at least 6 \(warmup=3",
+    ):
         fit(Regressor(leak="list"), cb, batches=4, fast_dev_run=True)
     assert [r.status for r in recorded] == ["unmeasured"] and gc.isenabled()
     cb = GraphLeakCallback(warmup=3, on_leak="warn")

@@ -46,8 +46,11 @@ class MyTrainer(transformers.Trainer):
     running: torch.Tensor
 
     def compute_loss(
-        self, model: torch.nn.Module, inputs: dict[str, object],
-        return_outputs: bool = False, num_items_in_batch: torch.Tensor | int | None = None,
+        self,
+        model: torch.nn.Module,
+        inputs: dict[str, object],
+        return_outputs: bool = False,
+        num_items_in_batch: torch.Tensor | int | None = None,
     ) -> torch.Tensor | tuple[torch.Tensor, object]:
         loss, outputs = super().compute_loss(
             model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch
@@ -62,20 +65,35 @@ class MyTrainer(transformers.Trainer):
 
 
 def train(
-    tmp_path: Path, callback: transformers.TrainerCallback, *, leak: str = "", size: int = 400,
+    tmp_path: Path,
+    callback: transformers.TrainerCallback,
+    *,
+    leak: str = "",
+    size: int = 400,
     gradient_accumulation_steps: int = 1,
 ) -> None:
     torch.manual_seed(0)
     config = transformers.BertConfig(
-        vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-        intermediate_size=32, max_position_embeddings=16,
-    )  # fmt: skip
+        vocab_size=50,
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=16,
+    )
     args = transformers.TrainingArguments(
-        output_dir=str(tmp_path), max_steps=24, per_device_train_batch_size=4,
-        logging_steps=1, report_to=[], save_strategy="no", use_cpu=True, disable_tqdm=True,
-        lr_scheduler_type="linear", warmup_steps=2,
+        output_dir=str(tmp_path),
+        max_steps=24,
+        per_device_train_batch_size=4,
+        logging_steps=1,
+        report_to=[],
+        save_strategy="no",
+        use_cpu=True,
+        disable_tqdm=True,
+        lr_scheduler_type="linear",
+        warmup_steps=2,
         gradient_accumulation_steps=gradient_accumulation_steps,
-    )  # fmt: skip
+    )
     trainer = MyTrainer(
         model=transformers.BertForSequenceClassification(config),
         args=args,

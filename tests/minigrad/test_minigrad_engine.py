@@ -350,8 +350,17 @@ def test_optimizer_and_module_argument_errors() -> None:
     assert model.num_parameters() == 2 * 3 + 3 + 3 + 1
 
 
-@pytest.mark.parametrize("data", ["abc", ["a", "b"], b"xy", np.array(["a"]), [object()],
-                                  np.array(["2024-01-01"], dtype="datetime64[D]")])  # fmt: skip
+@pytest.mark.parametrize(
+    "data",
+    [
+        "abc",
+        ["a", "b"],
+        b"xy",
+        np.array(["a"]),
+        [object()],
+        np.array(["2024-01-01"], dtype="datetime64[D]"),
+    ],
+)
 def test_a_tensor_holds_numbers_only(data: object) -> None:
     with pytest.raises(TypeError, match=r"mg\.Tensor: cannot make a tensor from"):
         mg.Tensor(data)

@@ -172,10 +172,19 @@ def run_catalogue(
 ) -> tuple[Score, str]:
     """Run ``pytest --graphleak`` over ``files``; return the score and pytest's output."""
     cmd = [
-        python, "-m", "pytest", "--graphleak", "-q", "-p", "no:cacheprovider",
-        f"--junitxml={xml_path}", "-o", "junit_family=xunit2",
-        *extra_args, *map(str, files),
-    ]  # fmt: skip
+        python,
+        "-m",
+        "pytest",
+        "--graphleak",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        f"--junitxml={xml_path}",
+        "-o",
+        "junit_family=xunit2",
+        *extra_args,
+        *map(str, files),
+    ]
     start = time.perf_counter()
     proc = subprocess.run(
         cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout_s, env=env, check=False

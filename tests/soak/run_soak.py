@@ -102,7 +102,11 @@ class PressureRow:
 
 
 def catalogue_run(
-    run: int, seed: int, xdist: bool, files: Sequence[Path], workdir: Path,
+    run: int,
+    seed: int,
+    xdist: bool,
+    files: Sequence[Path],
+    workdir: Path,
     outlive: str = "fail",
 ) -> CatalogueRow:
     # The outlive audit in fail mode: a graph named on any test is an error, so a false
@@ -308,7 +312,7 @@ def render(
         "| run | seed | mode | leaky caught | right pattern | clean passed | false positives "
         "| seconds | problems |",
         "|---:|---:|---|---:|---:|---:|---:|---:|---|",
-    ]  # fmt: skip
+    ]
     for r in rows:
         s = r.score
         problems = "; ".join(s.other) if s.other else "none"
@@ -328,13 +332,16 @@ def render(
             f"The pressure runs {SETTLE_S:.0f} s before the first check (a loader in its steady "
             f"state); {args.pressure_rounds} round(s) per step. Levels:",
             "",
-            *(f"- **{lv.name}**: {lv.describe()}" for lv in LEVELS.values()
-              if lv.name in {p.level for p in pressure}),
+            *(
+                f"- **{lv.name}**: {lv.describe()}"
+                for lv in LEVELS.values()
+                if lv.name in {p.level for p in pressure}
+            ),
             "",
             "| level | clean checks | false positives | largest RSS change over a clean "
             "check (MB) | leaky checks | caught |",
             "|---|---:|---:|---:|---:|---:|",
-        ]  # fmt: skip
+        ]
         for level in dict.fromkeys(p.level for p in pressure):
             rows_of = [p for p in pressure if p.level == level]
             lines.append(
@@ -354,9 +361,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=50, help="catalogue runs (default 50)")
     parser.add_argument("--first-seed", type=int, default=1, help="seed of the first run")
     parser.add_argument(
-        "--xdist", choices=("alternate", "always", "never"), default="alternate",
+        "--xdist",
+        choices=("alternate", "always", "never"),
+        default="alternate",
         help="which runs use -n 2 (default: every other run)",
-    )  # fmt: skip
+    )
     parser.add_argument(
         "--backends", default="minigrad,torch", help="comma-separated: minigrad,torch"
     )
@@ -365,9 +374,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--levels", default=",".join(LEVELS), help=f"pressure levels among {', '.join(LEVELS)}"
     )
     parser.add_argument(
-        "--outlive", choices=("fail", "warn", "off"), default="fail",
+        "--outlive",
+        choices=("fail", "warn", "off"),
+        default="fail",
         help="the outlive audit of every test (default fail: any graph it names is an error)",
-    )  # fmt: skip
+    )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)

@@ -22,14 +22,16 @@ BUNDLES: tuple[AutogradBundle, ...] = (
     TORCH,
 )
 
-__all__ = ["BUNDLES", "NODE", "TENSOR", "AutogradBundle", "Backend", "active_backends",
-           "loaded"]  # fmt: skip
+__all__ = ["BUNDLES", "NODE", "TENSOR", "AutogradBundle", "Backend", "active_backends", "loaded"]
 
 
 def loaded() -> list[tuple[AutogradBundle, Any]]:
     """(bundle, its module) for every library already imported (never imports one)."""
-    return [(bundle, module) for bundle in BUNDLES
-            if (module := sys.modules.get(bundle.name)) is not None]  # fmt: skip
+    return [
+        (bundle, module)
+        for bundle in BUNDLES
+        if (module := sys.modules.get(bundle.name)) is not None
+    ]
 
 
 def active_backends() -> list[Backend]:
