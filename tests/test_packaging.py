@@ -20,7 +20,8 @@ import pytest
 from suite_helpers import REPO
 
 #: Tracked files that are deliberately left out of the sdist.
-NOT_IN_SDIST = {".gitignore"}
+#: git's own files: an sdist has no history for them to act on.
+NOT_IN_SDIST = {".gitignore", ".git-blame-ignore-revs"}
 
 
 def _tracked_files() -> list[str]:
