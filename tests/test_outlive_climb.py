@@ -103,23 +103,9 @@ class Seen:
     chains: list[str] = field(default_factory=list)
 
 
-def _audit(module: types.ModuleType, monkeypatch: pytest.MonkeyPatch) -> Seen:
-    """One audited test that keeps a graph in ``module.KEPT``."""
-    monkeypatch.undo()  # an earlier call's counters
-    seen = Seen()
-    real_climb, real_walk, real_globals = climb, Gate.may_reach, globals_of
-
-    def counted_climb(
-        gate: Gate,
-        targets: Sequence[object],
-        roots: Roots,
-        backends: list[Backend],
-        young: list[object] | None,
-        own: Collection[int] = (),
-    ) -> Reach | None:
-        reach = real_climb(gate, targets, roots, backends, young, own)
-        seen.taken.append(None if reach is None else reach.taken)
-        return reach
+def _count_walks(seen: Seen, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Note each of the gate's walks down from the roots (its limit) in ``seen``."""
+    real_walk = Gate.may_reach
 
     def counted_walk(
         self: Gate,
@@ -133,6 +119,28 @@ def _audit(module: types.ModuleType, monkeypatch: pytest.MonkeyPatch) -> Seen:
         seen.walks.append(limit)
         return real_walk(self, roots, wanted, backends, limit=limit, kept=kept)
 
+    monkeypatch.setattr(Gate, "may_reach", counted_walk)
+
+
+def _audit(module: types.ModuleType, monkeypatch: pytest.MonkeyPatch) -> Seen:
+    """One audited test that keeps a graph in ``module.KEPT``."""
+    monkeypatch.undo()  # an earlier call's counters
+    seen = Seen()
+    real_climb, real_globals = climb, globals_of
+    _count_walks(seen, monkeypatch)
+
+    def counted_climb(
+        gate: Gate,
+        targets: Sequence[object],
+        roots: Roots,
+        backends: list[Backend],
+        young: list[object] | None,
+        own: Collection[int] = (),
+    ) -> Reach | None:
+        reach = real_climb(gate, targets, roots, backends, young, own)
+        seen.taken.append(None if reach is None else reach.taken)
+        return reach
+
     def counted_globals(
         module: types.ModuleType, only: Collection[str] | None = None
     ) -> Iterable[Holder]:
@@ -140,7 +148,6 @@ def _audit(module: types.ModuleType, monkeypatch: pytest.MonkeyPatch) -> Seen:
         return real_globals(module, only)
 
     monkeypatch.setattr(audit_module, "climb", counted_climb)
-    monkeypatch.setattr(Gate, "may_reach", counted_walk)
     monkeypatch.setattr(audit_module, "globals_of", counted_globals)
     audit = Audit()
     test = AuditedTest(f"{STATIC}.py::test_keeps", module=module)
@@ -220,21 +227,8 @@ def test_a_live_fixture_and_a_class_attribute_are_climbed_to(
     module = types.ModuleType("graphleak_climb_fixture")
     fixture = _Fixture("state", "session", ({"losses": []}, None, None))
     seen = Seen()
-    real_walk = Gate.may_reach
+    _count_walks(seen, monkeypatch)
 
-    def counted_walk(
-        self: Gate,
-        roots: Iterable[object],
-        wanted: Callable[[object], bool],
-        backends: list[Backend],
-        *,
-        limit: int = LIMIT,
-        kept: Iterable[object] = (),
-    ) -> bool | None:
-        seen.walks.append(limit)
-        return real_walk(self, roots, wanted, backends, limit=limit, kept=kept)
-
-    monkeypatch.setattr(Gate, "may_reach", counted_walk)
     audit = Audit()
     test = AuditedTest("t.py::Suite::test_x", module=module, cls=Suite, fixtures={"state": fixture})
     census = audit.census()

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from suite_helpers import REPO, JsonDoc, folded, report_section
+from suite_helpers import FAST, REPO, JsonDoc, folded, report_section
 
 from pytest_graphleak.baseline import load
 from pytest_graphleak.baseline_keys import Key, holder_path, key_of, renamed, written_before
@@ -160,12 +160,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
             "-m",
             "pytest",
             "--graphleak",
-            "-p",
-            "no:cacheprovider",
-            "-p",
-            "no:randomly",
-            "-p",
-            "no:xdist",
+            *FAST,
             "--graphleak-probes=minigrad,gc",
             "--graphleak-baseline=bl.json",
             "--graphleak-report=r.json",
